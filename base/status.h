@@ -1,0 +1,80 @@
+/* Status codes, logging and the CHECK macros shared by every layer.
+ *
+ * Library code returns a tpd_status and never calls exit(). The first function that
+ * detects an error logs it once with context (tpd_log_error); callers above only
+ * propagate the code. */
+#ifndef TPD_BASE_STATUS_H
+#define TPD_BASE_STATUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tpd_status {
+    TPD_OK = 0,
+    TPD_ERR_INVALID = 1,     /* bad argument or configuration */
+    TPD_ERR_IO = 2,          /* file missing, short read, write failure */
+    TPD_ERR_FORMAT = 3,      /* a file's content breaks its format */
+    TPD_ERR_NOMEM = 4,       /* allocation failed */
+    TPD_ERR_COMM = 5,        /* a collective failed or timed out */
+    TPD_ERR_UNSUPPORTED = 6, /* valid request this build or backend cannot do */
+    TPD_ERR_BACKEND = 7,     /* CUDA, cuBLASLt, cuDNN or BLAS failure */
+    TPD_ERR_INTERNAL = 8,    /* an invariant broke: a bug */
+    TPD_ERR_INTERRUPTED = 9, /* a signal asked the run to stop */
+} tpd_status;
+
+const char *tpd_status_str(tpd_status st);
+
+/* Process exit codes of the CLI, distinct per failure class so that a launcher or a
+ * script can tell a config error from a dead rank. */
+enum {
+    TPD_EXIT_OK = 0,
+    TPD_EXIT_FAILURE = 1,
+    TPD_EXIT_CONFIG = 2,
+    TPD_EXIT_COMM = 3, /* collective failure or timeout: every communicator was aborted */
+};
+
+/* Logging. Messages go to stderr prefixed with "tripod: " and, when the rank is known
+ * (tpd_log_set_rank), "[rank R] ". tpd_log_info prints only where enabled (the logging
+ * rank); errors always print. */
+void tpd_log_set_rank(int rank, int print_info);
+void tpd_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void tpd_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void tpd_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Return on error: the callee has already logged. */
+#define TPD_CHECK(call)                                                                       \
+    do {                                                                                      \
+        tpd_status tpd_check_st_ = (call);                                                    \
+        if (tpd_check_st_ != TPD_OK) return tpd_check_st_;                                   \
+    } while (0)
+
+/* Jump to a cleanup label, keeping the status in `st`. */
+#define TPD_CHECK_GOTO(call, st, label)                                                       \
+    do {                                                                                      \
+        (st) = (call);                                                                        \
+        if ((st) != TPD_OK) goto label;                                                       \
+    } while (0)
+
+/* Inside cleanup: run a call but keep the first error already in `st`. */
+#define TPD_CHECK_KEEP(call, st)                                                              \
+    do {                                                                                      \
+        tpd_status tpd_keep_st_ = (call);                                                     \
+        if ((st) == TPD_OK) (st) = tpd_keep_st_;                                              \
+    } while (0)
+
+/* Fail with a logged message and jump. */
+#define TPD_FAIL_GOTO(code, st, label, ...)                                                   \
+    do {                                                                                      \
+        tpd_log_error(__VA_ARGS__);                                                           \
+        (st) = (code);                                                                        \
+        goto label;                                                                           \
+    } while (0)
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,181 @@
+/* `tripod data prepare`: byte-level tokenization of text files into a Megatron indexed
+ * data set, and the matching detokenizer.
+ *
+ * Bytes are the vocabulary (0..255) plus one end-of-document token (256), so the demo
+ * needs no tokenizer files and any text, in any encoding, round-trips exactly. */
+#include "engine/data.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reads a whole file into a malloc'd buffer. */
+static tpd_status read_file(const char *path, unsigned char **buf_p, size_t *len_p) {
+    tpd_status st = TPD_OK;
+    unsigned char *buf = NULL;
+    size_t len = 0, cap = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        tpd_data_log_error("%s: cannot open: %s", path, strerror(errno));
+        return TPD_ERR_IO;
+    }
+    /* Grow by doubling rather than trusting a size from stat: inputs may be pipes. */
+    for (;;) {
+        if (len == cap) {
+            size_t ncap = cap ? 2 * cap : 1 << 16;
+            unsigned char *nbuf = realloc(buf, ncap);
+            if (!nbuf) {
+                tpd_data_log_error("%s: out of memory reading %zu bytes", path, ncap);
+                st = TPD_ERR_NOMEM;
+                goto free_buf;
+            }
+            buf = nbuf;
+            cap = ncap;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        tpd_data_log_error("%s: read failed: %s", path, strerror(errno));
+        st = TPD_ERR_IO;
+        goto free_buf;
+    }
+    fclose(f);
+    *buf_p = buf;
+    *len_p = len;
+    return TPD_OK;
+free_buf:
+    free(buf);
+    fclose(f);
+    return st;
+}
+
+static int is_space(unsigned char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+/* line = [p, p+n), its '\n' excluded. */
+static int is_blank_line(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r') return 0;
+    return 1;
+}
+
+static int is_percent_line(const unsigned char *p, size_t n) {
+    return (n == 1 && p[0] == '%') || (n == 2 && p[0] == '%' && p[1] == '\r');
+}
+
+typedef struct prepare_state {
+    tpd_indexed_builder *builder;
+    int32_t *scratch; /* (scratch_cap) tokens of the current document */
+    size_t scratch_cap;
+    uint64_t docs, tokens;
+} prepare_state;
+
+/* Appends one record as a document: its bytes, then EOD. Whitespace-only records carry
+ * nothing to learn and are skipped. */
+static tpd_status emit_record(prepare_state *ps, const unsigned char *p, size_t n) {
+    size_t i = 0;
+    while (i < n && is_space(p[i]))
+        i++;
+    if (i == n) return TPD_OK;
+    if (n + 1 > ps->scratch_cap) {
+        int32_t *s = realloc(ps->scratch, (n + 1) * sizeof *s);
+        if (!s) {
+            tpd_data_log_error("out of memory for a document of %zu bytes", n);
+            return TPD_ERR_NOMEM;
+        }
+        ps->scratch = s;
+        ps->scratch_cap = n + 1;
+    }
+    for (i = 0; i < n; i++)
+        ps->scratch[i] = p[i];
+    ps->scratch[n] = TPD_BYTE_EOD;
+    TPD_CHECK(tpd_indexed_builder_add(ps->builder, ps->scratch, n + 1));
+    ps->docs++;
+    ps->tokens += n + 1;
+    return TPD_OK;
+}
+
+/* Splits one file's bytes into records. A record is [start, end) of whole lines, each
+ * with its '\n'; separator lines belong to no record. */
+static tpd_status split_records(prepare_state *ps, const unsigned char *buf, size_t len,
+                                tpd_records records) {
+    if (records == TPD_RECORDS_FILE) return emit_record(ps, buf, len);
+    size_t start = 0, pos = 0;
+    while (pos < len) {
+        const unsigned char *nl = memchr(buf + pos, '\n', len - pos);
+        size_t line_end = nl ? (size_t)(nl - buf) : len; /* the '\n' or the end */
+        size_t next = nl ? line_end + 1 : len;
+        int sep = records == TPD_RECORDS_BLANK ? is_blank_line(buf + pos, line_end - pos)
+                                               : is_percent_line(buf + pos, line_end - pos);
+        if (sep) {
+            TPD_CHECK(emit_record(ps, buf + start, pos - start));
+            start = next;
+        }
+        pos = next;
+    }
+    return emit_record(ps, buf + start, len - start);
+}
+
+tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, tpd_records records,
+                            const char *output_prefix, uint64_t *num_docs_p,
+                            uint64_t *num_tokens_p) {
+    tpd_status st = TPD_OK;
+    if (!inputs || n_inputs <= 0 || !output_prefix || !output_prefix[0]) {
+        tpd_data_log_error("data prepare: need at least one input file and an output prefix");
+        return TPD_ERR_INVALID;
+    }
+    if (records != TPD_RECORDS_FILE && records != TPD_RECORDS_BLANK &&
+        records != TPD_RECORDS_PERCENT) {
+        tpd_data_log_error("data prepare: unknown records mode %d", (int)records);
+        return TPD_ERR_INVALID;
+    }
+    prepare_state ps = {0};
+    TPD_CHECK(tpd_indexed_builder_create(output_prefix, TPD_BYTE_VOCAB, &ps.builder));
+    /* One file in memory at a time; documents stream to PREFIX.bin. */
+    for (int i = 0; i < n_inputs; i++) {
+        unsigned char *buf = NULL;
+        size_t len = 0;
+        TPD_CHECK_GOTO(read_file(inputs[i], &buf, &len), st, destroy_builder);
+        st = split_records(&ps, buf, len, records);
+        free(buf);
+        if (st != TPD_OK) goto destroy_builder;
+    }
+    if (ps.docs == 0) {
+        tpd_data_log_error("data prepare: the %d input file(s) hold no non-empty record; "
+                           "nothing to write to %s",
+                           n_inputs, output_prefix);
+        st = TPD_ERR_INVALID;
+        goto destroy_builder;
+    }
+    TPD_CHECK_GOTO(tpd_indexed_builder_finish(ps.builder), st, destroy_builder);
+    if (num_docs_p) *num_docs_p = ps.docs;
+    if (num_tokens_p) *num_tokens_p = ps.tokens;
+destroy_builder:
+    tpd_indexed_builder_destroy(ps.builder);
+    free(ps.scratch);
+    return st;
+}
+
+size_t tpd_bytes_detokenize(const int32_t *tokens, size_t n, char *out, size_t cap) {
+    if (cap == 0) return 0;
+    size_t m = n < cap - 1 ? n : cap - 1;
+    for (size_t i = 0; i < m; i++) {
+        int32_t t = tokens[i];
+        char c;
+        if (t == TPD_BYTE_EOD || t == '\n')
+            c = '\n';
+        else if (t == '\t')
+            c = '\t';
+        else if (t < 32 || t == 127 || t > 255)
+            c = '?'; /* controls and padded ids */
+        else
+            c = (char)(unsigned char)t;
+        out[i] = c;
+    }
+    out[m] = '\0';
+    return m;
+}

@@ -1,0 +1,194 @@
+/* tripod: the command-line entry point. Each subcommand parses its arguments, calls the
+ * library, and turns its status into a process exit code. This is the only file that
+ * ends the process. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/config.h"
+#include "engine/data.h"
+#include "engine/plan/plan.h"
+#include "engine/train.h"
+#include "parallel/comm.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tripod <command> [args]\n"
+            "\n"
+            "commands:\n"
+            "  train CONFIG.yaml [key=value ...]   train (launch with mpirun/srun for >1 rank)\n"
+            "  plan CONFIG.yaml [key=value ...]    predict memory, step time and MFU of layouts\n"
+            "  bench CONFIG.yaml [key=value ...] [--steps N] [--warmup W]\n"
+            "                                      measure training throughput\n"
+            "  config show CONFIG.yaml [key=value ...]\n"
+            "                                      print the resolved configuration\n"
+            "  data prepare|info ...               prepare or inspect token data sets\n"
+            "\n"
+            "Overrides use the YAML section names: model.num_layers=4 training.train_iters=20\n");
+}
+
+/* Splits argv into the config path, key=value overrides and the remaining flags. */
+typedef struct cli_args {
+    const char *config;
+    int n_overrides;
+    const char **overrides;
+    int n_flags;
+    const char **flags;
+} cli_args;
+
+static int split_args(int argc, char **argv, cli_args *a) {
+    memset(a, 0, sizeof *a);
+    a->overrides = calloc((size_t)argc + 1, sizeof *a->overrides);
+    a->flags = calloc((size_t)argc + 1, sizeof *a->flags);
+    if (!a->overrides || !a->flags) return -1;
+    for (int i = 0; i < argc; i++) {
+        if (argv[i][0] == '-') {
+            a->flags[a->n_flags++] = argv[i];
+            /* a flag's value follows it unless it is another flag or an override */
+            if (i + 1 < argc && argv[i + 1][0] != '-' && !strchr(argv[i + 1], '='))
+                a->flags[a->n_flags++] = argv[++i];
+        } else if (strchr(argv[i], '=')) {
+            a->overrides[a->n_overrides++] = argv[i];
+        } else if (!a->config) {
+            a->config = argv[i];
+        } else {
+            fprintf(stderr, "tripod: error: unexpected argument '%s'\n", argv[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void free_args(cli_args *a) {
+    free(a->overrides);
+    free(a->flags);
+}
+
+static int load_config(const cli_args *a, tpd_config *cfg) {
+    char err[1024];
+    if (!a->config) {
+        fprintf(stderr, "tripod: error: missing CONFIG.yaml\n");
+        return TPD_EXIT_CONFIG;
+    }
+    if (tpd_config_load(a->config, a->n_overrides, a->overrides, cfg, err, sizeof err) != TPD_OK) {
+        fprintf(stderr, "tripod: error: %s\n", err);
+        return TPD_EXIT_CONFIG;
+    }
+    return TPD_EXIT_OK;
+}
+
+static int cmd_config(int argc, char **argv) {
+    if (argc < 1 || strcmp(argv[0], "show") != 0) {
+        fprintf(stderr, "usage: tripod config show CONFIG.yaml [key=value ...]\n");
+        return TPD_EXIT_CONFIG;
+    }
+    cli_args a;
+    if (split_args(argc - 1, argv + 1, &a) != 0) return TPD_EXIT_CONFIG;
+    tpd_config cfg;
+    int rc = load_config(&a, &cfg);
+    if (rc == TPD_EXIT_OK) tpd_config_print(&cfg, stdout);
+    free_args(&a);
+    return rc;
+}
+
+static int status_exit(tpd_status st) {
+    switch (st) {
+    case TPD_OK: return TPD_EXIT_OK;
+    case TPD_ERR_INVALID: return TPD_EXIT_CONFIG;
+    case TPD_ERR_COMM: return TPD_EXIT_COMM;
+    default: return TPD_EXIT_FAILURE;
+    }
+}
+
+/* train and bench share the set-up: MPI, the config (validated on every rank before any
+ * collective), the trainer. */
+static int run_training(int argc, char **argv, int bench) {
+    cli_args a;
+    if (split_args(argc, argv, &a) != 0) return TPD_EXIT_CONFIG;
+    int steps = 10, warmup = 2;
+    for (int i = 0; i < a.n_flags; i++) {
+        if (!strcmp(a.flags[i], "--steps") && i + 1 < a.n_flags) steps = atoi(a.flags[++i]);
+        else if (!strcmp(a.flags[i], "--warmup") && i + 1 < a.n_flags) warmup = atoi(a.flags[++i]);
+        else if (!strcmp(a.flags[i], "--help")) {
+            usage(stdout);
+            free_args(&a);
+            return TPD_EXIT_OK;
+        } else {
+            fprintf(stderr, "tripod: error: unknown option '%s'\n", a.flags[i]);
+            free_args(&a);
+            return TPD_EXIT_CONFIG;
+        }
+    }
+    tpd_config cfg;
+    int rc = load_config(&a, &cfg);
+    free_args(&a);
+    if (rc != TPD_EXIT_OK) return rc;
+    if (bench) {
+        cfg.training.train_iters = warmup + steps;
+        cfg.logging.eval_interval = 0;
+        cfg.logging.metrics_file[0] = 0;
+    }
+
+    int provided;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    tpd_comm *world = NULL;
+    tpd_trainer *tr = NULL;
+    tpd_status st = tpd_comm_mpi_world(&world);
+    if (st == TPD_OK) {
+        tpd_comm_mpi_set_timeout(cfg.comm.timeout_s);
+        st = tpd_trainer_create(&cfg, world, &tr);
+    }
+    if (st == TPD_OK) {
+        tpd_log_set_rank(world->rank, tr->is_logger);
+        if (!bench) {
+            st = tpd_trainer_run(tr);
+        } else {
+            double times[4096];
+            int n = 0;
+            for (int i = 0; i < warmup + steps && st == TPD_OK; i++) {
+                tpd_step_stats s;
+                st = tpd_trainer_step(tr, &s);
+                if (i >= warmup && n < 4096) times[n++] = s.elapsed_s;
+            }
+            if (st == TPD_OK && tr->is_logger && n > 0) {
+                double sum = 0;
+                for (int i = 0; i < n; i++) sum += times[i];
+                double t = sum / n;
+                double tok = (double)cfg.training.global_batch_size * cfg.model.seq_length;
+                double fl = tpd_model_flops_per_iteration(&cfg, tr->model->d.Vp);
+                printf("bench: layout TP %d PP %d DP %d | %d steps | %.1f ms/step | "
+                       "%.0f tokens/s | %.2f GFLOP/s (all ranks) | %.3f GFLOP/s per rank\n",
+                       tr->mesh.tp_size, tr->mesh.pp_size, tr->mesh.dp_size, n, 1e3 * t,
+                       tok / t, fl / t / 1e9, fl / t / 1e9 / tr->mesh.world_size);
+                fflush(stdout);
+            }
+        }
+    }
+    rc = status_exit(st);
+    if (st != TPD_OK && world && world->size > 1) {
+        /* The other ranks may be inside a collective: take the whole job down. */
+        MPI_Abort(MPI_COMM_WORLD, rc);
+    }
+    tpd_trainer_destroy(tr);
+    if (world) world->ops->destroy(world);
+    MPI_Finalize();
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? TPD_EXIT_CONFIG : TPD_EXIT_OK;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "train")) return run_training(argc - 2, argv + 2, 0);
+    if (!strcmp(cmd, "bench")) return run_training(argc - 2, argv + 2, 1);
+    if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
+    if (!strcmp(cmd, "data")) return tpd_data_cli(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plan")) return tpd_plan_cli(argc - 1, argv + 1);
+    fprintf(stderr, "tripod: error: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return TPD_EXIT_CONFIG;
+}

@@ -1,0 +1,41 @@
+/* What people read: the per-iteration log line (Megatron's fields plus tokens/s and
+ * achieved FLOP/s) and the JSONL metrics file, one object per logged iteration. */
+#ifndef TPD_ENGINE_METRICS_H
+#define TPD_ENGINE_METRICS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpd_iter_record {
+    int iteration, train_iters;
+    uint64_t consumed_samples;
+    double elapsed_ms;     /* per iteration */
+    double tflops_per_gpu; /* model FLOPs / time / world */
+    double tokens_per_s;   /* whole job */
+    double mfu;            /* < 0 when the device peak is unknown */
+    double lr;
+    int global_batch_size;
+    double lm_loss;
+    double grad_norm;
+    int skipped_iterations;
+    double val_loss;       /* NaN when not evaluated this iteration */
+} tpd_iter_record;
+
+/* Megatron's layout: "iteration 50/45776 | consumed samples: 25600 | ...". */
+void tpd_metrics_format_line(const tpd_iter_record *r, char *buf, size_t cap);
+
+/* One JSON object (cJSON) and a newline, flushed. Keys: iteration, consumed_samples,
+ * lm_loss, lr, grad_norm, elapsed_ms, tokens_per_s, tflops_per_gpu, skipped_iterations,
+ * and val_loss when evaluated. */
+tpd_status tpd_metrics_write_jsonl(FILE *f, const tpd_iter_record *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,221 @@
+/* Forward and backward of one micro-batch on one stage. Each backward block quotes the
+ * forward line it differentiates. Shapes: N = B*T rows, C hidden, Cl = C/tp, Fl = F/tp,
+ * Vl = Vp/tp. */
+#include "engine/model.h"
+
+typedef struct views {
+    /* params and grads of layer l (set by layer_views) */
+    void *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
+        *fcprojb;
+} views;
+
+static void *pview(const tpd_model *m, void *base, size_t esize, tpd_param p, int l) {
+    const tpd_param_slice *s = &m->plan.lay.p[p];
+    return (char *)base + (s->offset + (size_t)l * s->rows * s->cols) * esize;
+}
+
+static void layer_views(const tpd_model *m, void *base, size_t es, int l, views *v) {
+    v->ln1w = pview(m, base, es, TPD_P_LN1W, l);
+    v->ln1b = pview(m, base, es, TPD_P_LN1B, l);
+    v->qkvw = pview(m, base, es, TPD_P_QKVW, l);
+    v->qkvb = pview(m, base, es, TPD_P_QKVB, l);
+    v->attprojw = pview(m, base, es, TPD_P_ATTPROJW, l);
+    v->attprojb = pview(m, base, es, TPD_P_ATTPROJB, l);
+    v->ln2w = pview(m, base, es, TPD_P_LN2W, l);
+    v->ln2b = pview(m, base, es, TPD_P_LN2B, l);
+    v->fcw = pview(m, base, es, TPD_P_FCW, l);
+    v->fcb = pview(m, base, es, TPD_P_FCB, l);
+    v->fcprojw = pview(m, base, es, TPD_P_FCPROJW, l);
+    v->fcprojb = pview(m, base, es, TPD_P_FCPROJB, l);
+}
+
+static char *slot_base(const tpd_model *m, int slot) {
+    return m->acts + (size_t)slot * m->plan.slot_bytes;
+}
+
+typedef struct acts {
+    void *ln1, *qkv, *atty, *att, *x1, *ln2, *fch, *fch_gelu, *out;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+} acts;
+
+static void layer_acts(const tpd_model *m, int slot, int l, acts *a) {
+    const tpd_act_layer *o = &m->plan.layer;
+    char *b = slot_base(m, slot) + m->plan.s_layers + (size_t)l * o->bytes;
+    a->ln1 = b + o->ln1;
+    a->ln1_mean = (float *)(b + o->ln1_mean);
+    a->ln1_rstd = (float *)(b + o->ln1_rstd);
+    a->qkv = b + o->qkv;
+    a->atty = b + o->atty;
+    a->att = b + o->att;
+    a->x1 = b + o->x1;
+    a->ln2 = b + o->ln2;
+    a->ln2_mean = (float *)(b + o->ln2_mean);
+    a->ln2_rstd = (float *)(b + o->ln2_rstd);
+    a->fch = b + o->fch;
+    a->fch_gelu = b + o->fch_gelu;
+    a->out = b + o->out;
+}
+
+void *tpd_model_stage_input(const tpd_model *m, int slot) {
+    return slot_base(m, slot) + m->plan.s_x0;
+}
+
+void *tpd_model_stage_output(const tpd_model *m, int slot) {
+    acts a;
+    layer_acts(m, slot, m->d.Ls - 1, &a);
+    return a.out;
+}
+
+void *tpd_model_grad_in(const tpd_model *m) {
+    return m->ws + m->plan.w_dres;
+}
+
+void *tpd_model_grad_out(const tpd_model *m) {
+    return m->d.first ? NULL : m->ws + m->plan.w_dsend;
+}
+
+tpd_status tpd_model_forward(tpd_model *m, int slot) {
+    const tpd_model_dims *d = &m->d;
+    const tpd_kern_ops *k = m->kb->ops;
+    tpd_kern_ctx *ctx = m->kb->ctx;
+    const tpd_tp_ctx *tp = &m->tp;
+    char *s = slot_base(m, slot);
+    int N = d->B * d->T, C = d->C;
+    const int32_t *tokens = (const int32_t *)(s + m->plan.s_tokens);
+    void *x0 = s + m->plan.s_x0;
+    size_t es = m->plan.param_size;
+
+    if (d->first) {
+        /* x0 = wte[tokens] + wpe[t] (vocab-parallel lookup, summed over TP) */
+        TPD_CHECK(tpd_tp_vocab_embed_fwd(tp, x0, tokens, tpd_model_param(m, TPD_P_WTE), N, C,
+                                         d->v0, d->Vl));
+        TPD_CHECK(k->pos_fwd(ctx, x0, tpd_model_param(m, TPD_P_WPE), d->B, d->T, C));
+    }
+    const void *inp = x0;
+    for (int l = 0; l < d->Ls; l++) {
+        views w;
+        acts a;
+        layer_views(m, m->params, es, l, &w);
+        layer_acts(m, slot, l, &a);
+        /* ln1 = LN(inp); qkv = ln1 @ qkvw^T + qkvb (column-parallel, whole heads) */
+        TPD_CHECK(k->layernorm_fwd(ctx, a.ln1, a.ln1_mean, a.ln1_rstd, inp, w.ln1w, w.ln1b, N, C));
+        TPD_CHECK(tpd_tp_column_fwd(tp, a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * d->Cl));
+        /* atty = causal_attention(qkv) on the local heads */
+        TPD_CHECK(k->attention_fwd(ctx, a.atty, a.att, a.qkv, d->B, d->T, d->NHl, d->HS));
+        /* x1 = inp + allreduce(atty @ attprojw^T) + attprojb (row-parallel) */
+        TPD_CHECK(tpd_tp_row_fwd(tp, a.x1, a.atty, w.attprojw, w.attprojb, N, d->Cl, C));
+        TPD_CHECK(k->add(ctx, a.x1, a.x1, inp, (size_t)N * C));
+        /* ln2 = LN(x1); fch_gelu = gelu(ln2 @ fcw^T + fcb) (column-parallel) */
+        TPD_CHECK(k->layernorm_fwd(ctx, a.ln2, a.ln2_mean, a.ln2_rstd, a.x1, w.ln2w, w.ln2b, N, C));
+        TPD_CHECK(tpd_tp_column_gelu_fwd(tp, a.fch_gelu, a.fch, a.ln2, w.fcw, w.fcb, N, C, d->Fl));
+        /* out = x1 + allreduce(fch_gelu @ fcprojw^T) + fcprojb (row-parallel) */
+        TPD_CHECK(tpd_tp_row_fwd(tp, a.out, a.fch_gelu, w.fcprojw, w.fcprojb, N, d->Fl, C));
+        TPD_CHECK(k->add(ctx, a.out, a.out, a.x1, (size_t)N * C));
+        inp = a.out;
+    }
+    if (d->last) {
+        void *lnf = s + m->plan.s_lnf, *logits = s + m->plan.s_logits;
+        float *mean = (float *)(s + m->plan.s_lnf_mean), *rstd = (float *)(s + m->plan.s_lnf_rstd);
+        const int32_t *targets = (const int32_t *)(s + m->plan.s_targets);
+        /* lnf = LN_f(inp); logits = lnf @ wte^T (tied head, vocab-parallel columns) */
+        TPD_CHECK(k->layernorm_fwd(ctx, lnf, mean, rstd, inp, tpd_model_param(m, TPD_P_LNFW),
+                                   tpd_model_param(m, TPD_P_LNFB), N, C));
+        TPD_CHECK(tpd_tp_column_fwd(tp, logits, lnf, tpd_model_param(m, TPD_P_WTE), NULL, N, C,
+                                    d->Vl));
+        /* loss = -log softmax(logits)[target], padded columns excluded */
+        TPD_CHECK(tpd_tp_vocab_xent_fwd(tp, (float *)(s + m->plan.s_loss),
+                                        (float *)(s + m->plan.s_xstats), logits, targets, N,
+                                        d->Vl, d->Vvalid, d->v0));
+    }
+    return TPD_OK;
+}
+
+tpd_status tpd_model_loss_sum(tpd_model *m, int slot, double *sum_p) {
+    if (!m->d.last) {
+        *sum_p = 0;
+        return TPD_OK;
+    }
+    const float *loss = (const float *)(slot_base(m, slot) + m->plan.s_loss);
+    return m->kb->ops->sum_f32(m->kb->ctx, loss, (size_t)m->d.B * m->d.T, sum_p);
+}
+
+tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss) {
+    const tpd_model_dims *d = &m->d;
+    const tpd_kern_ops *k = m->kb->ops;
+    tpd_kern_ctx *ctx = m->kb->ctx;
+    const tpd_tp_ctx *tp = &m->tp;
+    char *s = slot_base(m, slot);
+    int N = d->B * d->T, C = d->C;
+    size_t NC = (size_t)N * C, es = m->plan.param_size, gs = m->plan.grad_size;
+    void *dres = m->ws + m->plan.w_dres, *dtmp = m->ws + m->plan.w_dtmp;
+    void *dln = m->ws + m->plan.w_dln, *dqkv = m->ws + m->plan.w_dqkv;
+    void *datty = m->ws + m->plan.w_datty, *dfch = m->ws + m->plan.w_dfch;
+    void *x0 = s + m->plan.s_x0;
+
+    if (d->last) {
+        void *lnf = s + m->plan.s_lnf, *logits = s + m->plan.s_logits;
+        const float *mean = (const float *)(s + m->plan.s_lnf_mean);
+        const float *rstd = (const float *)(s + m->plan.s_lnf_rstd);
+        const int32_t *targets = (const int32_t *)(s + m->plan.s_targets);
+        acts last;
+        layer_acts(m, slot, d->Ls - 1, &last);
+        /* loss = xent(logits): dlogits = (softmax - onehot) * dloss, in place */
+        TPD_CHECK(tpd_tp_vocab_xent_bwd(tp, logits, (const float *)(s + m->plan.s_xstats),
+                                        targets, dloss, N, d->Vl, d->Vvalid, d->v0));
+        /* logits = lnf @ wte^T: dlnf = allreduce(dlogits @ wte); dwte += dlogits^T lnf */
+        TPD_CHECK(tpd_tp_column_bwd(tp, dln, tpd_model_grad(m, TPD_P_WTE), NULL, logits, lnf,
+                                    tpd_model_param(m, TPD_P_WTE), N, C, d->Vl));
+        /* lnf = LN_f(out_last) */
+        TPD_CHECK(k->layernorm_bwd(ctx, dres, tpd_model_grad(m, TPD_P_LNFW),
+                                   tpd_model_grad(m, TPD_P_LNFB), dln, last.out,
+                                   tpd_model_param(m, TPD_P_LNFW), mean, rstd, N, C));
+    }
+    /* dres now holds d(stage output) (received, or from the head above) */
+    for (int l = d->Ls - 1; l >= 0; l--) {
+        views w, g;
+        acts a;
+        layer_views(m, m->params, es, l, &w);
+        layer_views(m, m->grads, gs, l, &g);
+        layer_acts(m, slot, l, &a);
+        const void *inp = x0; /* the layer's input */
+        if (l > 0) {
+            acts prev;
+            layer_acts(m, slot, l - 1, &prev);
+            inp = prev.out;
+        }
+        /* out = x1 + allreduce(fch_gelu @ fcprojw^T) + fcprojb */
+        TPD_CHECK(tpd_tp_row_bwd(tp, dfch, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N,
+                                 d->Fl, C));
+        /* fch_gelu = gelu(fch) */
+        TPD_CHECK(k->gelu_bwd(ctx, dfch, a.fch, dfch, (size_t)N * d->Fl));
+        /* fch = ln2 @ fcw^T + fcb: dln2 = allreduce(dfch @ fcw) */
+        TPD_CHECK(tpd_tp_column_bwd(tp, dln, g.fcw, g.fcb, dfch, a.ln2, w.fcw, N, C, d->Fl));
+        /* ln2 = LN(x1); and x1 feeds out through the residual: dx1 = dres + dLN */
+        TPD_CHECK(k->layernorm_bwd(ctx, dtmp, g.ln2w, g.ln2b, dln, a.x1, w.ln2w, a.ln2_mean,
+                                   a.ln2_rstd, N, C));
+        TPD_CHECK(k->add(ctx, dres, dres, dtmp, NC));
+        /* x1 = inp + allreduce(atty @ attprojw^T) + attprojb */
+        TPD_CHECK(tpd_tp_row_bwd(tp, datty, g.attprojw, g.attprojb, dres, a.atty, w.attprojw, N,
+                                 d->Cl, C));
+        /* atty = attention(qkv) */
+        TPD_CHECK(k->attention_bwd(ctx, dqkv, datty, a.qkv, a.atty, a.att, d->B, d->T, d->NHl,
+                                   d->HS));
+        /* qkv = ln1 @ qkvw^T + qkvb: dln1 = allreduce(dqkv @ qkvw) */
+        TPD_CHECK(tpd_tp_column_bwd(tp, dln, g.qkvw, g.qkvb, dqkv, a.ln1, w.qkvw, N, C,
+                                    3 * d->Cl));
+        /* ln1 = LN(inp); inp also feeds x1 through the residual: dinp = dx1 + dLN */
+        TPD_CHECK(k->layernorm_bwd(ctx, dtmp, g.ln1w, g.ln1b, dln, inp, w.ln1w, a.ln1_mean,
+                                   a.ln1_rstd, N, C));
+        /* the stage input's gradient goes to the send buffer on non-first stages */
+        void *dst = (l == 0 && !d->first) ? m->ws + m->plan.w_dsend : dres;
+        TPD_CHECK(k->add(ctx, dst, dres, dtmp, NC));
+    }
+    if (d->first) {
+        const int32_t *tokens = (const int32_t *)(s + m->plan.s_tokens);
+        /* x0 = wte[tokens] + wpe[t] */
+        TPD_CHECK(tpd_tp_vocab_embed_bwd(tp, tpd_model_grad(m, TPD_P_WTE), dres, tokens, N, C,
+                                         d->v0, d->Vl));
+        TPD_CHECK(k->pos_bwd(ctx, tpd_model_grad(m, TPD_P_WPE), dres, d->B, d->T, C));
+    }
+    return TPD_OK;
+}

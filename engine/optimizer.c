@@ -1,0 +1,89 @@
+#include "engine/optimizer.h"
+
+#include <math.h>
+
+tpd_status tpd_optim_reduce_grads(tpd_model *m, const tpd_dp_plan *dpp,
+                                  const tpd_mesh_comms *comms) {
+    const tpd_param_slice *wte = &m->plan.lay.p[TPD_P_WTE];
+    /* The head on the last stage and the embedding on the first share wte: their gradients
+     * are summed so both copies take the same update and stay identical. */
+    if (comms->emb && comms->emb->size > 1 && wte->present)
+        TPD_CHECK(comms->emb->ops->allreduce(comms->emb, tpd_model_grad(m, TPD_P_WTE),
+                                             tpd_model_grad(m, TPD_P_WTE), wte->numel,
+                                             m->kb->grad_dtype, TPD_COMM_OP_SUM, m->kb->stream));
+    return tpd_dp_reduce_grads(dpp, comms->dp, m->grads, m->kb->grad_dtype, m->kb->stream);
+}
+
+/* Calls fn for every intersection of an owned range with a parameter tensor. */
+typedef tpd_status (*range_fn)(tpd_model *m, tpd_param p, size_t begin, size_t end,
+                               size_t state, void *arg);
+
+static tpd_status for_each_owned(tpd_model *m, const tpd_dp_plan *dpp, range_fn fn, void *arg) {
+    const tpd_model_layout *lay = &m->plan.lay;
+    for (int r = 0; r < dpp->nranges; r++) {
+        const tpd_dp_range *rg = &dpp->ranges[r];
+        for (int p = 0; p < TPD_P_COUNT; p++) {
+            const tpd_param_slice *s = &lay->p[p];
+            if (!s->present) continue;
+            size_t b = s->offset > rg->begin ? s->offset : rg->begin;
+            size_t e = s->offset + s->numel < rg->end ? s->offset + s->numel : rg->end;
+            if (b >= e) continue;
+            TPD_CHECK(fn(m, (tpd_param)p, b, e, rg->state + (b - rg->begin), arg));
+        }
+    }
+    return TPD_OK;
+}
+
+static tpd_status add_sumsq(tpd_model *m, tpd_param p, size_t b, size_t e, size_t state,
+                            void *arg) {
+    (void)state;
+    if (!m->plan.lay.p[p].tp_counted) return TPD_OK;
+    double s = 0;
+    TPD_CHECK(m->kb->ops->sumsq(m->kb->ctx, (char *)m->grads + b * m->plan.grad_size,
+                                m->kb->grad_dtype, e - b, &s));
+    *(double *)arg += s;
+    return TPD_OK;
+}
+
+tpd_status tpd_optim_grad_norm(tpd_model *m, const tpd_dp_plan *dpp,
+                               const tpd_mesh_comms *comms, double *norm_p) {
+    double local = 0;
+    TPD_CHECK(for_each_owned(m, dpp, add_sumsq, &local));
+    /* Without ZeRO every DP replica holds the same reduced gradients: sum over the
+     * model-parallel group only. With ZeRO each DP rank owns a disjoint shard: sum over
+     * the world. Accumulated in double locally; the few partial sums cross the wire in
+     * fp32, which costs about 1e-7 relative. */
+    tpd_comm *c = dpp->zero ? comms->world : comms->mp;
+    float v = (float)local;
+    if (c->size > 1) {
+        TPD_CHECK(c->ops->allreduce(c, &v, &v, 1, TPD_DTYPE_F32, TPD_COMM_OP_SUM, NULL));
+        local = v;
+    }
+    *norm_p = sqrt(local);
+    return TPD_OK;
+}
+
+typedef struct adamw_arg {
+    double lr, grad_scale;
+    int step;
+} adamw_arg;
+
+static tpd_status apply_adamw(tpd_model *m, tpd_param p, size_t b, size_t e, size_t state,
+                              void *argp) {
+    const adamw_arg *a = argp;
+    const tpd_config_optimizer *o = &m->cfg.optimizer;
+    double wd = tpd_param_get_info(p)->is_matrix ? o->weight_decay : 0.0;
+    return m->kb->ops->adamw(m->kb->ctx, (char *)m->params + b * m->plan.param_size,
+                             m->master ? m->master + state : NULL,
+                             (char *)m->grads + b * m->plan.grad_size, m->opt_m + state,
+                             m->opt_v + state, e - b, (float)a->lr, (float)o->adam_beta1,
+                             (float)o->adam_beta2, (float)o->adam_eps, (float)wd, a->step,
+                             (float)a->grad_scale);
+}
+
+tpd_status tpd_optim_update(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
+                            double lr, double grad_scale, int step) {
+    adamw_arg a = {lr, grad_scale, step};
+    TPD_CHECK(for_each_owned(m, dpp, apply_adamw, &a));
+    return tpd_dp_gather_params(dpp, comms->dp, m->params, m->kb->param_dtype, m->kb->stream);
+}

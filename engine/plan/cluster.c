@@ -1,0 +1,309 @@
+/* Cluster profiles: configs/clusters/NAME.yaml, parsed with libyaml's document API.
+ *
+ * Values are in the units people quote (TFLOP/s, GiB, GB/s, microseconds) and converted
+ * to SI here. Every key is checked: an unknown key, a missing required one or a bad
+ * value fails with "FILE:LINE: KEY: ...". */
+#include "engine/plan/plan.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#ifndef TPD_SOURCE_DIR
+#define TPD_SOURCE_DIR "."
+#endif
+
+typedef struct key_spec {
+    const char *key;
+    int required;
+    double lo, hi;  /* accepted range of the number as written */
+    double scale;   /* to SI */
+    size_t offset;  /* into tpd_plan_cluster, a double (or int for gpus_per_node) */
+} key_spec;
+
+#define OFF(f) offsetof(tpd_plan_cluster, f)
+static const key_spec k_keys[] = {
+    {"gpus_per_node", 1, 1, 1024, 1, OFF(gpus_per_node)},
+    {"peak_tflops", 1, 1e-6, 1e6, 1e12, OFF(peak_flops)},
+    {"hbm_gib", 1, 1e-3, 1e6, 1073741824.0, OFF(hbm_bytes)},
+    {"hbm_bw_gbs", 1, 1e-3, 1e6, 1e9, OFF(hbm_bw)},
+    {"usable_memory_fraction", 0, 0.1, 1.0, 1, OFF(hbm_usable_fraction)},
+    {"memory_efficiency", 0, 0.01, 1.0, 1, OFF(mem_efficiency)},
+    {"intra_node_bw_gbs", 1, 1e-3, 1e6, 1e9, OFF(intra_bw)},
+    {"intra_node_latency_us", 0, 0, 1e6, 1e-6, OFF(intra_latency)},
+    {"inter_node_bw_gbs", 1, 1e-3, 1e6, 1e9, OFF(inter_bw)},
+    {"inter_node_latency_us", 0, 0, 1e6, 1e-6, OFF(inter_latency)},
+    {"collective_efficiency", 0, 0.01, 1.0, 1, OFF(coll_efficiency)},
+    {"flash_attention_efficiency", 0, 0.01, 1.0, 1, OFF(flash_efficiency)},
+    {"workspace_mib", 0, 0, 1e6, 1048576.0, OFF(workspace_bytes)},
+    {"kernel_overhead_us", 0, 0, 1e6, 1e-6, OFF(kernel_overhead_s)},
+};
+#define N_KEYS (sizeof k_keys / sizeof k_keys[0])
+
+static void cluster_defaults(tpd_plan_cluster *c) {
+    memset(c, 0, sizeof *c);
+    c->backend = TPD_PLAN_BACKEND_CUDA;
+    /* 8% of HBM is left for the CUDA context, the allocator's fragmentation and buffers
+     * we do not model (NCCL channels beyond workspace_mib). */
+    c->hbm_usable_fraction = 0.92;
+    c->mem_efficiency = 0.85;
+    c->coll_efficiency = 0.8;
+    c->flash_efficiency = 0.5;
+    c->workspace_bytes = 32.0 * 1048576 + 256.0 * 1048576; /* cuBLASLt + NCCL */
+    c->intra_latency = 5e-6;
+    c->inter_latency = 10e-6;
+    /* A flat curve until a profile (or the calibration step) gives one. */
+    c->gemm_curve_len = 1;
+    c->gemm_curve_flops[0] = 1e9;
+    c->gemm_curve_eff[0] = 0.7;
+}
+
+double tpd_plan_gemm_efficiency(const tpd_plan_cluster *c, double flops) {
+    int n = c->gemm_curve_len;
+    if (n <= 0) return 0.7;
+    if (flops <= c->gemm_curve_flops[0]) return c->gemm_curve_eff[0];
+    if (flops >= c->gemm_curve_flops[n - 1]) return c->gemm_curve_eff[n - 1];
+    for (int i = 1; i < n; i++) {
+        if (flops <= c->gemm_curve_flops[i]) {
+            double x0 = log(c->gemm_curve_flops[i - 1]), x1 = log(c->gemm_curve_flops[i]);
+            double w = (log(flops) - x0) / (x1 - x0);
+            return c->gemm_curve_eff[i - 1] + w * (c->gemm_curve_eff[i] - c->gemm_curve_eff[i - 1]);
+        }
+    }
+    return c->gemm_curve_eff[n - 1];
+}
+
+static int file_exists(const char *p) {
+    FILE *f = fopen(p, "r");
+    if (!f) return 0;
+    fclose(f);
+    return 1;
+}
+
+/* NAME or FILE to a readable path. */
+static tpd_status resolve_path(const char *name, char *out, size_t outlen) {
+    size_t n = strlen(name);
+    int looks_like_file = strchr(name, '/') != NULL ||
+                          (n > 5 && (strcmp(name + n - 5, ".yaml") == 0 ||
+                                     strcmp(name + n - 4, ".yml") == 0));
+    if (looks_like_file) {
+        if (!file_exists(name)) {
+            tpd_log_error("cluster profile %s: cannot open: %s", name, strerror(errno));
+            return TPD_ERR_IO;
+        }
+        snprintf(out, outlen, "%s", name);
+        return TPD_OK;
+    }
+    snprintf(out, outlen, "configs/clusters/%s.yaml", name);
+    if (file_exists(out)) return TPD_OK;
+    snprintf(out, outlen, "%s/configs/clusters/%s.yaml", TPD_SOURCE_DIR, name);
+    if (file_exists(out)) return TPD_OK;
+    tpd_log_error("cluster profile '%s' not found: looked for configs/clusters/%s.yaml "
+                  "here and in %s",
+                  name, name, TPD_SOURCE_DIR);
+    return TPD_ERR_IO;
+}
+
+static int parse_number(const char *s, double *v_p) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno != 0 || !isfinite(v)) return 0;
+    *v_p = v;
+    return 1;
+}
+
+/* gemm_efficiency: [[GFLOP, efficiency], ...] with GFLOP strictly increasing. */
+static tpd_status parse_curve(yaml_document_t *doc, yaml_node_t *seq, const char *path,
+                              tpd_plan_cluster *c) {
+    int line = (int)seq->start_mark.line + 1;
+    if (seq->type != YAML_SEQUENCE_NODE) {
+        tpd_log_error("%s:%d: gemm_efficiency: expected a list of [GFLOP, efficiency] "
+                      "pairs",
+                      path, line);
+        return TPD_ERR_INVALID;
+    }
+    int n = 0;
+    for (yaml_node_item_t *it = seq->data.sequence.items.start;
+         it < seq->data.sequence.items.top; it++) {
+        yaml_node_t *pair = yaml_document_get_node(doc, *it);
+        int pl = (int)pair->start_mark.line + 1;
+        double v[2];
+        int ok = pair->type == YAML_SEQUENCE_NODE &&
+                 pair->data.sequence.items.top - pair->data.sequence.items.start == 2;
+        for (int k = 0; ok && k < 2; k++) {
+            yaml_node_t *x = yaml_document_get_node(doc, pair->data.sequence.items.start[k]);
+            ok = x->type == YAML_SCALAR_NODE &&
+                 parse_number((const char *)x->data.scalar.value, &v[k]);
+        }
+        if (!ok) {
+            tpd_log_error("%s:%d: gemm_efficiency[%d]: expected [GFLOP, efficiency], two "
+                          "numbers",
+                          path, pl, n);
+            return TPD_ERR_INVALID;
+        }
+        if (n >= TPD_PLAN_MAX_CURVE) {
+            tpd_log_error("%s:%d: gemm_efficiency: more than %d points", path, pl,
+                          TPD_PLAN_MAX_CURVE);
+            return TPD_ERR_INVALID;
+        }
+        if (v[0] <= 0 || v[1] <= 0 || v[1] > 1) {
+            tpd_log_error("%s:%d: gemm_efficiency[%d]: [%g, %g]: GFLOP must be > 0 and "
+                          "efficiency in (0, 1]",
+                          path, pl, n, v[0], v[1]);
+            return TPD_ERR_INVALID;
+        }
+        if (n > 0 && v[0] * 1e9 <= c->gemm_curve_flops[n - 1]) {
+            tpd_log_error("%s:%d: gemm_efficiency[%d]: GFLOP %g must be larger than the "
+                          "previous point's",
+                          path, pl, n, v[0]);
+            return TPD_ERR_INVALID;
+        }
+        c->gemm_curve_flops[n] = v[0] * 1e9;
+        c->gemm_curve_eff[n] = v[1];
+        n++;
+    }
+    if (n == 0) {
+        tpd_log_error("%s:%d: gemm_efficiency: empty list", path, line);
+        return TPD_ERR_INVALID;
+    }
+    c->gemm_curve_len = n;
+    return TPD_OK;
+}
+
+static tpd_status parse_root(yaml_document_t *doc, const char *path, tpd_plan_cluster *c) {
+    yaml_node_t *root = yaml_document_get_root_node(doc);
+    if (!root || root->type != YAML_MAPPING_NODE) {
+        tpd_log_error("%s: a cluster profile must be a mapping of keys", path);
+        return TPD_ERR_FORMAT;
+    }
+    int seen[N_KEYS] = {0};
+    for (yaml_node_pair_t *pr = root->data.mapping.pairs.start;
+         pr < root->data.mapping.pairs.top; pr++) {
+        yaml_node_t *kn = yaml_document_get_node(doc, pr->key);
+        yaml_node_t *vn = yaml_document_get_node(doc, pr->value);
+        int line = (int)kn->start_mark.line + 1;
+        if (kn->type != YAML_SCALAR_NODE) {
+            tpd_log_error("%s:%d: keys must be plain names", path, line);
+            return TPD_ERR_FORMAT;
+        }
+        const char *key = (const char *)kn->data.scalar.value;
+        if (strcmp(key, "gemm_efficiency") == 0) {
+            TPD_CHECK(parse_curve(doc, vn, path, c));
+            continue;
+        }
+        if (vn->type != YAML_SCALAR_NODE) {
+            tpd_log_error("%s:%d: %s: expected a single value", path, line, key);
+            return TPD_ERR_INVALID;
+        }
+        const char *val = (const char *)vn->data.scalar.value;
+        if (strcmp(key, "name") == 0 || strcmp(key, "description") == 0) {
+            if (key[0] == 'n') snprintf(c->name, sizeof c->name, "%s", val);
+            continue;
+        }
+        if (strcmp(key, "backend") == 0) {
+            if (strcmp(val, "cuda") == 0) {
+                c->backend = TPD_PLAN_BACKEND_CUDA;
+            } else if (strcmp(val, "cpu") == 0) {
+                c->backend = TPD_PLAN_BACKEND_CPU;
+            } else {
+                tpd_log_error("%s:%d: backend: '%s' must be cuda or cpu", path, line, val);
+                return TPD_ERR_INVALID;
+            }
+            continue;
+        }
+        size_t i = 0;
+        while (i < N_KEYS && strcmp(k_keys[i].key, key) != 0) i++;
+        if (i == N_KEYS) {
+            tpd_log_error("%s:%d: unknown key '%s' (known: name, description, backend, "
+                          "gpus_per_node, peak_tflops, hbm_gib, hbm_bw_gbs, "
+                          "usable_memory_fraction, memory_efficiency, intra_node_bw_gbs, "
+                          "intra_node_latency_us, inter_node_bw_gbs, inter_node_latency_us, "
+                          "collective_efficiency, flash_attention_efficiency, workspace_mib, "
+                          "kernel_overhead_us, gemm_efficiency)",
+                          path, line, key);
+            return TPD_ERR_INVALID;
+        }
+        double v;
+        if (!parse_number(val, &v)) {
+            tpd_log_error("%s:%d: %s: '%s' is not a number", path, line, key, val);
+            return TPD_ERR_INVALID;
+        }
+        if (v < k_keys[i].lo || v > k_keys[i].hi) {
+            tpd_log_error("%s:%d: %s: %g is outside [%g, %g]", path, line, key, v,
+                          k_keys[i].lo, k_keys[i].hi);
+            return TPD_ERR_INVALID;
+        }
+        char *field = (char *)c + k_keys[i].offset;
+        if (k_keys[i].offset == OFF(gpus_per_node)) {
+            if (v != floor(v)) {
+                tpd_log_error("%s:%d: %s: %g must be a whole number", path, line, key, v);
+                return TPD_ERR_INVALID;
+            }
+            *(int *)field = (int)v;
+        } else {
+            *(double *)field = v * k_keys[i].scale;
+        }
+        seen[i] = 1;
+    }
+    for (size_t i = 0; i < N_KEYS; i++) {
+        if (k_keys[i].required && !seen[i]) {
+            tpd_log_error("%s: missing required key '%s'", path, k_keys[i].key);
+            return TPD_ERR_INVALID;
+        }
+    }
+    return TPD_OK;
+}
+
+tpd_status tpd_plan_cluster_load(const char *name_or_path, tpd_plan_cluster *cluster_p) {
+    tpd_status st = TPD_OK;
+    tpd_plan_cluster c;
+    cluster_defaults(&c);
+    TPD_CHECK(resolve_path(name_or_path, c.path, sizeof c.path));
+    FILE *f = fopen(c.path, "rb");
+    if (!f) {
+        tpd_log_error("cluster profile %s: cannot open: %s", c.path, strerror(errno));
+        return TPD_ERR_IO;
+    }
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&parser))
+        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, close_file, "cluster profile %s: yaml init failed",
+                      c.path);
+    yaml_parser_set_input_file(&parser, f);
+    if (!yaml_parser_load(&parser, &doc))
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, free_parser, "%s:%zu:%zu: YAML error: %s", c.path,
+                      parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+                      parser.problem ? parser.problem : "unknown");
+    TPD_CHECK_GOTO(parse_root(&doc, c.path, &c), st, free_doc);
+    if (c.name[0] == '\0') {
+        /* Default name: the file's base name without .yaml. */
+        const char *b = strrchr(c.path, '/');
+        const char *base = b ? b + 1 : c.path;
+        size_t n = strlen(base);
+        if (n >= sizeof c.name) n = sizeof c.name - 1;
+        memcpy(c.name, base, n);
+        c.name[n] = '\0';
+        char *dot = strrchr(c.name, '.');
+        if (dot) *dot = '\0';
+    }
+    *cluster_p = c;
+free_doc:
+    yaml_document_delete(&doc);
+free_parser:
+    yaml_parser_delete(&parser);
+close_file:
+    fclose(f);
+    return st;
+}
+
+const char *tpd_plan_recompute_name(tpd_plan_recompute r) {
+    switch (r) {
+    case TPD_PLAN_RECOMPUTE_NONE: return "none";
+    case TPD_PLAN_RECOMPUTE_SELECTIVE: return "selective";
+    case TPD_PLAN_RECOMPUTE_FULL: return "full";
+    }
+    return "?";
+}

@@ -1,0 +1,238 @@
+/* The planner's model arithmetic: parameter counts, FLOPs, and memory per rank.
+ *
+ * GPU memory is analytic (Korthikanti et al. 2022 activations, Megatron's bytes per
+ * parameter); on a `backend: cpu` cluster it is tpd_model_memory, the exact bytes the
+ * cpu engine allocates, so that plan and train agree byte for byte. */
+#include "engine/plan/plan.h"
+#include "engine/plan/plan_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/model_memory.h"
+
+double tpd_plan_params_eq2(double l, double h, double V, double s) {
+    return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * l * h));
+}
+
+/* Per-layer parameters on one TP rank: column-parallel QKV and FC1 (weights and biases
+ * split), row-parallel projection and FC2 (weights split, biases replicated), two
+ * LayerNorms (replicated). With t = 1 this is 4h^2 + 2hf + 9h + f (12h^2 + 13h at f=4h). */
+double tpd_plan_layer_params(double h, double f, int tp) {
+    double t = tp;
+    return (3.0 * h * h + 3.0 * h) / t /* qkv (3h/t, h) + bias */
+           + h * h / t + h             /* attention projection (h, h/t) + bias */
+           + (f * h + f) / t           /* fc1 (f/t, h) + bias */
+           + h * f / t + h             /* fc2 (h, f/t) + bias */
+           + 4.0 * h;                  /* ln1, ln2 weight and bias */
+}
+
+double tpd_plan_params_count(const tpd_config *cfg) {
+    const tpd_config_model *m = &cfg->model;
+    double h = m->hidden_size, f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
+    double pos = m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length;
+    return m->num_layers * tpd_plan_layer_params(h, f, 1) + (double)m->vocab_size * h +
+           pos * h + 2.0 * h;
+}
+
+int tpd_plan_padded_vocab(const tpd_config *cfg, int tp) {
+    int mult = cfg->model.make_vocab_size_divisible_by > 0
+                   ? cfg->model.make_vocab_size_divisible_by * tp
+                   : tp;
+    return (cfg->model.vocab_size + mult - 1) / mult * mult;
+}
+
+/* Forward matmul FLOPs per token per layer: 2*(4h^2 + 2hf) for the four GEMMs and 4sh
+ * for QK^T and AV (Megatron counts the full s x s, not the causal half). At f = 4h and
+ * times 3 (forward + backward) this is Megatron's 72h^2(1 + s/(6h)). */
+static double layer_fwd_flops_per_token(const tpd_config *cfg) {
+    double h = cfg->model.hidden_size, s = cfg->model.seq_length;
+    double f = cfg->model.ffn_hidden_size > 0 ? cfg->model.ffn_hidden_size : 4.0 * h;
+    return 2.0 * (4.0 * h * h + 2.0 * h * f) + 4.0 * s * h;
+}
+
+double tpd_plan_model_flops(const tpd_config *cfg, double batch, double vocab) {
+    double tokens = batch * cfg->model.seq_length, h = cfg->model.hidden_size;
+    return 3.0 * tokens * (cfg->model.num_layers * layer_fwd_flops_per_token(cfg) +
+                           2.0 * h * vocab);
+}
+
+double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab,
+                         tpd_plan_recompute r) {
+    double tokens = batch * cfg->model.seq_length, h = cfg->model.hidden_size;
+    double s = cfg->model.seq_length, l = cfg->model.num_layers;
+    double model = tpd_plan_model_flops(cfg, batch, vocab);
+    switch (r) {
+    case TPD_PLAN_RECOMPUTE_NONE: return model;
+    case TPD_PLAN_RECOMPUTE_SELECTIVE:
+        /* The recomputed QK^T and AV of every layer. */
+        return model + tokens * l * 4.0 * s * h;
+    case TPD_PLAN_RECOMPUTE_FULL:
+        /* One more forward of every transformer layer; the logits are not recomputed.
+         * At f = 4h: 96Bslh^2(1 + s/(6h) + V/(16lh)), SC21 Eq. 3. */
+        return model + tokens * l * layer_fwd_flops_per_token(cfg);
+    }
+    (void)h;
+    return model;
+}
+
+double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double a, int tp,
+                                           int sp, tpd_plan_recompute r, int flash) {
+    double t = tp, sbh = s * b * h;
+    /* The 5as/h term is the s x s attention scores, softmax and its dropout mask; flash
+     * attention never stores them. */
+    double scores = flash ? 0.0 : 5.0 * a * s / h;
+    switch (r) {
+    case TPD_PLAN_RECOMPUTE_NONE:
+        return sp ? sbh * (34.0 + scores) / t : sbh * (10.0 + 24.0 / t + scores / t);
+    case TPD_PLAN_RECOMPUTE_SELECTIVE:
+        return sp ? 34.0 * sbh / t : sbh * (10.0 + 24.0 / t);
+    case TPD_PLAN_RECOMPUTE_FULL:
+        /* Only the layer input is kept (2 bytes per element); with SP it is sharded. */
+        return sp ? 2.0 * sbh / t : 2.0 * sbh;
+    }
+    return 0.0;
+}
+
+int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v) {
+    if (v <= 1) {
+        int n = pp - stage;
+        return n < micro_batches ? n : micro_batches;
+    }
+    /* Interleaved: warm-up forwards plus the first steady one (chunks, not micro-batches).
+     * On stage 0 this is (p*v + p - 1) chunks = p micro-batches x (1 + (p-1)/(p*v)). */
+    int n = 2 * (pp - stage - 1) + (v - 1) * pp + 1;
+    return n < micro_batches * v ? n : micro_batches * v;
+}
+
+int tpd_plan_stage_layers(const tpd_config *cfg, int pp, int stage) {
+    const tpd_config_parallel *par = &cfg->parallel;
+    if (par->num_pipeline_layers == pp && pp > 0 && stage < pp)
+        return par->pipeline_layers[stage];
+    if (pp < 1 || cfg->model.num_layers % pp != 0) return -1;
+    return cfg->model.num_layers / pp;
+}
+
+/* Parameters held by one rank of `stage`. The first stage holds the token and position
+ * embeddings, the last the final LayerNorm and (when pp > 1) its own copy of the tied
+ * token embedding. */
+double tpd_plan_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay, int stage) {
+    const tpd_config_model *m = &cfg->model;
+    double h = m->hidden_size, f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
+    double pos = m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length;
+    double vp = tpd_plan_padded_vocab(cfg, lay->tp);
+    double n = tpd_plan_stage_layers(cfg, lay->pp, stage) * tpd_plan_layer_params(h, f, lay->tp);
+    if (stage == 0) n += vp * h / lay->tp + pos * h;
+    if (stage == lay->pp - 1) {
+        n += 2.0 * h;
+        if (lay->pp > 1) n += vp * h / lay->tp;
+    }
+    return n;
+}
+
+int tpd_plan_is_bf16(const tpd_config *cfg) {
+    return strcmp(cfg->training.precision, "fp32") != 0;
+}
+
+int tpd_plan_uses_flash(const tpd_config *cfg) {
+    return strcmp(cfg->training.attention, "unfused") != 0;
+}
+
+static void analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                               const tpd_plan_layout *lay, int m_micro, int stage,
+                               tpd_plan_stage_mem *out) {
+    const tpd_config_model *m = &cfg->model;
+    double n = tpd_plan_stage_params(cfg, lay, stage);
+    int bf16 = tpd_plan_is_bf16(cfg);
+    double d = lay->distributed_optimizer ? lay->dp : 1.0;
+    /* Megatron: bf16 weights + fp32 main grads + fp32 master + Adam m, v = 18 bytes per
+     * parameter, 6 + 12/d under ZeRO-1; fp32: 16, 8 + 8/d. */
+    out->params = n * (bf16 ? 2.0 : 4.0);
+    out->grads = n * 4.0;
+    out->optimizer = n * (bf16 ? 12.0 : 8.0) / d;
+
+    double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size;
+    double a = m->num_attention_heads, t = lay->tp;
+    int flash = tpd_plan_uses_flash(cfg);
+    /* Korthikanti's constants are for 16-bit activations; fp32 doubles them (masks are a
+     * small share, so this slightly overestimates). */
+    double act_scale = bf16 ? 1.0 : 2.0;
+    double per_layer = act_scale * tpd_plan_activation_bytes_per_layer(
+                                       s, b, h, a, lay->tp, lay->sequence_parallel,
+                                       lay->recompute, flash);
+    int layers = tpd_plan_stage_layers(cfg, lay->pp, stage);
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
+    double chunks = tpd_plan_in_flight(lay->pp, stage, m_micro, v);
+    out->activations = per_layer * chunks * layers / v;
+    if (lay->recompute == TPD_PLAN_RECOMPUTE_FULL) {
+        /* Backward of one layer rebuilds its full activations first. */
+        out->activations += act_scale * tpd_plan_activation_bytes_per_layer(
+                                            s, b, h, a, lay->tp, lay->sequence_parallel,
+                                            TPD_PLAN_RECOMPUTE_NONE, flash);
+    }
+    if (stage == 0) /* embedding dropout mask (1 byte) per in-flight micro-batch */
+        out->activations += chunks / v * s * b * h / (lay->sequence_parallel ? t : 1.0);
+
+    /* Workspace: cuBLASLt + communicator buffers; p2p send/recv buffers for activations
+     * and gradients (2 bytes, s*b*h/t each with the scatter-gather trick); on the last
+     * stage the final LayerNorm output and the logits, fp32 for the loss. */
+    double ws = cl->workspace_bytes;
+    if (lay->pp > 1) ws += 4.0 * s * b * h * 2.0 / t;
+    if (stage == lay->pp - 1) {
+        double vp = tpd_plan_padded_vocab(cfg, lay->tp);
+        ws += 4.0 * s * b * vp / t + 2.0 * s * b * h * 2.0;
+    }
+    out->workspace = ws;
+    out->total = out->params + out->grads + out->optimizer + out->activations + out->workspace;
+}
+
+static tpd_status cpu_stage_mem(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                                tpd_plan_stage_mem *out) {
+    tpd_config c = *cfg;
+    c.training.micro_batch_size = lay->micro_batch_size;
+    c.parallel.tensor_model_parallel_size = lay->tp;
+    c.parallel.pipeline_model_parallel_size = lay->pp;
+    c.parallel.data_parallel_size = lay->dp;
+    c.parallel.use_distributed_optimizer = lay->distributed_optimizer;
+    if (c.parallel.num_pipeline_layers != lay->pp) c.parallel.num_pipeline_layers = 0;
+    tpd_mem_breakdown mb;
+    TPD_CHECK(tpd_model_memory(&c, lay->tp, lay->pp, lay->dp, stage, &mb));
+    out->params = (double)mb.params;
+    out->grads = (double)mb.grads;
+    out->optimizer = (double)mb.optimizer + (double)mb.master;
+    out->activations = (double)mb.activations;
+    out->workspace = (double)mb.workspace;
+    out->total = (double)mb.total;
+    return TPD_OK;
+}
+
+tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                           tpd_plan_result *res) {
+    const tpd_plan_layout *lay = &res->layout;
+    int denom = lay->micro_batch_size * lay->dp;
+    res->num_micro_batches = denom > 0 ? cfg->training.global_batch_size / denom : 0;
+    res->stages = lay->pp;
+    res->memory_bytes = 0.0;
+    res->max_mem_stage = 0;
+    for (int s = 0; s < lay->pp; s++) {
+        if (cl->backend == TPD_PLAN_BACKEND_CPU) {
+            TPD_CHECK(cpu_stage_mem(cfg, lay, s, &res->mem[s]));
+        } else {
+            analytic_stage_mem(cfg, cl, lay, res->num_micro_batches, s, &res->mem[s]);
+        }
+        if (res->mem[s].total > res->memory_bytes) {
+            res->memory_bytes = res->mem[s].total;
+            res->max_mem_stage = s;
+        }
+    }
+    double cap = cl->hbm_bytes * cl->hbm_usable_fraction;
+    res->fits = res->memory_bytes <= cap;
+    if (!res->fits) {
+        snprintf(res->reject_reason, sizeof res->reject_reason,
+                 "OOM by %.1f GiB at stage %d (needs %.1f GiB of %.1f GiB usable)",
+                 (res->memory_bytes - cap) / 1073741824.0, res->max_mem_stage,
+                 res->memory_bytes / 1073741824.0, cap / 1073741824.0);
+    }
+    return TPD_OK;
+}

@@ -1,0 +1,223 @@
+/* The dry-run planner: for a model config and a cluster profile it predicts memory per
+ * rank, step time, TFLOP/s and MFU of TP/PP/DP layouts, ranks them and explains the
+ * ones it rejects. No GPU and no MPI are needed.
+ *
+ * Units: bytes, seconds, FLOPs (not FLOP/s) unless the name says otherwise.
+ *
+ * The memory model is Korthikanti et al. (2022) per-layer activations plus parameter,
+ * gradient and optimizer bytes (REFERENCES.md); on a `backend: cpu` cluster the numbers
+ * come from tpd_model_memory, the bytes `tripod train` allocates. The time model is a
+ * roofline per GEMM with an efficiency curve by GEMM size, memory-bound kernels at HBM
+ * bandwidth, ring collectives, and the pipeline bubble from simulating the schedule's
+ * action lists (parallel/pipeline/schedule.h). */
+#ifndef TPD_ENGINE_PLAN_PLAN_H
+#define TPD_ENGINE_PLAN_PLAN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/status.h"
+#include "engine/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TPD_PLAN_MAX_CURVE 32
+
+typedef enum tpd_plan_backend {
+    TPD_PLAN_BACKEND_CUDA = 0,
+    TPD_PLAN_BACKEND_CPU = 1,
+} tpd_plan_backend;
+
+/* A cluster profile (configs/clusters/NAME.yaml). */
+typedef struct tpd_plan_cluster {
+    char name[64];
+    char path[TPD_CONFIG_STR];
+    tpd_plan_backend backend;
+    int gpus_per_node;
+    double peak_flops;           /* dense bf16/fp16 FLOP/s per device (never sparsity) */
+    double hbm_bytes;            /* device memory, bytes */
+    double hbm_bw;               /* device memory bandwidth, bytes/s */
+    double hbm_usable_fraction;  /* share of hbm_bytes a layout may plan for */
+    double mem_efficiency;       /* achieved share of hbm_bw in memory-bound kernels */
+    double intra_bw;             /* per-device, per-direction intra-node link, bytes/s */
+    double intra_latency;        /* seconds per ring step */
+    double inter_bw;             /* per-device network bandwidth, bytes/s */
+    double inter_latency;        /* seconds per ring step */
+    double coll_efficiency;      /* achieved share of link bandwidth in collectives */
+    double flash_efficiency;     /* flash attention FLOP rate as a share of peak */
+    double workspace_bytes;      /* cuBLASLt workspace + communicator buffers per rank */
+    double kernel_overhead_s;    /* launch gap per kernel on the critical path, seconds */
+    /* GEMM efficiency (share of peak) against GEMM FLOPs, interpolated in log(FLOPs);
+     * below the first point the first value holds, above the last the last. */
+    int gemm_curve_len;
+    double gemm_curve_flops[TPD_PLAN_MAX_CURVE];
+    double gemm_curve_eff[TPD_PLAN_MAX_CURVE];
+} tpd_plan_cluster;
+
+/* Loads NAME (configs/clusters/NAME.yaml under the source tree, then under the current
+ * directory) or a file path. Unknown keys, missing required keys and bad values fail
+ * with a message naming the file, the line and the key. */
+tpd_status tpd_plan_cluster_load(const char *name_or_path, tpd_plan_cluster *cluster_p);
+/* GEMM efficiency for a GEMM of `flops` FLOPs. */
+double tpd_plan_gemm_efficiency(const tpd_plan_cluster *c, double flops);
+
+typedef enum tpd_plan_recompute {
+    TPD_PLAN_RECOMPUTE_NONE = 0,
+    TPD_PLAN_RECOMPUTE_SELECTIVE = 1,
+    TPD_PLAN_RECOMPUTE_FULL = 2,
+} tpd_plan_recompute;
+
+const char *tpd_plan_recompute_name(tpd_plan_recompute r);
+
+typedef struct tpd_plan_layout {
+    int tp, pp, dp;
+    int micro_batch_size;
+    int virtual_stages; /* 1 = plain 1F1B */
+    tpd_plan_recompute recompute;
+    int sequence_parallel;
+    int distributed_optimizer; /* ZeRO-1 */
+} tpd_plan_layout;
+
+/* Bytes per rank of one pipeline stage. `optimizer` includes the fp32 master weights. */
+typedef struct tpd_plan_stage_mem {
+    double params, grads, optimizer, activations, workspace, total;
+} tpd_plan_stage_mem;
+
+typedef struct tpd_plan_time {
+    double compute;         /* M x (fwd + bwd incl. recompute) of the slowest stage, s */
+    double tp_comm;         /* the TP collectives inside that, s */
+    double pp_bubble;       /* simulated pipeline idle with free p2p, s */
+    double pp_p2p;          /* what p2p latency and bandwidth add to the pipeline, s */
+    double dp_comm_exposed; /* DP gradient reduction not hidden behind backward, s */
+    double optimizer;       /* optimizer step (memory bound), s */
+} tpd_plan_time;
+
+typedef struct tpd_plan_result {
+    tpd_plan_layout layout;
+    int num_micro_batches;
+    int fits;                  /* memory fits and the layout is valid */
+    char reject_reason[192];   /* "" when valid and fitting */
+    int stages;
+    int max_mem_stage;
+    double memory_bytes;       /* max over ranks */
+    tpd_plan_stage_mem mem[TPD_CONFIG_MAX_STAGES];
+    double step_time_s;
+    tpd_plan_time time;
+    double t_fwd_chunk, t_bwd_chunk, t_p2p; /* the simulator's inputs, s */
+    double model_flops, hw_flops;            /* per iteration, all GPUs */
+    double tflops_per_gpu, hw_tflops_per_gpu, mfu, tokens_per_s;
+} tpd_plan_result;
+
+typedef struct tpd_plan_options {
+    int gpus;          /* world size to plan for */
+    int top_k;         /* layouts printed by the search */
+    int dp_overlap;    /* 1: DP gradient reduction overlaps the last backward */
+    int evaluate_time; /* 0: memory only */
+} tpd_plan_options;
+
+#define TPD_PLAN_OPTIONS_INIT {0, 10, 1, 1}
+
+/* ---- model arithmetic (plan/model.c) ---- */
+
+/* SC21 Eq. 2: 12*l*h^2*(1 + 13/(12h) + (V+s)/(12*l*h)). */
+double tpd_plan_params_eq2(double l, double h, double V, double s);
+/* Parameters from the actual tensor shapes (token and position embeddings, per-layer
+ * weights, biases and LayerNorms, final LayerNorm; the head is tied), unpadded vocab. */
+double tpd_plan_params_count(const tpd_config *cfg);
+/* Megatron's model FLOPs per iteration for `batch` sequences, and hardware FLOPs that
+ * add what the recompute mode recomputes. */
+double tpd_plan_model_flops(const tpd_config *cfg, double batch, double vocab);
+double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab,
+                         tpd_plan_recompute r);
+/* Korthikanti et al. Table 2 activation bytes per transformer layer per micro-batch on
+ * one rank (16-bit activations, 1-byte dropout masks). `flash` drops the 5as/h term. */
+double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double a, int tp,
+                                           int sp, tpd_plan_recompute r, int flash);
+/* Micro-batches (x chunks) whose activations a stage holds at the schedule's peak:
+ * 1F1B min(p - stage, M); interleaved min(2(p-stage-1) + (v-1)p + 1, M*v) chunks. */
+int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v);
+/* Layers on pipeline stage `stage` (config's pipeline_layers when it matches pp, else
+ * an even split); -1 when they cannot be split. */
+int tpd_plan_stage_layers(const tpd_config *cfg, int pp, int stage);
+
+/* Memory of every stage into res->mem, res->memory_bytes and res->fits (with the reason
+ * when it does not). Sets res->num_micro_batches. */
+tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                           tpd_plan_result *res);
+
+/* ---- time (plan/timing.c) ---- */
+
+/* Per-micro-batch forward and backward time of stage `stage`, seconds, including TP
+ * collectives and recomputation; tp_comm_p gets the collective share of fwd+bwd. */
+void tpd_plan_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                         const tpd_plan_layout *lay, int stage, double *fwd_p, double *bwd_p,
+                         double *tp_comm_p);
+/* Lower bound of the step time without the pipeline (compute + DP + optimizer), s. */
+double tpd_plan_time_lower_bound(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                 const tpd_plan_result *res, const tpd_plan_options *opt);
+/* Full time model; `split_bubble` runs a second simulation to separate the bubble from
+ * the p2p share (reports), otherwise all pipeline overhead is put under pp_bubble. */
+tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                  const tpd_plan_options *opt, int split_bubble,
+                                  tpd_plan_result *res);
+
+/* Memory then time of one layout. Invalid layouts come back with fits = 0 and a reason;
+ * the status is for failures of the planner itself. */
+tpd_status tpd_plan_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                             const tpd_plan_layout *lay, const tpd_plan_options *opt,
+                             tpd_plan_result *res_p);
+/* Checks a layout against the model and world size, writing why it is invalid. */
+int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                          const tpd_plan_layout *lay, int gpus, char *why, size_t whylen);
+
+/* ---- search (plan/search.c) ---- */
+
+#define TPD_PLAN_MAX_REASONS 16
+#define TPD_PLAN_MAX_EXAMPLES 3
+
+typedef struct tpd_plan_reject_class {
+    char key[48];                                 /* e.g. "out of memory" */
+    long count;
+    char examples[TPD_PLAN_MAX_EXAMPLES][224];    /* layout + reason with numbers */
+    int n_examples;
+} tpd_plan_reject_class;
+
+typedef struct tpd_plan_search {
+    tpd_plan_result *top; /* best first, n_top <= top_k (owned) */
+    int n_top;
+    long evaluated;       /* layouts whose memory was computed */
+    long timed;           /* layouts whose time was computed */
+    long pruned;          /* skipped by the lower bound */
+    long fitting;
+    long rejected;
+    tpd_plan_reject_class reasons[TPD_PLAN_MAX_REASONS];
+    int n_reasons;
+} tpd_plan_search;
+
+tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                               const tpd_plan_options *opt, tpd_plan_search *search_p);
+void tpd_plan_search_free(tpd_plan_search *s);
+
+/* ---- output (plan/report.c) ---- */
+
+void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n);
+void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r);
+void tpd_plan_print_rejections(FILE *f, const tpd_plan_search *s);
+/* One JSON object per layout; returns a malloc'd string (caller frees) or NULL. */
+char *tpd_plan_json(const tpd_plan_result *r, int n);
+/* Predicted timeline of one step as Chrome trace JSON (plan/trace.h), one process per
+ * pipeline stage. */
+tpd_status tpd_plan_write_trace(const tpd_plan_result *r, const char *path);
+
+/* ---- CLI (plan/cli.c) ----
+ * tripod plan CONFIG.yaml [overrides] [--cluster NAME|FILE] [--gpus N]
+ *             [--layout TP,PP,DP] [--top K] [--json] [--trace FILE] [--ranks]
+ * argv[0] is "plan". Returns a process exit code (TPD_EXIT_*). */
+int tpd_plan_cli(int argc, char **argv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,171 @@
+/* The layout search: enumerate TP x PP x DP x micro-batch x virtual stages x recompute x
+ * SP x ZeRO-1, reject invalid ones with a reason, prune on memory, then skip the time
+ * model when a cheap lower bound (no pipeline bubble) is already slower than the K-th
+ * best, and keep the K best by step time. */
+#include "engine/plan/plan.h"
+#include "engine/plan/plan_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Groups a rejection under `key`, keeping a few examples. */
+static void reject(tpd_plan_search *s, const char *key, const tpd_plan_layout *lay,
+                   const char *why) {
+    s->rejected++;
+    int i = 0;
+    while (i < s->n_reasons && strcmp(s->reasons[i].key, key) != 0) i++;
+    if (i == s->n_reasons) {
+        if (s->n_reasons == TPD_PLAN_MAX_REASONS) i = TPD_PLAN_MAX_REASONS - 1;
+        else s->n_reasons++;
+        if (s->reasons[i].count == 0) snprintf(s->reasons[i].key, sizeof s->reasons[i].key, "%s", key);
+    }
+    tpd_plan_reject_class *rc = &s->reasons[i];
+    rc->count++;
+    if (rc->n_examples < TPD_PLAN_MAX_EXAMPLES) {
+        char l[128];
+        tpd_plan_layout_str(lay, l, sizeof l);
+        snprintf(rc->examples[rc->n_examples++], sizeof rc->examples[0], "%s: %s", l, why);
+    }
+}
+
+/* The key a reason is counted under: its text with every number replaced by N, so
+ * "layers 96 not divisible by PP 5" and "... PP 7" count together. */
+static void reason_key(const char *why, char *key, size_t len) {
+    if (strncmp(why, "OOM", 3) == 0) {
+        snprintf(key, len, "out of memory");
+        return;
+    }
+    size_t n = 0;
+    for (const char *c = why; *c && n + 1 < len; c++) {
+        int digit = *c >= '0' && *c <= '9';
+        if (digit && c > why && c[-1] >= '0' && c[-1] <= '9') continue;
+        if (*c == '(') break; /* the explanation in parentheses is not part of the key */
+        key[n++] = digit ? 'N' : *c;
+    }
+    while (n > 0 && key[n - 1] == ' ') n--;
+    key[n] = '\0';
+}
+
+/* Inserts r into the best-first list if it is among the K fastest. */
+static void keep_top(tpd_plan_search *s, int k, const tpd_plan_result *r) {
+    int pos = s->n_top;
+    while (pos > 0 && s->top[pos - 1].step_time_s > r->step_time_s) pos--;
+    if (pos >= k) return;
+    int n = s->n_top < k ? s->n_top + 1 : k;
+    memmove(&s->top[pos + 1], &s->top[pos], (size_t)(n - 1 - pos) * sizeof *s->top);
+    s->top[pos] = *r;
+    s->n_top = n;
+}
+
+static int divides(long a, long b) {
+    return b % a == 0;
+}
+
+tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                               const tpd_plan_options *opt, tpd_plan_search *search_p) {
+    tpd_status st = TPD_OK;
+    tpd_plan_search s;
+    memset(&s, 0, sizeof s);
+    int k = opt->top_k > 0 ? opt->top_k : 10, n = opt->gpus;
+    const tpd_config_model *m = &cfg->model;
+    long gbs = cfg->training.global_batch_size;
+    int cpu = cl->backend == TPD_PLAN_BACKEND_CPU;
+    s.top = calloc((size_t)k + 1, sizeof *s.top);
+    tpd_plan_result *r = malloc(sizeof *r);
+    if (!s.top || !r) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_all, "plan: out of memory");
+    if (n < 1) TPD_FAIL_GOTO(TPD_ERR_INVALID, st, free_all, "plan: --gpus must be >= 1");
+
+    char why[192], key[sizeof s.reasons[0].key];
+    for (int tp = 1; tp <= cl->gpus_per_node && tp <= n; tp++) {
+        if (!divides(tp, cl->gpus_per_node) || !divides(tp, n)) continue;
+        tpd_plan_layout base = {tp, 1, 1, 1, 1, TPD_PLAN_RECOMPUTE_NONE, 0, 0};
+        if (m->num_attention_heads % tp != 0) {
+            snprintf(why, sizeof why, "heads %d not divisible by TP %d", m->num_attention_heads, tp);
+            reason_key(why, key, sizeof key);
+            reject(&s, key, &base, why);
+            continue;
+        }
+        for (int pp = 1; pp <= n / tp && pp <= TPD_CONFIG_MAX_STAGES; pp++) {
+            if (!divides((long)tp * pp, n)) continue;
+            base.pp = pp;
+            base.dp = n / (tp * pp);
+            base.micro_batch_size = 1;
+            base.virtual_stages = 1;
+            if (tpd_plan_stage_layers(cfg, pp, 0) < 0) {
+                snprintf(why, sizeof why, "layers %d not divisible by PP %d", m->num_layers, pp);
+                reason_key(why, key, sizeof key);
+                reject(&s, key, &base, why);
+                continue;
+            }
+            int dp = n / (tp * pp);
+            for (int mbs = 1; mbs <= gbs / dp; mbs *= 2) {
+                base.micro_batch_size = mbs;
+                base.virtual_stages = 1;
+                if (gbs % ((long)mbs * dp) != 0) {
+                    snprintf(why, sizeof why, "global batch %ld not divisible by mbs*dp %d*%d",
+                             gbs, mbs, dp);
+                    reason_key(why, key, sizeof key);
+                    reject(&s, key, &base, why);
+                    continue;
+                }
+                int micro = (int)(gbs / ((long)mbs * dp));
+                for (int v = 1; v <= (pp > 1 && !cpu ? 8 : 1); v++) {
+                    base.virtual_stages = v;
+                    if (v > 1 && (m->num_layers % (pp * v) != 0 || micro % pp != 0)) {
+                        if (m->num_layers % (pp * v) == 0 || v == 2 || v == 3 || v == 4) {
+                            tpd_plan_layout_valid(cfg, cl, &base, n, why, sizeof why);
+                            reason_key(why, key, sizeof key);
+                            reject(&s, key, &base, why);
+                        }
+                        continue;
+                    }
+                    for (int rc = 0; rc <= (cpu ? 0 : 2); rc++)
+                        for (int sp = 0; sp <= (tp > 1 && !cpu ? 1 : 0); sp++)
+                            for (int zero = 0; zero <= (dp > 1 ? 1 : 0); zero++) {
+                                tpd_plan_layout lay = base;
+                                lay.recompute = (tpd_plan_recompute)rc;
+                                lay.sequence_parallel = sp;
+                                lay.distributed_optimizer = zero;
+                                memset(r, 0, sizeof *r);
+                                r->layout = lay;
+                                TPD_CHECK_GOTO(tpd_plan_memory(cfg, cl, r), st, free_all);
+                                s.evaluated++;
+                                if (!r->fits) {
+                                    reject(&s, "out of memory", &lay, r->reject_reason);
+                                    continue;
+                                }
+                                s.fitting++;
+                                if (!opt->evaluate_time) continue;
+                                if (s.n_top == k &&
+                                    tpd_plan_time_lower_bound(cfg, cl, r, opt) >=
+                                        s.top[k - 1].step_time_s) {
+                                    s.pruned++;
+                                    continue;
+                                }
+                                TPD_CHECK_GOTO(tpd_plan_time_evaluate(cfg, cl, opt, 0, r), st,
+                                               free_all);
+                                s.timed++;
+                                keep_top(&s, k, r);
+                            }
+                }
+            }
+        }
+    }
+    /* Reports show the bubble and p2p apart: rerun the kept few with both simulations. */
+    for (int i = 0; i < s.n_top; i++)
+        TPD_CHECK_GOTO(tpd_plan_time_evaluate(cfg, cl, opt, 1, &s.top[i]), st, free_all);
+    free(r);
+    *search_p = s;
+    return TPD_OK;
+free_all:
+    free(r);
+    free(s.top);
+    return st;
+}
+
+void tpd_plan_search_free(tpd_plan_search *s) {
+    if (!s) return;
+    free(s->top);
+    s->top = NULL;
+    s->n_top = 0;
+}

@@ -1,0 +1,414 @@
+#include "engine/train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "engine/metrics.h"
+#include "engine/optimizer.h"
+
+double tpd_lr_at(const tpd_config *cfg, int it) {
+    const tpd_config_optimizer *o = &cfg->optimizer;
+    int warm = o->lr_warmup_iters;
+    int decay = o->lr_decay_iters ? o->lr_decay_iters : cfg->training.train_iters;
+    if (it < warm) return o->lr * (double)(it + 1) / (double)warm;
+    if (strcmp(o->lr_decay_style, "constant") == 0) return o->lr;
+    if (it >= decay) return o->min_lr;
+    double ratio = decay > warm ? (double)(it - warm) / (double)(decay - warm) : 1.0;
+    double coeff = strcmp(o->lr_decay_style, "linear") == 0
+                       ? 1.0 - ratio
+                       : 0.5 * (1.0 + cos(3.14159265358979323846 * ratio));
+    return o->min_lr + coeff * (o->lr - o->min_lr);
+}
+
+double tpd_model_flops_per_iteration(const tpd_config *cfg, int padded_vocab) {
+    double B = cfg->training.global_batch_size, s = cfg->model.seq_length;
+    double l = cfg->model.num_layers, h = cfg->model.hidden_size, V = padded_vocab;
+    return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
+}
+
+/* ---- construction ---- */
+
+static tpd_status create_backend(const tpd_config *cfg, int local_rank, tpd_kern_backend *kb) {
+    tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
+    kc.num_threads = cfg->training.num_threads;
+    kc.dtype = strcmp(cfg->training.precision, "bf16") == 0 ? TPD_DTYPE_BF16 : TPD_DTYPE_F32;
+    kc.fused_attention = strcmp(cfg->training.attention, "fused") == 0;
+    if (strcmp(cfg->training.device, "cuda") == 0) {
+        kc.device = local_rank;
+        return tpd_kern_cuda_create(&kc, kb);
+    }
+    return tpd_kern_cpu_create(&kc, kb);
+}
+
+tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_trainer **tr_p) {
+    tpd_status st = TPD_OK;
+    char err[1024];
+    /* Checks that need no communication come first, identically on every rank. */
+    if (tpd_config_check_world(cfg, world->size, err, sizeof err) != TPD_OK ||
+        tpd_config_check_trainable(cfg, err, sizeof err) != TPD_OK) {
+        tpd_log_error("%s", err);
+        return TPD_ERR_INVALID;
+    }
+    tpd_trainer *tr = calloc(1, sizeof *tr);
+    if (!tr) return TPD_ERR_NOMEM;
+    tr->cfg = *cfg;
+    int tp = cfg->parallel.tensor_model_parallel_size;
+    int pp = cfg->parallel.pipeline_model_parallel_size;
+    int dp = tpd_config_dp(cfg, world->size);
+    tr->M = tpd_config_num_micro_batches(cfg, dp);
+    TPD_CHECK_GOTO(tpd_mesh_init(world->size, world->rank, tp, pp, dp, &tr->mesh), st, undo_tr);
+    TPD_CHECK_GOTO(tpd_mesh_comms_create(&tr->mesh, world, &tr->comms), st, undo_tr);
+    int lr_rank, lr_world, local_rank;
+    tpd_mesh_launcher_env(&lr_rank, &lr_world, &local_rank);
+    TPD_CHECK_GOTO(create_backend(cfg, local_rank, &tr->kb), st, undo_comms);
+    const tpd_mesh *ms = &tr->mesh;
+    TPD_CHECK_GOTO(tpd_model_create(cfg, &tr->kb, tr->comms.tp, tp, ms->tp, pp, dp, ms->pp,
+                                    &tr->model),
+                   st, undo_backend);
+    TPD_CHECK_GOTO(tpd_dp_plan_init(tr->model->plan.lay.numel,
+                                    (size_t)cfg->parallel.ddp_bucket_size, dp, ms->dp,
+                                    cfg->parallel.use_distributed_optimizer, &tr->dpp),
+                   st, undo_model);
+    if (tr->dpp.shard_numel != tr->model->plan.shard_numel ||
+        tr->dpp.numel_padded != tr->model->plan.numel_padded)
+        TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, undo_dpp,
+                      "train: DP plan and buffer plan disagree on the shard size");
+    TPD_CHECK_GOTO(tpd_model_init_params(tr->model, &tr->dpp), st, undo_dpp);
+    TPD_CHECK_GOTO(tpd_pp_schedule_1f1b(pp, ms->pp, tr->M, &tr->sched), st, undo_dpp);
+    if (tpd_pp_schedule_peak_in_flight(&tr->sched) > tr->model->plan.nslots)
+        TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, undo_sched,
+                      "train: schedule holds %d micro-batches, memory plan %d",
+                      tpd_pp_schedule_peak_in_flight(&tr->sched), tr->model->plan.nslots);
+
+    TPD_CHECK_GOTO(tpd_dataset_open(cfg->data.data_path, cfg->model.vocab_size, &tr->ds), st,
+                   undo_sched);
+    TPD_CHECK_GOTO(tpd_sampler_init(tr->ds, cfg->data.split, TPD_SPLIT_TRAIN,
+                                    cfg->model.seq_length, cfg->data.shuffle,
+                                    cfg->training.seed, &tr->train_sampler),
+                   st, undo_data);
+    tr->has_valid = cfg->logging.eval_interval > 0 &&
+                    tpd_sampler_init(tr->ds, cfg->data.split, TPD_SPLIT_VALID,
+                                     cfg->model.seq_length, 0, cfg->training.seed,
+                                     &tr->valid_sampler) == TPD_OK;
+    tr->batch = malloc((size_t)cfg->training.micro_batch_size * (cfg->model.seq_length + 1) * 4);
+    if (!tr->batch) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, undo_samplers, "train: out of memory");
+    tr->is_logger = ms->pp == pp - 1 && ms->tp == 0 && ms->dp == 0;
+    *tr_p = tr;
+    return TPD_OK;
+undo_samplers:
+    if (tr->has_valid) tpd_sampler_free(&tr->valid_sampler);
+    tpd_sampler_free(&tr->train_sampler);
+undo_data:
+    tpd_dataset_close(tr->ds);
+undo_sched:
+    tpd_pp_schedule_free(&tr->sched);
+undo_dpp:
+    tpd_dp_plan_free(&tr->dpp);
+undo_model:
+    tpd_model_destroy(tr->model);
+undo_backend:
+    tpd_kern_backend_destroy(&tr->kb);
+undo_comms:
+    tpd_mesh_comms_destroy(&tr->comms);
+undo_tr:
+    free(tr);
+    return st;
+}
+
+void tpd_trainer_destroy(tpd_trainer *tr) {
+    if (!tr) return;
+    if (tr->metrics) fclose(tr->metrics);
+    free(tr->batch);
+    if (tr->has_valid) tpd_sampler_free(&tr->valid_sampler);
+    tpd_sampler_free(&tr->train_sampler);
+    tpd_dataset_close(tr->ds);
+    tpd_pp_schedule_free(&tr->sched);
+    tpd_dp_plan_free(&tr->dpp);
+    tpd_model_destroy(tr->model);
+    tpd_kern_backend_destroy(&tr->kb);
+    tpd_mesh_comms_destroy(&tr->comms);
+    free(tr);
+}
+
+/* ---- executor callbacks ---- */
+
+static int slot_of(const tpd_trainer *tr, int j) {
+    return j % tr->model->plan.nslots;
+}
+
+static tpd_status cb_forward(void *user, int j, int chunk) {
+    (void)chunk;
+    tpd_trainer *tr = user;
+    tpd_model *m = tr->model;
+    int slot = slot_of(tr, j), B = m->d.B, T = m->d.T;
+    if (m->d.first || m->d.last) {
+        /* micro-batch j of this DP rank's contiguous share of the global batch */
+        for (int b = 0; b < B; b++)
+            TPD_CHECK(tpd_sampler_get(tr->cur_sampler, tr->cur_base + (uint64_t)j * B + b,
+                                      tr->batch + (size_t)b * (T + 1)));
+        TPD_CHECK(tpd_model_set_batch(m, slot, tr->batch));
+    }
+    TPD_CHECK(tpd_model_forward(m, slot));
+    if (m->d.last) {
+        double sum;
+        TPD_CHECK(tpd_model_loss_sum(m, slot, &sum));
+        tr->loss_acc += sum / ((double)B * T);
+    }
+    return TPD_OK;
+}
+
+static tpd_status cb_backward(void *user, int j, int chunk) {
+    (void)chunk;
+    tpd_trainer *tr = user;
+    /* mean over the micro-batch's tokens, scaled by 1/(M*DP): the DP reduction is a sum */
+    double N = (double)tr->model->d.B * tr->model->d.T;
+    float dloss = (float)(1.0 / (N * tr->M * tr->mesh.dp_size));
+    return tpd_model_backward(tr->model, slot_of(tr, j), dloss);
+}
+
+static void *cb_act_out(void *user, int j) {
+    tpd_trainer *tr = user;
+    return tpd_model_stage_output(tr->model, slot_of(tr, j));
+}
+static void *cb_act_in(void *user, int j) {
+    tpd_trainer *tr = user;
+    return tpd_model_stage_input(tr->model, slot_of(tr, j));
+}
+static void *cb_grad_out(void *user, int j) {
+    (void)j;
+    return tpd_model_grad_out(((tpd_trainer *)user)->model);
+}
+static void *cb_grad_in(void *user, int j) {
+    (void)j;
+    return tpd_model_grad_in(((tpd_trainer *)user)->model);
+}
+
+static tpd_pp_exec_ops exec_ops(tpd_trainer *tr) {
+    tpd_pp_exec_ops ops = {.user = tr,
+                           .forward = cb_forward,
+                           .backward = cb_backward,
+                           .act_out = cb_act_out,
+                           .act_in = cb_act_in,
+                           .grad_out = cb_grad_out,
+                           .grad_in = cb_grad_in};
+    return ops;
+}
+
+static size_t p2p_count(const tpd_trainer *tr) {
+    return (size_t)tr->model->d.B * tr->model->d.T * tr->model->d.C;
+}
+
+/* Mean loss over DP of the per-micro-batch means accumulated on the last stage, made
+ * known to every rank (broadcast from the last stage over PP). */
+static tpd_status finish_loss(tpd_trainer *tr, int micro_batches, double *loss_p) {
+    float v = (float)(tr->loss_acc / micro_batches);
+    tpd_comm *dp = tr->comms.dp, *pp = tr->comms.pp;
+    if (dp->size > 1) {
+        TPD_CHECK(dp->ops->allreduce(dp, &v, &v, 1, TPD_DTYPE_F32, TPD_COMM_OP_SUM, NULL));
+        v /= (float)dp->size;
+    }
+    if (pp->size > 1)
+        TPD_CHECK(pp->ops->broadcast(pp, &v, 1, TPD_DTYPE_F32, pp->size - 1, NULL));
+    *loss_p = v;
+    return TPD_OK;
+}
+
+tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
+    tpd_model *m = tr->model;
+    tpd_step_stats s = {0};
+    double t0 = tpd_pp_now();
+    int it = tr->iteration;
+    int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.dp_size;
+    tr->cur_sampler = &tr->train_sampler;
+    tr->cur_base = (uint64_t)it * GB + (uint64_t)tr->mesh.dp * (GB / dp);
+    tr->loss_acc = 0;
+
+    TPD_CHECK(tpd_model_zero_grads(m));
+    tpd_pp_exec_ops ops = exec_ops(tr);
+    TPD_CHECK(tpd_pp_execute(&tr->sched, tr->comms.pp, &ops, p2p_count(tr), tr->kb.act_dtype,
+                             tr->kb.stream, &s.pipe));
+    double t1 = tpd_pp_now();
+    TPD_CHECK(tpd_optim_reduce_grads(m, &tr->dpp, &tr->comms));
+    double t2 = tpd_pp_now();
+    TPD_CHECK(tpd_optim_grad_norm(m, &tr->dpp, &tr->comms, &s.grad_norm));
+    s.lr = tpd_lr_at(&tr->cfg, it);
+    if (!isfinite(s.grad_norm)) {
+        s.skipped = 1;
+        tr->skipped_iterations++;
+    } else {
+        double clip = tr->cfg.optimizer.clip_grad, scale = 1.0;
+        if (clip > 0 && s.grad_norm > clip) scale = clip / (s.grad_norm + 1e-6);
+        TPD_CHECK(tpd_optim_update(m, &tr->dpp, &tr->comms, s.lr, scale,
+                                   it + 1 - tr->skipped_iterations));
+    }
+    TPD_CHECK(tr->kb.ops->synchronize(tr->kb.ctx));
+    double t3 = tpd_pp_now();
+    TPD_CHECK(finish_loss(tr, tr->M, &s.lm_loss));
+    tr->iteration++;
+    tr->consumed_samples += (uint64_t)GB;
+    s.iteration = tr->iteration;
+    s.t_reduce_s = t2 - t1;
+    s.t_optim_s = t3 - t2;
+    s.elapsed_s = tpd_pp_now() - t0;
+    tr->last = s;
+    if (stats_p) *stats_p = s;
+    return TPD_OK;
+}
+
+tpd_status tpd_trainer_evaluate(tpd_trainer *tr, double *val_loss_p) {
+    if (!tr->has_valid) {
+        *val_loss_p = NAN;
+        return TPD_OK;
+    }
+    int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.dp_size;
+    int stages = tr->mesh.pp_size, stage = tr->mesh.pp;
+    tpd_pp_exec_ops ops = exec_ops(tr);
+    tr->cur_sampler = &tr->valid_sampler;
+    tr->loss_acc = 0;
+    /* Forward-only, one micro-batch at a time: each executor call completes its sends. */
+    tpd_pp_action acts[3];
+    int n = 0;
+    for (int e = 0; e < tr->cfg.logging.eval_iters; e++) {
+        tr->cur_base = (uint64_t)e * GB + (uint64_t)tr->mesh.dp * (GB / dp);
+        for (int j = 0; j < tr->M; j++) {
+            n = 0;
+            if (stage > 0) acts[n++] = (tpd_pp_action){TPD_PP_RECV_ACT, j, 0};
+            acts[n++] = (tpd_pp_action){TPD_PP_FWD, j, 0};
+            if (stage < stages - 1) acts[n++] = (tpd_pp_action){TPD_PP_SEND_ACT, j, 0};
+            tpd_pp_schedule one = {stages, stage, tr->M, 1, n, acts};
+            TPD_CHECK(tpd_pp_execute(&one, tr->comms.pp, &ops, p2p_count(tr),
+                                     tr->kb.act_dtype, tr->kb.stream, NULL));
+        }
+    }
+    return finish_loss(tr, tr->M * tr->cfg.logging.eval_iters, val_loss_p);
+}
+
+tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out) {
+    const tpd_model *m = tr->model;
+    const tpd_model_layout *lay = &m->plan.lay;
+    const tpd_param_slice *s = &lay->p[p];
+    size_t gn = tpd_model_layout_global_numel(lay, p);
+    tpd_status st = TPD_OK;
+    float *global = calloc(gn, sizeof *global);  /* (g_layers, g_rows, g_cols) */
+    float *local = calloc(s->numel + 1, sizeof *local);
+    void *tmp = NULL;
+    if (!global || !local) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "gather: out of memory");
+    /* One contributor per element: dp 0, and tp 0 for replicated tensors, and the first
+     * stage for the tied wte. */
+    int contributes = s->present && tr->mesh.dp == 0 &&
+                      (tpd_param_get_info(p)->split != TPD_SPLIT_NONE || tr->mesh.tp == 0) &&
+                      (p != TPD_P_WTE || m->d.first);
+    if (contributes) {
+        const void *src = tpd_model_param(m, p);
+        if (m->kb->param_dtype != TPD_DTYPE_F32) {
+            TPD_CHECK_GOTO(m->kb->ops->alloc(m->kb->ctx, s->numel * 4, &tmp), st, out);
+            TPD_CHECK_GOTO(m->kb->ops->cast(m->kb->ctx, tmp, TPD_DTYPE_F32, src,
+                                            m->kb->param_dtype, s->numel),
+                           st, out);
+            src = tmp;
+        }
+        TPD_CHECK_GOTO(m->kb->ops->copy_to_host(m->kb->ctx, local, src, s->numel * 4), st, out);
+        int64_t rows = (int64_t)s->layers * s->rows;
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t g = tpd_model_layout_row_global(lay, p, r);
+            if (g >= 0) memcpy(global + g, local + (size_t)r * s->cols, (size_t)s->cols * 4);
+        }
+    }
+    TPD_CHECK_GOTO(tpd_comm_allreduce(tr->comms.world, global, global, gn, TPD_DTYPE_F32,
+                                      TPD_COMM_OP_SUM),
+                   st, out);
+    if (out && tr->mesh.rank == 0) memcpy(out, global, gn * 4);
+out:
+    if (tmp) m->kb->ops->free(m->kb->ctx, tmp);
+    free(local);
+    free(global);
+    return st;
+}
+
+/* ---- the run ---- */
+
+static tpd_status open_metrics(tpd_trainer *tr) {
+    const char *path = tr->cfg.logging.metrics_file;
+    if (!tr->is_logger || !path[0]) return TPD_OK;
+    /* create the parent directory of the metrics file */
+    char dir[TPD_CONFIG_STR];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        mkdir(dir, 0755);
+        *p = '/';
+    }
+    tr->metrics = fopen(path, tr->iteration > 0 ? "a" : "w");
+    if (!tr->metrics) {
+        tpd_log_error("logging.metrics_file: cannot open '%s' for writing", path);
+        return TPD_ERR_IO;
+    }
+    return TPD_OK;
+}
+
+static void log_startup(const tpd_trainer *tr) {
+    const tpd_model *m = tr->model;
+    const tpd_mem_breakdown *mem = &m->plan.mem;
+    const double MiB = 1024.0 * 1024.0;
+    tpd_log_info("layout: world %d = TP %d x PP %d x DP %d | micro-batches per step %d | "
+                 "backend %s (%s)",
+                 tr->mesh.world_size, tr->mesh.tp_size, tr->mesh.pp_size, tr->mesh.dp_size,
+                 tr->M, tr->kb.name, tr->cfg.training.precision);
+    tpd_log_info("this rank (last stage): %zu parameters | memory %.2f MiB = params %.2f + "
+                 "grads %.2f + optimizer %.2f + master %.2f + activations %.2f (%d in flight) "
+                 "+ workspace %.2f",
+                 m->plan.lay.numel, mem->total / MiB, mem->params / MiB, mem->grads / MiB,
+                 mem->optimizer / MiB, mem->master / MiB, mem->activations / MiB,
+                 m->plan.nslots, mem->workspace / MiB);
+    if (tr->dpp.zero) {
+        uint64_t full = (uint64_t)m->plan.numel_padded * 4 * (2 + m->plan.has_master);
+        uint64_t now = mem->optimizer + mem->master;
+        tpd_log_info("distributed optimizer (ZeRO-1) over DP %d: optimizer state %.2f MiB "
+                     "instead of %.2f MiB, saving %.2f MiB per rank",
+                     tr->mesh.dp_size, now / MiB, full / MiB, (full - now) / MiB);
+    }
+}
+
+tpd_status tpd_trainer_run(tpd_trainer *tr) {
+    const tpd_config *cfg = &tr->cfg;
+    TPD_CHECK(open_metrics(tr));
+    log_startup(tr);
+    double flops = tpd_model_flops_per_iteration(cfg, tr->model->d.Vp);
+    double tokens = (double)cfg->training.global_batch_size * cfg->model.seq_length;
+    while (tr->iteration < cfg->training.train_iters) {
+        tpd_step_stats s;
+        TPD_CHECK(tpd_trainer_step(tr, &s));
+        double val = NAN;
+        int it = tr->iteration;
+        if (cfg->logging.eval_interval > 0 &&
+            (it % cfg->logging.eval_interval == 0 || it == cfg->training.train_iters))
+            TPD_CHECK(tpd_trainer_evaluate(tr, &val));
+        int log_now = it % cfg->logging.log_interval == 0 || it == 1 ||
+                      it == cfg->training.train_iters || !isnan(val);
+        if (!tr->is_logger || !log_now) continue;
+        tpd_iter_record r = {
+            .iteration = it,
+            .train_iters = cfg->training.train_iters,
+            .consumed_samples = tr->consumed_samples,
+            .elapsed_ms = 1e3 * s.elapsed_s,
+            .tflops_per_gpu = flops / s.elapsed_s / tr->mesh.world_size / 1e12,
+            .tokens_per_s = tokens / s.elapsed_s,
+            .mfu = -1,
+            .lr = s.lr,
+            .global_batch_size = cfg->training.global_batch_size,
+            .lm_loss = s.lm_loss,
+            .grad_norm = s.grad_norm,
+            .skipped_iterations = tr->skipped_iterations,
+            .val_loss = val,
+        };
+        char line[1024];
+        tpd_metrics_format_line(&r, line, sizeof line);
+        printf("%s\n", line);
+        fflush(stdout);
+        if (tr->metrics) TPD_CHECK(tpd_metrics_write_jsonl(tr->metrics, &r));
+    }
+    return TPD_OK;
+}

@@ -1,0 +1,92 @@
+/* The training loop of one rank: data, the 1F1B schedule, gradient reduction over the
+ * embedding and DP groups, the global gradient norm, clipping, AdamW (ZeRO-1 aware),
+ * evaluation, the log line and the metrics file.
+ *
+ * Every rank of the job runs the same calls in the same order; only the logging rank (the
+ * last stage's first TP and DP rank, as in Megatron) prints and writes files. */
+#ifndef TPD_ENGINE_TRAIN_H
+#define TPD_ENGINE_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/config.h"
+#include "engine/data.h"
+#include "engine/model.h"
+#include "kernels/kernels.h"
+#include "parallel/data/dp.h"
+#include "parallel/mesh.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpd_step_stats {
+    int iteration;          /* 1-based: the iteration just completed */
+    double lm_loss;         /* mean over the global batch (averaged over DP) */
+    double grad_norm;       /* before clipping, over every parameter once */
+    double lr;
+    double elapsed_s;
+    int skipped;            /* 1 when the update was skipped (non-finite gradients) */
+    tpd_pp_exec_stats pipe; /* this rank's compute / wait split */
+    double t_reduce_s;      /* embedding + DP gradient reduction */
+    double t_optim_s;       /* norm, clipping, AdamW, ZeRO all-gather */
+} tpd_step_stats;
+
+typedef struct tpd_trainer {
+    tpd_config cfg;
+    tpd_mesh mesh;
+    tpd_mesh_comms comms;
+    tpd_kern_backend kb;
+    tpd_model *model;
+    tpd_dp_plan dpp;
+    tpd_pp_schedule sched;
+    tpd_dataset *ds;
+    tpd_sampler train_sampler, valid_sampler;
+    int has_valid;
+    int M;            /* micro-batches per step per pipeline */
+    int iteration;    /* completed iterations */
+    uint64_t consumed_samples;
+    int skipped_iterations;
+    int is_logger;    /* writes the log line and the metrics file */
+    FILE *metrics;
+    int32_t *batch;   /* (B, T+1) host samples of one micro-batch */
+    /* during a step */
+    tpd_sampler *cur_sampler;
+    uint64_t cur_base; /* first sample index of this DP rank's share */
+    double loss_acc;
+    tpd_step_stats last;
+} tpd_trainer;
+
+/* Builds everything for this rank: validates the config against the world (the same
+ * message on every rank, before any collective), splits the communicators, creates the
+ * backend and the model, initializes parameters, opens the data. world: the world
+ * communicator (MPI). */
+tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_trainer **tr_p);
+void tpd_trainer_destroy(tpd_trainer *tr);
+
+/* One training iteration over the global batch. */
+tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p);
+/* Mean validation loss over logging.eval_iters global batches of the valid split (the
+ * same batches every time). Returns the value on every rank. */
+tpd_status tpd_trainer_evaluate(tpd_trainer *tr, double *val_loss_p);
+/* The whole run: train_iters iterations with logging, evaluation and metrics. */
+tpd_status tpd_trainer_run(tpd_trainer *tr);
+
+/* Learning rate of iteration `it` (0-based), Megatron's warmup + decay. */
+double tpd_lr_at(const tpd_config *cfg, int it);
+
+/* Gathers the global (unpadded) tensor of parameter p onto world rank 0 (fp32, of
+ * tpd_model_layout_global_numel elements); other ranks pass out = NULL. Collective over
+ * the world. */
+tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out);
+
+/* Model FLOPs of one iteration (Megatron's formula) for throughput figures. */
+double tpd_model_flops_per_iteration(const tpd_config *cfg, int padded_vocab);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,157 @@
+/* The cpu backend: context, host memory ops, the ops table and the constructor.
+ *
+ * Memory is plain host memory, 64-byte aligned (one cache line, and the widest AVX-512
+ * load). Each block carries a 64-byte header holding its requested size, so ->free can
+ * keep ctx->bytes_allocated exact without a lookup table. */
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_internal.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CPU_ALIGN 64 /* bytes; also the header size, so the payload stays aligned */
+
+int tpd_kern_cpu_threads(const tpd_kern_ctx *ctx) {
+    return ctx->num_threads > 0 ? ctx->num_threads : omp_get_max_threads();
+}
+
+int tpd_kern_cpu_blas_nested_ok(void) {
+    /* openblas_get_parallel: 0 sequential, 1 pthreads, 2 OpenMP. */
+    return openblas_get_parallel() != 1 || openblas_get_num_threads() == 1;
+}
+
+static tpd_status cpu_alloc(tpd_kern_ctx *ctx, size_t bytes, void **ptr_p) {
+    if (bytes > SIZE_MAX - 2 * CPU_ALIGN) {
+        tpd_log_error("cpu alloc: %zu bytes is too large", bytes);
+        return TPD_ERR_NOMEM;
+    }
+    /* aligned_alloc wants a size that is a multiple of the alignment. */
+    size_t total = (bytes + CPU_ALIGN + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+    unsigned char *base = aligned_alloc(CPU_ALIGN, total);
+    if (base == NULL) {
+        tpd_log_error("cpu alloc: out of memory allocating %zu bytes (%zu already held)", bytes,
+                      atomic_load(&ctx->bytes_allocated));
+        return TPD_ERR_NOMEM;
+    }
+    memcpy(base, &bytes, sizeof bytes);
+    atomic_fetch_add(&ctx->bytes_allocated, bytes);
+    *ptr_p = base + CPU_ALIGN;
+    return TPD_OK;
+}
+
+static void cpu_free(tpd_kern_ctx *ctx, void *ptr) {
+    if (ptr == NULL) return;
+    unsigned char *base = (unsigned char *)ptr - CPU_ALIGN;
+    size_t bytes;
+    memcpy(&bytes, base, sizeof bytes);
+    atomic_fetch_sub(&ctx->bytes_allocated, bytes);
+    free(base);
+}
+
+static tpd_status cpu_zero(tpd_kern_ctx *ctx, void *ptr, size_t bytes) {
+    (void)ctx;
+    if (bytes > 0) memset(ptr, 0, bytes);
+    return TPD_OK;
+}
+
+/* Host and "device" are the same memory here; memmove so overlapping ranges are safe. */
+static tpd_status cpu_copy(tpd_kern_ctx *ctx, void *dst, const void *src, size_t bytes) {
+    (void)ctx;
+    if (bytes > 0) memmove(dst, src, bytes);
+    return TPD_OK;
+}
+
+static tpd_status cpu_synchronize(tpd_kern_ctx *ctx) {
+    (void)ctx; /* every op has finished when it returns */
+    return TPD_OK;
+}
+
+static void cpu_destroy(tpd_kern_ctx *ctx) {
+    if (ctx == NULL) return;
+    size_t left = atomic_load(&ctx->bytes_allocated);
+    if (left != 0) tpd_log_warn("cpu backend destroyed with %zu bytes still allocated", left);
+    free(ctx);
+}
+
+static const tpd_kern_ops cpu_ops = {
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .zero = cpu_zero,
+    .copy_to_device = cpu_copy,
+    .copy_to_host = cpu_copy,
+    .copy = cpu_copy,
+    .synchronize = cpu_synchronize,
+
+    .embed_fwd = tpd_kern_cpu_embed_fwd,
+    .embed_bwd = tpd_kern_cpu_embed_bwd,
+    .pos_fwd = tpd_kern_cpu_pos_fwd,
+    .pos_bwd = tpd_kern_cpu_pos_bwd,
+
+    .layernorm_fwd = tpd_kern_cpu_layernorm_fwd,
+    .layernorm_bwd = tpd_kern_cpu_layernorm_bwd,
+
+    .matmul_fwd = tpd_kern_cpu_matmul_fwd,
+    .matmul_bwd = tpd_kern_cpu_matmul_bwd,
+    .bias_add = tpd_kern_cpu_bias_add,
+    .matmul_gelu_fwd = tpd_kern_cpu_matmul_gelu_fwd,
+
+    .gelu_fwd = tpd_kern_cpu_gelu_fwd,
+    .gelu_bwd = tpd_kern_cpu_gelu_bwd,
+    .add = tpd_kern_cpu_add,
+    .scale = tpd_kern_cpu_scale,
+
+    .attention_saved_bytes = tpd_kern_cpu_attention_saved_bytes,
+    .attention_fwd = tpd_kern_cpu_attention_fwd,
+    .attention_bwd = tpd_kern_cpu_attention_bwd,
+
+    .xent_max = tpd_kern_cpu_xent_max,
+    .xent_sumexp = tpd_kern_cpu_xent_sumexp,
+    .xent_loss = tpd_kern_cpu_xent_loss,
+    .xent_bwd = tpd_kern_cpu_xent_bwd,
+    .sum_f32 = tpd_kern_cpu_sum_f32,
+
+    .adamw = tpd_kern_cpu_adamw,
+    .sumsq = tpd_kern_cpu_sumsq,
+    .cast = tpd_kern_cpu_cast,
+
+    .destroy = cpu_destroy,
+};
+
+tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend *backend_p) {
+    tpd_kern_config defaults = TPD_KERN_CONFIG_INIT;
+    if (cfg == NULL) cfg = &defaults;
+    if (cfg->dtype != TPD_DTYPE_F32) {
+        tpd_log_error("the cpu backend computes in f32 only, but dtype %s was requested",
+                      tpd_dtype_name(cfg->dtype));
+        return TPD_ERR_UNSUPPORTED;
+    }
+    if (cfg->num_threads < 0) {
+        tpd_log_error("cpu backend: num_threads (%d) must be >= 0 (0 = OpenMP default)",
+                      cfg->num_threads);
+        return TPD_ERR_INVALID;
+    }
+    tpd_kern_ctx *ctx = calloc(1, sizeof *ctx);
+    if (ctx == NULL) {
+        tpd_log_error("cpu backend: out of memory allocating the context");
+        return TPD_ERR_NOMEM;
+    }
+    ctx->num_threads = cfg->num_threads;
+    atomic_init(&ctx->bytes_allocated, 0);
+
+    backend_p->ops = &cpu_ops;
+    backend_p->ctx = ctx;
+    backend_p->name = "cpu";
+    backend_p->act_dtype = TPD_DTYPE_F32;
+    backend_p->param_dtype = TPD_DTYPE_F32;
+    backend_p->grad_dtype = TPD_DTYPE_F32;
+    backend_p->has_master = 0;
+    backend_p->device_memory = 0;
+    return TPD_OK;
+}
+
+size_t tpd_kern_cpu_bytes_allocated(const tpd_kern_backend *b) {
+    if (b == NULL || b->ops != &cpu_ops || b->ctx == NULL) return 0;
+    return atomic_load(&b->ctx->bytes_allocated);
+}

@@ -1,0 +1,116 @@
+/* Private declarations of the cpu (fp32) backend: the context and the op
+ * implementations that cpu_backend.c puts in the ops table.
+ *
+ * Every tensor argument is fp32 (act, param and grad dtypes are all F32 here), so the
+ * ops cast the table's void pointers to float. Loops are OpenMP with a num_threads
+ * clause taken from the context; matrix products go through cblas_sgemm. */
+#ifndef TPD_KERNELS_CPU_CPU_INTERNAL_H
+#define TPD_KERNELS_CPU_CPU_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "kernels/kernels.h"
+
+struct tpd_kern_ctx {
+    int num_threads;               /* OpenMP threads per op; 0 = runtime default */
+    atomic_size_t bytes_allocated; /* live bytes handed out by ->alloc */
+};
+
+/* Threads for the next parallel region of this context. */
+int tpd_kern_cpu_threads(const tpd_kern_ctx *ctx);
+
+/* 1 when cblas_sgemm may be called from inside our own parallel region without the
+ * calls contending for one BLAS thread pool: the BLAS is sequential, OpenMP-threaded
+ * (it then runs single-threaded inside a parallel region) or limited to one thread.
+ * With a multi-threaded pthreads OpenBLAS we instead loop serially and let each sgemm
+ * use the BLAS threads. */
+int tpd_kern_cpu_blas_nested_ok(void);
+
+/* Fail with TPD_ERR_INVALID and a message naming the op when a precondition on the
+ * caller's arguments does not hold. */
+#define TPD_CPU_REQUIRE(cond, ...)                                                                 \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            tpd_log_error(__VA_ARGS__);                                                            \
+            return TPD_ERR_INVALID;                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* ---- embedding (cpu_embed.c) ---- */
+tpd_status tpd_kern_cpu_embed_fwd(tpd_kern_ctx *ctx, void *out, const int32_t *tokens,
+                                  const void *wte, int N, int C, int v0, int Vl);
+tpd_status tpd_kern_cpu_embed_bwd(tpd_kern_ctx *ctx, void *dwte, const void *dout,
+                                  const int32_t *tokens, int N, int C, int v0, int Vl);
+tpd_status tpd_kern_cpu_pos_fwd(tpd_kern_ctx *ctx, void *out, const void *wpe, int B, int T, int C);
+tpd_status tpd_kern_cpu_pos_bwd(tpd_kern_ctx *ctx, void *dwpe, const void *dout, int B, int T,
+                                int C);
+
+/* ---- layernorm (cpu_layernorm.c) ---- */
+tpd_status tpd_kern_cpu_layernorm_fwd(tpd_kern_ctx *ctx, void *out, float *mean, float *rstd,
+                                      const void *inp, const void *w, const void *b, int N, int C);
+tpd_status tpd_kern_cpu_layernorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, void *db,
+                                      const void *dout, const void *inp, const void *w,
+                                      const float *mean, const float *rstd, int N, int C);
+
+/* ---- matmul (cpu_matmul.c) ---- */
+tpd_status tpd_kern_cpu_matmul_fwd(tpd_kern_ctx *ctx, void *out, const void *inp, const void *w,
+                                   const void *bias, int N, int C, int OC);
+tpd_status tpd_kern_cpu_matmul_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, void *dbias,
+                                   const void *dout, const void *inp, const void *w, int N, int C,
+                                   int OC);
+tpd_status tpd_kern_cpu_bias_add(tpd_kern_ctx *ctx, void *out, const void *bias, int N, int OC);
+tpd_status tpd_kern_cpu_matmul_gelu_fwd(tpd_kern_ctx *ctx, void *out, void *pre, const void *inp,
+                                        const void *w, const void *bias, int N, int C, int OC);
+
+/* ---- elementwise (cpu_elementwise.c) ---- */
+tpd_status tpd_kern_cpu_gelu_fwd(tpd_kern_ctx *ctx, void *out, const void *inp, size_t n);
+tpd_status tpd_kern_cpu_gelu_bwd(tpd_kern_ctx *ctx, void *dinp, const void *inp, const void *dout,
+                                 size_t n);
+tpd_status tpd_kern_cpu_add(tpd_kern_ctx *ctx, void *out, const void *a, const void *b, size_t n);
+tpd_status tpd_kern_cpu_scale(tpd_kern_ctx *ctx, void *x, float s, size_t n);
+
+/* ---- attention (cpu_attention.c) ---- */
+size_t tpd_kern_cpu_attention_saved_bytes(tpd_kern_ctx *ctx, int B, int T, int NH, int HS);
+tpd_status tpd_kern_cpu_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved, const void *qkv,
+                                      int B, int T, int NH, int HS);
+tpd_status tpd_kern_cpu_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
+                                      const void *qkv, const void *out, const void *saved, int B,
+                                      int T, int NH, int HS);
+
+/* ---- cross-entropy (cpu_xent.c) ---- */
+tpd_status tpd_kern_cpu_xent_max(tpd_kern_ctx *ctx, float *maxv, const void *logits, int N, int Vl,
+                                 int Vvalid);
+tpd_status tpd_kern_cpu_xent_sumexp(tpd_kern_ctx *ctx, float *sumexp, float *tgt,
+                                    const void *logits, const float *maxv, const int32_t *targets,
+                                    int N, int Vl, int Vvalid, int v0);
+tpd_status tpd_kern_cpu_xent_loss(tpd_kern_ctx *ctx, float *loss, const float *maxv,
+                                  const float *sumexp, const float *tgt, int N);
+tpd_status tpd_kern_cpu_xent_bwd(tpd_kern_ctx *ctx, void *logits, const float *maxv,
+                                 const float *sumexp, const int32_t *targets, float dloss, int N,
+                                 int Vl, int Vvalid, int v0);
+tpd_status tpd_kern_cpu_sum_f32(tpd_kern_ctx *ctx, const float *x, size_t n, double *sum_p);
+
+/* ---- optimizer and reductions (cpu_adamw.c) ---- */
+tpd_status tpd_kern_cpu_adamw(tpd_kern_ctx *ctx, void *param, float *master, const void *grad,
+                              float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                              float eps, float weight_decay, int step, float grad_scale);
+tpd_status tpd_kern_cpu_sumsq(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n,
+                              double *sumsq_p);
+tpd_status tpd_kern_cpu_cast(tpd_kern_ctx *ctx, void *dst, tpd_dtype dst_dt, const void *src,
+                             tpd_dtype src_dt, size_t n);
+
+/* Deterministic reductions to double: fixed-size chunks are reduced in parallel and the
+ * partial results combined in order, so the bits depend neither on the thread count nor
+ * on scheduling. */
+typedef enum tpd_kern_cpu_reduce_kind {
+    TPD_KERN_CPU_REDUCE_SUM_F32 = 0,   /* sum x, x fp32 */
+    TPD_KERN_CPU_REDUCE_SUMSQ_F32 = 1, /* sum x^2, x fp32 */
+    TPD_KERN_CPU_REDUCE_SUMSQ_BF16 = 2 /* sum x^2, x bf16 bit patterns */
+} tpd_kern_cpu_reduce_kind;
+tpd_status tpd_kern_cpu_reduce(tpd_kern_ctx *ctx, const void *x, size_t n,
+                               tpd_kern_cpu_reduce_kind kind, double *result_p);
+
+#endif

@@ -1,0 +1,93 @@
+/* Softmax cross-entropy in vocab-parallel pieces (Megatron's vocab-parallel loss).
+ *
+ * logits(N,Vl) hold this rank's columns [v0, v0+Vl); the first Vvalid are real tokens and
+ * the rest are padding that never enters the softmax. Between the pieces the caller
+ * all-reduces maxv (MAX), then sumexp and tgt (SUM), so every rank ends with the global
+ * softmax statistics without gathering the logits. */
+#include "kernels/cpu/cpu_internal.h"
+
+#include <math.h>
+
+static int xent_shape_ok(const char *op, int N, int Vl, int Vvalid) {
+    if (N >= 0 && Vl >= 0 && Vvalid >= 0 && Vvalid <= Vl) return 1;
+    tpd_log_error("%s: bad shape N=%d Vl=%d Vvalid=%d (need 0 <= Vvalid <= Vl)", op, N, Vl, Vvalid);
+    return 0;
+}
+
+tpd_status tpd_kern_cpu_xent_max(tpd_kern_ctx *ctx, float *maxv, const void *logits_v, int N,
+                                 int Vl, int Vvalid) {
+    if (!xent_shape_ok("xent_max", N, Vl, Vvalid)) return TPD_ERR_INVALID;
+    const float *logits = logits_v; /* (N,Vl) */
+    int nt = tpd_kern_cpu_threads(ctx);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * Vl;
+        float mx = -INFINITY;
+        for (int j = 0; j < Vvalid; j++)
+            mx = l[j] > mx ? l[j] : mx;
+        maxv[n] = mx; /* (N) */
+    }
+    return TPD_OK;
+}
+
+/* sumexp(N) = sum_j exp(l_j - maxv) over valid columns (accumulated in double);
+ * tgt(N) = the target's logit when this rank holds it, else 0, so the SUM all-reduce
+ * yields the target logit exactly. */
+tpd_status tpd_kern_cpu_xent_sumexp(tpd_kern_ctx *ctx, float *sumexp, float *tgt,
+                                    const void *logits_v, const float *maxv, const int32_t *targets,
+                                    int N, int Vl, int Vvalid, int v0) {
+    if (!xent_shape_ok("xent_sumexp", N, Vl, Vvalid)) return TPD_ERR_INVALID;
+    const float *logits = logits_v; /* (N,Vl) */
+    int nt = tpd_kern_cpu_threads(ctx);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * Vl;
+        float mx = maxv[n];
+        double s = 0.0;
+        for (int j = 0; j < Vvalid; j++)
+            s += expf(l[j] - mx);
+        sumexp[n] = (float)s;
+        int64_t col = (int64_t)targets[n] - v0;
+        tgt[n] = (col >= 0 && col < Vvalid) ? l[col] : 0.0f;
+    }
+    return TPD_OK;
+}
+
+/* loss = -log softmax(target) = log(sum_j exp(l_j - max)) + max - l_target. */
+tpd_status tpd_kern_cpu_xent_loss(tpd_kern_ctx *ctx, float *loss, const float *maxv,
+                                  const float *sumexp, const float *tgt, int N) {
+    TPD_CPU_REQUIRE(N >= 0, "xent_loss: bad N=%d", N);
+    int nt = tpd_kern_cpu_threads(ctx);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int n = 0; n < N; n++)
+        loss[n] = logf(sumexp[n]) + maxv[n] - tgt[n];
+    return TPD_OK;
+}
+
+/* Backward of the line above with upstream gradient dloss per row:
+ *   dl_j = (exp(l_j - max) / sumexp - [v0 + j == target]) * dloss,
+ * written over the logits; padded columns get 0 since they never entered the softmax. */
+tpd_status tpd_kern_cpu_xent_bwd(tpd_kern_ctx *ctx, void *logits_v, const float *maxv,
+                                 const float *sumexp, const int32_t *targets, float dloss, int N,
+                                 int Vl, int Vvalid, int v0) {
+    if (!xent_shape_ok("xent_bwd", N, Vl, Vvalid)) return TPD_ERR_INVALID;
+    float *logits = logits_v; /* (N,Vl), in place */
+    int nt = tpd_kern_cpu_threads(ctx);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *l = logits + (size_t)n * Vl;
+        float mx = maxv[n];
+        float inv = 1.0f / sumexp[n];
+        for (int j = 0; j < Vvalid; j++)
+            l[j] = expf(l[j] - mx) * inv * dloss;
+        for (int j = Vvalid; j < Vl; j++)
+            l[j] = 0.0f;
+        int64_t col = (int64_t)targets[n] - v0;
+        if (col >= 0 && col < Vvalid) l[col] -= dloss;
+    }
+    return TPD_OK;
+}
+
+tpd_status tpd_kern_cpu_sum_f32(tpd_kern_ctx *ctx, const float *x, size_t n, double *sum_p) {
+    return tpd_kern_cpu_reduce(ctx, x, n, TPD_KERN_CPU_REDUCE_SUM_F32, sum_p);
+}

@@ -1,0 +1,541 @@
+/* Fused causal flash attention through cuDNN's graph (backend descriptor) API, forward and
+ * backward, with one finalized execution plan cached per shape.
+ *
+ * cuDNN 9 recognizes flash attention as a pattern of primitive operations and runs it as
+ * one fused kernel; we build that pattern (the same one cudnn-frontend's SDPA nodes lower
+ * to) directly from backend descriptors:
+ *   forward:  S = Q @ K^T; S *= scale; causal mask (gen_index row >= col, else lowest);
+ *             softmax with stats = max + log(sum exp) saved (B,NH,T) fp32; O = P @ V
+ *   backward: D = rowsum(dO * O); S recomputed as above minus stats, masked, P = exp(S);
+ *             dV = P^T @ dO; dS = P * (dO @ V^T - D) * scale; dK = dS^T @ Q; dQ = dS @ K
+ * Q, K and V are views into qkv(B,T,3,NH,HS) given by strides (no copies): for head h of
+ * batch b, Q[b,h,t,d] = qkv[b*T*3C + t*3C + h*HS + d], K and V at +C and +2C. */
+#include "kernels/cuda/cuda_common.cuh"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    UID_Q = 1,
+    UID_K = 2, /* K^T view in both graphs */
+    UID_V = 3, /* V in forward, V^T view in backward */
+    UID_O = 4,
+    UID_STATS = 5,
+    UID_SCALE = 6,
+    UID_NEG_INF = 7,
+    UID_DO = 8,
+    UID_DQ = 9,
+    UID_DK = 10,
+    UID_DV = 11,
+    UID_SOFTMAX_SUM = 12,
+    UID_DQ_ACCUM = 13,
+    UID_ONE = 14,
+    UID_VIRTUAL = 100, /* virtual tensors count up from here */
+};
+
+#define GRAPH_MAX_DESCS 160
+#define MAX_ENGINE_CONFIGS 8 /* heuristic candidates tried, best first */
+
+/* Every descriptor made for one graph, kept alive for as long as its plan is cached. */
+typedef struct graph_builder {
+    cudnnBackendDescriptor_t descs[GRAPH_MAX_DESCS]; /* all, in creation order */
+    int n;
+    cudnnBackendDescriptor_t ops[GRAPH_MAX_DESCS]; /* the operations, in graph order */
+    int nops;
+    cudnnStatus_t st; /* first failure; later calls become no-ops */
+    const char *failed_at;
+    int64_t next_virtual;
+} graph_builder;
+
+static cudnnBackendDescriptor_t gb_make(graph_builder *g, cudnnBackendDescriptorType_t type) {
+    cudnnBackendDescriptor_t d = NULL;
+    if (g->st != CUDNN_STATUS_SUCCESS) return NULL;
+    if (g->n == GRAPH_MAX_DESCS) {
+        g->st = CUDNN_STATUS_INTERNAL_ERROR;
+        g->failed_at = "too many descriptors";
+        return NULL;
+    }
+    g->st = cudnnBackendCreateDescriptor(type, &d);
+    if (g->st != CUDNN_STATUS_SUCCESS) {
+        g->failed_at = "cudnnBackendCreateDescriptor";
+        return NULL;
+    }
+    g->descs[g->n++] = d;
+    return d;
+}
+
+static void gb_set(graph_builder *g, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                   cudnnBackendAttributeType_t type, int64_t count, const void *value,
+                   const char *what) {
+    if (g->st != CUDNN_STATUS_SUCCESS) return;
+    g->st = cudnnBackendSetAttribute(d, name, type, count, value);
+    if (g->st != CUDNN_STATUS_SUCCESS) g->failed_at = what;
+}
+
+static void gb_fin(graph_builder *g, cudnnBackendDescriptor_t d, const char *what) {
+    if (g->st != CUDNN_STATUS_SUCCESS) return;
+    g->st = cudnnBackendFinalize(d);
+    if (g->st != CUDNN_STATUS_SUCCESS) g->failed_at = what;
+}
+
+/* Finalizes an operation descriptor and appends it to the graph. */
+static void gb_op(graph_builder *g, cudnnBackendDescriptor_t op, const char *what) {
+    gb_fin(g, op, what);
+    if (g->st == CUDNN_STATUS_SUCCESS) g->ops[g->nops++] = op;
+}
+
+static cudnnBackendDescriptor_t gb_tensor(graph_builder *g, int64_t uid, cudnnDataType_t dt,
+                                          const int64_t dims[4], const int64_t strides[4],
+                                          bool is_virtual, bool by_value) {
+    cudnnBackendDescriptor_t t = gb_make(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    int64_t align = 16;
+    if (uid == 0) uid = g->next_virtual++;
+    gb_set(g, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "tensor uid");
+    gb_set(g, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor dtype");
+    gb_set(g, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, "tensor dims");
+    gb_set(g, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides, "tensor strides");
+    gb_set(g, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor align");
+    gb_set(g, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual, "tensor virtual");
+    gb_set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value, "tensor by value");
+    gb_fin(g, t, "tensor finalize");
+    return t;
+}
+
+/* A virtual tensor of packed layout. */
+static cudnnBackendDescriptor_t gb_virtual(graph_builder *g, cudnnDataType_t dt, int64_t d0,
+                                           int64_t d1, int64_t d2, int64_t d3) {
+    int64_t dims[4] = {d0, d1, d2, d3};
+    int64_t strides[4] = {d1 * d2 * d3, d2 * d3, d3, 1};
+    return gb_tensor(g, 0, dt, dims, strides, true, false);
+}
+
+static cudnnBackendDescriptor_t gb_scalar(graph_builder *g, int64_t uid) {
+    int64_t one[4] = {1, 1, 1, 1};
+    return gb_tensor(g, uid, CUDNN_DATA_FLOAT, one, one, false, true);
+}
+
+/* y = mode(x [, b [, t]]) with math precision prec; axis >= 0 for GEN_INDEX. */
+static void gb_pointwise(graph_builder *g, cudnnPointwiseMode_t mode, cudnnDataType_t prec,
+                         int64_t axis, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                         cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t pw = gb_make(g, CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    gb_set(g, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "pointwise mode");
+    gb_set(g, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "pointwise prec");
+    if (axis >= 0)
+        gb_set(g, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, "pointwise axis");
+    gb_fin(g, pw, "pointwise finalize");
+    cudnnBackendDescriptor_t op = gb_make(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+           &pw, "pointwise op desc");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x,
+           "pointwise x");
+    if (b != NULL)
+        gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b,
+               "pointwise b");
+    if (t != NULL)
+        gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t,
+               "pointwise t");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
+           "pointwise y");
+    gb_op(g, op, "pointwise op finalize");
+}
+
+static void gb_reduction(graph_builder *g, cudnnReduceTensorOp_t red, cudnnBackendDescriptor_t x,
+                         cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t rd = gb_make(g, CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+    gb_set(g, rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &red,
+           "reduction operator");
+    gb_set(g, rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec, "reduction prec");
+    gb_fin(g, rd, "reduction finalize");
+    cudnnBackendDescriptor_t op = gb_make(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd,
+           "reduction op desc");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x,
+           "reduction x");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
+           "reduction y");
+    gb_op(g, op, "reduction op finalize");
+}
+
+static void gb_matmul(graph_builder *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                      cudnnBackendDescriptor_t c) {
+    cudnnBackendDescriptor_t md = gb_make(g, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    cudnnDataType_t prec = CUDNN_DATA_FLOAT;
+    gb_set(g, md, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec, "matmul prec");
+    gb_fin(g, md, "matmul finalize");
+    cudnnBackendDescriptor_t op = gb_make(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, "matmul a");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, "matmul b");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, "matmul c");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &md,
+           "matmul op desc");
+    gb_op(g, op, "matmul op finalize");
+}
+
+static void gb_reshape(graph_builder *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t op = gb_make(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    gb_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x,
+           "reshape x");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y,
+           "reshape y");
+    gb_op(g, op, "reshape op finalize");
+}
+
+/* Causal mask over scores s(B,H,T,T): row >= col keeps the score, else the lowest float. */
+static cudnnBackendDescriptor_t gb_causal_mask(graph_builder *g, cudnnBackendDescriptor_t s,
+                                               cudnnBackendDescriptor_t neg_inf, int64_t B,
+                                               int64_t H, int64_t T) {
+    cudnnBackendDescriptor_t row = gb_virtual(g, CUDNN_DATA_INT32, B, H, T, T);
+    cudnnBackendDescriptor_t col = gb_virtual(g, CUDNN_DATA_INT32, B, H, T, T);
+    cudnnBackendDescriptor_t keep = gb_virtual(g, CUDNN_DATA_BOOLEAN, B, H, T, T);
+    cudnnBackendDescriptor_t out = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
+    gb_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, 2, s, NULL, NULL, row);
+    gb_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, 3, s, NULL, NULL, col);
+    gb_pointwise(g, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, -1, row, col, NULL, keep);
+    gb_pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, -1, s, neg_inf, keep, out);
+    return out;
+}
+
+/* Builds the forward (bwd = 0) or backward (bwd = 1) operation list. */
+static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t H, int64_t D) {
+    const cudnnDataType_t io = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
+    const int64_t C = H * D, C3 = 3 * C;
+    int64_t qkv_dims[4] = {B, H, T, D}, qkv_strides[4] = {T * C3, D, C3, 1};
+    int64_t tr_dims[4] = {B, H, D, T}, tr_strides[4] = {T * C3, D, 1, C3};
+    int64_t o_dims[4] = {B, H, T, D}, o_strides[4] = {T * C, D, C, 1};
+    int64_t st_dims[4] = {B, H, T, 1}, st_strides[4] = {H * T, T, 1, 1};
+
+    cudnnBackendDescriptor_t q = gb_tensor(g, UID_Q, io, qkv_dims, qkv_strides, false, false);
+    cudnnBackendDescriptor_t kt = gb_tensor(g, UID_K, io, tr_dims, tr_strides, false, false);
+    cudnnBackendDescriptor_t o = gb_tensor(g, UID_O, io, o_dims, o_strides, false, false);
+    cudnnBackendDescriptor_t stats = gb_tensor(g, UID_STATS, f32, st_dims, st_strides, false, false);
+    cudnnBackendDescriptor_t scale = gb_scalar(g, UID_SCALE);
+    cudnnBackendDescriptor_t neg_inf = gb_scalar(g, UID_NEG_INF);
+
+    if (!bwd) {
+        cudnnBackendDescriptor_t v = gb_tensor(g, UID_V, io, qkv_dims, qkv_strides, false, false);
+        cudnnBackendDescriptor_t s = gb_virtual(g, f32, B, H, T, T);
+        gb_matmul(g, q, kt, s);
+        cudnnBackendDescriptor_t s2 = gb_virtual(g, f32, B, H, T, T);
+        gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, s, scale, NULL, s2);
+        cudnnBackendDescriptor_t s3 = gb_causal_mask(g, s2, neg_inf, B, H, T);
+        cudnnBackendDescriptor_t mx = gb_virtual(g, f32, B, H, T, 1);
+        gb_reduction(g, CUDNN_REDUCE_TENSOR_MAX, s3, mx);
+        cudnnBackendDescriptor_t sub = gb_virtual(g, f32, B, H, T, T);
+        gb_pointwise(g, CUDNN_POINTWISE_SUB, f32, -1, s3, mx, NULL, sub);
+        cudnnBackendDescriptor_t ex = gb_virtual(g, f32, B, H, T, T);
+        gb_pointwise(g, CUDNN_POINTWISE_EXP, f32, -1, sub, NULL, NULL, ex);
+        cudnnBackendDescriptor_t sum = gb_virtual(g, f32, B, H, T, 1);
+        gb_reduction(g, CUDNN_REDUCE_TENSOR_ADD, ex, sum);
+        cudnnBackendDescriptor_t lg = gb_virtual(g, f32, B, H, T, 1);
+        gb_pointwise(g, CUDNN_POINTWISE_LOG, f32, -1, sum, NULL, NULL, lg);
+        gb_pointwise(g, CUDNN_POINTWISE_ADD, f32, -1, mx, lg, NULL, stats);
+        /* bmm2 takes P in the I/O type. */
+        cudnnBackendDescriptor_t p = gb_virtual(g, io, B, H, T, T);
+        gb_pointwise(g, CUDNN_POINTWISE_DIV, f32, -1, ex, sum, NULL, p);
+        gb_matmul(g, p, v, o);
+    } else {
+        cudnnBackendDescriptor_t vt = gb_tensor(g, UID_V, io, tr_dims, tr_strides, false, false);
+        cudnnBackendDescriptor_t dout = gb_tensor(g, UID_DO, io, o_dims, o_strides, false, false);
+        cudnnBackendDescriptor_t dq = gb_tensor(g, UID_DQ, io, qkv_dims, qkv_strides, false, false);
+        cudnnBackendDescriptor_t dk = gb_tensor(g, UID_DK, io, qkv_dims, qkv_strides, false, false);
+        cudnnBackendDescriptor_t dv = gb_tensor(g, UID_DV, io, qkv_dims, qkv_strides, false, false);
+        cudnnBackendDescriptor_t one = gb_scalar(g, UID_ONE);
+        cudnnBackendDescriptor_t ssum =
+            gb_tensor(g, UID_SOFTMAX_SUM, f32, st_dims, st_strides, false, false);
+        int64_t acc_strides[4] = {H * T * D, T * D, D, 1};
+        cudnnBackendDescriptor_t dq_acc =
+            gb_tensor(g, UID_DQ_ACCUM, f32, qkv_dims, acc_strides, false, false);
+
+        /* softmax_sum = rowsum(dO * O) */
+        cudnnBackendDescriptor_t doo = gb_virtual(g, f32, B, H, T, D);
+        gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, dout, o, NULL, doo);
+        cudnnBackendDescriptor_t red = gb_virtual(g, f32, B, H, T, 1);
+        gb_reduction(g, CUDNN_REDUCE_TENSOR_ADD, doo, red);
+        gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, red, one, NULL, ssum);
+
+        /* P = exp(mask(scale * Q K^T - stats)) */
+        cudnnBackendDescriptor_t s = gb_virtual(g, f32, B, H, T, T);
+        gb_matmul(g, q, kt, s);
+        cudnnBackendDescriptor_t s2 = gb_virtual(g, f32, B, H, T, T);
+        gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, s, scale, NULL, s2);
+        cudnnBackendDescriptor_t s3 = gb_virtual(g, f32, B, H, T, T);
+        gb_pointwise(g, CUDNN_POINTWISE_SUB, f32, -1, s2, stats, NULL, s3);
+        cudnnBackendDescriptor_t s4 = gb_causal_mask(g, s3, neg_inf, B, H, T);
+        cudnnBackendDescriptor_t p = gb_virtual(g, f32, B, H, T, T);
+        gb_pointwise(g, CUDNN_POINTWISE_EXP, f32, -1, s4, NULL, NULL, p);
+
+        /* dV = P^T @ dO */
+        int64_t pt_dims[4] = {B, H, T, T}, pt_strides[4] = {H * T * T, T * T, 1, T};
+        cudnnBackendDescriptor_t pt = gb_tensor(g, 0, io, pt_dims, pt_strides, true, false);
+        gb_reshape(g, p, pt);
+        gb_matmul(g, pt, dout, dv);
+
+        /* dS = P * (dO @ V^T - softmax_sum) * scale */
+        cudnnBackendDescriptor_t dp = gb_virtual(g, f32, B, H, T, T);
+        gb_matmul(g, dout, vt, dp);
+        cudnnBackendDescriptor_t dp2 = gb_virtual(g, f32, B, H, T, T);
+        gb_pointwise(g, CUDNN_POINTWISE_SUB, f32, -1, dp, ssum, NULL, dp2);
+        cudnnBackendDescriptor_t ds = gb_virtual(g, f32, B, H, T, T);
+        gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, dp2, p, NULL, ds);
+        cudnnBackendDescriptor_t ds2 = gb_virtual(g, f32, B, H, T, T);
+        gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, ds, scale, NULL, ds2);
+
+        /* dK = dS^T @ Q */
+        cudnnBackendDescriptor_t dst = gb_tensor(g, 0, io, pt_dims, pt_strides, true, false);
+        gb_reshape(g, ds2, dst);
+        gb_matmul(g, dst, q, dk);
+
+        /* dQ = dS @ K, accumulated in fp32 by the engine, then converted */
+        cudnnBackendDescriptor_t k = gb_tensor(g, 0, io, qkv_dims, qkv_strides, true, false);
+        gb_reshape(g, kt, k);
+        gb_matmul(g, ds2, k, dq_acc);
+        gb_pointwise(g, CUDNN_POINTWISE_IDENTITY, f32, -1, dq_acc, NULL, NULL, dq);
+    }
+}
+
+static tpd_status cudnn_fail(graph_builder *g, const char *dir, int B, int T, int NH, int HS) {
+    char detail[512];
+    cudnnGetLastErrorString(detail, sizeof detail);
+    tpd_log_error("cuDNN fused attention %s (B=%d T=%d NH=%d HS=%d): %s failed: %s (%s)", dir, B, T,
+                  NH, HS, g->failed_at ? g->failed_at : "?", cudnnGetErrorString(g->st), detail);
+    return TPD_ERR_BACKEND;
+}
+
+static void destroy_descs(cudnnBackendDescriptor_t *d, int n) {
+    for (int i = n - 1; i >= 0; i--)
+        if (d[i] != NULL) cudnnBackendDestroyDescriptor(d[i]);
+}
+
+static void graph_free(void *p) {
+    graph_builder *g = (graph_builder *)p;
+    if (g == NULL) return;
+    destroy_descs(g->descs, g->n);
+    free(g);
+}
+
+/* Builds the graph, asks the heuristics (mode A) for engine configs and keeps the first
+ * one that finalizes into an execution plan. */
+static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, int HS,
+                             tpd_cuda_attn_plan *slot) {
+    const char *dir = bwd ? "backward" : "forward";
+    graph_builder *g = (graph_builder *)calloc(1, sizeof *g);
+    if (g == NULL) {
+        tpd_log_error("cuDNN fused attention: out of memory building the graph");
+        return TPD_ERR_NOMEM;
+    }
+    g->st = CUDNN_STATUS_SUCCESS;
+    g->next_virtual = UID_VIRTUAL;
+    build_graph(g, bwd, B, T, NH, HS);
+
+    cudnnBackendDescriptor_t graph = gb_make(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    gb_set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &ctx->cudnn,
+           "graph handle");
+    gb_set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->nops, g->ops,
+           "graph ops");
+    gb_fin(g, graph, "operation graph finalize");
+
+    cudnnBackendDescriptor_t heur = gb_make(g, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+    gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph,
+           "heuristics graph");
+    gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics mode");
+    gb_fin(g, heur, "heuristics finalize");
+    if (g->st != CUDNN_STATUS_SUCCESS) {
+        tpd_status st = cudnn_fail(g, dir, B, T, NH, HS);
+        graph_free(g);
+        return st;
+    }
+
+    int64_t count = 0;
+    g->st = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL);
+    if (g->st != CUDNN_STATUS_SUCCESS) g->failed_at = "heuristics result count";
+    if (count > MAX_ENGINE_CONFIGS) count = MAX_ENGINE_CONFIGS;
+    cudnnBackendDescriptor_t cfgs[MAX_ENGINE_CONFIGS];
+    for (int64_t i = 0; i < count; i++) cfgs[i] = gb_make(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    if (g->st == CUDNN_STATUS_SUCCESS && count > 0) {
+        g->st = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &count, cfgs);
+        if (g->st != CUDNN_STATUS_SUCCESS) g->failed_at = "heuristics results";
+    }
+    if (g->st != CUDNN_STATUS_SUCCESS) {
+        tpd_status st = cudnn_fail(g, dir, B, T, NH, HS);
+        graph_free(g);
+        return st;
+    }
+
+    cudnnBackendDescriptor_t plan = NULL;
+    cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
+    for (int64_t i = 0; i < count && plan == NULL; i++) {
+        cudnnBackendDescriptor_t cand = NULL;
+        last = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &cand);
+        if (last != CUDNN_STATUS_SUCCESS) break;
+        last = cudnnBackendSetAttribute(cand, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE,
+                                        1, &ctx->cudnn);
+        if (last == CUDNN_STATUS_SUCCESS)
+            last = cudnnBackendSetAttribute(cand, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
+        if (last == CUDNN_STATUS_SUCCESS) last = cudnnBackendFinalize(cand);
+        if (last == CUDNN_STATUS_SUCCESS)
+            plan = cand;
+        else
+            cudnnBackendDestroyDescriptor(cand);
+    }
+    if (plan == NULL) {
+        g->st = count == 0 ? CUDNN_STATUS_NOT_SUPPORTED : last;
+        g->failed_at = count == 0 ? "heuristics (no engine supports this graph)"
+                                  : "execution plan finalize (every engine config)";
+        tpd_status st = cudnn_fail(g, dir, B, T, NH, HS);
+        graph_free(g);
+        return st;
+    }
+    int64_t ws = 0;
+    cudnnStatus_t wst = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                 CUDNN_TYPE_INT64, 1, NULL, &ws);
+    if (wst != CUDNN_STATUS_SUCCESS) {
+        g->st = wst;
+        g->failed_at = "plan workspace size";
+        tpd_status st = cudnn_fail(g, dir, B, T, NH, HS);
+        cudnnBackendDestroyDescriptor(plan);
+        graph_free(g);
+        return st;
+    }
+    slot->used = 1;
+    slot->bwd = bwd;
+    slot->B = B;
+    slot->T = T;
+    slot->NH = NH;
+    slot->HS = HS;
+    slot->plan = plan;
+    slot->graph = g;
+    slot->workspace_bytes = ws;
+    return TPD_OK;
+}
+
+static void plan_release(tpd_cuda_attn_plan *p) {
+    if (!p->used) return;
+    if (p->plan != NULL) cudnnBackendDestroyDescriptor(p->plan);
+    graph_free(p->graph);
+    memset(p, 0, sizeof *p);
+}
+
+void tpd_cuda_attention_cache_destroy(tpd_kern_ctx *ctx) {
+    for (int i = 0; i < TPD_CUDA_ATTN_CACHE_SLOTS; i++) plan_release(&ctx->attn_cache[i]);
+}
+
+static tpd_status get_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, int HS,
+                           tpd_cuda_attn_plan **plan_p) {
+    tpd_cuda_attn_plan *free_slot = NULL;
+    for (int i = 0; i < TPD_CUDA_ATTN_CACHE_SLOTS; i++) {
+        tpd_cuda_attn_plan *p = &ctx->attn_cache[i];
+        if (p->used && p->bwd == bwd && p->B == B && p->T == T && p->NH == NH && p->HS == HS) {
+            *plan_p = p;
+            return TPD_OK;
+        }
+        if (!p->used && free_slot == NULL) free_slot = p;
+    }
+    if (free_slot == NULL) {
+        /* Full: the shapes of a run are few, so evicting any one is fine. The plan may
+         * still be referenced by queued work only through its kernels, which do not need
+         * the descriptors after launch. */
+        free_slot = &ctx->attn_cache[(B + T + NH + HS + bwd) % TPD_CUDA_ATTN_CACHE_SLOTS];
+        plan_release(free_slot);
+    }
+    TPD_CHECK(build_plan(ctx, bwd, B, T, NH, HS, free_slot));
+    *plan_p = free_slot;
+    return TPD_OK;
+}
+
+static tpd_status execute(tpd_kern_ctx *ctx, tpd_cuda_attn_plan *p, int n, const int64_t *uids,
+                          void **ptrs, void *workspace) {
+    cudnnBackendDescriptor_t pack = NULL;
+    tpd_status st = TPD_CUDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
+    if (st != TPD_OK) return st;
+    TPD_CHECK_GOTO(TPD_CUDNN(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+                                                      CUDNN_TYPE_INT64, n, uids)),
+                   st, done);
+    TPD_CHECK_GOTO(TPD_CUDNN(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                                      CUDNN_TYPE_VOID_PTR, n, ptrs)),
+                   st, done);
+    TPD_CHECK_GOTO(TPD_CUDNN(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                                                      CUDNN_TYPE_VOID_PTR, 1, &workspace)),
+                   st, done);
+    TPD_CHECK_GOTO(TPD_CUDNN(cudnnBackendFinalize(pack)), st, done);
+    TPD_CHECK_GOTO(TPD_CUDNN(cudnnBackendExecute(ctx->cudnn, p->plan, pack)), st, done);
+done:
+    cudnnBackendDestroyDescriptor(pack);
+    return st;
+}
+
+static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+static tpd_status check_shape(int T, int NH, int HS, const char *dir) {
+    /* Head dims the Hopper kernels take, and 16-byte aligned rows for every view. */
+    if (HS % 8 != 0 || HS > 256 || ((int64_t)NH * HS) % 8 != 0) {
+        tpd_log_error("cuDNN fused attention %s: head size %d (NH=%d, T=%d) is unsupported; it "
+                      "must be a multiple of 8 and at most 256 (use fused_attention = 0)",
+                      dir, HS, NH, T);
+        return TPD_ERR_UNSUPPORTED;
+    }
+    return TPD_OK;
+}
+
+tpd_status tpd_cuda_attention_cudnn_fwd(tpd_kern_ctx *ctx, void *out, float *stats,
+                                        const void *qkv, int B, int T, int NH, int HS) {
+    TPD_CHECK(check_shape(T, NH, HS, "forward"));
+    tpd_cuda_attn_plan *p = NULL;
+    TPD_CHECK(get_plan(ctx, 0, B, T, NH, HS, &p));
+    void *ws = NULL;
+    TPD_CHECK(tpd_cuda_scratch(ctx, align256((size_t)p->workspace_bytes) + 256, &ws));
+    const size_t C = (size_t)NH * HS;
+    const tpd_bf16 *q = (const tpd_bf16 *)qkv;
+    float scale = 1.0f / sqrtf((float)HS);
+    float neg_inf = -FLT_MAX;
+    int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
+    void *ptrs[] = {(void *)q,       (void *)(q + C), (void *)(q + 2 * C), out,
+                    (void *)stats, &scale,          &neg_inf};
+    return execute(ctx, p, 7, uids, ptrs, ws);
+}
+
+tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
+                                        const void *qkv, const void *out, const float *stats,
+                                        int B, int T, int NH, int HS) {
+    TPD_CHECK(check_shape(T, NH, HS, "backward"));
+    tpd_cuda_attn_plan *p = NULL;
+    TPD_CHECK(get_plan(ctx, 1, B, T, NH, HS, &p));
+    /* Workspace: [plan workspace | softmax_sum (B,NH,T) f32 | dQ accumulator (B,NH,T,HS) f32] */
+    size_t ws_plan = align256((size_t)p->workspace_bytes);
+    size_t ws_sum = align256((size_t)B * NH * T * sizeof(float));
+    size_t ws_acc = align256((size_t)B * NH * T * HS * sizeof(float));
+    void *ws = NULL;
+    TPD_CHECK(tpd_cuda_scratch(ctx, ws_plan + ws_sum + ws_acc, &ws));
+    char *base = (char *)ws;
+    const size_t C = (size_t)NH * HS;
+    const tpd_bf16 *q = (const tpd_bf16 *)qkv;
+    tpd_bf16 *dq = (tpd_bf16 *)dqkv;
+    float scale = 1.0f / sqrtf((float)HS);
+    float neg_inf = -FLT_MAX;
+    float one = 1.0f;
+    int64_t uids[] = {UID_Q,  UID_K,  UID_V,   UID_O,           UID_DO,
+                      UID_STATS, UID_DQ, UID_DK, UID_DV,       UID_SOFTMAX_SUM,
+                      UID_DQ_ACCUM, UID_SCALE, UID_NEG_INF, UID_ONE};
+    void *ptrs[] = {(void *)q,
+                    (void *)(q + C),
+                    (void *)(q + 2 * C),
+                    (void *)out,
+                    (void *)dout,
+                    (void *)stats,
+                    (void *)dq,
+                    (void *)(dq + C),
+                    (void *)(dq + 2 * C),
+                    (void *)(base + ws_plan),
+                    (void *)(base + ws_plan + ws_sum),
+                    &scale,
+                    &neg_inf,
+                    &one};
+    return execute(ctx, p, 14, uids, ptrs, base);
+}

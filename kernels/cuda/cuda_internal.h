@@ -1,0 +1,215 @@
+/* Private declarations of the cuda backend: the context, the error macros and the op
+ * implementations that cuda_backend.cu puts in the ops table.
+ *
+ * Every op is queued on ctx->stream and returns without waiting, except those whose
+ * result lands in host memory (sum_f32, sumsq). Tensors are in ctx->dtype (BF16 with fp32
+ * master weights, or F32 throughout); statistics, losses and optimizer state are fp32.
+ *
+ * Kernels are templates over the element type (float or __nv_bfloat16) and compute in
+ * fp32; the entry points are C-linkage functions with the ops-table signatures. */
+#ifndef TPD_KERNELS_CUDA_CUDA_INTERNAL_H
+#define TPD_KERNELS_CUDA_CUDA_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include "base/status.h"
+#include "kernels/kernels.h"
+
+#define TPD_CUDA_GEMM_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace, sized once */
+#define TPD_CUDA_GEMM_CACHE_SLOTS 256                    /* distinct GEMM shapes remembered */
+#define TPD_CUDA_ATTN_CACHE_SLOTS 32                     /* distinct cuDNN attention plans */
+
+/* One remembered cuBLASLt heuristic result, keyed by everything that changes the choice. */
+typedef struct tpd_cuda_gemm_key {
+    int transa, transb;
+    int64_t m, n, k, lda, ldb, ldd;
+    int64_t stride_a, stride_b, stride_d;
+    int batch;
+    int dtype;    /* tpd_dtype of A, B, C and D */
+    int epilogue; /* cublasLtEpilogue_t */
+    int beta_nonzero;
+    int align; /* min over the pointers of their 16-byte alignment class (1, 2, 4, 8, 16) */
+} tpd_cuda_gemm_key;
+
+typedef struct tpd_cuda_gemm_slot {
+    int used;
+    tpd_cuda_gemm_key key;
+    cublasLtMatmulAlgo_t algo;
+} tpd_cuda_gemm_slot;
+
+/* A finalized cuDNN execution plan for one attention shape and direction. */
+typedef struct tpd_cuda_attn_plan {
+    int used;
+    int bwd; /* 0 forward, 1 backward */
+    int B, T, NH, HS;
+    cudnnBackendDescriptor_t plan;
+    void *graph;             /* every descriptor the plan references, freed with it */
+    int64_t workspace_bytes; /* the plan's own workspace */
+} tpd_cuda_attn_plan;
+
+struct tpd_kern_ctx {
+    int device;
+    tpd_dtype dtype; /* act = param = grad dtype */
+    int fused_attention;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *gemm_workspace; /* TPD_CUDA_GEMM_WORKSPACE_BYTES */
+    cudnnHandle_t cudnn;
+    tpd_cuda_gemm_slot gemm_cache[TPD_CUDA_GEMM_CACHE_SLOTS];
+    tpd_cuda_attn_plan attn_cache[TPD_CUDA_ATTN_CACHE_SLOTS];
+    /* Scratch shared by ops that need temporary device memory (layernorm partial sums,
+     * embedding sort buffers, attention workspaces). Every op runs on ctx->stream, so one
+     * op's use of it has finished before the next op's kernels start; it only grows, with
+     * stream-ordered cudaFreeAsync/cudaMallocAsync so in-flight kernels keep the old one. */
+    void *scratch;
+    size_t scratch_bytes;
+    double *host_result; /* pinned, 1 double: where host-result ops land their value */
+    void *reduce_partials; /* device, TPD_CUDA_REDUCE_BLOCKS doubles + 1 result */
+};
+
+#define TPD_CUDA_REDUCE_BLOCKS 256
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- error helpers (cuda_backend.cu) ---- */
+tpd_status tpd_cuda_check(cudaError_t err, const char *what, const char *file, int line);
+tpd_status tpd_cublas_check(cublasStatus_t st, const char *what, const char *file, int line);
+tpd_status tpd_cudnn_check(cudnnStatus_t st, const char *what, const char *file, int line);
+
+#define TPD_CUDA(call) tpd_cuda_check((call), #call, __FILE__, __LINE__)
+#define TPD_CUBLAS(call) tpd_cublas_check((call), #call, __FILE__, __LINE__)
+#define TPD_CUDNN(call) tpd_cudnn_check((call), #call, __FILE__, __LINE__)
+/* After a kernel launch: reports a bad launch configuration at the op that caused it. */
+#define TPD_CUDA_LAUNCHED(what) tpd_cuda_check(cudaGetLastError(), (what), __FILE__, __LINE__)
+
+#define TPD_CUDA_REQUIRE(cond, ...)                                                           \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            tpd_log_error(__VA_ARGS__);                                                       \
+            return TPD_ERR_INVALID;                                                           \
+        }                                                                                     \
+    } while (0)
+
+size_t tpd_cuda_dtype_size(tpd_dtype dt);
+
+/* Device scratch of at least `bytes`, valid until the next call on this context. */
+tpd_status tpd_cuda_scratch(tpd_kern_ctx *ctx, size_t bytes, void **ptr_p);
+
+/* ---- GEMM (cuda_gemm.cu) ----
+ * Row-major D(M,N) = alpha * op(A)(M,K) @ op(B)(K,N) + beta * D, batched with element
+ * strides. op(A) = A stored (M,K) with row stride lda, or (K,M) when transa. Likewise B:
+ * (K,N), or (N,K) when transb. A, B and D are in `dt`. epilogue BIAS adds bias(N) to every
+ * row; GELU_AUX_BIAS also stores the pre-activation into aux (M,N) with row stride ldd. */
+typedef struct tpd_cuda_gemm_args {
+    int transa, transb;
+    int64_t M, N, K;
+    const void *A;
+    int64_t lda, stride_a;
+    const void *B;
+    int64_t ldb, stride_b;
+    void *D;
+    int64_t ldd, stride_d;
+    int batch;
+    float alpha, beta;
+    tpd_dtype dt;
+    cublasLtEpilogue_t epilogue;
+    const void *bias; /* (N) */
+    void *aux;        /* (M,N) */
+} tpd_cuda_gemm_args;
+
+#define TPD_CUDA_GEMM_ARGS_INIT                                                               \
+    {0, 0, 0, 0, 0, NULL, 0, 0, NULL, 0, 0, NULL, 0, 0, 1, 1.0f, 0.0f, TPD_DTYPE_F32,          \
+     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL}
+
+tpd_status tpd_cuda_gemm(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g);
+
+/* ---- ops (one file each) ---- */
+tpd_status tpd_kern_cuda_embed_fwd(tpd_kern_ctx *ctx, void *out, const int32_t *tokens,
+                                   const void *wte, int N, int C, int v0, int Vl);
+tpd_status tpd_kern_cuda_embed_bwd(tpd_kern_ctx *ctx, void *dwte, const void *dout,
+                                   const int32_t *tokens, int N, int C, int v0, int Vl);
+tpd_status tpd_kern_cuda_pos_fwd(tpd_kern_ctx *ctx, void *out, const void *wpe, int B, int T,
+                                 int C);
+tpd_status tpd_kern_cuda_pos_bwd(tpd_kern_ctx *ctx, void *dwpe, const void *dout, int B,
+                                 int T, int C);
+
+tpd_status tpd_kern_cuda_layernorm_fwd(tpd_kern_ctx *ctx, void *out, float *mean, float *rstd,
+                                       const void *inp, const void *w, const void *b, int N,
+                                       int C);
+tpd_status tpd_kern_cuda_layernorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, void *db,
+                                       const void *dout, const void *inp, const void *w,
+                                       const float *mean, const float *rstd, int N, int C);
+
+tpd_status tpd_kern_cuda_matmul_fwd(tpd_kern_ctx *ctx, void *out, const void *inp,
+                                    const void *w, const void *bias, int N, int C, int OC);
+tpd_status tpd_kern_cuda_matmul_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, void *dbias,
+                                    const void *dout, const void *inp, const void *w, int N,
+                                    int C, int OC);
+tpd_status tpd_kern_cuda_bias_add(tpd_kern_ctx *ctx, void *out, const void *bias, int N,
+                                  int OC);
+tpd_status tpd_kern_cuda_matmul_gelu_fwd(tpd_kern_ctx *ctx, void *out, void *pre,
+                                         const void *inp, const void *w, const void *bias,
+                                         int N, int C, int OC);
+/* dbias(OC) += colsum(dout(N,OC)), fp32 sums in a fixed order (cuda_elementwise.cu). */
+tpd_status tpd_kern_cuda_colsum_acc(tpd_kern_ctx *ctx, void *dbias, const void *dout, int N,
+                                    int OC);
+
+tpd_status tpd_kern_cuda_gelu_fwd(tpd_kern_ctx *ctx, void *out, const void *inp, size_t n);
+tpd_status tpd_kern_cuda_gelu_bwd(tpd_kern_ctx *ctx, void *dinp, const void *inp,
+                                  const void *dout, size_t n);
+tpd_status tpd_kern_cuda_add(tpd_kern_ctx *ctx, void *out, const void *a, const void *b,
+                             size_t n);
+tpd_status tpd_kern_cuda_scale(tpd_kern_ctx *ctx, void *x, float s, size_t n);
+tpd_status tpd_kern_cuda_cast(tpd_kern_ctx *ctx, void *dst, tpd_dtype dst_dt, const void *src,
+                              tpd_dtype src_dt, size_t n);
+
+size_t tpd_kern_cuda_attention_saved_bytes(tpd_kern_ctx *ctx, int B, int T, int NH, int HS);
+tpd_status tpd_kern_cuda_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved,
+                                       const void *qkv, int B, int T, int NH, int HS);
+tpd_status tpd_kern_cuda_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
+                                       const void *qkv, const void *out, const void *saved,
+                                       int B, int T, int NH, int HS);
+/* The two implementations behind the ops above (cuda_attention_cudnn.cu and
+ * cuda_attention_gemm.cu). The fused one needs BF16. */
+int tpd_cuda_attention_fused(const tpd_kern_ctx *ctx);
+tpd_status tpd_cuda_attention_cudnn_fwd(tpd_kern_ctx *ctx, void *out, float *stats,
+                                        const void *qkv, int B, int T, int NH, int HS);
+tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
+                                        const void *qkv, const void *out, const float *stats,
+                                        int B, int T, int NH, int HS);
+tpd_status tpd_cuda_attention_gemm_fwd(tpd_kern_ctx *ctx, void *out, void *probs,
+                                       const void *qkv, int B, int T, int NH, int HS);
+tpd_status tpd_cuda_attention_gemm_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
+                                       const void *qkv, const void *probs, int B, int T,
+                                       int NH, int HS);
+void tpd_cuda_attention_cache_destroy(tpd_kern_ctx *ctx);
+
+tpd_status tpd_kern_cuda_xent_max(tpd_kern_ctx *ctx, float *maxv, const void *logits, int N,
+                                  int Vl, int Vvalid);
+tpd_status tpd_kern_cuda_xent_sumexp(tpd_kern_ctx *ctx, float *sumexp, float *tgt,
+                                     const void *logits, const float *maxv,
+                                     const int32_t *targets, int N, int Vl, int Vvalid, int v0);
+tpd_status tpd_kern_cuda_xent_loss(tpd_kern_ctx *ctx, float *loss, const float *maxv,
+                                   const float *sumexp, const float *tgt, int N);
+tpd_status tpd_kern_cuda_xent_bwd(tpd_kern_ctx *ctx, void *logits, const float *maxv,
+                                  const float *sumexp, const int32_t *targets, float dloss,
+                                  int N, int Vl, int Vvalid, int v0);
+
+tpd_status tpd_kern_cuda_adamw(tpd_kern_ctx *ctx, void *param, float *master, const void *grad,
+                               float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                               float eps, float weight_decay, int step, float grad_scale);
+tpd_status tpd_kern_cuda_sum_f32(tpd_kern_ctx *ctx, const float *x, size_t n, double *sum_p);
+tpd_status tpd_kern_cuda_sumsq(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n,
+                               double *sumsq_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,115 @@
+/* AdamW on flat ranges (with fp32 master weights under bf16) and the host-result
+ * reductions (sum of the loss, sum of squares for the gradient norm).
+ *
+ * The reductions are deterministic: a fixed grid reduces fixed slices into per-block
+ * doubles, and one block adds those in block order, so the bits depend on nothing but the
+ * input. */
+#include "kernels/cuda/cuda_common.cuh"
+
+#include <math.h>
+
+#define ADAM_BLOCK 256
+#define RED_THREADS 256
+
+/* g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ * w -= lr * (m/bc1 / (sqrt(v/bc2) + eps) + wd * w). w is master when present (then param
+ * is written as its cast), else param (fp32) itself. */
+template <typename P, typename G>
+__global__ void adamw_kernel(P *param, float *master, const G *grad, float *m, float *v, size_t n,
+                             float lr, float b1, float b2, float eps, float wd, float inv_bc1,
+                             float inv_bc2, float grad_scale) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float g = tpd_to_f(grad[i]) * grad_scale;
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float w = master != NULL ? master[i] : tpd_to_f(param[i]);
+        float mhat = mi * inv_bc1, vhat = vi * inv_bc2;
+        w -= lr * (mhat / (sqrtf(vhat) + eps) + wd * w);
+        if (master != NULL) master[i] = w;
+        param[i] = tpd_from_f<P>(w);
+    }
+}
+
+extern "C" tpd_status tpd_kern_cuda_adamw(tpd_kern_ctx *ctx, void *param, float *master,
+                                          const void *grad, float *m, float *v, size_t n, float lr,
+                                          float beta1, float beta2, float eps, float weight_decay,
+                                          int step, float grad_scale) {
+    TPD_CUDA_REQUIRE(step >= 1, "adamw: step (%d) must be >= 1", step);
+    TPD_CUDA_REQUIRE(master != NULL || ctx->dtype == TPD_DTYPE_F32,
+                     "adamw: a %s parameter needs fp32 master weights", tpd_dtype_name(ctx->dtype));
+    if (n == 0) return TPD_OK;
+    /* Bias corrections in double on the host: 1 - beta^step loses digits in fp32 for
+     * betas near 1 and early steps. */
+    float inv_bc1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)step)));
+    float inv_bc2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)step)));
+    unsigned grid = tpd_grid_for(n, ADAM_BLOCK);
+    TPD_CUDA_DISPATCH(ctx->dtype, T, {
+        adamw_kernel<T, T><<<grid, ADAM_BLOCK, 0, ctx->stream>>>(
+            (T *)param, master, (const T *)grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
+            inv_bc1, inv_bc2, grad_scale);
+    });
+    return TPD_CUDA_LAUNCHED("adamw");
+}
+
+/* ---- host-result reductions ---- */
+
+template <typename T, int SQUARE>
+__global__ void reduce_partial_kernel(double *partials, const T *x, size_t n) {
+    /* Block b owns the contiguous slice [b*per, (b+1)*per); threads stride inside it. */
+    size_t per = (n + gridDim.x - 1) / gridDim.x;
+    size_t begin = (size_t)blockIdx.x * per;
+    size_t end = begin + per < n ? begin + per : n;
+    double acc = 0.0;
+    for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        double f = (double)tpd_to_f(x[i]);
+        acc += SQUARE ? f * f : f;
+    }
+    acc = tpd_block_sum_d(acc);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+__global__ void reduce_final_kernel(double *result, const double *partials, int nparts) {
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < nparts; i += blockDim.x) acc += partials[i];
+    acc = tpd_block_sum_d(acc);
+    if (threadIdx.x == 0) *result = acc;
+}
+
+template <typename T, int SQUARE>
+static tpd_status reduce_to_host(tpd_kern_ctx *ctx, const T *x, size_t n, double *out_p,
+                                 const char *name) {
+    double *partials = (double *)ctx->reduce_partials;
+    double *result = partials + TPD_CUDA_REDUCE_BLOCKS;
+    if (n == 0) {
+        *out_p = 0.0;
+        return TPD_OK;
+    }
+    reduce_partial_kernel<T, SQUARE><<<TPD_CUDA_REDUCE_BLOCKS, RED_THREADS, 0, ctx->stream>>>(
+        partials, x, n);
+    TPD_CHECK(TPD_CUDA_LAUNCHED(name));
+    reduce_final_kernel<<<1, RED_THREADS, 0, ctx->stream>>>(result, partials,
+                                                            TPD_CUDA_REDUCE_BLOCKS);
+    TPD_CHECK(TPD_CUDA_LAUNCHED(name));
+    TPD_CHECK(TPD_CUDA(cudaMemcpyAsync(ctx->host_result, result, sizeof(double),
+                                       cudaMemcpyDeviceToHost, ctx->stream)));
+    TPD_CHECK(TPD_CUDA(cudaStreamSynchronize(ctx->stream)));
+    *out_p = *ctx->host_result;
+    return TPD_OK;
+}
+
+extern "C" tpd_status tpd_kern_cuda_sum_f32(tpd_kern_ctx *ctx, const float *x, size_t n,
+                                            double *sum_p) {
+    return reduce_to_host<float, 0>(ctx, x, n, sum_p, "sum_f32");
+}
+
+extern "C" tpd_status tpd_kern_cuda_sumsq(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n,
+                                          double *sumsq_p) {
+    if (dt == TPD_DTYPE_F32) return reduce_to_host<float, 1>(ctx, (const float *)x, n, sumsq_p, "sumsq");
+    if (dt == TPD_DTYPE_BF16)
+        return reduce_to_host<tpd_bf16, 1>(ctx, (const tpd_bf16 *)x, n, sumsq_p, "sumsq");
+    tpd_log_error("sumsq: dtype %s is not supported", tpd_dtype_name(dt));
+    return TPD_ERR_UNSUPPORTED;
+}

@@ -1,0 +1,354 @@
+/* MPI backend of the communicator interface (host memory, CPU collectives).
+ *
+ * Errors: communicators use MPI_ERRORS_RETURN so that a failure is logged with the
+ * group's name before the process leaves. A watchdog thread bounds every blocking call by
+ * the timeout given to tpd_comm_mpi_set_timeout: past it the process logs and exits with
+ * TPD_EXIT_COMM, and the launcher (mpirun, srun) tears the job down, so no rank waits
+ * forever on a dead peer. */
+#include "parallel/comm.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct tpd_comm_ctx {
+    MPI_Comm comm;
+};
+
+struct tpd_comm_req {
+    MPI_Request req;
+};
+
+/* ---- watchdog: one per process ---- */
+static struct {
+    pthread_t thread;
+    int started;
+    double timeout_s;
+    volatile double busy_since; /* monotonic seconds; 0 when idle */
+    volatile const char *busy_what;
+} g_wd;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *watchdog_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        sleep(1);
+        double since = g_wd.busy_since;
+        if (since > 0 && now_s() - since > g_wd.timeout_s) {
+            tpd_log_error("communication: %s did not complete within comm.timeout_s = %.0f s; "
+                          "a peer rank is dead or stuck. Aborting.",
+                          (const char *)g_wd.busy_what, g_wd.timeout_s);
+            /* Other ranks are blocked in the same collective: leaving is the only way to
+             * let the launcher tear the job down. */
+            _exit(TPD_EXIT_COMM);
+        }
+    }
+    return NULL;
+}
+
+void tpd_comm_mpi_set_timeout(double timeout_s) {
+    g_wd.timeout_s = timeout_s;
+    if (!g_wd.started && timeout_s > 0) {
+        if (pthread_create(&g_wd.thread, NULL, watchdog_main, NULL) == 0) {
+            pthread_detach(g_wd.thread);
+            g_wd.started = 1;
+        }
+    }
+}
+
+static void busy_begin(const char *what) {
+    g_wd.busy_what = what;
+    g_wd.busy_since = now_s();
+}
+static void busy_end(void) {
+    g_wd.busy_since = 0;
+}
+
+/* ---- bf16 reductions (MPI has no bf16 type) ---- */
+static float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    uint16_t *a = in, *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+static void bf16_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    uint16_t *a = in, *b = inout;
+    for (int i = 0; i < *len; i++)
+        if (bf16_to_f32(a[i]) > bf16_to_f32(b[i])) b[i] = a[i];
+}
+static MPI_Op g_bf16_ops[2] = {MPI_OP_NULL, MPI_OP_NULL};
+
+static tpd_status map_types(tpd_comm *c, tpd_dtype dt, tpd_comm_op op, MPI_Datatype *mdt,
+                            MPI_Op *mop) {
+    switch (dt) {
+    case TPD_DTYPE_F32: *mdt = MPI_FLOAT; break;
+    case TPD_DTYPE_I32: *mdt = MPI_INT32_T; break;
+    case TPD_DTYPE_BF16: *mdt = MPI_UINT16_T; break;
+    default:
+        tpd_log_error("comm %s: unsupported dtype %d", c->name, (int)dt);
+        return TPD_ERR_INVALID;
+    }
+    if (!mop) return TPD_OK;
+    if (dt == TPD_DTYPE_BF16) {
+        if (g_bf16_ops[0] == MPI_OP_NULL) {
+            MPI_Op_create(bf16_sum, 1, &g_bf16_ops[0]);
+            MPI_Op_create(bf16_max, 1, &g_bf16_ops[1]);
+        }
+        *mop = g_bf16_ops[op == TPD_COMM_OP_MAX];
+    } else {
+        *mop = op == TPD_COMM_OP_MAX ? MPI_MAX : MPI_SUM;
+    }
+    return TPD_OK;
+}
+
+static tpd_status mpi_fail(tpd_comm *c, const char *what, int rc) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    tpd_log_error("comm %s: %s failed: %s", c->name, what, msg);
+    return TPD_ERR_COMM;
+}
+
+#define MPI_CALL(c, what, call)                                                               \
+    do {                                                                                      \
+        busy_begin(what);                                                                     \
+        int mpi_rc_ = (call);                                                                 \
+        busy_end();                                                                           \
+        if (mpi_rc_ != MPI_SUCCESS) return mpi_fail((c), (what), mpi_rc_);                    \
+    } while (0)
+
+/* MPI counts are int: large buffers go in chunks. */
+#define CHUNK ((size_t)1 << 30)
+
+static tpd_status m_allreduce(tpd_comm *c, const void *send, void *recv, size_t count,
+                              tpd_dtype dt, tpd_comm_op op, void *stream) {
+    (void)stream;
+    MPI_Datatype mdt;
+    MPI_Op mop;
+    TPD_CHECK(map_types(c, dt, op, &mdt, &mop));
+    size_t es = tpd_dtype_size(dt);
+    for (size_t off = 0; off < count; off += CHUNK) {
+        size_t n = count - off < CHUNK ? count - off : CHUNK;
+        const void *s = send == recv ? MPI_IN_PLACE : (const char *)send + off * es;
+        MPI_CALL(c, "all-reduce",
+                 MPI_Allreduce(s, (char *)recv + off * es, (int)n, mdt, mop, c->ctx->comm));
+    }
+    return TPD_OK;
+}
+
+static tpd_status m_reduce_scatter(tpd_comm *c, const void *send, void *recv,
+                                   size_t recvcount, tpd_dtype dt, tpd_comm_op op,
+                                   void *stream) {
+    (void)stream;
+    MPI_Datatype mdt;
+    MPI_Op mop;
+    TPD_CHECK(map_types(c, dt, op, &mdt, &mop));
+    if (recvcount > (size_t)INT32_MAX) {
+        tpd_log_error("comm %s: reduce-scatter block of %zu elements exceeds MPI's int count",
+                      c->name, recvcount);
+        return TPD_ERR_UNSUPPORTED;
+    }
+    size_t bytes = recvcount * tpd_dtype_size(dt);
+    if ((const char *)recv == (const char *)send + (size_t)c->rank * bytes) {
+        /* In place (NCCL's convention: recv is this rank's block of send). MPI's in-place
+         * form leaves the result at the start of the buffer; move it to the block. */
+        MPI_CALL(c, "reduce-scatter",
+                 MPI_Reduce_scatter_block(MPI_IN_PLACE, (void *)send, (int)recvcount, mdt, mop,
+                                          c->ctx->comm));
+        if (c->rank) memmove(recv, send, bytes);
+        return TPD_OK;
+    }
+    MPI_CALL(c, "reduce-scatter",
+             MPI_Reduce_scatter_block(send, recv, (int)recvcount, mdt, mop, c->ctx->comm));
+    return TPD_OK;
+}
+
+static tpd_status m_allgather(tpd_comm *c, const void *send, void *recv, size_t sendcount,
+                              tpd_dtype dt, void *stream) {
+    (void)stream;
+    MPI_Datatype mdt;
+    TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
+    if (sendcount > (size_t)INT32_MAX) {
+        tpd_log_error("comm %s: all-gather block of %zu elements exceeds MPI's int count",
+                      c->name, sendcount);
+        return TPD_ERR_UNSUPPORTED;
+    }
+    /* In place when send is this rank's block of recv. */
+    const char *mine = (const char *)recv + (size_t)c->rank * sendcount * tpd_dtype_size(dt);
+    const void *s = (const char *)send == mine ? MPI_IN_PLACE : send;
+    MPI_CALL(c, "all-gather",
+             MPI_Allgather(s, (int)sendcount, mdt, recv, (int)sendcount, mdt, c->ctx->comm));
+    return TPD_OK;
+}
+
+static tpd_status m_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int root,
+                              void *stream) {
+    (void)stream;
+    MPI_Datatype mdt;
+    TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
+    size_t es = tpd_dtype_size(dt);
+    for (size_t off = 0; off < count; off += CHUNK) {
+        size_t n = count - off < CHUNK ? count - off : CHUNK;
+        MPI_CALL(c, "broadcast", MPI_Bcast((char *)buf + off * es, (int)n, mdt, root,
+                                           c->ctx->comm));
+    }
+    return TPD_OK;
+}
+
+static tpd_status m_isend(tpd_comm *c, const void *buf, size_t count, tpd_dtype dt, int peer,
+                          int tag, void *stream, tpd_comm_req **req_p) {
+    (void)stream;
+    MPI_Datatype mdt;
+    TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
+    tpd_comm_req *r = malloc(sizeof *r);
+    if (!r) return TPD_ERR_NOMEM;
+    int rc = MPI_Isend(buf, (int)count, mdt, peer, tag, c->ctx->comm, &r->req);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return mpi_fail(c, "send", rc);
+    }
+    *req_p = r;
+    return TPD_OK;
+}
+
+static tpd_status m_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer,
+                          int tag, void *stream, tpd_comm_req **req_p) {
+    (void)stream;
+    MPI_Datatype mdt;
+    TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
+    tpd_comm_req *r = malloc(sizeof *r);
+    if (!r) return TPD_ERR_NOMEM;
+    int rc = MPI_Irecv(buf, (int)count, mdt, peer, tag, c->ctx->comm, &r->req);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return mpi_fail(c, "receive", rc);
+    }
+    *req_p = r;
+    return TPD_OK;
+}
+
+static tpd_status m_wait(tpd_comm *c, tpd_comm_req *r) {
+    if (!r) return TPD_OK;
+    busy_begin("point-to-point wait");
+    int rc = MPI_Wait(&r->req, MPI_STATUS_IGNORE);
+    busy_end();
+    free(r);
+    return rc == MPI_SUCCESS ? TPD_OK : mpi_fail(c, "wait", rc);
+}
+
+static tpd_status m_noop(tpd_comm *c) {
+    (void)c;
+    return TPD_OK;
+}
+
+static tpd_status m_barrier(tpd_comm *c) {
+    MPI_CALL(c, "barrier", MPI_Barrier(c->ctx->comm));
+    return TPD_OK;
+}
+
+static tpd_status m_sync(tpd_comm *c, void *stream) {
+    (void)c;
+    (void)stream;
+    return TPD_OK;
+}
+
+static tpd_status wrap(MPI_Comm mc, tpd_comm **out_p);
+
+static tpd_status m_split(tpd_comm *c, int color, int key, tpd_comm **out_p) {
+    MPI_Comm nc;
+    MPI_CALL(c, "split", MPI_Comm_split(c->ctx->comm, color < 0 ? MPI_UNDEFINED : color, key,
+                                        &nc));
+    if (nc == MPI_COMM_NULL) {
+        *out_p = NULL;
+        return TPD_OK;
+    }
+    return wrap(nc, out_p);
+}
+
+static void m_abort(tpd_comm *c) {
+    MPI_Abort(c->ctx->comm, TPD_EXIT_COMM);
+}
+
+static void m_destroy(tpd_comm *c) {
+    if (!c) return;
+    if (c->ctx->comm != MPI_COMM_WORLD) MPI_Comm_free(&c->ctx->comm);
+    free(c->ctx);
+    free(c);
+}
+
+static const tpd_comm_ops g_mpi_ops = {
+    .name = "mpi",
+    .allreduce = m_allreduce,
+    .reduce_scatter = m_reduce_scatter,
+    .allgather = m_allgather,
+    .broadcast = m_broadcast,
+    .isend = m_isend,
+    .irecv = m_irecv,
+    .wait = m_wait,
+    .group_start = m_noop,
+    .group_end = m_noop,
+    .barrier = m_barrier,
+    .sync = m_sync,
+    .split = m_split,
+    .abort = m_abort,
+    .destroy = m_destroy,
+};
+
+static tpd_status wrap(MPI_Comm mc, tpd_comm **out_p) {
+    tpd_comm *c = calloc(1, sizeof *c);
+    tpd_comm_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!c || !ctx) {
+        free(c);
+        free(ctx);
+        return TPD_ERR_NOMEM;
+    }
+    ctx->comm = mc;
+    MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(mc, &c->rank);
+    MPI_Comm_size(mc, &c->size);
+    c->ops = &g_mpi_ops;
+    c->ctx = ctx;
+    *out_p = c;
+    return TPD_OK;
+}
+
+tpd_status tpd_comm_mpi_world(tpd_comm **world_p) {
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init) {
+        tpd_log_error("comm: MPI is not initialized");
+        return TPD_ERR_INTERNAL;
+    }
+    tpd_comm *c = NULL;
+    TPD_CHECK(wrap(MPI_COMM_WORLD, &c));
+    snprintf(c->name, sizeof c->name, "world");
+    *world_p = c;
+    return TPD_OK;
+}
+
+void *tpd_comm_mpi_handle(tpd_comm *c) {
+    return c && c->ops == &g_mpi_ops ? (void *)&c->ctx->comm : NULL;
+}

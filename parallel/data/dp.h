@@ -1,0 +1,55 @@
+/* Data parallelism over the flat gradient buffer.
+ *
+ * The buffer is padded to a multiple of DP and cut into buckets of `bucket` elements
+ * (a multiple of DP; the last one shorter). Without ZeRO-1 each bucket is all-reduced.
+ * With ZeRO-1 (Megatron's distributed optimizer) each bucket is reduce-scattered: DP rank
+ * d owns the d-th 1/DP of every bucket, keeps AdamW state (and master weights) only for
+ * those ranges, updates them, and all-gathers the parameters bucket by bucket. */
+#ifndef TPD_PARALLEL_DATA_DP_H
+#define TPD_PARALLEL_DATA_DP_H
+
+#include <stddef.h>
+
+#include "kernels/kernels.h"
+#include "parallel/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpd_dp_range {
+    size_t begin, end;  /* flat element range of the parameter buffer */
+    size_t state;       /* offset of `begin` in this rank's optimizer-state shard */
+} tpd_dp_range;
+
+typedef struct tpd_dp_plan {
+    int dp_size, dp_rank, zero;
+    size_t numel;        /* real elements */
+    size_t numel_padded; /* multiple of dp_size */
+    size_t bucket;       /* elements per bucket, multiple of dp_size */
+    int nbuckets;
+    int nranges;
+    tpd_dp_range *ranges; /* owned: one per bucket with ZeRO, [0, numel_padded) without */
+    size_t shard_numel;   /* optimizer-state elements on this rank */
+} tpd_dp_plan;
+
+size_t tpd_dp_padded_numel(size_t numel, int dp_size);
+/* State elements a rank keeps: numel_padded / dp with ZeRO, numel_padded without. */
+size_t tpd_dp_shard_numel(size_t numel, int dp_size, int zero);
+
+tpd_status tpd_dp_plan_init(size_t numel, size_t bucket_elems, int dp_size, int dp_rank,
+                            int zero, tpd_dp_plan *plan_p);
+void tpd_dp_plan_free(tpd_dp_plan *plan);
+
+/* Sum gradients over DP: all-reduce per bucket, or reduce-scatter per bucket (ZeRO: only
+ * the owned ranges hold the sum afterwards). */
+tpd_status tpd_dp_reduce_grads(const tpd_dp_plan *plan, tpd_comm *dp, void *grads,
+                               tpd_dtype dt, void *stream);
+/* ZeRO: all-gather the updated owned ranges of the parameters (no-op without ZeRO). */
+tpd_status tpd_dp_gather_params(const tpd_dp_plan *plan, tpd_comm *dp, void *params,
+                                tpd_dtype dt, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,86 @@
+#include "parallel/data/dp.h"
+
+#include <stdlib.h>
+
+size_t tpd_dp_padded_numel(size_t numel, int dp_size) {
+    size_t d = (size_t)dp_size;
+    return (numel + d - 1) / d * d;
+}
+
+size_t tpd_dp_shard_numel(size_t numel, int dp_size, int zero) {
+    size_t padded = tpd_dp_padded_numel(numel, dp_size);
+    return zero ? padded / (size_t)dp_size : padded;
+}
+
+tpd_status tpd_dp_plan_init(size_t numel, size_t bucket_elems, int dp_size, int dp_rank,
+                            int zero, tpd_dp_plan *plan_p) {
+    tpd_dp_plan p = {.dp_size = dp_size, .dp_rank = dp_rank, .zero = zero && dp_size > 1,
+                     .numel = numel};
+    size_t d = (size_t)dp_size;
+    p.numel_padded = tpd_dp_padded_numel(numel, dp_size);
+    if (bucket_elems < d) bucket_elems = d;
+    p.bucket = bucket_elems / d * d;
+    if (p.bucket > p.numel_padded) p.bucket = p.numel_padded;
+    p.nbuckets = p.bucket ? (int)((p.numel_padded + p.bucket - 1) / p.bucket) : 0;
+    p.nranges = p.zero ? p.nbuckets : 1;
+    p.ranges = calloc((size_t)(p.nranges ? p.nranges : 1), sizeof *p.ranges);
+    if (!p.ranges) return TPD_ERR_NOMEM;
+    if (!p.zero) {
+        p.ranges[0] = (tpd_dp_range){0, p.numel_padded, 0};
+        p.shard_numel = p.numel_padded;
+    } else {
+        size_t state = 0;
+        for (int b = 0; b < p.nbuckets; b++) {
+            size_t b0 = (size_t)b * p.bucket;
+            size_t len = (p.numel_padded - b0 < p.bucket ? p.numel_padded - b0 : p.bucket);
+            size_t part = len / d; /* len is a multiple of d: both ends are */
+            p.ranges[b] = (tpd_dp_range){b0 + part * (size_t)dp_rank,
+                                         b0 + part * (size_t)(dp_rank + 1), state};
+            state += part;
+        }
+        p.shard_numel = state;
+    }
+    *plan_p = p;
+    return TPD_OK;
+}
+
+void tpd_dp_plan_free(tpd_dp_plan *plan) {
+    free(plan->ranges);
+    plan->ranges = NULL;
+}
+
+tpd_status tpd_dp_reduce_grads(const tpd_dp_plan *plan, tpd_comm *dp, void *grads,
+                               tpd_dtype dt, void *stream) {
+    if (!dp || dp->size == 1) return TPD_OK;
+    size_t es = tpd_dtype_size(dt);
+    for (int b = 0; b < plan->nbuckets; b++) {
+        size_t b0 = (size_t)b * plan->bucket;
+        size_t len = plan->numel_padded - b0 < plan->bucket ? plan->numel_padded - b0
+                                                            : plan->bucket;
+        char *base = (char *)grads + b0 * es;
+        if (plan->zero) {
+            size_t part = len / (size_t)plan->dp_size;
+            TPD_CHECK(dp->ops->reduce_scatter(dp, base, base + part * (size_t)dp->rank * es,
+                                              part, dt, TPD_COMM_OP_SUM, stream));
+        } else {
+            TPD_CHECK(dp->ops->allreduce(dp, base, base, len, dt, TPD_COMM_OP_SUM, stream));
+        }
+    }
+    return TPD_OK;
+}
+
+tpd_status tpd_dp_gather_params(const tpd_dp_plan *plan, tpd_comm *dp, void *params,
+                                tpd_dtype dt, void *stream) {
+    if (!plan->zero || !dp || dp->size == 1) return TPD_OK;
+    size_t es = tpd_dtype_size(dt);
+    for (int b = 0; b < plan->nbuckets; b++) {
+        size_t b0 = (size_t)b * plan->bucket;
+        size_t len = plan->numel_padded - b0 < plan->bucket ? plan->numel_padded - b0
+                                                            : plan->bucket;
+        size_t part = len / (size_t)plan->dp_size;
+        char *base = (char *)params + b0 * es;
+        TPD_CHECK(dp->ops->allgather(dp, base + part * (size_t)dp->rank * es, base, part, dt,
+                                     stream));
+    }
+    return TPD_OK;
+}

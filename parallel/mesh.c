@@ -1,0 +1,145 @@
+#include "parallel/mesh.h"
+
+#include <stdlib.h>
+
+tpd_status tpd_mesh_init(int world_size, int rank, int tp, int pp, int dp, tpd_mesh *mesh_p) {
+    if (tp < 1 || pp < 1 || dp < 1 || world_size != tp * pp * dp || rank < 0 ||
+        rank >= world_size) {
+        tpd_log_error("mesh: world size %d does not equal TP %d * PP %d * DP %d (rank %d)",
+                      world_size, tp, pp, dp, rank);
+        return TPD_ERR_INVALID;
+    }
+    tpd_mesh m = {.tp_size = tp, .pp_size = pp, .dp_size = dp, .world_size = world_size,
+                  .rank = rank};
+    tpd_mesh_coords_of(&m, rank, &m.tp, &m.dp, &m.pp);
+    *mesh_p = m;
+    return TPD_OK;
+}
+
+int tpd_mesh_rank_of(const tpd_mesh *m, int tp, int dp, int pp) {
+    return tp + m->tp_size * (dp + m->dp_size * pp);
+}
+
+void tpd_mesh_coords_of(const tpd_mesh *m, int rank, int *tp_p, int *dp_p, int *pp_p) {
+    *tp_p = rank % m->tp_size;
+    *dp_p = (rank / m->tp_size) % m->dp_size;
+    *pp_p = rank / (m->tp_size * m->dp_size);
+}
+
+const char *tpd_mesh_group_name(tpd_mesh_group g) {
+    static const char *names[] = {"tp", "dp", "pp", "emb", "mp"};
+    return (g >= 0 && g < TPD_MESH_GROUP_COUNT) ? names[g] : "?";
+}
+
+int tpd_mesh_group_members(const tpd_mesh *m, tpd_mesh_group g, int rank, int *out, int cap) {
+    int tp, dp, pp, n = 0;
+    tpd_mesh_coords_of(m, rank, &tp, &dp, &pp);
+#define PUSH(r)                                                                               \
+    do {                                                                                      \
+        if (n < cap) out[n] = (r);                                                            \
+        n++;                                                                                  \
+    } while (0)
+    switch (g) {
+    case TPD_MESH_GROUP_TP:
+        for (int i = 0; i < m->tp_size; i++) PUSH(tpd_mesh_rank_of(m, i, dp, pp));
+        break;
+    case TPD_MESH_GROUP_DP:
+        for (int i = 0; i < m->dp_size; i++) PUSH(tpd_mesh_rank_of(m, tp, i, pp));
+        break;
+    case TPD_MESH_GROUP_PP:
+        for (int i = 0; i < m->pp_size; i++) PUSH(tpd_mesh_rank_of(m, tp, dp, i));
+        break;
+    case TPD_MESH_GROUP_EMB:
+        if (pp == 0 || pp == m->pp_size - 1) {
+            PUSH(tpd_mesh_rank_of(m, tp, dp, 0));
+            if (m->pp_size > 1) PUSH(tpd_mesh_rank_of(m, tp, dp, m->pp_size - 1));
+        }
+        break;
+    case TPD_MESH_GROUP_MP:
+        /* ascending world rank: pp outer, tp inner */
+        for (int s = 0; s < m->pp_size; s++)
+            for (int i = 0; i < m->tp_size; i++) PUSH(tpd_mesh_rank_of(m, i, dp, s));
+        break;
+    default:
+        break;
+    }
+#undef PUSH
+    return n;
+}
+
+void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *color_p,
+                          int *key_p) {
+    int tp, dp, pp;
+    tpd_mesh_coords_of(m, rank, &tp, &dp, &pp);
+    int color = -1, key = rank;
+    switch (g) {
+    case TPD_MESH_GROUP_TP: color = dp + m->dp_size * pp; key = tp; break;
+    case TPD_MESH_GROUP_DP: color = tp + m->tp_size * pp; key = dp; break;
+    case TPD_MESH_GROUP_PP: color = tp + m->tp_size * dp; key = pp; break;
+    case TPD_MESH_GROUP_EMB:
+        if (pp == 0 || pp == m->pp_size - 1) color = tp + m->tp_size * dp;
+        key = pp;
+        break;
+    case TPD_MESH_GROUP_MP: color = dp; key = tp + m->tp_size * pp; break;
+    default: break;
+    }
+    *color_p = color;
+    *key_p = key;
+}
+
+tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_comms *comms_p) {
+    tpd_status st = TPD_OK;
+    tpd_mesh_comms c = {.world = world};
+    tpd_comm **slots[TPD_MESH_GROUP_COUNT] = {&c.tp, &c.dp, &c.pp, &c.emb, &c.mp};
+    for (int g = 0; g < TPD_MESH_GROUP_COUNT; g++) {
+        int color, key;
+        tpd_mesh_group_color(m, (tpd_mesh_group)g, m->rank, &color, &key);
+        /* every rank takes part in every split (collective), non-members pass color -1 */
+        TPD_CHECK_GOTO(tpd_comm_split(world, color, key, tpd_mesh_group_name((tpd_mesh_group)g),
+                                      slots[g]),
+                       st, undo_splits);
+    }
+    *comms_p = c;
+    return TPD_OK;
+undo_splits:
+    tpd_mesh_comms_destroy(&c);
+    return st;
+}
+
+void tpd_mesh_comms_destroy(tpd_mesh_comms *c) {
+    tpd_comm **slots[] = {&c->mp, &c->emb, &c->pp, &c->dp, &c->tp};
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
+        if (*slots[i]) (*slots[i])->ops->destroy(*slots[i]);
+        *slots[i] = NULL;
+    }
+}
+
+void tpd_mesh_comms_abort(tpd_mesh_comms *c) {
+    tpd_comm *all[] = {c->mp, c->emb, c->pp, c->dp, c->tp, c->world};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i]) all[i]->ops->abort(all[i]);
+}
+
+const char *tpd_mesh_launcher_env(int *rank_p, int *world_p, int *local_rank_p) {
+    static const struct {
+        const char *name, *rank, *world, *local;
+    } envs[] = {
+        {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+        {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+        {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    };
+    for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
+        const char *r = getenv(envs[i].rank), *w = getenv(envs[i].world);
+        if (r && w) {
+            const char *l = getenv(envs[i].local);
+            *rank_p = atoi(r);
+            *world_p = atoi(w);
+            *local_rank_p = l ? atoi(l) : 0;
+            return envs[i].name;
+        }
+    }
+    *rank_p = 0;
+    *world_p = 1;
+    *local_rank_p = 0;
+    return "none";
+}

@@ -1,0 +1,67 @@
+/* The device mesh: rank <-> (tp, dp, pp) coordinates in Megatron's order (TP fastest,
+ * then DP, then PP): rank = tp + TP*(dp + DP*pp).
+ *
+ * Groups (8 ranks, TP=PP=DP=2): TP {0,1}{2,3}{4,5}{6,7}; DP {0,2}{1,3}{4,6}{5,7};
+ * PP {0,4}{1,5}{2,6}{3,7}; embedding = first and last stage of each PP group;
+ * model-parallel = the TP*PP ranks sharing a dp index. Pure arithmetic: no MPI here. */
+#ifndef TPD_PARALLEL_MESH_H
+#define TPD_PARALLEL_MESH_H
+
+#include "base/status.h"
+#include "parallel/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpd_mesh {
+    int tp_size, pp_size, dp_size, world_size;
+    int rank, tp, pp, dp; /* this rank's coordinates */
+} tpd_mesh;
+
+/* Fails (logged, TPD_ERR_INVALID) when world != tp*pp*dp or any size < 1. */
+tpd_status tpd_mesh_init(int world_size, int rank, int tp, int pp, int dp, tpd_mesh *mesh_p);
+int tpd_mesh_rank_of(const tpd_mesh *m, int tp, int dp, int pp);
+void tpd_mesh_coords_of(const tpd_mesh *m, int rank, int *tp_p, int *dp_p, int *pp_p);
+
+typedef enum tpd_mesh_group {
+    TPD_MESH_GROUP_TP = 0,
+    TPD_MESH_GROUP_DP = 1,
+    TPD_MESH_GROUP_PP = 2,
+    TPD_MESH_GROUP_EMB = 3, /* first and last stage of this rank's PP group */
+    TPD_MESH_GROUP_MP = 4,  /* model parallel: TP x PP at fixed dp */
+    TPD_MESH_GROUP_COUNT = 5,
+} tpd_mesh_group;
+
+const char *tpd_mesh_group_name(tpd_mesh_group g);
+
+/* Members (world ranks, ascending) of `rank`'s group g; returns the count, writes up to
+ * cap. The embedding group of a rank that is neither first nor last stage is empty
+ * (returns 0); with PP=1 it is the rank itself. */
+int tpd_mesh_group_members(const tpd_mesh *m, tpd_mesh_group g, int rank, int *out, int cap);
+
+/* Color/key for MPI_Comm_split / ncclCommSplit of group g (color -1 = not a member). */
+void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *color_p,
+                          int *key_p);
+
+/* One communicator per dimension, split from the world. */
+typedef struct tpd_mesh_comms {
+    tpd_comm *world, *tp, *dp, *pp, *emb, *mp; /* emb NULL when not first/last stage */
+} tpd_mesh_comms;
+
+tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_comms *comms_p);
+/* Destroys the sub-communicators (not world). */
+void tpd_mesh_comms_destroy(tpd_mesh_comms *comms);
+/* Aborts every communicator including world. */
+void tpd_mesh_comms_abort(tpd_mesh_comms *comms);
+
+/* Launcher environment: rank, world size and local rank from Open MPI
+ * (OMPI_COMM_WORLD_*), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) or torchrun
+ * (RANK, WORLD_SIZE, LOCAL_RANK). Without any, a single process: 0, 1, 0. Returns the
+ * launcher's name ("openmpi", "slurm", "torchrun", "none"). */
+const char *tpd_mesh_launcher_env(int *rank_p, int *world_p, int *local_rank_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

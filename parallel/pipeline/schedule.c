@@ -1,0 +1,331 @@
+/* Pipeline schedules as action lists, and the event-driven simulator that the planner
+ * uses to predict the bubble and the timeline of a step. */
+#include "parallel/pipeline/schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *tpd_pp_action_name(tpd_pp_action_kind k) {
+    switch (k) {
+    case TPD_PP_FWD: return "FWD";
+    case TPD_PP_BWD: return "BWD";
+    case TPD_PP_SEND_ACT: return "SEND_ACT";
+    case TPD_PP_RECV_ACT: return "RECV_ACT";
+    case TPD_PP_SEND_GRAD: return "SEND_GRAD";
+    case TPD_PP_RECV_GRAD: return "RECV_GRAD";
+    }
+    return "?";
+}
+
+/* Appends one action; `cap` was sized by the caller, so this never reallocates. */
+static void push(tpd_pp_schedule *s, tpd_pp_action_kind k, int mb, int chunk) {
+    s->actions[s->count].kind = k;
+    s->actions[s->count].micro_batch = mb;
+    s->actions[s->count].chunk = chunk;
+    s->count++;
+}
+
+/* Forward of (mb, chunk) with its receive and send. The first virtual stage (stage 0,
+ * chunk 0) reads the data loader instead of receiving; the last one (stage p-1, chunk
+ * v-1) computes the loss instead of sending. */
+static void push_forward(tpd_pp_schedule *s, int mb, int chunk) {
+    int first = s->stage == 0 && chunk == 0;
+    int last = s->stage == s->stages - 1 && chunk == s->virtual_stages - 1;
+    if (!first) push(s, TPD_PP_RECV_ACT, mb, chunk);
+    push(s, TPD_PP_FWD, mb, chunk);
+    if (!last) push(s, TPD_PP_SEND_ACT, mb, chunk);
+}
+
+static void push_backward(tpd_pp_schedule *s, int mb, int chunk) {
+    int first = s->stage == 0 && chunk == 0;
+    int last = s->stage == s->stages - 1 && chunk == s->virtual_stages - 1;
+    if (!last) push(s, TPD_PP_RECV_GRAD, mb, chunk);
+    push(s, TPD_PP_BWD, mb, chunk);
+    if (!first) push(s, TPD_PP_SEND_GRAD, mb, chunk);
+}
+
+static tpd_status sched_alloc(int stages, int stage, int mbs, int v, tpd_pp_schedule *s) {
+    memset(s, 0, sizeof *s);
+    s->stages = stages;
+    s->stage = stage;
+    s->micro_batches = mbs;
+    s->virtual_stages = v;
+    /* At most 3 actions per forward and 3 per backward. */
+    size_t cap = (size_t)6 * (size_t)mbs * (size_t)v;
+    s->actions = malloc(cap * sizeof *s->actions);
+    if (!s->actions) {
+        tpd_log_error("pipeline schedule: cannot allocate %zu actions", cap);
+        return TPD_ERR_NOMEM;
+    }
+    return TPD_OK;
+}
+
+tpd_status tpd_pp_schedule_1f1b(int stages, int stage, int micro_batches,
+                                tpd_pp_schedule *sched_p) {
+    if (stages < 1 || stage < 0 || stage >= stages || micro_batches < 1) {
+        tpd_log_error("1f1b schedule: bad arguments stages=%d stage=%d micro_batches=%d",
+                      stages, stage, micro_batches);
+        return TPD_ERR_INVALID;
+    }
+    tpd_pp_schedule s;
+    TPD_CHECK(sched_alloc(stages, stage, micro_batches, 1, &s));
+    int warmup = stages - stage - 1;
+    if (warmup > micro_batches) warmup = micro_batches;
+    int steady = micro_batches - warmup;
+    for (int j = 0; j < warmup; j++) push_forward(&s, j, 0);
+    for (int i = 0; i < steady; i++) {
+        push_forward(&s, warmup + i, 0);
+        push_backward(&s, i, 0);
+    }
+    for (int i = steady; i < micro_batches; i++) push_backward(&s, i, 0);
+    *sched_p = s;
+    return TPD_OK;
+}
+
+/* Megatron's mapping from the k-th forward (or backward) of a stage to its model chunk
+ * and micro-batch: groups of p*v iterations walk p micro-batches through chunk 0, then
+ * the same p through chunk 1, ...; backwards walk the chunks in reverse. */
+static int interleaved_chunk(int k, int p, int v, int forward) {
+    int c = (k % (p * v)) / p;
+    return forward ? c : v - 1 - c;
+}
+
+static int interleaved_micro_batch(int k, int p, int v) {
+    return (k / (p * v)) * p + k % p;
+}
+
+tpd_status tpd_pp_schedule_interleaved(int stages, int stage, int micro_batches,
+                                       int virtual_stages, tpd_pp_schedule *sched_p) {
+    int p = stages, v = virtual_stages, m = micro_batches;
+    if (p < 1 || stage < 0 || stage >= p || m < 1 || v < 1) {
+        tpd_log_error("interleaved schedule: bad arguments stages=%d stage=%d "
+                      "micro_batches=%d virtual_stages=%d",
+                      p, stage, m, v);
+        return TPD_ERR_INVALID;
+    }
+    if (m % p != 0) {
+        tpd_log_error("interleaved schedule: micro_batches (%d) must be a multiple of "
+                      "pipeline stages (%d)",
+                      m, p);
+        return TPD_ERR_INVALID;
+    }
+    tpd_pp_schedule s;
+    TPD_CHECK(sched_alloc(p, stage, m, v, &s));
+    int total = m * v;
+    int warmup = (p - stage - 1) * 2 + (v - 1) * p;
+    if (warmup > total) warmup = total;
+    int steady = total - warmup;
+    for (int k = 0; k < warmup; k++)
+        push_forward(&s, interleaved_micro_batch(k, p, v), interleaved_chunk(k, p, v, 1));
+    for (int i = 0; i < steady; i++) {
+        int kf = warmup + i;
+        push_forward(&s, interleaved_micro_batch(kf, p, v), interleaved_chunk(kf, p, v, 1));
+        push_backward(&s, interleaved_micro_batch(i, p, v), interleaved_chunk(i, p, v, 0));
+    }
+    for (int k = steady; k < total; k++)
+        push_backward(&s, interleaved_micro_batch(k, p, v), interleaved_chunk(k, p, v, 0));
+    *sched_p = s;
+    return TPD_OK;
+}
+
+void tpd_pp_schedule_free(tpd_pp_schedule *s) {
+    if (!s) return;
+    free(s->actions);
+    s->actions = NULL;
+    s->count = 0;
+}
+
+int tpd_pp_schedule_peak_in_flight(const tpd_pp_schedule *s) {
+    int cur = 0, peak = 0;
+    for (int i = 0; i < s->count; i++) {
+        if (s->actions[i].kind == TPD_PP_FWD) {
+            if (++cur > peak) peak = cur;
+        } else if (s->actions[i].kind == TPD_PP_BWD) {
+            cur--;
+        }
+    }
+    return peak;
+}
+
+/* ---- simulator ---- */
+
+/* Send times, indexed by (stage, chunk, micro-batch) for each direction; -1 = not yet
+ * issued. */
+typedef struct sim_sends {
+    int p, v, m;
+    double *act, *grad; /* (p, v, m) */
+} sim_sends;
+
+static size_t send_index(const sim_sends *ss, int stage, int chunk, int mb) {
+    return ((size_t)stage * (size_t)ss->v + (size_t)chunk) * (size_t)ss->m + (size_t)mb;
+}
+
+/* The send that a receive of `a` on `stage` waits for: activations come from the previous
+ * virtual stage, gradients from the next one. Returns its slot or -1 when the peer does
+ * not exist (a malformed list). */
+static long matching_send(const sim_sends *ss, int stage, const tpd_pp_action *a,
+                          const double **table_p) {
+    int peer = stage, chunk = a->chunk;
+    if (a->kind == TPD_PP_RECV_ACT) {
+        *table_p = ss->act;
+        if (stage > 0) {
+            peer = stage - 1;
+        } else {
+            peer = ss->p - 1;
+            chunk = a->chunk - 1;
+        }
+    } else {
+        *table_p = ss->grad;
+        if (stage < ss->p - 1) {
+            peer = stage + 1;
+        } else {
+            peer = 0;
+            chunk = a->chunk + 1;
+        }
+    }
+    if (chunk < 0 || chunk >= ss->v || a->micro_batch < 0 || a->micro_batch >= ss->m)
+        return -1;
+    return (long)send_index(ss, peer, chunk, a->micro_batch);
+}
+
+tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_fwd,
+                           double t_bwd, double t_p2p, double **start_p, double **end_p,
+                           tpd_pp_sim_result *result_p) {
+    tpd_status st = TPD_OK;
+    if (!scheds || stages < 1) {
+        tpd_log_error("pipeline simulation: no schedules");
+        return TPD_ERR_INVALID;
+    }
+    int v = scheds[0].virtual_stages, m = scheds[0].micro_batches;
+    for (int s = 0; s < stages; s++) {
+        if (scheds[s].stages != stages || scheds[s].stage != s ||
+            scheds[s].virtual_stages != v || scheds[s].micro_batches != m) {
+            tpd_log_error("pipeline simulation: schedule %d does not belong to a %d-stage "
+                          "pipeline of %d micro-batches x %d chunks",
+                          s, stages, m, v);
+            return TPD_ERR_INVALID;
+        }
+    }
+    size_t slots = (size_t)stages * (size_t)v * (size_t)m;
+    sim_sends ss = {stages, v, m, NULL, NULL};
+    char *owned = NULL;
+    int *pc = calloc((size_t)stages, sizeof *pc);
+    double *clock = calloc((size_t)stages, sizeof *clock);
+    ss.act = malloc(slots * sizeof *ss.act);
+    ss.grad = malloc(slots * sizeof *ss.grad);
+    if (!pc || !clock || !ss.act || !ss.grad)
+        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_work, "pipeline simulation: out of memory");
+    for (size_t i = 0; i < slots; i++) ss.act[i] = ss.grad[i] = -1.0;
+    /* start_p/end_p are arrays of `stages` pointers: a NULL entry is allocated here
+     * (sched[s].count doubles; the caller frees it with free()), a non-NULL one is
+     * caller-sized. `owned` remembers which we allocated so a failure leaves none. */
+    owned = calloc((size_t)stages * 2, sizeof *owned);
+    if (!owned) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_work, "pipeline simulation: out of memory");
+    for (int s = 0; s < stages; s++) {
+        size_t n = scheds[s].count > 0 ? (size_t)scheds[s].count : 1;
+        if (start_p && start_p[s] == NULL) {
+            if (!(start_p[s] = malloc(n * sizeof(double))))
+                TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_times, "pipeline simulation: out of "
+                              "memory");
+            owned[2 * s] = 1;
+        }
+        if (end_p && end_p[s] == NULL) {
+            if (!(end_p[s] = malloc(n * sizeof(double))))
+                TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_times, "pipeline simulation: out of "
+                              "memory");
+            owned[2 * s + 1] = 1;
+        }
+    }
+
+    /* Each stage runs its list in order until it reaches a receive whose send has not
+     * been issued yet; sweeping the stages until none moves is enough because a send is
+     * issued at its stage's current clock, which never goes back. */
+    double busy = 0.0, makespan = 0.0;
+    int remaining = 0;
+    for (int s = 0; s < stages; s++) remaining += scheds[s].count;
+    while (remaining > 0) {
+        int progressed = 0;
+        for (int s = 0; s < stages; s++) {
+            const tpd_pp_schedule *sc = &scheds[s];
+            while (pc[s] < sc->count) {
+                const tpd_pp_action *a = &sc->actions[pc[s]];
+                double t0 = clock[s], t1 = t0;
+                switch (a->kind) {
+                case TPD_PP_FWD: t1 = t0 + t_fwd; busy += t_fwd; break;
+                case TPD_PP_BWD: t1 = t0 + t_bwd; busy += t_bwd; break;
+                case TPD_PP_SEND_ACT:
+                case TPD_PP_SEND_GRAD: {
+                    if (a->chunk < 0 || a->chunk >= v || a->micro_batch < 0 ||
+                        a->micro_batch >= m)
+                        TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, free_times,
+                                      "pipeline simulation: stage %d action %d out of "
+                                      "range (mb %d chunk %d)",
+                                      s, pc[s], a->micro_batch, a->chunk);
+                    double *tab = a->kind == TPD_PP_SEND_ACT ? ss.act : ss.grad;
+                    tab[send_index(&ss, s, a->chunk, a->micro_batch)] = t0;
+                    break;
+                }
+                case TPD_PP_RECV_ACT:
+                case TPD_PP_RECV_GRAD: {
+                    const double *tab = NULL;
+                    long slot = matching_send(&ss, s, a, &tab);
+                    if (slot < 0)
+                        TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, free_times,
+                                      "pipeline simulation: stage %d %s mb %d chunk %d has "
+                                      "no peer",
+                                      s, tpd_pp_action_name(a->kind), a->micro_batch,
+                                      a->chunk);
+                    if (tab[slot] < 0.0) goto next_stage; /* blocked on the peer */
+                    double arrive = tab[slot] + t_p2p;
+                    if (arrive > t1) t1 = arrive;
+                    break;
+                }
+                }
+                if (start_p) start_p[s][pc[s]] = t0;
+                if (end_p) end_p[s][pc[s]] = t1;
+                clock[s] = t1;
+                if (t1 > makespan) makespan = t1;
+                pc[s]++;
+                remaining--;
+                progressed = 1;
+            }
+        next_stage:;
+        }
+        if (!progressed) {
+            for (int s = 0; s < stages; s++) {
+                if (pc[s] < scheds[s].count) {
+                    const tpd_pp_action *a = &scheds[s].actions[pc[s]];
+                    TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, free_times,
+                                  "pipeline simulation: deadlock, stage %d waits at action "
+                                  "%d (%s mb %d chunk %d) and no stage can progress",
+                                  s, pc[s], tpd_pp_action_name(a->kind), a->micro_batch,
+                                  a->chunk);
+                }
+            }
+        }
+    }
+    if (result_p) {
+        result_p->makespan = makespan;
+        result_p->busy_total = busy;
+        result_p->idle_fraction =
+            makespan > 0.0 ? 1.0 - busy / ((double)stages * makespan) : 0.0;
+    }
+free_times:
+    for (int s = 0; st != TPD_OK && owned && s < stages; s++) {
+        if (owned[2 * s]) {
+            free(start_p[s]);
+            start_p[s] = NULL;
+        }
+        if (owned[2 * s + 1]) {
+            free(end_p[s]);
+            end_p[s] = NULL;
+        }
+    }
+free_work:
+    free(owned);
+    free(ss.grad);
+    free(ss.act);
+    free(clock);
+    free(pc);
+    return st;
+}

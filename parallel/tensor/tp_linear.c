@@ -1,0 +1,40 @@
+#include "parallel/tensor/tp.h"
+
+static tpd_status tp_allreduce(const tpd_tp_ctx *t, void *buf, size_t count) {
+    if (!t->tp || t->tp->size == 1) return TPD_OK;
+    return t->tp->ops->allreduce(t->tp, buf, buf, count, t->kb->act_dtype, TPD_COMM_OP_SUM,
+                                 t->kb->stream);
+}
+
+tpd_status tpd_tp_column_fwd(const tpd_tp_ctx *t, void *out, const void *inp, const void *w,
+                             const void *b, int N, int C, int OCl) {
+    return t->kb->ops->matmul_fwd(t->kb->ctx, out, inp, w, b, N, C, OCl);
+}
+
+tpd_status tpd_tp_column_gelu_fwd(const tpd_tp_ctx *t, void *out, void *pre, const void *inp,
+                                  const void *w, const void *b, int N, int C, int OCl) {
+    return t->kb->ops->matmul_gelu_fwd(t->kb->ctx, out, pre, inp, w, b, N, C, OCl);
+}
+
+tpd_status tpd_tp_column_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db,
+                             const void *dout, const void *inp, const void *w, int N, int C,
+                             int OCl) {
+    /* forward: out_l = inp @ w_l^T  =>  dinp = sum over TP ranks of dout_l @ w_l */
+    TPD_CHECK(t->kb->ops->matmul_bwd(t->kb->ctx, dinp, dw, db, dout, inp, w, N, C, OCl));
+    return tp_allreduce(t, dinp, (size_t)N * C);
+}
+
+tpd_status tpd_tp_row_fwd(const tpd_tp_ctx *t, void *out, const void *inp, const void *w,
+                          const void *b, int N, int Cl, int OC) {
+    /* The bias is added once, after the partial products are summed. */
+    TPD_CHECK(t->kb->ops->matmul_fwd(t->kb->ctx, out, inp, w, NULL, N, Cl, OC));
+    TPD_CHECK(tp_allreduce(t, out, (size_t)N * OC));
+    return b ? t->kb->ops->bias_add(t->kb->ctx, out, b, N, OC) : TPD_OK;
+}
+
+tpd_status tpd_tp_row_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db,
+                          const void *dout, const void *inp, const void *w, int N, int Cl,
+                          int OC) {
+    /* forward: out = allreduce(inp_l @ w_l^T) + b, an identity in the backward */
+    return t->kb->ops->matmul_bwd(t->kb->ctx, dinp, dw, db, dout, inp, w, N, Cl, OC);
+}

@@ -1,0 +1,86 @@
+// Shared by the engine and parallel tests: a tiny GPT config and a small learnable corpus
+// written as a Megatron indexed data set.
+#pragma once
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+extern "C" {
+#include "engine/config.h"
+#include "engine/data.h"
+}
+
+namespace tiny {
+
+// Byte-level text with plenty of structure, cut into documents.
+inline std::string corpus_text() {
+    static const char *lines[] = {
+        "the quick brown fox jumps over the lazy dog. ",
+        "a stitch in time saves nine. ",
+        "all that glitters is not gold. ",
+        "to be or not to be, that is the question. ",
+        "early to bed and early to rise makes a man healthy, wealthy and wise. ",
+    };
+    std::string s;
+    for (int i = 0; i < 400; i++) s += lines[(i * 7 + i / 5) % 5];
+    return s;
+}
+
+// Writes PREFIX.bin/.idx once per path; returns the prefix.
+inline std::string write_corpus(const std::string &prefix) {
+    std::string text = corpus_text();
+    std::vector<int32_t> toks;
+    std::vector<uint64_t> offs{0};
+    for (size_t i = 0; i < text.size(); i++) {
+        toks.push_back((unsigned char)text[i]);
+        if ((i + 1) % 997 == 0 || i + 1 == text.size()) {
+            toks.push_back(TPD_BYTE_EOD);
+            offs.push_back(toks.size());
+        }
+    }
+    tpd_indexed_write(prefix.c_str(), toks.data(), offs.data(), offs.size() - 1,
+                      TPD_BYTE_VOCAB);
+    return prefix;
+}
+
+// A model small enough for finite differences and for 8 ranks on 2 cores, divisible by
+// TP in {1,2,4} (heads 4) and PP in {1,2,4} (layers 4).
+inline tpd_config config(const std::string &data_prefix) {
+    tpd_config c;
+    tpd_config_defaults(&c);
+    c.model.num_layers = 4;
+    c.model.hidden_size = 32;
+    c.model.num_attention_heads = 4;
+    c.model.ffn_hidden_size = 128;
+    c.model.vocab_size = TPD_BYTE_VOCAB;
+    c.model.seq_length = 16;
+    c.model.max_position_embeddings = 16;
+    c.model.make_vocab_size_divisible_by = 8;
+    c.model.init_method_std = 0.02;
+    c.training.micro_batch_size = 1;
+    c.training.global_batch_size = 16;
+    c.training.train_iters = 10;
+    c.training.seed = 1234;
+    c.training.num_threads = 1;
+    c.optimizer.lr = 1e-3;
+    c.optimizer.min_lr = 1e-4;
+    c.optimizer.lr_warmup_iters = 2;
+    c.optimizer.weight_decay = 0.1;
+    c.optimizer.clip_grad = 1.0;
+    c.parallel.data_parallel_size = 0;
+    c.parallel.ddp_bucket_size = 5000;
+    c.logging.eval_interval = 0;
+    c.logging.metrics_file[0] = 0;
+    snprintf(c.data.data_path, sizeof c.data.data_path, "%s", data_prefix.c_str());
+    return c;
+}
+
+inline std::string temp_prefix(const char *name) {
+    return std::string("/tmp/tripod_test_") + name + "_" + std::to_string(getpid());
+}
+
+} // namespace tiny

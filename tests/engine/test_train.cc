@@ -1,0 +1,151 @@
+// Single-rank training: the loss falls, runs are bit-identical, the LR schedule and the
+// metrics file follow their definitions.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cjson/cJSON.h>
+#include <cmath>
+#include <fstream>
+#include <vector>
+
+#include "../common/tiny.h"
+
+extern "C" {
+#include "engine/metrics.h"
+#include "engine/train.h"
+#include "parallel/comm.h"
+}
+
+namespace {
+
+tpd_comm *g_world = nullptr;
+std::string g_data;
+
+std::vector<double> train_losses(const tpd_config &cfg, int steps, std::vector<float> *wte) {
+    tpd_trainer *tr = nullptr;
+    EXPECT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    std::vector<double> losses;
+    if (!tr) return losses;
+    for (int i = 0; i < steps; i++) {
+        tpd_step_stats s;
+        EXPECT_EQ(tpd_trainer_step(tr, &s), TPD_OK);
+        losses.push_back(s.lm_loss);
+    }
+    if (wte) {
+        wte->resize(tpd_model_layout_global_numel(&tr->model->plan.lay, TPD_P_WTE));
+        EXPECT_EQ(tpd_trainer_gather_param(tr, TPD_P_WTE, wte->data()), TPD_OK);
+    }
+    tpd_trainer_destroy(tr);
+    return losses;
+}
+
+TEST(Train, LossFallsOnTinyModel) {
+    tpd_config cfg = tiny::config(g_data);
+    cfg.model.seq_length = 32;
+    cfg.model.max_position_embeddings = 32;
+    cfg.training.micro_batch_size = 4;
+    cfg.training.global_batch_size = 8;
+    cfg.training.train_iters = 200;
+    cfg.optimizer.lr = 1e-2;
+    cfg.optimizer.min_lr = 1e-3;
+    cfg.optimizer.lr_warmup_iters = 5;
+    std::vector<double> l = train_losses(cfg, 200, nullptr);
+    ASSERT_EQ(l.size(), 200u);
+    // Uniform over 257 byte tokens is ln(257) = 5.55; the text is highly repetitive.
+    EXPECT_NEAR(l[0], std::log(257.0), 0.3);
+    printf("tiny model loss: first %.3f, last %.3f\n", l[0], l.back());
+    EXPECT_LT(l.back(), 1.5) << "loss after 200 steps";
+}
+
+TEST(Train, TwoRunsAreBitIdentical) {
+    tpd_config cfg = tiny::config(g_data);
+    std::vector<float> w1, w2;
+    std::vector<double> a = train_losses(cfg, 4, &w1), b = train_losses(cfg, 4, &w2);
+    ASSERT_EQ(a.size(), 4u);
+    EXPECT_EQ(0, memcmp(a.data(), b.data(), a.size() * sizeof(double)));
+    ASSERT_EQ(w1.size(), w2.size());
+    EXPECT_EQ(0, memcmp(w1.data(), w2.data(), w1.size() * 4));
+}
+
+TEST(Train, LearningRateSchedule) {
+    tpd_config cfg = tiny::config(g_data);
+    cfg.training.train_iters = 100;
+    cfg.optimizer.lr = 1.0;
+    cfg.optimizer.min_lr = 0.1;
+    cfg.optimizer.lr_warmup_iters = 10;
+    snprintf(cfg.optimizer.lr_decay_style, sizeof cfg.optimizer.lr_decay_style, "cosine");
+    EXPECT_DOUBLE_EQ(tpd_lr_at(&cfg, 0), 0.1);
+    EXPECT_DOUBLE_EQ(tpd_lr_at(&cfg, 9), 1.0);
+    EXPECT_DOUBLE_EQ(tpd_lr_at(&cfg, 10), 1.0);
+    EXPECT_NEAR(tpd_lr_at(&cfg, 55), 0.1 + 0.9 * 0.5, 1e-12); // half way: cos = 0
+    EXPECT_DOUBLE_EQ(tpd_lr_at(&cfg, 100), 0.1);
+    snprintf(cfg.optimizer.lr_decay_style, sizeof cfg.optimizer.lr_decay_style, "linear");
+    EXPECT_NEAR(tpd_lr_at(&cfg, 32), 1.0 - 0.9 * 22.0 / 90.0, 1e-12);
+    snprintf(cfg.optimizer.lr_decay_style, sizeof cfg.optimizer.lr_decay_style, "constant");
+    EXPECT_DOUBLE_EQ(tpd_lr_at(&cfg, 80), 1.0);
+}
+
+TEST(Train, RunWritesMetricsFile) {
+    tpd_config cfg = tiny::config(g_data);
+    cfg.training.train_iters = 3;
+    cfg.logging.log_interval = 1;
+    cfg.logging.eval_interval = 3;
+    cfg.logging.eval_iters = 1;
+    std::string path = tiny::temp_prefix("metrics") + "/m.jsonl";
+    snprintf(cfg.logging.metrics_file, sizeof cfg.logging.metrics_file, "%s", path.c_str());
+    tpd_trainer *tr = nullptr;
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    ASSERT_EQ(tpd_trainer_run(tr), TPD_OK);
+    tpd_trainer_destroy(tr);
+    std::ifstream in(path);
+    std::string line;
+    int n = 0;
+    const char *keys[] = {"iteration", "consumed_samples", "lm_loss", "lr", "grad_norm",
+                          "elapsed_ms", "tokens_per_s", "tflops_per_gpu", "skipped_iterations"};
+    while (std::getline(in, line)) {
+        cJSON *o = cJSON_Parse(line.c_str());
+        ASSERT_NE(o, nullptr) << line;
+        for (const char *k : keys) EXPECT_NE(cJSON_GetObjectItem(o, k), nullptr) << k;
+        n++;
+        EXPECT_EQ(cJSON_GetObjectItem(o, "iteration")->valueint, n);
+        EXPECT_EQ(cJSON_GetObjectItem(o, "consumed_samples")->valueint, 16 * n);
+        EXPECT_EQ(cJSON_GetObjectItem(o, "val_loss") != nullptr, n == 3);
+        cJSON_Delete(o);
+    }
+    EXPECT_EQ(n, 3);
+}
+
+TEST(Metrics, LogLineHasMegatronFields) {
+    tpd_iter_record r = {};
+    r.iteration = 50;
+    r.train_iters = 100;
+    r.consumed_samples = 25600;
+    r.elapsed_ms = 263.6;
+    r.lr = 1.092267e-4;
+    r.global_batch_size = 512;
+    r.lm_loss = 8.184724;
+    r.grad_norm = 1.128;
+    r.mfu = -1;
+    r.val_loss = NAN;
+    char buf[1024];
+    tpd_metrics_format_line(&r, buf, sizeof buf);
+    std::string s(buf);
+    for (const char *f : {"iteration       50/     100", "consumed samples:", "elapsed time per iteration (ms): 263.6",
+                          "throughput per GPU (TFLOP/s/GPU):", "tokens/s:", "learning rate: 1.092267E-04",
+                          "global batch size:   512", "lm loss: 8.184724E+00", "grad norm: 1.128",
+                          "number of skipped iterations:   0"})
+        EXPECT_NE(s.find(f), std::string::npos) << "missing '" << f << "' in " << s;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    ::testing::InitGoogleTest(&argc, argv);
+    MPI_Init(&argc, &argv);
+    tpd_comm_mpi_world(&g_world);
+    g_data = tiny::write_corpus(tiny::temp_prefix("corpus"));
+    int rc = RUN_ALL_TESTS();
+    g_world->ops->destroy(g_world);
+    MPI_Finalize();
+    return rc;
+}

@@ -1,0 +1,114 @@
+// Rank layout (Megatron's order: TP fastest, then DP, then PP) against the tables in
+// DESIGN.md and REFERENCES.md, and the data-parallel bucket/shard plan.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+extern "C" {
+#include "parallel/data/dp.h"
+#include "parallel/mesh.h"
+}
+
+static std::vector<int> members(const tpd_mesh &m, tpd_mesh_group g, int rank) {
+    int buf[64];
+    int n = tpd_mesh_group_members(&m, g, rank, buf, 64);
+    return std::vector<int>(buf, buf + n);
+}
+
+using V = std::vector<int>;
+
+TEST(Mesh, EightRanksDesignTable) {
+    tpd_mesh m;
+    ASSERT_EQ(tpd_mesh_init(8, 0, 2, 2, 2, &m), TPD_OK);
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_TP, 0), (V{0, 1}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_TP, 5), (V{4, 5}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 0), (V{0, 2}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 1), (V{1, 3}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 4), (V{4, 6}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 7), (V{5, 7}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_PP, 0), (V{0, 4}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_PP, 3), (V{3, 7}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_EMB, 2), (V{2, 6}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_MP, 0), (V{0, 1, 4, 5}));
+    for (int r = 0; r < 8; r++) {
+        int tp, dp, pp;
+        tpd_mesh_coords_of(&m, r, &tp, &dp, &pp);
+        EXPECT_EQ(r, tp + 2 * (dp + 2 * pp));
+        EXPECT_EQ(tpd_mesh_rank_of(&m, tp, dp, pp), r);
+    }
+}
+
+TEST(Mesh, SixteenRanksReferenceTable) {
+    tpd_mesh m;
+    ASSERT_EQ(tpd_mesh_init(16, 0, 2, 4, 2, &m), TPD_OK);
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_TP, 14), (V{14, 15}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 0), (V{0, 2}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 5), (V{5, 7}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_PP, 0), (V{0, 4, 8, 12}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_PP, 3), (V{3, 7, 11, 15}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_EMB, 1), (V{1, 13}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_EMB, 15), (V{3, 15}));
+    EXPECT_TRUE(members(m, TPD_MESH_GROUP_EMB, 5).empty()); // a middle stage
+}
+
+TEST(Mesh, SplitColorsMatchMembers) {
+    // Ranks with equal color must be exactly the members of the group, ordered by key.
+    tpd_mesh m;
+    ASSERT_EQ(tpd_mesh_init(16, 0, 2, 4, 2, &m), TPD_OK);
+    for (int g = 0; g < TPD_MESH_GROUP_COUNT; g++) {
+        for (int r = 0; r < 16; r++) {
+            int color, key;
+            tpd_mesh_group_color(&m, (tpd_mesh_group)g, r, &color, &key);
+            V mem = members(m, (tpd_mesh_group)g, r);
+            if (color < 0) {
+                EXPECT_TRUE(mem.empty());
+                continue;
+            }
+            std::vector<std::pair<int, int>> same;
+            for (int q = 0; q < 16; q++) {
+                int c2, k2;
+                tpd_mesh_group_color(&m, (tpd_mesh_group)g, q, &c2, &k2);
+                if (c2 == color) same.push_back({k2, q});
+            }
+            std::sort(same.begin(), same.end());
+            V ordered;
+            for (auto &p : same) ordered.push_back(p.second);
+            EXPECT_EQ(ordered, mem) << "group " << tpd_mesh_group_name((tpd_mesh_group)g)
+                                    << " rank " << r;
+        }
+    }
+}
+
+TEST(Mesh, RejectsWorldMismatch) {
+    tpd_mesh m;
+    EXPECT_EQ(tpd_mesh_init(6, 0, 2, 2, 2, &m), TPD_ERR_INVALID);
+    EXPECT_EQ(tpd_mesh_init(8, 8, 2, 2, 2, &m), TPD_ERR_INVALID);
+}
+
+TEST(DataParallelPlan, ZeroShardsCoverEveryElementOnce) {
+    const size_t numel = 1003;
+    for (int dp : {1, 2, 3, 4, 8}) {
+        for (size_t bucket : {(size_t)7, (size_t)64, (size_t)100000}) {
+            std::vector<int> owner(tpd_dp_padded_numel(numel, dp), 0);
+            size_t state_total = 0;
+            for (int r = 0; r < dp; r++) {
+                tpd_dp_plan p;
+                ASSERT_EQ(tpd_dp_plan_init(numel, bucket, dp, r, 1, &p), TPD_OK);
+                EXPECT_EQ(p.numel_padded % dp, 0u);
+                EXPECT_EQ(p.shard_numel, tpd_dp_shard_numel(numel, dp, dp > 1));
+                size_t state = 0;
+                for (int i = 0; i < p.nranges; i++) {
+                    EXPECT_EQ(p.ranges[i].state, state);
+                    for (size_t e = p.ranges[i].begin; e < p.ranges[i].end; e++) owner[e]++;
+                    state += p.ranges[i].end - p.ranges[i].begin;
+                }
+                EXPECT_EQ(state, p.shard_numel);
+                state_total += state;
+                tpd_dp_plan_free(&p);
+            }
+            EXPECT_EQ(state_total, owner.size());
+            for (size_t e = 0; e < owner.size(); e++) ASSERT_EQ(owner[e], 1) << "element " << e;
+        }
+    }
+}
