@@ -120,18 +120,36 @@ static int run_training(int argc, char **argv, int bench) {
             return TPD_EXIT_CONFIG;
         }
     }
+    int provided;
+    MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    int world_size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    /* Every rank loads and checks the config on its own and prints its (identical) error;
+     * only then do the ranks agree, with one reduction, whether to go on. So each rank's
+     * message is out before any rank leaves. */
     tpd_config cfg;
     int rc = load_config(&a, &cfg);
     free_args(&a);
-    if (rc != TPD_EXIT_OK) return rc;
+    if (rc == TPD_EXIT_OK) {
+        char err[1024];
+        if (tpd_config_check_world(&cfg, world_size, err, sizeof err) != TPD_OK ||
+            tpd_config_check_trainable(&cfg, err, sizeof err) != TPD_OK) {
+            fprintf(stderr, "tripod: error: %s\n", err);
+            rc = TPD_EXIT_CONFIG;
+        }
+    }
+    int worst = rc;
+    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (worst != TPD_EXIT_OK) {
+        MPI_Finalize();
+        return worst;
+    }
     if (bench) {
         cfg.training.train_iters = warmup + steps;
         cfg.logging.eval_interval = 0;
         cfg.logging.metrics_file[0] = 0;
     }
 
-    int provided;
-    MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
     tpd_comm *world = NULL;
     tpd_trainer *tr = NULL;
     tpd_status st = tpd_comm_mpi_world(&world);

@@ -21,7 +21,7 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb,
     if (!m) return TPD_ERR_NOMEM;
     m->cfg = *cfg;
     m->kb = kb;
-    m->tp = (tpd_tp_ctx){kb, tp_comm};
+    m->tp = (tpd_tp_ctx){kb, tp_comm, NULL};
     TPD_CHECK_GOTO(tpd_buffer_plan_init(cfg, tp_size, tp_rank, pp, dp, stage, &m->plan), st,
                    undo_model);
     m->d = m->plan.lay.d;

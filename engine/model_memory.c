@@ -11,14 +11,15 @@ static size_t take(size_t *cursor, size_t bytes) {
     return at;
 }
 
-/* Saved attention state per layer and micro-batch: the cpu backend and the unfused cuda
- * path keep the softmax probabilities (B,NH,T,T) fp32; cuDNN flash attention keeps only
- * the softmax statistics (B,NH,T) fp32. */
-static size_t att_saved_bytes(const tpd_config *cfg, const tpd_model_dims *d) {
-    int fused = strcmp(cfg->training.device, "cuda") == 0 &&
-                strcmp(cfg->training.attention, "fused") == 0;
+/* Saved attention state per layer and micro-batch, as each backend keeps it: cuDNN flash
+ * attention (cuda, bf16, attention: fused) keeps the softmax statistics (B,NH,T) fp32;
+ * the unfused cuda path keeps the probabilities (B,NH,T,T) in the activation dtype; the
+ * cpu backend keeps them (B,NH,T,T) in fp32. */
+static size_t att_saved_bytes(const tpd_config *cfg, const tpd_model_dims *d, size_t act) {
     size_t rows = (size_t)d->B * d->NHl * d->T;
-    return fused ? rows * 4 : rows * d->T * 4;
+    if (strcmp(cfg->training.device, "cuda") != 0) return rows * d->T * 4;
+    if (strcmp(cfg->training.attention, "fused") == 0 && act == 2) return rows * 4;
+    return rows * d->T * act;
 }
 
 tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int pp, int dp,
@@ -35,7 +36,7 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     b.shard_numel = tpd_dp_shard_numel(b.lay.numel, dp, zero);
     int M = tpd_config_num_micro_batches(cfg, dp);
     b.nslots = pp - stage < M ? pp - stage : M;
-    b.att_saved = att_saved_bytes(cfg, d);
+    b.att_saved = att_saved_bytes(cfg, d, b.act_size);
 
     size_t N = (size_t)d->B * d->T, C = (size_t)d->C, a = b.act_size;
     size_t cur = 0;

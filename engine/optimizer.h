@@ -17,7 +17,8 @@ extern "C" {
 tpd_status tpd_optim_reduce_grads(tpd_model *m, const tpd_dp_plan *dpp,
                                   const tpd_mesh_comms *comms);
 
-/* Global L2 norm of the reduced gradients, identical on every rank. */
+/* Global L2 norm of the reduced gradients, identical on every rank. hcomms: the host
+ * (MPI) communicators, since the partial sums are host scalars. */
 tpd_status tpd_optim_grad_norm(tpd_model *m, const tpd_dp_plan *dpp,
                                const tpd_mesh_comms *comms, double *norm_p);
 

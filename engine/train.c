@@ -7,6 +7,9 @@
 
 #include "engine/metrics.h"
 #include "engine/optimizer.h"
+#ifdef TPD_HAVE_NCCL
+#include "parallel/comm_nccl.h"
+#endif
 
 double tpd_lr_at(const tpd_config *cfg, int it) {
     const tpd_config_optimizer *o = &cfg->optimizer;
@@ -30,13 +33,69 @@ double tpd_model_flops_per_iteration(const tpd_config *cfg, int padded_vocab) {
 
 /* ---- construction ---- */
 
+#ifdef TPD_HAVE_NCCL
+/* Ranks on this node, as the launcher states it. */
+static int local_ranks_on_node(tpd_comm *world) {
+    const char *env = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!env) env = getenv("SLURM_NTASKS_PER_NODE");
+    if (!env) env = getenv("LOCAL_WORLD_SIZE");
+    if (env && atoi(env) > 0) return atoi(env);
+    return world->size; /* one node unless told otherwise */
+}
+#endif
+
+/* GPU communicators for tensors in device memory: NCCL when every rank of the node has a
+ * GPU of its own, else MPI staged through host memory (NCCL refuses two ranks of one
+ * communicator on the same device). */
+static tpd_status create_device_comms(tpd_trainer *tr, tpd_comm *world) {
+#ifdef TPD_HAVE_NCCL
+    int lr, lw, local_rank;
+    tpd_mesh_launcher_env(&lr, &lw, &local_rank);
+    int devices = tpd_kern_cuda_device_count();
+    tpd_comm *dworld = NULL;
+    if (tpd_comm_nccl_usable(local_ranks_on_node(world), devices)) {
+        TPD_CHECK(tpd_comm_nccl_world(tpd_comm_mpi_handle(world), local_rank,
+                                      tr->cfg.comm.timeout_s, &dworld));
+    } else {
+        tpd_comm *dup = NULL;
+        TPD_CHECK(tpd_comm_split(world, 0, world->rank, "world", &dup));
+        TPD_CHECK(tpd_comm_staged_create(dup, &dworld));
+        tpd_log_info("%d ranks share %d GPU(s): communicating through host memory",
+                     local_ranks_on_node(world), devices);
+    }
+    snprintf(dworld->name, sizeof dworld->name, "world");
+    tpd_status st = tpd_mesh_comms_create(&tr->mesh, dworld, &tr->comms);
+    if (st != TPD_OK) {
+        dworld->ops->destroy(dworld);
+        tr->comms = tr->hcomms;
+        return st;
+    }
+    tr->device_comms = 1;
+    return TPD_OK;
+#else
+    (void)world;
+    tpd_log_error("train: backend %s needs GPU communicators, but this build has no NCCL",
+                  tr->kb.name);
+    return TPD_ERR_UNSUPPORTED;
+#endif
+}
+
+static void destroy_device_comms(tpd_trainer *tr) {
+    tpd_comm *dworld = tr->comms.world;
+    tpd_mesh_comms_destroy(&tr->comms);
+    if (dworld) dworld->ops->destroy(dworld);
+    tr->comms = tr->hcomms;
+    tr->device_comms = 0;
+}
+
 static tpd_status create_backend(const tpd_config *cfg, int local_rank, tpd_kern_backend *kb) {
     tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
     kc.num_threads = cfg->training.num_threads;
     kc.dtype = strcmp(cfg->training.precision, "bf16") == 0 ? TPD_DTYPE_BF16 : TPD_DTYPE_F32;
     kc.fused_attention = strcmp(cfg->training.attention, "fused") == 0;
     if (strcmp(cfg->training.device, "cuda") == 0) {
-        kc.device = local_rank;
+        int devices = tpd_kern_cuda_device_count();
+        kc.device = devices > 0 ? local_rank % devices : 0;
         return tpd_kern_cuda_create(&kc, kb);
     }
     return tpd_kern_cpu_create(&kc, kb);
@@ -59,10 +118,12 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     int dp = tpd_config_dp(cfg, world->size);
     tr->M = tpd_config_num_micro_batches(cfg, dp);
     TPD_CHECK_GOTO(tpd_mesh_init(world->size, world->rank, tp, pp, dp, &tr->mesh), st, undo_tr);
-    TPD_CHECK_GOTO(tpd_mesh_comms_create(&tr->mesh, world, &tr->comms), st, undo_tr);
+    TPD_CHECK_GOTO(tpd_mesh_comms_create(&tr->mesh, world, &tr->hcomms), st, undo_tr);
+    tr->comms = tr->hcomms;
     int lr_rank, lr_world, local_rank;
     tpd_mesh_launcher_env(&lr_rank, &lr_world, &local_rank);
     TPD_CHECK_GOTO(create_backend(cfg, local_rank, &tr->kb), st, undo_comms);
+    if (tr->kb.device_memory) TPD_CHECK_GOTO(create_device_comms(tr, world), st, undo_backend);
     const tpd_mesh *ms = &tr->mesh;
     TPD_CHECK_GOTO(tpd_model_create(cfg, &tr->kb, tr->comms.tp, tp, ms->tp, pp, dp, ms->pp,
                                     &tr->model),
@@ -109,9 +170,10 @@ undo_dpp:
 undo_model:
     tpd_model_destroy(tr->model);
 undo_backend:
+    if (tr->device_comms) destroy_device_comms(tr);
     tpd_kern_backend_destroy(&tr->kb);
 undo_comms:
-    tpd_mesh_comms_destroy(&tr->comms);
+    tpd_mesh_comms_destroy(&tr->hcomms);
 undo_tr:
     free(tr);
     return st;
@@ -127,8 +189,9 @@ void tpd_trainer_destroy(tpd_trainer *tr) {
     tpd_pp_schedule_free(&tr->sched);
     tpd_dp_plan_free(&tr->dpp);
     tpd_model_destroy(tr->model);
+    if (tr->device_comms) destroy_device_comms(tr);
     tpd_kern_backend_destroy(&tr->kb);
-    tpd_mesh_comms_destroy(&tr->comms);
+    tpd_mesh_comms_destroy(&tr->hcomms);
     free(tr);
 }
 
@@ -185,6 +248,11 @@ static void *cb_grad_in(void *user, int j) {
     return tpd_model_grad_in(((tpd_trainer *)user)->model);
 }
 
+static void cb_on_action(void *user, const tpd_pp_action *a, double t0, double t1) {
+    tpd_trainer *tr = user;
+    if (tr->on_action) tr->on_action(tr->on_action_user, a, t0, t1);
+}
+
 static tpd_pp_exec_ops exec_ops(tpd_trainer *tr) {
     tpd_pp_exec_ops ops = {.user = tr,
                            .forward = cb_forward,
@@ -192,7 +260,8 @@ static tpd_pp_exec_ops exec_ops(tpd_trainer *tr) {
                            .act_out = cb_act_out,
                            .act_in = cb_act_in,
                            .grad_out = cb_grad_out,
-                           .grad_in = cb_grad_in};
+                           .grad_in = cb_grad_in,
+                           .on_action = tr->on_action ? cb_on_action : NULL};
     return ops;
 }
 
@@ -204,7 +273,7 @@ static size_t p2p_count(const tpd_trainer *tr) {
  * known to every rank (broadcast from the last stage over PP). */
 static tpd_status finish_loss(tpd_trainer *tr, int micro_batches, double *loss_p) {
     float v = (float)(tr->loss_acc / micro_batches);
-    tpd_comm *dp = tr->comms.dp, *pp = tr->comms.pp;
+    tpd_comm *dp = tr->hcomms.dp, *pp = tr->hcomms.pp;
     if (dp->size > 1) {
         TPD_CHECK(dp->ops->allreduce(dp, &v, &v, 1, TPD_DTYPE_F32, TPD_COMM_OP_SUM, NULL));
         v /= (float)dp->size;
@@ -226,13 +295,17 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     tr->loss_acc = 0;
 
     TPD_CHECK(tpd_model_zero_grads(m));
+    tr->tp_comm_acc = 0;
+    m->tp.comm_s = &tr->tp_comm_acc;
     tpd_pp_exec_ops ops = exec_ops(tr);
     TPD_CHECK(tpd_pp_execute(&tr->sched, tr->comms.pp, &ops, p2p_count(tr), tr->kb.act_dtype,
                              tr->kb.stream, &s.pipe));
     double t1 = tpd_pp_now();
+    m->tp.comm_s = NULL;
+    s.t_tp_comm_s = tr->tp_comm_acc;
     TPD_CHECK(tpd_optim_reduce_grads(m, &tr->dpp, &tr->comms));
     double t2 = tpd_pp_now();
-    TPD_CHECK(tpd_optim_grad_norm(m, &tr->dpp, &tr->comms, &s.grad_norm));
+    TPD_CHECK(tpd_optim_grad_norm(m, &tr->dpp, &tr->hcomms, &s.grad_norm));
     s.lr = tpd_lr_at(&tr->cfg, it);
     if (!isfinite(s.grad_norm)) {
         s.skipped = 1;
@@ -316,7 +389,7 @@ tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out) {
             if (g >= 0) memcpy(global + g, local + (size_t)r * s->cols, (size_t)s->cols * 4);
         }
     }
-    TPD_CHECK_GOTO(tpd_comm_allreduce(tr->comms.world, global, global, gn, TPD_DTYPE_F32,
+    TPD_CHECK_GOTO(tpd_comm_allreduce(tr->hcomms.world, global, global, gn, TPD_DTYPE_F32,
                                       TPD_COMM_OP_SUM),
                    st, out);
     if (out && tr->mesh.rank == 0) memcpy(out, global, gn * 4);

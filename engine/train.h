@@ -31,6 +31,7 @@ typedef struct tpd_step_stats {
     double elapsed_s;
     int skipped;            /* 1 when the update was skipped (non-finite gradients) */
     tpd_pp_exec_stats pipe; /* this rank's compute / wait split */
+    double t_tp_comm_s;     /* inside compute: TP collectives */
     double t_reduce_s;      /* embedding + DP gradient reduction */
     double t_optim_s;       /* norm, clipping, AdamW, ZeRO all-gather */
 } tpd_step_stats;
@@ -38,7 +39,10 @@ typedef struct tpd_step_stats {
 typedef struct tpd_trainer {
     tpd_config cfg;
     tpd_mesh mesh;
-    tpd_mesh_comms comms;
+    tpd_mesh_comms comms;  /* for backend memory: MPI on cpu, NCCL (or MPI staged through
+                              host memory when ranks share a GPU) on cuda */
+    tpd_mesh_comms hcomms; /* MPI, for host scalars (losses, norms, flags) */
+    int device_comms;      /* 1 when comms differ from hcomms and must be destroyed */
     tpd_kern_backend kb;
     tpd_model *model;
     tpd_dp_plan dpp;
@@ -58,6 +62,11 @@ typedef struct tpd_trainer {
     uint64_t cur_base; /* first sample index of this DP rank's share */
     double loss_acc;
     tpd_step_stats last;
+    double tp_comm_acc;
+    /* Optional observer of every pipeline action (traces): wall-clock interval in
+     * seconds of tpd_pp_now(). */
+    void (*on_action)(void *user, const tpd_pp_action *a, double t0, double t1);
+    void *on_action_user;
 } tpd_trainer;
 
 /* Builds everything for this rank: validates the config against the world (the same

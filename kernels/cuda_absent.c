@@ -14,3 +14,7 @@ tpd_status tpd_kern_cuda_create(const tpd_kern_config *cfg, tpd_kern_backend *ba
 int tpd_kern_cuda_available(void) {
     return 0;
 }
+
+int tpd_kern_cuda_device_count(void) {
+    return 0;
+}

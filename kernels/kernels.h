@@ -189,6 +189,8 @@ tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend *bac
 tpd_status tpd_kern_cuda_create(const tpd_kern_config *cfg, tpd_kern_backend *backend_p);
 /* 1 when this build has the cuda backend and a device is visible. */
 int tpd_kern_cuda_available(void);
+/* Visible CUDA devices (0 without the cuda backend or a driver). */
+int tpd_kern_cuda_device_count(void);
 void tpd_kern_backend_destroy(tpd_kern_backend *backend);
 
 #ifdef __cplusplus

@@ -17,9 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define NCCL_MAX_LIVE 64      /* communicators per world (world, tp, dp, pp, emb, mp, ...) */
-#define NCCL_TRACK_SLOTS 64   /* in-flight operations timed per communicator */
-#define NCCL_GROUP_MAX 32     /* p2p requests and streams inside one group */
+#define NCCL_MAX_LIVE 64    /* communicators per world (world, tp, dp, pp, emb, mp, ...) */
+#define NCCL_TRACK_SLOTS 64 /* in-flight operations timed per communicator */
+#define NCCL_GROUP_MAX 32   /* p2p requests and streams inside one group */
 #define WATCHDOG_PERIOD_MS 100
 
 typedef struct nccl_ctx nccl_ctx;
@@ -63,7 +63,9 @@ struct nccl_ctx {
     int n_group_reqs;
 };
 
-static nccl_ctx *CTX(tpd_comm *c) { return (nccl_ctx *)c->ctx; }
+static nccl_ctx *CTX(tpd_comm *c) {
+    return (nccl_ctx *)c->ctx;
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -266,11 +268,10 @@ static tpd_status wrap(nccl_shared *sh, ncclComm_t comm, const char *name, tpd_c
     TPD_CHECK_GOTO(cuda_check(cudaStreamCreateWithFlags(&x->comm_stream, cudaStreamNonBlocking),
                               "cudaStreamCreate"),
                    st, fail);
-    TPD_CHECK_GOTO(cuda_check(cudaMalloc((void **)&x->barrier_buf, sizeof(int)), "cudaMalloc"),
-                   st, fail);
+    TPD_CHECK_GOTO(cuda_check(cudaMalloc((void **)&x->barrier_buf, sizeof(int)), "cudaMalloc"), st,
+                   fail);
     for (int i = 0; i < NCCL_TRACK_SLOTS; i++)
-        TPD_CHECK_GOTO(cuda_check(cudaEventCreateWithFlags(&x->track[i].ev,
-                                                           cudaEventDisableTiming),
+        TPD_CHECK_GOTO(cuda_check(cudaEventCreateWithFlags(&x->track[i].ev, cudaEventDisableTiming),
                                   "cudaEventCreate"),
                        st, fail);
     int rank = 0, size = 0;
@@ -337,8 +338,8 @@ tpd_status tpd_comm_nccl_world(void *mpi_comm, int local_rank, double timeout_s,
     if (rank == 0) {
         ncclResult_t r = ncclGetUniqueId(&boot.id);
         boot.ok = r == ncclSuccess;
-        if (!boot.ok) tpd_log_error("comm world (nccl): ncclGetUniqueId failed: %s",
-                                    ncclGetErrorString(r));
+        if (!boot.ok)
+            tpd_log_error("comm world (nccl): ncclGetUniqueId failed: %s", ncclGetErrorString(r));
     }
     if (MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, mc) != MPI_SUCCESS) {
         tpd_log_error("comm world (nccl): MPI_Bcast of the unique id failed");
@@ -364,7 +365,8 @@ tpd_status tpd_comm_nccl_world(void *mpi_comm, int local_rank, double timeout_s,
         r = settle(comm, timeout_s, &timed_out);
         if (timed_out) {
             tpd_log_error("comm world (nccl): ncclCommInitRankConfig did not complete within "
-                          "%.0f s (rank %d of %d, device %d)", timeout_s, rank, size, local_rank);
+                          "%.0f s (rank %d of %d, device %d)",
+                          timeout_s, rank, size, local_rank);
             ncclCommAbort(comm);
             shared_free(sh);
             return TPD_ERR_COMM;
@@ -372,7 +374,8 @@ tpd_status tpd_comm_nccl_world(void *mpi_comm, int local_rank, double timeout_s,
     }
     if (r != ncclSuccess) {
         tpd_log_error("comm world (nccl): ncclCommInitRankConfig failed on rank %d of %d "
-                      "(device %d): %s", rank, size, local_rank, ncclGetErrorString(r));
+                      "(device %d): %s",
+                      rank, size, local_rank, ncclGetErrorString(r));
         if (comm != NULL) ncclCommAbort(comm);
         shared_free(sh);
         return TPD_ERR_COMM;
@@ -403,8 +406,8 @@ static tpd_status nccl_split(tpd_comm *c, int color, int key, tpd_comm **out_p) 
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t sub = NULL;
-    ncclResult_t r = ncclCommSplit(x->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub,
-                                   &config);
+    ncclResult_t r =
+        ncclCommSplit(x->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, &config);
     TPD_CHECK(check(x, r, "ncclCommSplit"));
     if (sub == NULL) { /* this rank passed no color */
         *out_p = NULL;
@@ -469,15 +472,23 @@ static void nccl_destroy(tpd_comm *c) {
 
 static tpd_status map_dtype(tpd_comm *c, tpd_dtype dt, ncclDataType_t *out) {
     switch (dt) {
-    case TPD_DTYPE_F32: *out = ncclFloat32; return TPD_OK;
-    case TPD_DTYPE_BF16: *out = ncclBfloat16; return TPD_OK;
-    case TPD_DTYPE_I32: *out = ncclInt32; return TPD_OK;
+    case TPD_DTYPE_F32:
+        *out = ncclFloat32;
+        return TPD_OK;
+    case TPD_DTYPE_BF16:
+        *out = ncclBfloat16;
+        return TPD_OK;
+    case TPD_DTYPE_I32:
+        *out = ncclInt32;
+        return TPD_OK;
     }
     tpd_log_error("comm %s (nccl): unsupported dtype %d", c->name, (int)dt);
     return TPD_ERR_INVALID;
 }
 
-static ncclRedOp_t map_op(tpd_comm_op op) { return op == TPD_COMM_OP_MAX ? ncclMax : ncclSum; }
+static ncclRedOp_t map_op(tpd_comm_op op) {
+    return op == TPD_COMM_OP_MAX ? ncclMax : ncclSum;
+}
 
 static tpd_status usable(tpd_comm *c) {
     if (CTX(c)->aborted) {
@@ -493,9 +504,9 @@ static tpd_status nccl_allreduce(tpd_comm *c, const void *send, void *recv, size
     ncclDataType_t ndt;
     TPD_CHECK(usable(c));
     TPD_CHECK(map_dtype(c, dt, &ndt));
-    TPD_CHECK(check(x, ncclAllReduce(send, recv, count, ndt, map_op(op), x->comm,
-                                     (cudaStream_t)stream),
-                    "ncclAllReduce"));
+    TPD_CHECK(
+        check(x, ncclAllReduce(send, recv, count, ndt, map_op(op), x->comm, (cudaStream_t)stream),
+              "ncclAllReduce"));
     return enqueued(x, (cudaStream_t)stream);
 }
 
@@ -505,9 +516,9 @@ static tpd_status nccl_reduce_scatter(tpd_comm *c, const void *send, void *recv,
     ncclDataType_t ndt;
     TPD_CHECK(usable(c));
     TPD_CHECK(map_dtype(c, dt, &ndt));
-    TPD_CHECK(check(x, ncclReduceScatter(send, recv, recvcount, ndt, map_op(op), x->comm,
-                                         (cudaStream_t)stream),
-                    "ncclReduceScatter"));
+    TPD_CHECK(check(
+        x, ncclReduceScatter(send, recv, recvcount, ndt, map_op(op), x->comm, (cudaStream_t)stream),
+        "ncclReduceScatter"));
     return enqueued(x, (cudaStream_t)stream);
 }
 
@@ -552,12 +563,12 @@ static tpd_status p2p(tpd_comm *c, int is_send, void *buf, size_t count, tpd_dty
     }
     q->stream = (cudaStream_t)stream;
     cudaEvent_t ready = NULL;
-    TPD_CHECK_GOTO(cuda_check(cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming),
-                              "cudaEventCreate"),
-                   st, fail);
-    TPD_CHECK_GOTO(cuda_check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming),
-                              "cudaEventCreate"),
-                   st, fail);
+    TPD_CHECK_GOTO(
+        cuda_check(cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming), "cudaEventCreate"),
+        st, fail);
+    TPD_CHECK_GOTO(
+        cuda_check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate"), st,
+        fail);
     TPD_CHECK_GOTO(cuda_check(cudaEventRecord(ready, q->stream), "cudaEventRecord"), st, fail);
     TPD_CHECK_GOTO(cuda_check(cudaStreamWaitEvent(x->comm_stream, ready, 0), "cudaStreamWaitEvent"),
                    st, fail);
@@ -571,8 +582,10 @@ static tpd_status p2p(tpd_comm *c, int is_send, void *buf, size_t count, tpd_dty
     if (x->group_depth > 0) {
         /* The transfer is issued at ncclGroupEnd: record its completion event then. */
         if (x->n_group_reqs == NCCL_GROUP_MAX) {
-            TPD_FAIL_GOTO(TPD_ERR_INVALID, st, fail, "comm %s (nccl): more than %d p2p calls in "
-                          "one group", c->name, NCCL_GROUP_MAX);
+            TPD_FAIL_GOTO(TPD_ERR_INVALID, st, fail,
+                          "comm %s (nccl): more than %d p2p calls in "
+                          "one group",
+                          c->name, NCCL_GROUP_MAX);
         }
         x->group_reqs[x->n_group_reqs++] = q;
         TPD_CHECK_GOTO(enqueued(x, x->comm_stream), st, fail);
@@ -598,8 +611,8 @@ static tpd_status nccl_isend(tpd_comm *c, const void *buf, size_t count, tpd_dty
     return p2p(c, 1, (void *)buf, count, dt, peer, stream, req_p);
 }
 
-static tpd_status nccl_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer,
-                             int tag, void *stream, tpd_comm_req **req_p) {
+static tpd_status nccl_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer, int tag,
+                             void *stream, tpd_comm_req **req_p) {
     (void)tag;
     return p2p(c, 0, buf, count, dt, peer, stream, req_p);
 }
@@ -646,7 +659,8 @@ static tpd_status nccl_group_end(tpd_comm *c) {
         TPD_CHECK(cuda_check(cudaEventRecord(q->done, x->comm_stream), "cudaEventRecord"));
         q->recorded = 1;
     }
-    for (int i = 0; i < x->n_group_streams; i++) TPD_CHECK(track_now(x, x->group_streams[i]));
+    for (int i = 0; i < x->n_group_streams; i++)
+        TPD_CHECK(track_now(x, x->group_streams[i]));
     x->n_group_reqs = 0;
     x->n_group_streams = 0;
     return TPD_OK;
@@ -656,8 +670,9 @@ static tpd_status nccl_group_end(tpd_comm *c) {
 static tpd_status nccl_barrier(tpd_comm *c) {
     nccl_ctx *x = CTX(c);
     TPD_CHECK(usable(c));
-    TPD_CHECK(check(x, ncclAllReduce(x->barrier_buf, x->barrier_buf, 1, ncclInt32, ncclSum,
-                                     x->comm, x->comm_stream),
+    TPD_CHECK(check(x,
+                    ncclAllReduce(x->barrier_buf, x->barrier_buf, 1, ncclInt32, ncclSum, x->comm,
+                                  x->comm_stream),
                     "ncclAllReduce (barrier)"));
     TPD_CHECK(track_now(x, x->comm_stream));
     return cuda_check(cudaStreamSynchronize(x->comm_stream), "cudaStreamSynchronize (barrier)");

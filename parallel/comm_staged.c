@@ -16,20 +16,22 @@
 #define STAGED_BUFS 3
 
 typedef struct staged_ctx {
-    tpd_comm *mpi;               /* owned */
-    void *host[STAGED_BUFS];     /* pinned staging buffers, grown on demand */
-    size_t cap[STAGED_BUFS];     /* bytes */
+    tpd_comm *mpi;           /* owned */
+    void *host[STAGED_BUFS]; /* pinned staging buffers, grown on demand */
+    size_t cap[STAGED_BUFS]; /* bytes */
 } staged_ctx;
 
 typedef struct staged_req {
     tpd_comm_req *inner;
-    void *host;       /* malloc'ed: several p2p requests may be in flight */
-    void *dev;        /* receive destination, NULL for a send */
+    void *host; /* malloc'ed: several p2p requests may be in flight */
+    void *dev;  /* receive destination, NULL for a send */
     size_t bytes;
     cudaStream_t stream;
 } staged_req;
 
-static staged_ctx *CTX(tpd_comm *c) { return (staged_ctx *)c->ctx; }
+static staged_ctx *CTX(tpd_comm *c) {
+    return (staged_ctx *)c->ctx;
+}
 
 static tpd_status cuda_check(tpd_comm *c, cudaError_t e, const char *what) {
     if (e == cudaSuccess) return TPD_OK;
@@ -37,7 +39,9 @@ static tpd_status cuda_check(tpd_comm *c, cudaError_t e, const char *what) {
     return TPD_ERR_BACKEND;
 }
 
-static size_t dtype_bytes(tpd_dtype dt) { return dt == TPD_DTYPE_BF16 ? 2 : 4; }
+static size_t dtype_bytes(tpd_dtype dt) {
+    return dt == TPD_DTYPE_BF16 ? 2 : 4;
+}
 
 static tpd_status host_buf(tpd_comm *c, int which, size_t bytes, void **p) {
     staged_ctx *x = CTX(c);
@@ -127,11 +131,10 @@ static tpd_status staged_allreduce(tpd_comm *c, const void *send, void *recv, si
     return staged_reduce(c, RED_ALLREDUCE, send, recv, count, count, dt, op, stream);
 }
 
-static tpd_status staged_reduce_scatter(tpd_comm *c, const void *send, void *recv,
-                                        size_t recvcount, tpd_dtype dt, tpd_comm_op op,
-                                        void *stream) {
-    return staged_reduce(c, RED_REDUCE_SCATTER, send, recv, recvcount * (size_t)c->size,
-                         recvcount, dt, op, stream);
+static tpd_status staged_reduce_scatter(tpd_comm *c, const void *send, void *recv, size_t recvcount,
+                                        tpd_dtype dt, tpd_comm_op op, void *stream) {
+    return staged_reduce(c, RED_REDUCE_SCATTER, send, recv, recvcount * (size_t)c->size, recvcount,
+                         dt, op, stream);
 }
 
 /* Data movement without arithmetic keeps the element type (the MPI backend moves bf16 as

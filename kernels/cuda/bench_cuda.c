@@ -68,8 +68,8 @@ static tpd_status run_fwd(bench *b, void *p) {
 }
 static tpd_status run_bwd(bench *b, void *p) {
     gemm_arg *a = (gemm_arg *)p;
-    return b->be.ops->matmul_bwd(b->be.ctx, a->dinp, a->dw, NULL, a->dout, a->inp, a->w, a->N,
-                                 a->C, a->OC);
+    return b->be.ops->matmul_bwd(b->be.ctx, a->dinp, a->dw, NULL, a->dout, a->inp, a->w, a->N, a->C,
+                                 a->OC);
 }
 
 typedef struct attn_arg {
@@ -81,7 +81,8 @@ typedef struct attn_arg {
 static tpd_status run_attn_fwd(bench *b, void *p) {
     (void)b;
     attn_arg *a = (attn_arg *)p;
-    return a->be->ops->attention_fwd(a->be->ctx, a->out, a->saved, a->qkv, a->B, a->T, a->NH, a->HS);
+    return a->be->ops->attention_fwd(a->be->ctx, a->out, a->saved, a->qkv, a->B, a->T, a->NH,
+                                     a->HS);
 }
 static tpd_status run_attn_bwd(bench *b, void *p) {
     (void)b;
@@ -140,8 +141,8 @@ int main(int argc, char **argv) {
     size_t max_n = 8192;
     size_t elems = max_n * VOCAB; /* N x V logits */
     void *big[6];
-    big[0] = dev_fill(elems * 2);       /* out / dout */
-    big[1] = dev_fill(max_n * 8192 * 2); /* inp */
+    big[0] = dev_fill(elems * 2);                /* out / dout */
+    big[1] = dev_fill(max_n * 8192 * 2);         /* inp */
     big[2] = dev_fill((size_t)VOCAB * 8192 * 2); /* w */
     big[3] = dev_fill((size_t)VOCAB * 2);        /* bias */
     big[4] = dev_fill(max_n * 8192 * 2);         /* dinp */
@@ -172,8 +173,16 @@ int main(int argc, char **argv) {
         const char *names[2] = {"fused", "unfused"};
         for (int k = 0; k < 2; k++) {
             size_t saved_b = bes[k]->ops->attention_saved_bytes(bes[k]->ctx, s->B, SEQ, s->NH, HS);
-            attn_arg a = {bes[k], dev_fill(out_b), dev_fill(saved_b), dev_fill(qkv_b),
-                          dev_fill(qkv_b), dev_fill(out_b), s->B, SEQ, s->NH, HS};
+            attn_arg a = {bes[k],
+                          dev_fill(out_b),
+                          dev_fill(saved_b),
+                          dev_fill(qkv_b),
+                          dev_fill(qkv_b),
+                          dev_fill(out_b),
+                          s->B,
+                          SEQ,
+                          s->NH,
+                          HS};
             if (!a.out || !a.saved || !a.qkv || !a.dqkv || !a.dout) return 1;
             /* The unfused path runs on its own stream; time it there. */
             bench bb = b;
@@ -193,7 +202,8 @@ int main(int argc, char **argv) {
         }
     }
 
-    for (int i = 0; i < 6; i++) cudaFree(big[i]);
+    for (int i = 0; i < 6; i++)
+        cudaFree(big[i]);
     cudaEventDestroy(b.start);
     cudaEventDestroy(b.stop);
     tpd_kern_backend_destroy(&unfused);

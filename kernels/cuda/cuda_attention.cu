@@ -19,7 +19,7 @@ extern "C" size_t tpd_kern_cuda_attention_saved_bytes(tpd_kern_ctx *ctx, int B, 
                                                       int HS) {
     (void)HS;
     if (tpd_cuda_attention_fused(ctx)) return (size_t)B * NH * T * sizeof(float); /* stats */
-    return (size_t)B * NH * T * T * tpd_cuda_dtype_size(ctx->dtype);            /* probs */
+    return (size_t)B * NH * T * T * tpd_cuda_dtype_size(ctx->dtype);              /* probs */
 }
 
 extern "C" tpd_status tpd_kern_cuda_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved,
@@ -34,8 +34,7 @@ extern "C" tpd_status tpd_kern_cuda_attention_fwd(tpd_kern_ctx *ctx, void *out, 
 
 extern "C" tpd_status tpd_kern_cuda_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
                                                   const void *qkv, const void *out,
-                                                  const void *saved, int B, int T, int NH,
-                                                  int HS) {
+                                                  const void *saved, int B, int T, int NH, int HS) {
     TPD_CUDA_REQUIRE(B >= 0 && T > 0 && NH > 0 && HS > 0,
                      "attention_bwd: bad shape B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
     if (B == 0) return TPD_OK;
@@ -51,18 +50,19 @@ extern "C" tpd_status tpd_kern_cuda_attention_bwd(tpd_kern_ctx *ctx, void *dqkv,
 
 /* In place over p(rows, T): row r is query t = r % T; p[t, j] = softmax over j <= t of the
  * (already scaled) scores, 0 for j > t. fp32 arithmetic. */
-template <typename T_>
-__global__ void causal_softmax_kernel(T_ *p, size_t rows, int T) {
+template <typename T_> __global__ void causal_softmax_kernel(T_ *p, size_t rows, int T) {
     size_t r = (size_t)blockIdx.x * SM_WARPS + threadIdx.x / 32;
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
     int t = (int)(r % (size_t)T);
     T_ *row = p + r * (size_t)T;
     float m = -INFINITY;
-    for (int j = lane; j <= t; j += 32) m = fmaxf(m, tpd_to_f(row[j]));
+    for (int j = lane; j <= t; j += 32)
+        m = fmaxf(m, tpd_to_f(row[j]));
     m = tpd_warp_max(m);
     float s = 0.0f;
-    for (int j = lane; j <= t; j += 32) s += expf(tpd_to_f(row[j]) - m);
+    for (int j = lane; j <= t; j += 32)
+        s += expf(tpd_to_f(row[j]) - m);
     float inv = 1.0f / tpd_warp_sum(s);
     for (int j = lane; j < T; j += 32)
         row[j] = tpd_from_f<T_>(j <= t ? expf(tpd_to_f(row[j]) - m) * inv : 0.0f);
@@ -79,7 +79,8 @@ __global__ void causal_softmax_bwd_kernel(T_ *dp, const T_ *p, size_t rows, int 
     T_ *drow = dp + r * (size_t)T;
     const T_ *prow = p + r * (size_t)T;
     float s = 0.0f;
-    for (int j = lane; j <= t; j += 32) s += tpd_to_f(prow[j]) * tpd_to_f(drow[j]);
+    for (int j = lane; j <= t; j += 32)
+        s += tpd_to_f(prow[j]) * tpd_to_f(drow[j]);
     s = tpd_warp_sum(s);
     for (int j = lane; j < T; j += 32)
         drow[j] = tpd_from_f<T_>(j <= t ? tpd_to_f(prow[j]) * (tpd_to_f(drow[j]) - s) : 0.0f);
@@ -179,8 +180,8 @@ tpd_status tpd_cuda_attention_gemm_bwd(tpd_kern_ctx *ctx, void *dqkv, const void
     size_t rows = (size_t)B * NH * T;
     unsigned grid = (unsigned)((rows + SM_WARPS - 1) / SM_WARPS);
     TPD_CUDA_DISPATCH(ctx->dtype, E, {
-        causal_softmax_bwd_kernel<E><<<grid, SM_WARPS * 32, 0, ctx->stream>>>(
-            (E *)dp, (const E *)probs, rows, T);
+        causal_softmax_bwd_kernel<E>
+            <<<grid, SM_WARPS * 32, 0, ctx->stream>>>((E *)dp, (const E *)probs, rows, T);
     });
     TPD_CHECK(TPD_CUDA_LAUNCHED("attention_bwd softmax"));
     for (int b = 0; b < B; b++) {

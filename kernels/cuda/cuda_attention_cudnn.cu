@@ -97,8 +97,10 @@ static cudnnBackendDescriptor_t gb_tensor(graph_builder *g, int64_t uid, cudnnDa
     gb_set(g, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, "tensor dims");
     gb_set(g, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides, "tensor strides");
     gb_set(g, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor align");
-    gb_set(g, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual, "tensor virtual");
-    gb_set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value, "tensor by value");
+    gb_set(g, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual,
+           "tensor virtual");
+    gb_set(g, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value,
+           "tensor by value");
     gb_fin(g, t, "tensor finalize");
     return t;
 }
@@ -167,9 +169,12 @@ static void gb_matmul(graph_builder *g, cudnnBackendDescriptor_t a, cudnnBackend
     gb_set(g, md, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &prec, "matmul prec");
     gb_fin(g, md, "matmul finalize");
     cudnnBackendDescriptor_t op = gb_make(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, "matmul a");
-    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b, "matmul b");
-    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, "matmul c");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a,
+           "matmul a");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b,
+           "matmul b");
+    gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c,
+           "matmul c");
     gb_set(g, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &md,
            "matmul op desc");
     gb_op(g, op, "matmul op finalize");
@@ -211,7 +216,8 @@ static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t
     cudnnBackendDescriptor_t q = gb_tensor(g, UID_Q, io, qkv_dims, qkv_strides, false, false);
     cudnnBackendDescriptor_t kt = gb_tensor(g, UID_K, io, tr_dims, tr_strides, false, false);
     cudnnBackendDescriptor_t o = gb_tensor(g, UID_O, io, o_dims, o_strides, false, false);
-    cudnnBackendDescriptor_t stats = gb_tensor(g, UID_STATS, f32, st_dims, st_strides, false, false);
+    cudnnBackendDescriptor_t stats =
+        gb_tensor(g, UID_STATS, f32, st_dims, st_strides, false, false);
     cudnnBackendDescriptor_t scale = gb_scalar(g, UID_SCALE);
     cudnnBackendDescriptor_t neg_inf = gb_scalar(g, UID_NEG_INF);
 
@@ -356,7 +362,8 @@ static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, i
     if (g->st != CUDNN_STATUS_SUCCESS) g->failed_at = "heuristics result count";
     if (count > MAX_ENGINE_CONFIGS) count = MAX_ENGINE_CONFIGS;
     cudnnBackendDescriptor_t cfgs[MAX_ENGINE_CONFIGS];
-    for (int64_t i = 0; i < count; i++) cfgs[i] = gb_make(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    for (int64_t i = 0; i < count; i++)
+        cfgs[i] = gb_make(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
     if (g->st == CUDNN_STATUS_SUCCESS && count > 0) {
         g->st = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &count, cfgs);
@@ -424,7 +431,8 @@ static void plan_release(tpd_cuda_attn_plan *p) {
 }
 
 void tpd_cuda_attention_cache_destroy(tpd_kern_ctx *ctx) {
-    for (int i = 0; i < TPD_CUDA_ATTN_CACHE_SLOTS; i++) plan_release(&ctx->attn_cache[i]);
+    for (int i = 0; i < TPD_CUDA_ATTN_CACHE_SLOTS; i++)
+        plan_release(&ctx->attn_cache[i]);
 }
 
 static tpd_status get_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, int HS,
@@ -453,7 +461,8 @@ static tpd_status get_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, int
 static tpd_status execute(tpd_kern_ctx *ctx, tpd_cuda_attn_plan *p, int n, const int64_t *uids,
                           void **ptrs, void *workspace) {
     cudnnBackendDescriptor_t pack = NULL;
-    tpd_status st = TPD_CUDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
+    tpd_status st =
+        TPD_CUDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
     if (st != TPD_OK) return st;
     TPD_CHECK_GOTO(TPD_CUDNN(cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
                                                       CUDNN_TYPE_INT64, n, uids)),
@@ -471,7 +480,9 @@ done:
     return st;
 }
 
-static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+static size_t align256(size_t x) {
+    return (x + 255) / 256 * 256;
+}
 
 static tpd_status check_shape(int T, int NH, int HS, const char *dir) {
     /* Head dims the Hopper kernels take, and 16-byte aligned rows for every view. */
@@ -484,8 +495,8 @@ static tpd_status check_shape(int T, int NH, int HS, const char *dir) {
     return TPD_OK;
 }
 
-tpd_status tpd_cuda_attention_cudnn_fwd(tpd_kern_ctx *ctx, void *out, float *stats,
-                                        const void *qkv, int B, int T, int NH, int HS) {
+tpd_status tpd_cuda_attention_cudnn_fwd(tpd_kern_ctx *ctx, void *out, float *stats, const void *qkv,
+                                        int B, int T, int NH, int HS) {
     TPD_CHECK(check_shape(T, NH, HS, "forward"));
     tpd_cuda_attn_plan *p = NULL;
     TPD_CHECK(get_plan(ctx, 0, B, T, NH, HS, &p));
@@ -496,14 +507,14 @@ tpd_status tpd_cuda_attention_cudnn_fwd(tpd_kern_ctx *ctx, void *out, float *sta
     float scale = 1.0f / sqrtf((float)HS);
     float neg_inf = -FLT_MAX;
     int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
-    void *ptrs[] = {(void *)q,       (void *)(q + C), (void *)(q + 2 * C), out,
-                    (void *)stats, &scale,          &neg_inf};
+    void *ptrs[] = {(void *)q, (void *)(q + C), (void *)(q + 2 * C), out, (void *)stats,
+                    &scale,    &neg_inf};
     return execute(ctx, p, 7, uids, ptrs, ws);
 }
 
 tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
-                                        const void *qkv, const void *out, const float *stats,
-                                        int B, int T, int NH, int HS) {
+                                        const void *qkv, const void *out, const float *stats, int B,
+                                        int T, int NH, int HS) {
     TPD_CHECK(check_shape(T, NH, HS, "backward"));
     tpd_cuda_attn_plan *p = NULL;
     TPD_CHECK(get_plan(ctx, 1, B, T, NH, HS, &p));
@@ -520,8 +531,8 @@ tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const voi
     float scale = 1.0f / sqrtf((float)HS);
     float neg_inf = -FLT_MAX;
     float one = 1.0f;
-    int64_t uids[] = {UID_Q,  UID_K,  UID_V,   UID_O,           UID_DO,
-                      UID_STATS, UID_DQ, UID_DK, UID_DV,       UID_SOFTMAX_SUM,
+    int64_t uids[] = {UID_Q,        UID_K,     UID_V,       UID_O,  UID_DO,
+                      UID_STATS,    UID_DQ,    UID_DK,      UID_DV, UID_SOFTMAX_SUM,
                       UID_DQ_ACCUM, UID_SCALE, UID_NEG_INF, UID_ONE};
     void *ptrs[] = {(void *)q,
                     (void *)(q + C),

@@ -26,16 +26,19 @@ tpd_status tpd_cudnn_check(cudnnStatus_t st, const char *what, const char *file,
     if (st == CUDNN_STATUS_SUCCESS) return TPD_OK;
     char detail[512];
     cudnnGetLastErrorString(detail, sizeof detail);
-    tpd_log_error("cuDNN: %s failed: %s (%s) at %s:%d", what, cudnnGetErrorString(st), detail,
-                  file, line);
+    tpd_log_error("cuDNN: %s failed: %s (%s) at %s:%d", what, cudnnGetErrorString(st), detail, file,
+                  line);
     return TPD_ERR_BACKEND;
 }
 
 size_t tpd_cuda_dtype_size(tpd_dtype dt) {
     switch (dt) {
-    case TPD_DTYPE_F32: return 4;
-    case TPD_DTYPE_BF16: return 2;
-    case TPD_DTYPE_I32: return 4;
+    case TPD_DTYPE_F32:
+        return 4;
+    case TPD_DTYPE_BF16:
+        return 2;
+    case TPD_DTYPE_I32:
+        return 4;
     }
     return 0;
 }
@@ -97,8 +100,7 @@ static tpd_status cuda_zero(tpd_kern_ctx *ctx, void *ptr, size_t bytes) {
 
 /* Host <-> device copies wait for their transfer, so the caller may reuse or read the host
  * buffer as soon as the call returns (pinned host memory would otherwise be read later). */
-static tpd_status cuda_copy_to_device(tpd_kern_ctx *ctx, void *dst, const void *src,
-                                      size_t bytes) {
+static tpd_status cuda_copy_to_device(tpd_kern_ctx *ctx, void *dst, const void *src, size_t bytes) {
     if (bytes == 0) return TPD_OK;
     TPD_CHECK(TPD_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream)));
     return TPD_CUDA(cudaStreamSynchronize(ctx->stream));
@@ -193,6 +195,15 @@ extern "C" int tpd_kern_cuda_available(void) {
     return n > 0;
 }
 
+extern "C" int tpd_kern_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 extern "C" tpd_status tpd_kern_cuda_create(const tpd_kern_config *cfg,
                                            tpd_kern_backend *backend_p) {
     tpd_kern_config defaults = TPD_KERN_CONFIG_INIT;
@@ -211,8 +222,8 @@ extern "C" tpd_status tpd_kern_cuda_create(const tpd_kern_config *cfg,
         return TPD_ERR_UNSUPPORTED;
     }
     if (cfg->device < 0 || cfg->device >= ndev) {
-        tpd_log_error("cuda backend: device %d requested but %d device(s) are visible",
-                      cfg->device, ndev);
+        tpd_log_error("cuda backend: device %d requested but %d device(s) are visible", cfg->device,
+                      ndev);
         return TPD_ERR_INVALID;
     }
 
@@ -234,11 +245,10 @@ extern "C" tpd_status tpd_kern_cuda_create(const tpd_kern_config *cfg,
                    fail);
     TPD_CHECK_GOTO(TPD_CUDNN(cudnnCreate(&ctx->cudnn)), st, fail);
     TPD_CHECK_GOTO(TPD_CUDNN(cudnnSetStream(ctx->cudnn, ctx->stream)), st, fail);
-    TPD_CHECK_GOTO(TPD_CUDA(cudaMallocHost((void **)&ctx->host_result, sizeof(double))), st,
-                   fail);
-    TPD_CHECK_GOTO(TPD_CUDA(cudaMalloc(&ctx->reduce_partials,
-                                       (TPD_CUDA_REDUCE_BLOCKS + 1) * sizeof(double))),
-                   st, fail);
+    TPD_CHECK_GOTO(TPD_CUDA(cudaMallocHost((void **)&ctx->host_result, sizeof(double))), st, fail);
+    TPD_CHECK_GOTO(
+        TPD_CUDA(cudaMalloc(&ctx->reduce_partials, (TPD_CUDA_REDUCE_BLOCKS + 1) * sizeof(double))),
+        st, fail);
 
     backend_p->ops = &cuda_ops;
     backend_p->ctx = ctx;

@@ -11,11 +11,17 @@
 
 typedef __nv_bfloat16 tpd_bf16;
 
-__device__ __forceinline__ float tpd_to_f(float x) { return x; }
-__device__ __forceinline__ float tpd_to_f(tpd_bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float tpd_to_f(float x) {
+    return x;
+}
+__device__ __forceinline__ float tpd_to_f(tpd_bf16 x) {
+    return __bfloat162float(x);
+}
 
 template <typename T> __device__ __forceinline__ T tpd_from_f(float x);
-template <> __device__ __forceinline__ float tpd_from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ float tpd_from_f<float>(float x) {
+    return x;
+}
 template <> __device__ __forceinline__ tpd_bf16 tpd_from_f<tpd_bf16>(float x) {
     return __float2bfloat16_rn(x);
 }
@@ -42,15 +48,18 @@ template <typename T> __device__ __forceinline__ void tpd_store_pack(T *p, const
 }
 
 __device__ __forceinline__ float tpd_warp_sum(float x) {
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    for (int o = 16; o > 0; o >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
 __device__ __forceinline__ float tpd_warp_max(float x) {
-    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    for (int o = 16; o > 0; o >>= 1)
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
 }
 __device__ __forceinline__ double tpd_warp_sum_d(double x) {
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    for (int o = 16; o > 0; o >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
 
@@ -87,7 +96,9 @@ __device__ __forceinline__ double tpd_block_sum_d(double x) {
     return tpd_warp_sum_d(x);
 }
 
-static inline int tpd_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+static inline int tpd_aligned16(const void *p) {
+    return ((uintptr_t)p & 15u) == 0;
+}
 
 static inline unsigned tpd_grid_for(size_t work, int block) {
     size_t g = (work + (size_t)block - 1) / (size_t)block;
@@ -97,15 +108,15 @@ static inline unsigned tpd_grid_for(size_t work, int block) {
 }
 
 /* Dispatch on the context dtype: instantiate `body` with T = float or tpd_bf16. */
-#define TPD_CUDA_DISPATCH(dt, T, ...)                                                         \
-    do {                                                                                      \
-        if ((dt) == TPD_DTYPE_BF16) {                                                         \
-            typedef tpd_bf16 T;                                                               \
-            __VA_ARGS__;                                                                      \
-        } else {                                                                              \
-            typedef float T;                                                                  \
-            __VA_ARGS__;                                                                      \
-        }                                                                                     \
+#define TPD_CUDA_DISPATCH(dt, T, ...)                                                              \
+    do {                                                                                           \
+        if ((dt) == TPD_DTYPE_BF16) {                                                              \
+            typedef tpd_bf16 T;                                                                    \
+            __VA_ARGS__;                                                                           \
+        } else {                                                                                   \
+            typedef float T;                                                                       \
+            __VA_ARGS__;                                                                           \
+        }                                                                                          \
     } while (0)
 
 #endif

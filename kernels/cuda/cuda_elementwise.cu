@@ -24,16 +24,24 @@ __device__ __forceinline__ float gelu_grad_f(float x) {
 
 /* One kernel shape for every unary/binary flat op: OP(a, b) -> out, with b optional. */
 struct op_gelu {
-    __device__ float operator()(float a, float, float) const { return gelu_f(a); }
+    __device__ float operator()(float a, float, float) const {
+        return gelu_f(a);
+    }
 };
 struct op_gelu_bwd { /* a = inp, b = dout */
-    __device__ float operator()(float a, float b, float) const { return gelu_grad_f(a) * b; }
+    __device__ float operator()(float a, float b, float) const {
+        return gelu_grad_f(a) * b;
+    }
 };
 struct op_add {
-    __device__ float operator()(float a, float b, float) const { return a + b; }
+    __device__ float operator()(float a, float b, float) const {
+        return a + b;
+    }
 };
 struct op_scale {
-    __device__ float operator()(float a, float, float s) const { return a * s; }
+    __device__ float operator()(float a, float, float s) const {
+        return a * s;
+    }
 };
 
 template <typename T, typename OP>
@@ -47,15 +55,14 @@ __global__ void flat_kernel_vec(T *out, const T *a, const T *b, float s, size_t 
         tpd_pack<T> po;
 #pragma unroll
         for (int k = 0; k < V; k++)
-            po.v[k] = tpd_from_f<T>(
-                op(tpd_to_f(pa.v[k]), b != NULL ? tpd_to_f(pb.v[k]) : 0.0f, s));
+            po.v[k] = tpd_from_f<T>(op(tpd_to_f(pa.v[k]), b != NULL ? tpd_to_f(pb.v[k]) : 0.0f, s));
         tpd_store_pack(out + i * V, po);
     }
 }
 
 template <typename T, typename OP>
-__global__ void flat_kernel_scalar(T *out, const T *a, const T *b, float s, size_t begin,
-                                   size_t n, OP op) {
+__global__ void flat_kernel_scalar(T *out, const T *a, const T *b, float s, size_t begin, size_t n,
+                                   OP op) {
     for (size_t i = begin + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         out[i] = tpd_from_f<T>(op(tpd_to_f(a[i]), b != NULL ? tpd_to_f(b[i]) : 0.0f, s));
@@ -96,32 +103,33 @@ extern "C" tpd_status tpd_kern_cuda_gelu_fwd(tpd_kern_ctx *ctx, void *out, const
  * is read before it is written by the same thread). */
 extern "C" tpd_status tpd_kern_cuda_gelu_bwd(tpd_kern_ctx *ctx, void *dinp, const void *inp,
                                              const void *dout, size_t n) {
-    TPD_CUDA_DISPATCH(ctx->dtype, T,
-                      return flat_launch<T>(ctx, dinp, inp, dout, 0.0f, n, op_gelu_bwd(),
-                                            "gelu_bwd"));
+    TPD_CUDA_DISPATCH(
+        ctx->dtype, T,
+        return flat_launch<T>(ctx, dinp, inp, dout, 0.0f, n, op_gelu_bwd(), "gelu_bwd"));
 }
 
-extern "C" tpd_status tpd_kern_cuda_add(tpd_kern_ctx *ctx, void *out, const void *a,
-                                        const void *b, size_t n) {
-    TPD_CUDA_DISPATCH(ctx->dtype, T, return flat_launch<T>(ctx, out, a, b, 0.0f, n, op_add(), "add"));
+extern "C" tpd_status tpd_kern_cuda_add(tpd_kern_ctx *ctx, void *out, const void *a, const void *b,
+                                        size_t n) {
+    TPD_CUDA_DISPATCH(ctx->dtype, T,
+                      return flat_launch<T>(ctx, out, a, b, 0.0f, n, op_add(), "add"));
 }
 
 extern "C" tpd_status tpd_kern_cuda_scale(tpd_kern_ctx *ctx, void *x, float s, size_t n) {
-    TPD_CUDA_DISPATCH(ctx->dtype, T, return flat_launch<T>(ctx, x, x, NULL, s, n, op_scale(), "scale"));
+    TPD_CUDA_DISPATCH(ctx->dtype, T,
+                      return flat_launch<T>(ctx, x, x, NULL, s, n, op_scale(), "scale"));
 }
 
 /* ---- bias ---- */
 
 /* out(N,OC) += bias(OC) */
-template <typename T>
-__global__ void bias_add_kernel(T *out, const T *bias, size_t n, int OC) {
+template <typename T> __global__ void bias_add_kernel(T *out, const T *bias, size_t n, int OC) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         out[i] = tpd_from_f<T>(tpd_to_f(out[i]) + tpd_to_f(bias[i % (size_t)OC]));
 }
 
-extern "C" tpd_status tpd_kern_cuda_bias_add(tpd_kern_ctx *ctx, void *out, const void *bias,
-                                             int N, int OC) {
+extern "C" tpd_status tpd_kern_cuda_bias_add(tpd_kern_ctx *ctx, void *out, const void *bias, int N,
+                                             int OC) {
     TPD_CUDA_REQUIRE(N >= 0 && OC > 0, "bias_add: bad shape N=%d OC=%d", N, OC);
     size_t n = (size_t)N * (size_t)OC;
     if (n == 0) return TPD_OK;
@@ -135,18 +143,19 @@ extern "C" tpd_status tpd_kern_cuda_bias_add(tpd_kern_ctx *ctx, void *out, const
 /* dbias(OC) += sum over rows of dout(N,OC). Block (32 x 8) owns 32 columns; its 8 row
  * lanes stride the rows in a fixed pattern and are combined in a fixed order, so the sum
  * is the same on every run. */
-template <typename T>
-__global__ void colsum_acc_kernel(T *dbias, const T *dout, int N, int OC) {
+template <typename T> __global__ void colsum_acc_kernel(T *dbias, const T *dout, int N, int OC) {
     __shared__ float part[8][33];
     int col = blockIdx.x * 32 + threadIdx.x;
     float acc = 0.0f;
     if (col < OC)
-        for (int r = threadIdx.y; r < N; r += 8) acc += tpd_to_f(dout[(size_t)r * OC + col]);
+        for (int r = threadIdx.y; r < N; r += 8)
+            acc += tpd_to_f(dout[(size_t)r * OC + col]);
     part[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && col < OC) {
         float s = 0.0f;
-        for (int k = 0; k < 8; k++) s += part[k][threadIdx.x];
+        for (int k = 0; k < 8; k++)
+            s += part[k][threadIdx.x];
         dbias[col] = tpd_from_f<T>(tpd_to_f(dbias[col]) + s);
     }
 }
@@ -164,8 +173,7 @@ extern "C" tpd_status tpd_kern_cuda_colsum_acc(tpd_kern_ctx *ctx, void *dbias, c
 
 /* ---- casts ---- */
 
-template <typename D, typename S>
-__global__ void cast_kernel(D *dst, const S *src, size_t n) {
+template <typename D, typename S> __global__ void cast_kernel(D *dst, const S *src, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         dst[i] = tpd_from_f<D>(tpd_to_f(src[i]));
@@ -181,11 +189,11 @@ extern "C" tpd_status tpd_kern_cuda_cast(tpd_kern_ctx *ctx, void *dst, tpd_dtype
     }
     unsigned grid = tpd_grid_for(n, EW_BLOCK);
     if (dst_dt == TPD_DTYPE_BF16 && src_dt == TPD_DTYPE_F32)
-        cast_kernel<tpd_bf16, float><<<grid, EW_BLOCK, 0, ctx->stream>>>((tpd_bf16 *)dst,
-                                                                        (const float *)src, n);
+        cast_kernel<tpd_bf16, float>
+            <<<grid, EW_BLOCK, 0, ctx->stream>>>((tpd_bf16 *)dst, (const float *)src, n);
     else if (dst_dt == TPD_DTYPE_F32 && src_dt == TPD_DTYPE_BF16)
-        cast_kernel<float, tpd_bf16><<<grid, EW_BLOCK, 0, ctx->stream>>>((float *)dst,
-                                                                        (const tpd_bf16 *)src, n);
+        cast_kernel<float, tpd_bf16>
+            <<<grid, EW_BLOCK, 0, ctx->stream>>>((float *)dst, (const tpd_bf16 *)src, n);
     else {
         tpd_log_error("cast: %s -> %s is not supported", tpd_dtype_name(src_dt),
                       tpd_dtype_name(dst_dt));

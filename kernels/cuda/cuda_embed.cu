@@ -10,8 +10,8 @@
 
 /* out[n] = wte[tok[n] - v0] or 0. One block per token row, 16-byte packs when C allows. */
 template <typename T>
-__global__ void embed_fwd_kernel(T *out, const int32_t *tokens, const T *wte, int C, int v0,
-                                 int Vl, int vec) {
+__global__ void embed_fwd_kernel(T *out, const int32_t *tokens, const T *wte, int C, int v0, int Vl,
+                                 int vec) {
     int n = blockIdx.x;
     int64_t row = (int64_t)tokens[n] - v0;
     int valid = row >= 0 && row < Vl;
@@ -24,7 +24,8 @@ __global__ void embed_fwd_kernel(T *out, const int32_t *tokens, const T *wte, in
             if (valid)
                 p = tpd_ldg_pack(w + c);
             else
-                for (int k = 0; k < V; k++) p.v[k] = tpd_from_f<T>(0.0f);
+                for (int k = 0; k < V; k++)
+                    p.v[k] = tpd_from_f<T>(0.0f);
             tpd_store_pack(o + c, p);
         }
     } else {
@@ -39,8 +40,8 @@ extern "C" tpd_status tpd_kern_cuda_embed_fwd(tpd_kern_ctx *ctx, void *out, cons
     if (N == 0) return TPD_OK;
     TPD_CUDA_DISPATCH(ctx->dtype, T, {
         int vec = C % tpd_pack<T>::N == 0 && tpd_aligned16(out) && tpd_aligned16(wte);
-        embed_fwd_kernel<T><<<N, EMB_BLOCK, 0, ctx->stream>>>((T *)out, tokens, (const T *)wte, C,
-                                                              v0, Vl, vec);
+        embed_fwd_kernel<T>
+            <<<N, EMB_BLOCK, 0, ctx->stream>>>((T *)out, tokens, (const T *)wte, C, v0, Vl, vec);
     });
     return TPD_CUDA_LAUNCHED("embed_fwd");
 }
@@ -61,39 +62,40 @@ __global__ void embed_keys_kernel(int32_t *keys, int32_t *vals, const int32_t *t
 }
 
 template <typename T>
-__global__ void embed_bwd_kernel(T *dwte, const T *dout, const int32_t *keys,
-                                 const int32_t *vals, int N, int C, int Vl) {
+__global__ void embed_bwd_kernel(T *dwte, const T *dout, const int32_t *keys, const int32_t *vals,
+                                 int N, int C, int Vl) {
     int warps_per_block = blockDim.x / 32;
     int i = blockIdx.x * warps_per_block + threadIdx.x / 32; /* sorted position */
     int lane = threadIdx.x & 31;
     if (i >= N) return;
     int row = keys[i];
-    if (row >= Vl) return;                  /* not this rank's token */
+    if (row >= Vl) return;                   /* not this rank's token */
     if (i > 0 && keys[i - 1] == row) return; /* not the first of its run */
     int end = i + 1;
-    while (end < N && keys[end] == row) end++;
+    while (end < N && keys[end] == row)
+        end++;
     T *dw = dwte + (size_t)row * C;
     for (int c = lane; c < C; c += 32) {
         float acc = 0.0f;
-        for (int j = i; j < end; j++) acc += tpd_to_f(dout[(size_t)vals[j] * C + c]);
+        for (int j = i; j < end; j++)
+            acc += tpd_to_f(dout[(size_t)vals[j] * C + c]);
         dw[c] = tpd_from_f<T>(tpd_to_f(dw[c]) + acc);
     }
 }
 
 extern "C" tpd_status tpd_kern_cuda_embed_bwd(tpd_kern_ctx *ctx, void *dwte, const void *dout,
-                                              const int32_t *tokens, int N, int C, int v0,
-                                              int Vl) {
+                                              const int32_t *tokens, int N, int C, int v0, int Vl) {
     TPD_CUDA_REQUIRE(N >= 0 && C > 0 && Vl >= 0, "embed_bwd: bad shape N=%d C=%d Vl=%d", N, C, Vl);
     if (N == 0 || Vl == 0) return TPD_OK;
     /* Keys are in [0, Vl]: sort only the bits that can be set. */
     int end_bit = 1;
-    while (end_bit < 31 && ((int64_t)1 << end_bit) <= (int64_t)Vl) end_bit++;
+    while (end_bit < 31 && ((int64_t)1 << end_bit) <= (int64_t)Vl)
+        end_bit++;
 
     size_t temp_bytes = 0;
-    TPD_CHECK(TPD_CUDA(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, (const int32_t *)NULL,
-                                                       (int32_t *)NULL, (const int32_t *)NULL,
-                                                       (int32_t *)NULL, N, 0, end_bit,
-                                                       ctx->stream)));
+    TPD_CHECK(TPD_CUDA(cub::DeviceRadixSort::SortPairs(
+        NULL, temp_bytes, (const int32_t *)NULL, (int32_t *)NULL, (const int32_t *)NULL,
+        (int32_t *)NULL, N, 0, end_bit, ctx->stream)));
     size_t arr = ((size_t)N * sizeof(int32_t) + 255) / 256 * 256;
     void *scratch = NULL;
     TPD_CHECK(tpd_cuda_scratch(ctx, 4 * arr + temp_bytes, &scratch));
@@ -105,11 +107,10 @@ extern "C" tpd_status tpd_kern_cuda_embed_bwd(tpd_kern_ctx *ctx, void *dwte, con
     void *temp = base + 4 * arr;
 
     embed_keys_kernel<<<(N + 255) / 256, 256, 0, ctx->stream>>>(keys_in, vals_in, tokens, N, v0,
-                                                                 Vl);
+                                                                Vl);
     TPD_CHECK(TPD_CUDA_LAUNCHED("embed_bwd keys"));
-    TPD_CHECK(TPD_CUDA(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out,
-                                                       vals_in, vals_out, N, 0, end_bit,
-                                                       ctx->stream)));
+    TPD_CHECK(TPD_CUDA(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in,
+                                                       vals_out, N, 0, end_bit, ctx->stream)));
     const int block = 256, wpb = block / 32;
     TPD_CUDA_DISPATCH(ctx->dtype, T, {
         embed_bwd_kernel<T><<<(N + wpb - 1) / wpb, block, 0, ctx->stream>>>(
@@ -119,8 +120,7 @@ extern "C" tpd_status tpd_kern_cuda_embed_bwd(tpd_kern_ctx *ctx, void *dwte, con
 }
 
 /* out(B,T,C) += wpe(T,C) */
-template <typename T>
-__global__ void pos_fwd_kernel(T *out, const T *wpe, size_t n, size_t TC) {
+template <typename T> __global__ void pos_fwd_kernel(T *out, const T *wpe, size_t n, size_t TC) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         out[i] = tpd_from_f<T>(tpd_to_f(out[i]) + tpd_to_f(wpe[i % TC]));
@@ -140,18 +140,18 @@ extern "C" tpd_status tpd_kern_cuda_pos_fwd(tpd_kern_ctx *ctx, void *out, const 
 
 /* Backward of out[b,t] += wpe[t]: dwpe[t,c] += sum_b dout[b,t,c], summed over b in order
  * by the one thread that owns (t,c). */
-template <typename T>
-__global__ void pos_bwd_kernel(T *dwpe, const T *dout, int B, size_t TC) {
+template <typename T> __global__ void pos_bwd_kernel(T *dwpe, const T *dout, int B, size_t TC) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < TC;
          i += (size_t)gridDim.x * blockDim.x) {
         float acc = 0.0f;
-        for (int b = 0; b < B; b++) acc += tpd_to_f(dout[(size_t)b * TC + i]);
+        for (int b = 0; b < B; b++)
+            acc += tpd_to_f(dout[(size_t)b * TC + i]);
         dwpe[i] = tpd_from_f<T>(tpd_to_f(dwpe[i]) + acc);
     }
 }
 
-extern "C" tpd_status tpd_kern_cuda_pos_bwd(tpd_kern_ctx *ctx, void *dwpe, const void *dout,
-                                            int B, int T_, int C) {
+extern "C" tpd_status tpd_kern_cuda_pos_bwd(tpd_kern_ctx *ctx, void *dwpe, const void *dout, int B,
+                                            int T_, int C) {
     TPD_CUDA_REQUIRE(B >= 0 && T_ >= 0 && C >= 0, "pos_bwd: bad shape B=%d T=%d C=%d", B, T_, C);
     size_t TC = (size_t)T_ * C;
     if (TC == 0 || B == 0) return TPD_OK;

@@ -68,7 +68,7 @@ struct tpd_kern_ctx {
      * stream-ordered cudaFreeAsync/cudaMallocAsync so in-flight kernels keep the old one. */
     void *scratch;
     size_t scratch_bytes;
-    double *host_result; /* pinned, 1 double: where host-result ops land their value */
+    double *host_result;   /* pinned, 1 double: where host-result ops land their value */
     void *reduce_partials; /* device, TPD_CUDA_REDUCE_BLOCKS doubles + 1 result */
 };
 
@@ -89,12 +89,12 @@ tpd_status tpd_cudnn_check(cudnnStatus_t st, const char *what, const char *file,
 /* After a kernel launch: reports a bad launch configuration at the op that caused it. */
 #define TPD_CUDA_LAUNCHED(what) tpd_cuda_check(cudaGetLastError(), (what), __FILE__, __LINE__)
 
-#define TPD_CUDA_REQUIRE(cond, ...)                                                           \
-    do {                                                                                      \
-        if (!(cond)) {                                                                        \
-            tpd_log_error(__VA_ARGS__);                                                       \
-            return TPD_ERR_INVALID;                                                           \
-        }                                                                                     \
+#define TPD_CUDA_REQUIRE(cond, ...)                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            tpd_log_error(__VA_ARGS__);                                                            \
+            return TPD_ERR_INVALID;                                                                \
+        }                                                                                          \
     } while (0)
 
 size_t tpd_cuda_dtype_size(tpd_dtype dt);
@@ -124,9 +124,11 @@ typedef struct tpd_cuda_gemm_args {
     void *aux;        /* (M,N) */
 } tpd_cuda_gemm_args;
 
-#define TPD_CUDA_GEMM_ARGS_INIT                                                               \
-    {0, 0, 0, 0, 0, NULL, 0, 0, NULL, 0, 0, NULL, 0, 0, 1, 1.0f, 0.0f, TPD_DTYPE_F32,          \
-     CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL}
+#define TPD_CUDA_GEMM_ARGS_INIT                                                                    \
+    {                                                                                              \
+        0, 0, 0, 0, 0, NULL, 0, 0, NULL, 0, 0, NULL, 0, 0, 1, 1.0f, 0.0f, TPD_DTYPE_F32,           \
+            CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL                                                  \
+    }
 
 tpd_status tpd_cuda_gemm(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g);
 
@@ -137,70 +139,66 @@ tpd_status tpd_kern_cuda_embed_bwd(tpd_kern_ctx *ctx, void *dwte, const void *do
                                    const int32_t *tokens, int N, int C, int v0, int Vl);
 tpd_status tpd_kern_cuda_pos_fwd(tpd_kern_ctx *ctx, void *out, const void *wpe, int B, int T,
                                  int C);
-tpd_status tpd_kern_cuda_pos_bwd(tpd_kern_ctx *ctx, void *dwpe, const void *dout, int B,
-                                 int T, int C);
+tpd_status tpd_kern_cuda_pos_bwd(tpd_kern_ctx *ctx, void *dwpe, const void *dout, int B, int T,
+                                 int C);
 
 tpd_status tpd_kern_cuda_layernorm_fwd(tpd_kern_ctx *ctx, void *out, float *mean, float *rstd,
-                                       const void *inp, const void *w, const void *b, int N,
-                                       int C);
+                                       const void *inp, const void *w, const void *b, int N, int C);
 tpd_status tpd_kern_cuda_layernorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, void *db,
                                        const void *dout, const void *inp, const void *w,
                                        const float *mean, const float *rstd, int N, int C);
 
-tpd_status tpd_kern_cuda_matmul_fwd(tpd_kern_ctx *ctx, void *out, const void *inp,
-                                    const void *w, const void *bias, int N, int C, int OC);
+tpd_status tpd_kern_cuda_matmul_fwd(tpd_kern_ctx *ctx, void *out, const void *inp, const void *w,
+                                    const void *bias, int N, int C, int OC);
 tpd_status tpd_kern_cuda_matmul_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, void *dbias,
-                                    const void *dout, const void *inp, const void *w, int N,
-                                    int C, int OC);
-tpd_status tpd_kern_cuda_bias_add(tpd_kern_ctx *ctx, void *out, const void *bias, int N,
-                                  int OC);
-tpd_status tpd_kern_cuda_matmul_gelu_fwd(tpd_kern_ctx *ctx, void *out, void *pre,
-                                         const void *inp, const void *w, const void *bias,
-                                         int N, int C, int OC);
+                                    const void *dout, const void *inp, const void *w, int N, int C,
+                                    int OC);
+tpd_status tpd_kern_cuda_bias_add(tpd_kern_ctx *ctx, void *out, const void *bias, int N, int OC);
+tpd_status tpd_kern_cuda_matmul_gelu_fwd(tpd_kern_ctx *ctx, void *out, void *pre, const void *inp,
+                                         const void *w, const void *bias, int N, int C, int OC);
 /* dbias(OC) += colsum(dout(N,OC)), fp32 sums in a fixed order (cuda_elementwise.cu). */
 tpd_status tpd_kern_cuda_colsum_acc(tpd_kern_ctx *ctx, void *dbias, const void *dout, int N,
                                     int OC);
 
 tpd_status tpd_kern_cuda_gelu_fwd(tpd_kern_ctx *ctx, void *out, const void *inp, size_t n);
-tpd_status tpd_kern_cuda_gelu_bwd(tpd_kern_ctx *ctx, void *dinp, const void *inp,
-                                  const void *dout, size_t n);
-tpd_status tpd_kern_cuda_add(tpd_kern_ctx *ctx, void *out, const void *a, const void *b,
-                             size_t n);
+tpd_status tpd_kern_cuda_gelu_bwd(tpd_kern_ctx *ctx, void *dinp, const void *inp, const void *dout,
+                                  size_t n);
+tpd_status tpd_kern_cuda_add(tpd_kern_ctx *ctx, void *out, const void *a, const void *b, size_t n);
 tpd_status tpd_kern_cuda_scale(tpd_kern_ctx *ctx, void *x, float s, size_t n);
 tpd_status tpd_kern_cuda_cast(tpd_kern_ctx *ctx, void *dst, tpd_dtype dst_dt, const void *src,
                               tpd_dtype src_dt, size_t n);
 
 size_t tpd_kern_cuda_attention_saved_bytes(tpd_kern_ctx *ctx, int B, int T, int NH, int HS);
-tpd_status tpd_kern_cuda_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved,
-                                       const void *qkv, int B, int T, int NH, int HS);
-tpd_status tpd_kern_cuda_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
-                                       const void *qkv, const void *out, const void *saved,
+tpd_status tpd_kern_cuda_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved, const void *qkv,
                                        int B, int T, int NH, int HS);
+tpd_status tpd_kern_cuda_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
+                                       const void *qkv, const void *out, const void *saved, int B,
+                                       int T, int NH, int HS);
 /* The two implementations behind the ops above (cuda_attention_cudnn.cu and
  * cuda_attention_gemm.cu). The fused one needs BF16. */
 int tpd_cuda_attention_fused(const tpd_kern_ctx *ctx);
-tpd_status tpd_cuda_attention_cudnn_fwd(tpd_kern_ctx *ctx, void *out, float *stats,
-                                        const void *qkv, int B, int T, int NH, int HS);
-tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
-                                        const void *qkv, const void *out, const float *stats,
+tpd_status tpd_cuda_attention_cudnn_fwd(tpd_kern_ctx *ctx, void *out, float *stats, const void *qkv,
                                         int B, int T, int NH, int HS);
-tpd_status tpd_cuda_attention_gemm_fwd(tpd_kern_ctx *ctx, void *out, void *probs,
-                                       const void *qkv, int B, int T, int NH, int HS);
+tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
+                                        const void *qkv, const void *out, const float *stats, int B,
+                                        int T, int NH, int HS);
+tpd_status tpd_cuda_attention_gemm_fwd(tpd_kern_ctx *ctx, void *out, void *probs, const void *qkv,
+                                       int B, int T, int NH, int HS);
 tpd_status tpd_cuda_attention_gemm_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
-                                       const void *qkv, const void *probs, int B, int T,
-                                       int NH, int HS);
+                                       const void *qkv, const void *probs, int B, int T, int NH,
+                                       int HS);
 void tpd_cuda_attention_cache_destroy(tpd_kern_ctx *ctx);
 
-tpd_status tpd_kern_cuda_xent_max(tpd_kern_ctx *ctx, float *maxv, const void *logits, int N,
-                                  int Vl, int Vvalid);
+tpd_status tpd_kern_cuda_xent_max(tpd_kern_ctx *ctx, float *maxv, const void *logits, int N, int Vl,
+                                  int Vvalid);
 tpd_status tpd_kern_cuda_xent_sumexp(tpd_kern_ctx *ctx, float *sumexp, float *tgt,
-                                     const void *logits, const float *maxv,
-                                     const int32_t *targets, int N, int Vl, int Vvalid, int v0);
+                                     const void *logits, const float *maxv, const int32_t *targets,
+                                     int N, int Vl, int Vvalid, int v0);
 tpd_status tpd_kern_cuda_xent_loss(tpd_kern_ctx *ctx, float *loss, const float *maxv,
                                    const float *sumexp, const float *tgt, int N);
 tpd_status tpd_kern_cuda_xent_bwd(tpd_kern_ctx *ctx, void *logits, const float *maxv,
-                                  const float *sumexp, const int32_t *targets, float dloss,
-                                  int N, int Vl, int Vvalid, int v0);
+                                  const float *sumexp, const int32_t *targets, float dloss, int N,
+                                  int Vl, int Vvalid, int v0);
 
 tpd_status tpd_kern_cuda_adamw(tpd_kern_ctx *ctx, void *param, float *master, const void *grad,
                                float *m, float *v, size_t n, float lr, float beta1, float beta2,

@@ -14,7 +14,8 @@ __device__ __forceinline__ void ln_load(float *f, const T *x, int c, int vec) {
     if (vec) {
         tpd_pack<T> p = tpd_load_pack(x + c);
 #pragma unroll
-        for (int k = 0; k < V; k++) f[k] = tpd_to_f(p.v[k]);
+        for (int k = 0; k < V; k++)
+            f[k] = tpd_to_f(p.v[k]);
     } else {
         f[0] = tpd_to_f(x[c]);
     }
@@ -34,7 +35,8 @@ __global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *
     float s = 0.0f;
     for (int c = lane * width; c < C; c += step) {
         ln_load<T, V>(f, x, c, vec);
-        for (int k = 0; k < width; k++) s += f[k];
+        for (int k = 0; k < width; k++)
+            s += f[k];
     }
     float m = tpd_warp_sum(s) / (float)C;
     float ss = 0.0f;
@@ -54,7 +56,8 @@ __global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *
         if (vec) {
             tpd_pack<T> p;
 #pragma unroll
-            for (int k = 0; k < V; k++) p.v[k] = tpd_from_f<T>((f[k] - m) * r * fw[k] + fb[k]);
+            for (int k = 0; k < V; k++)
+                p.v[k] = tpd_from_f<T>((f[k] - m) * r * fw[k] + fb[k]);
             tpd_store_pack(o + c, p);
         } else {
             o[c] = tpd_from_f<T>((f[0] - m) * r * fw[0] + fb[0]);
@@ -100,7 +103,8 @@ __global__ void layernorm_bwd_kernel(T *dinp, float *partial, const T *dout, con
     int row1 = min(row0 + LNB_ROWS_PER_BLOCK, N);
     extern __shared__ float sh[]; /* [LN_WARPS][2*C]: per-warp dw, db partials */
     float *my = sh + (size_t)warp * 2 * C;
-    for (int c = lane; c < 2 * C; c += 32) my[c] = 0.0f;
+    for (int c = lane; c < 2 * C; c += 32)
+        my[c] = 0.0f;
     __syncwarp();
     for (int row = row0 + warp; row < row1; row += LN_WARPS) {
         const T *x = inp + (size_t)row * C;
@@ -130,7 +134,8 @@ __global__ void layernorm_bwd_kernel(T *dinp, float *partial, const T *dout, con
     float *pb = partial + (size_t)blockIdx.x * 2 * C;
     for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
         float s = 0.0f;
-        for (int k = 0; k < LN_WARPS; k++) s += sh[(size_t)k * 2 * C + c];
+        for (int k = 0; k < LN_WARPS; k++)
+            s += sh[(size_t)k * 2 * C + c];
         pb[c] = s;
     }
 }
@@ -141,17 +146,18 @@ __global__ void layernorm_bwd_reduce_kernel(T *dw, T *db, const float *partial, 
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= 2 * C) return;
     float s = 0.0f;
-    for (int k = 0; k < nblocks; k++) s += partial[(size_t)k * 2 * C + c];
+    for (int k = 0; k < nblocks; k++)
+        s += partial[(size_t)k * 2 * C + c];
     if (c < C)
         dw[c] = tpd_from_f<T>(tpd_to_f(dw[c]) + s);
     else
         db[c - C] = tpd_from_f<T>(tpd_to_f(db[c - C]) + s);
 }
 
-extern "C" tpd_status tpd_kern_cuda_layernorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw,
-                                                  void *db, const void *dout, const void *inp,
-                                                  const void *w, const float *mean,
-                                                  const float *rstd, int N, int C) {
+extern "C" tpd_status tpd_kern_cuda_layernorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, void *db,
+                                                  const void *dout, const void *inp, const void *w,
+                                                  const float *mean, const float *rstd, int N,
+                                                  int C) {
     TPD_CUDA_REQUIRE(N >= 0 && C > 0, "layernorm_bwd: bad shape N=%d C=%d", N, C);
     if (N == 0) return TPD_OK;
     size_t shmem = (size_t)LN_WARPS * 2 * (size_t)C * sizeof(float);
@@ -164,14 +170,13 @@ extern "C" tpd_status tpd_kern_cuda_layernorm_bwd(tpd_kern_ctx *ctx, void *dinp,
     float *partial = (float *)scratch;
     TPD_CUDA_DISPATCH(ctx->dtype, T, {
         if (shmem > 48 * 1024)
-            TPD_CHECK(TPD_CUDA(cudaFuncSetAttribute(layernorm_bwd_kernel<T>,
-                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    (int)shmem)));
+            TPD_CHECK(TPD_CUDA(cudaFuncSetAttribute(
+                layernorm_bwd_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem)));
         layernorm_bwd_kernel<T><<<nblocks, LN_WARPS * 32, shmem, ctx->stream>>>(
             (T *)dinp, partial, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
         TPD_CHECK(TPD_CUDA_LAUNCHED("layernorm_bwd"));
-        layernorm_bwd_reduce_kernel<T><<<(2 * C + 255) / 256, 256, 0, ctx->stream>>>(
-            (T *)dw, (T *)db, partial, nblocks, C);
+        layernorm_bwd_reduce_kernel<T>
+            <<<(2 * C + 255) / 256, 256, 0, ctx->stream>>>((T *)dw, (T *)db, partial, nblocks, C);
     });
     return TPD_CUDA_LAUNCHED("layernorm_bwd reduce");
 }

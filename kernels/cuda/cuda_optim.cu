@@ -73,7 +73,8 @@ __global__ void reduce_partial_kernel(double *partials, const T *x, size_t n) {
 
 __global__ void reduce_final_kernel(double *result, const double *partials, int nparts) {
     double acc = 0.0;
-    for (int i = threadIdx.x; i < nparts; i += blockDim.x) acc += partials[i];
+    for (int i = threadIdx.x; i < nparts; i += blockDim.x)
+        acc += partials[i];
     acc = tpd_block_sum_d(acc);
     if (threadIdx.x == 0) *result = acc;
 }
@@ -87,8 +88,8 @@ static tpd_status reduce_to_host(tpd_kern_ctx *ctx, const T *x, size_t n, double
         *out_p = 0.0;
         return TPD_OK;
     }
-    reduce_partial_kernel<T, SQUARE><<<TPD_CUDA_REDUCE_BLOCKS, RED_THREADS, 0, ctx->stream>>>(
-        partials, x, n);
+    reduce_partial_kernel<T, SQUARE>
+        <<<TPD_CUDA_REDUCE_BLOCKS, RED_THREADS, 0, ctx->stream>>>(partials, x, n);
     TPD_CHECK(TPD_CUDA_LAUNCHED(name));
     reduce_final_kernel<<<1, RED_THREADS, 0, ctx->stream>>>(result, partials,
                                                             TPD_CUDA_REDUCE_BLOCKS);
@@ -107,7 +108,8 @@ extern "C" tpd_status tpd_kern_cuda_sum_f32(tpd_kern_ctx *ctx, const float *x, s
 
 extern "C" tpd_status tpd_kern_cuda_sumsq(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n,
                                           double *sumsq_p) {
-    if (dt == TPD_DTYPE_F32) return reduce_to_host<float, 1>(ctx, (const float *)x, n, sumsq_p, "sumsq");
+    if (dt == TPD_DTYPE_F32)
+        return reduce_to_host<float, 1>(ctx, (const float *)x, n, sumsq_p, "sumsq");
     if (dt == TPD_DTYPE_BF16)
         return reduce_to_host<tpd_bf16, 1>(ctx, (const tpd_bf16 *)x, n, sumsq_p, "sumsq");
     tpd_log_error("sumsq: dtype %s is not supported", tpd_dtype_name(dt));

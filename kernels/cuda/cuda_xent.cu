@@ -12,7 +12,8 @@ template <typename T>
 __global__ void xent_max_kernel(float *maxv, const T *logits, int Vl, int Vvalid) {
     const T *l = logits + (size_t)blockIdx.x * Vl;
     float m = -INFINITY;
-    for (int c = threadIdx.x; c < Vvalid; c += blockDim.x) m = fmaxf(m, tpd_to_f(l[c]));
+    for (int c = threadIdx.x; c < Vvalid; c += blockDim.x)
+        m = fmaxf(m, tpd_to_f(l[c]));
     m = tpd_block_max(m);
     if (threadIdx.x == 0) maxv[blockIdx.x] = m;
 }
@@ -37,7 +38,8 @@ __global__ void xent_sumexp_kernel(float *sumexp, float *tgt, const T *logits, c
     float s = 0.0f;
     /* A row whose global max is -inf has no valid column anywhere; keep its sum 0. */
     if (m != -INFINITY)
-        for (int c = threadIdx.x; c < Vvalid; c += blockDim.x) s += __expf(tpd_to_f(l[c]) - m);
+        for (int c = threadIdx.x; c < Vvalid; c += blockDim.x)
+            s += __expf(tpd_to_f(l[c]) - m);
     s = tpd_block_sum(s);
     if (threadIdx.x == 0) {
         sumexp[n] = s;
@@ -48,14 +50,14 @@ __global__ void xent_sumexp_kernel(float *sumexp, float *tgt, const T *logits, c
 
 extern "C" tpd_status tpd_kern_cuda_xent_sumexp(tpd_kern_ctx *ctx, float *sumexp, float *tgt,
                                                 const void *logits, const float *maxv,
-                                                const int32_t *targets, int N, int Vl,
-                                                int Vvalid, int v0) {
+                                                const int32_t *targets, int N, int Vl, int Vvalid,
+                                                int v0) {
     TPD_CUDA_REQUIRE(N >= 0 && Vl >= 0 && Vvalid >= 0 && Vvalid <= Vl,
                      "xent_sumexp: bad shape N=%d Vl=%d Vvalid=%d", N, Vl, Vvalid);
     if (N == 0) return TPD_OK;
     TPD_CUDA_DISPATCH(ctx->dtype, T, {
-        xent_sumexp_kernel<T><<<N, XENT_BLOCK, 0, ctx->stream>>>(
-            sumexp, tgt, (const T *)logits, maxv, targets, Vl, Vvalid, v0);
+        xent_sumexp_kernel<T><<<N, XENT_BLOCK, 0, ctx->stream>>>(sumexp, tgt, (const T *)logits,
+                                                                 maxv, targets, Vl, Vvalid, v0);
     });
     return TPD_CUDA_LAUNCHED("xent_sumexp");
 }

@@ -20,7 +20,14 @@ extern "C" {
 typedef struct tpd_tp_ctx {
     const tpd_kern_backend *kb;
     tpd_comm *tp;
+    double *comm_s; /* optional: seconds spent in TP collectives are added here */
 } tpd_tp_ctx;
+
+/* In-place all-reduce over the TP group (no-op for one rank), timed into comm_s. On
+ * backends with streams the time is that of enqueueing unless the comm synchronizes. */
+tpd_status tpd_tp_allreduce(const tpd_tp_ctx *t, void *buf, size_t count, tpd_dtype dt,
+                            tpd_comm_op op);
+double tpd_tp_clock(void);
 
 /* out(N,OCl) = inp(N,C) @ w(OCl,C)^T + b(OCl). */
 tpd_status tpd_tp_column_fwd(const tpd_tp_ctx *t, void *out, const void *inp, const void *w,

@@ -1,9 +1,24 @@
 #include "parallel/tensor/tp.h"
 
-static tpd_status tp_allreduce(const tpd_tp_ctx *t, void *buf, size_t count) {
+#include <time.h>
+
+double tpd_tp_clock(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+tpd_status tpd_tp_allreduce(const tpd_tp_ctx *t, void *buf, size_t count, tpd_dtype dt,
+                            tpd_comm_op op) {
     if (!t->tp || t->tp->size == 1) return TPD_OK;
-    return t->tp->ops->allreduce(t->tp, buf, buf, count, t->kb->act_dtype, TPD_COMM_OP_SUM,
-                                 t->kb->stream);
+    double t0 = t->comm_s ? tpd_tp_clock() : 0;
+    tpd_status st = t->tp->ops->allreduce(t->tp, buf, buf, count, dt, op, t->kb->stream);
+    if (t->comm_s) *t->comm_s += tpd_tp_clock() - t0;
+    return st;
+}
+
+static tpd_status tp_allreduce(const tpd_tp_ctx *t, void *buf, size_t count) {
+    return tpd_tp_allreduce(t, buf, count, t->kb->act_dtype, TPD_COMM_OP_SUM);
 }
 
 tpd_status tpd_tp_column_fwd(const tpd_tp_ctx *t, void *out, const void *inp, const void *w,

@@ -1,16 +1,10 @@
 #include "parallel/tensor/tp.h"
 
-static int tp_active(const tpd_tp_ctx *t) {
-    return t->tp && t->tp->size > 1;
-}
-
 tpd_status tpd_tp_vocab_embed_fwd(const tpd_tp_ctx *t, void *out, const int32_t *tokens,
                                   const void *wte, int N, int C, int v0, int Vl) {
     TPD_CHECK(t->kb->ops->embed_fwd(t->kb->ctx, out, tokens, wte, N, C, v0, Vl));
-    if (!tp_active(t)) return TPD_OK;
     /* Each token's row lives on exactly one rank; the others contributed zeros. */
-    return t->tp->ops->allreduce(t->tp, out, out, (size_t)N * C, t->kb->act_dtype,
-                                 TPD_COMM_OP_SUM, t->kb->stream);
+    return tpd_tp_allreduce(t, out, (size_t)N * C, t->kb->act_dtype, TPD_COMM_OP_SUM);
 }
 
 tpd_status tpd_tp_vocab_embed_bwd(const tpd_tp_ctx *t, void *dwte, const void *dout,
@@ -25,15 +19,11 @@ tpd_status tpd_tp_vocab_xent_fwd(const tpd_tp_ctx *t, float *loss, float *stats,
     const tpd_kern_ops *k = t->kb->ops;
     float *maxv = stats, *sumexp = stats + N, *tgt = stats + 2 * (size_t)N;
     TPD_CHECK(k->xent_max(t->kb->ctx, maxv, logits, N, Vl, Vvalid));
-    if (tp_active(t))
-        TPD_CHECK(t->tp->ops->allreduce(t->tp, maxv, maxv, (size_t)N, TPD_DTYPE_F32,
-                                        TPD_COMM_OP_MAX, t->kb->stream));
+    TPD_CHECK(tpd_tp_allreduce(t, maxv, (size_t)N, TPD_DTYPE_F32, TPD_COMM_OP_MAX));
     TPD_CHECK(k->xent_sumexp(t->kb->ctx, sumexp, tgt, logits, maxv, targets, N, Vl, Vvalid, v0));
     /* sumexp and tgt are adjacent: one all-reduce for both. The target logit is non-zero
      * on the one rank that owns the target's column. */
-    if (tp_active(t))
-        TPD_CHECK(t->tp->ops->allreduce(t->tp, sumexp, sumexp, 2 * (size_t)N, TPD_DTYPE_F32,
-                                        TPD_COMM_OP_SUM, t->kb->stream));
+    TPD_CHECK(tpd_tp_allreduce(t, sumexp, 2 * (size_t)N, TPD_DTYPE_F32, TPD_COMM_OP_SUM));
     return k->xent_loss(t->kb->ctx, loss, maxv, sumexp, tgt, N);
 }
 

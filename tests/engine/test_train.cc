@@ -46,15 +46,24 @@ TEST(Train, LossFallsOnTinyModel) {
     cfg.training.micro_batch_size = 4;
     cfg.training.global_batch_size = 8;
     cfg.training.train_iters = 200;
-    cfg.optimizer.lr = 1e-2;
-    cfg.optimizer.min_lr = 1e-3;
+    cfg.optimizer.lr = 3e-3;
+    cfg.optimizer.min_lr = 3e-4;
     cfg.optimizer.lr_warmup_iters = 5;
     std::vector<double> l = train_losses(cfg, 200, nullptr);
     ASSERT_EQ(l.size(), 200u);
-    // Uniform over 257 byte tokens is ln(257) = 5.55; the text is highly repetitive.
+    // The untrained model is near uniform over 257 tokens: ln(257) = 5.55.
     EXPECT_NEAR(l[0], std::log(257.0), 0.3);
-    printf("tiny model loss: first %.3f, last %.3f\n", l[0], l.back());
-    EXPECT_LT(l.back(), 1.5) << "loss after 200 steps";
+    // A model that ignored the context could at best reach the corpus's unigram entropy;
+    // this one must use the context to get well below it.
+    std::string text = tiny::corpus_text();
+    std::vector<double> count(256, 0);
+    for (unsigned char ch : text) count[ch]++;
+    double h1 = 0;
+    for (double c : count)
+        if (c > 0) h1 -= c / text.size() * std::log(c / text.size());
+    printf("tiny model loss: first %.3f, last %.3f; corpus unigram entropy %.3f nats\n", l[0],
+           l.back(), h1);
+    EXPECT_LT(l.back(), h1 - 0.5) << "loss after 200 steps";
 }
 
 TEST(Train, TwoRunsAreBitIdentical) {

@@ -1,0 +1,574 @@
+// The cuda backend against the cpu backend (the fp32 reference), op by op, on random
+// inputs. Label `gpu`: every test skips when no CUDA device is visible.
+//
+// Inputs are rounded to bf16 first and the same rounded values go to both backends, so
+// the differences measured are those of bf16 outputs and intermediates only. Tolerances:
+// |got - ref| <= rtol * (|ref| + rms(ref)), rtol 2e-2 for bf16 (8-bit mantissa, fp32
+// accumulation) and 1e-4 for the f32 backend.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+extern "C" {
+#include "kernels/kernels.h"
+}
+
+namespace {
+
+using FVec = std::vector<float>;
+using IVec = std::vector<int32_t>;
+
+constexpr float kRtolBf16 = 2e-2f;
+constexpr float kRtolF32 = 1e-4f;
+
+#define SKIP_WITHOUT_GPU()                                                                         \
+    do {                                                                                           \
+        if (!tpd_kern_cuda_available()) GTEST_SKIP() << "no CUDA device";                          \
+    } while (0)
+
+uint16_t f2bf(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+float bf2f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+FVec round_bf16(const FVec &v) {
+    FVec r(v.size());
+    for (size_t i = 0; i < v.size(); i++)
+        r[i] = bf2f(f2bf(v[i]));
+    return r;
+}
+FVec randn(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<float> d(0.0f, scale);
+    FVec v(n);
+    for (auto &x : v)
+        x = d(gen);
+    return round_bf16(v);
+}
+IVec randint(size_t n, uint32_t seed, int lo, int hi) {
+    std::mt19937 gen(seed);
+    std::uniform_int_distribution<int> d(lo, hi - 1);
+    IVec v(n);
+    for (auto &x : v)
+        x = d(gen);
+    return v;
+}
+
+// One backend plus the buffers a test allocates on it (freed with it).
+struct Be {
+    tpd_kern_backend b{};
+    std::vector<void *> bufs;
+    bool cuda;
+    explicit Be(bool cuda_, tpd_dtype dt = TPD_DTYPE_BF16, int fused = 1) : cuda(cuda_) {
+        tpd_kern_config cfg = TPD_KERN_CONFIG_INIT;
+        cfg.fused_attention = fused;
+        if (cuda) {
+            cfg.dtype = dt;
+            EXPECT_EQ(tpd_kern_cuda_create(&cfg, &b), TPD_OK);
+        } else {
+            cfg.num_threads = 2;
+            EXPECT_EQ(tpd_kern_cpu_create(&cfg, &b), TPD_OK);
+        }
+    }
+    ~Be() {
+        for (void *p : bufs)
+            b.ops->free(b.ctx, p);
+        tpd_kern_backend_destroy(&b);
+    }
+    tpd_dtype act() const {
+        return b.act_dtype;
+    }
+    void *alloc(size_t bytes) {
+        void *p = nullptr;
+        EXPECT_EQ(b.ops->alloc(b.ctx, bytes, &p), TPD_OK);
+        bufs.push_back(p);
+        return p;
+    }
+    // Tensor in dtype dt (default: the activation dtype) holding v.
+    void *up(const FVec &v, int dt = -1) {
+        tpd_dtype t = dt < 0 ? act() : (tpd_dtype)dt;
+        size_t n = v.size();
+        void *p = alloc(n * tpd_dtype_size(t) + 16);
+        if (t == TPD_DTYPE_BF16) {
+            std::vector<uint16_t> h(n);
+            for (size_t i = 0; i < n; i++)
+                h[i] = f2bf(v[i]);
+            EXPECT_EQ(b.ops->copy_to_device(b.ctx, p, h.data(), n * 2), TPD_OK);
+        } else {
+            EXPECT_EQ(b.ops->copy_to_device(b.ctx, p, v.data(), n * 4), TPD_OK);
+        }
+        return p;
+    }
+    float *upf(const FVec &v) {
+        return (float *)up(v, TPD_DTYPE_F32);
+    }
+    int32_t *upi(const IVec &v) {
+        void *p = alloc(v.size() * 4 + 16);
+        EXPECT_EQ(b.ops->copy_to_device(b.ctx, p, v.data(), v.size() * 4), TPD_OK);
+        return (int32_t *)p;
+    }
+    void *zeros(size_t n, int dt = -1) {
+        return up(FVec(n, 0.0f), dt);
+    }
+    FVec down(const void *p, size_t n, int dt = -1) {
+        tpd_dtype t = dt < 0 ? act() : (tpd_dtype)dt;
+        FVec r(n);
+        EXPECT_EQ(b.ops->synchronize(b.ctx), TPD_OK);
+        if (t == TPD_DTYPE_BF16) {
+            std::vector<uint16_t> h(n);
+            EXPECT_EQ(b.ops->copy_to_host(b.ctx, h.data(), p, n * 2), TPD_OK);
+            for (size_t i = 0; i < n; i++)
+                r[i] = bf2f(h[i]);
+        } else {
+            EXPECT_EQ(b.ops->copy_to_host(b.ctx, r.data(), p, n * 4), TPD_OK);
+        }
+        return r;
+    }
+    FVec downf(const void *p, size_t n) {
+        return down(p, n, TPD_DTYPE_F32);
+    }
+    std::vector<uint8_t> bytes(const void *p, size_t n) {
+        std::vector<uint8_t> r(n);
+        EXPECT_EQ(b.ops->copy_to_host(b.ctx, r.data(), p, n), TPD_OK);
+        return r;
+    }
+    const tpd_kern_ops *ops() const {
+        return b.ops;
+    }
+    tpd_kern_ctx *ctx() const {
+        return b.ctx;
+    }
+};
+
+void expect_close(const FVec &got, const FVec &ref, float rtol, const char *what) {
+    ASSERT_EQ(got.size(), ref.size()) << what;
+    double ss = 0.0;
+    for (float r : ref)
+        ss += (double)r * r;
+    double rms = ref.empty() ? 0.0 : std::sqrt(ss / ref.size());
+    size_t bad = 0, worst = 0;
+    double worst_ratio = 0.0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        double tol = rtol * (std::fabs((double)ref[i]) + rms) + 1e-30;
+        double err = std::fabs((double)got[i] - ref[i]);
+        if (!(err <= tol)) bad++;
+        double ratio = err / tol;
+        if (!(ratio <= worst_ratio)) {
+            worst_ratio = ratio;
+            worst = i;
+        }
+    }
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << ref.size()
+                       << " elements out of tolerance; worst at " << worst << ": got " << got[worst]
+                       << " want " << ref[worst] << " (rtol " << rtol << ", rms " << rms << ")";
+}
+
+// ---- embedding ----
+
+TEST(CudaKernels, EmbedForwardBackwardVocabParallel) {
+    SKIP_WITHOUT_GPU();
+    Be g(true), c(false);
+    const int N = 300, C = 64, v0 = 100, Vl = 50;
+    IVec tok = randint(N, 1, 80, 170); // some below v0, some past v0+Vl
+    for (int i = 0; i < 40; i++)
+        tok[i] = 120; // a hot row
+    FVec wte = randn((size_t)Vl * C, 2), dout = randn((size_t)N * C, 3);
+    FVec dw0 = randn((size_t)Vl * C, 4, 0.1f); // accumulate onto this
+
+    void *go = g.zeros((size_t)N * C), *co = c.zeros((size_t)N * C);
+    ASSERT_EQ(g.ops()->embed_fwd(g.ctx(), go, g.upi(tok), g.up(wte), N, C, v0, Vl), TPD_OK);
+    ASSERT_EQ(c.ops()->embed_fwd(c.ctx(), co, c.upi(tok), c.up(wte), N, C, v0, Vl), TPD_OK);
+    expect_close(g.down(go, (size_t)N * C), c.down(co, (size_t)N * C), 0.0f, "embed_fwd");
+
+    void *gdw = g.up(dw0), *cdw = c.up(dw0);
+    int32_t *gt = g.upi(tok);
+    void *gd = g.up(dout);
+    ASSERT_EQ(g.ops()->embed_bwd(g.ctx(), gdw, gd, gt, N, C, v0, Vl), TPD_OK);
+    ASSERT_EQ(c.ops()->embed_bwd(c.ctx(), cdw, c.up(dout), c.upi(tok), N, C, v0, Vl), TPD_OK);
+    expect_close(g.down(gdw, (size_t)Vl * C), c.down(cdw, (size_t)Vl * C), kRtolBf16, "embed_bwd");
+}
+
+TEST(CudaKernels, EmbedBackwardIsBitDeterministic) {
+    SKIP_WITHOUT_GPU();
+    Be g(true);
+    const int N = 4096, C = 768, Vl = 1000;
+    IVec tok = randint(N, 5, 0, 200); // heavy repetition
+    FVec dout = randn((size_t)N * C, 6);
+    int32_t *t = g.upi(tok);
+    void *d = g.up(dout);
+    std::vector<uint8_t> first;
+    for (int rep = 0; rep < 3; rep++) {
+        void *dw = g.zeros((size_t)Vl * C);
+        ASSERT_EQ(g.ops()->embed_bwd(g.ctx(), dw, d, t, N, C, 0, Vl), TPD_OK);
+        ASSERT_EQ(g.ops()->synchronize(g.ctx()), TPD_OK);
+        auto bits = g.bytes(dw, (size_t)Vl * C * 2);
+        if (rep == 0)
+            first = bits;
+        else
+            EXPECT_EQ(bits, first) << "embed_bwd differs between identical runs";
+    }
+}
+
+TEST(CudaKernels, PositionForwardBackward) {
+    SKIP_WITHOUT_GPU();
+    Be g(true), c(false);
+    const int B = 3, T = 17, C = 40;
+    FVec x = randn((size_t)B * T * C, 7), wpe = randn((size_t)T * C, 8),
+         d0 = randn((size_t)T * C, 9);
+    void *gx = g.up(x), *cx = c.up(x);
+    ASSERT_EQ(g.ops()->pos_fwd(g.ctx(), gx, g.up(wpe), B, T, C), TPD_OK);
+    ASSERT_EQ(c.ops()->pos_fwd(c.ctx(), cx, c.up(wpe), B, T, C), TPD_OK);
+    expect_close(g.down(gx, x.size()), c.down(cx, x.size()), kRtolBf16, "pos_fwd");
+    void *gd = g.up(d0), *cd = c.up(d0);
+    ASSERT_EQ(g.ops()->pos_bwd(g.ctx(), gd, g.up(x), B, T, C), TPD_OK);
+    ASSERT_EQ(c.ops()->pos_bwd(c.ctx(), cd, c.up(x), B, T, C), TPD_OK);
+    expect_close(g.down(gd, d0.size()), c.down(cd, d0.size()), kRtolBf16, "pos_bwd");
+}
+
+// ---- layernorm ----
+
+void layernorm_case(int N, int C) {
+    Be g(true), c(false);
+    FVec x = randn((size_t)N * C, 10), w = randn(C, 11), bb = randn(C, 12),
+         dy = randn((size_t)N * C, 13);
+    for (auto &v : x)
+        v = v + 3.0f; // a row mean far from 0
+    x = round_bf16(x);
+    FVec dw0 = randn(C, 14), db0 = randn(C, 15);
+    void *gx = g.up(x), *gw = g.up(w), *gb = g.up(bb);
+    void *cx = c.up(x), *cw = c.up(w), *cb = c.up(bb);
+    void *go = g.zeros((size_t)N * C), *co = c.zeros((size_t)N * C);
+    float *gm = (float *)g.zeros(N, TPD_DTYPE_F32), *gr = (float *)g.zeros(N, TPD_DTYPE_F32);
+    float *cm = (float *)c.zeros(N, TPD_DTYPE_F32), *cr = (float *)c.zeros(N, TPD_DTYPE_F32);
+    ASSERT_EQ(g.ops()->layernorm_fwd(g.ctx(), go, gm, gr, gx, gw, gb, N, C), TPD_OK);
+    ASSERT_EQ(c.ops()->layernorm_fwd(c.ctx(), co, cm, cr, cx, cw, cb, N, C), TPD_OK);
+    expect_close(g.down(go, x.size()), c.down(co, x.size()), kRtolBf16, "layernorm_fwd out");
+    expect_close(g.downf(gm, N), c.downf(cm, N), 1e-5f, "layernorm_fwd mean");
+    expect_close(g.downf(gr, N), c.downf(cr, N), 1e-4f, "layernorm_fwd rstd");
+
+    void *gdx = g.zeros(x.size()), *cdx = c.zeros(x.size());
+    void *gdw = g.up(dw0), *gdb = g.up(db0), *cdw = c.up(dw0), *cdb = c.up(db0);
+    ASSERT_EQ(g.ops()->layernorm_bwd(g.ctx(), gdx, gdw, gdb, g.up(dy), gx, gw, gm, gr, N, C),
+              TPD_OK);
+    ASSERT_EQ(c.ops()->layernorm_bwd(c.ctx(), cdx, cdw, cdb, c.up(dy), cx, cw, cm, cr, N, C),
+              TPD_OK);
+    expect_close(g.down(gdx, x.size()), c.down(cdx, x.size()), kRtolBf16, "layernorm_bwd dinp");
+    expect_close(g.down(gdw, C), c.down(cdw, C), kRtolBf16, "layernorm_bwd dw");
+    expect_close(g.down(gdb, C), c.down(cdb, C), kRtolBf16, "layernorm_bwd db");
+}
+
+TEST(CudaKernels, LayerNormVectorized) {
+    SKIP_WITHOUT_GPU();
+    layernorm_case(77, 768);
+}
+TEST(CudaKernels, LayerNormOddWidth) {
+    SKIP_WITHOUT_GPU();
+    layernorm_case(33, 100);
+}
+TEST(CudaKernels, LayerNormWide) {
+    SKIP_WITHOUT_GPU();
+    layernorm_case(64, 1600); // GPT-2 1.5B width: more than 48 KiB of shared memory
+}
+
+// ---- matmul ----
+
+void matmul_case(int N, int C, int OC, bool bias) {
+    Be g(true), c(false);
+    FVec x = randn((size_t)N * C, 20), w = randn((size_t)OC * C, 21, 0.1f), b = randn(OC, 22);
+    FVec dy = randn((size_t)N * OC, 23), dw0 = randn((size_t)OC * C, 24), db0 = randn(OC, 25);
+    void *gx = g.up(x), *gw = g.up(w), *gb = bias ? g.up(b) : nullptr;
+    void *cx = c.up(x), *cw = c.up(w), *cb = bias ? c.up(b) : nullptr;
+    void *go = g.zeros((size_t)N * OC), *co = c.zeros((size_t)N * OC);
+    ASSERT_EQ(g.ops()->matmul_fwd(g.ctx(), go, gx, gw, gb, N, C, OC), TPD_OK);
+    ASSERT_EQ(c.ops()->matmul_fwd(c.ctx(), co, cx, cw, cb, N, C, OC), TPD_OK);
+    expect_close(g.down(go, (size_t)N * OC), c.down(co, (size_t)N * OC), kRtolBf16, "matmul_fwd");
+
+    void *gdx = g.zeros((size_t)N * C), *cdx = c.zeros((size_t)N * C);
+    void *gdw = g.up(dw0), *cdw = c.up(dw0);
+    void *gdb = bias ? g.up(db0) : nullptr, *cdb = bias ? c.up(db0) : nullptr;
+    ASSERT_EQ(g.ops()->matmul_bwd(g.ctx(), gdx, gdw, gdb, g.up(dy), gx, gw, N, C, OC), TPD_OK);
+    ASSERT_EQ(c.ops()->matmul_bwd(c.ctx(), cdx, cdw, cdb, c.up(dy), cx, cw, N, C, OC), TPD_OK);
+    expect_close(g.down(gdx, (size_t)N * C), c.down(cdx, (size_t)N * C), kRtolBf16,
+                 "matmul_bwd dinp");
+    expect_close(g.down(gdw, (size_t)OC * C), c.down(cdw, (size_t)OC * C), kRtolBf16,
+                 "matmul_bwd dw (accumulated)");
+    if (bias)
+        expect_close(g.down(gdb, OC), c.down(cdb, OC), kRtolBf16, "matmul_bwd dbias (accumulated)");
+}
+
+TEST(CudaKernels, MatmulWithBias) {
+    SKIP_WITHOUT_GPU();
+    matmul_case(128, 96, 160, true);
+}
+TEST(CudaKernels, MatmulNoBiasOddShape) {
+    SKIP_WITHOUT_GPU();
+    matmul_case(37, 24, 40, false);
+}
+
+void matmul_gelu_case(int N, int C, int OC) {
+    Be g(true), c(false);
+    FVec x = randn((size_t)N * C, 30), w = randn((size_t)OC * C, 31, 0.2f), b = randn(OC, 32);
+    void *go = g.zeros((size_t)N * OC), *gp = g.zeros((size_t)N * OC);
+    void *co = c.zeros((size_t)N * OC), *cp = c.zeros((size_t)N * OC);
+    ASSERT_EQ(g.ops()->matmul_gelu_fwd(g.ctx(), go, gp, g.up(x), g.up(w), g.up(b), N, C, OC),
+              TPD_OK);
+    ASSERT_EQ(c.ops()->matmul_gelu_fwd(c.ctx(), co, cp, c.up(x), c.up(w), c.up(b), N, C, OC),
+              TPD_OK);
+    expect_close(g.down(gp, (size_t)N * OC), c.down(cp, (size_t)N * OC), kRtolBf16,
+                 "matmul_gelu pre");
+    expect_close(g.down(go, (size_t)N * OC), c.down(co, (size_t)N * OC), kRtolBf16,
+                 "matmul_gelu out");
+}
+
+TEST(CudaKernels, MatmulGeluEpilogue) {
+    SKIP_WITHOUT_GPU();
+    matmul_gelu_case(64, 48, 192);
+}
+TEST(CudaKernels, MatmulGeluOddWidthFallback) {
+    SKIP_WITHOUT_GPU();
+    matmul_gelu_case(16, 8, 20);
+}
+
+// ---- elementwise ----
+
+TEST(CudaKernels, Elementwise) {
+    SKIP_WITHOUT_GPU();
+    Be g(true), c(false);
+    const size_t n = 1003; // a tail after the 8-wide packs
+    FVec a = randn(n, 40, 2.0f), b = randn(n, 41);
+    void *go = g.zeros(n), *co = c.zeros(n);
+    ASSERT_EQ(g.ops()->gelu_fwd(g.ctx(), go, g.up(a), n), TPD_OK);
+    ASSERT_EQ(c.ops()->gelu_fwd(c.ctx(), co, c.up(a), n), TPD_OK);
+    expect_close(g.down(go, n), c.down(co, n), kRtolBf16, "gelu_fwd");
+
+    void *gd = g.up(b), *cd = c.up(b); // dinp aliases dout
+    ASSERT_EQ(g.ops()->gelu_bwd(g.ctx(), gd, g.up(a), gd, n), TPD_OK);
+    ASSERT_EQ(c.ops()->gelu_bwd(c.ctx(), cd, c.up(a), cd, n), TPD_OK);
+    expect_close(g.down(gd, n), c.down(cd, n), kRtolBf16, "gelu_bwd (aliased)");
+
+    void *ga = g.up(a), *ca = c.up(a);
+    ASSERT_EQ(g.ops()->add(g.ctx(), ga, ga, g.up(b), n), TPD_OK);
+    ASSERT_EQ(c.ops()->add(c.ctx(), ca, ca, c.up(b), n), TPD_OK);
+    expect_close(g.down(ga, n), c.down(ca, n), kRtolBf16, "add");
+    ASSERT_EQ(g.ops()->scale(g.ctx(), ga, 0.37f, n), TPD_OK);
+    ASSERT_EQ(c.ops()->scale(c.ctx(), ca, 0.37f, n), TPD_OK);
+    expect_close(g.down(ga, n), c.down(ca, n), kRtolBf16, "scale");
+
+    const int N = 17, OC = 59;
+    FVec x = randn((size_t)N * OC, 42), bias = randn(OC, 43);
+    void *gx = g.up(x), *cx = c.up(x);
+    ASSERT_EQ(g.ops()->bias_add(g.ctx(), gx, g.up(bias), N, OC), TPD_OK);
+    ASSERT_EQ(c.ops()->bias_add(c.ctx(), cx, c.up(bias), N, OC), TPD_OK);
+    expect_close(g.down(gx, x.size()), c.down(cx, x.size()), kRtolBf16, "bias_add");
+}
+
+TEST(CudaKernels, CastRoundTrip) {
+    SKIP_WITHOUT_GPU();
+    Be g(true);
+    const size_t n = 999;
+    FVec a = randn(n, 44); // already bf16-representable: the round trip is exact
+    float *f = g.upf(a);
+    void *h = g.zeros(n, TPD_DTYPE_BF16);
+    float *f2 = (float *)g.zeros(n, TPD_DTYPE_F32);
+    ASSERT_EQ(g.ops()->cast(g.ctx(), h, TPD_DTYPE_BF16, f, TPD_DTYPE_F32, n), TPD_OK);
+    ASSERT_EQ(g.ops()->cast(g.ctx(), f2, TPD_DTYPE_F32, h, TPD_DTYPE_BF16, n), TPD_OK);
+    expect_close(g.downf(f2, n), a, 0.0f, "cast f32 -> bf16 -> f32");
+}
+
+// ---- attention ----
+
+struct AttnOut {
+    FVec out, dqkv;
+};
+
+AttnOut run_attention(Be &be, const FVec &qkv, const FVec &dout, int B, int T, int NH, int HS) {
+    size_t nq = (size_t)B * T * 3 * NH * HS, no = (size_t)B * T * NH * HS;
+    void *q = be.up(qkv), *o = be.zeros(no), *d = be.up(dout), *dq = be.zeros(nq);
+    size_t sb = be.ops()->attention_saved_bytes(be.ctx(), B, T, NH, HS);
+    void *saved = be.alloc(sb);
+    AttnOut r;
+    EXPECT_EQ(be.ops()->attention_fwd(be.ctx(), o, saved, q, B, T, NH, HS), TPD_OK);
+    EXPECT_EQ(be.ops()->attention_bwd(be.ctx(), dq, d, q, o, saved, B, T, NH, HS), TPD_OK);
+    r.out = be.down(o, no);
+    r.dqkv = be.down(dq, nq);
+    return r;
+}
+
+TEST(CudaKernels, AttentionFusedFallbackAndCpuAgree) {
+    SKIP_WITHOUT_GPU();
+    const int B = 2, T = 128, NH = 4, HS = 64;
+    FVec qkv = randn((size_t)B * T * 3 * NH * HS, 50), dout = randn((size_t)B * T * NH * HS, 51);
+    Be fused(true, TPD_DTYPE_BF16, 1), unfused(true, TPD_DTYPE_BF16, 0), cpu(false);
+    EXPECT_EQ(fused.ops()->attention_saved_bytes(fused.ctx(), B, T, NH, HS),
+              (size_t)B * NH * T * sizeof(float));
+    AttnOut f = run_attention(fused, qkv, dout, B, T, NH, HS);
+    AttnOut u = run_attention(unfused, qkv, dout, B, T, NH, HS);
+    AttnOut c = run_attention(cpu, qkv, dout, B, T, NH, HS);
+    expect_close(f.out, c.out, kRtolBf16, "fused attention out vs cpu");
+    expect_close(u.out, c.out, kRtolBf16, "unfused attention out vs cpu");
+    expect_close(f.out, u.out, kRtolBf16, "fused vs unfused out");
+    expect_close(f.dqkv, c.dqkv, 3 * kRtolBf16, "fused attention dqkv vs cpu");
+    expect_close(u.dqkv, c.dqkv, 3 * kRtolBf16, "unfused attention dqkv vs cpu");
+    expect_close(f.dqkv, u.dqkv, 3 * kRtolBf16, "fused vs unfused dqkv");
+}
+
+TEST(CudaKernels, AttentionF32UnfusedMatchesCpuTightly) {
+    SKIP_WITHOUT_GPU();
+    const int B = 1, T = 64, NH = 2, HS = 32;
+    FVec qkv = randn((size_t)B * T * 3 * NH * HS, 52), dout = randn((size_t)B * T * NH * HS, 53);
+    Be g(true, TPD_DTYPE_F32, 1), c(false); // f32 always takes the unfused path
+    AttnOut a = run_attention(g, qkv, dout, B, T, NH, HS);
+    AttnOut r = run_attention(c, qkv, dout, B, T, NH, HS);
+    expect_close(a.out, r.out, 1e-3f, "f32 attention out");
+    expect_close(a.dqkv, r.dqkv, 1e-3f, "f32 attention dqkv");
+}
+
+// ---- cross-entropy ----
+
+TEST(CudaKernels, CrossEntropyPiecesVocabParallel) {
+    SKIP_WITHOUT_GPU();
+    Be g(true), c(false);
+    const int N = 37, Vl = 320, Vvalid = 300, v0 = 640;
+    FVec logits = randn((size_t)N * Vl, 60, 3.0f);
+    IVec tgt = randint(N, 61, 600, 960); // some outside this rank's columns
+    float *gm = (float *)g.zeros(N, TPD_DTYPE_F32), *cm = (float *)c.zeros(N, TPD_DTYPE_F32);
+    float *gs = (float *)g.zeros(N, TPD_DTYPE_F32), *cs = (float *)c.zeros(N, TPD_DTYPE_F32);
+    float *gt = (float *)g.zeros(N, TPD_DTYPE_F32), *ct = (float *)c.zeros(N, TPD_DTYPE_F32);
+    float *gl = (float *)g.zeros(N, TPD_DTYPE_F32), *cl = (float *)c.zeros(N, TPD_DTYPE_F32);
+    void *glog = g.up(logits), *clog = c.up(logits);
+    int32_t *gtg = g.upi(tgt), *ctg = c.upi(tgt);
+    ASSERT_EQ(g.ops()->xent_max(g.ctx(), gm, glog, N, Vl, Vvalid), TPD_OK);
+    ASSERT_EQ(c.ops()->xent_max(c.ctx(), cm, clog, N, Vl, Vvalid), TPD_OK);
+    ASSERT_EQ(g.ops()->xent_sumexp(g.ctx(), gs, gt, glog, gm, gtg, N, Vl, Vvalid, v0), TPD_OK);
+    ASSERT_EQ(c.ops()->xent_sumexp(c.ctx(), cs, ct, clog, cm, ctg, N, Vl, Vvalid, v0), TPD_OK);
+    ASSERT_EQ(g.ops()->xent_loss(g.ctx(), gl, gm, gs, gt, N), TPD_OK);
+    ASSERT_EQ(c.ops()->xent_loss(c.ctx(), cl, cm, cs, ct, N), TPD_OK);
+    expect_close(g.downf(gm, N), c.downf(cm, N), 0.0f, "xent_max");
+    expect_close(g.downf(gs, N), c.downf(cs, N), 1e-4f, "xent_sumexp");
+    expect_close(g.downf(gt, N), c.downf(ct, N), 0.0f, "xent tgt");
+    expect_close(g.downf(gl, N), c.downf(cl, N), 1e-4f, "xent_loss");
+    double gsum = 0, csum = 0;
+    ASSERT_EQ(g.ops()->sum_f32(g.ctx(), gl, N, &gsum), TPD_OK);
+    ASSERT_EQ(c.ops()->sum_f32(c.ctx(), cl, N, &csum), TPD_OK);
+    EXPECT_NEAR(gsum, csum, 1e-4 * std::fabs(csum) + 1e-6);
+
+    const float dloss = 1.0f / 64;
+    ASSERT_EQ(g.ops()->xent_bwd(g.ctx(), glog, gm, gs, gtg, dloss, N, Vl, Vvalid, v0), TPD_OK);
+    ASSERT_EQ(c.ops()->xent_bwd(c.ctx(), clog, cm, cs, ctg, dloss, N, Vl, Vvalid, v0), TPD_OK);
+    FVec gd = g.down(glog, logits.size()), cd = c.down(clog, logits.size());
+    expect_close(gd, cd, kRtolBf16, "xent_bwd");
+    for (int n = 0; n < N; n++)
+        for (int v = Vvalid; v < Vl; v++)
+            ASSERT_EQ(gd[(size_t)n * Vl + v], 0.0f) << "padded column";
+}
+
+// ---- optimizer and reductions ----
+
+TEST(CudaKernels, AdamWWithMasterWeights) {
+    SKIP_WITHOUT_GPU();
+    Be g(true), c(false);
+    ASSERT_EQ(g.b.has_master, 1);
+    const size_t n = 2053;
+    FVec w = randn(n, 70), m0(n, 0.0f), v0(n, 0.0f);
+    // bf16 master-weight path on the device, fp32 reference on the cpu
+    void *gp = g.up(w);
+    float *gmw = g.upf(w), *gm = g.upf(m0), *gv = g.upf(v0);
+    void *cp = c.up(w);
+    float *cm = c.upf(m0), *cv = c.upf(v0);
+    for (int step = 1; step <= 3; step++) {
+        FVec grad = randn(n, 71 + step);
+        ASSERT_EQ(g.ops()->adamw(g.ctx(), gp, gmw, g.up(grad), gm, gv, n, 1e-2f, 0.9f, 0.95f, 1e-8f,
+                                 0.1f, step, 0.5f),
+                  TPD_OK);
+        ASSERT_EQ(c.ops()->adamw(c.ctx(), cp, nullptr, c.up(grad), cm, cv, n, 1e-2f, 0.9f, 0.95f,
+                                 1e-8f, 0.1f, step, 0.5f),
+                  TPD_OK);
+    }
+    FVec ref = c.down(cp, n);
+    expect_close(g.downf(gmw, n), ref, 1e-5f, "adamw master");
+    expect_close(g.downf(gm, n), c.downf(cm, n), 1e-5f, "adamw m");
+    expect_close(g.downf(gv, n), c.downf(cv, n), 1e-5f, "adamw v");
+    // The bf16 parameter is the rounding of the master.
+    expect_close(g.down(gp, n), round_bf16(g.downf(gmw, n)), 0.0f, "adamw param = bf16(master)");
+}
+
+TEST(CudaKernels, AdamWF32WithoutMaster) {
+    SKIP_WITHOUT_GPU();
+    Be g(true, TPD_DTYPE_F32), c(false);
+    ASSERT_EQ(g.b.has_master, 0);
+    const size_t n = 517;
+    FVec w = randn(n, 80), grad = randn(n, 81), z(n, 0.0f);
+    void *gp = g.up(w), *cp = c.up(w);
+    float *gm = g.upf(z), *gv = g.upf(z), *cm = c.upf(z), *cv = c.upf(z);
+    ASSERT_EQ(g.ops()->adamw(g.ctx(), gp, nullptr, g.up(grad), gm, gv, n, 3e-3f, 0.9f, 0.999f,
+                             1e-8f, 0.0f, 1, 1.0f),
+              TPD_OK);
+    ASSERT_EQ(c.ops()->adamw(c.ctx(), cp, nullptr, c.up(grad), cm, cv, n, 3e-3f, 0.9f, 0.999f,
+                             1e-8f, 0.0f, 1, 1.0f),
+              TPD_OK);
+    expect_close(g.down(gp, n), c.down(cp, n), 1e-5f, "adamw f32");
+}
+
+TEST(CudaKernels, SumOfSquaresIsExactAndDeterministic) {
+    SKIP_WITHOUT_GPU();
+    Be g(true);
+    const size_t n = 1 << 20;
+    FVec x = randn(n, 90);
+    double ref = 0.0;
+    for (float v : x)
+        ref += (double)v * v;
+    float *xf = g.upf(x);
+    void *xb = g.up(x, TPD_DTYPE_BF16);
+    double a = 0, b = 0, a2 = 0;
+    ASSERT_EQ(g.ops()->sumsq(g.ctx(), xf, TPD_DTYPE_F32, n, &a), TPD_OK);
+    ASSERT_EQ(g.ops()->sumsq(g.ctx(), xb, TPD_DTYPE_BF16, n, &b), TPD_OK);
+    ASSERT_EQ(g.ops()->sumsq(g.ctx(), xf, TPD_DTYPE_F32, n, &a2), TPD_OK);
+    EXPECT_NEAR(a, ref, 1e-9 * ref);
+    EXPECT_NEAR(b, ref, 1e-9 * ref); // inputs are bf16-representable: same values
+    EXPECT_EQ(a, a2);
+}
+
+TEST(CudaKernels, F32BackendMatmulMatchesCpuTightly) {
+    SKIP_WITHOUT_GPU();
+    Be g(true, TPD_DTYPE_F32), c(false);
+    ASSERT_EQ(g.act(), TPD_DTYPE_F32);
+    const int N = 64, C = 48, OC = 80;
+    FVec x = randn((size_t)N * C, 100), w = randn((size_t)OC * C, 101), b = randn(OC, 102);
+    void *go = g.zeros((size_t)N * OC), *co = c.zeros((size_t)N * OC);
+    ASSERT_EQ(g.ops()->matmul_fwd(g.ctx(), go, g.up(x), g.up(w), g.up(b), N, C, OC), TPD_OK);
+    ASSERT_EQ(c.ops()->matmul_fwd(c.ctx(), co, c.up(x), c.up(w), c.up(b), N, C, OC), TPD_OK);
+    expect_close(g.down(go, (size_t)N * OC), c.down(co, (size_t)N * OC), kRtolF32, "f32 matmul");
+}
+
+TEST(CudaKernels, BackendDescribesItself) {
+    SKIP_WITHOUT_GPU();
+    Be g(true);
+    EXPECT_STREQ(g.b.name, "cuda");
+    EXPECT_EQ(g.b.act_dtype, TPD_DTYPE_BF16);
+    EXPECT_EQ(g.b.param_dtype, TPD_DTYPE_BF16);
+    EXPECT_EQ(g.b.grad_dtype, TPD_DTYPE_BF16);
+    EXPECT_EQ(g.b.device_memory, 1);
+    EXPECT_NE(g.b.stream, nullptr);
+}
+
+// Runs everywhere: without a device the constructor fails cleanly instead of aborting.
+TEST(CudaKernels, AvailabilityIsReportedCleanly) {
+    if (tpd_kern_cuda_available()) GTEST_SKIP() << "a device is present";
+    tpd_kern_config cfg = TPD_KERN_CONFIG_INIT;
+    cfg.dtype = TPD_DTYPE_BF16;
+    tpd_kern_backend b{};
+    EXPECT_EQ(tpd_kern_cuda_create(&cfg, &b), TPD_ERR_UNSUPPORTED);
+}
+
+} // namespace

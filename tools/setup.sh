@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs tripod's build and run dependencies from Debian 12 packages. Idempotent: only
+# missing packages are installed, and apt's index is refreshed only when needed.
+#
+#   compilers and build:  build-essential cmake pkg-config
+#   math:                 OpenBLAS built on OpenMP (shares the thread pool with our loops)
+#   launch / collectives: Open MPI
+#   config, JSON, hashes: libyaml, cJSON, OpenSSL's libcrypto (SHA-256)
+#   tests:                GoogleTest
+#   demo corpus:          the English text of the fortunes packages
+#   plots:                gnuplot (sweep plots)
+# The CUDA toolkit, cuDNN and NCCL are optional: when nvcc is on the PATH the cuda backend
+# is built too.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libopenblas-openmp-dev
+  libopenmpi-dev openmpi-bin
+  libyaml-dev libcjson-dev libssl-dev
+  libgtest-dev
+  fortunes fortunes-min
+  gnuplot-nox
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all dependencies are installed"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: run as root or install sudo" >&2; exit 1; }
+  SUDO=sudo
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup: done"
