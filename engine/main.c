@@ -163,22 +163,36 @@ static int run_training(int argc, char **argv, int bench) {
             st = tpd_trainer_run(tr);
         } else {
             double times[4096];
+            float busy[2] = {0, 0}; /* this rank's pipeline compute and wait (s) */
             int n = 0;
             for (int i = 0; i < warmup + steps && st == TPD_OK; i++) {
                 tpd_step_stats s;
                 st = tpd_trainer_step(tr, &s);
-                if (i >= warmup && n < 4096) times[n++] = s.elapsed_s;
+                if (i < warmup) continue;
+                if (n < 4096) times[n++] = s.elapsed_s;
+                busy[0] += (float)s.pipe.compute_s;
+                busy[1] += (float)s.pipe.wait_s;
             }
+            /* pipeline idle fraction over all ranks: time blocked in p2p over time inside
+             * the schedule */
+            if (st == TPD_OK)
+                st = tpd_comm_allreduce(tr->hcomms.world, busy, busy, 2, TPD_DTYPE_F32,
+                                        TPD_COMM_OP_SUM) == TPD_OK ? TPD_OK : TPD_ERR_COMM;
             if (st == TPD_OK && tr->is_logger && n > 0) {
                 double sum = 0;
                 for (int i = 0; i < n; i++) sum += times[i];
                 double t = sum / n;
                 double tok = (double)cfg.training.global_batch_size * cfg.model.seq_length;
                 double fl = tpd_model_flops_per_iteration(&cfg, tr->model->d.Vp);
+                int P = tr->mesh.pp_size, M = tr->M;
                 printf("bench: layout TP %d PP %d DP %d | %d steps | %.1f ms/step | "
                        "%.0f tokens/s | %.2f GFLOP/s (all ranks) | %.3f GFLOP/s per rank\n",
-                       tr->mesh.tp_size, tr->mesh.pp_size, tr->mesh.dp_size, n, 1e3 * t,
-                       tok / t, fl / t / 1e9, fl / t / 1e9 / tr->mesh.world_size);
+                       tr->mesh.tp_size, P, tr->mesh.dp_size, n, 1e3 * t, tok / t, fl / t / 1e9,
+                       fl / t / 1e9 / tr->mesh.world_size);
+                if (P > 1)
+                    printf("bench: pipeline idle fraction %.3f measured, (PP-1)/(M+PP-1) = "
+                           "%.3f for PP %d, M %d\n",
+                           busy[1] / (busy[0] + busy[1]), (double)(P - 1) / (M + P - 1), P, M);
                 fflush(stdout);
             }
         }
