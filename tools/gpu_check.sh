@@ -9,7 +9,7 @@
 #
 # Usage: tools/gpu_check.sh LOGDIR
 # Environment: CMAKE_CUDA_ARCHITECTURES (default 90a), JOBS (default min(nproc, 16)),
-#              TRIPOD_BENCH_ARGS (arguments after `tripod bench`, default "--device cuda").
+#              TRIPOD_BENCH_ARGS (extra arguments for the `tripod bench` runs).
 set -u -o pipefail
 
 if [ $# -lt 1 ]; then
@@ -24,7 +24,6 @@ BUILD=$ROOT/build-gpu
 ARCH=${CMAKE_CUDA_ARCHITECTURES:-90a}
 NPROC=$(nproc 2>/dev/null || echo 4)
 JOBS=${JOBS:-$((NPROC < 16 ? NPROC : 16))}
-BENCH_ARGS=${TRIPOD_BENCH_ARGS:---device cuda}
 BUDGET_S=470 # 8 minutes minus a margin for the summary
 START=$(date +%s)
 
@@ -83,11 +82,22 @@ fi
 if [ "$BUILT" = 1 ]; then
     step gpu_tests 240 1 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 180
     step bench_kernels 120 0 "$BUILD/kernels/cuda/tripod_bench_cuda"
-    if [ -x "$BUILD/tripod" ] && "$BUILD/tripod" bench --help >/dev/null 2>&1; then
-        # shellcheck disable=SC2086
-        step tripod_bench 120 0 "$BUILD/tripod" bench $BENCH_ARGS
-    else
-        SUMMARY+=("SKIP  tripod_bench (no 'tripod bench' in this build)")
+    # Model-level throughput and MFU on one GPU, GPT-2 124M / 350M / 1.5B at seq_length
+    # 1024. The tokens come from the repository's own text (byte-level): the work per
+    # token does not depend on the data.
+    cat "$ROOT"/README.md "$ROOT"/configs/*.yaml > "$BUILD/bench_text.txt"
+    if step bench_data 30 0 "$BUILD/tripod" data prepare --input "$BUILD/bench_text.txt" \
+        --output "$BUILD/bench_data"; then
+        for model in gpt2-124m:8 gpt2-350m:4 gpt2-1.5b:2; do
+            name=${model%%:*}
+            mbs=${model##*:}
+            # shellcheck disable=SC2086
+            step "bench_$name" 90 0 "$BUILD/tripod" bench "$ROOT/configs/$name.yaml" \
+                data.data_path="$BUILD/bench_data" training.micro_batch_size="$mbs" \
+                training.global_batch_size="$mbs" parallel.use_distributed_optimizer=false \
+                checkpoint.save= checkpoint.load= --steps 10 --warmup 3 --peak-tflops 989 \
+                ${TRIPOD_BENCH_ARGS:-}
+        done
     fi
     if [ "$(left)" -gt 60 ]; then
         step unit_tests 180 1 ctest --test-dir "$BUILD" -L unit -j "$JOBS" --output-on-failure \

@@ -79,6 +79,11 @@ inline tpd_config config(const std::string &data_prefix) {
     return c;
 }
 
+inline void remove_corpus(const std::string &prefix) {
+    unlink((prefix + ".bin").c_str());
+    unlink((prefix + ".idx").c_str());
+}
+
 inline std::string temp_prefix(const char *name) {
     return std::string("/tmp/tripod_test_") + name + "_" + std::to_string(getpid());
 }

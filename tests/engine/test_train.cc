@@ -154,6 +154,7 @@ int main(int argc, char **argv) {
     tpd_comm_mpi_world(&g_world);
     g_data = tiny::write_corpus(tiny::temp_prefix("corpus"));
     int rc = RUN_ALL_TESTS();
+    tiny::remove_corpus(g_data);
     g_world->ops->destroy(g_world);
     MPI_Finalize();
     return rc;
