@@ -68,6 +68,11 @@ tpd_status tpd_ckpt_load(tpd_trainer *tr, const char *path);
  * non-empty value loads that path. */
 tpd_status tpd_ckpt_resume(tpd_trainer *tr);
 
+/* The run loop's iteration boundary (collective): agrees over the world on a pending
+ * signal (*stop_p), and saves to checkpoint.save every save_interval iterations, on a
+ * signal, and with final = 1 at the end of the run (never twice for one iteration). */
+tpd_status tpd_ckpt_on_boundary(tpd_trainer *tr, int final, int *stop_p);
+
 /* ---- signals ---- */
 
 /* Installs the SIGTERM/SIGINT handlers: the first signal sets a flag, a second one

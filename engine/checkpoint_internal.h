@@ -18,6 +18,13 @@
 tpd_status tpd_ckpt_fail(tpd_status code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* TPD_FAIL_GOTO that also keeps the text for tpd_ckpt_last_error. */
+#define TPD_CKPT_FAIL_GOTO(code, st, label, ...)                                              \
+    do {                                                                                      \
+        (st) = tpd_ckpt_fail((code), __VA_ARGS__);                                            \
+        goto label;                                                                           \
+    } while (0)
+
 /* ---- shard maps (checkpoint_map.c): pure arithmetic on the layout ---- */
 
 /* `n` elements at global element g of a tensor, at element `local` of a rank's array
@@ -121,6 +128,28 @@ tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg
  * (fp32). fds: one open descriptor per manifest file (-1 = open on demand). */
 tpd_status tpd_ckpt_gather(const tpd_ckpt_info *info, tpd_param p, tpd_ckpt_kind k,
                            const tpd_ckpt_segs *want, float *dst, int *fds);
+
+/* "a/b" into buf (n bytes); 0 when it did not fit (then buf holds a cut path that names
+ * no real file). */
+int tpd_ckpt_join(char *buf, size_t n, const char *a, const char *b);
+
+/* ---- resolving and loading (checkpoint_read.c) ---- */
+
+/* A checkpoint directory from `path`: the path itself when it holds manifest.json, else
+ * the directory that path/latest names. Errors name the file (a `latest` pointing at
+ * garbage names `latest`). dir holds TPD_CONFIG_STR + 64 bytes. */
+tpd_status tpd_ckpt_resolve(const char *path, char *dir);
+
+/* Older checkpoints than `dir` in its save directory (iter_NNNNNNN, no .tmp), newest
+ * first; `save_dir` is searched when dir is empty. Returns the count written (<= cap). */
+int tpd_ckpt_list_older(const char *save_dir, const char *dir, char (*out)[TPD_CONFIG_STR + 64],
+                        int cap);
+
+/* Fills model (parameters; with !weights_only also m, v and master) of rank r from a
+ * checkpoint. Master weights absent from the checkpoint, or a weights-only load, start
+ * from the parameters; fresh optimizer state is zero. */
+tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r,
+                               tpd_model *m, int weights_only);
 
 /* ---- files (checkpoint_io.c) ---- */
 

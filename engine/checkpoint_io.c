@@ -30,6 +30,11 @@ tpd_status tpd_ckpt_fail(tpd_status code, const char *fmt, ...) {
     return code;
 }
 
+int tpd_ckpt_join(char *buf, size_t n, const char *a, const char *b) {
+    int k = snprintf(buf, n, "%s/%s", a, b);
+    return k >= 0 && (size_t)k < n;
+}
+
 static void to_hex(const unsigned char *d, unsigned n, char *hex) {
     static const char digits[] = "0123456789abcdef";
     for (unsigned i = 0; i < n; i++) {
@@ -71,18 +76,19 @@ tpd_status tpd_ckpt_writer_put(tpd_ckpt_writer *w, const void *data, size_t byte
     const char *p = data;
     size_t left = bytes;
     while (left > 0) {
-        ssize_t k = write(w->fd, p, left);
+        /* 1 MiB chunks, so the test hook sees a file grow */
+        ssize_t k = write(w->fd, p, left < (1u << 20) ? left : (1u << 20));
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0)
             return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: write failed at byte %llu: %s",
                                  w->path, (unsigned long long)w->bytes,
                                  k < 0 ? strerror(errno) : "no progress");
+        EVP_DigestUpdate(w->md, p, (size_t)k);
         p += k;
         left -= (size_t)k;
         w->bytes += (uint64_t)k;
+        if (tpd_ckpt_write_hook) tpd_ckpt_write_hook(w->path, w->bytes);
     }
-    EVP_DigestUpdate(w->md, data, bytes);
-    if (tpd_ckpt_write_hook) tpd_ckpt_write_hook(w->path, w->bytes);
     return TPD_OK;
 }
 
@@ -232,7 +238,7 @@ tpd_status tpd_ckpt_remove_dir(const char *dir) {
     char path[TPD_CONFIG_STR + 320];
     while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        tpd_ckpt_join(path, sizeof path, dir, e->d_name);
         unlink(path);
     }
     closedir(d);

@@ -6,9 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/calibrate.h"
+#include "engine/checkpoint.h"
 #include "engine/config.h"
 #include "engine/data.h"
 #include "engine/plan/plan.h"
+#include "engine/sweep.h"
 #include "engine/train.h"
 #include "parallel/comm.h"
 
@@ -19,11 +22,22 @@ static void usage(FILE *f) {
             "commands:\n"
             "  train CONFIG.yaml [key=value ...]   train (launch with mpirun/srun for >1 rank)\n"
             "  plan CONFIG.yaml [key=value ...]    predict memory, step time and MFU of layouts\n"
-            "  bench CONFIG.yaml [key=value ...] [--steps N] [--warmup W]\n"
+            "  bench CONFIG.yaml [key=value ...] [--steps N] [--warmup W] [--peak-tflops P]\n"
             "                                      measure training throughput\n"
+            "  bench --calibrate --out PROFILE.yaml [CONFIG.yaml ...]\n"
+            "                                      measure this machine into a cluster profile\n"
+            "  sweep CONFIG.yaml [key=value ...] --tp 1,2 --pp 1,2 [--mbs ..] [--zero 0,1]\n"
+            "        [--steps N] [--warmup W] [--cluster P] [--out DIR]\n"
+            "                                      measure many layouts beside the planner\n"
             "  config show CONFIG.yaml [key=value ...]\n"
             "                                      print the resolved configuration\n"
             "  data prepare|info ...               prepare or inspect token data sets\n"
+            "  export CHECKPOINT --format hf|llmc --output PATH\n"
+            "                                      write Hugging Face safetensors or llm.c\n"
+            "  import PATH --format hf|llmc --output DIR [--layout TP,PP,DP]\n"
+            "                                      make a weights-only tripod checkpoint\n"
+            "  generate CHECKPOINT --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
+            "           [--top-k K] [--seed S]     sample text from a trained model\n"
             "\n"
             "Overrides use the YAML section names: model.num_layers=4 training.train_iters=20\n");
 }
@@ -107,9 +121,12 @@ static int run_training(int argc, char **argv, int bench) {
     cli_args a;
     if (split_args(argc, argv, &a) != 0) return TPD_EXIT_CONFIG;
     int steps = 10, warmup = 2;
+    double peak_tflops = 0; /* per device, dense; > 0 enables the MFU figure */
     for (int i = 0; i < a.n_flags; i++) {
         if (!strcmp(a.flags[i], "--steps") && i + 1 < a.n_flags) steps = atoi(a.flags[++i]);
         else if (!strcmp(a.flags[i], "--warmup") && i + 1 < a.n_flags) warmup = atoi(a.flags[++i]);
+        else if (!strcmp(a.flags[i], "--peak-tflops") && i + 1 < a.n_flags)
+            peak_tflops = atof(a.flags[++i]);
         else if (!strcmp(a.flags[i], "--help")) {
             usage(stdout);
             free_args(&a);
@@ -189,6 +206,11 @@ static int run_training(int argc, char **argv, int bench) {
                        "%.0f tokens/s | %.2f GFLOP/s (all ranks) | %.3f GFLOP/s per rank\n",
                        tr->mesh.tp_size, P, tr->mesh.dp_size, n, 1e3 * t, tok / t, fl / t / 1e9,
                        fl / t / 1e9 / tr->mesh.world_size);
+                if (peak_tflops > 0)
+                    printf("bench: MFU %.1f%% of %.0f TFLOP/s per device (model FLOPs, "
+                           "Megatron's formula)\n",
+                           100.0 * fl / t / tr->mesh.world_size / (peak_tflops * 1e12),
+                           peak_tflops);
                 if (P > 1)
                     printf("bench: pipeline idle fraction %.3f measured, (PP-1)/(M+PP-1) = "
                            "%.3f for PP %d, M %d\n",
@@ -216,10 +238,17 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "train")) return run_training(argc - 2, argv + 2, 0);
-    if (!strcmp(cmd, "bench")) return run_training(argc - 2, argv + 2, 1);
+    if (!strcmp(cmd, "bench")) {
+        for (int i = 2; i < argc; i++)
+            if (!strcmp(argv[i], "--calibrate")) return tpd_calib_cli(argc - 1, argv + 1);
+        return run_training(argc - 2, argv + 2, 1);
+    }
+    if (!strcmp(cmd, "sweep")) return tpd_sweep_cli(argc - 1, argv + 1);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return tpd_data_cli(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return tpd_plan_cli(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export") || !strcmp(cmd, "import") || !strcmp(cmd, "generate"))
+        return tpd_ckpt_cli(argc - 1, argv + 1);
     fprintf(stderr, "tripod: error: unknown command '%s'\n", cmd);
     usage(stderr);
     return TPD_EXIT_CONFIG;

@@ -10,11 +10,14 @@
  * Measured split of one step (from tpd_step_stats, per step, over ranks):
  *   compute   = max over ranks of FWD+BWD time minus TP collectives (the slowest stage)
  *   tp_comm   = that rank's TP collective time
- *   pp_wait   = max over ranks of the pipeline's wall time, minus compute and tp_comm
- *               (bubble + p2p, as the planner's pp_bubble + pp_p2p)
- *   dp_comm   = max over ranks of the embedding + DP gradient reduction (not overlapped
- *               on the cpu backend, so all of it is exposed)
- *   optimizer = the rest of the step: norm, AdamW, ZeRO all-gather, zeroing gradients
+ *   pp_wait   = the pipeline's wall time on the rank whose pipeline ends last (the
+ *               critical path), minus compute and tp_comm (bubble + p2p, as the
+ *               planner's pp_bubble + pp_p2p)
+ *   dp_comm   = that rank's embedding + DP gradient reduction (not overlapped on the cpu
+ *               backend, so all of it is exposed)
+ *   optimizer = the rest of the step: norm, AdamW, ZeRO all-gather, zeroing gradients,
+ *               the loss all-reduce
+ * The five add up to the step time.
  * Each component is the median over measured steps; the step time is the max over ranks
  * of tpd_step_stats.elapsed_s, median over steps. Units: seconds and bytes. */
 #ifndef TPD_ENGINE_SWEEP_H

@@ -5,8 +5,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/checkpoint.h"
 #include "engine/metrics.h"
 #include "engine/optimizer.h"
+#include "engine/trace_run.h"
 #ifdef TPD_HAVE_NCCL
 #include "parallel/comm_nccl.h"
 #endif
@@ -156,8 +158,13 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     tr->batch = malloc((size_t)cfg->training.micro_batch_size * (cfg->model.seq_length + 1) * 4);
     if (!tr->batch) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, undo_samplers, "train: out of memory");
     tr->is_logger = ms->pp == pp - 1 && ms->tp == 0 && ms->dp == 0;
+    tr->saved_iteration = -1;
+    /* checkpoint.load: parameters, optimizer state and counters replace the fresh ones */
+    TPD_CHECK_GOTO(tpd_ckpt_resume(tr), st, undo_batch);
     *tr_p = tr;
     return TPD_OK;
+undo_batch:
+    free(tr->batch);
 undo_samplers:
     if (tr->has_valid) tpd_sampler_free(&tr->valid_sampler);
     tpd_sampler_free(&tr->train_sampler);
@@ -451,14 +458,28 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
     log_startup(tr);
     double flops = tpd_model_flops_per_iteration(cfg, tr->model->d.Vp);
     double tokens = (double)cfg->training.global_batch_size * cfg->model.seq_length;
+    tpd_ckpt_signals_install();
+    /* logging.trace_file: a Chrome trace of the real steps, one lane per rank (host
+     * communicators: the recorder gathers with MPI) */
+    tpd_trace_run *rec = NULL;
+    if (cfg->logging.trace_file[0])
+        TPD_CHECK(tpd_trace_run_create(tr, tr->hcomms.world, 0, &rec));
+    tpd_status st = TPD_OK;
+    int stop = 0;
     while (tr->iteration < cfg->training.train_iters) {
+        TPD_CHECK_GOTO(tpd_ckpt_on_boundary(tr, 0, &stop), st, out);
+        if (stop) {
+            tr->interrupted = 1;
+            goto out;
+        }
         tpd_step_stats s;
-        TPD_CHECK(tpd_trainer_step(tr, &s));
+        TPD_CHECK_GOTO(tpd_trainer_step(tr, &s), st, out);
+        if (rec) tpd_trace_run_step_end(rec, &s);
         double val = NAN;
         int it = tr->iteration;
         if (cfg->logging.eval_interval > 0 &&
             (it % cfg->logging.eval_interval == 0 || it == cfg->training.train_iters))
-            TPD_CHECK(tpd_trainer_evaluate(tr, &val));
+            TPD_CHECK_GOTO(tpd_trainer_evaluate(tr, &val), st, out);
         int log_now = it % cfg->logging.log_interval == 0 || it == 1 ||
                       it == cfg->training.train_iters || !isnan(val);
         if (!tr->is_logger || !log_now) continue;
@@ -481,7 +502,15 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
         tpd_metrics_format_line(&r, line, sizeof line);
         printf("%s\n", line);
         fflush(stdout);
-        if (tr->metrics) TPD_CHECK(tpd_metrics_write_jsonl(tr->metrics, &r));
+        if (tr->metrics) TPD_CHECK_GOTO(tpd_metrics_write_jsonl(tr->metrics, &r), st, out);
     }
-    return TPD_OK;
+    TPD_CHECK_GOTO(tpd_ckpt_on_boundary(tr, 1, &stop), st, out);
+out:
+    if (rec) {
+        /* the trace is written also after an error or a signal: it shows where it stopped */
+        if (st == TPD_OK || st == TPD_ERR_INTERRUPTED)
+            TPD_CHECK_KEEP(tpd_trace_run_write(rec, cfg->logging.trace_file), st);
+        tpd_trace_run_destroy(rec, tr);
+    }
+    return st;
 }

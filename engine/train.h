@@ -54,6 +54,8 @@ typedef struct tpd_trainer {
     int iteration;    /* completed iterations */
     uint64_t consumed_samples;
     int skipped_iterations;
+    int saved_iteration; /* iteration of the last checkpoint saved or resumed; -1: none */
+    int interrupted;  /* tpd_trainer_run stopped early on SIGTERM/SIGINT (after saving) */
     int is_logger;    /* writes the log line and the metrics file */
     FILE *metrics;
     int32_t *batch;   /* (B, T+1) host samples of one micro-batch */
@@ -81,7 +83,10 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p);
 /* Mean validation loss over logging.eval_iters global batches of the valid split (the
  * same batches every time). Returns the value on every rank. */
 tpd_status tpd_trainer_evaluate(tpd_trainer *tr, double *val_loss_p);
-/* The whole run: train_iters iterations with logging, evaluation and metrics. */
+/* The whole run: train_iters iterations with logging, evaluation, metrics and
+ * checkpoints. On SIGTERM/SIGINT (handlers installed here) every rank stops at the next
+ * iteration boundary, saves when checkpoint.save is set, sets `interrupted` and returns
+ * TPD_OK: a run stopped by a signal has ended cleanly. */
 tpd_status tpd_trainer_run(tpd_trainer *tr);
 
 /* Learning rate of iteration `it` (0-based), Megatron's warmup + decay. */

@@ -24,8 +24,22 @@ typedef struct key_spec {
 } key_spec;
 
 #define OFF(f) offsetof(tpd_plan_cluster, f)
+/* Whole-number keys stored as int. */
+static int is_int_key(size_t off) {
+    return off == OFF(gpus_per_node) || off == OFF(calibrated);
+}
+
 static const key_spec k_keys[] = {
     {"gpus_per_node", 1, 1, 1024, 1, OFF(gpus_per_node)},
+    {"calibrated", 0, 0, 1, 1, OFF(calibrated)},
+    {"cpu_cores", 0, 0, 1e6, 1, OFF(cpu_cores)},
+    {"calibration_ranks", 0, 0, 1e6, 1, OFF(calibration_ranks)},
+    {"gemm_backward_ratio", 0, 0.1, 100, 1, OFF(gemm_bwd_ratio)},
+    {"attention_backward_ratio", 0, 0.1, 100, 1, OFF(attn_bwd_ratio)},
+    {"p2p_bw_gbs", 0, 1e-6, 1e6, 1e9, OFF(p2p_bw)},
+    {"p2p_latency_us", 0, 0, 1e6, 1e-6, OFF(p2p_latency)},
+    {"sync_latency_us", 0, 0, 1e6, 1e-6, OFF(sync_latency)},
+    {"sync_latency_all_us", 0, 0, 1e6, 1e-6, OFF(sync_latency_all)},
     {"peak_tflops", 1, 1e-6, 1e6, 1e12, OFF(peak_flops)},
     {"hbm_gib", 1, 1e-3, 1e6, 1073741824.0, OFF(hbm_bytes)},
     {"hbm_bw_gbs", 1, 1e-3, 1e6, 1e9, OFF(hbm_bw)},
@@ -58,21 +72,55 @@ static void cluster_defaults(tpd_plan_cluster *c) {
     c->gemm_curve_len = 1;
     c->gemm_curve_flops[0] = 1e9;
     c->gemm_curve_eff[0] = 0.7;
+    c->gemm_bwd_ratio = 2.0;   /* two GEMMs of the forward's size */
+    c->attn_bwd_ratio = 2.5;   /* four products and the softmax gradient vs two + softmax */
+    c->p2p_latency = -1.0;
+}
+
+/* elementwise_ns: per-element seconds of the cpu kernels, by kernel name. */
+typedef struct ew_spec {
+    const char *key;
+    size_t offset;
+} ew_spec;
+static const ew_spec k_ew[] = {
+    {"add", OFF(ew_add)},
+    {"layernorm_fwd", OFF(ew_layernorm_fwd)},
+    {"layernorm_bwd", OFF(ew_layernorm_bwd)},
+    {"gelu_fwd", OFF(ew_gelu_fwd)},
+    {"gelu_bwd", OFF(ew_gelu_bwd)},
+    {"xent_fwd", OFF(ew_xent_fwd)},
+    {"xent_bwd", OFF(ew_xent_bwd)},
+    {"adamw", OFF(ew_adamw)},
+    {"sumsq", OFF(ew_sumsq)},
+    {"zero", OFF(ew_zero)},
+};
+#define N_EW (sizeof k_ew / sizeof k_ew[0])
+
+const char *tpd_plan_source_dir(void) {
+    return TPD_SOURCE_DIR;
+}
+
+static double curve_at(int n, const double *xs, const double *ys, double flops) {
+    if (n <= 0) return 0.7;
+    if (flops <= xs[0]) return ys[0];
+    if (flops >= xs[n - 1]) return ys[n - 1];
+    for (int i = 1; i < n; i++) {
+        if (flops <= xs[i]) {
+            double x0 = log(xs[i - 1]), x1 = log(xs[i]);
+            double w = (log(flops) - x0) / (x1 - x0);
+            return ys[i - 1] + w * (ys[i] - ys[i - 1]);
+        }
+    }
+    return ys[n - 1];
+}
+
+double tpd_plan_attention_efficiency(const tpd_plan_cluster *c, double flops) {
+    if (c->attn_curve_len <= 0) return tpd_plan_gemm_efficiency(c, flops);
+    return curve_at(c->attn_curve_len, c->attn_curve_flops, c->attn_curve_eff, flops);
 }
 
 double tpd_plan_gemm_efficiency(const tpd_plan_cluster *c, double flops) {
-    int n = c->gemm_curve_len;
-    if (n <= 0) return 0.7;
-    if (flops <= c->gemm_curve_flops[0]) return c->gemm_curve_eff[0];
-    if (flops >= c->gemm_curve_flops[n - 1]) return c->gemm_curve_eff[n - 1];
-    for (int i = 1; i < n; i++) {
-        if (flops <= c->gemm_curve_flops[i]) {
-            double x0 = log(c->gemm_curve_flops[i - 1]), x1 = log(c->gemm_curve_flops[i]);
-            double w = (log(flops) - x0) / (x1 - x0);
-            return c->gemm_curve_eff[i - 1] + w * (c->gemm_curve_eff[i] - c->gemm_curve_eff[i - 1]);
-        }
-    }
-    return c->gemm_curve_eff[n - 1];
+    return curve_at(c->gemm_curve_len, c->gemm_curve_flops, c->gemm_curve_eff, flops);
 }
 
 static int file_exists(const char *p) {
@@ -117,12 +165,11 @@ static int parse_number(const char *s, double *v_p) {
 
 /* gemm_efficiency: [[GFLOP, efficiency], ...] with GFLOP strictly increasing. */
 static tpd_status parse_curve(yaml_document_t *doc, yaml_node_t *seq, const char *path,
-                              tpd_plan_cluster *c) {
+                              const char *key, int *len_p, double *xs, double *ys) {
     int line = (int)seq->start_mark.line + 1;
     if (seq->type != YAML_SEQUENCE_NODE) {
-        tpd_log_error("%s:%d: gemm_efficiency: expected a list of [GFLOP, efficiency] "
-                      "pairs",
-                      path, line);
+        tpd_log_error("%s:%d: %s: expected a list of [GFLOP, efficiency] pairs", path,
+                      line, key);
         return TPD_ERR_INVALID;
     }
     int n = 0;
@@ -139,37 +186,70 @@ static tpd_status parse_curve(yaml_document_t *doc, yaml_node_t *seq, const char
                  parse_number((const char *)x->data.scalar.value, &v[k]);
         }
         if (!ok) {
-            tpd_log_error("%s:%d: gemm_efficiency[%d]: expected [GFLOP, efficiency], two "
-                          "numbers",
-                          path, pl, n);
+            tpd_log_error("%s:%d: %s[%d]: expected [GFLOP, efficiency], two numbers", path,
+                          pl, key, n);
             return TPD_ERR_INVALID;
         }
         if (n >= TPD_PLAN_MAX_CURVE) {
-            tpd_log_error("%s:%d: gemm_efficiency: more than %d points", path, pl,
+            tpd_log_error("%s:%d: %s: more than %d points", path, pl, key,
                           TPD_PLAN_MAX_CURVE);
             return TPD_ERR_INVALID;
         }
         if (v[0] <= 0 || v[1] <= 0 || v[1] > 1) {
-            tpd_log_error("%s:%d: gemm_efficiency[%d]: [%g, %g]: GFLOP must be > 0 and "
-                          "efficiency in (0, 1]",
-                          path, pl, n, v[0], v[1]);
+            tpd_log_error("%s:%d: %s[%d]: [%g, %g]: GFLOP must be > 0 and efficiency in "
+                          "(0, 1]",
+                          path, pl, key, n, v[0], v[1]);
             return TPD_ERR_INVALID;
         }
-        if (n > 0 && v[0] * 1e9 <= c->gemm_curve_flops[n - 1]) {
-            tpd_log_error("%s:%d: gemm_efficiency[%d]: GFLOP %g must be larger than the "
-                          "previous point's",
-                          path, pl, n, v[0]);
+        if (n > 0 && v[0] * 1e9 <= xs[n - 1]) {
+            tpd_log_error("%s:%d: %s[%d]: GFLOP %g must be larger than the previous point's",
+                          path, pl, key, n, v[0]);
             return TPD_ERR_INVALID;
         }
-        c->gemm_curve_flops[n] = v[0] * 1e9;
-        c->gemm_curve_eff[n] = v[1];
+        xs[n] = v[0] * 1e9;
+        ys[n] = v[1];
         n++;
     }
     if (n == 0) {
-        tpd_log_error("%s:%d: gemm_efficiency: empty list", path, line);
+        tpd_log_error("%s:%d: %s: empty list", path, line, key);
         return TPD_ERR_INVALID;
     }
-    c->gemm_curve_len = n;
+    *len_p = n;
+    return TPD_OK;
+}
+
+/* elementwise_ns: {add: 0.8, layernorm_fwd: 3.1, ...}, nanoseconds per element. */
+static tpd_status parse_elementwise(yaml_document_t *doc, yaml_node_t *map, const char *path,
+                                    tpd_plan_cluster *c) {
+    if (map->type != YAML_MAPPING_NODE) {
+        tpd_log_error("%s:%d: elementwise_ns: expected a mapping of kernel: nanoseconds",
+                      path, (int)map->start_mark.line + 1);
+        return TPD_ERR_INVALID;
+    }
+    for (yaml_node_pair_t *pr = map->data.mapping.pairs.start; pr < map->data.mapping.pairs.top;
+         pr++) {
+        yaml_node_t *kn = yaml_document_get_node(doc, pr->key);
+        yaml_node_t *vn = yaml_document_get_node(doc, pr->value);
+        int line = (int)kn->start_mark.line + 1;
+        const char *key = kn->type == YAML_SCALAR_NODE ? (const char *)kn->data.scalar.value : "";
+        size_t i = 0;
+        while (i < N_EW && strcmp(k_ew[i].key, key) != 0) i++;
+        if (i == N_EW) {
+            tpd_log_error("%s:%d: elementwise_ns: unknown kernel '%s' (known: add, "
+                          "layernorm_fwd, layernorm_bwd, gelu_fwd, gelu_bwd, xent_fwd, "
+                          "xent_bwd, adamw, sumsq, zero)",
+                          path, line, key);
+            return TPD_ERR_INVALID;
+        }
+        double v;
+        if (vn->type != YAML_SCALAR_NODE ||
+            !parse_number((const char *)vn->data.scalar.value, &v) || v < 0 || v > 1e6) {
+            tpd_log_error("%s:%d: elementwise_ns.%s: expected nanoseconds in [0, 1e6]", path,
+                          line, key);
+            return TPD_ERR_INVALID;
+        }
+        *(double *)((char *)c + k_ew[i].offset) = v * 1e-9;
+    }
     return TPD_OK;
 }
 
@@ -191,7 +271,17 @@ static tpd_status parse_root(yaml_document_t *doc, const char *path, tpd_plan_cl
         }
         const char *key = (const char *)kn->data.scalar.value;
         if (strcmp(key, "gemm_efficiency") == 0) {
-            TPD_CHECK(parse_curve(doc, vn, path, c));
+            TPD_CHECK(parse_curve(doc, vn, path, key, &c->gemm_curve_len, c->gemm_curve_flops,
+                                  c->gemm_curve_eff));
+            continue;
+        }
+        if (strcmp(key, "attention_efficiency") == 0) {
+            TPD_CHECK(parse_curve(doc, vn, path, key, &c->attn_curve_len, c->attn_curve_flops,
+                                  c->attn_curve_eff));
+            continue;
+        }
+        if (strcmp(key, "elementwise_ns") == 0) {
+            TPD_CHECK(parse_elementwise(doc, vn, path, c));
             continue;
         }
         if (vn->type != YAML_SCALAR_NODE) {
@@ -222,7 +312,11 @@ static tpd_status parse_root(yaml_document_t *doc, const char *path, tpd_plan_cl
                           "usable_memory_fraction, memory_efficiency, intra_node_bw_gbs, "
                           "intra_node_latency_us, inter_node_bw_gbs, inter_node_latency_us, "
                           "collective_efficiency, flash_attention_efficiency, workspace_mib, "
-                          "kernel_overhead_us, gemm_efficiency)",
+                          "kernel_overhead_us, gemm_efficiency, calibrated, cpu_cores, "
+                          "calibration_ranks, gemm_backward_ratio, attention_backward_ratio, "
+                          "p2p_bw_gbs, p2p_latency_us, sync_latency_us, sync_latency_all_us, "
+                          "attention_efficiency, "
+                          "elementwise_ns)",
                           path, line, key);
             return TPD_ERR_INVALID;
         }
@@ -237,7 +331,7 @@ static tpd_status parse_root(yaml_document_t *doc, const char *path, tpd_plan_cl
             return TPD_ERR_INVALID;
         }
         char *field = (char *)c + k_keys[i].offset;
-        if (k_keys[i].offset == OFF(gpus_per_node)) {
+        if (is_int_key(k_keys[i].offset)) {
             if (v != floor(v)) {
                 tpd_log_error("%s:%d: %s: %g must be a whole number", path, line, key, v);
                 return TPD_ERR_INVALID;

@@ -54,6 +54,29 @@ typedef struct tpd_plan_cluster {
     int gemm_curve_len;
     double gemm_curve_flops[TPD_PLAN_MAX_CURVE];
     double gemm_curve_eff[TPD_PLAN_MAX_CURVE];
+
+    /* ---- the cpu backend's time model (plan/timing_cpu.c); all optional ----
+     * `tripod bench --calibrate` measures them on the machine itself. */
+    int calibrated;              /* 1: measured here, so peak_flops is a real peak (MFU) */
+    double cpu_cores;            /* cores the ranks of a node share; 0 = not shared */
+    double calibration_ranks;    /* ranks per node that ran at once while calibrating */
+    double gemm_bwd_ratio;       /* linear layer backward time / forward time */
+    /* Attention kernel (cpu: blocked causal sgemms + softmax) efficiency against its
+     * forward FLOPs per call, as gemm_efficiency; backward = ratio x forward. */
+    int attn_curve_len;
+    double attn_curve_flops[TPD_PLAN_MAX_CURVE];
+    double attn_curve_eff[TPD_PLAN_MAX_CURVE];
+    double attn_bwd_ratio;
+    /* Seconds per element of the memory-bound kernels; 0 = from hbm_bw. */
+    double ew_add, ew_layernorm_fwd, ew_layernorm_bwd, ew_gelu_fwd, ew_gelu_bwd;
+    double ew_xent_fwd, ew_xent_bwd, ew_adamw, ew_sumsq, ew_zero;
+    double p2p_bw;               /* one-way pipeline send, bytes/s; 0 = intra_bw */
+    double p2p_latency;          /* s; < 0 = intra_latency */
+    /* Extra wait of a collective or a blocking receive that follows compute, s: ranks
+     * that share cores arrive a scheduler time slice apart (0 when they do not). For a
+     * group of 2, and for a group of calibration_ranks; between them, linear in log2 of
+     * the group size. */
+    double sync_latency, sync_latency_all;
 } tpd_plan_cluster;
 
 /* Loads NAME (configs/clusters/NAME.yaml under the source tree, then under the current
@@ -62,6 +85,13 @@ typedef struct tpd_plan_cluster {
 tpd_status tpd_plan_cluster_load(const char *name_or_path, tpd_plan_cluster *cluster_p);
 /* GEMM efficiency for a GEMM of `flops` FLOPs. */
 double tpd_plan_gemm_efficiency(const tpd_plan_cluster *c, double flops);
+/* Attention kernel efficiency (cpu model) for a call of `flops` forward FLOPs. */
+double tpd_plan_attention_efficiency(const tpd_plan_cluster *c, double flops);
+/* Writes a profile in the format tpd_plan_cluster_load reads (every key, units as
+ * written by hand: TFLOP/s, GiB, GB/s, us, ns). `header` is a comment block (lines
+ * without '#', may be NULL). */
+tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path,
+                                 const char *header);
 
 typedef enum tpd_plan_recompute {
     TPD_PLAN_RECOMPUTE_NONE = 0,

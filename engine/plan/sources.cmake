@@ -1,8 +1,10 @@
 # The planner's sources, relative to engine/ (included by engine/CMakeLists.txt).
 set(TPD_PLAN_SOURCES
   plan/cluster.c
+  plan/cluster_save.c
   plan/model.c
   plan/timing.c
+  plan/timing_cpu.c
   plan/evaluate.c
   plan/search.c
   plan/report.c

@@ -152,6 +152,10 @@ static void ends_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
 void tpd_plan_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
                          const tpd_plan_layout *lay, int stage, double *fwd_p, double *bwd_p,
                          double *tp_comm_p) {
+    if (cl->backend == TPD_PLAN_BACKEND_CPU) {
+        tpd_plan_cpu_stage_time(cfg, cl, lay, stage, fwd_p, bwd_p, tp_comm_p);
+        return;
+    }
     op_time lf = layer_forward(cfg, cl, lay, 0);
     op_time lb = layer_backward(lf);
     op_time rc = {0.0, 0.0};
@@ -260,6 +264,8 @@ free_scheds:
 tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
                                   const tpd_plan_options *opt, int split_bubble,
                                   tpd_plan_result *res) {
+    if (cl->backend == TPD_PLAN_BACKEND_CPU)
+        return tpd_plan_cpu_time_evaluate(cfg, cl, opt, split_bubble, res);
     const tpd_plan_layout *lay = &res->layout;
     const tpd_config_model *mdl = &cfg->model;
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;

@@ -1,0 +1,402 @@
+/* Save and load of a trainer (collective), the run loop's checkpoint boundary, and the
+ * signal handlers. The commit protocol is described in checkpoint.h. */
+#include "engine/checkpoint.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/checkpoint_internal.h"
+#include "engine/train.h"
+
+#define PATH_CAP (TPD_CONFIG_STR + 64)
+
+/* ---- signals ---- */
+
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig) {
+    (void)sig;
+    if (g_signal) _exit(TPD_CKPT_EXIT_FORCED); /* second signal: leave now */
+    g_signal = 1;
+}
+
+void tpd_ckpt_signals_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+int tpd_ckpt_signal_pending(void) {
+    return g_signal != 0;
+}
+
+void tpd_ckpt_signal_clear(void) {
+    g_signal = 0;
+}
+
+/* ---- save ---- */
+
+/* What each rank tells rank 0 in the one agreement collective (int32 words). */
+enum { REC_OK = 0, REC_MBYTES = 1, REC_OBYTES = 3, REC_MSHA = 5, REC_OSHA = 21, REC_WORDS = 37 };
+
+static void put_u64(int32_t *w, uint64_t v) {
+    w[0] = (int32_t)(uint32_t)(v & 0xffffffffu);
+    w[1] = (int32_t)(uint32_t)(v >> 32);
+}
+
+static uint64_t get_u64(const int32_t *w) {
+    return (uint64_t)(uint32_t)w[0] | ((uint64_t)(uint32_t)w[1] << 32);
+}
+
+/* A rank's fp32 host copies: parameters (numel_padded) and the optimizer shard arrays. */
+static tpd_status host_params(const tpd_model *m, float *out) {
+    const tpd_kern_backend *kb = m->kb;
+    size_t n = m->plan.numel_padded;
+    if (kb->param_dtype == TPD_DTYPE_F32)
+        return kb->ops->copy_to_host(kb->ctx, out, m->params, n * 4);
+    void *tmp = NULL;
+    TPD_CHECK(kb->ops->alloc(kb->ctx, n * 4, &tmp));
+    tpd_status st = kb->ops->cast(kb->ctx, tmp, TPD_DTYPE_F32, m->params, kb->param_dtype, n);
+    if (st == TPD_OK) st = kb->ops->copy_to_host(kb->ctx, out, tmp, n * 4);
+    kb->ops->free(kb->ctx, tmp);
+    return st;
+}
+
+static tpd_status write_segs(tpd_ckpt_writer *w, const tpd_ckpt_segs *segs, int nsegs,
+                             const float *src) {
+    for (int p = 0; p < nsegs; p++)
+        for (size_t i = 0; i < segs[p].n; i++)
+            TPD_CHECK(tpd_ckpt_writer_put(w, src + segs[p].v[i].local, (size_t)segs[p].v[i].n * 4));
+    return TPD_OK;
+}
+
+/* Writes this rank's model and optimizer files into tmp; rec gets sizes and hashes. */
+static tpd_status write_rank_files(tpd_trainer *tr, const char *tmp, int32_t *rec) {
+    const tpd_model *m = tr->model;
+    const tpd_mesh *ms = &tr->mesh;
+    tpd_ckpt_rank r;
+    tpd_ckpt_rank_plan pl;
+    memset(&r, 0, sizeof r);
+    r.tp = ms->tp;
+    r.pp = ms->pp;
+    r.dp = ms->dp;
+    r.tp_size = ms->tp_size;
+    r.pp_size = ms->pp_size;
+    r.dp_size = ms->dp_size;
+    r.lay = m->plan.lay;
+    r.dpp = tr->dpp;
+    r.zero = tr->dpp.zero;
+    TPD_CHECK(tpd_ckpt_rank_plan_init(&r, &pl));
+    tpd_status st = TPD_OK;
+    size_t ns = m->plan.shard_numel;
+    float *buf = malloc((m->plan.numel_padded > ns ? m->plan.numel_padded : ns) * 4 + 4);
+    char name[64], path[PATH_CAP + 80], hex[65];
+    tpd_ckpt_writer *w = NULL;
+    if (!buf) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
+    if (pl.param_numel > 0) {
+        TPD_CHECK_GOTO(host_params(m, buf), st, out);
+        tpd_ckpt_model_file(r.tp, r.pp, name, sizeof name);
+        tpd_ckpt_join(path, sizeof path, tmp, name);
+        TPD_CHECK_GOTO(tpd_ckpt_writer_open(path, &w), st, out);
+        TPD_CHECK_GOTO(write_segs(w, pl.param, TPD_P_COUNT, buf), st, out);
+        uint64_t bytes;
+        st = tpd_ckpt_writer_finish(w, hex, &bytes);
+        w = NULL;
+        if (st != TPD_OK) goto out;
+        put_u64(rec + REC_MBYTES, bytes);
+        memcpy(rec + REC_MSHA, hex, 64);
+    }
+    if (pl.state_numel > 0) {
+        const float *arrays[3] = {m->opt_m, m->opt_v, m->master};
+        tpd_ckpt_optim_file(r.tp, r.pp, r.dp, name, sizeof name);
+        tpd_ckpt_join(path, sizeof path, tmp, name);
+        TPD_CHECK_GOTO(tpd_ckpt_writer_open(path, &w), st, out);
+        for (int k = 0; k < 3 && arrays[k]; k++) {
+            TPD_CHECK_GOTO(m->kb->ops->copy_to_host(m->kb->ctx, buf, arrays[k], ns * 4), st, out);
+            TPD_CHECK_GOTO(write_segs(w, pl.state, TPD_P_COUNT, buf), st, out);
+        }
+        uint64_t bytes;
+        st = tpd_ckpt_writer_finish(w, hex, &bytes);
+        w = NULL;
+        if (st != TPD_OK) goto out;
+        put_u64(rec + REC_OBYTES, bytes);
+        memcpy(rec + REC_OSHA, hex, 64);
+    }
+out:
+    tpd_ckpt_writer_abort(w);
+    free(buf);
+    tpd_ckpt_rank_plan_free(&pl);
+    return st;
+}
+
+/* Older checkpoints beyond keep_last go; never the one just committed. */
+static void prune(const char *save_dir, const char *newest, int keep_last) {
+    if (keep_last <= 0) return;
+    char(*older)[PATH_CAP] = malloc(1024 * sizeof *older);
+    if (!older) return;
+    int n = tpd_ckpt_list_older(save_dir, newest, older, 1024);
+    for (int i = keep_last - 1; i < n; i++)
+        if (tpd_ckpt_remove_dir(older[i]) != TPD_OK)
+            tpd_log_warn("checkpoint %s: could not prune", older[i]);
+    free(older);
+}
+
+/* Rank 0's part after every rank agreed: manifest, rename, `latest`, prune. */
+static tpd_status commit(tpd_trainer *tr, const char *save_dir, const char *tmp,
+                         const char *final, const int32_t *recs) {
+    const tpd_mesh *ms = &tr->mesh;
+    int world = ms->world_size;
+    tpd_ckpt_file *files = calloc((size_t)world * 2, sizeof *files);
+    char *json = NULL, path[PATH_CAP + 80], hex[65];
+    tpd_status st = TPD_OK;
+    if (!files) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    for (int w = 0; w < world; w++) {
+        const int32_t *rec = recs + (size_t)w * REC_WORDS;
+        int t, d, s;
+        tpd_mesh_coords_of(ms, w, &t, &d, &s);
+        for (int k = 0; k < 2; k++) {
+            tpd_ckpt_file *f = &files[2 * w + k];
+            f->tp = t;
+            f->pp = s;
+            f->dp = d;
+            f->bytes = get_u64(rec + (k ? REC_OBYTES : REC_MBYTES));
+            if (!f->bytes) continue;
+            memcpy(f->sha256, rec + (k ? REC_OSHA : REC_MSHA), 64);
+            if (k)
+                tpd_ckpt_optim_file(t, s, d, f->name, sizeof f->name);
+            else
+                tpd_ckpt_model_file(t, s, f->name, sizeof f->name);
+        }
+    }
+    tpd_ckpt_state state = {tr->iteration, tr->skipped_iterations, 0, tr->consumed_samples};
+    TPD_CHECK_GOTO(tpd_ckpt_manifest_build(&tr->cfg, ms->tp_size, ms->pp_size, ms->dp_size,
+                                           tr->model->master != NULL, &state, world * 2,
+                                           files, &json),
+                   st, out);
+    tpd_ckpt_sha256_hex(json, strlen(json), hex);
+    tpd_ckpt_join(path, sizeof path, tmp, TPD_CKPT_MANIFEST_SHA);
+    TPD_CHECK_GOTO(tpd_ckpt_write_file(path, hex, 64), st, out);
+    tpd_ckpt_join(path, sizeof path, tmp, TPD_CKPT_MANIFEST);
+    TPD_CHECK_GOTO(tpd_ckpt_write_file(path, json, strlen(json)), st, out);
+    TPD_CHECK_GOTO(tpd_ckpt_fsync_dir(tmp), st, out);
+    /* A directory of the same iteration (a rerun from an older checkpoint) is replaced:
+     * moved aside first, since rename() does not replace a non-empty directory. */
+    if (tpd_ckpt_is_dir(final)) {
+        snprintf(path, sizeof path, "%s.old", final);
+        tpd_ckpt_remove_dir(path);
+        if (rename(final, path) != 0)
+            TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: cannot move the old one aside",
+                          final);
+    }
+    if (rename(tmp, final) != 0)
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: cannot rename to %s", tmp, final);
+    TPD_CHECK_GOTO(tpd_ckpt_fsync_dir(save_dir), st, out);
+    snprintf(path, sizeof path, "%s.old", final);
+    if (tpd_ckpt_is_dir(path)) tpd_ckpt_remove_dir(path);
+    /* only now does `latest` move */
+    char latest[PATH_CAP + 16], latest_tmp[PATH_CAP + 16], line[32];
+    snprintf(latest, sizeof latest, "%s/latest", save_dir);
+    snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", save_dir);
+    snprintf(line, sizeof line, "iter_%07d\n", tr->iteration);
+    TPD_CHECK_GOTO(tpd_ckpt_write_file(latest_tmp, line, strlen(line)), st, out);
+    if (rename(latest_tmp, latest) != 0)
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: cannot rename to %s", latest_tmp,
+                      latest);
+    TPD_CHECK_GOTO(tpd_ckpt_fsync_dir(save_dir), st, out);
+    prune(save_dir, final, tr->cfg.checkpoint.keep_last);
+out:
+    free(json);
+    free(files);
+    return st;
+}
+
+static tpd_status bcast_int(tpd_comm *c, int *v) {
+    int32_t x = *v;
+    if (c->size > 1) TPD_CHECK(c->ops->broadcast(c, &x, 1, TPD_DTYPE_I32, 0, NULL));
+    *v = x;
+    return TPD_OK;
+}
+
+tpd_status tpd_ckpt_save(tpd_trainer *tr, const char *save_dir) {
+    tpd_comm *world = tr->hcomms.world;
+    char tmp[PATH_CAP + 8], final[PATH_CAP];
+    snprintf(final, sizeof final, "%s/iter_%07d", save_dir, tr->iteration);
+    snprintf(tmp, sizeof tmp, "%s.tmp", final);
+    double t0 = tpd_pp_now();
+    /* rank 0 prepares a clean tmp directory (a killed save may have left one) */
+    int ok = 1;
+    if (world->rank == 0) {
+        ok = tpd_ckpt_mkdirs(save_dir) == TPD_OK && tpd_ckpt_remove_dir(tmp) == TPD_OK &&
+             tpd_ckpt_mkdirs(tmp) == TPD_OK;
+    }
+    TPD_CHECK(bcast_int(world, &ok));
+    if (!ok) return TPD_ERR_IO;
+
+    int32_t rec[REC_WORDS];
+    memset(rec, 0, sizeof rec);
+    rec[REC_OK] = write_rank_files(tr, tmp, rec) == TPD_OK;
+    int32_t *recs = calloc((size_t)world->size * REC_WORDS, sizeof *recs);
+    if (!recs) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    /* the agreement: every rank sees every rank's success flag */
+    tpd_status st = world->size > 1
+                        ? world->ops->allgather(world, rec, recs, REC_WORDS, TPD_DTYPE_I32, NULL)
+                        : TPD_OK;
+    if (world->size == 1) memcpy(recs, rec, sizeof rec);
+    if (st != TPD_OK) {
+        free(recs);
+        return st;
+    }
+    int all_ok = 1;
+    for (int w = 0; w < world->size; w++) all_ok &= recs[(size_t)w * REC_WORDS + REC_OK];
+    ok = all_ok;
+    if (world->rank == 0) {
+        if (!all_ok)
+            tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: a rank failed to write its shard; "
+                                      "abandoned (latest unchanged)", tmp);
+        else
+            ok = commit(tr, save_dir, tmp, final, recs) == TPD_OK;
+    }
+    free(recs);
+    TPD_CHECK(bcast_int(world, &ok));
+    if (!ok) return TPD_ERR_IO;
+    tr->saved_iteration = tr->iteration;
+    if (tr->is_logger)
+        tpd_log_info("saved checkpoint %s (iteration %d, %.2f s)", final, tr->iteration,
+                     tpd_pp_now() - t0);
+    return TPD_OK;
+}
+
+/* ---- load ---- */
+
+/* Rank 0: the directory to load, verified; with fallback the newest older one that
+ * verifies. A model-shape mismatch is a config error, never a reason to fall back. */
+static tpd_status choose(const tpd_config *cfg, const char *path, char *dir) {
+    tpd_ckpt_info info;
+    tpd_status st = tpd_ckpt_resolve(path, dir);
+    if (st == TPD_OK) st = tpd_ckpt_manifest_read(dir, 1, &info);
+    if (st != TPD_OK && !strcmp(cfg->checkpoint.fallback, "previous")) {
+        char first_error[1024];
+        snprintf(first_error, sizeof first_error, "%s", tpd_ckpt_last_error());
+        char(*older)[PATH_CAP] = malloc(1024 * sizeof *older);
+        int n = older ? tpd_ckpt_list_older(path, dir, older, 1024) : 0;
+        for (int i = 0; i < n && st != TPD_OK; i++) {
+            if (tpd_ckpt_manifest_read(older[i], 1, &info) != TPD_OK) continue;
+            tpd_log_warn("checkpoint: falling back to %s (%s)", older[i], first_error);
+            snprintf(dir, PATH_CAP, "%s", older[i]);
+            st = TPD_OK;
+        }
+        free(older);
+        if (st != TPD_OK)
+            tpd_ckpt_fail(st, "checkpoint %s: no checkpoint verifies (first error: %s)", path,
+                          first_error);
+    }
+    if (st != TPD_OK) return st;
+    st = tpd_ckpt_check_model(&info, cfg);
+    tpd_ckpt_close(&info);
+    return st;
+}
+
+tpd_status tpd_ckpt_load(tpd_trainer *tr, const char *path) {
+    tpd_comm *world = tr->hcomms.world;
+    char dir[PATH_CAP];
+    memset(dir, 0, sizeof dir);
+    int32_t verdict = TPD_OK;
+    if (world->rank == 0) verdict = choose(&tr->cfg, path, dir);
+    if (world->size > 1) {
+        int32_t msg[1 + PATH_CAP / 4];
+        msg[0] = verdict;
+        memcpy(msg + 1, dir, sizeof dir);
+        TPD_CHECK(world->ops->broadcast(world, msg, 1 + PATH_CAP / 4, TPD_DTYPE_I32, 0, NULL));
+        verdict = msg[0];
+        memcpy(dir, msg + 1, sizeof dir);
+        dir[PATH_CAP - 1] = 0;
+    }
+    if (verdict != TPD_OK) return (tpd_status)verdict;
+
+    tpd_ckpt_info info;
+    const tpd_mesh *ms = &tr->mesh;
+    tpd_status st = tpd_ckpt_manifest_read(dir, 0, &info);
+    int fresh = 0;
+    if (st == TPD_OK) {
+        fresh = info.weights_only || tr->cfg.checkpoint.finetune;
+        tpd_ckpt_rank r;
+        memset(&r, 0, sizeof r);
+        r.tp = ms->tp;
+        r.pp = ms->pp;
+        r.dp = ms->dp;
+        r.tp_size = ms->tp_size;
+        r.pp_size = ms->pp_size;
+        r.dp_size = ms->dp_size;
+        r.lay = tr->model->plan.lay;
+        r.dpp = tr->dpp;
+        r.zero = tr->dpp.zero;
+        st = tpd_ckpt_load_local(&info, &r, tr->model, fresh);
+    }
+    /* every rank learns whether any rank failed */
+    int32_t bad = st != TPD_OK;
+    if (world->size > 1)
+        TPD_CHECK(tpd_comm_allreduce(world, &bad, &bad, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX));
+    if (bad) {
+        if (st == TPD_OK) tpd_ckpt_close(&info);
+        return st != TPD_OK ? st : TPD_ERR_IO;
+    }
+    tr->iteration = fresh ? 0 : info.iteration;
+    tr->consumed_samples = fresh ? 0 : info.consumed_samples;
+    tr->skipped_iterations = fresh ? 0 : info.skipped_iterations;
+    tr->saved_iteration = fresh ? -1 : info.iteration;
+    if (tr->is_logger)
+        tpd_log_info("loaded checkpoint %s (saved at iteration %d under TP %d PP %d DP %d%s)%s",
+                     dir, info.iteration, info.tp, info.pp, info.dp,
+                     info.zero ? " ZeRO-1" : "",
+                     fresh ? ": weights only, starting at iteration 0" : "");
+    tpd_ckpt_close(&info);
+    return TPD_OK;
+}
+
+tpd_status tpd_ckpt_resume(tpd_trainer *tr) {
+    const tpd_config_checkpoint *c = &tr->cfg.checkpoint;
+    if (!c->load[0]) return TPD_OK;
+    if (strcmp(c->load, "auto") != 0) return tpd_ckpt_load(tr, c->load);
+    if (!c->save[0]) {
+        tpd_ckpt_fail(TPD_ERR_INVALID, "checkpoint.load: 'auto' needs checkpoint.save");
+        return TPD_ERR_INVALID;
+    }
+    char latest[PATH_CAP + 16];
+    snprintf(latest, sizeof latest, "%s/latest", c->save);
+    /* every rank sees the same file system: the same answer without a collective */
+    if (!tpd_ckpt_is_file(latest)) {
+        if (tr->is_logger) tpd_log_info("checkpoint: no %s, starting fresh", latest);
+        return TPD_OK;
+    }
+    return tpd_ckpt_load(tr, c->save);
+}
+
+tpd_status tpd_ckpt_on_boundary(tpd_trainer *tr, int final, int *stop_p) {
+    const tpd_config_checkpoint *c = &tr->cfg.checkpoint;
+    int it = tr->iteration, save = 0;
+    *stop_p = 0;
+    if (!final) {
+        /* all ranks agree on a signal that reached any of them */
+        int32_t flag = tpd_ckpt_signal_pending();
+        tpd_comm *w = tr->hcomms.world;
+        if (w->size > 1)
+            TPD_CHECK(tpd_comm_allreduce(w, &flag, &flag, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX));
+        *stop_p = flag != 0;
+        save = *stop_p ||
+               (c->save_interval > 0 && it > 0 && it % c->save_interval == 0);
+    } else {
+        save = 1;
+    }
+    if (save && c->save[0] && it != tr->saved_iteration) TPD_CHECK(tpd_ckpt_save(tr, c->save));
+    if (*stop_p && tr->is_logger)
+        tpd_log_info("stopping at iteration %d on a signal%s", it,
+                     c->save[0] ? " after saving" : " (no checkpoint.save: nothing saved)");
+    return TPD_OK;
+}

@@ -1,0 +1,177 @@
+/* `tripod export`, `tripod import` and `tripod generate`: single-process commands on
+ * checkpoints (no MPI). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/checkpoint.h"
+#include "engine/data.h"
+#include "engine/generate.h"
+#include "engine/interchange.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage:\n"
+            "  tripod export CHECKPOINT --format hf|llmc --output PATH\n"
+            "      hf: PATH is a directory (model.safetensors + config.json); llmc: a file\n"
+            "  tripod import PATH --format hf|llmc --output CHECKPOINT_DIR [--layout TP,PP,DP]\n"
+            "      writes a weights-only tripod checkpoint sharded for the layout (default 1,1,1)\n"
+            "  tripod generate CHECKPOINT [--prompt TEXT] [--max-new-tokens N]\n"
+            "                  [--temperature T] [--top-k K] [--seed S]\n"
+            "CHECKPOINT is a checkpoint directory or a checkpoint.save directory (its latest).\n");
+}
+
+typedef struct opts {
+    const char *pos, *format, *output, *layout, *prompt;
+    int max_new, top_k;
+    double temperature;
+    unsigned long long seed;
+} opts;
+
+static int parse(int argc, char **argv, opts *o) {
+    memset(o, 0, sizeof *o);
+    o->prompt = "";
+    o->max_new = 64;
+    o->temperature = 1.0;
+    o->seed = 1234;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 1;
+        }
+        if (a[0] != '-' || !a[1]) {
+            if (o->pos) {
+                fprintf(stderr, "tripod: error: unexpected argument '%s'\n", a);
+                return -1;
+            }
+            o->pos = a;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "tripod: error: %s needs a value\n", a);
+            return -1;
+        }
+        i++;
+        if (!strcmp(a, "--format")) o->format = v;
+        else if (!strcmp(a, "--output")) o->output = v;
+        else if (!strcmp(a, "--layout")) o->layout = v;
+        else if (!strcmp(a, "--prompt")) o->prompt = v;
+        else if (!strcmp(a, "--max-new-tokens")) o->max_new = atoi(v);
+        else if (!strcmp(a, "--temperature")) o->temperature = atof(v);
+        else if (!strcmp(a, "--top-k")) o->top_k = atoi(v);
+        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
+        else {
+            fprintf(stderr, "tripod: error: unknown option '%s'\n", a);
+            return -1;
+        }
+    }
+    if (!o->pos) {
+        fprintf(stderr, "tripod: error: %s needs a path\n", argv[0]);
+        return -1;
+    }
+    return 0;
+}
+
+static int exit_of(tpd_status st) {
+    return st == TPD_OK ? TPD_EXIT_OK : st == TPD_ERR_INVALID ? TPD_EXIT_CONFIG : TPD_EXIT_FAILURE;
+}
+
+static int cmd_export(const opts *o) {
+    int hf = o->format && !strcmp(o->format, "hf"), llmc = o->format && !strcmp(o->format, "llmc");
+    if ((!hf && !llmc) || !o->output) {
+        fprintf(stderr, "tripod: error: export needs --format hf|llmc and --output PATH\n");
+        return TPD_EXIT_CONFIG;
+    }
+    tpd_ckpt_info info;
+    float *w[TPD_P_COUNT];
+    tpd_status st = tpd_ckpt_open(o->pos, &info);
+    if (st != TPD_OK) return exit_of(st);
+    st = tpd_ckpt_read_weights(&info, w);
+    if (st == TPD_OK) {
+        st = hf ? tpd_ckpt_export_hf(&info.cfg, w, o->output)
+                : tpd_ckpt_export_llmc(&info.cfg, w, o->output);
+        tpd_ckpt_free_weights(w);
+    }
+    if (st == TPD_OK)
+        printf("exported %s (iteration %d, %d layers, hidden %d) to %s%s\n", info.dir,
+               info.iteration, info.cfg.model.num_layers, info.cfg.model.hidden_size, o->output,
+               hf ? " (model.safetensors, config.json)" : " (llm.c model file)");
+    tpd_ckpt_close(&info);
+    return exit_of(st);
+}
+
+static int cmd_import(const opts *o) {
+    int hf = o->format && !strcmp(o->format, "hf"), llmc = o->format && !strcmp(o->format, "llmc");
+    int tp = 1, pp = 1, dp = 1;
+    if ((!hf && !llmc) || !o->output) {
+        fprintf(stderr, "tripod: error: import needs --format hf|llmc and --output DIR\n");
+        return TPD_EXIT_CONFIG;
+    }
+    if (o->layout && (sscanf(o->layout, "%d,%d,%d", &tp, &pp, &dp) != 3 || tp < 1 || pp < 1 || dp < 1)) {
+        fprintf(stderr, "tripod: error: --layout '%s': expected TP,PP,DP (e.g. 2,2,1)\n", o->layout);
+        return TPD_EXIT_CONFIG;
+    }
+    tpd_config cfg;
+    float *w[TPD_P_COUNT];
+    tpd_status st = hf ? tpd_ckpt_import_hf(o->pos, &cfg, w) : tpd_ckpt_import_llmc(o->pos, &cfg, w);
+    if (st != TPD_OK) return exit_of(st);
+    const tpd_config_model *m = &cfg.model;
+    if (m->num_attention_heads % tp || m->num_layers % pp) {
+        fprintf(stderr,
+                "tripod: error: --layout %d,%d,%d: %d heads and %d layers must divide by TP and PP\n",
+                tp, pp, dp, m->num_attention_heads, m->num_layers);
+        tpd_ckpt_free_weights(w);
+        return TPD_EXIT_CONFIG;
+    }
+    st = tpd_ckpt_write_weights(&cfg, tp, pp, dp, w, o->output);
+    tpd_ckpt_free_weights(w);
+    if (st == TPD_OK)
+        printf("imported %s: %d layers, hidden %d, heads %d, vocab %d, positions %d -> %s "
+               "(weights only, layout TP %d PP %d DP %d)\n",
+               o->pos, m->num_layers, m->hidden_size, m->num_attention_heads, m->vocab_size,
+               m->max_position_embeddings, o->output, tp, pp, dp);
+    return exit_of(st);
+}
+
+static int cmd_generate(const opts *o) {
+    tpd_gen_opts g = TPD_GEN_OPTS_INIT;
+    g.prompt = o->prompt;
+    g.max_new_tokens = o->max_new;
+    g.temperature = o->temperature;
+    g.top_k = o->top_k;
+    g.seed = o->seed;
+    if (g.max_new_tokens < 0 || g.temperature < 0 || g.top_k < 0) {
+        fprintf(stderr, "tripod: error: --max-new-tokens, --temperature and --top-k must be >= 0\n");
+        return TPD_EXIT_CONFIG;
+    }
+    int32_t *toks = NULL;
+    size_t n = 0;
+    tpd_status st = tpd_generate(o->pos, &g, &toks, &n);
+    if (st != TPD_OK) return exit_of(st);
+    char *text = malloc(n + 1);
+    if (!text) {
+        free(toks);
+        return TPD_EXIT_FAILURE;
+    }
+    tpd_bytes_detokenize(toks, n, text, n + 1);
+    printf("%s%s\n", o->prompt, text);
+    free(text);
+    free(toks);
+    return TPD_EXIT_OK;
+}
+
+int tpd_ckpt_cli(int argc, char **argv) {
+    opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc != 0) {
+        if (rc < 0) usage(stderr);
+        return rc < 0 ? TPD_EXIT_CONFIG : TPD_EXIT_OK;
+    }
+    if (!strcmp(argv[0], "export")) return cmd_export(&o);
+    if (!strcmp(argv[0], "import")) return cmd_import(&o);
+    if (!strcmp(argv[0], "generate")) return cmd_generate(&o);
+    usage(stderr);
+    return TPD_EXIT_CONFIG;
+}

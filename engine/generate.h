@@ -1,0 +1,42 @@
+/* Text generation from a checkpoint: byte-level tokens, temperature and top-k sampling.
+ *
+ * The checkpoint (saved under any TP/PP/DP layout) is loaded into one single-rank model
+ * (TP = PP = DP = 1) on the cpu backend with micro-batch 1. Each new token runs a full
+ * forward over the last seq_length tokens and samples from the last position's logits
+ * (the first vocab_size of them: padded columns are never drawn). */
+#ifndef TPD_ENGINE_GENERATE_H
+#define TPD_ENGINE_GENERATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpd_gen_opts {
+    const char *prompt;  /* bytes; "" starts from the end-of-document token */
+    int max_new_tokens;
+    double temperature;  /* 0 = greedy (argmax) */
+    int top_k;           /* 0 = whole vocabulary */
+    uint64_t seed;       /* draw i uses tpd_rng_uniform(seed, stream, i) */
+    int num_threads;     /* cpu OpenMP threads, 0 = runtime default */
+} tpd_gen_opts;
+
+#define TPD_GEN_OPTS_INIT {"", 64, 1.0, 0, 1234, 0}
+
+/* Generates up to max_new_tokens tokens after the prompt; *tokens_p (malloc'd) gets the
+ * new tokens only and *n_p their count. */
+tpd_status tpd_generate(const char *checkpoint, const tpd_gen_opts *opts, int32_t **tokens_p,
+                        size_t *n_p);
+
+/* Index drawn from logits[0..n) (temperature, top-k) with uniform u in [0, 1). Pure:
+ * exposed for tests. */
+int tpd_generate_sample(const float *logits, int n, double temperature, int top_k, double u);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

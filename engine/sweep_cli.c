@@ -1,0 +1,173 @@
+/* `tripod sweep`: argument parsing, MPI set-up, the run and the outputs. */
+#include "engine/sweep.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_OVERRIDES 128
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: mpirun -np WORLD tripod sweep CONFIG.yaml [section.key=value ...]\n"
+            "           --tp 1,2,4 --pp 1,2,4 [--mbs 1,2,4] [--zero 0,1] [--steps N]\n"
+            "           [--warmup W] [--out DIR] [--cluster NAME|FILE] [--no-plot]\n"
+            "           [--no-traces]\n"
+            "  Every TP x PP (x mbs x ZeRO) layout runs on the whole world, DP = WORLD/(TP*PP),\n"
+            "  beside the planner's prediction (--cluster, default cpu; a profile from\n"
+            "  `tripod bench --calibrate` makes it predict this machine). Writes\n"
+            "  DIR/summary.csv, failed.csv, summary.json, sweep.png and per-layout real and\n"
+            "  predicted traces (default DIR: sweep_out). Defaults: --steps 5 --warmup 2.\n");
+}
+
+/* "1,2,4" into v (positive, at most TPD_SWEEP_MAX_VALUES); allow0 lets 0 through. */
+static int parse_list(const char *flag, const char *s, int *v, int *n_p, int allow0) {
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end = NULL;
+        long x = strtol(p, &end, 10);
+        if (end == p || x < (allow0 ? 0 : 1) || x > 1 << 20 || n == TPD_SWEEP_MAX_VALUES ||
+            (*end != ',' && *end != '\0')) {
+            tpd_log_error("sweep: %s '%s' must be a comma-separated list of at most %d %s "
+                          "integers",
+                          flag, s, TPD_SWEEP_MAX_VALUES, allow0 ? "non-negative" : "positive");
+            return 0;
+        }
+        v[n++] = (int)x;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (n == 0) {
+        tpd_log_error("sweep: %s needs at least one value", flag);
+        return 0;
+    }
+    *n_p = n;
+    return 1;
+}
+
+static int parse_int(const char *flag, const char *s, int lo, int *v_p) {
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (!s[0] || *end || v < lo || v > 1 << 20) {
+        tpd_log_error("sweep: %s '%s' must be an integer >= %d", flag, s, lo);
+        return 0;
+    }
+    *v_p = (int)v;
+    return 1;
+}
+
+/* Returns 1 to run, 0 for --help, -1 on a bad argument. */
+static int parse_args(int argc, char **argv, tpd_sweep_options *o, const char **config,
+                      const char **ovr, int *n_ovr) {
+    *config = NULL;
+    *n_ovr = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(s, "--no-plot")) {
+            o->plot = 0;
+        } else if (!strcmp(s, "--no-traces")) {
+            o->traces = 0;
+        } else if (s[0] == '-' && s[1] == '-') {
+            if (!val) {
+                tpd_log_error("sweep: %s needs a value", s);
+                return -1;
+            }
+            i++;
+            int ok = 1;
+            if (!strcmp(s, "--tp"))
+                ok = parse_list(s, val, o->tp, &o->n_tp, 0);
+            else if (!strcmp(s, "--pp"))
+                ok = parse_list(s, val, o->pp, &o->n_pp, 0);
+            else if (!strcmp(s, "--mbs"))
+                ok = parse_list(s, val, o->mbs, &o->n_mbs, 0);
+            else if (!strcmp(s, "--zero")) {
+                int z[TPD_SWEEP_MAX_VALUES], nz = 0;
+                ok = parse_list(s, val, z, &nz, 1);
+                for (int k = 0; ok && k < nz; k++) ok = z[k] <= 1;
+                if (ok && nz > 2) ok = 0;
+                if (!ok) tpd_log_error("sweep: --zero '%s' must be 0, 1 or 0,1", val);
+                for (int k = 0; ok && k < nz; k++) o->zero[k] = z[k];
+                if (ok) o->n_zero = nz;
+            } else if (!strcmp(s, "--steps"))
+                ok = parse_int(s, val, 1, &o->steps);
+            else if (!strcmp(s, "--warmup"))
+                ok = parse_int(s, val, 0, &o->warmup);
+            else if (!strcmp(s, "--out"))
+                snprintf(o->out_dir, sizeof o->out_dir, "%s", val);
+            else if (!strcmp(s, "--cluster"))
+                snprintf(o->cluster, sizeof o->cluster, "%s", val);
+            else {
+                tpd_log_error("sweep: unknown option '%s'", s);
+                usage(stderr);
+                return -1;
+            }
+            if (!ok) return -1;
+        } else if (strchr(s, '=')) {
+            if (*n_ovr == MAX_OVERRIDES) {
+                tpd_log_error("sweep: more than %d overrides", MAX_OVERRIDES);
+                return -1;
+            }
+            ovr[(*n_ovr)++] = s;
+        } else if (!*config) {
+            *config = s;
+        } else {
+            tpd_log_error("sweep: unexpected argument '%s' (one config file only)", s);
+            return -1;
+        }
+    }
+    if (!*config) {
+        tpd_log_error("sweep: missing CONFIG.yaml");
+        usage(stderr);
+        return -1;
+    }
+    return 1;
+}
+
+int tpd_sweep_cli(int argc, char **argv) {
+    tpd_sweep_options o = TPD_SWEEP_OPTIONS_INIT;
+    const char *config, *ovr[MAX_OVERRIDES];
+    int n_ovr;
+    int rc = parse_args(argc, argv, &o, &config, ovr, &n_ovr);
+    if (rc <= 0) return rc == 0 ? TPD_EXIT_OK : TPD_EXIT_CONFIG;
+
+    int inited = 0, provided;
+    MPI_Initialized(&inited);
+    if (!inited) MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+    tpd_comm *world = NULL;
+    tpd_sweep_result res;
+    memset(&res, 0, sizeof res);
+    tpd_status st = tpd_comm_mpi_world(&world);
+    if (st == TPD_OK) {
+        tpd_log_set_rank(world->rank, world->rank == 0);
+        o.verbose = world->rank == 0;
+        if (world->rank == 0)
+            printf("sweep: %d layouts x %d steps (+%d warm-up) on %d ranks, planner profile "
+                   "'%s'\n",
+                   o.n_tp * o.n_pp * (o.n_mbs ? o.n_mbs : 1) * (o.n_zero ? o.n_zero : 1),
+                   o.steps, o.warmup, world->size, o.cluster);
+        st = tpd_sweep_run(config, n_ovr, ovr, world, &o, &res);
+    }
+    if (st == TPD_OK && world->rank == 0) {
+        st = tpd_sweep_write(&res, &o);
+        char line[512];
+        tpd_sweep_best_line(&res, line, sizeof line);
+        printf("%s\n", line);
+        printf("sweep: %d trials in %.1f s; results in %s/summary.csv, failed.csv, "
+               "summary.json\n",
+               res.n, res.wall_s, o.out_dir);
+        fflush(stdout);
+    }
+    tpd_sweep_result_free(&res);
+    rc = st == TPD_OK ? TPD_EXIT_OK : st == TPD_ERR_INVALID ? TPD_EXIT_CONFIG : TPD_EXIT_FAILURE;
+    /* Every rank leaves with rank 0's verdict on the outputs. */
+    if (world) {
+        MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        world->ops->destroy(world);
+    }
+    if (!inited) MPI_Finalize();
+    return rc;
+}

@@ -1,0 +1,373 @@
+// Checkpoints on one rank: bit-exact resume, the run loop's saves and pruning, the
+// manifest, every corruption case with an error naming the file, fallback to the previous
+// checkpoint, SIGTERM save-and-stop, and a writer killed (SIGKILL) in the middle of a save.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cjson/cJSON.h>
+#include <csignal>
+#include <openssl/evp.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ckpt_test_util.h"
+
+extern "C" {
+#include "engine/checkpoint_internal.h"
+}
+
+namespace {
+
+tpd_comm *g_world = nullptr;
+std::string g_data, g_self;
+
+tpd_config base_config(const std::string &save) {
+    tpd_config cfg = tiny::config(g_data);
+    cfg.training.train_iters = 6;
+    snprintf(cfg.checkpoint.save, sizeof cfg.checkpoint.save, "%s", save.c_str());
+    return cfg;
+}
+
+std::vector<double> steps(tpd_trainer *tr, int n) {
+    std::vector<double> l;
+    for (int i = 0; i < n; i++) {
+        tpd_step_stats s;
+        EXPECT_EQ(tpd_trainer_step(tr, &s), TPD_OK);
+        l.push_back(s.lm_loss);
+    }
+    return l;
+}
+
+// Trains `iters` steps from scratch and saves; returns the checkpoint directory.
+std::string train_and_save(const tpd_config &cfg, int iters) {
+    tpd_trainer *tr = nullptr;
+    EXPECT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    if (!tr) return "";
+    steps(tr, iters);
+    EXPECT_EQ(tpd_ckpt_save(tr, cfg.checkpoint.save), TPD_OK);
+    tpd_trainer_destroy(tr);
+    char dir[64];
+    snprintf(dir, sizeof dir, "/iter_%07d", iters);
+    return std::string(cfg.checkpoint.save) + dir;
+}
+
+// Creating a trainer with checkpoint.load must fail with an error naming `needle`.
+void expect_load_error(tpd_config cfg, const char *load, const std::string &needle) {
+    snprintf(cfg.checkpoint.load, sizeof cfg.checkpoint.load, "%s", load);
+    tpd_trainer *tr = nullptr;
+    EXPECT_NE(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    EXPECT_EQ(tr, nullptr);
+    if (tr) tpd_trainer_destroy(tr);
+    std::string err = tpd_ckpt_last_error();
+    EXPECT_NE(err.find(needle), std::string::npos) << "error: " << err << "\nexpected: " << needle;
+}
+
+TEST(Checkpoint, ResumeIsBitIdentical) {
+    std::string save = ckt::fresh_dir(tiny::temp_prefix("resume"));
+    tpd_config cfg = base_config(save);
+    tpd_trainer *tr = nullptr;
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    std::vector<double> ref = steps(tr, 6);
+    std::vector<float> wte_ref(tpd_model_layout_global_numel(&tr->model->plan.lay, TPD_P_WTE));
+    ASSERT_EQ(tpd_trainer_gather_param(tr, TPD_P_WTE, wte_ref.data()), TPD_OK);
+    tpd_trainer_destroy(tr);
+
+    train_and_save(cfg, 3);
+    snprintf(cfg.checkpoint.load, sizeof cfg.checkpoint.load, "auto");
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    EXPECT_EQ(tr->iteration, 3);
+    EXPECT_EQ(tr->consumed_samples, 3u * 16u);
+    std::vector<double> cont = steps(tr, 3);
+    std::vector<float> wte(wte_ref.size());
+    ASSERT_EQ(tpd_trainer_gather_param(tr, TPD_P_WTE, wte.data()), TPD_OK);
+    tpd_trainer_destroy(tr);
+    for (int i = 0; i < 3; i++)
+        EXPECT_EQ(0, memcmp(&cont[i], &ref[3 + i], sizeof(double)))
+            << "step " << 4 + i << ": " << cont[i] << " vs " << ref[3 + i];
+    EXPECT_EQ(0, memcmp(wte.data(), wte_ref.data(), wte.size() * 4));
+}
+
+TEST(Checkpoint, AutoWithoutLatestStartsFresh) {
+    std::string save = ckt::fresh_dir(tiny::temp_prefix("fresh"));
+    tpd_config cfg = base_config(save);
+    snprintf(cfg.checkpoint.load, sizeof cfg.checkpoint.load, "auto");
+    tpd_trainer *tr = nullptr;
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    EXPECT_EQ(tr->iteration, 0);
+    tpd_trainer_destroy(tr);
+}
+
+TEST(Checkpoint, RunSavesEveryIntervalAndPrunes) {
+    std::string save = ckt::fresh_dir(tiny::temp_prefix("interval"));
+    tpd_config cfg = base_config(save);
+    cfg.training.train_iters = 5;
+    cfg.checkpoint.save_interval = 2;
+    cfg.checkpoint.keep_last = 2;
+    tpd_trainer *tr = nullptr;
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    ASSERT_EQ(tpd_trainer_run(tr), TPD_OK);
+    tpd_trainer_destroy(tr);
+    // saves at 2, 4 and the end (5); keep_last 2 prunes 2
+    EXPECT_FALSE(ckt::exists(save + "/iter_0000002/manifest.json"));
+    EXPECT_TRUE(ckt::exists(save + "/iter_0000004/manifest.json"));
+    EXPECT_TRUE(ckt::exists(save + "/iter_0000005/manifest.json"));
+    EXPECT_EQ(ckt::slurp(save + "/latest"), "iter_0000005\n");
+    EXPECT_FALSE(ckt::exists(save + "/latest.tmp"));
+    // a resumed run with the same train_iters has nothing left to do and saves nothing new
+    snprintf(cfg.checkpoint.load, sizeof cfg.checkpoint.load, "auto");
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    EXPECT_EQ(tr->iteration, 5);
+    ASSERT_EQ(tpd_trainer_run(tr), TPD_OK);
+    EXPECT_EQ(tr->iteration, 5);
+    tpd_trainer_destroy(tr);
+}
+
+std::string sha256_hex(const std::string &data) {
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned n = 0;
+    EVP_Digest(data.data(), data.size(), d, &n, EVP_sha256(), nullptr);
+    char hex[65];
+    for (unsigned i = 0; i < n; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    return hex;
+}
+
+TEST(Checkpoint, ManifestHoldsStateConfigTensorsAndHashes) {
+    std::string save = ckt::fresh_dir(tiny::temp_prefix("manifest"));
+    tpd_config cfg = base_config(save);
+    std::string dir = train_and_save(cfg, 2);
+    std::string text = ckt::slurp(dir + "/manifest.json");
+    EXPECT_EQ(ckt::slurp(dir + "/manifest.sha256"), sha256_hex(text));
+    cJSON *o = cJSON_Parse(text.c_str());
+    ASSERT_NE(o, nullptr);
+    EXPECT_EQ(cJSON_GetObjectItem(o, "iteration")->valueint, 2);
+    EXPECT_EQ(cJSON_GetObjectItem(o, "consumed_samples")->valueint, 32);
+    EXPECT_EQ(cJSON_GetObjectItem(o, "skipped_iterations")->valueint, 0);
+    EXPECT_STREQ(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "rng"), "seed")->valuestring, "1234");
+    cJSON *lr = cJSON_GetObjectItem(o, "lr_schedule");
+    EXPECT_DOUBLE_EQ(cJSON_GetObjectItem(lr, "next_lr")->valuedouble, tpd_lr_at(&cfg, 2));
+    EXPECT_EQ(cJSON_GetObjectItem(lr, "lr_warmup_iters")->valueint, 2);
+    std::string yaml = cJSON_GetObjectItem(o, "config_yaml")->valuestring;
+    EXPECT_NE(yaml.find("hidden_size: 32"), std::string::npos);
+    EXPECT_NE(yaml.find("save_interval"), std::string::npos);
+    cJSON *files = cJSON_GetObjectItem(o, "files");
+    ASSERT_EQ(cJSON_GetArraySize(files), 2); // model and optimizer shard of the one rank
+    for (cJSON *f = files->child; f; f = f->next) {
+        std::string data = ckt::slurp(dir + "/" + cJSON_GetObjectItem(f, "name")->valuestring);
+        EXPECT_EQ(sha256_hex(data), cJSON_GetObjectItem(f, "sha256")->valuestring);
+        EXPECT_EQ((double)data.size(), cJSON_GetObjectItem(f, "bytes")->valuedouble);
+    }
+    cJSON *ts = cJSON_GetObjectItem(o, "tensors");
+    ASSERT_EQ(cJSON_GetArraySize(ts), TPD_P_COUNT);
+    cJSON *wte = cJSON_GetArrayItem(ts, 0), *qkvw = cJSON_GetArrayItem(ts, TPD_P_QKVW);
+    EXPECT_STREQ(cJSON_GetObjectItem(wte, "name")->valuestring, "wte");
+    EXPECT_STREQ(cJSON_GetObjectItem(wte, "hf_name")->valuestring, "transformer.wte.weight");
+    EXPECT_STREQ(cJSON_GetObjectItem(qkvw, "hf_name")->valuestring, "transformer.h.{i}.attn.c_attn.weight");
+    cJSON *shape = cJSON_GetObjectItem(qkvw, "shape");
+    ASSERT_EQ(cJSON_GetArraySize(shape), 3);
+    EXPECT_EQ(cJSON_GetArrayItem(shape, 0)->valueint, 4);
+    EXPECT_EQ(cJSON_GetArrayItem(shape, 1)->valueint, 96);
+    EXPECT_EQ(cJSON_GetArrayItem(shape, 2)->valueint, 32);
+    for (const char *k : {"param", "exp_avg", "exp_avg_sq"}) {
+        cJSON *runs = cJSON_GetObjectItem(wte, k);
+        ASSERT_GT(cJSON_GetArraySize(runs), 0) << k;
+        cJSON *r = runs->child;
+        for (const char *f : {"file", "rank", "global_offset", "count", "repeat", "global_stride", "file_offset"})
+            EXPECT_NE(cJSON_GetObjectItem(r, f), nullptr) << f;
+    }
+    EXPECT_EQ(cJSON_GetObjectItem(wte, "master"), nullptr); // fp32 on cpu: no master weights
+    cJSON_Delete(o);
+}
+
+// ---- integrity ----
+
+class Corruption : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        save = ckt::fresh_dir(tiny::temp_prefix("corrupt"));
+        cfg = base_config(save);
+        train_and_save(cfg, 1);
+        newest = train_and_save(cfg, 2);
+    }
+    std::string save, newest;
+    tpd_config cfg;
+};
+
+TEST_F(Corruption, TruncatedShard) {
+    std::string f = newest + "/optim_tp00_pp00_dp00.bin", d = ckt::slurp(f);
+    ckt::spit(f, d.substr(0, d.size() / 2));
+    expect_load_error(cfg, "auto", f);
+    EXPECT_NE(std::string(tpd_ckpt_last_error()).find("truncated"), std::string::npos);
+}
+
+TEST_F(Corruption, FlippedBit) {
+    std::string f = newest + "/model_tp00_pp00.bin", d = ckt::slurp(f);
+    d[d.size() / 3] ^= 0x10;
+    ckt::spit(f, d);
+    expect_load_error(cfg, "auto", f);
+    EXPECT_NE(std::string(tpd_ckpt_last_error()).find("SHA-256"), std::string::npos);
+}
+
+TEST_F(Corruption, MissingShard) {
+    std::string f = newest + "/model_tp00_pp00.bin";
+    ASSERT_EQ(unlink(f.c_str()), 0);
+    expect_load_error(cfg, newest.c_str(), f);
+}
+
+TEST_F(Corruption, FlippedManifest) {
+    std::string f = newest + "/manifest.json", d = ckt::slurp(f);
+    size_t at = d.find("\"iteration\":\t2");
+    ASSERT_NE(at, std::string::npos);
+    d[at + 13] = '7';
+    ckt::spit(f, d);
+    expect_load_error(cfg, "auto", f);
+}
+
+TEST_F(Corruption, WrongModelShape) {
+    tpd_config other = cfg;
+    other.model.hidden_size = 64;
+    expect_load_error(other, "auto", "model.hidden_size is 32 in the checkpoint but 64 in the config");
+    EXPECT_NE(std::string(tpd_ckpt_last_error()).find(newest), std::string::npos);
+}
+
+TEST_F(Corruption, GarbageLatest) {
+    ckt::spit(save + "/latest", "\x01garbage\xff\n");
+    expect_load_error(cfg, "auto", save + "/latest");
+}
+
+TEST_F(Corruption, FallbackPreviousLoadsTheNewestThatVerifies) {
+    std::string f = newest + "/model_tp00_pp00.bin", d = ckt::slurp(f);
+    d[100] ^= 1;
+    ckt::spit(f, d);
+    snprintf(cfg.checkpoint.fallback, sizeof cfg.checkpoint.fallback, "previous");
+    snprintf(cfg.checkpoint.load, sizeof cfg.checkpoint.load, "auto");
+    tpd_trainer *tr = nullptr;
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    EXPECT_EQ(tr->iteration, 1);
+    tpd_trainer_destroy(tr);
+    // garbage `latest` too: the newest directory that verifies
+    ckt::spit(save + "/latest", "nonsense");
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    EXPECT_EQ(tr->iteration, 1);
+    tpd_trainer_destroy(tr);
+}
+
+TEST_F(Corruption, FinetuneLoadsWeightsOnly) {
+    cfg.checkpoint.finetune = 1;
+    snprintf(cfg.checkpoint.load, sizeof cfg.checkpoint.load, "%s", newest.c_str());
+    tpd_trainer *tr = nullptr;
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    EXPECT_EQ(tr->iteration, 0);
+    EXPECT_EQ(tr->consumed_samples, 0u);
+    size_t n = tr->model->plan.shard_numel;
+    std::vector<float> m(n);
+    memcpy(m.data(), tr->model->opt_m, n * 4);
+    for (float x : m) ASSERT_EQ(x, 0.0f);
+    std::vector<float> wte(tpd_model_layout_global_numel(&tr->model->plan.lay, TPD_P_WTE));
+    ASSERT_EQ(tpd_trainer_gather_param(tr, TPD_P_WTE, wte.data()), TPD_OK);
+    tpd_trainer_destroy(tr);
+    ckt::Globals g = ckt::read_globals(newest);
+    EXPECT_EQ(0, memcmp(wte.data(), g.t[TPD_P_WTE][TPD_CKPT_PARAM].data(), wte.size() * 4));
+}
+
+// ---- signals ----
+
+void raise_at_third_step(void *user, const tpd_pp_action *a, double, double) {
+    tpd_trainer *tr = static_cast<tpd_trainer *>(user);
+    if (tr->iteration == 2 && a->kind == TPD_PP_FWD && a->micro_batch == 0) raise(SIGTERM);
+}
+
+TEST(Signals, SigtermSavesAtTheNextBoundaryAndStops) {
+    std::string save = ckt::fresh_dir(tiny::temp_prefix("sigterm"));
+    tpd_config cfg = base_config(save);
+    cfg.training.train_iters = 50;
+    tpd_trainer *tr = nullptr;
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    tr->on_action = raise_at_third_step;
+    tr->on_action_user = tr;
+    tpd_ckpt_signal_clear();
+    EXPECT_EQ(tpd_trainer_run(tr), TPD_OK);
+    EXPECT_EQ(tr->interrupted, 1);
+    EXPECT_EQ(tr->iteration, 3);
+    tpd_trainer_destroy(tr);
+    tpd_ckpt_signal_clear();
+    EXPECT_EQ(ckt::slurp(save + "/latest"), "iter_0000003\n");
+    EXPECT_EQ(ckt::read_globals(save).iteration, 3);
+}
+
+// The child: trains one step, commits a checkpoint, trains another and stops for good in
+// the middle of writing the second one (the parent kills it there). Runs without MPI.
+std::string g_mid_marker;
+void stall_hook(const char *path, uint64_t) {
+    if (!strstr(path, "iter_0000002.tmp")) return;
+    ckt::spit(g_mid_marker, path);
+    for (;;) pause();
+}
+
+int writer_child(const char *data, const char *save) {
+    g_data = data;
+    g_mid_marker = std::string(save) + ".mid";
+    tpd_comm *world = ckt::self_comm();
+    tpd_config cfg = base_config(save);
+    tpd_trainer *tr = nullptr;
+    if (tpd_trainer_create(&cfg, world, &tr) != TPD_OK) return 10;
+    steps(tr, 1);
+    if (tpd_ckpt_save(tr, save) != TPD_OK) return 11;
+    steps(tr, 1);
+    tpd_ckpt_write_hook = stall_hook;
+    tpd_ckpt_save(tr, save);
+    return 12; // not reached: the hook stalls
+}
+
+TEST(Signals, SigkillDuringSaveNeverBecomesLatest) {
+    std::string save = ckt::fresh_dir(tiny::temp_prefix("sigkill"));
+    std::string marker = save + ".mid";
+    unlink(marker.c_str());
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        execl(g_self.c_str(), g_self.c_str(), "--writer-child", g_data.c_str(), save.c_str(), (char *)nullptr);
+        _exit(127);
+    }
+    for (int i = 0; i < 600 && !ckt::exists(marker); i++) usleep(50000);
+    ASSERT_TRUE(ckt::exists(marker)) << "the writer never reached the second save";
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFSIGNALED(status));
+    EXPECT_TRUE(ckt::exists(save + "/iter_0000002.tmp/model_tp00_pp00.bin")); // half written
+    EXPECT_FALSE(ckt::exists(save + "/iter_0000002/manifest.json"));
+    EXPECT_EQ(ckt::slurp(save + "/latest"), "iter_0000001\n");
+    tpd_ckpt_info info;
+    ASSERT_EQ(tpd_ckpt_open(save.c_str(), &info), TPD_OK) << "latest must verify";
+    EXPECT_EQ(info.iteration, 1);
+    tpd_ckpt_close(&info);
+    // the next save at that iteration replaces the leftover
+    tpd_config cfg = base_config(save);
+    snprintf(cfg.checkpoint.load, sizeof cfg.checkpoint.load, "auto");
+    tpd_trainer *tr = nullptr;
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    EXPECT_EQ(tr->iteration, 1);
+    steps(tr, 1);
+    EXPECT_EQ(tpd_ckpt_save(tr, save.c_str()), TPD_OK);
+    tpd_trainer_destroy(tr);
+    EXPECT_FALSE(ckt::exists(save + "/iter_0000002.tmp/model_tp00_pp00.bin"));
+    EXPECT_EQ(ckt::read_globals(save).iteration, 2);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "--writer-child")) return writer_child(argv[2], argv[3]);
+    ::testing::InitGoogleTest(&argc, argv);
+    g_self = "/proc/self/exe";
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n > 0) g_self.assign(buf, (size_t)n);
+    MPI_Init(&argc, &argv);
+    tpd_comm_mpi_world(&g_world);
+    g_data = tiny::write_corpus(tiny::temp_prefix("ckcorpus"));
+    int rc = RUN_ALL_TESTS();
+    g_world->ops->destroy(g_world);
+    MPI_Finalize();
+    return rc;
+}

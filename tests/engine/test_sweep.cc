@@ -1,0 +1,329 @@
+// `tripod sweep` under mpirun -np 4: a small demo-like model over TP {1,2,3} x PP {1,2}
+// (DP derived; TP 3 cannot divide 4 ranks and is listed as skipped), after calibrating
+// the planner on this machine inside the same job.
+//   - every output file is written (summary.csv, failed.csv, summary.json, sweep.png when
+//     gnuplot is installed, real and predicted traces);
+//   - each trial's losses equal a plain trainer's of that layout over the same steps;
+//   - the predicted step time of each trial is within 25% of its measured median (held
+//     when no other job loads the machine; always printed), and the predicted memory is
+//     the allocated memory;
+//   - a sweep whose trials all fail records the errors and finishes.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cjson/cJSON.h>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+#include "../common/tiny.h"
+
+extern "C" {
+#include "engine/calibrate.h"
+#include "engine/plan/plan_internal.h"
+#include "engine/sweep.h"
+#include "engine/train.h"
+#include "parallel/comm.h"
+}
+
+namespace {
+
+tpd_comm *g_world = nullptr;
+std::string g_data, g_dir;
+double g_load_before = 0; // 1-minute load average when the job started (rank 0)
+int g_cores = 1;
+
+const int kSteps = 6, kWarmup = 2;
+
+std::string demo_path() {
+    return std::string(tpd_plan_source_dir()) + "/configs/demo.yaml";
+}
+
+// The small demo-like model of the sweep (overrides of configs/demo.yaml).
+std::vector<std::string> overrides() {
+    return {"model.num_layers=2",          "model.hidden_size=64",
+            "model.seq_length=64",         "training.global_batch_size=8",
+            "training.micro_batch_size=1", "data.data_path=" + g_data};
+}
+
+std::vector<const char *> cstrs(const std::vector<std::string> &v) {
+    std::vector<const char *> out;
+    for (const std::string &s : v) out.push_back(s.c_str());
+    return out;
+}
+
+std::string slurp(const std::string &path) {
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+bool exists(const std::string &path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 && st.st_size > 0;
+}
+
+// Losses of a plain trainer of one layout: the reference for the sweep's.
+std::vector<double> plain_losses(int tp, int pp, int steps) {
+    std::vector<std::string> o = overrides();
+    o.push_back("parallel.tensor_model_parallel_size=" + std::to_string(tp));
+    o.push_back("parallel.pipeline_model_parallel_size=" + std::to_string(pp));
+    std::vector<const char *> oc = cstrs(o);
+    tpd_config cfg;
+    char err[1024];
+    EXPECT_EQ(tpd_config_load(demo_path().c_str(), (int)oc.size(), oc.data(), &cfg, err,
+                              sizeof err),
+              TPD_OK)
+        << err;
+    cfg.logging.eval_interval = 0;
+    cfg.logging.metrics_file[0] = 0;
+    std::vector<double> loss;
+    tpd_trainer *tr = nullptr;
+    EXPECT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    for (int i = 0; tr && i < steps; i++) {
+        tpd_step_stats s;
+        EXPECT_EQ(tpd_trainer_step(tr, &s), TPD_OK);
+        loss.push_back(s.lm_loss);
+    }
+    tpd_trainer_destroy(tr);
+    return loss;
+}
+
+// Calibrates the planner on this machine (the same 4 ranks sharing the cores), then runs
+// the sweep TP {1,2,3} x PP {1,2} with that profile. Collective.
+void calibrate_and_sweep(tpd_sweep_options *opt, tpd_sweep_result *res) {
+    std::vector<std::string> o = overrides();
+    std::vector<const char *> oc = cstrs(o);
+    tpd_config cfg;
+    char err[1024];
+    ASSERT_EQ(tpd_config_load(demo_path().c_str(), (int)oc.size(), oc.data(), &cfg, err,
+                              sizeof err),
+              TPD_OK)
+        << err;
+    tpd_calib_options co = TPD_CALIB_OPTIONS_INIT;
+    co.budget_s = 0.01;
+    snprintf(co.name, sizeof co.name, "test-cpu");
+    tpd_plan_cluster cl;
+    char *notes = nullptr;
+    ASSERT_EQ(tpd_calib_run(&cfg, g_world, &co, &cl, &notes), TPD_OK);
+    std::string profile = g_dir + "/calibrated.yaml";
+    int saved = 1;
+    if (g_world->rank == 0) saved = tpd_plan_cluster_save(&cl, profile.c_str(), notes) == TPD_OK;
+    free(notes);
+    MPI_Bcast(&saved, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    ASSERT_TRUE(saved);
+    EXPECT_EQ(cl.calibrated, 1);
+    EXPECT_GT(cl.peak_flops, 1e8);
+    EXPECT_GT(cl.intra_bw, 0.0);
+
+    *opt = TPD_SWEEP_OPTIONS_INIT;
+    opt->tp[0] = 1, opt->tp[1] = 2, opt->tp[2] = 3, opt->n_tp = 3;
+    opt->pp[0] = 1, opt->pp[1] = 2, opt->n_pp = 2;
+    opt->steps = kSteps;
+    opt->warmup = kWarmup;
+    opt->verbose = g_world->rank == 0;
+    snprintf(opt->out_dir, sizeof opt->out_dir, "%s/sweep", g_dir.c_str());
+    snprintf(opt->cluster, sizeof opt->cluster, "%s", profile.c_str());
+    ASSERT_EQ(tpd_sweep_run(demo_path().c_str(), (int)oc.size(), oc.data(), g_world, opt, res),
+              TPD_OK);
+}
+
+double worst_error(const tpd_sweep_result &res) {
+    double worst = 0;
+    for (int i = 0; i < res.n; i++)
+        if (res.trials[i].state == TPD_SWEEP_OK)
+            worst = std::max(worst, std::fabs(res.trials[i].err_pct));
+    return worst;
+}
+
+TEST(Sweep, CalibratedSweepWritesEverythingAndPredictsItsTrials) {
+    tpd_sweep_options opt;
+    tpd_sweep_result res;
+    // Timing on a shared machine: when another job's load changes between calibration
+    // and sweep, measure both once more (every rank sees the same result, so all agree).
+    for (int attempt = 0;; attempt++) {
+        calibrate_and_sweep(&opt, &res);
+        if (HasFatalFailure()) return;
+        if (worst_error(res) <= 25.0 || attempt == 1 || g_load_before > g_cores + 0.5) break;
+        if (g_world->rank == 0)
+            printf("worst prediction error %.1f%%: calibrating and sweeping again\n",
+                   worst_error(res));
+        tpd_sweep_result_free(&res);
+    }
+    ASSERT_EQ(res.n, 6);
+    int ok = 0, skipped = 0;
+    for (int i = 0; i < res.n; i++) {
+        const tpd_sweep_trial &t = res.trials[i];
+        if (t.tp == 3) {
+            EXPECT_EQ(t.state, TPD_SWEEP_SKIPPED);
+            EXPECT_NE(std::string(t.reason).find("world size"), std::string::npos) << t.reason;
+            skipped++;
+            continue;
+        }
+        ASSERT_EQ(t.state, TPD_SWEEP_OK) << t.reason;
+        EXPECT_EQ(t.tp * t.pp * t.dp, 4);
+        EXPECT_EQ(t.steps, kSteps);
+        EXPECT_GT(t.t_median, 0.0);
+        EXPECT_LE(t.t_min, t.t_median);
+        EXPECT_GE(t.t_max, t.t_median);
+        EXPECT_GT(t.tokens_per_s, 0.0);
+        EXPECT_GE(t.mfu, 0.0); // the calibrated profile knows its peak
+        ASSERT_TRUE(t.have_pred);
+        // The planner's cpu memory is what the trainer allocates, byte for byte.
+        EXPECT_EQ(t.pred_mem, t.peak_mem);
+        ok++;
+    }
+    EXPECT_EQ(ok, 4);
+    EXPECT_EQ(skipped, 2);
+    ASSERT_GE(res.best, 0);
+
+    // 3. Files (rank 0).
+    if (g_world->rank == 0) {
+        opt.plot = 1;
+        ASSERT_EQ(tpd_sweep_write(&res, &opt), TPD_OK);
+        std::string dir = opt.out_dir;
+        std::string csv = slurp(dir + "/summary.csv");
+        EXPECT_EQ(csv.rfind("model,tp,pp,dp,mbs,gbs,zero,world,", 0), 0u) << csv;
+        EXPECT_NE(csv.find("time_per_step_s"), std::string::npos);
+        EXPECT_NE(csv.find("predicted_time_s"), std::string::npos);
+        EXPECT_NE(csv.find("peak_memory_bytes"), std::string::npos);
+        int lines = 0;
+        for (char ch : csv) lines += ch == '\n';
+        EXPECT_EQ(lines, 1 + 4);
+        std::string failed = slurp(dir + "/failed.csv");
+        EXPECT_NE(failed.find("3,1,"), std::string::npos) << failed;
+        EXPECT_NE(failed.find("skipped"), std::string::npos);
+        cJSON *js = cJSON_Parse(slurp(dir + "/summary.json").c_str());
+        ASSERT_NE(js, nullptr);
+        EXPECT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(js, "trials")), 6);
+        EXPECT_EQ(std::string(cJSON_GetObjectItem(js, "best")->valuestring).rfind("Best layout:", 0),
+                  0u);
+        cJSON_Delete(js);
+        char best[512];
+        tpd_sweep_best_line(&res, best, sizeof best);
+        printf("%s\n", best);
+        if (system("command -v gnuplot > /dev/null 2>&1") == 0)
+            EXPECT_TRUE(exists(dir + "/sweep.png"));
+        // Real and predicted traces of the same layout, with the same event names.
+        std::string real = slurp(dir + "/trace_tp1_pp2_dp2_mbs1_zero0.json");
+        std::string pred = slurp(dir + "/trace_tp1_pp2_dp2_mbs1_zero0_predicted.json");
+        cJSON *rj = cJSON_Parse(real.c_str()), *pj = cJSON_Parse(pred.c_str());
+        ASSERT_NE(rj, nullptr);
+        ASSERT_NE(pj, nullptr);
+        cJSON_Delete(rj);
+        cJSON_Delete(pj);
+        for (const char *name : {"\"FWD mb=0 chunk=0\"", "\"BWD mb=1 chunk=0\"", "\"SEND_ACT\"",
+                                 "\"RECV_GRAD\"", "\"OPTIMIZER\"", "\"DP_REDUCE\""}) {
+            EXPECT_NE(real.find(name), std::string::npos) << name;
+            EXPECT_NE(pred.find(name), std::string::npos) << name;
+        }
+        for (int r = 0; r < 4; r++)
+            EXPECT_NE(real.find("\"rank " + std::to_string(r) + " (stage"), std::string::npos);
+    }
+
+    // 4. Each trial's losses are a plain trainer's of that layout.
+    for (int i = 0; i < res.n; i++) {
+        const tpd_sweep_trial &t = res.trials[i];
+        if (t.state != TPD_SWEEP_OK) continue;
+        std::vector<double> ref = plain_losses(t.tp, t.pp, kWarmup + kSteps);
+        ASSERT_EQ((int)ref.size(), t.n_loss);
+        for (int s = 0; s < t.n_loss; s++)
+            EXPECT_EQ(t.loss[s], ref[s]) << "TP " << t.tp << " PP " << t.pp << " step " << s + 1;
+    }
+
+    // 5. Prediction against measurement. The bound is for a machine that runs only this
+    // job: other jobs' load moves between calibration and sweep, so on a busy machine the
+    // errors are printed and not held to it.
+    if (g_world->rank == 0) {
+        bool quiet = g_load_before <= g_cores + 0.5;
+        if (!quiet)
+            printf("load average %.1f on %d cores before the test: other jobs share this "
+                   "machine, prediction errors are reported only\n",
+                   g_load_before, g_cores);
+        for (int i = 0; i < res.n; i++) {
+            const tpd_sweep_trial &t = res.trials[i];
+            if (t.state != TPD_SWEEP_OK) continue;
+            printf("TP %d PP %d DP %d: measured %.2f ms (min %.2f, max %.2f), predicted %.2f ms, "
+                   "error %+.1f%%\n",
+                   t.tp, t.pp, t.dp, 1e3 * t.t_median, 1e3 * t.t_min, 1e3 * t.t_max,
+                   1e3 * t.pred_time, t.err_pct);
+            if (quiet) EXPECT_LE(std::fabs(t.err_pct), 25.0) << "TP " << t.tp << " PP " << t.pp;
+        }
+    }
+    tpd_sweep_result_free(&res);
+}
+
+TEST(Sweep, FailingTrialsAreRecordedAndTheSweepGoesOn) {
+    std::vector<std::string> o = overrides();
+    o.back() = "data.data_path=" + g_dir + "/no_such_data";
+    std::vector<const char *> oc = cstrs(o);
+    tpd_sweep_options opt = TPD_SWEEP_OPTIONS_INIT;
+    opt.tp[0] = 1, opt.tp[1] = 2, opt.n_tp = 2;
+    opt.pp[0] = 2, opt.n_pp = 1;
+    opt.steps = 1;
+    opt.warmup = 0;
+    opt.plot = 0;
+    opt.verbose = 0;
+    snprintf(opt.out_dir, sizeof opt.out_dir, "%s/sweep_fail", g_dir.c_str());
+    tpd_sweep_result res;
+    ASSERT_EQ(tpd_sweep_run(demo_path().c_str(), (int)oc.size(), oc.data(), g_world, &opt, &res),
+              TPD_OK);
+    ASSERT_EQ(res.n, 2);
+    for (int i = 0; i < res.n; i++) {
+        EXPECT_EQ(res.trials[i].state, TPD_SWEEP_FAILED);
+        EXPECT_NE(std::string(res.trials[i].reason).find("creating the trainer failed"),
+                  std::string::npos);
+    }
+    EXPECT_EQ(res.best, -1);
+    if (g_world->rank == 0) {
+        ASSERT_EQ(tpd_sweep_write(&res, &opt), TPD_OK);
+        std::string failed = slurp(std::string(opt.out_dir) + "/failed.csv");
+        EXPECT_NE(failed.find("1,2,2,1,0,failed,"), std::string::npos) << failed;
+        char best[256];
+        tpd_sweep_best_line(&res, best, sizeof best);
+        EXPECT_NE(std::string(best).find("none"), std::string::npos);
+    }
+    tpd_sweep_result_free(&res);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    ::testing::InitGoogleTest(&argc, argv);
+    MPI_Init(&argc, &argv);
+    tpd_comm_mpi_world(&g_world);
+    char path[256] = {0};
+    if (g_world->rank == 0) {
+        if (FILE *f = fopen("/proc/loadavg", "r")) {
+            if (fscanf(f, "%lf", &g_load_before) != 1) g_load_before = 0;
+            fclose(f);
+        }
+        g_cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        std::string dir = tiny::temp_prefix("sweep");
+        mkdir(dir.c_str(), 0755);
+        snprintf(path, sizeof path, "%s", dir.c_str());
+        tiny::write_corpus(dir + "/corpus");
+    }
+    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    // Every rank decides the same way whether to measure again.
+    MPI_Bcast(&g_load_before, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(&g_cores, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    g_dir = path;
+    g_data = g_dir + "/corpus";
+    if (g_world->rank != 0) {
+        auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
+        delete listeners.Release(listeners.default_result_printer());
+    }
+    int rc = RUN_ALL_TESTS();
+    // Every rank's verdict: a failure on any rank fails the job.
+    int all = rc;
+    MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    g_world->ops->destroy(g_world);
+    MPI_Finalize();
+    return all;
+}
