@@ -34,7 +34,8 @@ enum {
     TPD_EXIT_OK = 0,
     TPD_EXIT_FAILURE = 1,
     TPD_EXIT_CONFIG = 2,
-    TPD_EXIT_COMM = 3, /* collective failure or timeout: every communicator was aborted */
+    TPD_EXIT_COMM = 3,   /* collective failure or timeout: every communicator was aborted */
+    TPD_EXIT_SIGNAL = 4, /* a second SIGTERM/SIGINT: left at once, checkpoints untouched */
 };
 
 /* Logging. Messages go to stderr prefixed with "tripod: " and, when the rank is known

@@ -19,7 +19,7 @@ static volatile sig_atomic_t g_signal;
 
 static void on_signal(int sig) {
     (void)sig;
-    if (g_signal) _exit(TPD_CKPT_EXIT_FORCED); /* second signal: leave now */
+    if (g_signal) _exit(TPD_EXIT_SIGNAL); /* second signal: leave now */
     g_signal = 1;
 }
 

@@ -39,9 +39,8 @@ extern "C" {
 
 typedef struct tpd_trainer tpd_trainer;
 
-/* Exit code of a process that received a second SIGTERM/SIGINT while the first one's
- * save was pending: it leaves at once with _exit(), committed checkpoints untouched. */
-#define TPD_CKPT_EXIT_FORCED 4
+/* A second SIGTERM/SIGINT while the first one's save is pending leaves at once with
+ * _exit(TPD_EXIT_SIGNAL) (base/status.h), committed checkpoints untouched. */
 
 /* Text of the most recent checkpoint error of the calling thread ("" when none). Errors
  * are also logged once; tests and the CLI read the text back. */
@@ -76,7 +75,7 @@ tpd_status tpd_ckpt_on_boundary(tpd_trainer *tr, int final, int *stop_p);
 /* ---- signals ---- */
 
 /* Installs the SIGTERM/SIGINT handlers: the first signal sets a flag, a second one
- * _exit()s with TPD_CKPT_EXIT_FORCED. Idempotent. */
+ * _exit()s with TPD_EXIT_SIGNAL. Idempotent. */
 void tpd_ckpt_signals_install(void);
 /* 1 once a signal arrived (this process only). */
 int tpd_ckpt_signal_pending(void);

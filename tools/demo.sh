@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The demo: build, prepare the fortune corpus (byte-level tokens), train configs/demo.yaml.
+# The demo: build, prepare the fortune corpus (byte-level tokens), train configs/demo.yaml,
+# then sample text from the trained model.
 # Extra arguments are passed to `tripod train` as overrides, e.g. training.train_iters=50.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,3 +9,8 @@ cd "$(dirname "$0")/.."
 tools/build.sh build
 tools/prepare_demo.sh build data/fortunes
 ./build/tripod train configs/demo.yaml "$@"
+echo
+echo "== sampling from the trained model: build/tripod generate runs/demo/ckpt --prompt 'The '"
+./build/tripod generate runs/demo/ckpt --prompt "The " --max-new-tokens 300 --temperature 0.8 \
+  --top-k 20 --seed 7
+echo

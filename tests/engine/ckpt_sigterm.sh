@@ -2,7 +2,7 @@
 # SIGTERM under mpirun: `tripod train` on 2 ranks (PP=2) gets SIGTERM on one rank only;
 # every rank agrees at the next iteration boundary, saves, and the job exits 0 with a new
 # committed checkpoint. Then a resumed single-process run gets two SIGTERMs: the second
-# exits at once with code 4 (TPD_CKPT_EXIT_FORCED) and `latest` stays where it was.
+# exits at once with code 4 (TPD_EXIT_SIGNAL) and `latest` stays where it was.
 #
 # usage: ckpt_sigterm.sh TRIPOD MPIEXEC
 set -euo pipefail

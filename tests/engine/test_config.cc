@@ -317,11 +317,11 @@ TEST(Config, DemoRunsOnEightRanksAsTwoByTwoByTwo) {
     EXPECT_EQ(c.model.ffn_hidden_size, 512);
     EXPECT_EQ(c.model.max_position_embeddings, 128);
     EXPECT_EQ(c.training.micro_batch_size, 4);
-    EXPECT_EQ(c.training.global_batch_size, 32);
+    EXPECT_EQ(c.training.global_batch_size, 64);
     EXPECT_EQ(c.training.train_iters, 300);
-    EXPECT_DOUBLE_EQ(c.optimizer.lr, 2e-3);
-    EXPECT_DOUBLE_EQ(c.optimizer.min_lr, 2e-4);
-    EXPECT_EQ(c.optimizer.lr_warmup_iters, 20);
+    EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-3);
+    EXPECT_DOUBLE_EQ(c.optimizer.min_lr, 3e-4);
+    EXPECT_EQ(c.optimizer.lr_warmup_iters, 30);
     EXPECT_STREQ(c.data.data_path, "data/fortunes");
     EXPECT_STREQ(c.logging.metrics_file, "runs/demo/metrics.jsonl");
     EXPECT_EQ(c.logging.eval_interval, 100);
@@ -337,9 +337,9 @@ TEST(Config, DemoRunsOnEightRanksAsTwoByTwoByTwo) {
     EXPECT_EQ(tpd_config_check_world(&t.cfg, 8, err, sizeof err), TPD_OK) << err;
     EXPECT_EQ(tpd_config_check_trainable(&t.cfg, err, sizeof err), TPD_OK) << err;
     EXPECT_EQ(tpd_config_dp(&t.cfg, 8), 2);
-    EXPECT_EQ(tpd_config_num_micro_batches(&t.cfg, 2), 4);
+    EXPECT_EQ(tpd_config_num_micro_batches(&t.cfg, 2), 8);
     EXPECT_EQ(tpd_config_check_world(&r.cfg, 1, err, sizeof err), TPD_OK) << err;
-    EXPECT_EQ(tpd_config_num_micro_batches(&r.cfg, tpd_config_dp(&r.cfg, 1)), 8);
+    EXPECT_EQ(tpd_config_num_micro_batches(&r.cfg, tpd_config_dp(&r.cfg, 1)), 16);
 }
 
 TEST(Config, OverridesApplyAfterTheFileInOrder) {
@@ -484,7 +484,7 @@ TEST(Config, PrintShowsEverySectionWithComments) {
     std::string text = Print(r.cfg);
     for (const char *line :
          {"model:", "  num_layers: 4 ", "  ffn_hidden_size: 512 ",
-          "parallel:", "  pipeline_layers: [] ", "training:", "optimizer:", "  lr: 0.002 ",
+          "parallel:", "  pipeline_layers: [] ", "training:", "optimizer:", "  lr: 0.003 ",
           "  clip_grad: 1.0 ", "data:", "  data_path: data/fortunes ", "  split: \"949,50,1\" ",
           "logging:", "  trace_file: \"\" ", "checkpoint:", "comm:", "  timeout_s: 300.0 "})
         EXPECT_NE(text.find(std::string("\n") + line), std::string::npos) << line;
@@ -572,9 +572,9 @@ TEST(Config, CheckWorldUsesMegatronWording) {
 
     Loaded gbs = Load(path);
     ASSERT_EQ(gbs.st, TPD_OK) << gbs.err;
-    EXPECT_EQ(tpd_config_check_world(&gbs.cfg, 16, err, sizeof err), TPD_ERR_INVALID);
-    EXPECT_EQ(std::string(err), path + ": global batch size (32) is not divisible by micro "
-                                       "batch size (4) times data parallel size (16)");
+    EXPECT_EQ(tpd_config_check_world(&gbs.cfg, 32, err, sizeof err), TPD_ERR_INVALID);
+    EXPECT_EQ(std::string(err), path + ": global batch size (64) is not divisible by micro "
+                                       "batch size (4) times data parallel size (32)");
     EXPECT_EQ(tpd_config_check_world(&gbs.cfg, 8, err, sizeof err), TPD_OK) << err;
 }
 
