@@ -8,7 +8,9 @@
  *     latency steps (MPI's recursive doubling at small sizes); pipeline sends one-way;
  *     each plus a sync wait (ranks sharing cores reach a sync point a time slice apart);
  *   - ranks that share cores: when the profile was measured with k ranks on c cores and
- *     the plan puts n ranks on them, every kernel slows by max(1, n/c) / max(1, k/c).
+ *     the plan puts n ranks on them, every kernel slows by max(1, n/c) / max(1, k/c);
+ *     a pipeline takes the longer of its full-speed critical path and the total work
+ *     over the cores, since waiting stages lend their cores.
  * The pipeline is simulated per stage with each stage's own forward and backward time,
  * since the first stage (embedding) and the last (logits, loss) differ. Nothing
  * overlaps on this backend: the DP reduction and the optimizer follow the pipeline. */
@@ -268,6 +270,29 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
         TPD_CHECK(simulate_stages(p, m, tf, tb, p2p, &makespan));
         makespan0 = makespan;
         if (split_bubble) TPD_CHECK(simulate_stages(p, m, tf, tb, 0.0, &makespan0));
+        /* Ranks that share cores: the stage times above assume every rank computes at
+         * once, but a stage waiting in the bubble gives its core to the rank it shares it
+         * with. The pipeline then takes the longer of its critical path at full-core speed
+         * and the machine's work (every rank's compute over the cores). */
+        double per_node = gpus < cl->gpus_per_node ? gpus : cl->gpus_per_node;
+        double share = core_share(cl, per_node);
+        if (share > 1.0) {
+            double tf1[TPD_CONFIG_MAX_STAGES], tb1[TPD_CONFIG_MAX_STAGES], crit, work = 0;
+            for (int s = 0; s < p; s++) {
+                tf1[s] = tf[s] / share;
+                tb1[s] = tb[s] / share;
+                work += (double)lay->tp * lay->dp * m * (tf1[s] + tb1[s]);
+            }
+            TPD_CHECK(simulate_stages(p, m, tf1, tb1, p2p, &crit));
+            work /= cl->cpu_cores;
+            double shared = crit > work ? crit : work;
+            if (shared < makespan) {
+                double k = shared / makespan;
+                makespan *= k;
+                makespan0 *= k;
+                ideal *= k;
+            }
+        }
     }
     /* After the pipeline, on the stage that finishes last (stage 0 under 1F1B, which also
      * holds the most parameters with the embedding): tied-embedding all-reduce with the

