@@ -183,7 +183,10 @@ static const tpd_kern_ops cuda_ops = {
     /* .destroy = */ cuda_destroy,
 };
 
-extern "C" int tpd_kern_cuda_available(void) {
+/* The module's entry points, opened by kernels/cuda_loader.c; everything else is hidden. */
+#define TPD_CUDA_EXPORT extern "C" __attribute__((visibility("default")))
+
+TPD_CUDA_EXPORT int tpd_kern_cuda_module_available(void) {
     int n = 0;
     /* With no driver or no device this returns an error code (never aborts); clear it so
      * it does not surface from a later, unrelated call. */
@@ -195,7 +198,7 @@ extern "C" int tpd_kern_cuda_available(void) {
     return n > 0;
 }
 
-extern "C" int tpd_kern_cuda_device_count(void) {
+TPD_CUDA_EXPORT int tpd_kern_cuda_module_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
         cudaGetLastError();
@@ -204,8 +207,8 @@ extern "C" int tpd_kern_cuda_device_count(void) {
     return n;
 }
 
-extern "C" tpd_status tpd_kern_cuda_create(const tpd_kern_config *cfg,
-                                           tpd_kern_backend *backend_p) {
+TPD_CUDA_EXPORT tpd_status tpd_kern_cuda_module_create(const tpd_kern_config *cfg,
+                                                       tpd_kern_backend *backend_p) {
     tpd_kern_config defaults = TPD_KERN_CONFIG_INIT;
     if (cfg == NULL) cfg = &defaults;
     if (cfg->dtype != TPD_DTYPE_F32 && cfg->dtype != TPD_DTYPE_BF16) {

@@ -1,0 +1,93 @@
+/* The cuda backend's front door in a build with CUDA: tpd_kern_cuda_* open the module
+ * libtripod_cuda.so (kernels/cuda/) on first use and call into it. Loading it pulls in
+ * cuBLASLt, whose start-up costs tens of milliseconds and a few hundred MB of memory:
+ * `tripod plan`, data tools and cpu runs never pay that.
+ *
+ * The module is looked for, in order, at $TRIPOD_CUDA_MODULE, next to the running
+ * executable, in the build tree it was built in, and on the loader's search path. */
+#include "kernels/kernels.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MODULE_NAME "libtripod_cuda.so"
+
+typedef int (*count_fn)(void);
+typedef tpd_status (*create_fn)(const tpd_kern_config *, tpd_kern_backend *);
+
+static struct {
+    pthread_once_t once;
+    void *handle;
+    count_fn available, device_count;
+    create_fn create;
+    char error[1024];
+} g_mod = {PTHREAD_ONCE_INIT, NULL, NULL, NULL, NULL, ""};
+
+static void *try_open(const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(g_mod.error, sizeof g_mod.error, "%.1000s", e ? e : "not found");
+    }
+    return h;
+}
+
+static void load_module(void) {
+    void *h = NULL;
+    const char *env = getenv("TRIPOD_CUDA_MODULE");
+    if (env && env[0]) h = try_open(env);
+    if (!h) {
+        char exe[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n > 0) {
+            exe[n] = 0;
+            char *slash = strrchr(exe, '/');
+            if (slash && (size_t)(slash - exe) + sizeof MODULE_NAME + 1 < sizeof exe) {
+                strcpy(slash + 1, MODULE_NAME);
+                h = try_open(exe);
+            }
+        }
+    }
+#ifdef TPD_CUDA_MODULE_DIR
+    if (!h) h = try_open(TPD_CUDA_MODULE_DIR "/" MODULE_NAME);
+#endif
+    if (!h) h = try_open(MODULE_NAME);
+    if (!h) return;
+    g_mod.available = (count_fn)dlsym(h, "tpd_kern_cuda_module_available");
+    g_mod.device_count = (count_fn)dlsym(h, "tpd_kern_cuda_module_device_count");
+    g_mod.create = (create_fn)dlsym(h, "tpd_kern_cuda_module_create");
+    if (!g_mod.available || !g_mod.device_count || !g_mod.create) {
+        snprintf(g_mod.error, sizeof g_mod.error, "%s lacks the tpd_kern_cuda_module_* entry points",
+                 MODULE_NAME);
+        dlclose(h);
+        return;
+    }
+    g_mod.handle = h;
+}
+
+static int module_ready(void) {
+    pthread_once(&g_mod.once, load_module);
+    return g_mod.handle != NULL;
+}
+
+int tpd_kern_cuda_available(void) {
+    return module_ready() ? g_mod.available() : 0;
+}
+
+int tpd_kern_cuda_device_count(void) {
+    return module_ready() ? g_mod.device_count() : 0;
+}
+
+tpd_status tpd_kern_cuda_create(const tpd_kern_config *cfg, tpd_kern_backend *backend_p) {
+    if (!module_ready()) {
+        tpd_log_error("cuda backend: cannot load %s (%s); set TRIPOD_CUDA_MODULE to its path",
+                      MODULE_NAME, g_mod.error);
+        return TPD_ERR_UNSUPPORTED;
+    }
+    return g_mod.create(cfg, backend_p);
+}
