@@ -77,12 +77,10 @@ static tpd_status write_segs(tpd_ckpt_writer *w, const tpd_ckpt_segs *segs, int 
     return TPD_OK;
 }
 
-/* Writes this rank's model and optimizer files into tmp; rec gets sizes and hashes. */
-static tpd_status write_rank_files(tpd_trainer *tr, const char *tmp, int32_t *rec) {
-    const tpd_model *m = tr->model;
+/* This rank's coordinates and buffer layout, as the shard map needs them. */
+static tpd_ckpt_rank rank_of(const tpd_trainer *tr) {
     const tpd_mesh *ms = &tr->mesh;
     tpd_ckpt_rank r;
-    tpd_ckpt_rank_plan pl;
     memset(&r, 0, sizeof r);
     r.tp = ms->tp;
     r.pp = ms->pp;
@@ -90,9 +88,17 @@ static tpd_status write_rank_files(tpd_trainer *tr, const char *tmp, int32_t *re
     r.tp_size = ms->tp_size;
     r.pp_size = ms->pp_size;
     r.dp_size = ms->dp_size;
-    r.lay = m->plan.lay;
+    r.lay = tr->model->plan.lay;
     r.dpp = tr->dpp;
     r.zero = tr->dpp.zero;
+    return r;
+}
+
+/* Writes this rank's model and optimizer files into tmp; rec gets sizes and hashes. */
+static tpd_status write_rank_files(tpd_trainer *tr, const char *tmp, int32_t *rec) {
+    const tpd_model *m = tr->model;
+    tpd_ckpt_rank r = rank_of(tr);
+    tpd_ckpt_rank_plan pl;
     TPD_CHECK(tpd_ckpt_rank_plan_init(&r, &pl));
     tpd_status st = TPD_OK;
     size_t ns = m->plan.shard_numel;
@@ -321,22 +327,11 @@ tpd_status tpd_ckpt_load(tpd_trainer *tr, const char *path) {
     if (verdict != TPD_OK) return (tpd_status)verdict;
 
     tpd_ckpt_info info;
-    const tpd_mesh *ms = &tr->mesh;
     tpd_status st = tpd_ckpt_manifest_read(dir, 0, &info);
     int fresh = 0;
     if (st == TPD_OK) {
         fresh = info.weights_only || tr->cfg.checkpoint.finetune;
-        tpd_ckpt_rank r;
-        memset(&r, 0, sizeof r);
-        r.tp = ms->tp;
-        r.pp = ms->pp;
-        r.dp = ms->dp;
-        r.tp_size = ms->tp_size;
-        r.pp_size = ms->pp_size;
-        r.dp_size = ms->dp_size;
-        r.lay = tr->model->plan.lay;
-        r.dpp = tr->dpp;
-        r.zero = tr->dpp.zero;
+        tpd_ckpt_rank r = rank_of(tr);
         st = tpd_ckpt_load_local(&info, &r, tr->model, fresh);
     }
     /* every rank learns whether any rank failed */

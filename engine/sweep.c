@@ -243,7 +243,9 @@ static void layout_tag(const tpd_sweep_trial *t, char *buf, size_t len) {
 
 static void print_progress(int k, int n, const tpd_sweep_trial *t, double elapsed) {
     double eta = k > 0 ? elapsed / k * (n - k) : 0;
-    printf("sweep: trial %d/%d TP=%d PP=%d DP=%d mbs=%d ZeRO=%d: ", k, n, t->tp, t->pp, t->dp,
+    char dp[16] = "-"; /* no DP degree when TP*PP exceeds the world */
+    if (t->dp > 0) snprintf(dp, sizeof dp, "%d", t->dp);
+    printf("sweep: trial %d/%d TP=%d PP=%d DP=%s mbs=%d ZeRO=%d: ", k, n, t->tp, t->pp, dp,
            t->mbs, t->zero);
     if (t->state == TPD_SWEEP_SKIPPED)
         printf("skipped: %s", t->reason);
