@@ -95,7 +95,7 @@ if [ "$BUILT" = 1 ]; then
             step "bench_$name" 90 0 "$BUILD/tripod" bench "$ROOT/configs/$name.yaml" \
                 data.data_path="$BUILD/bench_data" training.micro_batch_size="$mbs" \
                 training.global_batch_size="$mbs" parallel.use_distributed_optimizer=false \
-                checkpoint.save= checkpoint.load= --steps 10 --warmup 3 --peak-tflops 989 \
+                --steps 10 --warmup 3 --peak-tflops 989 \
                 ${TRIPOD_BENCH_ARGS:-}
         done
     fi

@@ -6,8 +6,10 @@
  * to) directly from backend descriptors:
  *   forward:  S = Q @ K^T; S *= scale; causal mask (gen_index row >= col, else lowest);
  *             softmax with stats = max + log(sum exp) saved (B,NH,T) fp32; O = P @ V
- *   backward: D = rowsum(dO * O); S recomputed as above minus stats, masked, P = exp(S);
- *             dV = P^T @ dO; dS = P * (dO @ V^T - D) * scale; dK = dS^T @ Q; dQ = dS @ K
+ *   backward: D = rowsum(dO * O) (virtual); S recomputed and masked as above, minus stats,
+ *             P = exp(S); dV = P^T @ dO; dS = P * (dO @ V^T - D) * scale; dK = dS^T @ Q;
+ *             dQ = dS @ K into a zeroed fp32 F16x16 accumulator, then converted
+ * (the lowering of cudnn-frontend's SDPA nodes for cuDNN 9 before 9.21, op for op). */
  * Q, K and V are views into qkv(B,T,3,NH,HS) given by strides (no copies): for head h of
  * batch b, Q[b,h,t,d] = qkv[b*T*3C + t*3C + h*HS + d], K and V at +C and +2C. */
 #include "kernels/cuda/cuda_common.cuh"
@@ -29,7 +31,6 @@ enum {
     UID_DQ = 9,
     UID_DK = 10,
     UID_DV = 11,
-    UID_SOFTMAX_SUM = 12,
     UID_DQ_ACCUM = 13,
     UID_ONE = 14,
     UID_VIRTUAL = 100, /* virtual tensors count up from here */
@@ -86,12 +87,16 @@ static void gb_op(graph_builder *g, cudnnBackendDescriptor_t op, const char *wha
     if (g->st == CUDNN_STATUS_SUCCESS) g->ops[g->nops++] = op;
 }
 
-static cudnnBackendDescriptor_t gb_tensor(graph_builder *g, int64_t uid, cudnnDataType_t dt,
-                                          const int64_t dims[4], const int64_t strides[4],
-                                          bool is_virtual, bool by_value) {
+static cudnnBackendDescriptor_t gb_tensor_r(graph_builder *g, int64_t uid, cudnnDataType_t dt,
+                                            const int64_t dims[4], const int64_t strides[4],
+                                            bool is_virtual, bool by_value,
+                                            cudnnBackendTensorReordering_t reorder) {
     cudnnBackendDescriptor_t t = gb_make(g, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     int64_t align = 16;
     if (uid == 0) uid = g->next_virtual++;
+    if (reorder != CUDNN_TENSOR_REORDERING_NONE)
+        gb_set(g, t, CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, 1,
+               &reorder, "tensor reordering");
     gb_set(g, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, "tensor uid");
     gb_set(g, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor dtype");
     gb_set(g, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, "tensor dims");
@@ -103,6 +108,13 @@ static cudnnBackendDescriptor_t gb_tensor(graph_builder *g, int64_t uid, cudnnDa
            "tensor by value");
     gb_fin(g, t, "tensor finalize");
     return t;
+}
+
+static cudnnBackendDescriptor_t gb_tensor(graph_builder *g, int64_t uid, cudnnDataType_t dt,
+                                          const int64_t dims[4], const int64_t strides[4],
+                                          bool is_virtual, bool by_value) {
+    return gb_tensor_r(g, uid, dt, dims, strides, is_virtual, by_value,
+                       CUDNN_TENSOR_REORDERING_NONE);
 }
 
 /* A virtual tensor of packed layout. */
@@ -250,27 +262,31 @@ static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t
         cudnnBackendDescriptor_t dk = gb_tensor(g, UID_DK, io, qkv_dims, qkv_strides, false, false);
         cudnnBackendDescriptor_t dv = gb_tensor(g, UID_DV, io, qkv_dims, qkv_strides, false, false);
         cudnnBackendDescriptor_t one = gb_scalar(g, UID_ONE);
-        cudnnBackendDescriptor_t ssum =
-            gb_tensor(g, UID_SOFTMAX_SUM, f32, st_dims, st_strides, false, false);
+        /* The fp32 dQ accumulator lives in our workspace, in the F16x16 reordered layout the
+         * kernels expect, and must be zeroed before every execution (the kernels add into
+         * it). A non-virtual dQ accumulator is also how the backend is told to use the
+         * accumulating (not the dP-workspace) backward. */
         int64_t acc_strides[4] = {H * T * D, T * D, D, 1};
-        cudnnBackendDescriptor_t dq_acc =
-            gb_tensor(g, UID_DQ_ACCUM, f32, qkv_dims, acc_strides, false, false);
+        cudnnBackendDescriptor_t dq_acc = gb_tensor_r(g, UID_DQ_ACCUM, f32, qkv_dims, acc_strides,
+                                                      false, false, CUDNN_TENSOR_REORDERING_F16x16);
 
-        /* softmax_sum = rowsum(dO * O) */
+        /* softmax_sum = rowsum(dO * O) * 1 (virtual: the engine keeps it in its workspace) */
         cudnnBackendDescriptor_t doo = gb_virtual(g, f32, B, H, T, D);
         gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, dout, o, NULL, doo);
         cudnnBackendDescriptor_t red = gb_virtual(g, f32, B, H, T, 1);
         gb_reduction(g, CUDNN_REDUCE_TENSOR_ADD, doo, red);
+        cudnnBackendDescriptor_t ssum = gb_virtual(g, f32, B, H, T, 1);
         gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, red, one, NULL, ssum);
 
-        /* P = exp(mask(scale * Q K^T - stats)) */
+        /* P = exp(mask(scale * Q K^T) - stats): the mask comes before the stats subtraction,
+         * as in the pattern cudnn-frontend emits */
         cudnnBackendDescriptor_t s = gb_virtual(g, f32, B, H, T, T);
         gb_matmul(g, q, kt, s);
         cudnnBackendDescriptor_t s2 = gb_virtual(g, f32, B, H, T, T);
         gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, s, scale, NULL, s2);
-        cudnnBackendDescriptor_t s3 = gb_virtual(g, f32, B, H, T, T);
-        gb_pointwise(g, CUDNN_POINTWISE_SUB, f32, -1, s2, stats, NULL, s3);
-        cudnnBackendDescriptor_t s4 = gb_causal_mask(g, s3, neg_inf, B, H, T);
+        cudnnBackendDescriptor_t s3 = gb_causal_mask(g, s2, neg_inf, B, H, T);
+        cudnnBackendDescriptor_t s4 = gb_virtual(g, f32, B, H, T, T);
+        gb_pointwise(g, CUDNN_POINTWISE_SUB, f32, -1, s3, stats, NULL, s4);
         cudnnBackendDescriptor_t p = gb_virtual(g, f32, B, H, T, T);
         gb_pointwise(g, CUDNN_POINTWISE_EXP, f32, -1, s4, NULL, NULL, p);
 
@@ -280,11 +296,13 @@ static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t
         gb_reshape(g, p, pt);
         gb_matmul(g, pt, dout, dv);
 
-        /* dS = P * (dO @ V^T - softmax_sum) * scale */
+        /* dS = P * (dO @ V^T * 1 - softmax_sum) * scale */
         cudnnBackendDescriptor_t dp = gb_virtual(g, f32, B, H, T, T);
         gb_matmul(g, dout, vt, dp);
+        cudnnBackendDescriptor_t dp1 = gb_virtual(g, f32, B, H, T, T);
+        gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, dp, one, NULL, dp1);
         cudnnBackendDescriptor_t dp2 = gb_virtual(g, f32, B, H, T, T);
-        gb_pointwise(g, CUDNN_POINTWISE_SUB, f32, -1, dp, ssum, NULL, dp2);
+        gb_pointwise(g, CUDNN_POINTWISE_SUB, f32, -1, dp1, ssum, NULL, dp2);
         cudnnBackendDescriptor_t ds = gb_virtual(g, f32, B, H, T, T);
         gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, dp2, p, NULL, ds);
         cudnnBackendDescriptor_t ds2 = gb_virtual(g, f32, B, H, T, T);
@@ -295,7 +313,7 @@ static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t
         gb_reshape(g, ds2, dst);
         gb_matmul(g, dst, q, dk);
 
-        /* dQ = dS @ K, accumulated in fp32 by the engine, then converted */
+        /* dQ = dS @ K, accumulated in fp32, then converted */
         cudnnBackendDescriptor_t k = gb_tensor(g, 0, io, qkv_dims, qkv_strides, true, false);
         gb_reshape(g, kt, k);
         gb_matmul(g, ds2, k, dq_acc);
@@ -306,8 +324,10 @@ static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t
 static tpd_status cudnn_fail(graph_builder *g, const char *dir, int B, int T, int NH, int HS) {
     char detail[512];
     cudnnGetLastErrorString(detail, sizeof detail);
-    tpd_log_error("cuDNN fused attention %s (B=%d T=%d NH=%d HS=%d): %s failed: %s (%s)", dir, B, T,
-                  NH, HS, g->failed_at ? g->failed_at : "?", cudnnGetErrorString(g->st), detail);
+    tpd_log_error("cuDNN fused attention %s (B=%d T=%d NH=%d HS=%d): %s failed: %s (%s); "
+                  "set training.attention: unfused to use the cuBLASLt path",
+                  dir, B, T, NH, HS, g->failed_at ? g->failed_at : "?", cudnnGetErrorString(g->st),
+                  detail);
     return TPD_ERR_BACKEND;
 }
 
@@ -518,22 +538,22 @@ tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const voi
     TPD_CHECK(check_shape(T, NH, HS, "backward"));
     tpd_cuda_attn_plan *p = NULL;
     TPD_CHECK(get_plan(ctx, 1, B, T, NH, HS, &p));
-    /* Workspace: [plan workspace | softmax_sum (B,NH,T) f32 | dQ accumulator (B,NH,T,HS) f32] */
+    /* Workspace: [plan workspace | dQ accumulator (B,NH,T,HS) f32, zeroed] */
     size_t ws_plan = align256((size_t)p->workspace_bytes);
-    size_t ws_sum = align256((size_t)B * NH * T * sizeof(float));
     size_t ws_acc = align256((size_t)B * NH * T * HS * sizeof(float));
     void *ws = NULL;
-    TPD_CHECK(tpd_cuda_scratch(ctx, ws_plan + ws_sum + ws_acc, &ws));
+    TPD_CHECK(tpd_cuda_scratch(ctx, ws_plan + ws_acc, &ws));
     char *base = (char *)ws;
+    TPD_CHECK(TPD_CUDA(cudaMemsetAsync(base + ws_plan, 0, ws_acc, ctx->stream)));
     const size_t C = (size_t)NH * HS;
     const tpd_bf16 *q = (const tpd_bf16 *)qkv;
     tpd_bf16 *dq = (tpd_bf16 *)dqkv;
     float scale = 1.0f / sqrtf((float)HS);
     float neg_inf = -FLT_MAX;
     float one = 1.0f;
-    int64_t uids[] = {UID_Q,        UID_K,     UID_V,       UID_O,  UID_DO,
-                      UID_STATS,    UID_DQ,    UID_DK,      UID_DV, UID_SOFTMAX_SUM,
-                      UID_DQ_ACCUM, UID_SCALE, UID_NEG_INF, UID_ONE};
+    int64_t uids[] = {UID_Q,     UID_K,        UID_V,     UID_O,       UID_DO,
+                      UID_STATS, UID_DQ,       UID_DK,    UID_DV,      UID_DQ_ACCUM,
+                      UID_SCALE, UID_NEG_INF,  UID_ONE};
     void *ptrs[] = {(void *)q,
                     (void *)(q + C),
                     (void *)(q + 2 * C),
@@ -544,9 +564,8 @@ tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const voi
                     (void *)(dq + C),
                     (void *)(dq + 2 * C),
                     (void *)(base + ws_plan),
-                    (void *)(base + ws_plan + ws_sum),
                     &scale,
                     &neg_inf,
                     &one};
-    return execute(ctx, p, 14, uids, ptrs, base);
+    return execute(ctx, p, 13, uids, ptrs, base);
 }
