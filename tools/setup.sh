@@ -9,6 +9,7 @@
 #   tests:                GoogleTest
 #   demo corpus:          the English text of the fortunes packages
 #   plots:                gnuplot (sweep plots)
+#   scripts and tests:    procps (pgrep), openssh-client (Open MPI's launcher looks for it)
 # The CUDA toolkit, cuDNN and NCCL are optional: when nvcc is on the PATH the cuda backend
 # is built too.
 set -euo pipefail
@@ -21,6 +22,7 @@ packages=(
   libgtest-dev
   fortunes fortunes-min
   gnuplot-nox
+  procps openssh-client
 )
 
 missing=()

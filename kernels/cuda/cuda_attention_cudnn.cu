@@ -9,7 +9,7 @@
  *   backward: D = rowsum(dO * O) (virtual); S recomputed and masked as above, minus stats,
  *             P = exp(S); dV = P^T @ dO; dS = P * (dO @ V^T - D) * scale; dK = dS^T @ Q;
  *             dQ = dS @ K into a zeroed fp32 F16x16 accumulator, then converted
- * (the lowering of cudnn-frontend's SDPA nodes for cuDNN 9 before 9.21, op for op). */
+ * (the lowering of cudnn-frontend's SDPA nodes for cuDNN 9 before 9.21, op for op).
  * Q, K and V are views into qkv(B,T,3,NH,HS) given by strides (no copies): for head h of
  * batch b, Q[b,h,t,d] = qkv[b*T*3C + t*3C + h*HS + d], K and V at +C and +2C. */
 #include "kernels/cuda/cuda_common.cuh"
@@ -508,8 +508,19 @@ static tpd_status check_shape(int T, int NH, int HS, const char *dir) {
     /* Head dims the Hopper kernels take, and 16-byte aligned rows for every view. */
     if (HS % 8 != 0 || HS > 256 || ((int64_t)NH * HS) % 8 != 0) {
         tpd_log_error("cuDNN fused attention %s: head size %d (NH=%d, T=%d) is unsupported; it "
-                      "must be a multiple of 8 and at most 256 (use fused_attention = 0)",
+                      "must be a multiple of 8 and at most 256 (use training.attention: unfused)",
                       dir, HS, NH, T);
+        return TPD_ERR_UNSUPPORTED;
+    }
+    return TPD_OK;
+}
+
+/* The graph declares every tensor 16-byte aligned. */
+static tpd_status check_aligned(const void *p, const char *name, const char *dir) {
+    if (((uintptr_t)p & 15u) != 0) {
+        tpd_log_error("cuDNN fused attention %s: %s at %p is not 16-byte aligned (use "
+                      "training.attention: unfused)",
+                      dir, name, p);
         return TPD_ERR_UNSUPPORTED;
     }
     return TPD_OK;
@@ -518,6 +529,9 @@ static tpd_status check_shape(int T, int NH, int HS, const char *dir) {
 tpd_status tpd_cuda_attention_cudnn_fwd(tpd_kern_ctx *ctx, void *out, float *stats, const void *qkv,
                                         int B, int T, int NH, int HS) {
     TPD_CHECK(check_shape(T, NH, HS, "forward"));
+    TPD_CHECK(check_aligned(qkv, "qkv", "forward"));
+    TPD_CHECK(check_aligned(out, "out", "forward"));
+    TPD_CHECK(check_aligned(stats, "stats", "forward"));
     tpd_cuda_attn_plan *p = NULL;
     TPD_CHECK(get_plan(ctx, 0, B, T, NH, HS, &p));
     void *ws = NULL;
@@ -536,6 +550,11 @@ tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const voi
                                         const void *qkv, const void *out, const float *stats, int B,
                                         int T, int NH, int HS) {
     TPD_CHECK(check_shape(T, NH, HS, "backward"));
+    TPD_CHECK(check_aligned(qkv, "qkv", "backward"));
+    TPD_CHECK(check_aligned(out, "out", "backward"));
+    TPD_CHECK(check_aligned(stats, "stats", "backward"));
+    TPD_CHECK(check_aligned(dout, "dout", "backward"));
+    TPD_CHECK(check_aligned(dqkv, "dqkv", "backward"));
     tpd_cuda_attn_plan *p = NULL;
     TPD_CHECK(get_plan(ctx, 1, B, T, NH, HS, &p));
     /* Workspace: [plan workspace | dQ accumulator (B,NH,T,HS) f32, zeroed] */

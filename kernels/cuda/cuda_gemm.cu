@@ -14,17 +14,16 @@ static cudaDataType_t lt_dtype(tpd_dtype dt) {
     return dt == TPD_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
-static int align_class(const void *p) {
+/* The largest power of two up to 256 dividing the address of p and, for batched operands,
+ * the byte stride between batch items (so every item is at least that aligned). */
+static int align_class(const void *p, int64_t stride_elems, size_t elem_bytes) {
     uintptr_t a = (uintptr_t)p;
-    if (a == 0) return 16;
+    if (stride_elems != 0) a |= (uintptr_t)((uint64_t)stride_elems * elem_bytes);
+    if (a == 0) return 256;
     int c = 1;
-    while (c < 16 && (a % (uintptr_t)(c * 2)) == 0)
+    while (c < 256 && (a % (uintptr_t)(c * 2)) == 0)
         c *= 2;
     return c;
-}
-
-static int min_i(int a, int b) {
-    return a < b ? a : b;
 }
 
 static uint64_t key_hash(const tpd_cuda_gemm_key *k) {
@@ -45,7 +44,7 @@ static tpd_status set_layout_batch(cublasLtMatrixLayout_t l, int batch, int64_t 
         l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
 }
 
-tpd_status tpd_cuda_gemm(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g) {
+static tpd_status gemm_impl(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, int quiet) {
     if (g->M == 0 || g->N == 0) return TPD_OK;
     tpd_status st = TPD_OK;
     cudaDataType_t dt = lt_dtype(g->dt);
@@ -124,9 +123,13 @@ tpd_status tpd_cuda_gemm(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g) {
         key.dtype = (int)g->dt;
         key.epilogue = (int)g->epilogue;
         key.beta_nonzero = g->beta != 0.0f;
-        key.align =
-            min_i(min_i(align_class(g->A), align_class(g->B)),
-                  min_i(align_class(g->D), min_i(align_class(g->bias), align_class(g->aux))));
+        size_t es = tpd_cuda_dtype_size(g->dt);
+        int64_t batched = g->batch > 1;
+        key.align_a = align_class(g->A, batched ? g->stride_a : 0, es);
+        key.align_b = align_class(g->B, batched ? g->stride_b : 0, es);
+        key.align_d = align_class(g->D, batched ? g->stride_d : 0, es);
+        key.align_bias = align_class(g->bias, 0, es);
+        key.align_aux = align_class(g->aux, 0, es);
 
         uint64_t h = key_hash(&key);
         tpd_cuda_gemm_slot *slot = NULL;
@@ -152,17 +155,38 @@ tpd_status tpd_cuda_gemm(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g) {
             TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatmulPreferenceCreate(&pref)), st, done);
             st = TPD_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
                 pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+            /* The heuristics assume 256-byte aligned matrices unless told otherwise, and an
+             * algorithm picked under that assumption fails (or faults) on the views into the
+             * flat parameter buffers, which start at any element. Column-major A' is our B,
+             * B' is our A, and C = D. */
+            {
+                uint32_t al[4] = {(uint32_t)key.align_b, (uint32_t)key.align_a,
+                                  (uint32_t)key.align_d, (uint32_t)key.align_d};
+                const cublasLtMatmulPreferenceAttributes_t which[4] = {
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+                for (int i = 0; i < 4 && st == TPD_OK; i++)
+                    st = TPD_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i],
+                                                                         sizeof al[i]));
+            }
             if (st == TPD_OK)
                 st = TPD_CUBLAS(cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, la, lb, ld, ld, pref,
                                                                1, &res, &found));
             cublasLtMatmulPreferenceDestroy(pref);
             if (st != TPD_OK) goto done;
+            if (found == 0 && quiet) {
+                st = TPD_ERR_UNSUPPORTED;
+                goto done;
+            }
             if (found == 0) {
                 TPD_FAIL_GOTO(TPD_ERR_UNSUPPORTED, st, done,
                               "cuBLASLt: no algorithm for GEMM M=%lld N=%lld K=%lld batch=%d "
-                              "transa=%d transb=%d dtype=%s epilogue=%d",
+                              "transa=%d transb=%d dtype=%s epilogue=%d alignment A=%d B=%d D=%d",
                               (long long)g->M, (long long)g->N, (long long)g->K, g->batch,
-                              g->transa, g->transb, tpd_dtype_name(g->dt), (int)g->epilogue);
+                              g->transa, g->transb, tpd_dtype_name(g->dt), (int)g->epilogue,
+                              key.align_a, key.align_b, key.align_d);
             }
             slot->used = 1;
             slot->key = key;
@@ -182,6 +206,14 @@ done:
     if (la != NULL) cublasLtMatrixLayoutDestroy(la);
     if (desc != NULL) cublasLtMatmulDescDestroy(desc);
     return st;
+}
+
+tpd_status tpd_cuda_gemm(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g) {
+    return gemm_impl(ctx, g, 0);
+}
+
+tpd_status tpd_cuda_gemm_try(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g) {
+    return gemm_impl(ctx, g, 1);
 }
 
 /* ---- matmul ops ---- */
@@ -206,6 +238,14 @@ extern "C" tpd_status tpd_kern_cuda_matmul_fwd(tpd_kern_ctx *ctx, void *out, con
     if (bias != NULL) {
         g.epilogue = CUBLASLT_EPILOGUE_BIAS;
         g.bias = bias;
+        tpd_status st = tpd_cuda_gemm_try(ctx, &g);
+        if (st != TPD_ERR_UNSUPPORTED) return st;
+        /* No kernel takes the bias epilogue here (e.g. a bias view at an odd element
+         * offset): plain GEMM, then the bias kernel. */
+        g.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+        g.bias = NULL;
+        TPD_CHECK(tpd_cuda_gemm(ctx, &g));
+        return tpd_kern_cuda_bias_add(ctx, out, bias, N, OC);
     }
     return tpd_cuda_gemm(ctx, &g);
 }
@@ -238,7 +278,11 @@ extern "C" tpd_status tpd_kern_cuda_matmul_gelu_fwd(tpd_kern_ctx *ctx, void *out
     g.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     g.bias = bias;
     g.aux = pre;
-    return tpd_cuda_gemm(ctx, &g);
+    tpd_status st = tpd_cuda_gemm_try(ctx, &g);
+    if (st != TPD_ERR_UNSUPPORTED) return st;
+    /* No kernel takes the fused epilogue for these pointers: unfused. */
+    TPD_CHECK(tpd_kern_cuda_matmul_fwd(ctx, pre, inp, w, bias, N, C, OC));
+    return tpd_kern_cuda_gelu_fwd(ctx, out, pre, (size_t)N * (size_t)OC);
 }
 
 /* Backward of out = inp @ w^T + bias:

@@ -33,7 +33,9 @@ typedef struct tpd_cuda_gemm_key {
     int dtype;    /* tpd_dtype of A, B, C and D */
     int epilogue; /* cublasLtEpilogue_t */
     int beta_nonzero;
-    int align; /* min over the pointers of their 16-byte alignment class (1, 2, 4, 8, 16) */
+    /* Byte alignment (a power of two up to 256) of every batch item of A, B and D (which
+     * is also C), and of the bias and aux pointers: cuBLASLt picks kernels by them. */
+    int align_a, align_b, align_d, align_bias, align_aux;
 } tpd_cuda_gemm_key;
 
 typedef struct tpd_cuda_gemm_slot {
@@ -131,6 +133,9 @@ typedef struct tpd_cuda_gemm_args {
     }
 
 tpd_status tpd_cuda_gemm(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g);
+/* Same, but returns TPD_ERR_UNSUPPORTED without logging when cuBLASLt has no algorithm
+ * (callers with an unfused fallback). */
+tpd_status tpd_cuda_gemm_try(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g);
 
 /* ---- ops (one file each) ---- */
 tpd_status tpd_kern_cuda_embed_fwd(tpd_kern_ctx *ctx, void *out, const int32_t *tokens,
