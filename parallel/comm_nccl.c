@@ -45,8 +45,18 @@ typedef struct nccl_track {
 typedef struct nccl_req {
     cudaEvent_t done;    /* recorded on the communication stream after the transfer */
     cudaStream_t stream; /* the caller's stream, made to wait in ->wait */
-    int recorded;        /* 0 while its group has not ended */
+    int recorded;        /* 0 while its group has not ended or it is held (below) */
 } nccl_req;
+
+/* A p2p call not yet handed to NCCL. */
+typedef struct nccl_p2p_op {
+    nccl_req *q;
+    void *buf;
+    size_t count;
+    ncclDataType_t dt;
+    int peer;
+    int is_send;
+} nccl_p2p_op;
 
 struct nccl_ctx {
     ncclComm_t comm;
@@ -61,7 +71,13 @@ struct nccl_ctx {
     int n_group_streams;
     nccl_req *group_reqs[NCCL_GROUP_MAX]; /* to record when the group ends */
     int n_group_reqs;
+    /* The last isend outside an explicit group, held back so that it is issued together
+     * with the next irecv in one NCCL group (see p2p()). */
+    nccl_p2p_op held;
+    int has_held;
 };
+
+static tpd_status flush_held(nccl_ctx *x);
 
 static nccl_ctx *CTX(tpd_comm *c) {
     return (nccl_ctx *)c->ctx;
@@ -450,6 +466,10 @@ static void nccl_destroy(tpd_comm *c) {
     if (c == NULL) return;
     nccl_ctx *x = CTX(c);
     nccl_shared *sh = x->sh;
+    if (!x->aborted && x->comm != NULL && x->has_held) {
+        /* A send nobody waited for: issue it so the peer's receive is not left hanging. */
+        if (flush_held(x) != TPD_OK) x->has_held = 0;
+    }
     if (!x->aborted && x->comm != NULL) {
         ncclResult_t r = ncclCommFinalize(x->comm);
         int timed_out = 0;
@@ -504,6 +524,7 @@ static tpd_status nccl_allreduce(tpd_comm *c, const void *send, void *recv, size
     ncclDataType_t ndt;
     TPD_CHECK(usable(c));
     TPD_CHECK(map_dtype(c, dt, &ndt));
+    TPD_CHECK(flush_held(x));
     TPD_CHECK(
         check(x, ncclAllReduce(send, recv, count, ndt, map_op(op), x->comm, (cudaStream_t)stream),
               "ncclAllReduce"));
@@ -516,6 +537,7 @@ static tpd_status nccl_reduce_scatter(tpd_comm *c, const void *send, void *recv,
     ncclDataType_t ndt;
     TPD_CHECK(usable(c));
     TPD_CHECK(map_dtype(c, dt, &ndt));
+    TPD_CHECK(flush_held(x));
     TPD_CHECK(check(
         x, ncclReduceScatter(send, recv, recvcount, ndt, map_op(op), x->comm, (cudaStream_t)stream),
         "ncclReduceScatter"));
@@ -528,6 +550,7 @@ static tpd_status nccl_allgather(tpd_comm *c, const void *send, void *recv, size
     ncclDataType_t ndt;
     TPD_CHECK(usable(c));
     TPD_CHECK(map_dtype(c, dt, &ndt));
+    TPD_CHECK(flush_held(x));
     TPD_CHECK(check(x, ncclAllGather(send, recv, sendcount, ndt, x->comm, (cudaStream_t)stream),
                     "ncclAllGather"));
     return enqueued(x, (cudaStream_t)stream);
@@ -539,6 +562,7 @@ static tpd_status nccl_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype
     ncclDataType_t ndt;
     TPD_CHECK(usable(c));
     TPD_CHECK(map_dtype(c, dt, &ndt));
+    TPD_CHECK(flush_held(x));
     TPD_CHECK(check(x, ncclBroadcast(buf, buf, count, ndt, root, x->comm, (cudaStream_t)stream),
                     "ncclBroadcast"));
     return enqueued(x, (cudaStream_t)stream);
@@ -546,7 +570,53 @@ static tpd_status nccl_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype
 
 /* ---- point-to-point ---- */
 
-/* The transfer is posted on the communication stream after an event recorded on the
+/* All p2p calls of a communicator run on its one communication stream, and NCCL runs the
+ * operations of a communicator in order anyway. A send posted alone cannot finish before
+ * the peer's receive runs, so the pipeline's steady state, where stage s posts
+ * send(act -> s+1) then recv(grad <- s+1) while stage s+1 posts send(grad -> s) then
+ * recv(act <- s), would deadlock: each send waits for a receive queued behind the other
+ * rank's send (any message larger than NCCL's p2p buffer). So an isend outside an explicit
+ * group is held back and issued in one NCCL group with the next irecv on the
+ * communicator, as Megatron's send_forward_recv_backward does; a held send is issued
+ * alone when the next call on the communicator is anything else (another isend, a wait on
+ * it, a collective, a barrier, sync or destroy). The only cost is that a send followed by
+ * compute rather than a receive (the first stage's warm-up forwards) leaves one compute
+ * step later.
+ *
+ * Issues ops[0..n) (one call, or one group), then records their completion events. */
+static tpd_status launch_p2p(nccl_ctx *x, nccl_p2p_op *ops, int n) {
+    if (n == 0) return TPD_OK;
+    tpd_status st = TPD_OK;
+    if (n > 1) TPD_CHECK(check(x, ncclGroupStart(), "ncclGroupStart"));
+    for (int i = 0; i < n && st == TPD_OK; i++) {
+        nccl_p2p_op *o = &ops[i];
+        if (o->is_send)
+            st = check(x, ncclSend(o->buf, o->count, o->dt, o->peer, x->comm, x->comm_stream),
+                       "ncclSend");
+        else
+            st = check(x, ncclRecv(o->buf, o->count, o->dt, o->peer, x->comm, x->comm_stream),
+                       "ncclRecv");
+    }
+    if (n > 1) {
+        tpd_status st_end = check(x, ncclGroupEnd(), "ncclGroupEnd");
+        if (st == TPD_OK) st = st_end;
+    }
+    if (st != TPD_OK) return st;
+    for (int i = 0; i < n; i++) {
+        TPD_CHECK(cuda_check(cudaEventRecord(ops[i].q->done, x->comm_stream), "cudaEventRecord"));
+        ops[i].q->recorded = 1;
+    }
+    return track_now(x, x->comm_stream);
+}
+
+/* Issues the held send, if any, on its own. */
+static tpd_status flush_held(nccl_ctx *x) {
+    if (!x->has_held) return TPD_OK;
+    x->has_held = 0;
+    return launch_p2p(x, &x->held, 1);
+}
+
+/* The transfer is ordered on the communication stream after an event recorded on the
  * caller's stream: it sees everything the caller queued before it (the data is ready),
  * while the caller's stream runs on without waiting for the peer. */
 static tpd_status p2p(tpd_comm *c, int is_send, void *buf, size_t count, tpd_dtype dt, int peer,
@@ -574,26 +644,33 @@ static tpd_status p2p(tpd_comm *c, int is_send, void *buf, size_t count, tpd_dty
                    st, fail);
     cudaEventDestroy(ready); /* safe: the wait above already captured it */
     ready = NULL;
-    if (is_send)
-        st = check(x, ncclSend(buf, count, ndt, peer, x->comm, x->comm_stream), "ncclSend");
-    else
-        st = check(x, ncclRecv(buf, count, ndt, peer, x->comm, x->comm_stream), "ncclRecv");
-    if (st != TPD_OK) goto fail;
+    nccl_p2p_op op = {q, buf, count, ndt, peer, is_send};
     if (x->group_depth > 0) {
-        /* The transfer is issued at ncclGroupEnd: record its completion event then. */
+        /* An explicit group: the transfer is issued at ncclGroupEnd, which records its
+         * completion event. */
         if (x->n_group_reqs == NCCL_GROUP_MAX) {
             TPD_FAIL_GOTO(TPD_ERR_INVALID, st, fail,
                           "comm %s (nccl): more than %d p2p calls in "
                           "one group",
                           c->name, NCCL_GROUP_MAX);
         }
+        if (is_send)
+            st = check(x, ncclSend(buf, count, ndt, peer, x->comm, x->comm_stream), "ncclSend");
+        else
+            st = check(x, ncclRecv(buf, count, ndt, peer, x->comm, x->comm_stream), "ncclRecv");
+        if (st != TPD_OK) goto fail;
         x->group_reqs[x->n_group_reqs++] = q;
         TPD_CHECK_GOTO(enqueued(x, x->comm_stream), st, fail);
+    } else if (is_send) {
+        TPD_CHECK_GOTO(flush_held(x), st, fail);
+        x->held = op;
+        x->has_held = 1;
+    } else if (x->has_held) {
+        nccl_p2p_op pair[2] = {x->held, op};
+        x->has_held = 0;
+        TPD_CHECK_GOTO(launch_p2p(x, pair, 2), st, fail);
     } else {
-        TPD_CHECK_GOTO(cuda_check(cudaEventRecord(q->done, x->comm_stream), "cudaEventRecord"), st,
-                       fail);
-        q->recorded = 1;
-        TPD_CHECK_GOTO(track_now(x, x->comm_stream), st, fail);
+        TPD_CHECK_GOTO(launch_p2p(x, &op, 1), st, fail);
     }
     *req_p = (tpd_comm_req *)q;
     return TPD_OK;
@@ -622,8 +699,12 @@ static tpd_status nccl_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt,
 static tpd_status nccl_wait(tpd_comm *c, tpd_comm_req *req) {
     if (req == NULL) return TPD_OK;
     nccl_req *q = (nccl_req *)req;
+    nccl_ctx *x = CTX(c);
     tpd_status st = TPD_OK;
-    if (!q->recorded) {
+    if (!q->recorded && x->has_held && x->held.q == q) st = flush_held(x);
+    if (st != TPD_OK) {
+        /* already reported */
+    } else if (!q->recorded) {
         tpd_log_error("comm %s (nccl): wait on a request whose group has not ended", c->name);
         st = TPD_ERR_INVALID;
     } else {
@@ -638,6 +719,7 @@ static tpd_status nccl_wait(tpd_comm *c, tpd_comm_req *req) {
 static tpd_status nccl_group_start(tpd_comm *c) {
     nccl_ctx *x = CTX(c);
     TPD_CHECK(usable(c));
+    TPD_CHECK(flush_held(x));
     TPD_CHECK(check(x, ncclGroupStart(), "ncclGroupStart"));
     if (x->group_depth++ == 0) {
         x->n_group_streams = 0;
@@ -670,6 +752,7 @@ static tpd_status nccl_group_end(tpd_comm *c) {
 static tpd_status nccl_barrier(tpd_comm *c) {
     nccl_ctx *x = CTX(c);
     TPD_CHECK(usable(c));
+    TPD_CHECK(flush_held(x));
     TPD_CHECK(check(x,
                     ncclAllReduce(x->barrier_buf, x->barrier_buf, 1, ncclInt32, ncclSum, x->comm,
                                   x->comm_stream),
@@ -679,7 +762,7 @@ static tpd_status nccl_barrier(tpd_comm *c) {
 }
 
 static tpd_status nccl_sync(tpd_comm *c, void *stream) {
-    (void)c;
+    if (!CTX(c)->aborted) TPD_CHECK(flush_held(CTX(c)));
     return cuda_check(cudaStreamSynchronize((cudaStream_t)stream), "cudaStreamSynchronize");
 }
 

@@ -6,7 +6,10 @@
  * (->sync(stream) waits). Sends and receives are posted on a per-communicator
  * communication stream after an event recorded on the caller's stream, so a send never
  * blocks the compute stream and the pipeline can post sends eagerly; ->wait makes the
- * caller's stream (and, for a receive, the host) wait for the transfer.
+ * caller's stream (and, for a receive, the host) wait for the transfer. An isend outside an
+ * explicit group is held until the next call on the communicator and issued in one NCCL
+ * group with it when that is an irecv, so that two stages exchanging activations and
+ * gradients never each queue a lone send ahead of the receive the other's send needs.
  *
  * Failure handling: a watchdog thread polls ncclCommGetAsyncError on every live
  * communicator and times every enqueued operation. On an error, or when an operation has

@@ -340,6 +340,44 @@ TEST(CudaKernels, MatmulGeluOddWidthFallback) {
     matmul_gelu_case(16, 8, 20);
 }
 
+// Views into the flat parameter buffer start at any element: weights, biases and their
+// gradients at odd bf16 offsets (2-byte aligned) must still work, with or without an
+// epilogue.
+TEST(CudaKernels, MatmulMisalignedParameterViews) {
+    SKIP_WITHOUT_GPU();
+    const int N = 64, C = 64, OC = 96, off = 3;
+    Be g(true), c(false);
+    FVec x = randn((size_t)N * C, 120), w = randn((size_t)OC * C, 121, 0.1f), b = randn(OC, 122);
+    FVec dy = randn((size_t)N * OC, 123), dw0 = randn((size_t)OC * C, 124), db0 = randn(OC, 125);
+    auto shifted = [&](const FVec &v) {
+        FVec r(off, 0.0f);
+        r.insert(r.end(), v.begin(), v.end());
+        return r;
+    };
+    const size_t es = 2;
+    char *gw = (char *)g.up(shifted(w)) + off * es, *gb = (char *)g.up(shifted(b)) + off * es;
+    char *gdw = (char *)g.up(shifted(dw0)) + off * es, *gdb = (char *)g.up(shifted(db0)) + off * es;
+    void *gx = g.up(x), *go = g.zeros((size_t)N * OC), *gp = g.zeros((size_t)N * OC);
+    void *cx = c.up(x), *cw = c.up(w), *cb = c.up(b), *cdw = c.up(dw0), *cdb = c.up(db0);
+    void *co = c.zeros((size_t)N * OC), *cp = c.zeros((size_t)N * OC);
+    ASSERT_EQ(g.ops()->matmul_fwd(g.ctx(), go, gx, gw, gb, N, C, OC), TPD_OK);
+    ASSERT_EQ(c.ops()->matmul_fwd(c.ctx(), co, cx, cw, cb, N, C, OC), TPD_OK);
+    expect_close(g.down(go, (size_t)N * OC), c.down(co, (size_t)N * OC), kRtolBf16,
+                 "misaligned matmul_fwd");
+    ASSERT_EQ(g.ops()->matmul_gelu_fwd(g.ctx(), go, gp, gx, gw, gb, N, C, OC), TPD_OK);
+    ASSERT_EQ(c.ops()->matmul_gelu_fwd(c.ctx(), co, cp, cx, cw, cb, N, C, OC), TPD_OK);
+    expect_close(g.down(go, (size_t)N * OC), c.down(co, (size_t)N * OC), kRtolBf16,
+                 "misaligned matmul_gelu out");
+    void *gdx = g.zeros((size_t)N * C), *cdx = c.zeros((size_t)N * C);
+    ASSERT_EQ(g.ops()->matmul_bwd(g.ctx(), gdx, gdw, gdb, g.up(dy), gx, gw, N, C, OC), TPD_OK);
+    ASSERT_EQ(c.ops()->matmul_bwd(c.ctx(), cdx, cdw, cdb, c.up(dy), cx, cw, N, C, OC), TPD_OK);
+    expect_close(g.down(gdx, (size_t)N * C), c.down(cdx, (size_t)N * C), kRtolBf16,
+                 "misaligned matmul_bwd dinp");
+    expect_close(g.down(gdw, (size_t)OC * C), c.down(cdw, (size_t)OC * C), kRtolBf16,
+                 "misaligned matmul_bwd dw");
+    expect_close(g.down(gdb, OC), c.down(cdb, OC), kRtolBf16, "misaligned matmul_bwd dbias");
+}
+
 // ---- elementwise ----
 
 TEST(CudaKernels, Elementwise) {
@@ -423,6 +461,21 @@ TEST(CudaKernels, AttentionFusedFallbackAndCpuAgree) {
     expect_close(f.dqkv, u.dqkv, 3 * kRtolBf16, "fused vs unfused dqkv");
 }
 
+// The fused backward accumulates dQ in a workspace buffer that must start from zero on
+// every call, and T need not be a multiple of the kernels' tile.
+TEST(CudaKernels, AttentionFusedBackwardRepeatsAndOddLength) {
+    SKIP_WITHOUT_GPU();
+    const int B = 2, T = 100, NH = 2, HS = 64;
+    FVec qkv = randn((size_t)B * T * 3 * NH * HS, 52), dout = randn((size_t)B * T * NH * HS, 53);
+    Be fused(true, TPD_DTYPE_BF16, 1), cpu(false);
+    AttnOut f1 = run_attention(fused, qkv, dout, B, T, NH, HS);
+    AttnOut f2 = run_attention(fused, qkv, dout, B, T, NH, HS);
+    AttnOut c = run_attention(cpu, qkv, dout, B, T, NH, HS);
+    expect_close(f1.out, c.out, kRtolBf16, "fused attention out vs cpu (T=100)");
+    expect_close(f1.dqkv, c.dqkv, 3 * kRtolBf16, "fused attention dqkv vs cpu (T=100)");
+    expect_close(f2.dqkv, f1.dqkv, 3 * kRtolBf16, "fused attention dqkv, second call");
+}
+
 TEST(CudaKernels, AttentionF32UnfusedMatchesCpuTightly) {
     SKIP_WITHOUT_GPU();
     const int B = 1, T = 64, NH = 2, HS = 32;
@@ -501,6 +554,32 @@ TEST(CudaKernels, AdamWWithMasterWeights) {
     expect_close(g.downf(gv, n), c.downf(cv, n), 1e-5f, "adamw v");
     // The bf16 parameter is the rounding of the master.
     expect_close(g.down(gp, n), round_bf16(g.downf(gmw, n)), 0.0f, "adamw param = bf16(master)");
+}
+
+// The engine runs AdamW and sumsq on sub-ranges of the flat buffers: any element offset.
+TEST(CudaKernels, AdamWAndSumsqOnMisalignedRange) {
+    SKIP_WITHOUT_GPU();
+    Be g(true), c(false);
+    const size_t n = 1029, off = 5;
+    FVec w = randn(n, 130), grad = randn(n, 131), z(n, 0.0f);
+    void *gp = g.up(w), *gg = g.up(grad);
+    float *gmw = g.upf(w), *gm = g.upf(z), *gv = g.upf(z);
+    void *cp = c.up(w);
+    float *cm = c.upf(z), *cv = c.upf(z);
+    const size_t k = n - off;
+    ASSERT_EQ(g.ops()->adamw(g.ctx(), (char *)gp + off * 2, gmw + off, (char *)gg + off * 2,
+                             gm + off, gv + off, k, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f),
+              TPD_OK);
+    ASSERT_EQ(c.ops()->adamw(c.ctx(), (float *)cp + off, nullptr, (float *)c.up(grad) + off,
+                             cm + off, cv + off, k, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f),
+              TPD_OK);
+    FVec got = g.downf(gmw, n), ref = c.down(cp, n);
+    expect_close(got, ref, 1e-5f, "adamw on a misaligned range");
+    double ss = 0.0, want = 0.0;
+    for (size_t i = off; i < n; i++)
+        want += (double)grad[i] * grad[i];
+    ASSERT_EQ(g.ops()->sumsq(g.ctx(), (char *)gg + off * 2, TPD_DTYPE_BF16, k, &ss), TPD_OK);
+    EXPECT_NEAR(ss, want, 1e-9 * want);
 }
 
 TEST(CudaKernels, AdamWF32WithoutMaster) {
