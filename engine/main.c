@@ -115,6 +115,51 @@ static int status_exit(tpd_status st) {
     }
 }
 
+/* `tripod bench`: warm-up, then measured steps; the logging rank prints throughput, MFU
+ * when the device peak is given, and for pipelines the idle fraction beside
+ * (PP-1)/(M+PP-1) and each stage's compute time (stage balance explains the rest). */
+static tpd_status run_bench(tpd_trainer *tr, const tpd_config *cfg, int warmup, int steps,
+                            double peak_tflops) {
+    const tpd_mesh *ms = &tr->mesh;
+    int P = ms->pp_size, M = tr->M, n = 0;
+    double sum = 0;
+    /* [0] pipeline compute, [1] pipeline wait, [2 + s] stage s compute per rank (s) */
+    float acc[2 + TPD_CONFIG_MAX_STAGES] = {0};
+    for (int i = 0; i < warmup + steps; i++) {
+        tpd_step_stats s;
+        TPD_CHECK(tpd_trainer_step(tr, &s));
+        if (i < warmup) continue;
+        n++;
+        sum += s.elapsed_s;
+        acc[0] += (float)s.pipe.compute_s;
+        acc[1] += (float)s.pipe.wait_s;
+        acc[2 + ms->pp] += (float)(s.pipe.compute_s / (ms->tp_size * ms->dp_size));
+    }
+    TPD_CHECK(tpd_comm_allreduce(tr->hcomms.world, acc, acc, 2 + (size_t)P, TPD_DTYPE_F32,
+                                 TPD_COMM_OP_SUM));
+    if (!tr->is_logger || n == 0) return TPD_OK;
+    double t = sum / n;
+    double tok = (double)cfg->training.global_batch_size * cfg->model.seq_length;
+    double fl = tpd_model_flops_per_iteration(cfg, tr->model->d.Vp);
+    printf("bench: layout TP %d PP %d DP %d | %d steps | %.1f ms/step | %.0f tokens/s | "
+           "%.2f GFLOP/s (all ranks) | %.3f GFLOP/s per rank\n",
+           ms->tp_size, P, ms->dp_size, n, 1e3 * t, tok / t, fl / t / 1e9,
+           fl / t / 1e9 / ms->world_size);
+    if (peak_tflops > 0)
+        printf("bench: MFU %.1f%% of %.0f TFLOP/s per device (model FLOPs, Megatron's "
+               "formula)\n",
+               100.0 * fl / t / ms->world_size / (peak_tflops * 1e12), peak_tflops);
+    if (P > 1) {
+        printf("bench: pipeline idle fraction %.3f measured, (PP-1)/(M+PP-1) = %.3f for PP %d, "
+               "M %d | compute per step by stage (ms):",
+               acc[1] / (acc[0] + acc[1]), (double)(P - 1) / (M + P - 1), P, M);
+        for (int s = 0; s < P; s++) printf(" %.1f", 1e3 * acc[2 + s] / n);
+        printf("\n");
+    }
+    fflush(stdout);
+    return TPD_OK;
+}
+
 /* train and bench share the set-up: MPI, the config (validated on every rank before any
  * collective), the trainer. */
 static int run_training(int argc, char **argv, int bench) {
@@ -182,44 +227,7 @@ static int run_training(int argc, char **argv, int bench) {
         if (!bench) {
             st = tpd_trainer_run(tr);
         } else {
-            double times[4096];
-            float busy[2] = {0, 0}; /* this rank's pipeline compute and wait (s) */
-            int n = 0;
-            for (int i = 0; i < warmup + steps && st == TPD_OK; i++) {
-                tpd_step_stats s;
-                st = tpd_trainer_step(tr, &s);
-                if (i < warmup) continue;
-                if (n < 4096) times[n++] = s.elapsed_s;
-                busy[0] += (float)s.pipe.compute_s;
-                busy[1] += (float)s.pipe.wait_s;
-            }
-            /* pipeline idle fraction over all ranks: time blocked in p2p over time inside
-             * the schedule */
-            if (st == TPD_OK)
-                st = tpd_comm_allreduce(tr->hcomms.world, busy, busy, 2, TPD_DTYPE_F32,
-                                        TPD_COMM_OP_SUM) == TPD_OK ? TPD_OK : TPD_ERR_COMM;
-            if (st == TPD_OK && tr->is_logger && n > 0) {
-                double sum = 0;
-                for (int i = 0; i < n; i++) sum += times[i];
-                double t = sum / n;
-                double tok = (double)cfg.training.global_batch_size * cfg.model.seq_length;
-                double fl = tpd_model_flops_per_iteration(&cfg, tr->model->d.Vp);
-                int P = tr->mesh.pp_size, M = tr->M;
-                printf("bench: layout TP %d PP %d DP %d | %d steps | %.1f ms/step | "
-                       "%.0f tokens/s | %.2f GFLOP/s (all ranks) | %.3f GFLOP/s per rank\n",
-                       tr->mesh.tp_size, P, tr->mesh.dp_size, n, 1e3 * t, tok / t, fl / t / 1e9,
-                       fl / t / 1e9 / tr->mesh.world_size);
-                if (peak_tflops > 0)
-                    printf("bench: MFU %.1f%% of %.0f TFLOP/s per device (model FLOPs, "
-                           "Megatron's formula)\n",
-                           100.0 * fl / t / tr->mesh.world_size / (peak_tflops * 1e12),
-                           peak_tflops);
-                if (P > 1)
-                    printf("bench: pipeline idle fraction %.3f measured, (PP-1)/(M+PP-1) = "
-                           "%.3f for PP %d, M %d\n",
-                           busy[1] / (busy[0] + busy[1]), (double)(P - 1) / (M + P - 1), P, M);
-                fflush(stdout);
-            }
+            st = run_bench(tr, &cfg, warmup, steps, peak_tflops);
         }
     }
     rc = status_exit(st);
