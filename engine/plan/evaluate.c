@@ -56,12 +56,12 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
         snprintf(why, whylen, "heads %d not divisible by TP %d", m->num_attention_heads, l->tp);
         return 0;
     }
-    if (tpd_plan_stage_layers(cfg, l->pp, 0) < 0 || m->num_layers % (l->pp * v) != 0) {
-        if (v > 1)
-            snprintf(why, whylen, "layers %d not divisible by PP*v %d*%d", m->num_layers, l->pp,
-                     v);
-        else
-            snprintf(why, whylen, "layers %d not divisible by PP %d", m->num_layers, l->pp);
+    if (tpd_plan_stage_layers(cfg, l->pp, 0) < 0) {
+        snprintf(why, whylen, "layers %d fewer than PP %d", m->num_layers, l->pp);
+        return 0;
+    }
+    if (v > 1 && m->num_layers % (l->pp * v) != 0) {
+        snprintf(why, whylen, "layers %d not divisible by PP*v %d*%d", m->num_layers, l->pp, v);
         return 0;
     }
     long gbs = cfg->training.global_batch_size;

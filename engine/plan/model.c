@@ -106,12 +106,22 @@ int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v) {
     return n < micro_batches * v ? n : micro_batches * v;
 }
 
+/* Layers of `stage`: the config's parallel.pipeline_layers when it lists pp stages, else an
+ * even split, else (layers not divisible by pp) a balanced uneven one: every stage gets
+ * floor(L/pp) and the L%pp extra layers go to the middle stages first, then to the first
+ * stage (the embedding is cheap), the last stage (head and loss) last. Train such a layout
+ * with the split as parallel.pipeline_layers. -1 when pp < 1 or pp > L. */
 int tpd_plan_stage_layers(const tpd_config *cfg, int pp, int stage) {
     const tpd_config_parallel *par = &cfg->parallel;
+    int L = cfg->model.num_layers;
     if (par->num_pipeline_layers == pp && pp > 0 && stage < pp)
         return par->pipeline_layers[stage];
-    if (pp < 1 || cfg->model.num_layers % pp != 0) return -1;
-    return cfg->model.num_layers / pp;
+    if (pp < 1 || pp > L || stage < 0 || stage >= pp) return -1;
+    int base = L / pp, extra = L % pp;
+    /* rank of this stage in the order that receives the extra layers */
+    int order = stage >= 1 && stage <= pp - 2 ? stage - 1 : (stage == 0 ? pp - 2 : pp - 1);
+    if (pp == 1) order = 0;
+    return base + (order < extra);
 }
 
 /* Parameters held by one rank of `stage`. The first stage holds the token and position
@@ -195,7 +205,9 @@ static tpd_status cpu_stage_mem(const tpd_config *cfg, const tpd_plan_layout *la
     c.parallel.pipeline_model_parallel_size = lay->pp;
     c.parallel.data_parallel_size = lay->dp;
     c.parallel.use_distributed_optimizer = lay->distributed_optimizer;
-    if (c.parallel.num_pipeline_layers != lay->pp) c.parallel.num_pipeline_layers = 0;
+    /* the engine's allocation for the same split the planner times */
+    c.parallel.num_pipeline_layers = lay->pp;
+    for (int s = 0; s < lay->pp; s++) c.parallel.pipeline_layers[s] = tpd_plan_stage_layers(cfg, lay->pp, s);
     tpd_mem_breakdown mb;
     TPD_CHECK(tpd_model_memory(&c, lay->tp, lay->pp, lay->dp, stage, &mb));
     out->params = (double)mb.params;
@@ -216,6 +228,7 @@ tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
     res->memory_bytes = 0.0;
     res->max_mem_stage = 0;
     for (int s = 0; s < lay->pp; s++) {
+        res->stage_layers[s] = tpd_plan_stage_layers(cfg, lay->pp, s);
         if (cl->backend == TPD_PLAN_BACKEND_CPU) {
             TPD_CHECK(cpu_stage_mem(cfg, lay, s, &res->mem[s]));
         } else {

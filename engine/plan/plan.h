@@ -125,6 +125,7 @@ typedef struct tpd_plan_time {
 } tpd_plan_time;
 
 typedef struct tpd_plan_result {
+    int stage_layers[TPD_CONFIG_MAX_STAGES]; /* transformer layers of each stage */
     tpd_plan_layout layout;
     int num_micro_batches;
     int fits;                  /* memory fits and the layout is valid */

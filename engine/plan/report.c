@@ -30,8 +30,8 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
         fprintf(f, "  invalid: %s\n", r->reject_reason);
         return;
     }
-    fprintf(f, "memory per rank (GiB):\n  %5s %8s %8s %9s %11s %9s %8s\n", "stage", "params",
-            "grads", "optimizer", "activations", "workspace", "total");
+    fprintf(f, "memory per rank (GiB):\n  %5s %6s %8s %8s %9s %11s %9s %8s\n", "stage", "layers",
+            "params", "grads", "optimizer", "activations", "workspace", "total");
     for (int s = 0; s < r->stages; s++) {
         /* Long pipelines: the first two, the last two, and the largest stage. */
         if (r->stages > 6 && s > 1 && s < r->stages - 2 && s != r->max_mem_stage) {
@@ -39,8 +39,8 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
             continue;
         }
         const tpd_plan_stage_mem *m = &r->mem[s];
-        fprintf(f, "  %5d %8.2f %8.2f %9.2f %11.2f %9.2f %8.2f%s\n", s, m->params / GIB,
-                m->grads / GIB, m->optimizer / GIB, m->activations / GIB, m->workspace / GIB,
+        fprintf(f, "  %5d %6d %8.2f %8.2f %9.2f %11.2f %9.2f %8.2f%s\n", s, r->stage_layers[s],
+                m->params / GIB, m->grads / GIB, m->optimizer / GIB, m->activations / GIB, m->workspace / GIB,
                 m->total / GIB, s == r->max_mem_stage ? "  <- max" : "");
     }
     fprintf(f, "  fits: %s%s%s\n", r->fits ? "yes" : "no", r->fits ? "" : ", ", r->reject_reason);
@@ -97,6 +97,7 @@ static cJSON *result_json(const tpd_plan_result *r) {
         cJSON *e = cJSON_CreateObject();
         if (!e) break;
         cJSON_AddNumberToObject(e, "stage", s);
+        cJSON_AddNumberToObject(e, "layers", r->stage_layers[s]);
         cJSON_AddNumberToObject(e, "params", r->mem[s].params);
         cJSON_AddNumberToObject(e, "grads", r->mem[s].grads);
         cJSON_AddNumberToObject(e, "optimizer", r->mem[s].optimizer);

@@ -2,6 +2,8 @@
 // memory bytes per parameter, the simulated bubble, and the cluster profile loader.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -213,6 +215,65 @@ TEST(PlanModel, CpuBackendMemoryIsWhatTrainAllocates) {
         EXPECT_EQ(r.mem[s].params, (double)mb.params);
         EXPECT_EQ(r.mem[s].optimizer, (double)(mb.optimizer + mb.master));
         EXPECT_GT(mb.total, 0u);
+    }
+}
+
+TEST(PlanModel, UnevenStagesWhenLayersDoNotDivide) {
+    tpd_config c;
+    tpd_config_defaults(&c);
+    c.model.num_layers = 30;
+    // extra layers go to the middle stages first, then the first, the last one last
+    int want4[] = {7, 8, 8, 7};
+    int sum = 0;
+    for (int s = 0; s < 4; s++) {
+        EXPECT_EQ(tpd_plan_stage_layers(&c, 4, s), want4[s]) << "stage " << s;
+        sum += tpd_plan_stage_layers(&c, 4, s);
+    }
+    EXPECT_EQ(sum, 30);
+    for (int pp = 1; pp <= 30; pp++) {
+        int total = 0, lo = 30, hi = 0;
+        for (int s = 0; s < pp; s++) {
+            int n = tpd_plan_stage_layers(&c, pp, s);
+            total += n;
+            lo = std::min(lo, n);
+            hi = std::max(hi, n);
+        }
+        EXPECT_EQ(total, 30) << "PP " << pp;
+        EXPECT_LE(hi - lo, 1) << "PP " << pp;
+    }
+    EXPECT_EQ(tpd_plan_stage_layers(&c, 31, 0), -1);
+    c.parallel.num_pipeline_layers = 2; // an explicit split wins
+    c.parallel.pipeline_layers[0] = 10;
+    c.parallel.pipeline_layers[1] = 20;
+    EXPECT_EQ(tpd_plan_stage_layers(&c, 2, 1), 20);
+
+    // On the cpu backend the uneven layout's bytes are those the engine allocates when
+    // given the same split as parallel.pipeline_layers.
+    tpd_plan_cluster cl;
+    ASSERT_EQ(tpd_plan_cluster_load("cpu", &cl), TPD_OK);
+    tpd_config_defaults(&c);
+    c.model.num_layers = 5;
+    c.model.hidden_size = 64;
+    c.model.num_attention_heads = 4;
+    c.model.vocab_size = 257;
+    c.model.seq_length = 32;
+    c.model.max_position_embeddings = 32;
+    c.training.global_batch_size = 8;
+    c.training.micro_batch_size = 2;
+    tpd_plan_layout lay = {1, 3, 1, 2, 1, TPD_PLAN_RECOMPUTE_NONE, 0, 0};
+    tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
+    opt.gpus = 3;
+    tpd_plan_result r;
+    ASSERT_EQ(tpd_plan_evaluate(&c, &cl, &lay, &opt, &r), TPD_OK);
+    ASSERT_EQ(r.stages, 3) << r.reject_reason;
+    c.parallel.pipeline_model_parallel_size = 3;
+    c.parallel.num_pipeline_layers = 3;
+    for (int s = 0; s < 3; s++) c.parallel.pipeline_layers[s] = r.stage_layers[s];
+    EXPECT_EQ(r.stage_layers[0] + r.stage_layers[1] + r.stage_layers[2], 5);
+    for (int s = 0; s < 3; s++) {
+        tpd_mem_breakdown mb;
+        ASSERT_EQ(tpd_model_memory(&c, 1, 3, 1, s, &mb), TPD_OK);
+        EXPECT_EQ(r.mem[s].total, (double)mb.total) << "stage " << s;
     }
 }
 
