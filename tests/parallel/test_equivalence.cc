@@ -30,6 +30,7 @@ bool g_cuda = false;
 
 struct Result {
     std::vector<double> loss, norm;
+    int tied_mismatch = 0; // elements where the first and last stage's wte differ
     std::vector<std::vector<float>> params; // per tensor, world rank 0 only
 };
 
@@ -38,6 +39,26 @@ struct Layout {
     bool cuda = false;
     std::vector<int> stage_layers; // parallel.pipeline_layers; empty: even split
 };
+
+// The tied embedding lives on the first and the last stage; after training both copies
+// must be bit-identical. Compares them over the embedding group (elementwise max and min
+// agree only where the copies are equal); returns the count of differing elements, summed
+// over the world. Collective over the trainer's world.
+int tied_copies_differ(tpd_trainer *tr) {
+    int diff = 0;
+    tpd_comm *emb = tr->hcomms.emb;
+    if (emb && emb->size == 2) {
+        const tpd_param_slice &s = tr->model->plan.lay.p[TPD_P_WTE];
+        const float *w = (const float *)tpd_model_param(tr->model, TPD_P_WTE);
+        std::vector<float> hi(w, w + s.numel), lo(s.numel);
+        for (size_t i = 0; i < s.numel; i++) lo[i] = -w[i];
+        EXPECT_EQ(tpd_comm_allreduce(emb, hi.data(), hi.data(), s.numel, TPD_DTYPE_F32, TPD_COMM_OP_MAX), TPD_OK);
+        EXPECT_EQ(tpd_comm_allreduce(emb, lo.data(), lo.data(), s.numel, TPD_DTYPE_F32, TPD_COMM_OP_MAX), TPD_OK);
+        for (size_t i = 0; i < s.numel; i++) diff += hi[i] != -lo[i];
+    }
+    EXPECT_EQ(tpd_comm_allreduce(tr->hcomms.world, &diff, &diff, 1, TPD_DTYPE_I32, TPD_COMM_OP_SUM), TPD_OK);
+    return diff;
+}
 
 // Runs a layout on the first tp*pp*dp ranks. Collective over g_world.
 Result run(const Layout &L) {
@@ -65,6 +86,7 @@ Result run(const Layout &L) {
                 r.loss.push_back(s.lm_loss);
                 r.norm.push_back(s.grad_norm);
             }
+            r.tied_mismatch = tied_copies_differ(tr);
             for (int p = 0; p < TPD_P_COUNT; p++) {
                 std::vector<float> g(tpd_model_layout_global_numel(&tr->model->plan.lay, (tpd_param)p));
                 EXPECT_EQ(tpd_trainer_gather_param(tr, (tpd_param)p, sub->rank == 0 ? g.data() : nullptr), TPD_OK);
@@ -120,6 +142,7 @@ TEST(Equivalence, EveryLayoutMatchesSingleRank) {
             worst_loss = std::max(worst_loss, el);
             worst_norm = std::max(worst_norm, en);
         }
+        EXPECT_EQ(r.tied_mismatch, 0) << "the first and last stage's wte copies differ";
         for (int p = 0; p < TPD_P_COUNT; p++) {
             double e = rel_norm_diff(r.params[p], ref.params[p]);
             EXPECT_LE(e, 1e-4) << "parameter " << tpd_param_get_info((tpd_param)p)->name;
