@@ -48,6 +48,10 @@ typedef struct tpd_buffer_plan {
     size_t shard_numel;  /* optimizer-state elements on this rank */
     int nslots;          /* in-flight micro-batches: min(PP - stage, M) under 1F1B */
     size_t att_saved;    /* bytes per layer per micro-batch */
+    int recompute;       /* training.recompute: full. A slot keeps only each layer's output
+                            (the next layer's input); the backward recomputes the layer
+                            forward into the one shared layer block w_layer. */
+    size_t s_outs;       /* recompute: Ls x (N,C) layer outputs */
     /* slot: */
     size_t s_tokens, s_targets; /* (N) int32 each */
     size_t s_x0;                /* (N,C) stage input */
@@ -64,6 +68,7 @@ typedef struct tpd_buffer_plan {
     size_t w_datty;               /* (N,C/tp) */
     size_t w_dfch;                /* (N,F/tp) */
     size_t w_dsend;               /* (N,C) gradient sent to the previous stage */
+    size_t w_layer;               /* recompute: one layer block of activations */
     size_t ws_bytes;
     tpd_mem_breakdown mem;
 } tpd_buffer_plan;

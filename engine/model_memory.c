@@ -60,7 +60,14 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     l->fch_gelu = take(&lc, N * (size_t)d->Fl * a);
     l->out = take(&lc, N * C * a);
     l->bytes = lc;
-    cur += lc * (size_t)d->Ls;
+    b.recompute = strcmp(cfg->training.recompute, "full") == 0;
+    if (b.recompute) {
+        /* only the layer outputs stay per slot; the blocks live in the workspace */
+        b.s_outs = cur;
+        for (int i = 0; i < d->Ls; i++) take(&cur, N * C * a);
+    } else {
+        cur += lc * (size_t)d->Ls;
+    }
     if (d->last) {
         b.s_lnf = take(&cur, N * C * a);
         b.s_lnf_mean = take(&cur, N * 4);
@@ -79,6 +86,7 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     b.w_datty = take(&w, N * (size_t)d->Cl * a);
     b.w_dfch = take(&w, N * (size_t)d->Fl * a);
     b.w_dsend = d->first ? 0 : take(&w, N * C * a);
+    b.w_layer = b.recompute ? take(&w, lc) : 0;
     b.ws_bytes = w;
 
     tpd_mem_breakdown *mem = &b.mem;

@@ -38,9 +38,12 @@ typedef struct acts {
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
 } acts;
 
+/* Layer l's activations of a slot. Under full recompute they live in the one shared layer
+ * block, and only the layer output is the slot's own. */
 static void layer_acts(const tpd_model *m, int slot, int l, acts *a) {
     const tpd_act_layer *o = &m->plan.layer;
-    char *b = slot_base(m, slot) + m->plan.s_layers + (size_t)l * o->bytes;
+    char *b = m->plan.recompute ? m->ws + m->plan.w_layer
+                                : slot_base(m, slot) + m->plan.s_layers + (size_t)l * o->bytes;
     a->ln1 = b + o->ln1;
     a->ln1_mean = (float *)(b + o->ln1_mean);
     a->ln1_rstd = (float *)(b + o->ln1_rstd);
@@ -54,6 +57,35 @@ static void layer_acts(const tpd_model *m, int slot, int l, acts *a) {
     a->fch = b + o->fch;
     a->fch_gelu = b + o->fch_gelu;
     a->out = b + o->out;
+    if (m->plan.recompute) {
+        size_t nc = (size_t)m->d.B * m->d.T * m->d.C * m->plan.act_size;
+        size_t stride = (nc + 255) / 256 * 256; /* the buffer plan's alignment */
+        a->out = slot_base(m, slot) + m->plan.s_outs + (size_t)l * stride;
+    }
+}
+
+/* One transformer layer forward: inp (N,C) -> a->out (N,C), keeping in `a` what the
+ * backward needs. */
+static tpd_status layer_fwd(tpd_model *m, const views *w, const acts *a, const void *inp) {
+    const tpd_model_dims *d = &m->d;
+    const tpd_kern_ops *k = m->kb->ops;
+    tpd_kern_ctx *ctx = m->kb->ctx;
+    const tpd_tp_ctx *tp = &m->tp;
+    int N = d->B * d->T, C = d->C;
+    /* ln1 = LN(inp); qkv = ln1 @ qkvw^T + qkvb (column-parallel, whole heads) */
+    TPD_CHECK(k->layernorm_fwd(ctx, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w->ln1w, w->ln1b, N, C));
+    TPD_CHECK(tpd_tp_column_fwd(tp, a->qkv, a->ln1, w->qkvw, w->qkvb, N, C, 3 * d->Cl));
+    /* atty = causal_attention(qkv) on the local heads */
+    TPD_CHECK(k->attention_fwd(ctx, a->atty, a->att, a->qkv, d->B, d->T, d->NHl, d->HS));
+    /* x1 = inp + allreduce(atty @ attprojw^T) + attprojb (row-parallel) */
+    TPD_CHECK(tpd_tp_row_fwd(tp, a->x1, a->atty, w->attprojw, w->attprojb, N, d->Cl, C));
+    TPD_CHECK(k->add(ctx, a->x1, a->x1, inp, (size_t)N * C));
+    /* ln2 = LN(x1); fch_gelu = gelu(ln2 @ fcw^T + fcb) (column-parallel) */
+    TPD_CHECK(k->layernorm_fwd(ctx, a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, w->ln2w, w->ln2b, N, C));
+    TPD_CHECK(tpd_tp_column_gelu_fwd(tp, a->fch_gelu, a->fch, a->ln2, w->fcw, w->fcb, N, C, d->Fl));
+    /* out = x1 + allreduce(fch_gelu @ fcprojw^T) + fcprojb (row-parallel) */
+    TPD_CHECK(tpd_tp_row_fwd(tp, a->out, a->fch_gelu, w->fcprojw, w->fcprojb, N, d->Fl, C));
+    return k->add(ctx, a->out, a->out, a->x1, (size_t)N * C);
 }
 
 void *tpd_model_stage_input(const tpd_model *m, int slot) {
@@ -97,20 +129,7 @@ tpd_status tpd_model_forward(tpd_model *m, int slot) {
         acts a;
         layer_views(m, m->params, es, l, &w);
         layer_acts(m, slot, l, &a);
-        /* ln1 = LN(inp); qkv = ln1 @ qkvw^T + qkvb (column-parallel, whole heads) */
-        TPD_CHECK(k->layernorm_fwd(ctx, a.ln1, a.ln1_mean, a.ln1_rstd, inp, w.ln1w, w.ln1b, N, C));
-        TPD_CHECK(tpd_tp_column_fwd(tp, a.qkv, a.ln1, w.qkvw, w.qkvb, N, C, 3 * d->Cl));
-        /* atty = causal_attention(qkv) on the local heads */
-        TPD_CHECK(k->attention_fwd(ctx, a.atty, a.att, a.qkv, d->B, d->T, d->NHl, d->HS));
-        /* x1 = inp + allreduce(atty @ attprojw^T) + attprojb (row-parallel) */
-        TPD_CHECK(tpd_tp_row_fwd(tp, a.x1, a.atty, w.attprojw, w.attprojb, N, d->Cl, C));
-        TPD_CHECK(k->add(ctx, a.x1, a.x1, inp, (size_t)N * C));
-        /* ln2 = LN(x1); fch_gelu = gelu(ln2 @ fcw^T + fcb) (column-parallel) */
-        TPD_CHECK(k->layernorm_fwd(ctx, a.ln2, a.ln2_mean, a.ln2_rstd, a.x1, w.ln2w, w.ln2b, N, C));
-        TPD_CHECK(tpd_tp_column_gelu_fwd(tp, a.fch_gelu, a.fch, a.ln2, w.fcw, w.fcb, N, C, d->Fl));
-        /* out = x1 + allreduce(fch_gelu @ fcprojw^T) + fcprojb (row-parallel) */
-        TPD_CHECK(tpd_tp_row_fwd(tp, a.out, a.fch_gelu, w.fcprojw, w.fcprojb, N, d->Fl, C));
-        TPD_CHECK(k->add(ctx, a.out, a.out, a.x1, (size_t)N * C));
+        TPD_CHECK(layer_fwd(m, &w, &a, inp));
         inp = a.out;
     }
     if (d->last) {
@@ -182,6 +201,12 @@ tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss) {
             acts prev;
             layer_acts(m, slot, l - 1, &prev);
             inp = prev.out;
+        }
+        if (m->plan.recompute) {
+            /* full recompute: rebuild the layer's activations from its stored input; the
+             * recomputed output goes to the block, the stored one stays as it was */
+            a.out = m->ws + m->plan.w_layer + m->plan.layer.out;
+            TPD_CHECK(layer_fwd(m, &w, &a, inp));
         }
         /* out = x1 + allreduce(fch_gelu @ fcprojw^T) + fcprojb */
         TPD_CHECK(tpd_tp_row_bwd(tp, dfch, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N,

@@ -85,8 +85,8 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
         return 0;
     }
     if (cl && cl->backend == TPD_PLAN_BACKEND_CPU &&
-        (l->recompute != TPD_PLAN_RECOMPUTE_NONE || l->sequence_parallel || v > 1)) {
-        snprintf(why, whylen, "the cpu backend runs recompute=none, SP off, v=1 only");
+        (l->recompute == TPD_PLAN_RECOMPUTE_SELECTIVE || l->sequence_parallel || v > 1)) {
+        snprintf(why, whylen, "the cpu backend runs recompute none or full, SP off, v=1 only");
         return 0;
     }
     if (why && whylen) why[0] = '\0';

@@ -205,6 +205,8 @@ static tpd_status cpu_stage_mem(const tpd_config *cfg, const tpd_plan_layout *la
     c.parallel.pipeline_model_parallel_size = lay->pp;
     c.parallel.data_parallel_size = lay->dp;
     c.parallel.use_distributed_optimizer = lay->distributed_optimizer;
+    snprintf(c.training.recompute, sizeof c.training.recompute, "%s",
+             tpd_plan_recompute_name(lay->recompute));
     /* the engine's allocation for the same split the planner times */
     c.parallel.num_pipeline_layers = lay->pp;
     for (int s = 0; s < lay->pp; s++) c.parallel.pipeline_layers[s] = tpd_plan_stage_layers(cfg, lay->pp, s);

@@ -157,9 +157,12 @@ void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
                 ew(&m, c->ew_add, 4, NC) + c->attn_bwd_ratio * attention_fwd(&m, B, T, NHl, HS) +
                 gemm_bwd(&m, N, C, 3 * Cl) + ew(&m, c->ew_add, 4, N * 3 * Cl);
     double layers = tpd_plan_stage_layers(cfg, lay->pp, stage);
+    /* full recompute: each layer's forward runs again, with its two all-reduces, right
+     * before its backward */
+    int rc = lay->recompute == TPD_PLAN_RECOMPUTE_FULL;
     f += layers * lf;
-    b += layers * lb;
-    comm += layers * 4 * ar;
+    b += layers * (lb + (rc ? lf : 0));
+    comm += layers * (4 + 2 * rc) * ar; /* the backward's share is added to it below */
     if (stage == 0) {
         /* Vocab-parallel lookup + all-reduce + positions; backward scatters both. */
         f += 2 * ew(&m, c->ew_add, 8, NC);

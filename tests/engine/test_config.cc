@@ -585,7 +585,7 @@ TEST(Config, CheckTrainableRejectsPlannerOnlyKnobs) {
     } cases[] = {
         {{"training.recompute=selective"},
          "training.recompute: selective is modelled by tripod plan only (tripod train runs "
-         "none)"},
+         "none or full)"},
         {{"parallel.sequence_parallel=true"},
          "parallel.sequence_parallel: true is modelled by tripod plan only (tripod train runs "
          "false)"},

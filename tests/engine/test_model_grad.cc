@@ -111,8 +111,13 @@ struct Ref {
     }
 };
 
-TEST(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
+class ModelGrad : public ::testing::TestWithParam<const char *> {};
+
+// recompute none keeps every activation; full keeps each layer's input and recomputes the
+// layer forward in the backward: both must give the reference's gradients.
+TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
     tpd_config cfg = tiny::config("");
+    snprintf(cfg.training.recompute, sizeof cfg.training.recompute, "%s", GetParam());
     cfg.model.num_layers = 2;
     cfg.model.hidden_size = 8;
     cfg.model.num_attention_heads = 2;
@@ -183,6 +188,8 @@ TEST(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
     tpd_kern_backend_destroy(&kb);
 }
 
+INSTANTIATE_TEST_SUITE_P(Recompute, ModelGrad, ::testing::Values("none", "full"));
+
 TEST(ModelMemory, AllocationEqualsPlan) {
     // The bytes the model allocates are the bytes the memory plan (and tripod plan) states.
     tpd_config cfg = tiny::config("");
@@ -194,8 +201,10 @@ TEST(ModelMemory, AllocationEqualsPlan) {
             for (int dp : {1, 2}) {
                 cfg.parallel.tensor_model_parallel_size = tp;
                 cfg.parallel.pipeline_model_parallel_size = pp;
-                for (int zero : {0, 1}) {
+                for (int zero : {0, 1})
+                for (const char *rc : {"none", "full"}) {
                     cfg.parallel.use_distributed_optimizer = zero;
+                    snprintf(cfg.training.recompute, sizeof cfg.training.recompute, "%s", rc);
                     for (int stage = 0; stage < pp; stage++) {
                         tpd_mem_breakdown mem;
                         ASSERT_EQ(tpd_model_memory(&cfg, tp, pp, dp, stage, &mem), TPD_OK);

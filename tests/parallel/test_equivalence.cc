@@ -38,6 +38,7 @@ struct Layout {
     int tp, pp, dp, zero;
     bool cuda = false;
     std::vector<int> stage_layers; // parallel.pipeline_layers; empty: even split
+    bool recompute = false;        // training.recompute: full
 };
 
 // The tied embedding lives on the first and the last stage; after training both copies
@@ -74,6 +75,7 @@ Result run(const Layout &L) {
         cfg.parallel.use_distributed_optimizer = L.zero;
         cfg.training.train_iters = kSteps;
         if (L.cuda) snprintf(cfg.training.device, sizeof cfg.training.device, "cuda");
+        if (L.recompute) snprintf(cfg.training.recompute, sizeof cfg.training.recompute, "full");
         cfg.parallel.num_pipeline_layers = (int)L.stage_layers.size();
         for (size_t i = 0; i < L.stage_layers.size(); i++)
             cfg.parallel.pipeline_layers[i] = L.stage_layers[i];
@@ -124,12 +126,16 @@ TEST(Equivalence, EveryLayoutMatchesSingleRank) {
     // uneven stages (parallel.pipeline_layers)
     if (g_world->size >= 8) layouts.push_back({2, 2, 2, 1, false, {3, 1}});
     if (g_world->size >= 6) layouts.push_back({1, 3, 2, 0, false, {1, 2, 1}});
+    // full activation recompute
+    layouts.push_back({1, 1, 1, 0, false, {}, true});
+    if (g_world->size >= 8) layouts.push_back({2, 2, 2, 1, false, {}, true});
     int checked = 0;
     for (const Layout &L : layouts) {
         Result r = run(L);
         if (g_world->rank != 0) continue;
         std::string stages;
         for (int n : L.stage_layers) stages += (stages.empty() ? " stages " : ",") + std::to_string(n);
+        if (L.recompute) stages += " recompute full";
         SCOPED_TRACE(testing::Message() << "TP " << L.tp << " PP " << L.pp << " DP " << L.dp
                                         << " ZeRO-1 " << L.zero << stages);
         ASSERT_EQ(r.loss.size(), ref.loss.size());
