@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #endif
 #include "engine/calibrate.h"
+#include "base/clock.h"
 #include "engine/calibrate_internal.h"
 
 #include <math.h>
@@ -21,12 +22,6 @@
 #define MAX_POINTS 512
 #define MAX_SIZES 64
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -37,9 +32,9 @@ tpd_status tpd_calib_time(tpd_comm *world, const tpd_calib_options *opt, tpd_cal
     MPI_Comm comm = *(MPI_Comm *)tpd_comm_mpi_handle(world);
     MPI_Barrier(comm);
     TPD_CHECK(fn(arg)); /* warm caches and lazily allocated scratch */
-    double t0 = now_s();
+    double t0 = tpd_clock_s();
     TPD_CHECK(fn(arg));
-    double one = now_s() - t0, slowest = one;
+    double one = tpd_clock_s() - t0, slowest = one;
     MPI_Allreduce(&one, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
     int reps = slowest > 0 ? (int)(opt->budget_s / slowest) : 1000;
     if (reps < opt->min_reps) reps = opt->min_reps;
@@ -48,10 +43,10 @@ tpd_status tpd_calib_time(tpd_comm *world, const tpd_calib_options *opt, tpd_cal
      * scheduler time slices, and a rank alone on its core for its whole loop would
      * otherwise time itself at full speed. The window sees the share. */
     MPI_Barrier(comm);
-    double a = now_s();
+    double a = tpd_clock_s();
     for (int i = 0; i < reps; i++) TPD_CHECK(fn(arg));
     MPI_Barrier(comm);
-    double mean = (now_s() - a) / reps, sum = mean;
+    double mean = (tpd_clock_s() - a) / reps, sum = mean;
     MPI_Allreduce(&mean, &sum, 1, MPI_DOUBLE, MPI_SUM, comm);
     *t_p = sum / world->size;
     return TPD_OK;
@@ -604,7 +599,7 @@ int tpd_calib_cli(int argc, char **argv) {
     if (st == TPD_OK) {
         tpd_log_set_rank(world->rank, world->rank == 0);
         o.verbose = world->rank == 0;
-        double t0 = now_s();
+        double t0 = tpd_clock_s();
         st = tpd_calib_run(&cfg, world, &o, &c, &notes);
         if (st == TPD_OK && world->rank == 0) {
             char head[1 << 16];
@@ -612,7 +607,7 @@ int tpd_calib_cli(int argc, char **argv) {
                      "Calibrated by `tripod bench --calibrate` in %.1f s with %d ranks.\n"
                      "Use it with: tripod plan CONFIG --cluster %s, tripod sweep ... --cluster %s\n"
                      "%s",
-                     now_s() - t0, world->size, out, out, notes ? notes : "");
+                     tpd_clock_s() - t0, world->size, out, out, notes ? notes : "");
             st = tpd_plan_cluster_save(&c, out, head);
             if (st == TPD_OK)
                 printf("calibrate: peak %.2f GFLOP/s per rank, streaming %.2f GB/s, all-reduce "

@@ -1,6 +1,7 @@
 /* Save and load of a trainer (collective), the run loop's checkpoint boundary, and the
  * signal handlers. The commit protocol is described in checkpoint.h. */
 #include "engine/checkpoint.h"
+#include "base/clock.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -235,7 +236,7 @@ tpd_status tpd_ckpt_save(tpd_trainer *tr, const char *save_dir) {
     char tmp[PATH_CAP + 8], final[PATH_CAP];
     snprintf(final, sizeof final, "%s/iter_%07d", save_dir, tr->iteration);
     snprintf(tmp, sizeof tmp, "%s.tmp", final);
-    double t0 = tpd_pp_now();
+    double t0 = tpd_clock_s();
     /* rank 0 prepares a clean tmp directory (a killed save may have left one) */
     int ok = 1;
     if (world->rank == 0) {
@@ -275,7 +276,7 @@ tpd_status tpd_ckpt_save(tpd_trainer *tr, const char *save_dir) {
     tr->saved_iteration = tr->iteration;
     if (tr->is_logger)
         tpd_log_info("saved checkpoint %s (iteration %d, %.2f s)", final, tr->iteration,
-                     tpd_pp_now() - t0);
+                     tpd_clock_s() - t0);
     return TPD_OK;
 }
 

@@ -1,6 +1,7 @@
 /* The sweep's trial loop: layouts, validation, one trainer per trial on the whole world,
  * measured steps gathered to rank 0, the planner's prediction beside them. */
 #include "engine/sweep.h"
+#include "base/clock.h"
 
 #include <errno.h>
 #include <math.h>
@@ -304,7 +305,7 @@ tpd_status tpd_sweep_run(const char *config_path, int n_overrides,
     if (world->rank == 0) ok_dir = make_dirs(opt->out_dir) == TPD_OK;
     if (!agree(world, ok_dir)) TPD_FAIL_GOTO(TPD_ERR_IO, st, fail, "sweep: no output directory");
 
-    double t_start = tpd_pp_now();
+    double t_start = tpd_clock_s();
     int k = 0;
     for (int a = 0; a < opt->n_tp; a++)
         for (int p = 0; p < opt->n_pp; p++)
@@ -348,7 +349,7 @@ tpd_status tpd_sweep_run(const char *config_path, int n_overrides,
                     /* Rank 0 holds the measurements: everyone gets the same record. */
                     MPI_Bcast(t, (int)sizeof *t, MPI_BYTE, 0, mpi_of(world));
                     if (world->rank == 0 && opt->verbose)
-                        print_progress(k + 1, n, t, tpd_pp_now() - t_start);
+                        print_progress(k + 1, n, t, tpd_clock_s() - t_start);
                 }
     res_p->n = n;
     for (int i = 0; i < n; i++) {
@@ -357,7 +358,7 @@ tpd_status tpd_sweep_run(const char *config_path, int n_overrides,
         if (res_p->best < 0 || t->t_median < res_p->trials[res_p->best].t_median)
             res_p->best = i;
     }
-    res_p->wall_s = tpd_pp_now() - t_start;
+    res_p->wall_s = tpd_clock_s() - t_start;
     return TPD_OK;
 fail:
     tpd_sweep_result_free(res_p);

@@ -2,6 +2,7 @@
  * and the optimizer from the step stats, gathered to rank 0 and written with the
  * planner's Chrome-trace writer (engine/plan/trace.h). */
 #include "engine/trace_run.h"
+#include "base/clock.h"
 
 #include <mpi.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@ enum { EV_DP_REDUCE = 100, EV_OPTIMIZER = 101 };
 
 struct tpd_trace_run {
     tpd_comm *world;
-    double origin; /* tpd_pp_now() right after the creation barrier */
+    double origin; /* tpd_clock_s() right after the creation barrier */
     int max_steps, steps, paused;
     int step_has_events;
     double last_end; /* end of the last recorded action of this step, s since origin */
@@ -84,7 +85,7 @@ tpd_status tpd_trace_run_create(tpd_trainer *tr, tpd_comm *world, int max_steps,
         free(r);
         return st;
     }
-    r->origin = tpd_pp_now();
+    r->origin = tpd_clock_s();
     tr->on_action = on_action;
     tr->on_action_user = r;
     *rec_p = r;

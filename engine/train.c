@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/clock.h"
 #include "engine/checkpoint.h"
 #include "engine/metrics.h"
 #include "engine/optimizer.h"
@@ -294,7 +295,7 @@ static tpd_status finish_loss(tpd_trainer *tr, int micro_batches, double *loss_p
 tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     tpd_model *m = tr->model;
     tpd_step_stats s = {0};
-    double t0 = tpd_pp_now();
+    double t0 = tpd_clock_s();
     int it = tr->iteration;
     int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.dp_size;
     tr->cur_sampler = &tr->train_sampler;
@@ -307,11 +308,11 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     tpd_pp_exec_ops ops = exec_ops(tr);
     TPD_CHECK(tpd_pp_execute(&tr->sched, tr->comms.pp, &ops, p2p_count(tr), tr->kb.act_dtype,
                              tr->kb.stream, &s.pipe));
-    double t1 = tpd_pp_now();
+    double t1 = tpd_clock_s();
     m->tp.comm_s = NULL;
     s.t_tp_comm_s = tr->tp_comm_acc;
     TPD_CHECK(tpd_optim_reduce_grads(m, &tr->dpp, &tr->comms));
-    double t2 = tpd_pp_now();
+    double t2 = tpd_clock_s();
     TPD_CHECK(tpd_optim_grad_norm(m, &tr->dpp, &tr->hcomms, &s.grad_norm));
     s.lr = tpd_lr_at(&tr->cfg, it);
     if (!isfinite(s.grad_norm)) {
@@ -324,14 +325,14 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
                                    it + 1 - tr->skipped_iterations));
     }
     TPD_CHECK(tr->kb.ops->synchronize(tr->kb.ctx));
-    double t3 = tpd_pp_now();
+    double t3 = tpd_clock_s();
     TPD_CHECK(finish_loss(tr, tr->M, &s.lm_loss));
     tr->iteration++;
     tr->consumed_samples += (uint64_t)GB;
     s.iteration = tr->iteration;
     s.t_reduce_s = t2 - t1;
     s.t_optim_s = t3 - t2;
-    s.elapsed_s = tpd_pp_now() - t0;
+    s.elapsed_s = tpd_clock_s() - t0;
     tr->last = s;
     if (stats_p) *stats_p = s;
     return TPD_OK;

@@ -66,7 +66,7 @@ typedef struct tpd_trainer {
     tpd_step_stats last;
     double tp_comm_acc;
     /* Optional observer of every pipeline action (traces): wall-clock interval in
-     * seconds of tpd_pp_now(). */
+     * seconds of tpd_clock_s(). */
     void (*on_action)(void *user, const tpd_pp_action *a, double t0, double t1);
     void *on_action_user;
 } tpd_trainer;

@@ -7,6 +7,9 @@
  * forever on a dead peer. */
 #include "parallel/comm.h"
 
+#include "base/bf16.h"
+#include "base/clock.h"
+
 #include <mpi.h>
 #include <stdio.h>
 #include <pthread.h>
@@ -33,18 +36,12 @@ static struct {
     volatile const char *busy_what;
 } g_wd;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void *watchdog_main(void *arg) {
     (void)arg;
     for (;;) {
         sleep(1);
         double since = g_wd.busy_since;
-        if (since > 0 && now_s() - since > g_wd.timeout_s) {
+        if (since > 0 && tpd_clock_s() - since > g_wd.timeout_s) {
             tpd_log_error("communication: %s did not complete within comm.timeout_s = %.0f s; "
                           "a peer rank is dead or stuck. Aborting.",
                           (const char *)g_wd.busy_what, g_wd.timeout_s);
@@ -68,36 +65,23 @@ void tpd_comm_mpi_set_timeout(double timeout_s) {
 
 static void busy_begin(const char *what) {
     g_wd.busy_what = what;
-    g_wd.busy_since = now_s();
+    g_wd.busy_since = tpd_clock_s();
 }
 static void busy_end(void) {
     g_wd.busy_since = 0;
 }
 
 /* ---- bf16 reductions (MPI has no bf16 type) ---- */
-static float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN */
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
 static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
     (void)dt;
     uint16_t *a = in, *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+    for (int i = 0; i < *len; i++) b[i] = tpd_bf16_from_f32(tpd_bf16_to_f32(a[i]) + tpd_bf16_to_f32(b[i]));
 }
 static void bf16_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
     (void)dt;
     uint16_t *a = in, *b = inout;
     for (int i = 0; i < *len; i++)
-        if (bf16_to_f32(a[i]) > bf16_to_f32(b[i])) b[i] = a[i];
+        if (tpd_bf16_to_f32(a[i]) > tpd_bf16_to_f32(b[i])) b[i] = a[i];
 }
 static MPI_Op g_bf16_ops[2] = {MPI_OP_NULL, MPI_OP_NULL};
 

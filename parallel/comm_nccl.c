@@ -6,6 +6,7 @@
  * `nccl_shared` record: the registry of live communicators, the timeout, and the watchdog
  * thread (see comm_nccl.h for why it is the one place that exits the process). */
 #include "parallel/comm_nccl.h"
+#include "base/clock.h"
 
 #include <mpi.h>
 #include <nccl.h>
@@ -83,12 +84,6 @@ static nccl_ctx *CTX(tpd_comm *c) {
     return (nccl_ctx *)c->ctx;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -121,14 +116,14 @@ static tpd_status fail_all(nccl_ctx *x, const char *what, ncclResult_t r) {
 
 /* Waits for a non-blocking communicator to leave ncclInProgress. */
 static ncclResult_t settle(ncclComm_t comm, double timeout_s, int *timed_out) {
-    double deadline = timeout_s > 0 ? now_s() + timeout_s : 0;
+    double deadline = timeout_s > 0 ? tpd_clock_s() + timeout_s : 0;
     ncclResult_t state = ncclInProgress;
     *timed_out = 0;
     for (;;) {
         ncclResult_t r = ncclCommGetAsyncError(comm, &state);
         if (r != ncclSuccess) return r;
         if (state != ncclInProgress) return state;
-        if (deadline > 0 && now_s() > deadline) {
+        if (deadline > 0 && tpd_clock_s() > deadline) {
             *timed_out = 1;
             return ncclInProgress;
         }
@@ -172,7 +167,7 @@ static tpd_status track_now(nccl_ctx *x, cudaStream_t stream) {
         if (!t->busy && slot == NULL) slot = t;
         if (t->busy && (newest == NULL || t->t0 > newest->t0)) newest = t;
     }
-    double t0 = now_s();
+    double t0 = tpd_clock_s();
     if (slot == NULL) {
         slot = newest;
         t0 = newest->t0;
@@ -209,7 +204,7 @@ static void *watchdog_main(void *arg) {
         const char *bad_name = NULL;
         const char *why = NULL;
         ncclResult_t bad_r = ncclSuccess;
-        double now = now_s();
+        double now = tpd_clock_s();
         for (int i = 0; i < sh->nlive && bad_name == NULL; i++) {
             nccl_ctx *x = sh->live[i];
             if (x->aborted || x->comm == NULL) continue;

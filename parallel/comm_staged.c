@@ -7,6 +7,8 @@
  * and the result is copied back and waited for before returning. */
 #include "parallel/comm_nccl.h"
 
+#include "base/bf16.h"
+
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -74,23 +76,11 @@ static tpd_status to_device(tpd_comm *c, void *dst, const void *src, size_t byte
 }
 
 static void bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)src[i] << 16;
-        memcpy(&dst[i], &u, 4);
-    }
+    for (size_t i = 0; i < n; i++) dst[i] = tpd_bf16_to_f32(src[i]);
 }
 
 static void f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &src[i], 4);
-        if ((u & 0x7fffffffu) > 0x7f800000u) { /* NaN stays NaN */
-            dst[i] = (uint16_t)((u >> 16) | 0x40);
-            continue;
-        }
-        u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
-        dst[i] = (uint16_t)(u >> 16);
-    }
+    for (size_t i = 0; i < n; i++) dst[i] = tpd_bf16_from_f32(src[i]);
 }
 
 /* Reductions: in_count elements in, out_count out (all-reduce: equal; reduce-scatter:

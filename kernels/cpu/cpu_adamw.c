@@ -1,6 +1,8 @@
 /* AdamW, the deterministic reductions behind sum_f32 and sumsq, and dtype casts. */
 #include "kernels/cpu/cpu_internal.h"
 
+#include "base/bf16.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,22 +46,7 @@ tpd_status tpd_kern_cpu_adamw(tpd_kern_ctx *ctx, void *param_v, float *master, c
     return TPD_OK;
 }
 
-static float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16; /* bf16 is the top half of an fp32: exact */
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
-/* Round to nearest, ties to even: add 0x7fff plus the lowest kept bit, then truncate.
- * NaNs are kept NaN (quiet bit set) rather than rounded into an infinity. */
-static uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 static double reduce_chunk(const void *x, size_t i0, size_t i1, tpd_kern_cpu_reduce_kind kind) {
     double s = 0.0;
@@ -79,7 +66,7 @@ static double reduce_chunk(const void *x, size_t i0, size_t i1, tpd_kern_cpu_red
     case TPD_KERN_CPU_REDUCE_SUMSQ_BF16: {
         const uint16_t *h = x;
         for (size_t i = i0; i < i1; i++) {
-            double d = bf16_to_f32(h[i]);
+            double d = tpd_bf16_to_f32(h[i]);
             s += d * d;
         }
         break;
@@ -141,7 +128,7 @@ tpd_status tpd_kern_cpu_cast(tpd_kern_ctx *ctx, void *dst, tpd_dtype dst_dt, con
         const float *s = src;
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (size_t i = 0; i < n; i++)
-            d[i] = f32_to_bf16(s[i]);
+            d[i] = tpd_bf16_from_f32(s[i]);
         return TPD_OK;
     }
     if (dst_dt == TPD_DTYPE_F32 && src_dt == TPD_DTYPE_BF16) {
@@ -149,7 +136,7 @@ tpd_status tpd_kern_cpu_cast(tpd_kern_ctx *ctx, void *dst, tpd_dtype dst_dt, con
         const uint16_t *s = src;
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (size_t i = 0; i < n; i++)
-            d[i] = bf16_to_f32(s[i]);
+            d[i] = tpd_bf16_to_f32(s[i]);
         return TPD_OK;
     }
     tpd_log_error("cast: %s -> %s is not supported", tpd_dtype_name(src_dt),

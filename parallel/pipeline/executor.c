@@ -1,13 +1,8 @@
 #include "parallel/pipeline/executor.h"
 
 #include <stdlib.h>
-#include <time.h>
 
-double tpd_pp_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "base/clock.h"
 
 /* Tags keep activations and gradients apart; FIFO order per (peer, tag) keeps
  * micro-batches in order. */
@@ -21,13 +16,13 @@ tpd_status tpd_pp_execute(const tpd_pp_schedule *s, tpd_comm *pp, const tpd_pp_e
     tpd_comm_req **act_send = calloc((size_t)M, sizeof *act_send);
     tpd_comm_req *grad_send = NULL;
     tpd_pp_exec_stats stats = {0};
-    double t_begin = tpd_pp_now();
+    double t_begin = tpd_clock_s();
     if (!act_send) return TPD_ERR_NOMEM;
 
     for (int i = 0; i < s->count; i++) {
         const tpd_pp_action *a = &s->actions[i];
         int j = a->micro_batch;
-        double t0 = tpd_pp_now();
+        double t0 = tpd_clock_s();
         int is_compute = 0;
         tpd_comm_req *req = NULL;
         switch (a->kind) {
@@ -42,7 +37,7 @@ tpd_status tpd_pp_execute(const tpd_pp_schedule *s, tpd_comm *pp, const tpd_pp_e
             act_send[j] = NULL;
             TPD_CHECK_GOTO(pp->ops->wait(pp, grad_send), st, out);
             grad_send = NULL;
-            t0 = tpd_pp_now();
+            t0 = tpd_clock_s();
             is_compute = 1;
             TPD_CHECK_GOTO(ops->backward(ops->user, j, a->chunk), st, out);
             break;
@@ -69,7 +64,7 @@ tpd_status tpd_pp_execute(const tpd_pp_schedule *s, tpd_comm *pp, const tpd_pp_e
             TPD_CHECK_GOTO(pp->ops->wait(pp, req), st, out);
             break;
         }
-        double t1 = tpd_pp_now();
+        double t1 = tpd_clock_s();
         if (is_compute)
             stats.compute_s += t1 - t0;
         else
@@ -82,7 +77,7 @@ out:
         if (act_send[j]) TPD_CHECK_KEEP(pp->ops->wait(pp, act_send[j]), st);
     if (grad_send) TPD_CHECK_KEEP(pp->ops->wait(pp, grad_send), st);
     free(act_send);
-    stats.total_s = tpd_pp_now() - t_begin;
+    stats.total_s = tpd_clock_s() - t_begin;
     if (stats_p) *stats_p = stats;
     return st;
 }

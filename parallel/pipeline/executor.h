@@ -25,8 +25,8 @@ typedef struct tpd_pp_exec_ops {
     void *(*act_in)(void *user, int micro_batch);   /* stage input to receive into */
     void *(*grad_out)(void *user, int micro_batch); /* d(stage input) to send */
     void *(*grad_in)(void *user, int micro_batch);  /* d(stage output) to receive into */
-    /* Optional: called after each action with its wall-clock interval (seconds since an
-     * arbitrary origin), for traces. */
+    /* Optional: called after each action with its wall-clock interval (tpd_clock_s(),
+     * base/clock.h), for traces. */
     void (*on_action)(void *user, const tpd_pp_action *a, double t0, double t1);
 } tpd_pp_exec_ops;
 
@@ -42,7 +42,6 @@ tpd_status tpd_pp_execute(const tpd_pp_schedule *s, tpd_comm *pp, const tpd_pp_e
                           size_t count, tpd_dtype dtype, void *stream,
                           tpd_pp_exec_stats *stats_p);
 
-double tpd_pp_now(void);
 
 #ifdef __cplusplus
 }

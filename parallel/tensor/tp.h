@@ -27,7 +27,6 @@ typedef struct tpd_tp_ctx {
  * backends with streams the time is that of enqueueing unless the comm synchronizes. */
 tpd_status tpd_tp_allreduce(const tpd_tp_ctx *t, void *buf, size_t count, tpd_dtype dt,
                             tpd_comm_op op);
-double tpd_tp_clock(void);
 
 /* out(N,OCl) = inp(N,C) @ w(OCl,C)^T + b(OCl). */
 tpd_status tpd_tp_column_fwd(const tpd_tp_ctx *t, void *out, const void *inp, const void *w,

@@ -1,19 +1,13 @@
 #include "parallel/tensor/tp.h"
 
-#include <time.h>
-
-double tpd_tp_clock(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "base/clock.h"
 
 tpd_status tpd_tp_allreduce(const tpd_tp_ctx *t, void *buf, size_t count, tpd_dtype dt,
                             tpd_comm_op op) {
     if (!t->tp || t->tp->size == 1) return TPD_OK;
-    double t0 = t->comm_s ? tpd_tp_clock() : 0;
+    double t0 = t->comm_s ? tpd_clock_s() : 0;
     tpd_status st = t->tp->ops->allreduce(t->tp, buf, buf, count, dt, op, t->kb->stream);
-    if (t->comm_s) *t->comm_s += tpd_tp_clock() - t0;
+    if (t->comm_s) *t->comm_s += tpd_clock_s() - t0;
     return st;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 extern "C" {
+#include "base/bf16.h"
 #include "kernels/kernels.h"
 }
 
@@ -30,22 +31,10 @@ constexpr float kRtolF32 = 1e-4f;
         if (!tpd_kern_cuda_available()) GTEST_SKIP() << "no CUDA device";                          \
     } while (0)
 
-uint16_t f2bf(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-float bf2f(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
 FVec round_bf16(const FVec &v) {
     FVec r(v.size());
     for (size_t i = 0; i < v.size(); i++)
-        r[i] = bf2f(f2bf(v[i]));
+        r[i] = tpd_bf16_to_f32(tpd_bf16_from_f32(v[i]));
     return r;
 }
 FVec randn(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -103,7 +92,7 @@ struct Be {
         if (t == TPD_DTYPE_BF16) {
             std::vector<uint16_t> h(n);
             for (size_t i = 0; i < n; i++)
-                h[i] = f2bf(v[i]);
+                h[i] = tpd_bf16_from_f32(v[i]);
             EXPECT_EQ(b.ops->copy_to_device(b.ctx, p, h.data(), n * 2), TPD_OK);
         } else {
             EXPECT_EQ(b.ops->copy_to_device(b.ctx, p, v.data(), n * 4), TPD_OK);
@@ -129,7 +118,7 @@ struct Be {
             std::vector<uint16_t> h(n);
             EXPECT_EQ(b.ops->copy_to_host(b.ctx, h.data(), p, n * 2), TPD_OK);
             for (size_t i = 0; i < n; i++)
-                r[i] = bf2f(h[i]);
+                r[i] = tpd_bf16_to_f32(h[i]);
         } else {
             EXPECT_EQ(b.ops->copy_to_host(b.ctx, r.data(), p, n * 4), TPD_OK);
         }

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
+#include "base/bf16.h"
 #include "kernels/kernels.h"
 #include "parallel/comm.h"
 #include "parallel/comm_nccl.h"
@@ -28,18 +29,6 @@ bool g_mpi_ready = false;
         if (!tpd_kern_cuda_available() || !g_mpi_ready) GTEST_SKIP() << "no CUDA device";          \
     } while (0)
 
-uint16_t f2bf(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-float bf2f(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
 
 struct Dev {
     void *p = nullptr;
@@ -83,7 +72,7 @@ void check_size_one(tpd_comm *c, cudaStream_t s) {
     // bf16 in place
     std::vector<uint16_t> hb(n), hb_out(n);
     for (size_t i = 0; i < n; i++)
-        hb[i] = f2bf(a[i]);
+        hb[i] = tpd_bf16_from_f32(a[i]);
     Dev b16(n * 2);
     b16.put(hb.data());
     ASSERT_EQ(c->ops->allreduce(c, b16.p, b16.p, n, TPD_DTYPE_BF16, TPD_COMM_OP_SUM, s), TPD_OK);

@@ -1,0 +1,27 @@
+/* bf16 <-> fp32 on the host. bf16 is the top half of an fp32, so widening is exact;
+ * narrowing rounds to nearest, ties to even (add 0x7fff plus the lowest kept bit, then
+ * truncate), and keeps a NaN a NaN (quiet bit set) instead of rounding it into an
+ * infinity. The one definition used by the cpu kernels, the host-side communicators and
+ * the tests. */
+#ifndef TPD_BASE_BF16_H
+#define TPD_BASE_BF16_H
+
+#include <stdint.h>
+#include <string.h>
+
+static inline float tpd_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t tpd_bf16_from_f32(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+#endif
