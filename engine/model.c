@@ -140,16 +140,15 @@ tpd_status tpd_model_zero_grads(tpd_model *m) {
 tpd_status tpd_model_set_batch(tpd_model *m, int slot, const int32_t *tokens) {
     const tpd_model_dims *d = &m->d;
     char *s = m->acts + (size_t)slot * m->plan.slot_bytes;
-    int32_t *stage = m->host_tokens; /* B*(T+1) entries; B*T used per pass */
-    size_t bytes = (size_t)d->B * d->T * 4;
+    size_t n = (size_t)d->B * d->T, bytes = n * 4;
     for (int pass = 0; pass < 2; pass++) { /* inputs [:, :T], then targets [:, 1:] */
+        int32_t *stage = m->host_tokens + (size_t)pass * n; /* its own half of the staging */
         for (int b = 0; b < d->B; b++)
             memcpy(stage + (size_t)b * d->T, tokens + (size_t)b * (d->T + 1) + pass,
                    (size_t)d->T * 4);
         TPD_CHECK(m->kb->ops->copy_to_device(
             m->kb->ctx, s + (pass ? m->plan.s_targets : m->plan.s_tokens), stage, bytes));
-        /* the copy must land before the staging buffer is refilled */
-        TPD_CHECK(m->kb->ops->synchronize(m->kb->ctx));
     }
-    return TPD_OK;
+    /* both copies must land before the staging buffer is refilled for the next batch */
+    return m->kb->ops->synchronize(m->kb->ctx);
 }

@@ -88,7 +88,7 @@ typedef struct tpd_model {
     float *opt_m, *opt_v; /* (shard_numel) fp32 */
     char *acts;          /* nslots * slot_bytes */
     char *ws;            /* ws_bytes */
-    int32_t *host_tokens; /* (B*(T+1)) host staging */
+    int32_t *host_tokens; /* (2, B*T) host staging: inputs, then targets */
     size_t bytes_allocated;
 } tpd_model;
 

@@ -95,8 +95,8 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     mem->optimizer = 2 * b.shard_numel * 4;
     mem->master = b.has_master ? b.shard_numel * 4 : 0;
     mem->activations = (uint64_t)b.nslots * b.slot_bytes;
-    /* workspace includes the host-side staging of one micro-batch of samples */
-    mem->workspace = b.ws_bytes + (size_t)d->B * (d->T + 1) * 4;
+    /* workspace includes the host-side staging of one micro-batch's inputs and targets */
+    mem->workspace = b.ws_bytes + 2 * (size_t)d->B * d->T * 4;
     mem->total = mem->params + mem->grads + mem->optimizer + mem->master + mem->activations +
                  mem->workspace;
     *plan_p = b;
