@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <unistd.h>
@@ -84,8 +87,27 @@ inline void remove_corpus(const std::string &prefix) {
     unlink((prefix + ".idx").c_str());
 }
 
+// Scratch files of one test process live in /tmp/tripod_test_<pid>/, removed when the
+// process exits (kept when TRIPOD_KEEP_TEST_FILES is set, to look at after a failure).
+struct TempRoot {
+    std::string dir;
+    pid_t owner = 0;
+    ~TempRoot() {
+        if (!dir.empty() && owner == getpid() && !getenv("TRIPOD_KEEP_TEST_FILES")) {
+            std::error_code ec;
+            std::filesystem::remove_all(dir, ec);
+        }
+    }
+};
+
 inline std::string temp_prefix(const char *name) {
-    return std::string("/tmp/tripod_test_") + name + "_" + std::to_string(getpid());
+    static TempRoot root;
+    if (root.dir.empty()) {
+        root.owner = getpid();
+        root.dir = "/tmp/tripod_test_" + std::to_string(root.owner);
+        std::filesystem::create_directories(root.dir);
+    }
+    return root.dir + "/" + name;
 }
 
 } // namespace tiny

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <cstring>
+#include <string>
+
+#include <unistd.h>
 
 extern "C" {
 #include "engine/config.h"
@@ -9,6 +12,12 @@ extern "C" {
 }
 
 namespace plan_test {
+
+// A file name private to this test process. CTest runs every discovered test as its own
+// process, in parallel, from the same directory: a fixed name would be shared between them.
+inline std::string scratch_path(const char *name) {
+    return std::string("/tmp/tripod_plan_") + std::to_string(getpid()) + "_" + name;
+}
 
 // A GPT config of the SC21/Korthikanti family: V = 51200, s = 2048, bf16.
 inline tpd_config gpt(int heads, int hidden, int layers, int gbs, int mbs) {

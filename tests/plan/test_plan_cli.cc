@@ -16,9 +16,15 @@ extern "C" {
 #include "engine/plan/plan.h"
 }
 
+#include "plan_test_util.h"
+
 namespace {
 
-const char *kConfig = "plan_cli_test.yaml";
+const std::string kConfigPath = plan_test::scratch_path("cli_test.yaml");
+const char *kConfig = kConfigPath.c_str();
+struct RemoveAtExit {
+    ~RemoveAtExit() { std::remove(kConfigPath.c_str()); }
+} g_remove_config;
 
 void write_config() {
     std::ofstream f(kConfig);
@@ -116,7 +122,8 @@ TEST(PlanCli, JsonHasEveryField) {
 
 TEST(PlanCli, OneLayoutTraceHasEveryStage) {
     write_config();
-    const char *trace = "plan_cli_test_trace.json";
+    const std::string trace_path = plan_test::scratch_path("cli_trace.json");
+    const char *trace = trace_path.c_str();
     std::string out;
     ASSERT_EQ(run({"plan", kConfig, "--cluster", "dgx-a100-80g", "--layout", "2,4,2", "--trace",
                    trace, "parallel.virtual_pipeline_model_parallel_size=2",

@@ -300,7 +300,8 @@ TEST(PlanCluster, ProfilesLoadWithPhysicalNumbers) {
 }
 
 TEST(PlanCluster, BadProfilesNameFileAndKey) {
-    const char *path = "plan_bad_cluster.yaml";
+    const std::string path_s = plan_test::scratch_path("bad_cluster.yaml");
+    const char *path = path_s.c_str();
     struct Case {
         const char *text;
     } cases[] = {
