@@ -531,6 +531,13 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
         return cfg_fail(ld, cfg_at(ld, k, "model.max_position_embeddings"), k,
                         "seq_length (%d) must be <= max_position_embeddings (%d)", m->seq_length,
                         m->max_position_embeddings);
+    if (p->sequence_parallel && m->seq_length % tp) {
+        k = "parallel.sequence_parallel";
+        return cfg_fail(ld, cfg_at(ld, k, "model.seq_length"), k,
+                        "seq_length (%d) must be a multiple of tensor_model_parallel_size (%d) "
+                        "(sequence parallel splits the sequence over the TP ranks)",
+                        m->seq_length, tp);
+    }
     k = "training.global_batch_size";
     if (c->training.global_batch_size % c->training.micro_batch_size)
         return cfg_fail(ld, cfg_at(ld, k, "training.micro_batch_size"), k,
@@ -671,10 +678,6 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t e
                               "training.recompute: %s is modelled by tripod plan only "
                               "(tripod train runs none or full)",
                               t->recompute);
-    if (p->sequence_parallel)
-        return cfg_fail_after(cfg, err, errlen,
-                              "parallel.sequence_parallel: true is modelled by tripod plan "
-                              "only (tripod train runs false)");
     if (p->virtual_pipeline_model_parallel_size > 1)
         return cfg_fail_after(cfg, err, errlen,
                               "parallel.virtual_pipeline_model_parallel_size: %d is modelled "

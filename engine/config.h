@@ -39,7 +39,7 @@ typedef struct tpd_config_parallel {
     int pipeline_layers[TPD_CONFIG_MAX_STAGES];
     int use_distributed_optimizer;      /* ZeRO-1 */
     int64_t ddp_bucket_size;            /* gradient elements per DP bucket */
-    int sequence_parallel;              /* planner knob; the engine rejects 1 */
+    int sequence_parallel;              /* Megatron SP: needs seq_length % TP == 0 */
     int virtual_pipeline_model_parallel_size; /* planner knob; engine needs 1 */
     char pipeline_schedule[32];         /* "1f1b" | "interleaved" */
 } tpd_config_parallel;
@@ -132,8 +132,8 @@ tpd_status tpd_config_load(const char *path, int n_overrides, const char *const 
 tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size, char *err,
                                   size_t errlen);
 
-/* Rejects what `tripod train` cannot run although the planner models it (recompute,
- * sequence_parallel, virtual stages, bf16 on cpu, ...), naming the key. */
+/* Rejects what `tripod train` cannot run although the planner models it (selective
+ * recompute, virtual stages, bf16 on cpu, ...), naming the key. */
 tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t errlen);
 
 /* Derived quantities. */

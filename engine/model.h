@@ -26,16 +26,17 @@
 extern "C" {
 #endif
 
-/* Byte offsets inside one layer's block of a slot. */
+/* Byte offsets inside one layer's block of a slot. Nl = N, or N/tp under sequence
+ * parallel (dims.Nl): the rows this rank keeps of the LayerNorm and residual regions. */
 typedef struct tpd_act_layer {
-    size_t ln1, ln1_mean, ln1_rstd; /* (N,C) act, (N) f32, (N) f32 */
+    size_t ln1, ln1_mean, ln1_rstd; /* (Nl,C) act, (Nl) f32, (Nl) f32 */
     size_t qkv;                     /* (N,3*C/tp) */
     size_t atty;                    /* (N,C/tp) */
     size_t att;                     /* backend's saved attention state */
-    size_t x1;                      /* (N,C) residual after attention */
-    size_t ln2, ln2_mean, ln2_rstd; /* (N,C), (N), (N) */
+    size_t x1;                      /* (Nl,C) residual after attention */
+    size_t ln2, ln2_mean, ln2_rstd; /* (Nl,C), (Nl), (Nl) */
     size_t fch, fch_gelu;           /* (N,F/tp) before and after GELU */
-    size_t out;                     /* (N,C) layer output */
+    size_t out;                     /* (Nl,C) layer output */
     size_t bytes;                   /* block size */
 } tpd_act_layer;
 
@@ -51,24 +52,29 @@ typedef struct tpd_buffer_plan {
     int recompute;       /* training.recompute: full. A slot keeps only each layer's output
                             (the next layer's input); the backward recomputes the layer
                             forward into the one shared layer block w_layer. */
-    size_t s_outs;       /* recompute: Ls x (N,C) layer outputs */
+    size_t s_outs;       /* recompute: Ls x (Nl,C) layer outputs */
     /* slot: */
     size_t s_tokens, s_targets; /* (N) int32 each */
-    size_t s_x0;                /* (N,C) stage input */
+    size_t s_x0;                /* (Nl,C) stage input */
     size_t s_layers;            /* first layer block */
     tpd_act_layer layer;
-    size_t s_lnf, s_lnf_mean, s_lnf_rstd; /* last stage */
+    size_t s_lnf, s_lnf_mean, s_lnf_rstd; /* last stage: (Nl,C), (Nl), (Nl) */
     size_t s_logits;                      /* (N, Vp/tp) logits, then dlogits in place */
     size_t s_xstats;                      /* (3N) f32: max, sumexp, target logit */
     size_t s_loss;                        /* (N) f32 */
     size_t slot_bytes;
     /* workspace (one, shared by all slots): */
-    size_t w_dres, w_dtmp, w_dln; /* (N,C) each */
+    size_t w_dres, w_dtmp;        /* (Nl,C) each: the residual stream's gradient */
+    size_t w_dln;                 /* (N,C) gradient of a LayerNorm output (under SP, the
+                                     partial sum before the reduce-scatter) */
     size_t w_dqkv;                /* (N,3C/tp) */
     size_t w_datty;               /* (N,C/tp) */
     size_t w_dfch;                /* (N,F/tp) */
-    size_t w_dsend;               /* (N,C) gradient sent to the previous stage */
+    size_t w_dsend;               /* (Nl,C) gradient sent to the previous stage */
     size_t w_layer;               /* recompute: one layer block of activations */
+    size_t w_gath;                /* SP: (N,C) all-gathered rows, or a row-parallel
+                                     layer's partial output before its reduce-scatter */
+    size_t w_dlnl;                /* SP: (Nl,C) this rank's rows of w_dln, reduced */
     size_t ws_bytes;
     tpd_mem_breakdown mem;
 } tpd_buffer_plan;
@@ -121,10 +127,15 @@ tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss);
 /* Sum of the slot's per-token losses (last stage). */
 tpd_status tpd_model_loss_sum(tpd_model *m, int slot, double *sum_p);
 
-void *tpd_model_stage_input(const tpd_model *m, int slot);  /* (N,C) */
-void *tpd_model_stage_output(const tpd_model *m, int slot); /* (N,C) */
-void *tpd_model_grad_in(const tpd_model *m);                /* (N,C) */
-void *tpd_model_grad_out(const tpd_model *m);               /* (N,C) */
+/* The buffers the pipeline moves between stages, (Nl,C) each: under sequence parallel
+ * every TP rank sends and receives only its rows. */
+void *tpd_model_stage_input(const tpd_model *m, int slot);
+void *tpd_model_stage_output(const tpd_model *m, int slot);
+void *tpd_model_grad_in(const tpd_model *m);
+void *tpd_model_grad_out(const tpd_model *m);
+/* Sequence parallel: LayerNorm gradients are partial sums over this rank's rows;
+ * all-reduces them over TP so that every rank holds the full gradient (no-op without SP). */
+tpd_status tpd_model_sp_reduce_grads(tpd_model *m);
 
 #ifdef __cplusplus
 }

@@ -63,6 +63,16 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     d.first = stage == 0;
     d.last = stage == pp_size - 1;
     d.Ls = tpd_config_stage_layers(cfg, stage, &d.l0);
+    d.sp = cfg->parallel.sequence_parallel && tp_size > 1;
+    d.Nl = d.B * d.T;
+    if (d.sp) {
+        if (d.T % tp_size) {
+            tpd_log_error("model: seq_length %d does not split over TP %d (sequence parallel)",
+                          d.T, tp_size);
+            return TPD_ERR_INVALID;
+        }
+        d.Nl /= tp_size;
+    }
     *dims_p = d;
     return TPD_OK;
 }

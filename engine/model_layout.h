@@ -73,6 +73,9 @@ typedef struct tpd_model_dims {
     int Ls, l0;      /* layers on this stage, first global layer */
     int NHl, Cl, Fl; /* local heads, C/tp, F/tp */
     int Vl, v0, Vvalid; /* local vocab rows, first global vocab row, rows < V */
+    int sp;             /* sequence parallel: LayerNorm, residual and p2p regions hold
+                           only this TP rank's share of the B*T rows */
+    int Nl;             /* rows of those regions: B*T/tp under SP, B*T otherwise */
 } tpd_model_dims;
 
 tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,

@@ -38,40 +38,41 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     b.nslots = pp - stage < M ? pp - stage : M;
     b.att_saved = att_saved_bytes(cfg, d, b.act_size);
 
-    size_t N = (size_t)d->B * d->T, C = (size_t)d->C, a = b.act_size;
+    /* NL: rows of the LayerNorm/residual regions, N/tp under sequence parallel */
+    size_t N = (size_t)d->B * d->T, NL = (size_t)d->Nl, C = (size_t)d->C, a = b.act_size;
     size_t cur = 0;
     b.s_tokens = take(&cur, N * 4);
     b.s_targets = take(&cur, N * 4);
-    b.s_x0 = take(&cur, N * C * a);
+    b.s_x0 = take(&cur, NL * C * a);
     b.s_layers = cur;
     size_t lc = 0;
     tpd_act_layer *l = &b.layer;
-    l->ln1 = take(&lc, N * C * a);
-    l->ln1_mean = take(&lc, N * 4);
-    l->ln1_rstd = take(&lc, N * 4);
+    l->ln1 = take(&lc, NL * C * a);
+    l->ln1_mean = take(&lc, NL * 4);
+    l->ln1_rstd = take(&lc, NL * 4);
     l->qkv = take(&lc, N * 3 * (size_t)d->Cl * a);
     l->atty = take(&lc, N * (size_t)d->Cl * a);
     l->att = take(&lc, b.att_saved);
-    l->x1 = take(&lc, N * C * a);
-    l->ln2 = take(&lc, N * C * a);
-    l->ln2_mean = take(&lc, N * 4);
-    l->ln2_rstd = take(&lc, N * 4);
+    l->x1 = take(&lc, NL * C * a);
+    l->ln2 = take(&lc, NL * C * a);
+    l->ln2_mean = take(&lc, NL * 4);
+    l->ln2_rstd = take(&lc, NL * 4);
     l->fch = take(&lc, N * (size_t)d->Fl * a);
     l->fch_gelu = take(&lc, N * (size_t)d->Fl * a);
-    l->out = take(&lc, N * C * a);
+    l->out = take(&lc, NL * C * a);
     l->bytes = lc;
     b.recompute = strcmp(cfg->training.recompute, "full") == 0;
     if (b.recompute) {
         /* only the layer outputs stay per slot; the blocks live in the workspace */
         b.s_outs = cur;
-        for (int i = 0; i < d->Ls; i++) take(&cur, N * C * a);
+        for (int i = 0; i < d->Ls; i++) take(&cur, NL * C * a);
     } else {
         cur += lc * (size_t)d->Ls;
     }
     if (d->last) {
-        b.s_lnf = take(&cur, N * C * a);
-        b.s_lnf_mean = take(&cur, N * 4);
-        b.s_lnf_rstd = take(&cur, N * 4);
+        b.s_lnf = take(&cur, NL * C * a);
+        b.s_lnf_mean = take(&cur, NL * 4);
+        b.s_lnf_rstd = take(&cur, NL * 4);
         b.s_logits = take(&cur, N * (size_t)d->Vl * a);
         b.s_xstats = take(&cur, 3 * N * 4);
         b.s_loss = take(&cur, N * 4);
@@ -79,14 +80,18 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     b.slot_bytes = cur;
 
     size_t w = 0;
-    b.w_dres = take(&w, N * C * a);
-    b.w_dtmp = take(&w, N * C * a);
+    b.w_dres = take(&w, NL * C * a);
+    b.w_dtmp = take(&w, NL * C * a);
     b.w_dln = take(&w, N * C * a);
     b.w_dqkv = take(&w, N * 3 * (size_t)d->Cl * a);
     b.w_datty = take(&w, N * (size_t)d->Cl * a);
     b.w_dfch = take(&w, N * (size_t)d->Fl * a);
-    b.w_dsend = d->first ? 0 : take(&w, N * C * a);
+    b.w_dsend = d->first ? 0 : take(&w, NL * C * a);
     b.w_layer = b.recompute ? take(&w, lc) : 0;
+    if (d->sp) {
+        b.w_gath = take(&w, N * C * a);
+        b.w_dlnl = take(&w, NL * C * a);
+    }
     b.ws_bytes = w;
 
     tpd_mem_breakdown *mem = &b.mem;

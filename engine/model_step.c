@@ -1,6 +1,9 @@
 /* Forward and backward of one micro-batch on one stage. Each backward block quotes the
  * forward line it differentiates. Shapes: N = B*T rows, C hidden, Cl = C/tp, Fl = F/tp,
- * Vl = Vp/tp. */
+ * Vl = Vp/tp; Nl = N, or N/tp under sequence parallel: the rows of the LayerNorm and
+ * residual regions that this rank keeps. Under SP, "gather" is the all-gather of those
+ * rows into the (N,C) block w_gath, and the row-parallel all-reduce becomes a
+ * reduce-scatter (parallel/tensor/tp.h). */
 #include "engine/model.h"
 
 typedef struct views {
@@ -58,34 +61,75 @@ static void layer_acts(const tpd_model *m, int slot, int l, acts *a) {
     a->fch_gelu = b + o->fch_gelu;
     a->out = b + o->out;
     if (m->plan.recompute) {
-        size_t nc = (size_t)m->d.B * m->d.T * m->d.C * m->plan.act_size;
+        size_t nc = (size_t)m->d.Nl * m->d.C * m->plan.act_size;
         size_t stride = (nc + 255) / 256 * 256; /* the buffer plan's alignment */
         a->out = slot_base(m, slot) + m->plan.s_outs + (size_t)l * stride;
     }
 }
 
-/* One transformer layer forward: inp (N,C) -> a->out (N,C), keeping in `a` what the
+/* Under SP: full(N,C) = all-gather of local(Nl,C); else full is local. */
+static tpd_status sp_full(tpd_model *m, const void **full, const void *local) {
+    if (!m->d.sp) {
+        *full = local;
+        return TPD_OK;
+    }
+    void *g = m->ws + m->plan.w_gath;
+    TPD_CHECK(tpd_tp_sp_gather(&m->tp, g, local, m->d.B * m->d.T, m->d.C));
+    *full = g;
+    return TPD_OK;
+}
+
+/* Row-parallel linear into the residual region: out(Nl,C) = sum over TP of
+ * inp(N,Kl) @ w^T, all-reduced, or reduce-scattered to this rank's rows under SP; + b. */
+static tpd_status row_fwd(tpd_model *m, void *out, const void *inp, const void *w,
+                          const void *b, int Kl) {
+    int N = m->d.B * m->d.T;
+    if (m->d.sp)
+        return tpd_tp_row_fwd_sp(&m->tp, out, m->ws + m->plan.w_gath, inp, w, b, N, Kl, m->d.C);
+    return tpd_tp_row_fwd(&m->tp, out, inp, w, b, N, Kl, m->d.C);
+}
+
+/* Column-parallel backward whose input came from the residual region: dinp_p is set to
+ * the (Nl,C) gradient of the LayerNorm output `ln` (local rows), re-gathered under SP. */
+static tpd_status column_bwd(tpd_model *m, void **dinp_p, void *dw, void *db, const void *dout,
+                             const void *ln, const void *w, int OCl) {
+    int N = m->d.B * m->d.T, C = m->d.C;
+    void *dln = m->ws + m->plan.w_dln;
+    if (!m->d.sp) {
+        *dinp_p = dln;
+        return tpd_tp_column_bwd(&m->tp, dln, dw, db, dout, ln, w, N, C, OCl);
+    }
+    const void *full;
+    TPD_CHECK(sp_full(m, &full, ln));
+    *dinp_p = m->ws + m->plan.w_dlnl;
+    return tpd_tp_column_bwd_sp(&m->tp, *dinp_p, dln, dw, db, dout, full, w, N, C, OCl);
+}
+
+/* One transformer layer forward: inp (Nl,C) -> a->out (Nl,C), keeping in `a` what the
  * backward needs. */
 static tpd_status layer_fwd(tpd_model *m, const views *w, const acts *a, const void *inp) {
     const tpd_model_dims *d = &m->d;
     const tpd_kern_ops *k = m->kb->ops;
     tpd_kern_ctx *ctx = m->kb->ctx;
     const tpd_tp_ctx *tp = &m->tp;
-    int N = d->B * d->T, C = d->C;
-    /* ln1 = LN(inp); qkv = ln1 @ qkvw^T + qkvb (column-parallel, whole heads) */
-    TPD_CHECK(k->layernorm_fwd(ctx, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w->ln1w, w->ln1b, N, C));
-    TPD_CHECK(tpd_tp_column_fwd(tp, a->qkv, a->ln1, w->qkvw, w->qkvb, N, C, 3 * d->Cl));
+    int N = d->B * d->T, Nl = d->Nl, C = d->C;
+    const void *full;
+    /* ln1 = LN(inp); qkv = gather(ln1) @ qkvw^T + qkvb (column-parallel, whole heads) */
+    TPD_CHECK(k->layernorm_fwd(ctx, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w->ln1w, w->ln1b, Nl, C));
+    TPD_CHECK(sp_full(m, &full, a->ln1));
+    TPD_CHECK(tpd_tp_column_fwd(tp, a->qkv, full, w->qkvw, w->qkvb, N, C, 3 * d->Cl));
     /* atty = causal_attention(qkv) on the local heads */
     TPD_CHECK(k->attention_fwd(ctx, a->atty, a->att, a->qkv, d->B, d->T, d->NHl, d->HS));
-    /* x1 = inp + allreduce(atty @ attprojw^T) + attprojb (row-parallel) */
-    TPD_CHECK(tpd_tp_row_fwd(tp, a->x1, a->atty, w->attprojw, w->attprojb, N, d->Cl, C));
-    TPD_CHECK(k->add(ctx, a->x1, a->x1, inp, (size_t)N * C));
-    /* ln2 = LN(x1); fch_gelu = gelu(ln2 @ fcw^T + fcb) (column-parallel) */
-    TPD_CHECK(k->layernorm_fwd(ctx, a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, w->ln2w, w->ln2b, N, C));
-    TPD_CHECK(tpd_tp_column_gelu_fwd(tp, a->fch_gelu, a->fch, a->ln2, w->fcw, w->fcb, N, C, d->Fl));
-    /* out = x1 + allreduce(fch_gelu @ fcprojw^T) + fcprojb (row-parallel) */
-    TPD_CHECK(tpd_tp_row_fwd(tp, a->out, a->fch_gelu, w->fcprojw, w->fcprojb, N, d->Fl, C));
-    return k->add(ctx, a->out, a->out, a->x1, (size_t)N * C);
+    /* x1 = inp + reduce(atty @ attprojw^T) + attprojb (row-parallel) */
+    TPD_CHECK(row_fwd(m, a->x1, a->atty, w->attprojw, w->attprojb, d->Cl));
+    TPD_CHECK(k->add(ctx, a->x1, a->x1, inp, (size_t)Nl * C));
+    /* ln2 = LN(x1); fch_gelu = gelu(gather(ln2) @ fcw^T + fcb) (column-parallel) */
+    TPD_CHECK(k->layernorm_fwd(ctx, a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, w->ln2w, w->ln2b, Nl, C));
+    TPD_CHECK(sp_full(m, &full, a->ln2));
+    TPD_CHECK(tpd_tp_column_gelu_fwd(tp, a->fch_gelu, a->fch, full, w->fcw, w->fcb, N, C, d->Fl));
+    /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb (row-parallel) */
+    TPD_CHECK(row_fwd(m, a->out, a->fch_gelu, w->fcprojw, w->fcprojb, d->Fl));
+    return k->add(ctx, a->out, a->out, a->x1, (size_t)Nl * C);
 }
 
 void *tpd_model_stage_input(const tpd_model *m, int slot) {
@@ -118,10 +162,16 @@ tpd_status tpd_model_forward(tpd_model *m, int slot) {
     size_t es = m->plan.param_size;
 
     if (d->first) {
-        /* x0 = wte[tokens] + wpe[t] (vocab-parallel lookup, summed over TP) */
-        TPD_CHECK(tpd_tp_vocab_embed_fwd(tp, x0, tokens, tpd_model_param(m, TPD_P_WTE), N, C,
+        /* x0 = wte[tokens] + wpe[t] (vocab-parallel lookup, summed over TP); under SP
+         * built whole in w_gath, and this rank keeps its rows */
+        void *emb = d->sp ? m->ws + m->plan.w_gath : x0;
+        TPD_CHECK(tpd_tp_vocab_embed_fwd(tp, emb, tokens, tpd_model_param(m, TPD_P_WTE), N, C,
                                          d->v0, d->Vl));
-        TPD_CHECK(k->pos_fwd(ctx, x0, tpd_model_param(m, TPD_P_WPE), d->B, d->T, C));
+        TPD_CHECK(k->pos_fwd(ctx, emb, tpd_model_param(m, TPD_P_WPE), d->B, d->T, C));
+        if (d->sp) {
+            size_t rows = (size_t)d->Nl * C * m->plan.act_size;
+            TPD_CHECK(k->copy(ctx, x0, (char *)emb + (size_t)d->tp_rank * rows, rows));
+        }
     }
     const void *inp = x0;
     for (int l = 0; l < d->Ls; l++) {
@@ -136,10 +186,13 @@ tpd_status tpd_model_forward(tpd_model *m, int slot) {
         void *lnf = s + m->plan.s_lnf, *logits = s + m->plan.s_logits;
         float *mean = (float *)(s + m->plan.s_lnf_mean), *rstd = (float *)(s + m->plan.s_lnf_rstd);
         const int32_t *targets = (const int32_t *)(s + m->plan.s_targets);
-        /* lnf = LN_f(inp); logits = lnf @ wte^T (tied head, vocab-parallel columns) */
+        /* lnf = LN_f(inp); logits = gather(lnf) @ wte^T (tied head, vocab-parallel
+         * columns) */
         TPD_CHECK(k->layernorm_fwd(ctx, lnf, mean, rstd, inp, tpd_model_param(m, TPD_P_LNFW),
-                                   tpd_model_param(m, TPD_P_LNFB), N, C));
-        TPD_CHECK(tpd_tp_column_fwd(tp, logits, lnf, tpd_model_param(m, TPD_P_WTE), NULL, N, C,
+                                   tpd_model_param(m, TPD_P_LNFB), d->Nl, C));
+        const void *full;
+        TPD_CHECK(sp_full(m, &full, lnf));
+        TPD_CHECK(tpd_tp_column_fwd(tp, logits, full, tpd_model_param(m, TPD_P_WTE), NULL, N, C,
                                     d->Vl));
         /* loss = -log softmax(logits)[target], padded columns excluded */
         TPD_CHECK(tpd_tp_vocab_xent_fwd(tp, (float *)(s + m->plan.s_loss),
@@ -164,10 +217,10 @@ tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss) {
     tpd_kern_ctx *ctx = m->kb->ctx;
     const tpd_tp_ctx *tp = &m->tp;
     char *s = slot_base(m, slot);
-    int N = d->B * d->T, C = d->C;
-    size_t NC = (size_t)N * C, es = m->plan.param_size, gs = m->plan.grad_size;
+    int N = d->B * d->T, Nl = d->Nl, C = d->C;
+    size_t NC = (size_t)Nl * C, es = m->plan.param_size, gs = m->plan.grad_size;
     void *dres = m->ws + m->plan.w_dres, *dtmp = m->ws + m->plan.w_dtmp;
-    void *dln = m->ws + m->plan.w_dln, *dqkv = m->ws + m->plan.w_dqkv;
+    void *dln, *dqkv = m->ws + m->plan.w_dqkv;
     void *datty = m->ws + m->plan.w_datty, *dfch = m->ws + m->plan.w_dfch;
     void *x0 = s + m->plan.s_x0;
 
@@ -181,13 +234,14 @@ tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss) {
         /* loss = xent(logits): dlogits = (softmax - onehot) * dloss, in place */
         TPD_CHECK(tpd_tp_vocab_xent_bwd(tp, logits, (const float *)(s + m->plan.s_xstats),
                                         targets, dloss, N, d->Vl, d->Vvalid, d->v0));
-        /* logits = lnf @ wte^T: dlnf = allreduce(dlogits @ wte); dwte += dlogits^T lnf */
-        TPD_CHECK(tpd_tp_column_bwd(tp, dln, tpd_model_grad(m, TPD_P_WTE), NULL, logits, lnf,
-                                    tpd_model_param(m, TPD_P_WTE), N, C, d->Vl));
+        /* logits = gather(lnf) @ wte^T: dlnf = reduce(dlogits @ wte);
+         * dwte += dlogits^T gather(lnf) */
+        TPD_CHECK(column_bwd(m, &dln, tpd_model_grad(m, TPD_P_WTE), NULL, logits, lnf,
+                             tpd_model_param(m, TPD_P_WTE), d->Vl));
         /* lnf = LN_f(out_last) */
         TPD_CHECK(k->layernorm_bwd(ctx, dres, tpd_model_grad(m, TPD_P_LNFW),
                                    tpd_model_grad(m, TPD_P_LNFB), dln, last.out,
-                                   tpd_model_param(m, TPD_P_LNFW), mean, rstd, N, C));
+                                   tpd_model_param(m, TPD_P_LNFW), mean, rstd, Nl, C));
     }
     /* dres now holds d(stage output) (received, or from the head above) */
     for (int l = d->Ls - 1; l >= 0; l--) {
@@ -208,39 +262,58 @@ tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss) {
             a.out = m->ws + m->plan.w_layer + m->plan.layer.out;
             TPD_CHECK(layer_fwd(m, &w, &a, inp));
         }
-        /* out = x1 + allreduce(fch_gelu @ fcprojw^T) + fcprojb */
-        TPD_CHECK(tpd_tp_row_bwd(tp, dfch, g.fcprojw, g.fcprojb, dres, a.fch_gelu, w.fcprojw, N,
+        /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb: the row-parallel backward
+         * takes d(out) of every row, gathered under SP (so dfcprojb is whole) */
+        const void *dfull;
+        TPD_CHECK(sp_full(m, &dfull, dres));
+        TPD_CHECK(tpd_tp_row_bwd(tp, dfch, g.fcprojw, g.fcprojb, dfull, a.fch_gelu, w.fcprojw, N,
                                  d->Fl, C));
         /* fch_gelu = gelu(fch) */
         TPD_CHECK(k->gelu_bwd(ctx, dfch, a.fch, dfch, (size_t)N * d->Fl));
-        /* fch = ln2 @ fcw^T + fcb: dln2 = allreduce(dfch @ fcw) */
-        TPD_CHECK(tpd_tp_column_bwd(tp, dln, g.fcw, g.fcb, dfch, a.ln2, w.fcw, N, C, d->Fl));
+        /* fch = gather(ln2) @ fcw^T + fcb: dln2 = reduce(dfch @ fcw) */
+        TPD_CHECK(column_bwd(m, &dln, g.fcw, g.fcb, dfch, a.ln2, w.fcw, d->Fl));
         /* ln2 = LN(x1); and x1 feeds out through the residual: dx1 = dres + dLN */
         TPD_CHECK(k->layernorm_bwd(ctx, dtmp, g.ln2w, g.ln2b, dln, a.x1, w.ln2w, a.ln2_mean,
-                                   a.ln2_rstd, N, C));
+                                   a.ln2_rstd, Nl, C));
         TPD_CHECK(k->add(ctx, dres, dres, dtmp, NC));
-        /* x1 = inp + allreduce(atty @ attprojw^T) + attprojb */
-        TPD_CHECK(tpd_tp_row_bwd(tp, datty, g.attprojw, g.attprojb, dres, a.atty, w.attprojw, N,
+        /* x1 = inp + reduce(atty @ attprojw^T) + attprojb */
+        TPD_CHECK(sp_full(m, &dfull, dres));
+        TPD_CHECK(tpd_tp_row_bwd(tp, datty, g.attprojw, g.attprojb, dfull, a.atty, w.attprojw, N,
                                  d->Cl, C));
         /* atty = attention(qkv) */
         TPD_CHECK(k->attention_bwd(ctx, dqkv, datty, a.qkv, a.atty, a.att, d->B, d->T, d->NHl,
                                    d->HS));
-        /* qkv = ln1 @ qkvw^T + qkvb: dln1 = allreduce(dqkv @ qkvw) */
-        TPD_CHECK(tpd_tp_column_bwd(tp, dln, g.qkvw, g.qkvb, dqkv, a.ln1, w.qkvw, N, C,
-                                    3 * d->Cl));
+        /* qkv = gather(ln1) @ qkvw^T + qkvb: dln1 = reduce(dqkv @ qkvw) */
+        TPD_CHECK(column_bwd(m, &dln, g.qkvw, g.qkvb, dqkv, a.ln1, w.qkvw, 3 * d->Cl));
         /* ln1 = LN(inp); inp also feeds x1 through the residual: dinp = dx1 + dLN */
         TPD_CHECK(k->layernorm_bwd(ctx, dtmp, g.ln1w, g.ln1b, dln, inp, w.ln1w, a.ln1_mean,
-                                   a.ln1_rstd, N, C));
+                                   a.ln1_rstd, Nl, C));
         /* the stage input's gradient goes to the send buffer on non-first stages */
         void *dst = (l == 0 && !d->first) ? m->ws + m->plan.w_dsend : dres;
         TPD_CHECK(k->add(ctx, dst, dres, dtmp, NC));
     }
     if (d->first) {
         const int32_t *tokens = (const int32_t *)(s + m->plan.s_tokens);
-        /* x0 = wte[tokens] + wpe[t] */
-        TPD_CHECK(tpd_tp_vocab_embed_bwd(tp, tpd_model_grad(m, TPD_P_WTE), dres, tokens, N, C,
+        /* x0 = my rows of (wte[tokens] + wpe[t]): the lookups take d(x0) of every row */
+        const void *dfull;
+        TPD_CHECK(sp_full(m, &dfull, dres));
+        TPD_CHECK(tpd_tp_vocab_embed_bwd(tp, tpd_model_grad(m, TPD_P_WTE), dfull, tokens, N, C,
                                          d->v0, d->Vl));
-        TPD_CHECK(k->pos_bwd(ctx, tpd_model_grad(m, TPD_P_WPE), dres, d->B, d->T, C));
+        TPD_CHECK(k->pos_bwd(ctx, tpd_model_grad(m, TPD_P_WPE), dfull, d->B, d->T, C));
+    }
+    return TPD_OK;
+}
+
+tpd_status tpd_model_sp_reduce_grads(tpd_model *m) {
+    if (!m->d.sp) return TPD_OK;
+    /* the LayerNorm weights and biases saw only this rank's rows */
+    static const tpd_param ln[] = {TPD_P_LN1W, TPD_P_LN1B, TPD_P_LN2W,
+                                   TPD_P_LN2B, TPD_P_LNFW, TPD_P_LNFB};
+    for (size_t i = 0; i < sizeof ln / sizeof ln[0]; i++) {
+        const tpd_param_slice *p = &m->plan.lay.p[ln[i]];
+        if (!p->present || !p->numel) continue;
+        TPD_CHECK(tpd_tp_allreduce(&m->tp, tpd_model_grad(m, ln[i]), p->numel,
+                                   m->kb->grad_dtype, TPD_COMM_OP_SUM));
     }
     return TPD_OK;
 }

@@ -5,6 +5,7 @@
 tpd_status tpd_optim_reduce_grads(tpd_model *m, const tpd_dp_plan *dpp,
                                   const tpd_mesh_comms *comms) {
     const tpd_param_slice *wte = &m->plan.lay.p[TPD_P_WTE];
+    TPD_CHECK(tpd_model_sp_reduce_grads(m));
     /* The head on the last stage and the embedding on the first share wte: their gradients
      * are summed so both copies take the same update and stay identical. */
     if (comms->emb && comms->emb->size > 1 && wte->present)

@@ -274,7 +274,7 @@ static tpd_pp_exec_ops exec_ops(tpd_trainer *tr) {
 }
 
 static size_t p2p_count(const tpd_trainer *tr) {
-    return (size_t)tr->model->d.B * tr->model->d.T * tr->model->d.C;
+    return (size_t)tr->model->d.Nl * tr->model->d.C; /* this TP rank's rows under SP */
 }
 
 /* Mean loss over DP of the per-micro-batch means accumulated on the last stage, made

@@ -84,9 +84,14 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
         snprintf(why, whylen, "sequence parallel needs TP > 1");
         return 0;
     }
+    if (l->sequence_parallel && cfg->model.seq_length % l->tp) {
+        snprintf(why, whylen, "seq_length %d not divisible by TP %d (sequence parallel)",
+                 cfg->model.seq_length, l->tp);
+        return 0;
+    }
     if (cl && cl->backend == TPD_PLAN_BACKEND_CPU &&
-        (l->recompute == TPD_PLAN_RECOMPUTE_SELECTIVE || l->sequence_parallel || v > 1)) {
-        snprintf(why, whylen, "the cpu backend runs recompute none or full, SP off, v=1 only");
+        (l->recompute == TPD_PLAN_RECOMPUTE_SELECTIVE || v > 1)) {
+        snprintf(why, whylen, "the cpu backend runs recompute none or full, v=1 only");
         return 0;
     }
     if (why && whylen) why[0] = '\0';

@@ -205,6 +205,7 @@ static tpd_status cpu_stage_mem(const tpd_config *cfg, const tpd_plan_layout *la
     c.parallel.pipeline_model_parallel_size = lay->pp;
     c.parallel.data_parallel_size = lay->dp;
     c.parallel.use_distributed_optimizer = lay->distributed_optimizer;
+    c.parallel.sequence_parallel = lay->sequence_parallel;
     snprintf(c.training.recompute, sizeof c.training.recompute, "%s",
              tpd_plan_recompute_name(lay->recompute));
     /* the engine's allocation for the same split the planner times */

@@ -134,8 +134,16 @@ void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double F = md->ffn_hidden_size > 0 ? md->ffn_hidden_size : 4.0 * C;
     double NHl = (double)md->num_attention_heads / t, HS = C / md->num_attention_heads;
     double N = B * T, Cl = C / t, Fl = F / t, Vl = tpd_plan_padded_vocab(cfg, t) / (double)t;
-    double NC = N * C, act = 4.0 * NC; /* bytes of one (N,C) fp32 activation */
+    double act = 4.0 * N * C; /* bytes of one (N,C) fp32 activation */
     double ar = allreduce(c, act, t, 1);
+    /* Sequence parallel: LayerNorms, residual adds and the stage input hold N/t rows;
+     * each all-reduce becomes a reduce-scatter, each column-parallel input an all-gather
+     * (half a ring each), and the backward gathers d(out) for the row-parallel layers and
+     * the LayerNorm outputs again. Per layer, forward 4 and backward 6 half rings. */
+    int sp = lay->sequence_parallel && t > 1;
+    double hr = half_ring(c, act, t, 1);
+    double NC = N * C / (sp ? t : 1); /* elements of the row-split (N,C) regions */
+    double layer_comm_f = sp ? 4 * hr : 2 * ar, layer_comm_b = sp ? 6 * hr : 2 * ar;
     double f = 0, b = 0, comm = 0;
 
     /* One layer forward (model_step.c): LN, QKV (bias seeded), attention, projection +
@@ -150,11 +158,11 @@ void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
     /* Backward: the four linear backwards (each with its bias column sums), GELU, two LN
      * backwards and two residual adds; all-reduces of the column-parallel input
      * gradients. */
-    double lb = gemm_bwd(&m, N, Fl, C) + ew(&m, c->ew_add, 4, NC) +
+    double lb = gemm_bwd(&m, N, Fl, C) + ew(&m, c->ew_add, 4, N * C) +
                 ew(&m, c->ew_gelu_bwd, 12, N * Fl) + gemm_bwd(&m, N, C, Fl) +
                 ew(&m, c->ew_add, 4, N * Fl) + 2 * ew(&m, c->ew_layernorm_bwd, 16, NC) +
                 2 * ew(&m, c->ew_add, 12, NC) + gemm_bwd(&m, N, Cl, C) +
-                ew(&m, c->ew_add, 4, NC) + c->attn_bwd_ratio * attention_fwd(&m, B, T, NHl, HS) +
+                ew(&m, c->ew_add, 4, N * C) + c->attn_bwd_ratio * attention_fwd(&m, B, T, NHl, HS) +
                 gemm_bwd(&m, N, C, 3 * Cl) + ew(&m, c->ew_add, 4, N * 3 * Cl);
     double layers = tpd_plan_stage_layers(cfg, lay->pp, stage);
     /* full recompute: each layer's forward runs again, with its two all-reduces, right
@@ -162,28 +170,30 @@ void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
     int rc = lay->recompute == TPD_PLAN_RECOMPUTE_FULL;
     f += layers * lf;
     b += layers * (lb + (rc ? lf : 0));
-    comm += layers * (4 + 2 * rc) * ar; /* the backward's share is added to it below */
+    comm += layers * ((1 + rc) * layer_comm_f + layer_comm_b);
     if (stage == 0) {
-        /* Vocab-parallel lookup + all-reduce + positions; backward scatters both. */
-        f += 2 * ew(&m, c->ew_add, 8, NC);
-        comm += ar;
-        b += 2 * ew(&m, c->ew_add, 8, NC);
+        /* Vocab-parallel lookup + all-reduce + positions (whole rows; SP keeps its share);
+         * backward scatters both (SP: after gathering d(x0)). */
+        f += 2 * ew(&m, c->ew_add, 8, N * C);
+        comm += ar + (sp ? hr : 0);
+        b += 2 * ew(&m, c->ew_add, 8, N * C);
     }
     if (stage == lay->pp - 1) {
         /* LN_f, logits (N, Vl), vocab-parallel cross-entropy with two small all-reduces;
          * backward: dlogits in place, the logits GEMM backward + all-reduce, LN_f. */
         f += ew(&m, c->ew_layernorm_fwd, 8, NC) + gemm_fwd(&m, N, C, Vl) +
              ew(&m, c->ew_xent_fwd, 8, N * Vl);
-        comm += allreduce(c, 4 * N, t, 1) + allreduce(c, 8 * N, t, 1);
+        comm += allreduce(c, 4 * N, t, 1) + allreduce(c, 8 * N, t, 1) + (sp ? hr : 0);
         b += ew(&m, c->ew_xent_bwd, 8, N * Vl) + gemm_bwd(&m, N, C, Vl) +
              ew(&m, c->ew_layernorm_bwd, 16, NC);
-        comm += ar;
+        comm += sp ? 2 * hr : ar;
     }
     /* TP collectives sit inside forward and backward: split them in proportion to where
      * they are issued (forward: 2 per layer + embedding + loss; backward: 2 per layer +
      * head). */
-    double comm_f = layers * 2 * ar + (stage == 0 ? ar : 0) +
-                    (stage == lay->pp - 1 ? allreduce(c, 4 * N, t, 1) + allreduce(c, 8 * N, t, 1)
+    double comm_f = layers * layer_comm_f + (stage == 0 ? ar : 0) +
+                    (stage == lay->pp - 1 ? allreduce(c, 4 * N, t, 1) +
+                                                allreduce(c, 8 * N, t, 1) + (sp ? hr : 0)
                                           : 0);
     *fwd_p = f + comm_f;
     *bwd_p = b + (comm - comm_f);
@@ -264,9 +274,11 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
             comm = c;
         }
     }
-    /* The cpu engine sends the whole (B*T, C) fp32 activation on every TP rank. */
+    /* The cpu engine sends the whole (B*T, C) fp32 activation on every TP rank, or its
+     * 1/TP share of the rows under sequence parallel. */
     double p2p = p > 1 ? p2p_time(cl, 4.0 * lay->micro_batch_size * md->seq_length *
-                                           md->hidden_size)
+                                           md->hidden_size /
+                                           (lay->sequence_parallel ? lay->tp : 1))
                        : 0.0;
     double ideal = m * (fmax + bmax), makespan = ideal, makespan0 = ideal;
     if (p > 1) {

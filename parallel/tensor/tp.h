@@ -6,7 +6,12 @@
  *   vocab-parallel cross-entropy: all-reduce of the row max, then of sum-exp and target
  *   logit; the full logits are never gathered.
  * With a TP communicator of size 1 every collective is skipped. Collectives run on the
- * backend's compute stream, in the backend's activation dtype. */
+ * backend's compute stream, in the backend's activation dtype.
+ *
+ * Sequence parallel (Korthikanti et al.): between the linear layers each TP rank keeps
+ * only its Nl = N/tp consecutive rows (rows tp_rank*Nl ...). The forward all-reduce of a
+ * row-parallel layer becomes a reduce-scatter to those rows, and the input of a
+ * column-parallel layer is all-gathered from them; in the backward the two swap. */
 #ifndef TPD_PARALLEL_TENSOR_TP_H
 #define TPD_PARALLEL_TENSOR_TP_H
 
@@ -46,6 +51,19 @@ tpd_status tpd_tp_row_fwd(const tpd_tp_ctx *t, void *out, const void *inp, const
 tpd_status tpd_tp_row_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db,
                           const void *dout, const void *inp, const void *w, int N, int Cl,
                           int OC);
+
+/* Sequence parallel. full(N,C) = rows of every rank's local(N/tp,C), in rank order. */
+tpd_status tpd_tp_sp_gather(const tpd_tp_ctx *t, void *full, const void *local, int N, int C);
+/* out(N/tp,C) = this rank's rows of reduce-scatter over TP of inp(N,Cl) @ w(OC,Cl)^T, then
+ * + b. scratch (N,OC) holds the partial product. */
+tpd_status tpd_tp_row_fwd_sp(const tpd_tp_ctx *t, void *out, void *scratch, const void *inp,
+                             const void *w, const void *b, int N, int Cl, int OC);
+/* inp_full(N,C) is the all-gathered input of the forward. dinp(N/tp,C) = this rank's rows
+ * of reduce-scatter over TP of dout(N,OCl) @ w; scratch (N,C) holds the partial product;
+ * dw += dout^T inp_full; db += colsum. */
+tpd_status tpd_tp_column_bwd_sp(const tpd_tp_ctx *t, void *dinp, void *scratch, void *dw,
+                                void *db, const void *dout, const void *inp_full,
+                                const void *w, int N, int C, int OCl);
 
 /* out(N,C) = all-reduce of this rank's lookups of tokens in [v0, v0+Vl). */
 tpd_status tpd_tp_vocab_embed_fwd(const tpd_tp_ctx *t, void *out, const int32_t *tokens,

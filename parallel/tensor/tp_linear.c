@@ -2,13 +2,20 @@
 
 #include "base/clock.h"
 
+/* Runs a timed TP collective; the call itself is the expression `call`. */
+#define TP_TIMED(t, call)                                                                  \
+    do {                                                                                   \
+        double t0_ = (t)->comm_s ? tpd_clock_s() : 0;                                      \
+        tpd_status st_ = (call);                                                           \
+        if ((t)->comm_s) *(t)->comm_s += tpd_clock_s() - t0_;                              \
+        TPD_CHECK(st_);                                                                    \
+    } while (0)
+
 tpd_status tpd_tp_allreduce(const tpd_tp_ctx *t, void *buf, size_t count, tpd_dtype dt,
                             tpd_comm_op op) {
     if (!t->tp || t->tp->size == 1) return TPD_OK;
-    double t0 = t->comm_s ? tpd_clock_s() : 0;
-    tpd_status st = t->tp->ops->allreduce(t->tp, buf, buf, count, dt, op, t->kb->stream);
-    if (t->comm_s) *t->comm_s += tpd_clock_s() - t0;
-    return st;
+    TP_TIMED(t, t->tp->ops->allreduce(t->tp, buf, buf, count, dt, op, t->kb->stream));
+    return TPD_OK;
 }
 
 static tpd_status tp_allreduce(const tpd_tp_ctx *t, void *buf, size_t count) {
@@ -46,4 +53,33 @@ tpd_status tpd_tp_row_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db,
                           int OC) {
     /* forward: out = allreduce(inp_l @ w_l^T) + b, an identity in the backward */
     return t->kb->ops->matmul_bwd(t->kb->ctx, dinp, dw, db, dout, inp, w, N, Cl, OC);
+}
+
+tpd_status tpd_tp_sp_gather(const tpd_tp_ctx *t, void *full, const void *local, int N, int C) {
+    size_t block = (size_t)N / (size_t)t->tp->size * (size_t)C;
+    TP_TIMED(t, t->tp->ops->allgather(t->tp, local, full, block, t->kb->act_dtype,
+                                      t->kb->stream));
+    return TPD_OK;
+}
+
+tpd_status tpd_tp_row_fwd_sp(const tpd_tp_ctx *t, void *out, void *scratch, const void *inp,
+                             const void *w, const void *b, int N, int Cl, int OC) {
+    int Nl = N / t->tp->size;
+    /* forward: out = rows of reduce_scatter(inp_l @ w_l^T), then the bias once */
+    TPD_CHECK(t->kb->ops->matmul_fwd(t->kb->ctx, scratch, inp, w, NULL, N, Cl, OC));
+    TP_TIMED(t, t->tp->ops->reduce_scatter(t->tp, scratch, out, (size_t)Nl * OC,
+                                           t->kb->act_dtype, TPD_COMM_OP_SUM, t->kb->stream));
+    return b ? t->kb->ops->bias_add(t->kb->ctx, out, b, Nl, OC) : TPD_OK;
+}
+
+tpd_status tpd_tp_column_bwd_sp(const tpd_tp_ctx *t, void *dinp, void *scratch, void *dw,
+                                void *db, const void *dout, const void *inp_full,
+                                const void *w, int N, int C, int OCl) {
+    /* forward: out_l = allgather(inp) @ w_l^T  =>  dinp = my rows of the sum over TP
+     * ranks of dout_l @ w_l */
+    TPD_CHECK(t->kb->ops->matmul_bwd(t->kb->ctx, scratch, dw, db, dout, inp_full, w, N, C, OCl));
+    TP_TIMED(t, t->tp->ops->reduce_scatter(t->tp, scratch, dinp,
+                                           (size_t)(N / t->tp->size) * C, t->kb->act_dtype,
+                                           TPD_COMM_OP_SUM, t->kb->stream));
+    return TPD_OK;
 }

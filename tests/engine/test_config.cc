@@ -199,6 +199,9 @@ const BadCase kBadCases[] = {
                           "num_attention_heads (12)"},
     {"heads_tp.yaml", ":5:24: model.num_attention_heads: num_attention_heads (12) must be a "
                       "multiple of tensor_model_parallel_size (8)"},
+    {"sp_seq.yaml", ":16:22: parallel.sequence_parallel: seq_length (1022) must be a multiple "
+                    "of tensor_model_parallel_size (4) (sequence parallel splits the sequence "
+                    "over the TP ranks)"},
     {"ffn_tp.yaml", ":8:20: model.ffn_hidden_size: ffn_hidden_size (3001) must be a multiple of "
                     "tensor_model_parallel_size (2)"},
     {"layers_pp.yaml",
@@ -586,9 +589,6 @@ TEST(Config, CheckTrainableRejectsPlannerOnlyKnobs) {
         {{"training.recompute=selective"},
          "training.recompute: selective is modelled by tripod plan only (tripod train runs "
          "none or full)"},
-        {{"parallel.sequence_parallel=true"},
-         "parallel.sequence_parallel: true is modelled by tripod plan only (tripod train runs "
-         "false)"},
         {{"parallel.pipeline_schedule=interleaved", "parallel.pipeline_model_parallel_size=2",
           "parallel.virtual_pipeline_model_parallel_size=2", "model.num_layers=4"},
          "parallel.virtual_pipeline_model_parallel_size: 2 is modelled by tripod plan only "

@@ -202,8 +202,11 @@ TEST(ModelMemory, AllocationEqualsPlan) {
                 cfg.parallel.tensor_model_parallel_size = tp;
                 cfg.parallel.pipeline_model_parallel_size = pp;
                 for (int zero : {0, 1})
+                for (int sp : {0, 1})
                 for (const char *rc : {"none", "full"}) {
+                    if (sp && tp == 1) continue;
                     cfg.parallel.use_distributed_optimizer = zero;
+                    cfg.parallel.sequence_parallel = sp;
                     snprintf(cfg.training.recompute, sizeof cfg.training.recompute, "%s", rc);
                     for (int stage = 0; stage < pp; stage++) {
                         tpd_mem_breakdown mem;
@@ -214,7 +217,8 @@ TEST(ModelMemory, AllocationEqualsPlan) {
                         size_t device = tpd_kern_cpu_bytes_allocated(&kb) - before;
                         size_t host = mem.workspace - m->plan.ws_bytes; // token staging
                         EXPECT_EQ(device + host, mem.total)
-                            << "tp " << tp << " pp " << pp << " dp " << dp << " stage " << stage;
+                            << "tp " << tp << " pp " << pp << " dp " << dp << " stage " << stage
+                            << " sp " << sp << " recompute " << rc;
                         EXPECT_EQ(m->bytes_allocated, mem.total);
                         tpd_model_destroy(m);
                     }

@@ -1,5 +1,6 @@
 // 3D-parallel equivalence: the same global batch trained under every TP x PP x DP layout
-// (with and without ZeRO-1) must match the single-rank run:
+// (with and without ZeRO-1; and with sequence parallel, uneven stages and full recompute
+// on a few) must match the single-rank run:
 //   per-step loss within relative 1e-5 over 10 steps,
 //   gradient norm within relative 1e-5,
 //   final gathered parameters within relative 1e-4 (per tensor, ||a-b|| / ||b||).
@@ -39,6 +40,7 @@ struct Layout {
     bool cuda = false;
     std::vector<int> stage_layers; // parallel.pipeline_layers; empty: even split
     bool recompute = false;        // training.recompute: full
+    bool sp = false;               // parallel.sequence_parallel
 };
 
 // The tied embedding lives on the first and the last stage; after training both copies
@@ -76,6 +78,7 @@ Result run(const Layout &L) {
         cfg.training.train_iters = kSteps;
         if (L.cuda) snprintf(cfg.training.device, sizeof cfg.training.device, "cuda");
         if (L.recompute) snprintf(cfg.training.recompute, sizeof cfg.training.recompute, "full");
+        cfg.parallel.sequence_parallel = L.sp;
         cfg.parallel.num_pipeline_layers = (int)L.stage_layers.size();
         for (size_t i = 0; i < L.stage_layers.size(); i++)
             cfg.parallel.pipeline_layers[i] = L.stage_layers[i];
@@ -129,6 +132,13 @@ TEST(Equivalence, EveryLayoutMatchesSingleRank) {
     // full activation recompute
     layouts.push_back({1, 1, 1, 0, false, {}, true});
     if (g_world->size >= 8) layouts.push_back({2, 2, 2, 1, false, {}, true});
+    // sequence parallel: alone, with PP (p2p of N/TP rows), ZeRO-1, uneven stages, recompute
+    layouts.push_back({2, 1, 1, 0, false, {}, false, true});
+    if (g_world->size >= 8) {
+        layouts.push_back({4, 2, 1, 0, false, {}, false, true});
+        layouts.push_back({2, 2, 2, 1, false, {1, 3}, false, true});
+        layouts.push_back({2, 2, 2, 0, false, {}, true, true});
+    }
     int checked = 0;
     for (const Layout &L : layouts) {
         Result r = run(L);
@@ -136,6 +146,7 @@ TEST(Equivalence, EveryLayoutMatchesSingleRank) {
         std::string stages;
         for (int n : L.stage_layers) stages += (stages.empty() ? " stages " : ",") + std::to_string(n);
         if (L.recompute) stages += " recompute full";
+        if (L.sp) stages += " sequence parallel";
         SCOPED_TRACE(testing::Message() << "TP " << L.tp << " PP " << L.pp << " DP " << L.dp
                                         << " ZeRO-1 " << L.zero << stages);
         ASSERT_EQ(r.loss.size(), ref.loss.size());
@@ -170,16 +181,19 @@ TEST(Equivalence, CudaLayoutMatchesCpuSingleRank) {
     if (!tpd_kern_cuda_available()) GTEST_SKIP() << "no CUDA device";
     if (g_world->size < 8) GTEST_SKIP() << "needs 8 ranks";
     Result ref = run({1, 1, 1, 0});
-    Result r = run({2, 2, 2, 1, true});
-    if (g_world->rank != 0) return;
-    ASSERT_EQ(r.loss.size(), ref.loss.size());
-    for (int i = 0; i < kSteps; i++) {
-        EXPECT_LE(std::fabs(r.loss[i] - ref.loss[i]) / ref.loss[i], 1e-4) << "step " << i + 1;
-        EXPECT_LE(std::fabs(r.norm[i] - ref.norm[i]) / ref.norm[i], 1e-3) << "step " << i + 1;
+    for (bool sp : {false, true}) {
+        Result r = run({2, 2, 2, 1, true, {}, false, sp});
+        if (g_world->rank != 0) continue;
+        SCOPED_TRACE(sp ? "sequence parallel" : "no sequence parallel");
+        ASSERT_EQ(r.loss.size(), ref.loss.size());
+        for (int i = 0; i < kSteps; i++) {
+            EXPECT_LE(std::fabs(r.loss[i] - ref.loss[i]) / ref.loss[i], 1e-4) << "step " << i + 1;
+            EXPECT_LE(std::fabs(r.norm[i] - ref.norm[i]) / ref.norm[i], 1e-3) << "step " << i + 1;
+        }
+        for (int p = 0; p < TPD_P_COUNT; p++)
+            EXPECT_LE(rel_norm_diff(r.params[p], ref.params[p]), 1e-3)
+                << tpd_param_get_info((tpd_param)p)->name;
     }
-    for (int p = 0; p < TPD_P_COUNT; p++)
-        EXPECT_LE(rel_norm_diff(r.params[p], ref.params[p]), 1e-3)
-            << tpd_param_get_info((tpd_param)p)->name;
 }
 
 } // namespace

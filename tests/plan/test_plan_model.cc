@@ -197,25 +197,34 @@ TEST(PlanModel, CpuBackendMemoryIsWhatTrainAllocates) {
     c.training.micro_batch_size = 2;
     std::strcpy(c.training.precision, "fp32");
     std::strcpy(c.training.device, "cpu");
-    tpd_plan_layout lay = {2, 2, 2, 2, 1, TPD_PLAN_RECOMPUTE_NONE, 0, 1};
-    tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
-    opt.gpus = 8;
-    tpd_plan_result r;
-    ASSERT_EQ(tpd_plan_evaluate(&c, &cl, &lay, &opt, &r), TPD_OK);
-    ASSERT_EQ(r.stages, 2) << r.reject_reason;
-    // The config `tripod train` would run with this layout.
-    c.parallel.use_distributed_optimizer = 1;
-    c.parallel.tensor_model_parallel_size = 2;
-    c.parallel.pipeline_model_parallel_size = 2;
-    c.parallel.data_parallel_size = 2;
-    for (int s = 0; s < 2; s++) {
-        tpd_mem_breakdown mb;
-        ASSERT_EQ(tpd_model_memory(&c, 2, 2, 2, s, &mb), TPD_OK);
-        EXPECT_EQ(r.mem[s].total, (double)mb.total);
-        EXPECT_EQ(r.mem[s].params, (double)mb.params);
-        EXPECT_EQ(r.mem[s].optimizer, (double)(mb.optimizer + mb.master));
-        EXPECT_GT(mb.total, 0u);
+    double activations[2] = {0, 0};
+    for (int sp : {0, 1}) {
+        SCOPED_TRACE(sp ? "sequence parallel" : "no sequence parallel");
+        tpd_plan_layout lay = {2, 2, 2, 2, 1, TPD_PLAN_RECOMPUTE_NONE, sp, 1};
+        tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
+        opt.gpus = 8;
+        tpd_plan_result r;
+        ASSERT_EQ(tpd_plan_evaluate(&c, &cl, &lay, &opt, &r), TPD_OK);
+        ASSERT_EQ(r.stages, 2) << r.reject_reason;
+        // The config `tripod train` would run with this layout.
+        tpd_config t = c;
+        t.parallel.use_distributed_optimizer = 1;
+        t.parallel.sequence_parallel = sp;
+        t.parallel.tensor_model_parallel_size = 2;
+        t.parallel.pipeline_model_parallel_size = 2;
+        t.parallel.data_parallel_size = 2;
+        for (int s = 0; s < 2; s++) {
+            tpd_mem_breakdown mb;
+            ASSERT_EQ(tpd_model_memory(&t, 2, 2, 2, s, &mb), TPD_OK);
+            EXPECT_EQ(r.mem[s].total, (double)mb.total);
+            EXPECT_EQ(r.mem[s].params, (double)mb.params);
+            EXPECT_EQ(r.mem[s].optimizer, (double)(mb.optimizer + mb.master));
+            EXPECT_GT(mb.total, 0u);
+        }
+        activations[sp] = r.mem[0].activations;
     }
+    // Sequence parallel keeps a 1/TP share of the LayerNorm and residual rows.
+    EXPECT_LT(activations[1], activations[0]);
 }
 
 TEST(PlanModel, UnevenStagesWhenLayersDoNotDivide) {
