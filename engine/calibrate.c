@@ -5,6 +5,7 @@
 #endif
 #include "engine/calibrate.h"
 #include "base/clock.h"
+#include "base/cpu.h"
 #include "engine/calibrate_internal.h"
 
 #include <math.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "engine/plan/plan_internal.h"
+#include "engine/train.h"
 #include "kernels/kernels.h"
 
 #define MAX_POINTS 512
@@ -457,13 +459,6 @@ free_bufs:
 }
 
 /* Cores this process may run on (the affinity mask, which containers narrow). */
-static int usable_cores(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 tpd_status tpd_calib_run(const tpd_config *cfg, tpd_comm *world, const tpd_calib_options *opt,
                          tpd_plan_cluster *cluster_p, char **notes_p) {
     tpd_status st = TPD_OK;
@@ -489,7 +484,7 @@ tpd_status tpd_calib_run(const tpd_config *cfg, tpd_comm *world, const tpd_calib
     c.backend = TPD_PLAN_BACKEND_CPU;
     c.calibrated = 1;
     c.gpus_per_node = per_node;
-    c.cpu_cores = usable_cores();
+    c.cpu_cores = tpd_cpu_usable_cores();
     c.calibration_ranks = per_node;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     c.hbm_bytes = pages > 0 && page > 0 ? (double)pages * page / per_node : 8.0 * 1073741824.0;
@@ -503,7 +498,7 @@ tpd_status tpd_calib_run(const tpd_config *cfg, tpd_comm *world, const tpd_calib
 
     tpd_kern_backend kb;
     tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
-    kc.num_threads = cfg->training.num_threads;
+    kc.num_threads = tpd_trainer_cpu_threads(cfg, per_node); /* as training runs */
     TPD_CHECK_GOTO(tpd_kern_cpu_create(&kc, &kb), st, free_notes);
     if (opt->verbose) printf("calibrate: kernels at the model's shapes ...\n");
     TPD_CHECK_GOTO(measure_kernels(cfg, world, opt, &kb, &c, notes, nlen), st, free_backend);

@@ -92,7 +92,7 @@ const tpd_cfg_key tpd_cfg_keys[] = {
     {"training.attention", TPD_CFG_ENUM, TPD_CFG_FIELD(training.attention), "fused",
      TPD_CFG_NOBOUND, "fused|unfused", 0, "cuda attention: cuDNN fused or cuBLASLt+softmax"},
     {"training.num_threads", TPD_CFG_INT, TPD_CFG_FIELD(training.num_threads), "0", TPD_CFG_MIN(0),
-     NULL, 0, "cpu OpenMP threads per rank; 0 = runtime default"},
+     NULL, 0, "cpu threads per rank; 0 = OMP_NUM_THREADS if set, else the node's cores / its ranks"},
 
     /* optimizer */
     {"optimizer.lr", TPD_CFG_DOUBLE, TPD_CFG_FIELD(optimizer.lr), "3e-4", TPD_CFG_MIN(0), NULL, 0,

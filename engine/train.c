@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "base/clock.h"
+#include "base/cpu.h"
 #include "engine/checkpoint.h"
 #include "engine/metrics.h"
 #include "engine/optimizer.h"
@@ -36,7 +37,6 @@ double tpd_model_flops_per_iteration(const tpd_config *cfg, int padded_vocab) {
 
 /* ---- construction ---- */
 
-#ifdef TPD_HAVE_NCCL
 /* Ranks on this node, as the launcher states it. */
 static int local_ranks_on_node(tpd_comm *world) {
     const char *env = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -45,7 +45,11 @@ static int local_ranks_on_node(tpd_comm *world) {
     if (env && atoi(env) > 0) return atoi(env);
     return world->size; /* one node unless told otherwise */
 }
-#endif
+
+int tpd_trainer_cpu_threads(const tpd_config *cfg, int ranks_on_node) {
+    if (cfg->training.num_threads > 0 || getenv("OMP_NUM_THREADS")) return cfg->training.num_threads;
+    return ranks_on_node > 1 ? tpd_cpu_threads_per_rank(ranks_on_node) : 0;
+}
 
 /* GPU communicators for tensors in device memory: NCCL when every rank of the node has a
  * GPU of its own, else MPI staged through host memory (NCCL refuses two ranks of one
@@ -91,9 +95,10 @@ static void destroy_device_comms(tpd_trainer *tr) {
     tr->device_comms = 0;
 }
 
-static tpd_status create_backend(const tpd_config *cfg, int local_rank, tpd_kern_backend *kb) {
+static tpd_status create_backend(const tpd_config *cfg, tpd_comm *world, int local_rank,
+                                 tpd_kern_backend *kb) {
     tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
-    kc.num_threads = cfg->training.num_threads;
+    kc.num_threads = tpd_trainer_cpu_threads(cfg, local_ranks_on_node(world));
     kc.dtype = strcmp(cfg->training.precision, "bf16") == 0 ? TPD_DTYPE_BF16 : TPD_DTYPE_F32;
     kc.fused_attention = strcmp(cfg->training.attention, "fused") == 0;
     if (strcmp(cfg->training.device, "cuda") == 0) {
@@ -125,7 +130,7 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     tr->comms = tr->hcomms;
     int lr_rank, lr_world, local_rank;
     tpd_mesh_launcher_env(&lr_rank, &lr_world, &local_rank);
-    TPD_CHECK_GOTO(create_backend(cfg, local_rank, &tr->kb), st, undo_comms);
+    TPD_CHECK_GOTO(create_backend(cfg, world, local_rank, &tr->kb), st, undo_comms);
     if (tr->kb.device_memory) TPD_CHECK_GOTO(create_device_comms(tr, world), st, undo_backend);
     const tpd_mesh *ms = &tr->mesh;
     TPD_CHECK_GOTO(tpd_model_create(cfg, &tr->kb, tr->comms.tp, tp, ms->tp, pp, dp, ms->pp,
@@ -434,10 +439,16 @@ static void log_startup(const tpd_trainer *tr) {
     const tpd_model *m = tr->model;
     const tpd_mem_breakdown *mem = &m->plan.mem;
     const double MiB = 1024.0 * 1024.0;
-    tpd_log_info("layout: world %d = TP %d x PP %d x DP %d | micro-batches per step %d | "
-                 "backend %s (%s)",
+    char threads[48] = "";
+    if (!tr->kb.device_memory) {
+        int n = tpd_trainer_cpu_threads(&tr->cfg, local_ranks_on_node(tr->hcomms.world));
+        if (n > 0) snprintf(threads, sizeof threads, ", %d thread%s per rank", n, n > 1 ? "s" : "");
+    }
+    tpd_log_info("layout: world %d = TP %d x PP %d x DP %d%s | micro-batches per step %d | "
+                 "backend %s (%s%s)",
                  tr->mesh.world_size, tr->mesh.tp_size, tr->mesh.pp_size, tr->mesh.dp_size,
-                 tr->M, tr->kb.name, tr->cfg.training.precision);
+                 tr->cfg.parallel.sequence_parallel && tr->mesh.tp_size > 1 ? " (SP)" : "",
+                 tr->M, tr->kb.name, tr->cfg.training.precision, threads);
     tpd_log_info("this rank (last stage): %zu parameters | memory %.2f MiB = params %.2f + "
                  "grads %.2f + optimizer %.2f + master %.2f + activations %.2f (%d in flight) "
                  "+ workspace %.2f",

@@ -75,6 +75,11 @@ typedef struct tpd_trainer {
  * message on every rank, before any collective), splits the communicators, creates the
  * backend and the model, initializes parameters, opens the data. world: the world
  * communicator (MPI). */
+/* cpu kernel threads per rank: training.num_threads when set, else 0 (OpenMP's default)
+ * when OMP_NUM_THREADS is set or the rank is alone on its node, else the node's cores
+ * shared among its ranks. */
+int tpd_trainer_cpu_threads(const tpd_config *cfg, int ranks_on_node);
+
 tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_trainer **tr_p);
 void tpd_trainer_destroy(tpd_trainer *tr);
 

@@ -138,6 +138,11 @@ tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend *bac
         return TPD_ERR_NOMEM;
     }
     ctx->num_threads = cfg->num_threads;
+    if (cfg->num_threads > 0) {
+        /* the sgemms run on OpenBLAS's own thread count, not on the kernels' num_threads */
+        omp_set_num_threads(cfg->num_threads);
+        openblas_set_num_threads(cfg->num_threads);
+    }
     atomic_init(&ctx->bytes_allocated, 0);
 
     backend_p->ops = &cpu_ops;
