@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/calibrate.h"
 #include "engine/checkpoint.h"
@@ -13,6 +14,7 @@
 #include "engine/plan/plan.h"
 #include "engine/sweep.h"
 #include "engine/train.h"
+#include "kernels/cpu/cpu.h"
 #include "parallel/comm.h"
 
 static void usage(FILE *f) {
@@ -241,7 +243,18 @@ static int run_training(int argc, char **argv, int bench) {
     return rc;
 }
 
+/* When OpenBLAS chose slower kernels than this CPU allows (it does not recognise the CPU
+ * model), start again once with OPENBLAS_CORETYPE set: the library reads it only when it
+ * loads. A caller's own OPENBLAS_CORETYPE is left alone. Runs before MPI_Init. */
+static void pick_blas_kernels(char **argv) {
+    if (getenv("OPENBLAS_CORETYPE")) return;
+    const char *core = tpd_kern_cpu_blas_coretype_upgrade();
+    if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+    execv("/proc/self/exe", argv); /* returns only on failure: run on as we are */
+}
+
 int main(int argc, char **argv) {
+    pick_blas_kernels(argv);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);

@@ -6,8 +6,6 @@
 # usage: tools/bench_cpu.sh [BUILD_DIR] [STEPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=tools/blas_env.sh
-. tools/blas_env.sh
 build=${1:-build}
 steps=${2:-4}
 tools/prepare_demo.sh "$build" data/fortunes >/dev/null

@@ -10,6 +10,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define CPU_ALIGN 64 /* bytes; also the header size, so the payload stays aligned */
 
@@ -20,6 +21,23 @@ int tpd_kern_cpu_threads(const tpd_kern_ctx *ctx) {
 int tpd_kern_cpu_blas_nested_ok(void) {
     /* openblas_get_parallel: 0 sequential, 1 pthreads, 2 OpenMP. */
     return openblas_get_parallel() != 1 || openblas_get_num_threads() == 1;
+}
+
+const char *tpd_kern_cpu_blas_coretype_upgrade(void) {
+#if defined(__x86_64__)
+    /* OpenBLAS's names for kernels with AVX2+FMA or AVX-512 */
+    static const char *const fast[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
+                                       "SapphireRapids"};
+    const char *now = openblas_get_corename();
+    for (size_t i = 0; now && i < sizeof fast / sizeof fast[0]; i++)
+        if (!strcasecmp(now, fast[i])) return NULL;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+    return NULL;
 }
 
 static tpd_status cpu_alloc(tpd_kern_ctx *ctx, size_t bytes, void **ptr_p) {
