@@ -11,6 +11,7 @@
 #include "engine/metrics.h"
 #include "engine/optimizer.h"
 #include "engine/trace_run.h"
+#include "kernels/cpu/cpu.h"
 #ifdef TPD_HAVE_NCCL
 #include "parallel/comm_nccl.h"
 #endif
@@ -439,10 +440,13 @@ static void log_startup(const tpd_trainer *tr) {
     const tpd_model *m = tr->model;
     const tpd_mem_breakdown *mem = &m->plan.mem;
     const double MiB = 1024.0 * 1024.0;
-    char threads[48] = "";
+    char threads[96] = "";
     if (!tr->kb.device_memory) {
         int n = tpd_trainer_cpu_threads(&tr->cfg, local_ranks_on_node(tr->hcomms.world));
-        if (n > 0) snprintf(threads, sizeof threads, ", %d thread%s per rank", n, n > 1 ? "s" : "");
+        snprintf(threads, sizeof threads, ", OpenBLAS %s", tpd_kern_cpu_blas_corename());
+        if (n > 0)
+            snprintf(threads + strlen(threads), sizeof threads - strlen(threads),
+                     ", %d thread%s per rank", n, n > 1 ? "s" : "");
     }
     tpd_log_info("layout: world %d = TP %d x PP %d x DP %d%s | micro-batches per step %d | "
                  "backend %s (%s%s)",

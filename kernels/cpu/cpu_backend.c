@@ -23,6 +23,11 @@ int tpd_kern_cpu_blas_nested_ok(void) {
     return openblas_get_parallel() != 1 || openblas_get_num_threads() == 1;
 }
 
+const char *tpd_kern_cpu_blas_corename(void) {
+    const char *name = openblas_get_corename();
+    return name ? name : "unknown";
+}
+
 const char *tpd_kern_cpu_blas_coretype_upgrade(void) {
 #if defined(__x86_64__)
     /* OpenBLAS's names for kernels with AVX2+FMA or AVX-512 */

@@ -11,6 +11,7 @@
 #include "../common/tiny.h"
 
 extern "C" {
+#include "kernels/cpu/cpu.h"
 #include "engine/metrics.h"
 #include "engine/train.h"
 #include "parallel/comm.h"
@@ -147,6 +148,32 @@ TEST(Metrics, LogLineHasMegatronFields) {
 }
 
 } // namespace
+
+// `tripod` restarts itself once when OpenBLAS picked kernels weaker than the CPU allows
+// (engine/main.c). The binary, started without OPENBLAS_CORETYPE, must report the kernels
+// that this process (which does not restart) says are available.
+TEST(Train, BinaryRunsTheFastestBlasKernels) {
+    const char *mine = getenv("OPENBLAS_CORETYPE");
+    const char *up = tpd_kern_cpu_blas_coretype_upgrade();
+    // a caller's own choice is kept; then the binary runs what this process runs
+    std::string want = !mine && up ? up : tpd_kern_cpu_blas_corename();
+    tpd_config cfg = tiny::config(g_data);
+    cfg.training.train_iters = 1;
+    cfg.logging.eval_interval = 0;
+    std::string path = tiny::temp_prefix("blas") + ".yaml";
+    FILE *f = fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    tpd_config_print(&cfg, f);
+    fclose(f);
+    std::string cmd = std::string("'") + TPD_TRIPOD_BIN + "' train '" + path + "' 2>&1";
+    FILE *p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[512];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    EXPECT_EQ(pclose(p), 0) << out;
+    EXPECT_NE(out.find("OpenBLAS " + want), std::string::npos) << "want " << want << "\n" << out;
+}
 
 int main(int argc, char **argv) {
     ::testing::InitGoogleTest(&argc, argv);
