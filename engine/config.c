@@ -673,11 +673,6 @@ tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size, char *e
 tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t errlen) {
     const tpd_config_parallel *p = &cfg->parallel;
     const tpd_config_training *t = &cfg->training;
-    if (strcmp(t->recompute, "selective") == 0)
-        return cfg_fail_after(cfg, err, errlen,
-                              "training.recompute: %s is modelled by tripod plan only "
-                              "(tripod train runs none or full)",
-                              t->recompute);
     if (p->virtual_pipeline_model_parallel_size > 1)
         return cfg_fail_after(cfg, err, errlen,
                               "parallel.virtual_pipeline_model_parallel_size: %d is modelled "

@@ -51,7 +51,7 @@ typedef struct tpd_config_training {
     uint64_t seed;
     char precision[16]; /* "fp32" | "bf16" */
     char device[16];    /* "cpu" | "cuda" */
-    char recompute[16]; /* "none" | "selective" | "full"; the engine runs "none" */
+    char recompute[16]; /* "none" | "selective" | "full" */
     char attention[16]; /* "fused" (cuDNN flash) | "unfused" (cuBLASLt + softmax) */
     int num_threads;    /* cpu OpenMP threads per rank, 0 = runtime default */
 } tpd_config_training;
@@ -132,8 +132,8 @@ tpd_status tpd_config_load(const char *path, int n_overrides, const char *const 
 tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size, char *err,
                                   size_t errlen);
 
-/* Rejects what `tripod train` cannot run although the planner models it (selective
- * recompute, virtual stages, bf16 on cpu, ...), naming the key. */
+/* Rejects what `tripod train` cannot run although the planner models it (virtual
+ * stages, the interleaved schedule, bf16 on cpu), naming the key. */
 tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t errlen);
 
 /* Derived quantities. */

@@ -88,7 +88,7 @@ const tpd_cfg_key tpd_cfg_keys[] = {
     {"training.device", TPD_CFG_ENUM, TPD_CFG_FIELD(training.device), "cpu", TPD_CFG_NOBOUND,
      "cpu|cuda", 0, "kernel backend"},
     {"training.recompute", TPD_CFG_ENUM, TPD_CFG_FIELD(training.recompute), "none", TPD_CFG_NOBOUND,
-     "none|selective|full", 0, "activation recomputation (train runs none or full)"},
+     "none|selective|full", 0, "activation recomputation: selective = attention only, full = whole layers"},
     {"training.attention", TPD_CFG_ENUM, TPD_CFG_FIELD(training.attention), "fused",
      TPD_CFG_NOBOUND, "fused|unfused", 0, "cuda attention: cuDNN fused or cuBLASLt+softmax"},
     {"training.num_threads", TPD_CFG_INT, TPD_CFG_FIELD(training.num_threads), "0", TPD_CFG_MIN(0),

@@ -32,7 +32,8 @@ typedef struct tpd_act_layer {
     size_t ln1, ln1_mean, ln1_rstd; /* (Nl,C) act, (Nl) f32, (Nl) f32 */
     size_t qkv;                     /* (N,3*C/tp) */
     size_t atty;                    /* (N,C/tp) */
-    size_t att;                     /* backend's saved attention state */
+    size_t att;                     /* backend's saved attention state (not under
+                                       selective recompute: w_att) */
     size_t x1;                      /* (Nl,C) residual after attention */
     size_t ln2, ln2_mean, ln2_rstd; /* (Nl,C), (Nl), (Nl) */
     size_t fch, fch_gelu;           /* (N,F/tp) before and after GELU */
@@ -52,6 +53,10 @@ typedef struct tpd_buffer_plan {
     int recompute;       /* training.recompute: full. A slot keeps only each layer's output
                             (the next layer's input); the backward recomputes the layer
                             forward into the one shared layer block w_layer. */
+    int selective;       /* training.recompute: selective (Korthikanti et al.). The saved
+                            attention state (the cpu backend's (B,NH/tp,T,T) probabilities)
+                            is not kept; the backward recomputes the attention forward into
+                            the one shared block w_att. */
     size_t s_outs;       /* recompute: Ls x (Nl,C) layer outputs */
     /* slot: */
     size_t s_tokens, s_targets; /* (N) int32 each */
@@ -72,6 +77,7 @@ typedef struct tpd_buffer_plan {
     size_t w_dfch;                /* (N,F/tp) */
     size_t w_dsend;               /* (Nl,C) gradient sent to the previous stage */
     size_t w_layer;               /* recompute: one layer block of activations */
+    size_t w_att;                 /* selective: one layer's attention state */
     size_t w_gath;                /* SP: (N,C) all-gathered rows, or a row-parallel
                                      layer's partial output before its reduce-scatter */
     size_t w_dlnl;                /* SP: (Nl,C) this rank's rows of w_dln, reduced */

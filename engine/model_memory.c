@@ -52,7 +52,10 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     l->ln1_rstd = take(&lc, NL * 4);
     l->qkv = take(&lc, N * 3 * (size_t)d->Cl * a);
     l->atty = take(&lc, N * (size_t)d->Cl * a);
-    l->att = take(&lc, b.att_saved);
+    /* selective recompute: the attention state is rebuilt in the backward, in one shared
+     * workspace block, instead of kept per layer and micro-batch */
+    b.selective = strcmp(cfg->training.recompute, "selective") == 0;
+    l->att = b.selective ? 0 : take(&lc, b.att_saved);
     l->x1 = take(&lc, NL * C * a);
     l->ln2 = take(&lc, NL * C * a);
     l->ln2_mean = take(&lc, NL * 4);
@@ -88,6 +91,7 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     b.w_dfch = take(&w, N * (size_t)d->Fl * a);
     b.w_dsend = d->first ? 0 : take(&w, NL * C * a);
     b.w_layer = b.recompute ? take(&w, lc) : 0;
+    b.w_att = b.selective ? take(&w, b.att_saved) : 0;
     if (d->sp) {
         b.w_gath = take(&w, N * C * a);
         b.w_dlnl = take(&w, NL * C * a);

@@ -52,7 +52,7 @@ static void layer_acts(const tpd_model *m, int slot, int l, acts *a) {
     a->ln1_rstd = (float *)(b + o->ln1_rstd);
     a->qkv = b + o->qkv;
     a->atty = b + o->atty;
-    a->att = b + o->att;
+    a->att = m->plan.selective ? m->ws + m->plan.w_att : b + o->att;
     a->x1 = b + o->x1;
     a->ln2 = b + o->ln2;
     a->ln2_mean = (float *)(b + o->ln2_mean);
@@ -280,7 +280,10 @@ tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss) {
         TPD_CHECK(sp_full(m, &dfull, dres));
         TPD_CHECK(tpd_tp_row_bwd(tp, datty, g.attprojw, g.attprojb, dfull, a.atty, w.attprojw, N,
                                  d->Cl, C));
-        /* atty = attention(qkv) */
+        /* atty = attention(qkv); selective recompute rebuilds the saved state first (and
+         * atty, bit for bit the same) */
+        if (m->plan.selective)
+            TPD_CHECK(k->attention_fwd(ctx, a.atty, a.att, a.qkv, d->B, d->T, d->NHl, d->HS));
         TPD_CHECK(k->attention_bwd(ctx, dqkv, datty, a.qkv, a.atty, a.att, d->B, d->T, d->NHl,
                                    d->HS));
         /* qkv = gather(ln1) @ qkvw^T + qkvb: dln1 = reduce(dqkv @ qkvw) */

@@ -89,9 +89,8 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
                  cfg->model.seq_length, l->tp);
         return 0;
     }
-    if (cl && cl->backend == TPD_PLAN_BACKEND_CPU &&
-        (l->recompute == TPD_PLAN_RECOMPUTE_SELECTIVE || v > 1)) {
-        snprintf(why, whylen, "the cpu backend runs recompute none or full, v=1 only");
+    if (cl && cl->backend == TPD_PLAN_BACKEND_CPU && v > 1) {
+        snprintf(why, whylen, "the cpu backend runs v=1 only");
         return 0;
     }
     if (why && whylen) why[0] = '\0';

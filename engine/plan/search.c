@@ -122,8 +122,6 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                     for (int rc = 0; rc <= 2; rc++)
                         for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++)
                             for (int zero = 0; zero <= (dp > 1 ? 1 : 0); zero++) {
-                                /* the cpu engine recomputes none or all */
-                                if (cpu && rc == TPD_PLAN_RECOMPUTE_SELECTIVE) continue;
                                 /* SP splits the sequence over TP */
                                 if (sp && m->seq_length % tp) continue;
                                 tpd_plan_layout lay = base;

@@ -168,8 +168,11 @@ void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
     /* full recompute: each layer's forward runs again, with its two all-reduces, right
      * before its backward */
     int rc = lay->recompute == TPD_PLAN_RECOMPUTE_FULL;
+    /* selective recompute: the attention forward runs again before its backward */
+    double rs = lay->recompute == TPD_PLAN_RECOMPUTE_SELECTIVE ? attention_fwd(&m, B, T, NHl, HS)
+                                                                 : 0.0;
     f += layers * lf;
-    b += layers * (lb + (rc ? lf : 0));
+    b += layers * (lb + (rc ? lf : rs));
     comm += layers * ((1 + rc) * layer_comm_f + layer_comm_b);
     if (stage == 0) {
         /* Vocab-parallel lookup + all-reduce + positions (whole rows; SP keeps its share);

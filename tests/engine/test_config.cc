@@ -586,9 +586,6 @@ TEST(Config, CheckTrainableRejectsPlannerOnlyKnobs) {
         std::vector<std::string> overrides;
         const char *message;
     } cases[] = {
-        {{"training.recompute=selective"},
-         "training.recompute: selective is modelled by tripod plan only (tripod train runs "
-         "none or full)"},
         {{"parallel.pipeline_schedule=interleaved", "parallel.pipeline_model_parallel_size=2",
           "parallel.virtual_pipeline_model_parallel_size=2", "model.num_layers=4"},
          "parallel.virtual_pipeline_model_parallel_size: 2 is modelled by tripod plan only "

@@ -188,7 +188,7 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
     tpd_kern_backend_destroy(&kb);
 }
 
-INSTANTIATE_TEST_SUITE_P(Recompute, ModelGrad, ::testing::Values("none", "full"));
+INSTANTIATE_TEST_SUITE_P(Recompute, ModelGrad, ::testing::Values("none", "selective", "full"));
 
 TEST(ModelMemory, AllocationEqualsPlan) {
     // The bytes the model allocates are the bytes the memory plan (and tripod plan) states.
@@ -203,7 +203,7 @@ TEST(ModelMemory, AllocationEqualsPlan) {
                 cfg.parallel.pipeline_model_parallel_size = pp;
                 for (int zero : {0, 1})
                 for (int sp : {0, 1})
-                for (const char *rc : {"none", "full"}) {
+                for (const char *rc : {"none", "selective", "full"}) {
                     if (sp && tp == 1) continue;
                     cfg.parallel.use_distributed_optimizer = zero;
                     cfg.parallel.sequence_parallel = sp;

@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "../common/tiny.h"
@@ -39,8 +40,8 @@ struct Layout {
     int tp, pp, dp, zero;
     bool cuda = false;
     std::vector<int> stage_layers; // parallel.pipeline_layers; empty: even split
-    bool recompute = false;        // training.recompute: full
-    bool sp = false;               // parallel.sequence_parallel
+    const char *recompute = "none"; // training.recompute
+    bool sp = false;                // parallel.sequence_parallel
 };
 
 // The tied embedding lives on the first and the last stage; after training both copies
@@ -77,7 +78,7 @@ Result run(const Layout &L) {
         cfg.parallel.use_distributed_optimizer = L.zero;
         cfg.training.train_iters = kSteps;
         if (L.cuda) snprintf(cfg.training.device, sizeof cfg.training.device, "cuda");
-        if (L.recompute) snprintf(cfg.training.recompute, sizeof cfg.training.recompute, "full");
+        snprintf(cfg.training.recompute, sizeof cfg.training.recompute, "%s", L.recompute);
         cfg.parallel.sequence_parallel = L.sp;
         cfg.parallel.num_pipeline_layers = (int)L.stage_layers.size();
         for (size_t i = 0; i < L.stage_layers.size(); i++)
@@ -129,15 +130,20 @@ TEST(Equivalence, EveryLayoutMatchesSingleRank) {
     // uneven stages (parallel.pipeline_layers)
     if (g_world->size >= 8) layouts.push_back({2, 2, 2, 1, false, {3, 1}});
     if (g_world->size >= 6) layouts.push_back({1, 3, 2, 0, false, {1, 2, 1}});
-    // full activation recompute
-    layouts.push_back({1, 1, 1, 0, false, {}, true});
-    if (g_world->size >= 8) layouts.push_back({2, 2, 2, 1, false, {}, true});
-    // sequence parallel: alone, with PP (p2p of N/TP rows), ZeRO-1, uneven stages, recompute
-    layouts.push_back({2, 1, 1, 0, false, {}, false, true});
+    // activation recompute, full and selective
+    layouts.push_back({1, 1, 1, 0, false, {}, "full"});
+    layouts.push_back({1, 1, 1, 0, false, {}, "selective"});
     if (g_world->size >= 8) {
-        layouts.push_back({4, 2, 1, 0, false, {}, false, true});
-        layouts.push_back({2, 2, 2, 1, false, {1, 3}, false, true});
-        layouts.push_back({2, 2, 2, 0, false, {}, true, true});
+        layouts.push_back({2, 2, 2, 1, false, {}, "full"});
+        layouts.push_back({2, 2, 2, 1, false, {}, "selective"});
+    }
+    // sequence parallel: alone, with PP (p2p of N/TP rows), ZeRO-1, uneven stages, recompute
+    layouts.push_back({2, 1, 1, 0, false, {}, "none", true});
+    if (g_world->size >= 8) {
+        layouts.push_back({4, 2, 1, 0, false, {}, "none", true});
+        layouts.push_back({2, 2, 2, 1, false, {1, 3}, "none", true});
+        layouts.push_back({2, 2, 2, 0, false, {}, "full", true});
+        layouts.push_back({4, 1, 2, 1, false, {}, "selective", true});
     }
     int checked = 0;
     for (const Layout &L : layouts) {
@@ -145,7 +151,7 @@ TEST(Equivalence, EveryLayoutMatchesSingleRank) {
         if (g_world->rank != 0) continue;
         std::string stages;
         for (int n : L.stage_layers) stages += (stages.empty() ? " stages " : ",") + std::to_string(n);
-        if (L.recompute) stages += " recompute full";
+        if (strcmp(L.recompute, "none")) stages += std::string(" recompute ") + L.recompute;
         if (L.sp) stages += " sequence parallel";
         SCOPED_TRACE(testing::Message() << "TP " << L.tp << " PP " << L.pp << " DP " << L.dp
                                         << " ZeRO-1 " << L.zero << stages);
@@ -182,7 +188,7 @@ TEST(Equivalence, CudaLayoutMatchesCpuSingleRank) {
     if (g_world->size < 8) GTEST_SKIP() << "needs 8 ranks";
     Result ref = run({1, 1, 1, 0});
     for (bool sp : {false, true}) {
-        Result r = run({2, 2, 2, 1, true, {}, false, sp});
+        Result r = run({2, 2, 2, 1, true, {}, "none", sp});
         if (g_world->rank != 0) continue;
         SCOPED_TRACE(sp ? "sequence parallel" : "no sequence parallel");
         ASSERT_EQ(r.loss.size(), ref.loss.size());
