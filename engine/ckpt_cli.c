@@ -17,13 +17,14 @@ static void usage(FILE *f) {
             "  tripod import PATH --format hf|llmc --output CHECKPOINT_DIR [--layout TP,PP,DP]\n"
             "      writes a weights-only tripod checkpoint sharded for the layout (default 1,1,1)\n"
             "  tripod generate CHECKPOINT [--prompt TEXT] [--max-new-tokens N]\n"
-            "                  [--temperature T] [--top-k K] [--seed S]\n"
+            "                  [--temperature T] [--top-k K] [--seed S] [--no-kv-cache]\n"
+            "      --no-kv-cache: a full forward over the last seq_length tokens per token\n"
             "CHECKPOINT is a checkpoint directory or a checkpoint.save directory (its latest).\n");
 }
 
 typedef struct opts {
     const char *pos, *format, *output, *layout, *prompt;
-    int max_new, top_k;
+    int max_new, top_k, no_kv_cache;
     double temperature;
     unsigned long long seed;
 } opts;
@@ -47,6 +48,10 @@ static int parse(int argc, char **argv, opts *o) {
                 return -1;
             }
             o->pos = a;
+            continue;
+        }
+        if (!strcmp(a, "--no-kv-cache")) {
+            o->no_kv_cache = 1;
             continue;
         }
         if (!v) {
@@ -142,6 +147,7 @@ static int cmd_generate(const opts *o) {
     g.temperature = o->temperature;
     g.top_k = o->top_k;
     g.seed = o->seed;
+    g.kv_cache = !o->no_kv_cache;
     if (g.max_new_tokens < 0 || g.temperature < 0 || g.top_k < 0) {
         fprintf(stderr, "tripod: error: --max-new-tokens, --temperature and --top-k must be >= 0\n");
         return TPD_EXIT_CONFIG;

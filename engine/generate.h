@@ -1,9 +1,14 @@
 /* Text generation from a checkpoint: byte-level tokens, temperature and top-k sampling.
  *
  * The checkpoint (saved under any TP/PP/DP layout) is loaded into one single-rank model
- * (TP = PP = DP = 1) on the cpu backend with micro-batch 1. Each new token runs a full
- * forward over the last seq_length tokens and samples from the last position's logits
- * (the first vocab_size of them: padded columns are never drawn). */
+ * (TP = PP = DP = 1) on the cpu backend with micro-batch 1. Tokens are sampled from the
+ * last position's logits (the first vocab_size of them: padded columns are never drawn).
+ *
+ * With the key/value cache (the default) each new token runs one position through the
+ * layers, attending to the cached keys and values. When the cache holds seq_length
+ * positions it restarts from the last seq_length/2 tokens. Without it, each new token
+ * runs a full forward over the last seq_length tokens. While the text fits in
+ * seq_length, both see the same context. */
 #ifndef TPD_ENGINE_GENERATE_H
 #define TPD_ENGINE_GENERATE_H
 
@@ -23,14 +28,20 @@ typedef struct tpd_gen_opts {
     int top_k;           /* 0 = whole vocabulary */
     uint64_t seed;       /* draw i uses tpd_rng_uniform(seed, stream, i) */
     int num_threads;     /* cpu OpenMP threads, 0 = runtime default */
+    int kv_cache;        /* 1: incremental decoding with a key/value cache */
 } tpd_gen_opts;
 
-#define TPD_GEN_OPTS_INIT {"", 64, 1.0, 0, 1234, 0}
+#define TPD_GEN_OPTS_INIT {"", 64, 1.0, 0, 1234, 0, 1}
 
 /* Generates up to max_new_tokens tokens after the prompt; *tokens_p (malloc'd) gets the
  * new tokens only and *n_p their count. */
 tpd_status tpd_generate(const char *checkpoint, const tpd_gen_opts *opts, int32_t **tokens_p,
                         size_t *n_p);
+
+/* The next-token logits (vocab_size floats) after tokens[0..n), 1 <= n <= seq_length,
+ * from the key/value cache or from one full forward. For tests and tools. */
+tpd_status tpd_generate_logits(const char *checkpoint, const int32_t *tokens, size_t n,
+                               int kv_cache, float *logits);
 
 /* Index drawn from logits[0..n) (temperature, top-k) with uniform u in [0, 1). Pure:
  * exposed for tests. */

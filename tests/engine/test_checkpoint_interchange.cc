@@ -265,6 +265,49 @@ TEST(Interchange, ImportedCheckpointLoadsAsWeightsOnly) {
     EXPECT_EQ(tpd_ckpt_write_weights(&orig.cfg, 1, 1, 1, orig.w, out.c_str()), TPD_ERR_INVALID);
 }
 
+// The key/value cache decodes one position at a time. For every prefix that fits in
+// seq_length (16 here), its next-token logits equal those of a full forward; greedy
+// generation then gives the same tokens, and past the window it still runs.
+TEST(Generate, KvCacheMatchesFullForward) {
+    const char *text = "the quick brown "; // 16 bytes
+    std::vector<int32_t> toks(text, text + 16);
+    std::vector<float> a(257), b(257);
+    double worst = 0;
+    for (size_t n = 1; n <= toks.size(); n++) {
+        ASSERT_EQ(tpd_generate_logits(checkpoint().c_str(), toks.data(), n, 1, a.data()), TPD_OK);
+        ASSERT_EQ(tpd_generate_logits(checkpoint().c_str(), toks.data(), n, 0, b.data()), TPD_OK);
+        for (int v = 0; v < 257; v++) {
+            double e = std::fabs(a[v] - b[v]) / (1.0 + std::fabs(b[v]));
+            worst = std::max(worst, e);
+            ASSERT_LE(e, 1e-5) << "prefix " << n << " token " << v << ": " << a[v] << " vs " << b[v];
+        }
+    }
+    printf("kv cache against full forward: worst relative logit error %.2e\n", worst);
+    EXPECT_EQ(tpd_generate_logits(checkpoint().c_str(), toks.data(), 17, 1, a.data()),
+              TPD_ERR_INVALID);
+
+    tpd_gen_opts o = TPD_GEN_OPTS_INIT;
+    o.prompt = "the";
+    o.num_threads = 1;
+    o.temperature = 0;
+    for (int max_new : {13, 40}) {
+        SCOPED_TRACE(max_new);
+        o.max_new_tokens = max_new;
+        int32_t *x = nullptr, *y = nullptr;
+        size_t nx = 0, ny = 0;
+        o.kv_cache = 1;
+        ASSERT_EQ(tpd_generate(checkpoint().c_str(), &o, &x, &nx), TPD_OK);
+        o.kv_cache = 0;
+        ASSERT_EQ(tpd_generate(checkpoint().c_str(), &o, &y, &ny), TPD_OK);
+        ASSERT_EQ(nx, (size_t)max_new);
+        ASSERT_EQ(ny, (size_t)max_new);
+        EXPECT_EQ(0, memcmp(x, y, 13 * sizeof *x)) << "3 + 13 tokens fit in seq_length";
+        for (size_t i = 0; i < nx; i++) EXPECT_LT(x[i], 257);
+        free(x);
+        free(y);
+    }
+}
+
 TEST(Generate, SamplingIsReproducibleAndRespectsTopK) {
     tpd_gen_opts o = TPD_GEN_OPTS_INIT;
     o.prompt = "the quick ";
