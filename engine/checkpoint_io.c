@@ -13,6 +13,8 @@
 
 #include "engine/checkpoint_internal.h"
 
+#include "base/file.h"
+
 void (*tpd_ckpt_write_hook)(const char *path, uint64_t bytes) = NULL;
 
 static _Thread_local char g_last_error[1024];
@@ -130,34 +132,11 @@ tpd_status tpd_ckpt_write_file(const char *path, const void *data, size_t bytes)
 }
 
 tpd_status tpd_ckpt_read_file(const char *path, char **data_p, size_t *bytes_p) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (cap - n < 65536) {
-            cap = cap ? 2 * cap : 65536;
-            char *b = realloc(buf, cap + 1);
-            if (!b) {
-                free(buf);
-                fclose(f);
-                return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint %s: out of memory", path);
-            }
-            buf = b;
-        }
-        size_t k = fread(buf + n, 1, cap - n, f);
-        n += k;
-        if (k == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: read failed", path);
-    }
-    buf[n] = 0;
-    *data_p = buf;
-    if (bytes_p) *bytes_p = n;
+    int err;
+    tpd_status st = tpd_file_read_all(path, data_p, bytes_p, &err);
+    if (st == TPD_ERR_NOMEM) return tpd_ckpt_fail(st, "checkpoint %s: out of memory", path);
+    if (st != TPD_OK)
+        return tpd_ckpt_fail(st, "checkpoint %s: cannot read: %s", path, strerror(err));
     return TPD_OK;
 }
 

@@ -18,12 +18,14 @@ static void usage(FILE *f) {
             "      writes a weights-only tripod checkpoint sharded for the layout (default 1,1,1)\n"
             "  tripod generate CHECKPOINT [--prompt TEXT] [--max-new-tokens N]\n"
             "                  [--temperature T] [--top-k K] [--seed S] [--no-kv-cache]\n"
+            "                  [--vocab-file vocab.json --merge-file merges.txt]\n"
+            "      --vocab-file/--merge-file: GPT-2 BPE text (bytes without them)\n"
             "      --no-kv-cache: a full forward over the last seq_length tokens per token\n"
             "CHECKPOINT is a checkpoint directory or a checkpoint.save directory (its latest).\n");
 }
 
 typedef struct opts {
-    const char *pos, *format, *output, *layout, *prompt;
+    const char *pos, *format, *output, *layout, *prompt, *vocab_file, *merge_file;
     int max_new, top_k, no_kv_cache;
     double temperature;
     unsigned long long seed;
@@ -67,6 +69,8 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--temperature")) o->temperature = atof(v);
         else if (!strcmp(a, "--top-k")) o->top_k = atoi(v);
         else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--vocab-file")) o->vocab_file = v;
+        else if (!strcmp(a, "--merge-file")) o->merge_file = v;
         else {
             fprintf(stderr, "tripod: error: unknown option '%s'\n", a);
             return -1;
@@ -152,20 +156,34 @@ static int cmd_generate(const opts *o) {
         fprintf(stderr, "tripod: error: --max-new-tokens, --temperature and --top-k must be >= 0\n");
         return TPD_EXIT_CONFIG;
     }
-    int32_t *toks = NULL;
-    size_t n = 0;
-    tpd_status st = tpd_generate(o->pos, &g, &toks, &n);
-    if (st != TPD_OK) return exit_of(st);
-    char *text = malloc(n + 1);
-    if (!text) {
-        free(toks);
-        return TPD_EXIT_FAILURE;
+    if (!o->vocab_file != !o->merge_file) {
+        fprintf(stderr, "tripod: error: --vocab-file and --merge-file go together (GPT-2 BPE)\n");
+        return TPD_EXIT_CONFIG;
     }
-    tpd_bytes_detokenize(toks, n, text, n + 1);
-    printf("%s%s\n", o->prompt, text);
+    tpd_bpe *bpe = NULL;
+    if (o->vocab_file && tpd_bpe_load(o->vocab_file, o->merge_file, &bpe) != TPD_OK)
+        return TPD_EXIT_CONFIG;
+    g.bpe = bpe;
+    int32_t *toks = NULL;
+    size_t n = 0, len = 0;
+    tpd_status st = tpd_generate(o->pos, &g, &toks, &n);
+    char *text = NULL;
+    if (st == TPD_OK && bpe) {
+        st = tpd_bpe_decode(bpe, toks, n, &text, &len);
+    } else if (st == TPD_OK) {
+        text = malloc(n + 1);
+        if (text) len = tpd_bytes_detokenize(toks, n, text, n + 1);
+        st = text ? TPD_OK : TPD_ERR_NOMEM;
+    }
+    if (st == TPD_OK) {
+        fputs(o->prompt, stdout);
+        fwrite(text, 1, len, stdout);
+        fputc('\n', stdout);
+    }
     free(text);
     free(toks);
-    return TPD_EXIT_OK;
+    tpd_bpe_destroy(bpe);
+    return exit_of(st);
 }
 
 int tpd_ckpt_cli(int argc, char **argv) {

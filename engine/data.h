@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "engine/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -108,7 +109,8 @@ tpd_status tpd_indexed_builder_finish(tpd_indexed_builder *b);
 void tpd_indexed_builder_destroy(tpd_indexed_builder *b);
 
 /* `tripod data prepare`: byte-level tokenization (vocab 257: bytes 0..255, end of
- * document 256). Records: one document per input file (TPD_RECORDS_FILE), per
+ * document 256), or GPT-2's BPE when bpe is not NULL (its vocabulary; every document
+ * ends with its "<|endoftext|>", which it must have). Records: one document per input file (TPD_RECORDS_FILE), per
  * blank-line separated record (TPD_RECORDS_BLANK), or per '%'-line separated record
  * (TPD_RECORDS_PERCENT, the fortune format). Writes a Megatron indexed data set.
  *
@@ -126,8 +128,8 @@ typedef enum tpd_records {
 #define TPD_BYTE_EOD 256
 
 tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, tpd_records records,
-                            const char *output_prefix, uint64_t *num_docs_p,
-                            uint64_t *num_tokens_p);
+                            const tpd_bpe *bpe, const char *output_prefix,
+                            uint64_t *num_docs_p, uint64_t *num_tokens_p);
 
 /* `tripod data ...` subcommands (argv[0] is "data"); returns a process exit code and
  * prints its own usage and errors. */

@@ -22,14 +22,19 @@ static void usage_data(FILE *f) {
 static void usage_prepare(FILE *f) {
     fputs("usage: tripod data prepare --input FILE... --output PREFIX\n"
           "                           [--records file|blank|percent]\n"
+          "                           [--vocab-file vocab.json --merge-file merges.txt]\n"
           "\n"
           "Tokenizes text byte by byte (vocab 257: bytes 0..255, end of document 256) and\n"
           "writes a Megatron indexed data set, PREFIX.idx + PREFIX.bin, with uint16 tokens.\n"
-          "Every document ends with the end-of-document token 256.\n"
+          "Every document ends with the end-of-document token 256. With --vocab-file and\n"
+          "--merge-file (GPT-2's files, as Megatron takes them) it uses GPT-2's byte-level\n"
+          "BPE instead, and ends every document with <|endoftext|>.\n"
           "\n"
           "options:\n"
           "  --input FILE...   one or more text files; may be repeated\n"
           "  --output PREFIX   where to write PREFIX.idx and PREFIX.bin\n"
+          "  --vocab-file F    GPT-2 BPE vocabulary (vocab.json); needs --merge-file\n"
+          "  --merge-file F    GPT-2 BPE merges (merges.txt); needs --vocab-file\n"
           "  --records MODE    how the inputs split into documents:\n"
           "                      file     each input file is one document (the default)\n"
           "                      blank    every blank-line separated record is a document\n"
@@ -72,6 +77,8 @@ static int cli_prepare(int argc, char **argv) {
     int n_inputs = 0;
     const char *output = NULL;
     tpd_records records = TPD_RECORDS_FILE;
+    const char *vocab_file = NULL, *merge_file = NULL;
+    tpd_bpe *bpe = NULL;
     if (!inputs) {
         tpd_data_log_error("out of memory");
         return TPD_EXIT_FAILURE;
@@ -97,6 +104,12 @@ static int cli_prepare(int argc, char **argv) {
                 goto usage;
             }
             output = argv[++i];
+        } else if (!strcmp(a, "--vocab-file") || !strcmp(a, "--merge-file")) {
+            if (i + 1 >= argc) {
+                tpd_data_log_error("data prepare: %s needs a file", a);
+                goto usage;
+            }
+            *(a[2] == 'v' ? &vocab_file : &merge_file) = argv[++i];
         } else if (!strcmp(a, "--records")) {
             if (i + 1 >= argc || !parse_records(argv[i + 1], &records)) {
                 tpd_data_log_error("data prepare: --records takes file, blank or percent (got "
@@ -114,20 +127,26 @@ static int cli_prepare(int argc, char **argv) {
         tpd_data_log_error("data prepare: --input and --output are required");
         goto usage;
     }
+    if (!vocab_file != !merge_file) {
+        tpd_data_log_error("data prepare: --vocab-file and --merge-file go together (GPT-2 BPE)");
+        goto usage;
+    }
+    if (vocab_file && tpd_bpe_load(vocab_file, merge_file, &bpe) != TPD_OK) goto free_inputs;
     uint64_t docs = 0, tokens = 0;
-    if (tpd_data_prepare(inputs, n_inputs, records, output, &docs, &tokens) != TPD_OK) {
+    if (tpd_data_prepare(inputs, n_inputs, records, bpe, output, &docs, &tokens) != TPD_OK) {
         rc = TPD_EXIT_FAILURE;
         goto free_inputs;
     }
-    printf("prepared %s.idx + %s.bin: %d input file(s), %llu documents, %llu tokens (uint16, "
+    printf("prepared %s.idx + %s.bin: %d input file(s), %llu documents, %llu tokens (%s, "
            "vocab %d)\n",
            output, output, n_inputs, (unsigned long long)docs, (unsigned long long)tokens,
-           TPD_BYTE_VOCAB);
+           bpe ? "GPT-2 BPE" : "bytes", bpe ? tpd_bpe_vocab_size(bpe) : TPD_BYTE_VOCAB);
     rc = TPD_EXIT_OK;
     goto free_inputs;
 usage:
     usage_prepare(stderr);
 free_inputs:
+    tpd_bpe_destroy(bpe);
     free(inputs);
     return rc;
 }

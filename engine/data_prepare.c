@@ -1,54 +1,23 @@
-/* `tripod data prepare`: byte-level tokenization of text files into a Megatron indexed
- * data set, and the matching detokenizer.
+/* `tripod data prepare`: tokenization of text files into a Megatron indexed data set, and
+ * the byte-level detokenizer.
  *
- * Bytes are the vocabulary (0..255) plus one end-of-document token (256), so the demo
- * needs no tokenizer files and any text, in any encoding, round-trips exactly. */
+ * By default bytes are the vocabulary (0..255) plus one end-of-document token (256), so
+ * the demo needs no tokenizer files and any text, in any encoding, round-trips exactly.
+ * With GPT-2's BPE files the documents are BPE ids, each ended by "<|endoftext|>". */
 #include "engine/data.h"
+
+#include "base/file.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Reads a whole file into a malloc'd buffer. */
 static tpd_status read_file(const char *path, unsigned char **buf_p, size_t *len_p) {
-    tpd_status st = TPD_OK;
-    unsigned char *buf = NULL;
-    size_t len = 0, cap = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        tpd_data_log_error("%s: cannot open: %s", path, strerror(errno));
-        return TPD_ERR_IO;
-    }
-    /* Grow by doubling rather than trusting a size from stat: inputs may be pipes. */
-    for (;;) {
-        if (len == cap) {
-            size_t ncap = cap ? 2 * cap : 1 << 16;
-            unsigned char *nbuf = realloc(buf, ncap);
-            if (!nbuf) {
-                tpd_data_log_error("%s: out of memory reading %zu bytes", path, ncap);
-                st = TPD_ERR_NOMEM;
-                goto free_buf;
-            }
-            buf = nbuf;
-            cap = ncap;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
-    if (ferror(f)) {
-        tpd_data_log_error("%s: read failed: %s", path, strerror(errno));
-        st = TPD_ERR_IO;
-        goto free_buf;
-    }
-    fclose(f);
-    *buf_p = buf;
-    *len_p = len;
-    return TPD_OK;
-free_buf:
-    free(buf);
-    fclose(f);
+    int err;
+    tpd_status st = tpd_file_read_all(path, (char **)buf_p, len_p, &err);
+    if (st == TPD_ERR_NOMEM) tpd_data_log_error("%s: out of memory reading it", path);
+    else if (st != TPD_OK) tpd_data_log_error("%s: cannot read: %s", path, strerror(err));
     return st;
 }
 
@@ -69,6 +38,7 @@ static int is_percent_line(const unsigned char *p, size_t n) {
 
 typedef struct prepare_state {
     tpd_indexed_builder *builder;
+    const tpd_bpe *bpe; /* NULL: bytes */
     int32_t *scratch; /* (scratch_cap) tokens of the current document */
     size_t scratch_cap;
     uint64_t docs, tokens;
@@ -81,6 +51,23 @@ static tpd_status emit_record(prepare_state *ps, const unsigned char *p, size_t 
     while (i < n && is_space(p[i]))
         i++;
     if (i == n) return TPD_OK;
+    if (ps->bpe) {
+        size_t count = 0;
+        TPD_CHECK(tpd_bpe_encode(ps->bpe, (const char *)p, n, &ps->scratch, &count,
+                                 &ps->scratch_cap));
+        int32_t eod = tpd_bpe_eod(ps->bpe);
+        if (count == ps->scratch_cap) {
+            int32_t *s = realloc(ps->scratch, (count + 1) * sizeof *s);
+            if (!s) return TPD_ERR_NOMEM;
+            ps->scratch = s;
+            ps->scratch_cap = count + 1;
+        }
+        ps->scratch[count++] = eod;
+        TPD_CHECK(tpd_indexed_builder_add(ps->builder, ps->scratch, count));
+        ps->docs++;
+        ps->tokens += count;
+        return TPD_OK;
+    }
     if (n + 1 > ps->scratch_cap) {
         int32_t *s = realloc(ps->scratch, (n + 1) * sizeof *s);
         if (!s) {
@@ -121,8 +108,8 @@ static tpd_status split_records(prepare_state *ps, const unsigned char *buf, siz
 }
 
 tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, tpd_records records,
-                            const char *output_prefix, uint64_t *num_docs_p,
-                            uint64_t *num_tokens_p) {
+                            const tpd_bpe *bpe, const char *output_prefix,
+                            uint64_t *num_docs_p, uint64_t *num_tokens_p) {
     tpd_status st = TPD_OK;
     if (!inputs || n_inputs <= 0 || !output_prefix || !output_prefix[0]) {
         tpd_data_log_error("data prepare: need at least one input file and an output prefix");
@@ -133,8 +120,16 @@ tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, tpd_records
         tpd_data_log_error("data prepare: unknown records mode %d", (int)records);
         return TPD_ERR_INVALID;
     }
+    if (bpe && tpd_bpe_eod(bpe) < 0) {
+        tpd_data_log_error("data prepare: the BPE vocabulary has no <|endoftext|> token to end "
+                           "documents with");
+        return TPD_ERR_INVALID;
+    }
     prepare_state ps = {0};
-    TPD_CHECK(tpd_indexed_builder_create(output_prefix, TPD_BYTE_VOCAB, &ps.builder));
+    ps.bpe = bpe;
+    TPD_CHECK(tpd_indexed_builder_create(output_prefix, bpe ? tpd_bpe_vocab_size(bpe)
+                                                            : TPD_BYTE_VOCAB,
+                                         &ps.builder));
     /* One file in memory at a time; documents stream to PREFIX.bin. */
     for (int i = 0; i < n_inputs; i++) {
         unsigned char *buf = NULL;

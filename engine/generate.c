@@ -205,16 +205,23 @@ static void gen_close(generator *g) {
     tpd_ckpt_close(&g->info);
 }
 
-static tpd_status gen_open(generator *g, const char *checkpoint, int num_threads) {
+static tpd_status gen_open(generator *g, const char *checkpoint, int num_threads,
+                           const tpd_bpe *bpe) {
     memset(g, 0, sizeof *g);
     TPD_CHECK(tpd_ckpt_open(checkpoint, &g->info));
     tpd_config cfg = g->info.cfg;
     tpd_status st = TPD_OK;
     g->V = cfg.model.vocab_size;
-    if (g->V < 256)
+    if (!bpe && g->V < 256)
         TPD_CKPT_FAIL_GOTO(TPD_ERR_UNSUPPORTED, st, fail,
-                           "generate %s: vocab_size %d is not byte-level (needs 256 bytes)",
+                           "generate %s: vocab_size %d is not byte-level (needs 256 bytes; "
+                           "give the model's BPE files otherwise)",
                            g->info.dir, g->V);
+    if (bpe && tpd_bpe_vocab_size(bpe) > g->V)
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_INVALID, st, fail,
+                           "generate %s: the BPE vocabulary has %d tokens but the model's "
+                           "vocab_size is %d",
+                           g->info.dir, tpd_bpe_vocab_size(bpe), g->V);
     cfg.training.micro_batch_size = 1;
     cfg.training.global_batch_size = 1;
     cfg.parallel.tensor_model_parallel_size = 1;
@@ -262,7 +269,7 @@ static tpd_status gen_full_logits(generator *g, const int32_t *ctx, size_t n) {
 tpd_status tpd_generate_logits(const char *checkpoint, const int32_t *tokens, size_t n,
                                int kv_cache, float *logits) {
     generator g;
-    TPD_CHECK(gen_open(&g, checkpoint, 0));
+    TPD_CHECK(gen_open(&g, checkpoint, 0, NULL));
     tpd_status st = TPD_OK;
     if (n == 0 || n > (size_t)g.T)
         TPD_CKPT_FAIL_GOTO(TPD_ERR_INVALID, st, done,
@@ -285,17 +292,22 @@ done:
 tpd_status tpd_generate(const char *checkpoint, const tpd_gen_opts *o, int32_t **tokens_p,
                         size_t *n_p) {
     generator g;
-    TPD_CHECK(gen_open(&g, checkpoint, o->num_threads));
+    TPD_CHECK(gen_open(&g, checkpoint, o->num_threads, o->bpe));
     tpd_status st = TPD_OK;
     int V = g.V, T = g.T;
     int32_t *out = NULL, *ctx = NULL;
-    size_t plen = strlen(o->prompt), cap = plen + (size_t)o->max_new_tokens + 1;
-    ctx = malloc(cap * sizeof *ctx);
+    size_t plen = strlen(o->prompt), n = 0, made = 0, cap = 0;
+    if (o->bpe) TPD_CHECK_GOTO(tpd_bpe_encode(o->bpe, o->prompt, plen, &ctx, &n, &cap), st, done);
+    int32_t *grown = realloc(ctx, (n + plen + (size_t)o->max_new_tokens + 1) * sizeof *ctx);
     out = malloc(((size_t)o->max_new_tokens + 1) * sizeof *out);
-    if (!ctx || !out) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, done, "generate: out of memory");
-    size_t n = 0, made = 0;
-    for (size_t i = 0; i < plen; i++) ctx[n++] = (unsigned char)o->prompt[i];
-    if (n == 0) ctx[n++] = V > TPD_BYTE_EOD ? TPD_BYTE_EOD : 0;
+    if (!grown || !out) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, done, "generate: out of memory");
+    ctx = grown;
+    if (!o->bpe)
+        for (size_t i = 0; i < plen; i++) ctx[n++] = (unsigned char)o->prompt[i];
+    if (n == 0) {
+        int32_t eod = o->bpe ? tpd_bpe_eod(o->bpe) : V > TPD_BYTE_EOD ? TPD_BYTE_EOD : -1;
+        ctx[n++] = eod >= 0 ? eod : 0;
+    }
     if (o->kv_cache) {
         /* The cache holds up to T positions. When it is full, it restarts from the last
          * T/2 tokens (positions 0..T/2-1 again), so the context is T/2..T tokens. */

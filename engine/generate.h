@@ -1,5 +1,6 @@
 /* Text generation from a checkpoint: byte-level tokens, temperature and top-k sampling.
  *
+ * Text is bytes (vocab_size 257 models), or GPT-2 BPE ids when a tokenizer is given.
  * The checkpoint (saved under any TP/PP/DP layout) is loaded into one single-rank model
  * (TP = PP = DP = 1) on the cpu backend with micro-batch 1. Tokens are sampled from the
  * last position's logits (the first vocab_size of them: padded columns are never drawn).
@@ -16,6 +17,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "engine/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -29,9 +31,10 @@ typedef struct tpd_gen_opts {
     uint64_t seed;       /* draw i uses tpd_rng_uniform(seed, stream, i) */
     int num_threads;     /* cpu OpenMP threads, 0 = runtime default */
     int kv_cache;        /* 1: incremental decoding with a key/value cache */
+    const tpd_bpe *bpe;  /* GPT-2 BPE for the prompt; NULL: bytes */
 } tpd_gen_opts;
 
-#define TPD_GEN_OPTS_INIT {"", 64, 1.0, 0, 1234, 0, 1}
+#define TPD_GEN_OPTS_INIT {"", 64, 1.0, 0, 1234, 0, 1, NULL}
 
 /* Generates up to max_new_tokens tokens after the prompt; *tokens_p (malloc'd) gets the
  * new tokens only and *n_p their count. */

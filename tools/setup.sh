@@ -18,7 +18,7 @@ packages=(
   build-essential cmake pkg-config
   libopenblas-openmp-dev
   libopenmpi-dev openmpi-bin
-  libyaml-dev libcjson-dev libssl-dev
+  libyaml-dev libcjson-dev libssl-dev libpcre2-dev
   libgtest-dev
   fortunes fortunes-min
   gnuplot-nox

@@ -606,7 +606,8 @@ Prepared prepare(const std::vector<std::string> &inputs, tpd_records mode,
     for (const auto &s : inputs)
         in.push_back(s.c_str());
     Prepared r{};
-    r.st = tpd_data_prepare(in.data(), (int)in.size(), mode, prefix.c_str(), &r.docs, &r.tokens);
+    r.st = tpd_data_prepare(in.data(), (int)in.size(), mode, nullptr, prefix.c_str(), &r.docs,
+                            &r.tokens);
     if (r.st != TPD_OK) return r;
     tpd_dataset *ds = nullptr;
     EXPECT_EQ(tpd_dataset_open(prefix.c_str(), TPD_BYTE_VOCAB, &ds), TPD_OK);
@@ -664,7 +665,7 @@ TEST_F(DataTest, PrepareErrors) {
     write_text(path("ok.txt"), "text");
     Prepared r = prepare({path("ok.txt"), missing}, TPD_RECORDS_FILE, path("out"));
     EXPECT_EQ(r.st, TPD_ERR_IO);
-    EXPECT_TRUE(contains(tpd_data_last_error(), missing + ": cannot open"));
+    EXPECT_TRUE(contains(tpd_data_last_error(), missing + ": cannot read: No such file"));
     EXPECT_FALSE(exists(path("out.idx")));
     EXPECT_FALSE(exists(path("out.bin.tmp")));
 
