@@ -53,7 +53,12 @@ expect_error 2 "parallel.data_parallel_size (4) does not match world size (2)" \
   training.global_batch_size=8 training.train_iters=100000 comm.timeout_s=20 \
   >"$work/dead.log" 2>&1 &
 launcher=$!
-sleep 4
+# wait until the job trains (its first log line), 60 s at most: start-up can be slow
+for _ in $(seq 1 120); do
+  grep -q 'iteration' "$work/dead.log" 2>/dev/null && break
+  kill -0 "$launcher" 2>/dev/null || break
+  sleep 0.5
+done
 # a rank of this job only: mpirun's own children (other tests may run tripod meanwhile)
 victim=$(pgrep -P "$launcher" -f "$bin" | tail -1)
 if [ -n "$victim" ]; then kill -9 "$victim"; fi
