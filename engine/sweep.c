@@ -103,9 +103,10 @@ static void summarize(const double *all, int ranks, int steps, tpd_sweep_trial *
 /* The config of one layout, through tpd_config_load so its relation checks apply, then
  * the world checks. Returns 0 with the reason when the layout is invalid. */
 static int trial_config(const char *path, int n_ovr, const char *const *ovr, int tp, int pp,
-                        int mbs, int zero, int world, tpd_config *cfg, char *why, size_t len) {
+                        int mbs, int zero, int sp, int rc, int world, tpd_config *cfg,
+                        char *why, size_t len) {
     const char *all[MAX_OVERRIDES + 8];
-    char o_tp[64], o_pp[64], o_mbs[64], o_zero[64];
+    char o_tp[64], o_pp[64], o_mbs[64], o_zero[64], o_sp[64], o_rc[64];
     int n = 0;
     for (int i = 0; i < n_ovr && n < MAX_OVERRIDES; i++) all[n++] = ovr[i];
     snprintf(o_tp, sizeof o_tp, "parallel.tensor_model_parallel_size=%d", tp);
@@ -121,6 +122,18 @@ static int trial_config(const char *path, int n_ovr, const char *const *ovr, int
         snprintf(o_zero, sizeof o_zero, "parallel.use_distributed_optimizer=%s",
                  zero ? "true" : "false");
         all[n++] = o_zero;
+    }
+    if (sp >= 0) {
+        snprintf(o_sp, sizeof o_sp, "parallel.sequence_parallel=%s", sp && tp > 1 ? "true" : "false");
+        all[n++] = o_sp;
+    }
+    if (rc >= 0) {
+        snprintf(o_rc, sizeof o_rc, "training.recompute=%s", tpd_sweep_recompute_names[rc]);
+        all[n++] = o_rc;
+    }
+    if (sp == 1 && tp == 1) {
+        snprintf(why, len, "sequence parallel needs TP > 1");
+        return 0;
     }
     if (world % (tp * pp) != 0) {
         snprintf(why, len, "TP*PP = %d*%d = %d does not divide the world size %d", tp, pp,
@@ -238,16 +251,28 @@ static void derive_rates(const tpd_config *cfg, const tpd_plan_cluster *cl, int 
     if (t->have_pred && sec > 0) t->err_pct = 100.0 * (t->pred_time - sec) / sec;
 }
 
+const char *const tpd_sweep_recompute_names[3] = {"none", "selective", "full"};
+
+/* "tp2_pp1_dp2_mbs1_zero0", then "_sp" and "_rc-full" where they are not off/none. */
 static void layout_tag(const tpd_sweep_trial *t, char *buf, size_t len) {
-    snprintf(buf, len, "tp%d_pp%d_dp%d_mbs%d_zero%d", t->tp, t->pp, t->dp, t->mbs, t->zero);
+    snprintf(buf, len, "tp%d_pp%d_dp%d_mbs%d_zero%d%s%s%s", t->tp, t->pp, t->dp, t->mbs,
+             t->zero, t->sp ? "_sp" : "", t->recompute ? "_rc-" : "",
+             t->recompute ? tpd_sweep_recompute_names[t->recompute] : "");
+}
+
+static int recompute_code(const char *name) {
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(name, tpd_sweep_recompute_names[k])) return k;
+    return 0;
 }
 
 static void print_progress(int k, int n, const tpd_sweep_trial *t, double elapsed) {
     double eta = k > 0 ? elapsed / k * (n - k) : 0;
     char dp[16] = "-"; /* no DP degree when TP*PP exceeds the world */
     if (t->dp > 0) snprintf(dp, sizeof dp, "%d", t->dp);
-    printf("sweep: trial %d/%d TP=%d PP=%d DP=%s mbs=%d ZeRO=%d: ", k, n, t->tp, t->pp, dp,
-           t->mbs, t->zero);
+    printf("sweep: trial %d/%d TP=%d PP=%d DP=%s mbs=%d ZeRO=%d%s%s%s: ", k, n, t->tp, t->pp,
+           dp, t->mbs, t->zero, t->sp ? " SP" : "", t->recompute ? " recompute=" : "",
+           t->recompute ? tpd_sweep_recompute_names[t->recompute] : "");
     if (t->state == TPD_SWEEP_SKIPPED)
         printf("skipped: %s", t->reason);
     else if (t->state == TPD_SWEEP_FAILED)
@@ -295,7 +320,8 @@ tpd_status tpd_sweep_run(const char *config_path, int n_overrides,
     snprintf(res_p->cluster, sizeof res_p->cluster, "%s", cl.name);
 
     int n_mbs = opt->n_mbs > 0 ? opt->n_mbs : 1, n_zero = opt->n_zero > 0 ? opt->n_zero : 1;
-    int n = opt->n_tp * opt->n_pp * n_mbs * n_zero;
+    int n_sp = opt->n_sp > 0 ? opt->n_sp : 1, n_rc = opt->n_recompute > 0 ? opt->n_recompute : 1;
+    int n = opt->n_tp * opt->n_pp * n_mbs * n_zero * n_sp * n_rc;
     res_p->trials = calloc((size_t)(n > 0 ? n : 1), sizeof *res_p->trials);
     if (!res_p->trials) {
         tpd_log_error("sweep: out of memory for %d trials", n);
@@ -307,50 +333,62 @@ tpd_status tpd_sweep_run(const char *config_path, int n_overrides,
 
     double t_start = tpd_clock_s();
     int k = 0;
-    for (int a = 0; a < opt->n_tp; a++)
-        for (int p = 0; p < opt->n_pp; p++)
-            for (int m = 0; m < n_mbs; m++)
-                for (int z = 0; z < n_zero; z++, k++) {
-                    tpd_sweep_trial *t = &res_p->trials[k];
-                    int mbs = opt->n_mbs > 0 ? opt->mbs[m] : 0;
-                    int zero = opt->n_zero > 0 ? opt->zero[z] : -1;
-                    t->tp = opt->tp[a];
-                    t->pp = opt->pp[p];
-                    t->dp = t->tp * t->pp > 0 ? W / (t->tp * t->pp) : 0;
-                    t->world = W;
-                    t->mbs = mbs > 0 ? mbs : base.training.micro_batch_size;
-                    t->zero = zero >= 0 ? zero : base.parallel.use_distributed_optimizer;
-                    t->gbs = base.training.global_batch_size;
-                    t->mfu = -1;
-                    tpd_config cfg;
-                    if (!trial_config(config_path, n_overrides, overrides, t->tp, t->pp, mbs,
-                                      zero, W, &cfg, t->reason, sizeof t->reason)) {
-                        t->state = TPD_SWEEP_SKIPPED;
-                    } else {
-                        cfg.training.train_iters = opt->warmup + opt->steps;
-                        cfg.logging.eval_interval = 0;
-                        cfg.logging.metrics_file[0] = '\0';
-                        cfg.logging.trace_file[0] = '\0';
-                        t->dp = tpd_config_dp(&cfg, W);
-                        t->gbs = cfg.training.global_batch_size;
-                        t->micro_batches = tpd_config_num_micro_batches(&cfg, t->dp);
-                        tpd_plan_result pr;
-                        predict(&cfg, &cl, W, t, &pr);
-                        char tag[96], real[TPD_CONFIG_STR + 128], pred[TPD_CONFIG_STR + 128];
-                        layout_tag(t, tag, sizeof tag);
-                        snprintf(real, sizeof real, "%s/trace_%s.json", opt->out_dir, tag);
-                        snprintf(pred, sizeof pred, "%s/trace_%s_predicted.json", opt->out_dir,
-                                 tag);
-                        run_trial(&cfg, world, opt, opt->traces ? real : NULL, t);
-                        if (opt->traces && t->have_pred && world->rank == 0)
-                            (void)tpd_plan_write_trace(&pr, pred);
-                        derive_rates(&cfg, &cl, W, t);
-                    }
-                    /* Rank 0 holds the measurements: everyone gets the same record. */
-                    MPI_Bcast(t, (int)sizeof *t, MPI_BYTE, 0, mpi_of(world));
-                    if (world->rank == 0 && opt->verbose)
-                        print_progress(k + 1, n, t, tpd_clock_s() - t_start);
-                }
+    /* one index over the product: tp, pp, mbs, zero, sp, recompute (the last fastest) */
+    for (int idx = 0; idx < n; idx++, k++) {
+        int r = idx, c = r % n_rc, q, z, m, p, a;
+        r /= n_rc;
+        q = r % n_sp;
+        r /= n_sp;
+        z = r % n_zero;
+        r /= n_zero;
+        m = r % n_mbs;
+        r /= n_mbs;
+        p = r % opt->n_pp;
+        a = r / opt->n_pp;
+        tpd_sweep_trial *t = &res_p->trials[k];
+        int mbs = opt->n_mbs > 0 ? opt->mbs[m] : 0;
+        int zero = opt->n_zero > 0 ? opt->zero[z] : -1;
+        int sp = opt->n_sp > 0 ? opt->sp[q] : -1;
+        int rc = opt->n_recompute > 0 ? opt->recompute[c] : -1;
+        t->tp = opt->tp[a];
+        t->pp = opt->pp[p];
+        t->dp = t->tp * t->pp > 0 ? W / (t->tp * t->pp) : 0;
+        t->world = W;
+        t->mbs = mbs > 0 ? mbs : base.training.micro_batch_size;
+        t->zero = zero >= 0 ? zero : base.parallel.use_distributed_optimizer;
+        t->sp = (sp >= 0 ? sp : base.parallel.sequence_parallel) && t->tp > 1;
+        t->recompute = rc >= 0 ? rc : recompute_code(base.training.recompute);
+        t->gbs = base.training.global_batch_size;
+        t->mfu = -1;
+        tpd_config cfg;
+        if (!trial_config(config_path, n_overrides, overrides, t->tp, t->pp, mbs,
+                          zero, sp, rc, W, &cfg, t->reason, sizeof t->reason)) {
+            t->state = TPD_SWEEP_SKIPPED;
+        } else {
+            cfg.training.train_iters = opt->warmup + opt->steps;
+            cfg.logging.eval_interval = 0;
+            cfg.logging.metrics_file[0] = '\0';
+            cfg.logging.trace_file[0] = '\0';
+            t->dp = tpd_config_dp(&cfg, W);
+            t->gbs = cfg.training.global_batch_size;
+            t->micro_batches = tpd_config_num_micro_batches(&cfg, t->dp);
+            tpd_plan_result pr;
+            predict(&cfg, &cl, W, t, &pr);
+            char tag[96], real[TPD_CONFIG_STR + 128], pred[TPD_CONFIG_STR + 128];
+            layout_tag(t, tag, sizeof tag);
+            snprintf(real, sizeof real, "%s/trace_%s.json", opt->out_dir, tag);
+            snprintf(pred, sizeof pred, "%s/trace_%s_predicted.json", opt->out_dir,
+                     tag);
+            run_trial(&cfg, world, opt, opt->traces ? real : NULL, t);
+            if (opt->traces && t->have_pred && world->rank == 0)
+                (void)tpd_plan_write_trace(&pr, pred);
+            derive_rates(&cfg, &cl, W, t);
+        }
+        /* Rank 0 holds the measurements: everyone gets the same record. */
+        MPI_Bcast(t, (int)sizeof *t, MPI_BYTE, 0, mpi_of(world));
+        if (world->rank == 0 && opt->verbose)
+            print_progress(k + 1, n, t, tpd_clock_s() - t_start);
+    }
     res_p->n = n;
     for (int i = 0; i < n; i++) {
         const tpd_sweep_trial *t = &res_p->trials[i];

@@ -39,6 +39,8 @@ typedef struct tpd_sweep_options {
     int pp[TPD_SWEEP_MAX_VALUES], n_pp;
     int mbs[TPD_SWEEP_MAX_VALUES], n_mbs;   /* 0 values: the config's micro_batch_size */
     int zero[2], n_zero;                    /* 0 values: the config's ZeRO-1 setting */
+    int sp[2], n_sp;                        /* 0 values: the config's sequence_parallel */
+    int recompute[3], n_recompute;          /* TPD_SWEEP_RECOMPUTE_*; 0 values: config's */
     int steps, warmup;
     char out_dir[TPD_CONFIG_STR];
     char cluster[TPD_CONFIG_STR];           /* planner profile: NAME or FILE */
@@ -48,7 +50,11 @@ typedef struct tpd_sweep_options {
 } tpd_sweep_options;
 
 #define TPD_SWEEP_OPTIONS_INIT                                                                \
-    {{1}, 1, {1}, 1, {0}, 0, {0}, 0, 5, 2, "sweep_out", "cpu", 1, 1, 1}
+    {{1}, 1, {1}, 1, {0}, 0, {0}, 0, {0}, 0, {0}, 0, 5, 2, "sweep_out", "cpu", 1, 1, 1}
+
+/* training.recompute values, in the order of the --recompute names */
+enum { TPD_SWEEP_RECOMPUTE_NONE = 0, TPD_SWEEP_RECOMPUTE_SELECTIVE = 1, TPD_SWEEP_RECOMPUTE_FULL = 2 };
+extern const char *const tpd_sweep_recompute_names[3];
 
 typedef enum tpd_sweep_state {
     TPD_SWEEP_OK = 0,
@@ -63,6 +69,8 @@ typedef struct tpd_sweep_split {
 
 typedef struct tpd_sweep_trial {
     int tp, pp, dp, mbs, zero, gbs, world, micro_batches;
+    int sp;        /* parallel.sequence_parallel (1 only with TP > 1) */
+    int recompute; /* TPD_SWEEP_RECOMPUTE_* */
     tpd_sweep_state state;
     char reason[320]; /* why skipped or failed */
     int steps;        /* measured */
@@ -104,7 +112,7 @@ tpd_status tpd_sweep_write(const tpd_sweep_result *r, const tpd_sweep_options *o
 void tpd_sweep_best_line(const tpd_sweep_result *r, char *buf, size_t len);
 
 /* tripod sweep CONFIG.yaml [overrides] --tp 1,2,4 --pp 1,2,4 [--mbs 1,2,4] [--zero 0,1]
- *              [--steps N] [--warmup W] [--out DIR] [--cluster NAME|FILE] [--no-plot]
+ *              [--sp 0,1] [--recompute none,selective,full] [--steps N] [--warmup W] [--out DIR] [--cluster NAME|FILE] [--no-plot]
  *              [--no-traces]
  * argv[0] is "sweep". Initializes and finalizes MPI itself. Returns an exit code. */
 int tpd_sweep_cli(int argc, char **argv);

@@ -11,10 +11,11 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: mpirun -np WORLD tripod sweep CONFIG.yaml [section.key=value ...]\n"
-            "           --tp 1,2,4 --pp 1,2,4 [--mbs 1,2,4] [--zero 0,1] [--steps N]\n"
-            "           [--warmup W] [--out DIR] [--cluster NAME|FILE] [--no-plot]\n"
-            "           [--no-traces]\n"
-            "  Every TP x PP (x mbs x ZeRO) layout runs on the whole world, DP = WORLD/(TP*PP),\n"
+            "           --tp 1,2,4 --pp 1,2,4 [--mbs 1,2,4] [--zero 0,1] [--sp 0,1]\n"
+            "           [--recompute none,selective,full] [--steps N] [--warmup W]\n"
+            "           [--out DIR] [--cluster NAME|FILE] [--no-plot] [--no-traces]\n"
+            "  Every TP x PP (x mbs x ZeRO x SP x recompute) layout runs on the whole world,\n"
+            "  DP = WORLD/(TP*PP); sequence parallel applies where TP > 1. Each runs\n"
             "  beside the planner's prediction (--cluster, default cpu; a profile from\n"
             "  `tripod bench --calibrate` makes it predict this machine). Writes\n"
             "  DIR/summary.csv, failed.csv, summary.json, sweep.png and per-layout real and\n"
@@ -57,6 +58,45 @@ static int parse_int(const char *flag, const char *s, int lo, int *v_p) {
     return 1;
 }
 
+/* "0", "1" or "0,1" into v (2 entries). */
+static int parse_switch(const char *flag, const char *s, int *v, int *n_p) {
+    int z[TPD_SWEEP_MAX_VALUES], nz = 0;
+    int ok = parse_list(flag, s, z, &nz, 1);
+    for (int k = 0; ok && k < nz; k++) ok = z[k] <= 1 && (k == 0 || z[k] != z[0]);
+    if (ok && nz > 2) ok = 0;
+    if (!ok) {
+        tpd_log_error("sweep: %s '%s' must be 0, 1 or 0,1", flag, s);
+        return 0;
+    }
+    for (int k = 0; k < nz; k++) v[k] = z[k];
+    *n_p = nz;
+    return 1;
+}
+
+/* "none,selective,full" (any of them, once each) into TPD_SWEEP_RECOMPUTE_* codes. */
+static int parse_recompute(const char *s, int *v, int *n_p) {
+    int n = 0;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        int code = -1;
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(tok, tpd_sweep_recompute_names[k])) code = k;
+        for (int k = 0; k < n; k++)
+            if (v[k] == code) code = -1;
+        if (code < 0 || n == 3) {
+            tpd_log_error("sweep: --recompute '%s' must list none, selective and full, each "
+                          "at most once",
+                          s);
+            return 0;
+        }
+        v[n++] = code;
+    }
+    *n_p = n;
+    return n > 0;
+}
+
 /* Returns 1 to run, 0 for --help, -1 on a bad argument. */
 static int parse_args(int argc, char **argv, tpd_sweep_options *o, const char **config,
                       const char **ovr, int *n_ovr) {
@@ -84,15 +124,13 @@ static int parse_args(int argc, char **argv, tpd_sweep_options *o, const char **
                 ok = parse_list(s, val, o->pp, &o->n_pp, 0);
             else if (!strcmp(s, "--mbs"))
                 ok = parse_list(s, val, o->mbs, &o->n_mbs, 0);
-            else if (!strcmp(s, "--zero")) {
-                int z[TPD_SWEEP_MAX_VALUES], nz = 0;
-                ok = parse_list(s, val, z, &nz, 1);
-                for (int k = 0; ok && k < nz; k++) ok = z[k] <= 1;
-                if (ok && nz > 2) ok = 0;
-                if (!ok) tpd_log_error("sweep: --zero '%s' must be 0, 1 or 0,1", val);
-                for (int k = 0; ok && k < nz; k++) o->zero[k] = z[k];
-                if (ok) o->n_zero = nz;
-            } else if (!strcmp(s, "--steps"))
+            else if (!strcmp(s, "--zero"))
+                ok = parse_switch(s, val, o->zero, &o->n_zero);
+            else if (!strcmp(s, "--sp"))
+                ok = parse_switch(s, val, o->sp, &o->n_sp);
+            else if (!strcmp(s, "--recompute"))
+                ok = parse_recompute(val, o->recompute, &o->n_recompute);
+            else if (!strcmp(s, "--steps"))
                 ok = parse_int(s, val, 1, &o->steps);
             else if (!strcmp(s, "--warmup"))
                 ok = parse_int(s, val, 0, &o->warmup);
@@ -147,7 +185,8 @@ int tpd_sweep_cli(int argc, char **argv) {
         if (world->rank == 0)
             printf("sweep: %d layouts x %d steps (+%d warm-up) on %d ranks, planner profile "
                    "'%s'\n",
-                   o.n_tp * o.n_pp * (o.n_mbs ? o.n_mbs : 1) * (o.n_zero ? o.n_zero : 1),
+                   o.n_tp * o.n_pp * (o.n_mbs ? o.n_mbs : 1) * (o.n_zero ? o.n_zero : 1) *
+                       (o.n_sp ? o.n_sp : 1) * (o.n_recompute ? o.n_recompute : 1),
                    o.steps, o.warmup, world->size, o.cluster);
         st = tpd_sweep_run(config, n_ovr, ovr, world, &o, &res);
     }

@@ -14,7 +14,7 @@
 
 /* The CSV's columns, in order; tools/plot_sweep.sh and the tests read them by name. */
 static const char *const k_columns =
-    "model,tp,pp,dp,mbs,gbs,zero,world,micro_batches,time_per_step_s,time_min_s,time_max_s,"
+    "model,tp,pp,dp,mbs,gbs,zero,sp,recompute,world,micro_batches,time_per_step_s,time_min_s,time_max_s,"
     "time_q1_s,time_q3_s,samples_per_s,tokens_per_s,tflops_per_rank,mfu,predicted_time_s,"
     "error_pct,peak_memory_bytes,predicted_memory_bytes,compute_s,tp_comm_s,pp_wait_s,"
     "dp_comm_s,optimizer_s,pred_compute_s,pred_tp_comm_s,pred_pp_wait_s,pred_dp_comm_s,"
@@ -27,9 +27,12 @@ void tpd_sweep_best_line(const tpd_sweep_result *r, char *buf, size_t len) {
     }
     const tpd_sweep_trial *t = &r->trials[r->best];
     snprintf(buf, len,
-             "Best layout: TP=%d PP=%d DP=%d mbs=%d ZeRO=%d: %.2f ms/step, %.1f samples/s, "
-             "%.0f tokens/s, %.4f TFLOP/s per rank (predicted %.2f ms, %+.1f%%)",
-             t->tp, t->pp, t->dp, t->mbs, t->zero, 1e3 * t->t_median, t->samples_per_s,
+             "Best layout: TP=%d PP=%d DP=%d mbs=%d ZeRO=%d%s%s%s: %.2f ms/step, %.1f "
+             "samples/s, %.0f tokens/s, %.4f TFLOP/s per rank (predicted %.2f ms, %+.1f%%)",
+             t->tp, t->pp, t->dp, t->mbs, t->zero, t->sp ? " SP" : "",
+             t->recompute ? " recompute=" : "",
+             t->recompute ? tpd_sweep_recompute_names[t->recompute] : "", 1e3 * t->t_median,
+             t->samples_per_s,
              t->tokens_per_s, t->tflops_per_rank, 1e3 * t->pred_time, t->err_pct);
 }
 
@@ -66,8 +69,9 @@ static tpd_status write_csv(const tpd_sweep_result *r, const char *dir) {
         const tpd_sweep_trial *t = &r->trials[i];
         if (t->state != TPD_SWEEP_OK) continue;
         int p = t->have_pred;
-        fprintf(f, "%s,%d,%d,%d,%d,%d,%d,%d,%d", r->model, t->tp, t->pp, t->dp, t->mbs, t->gbs,
-                t->zero, t->world, t->micro_batches);
+        fprintf(f, "%s,%d,%d,%d,%d,%d,%d,%d,%s,%d,%d", r->model, t->tp, t->pp, t->dp, t->mbs,
+                t->gbs, t->zero, t->sp, tpd_sweep_recompute_names[t->recompute], t->world,
+                t->micro_batches);
         put_num(f, t->t_median, 1);
         put_num(f, t->t_min, 1);
         put_num(f, t->t_max, 1);
@@ -97,11 +101,12 @@ static tpd_status write_failed(const tpd_sweep_result *r, const char *dir) {
     char path[TPD_CONFIG_STR + 64];
     FILE *f = open_out(dir, "failed.csv", path, sizeof path);
     if (!f) return TPD_ERR_IO;
-    fputs("tp,pp,dp,mbs,zero,state,reason\n", f);
+    fputs("tp,pp,dp,mbs,zero,sp,recompute,state,reason\n", f);
     for (int i = 0; i < r->n; i++) {
         const tpd_sweep_trial *t = &r->trials[i];
         if (t->state == TPD_SWEEP_OK) continue;
-        fprintf(f, "%d,%d,%d,%d,%d,%s,\"", t->tp, t->pp, t->dp, t->mbs, t->zero,
+        fprintf(f, "%d,%d,%d,%d,%d,%d,%s,%s,\"", t->tp, t->pp, t->dp, t->mbs, t->zero, t->sp,
+                tpd_sweep_recompute_names[t->recompute],
                 t->state == TPD_SWEEP_SKIPPED ? "skipped" : "failed");
         for (const char *c = t->reason; *c; c++) {
             if (*c == '"') fputc('"', f);
@@ -135,6 +140,8 @@ static cJSON *trial_json(const tpd_sweep_trial *t) {
     cJSON_AddNumberToObject(o, "mbs", t->mbs);
     cJSON_AddNumberToObject(o, "gbs", t->gbs);
     cJSON_AddNumberToObject(o, "zero", t->zero);
+    cJSON_AddBoolToObject(o, "sequence_parallel", t->sp);
+    cJSON_AddStringToObject(o, "recompute", tpd_sweep_recompute_names[t->recompute]);
     cJSON_AddNumberToObject(o, "world", t->world);
     cJSON_AddStringToObject(o, "state", states[t->state]);
     if (t->state != TPD_SWEEP_OK) {

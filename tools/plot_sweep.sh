@@ -36,6 +36,8 @@ function v(name) { x = $(col[name]); return x == "" ? "NaN" : 1e3 * x }
     label = sprintf("TP%s/PP%s/DP%s/mbs%s", $(col["tp"]), $(col["pp"]), $(col["dp"]),
                     $(col["mbs"]))
     if ($(col["zero"]) == "1") label = label "/ZeRO"
+    if (("sp" in col) && $(col["sp"]) == "1") label = label "/SP"
+    if (("recompute" in col) && $(col["recompute"]) != "none") label = label "/rc-" $(col["recompute"])
     printf "%s %s %s %s %s %s %s %s %s %s\n", label, v("time_per_step_s"),
            v("time_min_s"), v("time_max_s"), v("predicted_time_s"), v("compute_s"),
            v("tp_comm_s"), v("pp_wait_s"), v("dp_comm_s"), v("optimizer_s")
@@ -46,7 +48,8 @@ if [[ "$rows" -eq 0 ]]; then
     echo "plot_sweep: $csv has no successful trial to draw" >&2
     exit 1
 fi
-title=$(awk -F, 'NR == 2 { print $1 " on " $8 " ranks"; exit }' "$csv")
+title=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+                 { print $(col["model"]) " on " $(col["world"]) " ranks"; exit }' "$csv")
 # Rowstacked histograms do not autoscale to the stack: take the tallest bar ourselves.
 ymax=$(awk '{ s = 0; for (i = 6; i <= 10; i++) if ($i != "NaN") s += $i
               for (i = 2; i <= 5; i++) if ($i != "NaN" && $i > s) s = $i

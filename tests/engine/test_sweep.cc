@@ -189,7 +189,7 @@ TEST(Sweep, CalibratedSweepWritesEverythingAndPredictsItsTrials) {
         ASSERT_EQ(tpd_sweep_write(&res, &opt), TPD_OK);
         std::string dir = opt.out_dir;
         std::string csv = slurp(dir + "/summary.csv");
-        EXPECT_EQ(csv.rfind("model,tp,pp,dp,mbs,gbs,zero,world,", 0), 0u) << csv;
+        EXPECT_EQ(csv.rfind("model,tp,pp,dp,mbs,gbs,zero,sp,recompute,world,", 0), 0u) << csv;
         EXPECT_NE(csv.find("time_per_step_s"), std::string::npos);
         EXPECT_NE(csv.find("predicted_time_s"), std::string::npos);
         EXPECT_NE(csv.find("peak_memory_bytes"), std::string::npos);
@@ -284,10 +284,64 @@ TEST(Sweep, FailingTrialsAreRecordedAndTheSweepGoesOn) {
     if (g_world->rank == 0) {
         ASSERT_EQ(tpd_sweep_write(&res, &opt), TPD_OK);
         std::string failed = slurp(std::string(opt.out_dir) + "/failed.csv");
-        EXPECT_NE(failed.find("1,2,2,1,0,failed,"), std::string::npos) << failed;
+        EXPECT_NE(failed.find("1,2,2,1,0,0,none,failed,"), std::string::npos) << failed;
         char best[256];
         tpd_sweep_best_line(&res, best, sizeof best);
         EXPECT_NE(std::string(best).find("none"), std::string::npos);
+    }
+    tpd_sweep_result_free(&res);
+}
+
+// --sp and --recompute are sweep axes. Neither changes the arithmetic, so every trial's
+// losses match; sequence parallel with TP 1 is skipped with its reason.
+TEST(Sweep, SequenceParallelAndRecomputeAxes) {
+    std::vector<std::string> o = overrides();
+    std::vector<const char *> oc = cstrs(o);
+    tpd_sweep_options opt = TPD_SWEEP_OPTIONS_INIT;
+    opt.tp[0] = 1, opt.tp[1] = 2, opt.n_tp = 2;
+    opt.pp[0] = 1, opt.n_pp = 1;
+    opt.sp[0] = 0, opt.sp[1] = 1, opt.n_sp = 2;
+    opt.recompute[0] = TPD_SWEEP_RECOMPUTE_NONE, opt.recompute[1] = TPD_SWEEP_RECOMPUTE_SELECTIVE;
+    opt.n_recompute = 2;
+    opt.steps = 2;
+    opt.warmup = 0;
+    opt.plot = 0;
+    opt.traces = 0;
+    opt.verbose = 0;
+    snprintf(opt.out_dir, sizeof opt.out_dir, "%s/sweep_axes", g_dir.c_str());
+    tpd_sweep_result res;
+    ASSERT_EQ(tpd_sweep_run(demo_path().c_str(), (int)oc.size(), oc.data(), g_world, &opt, &res),
+              TPD_OK);
+    ASSERT_EQ(res.n, 8);
+    const tpd_sweep_trial *ref = nullptr;
+    int ok = 0, skipped = 0, sp_runs = 0, selective_runs = 0;
+    for (int i = 0; i < res.n; i++) {
+        const tpd_sweep_trial &t = res.trials[i];
+        if (t.state == TPD_SWEEP_SKIPPED) {
+            EXPECT_EQ(t.tp, 1);
+            EXPECT_NE(std::string(t.reason).find("sequence parallel needs TP > 1"),
+                      std::string::npos);
+            skipped++;
+            continue;
+        }
+        ASSERT_EQ(t.state, TPD_SWEEP_OK) << t.reason;
+        ok++;
+        sp_runs += t.sp;
+        selective_runs += t.recompute == TPD_SWEEP_RECOMPUTE_SELECTIVE;
+        if (!ref) ref = &t;
+        ASSERT_EQ(t.n_loss, ref->n_loss);
+        for (int s = 0; s < t.n_loss; s++)
+            EXPECT_NEAR(t.loss[s], ref->loss[s], 1e-5 * std::fabs(ref->loss[s]))
+                << "TP " << t.tp << " SP " << t.sp << " recompute " << t.recompute;
+    }
+    EXPECT_EQ(ok, 6);
+    EXPECT_EQ(skipped, 2);
+    EXPECT_EQ(sp_runs, 2);
+    EXPECT_EQ(selective_runs, 3);
+    if (g_world->rank == 0) {
+        ASSERT_EQ(tpd_sweep_write(&res, &opt), TPD_OK);
+        std::string csv = slurp(std::string(opt.out_dir) + "/summary.csv");
+        EXPECT_NE(csv.find(",2,1,2,1,8,0,1,selective,"), std::string::npos) << csv;
     }
     tpd_sweep_result_free(&res);
 }
