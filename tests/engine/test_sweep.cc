@@ -259,18 +259,24 @@ TEST(Sweep, CalibratedSweepWritesEverythingAndPredictsItsTrials) {
     tpd_sweep_result_free(&res);
 }
 
+// TP {1, 2} at one PP, no warm-up, no plot, quiet, writing to g_dir/name.
+tpd_sweep_options quick_options(int pp, int steps, const char *name) {
+    tpd_sweep_options opt = TPD_SWEEP_OPTIONS_INIT;
+    opt.tp[0] = 1, opt.tp[1] = 2, opt.n_tp = 2;
+    opt.pp[0] = pp, opt.n_pp = 1;
+    opt.steps = steps;
+    opt.warmup = 0;
+    opt.plot = 0;
+    opt.verbose = 0;
+    snprintf(opt.out_dir, sizeof opt.out_dir, "%s/%s", g_dir.c_str(), name);
+    return opt;
+}
+
 TEST(Sweep, FailingTrialsAreRecordedAndTheSweepGoesOn) {
     std::vector<std::string> o = overrides();
     o.back() = "data.data_path=" + g_dir + "/no_such_data";
     std::vector<const char *> oc = cstrs(o);
-    tpd_sweep_options opt = TPD_SWEEP_OPTIONS_INIT;
-    opt.tp[0] = 1, opt.tp[1] = 2, opt.n_tp = 2;
-    opt.pp[0] = 2, opt.n_pp = 1;
-    opt.steps = 1;
-    opt.warmup = 0;
-    opt.plot = 0;
-    opt.verbose = 0;
-    snprintf(opt.out_dir, sizeof opt.out_dir, "%s/sweep_fail", g_dir.c_str());
+    tpd_sweep_options opt = quick_options(2, 1, "sweep_fail");
     tpd_sweep_result res;
     ASSERT_EQ(tpd_sweep_run(demo_path().c_str(), (int)oc.size(), oc.data(), g_world, &opt, &res),
               TPD_OK);
@@ -297,18 +303,11 @@ TEST(Sweep, FailingTrialsAreRecordedAndTheSweepGoesOn) {
 TEST(Sweep, SequenceParallelAndRecomputeAxes) {
     std::vector<std::string> o = overrides();
     std::vector<const char *> oc = cstrs(o);
-    tpd_sweep_options opt = TPD_SWEEP_OPTIONS_INIT;
-    opt.tp[0] = 1, opt.tp[1] = 2, opt.n_tp = 2;
-    opt.pp[0] = 1, opt.n_pp = 1;
+    tpd_sweep_options opt = quick_options(1, 2, "sweep_axes");
     opt.sp[0] = 0, opt.sp[1] = 1, opt.n_sp = 2;
     opt.recompute[0] = TPD_SWEEP_RECOMPUTE_NONE, opt.recompute[1] = TPD_SWEEP_RECOMPUTE_SELECTIVE;
     opt.n_recompute = 2;
-    opt.steps = 2;
-    opt.warmup = 0;
-    opt.plot = 0;
     opt.traces = 0;
-    opt.verbose = 0;
-    snprintf(opt.out_dir, sizeof opt.out_dir, "%s/sweep_axes", g_dir.c_str());
     tpd_sweep_result res;
     ASSERT_EQ(tpd_sweep_run(demo_path().c_str(), (int)oc.size(), oc.data(), g_world, &opt, &res),
               TPD_OK);
