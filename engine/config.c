@@ -7,6 +7,7 @@
  * column, an override, or the default), so that a relation found broken after the whole
  * file and every override are in can still name the line of the offending key. */
 #include "engine/config.h"
+#include "engine/data.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -531,6 +532,10 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
         return cfg_fail(ld, cfg_at(ld, k, "model.max_position_embeddings"), k,
                         "seq_length (%d) must be <= max_position_embeddings (%d)", m->seq_length,
                         m->max_position_embeddings);
+    k = "data.data_path";
+    char why[512];
+    if (c->data.data_path[0] && !tpd_data_spec_parse(c->data.data_path, NULL, why, sizeof why))
+        return cfg_fail(ld, cfg_at(ld, k, NULL), k, "%s", why);
     if (p->sequence_parallel && m->seq_length % tp) {
         k = "parallel.sequence_parallel";
         return cfg_fail(ld, cfg_at(ld, k, "model.seq_length"), k,

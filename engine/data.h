@@ -87,6 +87,50 @@ void tpd_sampler_free(tpd_sampler *s);
  * Caches one epoch's permutation in *s, so a sampler serves one thread. */
 tpd_status tpd_sampler_get(tpd_sampler *s, uint64_t g, int32_t *out);
 
+/* ---- blending (Megatron's --data-path W1 PREFIX1 W2 PREFIX2 ...) ----
+ *
+ * data.data_path is one prefix, or weights and prefixes in turn ("0.3 a 0.7 b": the first
+ * word a number and an even count; weights need not sum to 1). Sample g of the blend is
+ * assigned as Megatron's build_blending_indices does: to the data set d with the largest
+ * w_d * max(g, 1) - c_d, where c_d counts the samples given to d before g (ties to the
+ * lowest d); it is then sample c_d of d's own sampler (each data set has its own split,
+ * epochs and shuffle; data set d > 0 shuffles with its own seed). With one prefix, sample
+ * g is sample g of that data set, as without blending. */
+#define TPD_BLEND_MAX 32
+
+typedef struct tpd_data_source {
+    int n;
+    double weight[TPD_BLEND_MAX]; /* normalized: they sum to 1 */
+    tpd_dataset *ds[TPD_BLEND_MAX];
+    char *prefix[TPD_BLEND_MAX];
+} tpd_data_source;
+
+/* Parses the spec only (no file is opened): 1 with *src_p filled (prefixes, weights; may be
+ * NULL), or 0 with the rule it breaks in why. */
+int tpd_data_spec_parse(const char *spec, tpd_data_source *src_p, char *why, size_t len);
+/* Opens every data set of the spec (errors name data.data_path and the rule, or the file). */
+tpd_status tpd_data_source_open(const char *spec, int vocab_size, tpd_data_source *src_p);
+void tpd_data_source_close(tpd_data_source *src);
+
+typedef struct tpd_blend_sampler {
+    const tpd_data_source *src;
+    tpd_sampler s[TPD_BLEND_MAX];
+    uint64_t at;                    /* the cursor: count[] holds the assignments of [0, at) */
+    uint64_t count[TPD_BLEND_MAX];
+    uint64_t *snaps; /* (nsnaps * n) count[] at every TPD_BLEND_BLOCK-th sample */
+    uint64_t nsnaps, snaps_cap;
+} tpd_blend_sampler;
+
+tpd_status tpd_blend_sampler_init(const tpd_data_source *src, const char *split, tpd_split which,
+                                  int seq_length, int shuffle, uint64_t seed,
+                                  tpd_blend_sampler *b_p);
+void tpd_blend_sampler_free(tpd_blend_sampler *b);
+/* *dataset_p and *index_p: where sample g of the blend comes from (either may be NULL). */
+void tpd_blend_sampler_locate(tpd_blend_sampler *b, uint64_t g, int *dataset_p,
+                              uint64_t *index_p);
+/* out[seq_length+1] = tokens of sample g of the blend. */
+tpd_status tpd_blend_sampler_get(tpd_blend_sampler *b, uint64_t g, int32_t *out);
+
 /* Writers. Files are written under a temporary name and renamed into place, .bin
  * before .idx, so an existing PREFIX.idx always comes with a complete PREFIX.bin. */
 /* Megatron indexed data set from documents; dtype code chosen as Megatron does (uint16

@@ -152,16 +152,16 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
                       "train: schedule holds %d micro-batches, memory plan %d",
                       tpd_pp_schedule_peak_in_flight(&tr->sched), tr->model->plan.nslots);
 
-    TPD_CHECK_GOTO(tpd_dataset_open(cfg->data.data_path, cfg->model.vocab_size, &tr->ds), st,
-                   undo_sched);
-    TPD_CHECK_GOTO(tpd_sampler_init(tr->ds, cfg->data.split, TPD_SPLIT_TRAIN,
-                                    cfg->model.seq_length, cfg->data.shuffle,
-                                    cfg->training.seed, &tr->train_sampler),
+    TPD_CHECK_GOTO(tpd_data_source_open(cfg->data.data_path, cfg->model.vocab_size, &tr->data),
+                   st, undo_sched);
+    TPD_CHECK_GOTO(tpd_blend_sampler_init(&tr->data, cfg->data.split, TPD_SPLIT_TRAIN,
+                                          cfg->model.seq_length, cfg->data.shuffle,
+                                          cfg->training.seed, &tr->train_sampler),
                    st, undo_data);
     tr->has_valid = cfg->logging.eval_interval > 0 &&
-                    tpd_sampler_init(tr->ds, cfg->data.split, TPD_SPLIT_VALID,
-                                     cfg->model.seq_length, 0, cfg->training.seed,
-                                     &tr->valid_sampler) == TPD_OK;
+                    tpd_blend_sampler_init(&tr->data, cfg->data.split, TPD_SPLIT_VALID,
+                                           cfg->model.seq_length, 0, cfg->training.seed,
+                                           &tr->valid_sampler) == TPD_OK;
     tr->batch = malloc((size_t)cfg->training.micro_batch_size * (cfg->model.seq_length + 1) * 4);
     if (!tr->batch) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, undo_samplers, "train: out of memory");
     tr->is_logger = ms->pp == pp - 1 && ms->tp == 0 && ms->dp == 0;
@@ -173,10 +173,10 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
 undo_batch:
     free(tr->batch);
 undo_samplers:
-    if (tr->has_valid) tpd_sampler_free(&tr->valid_sampler);
-    tpd_sampler_free(&tr->train_sampler);
+    if (tr->has_valid) tpd_blend_sampler_free(&tr->valid_sampler);
+    tpd_blend_sampler_free(&tr->train_sampler);
 undo_data:
-    tpd_dataset_close(tr->ds);
+    tpd_data_source_close(&tr->data);
 undo_sched:
     tpd_pp_schedule_free(&tr->sched);
 undo_dpp:
@@ -197,9 +197,9 @@ void tpd_trainer_destroy(tpd_trainer *tr) {
     if (!tr) return;
     if (tr->metrics) fclose(tr->metrics);
     free(tr->batch);
-    if (tr->has_valid) tpd_sampler_free(&tr->valid_sampler);
-    tpd_sampler_free(&tr->train_sampler);
-    tpd_dataset_close(tr->ds);
+    if (tr->has_valid) tpd_blend_sampler_free(&tr->valid_sampler);
+    tpd_blend_sampler_free(&tr->train_sampler);
+    tpd_data_source_close(&tr->data);
     tpd_pp_schedule_free(&tr->sched);
     tpd_dp_plan_free(&tr->dpp);
     tpd_model_destroy(tr->model);
@@ -223,7 +223,7 @@ static tpd_status cb_forward(void *user, int j, int chunk) {
     if (m->d.first || m->d.last) {
         /* micro-batch j of this DP rank's contiguous share of the global batch */
         for (int b = 0; b < B; b++)
-            TPD_CHECK(tpd_sampler_get(tr->cur_sampler, tr->cur_base + (uint64_t)j * B + b,
+            TPD_CHECK(tpd_blend_sampler_get(tr->cur_sampler, tr->cur_base + (uint64_t)j * B + b,
                                       tr->batch + (size_t)b * (T + 1)));
         TPD_CHECK(tpd_model_set_batch(m, slot, tr->batch));
     }
@@ -459,6 +459,14 @@ static void log_startup(const tpd_trainer *tr) {
                  m->plan.lay.numel, mem->total / MiB, mem->params / MiB, mem->grads / MiB,
                  mem->optimizer / MiB, mem->master / MiB, mem->activations / MiB,
                  m->plan.nslots, mem->workspace / MiB);
+    if (tr->data.n > 1) {
+        char blend[512] = "";
+        size_t at = 0;
+        for (int d = 0; d < tr->data.n && at < sizeof blend; d++)
+            at += (size_t)snprintf(blend + at, sizeof blend - at, "%s%.3f %s", d ? ", " : "",
+                                   tr->data.weight[d], tr->data.prefix[d]);
+        tpd_log_info("data: a blend of %d data sets: %s", tr->data.n, blend);
+    }
     if (tr->dpp.zero) {
         uint64_t full = (uint64_t)m->plan.numel_padded * 4 * (2 + m->plan.has_master);
         uint64_t now = mem->optimizer + mem->master;

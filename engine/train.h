@@ -47,8 +47,8 @@ typedef struct tpd_trainer {
     tpd_model *model;
     tpd_dp_plan dpp;
     tpd_pp_schedule sched;
-    tpd_dataset *ds;
-    tpd_sampler train_sampler, valid_sampler;
+    tpd_data_source data; /* data.data_path: one data set or a weighted blend */
+    tpd_blend_sampler train_sampler, valid_sampler;
     int has_valid;
     int M;            /* micro-batches per step per pipeline */
     int iteration;    /* completed iterations */
@@ -60,7 +60,7 @@ typedef struct tpd_trainer {
     FILE *metrics;
     int32_t *batch;   /* (B, T+1) host samples of one micro-batch */
     /* during a step */
-    tpd_sampler *cur_sampler;
+    tpd_blend_sampler *cur_sampler;
     uint64_t cur_base; /* first sample index of this DP rank's share */
     double loss_acc;
     tpd_step_stats last;

@@ -14,3 +14,8 @@ add_test(NAME bpe_flow
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/bpe_flow.sh $<TARGET_FILE:tripod>
                  ${CMAKE_CURRENT_LIST_DIR}/bpe)
 set_tests_properties(bpe_flow PROPERTIES LABELS unit TIMEOUT 120)
+
+# Blended data sets (Megatron's weighted data paths).
+tpd_add_gtest(test_data_blend LABEL unit TIMEOUT 60
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_data_blend.cc
+  LIBS tpd_engine)

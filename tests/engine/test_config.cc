@@ -199,6 +199,8 @@ const BadCase kBadCases[] = {
                           "num_attention_heads (12)"},
     {"heads_tp.yaml", ":5:24: model.num_attention_heads: num_attention_heads (12) must be a "
                       "multiple of tensor_model_parallel_size (8)"},
+    {"blend_pairs.yaml", ":15:14: data.data_path: '0.3 data/a 0.7' must be pairs of WEIGHT "
+                         "PREFIX (at most 32 pairs)"},
     {"sp_seq.yaml", ":16:22: parallel.sequence_parallel: seq_length (1022) must be a multiple "
                     "of tensor_model_parallel_size (4) (sequence parallel splits the sequence "
                     "over the TP ranks)"},

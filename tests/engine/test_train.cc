@@ -149,6 +149,32 @@ TEST(Metrics, LogLineHasMegatronFields) {
 
 } // namespace
 
+// data.data_path as Megatron's weighted blend: the trainer samples from both data sets,
+// twice the same way.
+TEST(Train, BlendedDataTrains) {
+    std::string second = tiny::write_corpus(tiny::temp_prefix("corpus_b"));
+    tpd_config cfg = tiny::config(g_data);
+    snprintf(cfg.data.data_path, sizeof cfg.data.data_path, "0.25 %s 0.75 %s", g_data.c_str(),
+             second.c_str());
+    cfg.training.train_iters = 3;
+    std::vector<double> runs[2];
+    for (auto &losses : runs) {
+        tpd_trainer *tr = nullptr;
+        ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+        ASSERT_EQ(tr->data.n, 2);
+        EXPECT_DOUBLE_EQ(tr->data.weight[1], 0.75);
+        for (int i = 0; i < 3; i++) {
+            tpd_step_stats st;
+            ASSERT_EQ(tpd_trainer_step(tr, &st), TPD_OK);
+            EXPECT_TRUE(std::isfinite(st.lm_loss));
+            losses.push_back(st.lm_loss);
+        }
+        tpd_trainer_destroy(tr);
+    }
+    EXPECT_EQ(runs[0], runs[1]);
+    tiny::remove_corpus(second);
+}
+
 // `tripod` restarts itself once when OpenBLAS picked kernels weaker than the CPU allows
 // (engine/main.c). The binary, started without OPENBLAS_CORETYPE, must report the kernels
 // that this process (which does not restart) says are available.

@@ -1,0 +1,203 @@
+/* Blended data sets: Megatron's weighted --data-path, sample by sample. */
+#include "engine/data.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TPD_BLEND_BLOCK 4096 /* samples between snapshots of the assignment counts */
+
+void tpd_data_source_close(tpd_data_source *src) {
+    for (int d = 0; d < src->n; d++) {
+        tpd_dataset_close(src->ds[d]);
+        free(src->prefix[d]);
+    }
+    memset(src, 0, sizeof *src);
+}
+
+static int is_number(const char *s, double *v) {
+    char *end = NULL;
+    *v = strtod(s, &end);
+    return end != s && *end == '\0';
+}
+
+int tpd_data_spec_parse(const char *spec, tpd_data_source *src_p, char *why, size_t len) {
+    tpd_data_source src;
+    memset(&src, 0, sizeof src);
+    /* words of the spec */
+    char *copy = strdup(spec ? spec : ""), *save = NULL;
+    char *words[2 * TPD_BLEND_MAX + 1];
+    int nw = 0, ok = 0;
+    if (!copy) {
+        snprintf(why, len, "out of memory");
+        return 0;
+    }
+    for (char *w = strtok_r(copy, " \t\n", &save); w && nw <= 2 * TPD_BLEND_MAX;
+         w = strtok_r(NULL, " \t\n", &save))
+        words[nw++] = w;
+    double first;
+    if (nw < 2 || !is_number(words[0], &first)) {
+        /* one prefix, spaces and all */
+        if (nw == 0) {
+            snprintf(why, len, "nothing given (a data set prefix, or 'WEIGHT PREFIX WEIGHT "
+                               "PREFIX ...')");
+            goto done;
+        }
+        src.n = 1;
+        src.weight[0] = 1.0;
+        src.prefix[0] = strdup(spec);
+    } else {
+        if (nw % 2 || nw > 2 * TPD_BLEND_MAX) {
+            snprintf(why, len, "'%s' must be pairs of WEIGHT PREFIX (at most %d pairs)", spec,
+                     TPD_BLEND_MAX);
+            goto done;
+        }
+        double sum = 0;
+        for (int i = 0; i < nw; i += 2) {
+            double w;
+            if (!is_number(words[i], &w) || !(w > 0) || !isfinite(w)) {
+                snprintf(why, len, "weight '%s' of '%s' must be a positive number (pairs of "
+                                   "WEIGHT PREFIX)",
+                         words[i], words[i + 1]);
+                goto done;
+            }
+            src.weight[src.n] = w;
+            src.prefix[src.n] = strdup(words[i + 1]);
+            sum += w;
+            src.n++;
+        }
+        for (int d = 0; d < src.n; d++) src.weight[d] /= sum;
+    }
+    ok = 1;
+    for (int d = 0; d < src.n; d++) ok = ok && src.prefix[d];
+    if (!ok) snprintf(why, len, "out of memory");
+done:
+    free(copy);
+    if (ok && src_p)
+        *src_p = src;
+    else
+        tpd_data_source_close(&src);
+    return ok;
+}
+
+tpd_status tpd_data_source_open(const char *spec, int vocab_size, tpd_data_source *src_p) {
+    tpd_data_source src;
+    char why[512];
+    if (!tpd_data_spec_parse(spec, &src, why, sizeof why)) {
+        tpd_data_log_error("data.data_path: %s", why);
+        return TPD_ERR_INVALID;
+    }
+    tpd_status st = TPD_OK;
+    for (int d = 0; d < src.n; d++)
+        TPD_CHECK_GOTO(tpd_dataset_open(src.prefix[d], vocab_size, &src.ds[d]), st, fail);
+    *src_p = src;
+    return TPD_OK;
+fail:
+    tpd_data_source_close(&src);
+    return st;
+}
+
+tpd_status tpd_blend_sampler_init(const tpd_data_source *src, const char *split, tpd_split which,
+                                  int seq_length, int shuffle, uint64_t seed,
+                                  tpd_blend_sampler *b_p) {
+    tpd_blend_sampler b;
+    memset(&b, 0, sizeof b);
+    b.src = src;
+    tpd_status st = TPD_OK;
+    int d = 0;
+    for (; d < src->n; d++) {
+        /* data set 0 keeps the run's seed: one prefix samples as it always did */
+        uint64_t sd = seed + (uint64_t)d * 0x9E3779B97F4A7C15ull;
+        st = tpd_sampler_init(src->ds[d], split, which, seq_length, shuffle, sd, &b.s[d]);
+        if (st != TPD_OK) {
+            if (src->n > 1)
+                tpd_data_log_error("data set %s (blend entry %d of %d): %s", src->prefix[d], d + 1,
+                                   src->n, tpd_data_last_error());
+            goto undo;
+        }
+    }
+    *b_p = b;
+    return TPD_OK;
+undo:
+    while (d-- > 0) tpd_sampler_free(&b.s[d]);
+    return st;
+}
+
+void tpd_blend_sampler_free(tpd_blend_sampler *b) {
+    for (int d = 0; b->src && d < b->src->n; d++) tpd_sampler_free(&b->s[d]);
+    free(b->snaps);
+    memset(b, 0, sizeof *b);
+}
+
+/* Megatron's choice for sample i given the counts of [0, i). */
+static int pick(const tpd_data_source *src, uint64_t i, const uint64_t *count) {
+    double x = i > 1 ? (double)i : 1.0, best_err = 0;
+    int best = 0;
+    for (int d = 0; d < src->n; d++) {
+        double err = src->weight[d] * x - (double)count[d];
+        if (d == 0 || err > best_err) {
+            best = d;
+            best_err = err;
+        }
+    }
+    return best;
+}
+
+/* Moves the cursor to sample g: from a snapshot when g is behind it or far ahead. */
+static void seek(tpd_blend_sampler *b, uint64_t g) {
+    const tpd_data_source *src = b->src;
+    int n = src->n;
+    if (g < b->at || g - b->at > TPD_BLEND_BLOCK) {
+        uint64_t want = g / TPD_BLEND_BLOCK + 1; /* snapshots 0..g/BLOCK */
+        if (b->nsnaps < want) {
+            if (b->snaps_cap < want) {
+                uint64_t cap = b->snaps_cap ? b->snaps_cap : 64;
+                while (cap < want) cap *= 2;
+                uint64_t *s = realloc(b->snaps, cap * (size_t)n * sizeof *s);
+                if (!s) goto step; /* no room: walk from where the cursor is */
+                b->snaps = s;
+                b->snaps_cap = cap;
+            }
+            if (b->nsnaps == 0) {
+                memset(b->snaps, 0, (size_t)n * sizeof *b->snaps);
+                b->nsnaps = 1;
+            }
+            for (; b->nsnaps < want; b->nsnaps++) {
+                uint64_t *cnt = b->snaps + b->nsnaps * n;
+                memcpy(cnt, cnt - n, (size_t)n * sizeof *cnt);
+                uint64_t i0 = (b->nsnaps - 1) * TPD_BLEND_BLOCK;
+                for (uint64_t i = i0; i < i0 + TPD_BLEND_BLOCK; i++) cnt[pick(src, i, cnt)]++;
+            }
+        }
+        uint64_t k = g / TPD_BLEND_BLOCK;
+        b->at = k * TPD_BLEND_BLOCK;
+        memcpy(b->count, b->snaps + k * n, (size_t)n * sizeof *b->count);
+    }
+step:
+    if (g < b->at) { /* only after a failed allocation: start over */
+        b->at = 0;
+        memset(b->count, 0, sizeof b->count);
+    }
+    for (; b->at < g; b->at++) b->count[pick(src, b->at, b->count)]++;
+}
+
+void tpd_blend_sampler_locate(tpd_blend_sampler *b, uint64_t g, int *dataset_p,
+                              uint64_t *index_p) {
+    int d = 0;
+    uint64_t idx = g;
+    if (b->src->n > 1) {
+        seek(b, g);
+        d = pick(b->src, g, b->count);
+        idx = b->count[d];
+    }
+    if (dataset_p) *dataset_p = d;
+    if (index_p) *index_p = idx;
+}
+
+tpd_status tpd_blend_sampler_get(tpd_blend_sampler *b, uint64_t g, int32_t *out) {
+    int d;
+    uint64_t idx;
+    tpd_blend_sampler_locate(b, g, &d, &idx);
+    return tpd_sampler_get(&b->s[d], idx, out);
+}
