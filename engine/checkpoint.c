@@ -287,14 +287,14 @@ tpd_status tpd_ckpt_save(tpd_trainer *tr, const char *save_dir) {
 static tpd_status choose(const tpd_config *cfg, const char *path, char *dir) {
     tpd_ckpt_info info;
     tpd_status st = tpd_ckpt_resolve(path, dir);
-    if (st == TPD_OK) st = tpd_ckpt_manifest_read(dir, 1, &info);
+    if (st == TPD_OK) st = tpd_ckpt_manifest_read(dir, TPD_CKPT_VERIFY_ALL, &info);
     if (st != TPD_OK && !strcmp(cfg->checkpoint.fallback, "previous")) {
         char first_error[1024];
         snprintf(first_error, sizeof first_error, "%s", tpd_ckpt_last_error());
         char(*older)[PATH_CAP] = malloc(1024 * sizeof *older);
         int n = older ? tpd_ckpt_list_older(path, dir, older, 1024) : 0;
         for (int i = 0; i < n && st != TPD_OK; i++) {
-            if (tpd_ckpt_manifest_read(older[i], 1, &info) != TPD_OK) continue;
+            if (tpd_ckpt_manifest_read(older[i], TPD_CKPT_VERIFY_ALL, &info) != TPD_OK) continue;
             tpd_log_warn("checkpoint: falling back to %s (%s)", older[i], first_error);
             snprintf(dir, PATH_CAP, "%s", older[i]);
             st = TPD_OK;
@@ -328,7 +328,7 @@ tpd_status tpd_ckpt_load(tpd_trainer *tr, const char *path) {
     if (verdict != TPD_OK) return (tpd_status)verdict;
 
     tpd_ckpt_info info;
-    tpd_status st = tpd_ckpt_manifest_read(dir, 0, &info);
+    tpd_status st = tpd_ckpt_manifest_read(dir, TPD_CKPT_VERIFY_NONE, &info);
     int fresh = 0;
     if (st == TPD_OK) {
         fresh = info.weights_only || tr->cfg.checkpoint.finetune;

@@ -106,6 +106,9 @@ typedef struct tpd_ckpt_info {
 /* Resolves `path` (a checkpoint directory, or a directory holding `latest`), verifies
  * every file's SHA-256 and reads the manifest's run state. Not collective. */
 tpd_status tpd_ckpt_open(const char *path, tpd_ckpt_info *info_p);
+/* The same for readers of the weights alone (generate, export): verifies only the files
+ * that hold them, not the optimizer state of an fp32 run. */
+tpd_status tpd_ckpt_open_weights(const char *path, tpd_ckpt_info *info_p);
 void tpd_ckpt_close(tpd_ckpt_info *info);
 
 /* Global fp32 tensor (tpd_model_layout_global_numel elements) of parameter p, kind k,

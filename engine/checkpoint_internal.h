@@ -117,7 +117,10 @@ tpd_status tpd_ckpt_manifest_build(const tpd_config *cfg, int tp, int pp, int dp
                                    const tpd_ckpt_file *files, char **json_p);
 
 /* Parses dir/manifest.json (after checking it against manifest.sha256) into info and its
- * manifest; with verify, also checks every file's size and SHA-256. */
+ * manifest; with verify, also checks the size and SHA-256 of every file (ALL) or of the
+ * files that hold the weights a load reads (WEIGHTS: fp32 masters when saved, else the
+ * parameters). */
+enum { TPD_CKPT_VERIFY_NONE = 0, TPD_CKPT_VERIFY_ALL = 1, TPD_CKPT_VERIFY_WEIGHTS = 2 };
 tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *info);
 
 /* "checkpoint DIR: model.KEY is A in the checkpoint but B in the config" when the model

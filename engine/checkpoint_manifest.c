@@ -325,7 +325,7 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
     tpd_ckpt_join(spath, sizeof spath, dir, TPD_CKPT_MANIFEST_SHA);
     memset(info, 0, sizeof *info);
     snprintf(info->dir, sizeof info->dir, "%s", dir);
-    char *text = NULL, *want = NULL;
+    char *text = NULL, *want = NULL, *need = NULL;
     size_t n = 0;
     cJSON *o = NULL;
     tpd_status st = TPD_OK;
@@ -363,10 +363,6 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
         m->files[i].pp = cJSON_GetArrayItem(rank, 1)->valueint;
         m->files[i].dp = cJSON_GetArrayItem(rank, 2)->valueint;
     }
-    if (verify)
-        for (int i = 0; i < m->nfiles; i++)
-            TPD_CHECK_GOTO(verify_file(dir, &m->files[i]), st, out);
-
     tpd_model_layout g;
     TPD_CHECK_GOTO(tpd_model_layout_init(&info->cfg, 1, 0, 1, 0, &g), st, out);
     const cJSON *ta = cJSON_GetObjectItemCaseSensitive(o, "tensors");
@@ -398,12 +394,24 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
             if (p == 0) info->has_kind[k] = 1;
         }
     }
+    if (verify) {
+        /* WEIGHTS: only the files some run of the weights' kind points into */
+        int kw = info->has_kind[TPD_CKPT_MASTER] ? TPD_CKPT_MASTER : TPD_CKPT_PARAM;
+        need = calloc((size_t)(m->nfiles ? m->nfiles : 1), 1);
+        if (!need) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
+        for (int p = 0; p < TPD_P_COUNT; p++)
+            for (int i = 0; i < m->nruns[p][kw]; i++) need[m->runs[p][kw][i].file] = 1;
+        for (int i = 0; i < m->nfiles; i++)
+            if (verify == TPD_CKPT_VERIFY_ALL || need[i])
+                TPD_CHECK_GOTO(verify_file(dir, &m->files[i]), st, out);
+    }
     info->man = m;
     m = NULL;
 out:
     cJSON_Delete(o);
     free(text);
     free(want);
+    free(need);
     tpd_ckpt_manifest_free(m);
     return st;
 }

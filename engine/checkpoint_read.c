@@ -105,10 +105,18 @@ int tpd_ckpt_list_older(const char *save_dir, const char *dir, char (*out)[PATH_
     return k;
 }
 
-tpd_status tpd_ckpt_open(const char *path, tpd_ckpt_info *info_p) {
+static tpd_status open_verified(const char *path, int verify, tpd_ckpt_info *info_p) {
     char dir[PATH_CAP];
     TPD_CHECK(tpd_ckpt_resolve(path, dir));
-    return tpd_ckpt_manifest_read(dir, 1, info_p);
+    return tpd_ckpt_manifest_read(dir, verify, info_p);
+}
+
+tpd_status tpd_ckpt_open(const char *path, tpd_ckpt_info *info_p) {
+    return open_verified(path, TPD_CKPT_VERIFY_ALL, info_p);
+}
+
+tpd_status tpd_ckpt_open_weights(const char *path, tpd_ckpt_info *info_p) {
+    return open_verified(path, TPD_CKPT_VERIFY_WEIGHTS, info_p);
 }
 
 void tpd_ckpt_close(tpd_ckpt_info *info) {

@@ -95,7 +95,7 @@ static int cmd_export(const opts *o) {
     }
     tpd_ckpt_info info;
     float *w[TPD_P_COUNT];
-    tpd_status st = tpd_ckpt_open(o->pos, &info);
+    tpd_status st = tpd_ckpt_open_weights(o->pos, &info);
     if (st != TPD_OK) return exit_of(st);
     st = tpd_ckpt_read_weights(&info, w);
     if (st == TPD_OK) {

@@ -208,7 +208,7 @@ static void gen_close(generator *g) {
 static tpd_status gen_open(generator *g, const char *checkpoint, int num_threads,
                            const tpd_bpe *bpe) {
     memset(g, 0, sizeof *g);
-    TPD_CHECK(tpd_ckpt_open(checkpoint, &g->info));
+    TPD_CHECK(tpd_ckpt_open_weights(checkpoint, &g->info));
     tpd_config cfg = g->info.cfg;
     tpd_status st = TPD_OK;
     g->V = cfg.model.vocab_size;

@@ -199,6 +199,30 @@ TEST_F(Corruption, TruncatedShard) {
     EXPECT_NE(std::string(tpd_ckpt_last_error()).find("truncated"), std::string::npos);
 }
 
+// Readers of the weights alone (generate, export) verify the files that hold them: a
+// damaged optimizer shard of an fp32 run stops a resume but not them; a damaged model
+// shard stops both.
+TEST_F(Corruption, WeightReadersVerifyWhatTheyRead) {
+    std::string opt = newest + "/optim_tp00_pp00_dp00.bin", d = ckt::slurp(opt);
+    d[d.size() / 2] ^= 0x01;
+    ckt::spit(opt, d);
+    tpd_ckpt_info info;
+    ASSERT_EQ(tpd_ckpt_open_weights(newest.c_str(), &info), TPD_OK) << tpd_ckpt_last_error();
+    tpd_ckpt_close(&info);
+    testing::internal::CaptureStderr();
+    EXPECT_NE(tpd_ckpt_open(newest.c_str(), &info), TPD_OK);
+    testing::internal::GetCapturedStderr();
+    EXPECT_NE(std::string(tpd_ckpt_last_error()).find(opt), std::string::npos);
+    std::string model = newest + "/model_tp00_pp00.bin";
+    d = ckt::slurp(model);
+    d[d.size() / 2] ^= 0x01;
+    ckt::spit(model, d);
+    testing::internal::CaptureStderr();
+    EXPECT_NE(tpd_ckpt_open_weights(newest.c_str(), &info), TPD_OK);
+    testing::internal::GetCapturedStderr();
+    EXPECT_NE(std::string(tpd_ckpt_last_error()).find(model), std::string::npos);
+}
+
 TEST_F(Corruption, FlippedBit) {
     std::string f = newest + "/model_tp00_pp00.bin", d = ckt::slurp(f);
     d[d.size() / 3] ^= 0x10;
