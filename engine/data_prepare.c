@@ -36,9 +36,20 @@ static int is_percent_line(const unsigned char *p, size_t n) {
     return (n == 1 && p[0] == '%') || (n == 2 && p[0] == '%' && p[1] == '\r');
 }
 
+/* A record waiting for the BPE encoder, and its ids once encoded. */
+typedef struct pending_record {
+    const unsigned char *p;
+    size_t n;
+    int32_t *ids;
+    size_t nids, cap;
+    tpd_status st;
+} pending_record;
+
 typedef struct prepare_state {
     tpd_indexed_builder *builder;
     const tpd_bpe *bpe; /* NULL: bytes */
+    pending_record *pending; /* BPE: the current file's records, encoded in parallel */
+    size_t npending, pending_cap;
     int32_t *scratch; /* (scratch_cap) tokens of the current document */
     size_t scratch_cap;
     uint64_t docs, tokens;
@@ -52,20 +63,17 @@ static tpd_status emit_record(prepare_state *ps, const unsigned char *p, size_t 
         i++;
     if (i == n) return TPD_OK;
     if (ps->bpe) {
-        size_t count = 0;
-        TPD_CHECK(tpd_bpe_encode(ps->bpe, (const char *)p, n, &ps->scratch, &count,
-                                 &ps->scratch_cap));
-        int32_t eod = tpd_bpe_eod(ps->bpe);
-        if (count == ps->scratch_cap) {
-            int32_t *s = realloc(ps->scratch, (count + 1) * sizeof *s);
-            if (!s) return TPD_ERR_NOMEM;
-            ps->scratch = s;
-            ps->scratch_cap = count + 1;
+        if (ps->npending == ps->pending_cap) {
+            size_t cap = ps->pending_cap ? 2 * ps->pending_cap : 1024;
+            pending_record *r = realloc(ps->pending, cap * sizeof *r);
+            if (!r) {
+                tpd_data_log_error("out of memory for %zu records", cap);
+                return TPD_ERR_NOMEM;
+            }
+            ps->pending = r;
+            ps->pending_cap = cap;
         }
-        ps->scratch[count++] = eod;
-        TPD_CHECK(tpd_indexed_builder_add(ps->builder, ps->scratch, count));
-        ps->docs++;
-        ps->tokens += count;
+        ps->pending[ps->npending++] = (pending_record){.p = p, .n = n};
         return TPD_OK;
     }
     if (n + 1 > ps->scratch_cap) {
@@ -84,6 +92,38 @@ static tpd_status emit_record(prepare_state *ps, const unsigned char *p, size_t 
     ps->docs++;
     ps->tokens += n + 1;
     return TPD_OK;
+}
+
+/* BPE: encodes the pending records on every thread (each record alone, so the ids do not
+ * depend on the thread count), then appends them in order, each ended by <|endoftext|>. */
+static tpd_status flush_bpe(prepare_state *ps) {
+    long n = (long)ps->npending;
+    int32_t eod = tpd_bpe_eod(ps->bpe);
+#pragma omp parallel for schedule(dynamic, 16)
+    for (long i = 0; i < n; i++) {
+        pending_record *r = &ps->pending[i];
+        r->st = tpd_bpe_encode(ps->bpe, (const char *)r->p, r->n, &r->ids, &r->nids, &r->cap);
+        if (r->st == TPD_OK && r->nids == r->cap) {
+            int32_t *ids = realloc(r->ids, (r->nids + 1) * sizeof *ids);
+            if (ids) r->ids = ids, r->cap = r->nids + 1;
+            else r->st = TPD_ERR_NOMEM;
+        }
+        if (r->st == TPD_OK) r->ids[r->nids++] = eod;
+    }
+    tpd_status st = TPD_OK;
+    for (long i = 0; i < n; i++) {
+        pending_record *r = &ps->pending[i];
+        if (st == TPD_OK) st = r->st;
+        if (st == TPD_OK) st = tpd_indexed_builder_add(ps->builder, r->ids, r->nids);
+        if (st == TPD_OK) {
+            ps->docs++;
+            ps->tokens += r->nids;
+        }
+        free(r->ids);
+    }
+    ps->npending = 0;
+    if (st == TPD_ERR_NOMEM) tpd_data_log_error("data prepare: out of memory encoding records");
+    return st;
 }
 
 /* Splits one file's bytes into records. A record is [start, end) of whole lines, each
@@ -136,6 +176,8 @@ tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, tpd_records
         size_t len = 0;
         TPD_CHECK_GOTO(read_file(inputs[i], &buf, &len), st, destroy_builder);
         st = split_records(&ps, buf, len, records);
+        if (ps.bpe && st == TPD_OK) st = flush_bpe(&ps);
+        ps.npending = 0; /* records point into buf */
         free(buf);
         if (st != TPD_OK) goto destroy_builder;
     }
@@ -152,6 +194,7 @@ tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, tpd_records
 destroy_builder:
     tpd_indexed_builder_destroy(ps.builder);
     free(ps.scratch);
+    free(ps.pending);
     return st;
 }
 

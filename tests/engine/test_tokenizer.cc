@@ -5,6 +5,7 @@
 // text; bpe/golden.json holds texts and the ids that `tokenizers` gives them. Our encoder
 // must give the same ids, and decode them back to the text.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -165,6 +166,45 @@ TEST(Tokenizer, DataPrepareWritesBpeDocuments) {
     EXPECT_EQ(got, want);
     EXPECT_EQ(bpe.decode(got), texts[0] + "<|endoftext|>" + texts[1] + "<|endoftext|>");
     EXPECT_EQ(total, tokens);
+    tpd_dataset_close(ds);
+}
+
+// Records are encoded on several threads; the data set is the same as encoding them one
+// after another.
+TEST(Tokenizer, DataPrepareInParallelMatchesSequential) {
+    Bpe bpe;
+    ASSERT_NE(bpe.b, nullptr);
+    std::string dir = tiny::temp_prefix("bpe_par");
+    std::string text;
+    std::vector<int32_t> want;
+    std::mt19937 rng(11);
+    const char *words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "über ", "42 ", "!? "};
+    for (int r = 0; r < 300; r++) {
+        std::string rec;
+        for (int w = 0, n = 1 + (int)(rng() % 20); w < n; w++) rec += words[rng() % 8];
+        rec += "\n";
+        text += rec + "\n"; // blank line: next record
+        std::vector<int32_t> ids = bpe.encode(rec);
+        want.insert(want.end(), ids.begin(), ids.end());
+        want.push_back(0);
+    }
+    std::ofstream(dir + ".txt") << text;
+    const char *in[] = {nullptr};
+    std::string input = dir + ".txt";
+    in[0] = input.c_str();
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(3);
+    uint64_t docs = 0, tokens = 0;
+    tpd_status st = tpd_data_prepare(in, 1, TPD_RECORDS_BLANK, bpe.b, (dir + "_ds").c_str(),
+                                     &docs, &tokens);
+    omp_set_num_threads(threads);
+    ASSERT_EQ(st, TPD_OK);
+    EXPECT_EQ(docs, 300u);
+    tpd_dataset *ds = nullptr;
+    ASSERT_EQ(tpd_dataset_open((dir + "_ds").c_str(), 800, &ds), TPD_OK);
+    std::vector<int32_t> got(tpd_dataset_num_tokens(ds));
+    ASSERT_EQ(tpd_dataset_read(ds, 0, got.size(), got.data()), TPD_OK);
+    EXPECT_EQ(got, want);
     tpd_dataset_close(ds);
 }
 
