@@ -155,6 +155,7 @@ static void predict(const tpd_config *cfg, const tpd_plan_cluster *cl, int world
     opt.gpus = world;
     /* The cpu backend reduces gradients after the pipeline: nothing overlaps. */
     opt.dp_overlap = cl->backend != TPD_PLAN_BACKEND_CPU;
+    opt.balance_stages = 0; /* predict the split the trial runs */
     if (tpd_plan_evaluate(cfg, cl, &lay, &opt, res) != TPD_OK || res->stages == 0) return;
     t->have_pred = 1;
     t->pred_time = res->step_time_s;

@@ -22,6 +22,7 @@ typedef struct plan_args {
     int json;
     int ranks;
     int dp_overlap;
+    int even_stages;
     const char *trace;
 } plan_args;
 
@@ -29,13 +30,16 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: tripod plan CONFIG.yaml [section.key=value ...] [--cluster NAME|FILE]\n"
             "                   [--gpus N] [--layout TP,PP,DP] [--top K] [--json]\n"
-            "                   [--trace FILE] [--ranks] [--dp-overlap on|off]\n"
+            "                   [--trace FILE] [--ranks] [--dp-overlap on|off] [--even-stages]\n"
             "  Without --layout: search every layout for N GPUs and rank the top K (10).\n"
             "  With --layout: the full memory and time breakdown of that layout.\n"
             "  --cluster: configs/clusters/NAME.yaml or a file (default: h200, cpu for\n"
             "             training.device=cpu). --trace: predicted timeline (Perfetto).\n"
             "  --ranks: rank -> (tp, dp, pp) table and every communication group.\n"
-            "  --dp-overlap off: DP gradient reduction after backward (Megatron 2021).\n");
+            "  --dp-overlap off: DP gradient reduction after backward (Megatron 2021).\n"
+            "  Without parallel.pipeline_layers, pipeline stages are split by predicted\n"
+            "  time (the ends also embed, or run the head and loss) when that is faster;\n"
+            "  --even-stages keeps the layer-count split.\n");
 }
 
 static int parse_int(const char *s, int *v_p) {
@@ -60,6 +64,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
             a->json = 1;
         } else if (strcmp(s, "--ranks") == 0) {
             a->ranks = 1;
+        } else if (strcmp(s, "--even-stages") == 0) {
+            a->even_stages = 1;
         } else if (strcmp(s, "--cluster") == 0 || strcmp(s, "--gpus") == 0 ||
                    strcmp(s, "--layout") == 0 || strcmp(s, "--top") == 0 ||
                    strcmp(s, "--trace") == 0 || strcmp(s, "--dp-overlap") == 0) {
@@ -281,6 +287,7 @@ int tpd_plan_cli(int argc, char **argv) {
     tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
     opt.top_k = a.top;
     opt.dp_overlap = a.dp_overlap;
+    opt.balance_stages = !a.even_stages;
     /* Default world: what the config states (TP*PP*DP, DP 1 when derived). */
     const tpd_config_parallel *par = &cfg->parallel;
     opt.gpus = a.gpus ? a.gpus

@@ -110,9 +110,11 @@ tpd_status tpd_plan_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
     if (!tpd_plan_layout_valid(cfg, cl, lay, opt->gpus, res_p->reject_reason,
                                sizeof res_p->reject_reason))
         return TPD_OK;
-    TPD_CHECK(tpd_plan_memory(cfg, cl, res_p));
+    tpd_config scratch;
+    const tpd_config *c = tpd_plan_memory_split(cfg, cl, opt, res_p, &scratch);
+    if (!c) return TPD_ERR_NOMEM;
     /* Time is predicted even when memory does not fit, so a rejected layout still
      * shows what it would have run at. */
-    if (opt->evaluate_time) TPD_CHECK(tpd_plan_time_evaluate(cfg, cl, opt, 1, res_p));
+    if (opt->evaluate_time) TPD_CHECK(tpd_plan_time_split(cfg, cl, opt, 1, res_p, &scratch));
     return TPD_OK;
 }

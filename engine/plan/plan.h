@@ -126,6 +126,9 @@ typedef struct tpd_plan_time {
 
 typedef struct tpd_plan_result {
     int stage_layers[TPD_CONFIG_MAX_STAGES]; /* transformer layers of each stage */
+    int balanced; /* 1: stage_layers were chosen by predicted stage time (the first stage
+                     also embeds, the last also runs the head and loss), not split evenly;
+                     `parallel.pipeline_layers` set to them trains the same split */
     tpd_plan_layout layout;
     int num_micro_batches;
     int fits;                  /* memory fits and the layout is valid */
@@ -146,9 +149,11 @@ typedef struct tpd_plan_options {
     int top_k;         /* layouts printed by the search */
     int dp_overlap;    /* 1: DP gradient reduction overlaps the last backward */
     int evaluate_time; /* 0: memory only */
+    int balance_stages; /* 1: without parallel.pipeline_layers, split the layers of a 1F1B
+                           pipeline by predicted stage time when that is faster and fits */
 } tpd_plan_options;
 
-#define TPD_PLAN_OPTIONS_INIT {0, 10, 1, 1}
+#define TPD_PLAN_OPTIONS_INIT {0, 10, 1, 1, 1}
 
 /* ---- model arithmetic (plan/model.c) ---- */
 
@@ -175,6 +180,20 @@ int tpd_plan_stage_layers(const tpd_config *cfg, int pp, int stage);
 
 /* Memory of every stage into res->mem, res->memory_bytes and res->fits (with the reason
  * when it does not). Sets res->num_micro_batches. */
+/* Memory of res->layout under the split the planner would run (see balance_stages):
+ * returns the config to time it with, cfg or *scratch holding the balanced
+ * parallel.pipeline_layers; NULL on failure. */
+const tpd_config *tpd_plan_memory_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                        const tpd_plan_options *opt, tpd_plan_result *res,
+                                        tpd_config *scratch);
+/* tpd_plan_time_evaluate of res under its split; a balanced split is kept only when the
+ * full time model, not just its slowest stage, finds it faster than the even one. */
+tpd_status tpd_plan_time_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                               const tpd_plan_options *opt, int split_bubble,
+                               tpd_plan_result *res, tpd_config *scratch);
+/* The config of a result whose split was chosen already (cfg, or *scratch when balanced). */
+const tpd_config *tpd_plan_result_config(const tpd_config *cfg, const tpd_plan_result *res,
+                                         tpd_config *scratch);
 tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
                            tpd_plan_result *res);
 

@@ -44,6 +44,12 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
                 m->total / GIB, s == r->max_mem_stage ? "  <- max" : "");
     }
     fprintf(f, "  fits: %s%s%s\n", r->fits ? "yes" : "no", r->fits ? "" : ", ", r->reject_reason);
+    if (r->balanced) {
+        fprintf(f, "  stages split by predicted time (the ends also embed, or run the head and "
+                   "loss); to train it:\n    parallel.pipeline_layers=[");
+        for (int s = 0; s < r->stages; s++) fprintf(f, "%s%d", s ? "," : "", r->stage_layers[s]);
+        fprintf(f, "]\n");
+    }
     if (r->step_time_s <= 0.0) return;
     const tpd_plan_time *t = &r->time;
     double st = r->step_time_s;
@@ -90,6 +96,10 @@ static cJSON *result_json(const tpd_plan_result *r) {
         cJSON_AddStringToObject(o, "reject_reason", r->reject_reason);
     else
         cJSON_AddNullToObject(o, "reject_reason");
+    cJSON *pl = cJSON_AddArrayToObject(o, "pipeline_layers");
+    for (int s = 0; pl && s < r->stages; s++)
+        cJSON_AddItemToArray(pl, cJSON_CreateNumber(r->stage_layers[s]));
+    cJSON_AddBoolToObject(o, "pipeline_layers_balanced", r->balanced);
     cJSON_AddNumberToObject(o, "memory_bytes_per_rank", r->memory_bytes);
     cJSON_AddNumberToObject(o, "memory_max_stage", r->max_mem_stage);
     cJSON *mb = cJSON_AddArrayToObject(o, "memory_breakdown");

@@ -72,7 +72,9 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
     int cpu = cl->backend == TPD_PLAN_BACKEND_CPU;
     s.top = calloc((size_t)k + 1, sizeof *s.top);
     tpd_plan_result *r = malloc(sizeof *r);
-    if (!s.top || !r) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_all, "plan: out of memory");
+    tpd_config *scratch = malloc(sizeof *scratch); /* a layout's config with its split */
+    if (!s.top || !r || !scratch)
+        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_all, "plan: out of memory");
     if (n < 1) TPD_FAIL_GOTO(TPD_ERR_INVALID, st, free_all, "plan: --gpus must be >= 1");
 
     char why[192], key[sizeof s.reasons[0].key];
@@ -130,7 +132,10 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                                 lay.distributed_optimizer = zero;
                                 memset(r, 0, sizeof *r);
                                 r->layout = lay;
-                                TPD_CHECK_GOTO(tpd_plan_memory(cfg, cl, r), st, free_all);
+                                const tpd_config *c = tpd_plan_memory_split(cfg, cl, opt, r,
+                                                                            scratch);
+                                if (!c) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_all,
+                                                      "plan: out of memory");
                                 s.evaluated++;
                                 if (!r->fits) {
                                     reject(&s, "out of memory", &lay, r->reject_reason);
@@ -139,13 +144,13 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                                 s.fitting++;
                                 if (!opt->evaluate_time) continue;
                                 if (s.n_top == k &&
-                                    tpd_plan_time_lower_bound(cfg, cl, r, opt) >=
+                                    tpd_plan_time_lower_bound(c, cl, r, opt) >=
                                         s.top[k - 1].step_time_s) {
                                     s.pruned++;
                                     continue;
                                 }
-                                TPD_CHECK_GOTO(tpd_plan_time_evaluate(cfg, cl, opt, 0, r), st,
-                                               free_all);
+                                TPD_CHECK_GOTO(tpd_plan_time_split(cfg, cl, opt, 0, r, scratch),
+                                               st, free_all);
                                 s.timed++;
                                 keep_top(&s, k, r);
                             }
@@ -155,11 +160,15 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
     }
     /* Reports show the bubble and p2p apart: rerun the kept few with both simulations. */
     for (int i = 0; i < s.n_top; i++)
-        TPD_CHECK_GOTO(tpd_plan_time_evaluate(cfg, cl, opt, 1, &s.top[i]), st, free_all);
+        TPD_CHECK_GOTO(tpd_plan_time_evaluate(tpd_plan_result_config(cfg, &s.top[i], scratch),
+                                              cl, opt, 1, &s.top[i]),
+                       st, free_all);
+    free(scratch);
     free(r);
     *search_p = s;
     return TPD_OK;
 free_all:
+    free(scratch);
     free(r);
     free(s.top);
     return st;

@@ -3,6 +3,7 @@ set(TPD_PLAN_SOURCES
   plan/cluster.c
   plan/cluster_save.c
   plan/model.c
+  plan/balance.c
   plan/timing.c
   plan/timing_cpu.c
   plan/evaluate.c

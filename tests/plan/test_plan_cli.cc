@@ -79,7 +79,7 @@ TEST(PlanCli, JsonHasEveryField) {
                             "distributed_optimizer", "fits", "reject_reason",
                             "memory_bytes_per_rank", "memory_breakdown", "step_time_s",
                             "time_breakdown", "tflops_per_gpu", "hw_tflops_per_gpu", "mfu",
-                            "tokens_per_s"};
+                            "tokens_per_s", "pipeline_layers", "pipeline_layers_balanced"};
     double prev = 0.0;
     cJSON *o;
     cJSON_ArrayForEach(o, arr) {

@@ -203,6 +203,7 @@ TEST(PlanModel, CpuBackendMemoryIsWhatTrainAllocates) {
         tpd_plan_layout lay = {2, 2, 2, 2, 1, TPD_PLAN_RECOMPUTE_NONE, sp, 1};
         tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
         opt.gpus = 8;
+        opt.balance_stages = 0; // the even split `tripod train` runs below
         tpd_plan_result r;
         ASSERT_EQ(tpd_plan_evaluate(&c, &cl, &lay, &opt, &r), TPD_OK);
         ASSERT_EQ(r.stages, 2) << r.reject_reason;
@@ -225,6 +226,53 @@ TEST(PlanModel, CpuBackendMemoryIsWhatTrainAllocates) {
     }
     // Sequence parallel keeps a 1/TP share of the LayerNorm and residual rows.
     EXPECT_LT(activations[1], activations[0]);
+}
+
+// A large vocabulary makes the last stage (head and loss) worth several layers: the planner
+// splits the stages by predicted time, and says so; the even split stays where it is best.
+TEST(PlanModel, LargeVocabularyPipelineIsSplitByTime) {
+    tpd_plan_cluster cl;
+    ASSERT_EQ(tpd_plan_cluster_load("h200", &cl), TPD_OK);
+    tpd_config c = plan_test::gpt(16, 2048, 24, 512, 1);
+    c.model.vocab_size = 128256; // Llama 3's
+    c.model.seq_length = c.model.max_position_embeddings = 4096;
+    tpd_plan_layout lay = {1, 4, 8, 1, 1, TPD_PLAN_RECOMPUTE_NONE, 0, 0};
+    tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
+    opt.gpus = 32;
+    tpd_plan_result bal, even;
+    ASSERT_EQ(tpd_plan_evaluate(&c, &cl, &lay, &opt, &bal), TPD_OK);
+    opt.balance_stages = 0;
+    ASSERT_EQ(tpd_plan_evaluate(&c, &cl, &lay, &opt, &even), TPD_OK);
+    ASSERT_TRUE(bal.fits);
+    EXPECT_TRUE(bal.balanced);
+    EXPECT_FALSE(even.balanced);
+    int sum = 0;
+    for (int s = 0; s < 4; s++) {
+        EXPECT_GE(bal.stage_layers[s], 1);
+        EXPECT_EQ(even.stage_layers[s], 6);
+        sum += bal.stage_layers[s];
+    }
+    EXPECT_EQ(sum, 24);
+    EXPECT_LT(bal.stage_layers[3], bal.stage_layers[0]); // the head's stage holds fewer
+    EXPECT_LT(bal.step_time_s, 0.9 * even.step_time_s);
+    // the balanced split, given as parallel.pipeline_layers, is what the planner timed
+    for (int s = 0; s < 4; s++) c.parallel.pipeline_layers[s] = bal.stage_layers[s];
+    c.parallel.num_pipeline_layers = 4;
+    tpd_plan_result given;
+    opt.balance_stages = 1;
+    ASSERT_EQ(tpd_plan_evaluate(&c, &cl, &lay, &opt, &given), TPD_OK);
+    EXPECT_FALSE(given.balanced); // an explicit split is never changed
+    EXPECT_DOUBLE_EQ(given.step_time_s, bal.step_time_s);
+
+    // GPT-3 175B, TP 8 x PP 16: six layers a stage stays best
+    tpd_config g = plan_test::gpt(96, 12288, 96, 1536, 1);
+    tpd_plan_layout lg = {8, 16, 8, 1, 1, TPD_PLAN_RECOMPUTE_FULL, 0, 1};
+    ASSERT_EQ(tpd_plan_cluster_load("dgx-a100-80g", &cl), TPD_OK);
+    opt.gpus = 1024;
+    tpd_plan_result r;
+    ASSERT_EQ(tpd_plan_evaluate(&g, &cl, &lg, &opt, &r), TPD_OK);
+    EXPECT_FALSE(r.balanced);
+    for (int s = 0; s < 16; s++) EXPECT_EQ(r.stage_layers[s], 6);
 }
 
 TEST(PlanModel, UnevenStagesWhenLayersDoNotDivide) {

@@ -1,0 +1,117 @@
+/* Pipeline stages split by predicted time rather than by layer count.
+ *
+ * A stage's forward + backward time per micro-batch is affine in its layer count:
+ * t_s(n) = n * tau_s + e_s, where e_s is the embedding on the first stage and the final
+ * LayerNorm, head and loss on the last (both read off tpd_plan_stage_time at one and two
+ * layers per stage). Giving each next layer to the stage whose time grows least minimizes
+ * the slowest stage, which paces 1F1B. With a large vocabulary the last stage is worth a
+ * layer or more: BLOOM-176B put 5 layers on its end stages and 6 on the others by hand;
+ * Megatron leaves the split to the user. */
+#include "engine/plan/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* tau[s] and e[s] of every stage of lay. */
+static void stage_costs(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                        const tpd_plan_layout *lay, double *tau, double *e) {
+    tpd_config c = *cfg;
+    c.parallel.num_pipeline_layers = lay->pp;
+    double t1[TPD_CONFIG_MAX_STAGES];
+    for (int n = 1; n <= 2; n++) {
+        for (int s = 0; s < lay->pp; s++) c.parallel.pipeline_layers[s] = n;
+        for (int s = 0; s < lay->pp; s++) {
+            double f, b, comm;
+            tpd_plan_stage_time(&c, cl, lay, s, &f, &b, &comm);
+            if (n == 1) {
+                t1[s] = f + b;
+            } else {
+                tau[s] = f + b - t1[s];
+                e[s] = t1[s] - tau[s];
+            }
+        }
+    }
+}
+
+static double slowest(const double *tau, const double *e, const int *n, int pp) {
+    double worst = 0;
+    for (int s = 0; s < pp; s++) {
+        double t = n[s] * tau[s] + e[s];
+        if (t > worst) worst = t;
+    }
+    return worst;
+}
+
+/* 1 with layers[] when the time-balanced split of lay is faster than the default one. */
+static int balanced_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                          const tpd_plan_layout *lay, int *layers) {
+    int pp = lay->pp, L = cfg->model.num_layers;
+    if (pp < 2 || pp > TPD_CONFIG_MAX_STAGES || L < pp || cfg->parallel.num_pipeline_layers ||
+        (lay->virtual_stages > 1))
+        return 0;
+    double tau[TPD_CONFIG_MAX_STAGES], e[TPD_CONFIG_MAX_STAGES];
+    stage_costs(cfg, cl, lay, tau, e);
+    int dflt[TPD_CONFIG_MAX_STAGES];
+    for (int s = 0; s < pp; s++) {
+        dflt[s] = tpd_plan_stage_layers(cfg, pp, s);
+        layers[s] = 1;
+    }
+    for (int left = L - pp; left > 0; left--) {
+        int best = 0;
+        for (int s = 1; s < pp; s++)
+            if ((layers[s] + 1) * tau[s] + e[s] < (layers[best] + 1) * tau[best] + e[best])
+                best = s;
+        layers[best]++;
+    }
+    /* only a real gain: equal stages keep the default split's order of extras */
+    return slowest(tau, e, layers, pp) < slowest(tau, e, dflt, pp) * (1.0 - 1e-9) &&
+           memcmp(layers, dflt, (size_t)pp * sizeof *layers) != 0;
+}
+
+const tpd_config *tpd_plan_result_config(const tpd_config *cfg, const tpd_plan_result *res,
+                                         tpd_config *scratch) {
+    if (!res->balanced) return cfg;
+    *scratch = *cfg;
+    scratch->parallel.num_pipeline_layers = res->layout.pp;
+    for (int s = 0; s < res->layout.pp; s++)
+        scratch->parallel.pipeline_layers[s] = res->stage_layers[s];
+    return scratch;
+}
+
+const tpd_config *tpd_plan_memory_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                        const tpd_plan_options *opt, tpd_plan_result *res,
+                                        tpd_config *scratch) {
+    int layers[TPD_CONFIG_MAX_STAGES];
+    res->balanced = 0;
+    if (opt->balance_stages && balanced_split(cfg, cl, &res->layout, layers)) {
+        for (int s = 0; s < res->layout.pp; s++) res->stage_layers[s] = layers[s];
+        res->balanced = 1;
+        const tpd_config *c = tpd_plan_result_config(cfg, res, scratch);
+        if (tpd_plan_memory(c, cl, res) != TPD_OK) return NULL;
+        if (res->fits) return c;
+        res->balanced = 0; /* the even split may still fit */
+    }
+    return tpd_plan_memory(cfg, cl, res) == TPD_OK ? cfg : NULL;
+}
+
+tpd_status tpd_plan_time_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                               const tpd_plan_options *opt, int split_bubble,
+                               tpd_plan_result *res, tpd_config *scratch) {
+    const tpd_config *c = tpd_plan_result_config(cfg, res, scratch);
+    TPD_CHECK(tpd_plan_time_evaluate(c, cl, opt, split_bubble, res));
+    if (!res->balanced) return TPD_OK;
+    /* the slowest stage is only a proxy for the step: keep the split the full model
+     * prefers */
+    tpd_plan_result *even = malloc(sizeof *even);
+    if (!even) {
+        tpd_log_error("plan: out of memory");
+        return TPD_ERR_NOMEM;
+    }
+    *even = *res;
+    even->balanced = 0;
+    tpd_status st = tpd_plan_memory(cfg, cl, even);
+    if (st == TPD_OK && even->fits) st = tpd_plan_time_evaluate(cfg, cl, opt, split_bubble, even);
+    if (st == TPD_OK && even->fits && even->step_time_s <= res->step_time_s) *res = *even;
+    free(even);
+    return st;
+}
