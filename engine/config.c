@@ -532,6 +532,12 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
         return cfg_fail(ld, cfg_at(ld, k, "model.max_position_embeddings"), k,
                         "seq_length (%d) must be <= max_position_embeddings (%d)", m->seq_length,
                         m->max_position_embeddings);
+    k = "training.recompute_num_layers";
+    if (c->training.recompute_num_layers > 0 && strcmp(c->training.recompute, "full") != 0)
+        return cfg_fail(ld, cfg_at(ld, k, "training.recompute"), k,
+                        "%d needs training.recompute full, not %s (it picks the layers whose "
+                        "full recompute is done)",
+                        c->training.recompute_num_layers, c->training.recompute);
     k = "data.data_path";
     char why[512];
     if (c->data.data_path[0] && !tpd_data_spec_parse(c->data.data_path, NULL, why, sizeof why))

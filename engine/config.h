@@ -52,6 +52,8 @@ typedef struct tpd_config_training {
     char precision[16]; /* "fp32" | "bf16" */
     char device[16];    /* "cpu" | "cuda" */
     char recompute[16]; /* "none" | "selective" | "full" */
+    int recompute_num_layers; /* full: recompute the first N layers of each stage (Megatron's
+                                 block method), 0 = all of them */
     char attention[16]; /* "fused" (cuDNN flash) | "unfused" (cuBLASLt + softmax) */
     int num_threads;    /* cpu OpenMP threads per rank, 0 = runtime default */
 } tpd_config_training;

@@ -89,6 +89,8 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      "cpu|cuda", 0, "kernel backend"},
     {"training.recompute", TPD_CFG_ENUM, TPD_CFG_FIELD(training.recompute), "none", TPD_CFG_NOBOUND,
      "none|selective|full", 0, "activation recomputation: selective = attention only, full = whole layers"},
+    {"training.recompute_num_layers", TPD_CFG_INT, TPD_CFG_FIELD(training.recompute_num_layers), "0",
+     TPD_CFG_MIN(0), NULL, 0, "recompute full: only the first N layers of each stage (0 = all)"},
     {"training.attention", TPD_CFG_ENUM, TPD_CFG_FIELD(training.attention), "fused",
      TPD_CFG_NOBOUND, "fused|unfused", 0, "cuda attention: cuDNN fused or cuBLASLt+softmax"},
     {"training.num_threads", TPD_CFG_INT, TPD_CFG_FIELD(training.num_threads), "0", TPD_CFG_MIN(0),

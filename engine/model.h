@@ -50,18 +50,20 @@ typedef struct tpd_buffer_plan {
     size_t shard_numel;  /* optimizer-state elements on this rank */
     int nslots;          /* in-flight micro-batches: min(PP - stage, M) under 1F1B */
     size_t att_saved;    /* bytes per layer per micro-batch */
-    int recompute;       /* training.recompute: full. A slot keeps only each layer's output
-                            (the next layer's input); the backward recomputes the layer
-                            forward into the one shared layer block w_layer. */
+    int recompute;       /* training.recompute: full, on the first `recompute` layers of the
+                            stage (all, or training.recompute_num_layers). A slot keeps
+                            only those layers' outputs (the next layer's input); the
+                            backward recomputes each of them into the one shared layer block
+                            w_layer. The other layers keep their blocks at s_layers. */
     int selective;       /* training.recompute: selective (Korthikanti et al.). The saved
                             attention state (the cpu backend's (B,NH/tp,T,T) probabilities)
                             is not kept; the backward recomputes the attention forward into
                             the one shared block w_att. */
-    size_t s_outs;       /* recompute: Ls x (Nl,C) layer outputs */
+    size_t s_outs;       /* recompute: `recompute` x (Nl,C) layer outputs */
     /* slot: */
     size_t s_tokens, s_targets; /* (N) int32 each */
     size_t s_x0;                /* (Nl,C) stage input */
-    size_t s_layers;            /* first layer block */
+    size_t s_layers;            /* block of the first layer not recomputed */
     tpd_act_layer layer;
     size_t s_lnf, s_lnf_mean, s_lnf_rstd; /* last stage: (Nl,C), (Nl), (Nl) */
     size_t s_logits;                      /* (N, Vp/tp) logits, then dlogits in place */

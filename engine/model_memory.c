@@ -44,7 +44,6 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     b.s_tokens = take(&cur, N * 4);
     b.s_targets = take(&cur, N * 4);
     b.s_x0 = take(&cur, NL * C * a);
-    b.s_layers = cur;
     size_t lc = 0;
     tpd_act_layer *l = &b.layer;
     l->ln1 = take(&lc, NL * C * a);
@@ -64,14 +63,19 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     l->fch_gelu = take(&lc, N * (size_t)d->Fl * a);
     l->out = take(&lc, NL * C * a);
     l->bytes = lc;
-    b.recompute = strcmp(cfg->training.recompute, "full") == 0;
-    if (b.recompute) {
-        /* only the layer outputs stay per slot; the blocks live in the workspace */
-        b.s_outs = cur;
-        for (int i = 0; i < d->Ls; i++) take(&cur, NL * C * a);
-    } else {
-        cur += lc * (size_t)d->Ls;
+    /* full recompute of the stage's first R layers (all of them unless
+     * training.recompute_num_layers is smaller): those keep only their output per slot, and
+     * the backward rebuilds their blocks in the workspace; the other layers keep theirs */
+    int R = 0;
+    if (strcmp(cfg->training.recompute, "full") == 0) {
+        int n = cfg->training.recompute_num_layers;
+        R = n > 0 && n < d->Ls ? n : d->Ls;
     }
+    b.recompute = R;
+    b.s_outs = cur;
+    for (int i = 0; i < R; i++) take(&cur, NL * C * a);
+    b.s_layers = cur;
+    cur += lc * (size_t)(d->Ls - R);
     if (d->last) {
         b.s_lnf = take(&cur, NL * C * a);
         b.s_lnf_mean = take(&cur, NL * 4);

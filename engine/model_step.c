@@ -41,12 +41,14 @@ typedef struct acts {
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
 } acts;
 
-/* Layer l's activations of a slot. Under full recompute they live in the one shared layer
- * block, and only the layer output is the slot's own. */
+/* Layer l's activations of a slot. For a recomputed layer (l < plan.recompute) they live
+ * in the one shared layer block, and only the layer output is the slot's own. */
 static void layer_acts(const tpd_model *m, int slot, int l, acts *a) {
     const tpd_act_layer *o = &m->plan.layer;
-    char *b = m->plan.recompute ? m->ws + m->plan.w_layer
-                                : slot_base(m, slot) + m->plan.s_layers + (size_t)l * o->bytes;
+    int rc = l < m->plan.recompute;
+    char *b = rc ? m->ws + m->plan.w_layer
+                 : slot_base(m, slot) + m->plan.s_layers +
+                       (size_t)(l - m->plan.recompute) * o->bytes;
     a->ln1 = b + o->ln1;
     a->ln1_mean = (float *)(b + o->ln1_mean);
     a->ln1_rstd = (float *)(b + o->ln1_rstd);
@@ -60,7 +62,7 @@ static void layer_acts(const tpd_model *m, int slot, int l, acts *a) {
     a->fch = b + o->fch;
     a->fch_gelu = b + o->fch_gelu;
     a->out = b + o->out;
-    if (m->plan.recompute) {
+    if (rc) {
         size_t nc = (size_t)m->d.Nl * m->d.C * m->plan.act_size;
         size_t stride = (nc + 255) / 256 * 256; /* the buffer plan's alignment */
         a->out = slot_base(m, slot) + m->plan.s_outs + (size_t)l * stride;
@@ -256,7 +258,7 @@ tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss) {
             layer_acts(m, slot, l - 1, &prev);
             inp = prev.out;
         }
-        if (m->plan.recompute) {
+        if (l < m->plan.recompute) {
             /* full recompute: rebuild the layer's activations from its stored input; the
              * recomputed output goes to the block, the stored one stays as it was */
             a.out = m->ws + m->plan.w_layer + m->plan.layer.out;

@@ -77,6 +77,25 @@ double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab,
     return model;
 }
 
+int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage) {
+    if (lay->recompute != TPD_PLAN_RECOMPUTE_FULL) return 0;
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
+    int per_chunk = tpd_plan_stage_layers(cfg, lay->pp, stage) / v;
+    int n = cfg->training.recompute_num_layers;
+    /* Megatron's block method: the first n layers of every model chunk */
+    return (n > 0 && n < per_chunk ? n : per_chunk) * v;
+}
+
+double tpd_plan_layout_hw_flops(const tpd_config *cfg, const tpd_plan_layout *lay,
+                                double batch, double vocab) {
+    double model = tpd_plan_model_flops(cfg, batch, vocab);
+    double hw = tpd_plan_hw_flops(cfg, batch, vocab, lay->recompute);
+    if (lay->recompute != TPD_PLAN_RECOMPUTE_FULL || cfg->model.num_layers < 1) return hw;
+    double recomputed = 0;
+    for (int s = 0; s < lay->pp; s++) recomputed += tpd_plan_recomputed_layers(cfg, lay, s);
+    return model + (hw - model) * recomputed / cfg->model.num_layers;
+}
+
 double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double a, int tp,
                                            int sp, tpd_plan_recompute r, int flash) {
     double t = tp, sbh = s * b * h;
@@ -177,9 +196,13 @@ static void analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl
     out->activations = per_layer * chunks * layers / v;
     if (lay->recompute == TPD_PLAN_RECOMPUTE_FULL) {
         /* Backward of one layer rebuilds its full activations first. */
-        out->activations += act_scale * tpd_plan_activation_bytes_per_layer(
-                                            s, b, h, a, lay->tp, lay->sequence_parallel,
-                                            TPD_PLAN_RECOMPUTE_NONE, flash);
+        double whole = act_scale * tpd_plan_activation_bytes_per_layer(
+                                       s, b, h, a, lay->tp, lay->sequence_parallel,
+                                       TPD_PLAN_RECOMPUTE_NONE, flash);
+        out->activations += whole;
+        /* the block method keeps the layers past the first n whole */
+        int kept = layers - tpd_plan_recomputed_layers(cfg, lay, stage);
+        out->activations += (whole - per_layer) * chunks * kept / v;
     }
     if (stage == 0) /* embedding dropout mask (1 byte) per in-flight micro-batch */
         out->activations += chunks / v * s * b * h / (lay->sequence_parallel ? t : 1.0);

@@ -177,6 +177,13 @@ int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v);
 /* Layers on pipeline stage `stage` (config's pipeline_layers when it matches pp, else
  * an even split); -1 when they cannot be split. */
 int tpd_plan_stage_layers(const tpd_config *cfg, int pp, int stage);
+/* Layers of `stage` whose full recompute runs: all under recompute full, or the first
+ * training.recompute_num_layers of each model chunk; 0 otherwise. */
+int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage);
+/* Hardware FLOPs of an iteration with the layout's recompute (the block method recomputes
+ * only its share of the layers). */
+double tpd_plan_layout_hw_flops(const tpd_config *cfg, const tpd_plan_layout *lay,
+                                double batch, double vocab);
 
 /* Memory of every stage into res->mem, res->memory_bytes and res->fits (with the reason
  * when it does not). Sets res->num_micro_batches. */

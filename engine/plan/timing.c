@@ -162,8 +162,11 @@ void tpd_plan_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
     if (lay->recompute == TPD_PLAN_RECOMPUTE_FULL) rc = lf;
     if (lay->recompute == TPD_PLAN_RECOMPUTE_SELECTIVE) rc = layer_forward(cfg, cl, lay, 1);
     double layers = tpd_plan_stage_layers(cfg, lay->pp, stage);
+    /* full recompute runs on the block method's layers only */
+    double rl = lay->recompute == TPD_PLAN_RECOMPUTE_FULL ? tpd_plan_recomputed_layers(cfg, lay, stage)
+                                                          : layers;
     op_time f = {layers * lf.compute, layers * lf.comm};
-    op_time b = {layers * (lb.compute + rc.compute), layers * (lb.comm + rc.comm)};
+    op_time b = {layers * lb.compute + rl * rc.compute, layers * lb.comm + rl * rc.comm};
     ends_time(cfg, cl, lay, stage, &f, &b);
     *fwd_p = f.compute + f.comm;
     *bwd_p = b.compute + b.comm;
@@ -317,7 +320,7 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     double vocab = tpd_plan_padded_vocab(cfg, lay->tp);
     int gpus = lay->tp * lay->pp * lay->dp;
     res->model_flops = tpd_plan_model_flops(cfg, gbs, vocab);
-    res->hw_flops = tpd_plan_hw_flops(cfg, gbs, vocab, lay->recompute);
+    res->hw_flops = tpd_plan_layout_hw_flops(cfg, lay, gbs, vocab);
     res->tflops_per_gpu = res->model_flops / (res->step_time_s * gpus) / 1e12;
     res->hw_tflops_per_gpu = res->hw_flops / (res->step_time_s * gpus) / 1e12;
     res->mfu = res->model_flops / (res->step_time_s * cl->peak_flops * gpus);

@@ -171,9 +171,11 @@ void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
     /* selective recompute: the attention forward runs again before its backward */
     double rs = lay->recompute == TPD_PLAN_RECOMPUTE_SELECTIVE ? attention_fwd(&m, B, T, NHl, HS)
                                                                  : 0.0;
+    /* the block method recomputes only the stage's first recompute_num_layers */
+    double rl = rc ? tpd_plan_recomputed_layers(cfg, lay, stage) : 0;
     f += layers * lf;
-    b += layers * (lb + (rc ? lf : rs));
-    comm += layers * ((1 + rc) * layer_comm_f + layer_comm_b);
+    b += layers * (lb + rs) + rl * lf;
+    comm += layers * (layer_comm_f + layer_comm_b) + rl * layer_comm_f;
     if (stage == 0) {
         /* Vocab-parallel lookup + all-reduce + positions (whole rows; SP keeps its share);
          * backward scatters both (SP: after gathering d(x0)). */
@@ -365,7 +367,7 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
     double gbs = cfg->training.global_batch_size;
     double vocab = tpd_plan_padded_vocab(cfg, lay->tp);
     res->model_flops = tpd_plan_model_flops(cfg, gbs, vocab);
-    res->hw_flops = tpd_plan_hw_flops(cfg, gbs, vocab, lay->recompute);
+    res->hw_flops = tpd_plan_layout_hw_flops(cfg, lay, gbs, vocab);
     res->tflops_per_gpu = res->model_flops / (res->step_time_s * gpus) / 1e12;
     res->hw_tflops_per_gpu = res->hw_flops / (res->step_time_s * gpus) / 1e12;
     res->mfu = res->model_flops / (res->step_time_s * cl->peak_flops * gpus);

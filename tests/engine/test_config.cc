@@ -103,6 +103,7 @@ void ExpectSameConfig(const tpd_config &a, const tpd_config &b) {
     SAME_STR(training.precision);
     SAME_STR(training.device);
     SAME_STR(training.recompute);
+    SAME(training.recompute_num_layers);
     SAME_STR(training.attention);
     SAME(training.num_threads);
     SAME(optimizer.lr);
@@ -201,6 +202,9 @@ const BadCase kBadCases[] = {
                       "multiple of tensor_model_parallel_size (8)"},
     {"blend_pairs.yaml", ":15:14: data.data_path: '0.3 data/a 0.7' must be pairs of WEIGHT "
                          "PREFIX (at most 32 pairs)"},
+    {"recompute_layers.yaml", ":14:25: training.recompute_num_layers: 2 needs training.recompute "
+                              "full, not selective (it picks the layers whose full recompute "
+                              "is done)"},
     {"sp_seq.yaml", ":16:22: parallel.sequence_parallel: seq_length (1022) must be a multiple "
                     "of tensor_model_parallel_size (4) (sequence parallel splits the sequence "
                     "over the TP ranks)"},

@@ -117,7 +117,12 @@ class ModelGrad : public ::testing::TestWithParam<const char *> {};
 // layer forward in the backward: both must give the reference's gradients.
 TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
     tpd_config cfg = tiny::config("");
-    snprintf(cfg.training.recompute, sizeof cfg.training.recompute, "%s", GetParam());
+    // "full-2": full recompute of the first 2 layers only (Megatron's block method)
+    std::string param = GetParam();
+    size_t dash = param.find('-');
+    if (dash != std::string::npos) cfg.training.recompute_num_layers = std::stoi(param.substr(dash + 1));
+    snprintf(cfg.training.recompute, sizeof cfg.training.recompute, "%s",
+             param.substr(0, dash).c_str());
     cfg.model.num_layers = 2;
     cfg.model.hidden_size = 8;
     cfg.model.num_attention_heads = 2;
@@ -188,7 +193,13 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
     tpd_kern_backend_destroy(&kb);
 }
 
-INSTANTIATE_TEST_SUITE_P(Recompute, ModelGrad, ::testing::Values("none", "selective", "full"));
+INSTANTIATE_TEST_SUITE_P(Recompute, ModelGrad,
+                         ::testing::Values("none", "selective", "full", "full-1"),
+                         [](const testing::TestParamInfo<const char *> &i) {
+                             std::string n = i.param;
+                             for (char &ch : n) ch = ch == '-' ? '_' : ch;
+                             return n;
+                         });
 
 TEST(ModelMemory, AllocationEqualsPlan) {
     // The bytes the model allocates are the bytes the memory plan (and tripod plan) states.
@@ -203,11 +214,13 @@ TEST(ModelMemory, AllocationEqualsPlan) {
                 cfg.parallel.pipeline_model_parallel_size = pp;
                 for (int zero : {0, 1})
                 for (int sp : {0, 1})
-                for (const char *rc : {"none", "selective", "full"}) {
+                for (const char *rc : {"none", "selective", "full", "full-1"}) {
                     if (sp && tp == 1) continue;
+                    cfg.training.recompute_num_layers = strcmp(rc, "full-1") == 0;
                     cfg.parallel.use_distributed_optimizer = zero;
                     cfg.parallel.sequence_parallel = sp;
-                    snprintf(cfg.training.recompute, sizeof cfg.training.recompute, "%s", rc);
+                    snprintf(cfg.training.recompute, sizeof cfg.training.recompute, "%.*s",
+                             (int)strcspn(rc, "-"), rc);
                     for (int stage = 0; stage < pp; stage++) {
                         tpd_mem_breakdown mem;
                         ASSERT_EQ(tpd_model_memory(&cfg, tp, pp, dp, stage, &mem), TPD_OK);

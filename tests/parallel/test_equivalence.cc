@@ -42,6 +42,7 @@ struct Layout {
     std::vector<int> stage_layers; // parallel.pipeline_layers; empty: even split
     const char *recompute = "none"; // training.recompute
     bool sp = false;                // parallel.sequence_parallel
+    int recompute_layers = 0;       // training.recompute_num_layers
 };
 
 // The tied embedding lives on the first and the last stage; after training both copies
@@ -80,6 +81,7 @@ Result run(const Layout &L) {
         if (L.cuda) snprintf(cfg.training.device, sizeof cfg.training.device, "cuda");
         snprintf(cfg.training.recompute, sizeof cfg.training.recompute, "%s", L.recompute);
         cfg.parallel.sequence_parallel = L.sp;
+        cfg.training.recompute_num_layers = L.recompute_layers;
         cfg.parallel.num_pipeline_layers = (int)L.stage_layers.size();
         for (size_t i = 0; i < L.stage_layers.size(); i++)
             cfg.parallel.pipeline_layers[i] = L.stage_layers[i];
@@ -136,6 +138,8 @@ TEST(Equivalence, EveryLayoutMatchesSingleRank) {
     if (g_world->size >= 8) {
         layouts.push_back({2, 2, 2, 1, false, {}, "full"});
         layouts.push_back({2, 2, 2, 1, false, {}, "selective"});
+        // the block method: only the first of each stage's two layers is recomputed
+        layouts.push_back({2, 2, 2, 0, false, {}, "full", false, 1});
     }
     // sequence parallel: alone, with PP (p2p of N/TP rows), ZeRO-1, uneven stages, recompute
     layouts.push_back({2, 1, 1, 0, false, {}, "none", true});
@@ -152,6 +156,7 @@ TEST(Equivalence, EveryLayoutMatchesSingleRank) {
         std::string stages;
         for (int n : L.stage_layers) stages += (stages.empty() ? " stages " : ",") + std::to_string(n);
         if (strcmp(L.recompute, "none")) stages += std::string(" recompute ") + L.recompute;
+        if (L.recompute_layers) stages += " of " + std::to_string(L.recompute_layers) + " layer(s)";
         if (L.sp) stages += " sequence parallel";
         SCOPED_TRACE(testing::Message() << "TP " << L.tp << " PP " << L.pp << " DP " << L.dp
                                         << " ZeRO-1 " << L.zero << stages);

@@ -275,6 +275,32 @@ TEST(PlanModel, LargeVocabularyPipelineIsSplitByTime) {
     for (int s = 0; s < 16; s++) EXPECT_EQ(r.stage_layers[s], 6);
 }
 
+// training.recompute_num_layers (Megatron's block method): only the first n layers of a
+// stage are recomputed, so memory, time and hardware FLOPs fall between none and full.
+TEST(PlanModel, BlockRecomputeSitsBetweenNoneAndFull) {
+    tpd_plan_cluster cl;
+    ASSERT_EQ(tpd_plan_cluster_load("dgx-a100-80g", &cl), TPD_OK);
+    tpd_config g = plan_test::gpt(96, 12288, 96, 1536, 1);
+    tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
+    opt.gpus = 1024;
+    tpd_plan_result none, full, block;
+    tpd_plan_layout l = {8, 16, 8, 1, 1, TPD_PLAN_RECOMPUTE_NONE, 0, 1};
+    ASSERT_EQ(tpd_plan_evaluate(&g, &cl, &l, &opt, &none), TPD_OK);
+    l.recompute = TPD_PLAN_RECOMPUTE_FULL;
+    ASSERT_EQ(tpd_plan_evaluate(&g, &cl, &l, &opt, &full), TPD_OK);
+    g.training.recompute_num_layers = 2; // of 6 per stage
+    ASSERT_EQ(tpd_plan_evaluate(&g, &cl, &l, &opt, &block), TPD_OK);
+    EXPECT_EQ(tpd_plan_recomputed_layers(&g, &l, 0), 2);
+    EXPECT_LT(full.mem[0].activations, block.mem[0].activations);
+    EXPECT_LT(block.mem[0].activations, none.mem[0].activations);
+    EXPECT_LT(none.step_time_s, block.step_time_s);
+    EXPECT_LT(block.step_time_s, full.step_time_s);
+    // a third of the layers recomputed: a third of full recompute's extra FLOPs
+    EXPECT_NEAR(block.hw_flops - block.model_flops, (full.hw_flops - full.model_flops) / 3.0,
+                1e-9 * full.hw_flops);
+    EXPECT_DOUBLE_EQ(none.hw_flops, none.model_flops);
+}
+
 TEST(PlanModel, UnevenStagesWhenLayersDoNotDivide) {
     tpd_config c;
     tpd_config_defaults(&c);
