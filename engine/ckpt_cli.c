@@ -17,7 +17,8 @@ static void usage(FILE *f) {
             "  tripod import PATH --format hf|llmc --output CHECKPOINT_DIR [--layout TP,PP,DP]\n"
             "      writes a weights-only tripod checkpoint sharded for the layout (default 1,1,1)\n"
             "  tripod generate CHECKPOINT [--prompt TEXT] [--max-new-tokens N]\n"
-            "                  [--temperature T] [--top-k K] [--seed S] [--no-kv-cache]\n"
+            "                  [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+            "                  [--stop-at-eod] [--no-kv-cache]\n"
             "                  [--vocab-file vocab.json --merge-file merges.txt]\n"
             "      --vocab-file/--merge-file: GPT-2 BPE text (bytes without them)\n"
             "      --no-kv-cache: a full forward over the last seq_length tokens per token\n"
@@ -26,8 +27,8 @@ static void usage(FILE *f) {
 
 typedef struct opts {
     const char *pos, *format, *output, *layout, *prompt, *vocab_file, *merge_file;
-    int max_new, top_k, no_kv_cache;
-    double temperature;
+    int max_new, top_k, no_kv_cache, stop_at_eod;
+    double temperature, top_p;
     unsigned long long seed;
 } opts;
 
@@ -36,6 +37,7 @@ static int parse(int argc, char **argv, opts *o) {
     o->prompt = "";
     o->max_new = 64;
     o->temperature = 1.0;
+    o->top_p = 1.0;
     o->seed = 1234;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -52,8 +54,8 @@ static int parse(int argc, char **argv, opts *o) {
             o->pos = a;
             continue;
         }
-        if (!strcmp(a, "--no-kv-cache")) {
-            o->no_kv_cache = 1;
+        if (!strcmp(a, "--no-kv-cache") || !strcmp(a, "--stop-at-eod")) {
+            *(a[2] == 'n' ? &o->no_kv_cache : &o->stop_at_eod) = 1;
             continue;
         }
         if (!v) {
@@ -68,6 +70,7 @@ static int parse(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--max-new-tokens")) o->max_new = atoi(v);
         else if (!strcmp(a, "--temperature")) o->temperature = atof(v);
         else if (!strcmp(a, "--top-k")) o->top_k = atoi(v);
+        else if (!strcmp(a, "--top-p")) o->top_p = atof(v);
         else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--vocab-file")) o->vocab_file = v;
         else if (!strcmp(a, "--merge-file")) o->merge_file = v;
@@ -152,8 +155,12 @@ static int cmd_generate(const opts *o) {
     g.top_k = o->top_k;
     g.seed = o->seed;
     g.kv_cache = !o->no_kv_cache;
-    if (g.max_new_tokens < 0 || g.temperature < 0 || g.top_k < 0) {
-        fprintf(stderr, "tripod: error: --max-new-tokens, --temperature and --top-k must be >= 0\n");
+    g.top_p = o->top_p;
+    g.stop_at_eod = o->stop_at_eod;
+    if (g.max_new_tokens < 0 || g.temperature < 0 || g.top_k < 0 || !(g.top_p > 0) ||
+        g.top_p > 1) {
+        fprintf(stderr, "tripod: error: --max-new-tokens, --temperature and --top-k must be >= "
+                        "0, and --top-p in (0, 1]\n");
         return TPD_EXIT_CONFIG;
     }
     if (!o->vocab_file != !o->merge_file) {

@@ -16,19 +16,33 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-int tpd_generate_sample(const float *logits, int n, double temperature, int top_k, double u) {
+int tpd_generate_sample(const float *logits, int n, double temperature, int top_k,
+                        double top_p, double u) {
     int best = 0;
     for (int i = 1; i < n; i++)
         if (logits[i] > logits[best]) best = i;
     if (temperature <= 0 || n < 2) return best;
-    /* top-k: keep the logits >= the k-th largest */
+    /* keep the logits >= cut: the k-th largest, raised to the nucleus edge with top_p */
     float cut = -INFINITY;
-    if (top_k > 0 && top_k < n) {
+    int use_k = top_k > 0 && top_k < n, use_p = top_p > 0 && top_p < 1;
+    if (use_k || use_p) {
         float *s = malloc((size_t)n * sizeof *s);
         if (!s) return best;
         memcpy(s, logits, (size_t)n * sizeof *s);
         qsort(s, (size_t)n, sizeof *s, cmp_desc);
-        cut = s[top_k - 1];
+        int k = use_k ? top_k : n;
+        cut = s[k - 1];
+        if (use_p) {
+            double z = 0, acc = 0;
+            for (int i = 0; i < k; i++) z += exp((s[i] - s[0]) / temperature);
+            for (int i = 0; i < k; i++) {
+                acc += exp((s[i] - s[0]) / temperature);
+                if (acc >= top_p * z) {
+                    cut = s[i];
+                    break;
+                }
+            }
+        }
         free(s);
     }
     double max = logits[best], total = 0;
@@ -289,6 +303,12 @@ done:
     return st;
 }
 
+/* The draw of new token `step` from logits. */
+static int next_token(const tpd_gen_opts *o, const float *logits, int V, int step) {
+    return tpd_generate_sample(logits, V, o->temperature, o->top_k, o->top_p,
+                               tpd_rng_uniform(o->seed, GEN_RNG_STREAM, (uint64_t)step));
+}
+
 tpd_status tpd_generate(const char *checkpoint, const tpd_gen_opts *o, int32_t **tokens_p,
                         size_t *n_p) {
     generator g;
@@ -304,10 +324,8 @@ tpd_status tpd_generate(const char *checkpoint, const tpd_gen_opts *o, int32_t *
     ctx = grown;
     if (!o->bpe)
         for (size_t i = 0; i < plen; i++) ctx[n++] = (unsigned char)o->prompt[i];
-    if (n == 0) {
-        int32_t eod = o->bpe ? tpd_bpe_eod(o->bpe) : V > TPD_BYTE_EOD ? TPD_BYTE_EOD : -1;
-        ctx[n++] = eod >= 0 ? eod : 0;
-    }
+    int32_t eod = o->bpe ? tpd_bpe_eod(o->bpe) : V > TPD_BYTE_EOD ? TPD_BYTE_EOD : -1;
+    if (n == 0) ctx[n++] = eod >= 0 ? eod : 0;
     if (o->kv_cache) {
         /* The cache holds up to T positions. When it is full, it restarts from the last
          * T/2 tokens (positions 0..T/2-1 again), so the context is T/2..T tokens. */
@@ -316,8 +334,8 @@ tpd_status tpd_generate(const char *checkpoint, const tpd_gen_opts *o, int32_t *
         size_t keep = (size_t)T / 2 > 0 ? (size_t)T / 2 : 1;
         st = kv_fill(&kv, ctx, n > (size_t)T ? n - (size_t)T : 0, n);
         for (int step = 0; st == TPD_OK && step < o->max_new_tokens; step++) {
-            int tok = tpd_generate_sample(kv.logits, V, o->temperature, o->top_k,
-                                          tpd_rng_uniform(o->seed, GEN_RNG_STREAM, (uint64_t)step));
+            int tok = next_token(o, kv.logits, V, step);
+            if (o->stop_at_eod && tok == eod) break;
             ctx[n++] = tok;
             out[made++] = tok;
             if (step + 1 == o->max_new_tokens) break;
@@ -328,8 +346,8 @@ tpd_status tpd_generate(const char *checkpoint, const tpd_gen_opts *o, int32_t *
     }
     for (int step = 0; !o->kv_cache && step < o->max_new_tokens; step++) {
         TPD_CHECK_GOTO(gen_full_logits(&g, ctx, n), st, done);
-        int tok = tpd_generate_sample(g.row, V, o->temperature, o->top_k,
-                                      tpd_rng_uniform(o->seed, GEN_RNG_STREAM, (uint64_t)step));
+        int tok = next_token(o, g.row, V, step);
+        if (o->stop_at_eod && tok == eod) break;
         ctx[n++] = tok;
         out[made++] = tok;
     }

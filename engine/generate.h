@@ -32,9 +32,11 @@ typedef struct tpd_gen_opts {
     int num_threads;     /* cpu OpenMP threads, 0 = runtime default */
     int kv_cache;        /* 1: incremental decoding with a key/value cache */
     const tpd_bpe *bpe;  /* GPT-2 BPE for the prompt; NULL: bytes */
+    double top_p;        /* nucleus: the fewest top tokens holding this probability; 1 = all */
+    int stop_at_eod;     /* 1: stop before an end-of-document token (it is not returned) */
 } tpd_gen_opts;
 
-#define TPD_GEN_OPTS_INIT {"", 64, 1.0, 0, 1234, 0, 1, NULL}
+#define TPD_GEN_OPTS_INIT {"", 64, 1.0, 0, 1234, 0, 1, NULL, 1.0, 0}
 
 /* Generates up to max_new_tokens tokens after the prompt; *tokens_p (malloc'd) gets the
  * new tokens only and *n_p their count. */
@@ -46,9 +48,11 @@ tpd_status tpd_generate(const char *checkpoint, const tpd_gen_opts *opts, int32_
 tpd_status tpd_generate_logits(const char *checkpoint, const int32_t *tokens, size_t n,
                                int kv_cache, float *logits);
 
-/* Index drawn from logits[0..n) (temperature, top-k) with uniform u in [0, 1). Pure:
- * exposed for tests. */
-int tpd_generate_sample(const float *logits, int n, double temperature, int top_k, double u);
+/* Index drawn from logits[0..n) with uniform u in [0, 1): softmax(logits / temperature)
+ * over the top_k largest (0: all), then over the fewest of those whose probability sums to
+ * top_p (>= 1: all). temperature 0 is greedy. Pure: exposed for tests. */
+int tpd_generate_sample(const float *logits, int n, double temperature, int top_k,
+                        double top_p, double u);
 
 #ifdef __cplusplus
 }

@@ -336,10 +336,19 @@ TEST(Generate, SamplingIsReproducibleAndRespectsTopK) {
     free(d);
     // the sampler itself: p = softmax(logits / T) over the top k
     float logits[4] = {0.0f, std::log(3.0f), -1e9f, -1e9f};
-    EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 0, 0.2), 0);  // P(0) = 0.25
-    EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 0, 0.3), 1);
-    EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 1, 0.0), 1);  // top-1
-    EXPECT_EQ(tpd_generate_sample(logits, 4, 0.0, 0, 0.0), 1);  // greedy
+    EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 0, 1.0, 0.2), 0);  // P(0) = 0.25
+    EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 0, 1.0, 0.3), 1);
+    EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 1, 1.0, 0.0), 1);  // top-1
+    EXPECT_EQ(tpd_generate_sample(logits, 4, 0.0, 0, 1.0, 0.0), 1);
+    // top-p: token 1 alone holds 0.75 >= 0.5, so every draw is it; at 0.9 both stay
+    EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 0, 0.5, 0.01), 1);
+    EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 0, 0.5, 0.99), 1);
+    EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 0, 0.9, 0.2), 0);
+    // with top-k 2 and top-p, the nucleus is taken within the top k
+    float four[4] = {0.0f, 0.0f, 0.0f, std::log(2.0f)}; // probs 0.2 0.2 0.2 0.4
+    EXPECT_EQ(tpd_generate_sample(four, 4, 1.0, 2, 0.6, 0.99), 3); // top-2: 1/3, 2/3 -> {3}
+    // the nucleus edge falls on a 0.2 that ties with two others: all three stay with it
+    EXPECT_EQ(tpd_generate_sample(four, 4, 1.0, 0, 0.6, 0.5), 2);  // greedy
 }
 
 } // namespace
