@@ -1,12 +1,14 @@
 /* tripod: the command-line entry point. Each subcommand parses its arguments, calls the
  * library, and turns its status into a process exit code. This is the only file that
  * ends the process. */
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "engine/calibrate.h"
 #include "engine/checkpoint.h"
 #include "engine/config.h"
@@ -38,8 +40,12 @@ static void usage(FILE *f) {
             "                                      write Hugging Face safetensors or llm.c\n"
             "  import PATH --format hf|llmc --output DIR [--layout TP,PP,DP]\n"
             "                                      make a weights-only tripod checkpoint\n"
+            "  eval CONFIG.yaml [key=value ...] [--split valid|test] [--iters N]\n"
+            "                                      loss and perplexity of checkpoint.load on\n"
+            "                                      N global batches (logging.eval_iters)\n"
             "  generate CHECKPOINT --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
-            "           [--top-k K] [--seed S]     sample text from a trained model\n"
+            "           [--top-k K] [--top-p P] [--seed S]\n"
+            "                                      sample text from a trained model\n"
             "\n"
             "Overrides use the YAML section names: model.num_layers=4 training.train_iters=20\n");
 }
@@ -164,13 +170,43 @@ static tpd_status run_bench(tpd_trainer *tr, const tpd_config *cfg, int warmup, 
 
 /* train and bench share the set-up: MPI, the config (validated on every rank before any
  * collective), the trainer. */
-static int run_training(int argc, char **argv, int bench) {
+enum { RUN_TRAIN = 0, RUN_BENCH = 1, RUN_EVAL = 2 };
+
+/* `tripod eval`: the loss of checkpoint.load over global batches of a split, printed by
+ * the logging rank. */
+static tpd_status run_eval(tpd_trainer *tr, tpd_split split, int iters) {
+    if (iters <= 0) iters = tr->cfg.logging.eval_iters > 0 ? tr->cfg.logging.eval_iters : 1;
+    double loss = NAN;
+    double t0 = tpd_clock_s();
+    TPD_CHECK(tpd_trainer_evaluate_split(tr, split, iters, &loss));
+    if (tr->is_logger)
+        printf("eval: checkpoint.load=%s, iteration %d | %s split, %d global batches of %d sequences | "
+               "lm loss: %.6E | perplexity: %.4f | %.1f s\n",
+               tr->cfg.checkpoint.load, tr->iteration, split == TPD_SPLIT_TEST ? "test" : "valid",
+               iters, tr->cfg.training.global_batch_size, loss, exp(loss),
+               tpd_clock_s() - t0);
+    return TPD_OK;
+}
+
+static int run_training(int argc, char **argv, int mode) {
+    int bench = mode == RUN_BENCH;
     cli_args a;
     if (split_args(argc, argv, &a) != 0) return TPD_EXIT_CONFIG;
-    int steps = 10, warmup = 2;
+    int steps = 10, warmup = 2, eval_iters = 0;
+    tpd_split eval_split = TPD_SPLIT_VALID;
     double peak_tflops = 0; /* per device, dense; > 0 enables the MFU figure */
     for (int i = 0; i < a.n_flags; i++) {
-        if (!strcmp(a.flags[i], "--steps") && i + 1 < a.n_flags) steps = atoi(a.flags[++i]);
+        if (mode == RUN_EVAL && !strcmp(a.flags[i], "--split") && i + 1 < a.n_flags) {
+            const char *v = a.flags[++i];
+            if (strcmp(v, "valid") && strcmp(v, "test")) {
+                fprintf(stderr, "tripod: error: eval --split takes valid or test (got '%s')\n", v);
+                free_args(&a);
+                return TPD_EXIT_CONFIG;
+            }
+            eval_split = strcmp(v, "test") ? TPD_SPLIT_VALID : TPD_SPLIT_TEST;
+        } else if (mode == RUN_EVAL && !strcmp(a.flags[i], "--iters") && i + 1 < a.n_flags)
+            eval_iters = atoi(a.flags[++i]);
+        else if (!strcmp(a.flags[i], "--steps") && i + 1 < a.n_flags) steps = atoi(a.flags[++i]);
         else if (!strcmp(a.flags[i], "--warmup") && i + 1 < a.n_flags) warmup = atoi(a.flags[++i]);
         else if (!strcmp(a.flags[i], "--peak-tflops") && i + 1 < a.n_flags)
             peak_tflops = atof(a.flags[++i]);
@@ -200,6 +236,11 @@ static int run_training(int argc, char **argv, int bench) {
             tpd_config_check_trainable(&cfg, err, sizeof err) != TPD_OK) {
             fprintf(stderr, "tripod: error: %s\n", err);
             rc = TPD_EXIT_CONFIG;
+        } else if (mode == RUN_EVAL && !cfg.checkpoint.load[0]) {
+            fprintf(stderr, "tripod: error: %s: eval needs checkpoint.load (a checkpoint, or "
+                            "auto with checkpoint.save)\n",
+                    cfg.source_path[0] ? cfg.source_path : "<overrides>");
+            rc = TPD_EXIT_CONFIG;
         }
     }
     int worst = rc;
@@ -207,6 +248,13 @@ static int run_training(int argc, char **argv, int bench) {
     if (worst != TPD_EXIT_OK) {
         MPI_Finalize();
         return worst;
+    }
+    if (mode == RUN_EVAL) {
+        /* reads the checkpoint (checkpoint.save locates `auto`) and the data; never trains,
+         * so writes nothing */
+        cfg.logging.metrics_file[0] = 0;
+        cfg.logging.trace_file[0] = 0;
+        cfg.logging.eval_interval = 0;
     }
     if (bench) {
         /* a measurement starts from fresh weights and leaves nothing behind */
@@ -226,11 +274,12 @@ static int run_training(int argc, char **argv, int bench) {
     }
     if (st == TPD_OK) {
         tpd_log_set_rank(world->rank, tr->is_logger);
-        if (!bench) {
+        if (mode == RUN_EVAL)
+            st = run_eval(tr, eval_split, eval_iters);
+        else if (!bench)
             st = tpd_trainer_run(tr);
-        } else {
+        else
             st = run_bench(tr, &cfg, warmup, steps, peak_tflops);
-        }
     }
     rc = status_exit(st);
     if (st != TPD_OK && world && world->size > 1) {
@@ -261,11 +310,12 @@ int main(int argc, char **argv) {
         return argc < 2 ? TPD_EXIT_CONFIG : TPD_EXIT_OK;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "train")) return run_training(argc - 2, argv + 2, 0);
+    if (!strcmp(cmd, "train")) return run_training(argc - 2, argv + 2, RUN_TRAIN);
+    if (!strcmp(cmd, "eval")) return run_training(argc - 2, argv + 2, RUN_EVAL);
     if (!strcmp(cmd, "bench")) {
         for (int i = 2; i < argc; i++)
             if (!strcmp(argv[i], "--calibrate")) return tpd_calib_cli(argc - 1, argv + 1);
-        return run_training(argc - 2, argv + 2, 1);
+        return run_training(argc - 2, argv + 2, RUN_BENCH);
     }
     if (!strcmp(cmd, "sweep")) return tpd_sweep_cli(argc - 1, argv + 1);
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);

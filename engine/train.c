@@ -344,20 +344,17 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     return TPD_OK;
 }
 
-tpd_status tpd_trainer_evaluate(tpd_trainer *tr, double *val_loss_p) {
-    if (!tr->has_valid) {
-        *val_loss_p = NAN;
-        return TPD_OK;
-    }
+/* Mean loss of `iters` global batches of sampler s, forward only. */
+static tpd_status evaluate_on(tpd_trainer *tr, tpd_blend_sampler *s, int iters, double *loss_p) {
     int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.dp_size;
     int stages = tr->mesh.pp_size, stage = tr->mesh.pp;
     tpd_pp_exec_ops ops = exec_ops(tr);
-    tr->cur_sampler = &tr->valid_sampler;
+    tr->cur_sampler = s;
     tr->loss_acc = 0;
     /* Forward-only, one micro-batch at a time: each executor call completes its sends. */
     tpd_pp_action acts[3];
     int n = 0;
-    for (int e = 0; e < tr->cfg.logging.eval_iters; e++) {
+    for (int e = 0; e < iters; e++) {
         tr->cur_base = (uint64_t)e * GB + (uint64_t)tr->mesh.dp * (GB / dp);
         for (int j = 0; j < tr->M; j++) {
             n = 0;
@@ -369,7 +366,27 @@ tpd_status tpd_trainer_evaluate(tpd_trainer *tr, double *val_loss_p) {
                                      tr->kb.act_dtype, tr->kb.stream, NULL));
         }
     }
-    return finish_loss(tr, tr->M * tr->cfg.logging.eval_iters, val_loss_p);
+    return finish_loss(tr, tr->M * iters, loss_p);
+}
+
+tpd_status tpd_trainer_evaluate(tpd_trainer *tr, double *val_loss_p) {
+    if (!tr->has_valid) {
+        *val_loss_p = NAN;
+        return TPD_OK;
+    }
+    return evaluate_on(tr, &tr->valid_sampler, tr->cfg.logging.eval_iters, val_loss_p);
+}
+
+tpd_status tpd_trainer_evaluate_split(tpd_trainer *tr, tpd_split split, int iters,
+                                      double *loss_p) {
+    const tpd_config *cfg = &tr->cfg;
+    tpd_blend_sampler s;
+    /* the validation sampler of training, or its twin on another split */
+    TPD_CHECK(tpd_blend_sampler_init(&tr->data, cfg->data.split, split, cfg->model.seq_length, 0,
+                                     cfg->training.seed, &s));
+    tpd_status st = evaluate_on(tr, &s, iters, loss_p);
+    tpd_blend_sampler_free(&s);
+    return st;
 }
 
 tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out) {

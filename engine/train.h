@@ -88,6 +88,10 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p);
 /* Mean validation loss over logging.eval_iters global batches of the valid split (the
  * same batches every time). Returns the value on every rank. */
 tpd_status tpd_trainer_evaluate(tpd_trainer *tr, double *val_loss_p);
+/* Mean loss over `iters` global batches of `split` (valid or test), forward only, on
+ * every layout the same batches. Returns the value on every rank. */
+tpd_status tpd_trainer_evaluate_split(tpd_trainer *tr, tpd_split split, int iters,
+                                      double *loss_p);
 /* The whole run: train_iters iterations with logging, evaluation, metrics and
  * checkpoints. On SIGTERM/SIGINT (handlers installed here) every rank stops at the next
  * iteration boundary, saves when checkpoint.save is set, sets `interrupted` and returns

@@ -7,9 +7,9 @@
 set -euo pipefail
 tripod=$1
 bpe=$2
-work=$(mktemp -d /tmp/tripod_bpe.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "bpe_flow: FAIL: $*" >&2; exit 1; }
+# shellcheck source=tests/engine/flow_lib.sh
+. "$(dirname "$0")/flow_lib.sh"
+flow_begin bpe_flow
 
 for i in $(seq 1 300); do printf 'The quick brown fox %d jumps over the lazy dog.\n\n' "$i"; done >"$work/text.txt"
 out=$("$tripod" data prepare --input "$work/text.txt" --output "$work/corpus" --records blank \

@@ -12,3 +12,8 @@ tpd_add_mpi_test(checkpoint_reshard_np8 NP 8 TIMEOUT 300
 add_test(NAME checkpoint_sigterm_mpirun
          COMMAND ${CMAKE_CURRENT_LIST_DIR}/ckpt_sigterm.sh $<TARGET_FILE:tripod> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(checkpoint_sigterm_mpirun PROPERTIES LABELS mpi TIMEOUT 120)
+# `tripod eval` of a saved checkpoint, on one rank and resharded under mpirun.
+add_test(NAME eval_flow
+         COMMAND ${CMAKE_CURRENT_LIST_DIR}/eval_flow.sh $<TARGET_FILE:tripod> ${MPIEXEC_EXECUTABLE}
+                 ${CMAKE_SOURCE_DIR})
+set_tests_properties(eval_flow PROPERTIES LABELS mpi TIMEOUT 120)

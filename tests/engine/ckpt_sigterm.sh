@@ -8,13 +8,10 @@
 set -euo pipefail
 tripod=$1
 mpiexec=$2
-work=$(mktemp -d /tmp/tripod_sigterm.XXXXXX)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "ckpt_sigterm: FAIL: $*" >&2; exit 1; }
-
-# a small corpus: numbered lines, blank-line separated records
-for i in $(seq 1 400); do printf 'record %d: the quick brown fox jumps over the lazy dog.\n\n' "$i"; done >"$work/text.txt"
-"$tripod" data prepare --input "$work/text.txt" --output "$work/corpus" --records blank >/dev/null
+# shellcheck source=tests/engine/flow_lib.sh
+. "$(dirname "$0")/flow_lib.sh"
+flow_begin ckpt_sigterm
+flow_corpus "$tripod"
 
 cat >"$work/tiny.yaml" <<EOF
 model: {num_layers: 2, hidden_size: 32, num_attention_heads: 2, vocab_size: 257, seq_length: 32,
