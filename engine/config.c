@@ -532,6 +532,17 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
         return cfg_fail(ld, cfg_at(ld, k, "model.max_position_embeddings"), k,
                         "seq_length (%d) must be <= max_position_embeddings (%d)", m->seq_length,
                         m->max_position_embeddings);
+    k = "optimizer.lr_wsd_decay_iters";
+    if (strcmp(c->optimizer.lr_decay_style, "WSD") == 0) {
+        int decay = c->optimizer.lr_decay_iters ? c->optimizer.lr_decay_iters
+                                                : c->training.train_iters;
+        int wsd = c->optimizer.lr_wsd_decay_iters;
+        if (wsd < 1 || wsd > decay - c->optimizer.lr_warmup_iters)
+            return cfg_fail(ld, cfg_at(ld, k, "optimizer.lr_decay_style"), k,
+                            "WSD needs 1 <= lr_wsd_decay_iters (%d) <= the iterations after "
+                            "warmup (%d)",
+                            wsd, decay - c->optimizer.lr_warmup_iters);
+    }
     k = "training.recompute_num_layers";
     if (c->training.recompute_num_layers > 0 && strcmp(c->training.recompute, "full") != 0)
         return cfg_fail(ld, cfg_at(ld, k, "training.recompute"), k,

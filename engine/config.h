@@ -61,9 +61,13 @@ typedef struct tpd_config_training {
 typedef struct tpd_config_optimizer {
     double lr;
     double min_lr;
-    char lr_decay_style[16]; /* "cosine" | "linear" | "constant" */
+    char lr_decay_style[24]; /* "cosine" | "linear" | "constant" | "inverse-square-root" |
+                                "WSD" (Megatron's names) */
     int lr_warmup_iters;
     int lr_decay_iters;      /* 0 = train_iters */
+    int lr_wsd_decay_iters;  /* WSD: the final anneal's length; before it lr stays at peak */
+    char lr_wsd_decay_style[16]; /* WSD anneal: "exponential" | "linear" | "cosine" |
+                                    "minus_sqrt" */
     double weight_decay;
     double adam_beta1;
     double adam_beta2;

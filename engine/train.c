@@ -18,15 +18,36 @@
 
 double tpd_lr_at(const tpd_config *cfg, int it) {
     const tpd_config_optimizer *o = &cfg->optimizer;
+    const double pi = 3.14159265358979323846;
     int warm = o->lr_warmup_iters;
     int decay = o->lr_decay_iters ? o->lr_decay_iters : cfg->training.train_iters;
     if (it < warm) return o->lr * (double)(it + 1) / (double)warm;
     if (strcmp(o->lr_decay_style, "constant") == 0) return o->lr;
+    if (strcmp(o->lr_decay_style, "inverse-square-root") == 0) {
+        double lr = o->lr * sqrt((double)(warm > 1 ? warm : 1)) / sqrt((double)it + 1.0);
+        return lr > o->min_lr ? lr : o->min_lr;
+    }
     if (it >= decay) return o->min_lr;
+    if (strcmp(o->lr_decay_style, "WSD") == 0) {
+        /* warmup, stable at lr, then the anneal over the last lr_wsd_decay_iters */
+        int start = decay - o->lr_wsd_decay_iters;
+        if (it < start || o->lr_wsd_decay_iters <= 0) return o->lr;
+        double r = (double)(it - start) / (double)o->lr_wsd_decay_iters, coeff;
+        const char *w = o->lr_wsd_decay_style;
+        if (strcmp(w, "linear") == 0)
+            coeff = 1.0 - r;
+        else if (strcmp(w, "cosine") == 0)
+            coeff = 0.5 * (1.0 + cos(pi * r));
+        else if (strcmp(w, "minus_sqrt") == 0)
+            coeff = 1.0 - sqrt(r);
+        else /* exponential */
+            coeff = 2.0 * pow(0.5, r) - 1.0;
+        return o->min_lr + coeff * (o->lr - o->min_lr);
+    }
     double ratio = decay > warm ? (double)(it - warm) / (double)(decay - warm) : 1.0;
     double coeff = strcmp(o->lr_decay_style, "linear") == 0
                        ? 1.0 - ratio
-                       : 0.5 * (1.0 + cos(3.14159265358979323846 * ratio));
+                       : 0.5 * (1.0 + cos(pi * ratio));
     return o->min_lr + coeff * (o->lr - o->min_lr);
 }
 

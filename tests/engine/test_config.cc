@@ -104,6 +104,8 @@ void ExpectSameConfig(const tpd_config &a, const tpd_config &b) {
     SAME_STR(training.device);
     SAME_STR(training.recompute);
     SAME(training.recompute_num_layers);
+    SAME(optimizer.lr_wsd_decay_iters);
+    SAME_STR(optimizer.lr_wsd_decay_style);
     SAME_STR(training.attention);
     SAME(training.num_threads);
     SAME(optimizer.lr);
@@ -191,7 +193,7 @@ const BadCase kBadCases[] = {
     {"range_pipeline_layers.yaml", ":16:25: parallel.pipeline_layers: 0 is out of range "
                                    "(expected a list of integers >= 1, e.g. [3, 5])"},
     {"enum_decay.yaml", ":15:19: optimizer.lr_decay_style: 'cosin' is not allowed (expected "
-                        "one of cosine, linear, constant)"},
+                        "one of cosine, linear, constant, inverse-square-root, WSD)"},
     {"enum_precision.yaml",
      ":13:14: training.precision: 'fp16' is not allowed (expected one of fp32, bf16)"},
     {"missing_required.yaml",
@@ -205,6 +207,8 @@ const BadCase kBadCases[] = {
     {"recompute_layers.yaml", ":14:25: training.recompute_num_layers: 2 needs training.recompute "
                               "full, not selective (it picks the layers whose full recompute "
                               "is done)"},
+    {"wsd_iters.yaml", ":15:19: optimizer.lr_wsd_decay_iters: WSD needs 1 <= lr_wsd_decay_iters "
+                       "(0) <= the iterations after warmup (100)"},
     {"sp_seq.yaml", ":16:22: parallel.sequence_parallel: seq_length (1022) must be a multiple "
                     "of tensor_model_parallel_size (4) (sequence parallel splits the sequence "
                     "over the TP ranks)"},

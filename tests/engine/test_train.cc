@@ -93,6 +93,29 @@ TEST(Train, LearningRateSchedule) {
     EXPECT_NEAR(tpd_lr_at(&cfg, 32), 1.0 - 0.9 * 22.0 / 90.0, 1e-12);
     snprintf(cfg.optimizer.lr_decay_style, sizeof cfg.optimizer.lr_decay_style, "constant");
     EXPECT_DOUBLE_EQ(tpd_lr_at(&cfg, 80), 1.0);
+    // Megatron's inverse-square-root: lr * sqrt(warmup / step), floored at min_lr
+    snprintf(cfg.optimizer.lr_decay_style, sizeof cfg.optimizer.lr_decay_style,
+             "inverse-square-root");
+    EXPECT_NEAR(tpd_lr_at(&cfg, 39), 0.5, 1e-12);
+    EXPECT_DOUBLE_EQ(tpd_lr_at(&cfg, 99999), 0.1);
+    // WSD: warmup, stable at lr, then the last 20 iterations anneal to min_lr
+    snprintf(cfg.optimizer.lr_decay_style, sizeof cfg.optimizer.lr_decay_style, "WSD");
+    cfg.optimizer.lr_wsd_decay_iters = 20;
+    struct {
+        const char *style;
+        double mid; // coefficient half way through the anneal
+    } styles[] = {{"exponential", 2.0 * std::sqrt(0.5) - 1.0},
+                  {"linear", 0.5},
+                  {"cosine", 0.5},
+                  {"minus_sqrt", 1.0 - std::sqrt(0.5)}};
+    for (const auto &w : styles) {
+        snprintf(cfg.optimizer.lr_wsd_decay_style, sizeof cfg.optimizer.lr_wsd_decay_style, "%s",
+                 w.style);
+        EXPECT_DOUBLE_EQ(tpd_lr_at(&cfg, 50), 1.0) << w.style;
+        EXPECT_NEAR(tpd_lr_at(&cfg, 80), 1.0, 1e-12) << w.style;
+        EXPECT_NEAR(tpd_lr_at(&cfg, 90), 0.1 + 0.9 * w.mid, 1e-12) << w.style;
+        EXPECT_DOUBLE_EQ(tpd_lr_at(&cfg, 100), 0.1) << w.style;
+    }
 }
 
 TEST(Train, RunWritesMetricsFile) {
