@@ -470,6 +470,14 @@ tpd_status tpd_calib_run(const tpd_config *cfg, tpd_comm *world, const tpd_calib
     MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, world->rank, MPI_INFO_NULL, &node);
     int per_node = 1;
     MPI_Comm_size(node, &per_node);
+    /* The node's cores are those of any of its ranks: each may be bound to its own. */
+    cpu_set_t mine, all;
+    CPU_ZERO(&mine);
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0)
+        for (int i = 0; i < tpd_cpu_online_cores() && i < CPU_SETSIZE; i++) CPU_SET(i, &mine);
+    MPI_Allreduce(&mine, &all, (int)(sizeof mine / sizeof(unsigned long)), MPI_UNSIGNED_LONG,
+                  MPI_BOR, node);
+    int node_cores = CPU_COUNT(&all);
     MPI_Comm_free(&node);
 
     size_t nlen = 1 << 16;
@@ -484,7 +492,7 @@ tpd_status tpd_calib_run(const tpd_config *cfg, tpd_comm *world, const tpd_calib
     c.backend = TPD_PLAN_BACKEND_CPU;
     c.calibrated = 1;
     c.gpus_per_node = per_node;
-    c.cpu_cores = tpd_cpu_usable_cores();
+    c.cpu_cores = node_cores > 0 ? node_cores : tpd_cpu_usable_cores();
     c.calibration_ranks = per_node;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     c.hbm_bytes = pages > 0 && page > 0 ? (double)pages * page / per_node : 8.0 * 1073741824.0;
