@@ -70,12 +70,50 @@ static int balanced_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
 
 const tpd_config *tpd_plan_result_config(const tpd_config *cfg, const tpd_plan_result *res,
                                          tpd_config *scratch) {
-    if (!res->balanced) return cfg;
+    if (!res->balanced && !res->recompute_layers) return cfg;
     *scratch = *cfg;
-    scratch->parallel.num_pipeline_layers = res->layout.pp;
-    for (int s = 0; s < res->layout.pp; s++)
-        scratch->parallel.pipeline_layers[s] = res->stage_layers[s];
+    if (res->balanced) {
+        scratch->parallel.num_pipeline_layers = res->layout.pp;
+        for (int s = 0; s < res->layout.pp; s++)
+            scratch->parallel.pipeline_layers[s] = res->stage_layers[s];
+    }
+    if (res->recompute_layers) scratch->training.recompute_num_layers = res->recompute_layers;
     return scratch;
+}
+
+tpd_status tpd_plan_fit_recompute_layers(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                         tpd_plan_result *res, tpd_config *scratch) {
+    const tpd_plan_layout *lay = &res->layout;
+    if (lay->recompute != TPD_PLAN_RECOMPUTE_FULL || cfg->training.recompute_num_layers ||
+        !res->fits || lay->virtual_stages > 1)
+        return TPD_OK;
+    int most = 0;
+    for (int s = 0; s < lay->pp; s++)
+        if (res->stage_layers[s] > most) most = res->stage_layers[s];
+    tpd_plan_result *probe = malloc(sizeof *probe);
+    if (!probe) {
+        tpd_log_error("plan: out of memory");
+        return TPD_ERR_NOMEM;
+    }
+    /* memory falls as n grows: the smallest n that fits, by bisection over [1, most) */
+    int lo = 1, hi = most; /* hi fits (all layers) */
+    tpd_status st = TPD_OK;
+    while (lo < hi && st == TPD_OK) {
+        int mid = lo + (hi - lo) / 2;
+        *probe = *res;
+        probe->recompute_layers = mid;
+        st = tpd_plan_memory(tpd_plan_result_config(cfg, probe, scratch), cl, probe);
+        if (probe->fits)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    if (st == TPD_OK && hi < most) {
+        res->recompute_layers = hi;
+        st = tpd_plan_memory(tpd_plan_result_config(cfg, res, scratch), cl, res);
+    }
+    free(probe);
+    return st;
 }
 
 const tpd_config *tpd_plan_memory_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
@@ -109,8 +147,10 @@ tpd_status tpd_plan_time_split(const tpd_config *cfg, const tpd_plan_cluster *cl
     }
     *even = *res;
     even->balanced = 0;
-    tpd_status st = tpd_plan_memory(cfg, cl, even);
-    if (st == TPD_OK && even->fits) st = tpd_plan_time_evaluate(cfg, cl, opt, split_bubble, even);
+    tpd_config even_cfg; /* the even split, with the result's recompute layers if any */
+    const tpd_config *ec = tpd_plan_result_config(cfg, even, &even_cfg);
+    tpd_status st = tpd_plan_memory(ec, cl, even);
+    if (st == TPD_OK && even->fits) st = tpd_plan_time_evaluate(ec, cl, opt, split_bubble, even);
     if (st == TPD_OK && even->fits && even->step_time_s <= res->step_time_s) *res = *even;
     free(even);
     return st;

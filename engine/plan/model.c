@@ -267,6 +267,7 @@ tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
     }
     double cap = cl->hbm_bytes * cl->hbm_usable_fraction;
     res->fits = res->memory_bytes <= cap;
+    res->reject_reason[0] = '\0';
     if (!res->fits) {
         snprintf(res->reject_reason, sizeof res->reject_reason,
                  "OOM by %.1f GiB at stage %d (needs %.1f GiB of %.1f GiB usable)",

@@ -129,6 +129,9 @@ typedef struct tpd_plan_result {
     int balanced; /* 1: stage_layers were chosen by predicted stage time (the first stage
                      also embeds, the last also runs the head and loss), not split evenly;
                      `parallel.pipeline_layers` set to them trains the same split */
+    int recompute_layers; /* > 0: the search found that recomputing only this many layers
+                             per stage (training.recompute_num_layers) fits; 0: as the
+                             config says */
     tpd_plan_layout layout;
     int num_micro_batches;
     int fits;                  /* memory fits and the layout is valid */
@@ -198,6 +201,11 @@ const tpd_config *tpd_plan_memory_split(const tpd_config *cfg, const tpd_plan_cl
 tpd_status tpd_plan_time_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
                                const tpd_plan_options *opt, int split_bubble,
                                tpd_plan_result *res, tpd_config *scratch);
+/* Recompute full with training.recompute_num_layers left at 0: the fewest layers per stage
+ * whose recompute still fits (Megatron's block method), when fewer than all do; sets
+ * res->recompute_layers and res's memory to it. res must fit with all layers. */
+tpd_status tpd_plan_fit_recompute_layers(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                         tpd_plan_result *res, tpd_config *scratch);
 /* The config of a result whose split was chosen already (cfg, or *scratch when balanced). */
 const tpd_config *tpd_plan_result_config(const tpd_config *cfg, const tpd_plan_result *res,
                                          tpd_config *scratch);

@@ -14,9 +14,14 @@ void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {
             "TFLOP/s/GPU", "MFU", "tokens/s");
     for (int i = 0; i < n; i++) {
         const tpd_plan_layout *l = &r[i].layout;
+        char rc[16];
+        if (r[i].recompute_layers)
+            snprintf(rc, sizeof rc, "full:%d", r[i].recompute_layers); /* the block method */
+        else
+            snprintf(rc, sizeof rc, "%s", tpd_plan_recompute_name(l->recompute));
         fprintf(f, "%4d %3d %3d %5d %4d %2d %-9s %-3s %-4s %8.1f %8.3f %11.1f %5.1f%% %10.0f\n",
                 i + 1, l->tp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages,
-                tpd_plan_recompute_name(l->recompute), l->sequence_parallel ? "on" : "off",
+                rc, l->sequence_parallel ? "on" : "off",
                 l->distributed_optimizer ? "on" : "off", r[i].memory_bytes / GIB,
                 r[i].step_time_s, r[i].tflops_per_gpu, 100.0 * r[i].mfu, r[i].tokens_per_s);
     }
@@ -44,6 +49,10 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
                 m->total / GIB, s == r->max_mem_stage ? "  <- max" : "");
     }
     fprintf(f, "  fits: %s%s%s\n", r->fits ? "yes" : "no", r->fits ? "" : ", ", r->reject_reason);
+    if (r->recompute_layers)
+        fprintf(f, "  full recompute of the first %d layer(s) of each stage fits; to train it:\n"
+                   "    training.recompute_num_layers=%d\n",
+                r->recompute_layers, r->recompute_layers);
     if (r->balanced) {
         fprintf(f, "  stages split by predicted time (the ends also embed, or run the head and "
                    "loss); to train it:\n    parallel.pipeline_layers=[");
@@ -100,6 +109,7 @@ static cJSON *result_json(const tpd_plan_result *r) {
     for (int s = 0; pl && s < r->stages; s++)
         cJSON_AddItemToArray(pl, cJSON_CreateNumber(r->stage_layers[s]));
     cJSON_AddBoolToObject(o, "pipeline_layers_balanced", r->balanced);
+    cJSON_AddNumberToObject(o, "recompute_num_layers", r->recompute_layers);
     cJSON_AddNumberToObject(o, "memory_bytes_per_rank", r->memory_bytes);
     cJSON_AddNumberToObject(o, "memory_max_stage", r->max_mem_stage);
     cJSON *mb = cJSON_AddArrayToObject(o, "memory_breakdown");

@@ -142,6 +142,10 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                                     continue;
                                 }
                                 s.fitting++;
+                                /* full recompute of fewer layers, when that fits */
+                                TPD_CHECK_GOTO(tpd_plan_fit_recompute_layers(cfg, cl, r, scratch),
+                                               st, free_all);
+                                c = tpd_plan_result_config(cfg, r, scratch);
                                 if (!opt->evaluate_time) continue;
                                 if (s.n_top == k &&
                                     tpd_plan_time_lower_bound(c, cl, r, opt) >=

@@ -277,17 +277,28 @@ TEST(PlanModel, LargeVocabularyPipelineIsSplitByTime) {
 
 // training.recompute_num_layers (Megatron's block method): only the first n layers of a
 // stage are recomputed, so memory, time and hardware FLOPs fall between none and full.
-TEST(PlanModel, BlockRecomputeSitsBetweenNoneAndFull) {
+// GPT-3 175B at TP 8 x PP 16 x DP 8 on A100s (even stages), evaluated without and with
+// full recompute; l is left at full.
+class Gpt3Recompute : public ::testing::Test {
+  protected:
+    void SetUp() override { ASSERT_TRUE(init()); }
     tpd_plan_cluster cl;
-    ASSERT_EQ(tpd_plan_cluster_load("dgx-a100-80g", &cl), TPD_OK);
     tpd_config g = plan_test::gpt(96, 12288, 96, 1536, 1);
     tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
-    opt.gpus = 1024;
-    tpd_plan_result none, full, block;
     tpd_plan_layout l = {8, 16, 8, 1, 1, TPD_PLAN_RECOMPUTE_NONE, 0, 1};
-    ASSERT_EQ(tpd_plan_evaluate(&g, &cl, &l, &opt, &none), TPD_OK);
-    l.recompute = TPD_PLAN_RECOMPUTE_FULL;
-    ASSERT_EQ(tpd_plan_evaluate(&g, &cl, &l, &opt, &full), TPD_OK);
+    tpd_plan_result none, full;
+    bool init() {
+        opt.gpus = 1024;
+        opt.balance_stages = 0;
+        if (tpd_plan_cluster_load("dgx-a100-80g", &cl) != TPD_OK) return false;
+        if (tpd_plan_evaluate(&g, &cl, &l, &opt, &none) != TPD_OK) return false;
+        l.recompute = TPD_PLAN_RECOMPUTE_FULL;
+        return tpd_plan_evaluate(&g, &cl, &l, &opt, &full) == TPD_OK;
+    }
+};
+
+TEST_F(Gpt3Recompute, BlockRecomputeSitsBetweenNoneAndFull) {
+    tpd_plan_result block;
     g.training.recompute_num_layers = 2; // of 6 per stage
     ASSERT_EQ(tpd_plan_evaluate(&g, &cl, &l, &opt, &block), TPD_OK);
     EXPECT_EQ(tpd_plan_recomputed_layers(&g, &l, 0), 2);
@@ -299,6 +310,36 @@ TEST(PlanModel, BlockRecomputeSitsBetweenNoneAndFull) {
     EXPECT_NEAR(block.hw_flops - block.model_flops, (full.hw_flops - full.model_flops) / 3.0,
                 1e-9 * full.hw_flops);
     EXPECT_DOUBLE_EQ(none.hw_flops, none.model_flops);
+}
+
+// The search's block method: with memory between what full and no recompute need, the
+// fewest recomputed layers per stage that fit, and one fewer would not.
+TEST_F(Gpt3Recompute, SearchFitsTheFewestRecomputedLayers) {
+    ASSERT_LT(full.memory_bytes, none.memory_bytes);
+    // usable memory half way between the two
+    cl.hbm_bytes = (full.memory_bytes + none.memory_bytes) / 2 / cl.hbm_usable_fraction;
+    tpd_config scratch;
+    tpd_plan_result r;
+    memset(&r, 0, sizeof r);
+    r.layout = l;
+    const tpd_config *c = tpd_plan_memory_split(&g, &cl, &opt, &r, &scratch);
+    ASSERT_NE(c, nullptr);
+    ASSERT_TRUE(r.fits) << r.reject_reason;
+    ASSERT_EQ(tpd_plan_fit_recompute_layers(&g, &cl, &r, &scratch), TPD_OK);
+    ASSERT_GT(r.recompute_layers, 0);
+    ASSERT_LT(r.recompute_layers, 6);
+    EXPECT_TRUE(r.fits);
+    tpd_config fewer = g;
+    fewer.training.recompute_num_layers = r.recompute_layers - 1;
+    tpd_plan_result f;
+    if (fewer.training.recompute_num_layers > 0) {
+        ASSERT_EQ(tpd_plan_evaluate(&fewer, &cl, &l, &opt, &f), TPD_OK);
+        EXPECT_FALSE(f.fits) << "one layer fewer would have fit";
+    }
+    ASSERT_EQ(tpd_plan_time_split(&g, &cl, &opt, 1, &r, &scratch), TPD_OK);
+    tpd_plan_result all;
+    ASSERT_EQ(tpd_plan_evaluate(&g, &cl, &l, &opt, &all), TPD_OK);
+    EXPECT_LT(r.step_time_s, all.step_time_s); // less recompute, faster
 }
 
 TEST(PlanModel, UnevenStagesWhenLayersDoNotDivide) {
