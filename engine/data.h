@@ -153,26 +153,38 @@ tpd_status tpd_indexed_builder_finish(tpd_indexed_builder *b);
 void tpd_indexed_builder_destroy(tpd_indexed_builder *b);
 
 /* `tripod data prepare`: byte-level tokenization (vocab 257: bytes 0..255, end of
- * document 256), or GPT-2's BPE when bpe is not NULL (its vocabulary; every document
- * ends with its "<|endoftext|>", which it must have). Records: one document per input file (TPD_RECORDS_FILE), per
- * blank-line separated record (TPD_RECORDS_BLANK), or per '%'-line separated record
- * (TPD_RECORDS_PERCENT, the fortune format). Writes a Megatron indexed data set.
+ * document 256), or GPT-2's BPE when opts->bpe is set (its vocabulary; every document ends
+ * with its "<|endoftext|>", which it must have). Writes a Megatron indexed data set.
  *
- * A record is the exact bytes of its lines, each with its own '\n'; separator lines are
- * dropped (a blank line holds only spaces, tabs and '\r'; a percent line is "%" or
- * "%\r"). A record never spans two input files. Records holding only whitespace are
- * skipped. *num_tokens_p counts the EOD tokens too. Fails when no document results. */
+ * Records: one document per input file (FILE), per blank-line separated record (BLANK),
+ * per '%'-line separated record (PERCENT, the fortune format), or per line of JSON Lines
+ * (JSONL: the string field opts->json_key of each object, as Megatron's
+ * preprocess_data.py --json-keys reads it). A text record is the exact bytes of its lines,
+ * each with its own '\n'; separator lines are dropped (a blank line holds only spaces,
+ * tabs and '\r'; a percent line is "%" or "%\r"). A record never spans two input files.
+ * Records holding only whitespace are skipped. *num_tokens_p counts the EOD tokens too.
+ * Fails when no document results, and on a JSONL line that is not an object with that
+ * string field (naming the file and line). */
 typedef enum tpd_records {
     TPD_RECORDS_FILE = 0,
     TPD_RECORDS_BLANK = 1,
     TPD_RECORDS_PERCENT = 2,
+    TPD_RECORDS_JSONL = 3,
 } tpd_records;
 
 #define TPD_BYTE_VOCAB 257
 #define TPD_BYTE_EOD 256
 
-tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, tpd_records records,
-                            const tpd_bpe *bpe, const char *output_prefix,
+typedef struct tpd_prepare_opts {
+    tpd_records records;
+    const tpd_bpe *bpe;   /* NULL: bytes */
+    const char *json_key; /* JSONL: the field holding a document's text */
+} tpd_prepare_opts;
+
+#define TPD_PREPARE_OPTS_INIT {TPD_RECORDS_FILE, NULL, "text"}
+
+tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs,
+                            const tpd_prepare_opts *opts, const char *output_prefix,
                             uint64_t *num_docs_p, uint64_t *num_tokens_p);
 
 /* `tripod data ...` subcommands (argv[0] is "data"); returns a process exit code and

@@ -21,7 +21,7 @@ static void usage_data(FILE *f) {
 
 static void usage_prepare(FILE *f) {
     fputs("usage: tripod data prepare --input FILE... --output PREFIX\n"
-          "                           [--records file|blank|percent]\n"
+          "                           [--records file|blank|percent|jsonl] [--json-key K]\n"
           "                           [--vocab-file vocab.json --merge-file merges.txt]\n"
           "\n"
           "Tokenizes text byte by byte (vocab 257: bytes 0..255, end of document 256) and\n"
@@ -40,6 +40,9 @@ static void usage_prepare(FILE *f) {
           "                      blank    every blank-line separated record is a document\n"
           "                      percent  every record separated by a line holding only '%'\n"
           "                               is a document (the fortune format)\n"
+          "                      jsonl    JSON Lines: every line's object holds a document\n"
+          "                               in its string field --json-key (default text),\n"
+          "                               as Megatron's preprocess_data.py reads it\n"
           "\n"
           "Records holding only whitespace are skipped, and a record never spans two files.\n",
           f);
@@ -65,6 +68,8 @@ static int parse_records(const char *s, tpd_records *r_p) {
         *r_p = TPD_RECORDS_BLANK;
     else if (!strcmp(s, "percent"))
         *r_p = TPD_RECORDS_PERCENT;
+    else if (!strcmp(s, "jsonl"))
+        *r_p = TPD_RECORDS_JSONL;
     else
         return 0;
     return 1;
@@ -77,7 +82,7 @@ static int cli_prepare(int argc, char **argv) {
     int n_inputs = 0;
     const char *output = NULL;
     tpd_records records = TPD_RECORDS_FILE;
-    const char *vocab_file = NULL, *merge_file = NULL;
+    const char *vocab_file = NULL, *merge_file = NULL, *json_key = NULL;
     tpd_bpe *bpe = NULL;
     if (!inputs) {
         tpd_data_log_error("out of memory");
@@ -104,6 +109,12 @@ static int cli_prepare(int argc, char **argv) {
                 goto usage;
             }
             output = argv[++i];
+        } else if (!strcmp(a, "--json-key")) {
+            if (i + 1 >= argc) {
+                tpd_data_log_error("data prepare: --json-key needs a field name");
+                goto usage;
+            }
+            json_key = argv[++i];
         } else if (!strcmp(a, "--vocab-file") || !strcmp(a, "--merge-file")) {
             if (i + 1 >= argc) {
                 tpd_data_log_error("data prepare: %s needs a file", a);
@@ -133,7 +144,11 @@ static int cli_prepare(int argc, char **argv) {
     }
     if (vocab_file && tpd_bpe_load(vocab_file, merge_file, &bpe) != TPD_OK) goto free_inputs;
     uint64_t docs = 0, tokens = 0;
-    if (tpd_data_prepare(inputs, n_inputs, records, bpe, output, &docs, &tokens) != TPD_OK) {
+    tpd_prepare_opts po = TPD_PREPARE_OPTS_INIT;
+    po.records = records;
+    po.bpe = bpe;
+    if (json_key) po.json_key = json_key;
+    if (tpd_data_prepare(inputs, n_inputs, &po, output, &docs, &tokens) != TPD_OK) {
         rc = TPD_EXIT_FAILURE;
         goto free_inputs;
     }

@@ -8,6 +8,8 @@
 
 #include "base/file.h"
 
+#include <cjson/cJSON.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,16 +149,80 @@ static tpd_status split_records(prepare_state *ps, const unsigned char *buf, siz
     return emit_record(ps, buf + start, len - start);
 }
 
-tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, tpd_records records,
-                            const tpd_bpe *bpe, const char *output_prefix,
+/* JSON Lines: the documents are the `key` strings of the file's objects, decoded into
+ * *arena_p (which the caller frees after the records are written) and emitted in order.
+ * Blank lines are skipped; anything else that is not an object with that string is an
+ * error naming the file and line. */
+static tpd_status jsonl_records(prepare_state *ps, const char *path, const unsigned char *buf,
+                                size_t len, const char *key, char **arena_p) {
+    tpd_status st = TPD_OK;
+    size_t cap = len + 1, used = 0, nrec = 0, rcap = 0;
+    char *arena = malloc(cap); /* decoded JSON strings are never longer than their source */
+    size_t(*rec)[2] = NULL;    /* offset, length in arena */
+    *arena_p = arena;
+    if (!arena) {
+        tpd_data_log_error("%s: out of memory", path);
+        return TPD_ERR_NOMEM;
+    }
+    size_t pos = 0, line = 0;
+    while (pos < len && st == TPD_OK) {
+        const unsigned char *nl = memchr(buf + pos, '\n', len - pos);
+        size_t end = nl ? (size_t)(nl - buf) : len;
+        line++;
+        if (!is_blank_line(buf + pos, end - pos)) {
+            cJSON *o = cJSON_ParseWithLength((const char *)buf + pos, end - pos);
+            const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+            if (!cJSON_IsString(v)) {
+                tpd_data_log_error("%s:%zu: %s (JSON Lines: one object per line, with the "
+                                   "document's text in the string field \"%s\")",
+                                   path, line,
+                                   !o                    ? "not valid JSON"
+                                   : !cJSON_IsObject(o)  ? "not a JSON object"
+                                   : v                   ? "the field is not a string"
+                                                         : "no such field",
+                                   key);
+                st = TPD_ERR_FORMAT;
+            } else {
+                size_t n = strlen(v->valuestring);
+                if (nrec == rcap) {
+                    rcap = rcap ? 2 * rcap : 1024;
+                    void *r = realloc(rec, rcap * sizeof *rec);
+                    if (!r) st = TPD_ERR_NOMEM;
+                    else rec = r;
+                }
+                if (st == TPD_OK && used + n <= cap) {
+                    memcpy(arena + used, v->valuestring, n);
+                    rec[nrec][0] = used;
+                    rec[nrec][1] = n;
+                    nrec++;
+                    used += n;
+                }
+            }
+            cJSON_Delete(o);
+        }
+        pos = nl ? end + 1 : len;
+    }
+    if (st == TPD_ERR_NOMEM) tpd_data_log_error("%s: out of memory", path);
+    for (size_t i = 0; i < nrec && st == TPD_OK; i++)
+        st = emit_record(ps, (const unsigned char *)arena + rec[i][0], rec[i][1]);
+    free(rec);
+    return st;
+}
+
+tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs,
+                            const tpd_prepare_opts *opts, const char *output_prefix,
                             uint64_t *num_docs_p, uint64_t *num_tokens_p) {
     tpd_status st = TPD_OK;
+    tpd_prepare_opts dflt = TPD_PREPARE_OPTS_INIT;
+    if (!opts) opts = &dflt;
+    tpd_records records = opts->records;
+    const tpd_bpe *bpe = opts->bpe;
     if (!inputs || n_inputs <= 0 || !output_prefix || !output_prefix[0]) {
         tpd_data_log_error("data prepare: need at least one input file and an output prefix");
         return TPD_ERR_INVALID;
     }
     if (records != TPD_RECORDS_FILE && records != TPD_RECORDS_BLANK &&
-        records != TPD_RECORDS_PERCENT) {
+        records != TPD_RECORDS_PERCENT && records != TPD_RECORDS_JSONL) {
         tpd_data_log_error("data prepare: unknown records mode %d", (int)records);
         return TPD_ERR_INVALID;
     }
@@ -174,10 +240,16 @@ tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, tpd_records
     for (int i = 0; i < n_inputs; i++) {
         unsigned char *buf = NULL;
         size_t len = 0;
+        char *arena = NULL;
         TPD_CHECK_GOTO(read_file(inputs[i], &buf, &len), st, destroy_builder);
-        st = split_records(&ps, buf, len, records);
+        st = records == TPD_RECORDS_JSONL
+                 ? jsonl_records(&ps, inputs[i], buf, len,
+                                 opts->json_key && opts->json_key[0] ? opts->json_key : "text",
+                                 &arena)
+                 : split_records(&ps, buf, len, records);
         if (ps.bpe && st == TPD_OK) st = flush_bpe(&ps);
-        ps.npending = 0; /* records point into buf */
+        ps.npending = 0; /* records point into buf or arena */
+        free(arena);
         free(buf);
         if (st != TPD_OK) goto destroy_builder;
     }

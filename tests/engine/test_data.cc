@@ -606,8 +606,9 @@ Prepared prepare(const std::vector<std::string> &inputs, tpd_records mode,
     for (const auto &s : inputs)
         in.push_back(s.c_str());
     Prepared r{};
-    r.st = tpd_data_prepare(in.data(), (int)in.size(), mode, nullptr, prefix.c_str(), &r.docs,
-                            &r.tokens);
+    tpd_prepare_opts po = TPD_PREPARE_OPTS_INIT;
+    po.records = mode;
+    r.st = tpd_data_prepare(in.data(), (int)in.size(), &po, prefix.c_str(), &r.docs, &r.tokens);
     if (r.st != TPD_OK) return r;
     tpd_dataset *ds = nullptr;
     EXPECT_EQ(tpd_dataset_open(prefix.c_str(), TPD_BYTE_VOCAB, &ds), TPD_OK);
@@ -658,6 +659,46 @@ TEST_F(DataTest, PreparePercentRecords) {
     EXPECT_EQ(r.docs, 6u);
     EXPECT_EQ(r.tokens, want.size());
     EXPECT_EQ(r.stream, want);
+}
+
+TEST_F(DataTest, PrepareJsonlRecords) {
+    // Megatron's JSON Lines: the "text" field of each object, escapes decoded; other
+    // fields ignored; blank lines skipped; whitespace-only documents skipped
+    write_text(path("a.jsonl"), "{\"text\": \"line one\\nline two\", \"id\": 1}\n"
+                                "\n"
+                                "{\"id\": 2, \"text\": \"caf\\u00e9 \\\"quoted\\\"\"}\n"
+                                "{\"text\": \"   \"}\n"
+                                "{\"text\": \"last, no newline\"}");
+    Prepared r = prepare({path("a.jsonl")}, TPD_RECORDS_JSONL, path("out"));
+    ASSERT_EQ(r.st, TPD_OK) << tpd_data_last_error();
+    std::vector<int32_t> want =
+        bytes_eod({"line one\nline two", "caf\xc3\xa9 \"quoted\"", "last, no newline"});
+    EXPECT_EQ(r.docs, 3u);
+    EXPECT_EQ(r.stream, want);
+    // another field, through the options
+    write_text(path("b.jsonl"), "{\"content\": \"x\"}\n{\"content\": \"yz\"}\n");
+    tpd_prepare_opts po = {TPD_RECORDS_JSONL, nullptr, "content"};
+    std::string in = path("b.jsonl"), out = path("out2");
+    const char *ins[] = {in.c_str()};
+    uint64_t docs = 0, tokens = 0;
+    ASSERT_EQ(tpd_data_prepare(ins, 1, &po, out.c_str(), &docs, &tokens), TPD_OK);
+    EXPECT_EQ(docs, 2u);
+    EXPECT_EQ(tokens, 5u); // x EOD y z EOD
+    // errors name the file, the line and the rule; nothing is written
+    struct {
+        const char *text, *message;
+    } bad[] = {{"{\"text\": \"ok\"}\n[1, 2]\n", ":2: not a JSON object"},
+               {"{\"text\": \"ok\"}\n\n{\"txt\": \"x\"}\n", ":3: no such field"},
+               {"{\"text\": 7}\n", ":1: the field is not a string"},
+               {"{\"text\": \"unterminated}\n", ":1: not valid JSON"}};
+    for (const auto &b : bad) {
+        write_text(path("bad.jsonl"), b.text);
+        Prepared e = prepare({path("bad.jsonl")}, TPD_RECORDS_JSONL, path("out3"));
+        EXPECT_EQ(e.st, TPD_ERR_FORMAT) << b.text;
+        EXPECT_TRUE(contains(tpd_data_last_error(), path("bad.jsonl") + b.message))
+            << tpd_data_last_error();
+        EXPECT_FALSE(exists(path("out3.idx")));
+    }
 }
 
 TEST_F(DataTest, PrepareErrors) {

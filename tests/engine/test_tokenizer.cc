@@ -147,9 +147,9 @@ TEST(Tokenizer, DataPrepareWritesBpeDocuments) {
     }
     std::vector<const char *> in = {files[0].c_str(), files[1].c_str()};
     uint64_t docs = 0, tokens = 0;
-    ASSERT_EQ(tpd_data_prepare(in.data(), 2, TPD_RECORDS_FILE, bpe.b, (dir + "_ds").c_str(),
-                               &docs, &tokens),
-              TPD_OK);
+    tpd_prepare_opts po = TPD_PREPARE_OPTS_INIT;
+    po.bpe = bpe.b;
+    ASSERT_EQ(tpd_data_prepare(in.data(), 2, &po, (dir + "_ds").c_str(), &docs, &tokens), TPD_OK);
     EXPECT_EQ(docs, 2u);
     tpd_dataset *ds = nullptr;
     ASSERT_EQ(tpd_dataset_open((dir + "_ds").c_str(), 800, &ds), TPD_OK);
@@ -195,8 +195,8 @@ TEST(Tokenizer, DataPrepareInParallelMatchesSequential) {
     int threads = omp_get_max_threads();
     omp_set_num_threads(3);
     uint64_t docs = 0, tokens = 0;
-    tpd_status st = tpd_data_prepare(in, 1, TPD_RECORDS_BLANK, bpe.b, (dir + "_ds").c_str(),
-                                     &docs, &tokens);
+    tpd_prepare_opts po = {TPD_RECORDS_BLANK, bpe.b, "text"};
+    tpd_status st = tpd_data_prepare(in, 1, &po, (dir + "_ds").c_str(), &docs, &tokens);
     omp_set_num_threads(threads);
     ASSERT_EQ(st, TPD_OK);
     EXPECT_EQ(docs, 300u);
