@@ -378,9 +378,16 @@ tpd_status tpd_ckpt_on_boundary(tpd_trainer *tr, int final, int *stop_p) {
     const tpd_config_checkpoint *c = &tr->cfg.checkpoint;
     int it = tr->iteration, save = 0;
     *stop_p = 0;
+    int32_t flag = 0; /* 1: a signal, 2: exit_interval, 4: exit_duration_in_mins */
     if (!final) {
-        /* all ranks agree on a signal that reached any of them */
-        int32_t flag = tpd_ckpt_signal_pending();
+        const tpd_config_training *t = &tr->cfg.training;
+        int ran = it > tr->run_start_iteration; /* at least one step of this run */
+        flag = tpd_ckpt_signal_pending() ? 1 : 0;
+        if (ran && t->exit_interval > 0 && it % t->exit_interval == 0) flag |= 2;
+        if (ran && t->exit_duration_in_mins > 0 &&
+            tpd_clock_s() - tr->run_start_s >= 60.0 * t->exit_duration_in_mins)
+            flag |= 4;
+        /* all ranks agree on what reached any of them (their clocks differ) */
         tpd_comm *w = tr->hcomms.world;
         if (w->size > 1)
             TPD_CHECK(tpd_comm_allreduce(w, &flag, &flag, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX));
@@ -392,7 +399,10 @@ tpd_status tpd_ckpt_on_boundary(tpd_trainer *tr, int final, int *stop_p) {
     }
     if (save && c->save[0] && it != tr->saved_iteration) TPD_CHECK(tpd_ckpt_save(tr, c->save));
     if (*stop_p && tr->is_logger)
-        tpd_log_info("stopping at iteration %d on a signal%s", it,
+        tpd_log_info("stopping at iteration %d %s%s", it,
+                     flag & 1   ? "on a signal"
+                     : flag & 2 ? "at training.exit_interval"
+                                : "after training.exit_duration_in_mins",
                      c->save[0] ? " after saving" : " (no checkpoint.save: nothing saved)");
     return TPD_OK;
 }

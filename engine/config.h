@@ -54,6 +54,8 @@ typedef struct tpd_config_training {
     char recompute[16]; /* "none" | "selective" | "full" */
     int recompute_num_layers; /* full: recompute the first N layers of each stage (Megatron's
                                  block method), 0 = all of them */
+    int exit_interval;          /* stop (saving) when the iteration is a multiple; 0 = never */
+    double exit_duration_in_mins; /* stop (saving) once a run has lasted this long; 0 = never */
     char attention[16]; /* "fused" (cuDNN flash) | "unfused" (cuBLASLt + softmax) */
     int num_threads;    /* cpu OpenMP threads per rank, 0 = runtime default */
 } tpd_config_training;

@@ -521,6 +521,8 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
     double flops = tpd_model_flops_per_iteration(cfg, tr->model->d.Vp);
     double tokens = (double)cfg->training.global_batch_size * cfg->model.seq_length;
     tpd_ckpt_signals_install();
+    tr->run_start_iteration = tr->iteration;
+    tr->run_start_s = tpd_clock_s();
     /* logging.trace_file: a Chrome trace of the real steps, one lane per rank (host
      * communicators: the recorder gathers with MPI) */
     tpd_trace_run *rec = NULL;

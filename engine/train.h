@@ -55,7 +55,10 @@ typedef struct tpd_trainer {
     uint64_t consumed_samples;
     int skipped_iterations;
     int saved_iteration; /* iteration of the last checkpoint saved or resumed; -1: none */
-    int interrupted;  /* tpd_trainer_run stopped early on SIGTERM/SIGINT (after saving) */
+    int interrupted;  /* tpd_trainer_run stopped early on SIGTERM/SIGINT, or at
+                         training.exit_interval / exit_duration_in_mins (after saving) */
+    int run_start_iteration; /* iteration when tpd_trainer_run began */
+    double run_start_s;      /* tpd_clock_s() then */
     int is_logger;    /* writes the log line and the metrics file */
     FILE *metrics;
     int32_t *batch;   /* (B, T+1) host samples of one micro-batch */

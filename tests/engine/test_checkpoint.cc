@@ -318,6 +318,39 @@ TEST(Signals, SigtermSavesAtTheNextBoundaryAndStops) {
     EXPECT_EQ(ckt::read_globals(save).iteration, 3);
 }
 
+// Megatron's --exit-interval and --exit-duration-in-mins: save at the boundary and stop
+// with success; a resumed run then carries on to train_iters.
+TEST(Signals, ExitIntervalAndDurationSaveAndStop) {
+    std::string save = ckt::fresh_dir(tiny::temp_prefix("exit"));
+    tpd_config cfg = base_config(save);
+    cfg.training.train_iters = 10;
+    cfg.training.exit_interval = 4;
+    tpd_trainer *tr = nullptr;
+    tpd_ckpt_signal_clear();
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    EXPECT_EQ(tpd_trainer_run(tr), TPD_OK);
+    EXPECT_EQ(tr->interrupted, 1);
+    EXPECT_EQ(tr->iteration, 4);
+    tpd_trainer_destroy(tr);
+    EXPECT_EQ(ckt::slurp(save + "/latest"), "iter_0000004\n");
+    // resumed: the next multiple stops it again, not the one it resumed at
+    snprintf(cfg.checkpoint.load, sizeof cfg.checkpoint.load, "auto");
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    EXPECT_EQ(tr->iteration, 4);
+    EXPECT_EQ(tpd_trainer_run(tr), TPD_OK);
+    EXPECT_EQ(tr->iteration, 8);
+    tpd_trainer_destroy(tr);
+    // a duration already spent: one step, then save and stop
+    cfg.training.exit_interval = 0;
+    cfg.training.exit_duration_in_mins = 1e-9;
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    EXPECT_EQ(tpd_trainer_run(tr), TPD_OK);
+    EXPECT_EQ(tr->interrupted, 1);
+    EXPECT_EQ(tr->iteration, 9);
+    tpd_trainer_destroy(tr);
+    EXPECT_EQ(ckt::slurp(save + "/latest"), "iter_0000009\n");
+}
+
 // The child: trains one step, commits a checkpoint, trains another and stops for good in
 // the middle of writing the second one (the parent kills it there). Runs without MPI.
 std::string g_mid_marker;

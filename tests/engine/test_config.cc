@@ -104,6 +104,8 @@ void ExpectSameConfig(const tpd_config &a, const tpd_config &b) {
     SAME_STR(training.device);
     SAME_STR(training.recompute);
     SAME(training.recompute_num_layers);
+    SAME(training.exit_interval);
+    SAME(training.exit_duration_in_mins);
     SAME(optimizer.lr_wsd_decay_iters);
     SAME_STR(optimizer.lr_wsd_decay_style);
     SAME_STR(training.attention);
