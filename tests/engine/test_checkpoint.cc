@@ -320,34 +320,35 @@ TEST(Signals, SigtermSavesAtTheNextBoundaryAndStops) {
 
 // Megatron's --exit-interval and --exit-duration-in-mins: save at the boundary and stop
 // with success; a resumed run then carries on to train_iters.
+// One tpd_trainer_run of cfg: the iteration it stopped at (-1 on failure), and whether it
+// stopped early.
+int run_to_stop(const tpd_config &cfg, int *interrupted_p) {
+    tpd_trainer *tr = nullptr;
+    if (tpd_trainer_create(&cfg, g_world, &tr) != TPD_OK) return -1;
+    int it = tpd_trainer_run(tr) == TPD_OK ? tr->iteration : -1;
+    *interrupted_p = tr->interrupted;
+    tpd_trainer_destroy(tr);
+    return it;
+}
+
 TEST(Signals, ExitIntervalAndDurationSaveAndStop) {
     std::string save = ckt::fresh_dir(tiny::temp_prefix("exit"));
     tpd_config cfg = base_config(save);
     cfg.training.train_iters = 10;
     cfg.training.exit_interval = 4;
-    tpd_trainer *tr = nullptr;
     tpd_ckpt_signal_clear();
-    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
-    EXPECT_EQ(tpd_trainer_run(tr), TPD_OK);
-    EXPECT_EQ(tr->interrupted, 1);
-    EXPECT_EQ(tr->iteration, 4);
-    tpd_trainer_destroy(tr);
+    int early = 0;
+    EXPECT_EQ(run_to_stop(cfg, &early), 4);
+    EXPECT_EQ(early, 1);
     EXPECT_EQ(ckt::slurp(save + "/latest"), "iter_0000004\n");
-    // resumed: the next multiple stops it again, not the one it resumed at
+    // resumed at 4: the next multiple stops it again, not the one it resumed at
     snprintf(cfg.checkpoint.load, sizeof cfg.checkpoint.load, "auto");
-    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
-    EXPECT_EQ(tr->iteration, 4);
-    EXPECT_EQ(tpd_trainer_run(tr), TPD_OK);
-    EXPECT_EQ(tr->iteration, 8);
-    tpd_trainer_destroy(tr);
+    EXPECT_EQ(run_to_stop(cfg, &early), 8);
     // a duration already spent: one step, then save and stop
     cfg.training.exit_interval = 0;
     cfg.training.exit_duration_in_mins = 1e-9;
-    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
-    EXPECT_EQ(tpd_trainer_run(tr), TPD_OK);
-    EXPECT_EQ(tr->interrupted, 1);
-    EXPECT_EQ(tr->iteration, 9);
-    tpd_trainer_destroy(tr);
+    EXPECT_EQ(run_to_stop(cfg, &early), 9);
+    EXPECT_EQ(early, 1);
     EXPECT_EQ(ckt::slurp(save + "/latest"), "iter_0000009\n");
 }
 
