@@ -95,10 +95,10 @@ int tpd_ckpt_list_older(const char *save_dir, const char *dir, char (*out)[PATH_
             if (!v) break;
             names = v;
         }
-        snprintf(names[n++], 16, "%s", e->d_name);
+        snprintf(names[n++], 16, "%.15s", e->d_name); /* iter_NNNNNNN: 12 bytes */
     }
     closedir(d);
-    qsort(names, (size_t)n, sizeof *names, cmp_desc); /* fixed width: newest first */
+    if (n > 1) qsort(names, (size_t)n, sizeof *names, cmp_desc); /* fixed width: newest first */
     int k = 0;
     for (; k < n && k < cap; k++) tpd_ckpt_join(out[k], PATH_CAP, parent, names[k]);
     free(names);
