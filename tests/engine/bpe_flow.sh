@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPT-2 BPE end to end through the binary: `tripod data prepare` with vocab.json and
 # merges.txt, `tripod train` on the ids, `tripod generate` with the same files; the text
-# comes back as text. A missing merge file is an error that names the rule.
+# comes back as text. Exported to Hugging Face safetensors and imported back, the model
+# evaluates to the same loss and generates the same text. A missing merge file is an error
+# that names the rule.
 #
 # usage: bpe_flow.sh TRIPOD BPE_DIR
 set -euo pipefail
@@ -37,6 +39,17 @@ text=$("$tripod" generate "$work/ck" --prompt "The quick" --max-new-tokens 12 --
 echo "bpe_flow: generated: $text"
 [[ $text == "The quick"* ]] || fail "generate output does not start with the prompt"
 [[ $text == *"brown"* || $text == *"fox"* ]] || fail "greedy text after 'The quick' has neither 'brown' nor 'fox'"
+
+# the Hugging Face round trip a GPT-2 user takes: export, import as a weights-only
+# checkpoint, then evaluate and generate from it with the same tokenizer files
+"$tripod" export "$work/ck" --format hf --output "$work/hf" >/dev/null
+"$tripod" import "$work/hf" --format hf --output "$work/imported" >/dev/null
+loss_ck=$("$tripod" eval "$work/tiny.yaml" checkpoint.load="$work/ck" --iters 2 | grep -o 'lm loss: [0-9.E+-]*')
+loss_hf=$("$tripod" eval "$work/tiny.yaml" checkpoint.load="$work/imported" --iters 2 | grep -o 'lm loss: [0-9.E+-]*')
+echo "bpe_flow: eval of the checkpoint $loss_ck, of its Hugging Face round trip $loss_hf"
+[[ -n $loss_ck && $loss_ck == "$loss_hf" ]] || fail "eval after export/import: $loss_hf, before: $loss_ck"
+text_hf=$("$tripod" generate "$work/imported" --prompt "The quick" --max-new-tokens 12   --temperature 0 --vocab-file "$bpe/vocab.json" --merge-file "$bpe/merges.txt")
+[[ $text_hf == "$text" ]] || fail "generate after export/import: '$text_hf', before: '$text'"
 
 set +e
 err=$("$tripod" generate "$work/ck" --vocab-file "$bpe/vocab.json" 2>&1)
