@@ -90,6 +90,7 @@ typedef struct tpd_config_logging {
     int eval_interval;                 /* 0 = never */
     int eval_iters;
     char trace_file[TPD_CONFIG_STR];   /* Chrome trace JSON of real steps; empty = none */
+    int log_params_norm;               /* log the weights' global norm (one more collective) */
 } tpd_config_logging;
 
 typedef struct tpd_config_checkpoint {

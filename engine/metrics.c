@@ -16,8 +16,12 @@ void tpd_metrics_format_line(const tpd_iter_record *r, char *buf, size_t cap) {
     if (n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n,
                       "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | "
-                      "grad norm: %.3f | number of skipped iterations: %3d |",
-                      r->lr, r->global_batch_size, r->lm_loss, r->grad_norm,
+                      "grad norm: %.3f | ",
+                      r->lr, r->global_batch_size, r->lm_loss, r->grad_norm);
+    if (r->has_params_norm && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, "params norm: %.3f | ", r->params_norm);
+    if (n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, "number of skipped iterations: %3d |",
                       r->skipped_iterations);
     if (!isnan(r->val_loss) && n > 0 && (size_t)n < cap)
         snprintf(buf + n, cap - (size_t)n, " validation lm loss: %.6E |", r->val_loss);
@@ -31,6 +35,7 @@ tpd_status tpd_metrics_write_jsonl(FILE *f, const tpd_iter_record *r) {
     cJSON_AddNumberToObject(o, "lm_loss", r->lm_loss);
     cJSON_AddNumberToObject(o, "lr", r->lr);
     cJSON_AddNumberToObject(o, "grad_norm", r->grad_norm);
+    if (r->has_params_norm) cJSON_AddNumberToObject(o, "params_norm", r->params_norm);
     cJSON_AddNumberToObject(o, "elapsed_ms", r->elapsed_ms);
     cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
     cJSON_AddNumberToObject(o, "tflops_per_gpu", r->tflops_per_gpu);

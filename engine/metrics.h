@@ -23,6 +23,8 @@ typedef struct tpd_iter_record {
     int global_batch_size;
     double lm_loss;
     double grad_norm;
+    int has_params_norm;   /* logging.log_params_norm */
+    double params_norm;
     int skipped_iterations;
     double val_loss;       /* NaN when not evaluated this iteration */
 } tpd_iter_record;
@@ -32,7 +34,7 @@ void tpd_metrics_format_line(const tpd_iter_record *r, char *buf, size_t cap);
 
 /* One JSON object (cJSON) and a newline, flushed. Keys: iteration, consumed_samples,
  * lm_loss, lr, grad_norm, elapsed_ms, tokens_per_s, tflops_per_gpu, skipped_iterations,
- * and val_loss when evaluated. */
+ * params_norm when logged, and val_loss when evaluated. */
 tpd_status tpd_metrics_write_jsonl(FILE *f, const tpd_iter_record *r);
 
 #ifdef __cplusplus

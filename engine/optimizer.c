@@ -35,21 +35,35 @@ static tpd_status for_each_owned(tpd_model *m, const tpd_dp_plan *dpp, range_fn 
     return TPD_OK;
 }
 
+typedef struct sumsq_arg {
+    double sum;
+    int params; /* 1: the weights (fp32 masters where kept), 0: the gradients */
+} sumsq_arg;
+
 static tpd_status add_sumsq(tpd_model *m, tpd_param p, size_t b, size_t e, size_t state,
-                            void *arg) {
-    (void)state;
+                            void *argp) {
+    sumsq_arg *a = argp;
     if (!m->plan.lay.p[p].tp_counted) return TPD_OK;
     double s = 0;
-    TPD_CHECK(m->kb->ops->sumsq(m->kb->ctx, (char *)m->grads + b * m->plan.grad_size,
-                                m->kb->grad_dtype, e - b, &s));
-    *(double *)arg += s;
+    if (a->params && m->master)
+        TPD_CHECK(m->kb->ops->sumsq(m->kb->ctx, m->master + state, TPD_DTYPE_F32, e - b, &s));
+    else if (a->params)
+        TPD_CHECK(m->kb->ops->sumsq(m->kb->ctx, (char *)m->params + b * m->plan.param_size,
+                                    m->kb->param_dtype, e - b, &s));
+    else
+        TPD_CHECK(m->kb->ops->sumsq(m->kb->ctx, (char *)m->grads + b * m->plan.grad_size,
+                                    m->kb->grad_dtype, e - b, &s));
+    a->sum += s;
     return TPD_OK;
 }
 
-tpd_status tpd_optim_grad_norm(tpd_model *m, const tpd_dp_plan *dpp,
-                               const tpd_mesh_comms *comms, double *norm_p) {
-    double local = 0;
-    TPD_CHECK(for_each_owned(m, dpp, add_sumsq, &local));
+/* The global norm of the gradients or the weights: every parameter once (TP-replicated
+ * ones and the tied embedding counted on one rank). */
+static tpd_status global_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
+                              int params, double *norm_p) {
+    sumsq_arg a = {0, params};
+    TPD_CHECK(for_each_owned(m, dpp, add_sumsq, &a));
+    double local = a.sum;
     /* Without ZeRO every DP replica holds the same reduced gradients: sum over the
      * model-parallel group only. With ZeRO each DP rank owns a disjoint shard: sum over
      * the world. Accumulated in double locally; the few partial sums cross the wire in
@@ -62,6 +76,16 @@ tpd_status tpd_optim_grad_norm(tpd_model *m, const tpd_dp_plan *dpp,
     }
     *norm_p = sqrt(local);
     return TPD_OK;
+}
+
+tpd_status tpd_optim_grad_norm(tpd_model *m, const tpd_dp_plan *dpp,
+                               const tpd_mesh_comms *comms, double *norm_p) {
+    return global_norm(m, dpp, comms, 0, norm_p);
+}
+
+tpd_status tpd_optim_params_norm(tpd_model *m, const tpd_dp_plan *dpp,
+                                 const tpd_mesh_comms *comms, double *norm_p) {
+    return global_norm(m, dpp, comms, 1, norm_p);
 }
 
 typedef struct adamw_arg {

@@ -351,6 +351,9 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
         TPD_CHECK(tpd_optim_update(m, &tr->dpp, &tr->comms, s.lr, scale,
                                    it + 1 - tr->skipped_iterations));
     }
+    s.params_norm = NAN;
+    if (tr->cfg.logging.log_params_norm)
+        TPD_CHECK(tpd_optim_params_norm(m, &tr->dpp, &tr->hcomms, &s.params_norm));
     TPD_CHECK(tr->kb.ops->synchronize(tr->kb.ctx));
     double t3 = tpd_clock_s();
     TPD_CHECK(finish_loss(tr, tr->M, &s.lm_loss));
@@ -559,6 +562,8 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
             .global_batch_size = cfg->training.global_batch_size,
             .lm_loss = s.lm_loss,
             .grad_norm = s.grad_norm,
+            .has_params_norm = !isnan(s.params_norm),
+            .params_norm = s.params_norm,
             .skipped_iterations = tr->skipped_iterations,
             .val_loss = val,
         };

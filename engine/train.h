@@ -27,6 +27,7 @@ typedef struct tpd_step_stats {
     int iteration;          /* 1-based: the iteration just completed */
     double lm_loss;         /* mean over the global batch (averaged over DP) */
     double grad_norm;       /* before clipping, over every parameter once */
+    double params_norm;     /* after the update (logging.log_params_norm), else NaN */
     double lr;
     double elapsed_s;
     int skipped;            /* 1 when the update was skipped (non-finite gradients) */

@@ -168,6 +168,14 @@ TEST(Metrics, LogLineHasMegatronFields) {
                           "global batch size:   512", "lm loss: 8.184724E+00", "grad norm: 1.128",
                           "number of skipped iterations:   0"})
         EXPECT_NE(s.find(f), std::string::npos) << "missing '" << f << "' in " << s;
+    EXPECT_EQ(s.find("params norm"), std::string::npos); // only when logged
+    r.has_params_norm = 1;
+    r.params_norm = 37.0291;
+    tpd_metrics_format_line(&r, buf, sizeof buf);
+    s = buf;
+    EXPECT_NE(s.find("grad norm: 1.128 | params norm: 37.029 | number of skipped"),
+              std::string::npos)
+        << s;
 }
 
 } // namespace

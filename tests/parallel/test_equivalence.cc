@@ -31,7 +31,7 @@ const int kSteps = 10;
 bool g_cuda = false;
 
 struct Result {
-    std::vector<double> loss, norm;
+    std::vector<double> loss, norm, pnorm; // pnorm: the weights' norm after each update
     int tied_mismatch = 0; // elements where the first and last stage's wte differ
     std::vector<std::vector<float>> params; // per tensor, world rank 0 only
 };
@@ -78,6 +78,7 @@ Result run(const Layout &L) {
         cfg.parallel.pipeline_model_parallel_size = L.pp;
         cfg.parallel.use_distributed_optimizer = L.zero;
         cfg.training.train_iters = kSteps;
+        cfg.logging.log_params_norm = 1;
         if (L.cuda) snprintf(cfg.training.device, sizeof cfg.training.device, "cuda");
         snprintf(cfg.training.recompute, sizeof cfg.training.recompute, "%s", L.recompute);
         cfg.parallel.sequence_parallel = L.sp;
@@ -93,6 +94,7 @@ Result run(const Layout &L) {
                 EXPECT_EQ(tpd_trainer_step(tr, &s), TPD_OK);
                 r.loss.push_back(s.lm_loss);
                 r.norm.push_back(s.grad_norm);
+                r.pnorm.push_back(s.params_norm);
             }
             r.tied_mismatch = tied_copies_differ(tr);
             for (int p = 0; p < TPD_P_COUNT; p++) {
@@ -167,6 +169,9 @@ TEST(Equivalence, EveryLayoutMatchesSingleRank) {
             double en = std::fabs(r.norm[i] - ref.norm[i]) / std::fabs(ref.norm[i]);
             EXPECT_LE(el, 1e-5) << "step " << i + 1 << " loss " << r.loss[i] << " vs " << ref.loss[i];
             EXPECT_LE(en, 1e-5) << "step " << i + 1 << " grad norm " << r.norm[i] << " vs " << ref.norm[i];
+            // every parameter once: TP-replicated ones and the tied embedding too
+            EXPECT_LE(std::fabs(r.pnorm[i] - ref.pnorm[i]) / ref.pnorm[i], 1e-5)
+                << "step " << i + 1 << " params norm " << r.pnorm[i] << " vs " << ref.pnorm[i];
             worst_loss = std::max(worst_loss, el);
             worst_norm = std::max(worst_norm, en);
         }
