@@ -149,6 +149,8 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      NULL, 0, "Chrome trace JSON of real steps; empty = none"},
     {"logging.log_params_norm", TPD_CFG_BOOL, TPD_CFG_FIELD(logging.log_params_norm), "false",
      TPD_CFG_NOBOUND, NULL, 0, "log the global norm of the weights after each update"},
+    {"logging.log_timers", TPD_CFG_BOOL, TPD_CFG_FIELD(logging.log_timers), "false",
+     TPD_CFG_NOBOUND, NULL, 0, "log where each logged step's time went (this rank)"},
 
     /* checkpoint */
     {"checkpoint.save", TPD_CFG_STRING, TPD_CFG_FIELD(checkpoint.save), "", TPD_CFG_NOBOUND, NULL,

@@ -29,6 +29,18 @@ typedef struct tpd_iter_record {
     double val_loss;       /* NaN when not evaluated this iteration */
 } tpd_iter_record;
 
+/* Where one step's time went on one rank, ms (Megatron's timers line). */
+typedef struct tpd_step_timers {
+    double compute_ms;  /* forward and backward compute, TP collectives included */
+    double tp_comm_ms;  /* of which TP collectives */
+    double pp_wait_ms;  /* blocked on pipeline receives and sends (bubble + p2p) */
+    double reduce_ms;   /* embedding and DP gradient reduction */
+    double optimizer_ms; /* norm, clipping, AdamW, ZeRO all-gather */
+} tpd_step_timers;
+
+/* " time (ms) | forward-backward compute: ... | optimizer: ... |". */
+void tpd_metrics_format_timers(const tpd_step_timers *t, char *buf, size_t cap);
+
 /* Megatron's layout: "iteration 50/45776 | consumed samples: 25600 | ...". */
 void tpd_metrics_format_line(const tpd_iter_record *r, char *buf, size_t cap);
 

@@ -570,6 +570,12 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
         char line[1024];
         tpd_metrics_format_line(&r, line, sizeof line);
         printf("%s\n", line);
+        if (cfg->logging.log_timers) {
+            tpd_step_timers t = {1e3 * s.pipe.compute_s, 1e3 * s.t_tp_comm_s,
+                                 1e3 * s.pipe.wait_s, 1e3 * s.t_reduce_s, 1e3 * s.t_optim_s};
+            tpd_metrics_format_timers(&t, line, sizeof line);
+            printf("%s\n", line);
+        }
         fflush(stdout);
         if (tr->metrics) TPD_CHECK_GOTO(tpd_metrics_write_jsonl(tr->metrics, &r), st, out);
     }

@@ -106,6 +106,7 @@ void ExpectSameConfig(const tpd_config &a, const tpd_config &b) {
     SAME(training.recompute_num_layers);
     SAME(training.exit_interval);
     SAME(logging.log_params_norm);
+    SAME(logging.log_timers);
     SAME(training.exit_duration_in_mins);
     SAME(optimizer.lr_wsd_decay_iters);
     SAME_STR(optimizer.lr_wsd_decay_style);
