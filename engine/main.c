@@ -295,15 +295,20 @@ static int run_training(int argc, char **argv, int mode) {
 /* When OpenBLAS chose slower kernels than this CPU allows (it does not recognise the CPU
  * model), start again once with OPENBLAS_CORETYPE set: the library reads it only when it
  * loads. A caller's own OPENBLAS_CORETYPE is left alone. Runs before MPI_Init. */
-static void pick_blas_kernels(char **argv) {
-    if (getenv("OPENBLAS_CORETYPE")) return;
+static void pick_blas_kernels(int argc, char **argv) {
+    /* only the commands that run the model's kernels */
+    static const char *const heavy[] = {"train", "bench", "sweep", "eval", "generate"};
+    int runs_kernels = 0;
+    for (size_t i = 0; argc > 1 && i < sizeof heavy / sizeof heavy[0]; i++)
+        runs_kernels |= !strcmp(argv[1], heavy[i]);
+    if (!runs_kernels || getenv("OPENBLAS_CORETYPE")) return;
     const char *core = tpd_kern_cpu_blas_coretype_upgrade();
     if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
     execv("/proc/self/exe", argv); /* returns only on failure: run on as we are */
 }
 
 int main(int argc, char **argv) {
-    pick_blas_kernels(argv);
+    pick_blas_kernels(argc, argv);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
