@@ -6,6 +6,7 @@
 
 #include "engine/checkpoint.h"
 #include "engine/data.h"
+#include "engine/checkpoint_internal.h"
 #include "engine/generate.h"
 #include "engine/interchange.h"
 
@@ -22,6 +23,8 @@ static void usage(FILE *f) {
             "                  [--vocab-file vocab.json --merge-file merges.txt]\n"
             "      --vocab-file/--merge-file: GPT-2 BPE text (bytes without them)\n"
             "      --no-kv-cache: a full forward over the last seq_length tokens per token\n"
+            "  tripod inspect CHECKPOINT\n"
+            "      what it holds (iteration, layout, model, files), every file verified\n"
             "CHECKPOINT is a checkpoint directory or a checkpoint.save directory (its latest).\n");
 }
 
@@ -193,6 +196,32 @@ static int cmd_generate(const opts *o) {
     return exit_of(st);
 }
 
+/* `tripod inspect CHECKPOINT`: what a checkpoint holds, after verifying every file. */
+static int cmd_inspect(const opts *o) {
+    tpd_ckpt_info info;
+    tpd_status st = tpd_ckpt_open(o->pos, &info);
+    if (st != TPD_OK) return exit_of(st);
+    const tpd_config_model *m = &info.cfg.model;
+    uint64_t bytes = 0;
+    for (int i = 0; i < info.man->nfiles; i++) bytes += info.man->files[i].bytes;
+    printf("checkpoint %s\n", info.dir);
+    printf("  iteration %d, consumed samples %llu, skipped iterations %d%s\n", info.iteration,
+           (unsigned long long)info.consumed_samples, info.skipped_iterations,
+           info.weights_only ? " (weights only: imported)" : "");
+    printf("  written by TP %d x PP %d x DP %d, ZeRO-1 %s; holds %s%s%s\n", info.tp, info.pp,
+           info.dp, info.zero ? "on" : "off", "parameters",
+           info.has_kind[TPD_CKPT_EXP_AVG] ? ", AdamW state" : "",
+           info.has_kind[TPD_CKPT_MASTER] ? ", fp32 master weights" : "");
+    printf("  model: %d layers, hidden %d, %d heads, ffn %d, vocab %d, positions %d\n",
+           m->num_layers, m->hidden_size, m->num_attention_heads,
+           m->ffn_hidden_size ? m->ffn_hidden_size : 4 * m->hidden_size, m->vocab_size,
+           m->max_position_embeddings);
+    printf("  %d files, %.1f MiB, every SHA-256 verified\n", info.man->nfiles,
+           (double)bytes / 1048576.0);
+    tpd_ckpt_close(&info);
+    return TPD_EXIT_OK;
+}
+
 int tpd_ckpt_cli(int argc, char **argv) {
     opts o;
     int rc = parse(argc, argv, &o);
@@ -203,6 +232,7 @@ int tpd_ckpt_cli(int argc, char **argv) {
     if (!strcmp(argv[0], "export")) return cmd_export(&o);
     if (!strcmp(argv[0], "import")) return cmd_import(&o);
     if (!strcmp(argv[0], "generate")) return cmd_generate(&o);
+    if (!strcmp(argv[0], "inspect")) return cmd_inspect(&o);
     usage(stderr);
     return TPD_EXIT_CONFIG;
 }

@@ -40,6 +40,8 @@ static void usage(FILE *f) {
             "                                      write Hugging Face safetensors or llm.c\n"
             "  import PATH --format hf|llmc --output DIR [--layout TP,PP,DP]\n"
             "                                      make a weights-only tripod checkpoint\n"
+            "  inspect CHECKPOINT                  iteration, layout and model of a\n"
+            "                                      checkpoint, every file verified\n"
             "  eval CONFIG.yaml [key=value ...] [--split valid|test] [--iters N]\n"
             "                                      loss and perplexity of checkpoint.load on\n"
             "                                      N global batches (logging.eval_iters)\n"
@@ -326,7 +328,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "config")) return cmd_config(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return tpd_data_cli(argc - 1, argv + 1);
     if (!strcmp(cmd, "plan")) return tpd_plan_cli(argc - 1, argv + 1);
-    if (!strcmp(cmd, "export") || !strcmp(cmd, "import") || !strcmp(cmd, "generate"))
+    if (!strcmp(cmd, "export") || !strcmp(cmd, "import") || !strcmp(cmd, "generate") ||
+        !strcmp(cmd, "inspect"))
         return tpd_ckpt_cli(argc - 1, argv + 1);
     fprintf(stderr, "tripod: error: unknown command '%s'\n", cmd);
     usage(stderr);

@@ -2,6 +2,7 @@
 # `tripod eval`: the loss of a saved checkpoint over the validation batches equals the
 # validation loss that training printed at that iteration, on one rank and resharded to
 # TP=2 x PP=2; the test split evaluates too; without checkpoint.load it is a config error.
+# `tripod inspect` describes the checkpoint and refuses a damaged one.
 #
 # usage: eval_flow.sh TRIPOD MPIEXEC SOURCE_DIR
 set -euo pipefail
@@ -31,6 +32,20 @@ awk -v a="$four" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <=
 test_loss=$("$tripod" eval "$src/configs/demo.yaml" "${O[@]}" checkpoint.load=auto --split test --iters 1 |
   grep -o 'test split.*perplexity: [0-9.]*')
 [[ -n $test_loss ]] || fail "no test-split line"
+# `tripod inspect` describes the checkpoint, and refuses one with a damaged file
+info=$("$tripod" inspect "$work/ck")
+echo "$info"
+[[ $info == *"iteration 12,"*"TP 1 x PP 1 x DP 1"*"2 layers, hidden 32"*"SHA-256 verified"* ]] ||
+  fail "inspect: $info"
+cp -r "$work/ck" "$work/ck2"
+model=$(ls "$work"/ck2/iter_*/model_*.bin | head -1)
+printf 'X' | dd of="$model" bs=1 seek=100 conv=notrunc status=none
+set +e
+err=$("$tripod" inspect "$work/ck2" 2>&1)
+rc=$?
+set -e
+[[ $rc -ne 0 && $err == *"$(basename "$model")"*"SHA-256"* ]] || fail "inspect of a damaged file: rc $rc, $err"
+
 set +e
 err=$("$tripod" eval "$src/configs/demo.yaml" "${O[@]}" 2>&1)
 rc=$?
