@@ -95,8 +95,9 @@ tpd_status tpd_sampler_get(tpd_sampler *s, uint64_t g, int32_t *out);
  * w_d * max(g, 1) - c_d, where c_d counts the samples given to d before g (ties to the
  * lowest d); it is then sample c_d of d's own sampler (each data set has its own split,
  * epochs and shuffle; data set d > 0 shuffles with its own seed). With one prefix, sample
- * g is sample g of that data set, as without blending. */
-#define TPD_BLEND_MAX 32
+ * g is sample g of that data set, as without blending. One prefix with * ? or [ (llm.c's
+ * "data/fineweb_train_*.bin") takes every match in name order, weighted by its tokens. */
+#define TPD_BLEND_MAX 256
 
 typedef struct tpd_data_source {
     int n;

@@ -1,6 +1,7 @@
 /* Blended data sets: Megatron's weighted --data-path, sample by sample. */
 #include "engine/data.h"
 
+#include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +82,37 @@ done:
     return ok;
 }
 
+/* One prefix with * ? or [ (llm.c's shards, "data/fineweb_train_*.bin"): every match, in
+ * name order, weighted by its tokens, as if the shards were one data set. */
+static tpd_status expand_glob(tpd_data_source *src) {
+    const char *pattern = src->prefix[0];
+    glob_t g;
+    int rc = glob(pattern, 0, NULL, &g);
+    if (rc != 0 || g.gl_pathc == 0) {
+        tpd_data_log_error("data.data_path: '%s' matches no file", pattern);
+        if (rc == 0) globfree(&g);
+        return TPD_ERR_IO;
+    }
+    if (g.gl_pathc > TPD_BLEND_MAX) {
+        tpd_data_log_error("data.data_path: '%s' matches %zu files, more than %d", pattern,
+                           (size_t)g.gl_pathc, TPD_BLEND_MAX);
+        globfree(&g);
+        return TPD_ERR_INVALID;
+    }
+    tpd_data_source out;
+    memset(&out, 0, sizeof out);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        out.prefix[out.n] = strdup(g.gl_pathv[i]);
+        out.weight[out.n++] = 0; /* set from the token counts once opened */
+    }
+    globfree(&g);
+    tpd_data_source_close(src);
+    *src = out;
+    for (int d = 0; d < src->n; d++)
+        if (!src->prefix[d]) return TPD_ERR_NOMEM;
+    return TPD_OK;
+}
+
 tpd_status tpd_data_source_open(const char *spec, int vocab_size, tpd_data_source *src_p) {
     tpd_data_source src;
     char why[512];
@@ -89,8 +121,15 @@ tpd_status tpd_data_source_open(const char *spec, int vocab_size, tpd_data_sourc
         return TPD_ERR_INVALID;
     }
     tpd_status st = TPD_OK;
-    for (int d = 0; d < src.n; d++)
+    int globbed = src.n == 1 && strpbrk(src.prefix[0], "*?[") != NULL;
+    if (globbed) TPD_CHECK_GOTO(expand_glob(&src), st, fail);
+    double total = 0;
+    for (int d = 0; d < src.n; d++) {
         TPD_CHECK_GOTO(tpd_dataset_open(src.prefix[d], vocab_size, &src.ds[d]), st, fail);
+        total += (double)tpd_dataset_num_tokens(src.ds[d]);
+    }
+    for (int d = 0; globbed && d < src.n; d++)
+        src.weight[d] = total > 0 ? (double)tpd_dataset_num_tokens(src.ds[d]) / total : 1.0 / src.n;
     *src_p = src;
     return TPD_OK;
 fail:

@@ -207,7 +207,7 @@ const BadCase kBadCases[] = {
     {"heads_tp.yaml", ":5:24: model.num_attention_heads: num_attention_heads (12) must be a "
                       "multiple of tensor_model_parallel_size (8)"},
     {"blend_pairs.yaml", ":15:14: data.data_path: '0.3 data/a 0.7' must be pairs of WEIGHT "
-                         "PREFIX (at most 32 pairs)"},
+                         "PREFIX (at most 256 pairs)"},
     {"recompute_layers.yaml", ":14:25: training.recompute_num_layers: 2 needs training.recompute "
                               "full, not selective (it picks the layers whose full recompute "
                               "is done)"},

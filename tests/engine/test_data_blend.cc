@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <random>
 #include <string>
@@ -109,6 +110,44 @@ TEST(DataBlend, OnePrefixSamplesAsBefore) {
     tpd_sampler_free(&plain);
     tpd_blend_sampler_free(&s);
     tpd_data_source_close(&src);
+}
+
+// llm.c's shards by pattern: every match, in name order, weighted by its tokens.
+TEST(DataBlend, ShardPatternTakesEveryMatchByTokens) {
+    std::string dir = tiny::temp_prefix("shards");
+    ASSERT_EQ(system(("mkdir -p '" + dir + "'").c_str()), 0);
+    const int sizes[] = {3000, 1000, 2000};
+    for (int i = 0; i < 3; i++) {
+        std::vector<uint16_t> t(sizes[i]);
+        for (int j = 0; j < sizes[i]; j++) t[j] = (uint16_t)(1000 * i + j % 1000);
+        char name[64];
+        snprintf(name, sizeof name, "/train_%06d.bin", i);
+        ASSERT_EQ(tpd_llmc_shard_write((dir + name).c_str(), t.data(), t.size()), TPD_OK);
+    }
+    tpd_data_source src;
+    ASSERT_EQ(tpd_data_source_open((dir + "/train_*.bin").c_str(), 65536, &src), TPD_OK)
+        << tpd_data_last_error();
+    ASSERT_EQ(src.n, 3);
+    EXPECT_NE(std::string(src.prefix[1]).find("train_000001.bin"), std::string::npos);
+    EXPECT_DOUBLE_EQ(src.weight[0], 0.5);
+    EXPECT_DOUBLE_EQ(src.weight[1], 1.0 / 6.0);
+    tpd_blend_sampler s;
+    ASSERT_EQ(tpd_blend_sampler_init(&src, "1,0,0", TPD_SPLIT_TRAIN, 8, 0, 1, &s), TPD_OK);
+    int seen[3] = {0, 0, 0};
+    for (int g = 0; g < 600; g++) {
+        int d;
+        tpd_blend_sampler_locate(&s, g, &d, nullptr);
+        seen[d]++;
+    }
+    EXPECT_NEAR(seen[0], 300, 1);
+    EXPECT_NEAR(seen[1], 100, 1);
+    EXPECT_NEAR(seen[2], 200, 1);
+    tpd_blend_sampler_free(&s);
+    tpd_data_source_close(&src);
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(tpd_data_source_open((dir + "/valid_*.bin").c_str(), 65536, &src), TPD_ERR_IO);
+    testing::internal::GetCapturedStderr();
+    EXPECT_NE(std::string(tpd_data_last_error()).find("matches no file"), std::string::npos);
 }
 
 TEST(DataBlend, BadSpecsNameTheKeyAndRule) {
