@@ -3,7 +3,9 @@
 #include "engine/checkpoint.h"
 #include "base/clock.h"
 
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,24 +97,55 @@ static tpd_ckpt_rank rank_of(const tpd_trainer *tr) {
     return r;
 }
 
+/* Where a rank's arrays come from when its files are written: copied from the backend
+ * into one scratch buffer, one array at a time (a synchronous save), or a host snapshot
+ * taken at the save point (an asynchronous one, written by its thread). */
+typedef struct shard_source {
+    const tpd_model *m;     /* sync: read now */
+    float *scratch;         /* sync: (max(numel_padded, shard)) */
+    const float *params;    /* async: fp32 parameters (numel_padded) */
+    const float *state[3];  /* async: AdamW m, v and master weights (shard each) or NULL */
+} shard_source;
+
+static tpd_status source_params(shard_source *s, const float **out) {
+    if (s->params) {
+        *out = s->params;
+        return TPD_OK;
+    }
+    TPD_CHECK(host_params(s->m, s->scratch));
+    *out = s->scratch;
+    return TPD_OK;
+}
+
+/* State array k (0 m, 1 v, 2 master); *out NULL when the rank keeps none. */
+static tpd_status source_state(shard_source *s, int k, size_t ns, const float **out) {
+    if (!s->m) {
+        *out = s->state[k];
+        return TPD_OK;
+    }
+    const float *arrays[3] = {s->m->opt_m, s->m->opt_v, s->m->master};
+    *out = NULL;
+    if (!arrays[k]) return TPD_OK;
+    TPD_CHECK(s->m->kb->ops->copy_to_host(s->m->kb->ctx, s->scratch, arrays[k], ns * 4));
+    *out = s->scratch;
+    return TPD_OK;
+}
+
 /* Writes this rank's model and optimizer files into tmp; rec gets sizes and hashes. */
-static tpd_status write_rank_files(tpd_trainer *tr, const char *tmp, int32_t *rec) {
-    const tpd_model *m = tr->model;
-    tpd_ckpt_rank r = rank_of(tr);
+static tpd_status write_rank_files(const tpd_ckpt_rank *r, size_t ns, shard_source *src,
+                                   const char *tmp, int32_t *rec) {
     tpd_ckpt_rank_plan pl;
-    TPD_CHECK(tpd_ckpt_rank_plan_init(&r, &pl));
+    TPD_CHECK(tpd_ckpt_rank_plan_init(r, &pl));
     tpd_status st = TPD_OK;
-    size_t ns = m->plan.shard_numel;
-    float *buf = malloc((m->plan.numel_padded > ns ? m->plan.numel_padded : ns) * 4 + 4);
     char name[64], path[PATH_CAP + 80], hex[65];
     tpd_ckpt_writer *w = NULL;
-    if (!buf) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
+    const float *a = NULL;
     if (pl.param_numel > 0) {
-        TPD_CHECK_GOTO(host_params(m, buf), st, out);
-        tpd_ckpt_model_file(r.tp, r.pp, name, sizeof name);
+        TPD_CHECK_GOTO(source_params(src, &a), st, out);
+        tpd_ckpt_model_file(r->tp, r->pp, name, sizeof name);
         tpd_ckpt_join(path, sizeof path, tmp, name);
         TPD_CHECK_GOTO(tpd_ckpt_writer_open(path, &w), st, out);
-        TPD_CHECK_GOTO(write_segs(w, pl.param, TPD_P_COUNT, buf), st, out);
+        TPD_CHECK_GOTO(write_segs(w, pl.param, TPD_P_COUNT, a), st, out);
         uint64_t bytes;
         st = tpd_ckpt_writer_finish(w, hex, &bytes);
         w = NULL;
@@ -121,13 +154,13 @@ static tpd_status write_rank_files(tpd_trainer *tr, const char *tmp, int32_t *re
         memcpy(rec + REC_MSHA, hex, 64);
     }
     if (pl.state_numel > 0) {
-        const float *arrays[3] = {m->opt_m, m->opt_v, m->master};
-        tpd_ckpt_optim_file(r.tp, r.pp, r.dp, name, sizeof name);
+        tpd_ckpt_optim_file(r->tp, r->pp, r->dp, name, sizeof name);
         tpd_ckpt_join(path, sizeof path, tmp, name);
         TPD_CHECK_GOTO(tpd_ckpt_writer_open(path, &w), st, out);
-        for (int k = 0; k < 3 && arrays[k]; k++) {
-            TPD_CHECK_GOTO(m->kb->ops->copy_to_host(m->kb->ctx, buf, arrays[k], ns * 4), st, out);
-            TPD_CHECK_GOTO(write_segs(w, pl.state, TPD_P_COUNT, buf), st, out);
+        for (int k = 0; k < 3; k++) {
+            TPD_CHECK_GOTO(source_state(src, k, ns, &a), st, out);
+            if (!a) break;
+            TPD_CHECK_GOTO(write_segs(w, pl.state, TPD_P_COUNT, a), st, out);
         }
         uint64_t bytes;
         st = tpd_ckpt_writer_finish(w, hex, &bytes);
@@ -138,7 +171,6 @@ static tpd_status write_rank_files(tpd_trainer *tr, const char *tmp, int32_t *re
     }
 out:
     tpd_ckpt_writer_abort(w);
-    free(buf);
     tpd_ckpt_rank_plan_free(&pl);
     return st;
 }
@@ -156,8 +188,8 @@ static void prune(const char *save_dir, const char *newest, int keep_last) {
 }
 
 /* Rank 0's part after every rank agreed: manifest, rename, `latest`, prune. */
-static tpd_status commit(tpd_trainer *tr, const char *save_dir, const char *tmp,
-                         const char *final, const int32_t *recs) {
+static tpd_status commit(tpd_trainer *tr, const tpd_ckpt_state *state, const char *save_dir,
+                         const char *tmp, const char *final, const int32_t *recs) {
     const tpd_mesh *ms = &tr->mesh;
     int world = ms->world_size;
     tpd_ckpt_file *files = calloc((size_t)world * 2, sizeof *files);
@@ -182,9 +214,8 @@ static tpd_status commit(tpd_trainer *tr, const char *save_dir, const char *tmp,
                 tpd_ckpt_model_file(t, s, f->name, sizeof f->name);
         }
     }
-    tpd_ckpt_state state = {tr->iteration, tr->skipped_iterations, 0, tr->consumed_samples};
     TPD_CHECK_GOTO(tpd_ckpt_manifest_build(&tr->cfg, ms->tp_size, ms->pp_size, ms->dp_size,
-                                           tr->model->master != NULL, &state, world * 2,
+                                           tr->model->master != NULL, state, world * 2,
                                            files, &json),
                    st, out);
     tpd_ckpt_sha256_hex(json, strlen(json), hex);
@@ -211,7 +242,7 @@ static tpd_status commit(tpd_trainer *tr, const char *save_dir, const char *tmp,
     char latest[PATH_CAP + 16], latest_tmp[PATH_CAP + 16], line[32];
     snprintf(latest, sizeof latest, "%s/latest", save_dir);
     snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", save_dir);
-    snprintf(line, sizeof line, "iter_%07d\n", tr->iteration);
+    snprintf(line, sizeof line, "iter_%07d\n", state->iteration);
     TPD_CHECK_GOTO(tpd_ckpt_write_file(latest_tmp, line, strlen(line)), st, out);
     if (rename(latest_tmp, latest) != 0)
         TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: cannot rename to %s", latest_tmp,
@@ -231,53 +262,172 @@ static tpd_status bcast_int(tpd_comm *c, int *v) {
     return TPD_OK;
 }
 
-tpd_status tpd_ckpt_save(tpd_trainer *tr, const char *save_dir) {
-    tpd_comm *world = tr->hcomms.world;
-    char tmp[PATH_CAP + 8], final[PATH_CAP];
-    snprintf(final, sizeof final, "%s/iter_%07d", save_dir, tr->iteration);
-    snprintf(tmp, sizeof tmp, "%s.tmp", final);
-    double t0 = tpd_clock_s();
-    /* rank 0 prepares a clean tmp directory (a killed save may have left one) */
+/* Rank 0 prepares a clean tmp directory (a killed save may have left one); all agree. */
+static tpd_status prepare_dirs(tpd_comm *world, const char *save_dir, const char *tmp) {
     int ok = 1;
-    if (world->rank == 0) {
+    if (world->rank == 0)
         ok = tpd_ckpt_mkdirs(save_dir) == TPD_OK && tpd_ckpt_remove_dir(tmp) == TPD_OK &&
              tpd_ckpt_mkdirs(tmp) == TPD_OK;
-    }
     TPD_CHECK(bcast_int(world, &ok));
-    if (!ok) return TPD_ERR_IO;
+    return ok ? TPD_OK : TPD_ERR_IO;
+}
 
-    int32_t rec[REC_WORDS];
-    memset(rec, 0, sizeof rec);
-    rec[REC_OK] = write_rank_files(tr, tmp, rec) == TPD_OK;
+/* The agreement after every rank wrote (rec[REC_OK] says how): every rank sees every rank's
+ * record, rank 0 commits when all succeeded, and all learn the outcome. */
+static tpd_status agree_and_commit(tpd_trainer *tr, const tpd_ckpt_state *state,
+                                   const char *save_dir, const char *tmp, const char *final,
+                                   const int32_t *rec, double t0, const char *how) {
+    tpd_comm *world = tr->hcomms.world;
     int32_t *recs = calloc((size_t)world->size * REC_WORDS, sizeof *recs);
     if (!recs) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
-    /* the agreement: every rank sees every rank's success flag */
     tpd_status st = world->size > 1
                         ? world->ops->allgather(world, rec, recs, REC_WORDS, TPD_DTYPE_I32, NULL)
                         : TPD_OK;
-    if (world->size == 1) memcpy(recs, rec, sizeof rec);
+    if (world->size == 1) memcpy(recs, rec, REC_WORDS * sizeof *rec);
     if (st != TPD_OK) {
         free(recs);
         return st;
     }
     int all_ok = 1;
     for (int w = 0; w < world->size; w++) all_ok &= recs[(size_t)w * REC_WORDS + REC_OK];
-    ok = all_ok;
+    int ok = all_ok;
     if (world->rank == 0) {
         if (!all_ok)
             tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: a rank failed to write its shard; "
                                       "abandoned (latest unchanged)", tmp);
         else
-            ok = commit(tr, save_dir, tmp, final, recs) == TPD_OK;
+            ok = commit(tr, state, save_dir, tmp, final, recs) == TPD_OK;
     }
     free(recs);
     TPD_CHECK(bcast_int(world, &ok));
     if (!ok) return TPD_ERR_IO;
-    tr->saved_iteration = tr->iteration;
+    tr->saved_iteration = state->iteration;
     if (tr->is_logger)
-        tpd_log_info("saved checkpoint %s (iteration %d, %.2f s)", final, tr->iteration,
-                     tpd_clock_s() - t0);
+        tpd_log_info("saved checkpoint %s (iteration %d, %.2f s%s)", final, state->iteration,
+                     tpd_clock_s() - t0, how);
     return TPD_OK;
+}
+
+/* An asynchronous save in flight (checkpoint.async_save): the host snapshot of this
+ * rank's arrays, written by a thread while training goes on. Only file I/O runs there;
+ * the agreement and the commit happen on the main thread at a later boundary. */
+struct tpd_ckpt_async {
+    pthread_t thread;
+    atomic_int done;
+    int32_t rec[REC_WORDS];
+    tpd_ckpt_rank rank;
+    size_t ns;
+    shard_source src;
+    float *snap;            /* params (numel_padded), then up to 3 shard arrays */
+    tpd_ckpt_state state;
+    char save_dir[PATH_CAP], tmp[PATH_CAP + 8], final[PATH_CAP];
+    double t0;
+};
+
+static void *async_writer(void *arg) {
+    struct tpd_ckpt_async *a = arg;
+    a->rec[REC_OK] = write_rank_files(&a->rank, a->ns, &a->src, a->tmp, a->rec) == TPD_OK;
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+static void async_free(struct tpd_ckpt_async *a) {
+    if (!a) return;
+    free(a->snap);
+    free(a);
+}
+
+tpd_status tpd_ckpt_async_finish(tpd_trainer *tr, int wait) {
+    struct tpd_ckpt_async *a = tr->ckpt_async;
+    if (!a) return TPD_OK;
+    /* every rank must be done before any agrees: one reduction of the flags */
+    int32_t busy = wait ? 0 : !atomic_load(&a->done);
+    tpd_comm *world = tr->hcomms.world;
+    if (!wait && world->size > 1)
+        TPD_CHECK(world->ops->allreduce(world, &busy, &busy, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX,
+                                        NULL));
+    if (busy) return TPD_OK;
+    pthread_join(a->thread, NULL);
+    tr->ckpt_async = NULL;
+    tpd_status st = agree_and_commit(tr, &a->state, a->save_dir, a->tmp, a->final, a->rec,
+                                     a->t0, ", written in the background");
+    async_free(a);
+    return st;
+}
+
+void tpd_ckpt_async_abandon(tpd_trainer *tr) {
+    struct tpd_ckpt_async *a = tr->ckpt_async;
+    if (!a) return;
+    pthread_join(a->thread, NULL); /* its tmp directory is never committed */
+    tr->ckpt_async = NULL;
+    async_free(a);
+}
+
+/* Snapshot now, write in a thread. */
+static tpd_status save_async(tpd_trainer *tr, const char *save_dir, const char *tmp,
+                             const char *final, double t0) {
+    const tpd_model *m = tr->model;
+    struct tpd_ckpt_async *a = calloc(1, sizeof *a);
+    size_t np = m->plan.numel_padded, ns = m->plan.shard_numel;
+    const float *arrays[3] = {m->opt_m, m->opt_v, m->master};
+    int nstate = 0;
+    while (nstate < 3 && arrays[nstate]) nstate++;
+    if (a) a->snap = malloc((np + (size_t)nstate * ns) * 4 + 4);
+    if (!a || !a->snap) {
+        async_free(a);
+        return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory for the snapshot of an "
+                                            "asynchronous save");
+    }
+    tpd_status st = host_params(m, a->snap);
+    for (int k = 0; k < nstate && st == TPD_OK; k++) {
+        float *dst = a->snap + np + (size_t)k * ns;
+        st = m->kb->ops->copy_to_host(m->kb->ctx, dst, arrays[k], ns * 4);
+        a->src.state[k] = dst;
+    }
+    if (st != TPD_OK) {
+        async_free(a);
+        return st;
+    }
+    a->src.params = a->snap;
+    a->rank = rank_of(tr);
+    a->ns = ns;
+    a->state = (tpd_ckpt_state){tr->iteration, tr->skipped_iterations, 0, tr->consumed_samples};
+    snprintf(a->save_dir, sizeof a->save_dir, "%s", save_dir);
+    snprintf(a->tmp, sizeof a->tmp, "%s", tmp);
+    snprintf(a->final, sizeof a->final, "%s", final);
+    a->t0 = t0;
+    atomic_init(&a->done, 0);
+    if (pthread_create(&a->thread, NULL, async_writer, a) != 0) {
+        async_free(a);
+        return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: cannot start the writer thread", tmp);
+    }
+    tr->ckpt_async = a;
+    return TPD_OK;
+}
+
+tpd_status tpd_ckpt_save(tpd_trainer *tr, const char *save_dir) {
+    /* one save at a time: a previous asynchronous one commits first */
+    TPD_CHECK(tpd_ckpt_async_finish(tr, 1));
+    tpd_comm *world = tr->hcomms.world;
+    char tmp[PATH_CAP + 8], final[PATH_CAP];
+    snprintf(final, sizeof final, "%s/iter_%07d", save_dir, tr->iteration);
+    snprintf(tmp, sizeof tmp, "%s.tmp", final);
+    double t0 = tpd_clock_s();
+    TPD_CHECK(prepare_dirs(world, save_dir, tmp));
+    if (tr->cfg.checkpoint.async_save) return save_async(tr, save_dir, tmp, final, t0);
+
+    const tpd_model *m = tr->model;
+    size_t ns = m->plan.shard_numel;
+    int32_t rec[REC_WORDS];
+    memset(rec, 0, sizeof rec);
+    shard_source src = {m, malloc((m->plan.numel_padded > ns ? m->plan.numel_padded : ns) * 4 + 4),
+                        NULL, {NULL, NULL, NULL}};
+    tpd_ckpt_rank r = rank_of(tr);
+    rec[REC_OK] = src.scratch && write_rank_files(&r, ns, &src, tmp, rec) == TPD_OK;
+    if (!src.scratch) tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    free(src.scratch);
+    tpd_ckpt_state state = {tr->iteration, tr->skipped_iterations, 0, tr->consumed_samples};
+    return agree_and_commit(tr, &state, save_dir, tmp, final, rec, t0, "");
 }
 
 /* ---- load ---- */
@@ -379,6 +529,8 @@ tpd_status tpd_ckpt_on_boundary(tpd_trainer *tr, int final, int *stop_p) {
     int it = tr->iteration, save = 0;
     *stop_p = 0;
     int32_t flag = 0; /* 1: a signal, 2: exit_interval, 4: exit_duration_in_mins */
+    /* an asynchronous save commits at the first boundary where every rank has written */
+    TPD_CHECK(tpd_ckpt_async_finish(tr, 0));
     if (!final) {
         const tpd_config_training *t = &tr->cfg.training;
         int ran = it > tr->run_start_iteration; /* at least one step of this run */
@@ -398,6 +550,8 @@ tpd_status tpd_ckpt_on_boundary(tpd_trainer *tr, int final, int *stop_p) {
         save = 1;
     }
     if (save && c->save[0] && it != tr->saved_iteration) TPD_CHECK(tpd_ckpt_save(tr, c->save));
+    /* the last save of a run, or one before stopping, is complete when the run ends */
+    if (final || *stop_p) TPD_CHECK(tpd_ckpt_async_finish(tr, 1));
     if (*stop_p && tr->is_logger)
         tpd_log_info("stopping at iteration %d %s%s", it,
                      flag & 1   ? "on a signal"

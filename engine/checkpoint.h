@@ -77,6 +77,13 @@ tpd_status tpd_ckpt_on_boundary(tpd_trainer *tr, int final, int *stop_p);
 /* Installs the SIGTERM/SIGINT handlers: the first signal sets a flag, a second one
  * _exit()s with TPD_EXIT_SIGNAL. Idempotent. */
 void tpd_ckpt_signals_install(void);
+/* checkpoint.async_save: commits a save whose writer threads have finished on every rank
+ * (collective: one reduction), or with wait, waits for them first. No-op when none is in
+ * flight. */
+tpd_status tpd_ckpt_async_finish(tpd_trainer *tr, int wait);
+/* Joins a save still in flight without committing it (error paths, destroy). */
+void tpd_ckpt_async_abandon(tpd_trainer *tr);
+
 /* 1 once a signal arrived (this process only). */
 int tpd_ckpt_signal_pending(void);
 /* Clears the flag (tests). */

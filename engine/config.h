@@ -101,6 +101,7 @@ typedef struct tpd_config_checkpoint {
     int keep_last;               /* 0 = keep all */
     char fallback[16];           /* "none" | "previous" */
     int finetune;
+    int async_save;              /* write shards in a background thread from a host snapshot */
 } tpd_config_checkpoint;
 
 typedef struct tpd_config_comm {

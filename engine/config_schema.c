@@ -165,6 +165,9 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      TPD_CFG_NOBOUND, "none|previous", 0, "on a corrupt checkpoint: fail or load the one before"},
     {"checkpoint.finetune", TPD_CFG_BOOL, TPD_CFG_FIELD(checkpoint.finetune), "false",
      TPD_CFG_NOBOUND, NULL, 0, "load weights only; restart iteration and optimizer"},
+    {"checkpoint.async_save", TPD_CFG_BOOL, TPD_CFG_FIELD(checkpoint.async_save), "false",
+     TPD_CFG_NOBOUND, NULL, 0,
+     "write shards in the background from a host snapshot; commit at a later boundary"},
 
     /* comm */
     {"comm.timeout_s", TPD_CFG_DOUBLE, TPD_CFG_FIELD(comm.timeout_s), "300", TPD_CFG_GT, 0, 0, NULL,

@@ -216,6 +216,7 @@ undo_tr:
 
 void tpd_trainer_destroy(tpd_trainer *tr) {
     if (!tr) return;
+    tpd_ckpt_async_abandon(tr); /* a save still in flight after an error: never committed */
     if (tr->metrics) fclose(tr->metrics);
     free(tr->batch);
     if (tr->has_valid) tpd_blend_sampler_free(&tr->valid_sampler);

@@ -56,6 +56,7 @@ typedef struct tpd_trainer {
     uint64_t consumed_samples;
     int skipped_iterations;
     int saved_iteration; /* iteration of the last checkpoint saved or resumed; -1: none */
+    struct tpd_ckpt_async *ckpt_async; /* a save being written in the background */
     int interrupted;  /* tpd_trainer_run stopped early on SIGTERM/SIGINT, or at
                          training.exit_interval / exit_duration_in_mins (after saving) */
     int run_start_iteration; /* iteration when tpd_trainer_run began */
