@@ -131,13 +131,23 @@ static tpd_status source_state(shard_source *s, int k, size_t ns, const float **
     return TPD_OK;
 }
 
+/* Closes a shard file: its size and SHA-256 go to rec at bytes_at and sha_at. */
+static tpd_status finish_file(tpd_ckpt_writer *w, int32_t *rec, int bytes_at, int sha_at) {
+    char hex[65];
+    uint64_t bytes;
+    TPD_CHECK(tpd_ckpt_writer_finish(w, hex, &bytes));
+    put_u64(rec + bytes_at, bytes);
+    memcpy(rec + sha_at, hex, 64);
+    return TPD_OK;
+}
+
 /* Writes this rank's model and optimizer files into tmp; rec gets sizes and hashes. */
 static tpd_status write_rank_files(const tpd_ckpt_rank *r, size_t ns, shard_source *src,
                                    const char *tmp, int32_t *rec) {
     tpd_ckpt_rank_plan pl;
     TPD_CHECK(tpd_ckpt_rank_plan_init(r, &pl));
     tpd_status st = TPD_OK;
-    char name[64], path[PATH_CAP + 80], hex[65];
+    char name[64], path[PATH_CAP + 80];
     tpd_ckpt_writer *w = NULL;
     const float *a = NULL;
     if (pl.param_numel > 0) {
@@ -146,12 +156,9 @@ static tpd_status write_rank_files(const tpd_ckpt_rank *r, size_t ns, shard_sour
         tpd_ckpt_join(path, sizeof path, tmp, name);
         TPD_CHECK_GOTO(tpd_ckpt_writer_open(path, &w), st, out);
         TPD_CHECK_GOTO(write_segs(w, pl.param, TPD_P_COUNT, a), st, out);
-        uint64_t bytes;
-        st = tpd_ckpt_writer_finish(w, hex, &bytes);
+        st = finish_file(w, rec, REC_MBYTES, REC_MSHA);
         w = NULL;
         if (st != TPD_OK) goto out;
-        put_u64(rec + REC_MBYTES, bytes);
-        memcpy(rec + REC_MSHA, hex, 64);
     }
     if (pl.state_numel > 0) {
         tpd_ckpt_optim_file(r->tp, r->pp, r->dp, name, sizeof name);
@@ -162,12 +169,8 @@ static tpd_status write_rank_files(const tpd_ckpt_rank *r, size_t ns, shard_sour
             if (!a) break;
             TPD_CHECK_GOTO(write_segs(w, pl.state, TPD_P_COUNT, a), st, out);
         }
-        uint64_t bytes;
-        st = tpd_ckpt_writer_finish(w, hex, &bytes);
+        st = finish_file(w, rec, REC_OBYTES, REC_OSHA);
         w = NULL;
-        if (st != TPD_OK) goto out;
-        put_u64(rec + REC_OBYTES, bytes);
-        memcpy(rec + REC_OSHA, hex, 64);
     }
 out:
     tpd_ckpt_writer_abort(w);

@@ -267,13 +267,19 @@ static int recompute_code(const char *name) {
     return 0;
 }
 
-static void print_progress(int k, int n, const tpd_sweep_trial *t, double elapsed) {
-    double eta = k > 0 ? elapsed / k * (n - k) : 0;
+void tpd_sweep_layout_str(const tpd_sweep_trial *t, char *buf, size_t len) {
     char dp[16] = "-"; /* no DP degree when TP*PP exceeds the world */
     if (t->dp > 0) snprintf(dp, sizeof dp, "%d", t->dp);
-    printf("sweep: trial %d/%d TP=%d PP=%d DP=%s mbs=%d ZeRO=%d%s%s%s: ", k, n, t->tp, t->pp,
-           dp, t->mbs, t->zero, t->sp ? " SP" : "", t->recompute ? " recompute=" : "",
-           t->recompute ? tpd_sweep_recompute_names[t->recompute] : "");
+    snprintf(buf, len, "TP=%d PP=%d DP=%s mbs=%d ZeRO=%d%s%s%s", t->tp, t->pp, dp, t->mbs,
+             t->zero, t->sp ? " SP" : "", t->recompute ? " recompute=" : "",
+             t->recompute ? tpd_sweep_recompute_names[t->recompute] : "");
+}
+
+static void print_progress(int k, int n, const tpd_sweep_trial *t, double elapsed) {
+    double eta = k > 0 ? elapsed / k * (n - k) : 0;
+    char lay[128];
+    tpd_sweep_layout_str(t, lay, sizeof lay);
+    printf("sweep: trial %d/%d %s: ", k, n, lay);
     if (t->state == TPD_SWEEP_SKIPPED)
         printf("skipped: %s", t->reason);
     else if (t->state == TPD_SWEEP_FAILED)

@@ -111,6 +111,10 @@ tpd_status tpd_sweep_write(const tpd_sweep_result *r, const tpd_sweep_options *o
 /* "Best layout: TP=.. PP=.. DP=.. mbs=.. ZeRO=..: X s/step, ..." into buf. */
 void tpd_sweep_best_line(const tpd_sweep_result *r, char *buf, size_t len);
 
+/* "TP=2 PP=1 DP=2 mbs=1 ZeRO=0", then " SP" and " recompute=full" where they apply;
+ * DP is "-" for a layout that does not fit the world. */
+void tpd_sweep_layout_str(const tpd_sweep_trial *t, char *buf, size_t len);
+
 /* tripod sweep CONFIG.yaml [overrides] --tp 1,2,4 --pp 1,2,4 [--mbs 1,2,4] [--zero 0,1]
  *              [--sp 0,1] [--recompute none,selective,full] [--steps N] [--warmup W] [--out DIR] [--cluster NAME|FILE] [--no-plot]
  *              [--no-traces]

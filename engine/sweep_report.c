@@ -26,14 +26,13 @@ void tpd_sweep_best_line(const tpd_sweep_result *r, char *buf, size_t len) {
         return;
     }
     const tpd_sweep_trial *t = &r->trials[r->best];
+    char lay[128];
+    tpd_sweep_layout_str(t, lay, sizeof lay);
     snprintf(buf, len,
-             "Best layout: TP=%d PP=%d DP=%d mbs=%d ZeRO=%d%s%s%s: %.2f ms/step, %.1f "
-             "samples/s, %.0f tokens/s, %.4f TFLOP/s per rank (predicted %.2f ms, %+.1f%%)",
-             t->tp, t->pp, t->dp, t->mbs, t->zero, t->sp ? " SP" : "",
-             t->recompute ? " recompute=" : "",
-             t->recompute ? tpd_sweep_recompute_names[t->recompute] : "", 1e3 * t->t_median,
-             t->samples_per_s,
-             t->tokens_per_s, t->tflops_per_rank, 1e3 * t->pred_time, t->err_pct);
+             "Best layout: %s: %.2f ms/step, %.1f samples/s, %.0f tokens/s, %.4f TFLOP/s per "
+             "rank (predicted %.2f ms, %+.1f%%)",
+             lay, 1e3 * t->t_median, t->samples_per_s, t->tokens_per_s, t->tflops_per_rank,
+             1e3 * t->pred_time, t->err_pct);
 }
 
 /* Empty cell for unknown values, so spreadsheets and gnuplot see a missing value. */
