@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 tpd_status tpd_file_read_all(const char *path, char **data_p, size_t *len_p, int *errno_p) {
     *errno_p = 0;
@@ -39,4 +41,49 @@ tpd_status tpd_file_read_all(const char *path, char **data_p, size_t *len_p, int
     *data_p = buf;
     if (len_p) *len_p = n;
     return TPD_OK;
+}
+
+tpd_status tpd_file_mkdirs(const char *dir, int *errno_p) {
+    *errno_p = 0;
+    char *buf = strdup(dir);
+    if (!buf) return TPD_ERR_NOMEM;
+    tpd_status st = TPD_OK;
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != 0) continue;
+        char c = *p;
+        *p = 0;
+        if (buf[0] && mkdir(buf, 0755) != 0 && errno != EEXIST) {
+            *errno_p = errno;
+            st = TPD_ERR_IO;
+            break;
+        }
+        *p = c;
+        if (!c) break;
+    }
+    free(buf);
+    struct stat sb;
+    if (st == TPD_OK && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+        *errno_p = ENOTDIR;
+        st = TPD_ERR_IO;
+    }
+    return st;
+}
+
+tpd_status tpd_file_mkdirs_parent(const char *path, int *errno_p) {
+    *errno_p = 0;
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path) return TPD_OK;
+    char *dir = strndup(path, (size_t)(slash - path));
+    if (!dir) return TPD_ERR_NOMEM;
+    tpd_status st = tpd_file_mkdirs(dir, errno_p);
+    free(dir);
+    return st;
+}
+
+const char *tpd_source_dir(void) {
+#ifdef TPD_SOURCE_DIR
+    return TPD_SOURCE_DIR;
+#else
+    return ".";
+#endif
 }

@@ -1,5 +1,5 @@
-/* Whole-file reads, for configs, manifests, tokenizer files and text inputs. The caller
- * words the error: the file's role is its to name. */
+/* Files and directories: whole-file reads (configs, manifests, tokenizer files, text
+ * inputs) and mkdir -p. The caller words the error: the file's role is its to name. */
 #ifndef TPD_BASE_FILE_H
 #define TPD_BASE_FILE_H
 
@@ -15,6 +15,16 @@ extern "C" {
  * so pipes work. Returns TPD_ERR_IO with *errno_p set (cannot open or read) or
  * TPD_ERR_NOMEM; logs nothing. len_p may be NULL. */
 tpd_status tpd_file_read_all(const char *path, char **data_p, size_t *len_p, int *errno_p);
+
+/* mkdir -p: creates dir and every missing parent (mode 0755); succeeds when dir already
+ * is a directory. Returns TPD_ERR_IO with *errno_p set (ENOTDIR when a component exists
+ * but is no directory) or TPD_ERR_NOMEM; logs nothing. */
+tpd_status tpd_file_mkdirs(const char *dir, int *errno_p);
+/* tpd_file_mkdirs of the directory that holds `path` (nothing when path has no '/'). */
+tpd_status tpd_file_mkdirs_parent(const char *path, int *errno_p);
+
+/* The source tree (configs/, tools/), as configured at build time. */
+const char *tpd_source_dir(void);
 
 #ifdef __cplusplus
 }

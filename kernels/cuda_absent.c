@@ -2,7 +2,7 @@
  * for it and get a clean TPD_ERR_UNSUPPORTED instead of a link error. */
 #include "kernels/kernels.h"
 
-tpd_status tpd_kern_cuda_create(const tpd_kern_config *cfg, tpd_kern_backend *backend_p) {
+tpd_status tpd_kern_cuda_create(const tpd_kern_config *cfg, tpd_kern_backend **backend_p) {
     (void)cfg;
     (void)backend_p;
     tpd_log_error("this build of tripod has no cuda backend (it was configured without a CUDA "

@@ -6,6 +6,7 @@
  * The module is looked for, in order, at $TRIPOD_CUDA_MODULE, next to the running
  * executable, in the build tree it was built in, and on the loader's search path. */
 #include "kernels/kernels.h"
+#include "kernels/kernels_internal.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -83,11 +84,22 @@ int tpd_kern_cuda_device_count(void) {
     return module_ready() ? g_mod.device_count() : 0;
 }
 
-tpd_status tpd_kern_cuda_create(const tpd_kern_config *cfg, tpd_kern_backend *backend_p) {
+tpd_status tpd_kern_cuda_create(const tpd_kern_config *cfg, tpd_kern_backend **backend_p) {
     if (!module_ready()) {
         tpd_log_error("cuda backend: cannot load %s (%s); set TRIPOD_CUDA_MODULE to its path",
                       MODULE_NAME, g_mod.error);
         return TPD_ERR_UNSUPPORTED;
     }
-    return g_mod.create(cfg, backend_p);
+    tpd_kern_backend *b = calloc(1, sizeof *b);
+    if (!b) {
+        tpd_log_error("cuda backend: out of memory");
+        return TPD_ERR_NOMEM;
+    }
+    tpd_status st = g_mod.create(cfg, b); /* the module fills the handle */
+    if (st != TPD_OK) {
+        free(b);
+        return st;
+    }
+    *backend_p = b;
+    return TPD_OK;
 }

@@ -1,9 +1,10 @@
-/* The op interface every backend implements: a struct of function pointers plus an
- * opaque context (ggml's backend pattern). Model code calls ops through
- * tpd_kern_backend and never names a backend.
+/* The op interface every backend implements (ggml's backend pattern): behind the opaque
+ * handle tpd_kern_backend sit a struct of function pointers and a backend context
+ * (kernels/kernels_internal.h). Model code calls the tpd_kern_* functions below on a
+ * handle and never names a backend.
  *
  * Conventions for every op:
- * - Pointers are backend memory (host for cpu, device for cuda) obtained from ->alloc.
+ * - Pointers are backend memory (host for cpu, device for cuda) from tpd_kern_alloc.
  * - Activations, parameters and gradients are in the backend's dtypes (act_dtype,
  *   param_dtype, grad_dtype below), chosen at run time. LayerNorm statistics, losses,
  *   cross-entropy statistics, AdamW moments and master weights are always fp32.
@@ -13,7 +14,7 @@
  *   accumulation over micro-batches). Backward ops overwrite the input gradient and
  *   accumulate parameter gradients.
  * - Ops are asynchronous with respect to the host on backends that can be (cuda: they
- *   are queued on the context's compute stream); ->synchronize waits for them. Ops
+ *   are queued on the context's compute stream); tpd_kern_synchronize waits for them. Ops
  *   whose result lands in host memory (sumsq) synchronize themselves.
  * - The kernels know nothing of ranks: tensor-parallel slicing happens in parallel/tensor
  *   by passing local shapes and vocab offsets. */
@@ -33,146 +34,15 @@ typedef enum tpd_dtype {
     TPD_DTYPE_F32 = 0,
     TPD_DTYPE_BF16 = 1,
     TPD_DTYPE_I32 = 2,
+    TPD_DTYPE_U8 = 3,  /* bytes: structs and strings through the communicators */
+    TPD_DTYPE_F64 = 4, /* host scalars: norms, timings */
 } tpd_dtype;
 
 size_t tpd_dtype_size(tpd_dtype dt);
 const char *tpd_dtype_name(tpd_dtype dt);
 
-typedef struct tpd_kern_ctx tpd_kern_ctx; /* backend-private */
-
-typedef struct tpd_kern_ops {
-    /* ---- memory ---- */
-    tpd_status (*alloc)(tpd_kern_ctx *ctx, size_t bytes, void **ptr_p);
-    void (*free)(tpd_kern_ctx *ctx, void *ptr);
-    tpd_status (*zero)(tpd_kern_ctx *ctx, void *ptr, size_t bytes);
-    tpd_status (*copy_to_device)(tpd_kern_ctx *ctx, void *dst, const void *src, size_t bytes);
-    tpd_status (*copy_to_host)(tpd_kern_ctx *ctx, void *dst, const void *src, size_t bytes);
-    tpd_status (*copy)(tpd_kern_ctx *ctx, void *dst, const void *src, size_t bytes);
-    tpd_status (*synchronize)(tpd_kern_ctx *ctx);
-
-    /* ---- embedding (vocab-parallel pieces) ---- */
-    /* out(N,C) = wte[tok - v0] when v0 <= tok < v0 + Vl, else 0. wte is (Vl,C): this
-     * rank's vocab rows. Overwrites out. */
-    tpd_status (*embed_fwd)(tpd_kern_ctx *ctx, void *out, const int32_t *tokens, const void *wte,
-                            int N, int C, int v0, int Vl);
-    /* dwte(Vl,C) += dout rows of the tokens in [v0, v0+Vl). Accumulates. Deterministic:
-     * the same inputs give the same bits. */
-    tpd_status (*embed_bwd)(tpd_kern_ctx *ctx, void *dwte, const void *dout,
-                            const int32_t *tokens, int N, int C, int v0, int Vl);
-    /* out(B,T,C) += wpe(T,C) broadcast over B. */
-    tpd_status (*pos_fwd)(tpd_kern_ctx *ctx, void *out, const void *wpe, int B, int T, int C);
-    /* dwpe(T,C) += sum over B of dout(B,T,C). Accumulates. */
-    tpd_status (*pos_bwd)(tpd_kern_ctx *ctx, void *dwpe, const void *dout, int B, int T, int C);
-
-    /* ---- layernorm (eps 1e-5, biased variance) ---- */
-    /* out(N,C) = (inp - mean) * rstd * w + b; mean(N), rstd(N) fp32. Overwrites. */
-    tpd_status (*layernorm_fwd)(tpd_kern_ctx *ctx, void *out, float *mean, float *rstd,
-                                const void *inp, const void *w, const void *b, int N, int C);
-    /* dinp(N,C) overwritten; dw(C), db(C) accumulated. */
-    tpd_status (*layernorm_bwd)(tpd_kern_ctx *ctx, void *dinp, void *dw, void *db,
-                                const void *dout, const void *inp, const void *w,
-                                const float *mean, const float *rstd, int N, int C);
-
-    /* ---- matmul ---- */
-    /* out(N,OC) = inp(N,C) @ w(OC,C)^T (+ bias(OC) when bias != NULL). Overwrites. */
-    tpd_status (*matmul_fwd)(tpd_kern_ctx *ctx, void *out, const void *inp, const void *w,
-                             const void *bias, int N, int C, int OC);
-    /* dinp(N,C) = dout(N,OC) @ w(OC,C), overwritten (skipped when dinp == NULL);
-     * dw(OC,C) += dout^T @ inp; dbias(OC) += colsum(dout) (skipped when NULL). */
-    tpd_status (*matmul_bwd)(tpd_kern_ctx *ctx, void *dinp, void *dw, void *dbias,
-                             const void *dout, const void *inp, const void *w, int N, int C,
-                             int OC);
-    /* out(N,OC) += bias(OC). Used after a row-parallel all-reduce. */
-    tpd_status (*bias_add)(tpd_kern_ctx *ctx, void *out, const void *bias, int N, int OC);
-
-    /* ---- fused matmul + bias + GELU (cuBLASLt GELU_AUX_BIAS on cuda) ----
-     * pre(N,OC) = inp @ w^T + bias; out = gelu(pre). Both overwritten; pre is kept for
-     * the backward. */
-    tpd_status (*matmul_gelu_fwd)(tpd_kern_ctx *ctx, void *out, void *pre, const void *inp,
-                                  const void *w, const void *bias, int N, int C, int OC);
-
-    /* ---- elementwise ---- */
-    /* tanh-approximate GELU: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-    tpd_status (*gelu_fwd)(tpd_kern_ctx *ctx, void *out, const void *inp, size_t n);
-    /* dinp = gelu'(inp) * dout. Overwrites. dinp may alias dout. */
-    tpd_status (*gelu_bwd)(tpd_kern_ctx *ctx, void *dinp, const void *inp, const void *dout,
-                           size_t n);
-    /* out = a + b (residual). out may alias a or b. */
-    tpd_status (*add)(tpd_kern_ctx *ctx, void *out, const void *a, const void *b, size_t n);
-    /* x *= s. */
-    tpd_status (*scale)(tpd_kern_ctx *ctx, void *x, float s, size_t n);
-
-    /* ---- causal self-attention, scale 1/sqrt(HS) ----
-     * qkv(B,T,3*NH*HS): per token [Q heads | K heads | V heads], head h of Q at columns
-     * h*HS..h*HS+HS-1. out(B,T,NH*HS). `saved` holds what the backward needs, of
-     * attention_saved_bytes() bytes (cpu: softmax probabilities (B,NH,T,T) fp32; cuda
-     * fused: softmax statistics (B,NH,T) fp32). Overwrites out and saved. */
-    size_t (*attention_saved_bytes)(tpd_kern_ctx *ctx, int B, int T, int NH, int HS);
-    tpd_status (*attention_fwd)(tpd_kern_ctx *ctx, void *out, void *saved, const void *qkv,
-                                int B, int T, int NH, int HS);
-    /* dqkv(B,T,3*NH*HS) overwritten. */
-    tpd_status (*attention_bwd)(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
-                                const void *qkv, const void *out, const void *saved, int B,
-                                int T, int NH, int HS);
-
-    /* ---- softmax cross-entropy, vocab-parallel pieces ----
-     * logits(N,Vl) are this rank's vocab columns [v0, v0+Vl); only the first Vvalid of
-     * them are real tokens (the rest is padding and never enters the softmax). The
-     * caller all-reduces between the steps: max (MAX), then sumexp and tgt (SUM). */
-    /* maxv(N) = max over the Vvalid columns (-INF when Vvalid == 0). */
-    tpd_status (*xent_max)(tpd_kern_ctx *ctx, float *maxv, const void *logits, int N, int Vl,
-                           int Vvalid);
-    /* sumexp(N) = sum exp(logit - maxv) over valid columns; tgt(N) = logit of the target
-     * when it lies in [v0, v0+Vvalid), else 0. */
-    tpd_status (*xent_sumexp)(tpd_kern_ctx *ctx, float *sumexp, float *tgt, const void *logits,
-                              const float *maxv, const int32_t *targets, int N, int Vl,
-                              int Vvalid, int v0);
-    /* loss(N) = log(sumexp) + maxv - tgt. */
-    tpd_status (*xent_loss)(tpd_kern_ctx *ctx, float *loss, const float *maxv,
-                            const float *sumexp, const float *tgt, int N);
-    /* In place: logits become dlogits = (softmax - onehot(target)) * dloss for valid
-     * columns, 0 for padded columns. Probabilities are never stored. */
-    tpd_status (*xent_bwd)(tpd_kern_ctx *ctx, void *logits, const float *maxv,
-                           const float *sumexp, const int32_t *targets, float dloss, int N,
-                           int Vl, int Vvalid, int v0);
-    /* Host-side sum of loss(N) (synchronizes). */
-    tpd_status (*sum_f32)(tpd_kern_ctx *ctx, const float *x, size_t n, double *sum_p);
-
-    /* ---- optimizer ---- */
-    /* AdamW on a flat range of n elements, PyTorch semantics with bias correction:
-     *   g = grad * grad_scale
-     *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
-     *   mhat = m / (1 - b1^step);  vhat = v / (1 - b2^step)
-     *   w -= lr * (mhat / (sqrt(vhat) + eps) + wd * w)
-     * w is `master` (fp32) when master != NULL, and param is then written as the cast of
-     * the new master; otherwise param itself (must be fp32) is updated. step >= 1. */
-    tpd_status (*adamw)(tpd_kern_ctx *ctx, void *param, float *master, const void *grad,
-                        float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                        float eps, float weight_decay, int step, float grad_scale);
-    /* Host-side sum of squares of x (n elements of dtype dt), in double (synchronizes). */
-    tpd_status (*sumsq)(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n,
-                        double *sumsq_p);
-    /* dst = (dst_dt) src. n elements. */
-    tpd_status (*cast)(tpd_kern_ctx *ctx, void *dst, tpd_dtype dst_dt, const void *src,
-                       tpd_dtype src_dt, size_t n);
-
-    /* ---- teardown ---- */
-    void (*destroy)(tpd_kern_ctx *ctx);
-} tpd_kern_ops;
-
-/* A backend instance: ops + context + the dtypes it computes in. */
-typedef struct tpd_kern_backend {
-    const tpd_kern_ops *ops;
-    tpd_kern_ctx *ctx;
-    const char *name;      /* "cpu" or "cuda" */
-    tpd_dtype act_dtype;   /* activations */
-    tpd_dtype param_dtype; /* the working copy of parameters used by matmuls */
-    tpd_dtype grad_dtype;  /* gradients */
-    int has_master;        /* 1 when fp32 master weights exist beside param */
-    int device_memory;     /* 1 when pointers are not host-addressable */
-    void *stream;          /* cuda: the compute stream (cudaStream_t) that ops are queued
-                              on, handed to the communicators; NULL on cpu */
-} tpd_kern_backend;
+/* A backend instance: its ops, its context and the dtypes it computes in. */
+typedef struct tpd_kern_backend tpd_kern_backend;
 
 typedef struct tpd_kern_config {
     int num_threads;  /* cpu: OpenMP threads, 0 = runtime default */
@@ -183,15 +53,144 @@ typedef struct tpd_kern_config {
 
 #define TPD_KERN_CONFIG_INIT {0, 0, TPD_DTYPE_F32, 1}
 
-/* Backend constructors. Each fills *backend_p on success. */
-tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend *backend_p);
+/* Backend constructors: *backend_p gets a new handle on success. */
+tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend **backend_p);
 /* Returns TPD_ERR_UNSUPPORTED when built without CUDA or when no device is present. */
-tpd_status tpd_kern_cuda_create(const tpd_kern_config *cfg, tpd_kern_backend *backend_p);
+tpd_status tpd_kern_cuda_create(const tpd_kern_config *cfg, tpd_kern_backend **backend_p);
 /* 1 when this build has the cuda backend and a device is visible. */
 int tpd_kern_cuda_available(void);
 /* Visible CUDA devices (0 without the cuda backend or a driver). */
 int tpd_kern_cuda_device_count(void);
+/* Frees the backend and its context. NULL is a no-op. */
 void tpd_kern_backend_destroy(tpd_kern_backend *backend);
+
+/* ---- what a backend is ---- */
+const char *tpd_kern_name(const tpd_kern_backend *kb);        /* "cpu" or "cuda" */
+tpd_dtype tpd_kern_act_dtype(const tpd_kern_backend *kb);     /* activations */
+tpd_dtype tpd_kern_param_dtype(const tpd_kern_backend *kb);   /* the working copy of
+                                                                 parameters (matmuls) */
+tpd_dtype tpd_kern_grad_dtype(const tpd_kern_backend *kb);    /* gradients */
+int tpd_kern_has_master(const tpd_kern_backend *kb);   /* fp32 master weights beside param */
+int tpd_kern_device_memory(const tpd_kern_backend *kb); /* pointers not host-addressable */
+/* cuda: the compute stream (cudaStream_t) that ops are queued on, handed to the
+ * communicators; NULL on cpu. */
+void *tpd_kern_stream(const tpd_kern_backend *kb);
+
+/* ---- ops ---- */
+/* ---- memory ---- */
+tpd_status tpd_kern_alloc(const tpd_kern_backend *kb, size_t bytes, void **ptr_p);
+void tpd_kern_free(const tpd_kern_backend *kb, void *ptr);
+tpd_status tpd_kern_zero(const tpd_kern_backend *kb, void *ptr, size_t bytes);
+tpd_status tpd_kern_copy_to_device(const tpd_kern_backend *kb, void *dst, const void *src, size_t bytes);
+tpd_status tpd_kern_copy_to_host(const tpd_kern_backend *kb, void *dst, const void *src, size_t bytes);
+tpd_status tpd_kern_copy(const tpd_kern_backend *kb, void *dst, const void *src, size_t bytes);
+tpd_status tpd_kern_synchronize(const tpd_kern_backend *kb);
+
+/* ---- embedding (vocab-parallel pieces) ---- */
+/* out(N,C) = wte[tok - v0] when v0 <= tok < v0 + Vl, else 0. wte is (Vl,C): this
+ * rank's vocab rows. Overwrites out. */
+tpd_status tpd_kern_embed_fwd(const tpd_kern_backend *kb, void *out, const int32_t *tokens, const void *wte,
+                        int N, int C, int v0, int Vl);
+/* dwte(Vl,C) += dout rows of the tokens in [v0, v0+Vl). Accumulates. Deterministic:
+ * the same inputs give the same bits. */
+tpd_status tpd_kern_embed_bwd(const tpd_kern_backend *kb, void *dwte, const void *dout,
+                        const int32_t *tokens, int N, int C, int v0, int Vl);
+/* out(B,T,C) += wpe(T,C) broadcast over B. */
+tpd_status tpd_kern_pos_fwd(const tpd_kern_backend *kb, void *out, const void *wpe, int B, int T, int C);
+/* dwpe(T,C) += sum over B of dout(B,T,C). Accumulates. */
+tpd_status tpd_kern_pos_bwd(const tpd_kern_backend *kb, void *dwpe, const void *dout, int B, int T, int C);
+
+/* ---- layernorm (eps 1e-5, biased variance) ---- */
+/* out(N,C) = (inp - mean) * rstd * w + b; mean(N), rstd(N) fp32. Overwrites. */
+tpd_status tpd_kern_layernorm_fwd(const tpd_kern_backend *kb, void *out, float *mean, float *rstd,
+                            const void *inp, const void *w, const void *b, int N, int C);
+/* dinp(N,C) overwritten; dw(C), db(C) accumulated. */
+tpd_status tpd_kern_layernorm_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, void *db,
+                            const void *dout, const void *inp, const void *w,
+                            const float *mean, const float *rstd, int N, int C);
+
+/* ---- matmul ---- */
+/* out(N,OC) = inp(N,C) @ w(OC,C)^T (+ bias(OC) when bias != NULL). Overwrites. */
+tpd_status tpd_kern_matmul_fwd(const tpd_kern_backend *kb, void *out, const void *inp, const void *w,
+                         const void *bias, int N, int C, int OC);
+/* dinp(N,C) = dout(N,OC) @ w(OC,C), overwritten (skipped when dinp == NULL);
+ * dw(OC,C) += dout^T @ inp; dbias(OC) += colsum(dout) (skipped when NULL). */
+tpd_status tpd_kern_matmul_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, void *dbias,
+                         const void *dout, const void *inp, const void *w, int N, int C,
+                         int OC);
+/* out(N,OC) += bias(OC). Used after a row-parallel all-reduce. */
+tpd_status tpd_kern_bias_add(const tpd_kern_backend *kb, void *out, const void *bias, int N, int OC);
+
+/* ---- fused matmul + bias + GELU (cuBLASLt GELU_AUX_BIAS on cuda) ----
+ * pre(N,OC) = inp @ w^T + bias; out = gelu(pre). Both overwritten; pre is kept for
+ * the backward. */
+tpd_status tpd_kern_matmul_gelu_fwd(const tpd_kern_backend *kb, void *out, void *pre, const void *inp,
+                              const void *w, const void *bias, int N, int C, int OC);
+
+/* ---- elementwise ---- */
+/* tanh-approximate GELU: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+tpd_status tpd_kern_gelu_fwd(const tpd_kern_backend *kb, void *out, const void *inp, size_t n);
+/* dinp = gelu'(inp) * dout. Overwrites. dinp may alias dout. */
+tpd_status tpd_kern_gelu_bwd(const tpd_kern_backend *kb, void *dinp, const void *inp, const void *dout,
+                       size_t n);
+/* out = a + b (residual). out may alias a or b. */
+tpd_status tpd_kern_add(const tpd_kern_backend *kb, void *out, const void *a, const void *b, size_t n);
+/* x *= s. */
+tpd_status tpd_kern_scale(const tpd_kern_backend *kb, void *x, float s, size_t n);
+
+/* ---- causal self-attention, scale 1/sqrt(HS) ----
+ * qkv(B,T,3*NH*HS): per token [Q heads | K heads | V heads], head h of Q at columns
+ * h*HS..h*HS+HS-1. out(B,T,NH*HS). `saved` holds what the backward needs, of
+ * attention_saved_bytes() bytes (cpu: softmax probabilities (B,NH,T,T) fp32; cuda
+ * fused: softmax statistics (B,NH,T) fp32). Overwrites out and saved. */
+size_t tpd_kern_attention_saved_bytes(const tpd_kern_backend *kb, int B, int T, int NH, int HS);
+tpd_status tpd_kern_attention_fwd(const tpd_kern_backend *kb, void *out, void *saved, const void *qkv,
+                            int B, int T, int NH, int HS);
+/* dqkv(B,T,3*NH*HS) overwritten. */
+tpd_status tpd_kern_attention_bwd(const tpd_kern_backend *kb, void *dqkv, const void *dout,
+                            const void *qkv, const void *out, const void *saved, int B,
+                            int T, int NH, int HS);
+
+/* ---- softmax cross-entropy, vocab-parallel pieces ----
+ * logits(N,Vl) are this rank's vocab columns [v0, v0+Vl); only the first Vvalid of
+ * them are real tokens (the rest is padding and never enters the softmax). The
+ * caller all-reduces between the steps: max (MAX), then sumexp and tgt (SUM). */
+/* maxv(N) = max over the Vvalid columns (-INF when Vvalid == 0). */
+tpd_status tpd_kern_xent_max(const tpd_kern_backend *kb, float *maxv, const void *logits, int N, int Vl,
+                       int Vvalid);
+/* sumexp(N) = sum exp(logit - maxv) over valid columns; tgt(N) = logit of the target
+ * when it lies in [v0, v0+Vvalid), else 0. */
+tpd_status tpd_kern_xent_sumexp(const tpd_kern_backend *kb, float *sumexp, float *tgt, const void *logits,
+                          const float *maxv, const int32_t *targets, int N, int Vl,
+                          int Vvalid, int v0);
+/* loss(N) = log(sumexp) + maxv - tgt. */
+tpd_status tpd_kern_xent_loss(const tpd_kern_backend *kb, float *loss, const float *maxv,
+                        const float *sumexp, const float *tgt, int N);
+/* In place: logits become dlogits = (softmax - onehot(target)) * dloss for valid
+ * columns, 0 for padded columns. Probabilities are never stored. */
+tpd_status tpd_kern_xent_bwd(const tpd_kern_backend *kb, void *logits, const float *maxv,
+                       const float *sumexp, const int32_t *targets, float dloss, int N,
+                       int Vl, int Vvalid, int v0);
+/* Host-side sum of loss(N) (synchronizes). */
+tpd_status tpd_kern_sum_f32(const tpd_kern_backend *kb, const float *x, size_t n, double *sum_p);
+
+/* ---- optimizer ---- */
+/* AdamW on a flat range of n elements, PyTorch semantics with bias correction:
+ *   g = grad * grad_scale
+ *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+ *   mhat = m / (1 - b1^step);  vhat = v / (1 - b2^step)
+ *   w -= lr * (mhat / (sqrt(vhat) + eps) + wd * w)
+ * w is `master` (fp32) when master != NULL, and param is then written as the cast of
+ * the new master; otherwise param itself (must be fp32) is updated. step >= 1. */
+tpd_status tpd_kern_adamw(const tpd_kern_backend *kb, void *param, float *master, const void *grad,
+                    float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, int step, float grad_scale);
+/* Host-side sum of squares of x (n elements of dtype dt), in double (synchronizes). */
+tpd_status tpd_kern_sumsq(const tpd_kern_backend *kb, const void *x, tpd_dtype dt, size_t n,
+                    double *sumsq_p);
+/* dst = (dst_dt) src. n elements. */
+tpd_status tpd_kern_cast(const tpd_kern_backend *kb, void *dst, tpd_dtype dst_dt, const void *src,
+                   tpd_dtype src_dt, size_t n);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,100 @@
+/* The backend-independent side of comm.h: accessors, and one function per op that calls
+ * the communicator's table. */
 #include "parallel/comm.h"
 
 #include <stdio.h>
+
+#include "parallel/comm_internal.h"
+
+int tpd_comm_rank(const tpd_comm *c) {
+    return c->rank;
+}
+
+int tpd_comm_size(const tpd_comm *c) {
+    return c->size;
+}
+
+const char *tpd_comm_name(const tpd_comm *c) {
+    return c->name;
+}
+
+const char *tpd_comm_backend(const tpd_comm *c) {
+    return c->ops->name;
+}
+
+tpd_status tpd_comm_allreduce(tpd_comm *c, const void *send, void *recv, size_t count,
+                              tpd_dtype dt, tpd_comm_op op, void *stream) {
+    return c->ops->allreduce(c, send, recv, count, dt, op, stream);
+}
+
+tpd_status tpd_comm_reduce_scatter(tpd_comm *c, const void *send, void *recv,
+                                   size_t recvcount, tpd_dtype dt, tpd_comm_op op,
+                                   void *stream) {
+    return c->ops->reduce_scatter(c, send, recv, recvcount, dt, op, stream);
+}
+
+tpd_status tpd_comm_allgather(tpd_comm *c, const void *send, void *recv, size_t sendcount,
+                              tpd_dtype dt, void *stream) {
+    return c->ops->allgather(c, send, recv, sendcount, dt, stream);
+}
+
+tpd_status tpd_comm_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int root,
+                              void *stream) {
+    return c->ops->broadcast(c, buf, count, dt, root, stream);
+}
+
+int tpd_comm_is_host(const tpd_comm *c) {
+    return c && c->ops->gather != NULL;
+}
+
+static tpd_status host_only(const tpd_comm *c, const char *what) {
+    tpd_log_error("comm %s (%s): %s is available on host (MPI) communicators only", c->name,
+                  c->ops->name, what);
+    return TPD_ERR_UNSUPPORTED;
+}
+
+tpd_status tpd_comm_gather(tpd_comm *c, const void *send, void *recv, size_t count,
+                           tpd_dtype dt, int root) {
+    if (!c->ops->gather) return host_only(c, "gather");
+    return c->ops->gather(c, send, recv, count, dt, root);
+}
+
+tpd_status tpd_comm_gatherv(tpd_comm *c, const void *send, size_t sendcount, void *recv,
+                            const size_t *counts, const size_t *displs, tpd_dtype dt,
+                            int root) {
+    if (!c->ops->gatherv) return host_only(c, "gatherv");
+    return c->ops->gatherv(c, send, sendcount, recv, counts, displs, dt, root);
+}
+
+tpd_status tpd_comm_isend(tpd_comm *c, const void *buf, size_t count, tpd_dtype dt, int peer,
+                          int tag, void *stream, tpd_comm_req **req_p) {
+    return c->ops->isend(c, buf, count, dt, peer, tag, stream, req_p);
+}
+
+tpd_status tpd_comm_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer,
+                          int tag, void *stream, tpd_comm_req **req_p) {
+    return c->ops->irecv(c, buf, count, dt, peer, tag, stream, req_p);
+}
+
+tpd_status tpd_comm_wait(tpd_comm *c, tpd_comm_req *req) {
+    return c->ops->wait(c, req);
+}
+
+tpd_status tpd_comm_group_start(tpd_comm *c) {
+    return c->ops->group_start(c);
+}
+
+tpd_status tpd_comm_group_end(tpd_comm *c) {
+    return c->ops->group_end(c);
+}
+
+tpd_status tpd_comm_barrier(tpd_comm *c) {
+    return c->ops->barrier(c);
+}
+
+tpd_status tpd_comm_sync(tpd_comm *c, void *stream) {
+    return c->ops->sync(c, stream);
+}
 
 tpd_status tpd_comm_split(tpd_comm *parent, int color, int key, const char *name,
                           tpd_comm **out_p) {
@@ -9,4 +103,12 @@ tpd_status tpd_comm_split(tpd_comm *parent, int color, int key, const char *name
     if (c) snprintf(c->name, sizeof c->name, "%s", name);
     *out_p = c;
     return TPD_OK;
+}
+
+void tpd_comm_abort(tpd_comm *c) {
+    if (c) c->ops->abort(c);
+}
+
+void tpd_comm_destroy(tpd_comm *c) {
+    if (c) c->ops->destroy(c);
 }

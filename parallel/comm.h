@@ -1,19 +1,25 @@
-/* The communicator interface: an ops table plus a context, one handle per group.
+/* The communicator interface: an opaque handle per group, behind which sit a backend's
+ * ops table and context (parallel/comm_internal.h). Callers use the functions below.
  *
  * Each parallel dimension (TP, DP, PP, embedding, model-parallel) gets its own
  * communicator split from the world one (tpd_comm_split); there is never a shared one.
  *
  * Completion semantics, chosen so that the NCCL backend fits the same calls:
- * - Every call takes a `stream` (NULL on the MPI backend, a cudaStream_t on NCCL). Calls
- *   are ordered on that stream. On MPI they have completed when the call returns; on
- *   NCCL they have been enqueued, and ->sync(stream) waits.
- * - Point-to-point: isend/irecv return a request that ->wait completes. A send never
- *   blocks the caller (MPI: MPI_Isend; NCCL: enqueued on a communication stream), so
- *   the pipeline's action lists can post sends eagerly and only receives wait.
+ * - Every data call takes a `stream` (NULL on the MPI backend, a cudaStream_t on NCCL).
+ *   Calls are ordered on that stream. On MPI they have completed when the call returns;
+ *   on NCCL they have been enqueued, and tpd_comm_sync(stream) waits.
+ * - Point-to-point: isend/irecv return a request that tpd_comm_wait completes. A send
+ *   never blocks the caller (MPI: MPI_Isend; NCCL: enqueued on a communication stream),
+ *   so the pipeline's action lists can post sends eagerly and only receives wait.
  * - group_start/group_end bracket several p2p calls that must be issued together
  *   (NCCL requires it for paired send/recv; MPI posts them non-blocking anyway).
+ * - gather and gatherv are host-only (MPI and self backends): traces, sweep records,
+ *   calibration.
  * - abort tears a communicator down without waiting for peers; used when a collective
- *   failed or timed out, so no rank hangs. */
+ *   failed or timed out, so no rank hangs.
+ *
+ * Counts are elements of the dtype; TPD_DTYPE_U8 moves bytes (structs, strings) and
+ * TPD_DTYPE_F64 host scalars (norms, timings) without rounding. */
 #ifndef TPD_PARALLEL_COMM_H
 #define TPD_PARALLEL_COMM_H
 
@@ -29,66 +35,86 @@ extern "C" {
 typedef enum tpd_comm_op {
     TPD_COMM_OP_SUM = 0,
     TPD_COMM_OP_MAX = 1,
+    TPD_COMM_OP_MIN = 2,
 } tpd_comm_op;
 
-typedef struct tpd_comm tpd_comm;
-typedef struct tpd_comm_ctx tpd_comm_ctx; /* backend-private */
+typedef struct tpd_comm tpd_comm;         /* opaque */
 typedef struct tpd_comm_req tpd_comm_req; /* backend-private */
 
-typedef struct tpd_comm_ops {
-    const char *name;
-    tpd_status (*allreduce)(tpd_comm *c, const void *send, void *recv, size_t count,
-                            tpd_dtype dt, tpd_comm_op op, void *stream);
-    /* recv gets this rank's `recvcount` block of the reduction of send (size*recvcount). */
-    tpd_status (*reduce_scatter)(tpd_comm *c, const void *send, void *recv, size_t recvcount,
-                                 tpd_dtype dt, tpd_comm_op op, void *stream);
-    /* recv (size*sendcount) gets every rank's send block in rank order. */
-    tpd_status (*allgather)(tpd_comm *c, const void *send, void *recv, size_t sendcount,
-                            tpd_dtype dt, void *stream);
-    tpd_status (*broadcast)(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int root,
-                            void *stream);
-    tpd_status (*isend)(tpd_comm *c, const void *buf, size_t count, tpd_dtype dt, int peer,
-                        int tag, void *stream, tpd_comm_req **req_p);
-    tpd_status (*irecv)(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer, int tag,
-                        void *stream, tpd_comm_req **req_p);
-    /* Completes and frees a request. NULL is a no-op. */
-    tpd_status (*wait)(tpd_comm *c, tpd_comm_req *req);
-    tpd_status (*group_start)(tpd_comm *c);
-    tpd_status (*group_end)(tpd_comm *c);
-    tpd_status (*barrier)(tpd_comm *c);
-    tpd_status (*sync)(tpd_comm *c, void *stream);
-    /* New communicator of the ranks that pass the same color, ordered by key. */
-    tpd_status (*split)(tpd_comm *c, int color, int key, tpd_comm **out_p);
-    void (*abort)(tpd_comm *c);
-    void (*destroy)(tpd_comm *c);
-} tpd_comm_ops;
+int tpd_comm_rank(const tpd_comm *c); /* in this communicator */
+int tpd_comm_size(const tpd_comm *c);
+/* "world", "tp", "dp", "pp", "emb", "mp": used in error messages. */
+const char *tpd_comm_name(const tpd_comm *c);
+/* The backend behind it: "mpi", "nccl", "staged" or "self". */
+const char *tpd_comm_backend(const tpd_comm *c);
 
-struct tpd_comm {
-    const tpd_comm_ops *ops;
-    tpd_comm_ctx *ctx;
-    int rank; /* in this communicator */
-    int size;
-    char name[16]; /* "world", "tp", "dp", "pp", "emb", "mp": used in error messages */
-};
+tpd_status tpd_comm_allreduce(tpd_comm *c, const void *send, void *recv, size_t count,
+                              tpd_dtype dt, tpd_comm_op op, void *stream);
+/* recv gets this rank's `recvcount` block of the reduction of send (size*recvcount). */
+tpd_status tpd_comm_reduce_scatter(tpd_comm *c, const void *send, void *recv,
+                                   size_t recvcount, tpd_dtype dt, tpd_comm_op op,
+                                   void *stream);
+/* recv (size*sendcount) gets every rank's send block in rank order. */
+tpd_status tpd_comm_allgather(tpd_comm *c, const void *send, void *recv, size_t sendcount,
+                              tpd_dtype dt, void *stream);
+tpd_status tpd_comm_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int root,
+                              void *stream);
+/* Host only. recv (size*count, root only; may be NULL elsewhere) gets every rank's send
+ * block in rank order. */
+tpd_status tpd_comm_gather(tpd_comm *c, const void *send, void *recv, size_t count,
+                           tpd_dtype dt, int root);
+/* Host only. Rank r sends counts[r] elements; root's recv gets them at displs[r]
+ * (elements). counts and displs are read on the root only. */
+tpd_status tpd_comm_gatherv(tpd_comm *c, const void *send, size_t sendcount, void *recv,
+                            const size_t *counts, const size_t *displs, tpd_dtype dt,
+                            int root);
+tpd_status tpd_comm_isend(tpd_comm *c, const void *buf, size_t count, tpd_dtype dt, int peer,
+                          int tag, void *stream, tpd_comm_req **req_p);
+tpd_status tpd_comm_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer,
+                          int tag, void *stream, tpd_comm_req **req_p);
+/* Completes and frees a request. NULL is a no-op. */
+tpd_status tpd_comm_wait(tpd_comm *c, tpd_comm_req *req);
+tpd_status tpd_comm_group_start(tpd_comm *c);
+tpd_status tpd_comm_group_end(tpd_comm *c);
+tpd_status tpd_comm_barrier(tpd_comm *c);
+tpd_status tpd_comm_sync(tpd_comm *c, void *stream);
 
-/* MPI backend. Wraps MPI_COMM_WORLD (MPI must be initialized by the caller). */
-tpd_status tpd_comm_mpi_world(tpd_comm **world_p);
-
-/* Watchdog: a blocking MPI call that takes longer than timeout_s makes the process log
- * and exit with TPD_EXIT_COMM (<= 0 disables). */
-void tpd_comm_mpi_set_timeout(double timeout_s);
-/* Pointer to the MPI_Comm of an MPI-backed communicator, NULL otherwise. */
-void *tpd_comm_mpi_handle(tpd_comm *c);
-
-/* Split helper that names the child. */
+/* New communicator of the ranks that pass the same color (< 0: not a member, *out_p =
+ * NULL), ordered by key, named `name`. Collective over parent. */
 tpd_status tpd_comm_split(tpd_comm *parent, int color, int key, const char *name,
                           tpd_comm **out_p);
+/* Tears the communicator down without waiting for peers. */
+void tpd_comm_abort(tpd_comm *c);
+/* Frees the communicator (a no-op for NULL). */
+void tpd_comm_destroy(tpd_comm *c);
 
-/* Convenience wrappers (NULL stream). */
-static inline tpd_status tpd_comm_allreduce(tpd_comm *c, const void *send, void *recv,
-                                            size_t count, tpd_dtype dt, tpd_comm_op op) {
-    return c->ops->allreduce(c, send, recv, count, dt, op, NULL);
-}
+/* 1 when c works on host memory (MPI or self): gather and gatherv are available. */
+int tpd_comm_is_host(const tpd_comm *c);
+
+/* A communicator of this process alone, without MPI (rank 0 of 1, host memory):
+ * collectives copy, splits give another one, point-to-point is unsupported. For
+ * single-process tools, and tests that must not start MPI. */
+tpd_status tpd_comm_self_create(tpd_comm **c_p);
+
+/* ---- the MPI backend ----
+ * MPI start-up lives here and nowhere else: no file outside parallel/ includes <mpi.h>. */
+
+/* Initializes MPI (thread level FUNNELED) unless it is already, and wraps
+ * MPI_COMM_WORLD as "world". */
+tpd_status tpd_comm_mpi_start(tpd_comm **world_p);
+/* Destroys world and finalizes MPI when tpd_comm_mpi_start initialized it. */
+void tpd_comm_mpi_finish(tpd_comm *world);
+/* Takes the whole job down with `code` (MPI_Abort on the world): for a rank that failed
+ * while others may wait inside a collective. */
+void tpd_comm_mpi_abort_job(int code);
+/* Wraps MPI_COMM_WORLD (MPI must be initialized by the caller). */
+tpd_status tpd_comm_mpi_world(tpd_comm **world_p);
+/* The ranks of c that share this node (MPI_Comm_split_type, shared memory), named
+ * "node". Collective over c, which must be MPI-backed. */
+tpd_status tpd_comm_mpi_split_node(tpd_comm *c, tpd_comm **node_p);
+/* Watchdog: a blocking MPI call that takes longer than timeout_s makes the process log
+ * and leave with TPD_EXIT_COMM through tpd_fatal (base/fatal.h) (<= 0 disables). */
+void tpd_comm_mpi_set_timeout(double timeout_s);
 
 #ifdef __cplusplus
 }

@@ -2,12 +2,14 @@
  *
  * Errors: communicators use MPI_ERRORS_RETURN so that a failure is logged with the
  * group's name before the process leaves. A watchdog thread bounds every blocking call by
- * the timeout given to tpd_comm_mpi_set_timeout: past it the process logs and exits with
- * TPD_EXIT_COMM, and the launcher (mpirun, srun) tears the job down, so no rank waits
+ * the timeout given to tpd_comm_mpi_set_timeout: past it the process logs and leaves with
+ * TPD_EXIT_COMM through tpd_fatal, and the launcher (mpirun, srun) tears the job down, so no rank waits
  * forever on a dead peer. */
 #include "parallel/comm.h"
+#include "parallel/comm_internal.h"
 
 #include "base/bf16.h"
+#include "base/fatal.h"
 #include "base/clock.h"
 
 #include <mpi.h>
@@ -46,8 +48,8 @@ static void *watchdog_main(void *arg) {
                           "a peer rank is dead or stuck. Aborting.",
                           (const char *)g_wd.busy_what, g_wd.timeout_s);
             /* Other ranks are blocked in the same collective: leaving is the only way to
-             * let the launcher tear the job down. */
-            _exit(TPD_EXIT_COMM);
+             * let the launcher tear the job down (base/fatal.h). */
+            tpd_fatal(TPD_EXIT_COMM, "MPI watchdog");
         }
     }
     return NULL;
@@ -91,19 +93,25 @@ static tpd_status map_types(tpd_comm *c, tpd_dtype dt, tpd_comm_op op, MPI_Datat
     case TPD_DTYPE_F32: *mdt = MPI_FLOAT; break;
     case TPD_DTYPE_I32: *mdt = MPI_INT32_T; break;
     case TPD_DTYPE_BF16: *mdt = MPI_UINT16_T; break;
+    case TPD_DTYPE_U8: *mdt = MPI_UINT8_T; break;
+    case TPD_DTYPE_F64: *mdt = MPI_DOUBLE; break;
     default:
         tpd_log_error("comm %s: unsupported dtype %d", c->name, (int)dt);
         return TPD_ERR_INVALID;
     }
     if (!mop) return TPD_OK;
     if (dt == TPD_DTYPE_BF16) {
+        if (op == TPD_COMM_OP_MIN) {
+            tpd_log_error("comm %s: no bf16 minimum", c->name);
+            return TPD_ERR_INVALID;
+        }
         if (g_bf16_ops[0] == MPI_OP_NULL) {
             MPI_Op_create(bf16_sum, 1, &g_bf16_ops[0]);
             MPI_Op_create(bf16_max, 1, &g_bf16_ops[1]);
         }
         *mop = g_bf16_ops[op == TPD_COMM_OP_MAX];
     } else {
-        *mop = op == TPD_COMM_OP_MAX ? MPI_MAX : MPI_SUM;
+        *mop = op == TPD_COMM_OP_MAX ? MPI_MAX : op == TPD_COMM_OP_MIN ? MPI_MIN : MPI_SUM;
     }
     return TPD_OK;
 }
@@ -126,6 +134,13 @@ static tpd_status mpi_fail(tpd_comm *c, const char *what, int rc) {
 
 /* MPI counts are int: large buffers go in chunks. */
 #define CHUNK ((size_t)1 << 30)
+
+/* A count that MPI takes as one int; larger ones are an error naming the call. */
+static tpd_status int_count(tpd_comm *c, const char *what, size_t count) {
+    if (count <= (size_t)INT32_MAX) return TPD_OK;
+    tpd_log_error("comm %s: %s of %zu elements exceeds MPI's int count", c->name, what, count);
+    return TPD_ERR_UNSUPPORTED;
+}
 
 static tpd_status m_allreduce(tpd_comm *c, const void *send, void *recv, size_t count,
                               tpd_dtype dt, tpd_comm_op op, void *stream) {
@@ -150,11 +165,7 @@ static tpd_status m_reduce_scatter(tpd_comm *c, const void *send, void *recv,
     MPI_Datatype mdt;
     MPI_Op mop;
     TPD_CHECK(map_types(c, dt, op, &mdt, &mop));
-    if (recvcount > (size_t)INT32_MAX) {
-        tpd_log_error("comm %s: reduce-scatter block of %zu elements exceeds MPI's int count",
-                      c->name, recvcount);
-        return TPD_ERR_UNSUPPORTED;
-    }
+    TPD_CHECK(int_count(c, "reduce-scatter block", recvcount));
     size_t bytes = recvcount * tpd_dtype_size(dt);
     if ((const char *)recv == (const char *)send + (size_t)c->rank * bytes) {
         /* In place (NCCL's convention: recv is this rank's block of send). MPI's in-place
@@ -175,11 +186,7 @@ static tpd_status m_allgather(tpd_comm *c, const void *send, void *recv, size_t 
     (void)stream;
     MPI_Datatype mdt;
     TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
-    if (sendcount > (size_t)INT32_MAX) {
-        tpd_log_error("comm %s: all-gather block of %zu elements exceeds MPI's int count",
-                      c->name, sendcount);
-        return TPD_ERR_UNSUPPORTED;
-    }
+    TPD_CHECK(int_count(c, "all-gather block", sendcount));
     /* In place when send is this rank's block of recv. */
     const char *mine = (const char *)recv + (size_t)c->rank * sendcount * tpd_dtype_size(dt);
     const void *s = (const char *)send == mine ? MPI_IN_PLACE : send;
@@ -202,11 +209,64 @@ static tpd_status m_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype dt
     return TPD_OK;
 }
 
+static tpd_status m_gather(tpd_comm *c, const void *send, void *recv, size_t count,
+                           tpd_dtype dt, int root) {
+    MPI_Datatype mdt;
+    TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
+    TPD_CHECK(int_count(c, "gather block", count));
+    MPI_CALL(c, "gather",
+             MPI_Gather(send, (int)count, mdt, recv, (int)count, mdt, root, c->ctx->comm));
+    return TPD_OK;
+}
+
+static tpd_status m_gatherv(tpd_comm *c, const void *send, size_t sendcount, void *recv,
+                            const size_t *counts, const size_t *displs, tpd_dtype dt,
+                            int root) {
+    MPI_Datatype mdt;
+    TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
+    TPD_CHECK(int_count(c, "gatherv block", sendcount));
+    int *ic = NULL, *id = NULL, ok = 1;
+    if (c->rank == root) {
+        ic = malloc((size_t)c->size * sizeof *ic);
+        id = malloc((size_t)c->size * sizeof *id);
+        ok = ic && id;
+        for (int r = 0; ok && r < c->size; r++) {
+            ok = counts[r] <= (size_t)INT32_MAX && displs[r] <= (size_t)INT32_MAX;
+            if (ok) {
+                ic[r] = (int)counts[r];
+                id[r] = (int)displs[r];
+            }
+        }
+    }
+    /* every rank learns whether the root can receive before anyone sends */
+    tpd_status st = TPD_OK;
+    busy_begin("gatherv");
+    int rc = MPI_Bcast(&ok, 1, MPI_INT, root, c->ctx->comm);
+    busy_end();
+    if (rc != MPI_SUCCESS) {
+        st = mpi_fail(c, "gatherv", rc);
+    } else if (!ok) {
+        if (c->rank == root)
+            tpd_log_error("comm %s: gatherv of more than MPI's int count (or out of memory)",
+                          c->name);
+        st = TPD_ERR_UNSUPPORTED;
+    } else {
+        busy_begin("gatherv");
+        rc = MPI_Gatherv(send, (int)sendcount, mdt, recv, ic, id, mdt, root, c->ctx->comm);
+        busy_end();
+        if (rc != MPI_SUCCESS) st = mpi_fail(c, "gatherv", rc);
+    }
+    free(ic);
+    free(id);
+    return st;
+}
+
 static tpd_status m_isend(tpd_comm *c, const void *buf, size_t count, tpd_dtype dt, int peer,
                           int tag, void *stream, tpd_comm_req **req_p) {
     (void)stream;
     MPI_Datatype mdt;
     TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
+    TPD_CHECK(int_count(c, "send", count));
     tpd_comm_req *r = malloc(sizeof *r);
     if (!r) return TPD_ERR_NOMEM;
     int rc = MPI_Isend(buf, (int)count, mdt, peer, tag, c->ctx->comm, &r->req);
@@ -223,6 +283,7 @@ static tpd_status m_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, in
     (void)stream;
     MPI_Datatype mdt;
     TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
+    TPD_CHECK(int_count(c, "receive", count));
     tpd_comm_req *r = malloc(sizeof *r);
     if (!r) return TPD_ERR_NOMEM;
     int rc = MPI_Irecv(buf, (int)count, mdt, peer, tag, c->ctx->comm, &r->req);
@@ -289,6 +350,8 @@ static const tpd_comm_ops g_mpi_ops = {
     .reduce_scatter = m_reduce_scatter,
     .allgather = m_allgather,
     .broadcast = m_broadcast,
+    .gather = m_gather,
+    .gatherv = m_gatherv,
     .isend = m_isend,
     .irecv = m_irecv,
     .wait = m_wait,
@@ -335,4 +398,52 @@ tpd_status tpd_comm_mpi_world(tpd_comm **world_p) {
 
 void *tpd_comm_mpi_handle(tpd_comm *c) {
     return c && c->ops == &g_mpi_ops ? (void *)&c->ctx->comm : NULL;
+}
+
+static int is_mpi(const tpd_comm *c) {
+    return c && c->ops == &g_mpi_ops;
+}
+
+/* 1 when tpd_comm_mpi_start initialized MPI (and so finalizes it). */
+static int g_started_mpi;
+
+tpd_status tpd_comm_mpi_start(tpd_comm **world_p) {
+    int init = 0, provided = 0;
+    MPI_Initialized(&init);
+    if (!init) {
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+            tpd_log_error("comm: MPI_Init_thread failed");
+            return TPD_ERR_COMM;
+        }
+        g_started_mpi = 1;
+    }
+    return tpd_comm_mpi_world(world_p);
+}
+
+void tpd_comm_mpi_finish(tpd_comm *world) {
+    tpd_comm_destroy(world);
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (g_started_mpi && !fin) MPI_Finalize();
+    g_started_mpi = 0;
+}
+
+void tpd_comm_mpi_abort_job(int code) {
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+tpd_status tpd_comm_mpi_split_node(tpd_comm *c, tpd_comm **node_p) {
+    if (!is_mpi(c)) {
+        tpd_log_error("comm %s: the node split needs an MPI communicator", c->name);
+        return TPD_ERR_UNSUPPORTED;
+    }
+    MPI_Comm nc;
+    MPI_CALL(c, "node split",
+             MPI_Comm_split_type(c->ctx->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
+                                 &nc));
+    tpd_comm *n = NULL;
+    TPD_CHECK(wrap(nc, &n));
+    snprintf(n->name, sizeof n->name, "node");
+    *node_p = n;
+    return TPD_OK;
 }

@@ -6,6 +6,9 @@
  * `nccl_shared` record: the registry of live communicators, the timeout, and the watchdog
  * thread (see comm_nccl.h for why it is the one place that exits the process). */
 #include "parallel/comm_nccl.h"
+#include "parallel/comm_internal.h"
+
+#include "base/fatal.h"
 #include "base/clock.h"
 
 #include <mpi.h>
@@ -241,9 +244,9 @@ static void *watchdog_main(void *arg) {
                               bad_name, sh->timeout_s);
             abort_all_locked(sh);
             /* The main thread may be blocked in a stream synchronization that nothing else
-             * will release; _exit skips atexit handlers that could block on CUDA teardown. */
+             * will release: leave (base/fatal.h). */
             fflush(NULL);
-            _exit(TPD_EXIT_COMM);
+            tpd_fatal(TPD_EXIT_COMM, "NCCL watchdog");
         }
         pthread_mutex_unlock(&sh->mu);
     }
@@ -324,9 +327,14 @@ static void shared_free(nccl_shared *sh) {
     free(sh);
 }
 
-tpd_status tpd_comm_nccl_world(void *mpi_comm, int local_rank, double timeout_s,
+tpd_status tpd_comm_nccl_world(tpd_comm *mpi_world, int local_rank, double timeout_s,
                                tpd_comm **world_p) {
-    MPI_Comm mc = mpi_comm != NULL ? *(MPI_Comm *)mpi_comm : MPI_COMM_WORLD;
+    void *handle = mpi_world != NULL ? tpd_comm_mpi_handle(mpi_world) : NULL;
+    if (mpi_world != NULL && handle == NULL) {
+        tpd_log_error("comm world (nccl): the bootstrap needs an MPI communicator");
+        return TPD_ERR_INVALID;
+    }
+    MPI_Comm mc = handle != NULL ? *(MPI_Comm *)handle : MPI_COMM_WORLD;
     int rank = 0, size = 0, ndev = 0;
     MPI_Comm_rank(mc, &rank);
     MPI_Comm_size(mc, &size);
@@ -495,6 +503,12 @@ static tpd_status map_dtype(tpd_comm *c, tpd_dtype dt, ncclDataType_t *out) {
         return TPD_OK;
     case TPD_DTYPE_I32:
         *out = ncclInt32;
+        return TPD_OK;
+    case TPD_DTYPE_U8:
+        *out = ncclUint8;
+        return TPD_OK;
+    case TPD_DTYPE_F64:
+        *out = ncclFloat64;
         return TPD_OK;
     }
     tpd_log_error("comm %s (nccl): unsupported dtype %d", c->name, (int)dt);

@@ -27,12 +27,12 @@
 extern "C" {
 #endif
 
-/* World communicator over NCCL. mpi_comm points to the MPI_Comm whose ranks form the world
+/* World communicator over NCCL. mpi_world: the MPI communicator whose ranks form the world
  * (NULL = MPI_COMM_WORLD; MPI must be initialized). Rank 0 creates the unique id and
  * broadcasts it over MPI; every rank then selects device local_rank and joins with a
  * non-blocking ncclCommInitRankConfig, polled until it completes, fails, or timeout_s
  * passes. timeout_s also bounds every later operation (<= 0: no timeout, errors only). */
-tpd_status tpd_comm_nccl_world(void *mpi_comm, int local_rank, double timeout_s,
+tpd_status tpd_comm_nccl_world(tpd_comm *mpi_world, int local_rank, double timeout_s,
                                tpd_comm **world_p);
 
 /* 1 when NCCL can serve this node: NCCL refuses two ranks of one communicator on the same

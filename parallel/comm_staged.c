@@ -6,6 +6,7 @@
  * is queued on the caller's stream after the work that produced the data and waited for,
  * and the result is copied back and waited for before returning. */
 #include "parallel/comm_nccl.h"
+#include "parallel/comm_internal.h"
 
 #include "base/bf16.h"
 
@@ -41,9 +42,6 @@ static tpd_status cuda_check(tpd_comm *c, cudaError_t e, const char *what) {
     return TPD_ERR_BACKEND;
 }
 
-static size_t dtype_bytes(tpd_dtype dt) {
-    return dt == TPD_DTYPE_BF16 ? 2 : 4;
-}
 
 static tpd_status host_buf(tpd_comm *c, int which, size_t bytes, void **p) {
     staged_ctx *x = CTX(c);
@@ -91,10 +89,10 @@ static tpd_status staged_reduce(tpd_comm *c, red_kind kind, const void *send, vo
                                 size_t in_count, size_t out_count, tpd_dtype dt, tpd_comm_op op,
                                 void *stream) {
     tpd_comm *m = CTX(c)->mpi;
-    size_t es = dtype_bytes(dt);
+    size_t es = tpd_dtype_size(dt);
     void *h_in = NULL, *h_out = NULL, *h_raw = NULL;
     tpd_dtype mdt = dt == TPD_DTYPE_BF16 ? TPD_DTYPE_F32 : dt;
-    size_t mes = dtype_bytes(mdt);
+    size_t mes = tpd_dtype_size(mdt);
     TPD_CHECK(host_buf(c, 0, in_count * es, &h_raw));
     TPD_CHECK(to_host(c, h_raw, send, in_count * es, stream));
     if (dt == TPD_DTYPE_BF16) {
@@ -105,9 +103,9 @@ static tpd_status staged_reduce(tpd_comm *c, red_kind kind, const void *send, vo
     }
     TPD_CHECK(host_buf(c, 2, out_count * mes, &h_out));
     if (kind == RED_ALLREDUCE)
-        TPD_CHECK(m->ops->allreduce(m, h_in, h_out, out_count, mdt, op, NULL));
+        TPD_CHECK(tpd_comm_allreduce(m, h_in, h_out, out_count, mdt, op, NULL));
     else
-        TPD_CHECK(m->ops->reduce_scatter(m, h_in, h_out, out_count, mdt, op, NULL));
+        TPD_CHECK(tpd_comm_reduce_scatter(m, h_in, h_out, out_count, mdt, op, NULL));
     if (dt == TPD_DTYPE_BF16) {
         /* h_raw (buffer 0) held in_count >= out_count bf16: reuse it for the result. */
         f32_to_bf16((uint16_t *)h_raw, (const float *)h_out, out_count);
@@ -132,23 +130,23 @@ static tpd_status staged_reduce_scatter(tpd_comm *c, const void *send, void *rec
 static tpd_status staged_allgather(tpd_comm *c, const void *send, void *recv, size_t sendcount,
                                    tpd_dtype dt, void *stream) {
     tpd_comm *m = CTX(c)->mpi;
-    size_t es = dtype_bytes(dt);
+    size_t es = tpd_dtype_size(dt);
     void *h_in = NULL, *h_out = NULL;
     TPD_CHECK(host_buf(c, 0, sendcount * es, &h_in));
     TPD_CHECK(host_buf(c, 1, sendcount * es * (size_t)c->size, &h_out));
     TPD_CHECK(to_host(c, h_in, send, sendcount * es, stream));
-    TPD_CHECK(m->ops->allgather(m, h_in, h_out, sendcount, dt, NULL));
+    TPD_CHECK(tpd_comm_allgather(m, h_in, h_out, sendcount, dt, NULL));
     return to_device(c, recv, h_out, sendcount * es * (size_t)c->size, stream);
 }
 
 static tpd_status staged_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int root,
                                    void *stream) {
     tpd_comm *m = CTX(c)->mpi;
-    size_t bytes = count * dtype_bytes(dt);
+    size_t bytes = count * tpd_dtype_size(dt);
     void *h = NULL;
     TPD_CHECK(host_buf(c, 0, bytes, &h));
     if (c->rank == root) TPD_CHECK(to_host(c, h, buf, bytes, stream));
-    TPD_CHECK(m->ops->broadcast(m, h, count, dt, root, NULL));
+    TPD_CHECK(tpd_comm_broadcast(m, h, count, dt, root, NULL));
     if (c->rank != root) TPD_CHECK(to_device(c, buf, h, bytes, stream));
     return TPD_OK;
 }
@@ -156,7 +154,7 @@ static tpd_status staged_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dty
 static tpd_status staged_p2p(tpd_comm *c, int is_send, void *buf, size_t count, tpd_dtype dt,
                              int peer, int tag, void *stream, tpd_comm_req **req_p) {
     tpd_comm *m = CTX(c)->mpi;
-    size_t bytes = count * dtype_bytes(dt);
+    size_t bytes = count * tpd_dtype_size(dt);
     staged_req *q = calloc(1, sizeof *q);
     void *h = malloc(bytes > 0 ? bytes : 1);
     if (q == NULL || h == NULL) {
@@ -171,10 +169,10 @@ static tpd_status staged_p2p(tpd_comm *c, int is_send, void *buf, size_t count, 
     tpd_status st;
     if (is_send) {
         st = to_host(c, h, buf, bytes, stream);
-        if (st == TPD_OK) st = m->ops->isend(m, h, count, dt, peer, tag, NULL, &q->inner);
+        if (st == TPD_OK) st = tpd_comm_isend(m, h, count, dt, peer, tag, NULL, &q->inner);
     } else {
         q->dev = buf;
-        st = m->ops->irecv(m, h, count, dt, peer, tag, NULL, &q->inner);
+        st = tpd_comm_irecv(m, h, count, dt, peer, tag, NULL, &q->inner);
     }
     if (st != TPD_OK) {
         free(h);
@@ -199,7 +197,7 @@ static tpd_status staged_wait(tpd_comm *c, tpd_comm_req *req) {
     if (req == NULL) return TPD_OK;
     staged_req *q = (staged_req *)req;
     tpd_comm *m = CTX(c)->mpi;
-    tpd_status st = m->ops->wait(m, q->inner);
+    tpd_status st = tpd_comm_wait(m, q->inner);
     if (st == TPD_OK && q->dev != NULL) st = to_device(c, q->dev, q->host, q->bytes, q->stream);
     free(q->host);
     free(q);
@@ -208,17 +206,17 @@ static tpd_status staged_wait(tpd_comm *c, tpd_comm_req *req) {
 
 static tpd_status staged_group_start(tpd_comm *c) {
     tpd_comm *m = CTX(c)->mpi;
-    return m->ops->group_start(m);
+    return tpd_comm_group_start(m);
 }
 
 static tpd_status staged_group_end(tpd_comm *c) {
     tpd_comm *m = CTX(c)->mpi;
-    return m->ops->group_end(m);
+    return tpd_comm_group_end(m);
 }
 
 static tpd_status staged_barrier(tpd_comm *c) {
     tpd_comm *m = CTX(c)->mpi;
-    return m->ops->barrier(m);
+    return tpd_comm_barrier(m);
 }
 
 static tpd_status staged_sync(tpd_comm *c, void *stream) {
@@ -236,13 +234,13 @@ static tpd_status staged_split(tpd_comm *c, int color, int key, tpd_comm **out_p
     }
     snprintf(child->name, sizeof child->name, "%s", c->name);
     tpd_status st = tpd_comm_staged_create(child, out_p);
-    if (st != TPD_OK) child->ops->destroy(child);
+    if (st != TPD_OK) tpd_comm_destroy(child);
     return st;
 }
 
 static void staged_abort(tpd_comm *c) {
     tpd_comm *m = CTX(c)->mpi;
-    m->ops->abort(m);
+    tpd_comm_abort(m);
 }
 
 static void staged_destroy(tpd_comm *c) {
@@ -250,7 +248,7 @@ static void staged_destroy(tpd_comm *c) {
     staged_ctx *x = CTX(c);
     for (int i = 0; i < STAGED_BUFS; i++)
         if (x->host[i] != NULL) cudaFreeHost(x->host[i]);
-    if (x->mpi != NULL) x->mpi->ops->destroy(x->mpi);
+    if (x->mpi != NULL) tpd_comm_destroy(x->mpi);
     free(x);
     free(c);
 }

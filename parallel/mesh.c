@@ -109,7 +109,7 @@ undo_splits:
 void tpd_mesh_comms_destroy(tpd_mesh_comms *c) {
     tpd_comm **slots[] = {&c->mp, &c->emb, &c->pp, &c->dp, &c->tp};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
-        if (*slots[i]) (*slots[i])->ops->destroy(*slots[i]);
+        if (*slots[i]) tpd_comm_destroy(*slots[i]);
         *slots[i] = NULL;
     }
 }
@@ -117,7 +117,7 @@ void tpd_mesh_comms_destroy(tpd_mesh_comms *c) {
 void tpd_mesh_comms_abort(tpd_mesh_comms *c) {
     tpd_comm *all[] = {c->mp, c->emb, c->pp, c->dp, c->tp, c->world};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (all[i]) all[i]->ops->abort(all[i]);
+        if (all[i]) tpd_comm_abort(all[i]);
 }
 
 const char *tpd_mesh_launcher_env(int *rank_p, int *world_p, int *local_rank_p) {

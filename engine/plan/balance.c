@@ -53,7 +53,7 @@ static int balanced_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
     stage_costs(cfg, cl, lay, tau, e);
     int dflt[TPD_CONFIG_MAX_STAGES];
     for (int s = 0; s < pp; s++) {
-        dflt[s] = tpd_plan_stage_layers(cfg, pp, s);
+        dflt[s] = tpd_config_split_layers(cfg, pp, s, NULL);
         layers[s] = 1;
     }
     for (int left = L - pp; left > 0; left--) {
@@ -84,7 +84,7 @@ const tpd_config *tpd_plan_result_config(const tpd_config *cfg, const tpd_plan_r
 tpd_status tpd_plan_fit_recompute_layers(const tpd_config *cfg, const tpd_plan_cluster *cl,
                                          tpd_plan_result *res, tpd_config *scratch) {
     const tpd_plan_layout *lay = &res->layout;
-    if (lay->recompute != TPD_PLAN_RECOMPUTE_FULL || cfg->training.recompute_num_layers ||
+    if (lay->recompute != TPD_RECOMPUTE_FULL || cfg->training.recompute_num_layers ||
         !res->fits || lay->virtual_stages > 1)
         return TPD_OK;
     int most = 0;

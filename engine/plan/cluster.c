@@ -5,15 +5,14 @@
  * value fails with "FILE:LINE: KEY: ...". */
 #include "engine/plan/plan.h"
 
+#include "base/file.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
 
-#ifndef TPD_SOURCE_DIR
-#define TPD_SOURCE_DIR "."
-#endif
 
 typedef struct key_spec {
     const char *key;
@@ -96,9 +95,6 @@ static const ew_spec k_ew[] = {
 };
 #define N_EW (sizeof k_ew / sizeof k_ew[0])
 
-const char *tpd_plan_source_dir(void) {
-    return TPD_SOURCE_DIR;
-}
 
 static double curve_at(int n, const double *xs, const double *ys, double flops) {
     if (n <= 0) return 0.7;
@@ -146,11 +142,11 @@ static tpd_status resolve_path(const char *name, char *out, size_t outlen) {
     }
     snprintf(out, outlen, "configs/clusters/%s.yaml", name);
     if (file_exists(out)) return TPD_OK;
-    snprintf(out, outlen, "%s/configs/clusters/%s.yaml", TPD_SOURCE_DIR, name);
+    snprintf(out, outlen, "%s/configs/clusters/%s.yaml", tpd_source_dir(), name);
     if (file_exists(out)) return TPD_OK;
     tpd_log_error("cluster profile '%s' not found: looked for configs/clusters/%s.yaml "
                   "here and in %s",
-                  name, name, TPD_SOURCE_DIR);
+                  name, name, tpd_source_dir());
     return TPD_ERR_IO;
 }
 
@@ -393,11 +389,3 @@ close_file:
     return st;
 }
 
-const char *tpd_plan_recompute_name(tpd_plan_recompute r) {
-    switch (r) {
-    case TPD_PLAN_RECOMPUTE_NONE: return "none";
-    case TPD_PLAN_RECOMPUTE_SELECTIVE: return "selective";
-    case TPD_PLAN_RECOMPUTE_FULL: return "full";
-    }
-    return "?";
-}

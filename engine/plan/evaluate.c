@@ -5,12 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static tpd_plan_recompute recompute_of(const char *s) {
-    if (strcmp(s, "full") == 0) return TPD_PLAN_RECOMPUTE_FULL;
-    if (strcmp(s, "selective") == 0) return TPD_PLAN_RECOMPUTE_SELECTIVE;
-    return TPD_PLAN_RECOMPUTE_NONE;
-}
-
 void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layout *lay_p) {
     const tpd_config_parallel *p = &cfg->parallel;
     tpd_plan_layout l;
@@ -21,10 +15,10 @@ void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layou
     if (l.dp < 1) l.dp = 1;
     l.micro_batch_size = cfg->training.micro_batch_size;
     l.virtual_stages = p->virtual_pipeline_model_parallel_size > 1 &&
-                               strcmp(p->pipeline_schedule, "1f1b") != 0
+                               p->pipeline_schedule != TPD_SCHEDULE_1F1B
                            ? p->virtual_pipeline_model_parallel_size
                            : 1;
-    l.recompute = recompute_of(cfg->training.recompute);
+    l.recompute = cfg->training.recompute;
     l.sequence_parallel = p->sequence_parallel && l.tp > 1;
     l.distributed_optimizer = p->use_distributed_optimizer;
     *lay_p = l;
@@ -33,7 +27,7 @@ void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layou
 void tpd_plan_layout_str(const tpd_plan_layout *l, char *buf, size_t len) {
     snprintf(buf, len, "TP=%d PP=%d DP=%d mbs=%d v=%d recompute=%s SP=%s ZeRO=%s", l->tp,
              l->pp, l->dp, l->micro_batch_size, l->virtual_stages,
-             tpd_plan_recompute_name(l->recompute), l->sequence_parallel ? "on" : "off",
+             tpd_config_choice("training.recompute", l->recompute), l->sequence_parallel ? "on" : "off",
              l->distributed_optimizer ? "on" : "off");
 }
 
@@ -56,7 +50,7 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
         snprintf(why, whylen, "heads %d not divisible by TP %d", m->num_attention_heads, l->tp);
         return 0;
     }
-    if (tpd_plan_stage_layers(cfg, l->pp, 0) < 0) {
+    if (tpd_config_split_layers(cfg, l->pp, 0, NULL) < 0) {
         snprintf(why, whylen, "layers %d fewer than PP %d", m->num_layers, l->pp);
         return 0;
     }

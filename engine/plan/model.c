@@ -10,7 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/model_memory.h"
+#include "engine/model/model_flops.h"
+#include "engine/model/model_memory.h"
 
 double tpd_plan_params_eq2(double l, double h, double V, double s) {
     return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * l * h));
@@ -36,51 +37,29 @@ double tpd_plan_params_count(const tpd_config *cfg) {
            pos * h + 2.0 * h;
 }
 
-int tpd_plan_padded_vocab(const tpd_config *cfg, int tp) {
-    int mult = cfg->model.make_vocab_size_divisible_by > 0
-                   ? cfg->model.make_vocab_size_divisible_by * tp
-                   : tp;
-    return (cfg->model.vocab_size + mult - 1) / mult * mult;
-}
-
-/* Forward matmul FLOPs per token per layer: 2*(4h^2 + 2hf) for the four GEMMs and 4sh
- * for QK^T and AV (Megatron counts the full s x s, not the causal half). At f = 4h and
- * times 3 (forward + backward) this is Megatron's 72h^2(1 + s/(6h)). */
-static double layer_fwd_flops_per_token(const tpd_config *cfg) {
-    double h = cfg->model.hidden_size, s = cfg->model.seq_length;
-    double f = cfg->model.ffn_hidden_size > 0 ? cfg->model.ffn_hidden_size : 4.0 * h;
-    return 2.0 * (4.0 * h * h + 2.0 * h * f) + 4.0 * s * h;
-}
-
-double tpd_plan_model_flops(const tpd_config *cfg, double batch, double vocab) {
-    double tokens = batch * cfg->model.seq_length, h = cfg->model.hidden_size;
-    return 3.0 * tokens * (cfg->model.num_layers * layer_fwd_flops_per_token(cfg) +
-                           2.0 * h * vocab);
-}
-
 double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab,
-                         tpd_plan_recompute r) {
+                         tpd_recompute r) {
     double tokens = batch * cfg->model.seq_length, h = cfg->model.hidden_size;
     double s = cfg->model.seq_length, l = cfg->model.num_layers;
-    double model = tpd_plan_model_flops(cfg, batch, vocab);
+    double model = tpd_model_flops(cfg, batch, vocab);
     switch (r) {
-    case TPD_PLAN_RECOMPUTE_NONE: return model;
-    case TPD_PLAN_RECOMPUTE_SELECTIVE:
+    case TPD_RECOMPUTE_NONE: return model;
+    case TPD_RECOMPUTE_SELECTIVE:
         /* The recomputed QK^T and AV of every layer. */
         return model + tokens * l * 4.0 * s * h;
-    case TPD_PLAN_RECOMPUTE_FULL:
+    case TPD_RECOMPUTE_FULL:
         /* One more forward of every transformer layer; the logits are not recomputed.
          * At f = 4h: 96Bslh^2(1 + s/(6h) + V/(16lh)), SC21 Eq. 3. */
-        return model + tokens * l * layer_fwd_flops_per_token(cfg);
+        return model + tokens * l * tpd_model_layer_fwd_flops_per_token(cfg);
     }
     (void)h;
     return model;
 }
 
 int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage) {
-    if (lay->recompute != TPD_PLAN_RECOMPUTE_FULL) return 0;
+    if (lay->recompute != TPD_RECOMPUTE_FULL) return 0;
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
-    int per_chunk = tpd_plan_stage_layers(cfg, lay->pp, stage) / v;
+    int per_chunk = tpd_config_split_layers(cfg, lay->pp, stage, NULL) / v;
     int n = cfg->training.recompute_num_layers;
     /* Megatron's block method: the first n layers of every model chunk */
     return (n > 0 && n < per_chunk ? n : per_chunk) * v;
@@ -88,26 +67,26 @@ int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay
 
 double tpd_plan_layout_hw_flops(const tpd_config *cfg, const tpd_plan_layout *lay,
                                 double batch, double vocab) {
-    double model = tpd_plan_model_flops(cfg, batch, vocab);
+    double model = tpd_model_flops(cfg, batch, vocab);
     double hw = tpd_plan_hw_flops(cfg, batch, vocab, lay->recompute);
-    if (lay->recompute != TPD_PLAN_RECOMPUTE_FULL || cfg->model.num_layers < 1) return hw;
+    if (lay->recompute != TPD_RECOMPUTE_FULL || cfg->model.num_layers < 1) return hw;
     double recomputed = 0;
     for (int s = 0; s < lay->pp; s++) recomputed += tpd_plan_recomputed_layers(cfg, lay, s);
     return model + (hw - model) * recomputed / cfg->model.num_layers;
 }
 
 double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double a, int tp,
-                                           int sp, tpd_plan_recompute r, int flash) {
+                                           int sp, tpd_recompute r, int flash) {
     double t = tp, sbh = s * b * h;
     /* The 5as/h term is the s x s attention scores, softmax and its dropout mask; flash
      * attention never stores them. */
     double scores = flash ? 0.0 : 5.0 * a * s / h;
     switch (r) {
-    case TPD_PLAN_RECOMPUTE_NONE:
+    case TPD_RECOMPUTE_NONE:
         return sp ? sbh * (34.0 + scores) / t : sbh * (10.0 + 24.0 / t + scores / t);
-    case TPD_PLAN_RECOMPUTE_SELECTIVE:
+    case TPD_RECOMPUTE_SELECTIVE:
         return sp ? 34.0 * sbh / t : sbh * (10.0 + 24.0 / t);
-    case TPD_PLAN_RECOMPUTE_FULL:
+    case TPD_RECOMPUTE_FULL:
         /* Only the layer input is kept (2 bytes per element); with SP it is sharded. */
         return sp ? 2.0 * sbh / t : 2.0 * sbh;
     }
@@ -125,24 +104,6 @@ int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v) {
     return n < micro_batches * v ? n : micro_batches * v;
 }
 
-/* Layers of `stage`: the config's parallel.pipeline_layers when it lists pp stages, else an
- * even split, else (layers not divisible by pp) a balanced uneven one: every stage gets
- * floor(L/pp) and the L%pp extra layers go to the middle stages first, then to the first
- * stage (the embedding is cheap), the last stage (head and loss) last. Train such a layout
- * with the split as parallel.pipeline_layers. -1 when pp < 1 or pp > L. */
-int tpd_plan_stage_layers(const tpd_config *cfg, int pp, int stage) {
-    const tpd_config_parallel *par = &cfg->parallel;
-    int L = cfg->model.num_layers;
-    if (par->num_pipeline_layers == pp && pp > 0 && stage < pp)
-        return par->pipeline_layers[stage];
-    if (pp < 1 || pp > L || stage < 0 || stage >= pp) return -1;
-    int base = L / pp, extra = L % pp;
-    /* rank of this stage in the order that receives the extra layers */
-    int order = stage >= 1 && stage <= pp - 2 ? stage - 1 : (stage == 0 ? pp - 2 : pp - 1);
-    if (pp == 1) order = 0;
-    return base + (order < extra);
-}
-
 /* Parameters held by one rank of `stage`. The first stage holds the token and position
  * embeddings, the last the final LayerNorm and (when pp > 1) its own copy of the tied
  * token embedding. */
@@ -150,8 +111,8 @@ double tpd_plan_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay, 
     const tpd_config_model *m = &cfg->model;
     double h = m->hidden_size, f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
     double pos = m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length;
-    double vp = tpd_plan_padded_vocab(cfg, lay->tp);
-    double n = tpd_plan_stage_layers(cfg, lay->pp, stage) * tpd_plan_layer_params(h, f, lay->tp);
+    double vp = tpd_config_padded_vocab(cfg, lay->tp);
+    double n = tpd_config_split_layers(cfg, lay->pp, stage, NULL) * tpd_plan_layer_params(h, f, lay->tp);
     if (stage == 0) n += vp * h / lay->tp + pos * h;
     if (stage == lay->pp - 1) {
         n += 2.0 * h;
@@ -160,12 +121,8 @@ double tpd_plan_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay, 
     return n;
 }
 
-int tpd_plan_is_bf16(const tpd_config *cfg) {
-    return strcmp(cfg->training.precision, "fp32") != 0;
-}
-
 int tpd_plan_uses_flash(const tpd_config *cfg) {
-    return strcmp(cfg->training.attention, "unfused") != 0;
+    return cfg->training.attention == TPD_ATTENTION_FUSED;
 }
 
 static void analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl,
@@ -173,7 +130,7 @@ static void analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl
                                tpd_plan_stage_mem *out) {
     const tpd_config_model *m = &cfg->model;
     double n = tpd_plan_stage_params(cfg, lay, stage);
-    int bf16 = tpd_plan_is_bf16(cfg);
+    int bf16 = (cfg->training.precision == TPD_PRECISION_BF16);
     double d = lay->distributed_optimizer ? lay->dp : 1.0;
     /* Megatron: bf16 weights + fp32 main grads + fp32 master + Adam m, v = 18 bytes per
      * parameter, 6 + 12/d under ZeRO-1; fp32: 16, 8 + 8/d. */
@@ -190,15 +147,15 @@ static void analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl
     double per_layer = act_scale * tpd_plan_activation_bytes_per_layer(
                                        s, b, h, a, lay->tp, lay->sequence_parallel,
                                        lay->recompute, flash);
-    int layers = tpd_plan_stage_layers(cfg, lay->pp, stage);
+    int layers = tpd_config_split_layers(cfg, lay->pp, stage, NULL);
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
     double chunks = tpd_plan_in_flight(lay->pp, stage, m_micro, v);
     out->activations = per_layer * chunks * layers / v;
-    if (lay->recompute == TPD_PLAN_RECOMPUTE_FULL) {
+    if (lay->recompute == TPD_RECOMPUTE_FULL) {
         /* Backward of one layer rebuilds its full activations first. */
         double whole = act_scale * tpd_plan_activation_bytes_per_layer(
                                        s, b, h, a, lay->tp, lay->sequence_parallel,
-                                       TPD_PLAN_RECOMPUTE_NONE, flash);
+                                       TPD_RECOMPUTE_NONE, flash);
         out->activations += whole;
         /* the block method keeps the layers past the first n whole */
         int kept = layers - tpd_plan_recomputed_layers(cfg, lay, stage);
@@ -213,7 +170,7 @@ static void analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl
     double ws = cl->workspace_bytes;
     if (lay->pp > 1) ws += 4.0 * s * b * h * 2.0 / t;
     if (stage == lay->pp - 1) {
-        double vp = tpd_plan_padded_vocab(cfg, lay->tp);
+        double vp = tpd_config_padded_vocab(cfg, lay->tp);
         ws += 4.0 * s * b * vp / t + 2.0 * s * b * h * 2.0;
     }
     out->workspace = ws;
@@ -229,11 +186,10 @@ static tpd_status cpu_stage_mem(const tpd_config *cfg, const tpd_plan_layout *la
     c.parallel.data_parallel_size = lay->dp;
     c.parallel.use_distributed_optimizer = lay->distributed_optimizer;
     c.parallel.sequence_parallel = lay->sequence_parallel;
-    snprintf(c.training.recompute, sizeof c.training.recompute, "%s",
-             tpd_plan_recompute_name(lay->recompute));
+    c.training.recompute = lay->recompute;
     /* the engine's allocation for the same split the planner times */
     c.parallel.num_pipeline_layers = lay->pp;
-    for (int s = 0; s < lay->pp; s++) c.parallel.pipeline_layers[s] = tpd_plan_stage_layers(cfg, lay->pp, s);
+    for (int s = 0; s < lay->pp; s++) c.parallel.pipeline_layers[s] = tpd_config_split_layers(cfg, lay->pp, s, NULL);
     tpd_mem_breakdown mb;
     TPD_CHECK(tpd_model_memory(&c, lay->tp, lay->pp, lay->dp, stage, &mb));
     out->params = (double)mb.params;
@@ -254,7 +210,7 @@ tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
     res->memory_bytes = 0.0;
     res->max_mem_stage = 0;
     for (int s = 0; s < lay->pp; s++) {
-        res->stage_layers[s] = tpd_plan_stage_layers(cfg, lay->pp, s);
+        res->stage_layers[s] = tpd_config_split_layers(cfg, lay->pp, s, NULL);
         if (cl->backend == TPD_PLAN_BACKEND_CPU) {
             TPD_CHECK(cpu_stage_mem(cfg, lay, s, &res->mem[s]));
         } else {

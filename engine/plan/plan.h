@@ -17,7 +17,7 @@
 #include <stdio.h>
 
 #include "base/status.h"
-#include "engine/config.h"
+#include "engine/config/config.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -93,19 +93,12 @@ double tpd_plan_attention_efficiency(const tpd_plan_cluster *c, double flops);
 tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path,
                                  const char *header);
 
-typedef enum tpd_plan_recompute {
-    TPD_PLAN_RECOMPUTE_NONE = 0,
-    TPD_PLAN_RECOMPUTE_SELECTIVE = 1,
-    TPD_PLAN_RECOMPUTE_FULL = 2,
-} tpd_plan_recompute;
-
-const char *tpd_plan_recompute_name(tpd_plan_recompute r);
 
 typedef struct tpd_plan_layout {
     int tp, pp, dp;
     int micro_batch_size;
     int virtual_stages; /* 1 = plain 1F1B */
-    tpd_plan_recompute recompute;
+    tpd_recompute recompute;
     int sequence_parallel;
     int distributed_optimizer; /* ZeRO-1 */
 } tpd_plan_layout;
@@ -165,21 +158,17 @@ double tpd_plan_params_eq2(double l, double h, double V, double s);
 /* Parameters from the actual tensor shapes (token and position embeddings, per-layer
  * weights, biases and LayerNorms, final LayerNorm; the head is tied), unpadded vocab. */
 double tpd_plan_params_count(const tpd_config *cfg);
-/* Megatron's model FLOPs per iteration for `batch` sequences, and hardware FLOPs that
- * add what the recompute mode recomputes. */
-double tpd_plan_model_flops(const tpd_config *cfg, double batch, double vocab);
+/* Hardware FLOPs per iteration for `batch` sequences: the model FLOPs
+ * (engine/model/model_flops.h) plus what the recompute mode recomputes. */
 double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab,
-                         tpd_plan_recompute r);
+                         tpd_recompute r);
 /* Korthikanti et al. Table 2 activation bytes per transformer layer per micro-batch on
  * one rank (16-bit activations, 1-byte dropout masks). `flash` drops the 5as/h term. */
 double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double a, int tp,
-                                           int sp, tpd_plan_recompute r, int flash);
+                                           int sp, tpd_recompute r, int flash);
 /* Micro-batches (x chunks) whose activations a stage holds at the schedule's peak:
  * 1F1B min(p - stage, M); interleaved min(2(p-stage-1) + (v-1)p + 1, M*v) chunks. */
 int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v);
-/* Layers on pipeline stage `stage` (config's pipeline_layers when it matches pp, else
- * an even split); -1 when they cannot be split. */
-int tpd_plan_stage_layers(const tpd_config *cfg, int pp, int stage);
 /* Layers of `stage` whose full recompute runs: all under recompute full, or the first
  * training.recompute_num_layers of each model chunk; 0 otherwise. */
 int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage);
@@ -228,6 +217,16 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
                                   const tpd_plan_options *opt, int split_bubble,
                                   tpd_plan_result *res);
 
+/* The layout the config itself states (TP, PP, DP for `gpus`, mbs, v, recompute, SP,
+ * ZeRO). */
+void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layout *lay_p);
+/* "TP=8 PP=4 DP=32 mbs=1 v=2 full SP ZeRO" into buf. */
+void tpd_plan_layout_str(const tpd_plan_layout *lay, char *buf, size_t len);
+/* Forward FLOPs of one call of the cpu attention kernel (blocked causal: a block of
+ * query rows sees the keys up to its end), B x NH heads of T x HS; calibration measures
+ * the kernel's rate against it. */
+double tpd_plan_cpu_attention_flops(double B, double T, double NH, double HS);
+
 /* Memory then time of one layout. Invalid layouts come back with fits = 0 and a reason;
  * the status is for failures of the planner itself. */
 tpd_status tpd_plan_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
@@ -275,12 +274,6 @@ char *tpd_plan_json(const tpd_plan_result *r, int n);
 /* Predicted timeline of one step as Chrome trace JSON (plan/trace.h), one process per
  * pipeline stage. */
 tpd_status tpd_plan_write_trace(const tpd_plan_result *r, const char *path);
-
-/* ---- CLI (plan/cli.c) ----
- * tripod plan CONFIG.yaml [overrides] [--cluster NAME|FILE] [--gpus N]
- *             [--layout TP,PP,DP] [--top K] [--json] [--trace FILE] [--ranks]
- * argv[0] is "plan". Returns a process exit code (TPD_EXIT_*). */
-int tpd_plan_cli(int argc, char **argv);
 
 #ifdef __cplusplus
 }

@@ -18,7 +18,7 @@ void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {
         if (r[i].recompute_layers)
             snprintf(rc, sizeof rc, "full:%d", r[i].recompute_layers); /* the block method */
         else
-            snprintf(rc, sizeof rc, "%s", tpd_plan_recompute_name(l->recompute));
+            snprintf(rc, sizeof rc, "%s", tpd_config_choice("training.recompute", l->recompute));
         fprintf(f, "%4d %3d %3d %5d %4d %2d %-9s %-3s %-4s %8.1f %8.3f %11.1f %5.1f%% %10.0f\n",
                 i + 1, l->tp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages,
                 rc, l->sequence_parallel ? "on" : "off",
@@ -97,7 +97,7 @@ static cJSON *result_json(const tpd_plan_result *r) {
     cJSON_AddNumberToObject(o, "micro_batch_size", l->micro_batch_size);
     cJSON_AddNumberToObject(o, "num_micro_batches", r->num_micro_batches);
     cJSON_AddNumberToObject(o, "virtual_stages", l->virtual_stages);
-    cJSON_AddStringToObject(o, "recompute", tpd_plan_recompute_name(l->recompute));
+    cJSON_AddStringToObject(o, "recompute", tpd_config_choice("training.recompute", l->recompute));
     cJSON_AddBoolToObject(o, "sequence_parallel", l->sequence_parallel);
     cJSON_AddBoolToObject(o, "distributed_optimizer", l->distributed_optimizer);
     cJSON_AddBoolToObject(o, "fits", r->fits);

@@ -80,7 +80,7 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
     char why[192], key[sizeof s.reasons[0].key];
     for (int tp = 1; tp <= cl->gpus_per_node && tp <= n; tp++) {
         if (!divides(tp, cl->gpus_per_node) || !divides(tp, n)) continue;
-        tpd_plan_layout base = {tp, 1, 1, 1, 1, TPD_PLAN_RECOMPUTE_NONE, 0, 0};
+        tpd_plan_layout base = {tp, 1, 1, 1, 1, TPD_RECOMPUTE_NONE, 0, 0};
         if (m->num_attention_heads % tp != 0) {
             snprintf(why, sizeof why, "heads %d not divisible by TP %d", m->num_attention_heads, tp);
             reason_key(why, key, sizeof key);
@@ -93,7 +93,7 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
             base.dp = n / (tp * pp);
             base.micro_batch_size = 1;
             base.virtual_stages = 1;
-            if (tpd_plan_stage_layers(cfg, pp, 0) < 0) {
+            if (tpd_config_split_layers(cfg, pp, 0, NULL) < 0) {
                 snprintf(why, sizeof why, "layers %d fewer than PP %d", m->num_layers, pp);
                 reason_key(why, key, sizeof key);
                 reject(&s, key, &base, why);
@@ -127,7 +127,7 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                                 /* SP splits the sequence over TP */
                                 if (sp && m->seq_length % tp) continue;
                                 tpd_plan_layout lay = base;
-                                lay.recompute = (tpd_plan_recompute)rc;
+                                lay.recompute = (tpd_recompute)rc;
                                 lay.sequence_parallel = sp;
                                 lay.distributed_optimizer = zero;
                                 memset(r, 0, sizeof *r);

@@ -1,7 +1,7 @@
 /* The predicted timeline of one step as a Chrome trace: the simulator's start and end of
  * every action of every stage, then the exposed DP reduction and the optimizer step. */
 #include "engine/plan/plan.h"
-#include "engine/plan/trace.h"
+#include "engine/trace/trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>

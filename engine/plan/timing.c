@@ -9,6 +9,7 @@
  * link, and only the part that backward cannot hide is counted; the optimizer step is
  * memory bound. */
 #include "engine/plan/plan.h"
+#include "engine/model/model_flops.h"
 #include "engine/plan/plan_internal.h"
 
 #include <math.h>
@@ -72,7 +73,7 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size;
     double a = m->num_attention_heads, t = lay->tp;
     double f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
-    double e = tpd_plan_is_bf16(cfg) ? 2.0 : 4.0; /* activation element, bytes */
+    double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0; /* activation element, bytes */
     double tok = s * b, sbh = s * b * h, d = h / a;
     double rep = lay->sequence_parallel ? 1.0 / t : 1.0; /* LN/dropout share per rank */
     op_time o = {0.0, 0.0};
@@ -125,8 +126,8 @@ static void ends_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
                       const tpd_plan_layout *lay, int stage, op_time *fwd, op_time *bwd) {
     const tpd_config_model *m = &cfg->model;
     double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size, t = lay->tp;
-    double e = tpd_plan_is_bf16(cfg) ? 2.0 : 4.0;
-    double sbh = s * b * h, vp = tpd_plan_padded_vocab(cfg, lay->tp);
+    double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
+    double sbh = s * b * h, vp = tpd_config_padded_vocab(cfg, lay->tp);
     double bw, lat;
     group_link(cl, lay->tp, 1, &bw, &lat);
     if (stage == 0) {
@@ -159,11 +160,11 @@ void tpd_plan_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
     op_time lf = layer_forward(cfg, cl, lay, 0);
     op_time lb = layer_backward(lf);
     op_time rc = {0.0, 0.0};
-    if (lay->recompute == TPD_PLAN_RECOMPUTE_FULL) rc = lf;
-    if (lay->recompute == TPD_PLAN_RECOMPUTE_SELECTIVE) rc = layer_forward(cfg, cl, lay, 1);
-    double layers = tpd_plan_stage_layers(cfg, lay->pp, stage);
+    if (lay->recompute == TPD_RECOMPUTE_FULL) rc = lf;
+    if (lay->recompute == TPD_RECOMPUTE_SELECTIVE) rc = layer_forward(cfg, cl, lay, 1);
+    double layers = tpd_config_split_layers(cfg, lay->pp, stage, NULL);
     /* full recompute runs on the block method's layers only */
-    double rl = lay->recompute == TPD_PLAN_RECOMPUTE_FULL ? tpd_plan_recomputed_layers(cfg, lay, stage)
+    double rl = lay->recompute == TPD_RECOMPUTE_FULL ? tpd_plan_recomputed_layers(cfg, lay, stage)
                                                           : layers;
     op_time f = {layers * lf.compute, layers * lf.comm};
     op_time b = {layers * lb.compute + rl * rc.compute, layers * lb.comm + rl * rc.comm};
@@ -180,7 +181,7 @@ static double dp_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
                       const tpd_plan_layout *lay, double *params_max_p) {
     double bw, lat, worst = 0.0, nmax = 0.0;
     group_link(cl, lay->dp, lay->tp, &bw, &lat);
-    double pe = tpd_plan_is_bf16(cfg) ? 2.0 : 4.0;
+    double pe = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     for (int s = 0; s < lay->pp; s++) {
         double n = tpd_plan_stage_params(cfg, lay, s);
         double t = lay->distributed_optimizer
@@ -193,7 +194,7 @@ static double dp_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
     if (lay->pp > 1) {
         double ebw, elat;
         group_link(cl, 2, lay->tp * lay->dp * (lay->pp - 1), &ebw, &elat);
-        double emb = 4.0 * tpd_plan_padded_vocab(cfg, lay->tp) * cfg->model.hidden_size / lay->tp;
+        double emb = 4.0 * tpd_config_padded_vocab(cfg, lay->tp) * cfg->model.hidden_size / lay->tp;
         worst += allreduce_time(emb, 2, ebw, elat);
     }
     *params_max_p = nmax;
@@ -205,7 +206,7 @@ static double dp_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
 static double optimizer_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, double params) {
     double shard = lay->distributed_optimizer ? params / lay->dp : params;
-    double per = tpd_plan_is_bf16(cfg) ? 30.0 : 28.0;
+    double per = (cfg->training.precision == TPD_PRECISION_BF16) ? 30.0 : 28.0;
     return mem_time(cl, shard * per + params * 4.0);
 }
 
@@ -286,7 +287,7 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     }
     /* p2p of s*b*h/t elements (Megatron's scatter-gather, or the SP shard) between
      * neighbouring stages, TP*DP ranks apart. */
-    double e = tpd_plan_is_bf16(cfg) ? 2.0 : 4.0;
+    double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     double p2p = 0.0;
     if (lay->pp > 1) {
         double bw, lat;
@@ -317,9 +318,9 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     res->step_time_s = makespan + res->time.dp_comm_exposed + res->time.optimizer;
 
     double gbs = cfg->training.global_batch_size;
-    double vocab = tpd_plan_padded_vocab(cfg, lay->tp);
+    double vocab = tpd_config_padded_vocab(cfg, lay->tp);
     int gpus = lay->tp * lay->pp * lay->dp;
-    res->model_flops = tpd_plan_model_flops(cfg, gbs, vocab);
+    res->model_flops = tpd_model_flops(cfg, gbs, vocab);
     res->hw_flops = tpd_plan_layout_hw_flops(cfg, lay, gbs, vocab);
     res->tflops_per_gpu = res->model_flops / (res->step_time_s * gpus) / 1e12;
     res->hw_tflops_per_gpu = res->hw_flops / (res->step_time_s * gpus) / 1e12;

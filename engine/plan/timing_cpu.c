@@ -15,6 +15,7 @@
  * since the first stage (embedding) and the last (logits, loss) differ. Nothing
  * overlaps on this backend: the DP reduction and the optimizer follow the pipeline. */
 #include "engine/plan/plan.h"
+#include "engine/model/model_flops.h"
 #include "engine/plan/plan_internal.h"
 
 #include <math.h>
@@ -133,7 +134,7 @@ void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double B = lay->micro_batch_size, T = md->seq_length, C = md->hidden_size;
     double F = md->ffn_hidden_size > 0 ? md->ffn_hidden_size : 4.0 * C;
     double NHl = (double)md->num_attention_heads / t, HS = C / md->num_attention_heads;
-    double N = B * T, Cl = C / t, Fl = F / t, Vl = tpd_plan_padded_vocab(cfg, t) / (double)t;
+    double N = B * T, Cl = C / t, Fl = F / t, Vl = tpd_config_padded_vocab(cfg, t) / (double)t;
     double act = 4.0 * N * C; /* bytes of one (N,C) fp32 activation */
     double ar = allreduce(c, act, t, 1);
     /* Sequence parallel: LayerNorms, residual adds and the stage input hold N/t rows;
@@ -164,12 +165,12 @@ void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
                 2 * ew(&m, c->ew_add, 12, NC) + gemm_bwd(&m, N, Cl, C) +
                 ew(&m, c->ew_add, 4, N * C) + c->attn_bwd_ratio * attention_fwd(&m, B, T, NHl, HS) +
                 gemm_bwd(&m, N, C, 3 * Cl) + ew(&m, c->ew_add, 4, N * 3 * Cl);
-    double layers = tpd_plan_stage_layers(cfg, lay->pp, stage);
+    double layers = tpd_config_split_layers(cfg, lay->pp, stage, NULL);
     /* full recompute: each layer's forward runs again, with its two all-reduces, right
      * before its backward */
-    int rc = lay->recompute == TPD_PLAN_RECOMPUTE_FULL;
+    int rc = lay->recompute == TPD_RECOMPUTE_FULL;
     /* selective recompute: the attention forward runs again before its backward */
-    double rs = lay->recompute == TPD_PLAN_RECOMPUTE_SELECTIVE ? attention_fwd(&m, B, T, NHl, HS)
+    double rs = lay->recompute == TPD_RECOMPUTE_SELECTIVE ? attention_fwd(&m, B, T, NHl, HS)
                                                                  : 0.0;
     /* the block method recomputes only the stage's first recompute_num_layers */
     double rl = rc ? tpd_plan_recomputed_layers(cfg, lay, stage) : 0;
@@ -330,7 +331,7 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
         double nb = bucket > 0 ? ceil(padded / bucket) : 0;
         double d = 0;
         if (p > 1 && (s == 0 || s == p - 1))
-            d += allreduce(cl, 4.0 * tpd_plan_padded_vocab(cfg, lay->tp) / lay->tp *
+            d += allreduce(cl, 4.0 * tpd_config_padded_vocab(cfg, lay->tp) / lay->tp *
                                    md->hidden_size,
                            2, lay->tp * lay->dp * (p - 1));
         for (double k = 0; k < nb; k++) {
@@ -365,8 +366,8 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
     res->step_time_s = makespan + dp + optim;
 
     double gbs = cfg->training.global_batch_size;
-    double vocab = tpd_plan_padded_vocab(cfg, lay->tp);
-    res->model_flops = tpd_plan_model_flops(cfg, gbs, vocab);
+    double vocab = tpd_config_padded_vocab(cfg, lay->tp);
+    res->model_flops = tpd_model_flops(cfg, gbs, vocab);
     res->hw_flops = tpd_plan_layout_hw_flops(cfg, lay, gbs, vocab);
     res->tflops_per_gpu = res->model_flops / (res->step_time_s * gpus) / 1e12;
     res->hw_tflops_per_gpu = res->hw_flops / (res->step_time_s * gpus) / 1e12;

@@ -109,7 +109,7 @@ tpd_status tpd_kern_cpu_sumsq(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, si
         return tpd_kern_cpu_reduce(ctx, x, n, TPD_KERN_CPU_REDUCE_SUMSQ_F32, sumsq_p);
     case TPD_DTYPE_BF16:
         return tpd_kern_cpu_reduce(ctx, x, n, TPD_KERN_CPU_REDUCE_SUMSQ_BF16, sumsq_p);
-    case TPD_DTYPE_I32:
+    default:
         break;
     }
     tpd_log_error("sumsq: dtype %s is not supported (f32 or bf16)", tpd_dtype_name(dt));

@@ -142,7 +142,7 @@ static const tpd_kern_ops cpu_ops = {
     .destroy = cpu_destroy,
 };
 
-tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend *backend_p) {
+tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend **backend_p) {
     tpd_kern_config defaults = TPD_KERN_CONFIG_INIT;
     if (cfg == NULL) cfg = &defaults;
     if (cfg->dtype != TPD_DTYPE_F32) {
@@ -156,7 +156,10 @@ tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend *bac
         return TPD_ERR_INVALID;
     }
     tpd_kern_ctx *ctx = calloc(1, sizeof *ctx);
-    if (ctx == NULL) {
+    tpd_kern_backend *b = calloc(1, sizeof *b);
+    if (ctx == NULL || b == NULL) {
+        free(ctx);
+        free(b);
         tpd_log_error("cpu backend: out of memory allocating the context");
         return TPD_ERR_NOMEM;
     }
@@ -168,14 +171,15 @@ tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend *bac
     }
     atomic_init(&ctx->bytes_allocated, 0);
 
-    backend_p->ops = &cpu_ops;
-    backend_p->ctx = ctx;
-    backend_p->name = "cpu";
-    backend_p->act_dtype = TPD_DTYPE_F32;
-    backend_p->param_dtype = TPD_DTYPE_F32;
-    backend_p->grad_dtype = TPD_DTYPE_F32;
-    backend_p->has_master = 0;
-    backend_p->device_memory = 0;
+    b->ops = &cpu_ops;
+    b->ctx = ctx;
+    b->name = "cpu";
+    b->act_dtype = TPD_DTYPE_F32;
+    b->param_dtype = TPD_DTYPE_F32;
+    b->grad_dtype = TPD_DTYPE_F32;
+    b->has_master = 0;
+    b->device_memory = 0;
+    *backend_p = b;
     return TPD_OK;
 }
 

@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "kernels/kernels.h"
+#include "kernels/kernels_internal.h"
 
 struct tpd_kern_ctx {
     int num_threads;               /* OpenMP threads per op; 0 = runtime default */

@@ -31,7 +31,7 @@ static const model_shape MODELS[] = {
 #define VOCAB 50304
 
 typedef struct bench {
-    tpd_kern_backend be;
+    tpd_kern_backend *be;
     cudaStream_t stream;
     cudaEvent_t start, stop;
 } bench;
@@ -64,11 +64,11 @@ typedef struct gemm_arg {
 
 static tpd_status run_fwd(bench *b, void *p) {
     gemm_arg *a = (gemm_arg *)p;
-    return b->be.ops->matmul_fwd(b->be.ctx, a->out, a->inp, a->w, a->bias, a->N, a->C, a->OC);
+    return tpd_kern_matmul_fwd(b->be, a->out, a->inp, a->w, a->bias, a->N, a->C, a->OC);
 }
 static tpd_status run_bwd(bench *b, void *p) {
     gemm_arg *a = (gemm_arg *)p;
-    return b->be.ops->matmul_bwd(b->be.ctx, a->dinp, a->dw, NULL, a->dout, a->inp, a->w, a->N, a->C,
+    return tpd_kern_matmul_bwd(b->be, a->dinp, a->dw, NULL, a->dout, a->inp, a->w, a->N, a->C,
                                  a->OC);
 }
 
@@ -81,13 +81,13 @@ typedef struct attn_arg {
 static tpd_status run_attn_fwd(bench *b, void *p) {
     (void)b;
     attn_arg *a = (attn_arg *)p;
-    return a->be->ops->attention_fwd(a->be->ctx, a->out, a->saved, a->qkv, a->B, a->T, a->NH,
+    return tpd_kern_attention_fwd(a->be, a->out, a->saved, a->qkv, a->B, a->T, a->NH,
                                      a->HS);
 }
 static tpd_status run_attn_bwd(bench *b, void *p) {
     (void)b;
     attn_arg *a = (attn_arg *)p;
-    return a->be->ops->attention_bwd(a->be->ctx, a->dqkv, a->dout, a->qkv, a->out, a->saved, a->B,
+    return tpd_kern_attention_bwd(a->be, a->dqkv, a->dout, a->qkv, a->out, a->saved, a->B,
                                      a->T, a->NH, a->HS);
 }
 
@@ -130,10 +130,10 @@ int main(int argc, char **argv) {
     bench b;
     memset(&b, 0, sizeof b);
     if (tpd_kern_cuda_create(&cfg, &b.be) != TPD_OK) return 1;
-    tpd_kern_backend unfused;
+    tpd_kern_backend *unfused = NULL;
     cfg.fused_attention = 0;
     if (tpd_kern_cuda_create(&cfg, &unfused) != TPD_OK) return 1;
-    b.stream = (cudaStream_t)b.be.stream;
+    b.stream = (cudaStream_t)tpd_kern_stream(b.be);
     cudaEventCreate(&b.start);
     cudaEventCreate(&b.stop);
 
@@ -169,10 +169,10 @@ int main(int argc, char **argv) {
         const model_shape *s = &MODELS[m];
         int HS = s->C / s->NH;
         size_t qkv_b = (size_t)s->B * SEQ * 3 * s->C * 2, out_b = (size_t)s->B * SEQ * s->C * 2;
-        tpd_kern_backend *bes[2] = {&b.be, &unfused};
+        tpd_kern_backend *bes[2] = {b.be, unfused};
         const char *names[2] = {"fused", "unfused"};
         for (int k = 0; k < 2; k++) {
-            size_t saved_b = bes[k]->ops->attention_saved_bytes(bes[k]->ctx, s->B, SEQ, s->NH, HS);
+            size_t saved_b = tpd_kern_attention_saved_bytes(bes[k], s->B, SEQ, s->NH, HS);
             attn_arg a = {bes[k],
                           dev_fill(out_b),
                           dev_fill(saved_b),
@@ -186,7 +186,7 @@ int main(int argc, char **argv) {
             if (!a.out || !a.saved || !a.qkv || !a.dqkv || !a.dout) return 1;
             /* The unfused path runs on its own stream; time it there. */
             bench bb = b;
-            bb.stream = (cudaStream_t)bes[k]->stream;
+            bb.stream = (cudaStream_t)tpd_kern_stream(bes[k]);
             double f = 2.0 * s->B * s->NH * (double)SEQ * SEQ * HS; /* causal half of 4*... */
             double ms_f = time_ms(&bb, run_attn_fwd, &a);
             double ms_b = time_ms(&bb, run_attn_bwd, &a);
@@ -206,7 +206,7 @@ int main(int argc, char **argv) {
         cudaFree(big[i]);
     cudaEventDestroy(b.start);
     cudaEventDestroy(b.stop);
-    tpd_kern_backend_destroy(&unfused);
-    tpd_kern_backend_destroy(&b.be);
+    tpd_kern_backend_destroy(unfused);
+    tpd_kern_backend_destroy(b.be);
     return 0;
 }

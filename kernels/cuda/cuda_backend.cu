@@ -32,15 +32,7 @@ tpd_status tpd_cudnn_check(cudnnStatus_t st, const char *what, const char *file,
 }
 
 size_t tpd_cuda_dtype_size(tpd_dtype dt) {
-    switch (dt) {
-    case TPD_DTYPE_F32:
-        return 4;
-    case TPD_DTYPE_BF16:
-        return 2;
-    case TPD_DTYPE_I32:
-        return 4;
-    }
-    return 0;
+    return tpd_dtype_size(dt);
 }
 
 tpd_status tpd_cuda_scratch(tpd_kern_ctx *ctx, size_t bytes, void **ptr_p) {

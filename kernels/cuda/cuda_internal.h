@@ -19,6 +19,7 @@
 
 #include "base/status.h"
 #include "kernels/kernels.h"
+#include "kernels/kernels_internal.h"
 
 #define TPD_CUDA_GEMM_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace, sized once */
 #define TPD_CUDA_GEMM_CACHE_SLOTS 256                    /* distinct GEMM shapes remembered */

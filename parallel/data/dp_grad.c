@@ -51,7 +51,7 @@ void tpd_dp_plan_free(tpd_dp_plan *plan) {
 
 tpd_status tpd_dp_reduce_grads(const tpd_dp_plan *plan, tpd_comm *dp, void *grads,
                                tpd_dtype dt, void *stream) {
-    if (!dp || dp->size == 1) return TPD_OK;
+    if (!dp || tpd_comm_size(dp) == 1) return TPD_OK;
     size_t es = tpd_dtype_size(dt);
     for (int b = 0; b < plan->nbuckets; b++) {
         size_t b0 = (size_t)b * plan->bucket;
@@ -60,10 +60,10 @@ tpd_status tpd_dp_reduce_grads(const tpd_dp_plan *plan, tpd_comm *dp, void *grad
         char *base = (char *)grads + b0 * es;
         if (plan->zero) {
             size_t part = len / (size_t)plan->dp_size;
-            TPD_CHECK(dp->ops->reduce_scatter(dp, base, base + part * (size_t)dp->rank * es,
+            TPD_CHECK(tpd_comm_reduce_scatter(dp, base, base + part * (size_t)tpd_comm_rank(dp) * es,
                                               part, dt, TPD_COMM_OP_SUM, stream));
         } else {
-            TPD_CHECK(dp->ops->allreduce(dp, base, base, len, dt, TPD_COMM_OP_SUM, stream));
+            TPD_CHECK(tpd_comm_allreduce(dp, base, base, len, dt, TPD_COMM_OP_SUM, stream));
         }
     }
     return TPD_OK;
@@ -71,7 +71,7 @@ tpd_status tpd_dp_reduce_grads(const tpd_dp_plan *plan, tpd_comm *dp, void *grad
 
 tpd_status tpd_dp_gather_params(const tpd_dp_plan *plan, tpd_comm *dp, void *params,
                                 tpd_dtype dt, void *stream) {
-    if (!plan->zero || !dp || dp->size == 1) return TPD_OK;
+    if (!plan->zero || !dp || tpd_comm_size(dp) == 1) return TPD_OK;
     size_t es = tpd_dtype_size(dt);
     for (int b = 0; b < plan->nbuckets; b++) {
         size_t b0 = (size_t)b * plan->bucket;
@@ -79,7 +79,7 @@ tpd_status tpd_dp_gather_params(const tpd_dp_plan *plan, tpd_comm *dp, void *par
                                                             : plan->bucket;
         size_t part = len / (size_t)plan->dp_size;
         char *base = (char *)params + b0 * es;
-        TPD_CHECK(dp->ops->allgather(dp, base + part * (size_t)dp->rank * es, base, part, dt,
+        TPD_CHECK(tpd_comm_allgather(dp, base + part * (size_t)tpd_comm_rank(dp) * es, base, part, dt,
                                      stream));
     }
     return TPD_OK;

@@ -33,35 +33,35 @@ tpd_status tpd_pp_execute(const tpd_pp_schedule *s, tpd_comm *pp, const tpd_pp_e
         case TPD_PP_BWD:
             /* buffers of j's forward output and the one gradient send buffer are about to
              * be reused */
-            TPD_CHECK_GOTO(pp->ops->wait(pp, act_send[j]), st, out);
+            TPD_CHECK_GOTO(tpd_comm_wait(pp, act_send[j]), st, out);
             act_send[j] = NULL;
-            TPD_CHECK_GOTO(pp->ops->wait(pp, grad_send), st, out);
+            TPD_CHECK_GOTO(tpd_comm_wait(pp, grad_send), st, out);
             grad_send = NULL;
             t0 = tpd_clock_s();
             is_compute = 1;
             TPD_CHECK_GOTO(ops->backward(ops->user, j, a->chunk), st, out);
             break;
         case TPD_PP_SEND_ACT:
-            TPD_CHECK_GOTO(pp->ops->isend(pp, ops->act_out(ops->user, j), count, dtype,
+            TPD_CHECK_GOTO(tpd_comm_isend(pp, ops->act_out(ops->user, j), count, dtype,
                                           s->stage + 1, TAG_ACT, stream, &act_send[j]),
                            st, out);
             break;
         case TPD_PP_RECV_ACT:
-            TPD_CHECK_GOTO(pp->ops->irecv(pp, ops->act_in(ops->user, j), count, dtype,
+            TPD_CHECK_GOTO(tpd_comm_irecv(pp, ops->act_in(ops->user, j), count, dtype,
                                           s->stage - 1, TAG_ACT, stream, &req),
                            st, out);
-            TPD_CHECK_GOTO(pp->ops->wait(pp, req), st, out);
+            TPD_CHECK_GOTO(tpd_comm_wait(pp, req), st, out);
             break;
         case TPD_PP_SEND_GRAD:
-            TPD_CHECK_GOTO(pp->ops->isend(pp, ops->grad_out(ops->user, j), count, dtype,
+            TPD_CHECK_GOTO(tpd_comm_isend(pp, ops->grad_out(ops->user, j), count, dtype,
                                           s->stage - 1, TAG_GRAD, stream, &grad_send),
                            st, out);
             break;
         case TPD_PP_RECV_GRAD:
-            TPD_CHECK_GOTO(pp->ops->irecv(pp, ops->grad_in(ops->user, j), count, dtype,
+            TPD_CHECK_GOTO(tpd_comm_irecv(pp, ops->grad_in(ops->user, j), count, dtype,
                                           s->stage + 1, TAG_GRAD, stream, &req),
                            st, out);
-            TPD_CHECK_GOTO(pp->ops->wait(pp, req), st, out);
+            TPD_CHECK_GOTO(tpd_comm_wait(pp, req), st, out);
             break;
         }
         double t1 = tpd_clock_s();
@@ -74,8 +74,8 @@ tpd_status tpd_pp_execute(const tpd_pp_schedule *s, tpd_comm *pp, const tpd_pp_e
 out:
     /* Complete every outstanding send, also on error, so no buffer is left in flight. */
     for (int j = 0; j < M; j++)
-        if (act_send[j]) TPD_CHECK_KEEP(pp->ops->wait(pp, act_send[j]), st);
-    if (grad_send) TPD_CHECK_KEEP(pp->ops->wait(pp, grad_send), st);
+        if (act_send[j]) TPD_CHECK_KEEP(tpd_comm_wait(pp, act_send[j]), st);
+    if (grad_send) TPD_CHECK_KEEP(tpd_comm_wait(pp, grad_send), st);
     free(act_send);
     stats.total_s = tpd_clock_s() - t_begin;
     if (stats_p) *stats_p = stats;

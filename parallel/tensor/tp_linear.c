@@ -13,63 +13,63 @@
 
 tpd_status tpd_tp_allreduce(const tpd_tp_ctx *t, void *buf, size_t count, tpd_dtype dt,
                             tpd_comm_op op) {
-    if (!t->tp || t->tp->size == 1) return TPD_OK;
-    TP_TIMED(t, t->tp->ops->allreduce(t->tp, buf, buf, count, dt, op, t->kb->stream));
+    if (!t->tp || tpd_comm_size(t->tp) == 1) return TPD_OK;
+    TP_TIMED(t, tpd_comm_allreduce(t->tp, buf, buf, count, dt, op, tpd_kern_stream(t->kb)));
     return TPD_OK;
 }
 
 static tpd_status tp_allreduce(const tpd_tp_ctx *t, void *buf, size_t count) {
-    return tpd_tp_allreduce(t, buf, count, t->kb->act_dtype, TPD_COMM_OP_SUM);
+    return tpd_tp_allreduce(t, buf, count, tpd_kern_act_dtype(t->kb), TPD_COMM_OP_SUM);
 }
 
 tpd_status tpd_tp_column_fwd(const tpd_tp_ctx *t, void *out, const void *inp, const void *w,
                              const void *b, int N, int C, int OCl) {
-    return t->kb->ops->matmul_fwd(t->kb->ctx, out, inp, w, b, N, C, OCl);
+    return tpd_kern_matmul_fwd(t->kb, out, inp, w, b, N, C, OCl);
 }
 
 tpd_status tpd_tp_column_gelu_fwd(const tpd_tp_ctx *t, void *out, void *pre, const void *inp,
                                   const void *w, const void *b, int N, int C, int OCl) {
-    return t->kb->ops->matmul_gelu_fwd(t->kb->ctx, out, pre, inp, w, b, N, C, OCl);
+    return tpd_kern_matmul_gelu_fwd(t->kb, out, pre, inp, w, b, N, C, OCl);
 }
 
 tpd_status tpd_tp_column_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db,
                              const void *dout, const void *inp, const void *w, int N, int C,
                              int OCl) {
     /* forward: out_l = inp @ w_l^T  =>  dinp = sum over TP ranks of dout_l @ w_l */
-    TPD_CHECK(t->kb->ops->matmul_bwd(t->kb->ctx, dinp, dw, db, dout, inp, w, N, C, OCl));
+    TPD_CHECK(tpd_kern_matmul_bwd(t->kb, dinp, dw, db, dout, inp, w, N, C, OCl));
     return tp_allreduce(t, dinp, (size_t)N * C);
 }
 
 tpd_status tpd_tp_row_fwd(const tpd_tp_ctx *t, void *out, const void *inp, const void *w,
                           const void *b, int N, int Cl, int OC) {
     /* The bias is added once, after the partial products are summed. */
-    TPD_CHECK(t->kb->ops->matmul_fwd(t->kb->ctx, out, inp, w, NULL, N, Cl, OC));
+    TPD_CHECK(tpd_kern_matmul_fwd(t->kb, out, inp, w, NULL, N, Cl, OC));
     TPD_CHECK(tp_allreduce(t, out, (size_t)N * OC));
-    return b ? t->kb->ops->bias_add(t->kb->ctx, out, b, N, OC) : TPD_OK;
+    return b ? tpd_kern_bias_add(t->kb, out, b, N, OC) : TPD_OK;
 }
 
 tpd_status tpd_tp_row_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db,
                           const void *dout, const void *inp, const void *w, int N, int Cl,
                           int OC) {
     /* forward: out = allreduce(inp_l @ w_l^T) + b, an identity in the backward */
-    return t->kb->ops->matmul_bwd(t->kb->ctx, dinp, dw, db, dout, inp, w, N, Cl, OC);
+    return tpd_kern_matmul_bwd(t->kb, dinp, dw, db, dout, inp, w, N, Cl, OC);
 }
 
 tpd_status tpd_tp_sp_gather(const tpd_tp_ctx *t, void *full, const void *local, int N, int C) {
-    size_t block = (size_t)N / (size_t)t->tp->size * (size_t)C;
-    TP_TIMED(t, t->tp->ops->allgather(t->tp, local, full, block, t->kb->act_dtype,
-                                      t->kb->stream));
+    size_t block = (size_t)N / (size_t)tpd_comm_size(t->tp) * (size_t)C;
+    TP_TIMED(t, tpd_comm_allgather(t->tp, local, full, block, tpd_kern_act_dtype(t->kb),
+                                      tpd_kern_stream(t->kb)));
     return TPD_OK;
 }
 
 tpd_status tpd_tp_row_fwd_sp(const tpd_tp_ctx *t, void *out, void *scratch, const void *inp,
                              const void *w, const void *b, int N, int Cl, int OC) {
-    int Nl = N / t->tp->size;
+    int Nl = N / tpd_comm_size(t->tp);
     /* forward: out = rows of reduce_scatter(inp_l @ w_l^T), then the bias once */
-    TPD_CHECK(t->kb->ops->matmul_fwd(t->kb->ctx, scratch, inp, w, NULL, N, Cl, OC));
-    TP_TIMED(t, t->tp->ops->reduce_scatter(t->tp, scratch, out, (size_t)Nl * OC,
-                                           t->kb->act_dtype, TPD_COMM_OP_SUM, t->kb->stream));
-    return b ? t->kb->ops->bias_add(t->kb->ctx, out, b, Nl, OC) : TPD_OK;
+    TPD_CHECK(tpd_kern_matmul_fwd(t->kb, scratch, inp, w, NULL, N, Cl, OC));
+    TP_TIMED(t, tpd_comm_reduce_scatter(t->tp, scratch, out, (size_t)Nl * OC,
+                                           tpd_kern_act_dtype(t->kb), TPD_COMM_OP_SUM, tpd_kern_stream(t->kb)));
+    return b ? tpd_kern_bias_add(t->kb, out, b, Nl, OC) : TPD_OK;
 }
 
 tpd_status tpd_tp_column_bwd_sp(const tpd_tp_ctx *t, void *dinp, void *scratch, void *dw,
@@ -77,9 +77,9 @@ tpd_status tpd_tp_column_bwd_sp(const tpd_tp_ctx *t, void *dinp, void *scratch, 
                                 const void *w, int N, int C, int OCl) {
     /* forward: out_l = allgather(inp) @ w_l^T  =>  dinp = my rows of the sum over TP
      * ranks of dout_l @ w_l */
-    TPD_CHECK(t->kb->ops->matmul_bwd(t->kb->ctx, scratch, dw, db, dout, inp_full, w, N, C, OCl));
-    TP_TIMED(t, t->tp->ops->reduce_scatter(t->tp, scratch, dinp,
-                                           (size_t)(N / t->tp->size) * C, t->kb->act_dtype,
-                                           TPD_COMM_OP_SUM, t->kb->stream));
+    TPD_CHECK(tpd_kern_matmul_bwd(t->kb, scratch, dw, db, dout, inp_full, w, N, C, OCl));
+    TP_TIMED(t, tpd_comm_reduce_scatter(t->tp, scratch, dinp,
+                                           (size_t)(N / tpd_comm_size(t->tp)) * C, tpd_kern_act_dtype(t->kb),
+                                           TPD_COMM_OP_SUM, tpd_kern_stream(t->kb)));
     return TPD_OK;
 }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -13,11 +14,19 @@
 #include <unistd.h>
 
 extern "C" {
-#include "engine/config.h"
-#include "engine/data.h"
+#include "engine/config/config.h"
+#include "engine/data/data.h"
 }
 
 namespace tiny {
+
+// Sets an enum key of a config by the name a config file would use, e.g.
+// tiny::set(cfg.training.recompute, "training.recompute", "full").
+template <class E> void set(E &field, const char *key, const char *name) {
+    int v = tpd_config_choice_value(key, name);
+    if (v < 0) throw std::invalid_argument(std::string(key) + " has no choice '" + name + "'");
+    field = static_cast<E>(v);
+}
 
 // Byte-level text with plenty of structure, cut into documents.
 inline std::string corpus_text() {

@@ -29,18 +29,14 @@ using FVec = std::vector<float>;
 // A cpu backend for one test. Several threads, so the OpenMP paths really run in
 // parallel even though CTest sets OMP_NUM_THREADS=1.
 struct CpuBackend {
-    tpd_kern_backend b{};
-    const tpd_kern_ops *ops = nullptr;
-    tpd_kern_ctx *ctx = nullptr;
+    tpd_kern_backend *b = nullptr;
     explicit CpuBackend(int threads = 3) {
         tpd_kern_config cfg = TPD_KERN_CONFIG_INIT;
         cfg.num_threads = threads;
         EXPECT_EQ(tpd_kern_cpu_create(&cfg, &b), TPD_OK);
-        ops = b.ops;
-        ctx = b.ctx;
     }
     ~CpuBackend() {
-        tpd_kern_backend_destroy(&b);
+        tpd_kern_backend_destroy(b);
     }
     CpuBackend(const CpuBackend &) = delete;
     CpuBackend &operator=(const CpuBackend &) = delete;

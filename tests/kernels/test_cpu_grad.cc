@@ -24,7 +24,7 @@ TEST(CpuGrad, Embedding) {
     Vec wd = ref::to_d(wte), Rd = ref::to_d(R);
     Vec fd = ref::fd_grad(wd, [&] { return ref::dot(ref::embed(tok, wd, N, C, v0, Vl), Rd); });
     FVec dwte((size_t)Vl * C, 0.0f);
-    ASSERT_EQ(be.ops->embed_bwd(be.ctx, dwte.data(), R.data(), tok.data(), N, C, v0, Vl), TPD_OK);
+    ASSERT_EQ(tpd_kern_embed_bwd(be.b, dwte.data(), R.data(), tok.data(), N, C, v0, Vl), TPD_OK);
     ref::expect_grad_close(dwte.data(), fd, kTol, "dwte");
 }
 
@@ -36,7 +36,7 @@ TEST(CpuGrad, Position) {
     Vec xd = ref::to_d(x), wd = ref::to_d(wpe), Rd = ref::to_d(R);
     Vec fd = ref::fd_grad(wd, [&] { return ref::dot(ref::pos(xd, wd, B, T, C), Rd); });
     FVec dwpe((size_t)T * C, 0.0f);
-    ASSERT_EQ(be.ops->pos_bwd(be.ctx, dwpe.data(), R.data(), B, T, C), TPD_OK);
+    ASSERT_EQ(tpd_kern_pos_bwd(be.b, dwpe.data(), R.data(), B, T, C), TPD_OK);
     ref::expect_grad_close(dwpe.data(), fd, kTol, "dwpe");
 }
 
@@ -52,11 +52,11 @@ TEST(CpuGrad, LayerNorm) {
             fdb = ref::fd_grad(bd, loss);
 
         FVec out(inp.size()), mean(N), rstd(N);
-        ASSERT_EQ(be.ops->layernorm_fwd(be.ctx, out.data(), mean.data(), rstd.data(), inp.data(),
+        ASSERT_EQ(tpd_kern_layernorm_fwd(be.b, out.data(), mean.data(), rstd.data(), inp.data(),
                                         w.data(), b.data(), N, C),
                   TPD_OK);
         FVec dinp(inp.size(), NAN), dw(C, 0.0f), db(C, 0.0f);
-        ASSERT_EQ(be.ops->layernorm_bwd(be.ctx, dinp.data(), dw.data(), db.data(), R.data(),
+        ASSERT_EQ(tpd_kern_layernorm_bwd(be.b, dinp.data(), dw.data(), db.data(), R.data(),
                                         inp.data(), w.data(), mean.data(), rstd.data(), N, C),
                   TPD_OK);
         ref::expect_grad_close(dinp.data(), fdx, kTol, "layernorm dinp");
@@ -81,7 +81,7 @@ TEST(CpuGrad, Matmul) {
             fdb = ref::fd_grad(bd, loss);
 
         FVec dinp(inp.size(), NAN), dw(w.size(), 0.0f), db(s.OC, 0.0f);
-        ASSERT_EQ(be.ops->matmul_bwd(be.ctx, dinp.data(), dw.data(), db.data(), R.data(),
+        ASSERT_EQ(tpd_kern_matmul_bwd(be.b, dinp.data(), dw.data(), db.data(), R.data(),
                                      inp.data(), w.data(), s.N, s.C, s.OC),
                   TPD_OK);
         ref::expect_grad_close(dinp.data(), fdx, kTol, "matmul dinp");
@@ -100,7 +100,7 @@ TEST(CpuGrad, Gelu) {
     Vec xd = ref::to_d(x), Rd = ref::to_d(R);
     Vec fd = ref::fd_grad(xd, [&] { return ref::dot(ref::gelu(xd), Rd); });
     FVec dinp(n, NAN);
-    ASSERT_EQ(be.ops->gelu_bwd(be.ctx, dinp.data(), x.data(), R.data(), n), TPD_OK);
+    ASSERT_EQ(tpd_kern_gelu_bwd(be.b, dinp.data(), x.data(), R.data(), n), TPD_OK);
     ref::expect_grad_close(dinp.data(), fd, kTol, "gelu dinp");
 }
 
@@ -119,11 +119,11 @@ TEST(CpuGrad, Attention) {
             qd, [&] { return ref::dot(ref::attention(qd, s.B, s.T, s.NH, s.HS), Rd); });
 
         FVec out(nout), saved((size_t)s.B * s.NH * s.T * s.T);
-        ASSERT_EQ(be.ops->attention_fwd(be.ctx, out.data(), saved.data(), qkv.data(), s.B, s.T,
+        ASSERT_EQ(tpd_kern_attention_fwd(be.b, out.data(), saved.data(), qkv.data(), s.B, s.T,
                                         s.NH, s.HS),
                   TPD_OK);
         FVec dqkv(nqkv, NAN);
-        ASSERT_EQ(be.ops->attention_bwd(be.ctx, dqkv.data(), R.data(), qkv.data(), out.data(),
+        ASSERT_EQ(tpd_kern_attention_bwd(be.b, dqkv.data(), R.data(), qkv.data(), out.data(),
                                         saved.data(), s.B, s.T, s.NH, s.HS),
                   TPD_OK);
         ref::expect_grad_close(dqkv.data(), fd, kTol, "attention dqkv");
@@ -158,14 +158,14 @@ TEST(CpuGrad, CrossEntropyPipelineWholeAndVocabSplit) {
 
     // Whole vocabulary on one rank.
     FVec whole = logits, maxv(N), sumexp(N), t(N), loss(N);
-    ASSERT_EQ(be.ops->xent_max(be.ctx, maxv.data(), whole.data(), N, Vp, V), TPD_OK);
-    ASSERT_EQ(be.ops->xent_sumexp(be.ctx, sumexp.data(), t.data(), whole.data(), maxv.data(),
+    ASSERT_EQ(tpd_kern_xent_max(be.b, maxv.data(), whole.data(), N, Vp, V), TPD_OK);
+    ASSERT_EQ(tpd_kern_xent_sumexp(be.b, sumexp.data(), t.data(), whole.data(), maxv.data(),
                                   tgt.data(), N, Vp, V, 0),
               TPD_OK);
-    ASSERT_EQ(be.ops->xent_loss(be.ctx, loss.data(), maxv.data(), sumexp.data(), t.data(), N),
+    ASSERT_EQ(tpd_kern_xent_loss(be.b, loss.data(), maxv.data(), sumexp.data(), t.data(), N),
               TPD_OK);
     ref::expect_close(loss.data(), ref_loss, 1e-5, 1e-5, "whole loss");
-    ASSERT_EQ(be.ops->xent_bwd(be.ctx, whole.data(), maxv.data(), sumexp.data(), tgt.data(), dloss,
+    ASSERT_EQ(tpd_kern_xent_bwd(be.b, whole.data(), maxv.data(), sumexp.data(), tgt.data(), dloss,
                                N, Vp, V, 0),
               TPD_OK);
     ref::expect_grad_close(whole.data(), fd, kTol, "whole dlogits");
@@ -184,13 +184,13 @@ TEST(CpuGrad, CrossEntropyPipelineWholeAndVocabSplit) {
     }
     FVec pmax[2] = {FVec(N), FVec(N)}, gmax(N);
     for (int r = 0; r < 2; r++)
-        ASSERT_EQ(be.ops->xent_max(be.ctx, pmax[r].data(), part[r].data(), N, Vl, valid[r]),
+        ASSERT_EQ(tpd_kern_xent_max(be.b, pmax[r].data(), part[r].data(), N, Vl, valid[r]),
                   TPD_OK);
     for (int n = 0; n < N; n++)
         gmax[n] = std::max(pmax[0][n], pmax[1][n]); // all-reduce MAX
     FVec psum[2] = {FVec(N), FVec(N)}, ptgt[2] = {FVec(N), FVec(N)}, gsum(N), gtgt(N);
     for (int r = 0; r < 2; r++)
-        ASSERT_EQ(be.ops->xent_sumexp(be.ctx, psum[r].data(), ptgt[r].data(), part[r].data(),
+        ASSERT_EQ(tpd_kern_xent_sumexp(be.b, psum[r].data(), ptgt[r].data(), part[r].data(),
                                       gmax.data(), tgt.data(), N, Vl, valid[r], v0[r]),
                   TPD_OK);
     for (int n = 0; n < N; n++) {
@@ -202,14 +202,14 @@ TEST(CpuGrad, CrossEntropyPipelineWholeAndVocabSplit) {
         gtgt[n] = ptgt[0][n] + ptgt[1][n];
     }
     FVec sloss(N);
-    ASSERT_EQ(be.ops->xent_loss(be.ctx, sloss.data(), gmax.data(), gsum.data(), gtgt.data(), N),
+    ASSERT_EQ(tpd_kern_xent_loss(be.b, sloss.data(), gmax.data(), gsum.data(), gtgt.data(), N),
               TPD_OK);
     ref::expect_close(sloss.data(), ref_loss, 1e-5, 1e-5, "split loss");
     ref::expect_close(sloss.data(), Vec(loss.begin(), loss.end()), 1e-6, 1e-6, "split vs whole");
 
     FVec joined((size_t)N * Vp);
     for (int r = 0; r < 2; r++) {
-        ASSERT_EQ(be.ops->xent_bwd(be.ctx, part[r].data(), gmax.data(), gsum.data(), tgt.data(),
+        ASSERT_EQ(tpd_kern_xent_bwd(be.b, part[r].data(), gmax.data(), gsum.data(), tgt.data(),
                                    dloss, N, Vl, valid[r], v0[r]),
                   TPD_OK);
         for (int n = 0; n < N; n++)

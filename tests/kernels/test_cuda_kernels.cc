@@ -56,7 +56,7 @@ IVec randint(size_t n, uint32_t seed, int lo, int hi) {
 
 // One backend plus the buffers a test allocates on it (freed with it).
 struct Be {
-    tpd_kern_backend b{};
+    tpd_kern_backend *b = nullptr;
     std::vector<void *> bufs;
     bool cuda;
     explicit Be(bool cuda_, tpd_dtype dt = TPD_DTYPE_BF16, int fused = 1) : cuda(cuda_) {
@@ -72,15 +72,15 @@ struct Be {
     }
     ~Be() {
         for (void *p : bufs)
-            b.ops->free(b.ctx, p);
-        tpd_kern_backend_destroy(&b);
+            tpd_kern_free(b, p);
+        tpd_kern_backend_destroy(b);
     }
     tpd_dtype act() const {
-        return b.act_dtype;
+        return tpd_kern_act_dtype(b);
     }
     void *alloc(size_t bytes) {
         void *p = nullptr;
-        EXPECT_EQ(b.ops->alloc(b.ctx, bytes, &p), TPD_OK);
+        EXPECT_EQ(tpd_kern_alloc(b, bytes, &p), TPD_OK);
         bufs.push_back(p);
         return p;
     }
@@ -93,9 +93,9 @@ struct Be {
             std::vector<uint16_t> h(n);
             for (size_t i = 0; i < n; i++)
                 h[i] = tpd_bf16_from_f32(v[i]);
-            EXPECT_EQ(b.ops->copy_to_device(b.ctx, p, h.data(), n * 2), TPD_OK);
+            EXPECT_EQ(tpd_kern_copy_to_device(b, p, h.data(), n * 2), TPD_OK);
         } else {
-            EXPECT_EQ(b.ops->copy_to_device(b.ctx, p, v.data(), n * 4), TPD_OK);
+            EXPECT_EQ(tpd_kern_copy_to_device(b, p, v.data(), n * 4), TPD_OK);
         }
         return p;
     }
@@ -104,7 +104,7 @@ struct Be {
     }
     int32_t *upi(const IVec &v) {
         void *p = alloc(v.size() * 4 + 16);
-        EXPECT_EQ(b.ops->copy_to_device(b.ctx, p, v.data(), v.size() * 4), TPD_OK);
+        EXPECT_EQ(tpd_kern_copy_to_device(b, p, v.data(), v.size() * 4), TPD_OK);
         return (int32_t *)p;
     }
     void *zeros(size_t n, int dt = -1) {
@@ -113,14 +113,14 @@ struct Be {
     FVec down(const void *p, size_t n, int dt = -1) {
         tpd_dtype t = dt < 0 ? act() : (tpd_dtype)dt;
         FVec r(n);
-        EXPECT_EQ(b.ops->synchronize(b.ctx), TPD_OK);
+        EXPECT_EQ(tpd_kern_synchronize(b), TPD_OK);
         if (t == TPD_DTYPE_BF16) {
             std::vector<uint16_t> h(n);
-            EXPECT_EQ(b.ops->copy_to_host(b.ctx, h.data(), p, n * 2), TPD_OK);
+            EXPECT_EQ(tpd_kern_copy_to_host(b, h.data(), p, n * 2), TPD_OK);
             for (size_t i = 0; i < n; i++)
                 r[i] = tpd_bf16_to_f32(h[i]);
         } else {
-            EXPECT_EQ(b.ops->copy_to_host(b.ctx, r.data(), p, n * 4), TPD_OK);
+            EXPECT_EQ(tpd_kern_copy_to_host(b, r.data(), p, n * 4), TPD_OK);
         }
         return r;
     }
@@ -129,14 +129,8 @@ struct Be {
     }
     std::vector<uint8_t> bytes(const void *p, size_t n) {
         std::vector<uint8_t> r(n);
-        EXPECT_EQ(b.ops->copy_to_host(b.ctx, r.data(), p, n), TPD_OK);
+        EXPECT_EQ(tpd_kern_copy_to_host(b, r.data(), p, n), TPD_OK);
         return r;
-    }
-    const tpd_kern_ops *ops() const {
-        return b.ops;
-    }
-    tpd_kern_ctx *ctx() const {
-        return b.ctx;
     }
 };
 
@@ -176,15 +170,15 @@ TEST(CudaKernels, EmbedForwardBackwardVocabParallel) {
     FVec dw0 = randn((size_t)Vl * C, 4, 0.1f); // accumulate onto this
 
     void *go = g.zeros((size_t)N * C), *co = c.zeros((size_t)N * C);
-    ASSERT_EQ(g.ops()->embed_fwd(g.ctx(), go, g.upi(tok), g.up(wte), N, C, v0, Vl), TPD_OK);
-    ASSERT_EQ(c.ops()->embed_fwd(c.ctx(), co, c.upi(tok), c.up(wte), N, C, v0, Vl), TPD_OK);
+    ASSERT_EQ(tpd_kern_embed_fwd(g.b, go, g.upi(tok), g.up(wte), N, C, v0, Vl), TPD_OK);
+    ASSERT_EQ(tpd_kern_embed_fwd(c.b, co, c.upi(tok), c.up(wte), N, C, v0, Vl), TPD_OK);
     expect_close(g.down(go, (size_t)N * C), c.down(co, (size_t)N * C), 0.0f, "embed_fwd");
 
     void *gdw = g.up(dw0), *cdw = c.up(dw0);
     int32_t *gt = g.upi(tok);
     void *gd = g.up(dout);
-    ASSERT_EQ(g.ops()->embed_bwd(g.ctx(), gdw, gd, gt, N, C, v0, Vl), TPD_OK);
-    ASSERT_EQ(c.ops()->embed_bwd(c.ctx(), cdw, c.up(dout), c.upi(tok), N, C, v0, Vl), TPD_OK);
+    ASSERT_EQ(tpd_kern_embed_bwd(g.b, gdw, gd, gt, N, C, v0, Vl), TPD_OK);
+    ASSERT_EQ(tpd_kern_embed_bwd(c.b, cdw, c.up(dout), c.upi(tok), N, C, v0, Vl), TPD_OK);
     expect_close(g.down(gdw, (size_t)Vl * C), c.down(cdw, (size_t)Vl * C), kRtolBf16, "embed_bwd");
 }
 
@@ -199,8 +193,8 @@ TEST(CudaKernels, EmbedBackwardIsBitDeterministic) {
     std::vector<uint8_t> first;
     for (int rep = 0; rep < 3; rep++) {
         void *dw = g.zeros((size_t)Vl * C);
-        ASSERT_EQ(g.ops()->embed_bwd(g.ctx(), dw, d, t, N, C, 0, Vl), TPD_OK);
-        ASSERT_EQ(g.ops()->synchronize(g.ctx()), TPD_OK);
+        ASSERT_EQ(tpd_kern_embed_bwd(g.b, dw, d, t, N, C, 0, Vl), TPD_OK);
+        ASSERT_EQ(tpd_kern_synchronize(g.b), TPD_OK);
         auto bits = g.bytes(dw, (size_t)Vl * C * 2);
         if (rep == 0)
             first = bits;
@@ -216,12 +210,12 @@ TEST(CudaKernels, PositionForwardBackward) {
     FVec x = randn((size_t)B * T * C, 7), wpe = randn((size_t)T * C, 8),
          d0 = randn((size_t)T * C, 9);
     void *gx = g.up(x), *cx = c.up(x);
-    ASSERT_EQ(g.ops()->pos_fwd(g.ctx(), gx, g.up(wpe), B, T, C), TPD_OK);
-    ASSERT_EQ(c.ops()->pos_fwd(c.ctx(), cx, c.up(wpe), B, T, C), TPD_OK);
+    ASSERT_EQ(tpd_kern_pos_fwd(g.b, gx, g.up(wpe), B, T, C), TPD_OK);
+    ASSERT_EQ(tpd_kern_pos_fwd(c.b, cx, c.up(wpe), B, T, C), TPD_OK);
     expect_close(g.down(gx, x.size()), c.down(cx, x.size()), kRtolBf16, "pos_fwd");
     void *gd = g.up(d0), *cd = c.up(d0);
-    ASSERT_EQ(g.ops()->pos_bwd(g.ctx(), gd, g.up(x), B, T, C), TPD_OK);
-    ASSERT_EQ(c.ops()->pos_bwd(c.ctx(), cd, c.up(x), B, T, C), TPD_OK);
+    ASSERT_EQ(tpd_kern_pos_bwd(g.b, gd, g.up(x), B, T, C), TPD_OK);
+    ASSERT_EQ(tpd_kern_pos_bwd(c.b, cd, c.up(x), B, T, C), TPD_OK);
     expect_close(g.down(gd, d0.size()), c.down(cd, d0.size()), kRtolBf16, "pos_bwd");
 }
 
@@ -240,17 +234,17 @@ void layernorm_case(int N, int C) {
     void *go = g.zeros((size_t)N * C), *co = c.zeros((size_t)N * C);
     float *gm = (float *)g.zeros(N, TPD_DTYPE_F32), *gr = (float *)g.zeros(N, TPD_DTYPE_F32);
     float *cm = (float *)c.zeros(N, TPD_DTYPE_F32), *cr = (float *)c.zeros(N, TPD_DTYPE_F32);
-    ASSERT_EQ(g.ops()->layernorm_fwd(g.ctx(), go, gm, gr, gx, gw, gb, N, C), TPD_OK);
-    ASSERT_EQ(c.ops()->layernorm_fwd(c.ctx(), co, cm, cr, cx, cw, cb, N, C), TPD_OK);
+    ASSERT_EQ(tpd_kern_layernorm_fwd(g.b, go, gm, gr, gx, gw, gb, N, C), TPD_OK);
+    ASSERT_EQ(tpd_kern_layernorm_fwd(c.b, co, cm, cr, cx, cw, cb, N, C), TPD_OK);
     expect_close(g.down(go, x.size()), c.down(co, x.size()), kRtolBf16, "layernorm_fwd out");
     expect_close(g.downf(gm, N), c.downf(cm, N), 1e-5f, "layernorm_fwd mean");
     expect_close(g.downf(gr, N), c.downf(cr, N), 1e-4f, "layernorm_fwd rstd");
 
     void *gdx = g.zeros(x.size()), *cdx = c.zeros(x.size());
     void *gdw = g.up(dw0), *gdb = g.up(db0), *cdw = c.up(dw0), *cdb = c.up(db0);
-    ASSERT_EQ(g.ops()->layernorm_bwd(g.ctx(), gdx, gdw, gdb, g.up(dy), gx, gw, gm, gr, N, C),
+    ASSERT_EQ(tpd_kern_layernorm_bwd(g.b, gdx, gdw, gdb, g.up(dy), gx, gw, gm, gr, N, C),
               TPD_OK);
-    ASSERT_EQ(c.ops()->layernorm_bwd(c.ctx(), cdx, cdw, cdb, c.up(dy), cx, cw, cm, cr, N, C),
+    ASSERT_EQ(tpd_kern_layernorm_bwd(c.b, cdx, cdw, cdb, c.up(dy), cx, cw, cm, cr, N, C),
               TPD_OK);
     expect_close(g.down(gdx, x.size()), c.down(cdx, x.size()), kRtolBf16, "layernorm_bwd dinp");
     expect_close(g.down(gdw, C), c.down(cdw, C), kRtolBf16, "layernorm_bwd dw");
@@ -279,15 +273,15 @@ void matmul_case(int N, int C, int OC, bool bias) {
     void *gx = g.up(x), *gw = g.up(w), *gb = bias ? g.up(b) : nullptr;
     void *cx = c.up(x), *cw = c.up(w), *cb = bias ? c.up(b) : nullptr;
     void *go = g.zeros((size_t)N * OC), *co = c.zeros((size_t)N * OC);
-    ASSERT_EQ(g.ops()->matmul_fwd(g.ctx(), go, gx, gw, gb, N, C, OC), TPD_OK);
-    ASSERT_EQ(c.ops()->matmul_fwd(c.ctx(), co, cx, cw, cb, N, C, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_matmul_fwd(g.b, go, gx, gw, gb, N, C, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_matmul_fwd(c.b, co, cx, cw, cb, N, C, OC), TPD_OK);
     expect_close(g.down(go, (size_t)N * OC), c.down(co, (size_t)N * OC), kRtolBf16, "matmul_fwd");
 
     void *gdx = g.zeros((size_t)N * C), *cdx = c.zeros((size_t)N * C);
     void *gdw = g.up(dw0), *cdw = c.up(dw0);
     void *gdb = bias ? g.up(db0) : nullptr, *cdb = bias ? c.up(db0) : nullptr;
-    ASSERT_EQ(g.ops()->matmul_bwd(g.ctx(), gdx, gdw, gdb, g.up(dy), gx, gw, N, C, OC), TPD_OK);
-    ASSERT_EQ(c.ops()->matmul_bwd(c.ctx(), cdx, cdw, cdb, c.up(dy), cx, cw, N, C, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_matmul_bwd(g.b, gdx, gdw, gdb, g.up(dy), gx, gw, N, C, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_matmul_bwd(c.b, cdx, cdw, cdb, c.up(dy), cx, cw, N, C, OC), TPD_OK);
     expect_close(g.down(gdx, (size_t)N * C), c.down(cdx, (size_t)N * C), kRtolBf16,
                  "matmul_bwd dinp");
     expect_close(g.down(gdw, (size_t)OC * C), c.down(cdw, (size_t)OC * C), kRtolBf16,
@@ -310,9 +304,9 @@ void matmul_gelu_case(int N, int C, int OC) {
     FVec x = randn((size_t)N * C, 30), w = randn((size_t)OC * C, 31, 0.2f), b = randn(OC, 32);
     void *go = g.zeros((size_t)N * OC), *gp = g.zeros((size_t)N * OC);
     void *co = c.zeros((size_t)N * OC), *cp = c.zeros((size_t)N * OC);
-    ASSERT_EQ(g.ops()->matmul_gelu_fwd(g.ctx(), go, gp, g.up(x), g.up(w), g.up(b), N, C, OC),
+    ASSERT_EQ(tpd_kern_matmul_gelu_fwd(g.b, go, gp, g.up(x), g.up(w), g.up(b), N, C, OC),
               TPD_OK);
-    ASSERT_EQ(c.ops()->matmul_gelu_fwd(c.ctx(), co, cp, c.up(x), c.up(w), c.up(b), N, C, OC),
+    ASSERT_EQ(tpd_kern_matmul_gelu_fwd(c.b, co, cp, c.up(x), c.up(w), c.up(b), N, C, OC),
               TPD_OK);
     expect_close(g.down(gp, (size_t)N * OC), c.down(cp, (size_t)N * OC), kRtolBf16,
                  "matmul_gelu pre");
@@ -349,17 +343,17 @@ TEST(CudaKernels, MatmulMisalignedParameterViews) {
     void *gx = g.up(x), *go = g.zeros((size_t)N * OC), *gp = g.zeros((size_t)N * OC);
     void *cx = c.up(x), *cw = c.up(w), *cb = c.up(b), *cdw = c.up(dw0), *cdb = c.up(db0);
     void *co = c.zeros((size_t)N * OC), *cp = c.zeros((size_t)N * OC);
-    ASSERT_EQ(g.ops()->matmul_fwd(g.ctx(), go, gx, gw, gb, N, C, OC), TPD_OK);
-    ASSERT_EQ(c.ops()->matmul_fwd(c.ctx(), co, cx, cw, cb, N, C, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_matmul_fwd(g.b, go, gx, gw, gb, N, C, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_matmul_fwd(c.b, co, cx, cw, cb, N, C, OC), TPD_OK);
     expect_close(g.down(go, (size_t)N * OC), c.down(co, (size_t)N * OC), kRtolBf16,
                  "misaligned matmul_fwd");
-    ASSERT_EQ(g.ops()->matmul_gelu_fwd(g.ctx(), go, gp, gx, gw, gb, N, C, OC), TPD_OK);
-    ASSERT_EQ(c.ops()->matmul_gelu_fwd(c.ctx(), co, cp, cx, cw, cb, N, C, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_matmul_gelu_fwd(g.b, go, gp, gx, gw, gb, N, C, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_matmul_gelu_fwd(c.b, co, cp, cx, cw, cb, N, C, OC), TPD_OK);
     expect_close(g.down(go, (size_t)N * OC), c.down(co, (size_t)N * OC), kRtolBf16,
                  "misaligned matmul_gelu out");
     void *gdx = g.zeros((size_t)N * C), *cdx = c.zeros((size_t)N * C);
-    ASSERT_EQ(g.ops()->matmul_bwd(g.ctx(), gdx, gdw, gdb, g.up(dy), gx, gw, N, C, OC), TPD_OK);
-    ASSERT_EQ(c.ops()->matmul_bwd(c.ctx(), cdx, cdw, cdb, c.up(dy), cx, cw, N, C, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_matmul_bwd(g.b, gdx, gdw, gdb, g.up(dy), gx, gw, N, C, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_matmul_bwd(c.b, cdx, cdw, cdb, c.up(dy), cx, cw, N, C, OC), TPD_OK);
     expect_close(g.down(gdx, (size_t)N * C), c.down(cdx, (size_t)N * C), kRtolBf16,
                  "misaligned matmul_bwd dinp");
     expect_close(g.down(gdw, (size_t)OC * C), c.down(cdw, (size_t)OC * C), kRtolBf16,
@@ -375,28 +369,28 @@ TEST(CudaKernels, Elementwise) {
     const size_t n = 1003; // a tail after the 8-wide packs
     FVec a = randn(n, 40, 2.0f), b = randn(n, 41);
     void *go = g.zeros(n), *co = c.zeros(n);
-    ASSERT_EQ(g.ops()->gelu_fwd(g.ctx(), go, g.up(a), n), TPD_OK);
-    ASSERT_EQ(c.ops()->gelu_fwd(c.ctx(), co, c.up(a), n), TPD_OK);
+    ASSERT_EQ(tpd_kern_gelu_fwd(g.b, go, g.up(a), n), TPD_OK);
+    ASSERT_EQ(tpd_kern_gelu_fwd(c.b, co, c.up(a), n), TPD_OK);
     expect_close(g.down(go, n), c.down(co, n), kRtolBf16, "gelu_fwd");
 
     void *gd = g.up(b), *cd = c.up(b); // dinp aliases dout
-    ASSERT_EQ(g.ops()->gelu_bwd(g.ctx(), gd, g.up(a), gd, n), TPD_OK);
-    ASSERT_EQ(c.ops()->gelu_bwd(c.ctx(), cd, c.up(a), cd, n), TPD_OK);
+    ASSERT_EQ(tpd_kern_gelu_bwd(g.b, gd, g.up(a), gd, n), TPD_OK);
+    ASSERT_EQ(tpd_kern_gelu_bwd(c.b, cd, c.up(a), cd, n), TPD_OK);
     expect_close(g.down(gd, n), c.down(cd, n), kRtolBf16, "gelu_bwd (aliased)");
 
     void *ga = g.up(a), *ca = c.up(a);
-    ASSERT_EQ(g.ops()->add(g.ctx(), ga, ga, g.up(b), n), TPD_OK);
-    ASSERT_EQ(c.ops()->add(c.ctx(), ca, ca, c.up(b), n), TPD_OK);
+    ASSERT_EQ(tpd_kern_add(g.b, ga, ga, g.up(b), n), TPD_OK);
+    ASSERT_EQ(tpd_kern_add(c.b, ca, ca, c.up(b), n), TPD_OK);
     expect_close(g.down(ga, n), c.down(ca, n), kRtolBf16, "add");
-    ASSERT_EQ(g.ops()->scale(g.ctx(), ga, 0.37f, n), TPD_OK);
-    ASSERT_EQ(c.ops()->scale(c.ctx(), ca, 0.37f, n), TPD_OK);
+    ASSERT_EQ(tpd_kern_scale(g.b, ga, 0.37f, n), TPD_OK);
+    ASSERT_EQ(tpd_kern_scale(c.b, ca, 0.37f, n), TPD_OK);
     expect_close(g.down(ga, n), c.down(ca, n), kRtolBf16, "scale");
 
     const int N = 17, OC = 59;
     FVec x = randn((size_t)N * OC, 42), bias = randn(OC, 43);
     void *gx = g.up(x), *cx = c.up(x);
-    ASSERT_EQ(g.ops()->bias_add(g.ctx(), gx, g.up(bias), N, OC), TPD_OK);
-    ASSERT_EQ(c.ops()->bias_add(c.ctx(), cx, c.up(bias), N, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_bias_add(g.b, gx, g.up(bias), N, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_bias_add(c.b, cx, c.up(bias), N, OC), TPD_OK);
     expect_close(g.down(gx, x.size()), c.down(cx, x.size()), kRtolBf16, "bias_add");
 }
 
@@ -408,8 +402,8 @@ TEST(CudaKernels, CastRoundTrip) {
     float *f = g.upf(a);
     void *h = g.zeros(n, TPD_DTYPE_BF16);
     float *f2 = (float *)g.zeros(n, TPD_DTYPE_F32);
-    ASSERT_EQ(g.ops()->cast(g.ctx(), h, TPD_DTYPE_BF16, f, TPD_DTYPE_F32, n), TPD_OK);
-    ASSERT_EQ(g.ops()->cast(g.ctx(), f2, TPD_DTYPE_F32, h, TPD_DTYPE_BF16, n), TPD_OK);
+    ASSERT_EQ(tpd_kern_cast(g.b, h, TPD_DTYPE_BF16, f, TPD_DTYPE_F32, n), TPD_OK);
+    ASSERT_EQ(tpd_kern_cast(g.b, f2, TPD_DTYPE_F32, h, TPD_DTYPE_BF16, n), TPD_OK);
     expect_close(g.downf(f2, n), a, 0.0f, "cast f32 -> bf16 -> f32");
 }
 
@@ -422,11 +416,11 @@ struct AttnOut {
 AttnOut run_attention(Be &be, const FVec &qkv, const FVec &dout, int B, int T, int NH, int HS) {
     size_t nq = (size_t)B * T * 3 * NH * HS, no = (size_t)B * T * NH * HS;
     void *q = be.up(qkv), *o = be.zeros(no), *d = be.up(dout), *dq = be.zeros(nq);
-    size_t sb = be.ops()->attention_saved_bytes(be.ctx(), B, T, NH, HS);
+    size_t sb = tpd_kern_attention_saved_bytes(be.b, B, T, NH, HS);
     void *saved = be.alloc(sb);
     AttnOut r;
-    EXPECT_EQ(be.ops()->attention_fwd(be.ctx(), o, saved, q, B, T, NH, HS), TPD_OK);
-    EXPECT_EQ(be.ops()->attention_bwd(be.ctx(), dq, d, q, o, saved, B, T, NH, HS), TPD_OK);
+    EXPECT_EQ(tpd_kern_attention_fwd(be.b, o, saved, q, B, T, NH, HS), TPD_OK);
+    EXPECT_EQ(tpd_kern_attention_bwd(be.b, dq, d, q, o, saved, B, T, NH, HS), TPD_OK);
     r.out = be.down(o, no);
     r.dqkv = be.down(dq, nq);
     return r;
@@ -437,7 +431,7 @@ TEST(CudaKernels, AttentionFusedFallbackAndCpuAgree) {
     const int B = 2, T = 128, NH = 4, HS = 64;
     FVec qkv = randn((size_t)B * T * 3 * NH * HS, 50), dout = randn((size_t)B * T * NH * HS, 51);
     Be fused(true, TPD_DTYPE_BF16, 1), unfused(true, TPD_DTYPE_BF16, 0), cpu(false);
-    EXPECT_EQ(fused.ops()->attention_saved_bytes(fused.ctx(), B, T, NH, HS),
+    EXPECT_EQ(tpd_kern_attention_saved_bytes(fused.b, B, T, NH, HS),
               (size_t)B * NH * T * sizeof(float));
     AttnOut f = run_attention(fused, qkv, dout, B, T, NH, HS);
     AttnOut u = run_attention(unfused, qkv, dout, B, T, NH, HS);
@@ -490,24 +484,24 @@ TEST(CudaKernels, CrossEntropyPiecesVocabParallel) {
     float *gl = (float *)g.zeros(N, TPD_DTYPE_F32), *cl = (float *)c.zeros(N, TPD_DTYPE_F32);
     void *glog = g.up(logits), *clog = c.up(logits);
     int32_t *gtg = g.upi(tgt), *ctg = c.upi(tgt);
-    ASSERT_EQ(g.ops()->xent_max(g.ctx(), gm, glog, N, Vl, Vvalid), TPD_OK);
-    ASSERT_EQ(c.ops()->xent_max(c.ctx(), cm, clog, N, Vl, Vvalid), TPD_OK);
-    ASSERT_EQ(g.ops()->xent_sumexp(g.ctx(), gs, gt, glog, gm, gtg, N, Vl, Vvalid, v0), TPD_OK);
-    ASSERT_EQ(c.ops()->xent_sumexp(c.ctx(), cs, ct, clog, cm, ctg, N, Vl, Vvalid, v0), TPD_OK);
-    ASSERT_EQ(g.ops()->xent_loss(g.ctx(), gl, gm, gs, gt, N), TPD_OK);
-    ASSERT_EQ(c.ops()->xent_loss(c.ctx(), cl, cm, cs, ct, N), TPD_OK);
+    ASSERT_EQ(tpd_kern_xent_max(g.b, gm, glog, N, Vl, Vvalid), TPD_OK);
+    ASSERT_EQ(tpd_kern_xent_max(c.b, cm, clog, N, Vl, Vvalid), TPD_OK);
+    ASSERT_EQ(tpd_kern_xent_sumexp(g.b, gs, gt, glog, gm, gtg, N, Vl, Vvalid, v0), TPD_OK);
+    ASSERT_EQ(tpd_kern_xent_sumexp(c.b, cs, ct, clog, cm, ctg, N, Vl, Vvalid, v0), TPD_OK);
+    ASSERT_EQ(tpd_kern_xent_loss(g.b, gl, gm, gs, gt, N), TPD_OK);
+    ASSERT_EQ(tpd_kern_xent_loss(c.b, cl, cm, cs, ct, N), TPD_OK);
     expect_close(g.downf(gm, N), c.downf(cm, N), 0.0f, "xent_max");
     expect_close(g.downf(gs, N), c.downf(cs, N), 1e-4f, "xent_sumexp");
     expect_close(g.downf(gt, N), c.downf(ct, N), 0.0f, "xent tgt");
     expect_close(g.downf(gl, N), c.downf(cl, N), 1e-4f, "xent_loss");
     double gsum = 0, csum = 0;
-    ASSERT_EQ(g.ops()->sum_f32(g.ctx(), gl, N, &gsum), TPD_OK);
-    ASSERT_EQ(c.ops()->sum_f32(c.ctx(), cl, N, &csum), TPD_OK);
+    ASSERT_EQ(tpd_kern_sum_f32(g.b, gl, N, &gsum), TPD_OK);
+    ASSERT_EQ(tpd_kern_sum_f32(c.b, cl, N, &csum), TPD_OK);
     EXPECT_NEAR(gsum, csum, 1e-4 * std::fabs(csum) + 1e-6);
 
     const float dloss = 1.0f / 64;
-    ASSERT_EQ(g.ops()->xent_bwd(g.ctx(), glog, gm, gs, gtg, dloss, N, Vl, Vvalid, v0), TPD_OK);
-    ASSERT_EQ(c.ops()->xent_bwd(c.ctx(), clog, cm, cs, ctg, dloss, N, Vl, Vvalid, v0), TPD_OK);
+    ASSERT_EQ(tpd_kern_xent_bwd(g.b, glog, gm, gs, gtg, dloss, N, Vl, Vvalid, v0), TPD_OK);
+    ASSERT_EQ(tpd_kern_xent_bwd(c.b, clog, cm, cs, ctg, dloss, N, Vl, Vvalid, v0), TPD_OK);
     FVec gd = g.down(glog, logits.size()), cd = c.down(clog, logits.size());
     expect_close(gd, cd, kRtolBf16, "xent_bwd");
     for (int n = 0; n < N; n++)
@@ -520,7 +514,7 @@ TEST(CudaKernels, CrossEntropyPiecesVocabParallel) {
 TEST(CudaKernels, AdamWWithMasterWeights) {
     SKIP_WITHOUT_GPU();
     Be g(true), c(false);
-    ASSERT_EQ(g.b.has_master, 1);
+    ASSERT_EQ(tpd_kern_has_master(g.b), 1);
     const size_t n = 2053;
     FVec w = randn(n, 70), m0(n, 0.0f), v0(n, 0.0f);
     // bf16 master-weight path on the device, fp32 reference on the cpu
@@ -530,10 +524,10 @@ TEST(CudaKernels, AdamWWithMasterWeights) {
     float *cm = c.upf(m0), *cv = c.upf(v0);
     for (int step = 1; step <= 3; step++) {
         FVec grad = randn(n, 71 + step);
-        ASSERT_EQ(g.ops()->adamw(g.ctx(), gp, gmw, g.up(grad), gm, gv, n, 1e-2f, 0.9f, 0.95f, 1e-8f,
+        ASSERT_EQ(tpd_kern_adamw(g.b, gp, gmw, g.up(grad), gm, gv, n, 1e-2f, 0.9f, 0.95f, 1e-8f,
                                  0.1f, step, 0.5f),
                   TPD_OK);
-        ASSERT_EQ(c.ops()->adamw(c.ctx(), cp, nullptr, c.up(grad), cm, cv, n, 1e-2f, 0.9f, 0.95f,
+        ASSERT_EQ(tpd_kern_adamw(c.b, cp, nullptr, c.up(grad), cm, cv, n, 1e-2f, 0.9f, 0.95f,
                                  1e-8f, 0.1f, step, 0.5f),
                   TPD_OK);
     }
@@ -556,10 +550,10 @@ TEST(CudaKernels, AdamWAndSumsqOnMisalignedRange) {
     void *cp = c.up(w);
     float *cm = c.upf(z), *cv = c.upf(z);
     const size_t k = n - off;
-    ASSERT_EQ(g.ops()->adamw(g.ctx(), (char *)gp + off * 2, gmw + off, (char *)gg + off * 2,
+    ASSERT_EQ(tpd_kern_adamw(g.b, (char *)gp + off * 2, gmw + off, (char *)gg + off * 2,
                              gm + off, gv + off, k, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f),
               TPD_OK);
-    ASSERT_EQ(c.ops()->adamw(c.ctx(), (float *)cp + off, nullptr, (float *)c.up(grad) + off,
+    ASSERT_EQ(tpd_kern_adamw(c.b, (float *)cp + off, nullptr, (float *)c.up(grad) + off,
                              cm + off, cv + off, k, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f),
               TPD_OK);
     FVec got = g.downf(gmw, n), ref = c.down(cp, n);
@@ -567,22 +561,22 @@ TEST(CudaKernels, AdamWAndSumsqOnMisalignedRange) {
     double ss = 0.0, want = 0.0;
     for (size_t i = off; i < n; i++)
         want += (double)grad[i] * grad[i];
-    ASSERT_EQ(g.ops()->sumsq(g.ctx(), (char *)gg + off * 2, TPD_DTYPE_BF16, k, &ss), TPD_OK);
+    ASSERT_EQ(tpd_kern_sumsq(g.b, (char *)gg + off * 2, TPD_DTYPE_BF16, k, &ss), TPD_OK);
     EXPECT_NEAR(ss, want, 1e-9 * want);
 }
 
 TEST(CudaKernels, AdamWF32WithoutMaster) {
     SKIP_WITHOUT_GPU();
     Be g(true, TPD_DTYPE_F32), c(false);
-    ASSERT_EQ(g.b.has_master, 0);
+    ASSERT_EQ(tpd_kern_has_master(g.b), 0);
     const size_t n = 517;
     FVec w = randn(n, 80), grad = randn(n, 81), z(n, 0.0f);
     void *gp = g.up(w), *cp = c.up(w);
     float *gm = g.upf(z), *gv = g.upf(z), *cm = c.upf(z), *cv = c.upf(z);
-    ASSERT_EQ(g.ops()->adamw(g.ctx(), gp, nullptr, g.up(grad), gm, gv, n, 3e-3f, 0.9f, 0.999f,
+    ASSERT_EQ(tpd_kern_adamw(g.b, gp, nullptr, g.up(grad), gm, gv, n, 3e-3f, 0.9f, 0.999f,
                              1e-8f, 0.0f, 1, 1.0f),
               TPD_OK);
-    ASSERT_EQ(c.ops()->adamw(c.ctx(), cp, nullptr, c.up(grad), cm, cv, n, 3e-3f, 0.9f, 0.999f,
+    ASSERT_EQ(tpd_kern_adamw(c.b, cp, nullptr, c.up(grad), cm, cv, n, 3e-3f, 0.9f, 0.999f,
                              1e-8f, 0.0f, 1, 1.0f),
               TPD_OK);
     expect_close(g.down(gp, n), c.down(cp, n), 1e-5f, "adamw f32");
@@ -599,9 +593,9 @@ TEST(CudaKernels, SumOfSquaresIsExactAndDeterministic) {
     float *xf = g.upf(x);
     void *xb = g.up(x, TPD_DTYPE_BF16);
     double a = 0, b = 0, a2 = 0;
-    ASSERT_EQ(g.ops()->sumsq(g.ctx(), xf, TPD_DTYPE_F32, n, &a), TPD_OK);
-    ASSERT_EQ(g.ops()->sumsq(g.ctx(), xb, TPD_DTYPE_BF16, n, &b), TPD_OK);
-    ASSERT_EQ(g.ops()->sumsq(g.ctx(), xf, TPD_DTYPE_F32, n, &a2), TPD_OK);
+    ASSERT_EQ(tpd_kern_sumsq(g.b, xf, TPD_DTYPE_F32, n, &a), TPD_OK);
+    ASSERT_EQ(tpd_kern_sumsq(g.b, xb, TPD_DTYPE_BF16, n, &b), TPD_OK);
+    ASSERT_EQ(tpd_kern_sumsq(g.b, xf, TPD_DTYPE_F32, n, &a2), TPD_OK);
     EXPECT_NEAR(a, ref, 1e-9 * ref);
     EXPECT_NEAR(b, ref, 1e-9 * ref); // inputs are bf16-representable: same values
     EXPECT_EQ(a, a2);
@@ -614,20 +608,20 @@ TEST(CudaKernels, F32BackendMatmulMatchesCpuTightly) {
     const int N = 64, C = 48, OC = 80;
     FVec x = randn((size_t)N * C, 100), w = randn((size_t)OC * C, 101), b = randn(OC, 102);
     void *go = g.zeros((size_t)N * OC), *co = c.zeros((size_t)N * OC);
-    ASSERT_EQ(g.ops()->matmul_fwd(g.ctx(), go, g.up(x), g.up(w), g.up(b), N, C, OC), TPD_OK);
-    ASSERT_EQ(c.ops()->matmul_fwd(c.ctx(), co, c.up(x), c.up(w), c.up(b), N, C, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_matmul_fwd(g.b, go, g.up(x), g.up(w), g.up(b), N, C, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_matmul_fwd(c.b, co, c.up(x), c.up(w), c.up(b), N, C, OC), TPD_OK);
     expect_close(g.down(go, (size_t)N * OC), c.down(co, (size_t)N * OC), kRtolF32, "f32 matmul");
 }
 
 TEST(CudaKernels, BackendDescribesItself) {
     SKIP_WITHOUT_GPU();
     Be g(true);
-    EXPECT_STREQ(g.b.name, "cuda");
-    EXPECT_EQ(g.b.act_dtype, TPD_DTYPE_BF16);
-    EXPECT_EQ(g.b.param_dtype, TPD_DTYPE_BF16);
-    EXPECT_EQ(g.b.grad_dtype, TPD_DTYPE_BF16);
-    EXPECT_EQ(g.b.device_memory, 1);
-    EXPECT_NE(g.b.stream, nullptr);
+    EXPECT_STREQ(tpd_kern_name(g.b), "cuda");
+    EXPECT_EQ(tpd_kern_act_dtype(g.b), TPD_DTYPE_BF16);
+    EXPECT_EQ(tpd_kern_param_dtype(g.b), TPD_DTYPE_BF16);
+    EXPECT_EQ(tpd_kern_grad_dtype(g.b), TPD_DTYPE_BF16);
+    EXPECT_EQ(tpd_kern_device_memory(g.b), 1);
+    EXPECT_NE(tpd_kern_stream(g.b), nullptr);
 }
 
 // Runs everywhere: without a device the constructor fails cleanly instead of aborting.
@@ -635,8 +629,9 @@ TEST(CudaKernels, AvailabilityIsReportedCleanly) {
     if (tpd_kern_cuda_available()) GTEST_SKIP() << "a device is present";
     tpd_kern_config cfg = TPD_KERN_CONFIG_INIT;
     cfg.dtype = TPD_DTYPE_BF16;
-    tpd_kern_backend b{};
+    tpd_kern_backend *b = nullptr;
     EXPECT_EQ(tpd_kern_cuda_create(&cfg, &b), TPD_ERR_UNSUPPORTED);
+    EXPECT_EQ(b, nullptr);
 }
 
 } // namespace

@@ -1,0 +1,158 @@
+/* Checkpoints: atomic sharded save, bit-exact resume, and loading under any layout.
+ *
+ * A checkpoint is a directory SAVE/iter_NNNNNNN/ holding
+ *   manifest.json          run state, the config, and where every global tensor lives
+ *   manifest.sha256        SHA-256 of manifest.json (hex), so a flipped byte is caught
+ *   model_tpTT_ppPP.bin    fp32 parameter rows of one TP/PP slice (written by dp == 0)
+ *   optim_tpTT_ppPP_dpDD.bin  fp32 AdamW m, v (and master weights) of one rank's owned
+ *                          optimizer-state ranges (its ZeRO-1 shard, or dp == 0's full
+ *                          state without ZeRO)
+ * Each global element (of the unpadded, llm.c-ordered global tensors wte ... lnfb) is
+ * stored exactly once: replicated copies (over DP, over TP for LayerNorms and row-parallel
+ * biases, the tied wte of the last stage) are not written. The manifest maps each global
+ * tensor to runs {file, rank [tp,pp,dp], global_offset, count, repeat, global_stride,
+ * file_offset}: `repeat` blocks of `count` elements, block k at global element
+ * global_offset + k*global_stride, stored back to back from byte file_offset.
+ *
+ * Commit protocol (a crash at any point leaves `latest` on a complete checkpoint):
+ *   1. every rank writes its files into iter_NNNNNNN.tmp/ and fsyncs them;
+ *   2. one collective (an all-gather of success flags and file hashes) makes every rank
+ *      agree; a failed rank makes all abandon;
+ *   3. rank 0 writes the manifest, fsyncs it and the directory, renames the directory to
+ *      iter_NNNNNNN/, then writes latest.tmp, fsyncs it and renames it to `latest`;
+ *   4. checkpoint.keep_last prunes older iter_* directories (never the newest).
+ *
+ * Loading reads the runs of every global tensor that this rank's slice needs, whatever
+ * layout wrote them, so TP, PP, DP and ZeRO-1 may all change between save and load. */
+#ifndef TPD_ENGINE_CHECKPOINT_H
+#define TPD_ENGINE_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "engine/config/config.h"
+#include "engine/model/model.h"
+#include "parallel/comm.h"
+#include "parallel/data/dp.h"
+#include "parallel/mesh.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One rank's part in a save or a load: its model's buffers and plans, where it sits in
+ * the mesh, and the host (MPI) world communicator. The checkpoint code sees nothing else
+ * of a run. */
+typedef struct tpd_ckpt_view {
+    const tpd_config *cfg;
+    tpd_model *model;
+    const tpd_dp_plan *dpp;
+    const tpd_mesh *mesh;
+    tpd_comm *world;
+    int is_logger; /* prints the "saved" and "loaded" lines */
+} tpd_ckpt_view;
+
+/* The run's counters, saved beside the tensors and restored by a load. */
+typedef struct tpd_ckpt_counters {
+    int iteration; /* completed iterations */
+    int skipped_iterations;
+    uint64_t consumed_samples;
+} tpd_ckpt_counters;
+
+/* Text of the most recent checkpoint error of the calling thread ("" when none). Errors
+ * are also logged once; tests and the CLI read the text back. */
+const char *tpd_ckpt_last_error(void);
+
+/* ---- save (collective over the view's world) ---- */
+
+/* A rank's saver: it holds the save in flight (checkpoint.async_save) between the save
+ * point and the commit. */
+typedef struct tpd_ckpt_saver tpd_ckpt_saver;
+
+tpd_status tpd_ckpt_saver_create(const tpd_ckpt_view *view, tpd_ckpt_saver **saver_p);
+/* Joins a save still in flight without committing it (error paths). NULL is a no-op. */
+void tpd_ckpt_saver_destroy(tpd_ckpt_saver *s);
+
+/* Writes SAVE/iter_NNNNNNN (NNNNNNN = c->iteration) with the commit protocol above and
+ * prunes per checkpoint.keep_last; with checkpoint.async_save, takes the host snapshot and
+ * leaves the writing to a thread (tpd_ckpt_saver_finish commits). Every rank returns the
+ * same status. */
+tpd_status tpd_ckpt_save(tpd_ckpt_saver *s, const tpd_ckpt_counters *c, const char *save_dir);
+/* checkpoint.async_save: commits a save whose writer threads have finished on every rank
+ * (collective: one reduction), or with wait, waits for them first. No-op when none is in
+ * flight. */
+tpd_status tpd_ckpt_saver_finish(tpd_ckpt_saver *s, int wait);
+/* 1 while a save is written in the background and not yet committed. */
+int tpd_ckpt_saver_in_flight(const tpd_ckpt_saver *s);
+/* Iteration of the last save this saver committed; -1 when none. */
+int tpd_ckpt_saver_committed(const tpd_ckpt_saver *s);
+
+/* ---- load (collective over the view's world) ---- */
+
+/* Loads `path` into the view's model: parameters, optimizer state, master weights, and
+ * *c_p the counters; a weights-only checkpoint, or checkpoint.finetune, loads the weights
+ * and starts at iteration 0 with fresh optimizer state (zero counters). *continues_p
+ * (may be NULL) is 1 when the run continues the checkpoint's (not fresh). path may be a
+ * checkpoint directory or a save directory holding `latest`. With checkpoint.fallback
+ * "previous" a checkpoint that fails verification is passed over for the newest older one
+ * that verifies. Rank 0 verifies (SHA-256 of every file, the model shape against the
+ * config) and broadcasts the verdict; every rank returns the same status. */
+tpd_status tpd_ckpt_load(const tpd_ckpt_view *view, const char *path, tpd_ckpt_counters *c_p,
+                         int *continues_p);
+
+/* What a run does with the checkpoint section: checkpoint.load "auto" resumes from
+ * checkpoint.save's `latest` when it exists (else starts fresh); another non-empty value
+ * loads that path. *c_p and *continues_p as for tpd_ckpt_load; untouched when nothing is
+ * loaded. */
+tpd_status tpd_ckpt_resume(const tpd_ckpt_view *view, tpd_ckpt_counters *c_p, int *continues_p);
+
+/* ---- reading checkpoints in one process (export, generation, tests) ---- */
+
+typedef enum tpd_ckpt_kind {
+    TPD_CKPT_PARAM = 0,
+    TPD_CKPT_EXP_AVG = 1,    /* AdamW m */
+    TPD_CKPT_EXP_AVG_SQ = 2, /* AdamW v */
+    TPD_CKPT_MASTER = 3,     /* fp32 master weights */
+    TPD_CKPT_KIND_COUNT = 4
+} tpd_ckpt_kind;
+
+typedef struct tpd_ckpt_info {
+    char dir[TPD_CONFIG_STR]; /* the resolved checkpoint directory */
+    int iteration, skipped_iterations, weights_only;
+    uint64_t consumed_samples, seed;
+    int tp, pp, dp, zero; /* layout that wrote it */
+    int has_kind[TPD_CKPT_KIND_COUNT];
+    tpd_config cfg; /* defaults with the checkpoint's model section (and, for checkpoints
+                       written by training, the training seed and seq_length) */
+    int nfiles;          /* files the manifest lists (manifest excluded) */
+    uint64_t file_bytes; /* their size in all */
+    struct tpd_ckpt_manifest *man; /* parsed runs; owned, freed by tpd_ckpt_close */
+} tpd_ckpt_info;
+
+/* Resolves `path` (a checkpoint directory, or a directory holding `latest`), verifies
+ * every file's SHA-256 and reads the manifest's run state. Not collective. */
+tpd_status tpd_ckpt_open(const char *path, tpd_ckpt_info *info_p);
+/* The same for readers of the weights alone (generate, export): verifies only the files
+ * that hold them, not the optimizer state of an fp32 run. */
+tpd_status tpd_ckpt_open_weights(const char *path, tpd_ckpt_info *info_p);
+void tpd_ckpt_close(tpd_ckpt_info *info);
+
+/* Global fp32 tensor (tpd_model_layout_global_numel elements) of parameter p, kind k,
+ * assembled from whatever layout wrote it. Not collective; reads only. */
+tpd_status tpd_ckpt_read_global(const tpd_ckpt_info *info, tpd_param p, tpd_ckpt_kind k,
+                                float *out);
+
+/* Loads the parameters of a single-rank model (TP = PP = DP = 1) from a checkpoint
+ * written under any layout (generation). */
+tpd_status tpd_ckpt_load_model(const tpd_ckpt_info *info, tpd_model *m, const tpd_dp_plan *dpp);
+
+/* Writes a weights-only checkpoint of the global fp32 tensors `global[p]` (as in
+ * tpd_ckpt_read_global) into dir (created; must not hold a checkpoint) sharded for the
+ * layout tp, pp, dp of cfg. Single process (import). */
+tpd_status tpd_ckpt_write_weights(const tpd_config *cfg, int tp, int pp, int dp,
+                                  float *const global[TPD_P_COUNT], const char *dir);
+
+
+#ifdef __cplusplus
+}
+#endif
+#endif

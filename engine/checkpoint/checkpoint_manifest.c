@@ -1,0 +1,516 @@
+/* manifest.json: the run state, the config, the files with their SHA-256, and for every
+ * global tensor and kind (param, exp_avg, exp_avg_sq, master) the runs that hold it.
+ * Also the reader that assembles any rank's slice from those runs. */
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/checkpoint/checkpoint_internal.h"
+#include "engine/optim/lr.h"
+
+static const char *const g_kind_names[TPD_CKPT_KIND_COUNT] = {"param", "exp_avg",
+                                                              "exp_avg_sq", "master"};
+
+void tpd_ckpt_manifest_free(tpd_ckpt_manifest *m) {
+    if (!m) return;
+    for (int p = 0; p < TPD_P_COUNT; p++)
+        for (int k = 0; k < TPD_CKPT_KIND_COUNT; k++)
+            free(m->runs[p][k]);
+    free(m->files);
+    free(m);
+}
+
+/* ---- writing ---- */
+
+static cJSON *shape_json(const tpd_model_layout *g, tpd_param p) {
+    const tpd_param_slice *s = &g->p[p];
+    cJSON *a = cJSON_CreateArray();
+    if (tpd_param_get_info(p)->per_layer) cJSON_AddItemToArray(a, cJSON_CreateNumber(s->g_layers));
+    cJSON_AddItemToArray(a, cJSON_CreateNumber(s->g_rows));
+    if (s->g_cols > 1) cJSON_AddItemToArray(a, cJSON_CreateNumber(s->g_cols));
+    return a;
+}
+
+/* Runs of one rank's segments: equal-sized blocks, back to back in the file, at a constant
+ * global stride, become one run. */
+static void add_runs(cJSON *arr, const tpd_ckpt_segs *s, const char *file, int tp, int pp,
+                     int dp, int64_t byte_base) {
+    for (size_t i = 0; i < s->n;) {
+        const tpd_ckpt_seg *a = &s->v[i];
+        size_t j = i + 1;
+        int64_t stride = 0;
+        while (j < s->n && s->v[j].n == a->n && s->v[j].file == s->v[j - 1].file + a->n &&
+               (j == i + 1 || s->v[j].g - s->v[j - 1].g == stride)) {
+            if (j == i + 1) stride = s->v[j].g - a->g;
+            j++;
+        }
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "file", file);
+        int coords[3] = {tp, pp, dp};
+        cJSON_AddItemToObject(r, "rank", cJSON_CreateIntArray(coords, 3));
+        cJSON_AddNumberToObject(r, "global_offset", (double)a->g);
+        cJSON_AddNumberToObject(r, "count", (double)a->n);
+        cJSON_AddNumberToObject(r, "repeat", (double)(j - i));
+        cJSON_AddNumberToObject(r, "global_stride", (double)stride);
+        cJSON_AddNumberToObject(r, "file_offset", (double)(byte_base + a->file * 4));
+        cJSON_AddItemToArray(arr, r);
+        i = j;
+    }
+}
+
+static char *config_yaml(const tpd_config *cfg) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (!f) return NULL;
+    tpd_config_print(cfg, f);
+    fclose(f);
+    return buf;
+}
+
+static void add_model(cJSON *o, const tpd_config *cfg) {
+    const tpd_config_model *m = &cfg->model;
+    cJSON *j = cJSON_AddObjectToObject(o, "model");
+    cJSON_AddNumberToObject(j, "num_layers", m->num_layers);
+    cJSON_AddNumberToObject(j, "hidden_size", m->hidden_size);
+    cJSON_AddNumberToObject(j, "num_attention_heads", m->num_attention_heads);
+    cJSON_AddNumberToObject(j, "ffn_hidden_size",
+                            m->ffn_hidden_size ? m->ffn_hidden_size : 4 * m->hidden_size);
+    cJSON_AddNumberToObject(j, "vocab_size", m->vocab_size);
+    cJSON_AddNumberToObject(j, "seq_length", m->seq_length);
+    cJSON_AddNumberToObject(j, "max_position_embeddings",
+                            m->max_position_embeddings ? m->max_position_embeddings
+                                                       : m->seq_length);
+    cJSON_AddNumberToObject(j, "make_vocab_size_divisible_by", m->make_vocab_size_divisible_by);
+    cJSON_AddNumberToObject(j, "init_method_std", m->init_method_std);
+}
+
+static void add_state(cJSON *o, const tpd_config *cfg, const tpd_ckpt_state *state) {
+    cJSON_AddNumberToObject(o, "iteration", state->iteration);
+    cJSON_AddNumberToObject(o, "consumed_samples", (double)state->consumed_samples);
+    cJSON_AddNumberToObject(o, "skipped_iterations", state->skipped_iterations);
+    cJSON_AddBoolToObject(o, "weights_only", state->weights_only);
+    /* The data order is a pure function of (seed, sample index): the seed and the
+     * consumed samples restore it, and the init RNG is counter-based on the seed too. */
+    cJSON *rng = cJSON_AddObjectToObject(o, "rng");
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)cfg->training.seed);
+    cJSON_AddStringToObject(rng, "seed", seed);
+    cJSON_AddNumberToObject(rng, "consumed_samples", (double)state->consumed_samples);
+    cJSON_AddBoolToObject(rng, "shuffle", cfg->data.shuffle);
+    const tpd_config_optimizer *op = &cfg->optimizer;
+    cJSON *lr = cJSON_AddObjectToObject(o, "lr_schedule");
+    cJSON_AddNumberToObject(lr, "iteration", state->iteration);
+    cJSON_AddNumberToObject(lr, "next_lr", tpd_lr_at(cfg, state->iteration));
+    cJSON_AddNumberToObject(lr, "lr", op->lr);
+    cJSON_AddNumberToObject(lr, "min_lr", op->min_lr);
+    cJSON_AddStringToObject(lr, "lr_decay_style",
+                            tpd_config_choice("optimizer.lr_decay_style", op->lr_decay_style));
+    cJSON_AddNumberToObject(lr, "lr_warmup_iters", op->lr_warmup_iters);
+    cJSON_AddNumberToObject(lr, "lr_decay_iters", op->lr_decay_iters);
+    cJSON_AddNumberToObject(lr, "train_iters", cfg->training.train_iters);
+}
+
+tpd_status tpd_ckpt_manifest_build(const tpd_config *cfg, int tp, int pp, int dp,
+                                   int has_master, const tpd_ckpt_state *state, int nfiles,
+                                   const tpd_ckpt_file *files, char **json_p) {
+    tpd_status st = TPD_OK;
+    int world = tp * pp * dp;
+    tpd_ckpt_rank *ranks = calloc((size_t)world, sizeof *ranks);
+    tpd_ckpt_rank_plan *plans = calloc((size_t)world, sizeof *plans);
+    cJSON *o = cJSON_CreateObject();
+    char *yaml = config_yaml(cfg);
+    int nready = 0;
+    if (!ranks || !plans || !o || !yaml)
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
+    for (; nready < world; nready++) {
+        int w = nready, t = w % tp, d = (w / tp) % dp, s = w / (tp * dp);
+        TPD_CHECK_GOTO(tpd_ckpt_rank_init(cfg, tp, pp, dp, t, s, d, &ranks[w]), st, out);
+        st = tpd_ckpt_rank_plan_init(&ranks[w], &plans[w]);
+        if (st != TPD_OK) {
+            tpd_ckpt_rank_free(&ranks[w]);
+            goto out;
+        }
+    }
+    cJSON_AddStringToObject(o, "format", TPD_CKPT_FORMAT);
+    cJSON_AddNumberToObject(o, "version", TPD_CKPT_VERSION);
+    add_state(o, cfg, state);
+    cJSON *lay = cJSON_AddObjectToObject(o, "layout");
+    cJSON_AddNumberToObject(lay, "tensor_model_parallel_size", tp);
+    cJSON_AddNumberToObject(lay, "pipeline_model_parallel_size", pp);
+    cJSON_AddNumberToObject(lay, "data_parallel_size", dp);
+    cJSON_AddBoolToObject(lay, "use_distributed_optimizer", ranks[0].zero);
+    cJSON_AddNumberToObject(lay, "ddp_bucket_size", (double)cfg->parallel.ddp_bucket_size);
+    cJSON_AddStringToObject(o, "precision",
+                            tpd_config_choice("training.precision", cfg->training.precision));
+    cJSON_AddBoolToObject(o, "has_master", has_master);
+    add_model(o, cfg);
+    cJSON_AddStringToObject(o, "config_yaml", yaml);
+
+    cJSON *fa = cJSON_AddArrayToObject(o, "files");
+    for (int i = 0; i < nfiles; i++) {
+        if (!files[i].name[0]) continue;
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "name", files[i].name);
+        int c[3] = {files[i].tp, files[i].pp, files[i].dp};
+        cJSON_AddItemToObject(f, "rank", cJSON_CreateIntArray(c, 3));
+        cJSON_AddNumberToObject(f, "bytes", (double)files[i].bytes);
+        cJSON_AddStringToObject(f, "sha256", files[i].sha256);
+        cJSON_AddItemToArray(fa, f);
+    }
+    cJSON *ta = cJSON_AddArrayToObject(o, "tensors");
+    for (int p = 0; p < TPD_P_COUNT; p++) {
+        cJSON *t = cJSON_CreateObject();
+        char hf[128];
+        tpd_ckpt_hf_name((tpd_param)p, 0, 1, hf, sizeof hf, NULL);
+        cJSON_AddStringToObject(t, "name", tpd_param_get_info((tpd_param)p)->name);
+        cJSON_AddStringToObject(t, "hf_name", hf);
+        tpd_model_layout g;
+        TPD_CHECK_GOTO(tpd_model_layout_init(cfg, 1, 0, 1, 0, &g), st, out);
+        cJSON_AddItemToObject(t, "shape", shape_json(&g, (tpd_param)p));
+        cJSON_AddStringToObject(t, "dtype", "F32");
+        for (int k = 0; k < TPD_CKPT_KIND_COUNT; k++) {
+            if (k == TPD_CKPT_MASTER && !has_master) continue;
+            if (k != TPD_CKPT_PARAM && state->weights_only) continue;
+            cJSON *arr = cJSON_AddArrayToObject(t, g_kind_names[k]);
+            for (int w = 0; w < world; w++) {
+                const tpd_ckpt_rank *r = &ranks[w];
+                char name[64];
+                if (k == TPD_CKPT_PARAM) {
+                    tpd_ckpt_model_file(r->tp, r->pp, name, sizeof name);
+                    add_runs(arr, &plans[w].param[p], name, r->tp, r->pp, r->dp, 0);
+                } else {
+                    tpd_ckpt_optim_file(r->tp, r->pp, r->dp, name, sizeof name);
+                    add_runs(arr, &plans[w].state[p], name, r->tp, r->pp, r->dp,
+                             (int64_t)(k - 1) * plans[w].state_numel * 4);
+                }
+            }
+        }
+        cJSON_AddItemToArray(ta, t);
+    }
+    *json_p = cJSON_Print(o);
+    if (!*json_p) st = tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+out:
+    for (int w = 0; w < nready; w++) {
+        tpd_ckpt_rank_plan_free(&plans[w]);
+        tpd_ckpt_rank_free(&ranks[w]);
+    }
+    free(plans);
+    free(ranks);
+    free(yaml);
+    cJSON_Delete(o);
+    return st;
+}
+
+/* ---- reading ---- */
+
+static int get_int(const cJSON *o, const char *key, int64_t *v) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(j)) return 0;
+    *v = (int64_t)j->valuedouble;
+    return 1;
+}
+
+#define NEED_INT(obj, key, dst)                                                               \
+    do {                                                                                      \
+        int64_t v_;                                                                           \
+        if (!get_int((obj), (key), &v_))                                                      \
+            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: '%s' missing or not a number", \
+                          path, (key));                                                       \
+        (dst) = v_;                                                                           \
+    } while (0)
+
+static tpd_status verify_file(const char *dir, const tpd_ckpt_file *f) {
+    char path[TPD_CONFIG_STR + 128], hex[65];
+    uint64_t bytes = 0;
+    tpd_ckpt_join(path, sizeof path, dir, f->name);
+    if (!tpd_ckpt_is_file(path))
+        return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: shard file is missing", path);
+    TPD_CHECK(tpd_ckpt_sha256_file(path, hex, &bytes));
+    if (bytes != f->bytes)
+        return tpd_ckpt_fail(TPD_ERR_FORMAT,
+                             "checkpoint %s: %llu bytes but the manifest says %llu (truncated "
+                             "or overwritten)",
+                             path, (unsigned long long)bytes, (unsigned long long)f->bytes);
+    if (strcmp(hex, f->sha256) != 0)
+        return tpd_ckpt_fail(TPD_ERR_FORMAT,
+                             "checkpoint %s: SHA-256 %s does not match the manifest's %s "
+                             "(corrupted)",
+                             path, hex, f->sha256);
+    return TPD_OK;
+}
+
+static tpd_status read_runs(const char *path, const cJSON *arr, tpd_ckpt_manifest *m, int p,
+                            int k) {
+    int n = cJSON_GetArraySize(arr);
+    m->runs[p][k] = calloc((size_t)(n ? n : 1), sizeof(tpd_ckpt_run));
+    if (!m->runs[p][k]) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    m->nruns[p][k] = n;
+    tpd_status st = TPD_OK;
+    for (int i = 0; i < n; i++) {
+        const cJSON *r = cJSON_GetArrayItem(arr, i);
+        tpd_ckpt_run *run = &m->runs[p][k][i];
+        const cJSON *file = cJSON_GetObjectItemCaseSensitive(r, "file");
+        run->file = -1;
+        for (int f = 0; cJSON_IsString(file) && f < m->nfiles; f++)
+            if (!strcmp(m->files[f].name, file->valuestring)) run->file = f;
+        if (run->file < 0)
+            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                          "checkpoint %s: tensor %s: a run names a file not in 'files'", path,
+                          tpd_param_get_info((tpd_param)p)->name);
+        NEED_INT(r, "global_offset", run->g);
+        NEED_INT(r, "count", run->n);
+        NEED_INT(r, "repeat", run->repeat);
+        NEED_INT(r, "global_stride", run->gstride);
+        NEED_INT(r, "file_offset", run->foff);
+        if ((uint64_t)(run->foff + run->n * run->repeat * 4) > m->files[run->file].bytes ||
+            run->n < 0 || run->repeat < 1 || run->g < 0 || run->foff < 0)
+            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                          "checkpoint %s: tensor %s: a run lies outside file %s", path,
+                          tpd_param_get_info((tpd_param)p)->name, m->files[run->file].name);
+    }
+out:
+    return st;
+}
+
+static tpd_status read_info(const char *path, const cJSON *o, tpd_ckpt_info *info) {
+    tpd_status st = TPD_OK;
+    int64_t v;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, TPD_CKPT_FORMAT) != 0)
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: not a tripod checkpoint manifest",
+                      path);
+    NEED_INT(o, "version", v);
+    if (v != TPD_CKPT_VERSION)
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: version %lld, this build reads %d",
+                      path, (long long)v, TPD_CKPT_VERSION);
+    NEED_INT(o, "iteration", info->iteration);
+    NEED_INT(o, "consumed_samples", info->consumed_samples);
+    NEED_INT(o, "skipped_iterations", info->skipped_iterations);
+    info->weights_only = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "weights_only"));
+    const cJSON *rng = cJSON_GetObjectItemCaseSensitive(o, "rng");
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(rng, "seed");
+    info->seed = cJSON_IsString(seed) ? strtoull(seed->valuestring, NULL, 10) : 0;
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(o, "layout");
+    NEED_INT(lay, "tensor_model_parallel_size", info->tp);
+    NEED_INT(lay, "pipeline_model_parallel_size", info->pp);
+    NEED_INT(lay, "data_parallel_size", info->dp);
+    info->zero = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(lay, "use_distributed_optimizer"));
+    const cJSON *mo = cJSON_GetObjectItemCaseSensitive(o, "model");
+    tpd_config *c = &info->cfg;
+    tpd_config_defaults(c);
+    NEED_INT(mo, "num_layers", c->model.num_layers);
+    NEED_INT(mo, "hidden_size", c->model.hidden_size);
+    NEED_INT(mo, "num_attention_heads", c->model.num_attention_heads);
+    NEED_INT(mo, "ffn_hidden_size", c->model.ffn_hidden_size);
+    NEED_INT(mo, "vocab_size", c->model.vocab_size);
+    NEED_INT(mo, "seq_length", c->model.seq_length);
+    NEED_INT(mo, "max_position_embeddings", c->model.max_position_embeddings);
+    NEED_INT(mo, "make_vocab_size_divisible_by", c->model.make_vocab_size_divisible_by);
+    c->training.seed = info->seed;
+    if (c->model.num_layers < 1 || c->model.hidden_size < 1 || c->model.num_attention_heads < 1 ||
+        c->model.hidden_size % c->model.num_attention_heads || c->model.vocab_size < 1 ||
+        c->model.max_position_embeddings < 1 || c->model.ffn_hidden_size < 1 ||
+        c->model.seq_length < 1 || c->model.make_vocab_size_divisible_by < 1)
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: 'model' holds an impossible shape",
+                      path);
+out:
+    return st;
+}
+
+tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *info) {
+    char path[TPD_CONFIG_STR + 64], spath[TPD_CONFIG_STR + 64], hex[65];
+    tpd_ckpt_join(path, sizeof path, dir, TPD_CKPT_MANIFEST);
+    tpd_ckpt_join(spath, sizeof spath, dir, TPD_CKPT_MANIFEST_SHA);
+    memset(info, 0, sizeof *info);
+    snprintf(info->dir, sizeof info->dir, "%s", dir);
+    char *text = NULL, *want = NULL, *need = NULL;
+    size_t n = 0;
+    cJSON *o = NULL;
+    tpd_status st = TPD_OK;
+    tpd_ckpt_manifest *m = calloc(1, sizeof *m);
+    if (!m) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    if (!tpd_ckpt_is_file(path))
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: missing (not a complete checkpoint)",
+                      path);
+    TPD_CHECK_GOTO(tpd_ckpt_read_file(path, &text, &n), st, out);
+    TPD_CHECK_GOTO(tpd_ckpt_read_file(spath, &want, NULL), st, out);
+    tpd_ckpt_sha256_hex(text, n, hex);
+    if (strncmp(want, hex, 64) != 0)
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                      "checkpoint %s: SHA-256 does not match %s (corrupted)", path, spath);
+    o = cJSON_ParseWithLength(text, n);
+    if (!o) TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: not valid JSON", path);
+    TPD_CHECK_GOTO(read_info(path, o, info), st, out);
+
+    const cJSON *fa = cJSON_GetObjectItemCaseSensitive(o, "files");
+    m->nfiles = cJSON_GetArraySize(fa);
+    m->files = calloc((size_t)(m->nfiles ? m->nfiles : 1), sizeof *m->files);
+    if (!m->files) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
+    for (int i = 0; i < m->nfiles; i++) {
+        const cJSON *f = cJSON_GetArrayItem(fa, i);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+        const cJSON *sha = cJSON_GetObjectItemCaseSensitive(f, "sha256");
+        const cJSON *rank = cJSON_GetObjectItemCaseSensitive(f, "rank");
+        if (!cJSON_IsString(name) || !cJSON_IsString(sha) || strlen(sha->valuestring) != 64 ||
+            strchr(name->valuestring, '/') || cJSON_GetArraySize(rank) != 3)
+            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: files[%d] is malformed", path, i);
+        snprintf(m->files[i].name, sizeof m->files[i].name, "%s", name->valuestring);
+        snprintf(m->files[i].sha256, sizeof m->files[i].sha256, "%s", sha->valuestring);
+        NEED_INT(f, "bytes", m->files[i].bytes);
+        m->files[i].tp = cJSON_GetArrayItem(rank, 0)->valueint;
+        m->files[i].pp = cJSON_GetArrayItem(rank, 1)->valueint;
+        m->files[i].dp = cJSON_GetArrayItem(rank, 2)->valueint;
+    }
+    tpd_model_layout g;
+    TPD_CHECK_GOTO(tpd_model_layout_init(&info->cfg, 1, 0, 1, 0, &g), st, out);
+    const cJSON *ta = cJSON_GetObjectItemCaseSensitive(o, "tensors");
+    if (cJSON_GetArraySize(ta) != TPD_P_COUNT)
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: expected %d tensors", path,
+                      TPD_P_COUNT);
+    for (int p = 0; p < TPD_P_COUNT; p++) {
+        const cJSON *t = cJSON_GetArrayItem(ta, p);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+        if (!cJSON_IsString(name) ||
+            strcmp(name->valuestring, tpd_param_get_info((tpd_param)p)->name) != 0)
+            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: tensors[%d] should be %s",
+                          path, p, tpd_param_get_info((tpd_param)p)->name);
+        for (int k = 0; k < TPD_CKPT_KIND_COUNT; k++) {
+            const cJSON *arr = cJSON_GetObjectItemCaseSensitive(t, g_kind_names[k]);
+            if (!arr) continue;
+            TPD_CHECK_GOTO(read_runs(path, arr, m, p, k), st, out);
+            /* the runs must cover the global tensor exactly once (overlaps are caught
+             * when reading) */
+            int64_t total = 0;
+            for (int i = 0; i < m->nruns[p][k]; i++)
+                total += m->runs[p][k][i].n * m->runs[p][k][i].repeat;
+            if (total != (int64_t)tpd_model_layout_global_numel(&g, (tpd_param)p))
+                TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                              "checkpoint %s: tensor %s %s: runs hold %lld elements, the shape "
+                              "%zu",
+                              path, name->valuestring, g_kind_names[k], (long long)total,
+                              tpd_model_layout_global_numel(&g, (tpd_param)p));
+            if (p == 0) info->has_kind[k] = 1;
+        }
+    }
+    if (verify) {
+        /* WEIGHTS: only the files some run of the weights' kind points into */
+        int kw = info->has_kind[TPD_CKPT_MASTER] ? TPD_CKPT_MASTER : TPD_CKPT_PARAM;
+        need = calloc((size_t)(m->nfiles ? m->nfiles : 1), 1);
+        if (!need) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
+        for (int p = 0; p < TPD_P_COUNT; p++)
+            for (int i = 0; i < m->nruns[p][kw]; i++) need[m->runs[p][kw][i].file] = 1;
+        for (int i = 0; i < m->nfiles; i++)
+            if (verify == TPD_CKPT_VERIFY_ALL || need[i])
+                TPD_CHECK_GOTO(verify_file(dir, &m->files[i]), st, out);
+    }
+    info->man = m;
+    info->nfiles = m->nfiles;
+    info->file_bytes = 0;
+    for (int i = 0; i < m->nfiles; i++) info->file_bytes += m->files[i].bytes;
+    m = NULL;
+out:
+    cJSON_Delete(o);
+    free(text);
+    free(want);
+    free(need);
+    tpd_ckpt_manifest_free(m);
+    return st;
+}
+
+tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg) {
+    const tpd_config_model *a = &info->cfg.model, *b = &cfg->model;
+    int bf = b->ffn_hidden_size ? b->ffn_hidden_size : 4 * b->hidden_size;
+    int bt = b->max_position_embeddings ? b->max_position_embeddings : b->seq_length;
+    struct {
+        const char *key;
+        int ckpt, conf;
+    } keys[] = {
+        {"num_layers", a->num_layers, b->num_layers},
+        {"hidden_size", a->hidden_size, b->hidden_size},
+        {"num_attention_heads", a->num_attention_heads, b->num_attention_heads},
+        {"ffn_hidden_size", a->ffn_hidden_size, bf},
+        {"vocab_size", a->vocab_size, b->vocab_size},
+        {"max_position_embeddings", a->max_position_embeddings, bt},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (keys[i].ckpt != keys[i].conf)
+            return tpd_ckpt_fail(TPD_ERR_INVALID,
+                                 "checkpoint %s: model.%s is %d in the checkpoint but %d in "
+                                 "the config",
+                                 info->dir, keys[i].key, keys[i].ckpt, keys[i].conf);
+    return TPD_OK;
+}
+
+/* A source run expanded to one block. */
+typedef struct src_block {
+    int64_t g, n, foff;
+    int file;
+} src_block;
+
+static int block_cmp(const void *a, const void *b) {
+    int64_t x = ((const src_block *)a)->g, y = ((const src_block *)b)->g;
+    return x < y ? -1 : x > y;
+}
+
+tpd_status tpd_ckpt_gather(const tpd_ckpt_info *info, tpd_param p, tpd_ckpt_kind k,
+                           const tpd_ckpt_segs *want, float *dst, int *fds) {
+    const tpd_ckpt_manifest *m = info->man;
+    const char *tname = tpd_param_get_info(p)->name;
+    if (want->n == 0) return TPD_OK;
+    if (!m->runs[p][k])
+        return tpd_ckpt_fail(TPD_ERR_FORMAT, "checkpoint %s: tensor %s has no %s", info->dir,
+                             tname, g_kind_names[k]);
+    size_t nb = 0;
+    for (int i = 0; i < m->nruns[p][k]; i++) nb += (size_t)m->runs[p][k][i].repeat;
+    src_block *b = malloc((nb ? nb : 1) * sizeof *b);
+    if (!b) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    nb = 0;
+    for (int i = 0; i < m->nruns[p][k]; i++) {
+        const tpd_ckpt_run *r = &m->runs[p][k][i];
+        for (int64_t j = 0; j < r->repeat; j++)
+            b[nb++] = (src_block){r->g + j * r->gstride, r->n, r->foff + j * r->n * 4, r->file};
+    }
+    qsort(b, nb, sizeof *b, block_cmp);
+    tpd_status st = TPD_OK;
+    char path[TPD_CONFIG_STR + 128];
+    int64_t covered = 0, wanted = 0;
+    size_t s = 0;
+    for (size_t i = 1; i < nb; i++)
+        if (b[i - 1].g + b[i - 1].n > b[i].g)
+            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: tensor %s %s: runs overlap",
+                          info->dir, tname, g_kind_names[k]);
+    for (size_t w = 0; w < want->n; w++) {
+        const tpd_ckpt_seg *sg = &want->v[w];
+        wanted += sg->n;
+        while (s < nb && b[s].g + b[s].n <= sg->g) s++;
+        for (size_t t = s; t < nb && b[t].g < sg->g + sg->n; t++) {
+            int64_t lo = b[t].g > sg->g ? b[t].g : sg->g;
+            int64_t hi = b[t].g + b[t].n < sg->g + sg->n ? b[t].g + b[t].n : sg->g + sg->n;
+            const tpd_ckpt_file *f = &m->files[b[t].file];
+            tpd_ckpt_join(path, sizeof path, info->dir, f->name);
+            if (fds[b[t].file] < 0) {
+                fds[b[t].file] = open(path, O_RDONLY | O_CLOEXEC);
+                if (fds[b[t].file] < 0)
+                    TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: shard file is missing",
+                                  path);
+            }
+            TPD_CHECK_GOTO(tpd_ckpt_pread(fds[b[t].file], path, dst + sg->local + (lo - sg->g),
+                                          (size_t)(hi - lo) * 4,
+                                          (uint64_t)(b[t].foff + (lo - b[t].g) * 4)),
+                           st, out);
+            covered += hi - lo;
+        }
+    }
+    if (covered != wanted)
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                      "checkpoint %s: tensor %s %s: %lld of %lld needed elements are missing",
+                      info->dir, tname, g_kind_names[k], (long long)(wanted - covered),
+                      (long long)wanted);
+out:
+    free(b);
+    return st;
+}

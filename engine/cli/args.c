@@ -1,0 +1,94 @@
+#include "engine/cli/args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const tpd_cli_opt *find(const tpd_cli_opt *opts, const char *name) {
+    for (; opts && opts->name; opts++)
+        if (!strcmp(opts->name, name)) return opts;
+    return NULL;
+}
+
+tpd_status tpd_cli_args_parse(const char *cmd, int argc, char **argv, const tpd_cli_opt *opts,
+                              tpd_cli_args *a) {
+    memset(a, 0, sizeof *a);
+    size_t n = (size_t)(argc > 0 ? argc : 0) + 1;
+    a->overrides = calloc(n, sizeof *a->overrides);
+    a->opt_name = calloc(n, sizeof *a->opt_name);
+    a->opt_value = calloc(n, sizeof *a->opt_value);
+    if (!a->overrides || !a->opt_name || !a->opt_value) {
+        tpd_log_error("%s: out of memory", cmd);
+        tpd_cli_args_free(a);
+        return TPD_ERR_NOMEM;
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+            a->help = 1;
+        } else if (s[0] == '-' && s[1]) {
+            const tpd_cli_opt *o = find(opts, s);
+            if (!o) {
+                tpd_log_error("%s: unknown option '%s' (%s --help lists them)", cmd, s, cmd);
+                goto fail;
+            }
+            const char *v = NULL;
+            if (o->takes_value) {
+                if (i + 1 >= argc) {
+                    tpd_log_error("%s: %s needs a value", cmd, s);
+                    goto fail;
+                }
+                v = argv[++i];
+            }
+            a->opt_name[a->n_opts] = o->name;
+            a->opt_value[a->n_opts++] = v;
+        } else if (strchr(s, '=')) {
+            a->overrides[a->n_overrides++] = s;
+        } else if (!a->config) {
+            a->config = s;
+        } else {
+            tpd_log_error("%s: unexpected argument '%s' (one config file, then "
+                          "section.key=value overrides and options)",
+                          cmd, s);
+            goto fail;
+        }
+    }
+    return TPD_OK;
+fail:
+    tpd_cli_args_free(a);
+    return TPD_ERR_INVALID;
+}
+
+void tpd_cli_args_free(tpd_cli_args *a) {
+    free(a->overrides);
+    free(a->opt_name);
+    free(a->opt_value);
+    memset(a, 0, sizeof *a);
+}
+
+tpd_status tpd_cli_int(const char *cmd, const char *opt, const char *s, long lo, long hi,
+                       int *v_p) {
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!s[0] || *end || errno == ERANGE || v < lo || v > hi) {
+        tpd_log_error("%s: %s '%s' must be an integer from %ld to %ld", cmd, opt, s, lo, hi);
+        return TPD_ERR_INVALID;
+    }
+    *v_p = (int)v;
+    return TPD_OK;
+}
+
+tpd_status tpd_cli_double(const char *cmd, const char *opt, const char *s, double lo, double hi,
+                          double *v_p) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!s[0] || *end || errno == ERANGE || !isfinite(v) || v < lo || v > hi) {
+        tpd_log_error("%s: %s '%s' must be a number from %g to %g", cmd, opt, s, lo, hi);
+        return TPD_ERR_INVALID;
+    }
+    *v_p = v;
+    return TPD_OK;
+}

@@ -1,0 +1,230 @@
+/* `tripod data ...`: prepare a byte-level data set from text files, and describe a data
+ * set on disk. argv[0] is "data". */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cli/cli.h"
+#include "engine/data/data.h"
+
+static void usage_data(FILE *f) {
+    fputs("usage: tripod data <command> [options]\n"
+          "\n"
+          "commands:\n"
+          "  prepare   tokenize text files into a Megatron indexed data set\n"
+          "  info      print the format, dtype, token and document counts of a data set\n"
+          "\n"
+          "Run 'tripod data <command> --help' for the options of a command.\n",
+          f);
+}
+
+static void usage_prepare(FILE *f) {
+    fputs("usage: tripod data prepare --input FILE... --output PREFIX\n"
+          "                           [--records file|blank|percent|jsonl] [--json-key K]\n"
+          "                           [--vocab-file vocab.json --merge-file merges.txt]\n"
+          "\n"
+          "Tokenizes text byte by byte (vocab 257: bytes 0..255, end of document 256) and\n"
+          "writes a Megatron indexed data set, PREFIX.idx + PREFIX.bin, with uint16 tokens.\n"
+          "Every document ends with the end-of-document token 256. With --vocab-file and\n"
+          "--merge-file (GPT-2's files, as Megatron takes them) it uses GPT-2's byte-level\n"
+          "BPE instead, and ends every document with <|endoftext|>.\n"
+          "\n"
+          "options:\n"
+          "  --input FILE...   one or more text files; may be repeated\n"
+          "  --output PREFIX   where to write PREFIX.idx and PREFIX.bin\n"
+          "  --vocab-file F    GPT-2 BPE vocabulary (vocab.json); needs --merge-file\n"
+          "  --merge-file F    GPT-2 BPE merges (merges.txt); needs --vocab-file\n"
+          "  --records MODE    how the inputs split into documents:\n"
+          "                      file     each input file is one document (the default)\n"
+          "                      blank    every blank-line separated record is a document\n"
+          "                      percent  every record separated by a line holding only '%'\n"
+          "                               is a document (the fortune format)\n"
+          "                      jsonl    JSON Lines: every line's object holds a document\n"
+          "                               in its string field --json-key (default text),\n"
+          "                               as Megatron's preprocess_data.py reads it\n"
+          "\n"
+          "Records holding only whitespace are skipped, and a record never spans two files.\n",
+          f);
+}
+
+static void usage_info(FILE *f) {
+    fputs("usage: tripod data info PATH [--vocab-size N]\n"
+          "\n"
+          "PATH is a Megatron prefix (PREFIX.idx + PREFIX.bin) or an llm.c token shard.\n"
+          "The whole data set is validated; with --vocab-size every token must also be\n"
+          "below N.\n",
+          f);
+}
+
+static int is_help(const char *a) {
+    return !strcmp(a, "--help") || !strcmp(a, "-h");
+}
+
+static int parse_records(const char *s, tpd_records *r_p) {
+    if (!strcmp(s, "file"))
+        *r_p = TPD_RECORDS_FILE;
+    else if (!strcmp(s, "blank"))
+        *r_p = TPD_RECORDS_BLANK;
+    else if (!strcmp(s, "percent"))
+        *r_p = TPD_RECORDS_PERCENT;
+    else if (!strcmp(s, "jsonl"))
+        *r_p = TPD_RECORDS_JSONL;
+    else
+        return 0;
+    return 1;
+}
+
+/* argv[0] is "prepare". */
+static int cli_prepare(int argc, char **argv) {
+    int rc = TPD_EXIT_CONFIG;
+    const char **inputs = calloc((size_t)argc, sizeof *inputs);
+    int n_inputs = 0;
+    const char *output = NULL;
+    tpd_records records = TPD_RECORDS_FILE;
+    const char *vocab_file = NULL, *merge_file = NULL, *json_key = NULL;
+    tpd_bpe *bpe = NULL;
+    if (!inputs) {
+        tpd_data_log_error("out of memory");
+        return TPD_EXIT_FAILURE;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (is_help(a)) {
+            usage_prepare(stdout);
+            rc = TPD_EXIT_OK;
+            goto free_inputs;
+        } else if (!strcmp(a, "--input")) {
+            /* Every following argument up to the next option is an input file. */
+            int before = n_inputs;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+                inputs[n_inputs++] = argv[++i];
+            if (n_inputs == before) {
+                tpd_data_log_error("data prepare: --input needs at least one file");
+                goto usage;
+            }
+        } else if (!strcmp(a, "--output")) {
+            if (i + 1 >= argc) {
+                tpd_data_log_error("data prepare: --output needs a prefix");
+                goto usage;
+            }
+            output = argv[++i];
+        } else if (!strcmp(a, "--json-key")) {
+            if (i + 1 >= argc) {
+                tpd_data_log_error("data prepare: --json-key needs a field name");
+                goto usage;
+            }
+            json_key = argv[++i];
+        } else if (!strcmp(a, "--vocab-file") || !strcmp(a, "--merge-file")) {
+            if (i + 1 >= argc) {
+                tpd_data_log_error("data prepare: %s needs a file", a);
+                goto usage;
+            }
+            *(a[2] == 'v' ? &vocab_file : &merge_file) = argv[++i];
+        } else if (!strcmp(a, "--records")) {
+            if (i + 1 >= argc || !parse_records(argv[i + 1], &records)) {
+                tpd_data_log_error("data prepare: --records takes file, blank or percent (got "
+                                   "%s)",
+                                   i + 1 < argc ? argv[i + 1] : "nothing");
+                goto usage;
+            }
+            i++;
+        } else {
+            tpd_data_log_error("data prepare: unknown argument '%s'", a);
+            goto usage;
+        }
+    }
+    if (n_inputs == 0 || !output) {
+        tpd_data_log_error("data prepare: --input and --output are required");
+        goto usage;
+    }
+    if (!vocab_file != !merge_file) {
+        tpd_data_log_error("data prepare: --vocab-file and --merge-file go together (GPT-2 BPE)");
+        goto usage;
+    }
+    if (vocab_file && tpd_bpe_load(vocab_file, merge_file, &bpe) != TPD_OK) goto free_inputs;
+    uint64_t docs = 0, tokens = 0;
+    tpd_prepare_opts po = TPD_PREPARE_OPTS_INIT;
+    po.records = records;
+    po.bpe = bpe;
+    if (json_key) po.json_key = json_key;
+    if (tpd_data_prepare(inputs, n_inputs, &po, output, &docs, &tokens) != TPD_OK) {
+        rc = TPD_EXIT_FAILURE;
+        goto free_inputs;
+    }
+    printf("prepared %s.idx + %s.bin: %d input file(s), %llu documents, %llu tokens (%s, "
+           "vocab %d)\n",
+           output, output, n_inputs, (unsigned long long)docs, (unsigned long long)tokens,
+           bpe ? "GPT-2 BPE" : "bytes", bpe ? tpd_bpe_vocab_size(bpe) : TPD_BYTE_VOCAB);
+    rc = TPD_EXIT_OK;
+    goto free_inputs;
+usage:
+    usage_prepare(stderr);
+free_inputs:
+    tpd_bpe_destroy(bpe);
+    free(inputs);
+    return rc;
+}
+
+/* argv[0] is "info". */
+static int cli_info(int argc, char **argv) {
+    const char *path = NULL;
+    int vocab = INT_MAX; /* without --vocab-size only the dtype's own range is checked */
+    for (int i = 1; i < argc; i++) {
+        if (is_help(argv[i])) {
+            usage_info(stdout);
+            return TPD_EXIT_OK;
+        } else if (!strcmp(argv[i], "--vocab-size")) {
+            char *end = NULL;
+            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || *end || v <= 0 || v > INT_MAX) {
+                tpd_data_log_error("data info: --vocab-size takes a positive integer (got %s)",
+                                   i + 1 < argc ? argv[i + 1] : "nothing");
+                usage_info(stderr);
+                return TPD_EXIT_CONFIG;
+            }
+            vocab = (int)v;
+            i++;
+        } else if (!path && strncmp(argv[i], "--", 2) != 0) {
+            path = argv[i];
+        } else {
+            tpd_data_log_error("data info: unexpected argument '%s'", argv[i]);
+            usage_info(stderr);
+            return TPD_EXIT_CONFIG;
+        }
+    }
+    if (!path) {
+        tpd_data_log_error("data info: PATH is required");
+        usage_info(stderr);
+        return TPD_EXIT_CONFIG;
+    }
+    tpd_dataset *ds = NULL;
+    if (tpd_dataset_open(path, vocab, &ds) != TPD_OK) return TPD_EXIT_FAILURE;
+    printf("path:        %s\n", path);
+    printf("format:      %s\n", strcmp(tpd_dataset_format(ds), "megatron") == 0
+                                    ? "megatron indexed (PREFIX.idx + PREFIX.bin)"
+                                    : "llm.c token shard");
+    printf("dtype:       %s\n", tpd_dataset_dtype(ds));
+    printf("tokens:      %llu\n", (unsigned long long)tpd_dataset_num_tokens(ds));
+    printf("documents:   %llu\n", (unsigned long long)tpd_dataset_num_documents(ds));
+    printf("max token:   %d\n", (int)tpd_dataset_max_token(ds));
+    tpd_dataset_close(ds);
+    return TPD_EXIT_OK;
+}
+
+int tpd_cli_data(int argc, char **argv) {
+    if (argc < 2) {
+        usage_data(stderr);
+        return TPD_EXIT_CONFIG;
+    }
+    const char *cmd = argv[1];
+    if (is_help(cmd)) {
+        usage_data(stdout);
+        return TPD_EXIT_OK;
+    }
+    if (!strcmp(cmd, "prepare")) return cli_prepare(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
+    tpd_data_log_error("data: unknown command '%s' (expected prepare or info)", cmd);
+    usage_data(stderr);
+    return TPD_EXIT_CONFIG;
+}

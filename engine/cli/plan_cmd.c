@@ -1,0 +1,291 @@
+/* `tripod plan`: argument parsing and the three outputs (search table, one layout's
+ * breakdown, the rank table). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/cli/args.h"
+#include "engine/cli/cli.h"
+#include "engine/plan/plan.h"
+#include "parallel/mesh.h"
+
+typedef struct plan_args {
+    tpd_cli_args cl; /* config, overrides, options */
+    const char *cluster;
+    int gpus;
+    int have_layout, tp, pp, dp;
+    int top;
+    int json;
+    int ranks;
+    int dp_overlap;
+    int even_stages;
+    const char *trace;
+} plan_args;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tripod plan CONFIG.yaml [section.key=value ...] [--cluster NAME|FILE]\n"
+            "                   [--gpus N] [--layout TP,PP,DP] [--top K] [--json]\n"
+            "                   [--trace FILE] [--ranks] [--dp-overlap on|off] [--even-stages]\n"
+            "  Without --layout: search every layout for N GPUs and rank the top K (10).\n"
+            "  With --layout: the full memory and time breakdown of that layout.\n"
+            "  --cluster: configs/clusters/NAME.yaml or a file (default: h200, cpu for\n"
+            "             training.device=cpu). --trace: predicted timeline (Perfetto).\n"
+            "  --ranks: rank -> (tp, dp, pp) table and every communication group.\n"
+            "  --dp-overlap off: DP gradient reduction after backward (Megatron 2021).\n"
+            "  Without parallel.pipeline_layers, pipeline stages are split by predicted\n"
+            "  time (the ends also embed, or run the head and loss) when that is faster;\n"
+            "  --even-stages keeps the layer-count split.\n");
+}
+
+static const tpd_cli_opt k_opts[] = {
+    {"--json", 0},  {"--ranks", 0}, {"--even-stages", 0}, {"--cluster", 1}, {"--gpus", 1},
+    {"--layout", 1}, {"--top", 1},  {"--trace", 1},       {"--dp-overlap", 1}, {NULL, 0}};
+
+/* Returns 1 to run, 0 for --help, -1 on a bad argument. */
+static int parse_args(int argc, char **argv, plan_args *a) {
+    memset(a, 0, sizeof *a);
+    a->top = 10;
+    a->dp_overlap = 1;
+    if (tpd_cli_args_parse("plan", argc - 1, argv + 1, k_opts, &a->cl) != TPD_OK) return -1;
+    if (a->cl.help) {
+        usage(stdout);
+        return 0;
+    }
+    for (int i = 0; i < a->cl.n_opts; i++) {
+        const char *s = a->cl.opt_name[i], *val = a->cl.opt_value[i];
+        if (strcmp(s, "--json") == 0) {
+            a->json = 1;
+        } else if (strcmp(s, "--ranks") == 0) {
+            a->ranks = 1;
+        } else if (strcmp(s, "--even-stages") == 0) {
+            a->even_stages = 1;
+        } else if (strcmp(s, "--cluster") == 0) {
+            a->cluster = val;
+        } else if (strcmp(s, "--trace") == 0) {
+            a->trace = val;
+        } else if (strcmp(s, "--gpus") == 0) {
+            if (tpd_cli_int("plan", s, val, 1, 1 << 30, &a->gpus) != TPD_OK) return -1;
+        } else if (strcmp(s, "--top") == 0) {
+            if (tpd_cli_int("plan", s, val, 1, 1 << 30, &a->top) != TPD_OK) return -1;
+        } else if (strcmp(s, "--dp-overlap") == 0) {
+            if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0) {
+                tpd_log_error("plan: --dp-overlap '%s' must be on or off", val);
+                return -1;
+            }
+            a->dp_overlap = strcmp(val, "on") == 0;
+        } else if (strcmp(s, "--layout") == 0) {
+            char extra;
+            if (sscanf(val, "%d,%d,%d%c", &a->tp, &a->pp, &a->dp, &extra) != 3 || a->tp < 1 ||
+                a->pp < 1 || a->dp < 1) {
+                tpd_log_error("plan: --layout '%s' must be TP,PP,DP (e.g. 8,8,16)", val);
+                return -1;
+            }
+            a->have_layout = 1;
+        }
+    }
+    if (!a->cl.config) {
+        tpd_log_error("plan: missing CONFIG.yaml");
+        usage(stderr);
+        return -1;
+    }
+    return 1;
+}
+
+static void print_ranks(FILE *f, const tpd_mesh *mesh0) {
+    int w = mesh0->world_size;
+    fprintf(f, "rank table (TP=%d, PP=%d, DP=%d; rank = tp + TP*(dp + DP*pp)):\n",
+            mesh0->tp_size, mesh0->pp_size, mesh0->dp_size);
+    fprintf(f, "  %6s %4s %4s %4s\n", "rank", "tp", "dp", "pp");
+    for (int r = 0; r < w; r++) {
+        int tp, dp, pp;
+        tpd_mesh_coords_of(mesh0, r, &tp, &dp, &pp);
+        fprintf(f, "  %6d %4d %4d %4d\n", r, tp, dp, pp);
+    }
+    int *members = malloc((size_t)w * sizeof *members);
+    char *seen = calloc((size_t)w, 1);
+    if (!members || !seen) {
+        free(members);
+        free(seen);
+        return;
+    }
+    for (int g = 0; g < TPD_MESH_GROUP_COUNT; g++) {
+        memset(seen, 0, (size_t)w);
+        fprintf(f, "%s groups:", tpd_mesh_group_name((tpd_mesh_group)g));
+        for (int r = 0; r < w; r++) {
+            if (seen[r]) continue;
+            int n = tpd_mesh_group_members(mesh0, (tpd_mesh_group)g, r, members, w);
+            if (n <= 0) continue;
+            fprintf(f, " [");
+            for (int i = 0; i < n && i < w; i++) {
+                fprintf(f, "%s%d", i ? "," : "", members[i]);
+                seen[members[i]] = 1;
+            }
+            fprintf(f, "]");
+        }
+        fprintf(f, "\n");
+    }
+    free(seen);
+    free(members);
+}
+
+static int run_ranks(const tpd_plan_layout *lay) {
+    tpd_mesh mesh;
+    int world = lay->tp * lay->pp * lay->dp;
+    if (tpd_mesh_init(world, 0, lay->tp, lay->pp, lay->dp, &mesh) != TPD_OK)
+        return TPD_EXIT_CONFIG;
+    print_ranks(stdout, &mesh);
+    return TPD_EXIT_OK;
+}
+
+static int run_one(const tpd_config *cfg, const tpd_plan_cluster *cl, const tpd_plan_options *opt,
+                   const tpd_plan_layout *lay, const plan_args *a) {
+    tpd_plan_result *r = malloc(sizeof *r);
+    if (!r) {
+        tpd_log_error("plan: out of memory");
+        return TPD_EXIT_FAILURE;
+    }
+    int rc = TPD_EXIT_OK;
+    if (tpd_plan_evaluate(cfg, cl, lay, opt, r) != TPD_OK) {
+        rc = TPD_EXIT_FAILURE;
+        goto free_result;
+    }
+    if (a->json) {
+        char *js = tpd_plan_json(r, 1);
+        if (!js) {
+            tpd_log_error("plan: cannot build JSON");
+            rc = TPD_EXIT_FAILURE;
+            goto free_result;
+        }
+        printf("%s\n", js);
+        free(js);
+    } else {
+        printf("cluster %s (%s), %d GPUs, %s\n", cl->name, cl->path, opt->gpus,
+               cfg->source_path[0] ? cfg->source_path : "(defaults)");
+        tpd_plan_print_breakdown(stdout, r);
+    }
+    if (r->stages == 0) {
+        tpd_log_error("plan: layout is invalid: %s", r->reject_reason);
+        rc = TPD_EXIT_CONFIG;
+        goto free_result;
+    }
+    if (a->trace) {
+        if (tpd_plan_write_trace(r, a->trace) != TPD_OK) rc = TPD_EXIT_FAILURE;
+        else if (!a->json) printf("trace: %s (open in https://ui.perfetto.dev)\n", a->trace);
+    }
+free_result:
+    free(r);
+    return rc;
+}
+
+static int run_search(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                      const tpd_plan_options *opt, const plan_args *a) {
+    tpd_plan_search s;
+    if (tpd_plan_search_run(cfg, cl, opt, &s) != TPD_OK) return TPD_EXIT_FAILURE;
+    int rc = TPD_EXIT_OK;
+    if (a->json) {
+        char *js = tpd_plan_json(s.top, s.n_top);
+        if (js) {
+            printf("%s\n", js);
+            free(js);
+        } else {
+            rc = TPD_EXIT_FAILURE;
+        }
+    } else {
+        printf("cluster %s (%s), %d GPUs, %s\n", cl->name, cl->path, opt->gpus,
+               cfg->source_path[0] ? cfg->source_path : "(defaults)");
+        printf("searched %ld layouts: %ld fit in memory, %ld timed, %ld skipped by the lower "
+               "bound, %ld rejected\n\n",
+               s.evaluated, s.fitting, s.timed, s.pruned, s.rejected);
+        if (s.n_top == 0) {
+            printf("no layout fits.\n");
+        } else {
+            tpd_plan_print_table(stdout, s.top, s.n_top);
+            int close = 1;
+            while (close < s.n_top && s.top[close].step_time_s <= 1.10 * s.top[0].step_time_s)
+                close++;
+            if (close > 1)
+                printf("\nthe top %d layouts are within 10%% of each other, inside the model's "
+                       "error: measure them (tripod sweep) before choosing.\n",
+                       close);
+            printf("\nbest layout:\n");
+            tpd_plan_print_breakdown(stdout, &s.top[0]);
+        }
+        printf("\n");
+        tpd_plan_print_rejections(stdout, &s);
+    }
+    if (a->trace && s.n_top > 0) {
+        if (tpd_plan_write_trace(&s.top[0], a->trace) != TPD_OK) rc = TPD_EXIT_FAILURE;
+        else if (!a->json) printf("trace of the best layout: %s\n", a->trace);
+    }
+    if (s.n_top == 0 && rc == TPD_EXIT_OK) rc = TPD_EXIT_FAILURE;
+    tpd_plan_search_free(&s);
+    return rc;
+}
+
+int tpd_cli_plan(int argc, char **argv) {
+    plan_args a;
+    int pr = parse_args(argc, argv, &a);
+    if (pr <= 0) {
+        tpd_cli_args_free(&a.cl);
+        return pr == 0 ? TPD_EXIT_OK : TPD_EXIT_CONFIG;
+    }
+
+    tpd_config *cfg = malloc(sizeof *cfg);
+    tpd_plan_cluster *cl = malloc(sizeof *cl);
+    int rc = TPD_EXIT_OK;
+    if (!cfg || !cl) {
+        tpd_log_error("plan: out of memory");
+        rc = TPD_EXIT_FAILURE;
+        goto free_all;
+    }
+    char err[1024];
+    if (tpd_config_load(a.cl.config, a.cl.n_overrides, a.cl.overrides, cfg, err, sizeof err) !=
+        TPD_OK) {
+        tpd_log_error("%s", err);
+        rc = TPD_EXIT_CONFIG;
+        goto free_all;
+    }
+    const char *cluster = a.cluster ? a.cluster
+                          : cfg->training.device == TPD_DEVICE_CPU ? "cpu" : "h200";
+    if (tpd_plan_cluster_load(cluster, cl) != TPD_OK) {
+        rc = TPD_EXIT_CONFIG;
+        goto free_all;
+    }
+    tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
+    opt.top_k = a.top;
+    opt.dp_overlap = a.dp_overlap;
+    opt.balance_stages = !a.even_stages;
+    /* Default world: what the config states (TP*PP*DP, DP 1 when derived). */
+    const tpd_config_parallel *par = &cfg->parallel;
+    opt.gpus = a.gpus ? a.gpus
+                      : par->tensor_model_parallel_size * par->pipeline_model_parallel_size *
+                            (par->data_parallel_size > 0 ? par->data_parallel_size : 1);
+    tpd_plan_layout lay;
+    tpd_plan_layout_from_config(cfg, opt.gpus, &lay);
+    if (a.have_layout) {
+        lay.tp = a.tp;
+        lay.pp = a.pp;
+        lay.dp = a.dp;
+        lay.sequence_parallel = par->sequence_parallel && lay.tp > 1;
+        if (!a.gpus) opt.gpus = a.tp * a.pp * a.dp;
+    }
+    if (a.ranks) {
+        if (!a.have_layout && (long)lay.tp * lay.pp * lay.dp != opt.gpus) {
+            tpd_log_error("plan: %d GPUs is not a multiple of TP*PP = %d", opt.gpus,
+                          lay.tp * lay.pp);
+            rc = TPD_EXIT_CONFIG;
+            goto free_all;
+        }
+        rc = run_ranks(&lay);
+    } else if (a.have_layout) {
+        rc = run_one(cfg, cl, &opt, &lay, &a);
+    } else {
+        rc = run_search(cfg, cl, &opt, &a);
+    }
+free_all:
+    free(cl);
+    free(cfg);
+    tpd_cli_args_free(&a.cl);
+    return rc;
+}

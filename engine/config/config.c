@@ -1,0 +1,766 @@
+/* Run configuration: defaults, YAML loading (libyaml document API), overrides, checks and
+ * derived quantities. Every key is a row of the table in engine/config_schema.c, which
+ * also prints configs; this file holds no per-key knowledge except the relations between
+ * keys.
+ *
+ * While a load runs, a loader records where each key's value came from (file line and
+ * column, an override, or the default), so that a relation found broken after the whole
+ * file and every override are in can still name the line of the offending key. */
+#include "engine/config/config.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "engine/config/config_internal.h"
+
+typedef enum cfg_origin { CFG_DEFAULT, CFG_FILE, CFG_OVERRIDE } cfg_origin;
+
+typedef struct cfg_loc {
+    cfg_origin origin;
+    int line, col; /* 1-based; CFG_FILE only */
+} cfg_loc;
+
+typedef struct cfg_loader {
+    const char *path; /* NULL: defaults only */
+    tpd_config *cfg;
+    cfg_loc set[TPD_CFG_MAX_KEYS]; /* where each key's current value came from */
+    char *err;
+    size_t errlen;
+} cfg_loader;
+
+/* Longest scalar we quote back in a message; the rest is cut so the line stays a line. */
+#define CFG_SHOW "%.80s"
+
+/* ---- messages ---- */
+
+/* Writes "WHERE: KEY: message" to the loader's err. WHERE is file:line:col, <override>,
+ * or the file alone for a value that nobody stated. */
+static tpd_status cfg_fail(const cfg_loader *ld, const cfg_loc *at, const char *key,
+                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static tpd_status cfg_fail(const cfg_loader *ld, const cfg_loc *at, const char *key,
+                           const char *fmt, ...) {
+    if (!ld->err || ld->errlen == 0) return TPD_ERR_INVALID;
+    int n;
+    if (at && at->origin == CFG_FILE)
+        n = snprintf(ld->err, ld->errlen, "%s:%d:%d: ", ld->path, at->line, at->col);
+    else if (at && at->origin == CFG_OVERRIDE)
+        n = snprintf(ld->err, ld->errlen, "<override>: ");
+    else
+        n = snprintf(ld->err, ld->errlen, "%s: ", ld->path ? ld->path : "<defaults>");
+    if (n < 0 || (size_t)n >= ld->errlen) return TPD_ERR_INVALID;
+    if (key) {
+        int k = snprintf(ld->err + n, ld->errlen - (size_t)n, "%s: ", key);
+        if (k < 0 || (size_t)(n + k) >= ld->errlen) return TPD_ERR_INVALID;
+        n += k;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ld->err + n, ld->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+    return TPD_ERR_INVALID;
+}
+
+/* ---- lookup ---- */
+
+/* Where the value of a key this file names itself came from. A miss is a bug in this
+ * file (the tests load every relation's key); it points at the file as a whole. */
+static const cfg_loc *cfg_where(const cfg_loader *ld, const char *name) {
+    static const cfg_loc nowhere = {CFG_DEFAULT, 0, 0};
+    int row = tpd_cfg_find_key(name);
+    assert(row >= 0);
+    return row >= 0 ? &ld->set[row] : &nowhere;
+}
+
+static void *cfg_field(tpd_config *cfg, int row) {
+    return (char *)cfg + tpd_cfg_keys[row].offset;
+}
+
+static tpd_status cfg_fail_unknown_key(const cfg_loader *ld, const cfg_loc *at, const char *name) {
+    const char *s = tpd_cfg_suggest_key(name);
+    if (s) return cfg_fail(ld, at, name, "unknown key (did you mean '%s'?)", s);
+    return cfg_fail(ld, at, name, "unknown key ('tripod config show' lists the keys)");
+}
+
+static tpd_status cfg_fail_unknown_section(const cfg_loader *ld, const cfg_loc *at,
+                                           const char *name) {
+    const char *s = tpd_cfg_suggest_section(name);
+    if (s) return cfg_fail(ld, at, name, "unknown section (did you mean '%s'?)", s);
+    return cfg_fail(ld, at, name,
+                    "unknown section (sections are model, parallel, training, optimizer, "
+                    "data, logging, checkpoint, comm)");
+}
+
+/* ---- scalar parsing ---- */
+
+/* One entry of an int list: an integer >= lo that fits an int. */
+static tpd_status cfg_list_entry(const cfg_loader *ld, const tpd_cfg_key *k, const char *s,
+                                 const cfg_loc *at, const char *rule, int *v_p) {
+    int64_t v;
+    int rc = tpd_cfg_parse_int64(s, &v);
+    if (rc == 1)
+        return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not an integer (expected %s)", s, rule);
+    if (rc == 2 || v < INT_MIN || v > INT_MAX)
+        return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' does not fit in 32 bits (expected %s)", s,
+                        rule);
+    if (!tpd_cfg_in_range(k, (double)v))
+        return cfg_fail(ld, at, k->name, CFG_SHOW " is out of range (expected %s)", s, rule);
+    *v_p = (int)v;
+    return TPD_OK;
+}
+
+/* The only list key is parallel.pipeline_layers, whose count is its own field. */
+static void cfg_list_store(tpd_config *cfg, const int *v, int n) {
+    cfg->parallel.num_pipeline_layers = n;
+    memset(cfg->parallel.pipeline_layers, 0, sizeof cfg->parallel.pipeline_layers);
+    memcpy(cfg->parallel.pipeline_layers, v, sizeof(int) * (size_t)n);
+}
+
+static void cfg_trim(char **s_p) {
+    char *s = *s_p;
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t len = strlen(s);
+    while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+        s[--len] = '\0';
+    *s_p = s;
+}
+
+/* A list written as text: "3,5", "[3, 5]", "[]" or a null. */
+static tpd_status cfg_set_list_text(cfg_loader *ld, int row, const char *text, int plain,
+                                    const cfg_loc *at) {
+    const tpd_cfg_key *k = &tpd_cfg_keys[row];
+    char rule[160];
+    tpd_cfg_rule(k, rule, sizeof rule);
+    int v[TPD_CONFIG_MAX_STAGES], n = 0;
+    char *buf = strdup(text);
+    if (!buf) return TPD_ERR_NOMEM;
+    tpd_status st = TPD_OK;
+    char *s = buf;
+    cfg_trim(&s);
+    size_t len = strlen(s);
+    if (len >= 2 && s[0] == '[' && s[len - 1] == ']') {
+        s[len - 1] = '\0';
+        s++;
+        cfg_trim(&s);
+    }
+    if (!tpd_cfg_is_null(s, 1) || !plain) {
+        for (char *item = s; item;) {
+            char *comma = strchr(item, ',');
+            if (comma) *comma = '\0';
+            cfg_trim(&item);
+            if (n == TPD_CONFIG_MAX_STAGES) {
+                st = cfg_fail(ld, at, k->name, "has more than %d entries (expected %s)",
+                              TPD_CONFIG_MAX_STAGES, rule);
+                goto free_buf;
+            }
+            TPD_CHECK_GOTO(cfg_list_entry(ld, k, item, at, rule, &v[n]), st, free_buf);
+            n++;
+            item = comma ? comma + 1 : NULL;
+        }
+    }
+    cfg_list_store(ld->cfg, v, n);
+    ld->set[row] = *at;
+free_buf:
+    free(buf);
+    return st;
+}
+
+/* Parses `text` as the value of key `row` and stores it: the one value parser of the file,
+ * the overrides and the defaults. `plain` is 0 for a quoted scalar, which is never null. */
+static tpd_status cfg_set_scalar(cfg_loader *ld, int row, const char *text, int plain,
+                                 const cfg_loc *at) {
+    const tpd_cfg_key *k = &tpd_cfg_keys[row];
+    void *field = cfg_field(ld->cfg, row);
+    char rule[160];
+    tpd_cfg_rule(k, rule, sizeof rule);
+    if (k->type == TPD_CFG_INTLIST) return cfg_set_list_text(ld, row, text, plain, at);
+    if (k->type != TPD_CFG_STRING && tpd_cfg_is_null(text, plain))
+        return cfg_fail(ld, at, k->name, "has no value (expected %s)", rule);
+
+    switch (k->type) {
+    case TPD_CFG_INT:
+    case TPD_CFG_INT64: {
+        int64_t v;
+        int rc = tpd_cfg_parse_int64(text, &v);
+        int bits = k->type == TPD_CFG_INT ? 32 : 64;
+        if (rc == 1)
+            return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not an integer (expected %s)", text,
+                            rule);
+        if (rc == 2 || (k->type == TPD_CFG_INT && (v < INT_MIN || v > INT_MAX)))
+            return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' does not fit in %d bits (expected %s)",
+                            text, bits, rule);
+        if (!tpd_cfg_in_range(k, (double)v))
+            return cfg_fail(ld, at, k->name, CFG_SHOW " is out of range (expected %s)", text, rule);
+        if (k->type == TPD_CFG_INT)
+            *(int *)field = (int)v;
+        else
+            *(int64_t *)field = v;
+        break;
+    }
+    case TPD_CFG_UINT64: {
+        uint64_t v;
+        int rc = tpd_cfg_parse_uint64(text, &v);
+        if (rc == 1)
+            return cfg_fail(ld, at, k->name,
+                            "'" CFG_SHOW "' is not a non-negative integer (expected %s)", text,
+                            rule);
+        if (rc == 2)
+            return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' does not fit in 64 bits (expected %s)",
+                            text, rule);
+        *(uint64_t *)field = v;
+        break;
+    }
+    case TPD_CFG_DOUBLE: {
+        double v;
+        if (tpd_cfg_parse_double(text, &v))
+            return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not a number (expected %s)", text,
+                            rule);
+        if (!tpd_cfg_in_range(k, v))
+            return cfg_fail(ld, at, k->name, CFG_SHOW " is out of range (expected %s)", text, rule);
+        *(double *)field = v;
+        break;
+    }
+    case TPD_CFG_BOOL: {
+        /* YAML 1.2 core booleans only: "yes"/"on" are YAML 1.1 traps. */
+        int v;
+        if (!strcmp(text, "true") || !strcmp(text, "True") || !strcmp(text, "TRUE"))
+            v = 1;
+        else if (!strcmp(text, "false") || !strcmp(text, "False") || !strcmp(text, "FALSE"))
+            v = 0;
+        else
+            return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not a boolean (expected %s)", text,
+                            rule);
+        *(int *)field = v;
+        break;
+    }
+    case TPD_CFG_STRING: {
+        const char *s = tpd_cfg_is_null(text, plain) ? "" : text;
+        size_t len = strlen(s);
+        if (len >= k->size)
+            return cfg_fail(ld, at, k->name,
+                            "is %zu characters long (expected a string of at most %zu)", len,
+                            k->size - 1);
+        memcpy(field, s, len + 1);
+        break;
+    }
+    case TPD_CFG_ENUM: {
+        int v = tpd_cfg_enum_index(k->choices, text);
+        if (v < 0)
+            return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not allowed (expected %s)", text,
+                            rule);
+        *(int *)field = v;
+        break;
+    }
+    case TPD_CFG_SPLIT:
+        if (tpd_cfg_parse_split(text, field, k->size))
+            return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not a valid split (expected %s)",
+                            text, rule);
+        break;
+    case TPD_CFG_INTLIST:
+        break; /* handled above */
+    }
+    ld->set[row] = *at;
+    return TPD_OK;
+}
+
+/* ---- the file ---- */
+
+static cfg_loc cfg_mark(const yaml_node_t *node) {
+    cfg_loc at = {CFG_FILE, (int)node->start_mark.line + 1, (int)node->start_mark.column + 1};
+    return at;
+}
+
+static const char *cfg_kind(const yaml_node_t *node) {
+    return node->type == YAML_SEQUENCE_NODE ? "a sequence" : "a mapping";
+}
+
+static int cfg_node_is_null(const yaml_node_t *node) {
+    return node->type == YAML_SCALAR_NODE &&
+           tpd_cfg_is_null((const char *)node->data.scalar.value,
+                           node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE);
+}
+
+static tpd_status cfg_apply_node(cfg_loader *ld, int row, yaml_document_t *doc, yaml_node_t *node) {
+    const tpd_cfg_key *k = &tpd_cfg_keys[row];
+    cfg_loc at = cfg_mark(node);
+    char rule[160];
+    tpd_cfg_rule(k, rule, sizeof rule);
+    if (node->type == YAML_SCALAR_NODE)
+        return cfg_set_scalar(ld, row, (const char *)node->data.scalar.value,
+                              node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE, &at);
+    if (node->type != YAML_SEQUENCE_NODE || k->type != TPD_CFG_INTLIST)
+        return cfg_fail(ld, &at, k->name, "got %s (expected %s)", cfg_kind(node), rule);
+
+    int v[TPD_CONFIG_MAX_STAGES], n = 0;
+    for (yaml_node_item_t *it = node->data.sequence.items.start; it < node->data.sequence.items.top;
+         it++) {
+        yaml_node_t *item = yaml_document_get_node(doc, *it);
+        cfg_loc item_at = cfg_mark(item);
+        if (item->type != YAML_SCALAR_NODE)
+            return cfg_fail(ld, &item_at, k->name, "got %s as an entry (expected %s)",
+                            cfg_kind(item), rule);
+        if (n == TPD_CONFIG_MAX_STAGES)
+            return cfg_fail(ld, &item_at, k->name, "has more than %d entries (expected %s)",
+                            TPD_CONFIG_MAX_STAGES, rule);
+        TPD_CHECK(
+            cfg_list_entry(ld, k, (const char *)item->data.scalar.value, &item_at, rule, &v[n]));
+        n++;
+    }
+    cfg_list_store(ld->cfg, v, n);
+    ld->set[row] = at;
+    return TPD_OK;
+}
+
+static tpd_status cfg_apply_section(cfg_loader *ld, int sec, yaml_document_t *doc,
+                                    yaml_node_t *map) {
+    const char *sname = tpd_cfg_sections[sec].name;
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *knode = yaml_document_get_node(doc, p->key);
+        yaml_node_t *vnode = yaml_document_get_node(doc, p->value);
+        cfg_loc kat = cfg_mark(knode);
+        if (knode->type != YAML_SCALAR_NODE)
+            return cfg_fail(ld, &kat, sname, "got %s as a key (keys are plain names)",
+                            cfg_kind(knode));
+        char full[160];
+        snprintf(full, sizeof full, "%s.%s", sname, (const char *)knode->data.scalar.value);
+        int row = tpd_cfg_find_key(full);
+        if (row < 0) return cfg_fail_unknown_key(ld, &kat, full);
+        if (ld->set[row].origin == CFG_FILE)
+            return cfg_fail(ld, &kat, full, "duplicate key (first set on line %d)",
+                            ld->set[row].line);
+        TPD_CHECK(cfg_apply_node(ld, row, doc, vnode));
+    }
+    return TPD_OK;
+}
+
+static tpd_status cfg_apply_root(cfg_loader *ld, yaml_document_t *doc, yaml_node_t *root) {
+    if (cfg_node_is_null(root)) return TPD_OK; /* an empty file */
+    if (root->type != YAML_MAPPING_NODE) {
+        cfg_loc at = cfg_mark(root);
+        return cfg_fail(ld, &at, NULL,
+                        "the top level must be a mapping of sections (model, parallel, ...)");
+    }
+    int first_line[TPD_CFG_MAX_SECTIONS] = {0};
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *knode = yaml_document_get_node(doc, p->key);
+        yaml_node_t *vnode = yaml_document_get_node(doc, p->value);
+        cfg_loc kat = cfg_mark(knode);
+        if (knode->type != YAML_SCALAR_NODE)
+            return cfg_fail(ld, &kat, NULL, "got %s as a section name (names are plain)",
+                            cfg_kind(knode));
+        const char *name = (const char *)knode->data.scalar.value;
+        int sec = tpd_cfg_find_section(name);
+        if (sec < 0) return cfg_fail_unknown_section(ld, &kat, name);
+        if (first_line[sec])
+            return cfg_fail(ld, &kat, name, "duplicate section (first on line %d)",
+                            first_line[sec]);
+        first_line[sec] = kat.line;
+        if (cfg_node_is_null(vnode)) continue; /* "comm:" with nothing under it */
+        if (vnode->type != YAML_MAPPING_NODE) {
+            cfg_loc vat = cfg_mark(vnode);
+            return cfg_fail(ld, &vat, name, "got %s (a section is a mapping of keys)",
+                            vnode->type == YAML_SCALAR_NODE ? "a scalar" : "a sequence");
+        }
+        TPD_CHECK(cfg_apply_section(ld, sec, doc, vnode));
+    }
+    return TPD_OK;
+}
+
+static tpd_status cfg_fail_syntax(const cfg_loader *ld, const yaml_parser_t *parser) {
+    if (parser->error == YAML_MEMORY_ERROR) {
+        snprintf(ld->err, ld->errlen, "%s: out of memory while reading YAML", ld->path);
+        return TPD_ERR_NOMEM;
+    }
+    const char *problem = parser->problem ? parser->problem : "unreadable YAML";
+    if (parser->error == YAML_READER_ERROR) {
+        snprintf(ld->err, ld->errlen, "%s: YAML read error: %s at byte %zu", ld->path, problem,
+                 parser->problem_offset);
+        return TPD_ERR_INVALID;
+    }
+    cfg_loc at = {CFG_FILE, (int)parser->problem_mark.line + 1,
+                  (int)parser->problem_mark.column + 1};
+    if (parser->context)
+        return cfg_fail(ld, &at, NULL, "YAML syntax error: %s (%s at %d:%d)", problem,
+                        parser->context, (int)parser->context_mark.line + 1,
+                        (int)parser->context_mark.column + 1);
+    return cfg_fail(ld, &at, NULL, "YAML syntax error: %s", problem);
+}
+
+static tpd_status cfg_load_file(cfg_loader *ld) {
+    tpd_status st = TPD_OK;
+    FILE *f = fopen(ld->path, "rb");
+    if (!f) {
+        snprintf(ld->err, ld->errlen, "%s: cannot read: %s", ld->path, strerror(errno));
+        return TPD_ERR_IO;
+    }
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser)) {
+        snprintf(ld->err, ld->errlen, "%s: out of memory while reading YAML", ld->path);
+        st = TPD_ERR_NOMEM;
+        goto close_file;
+    }
+    yaml_parser_set_input_file(&parser, f);
+    yaml_document_t doc;
+    /* On failure libyaml has already deleted the document. */
+    if (!yaml_parser_load(&parser, &doc)) {
+        st = cfg_fail_syntax(ld, &parser);
+        goto delete_parser;
+    }
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (root) TPD_CHECK_GOTO(cfg_apply_root(ld, &doc, root), st, delete_doc);
+
+    /* A second document would be silently ignored; say so instead. */
+    yaml_document_t next;
+    if (!yaml_parser_load(&parser, &next)) {
+        st = cfg_fail_syntax(ld, &parser);
+        goto delete_doc;
+    }
+    yaml_node_t *next_root = yaml_document_get_root_node(&next);
+    if (next_root) {
+        cfg_loc at = cfg_mark(next_root);
+        st = cfg_fail(ld, &at, NULL, "a second YAML document (a config is one document)");
+    }
+    yaml_document_delete(&next);
+delete_doc:
+    yaml_document_delete(&doc);
+delete_parser:
+    yaml_parser_delete(&parser);
+close_file:
+    fclose(f);
+    return st;
+}
+
+/* ---- overrides ---- */
+
+static tpd_status cfg_apply_override(cfg_loader *ld, const char *ov) {
+    const cfg_loc at = {CFG_OVERRIDE, 0, 0};
+    const char *eq = strchr(ov, '=');
+    if (!eq || eq == ov)
+        return cfg_fail(ld, &at, NULL, "'" CFG_SHOW "' is not of the form section.key=value", ov);
+    char *buf = strdup(ov);
+    if (!buf) return TPD_ERR_NOMEM;
+    tpd_status st = TPD_OK;
+    char *key = buf, *value = buf + (eq - ov) + 1;
+    value[-1] = '\0';
+    cfg_trim(&key);
+    cfg_trim(&value);
+    int row = tpd_cfg_find_key(key);
+    if (row < 0) {
+        st = cfg_fail_unknown_key(ld, &at, key);
+        goto free_buf;
+    }
+    /* The shell usually eats quotes; when they survive, they mean "a string". */
+    int plain = 1;
+    size_t len = strlen(value);
+    if (len >= 2 && (value[0] == '"' || value[0] == '\'') && value[len - 1] == value[0]) {
+        value[len - 1] = '\0';
+        value++;
+        plain = 0;
+    }
+    st = cfg_set_scalar(ld, row, value, plain, &at);
+free_buf:
+    free(buf);
+    return st;
+}
+
+/* ---- relations ---- */
+
+/* Where to point for a relation between two keys: the first one if someone stated it,
+ * else the second, else the file as a whole. */
+static const cfg_loc *cfg_at(const cfg_loader *ld, const char *a, const char *b) {
+    const cfg_loc *la = cfg_where(ld, a);
+    if (la->origin != CFG_DEFAULT || !b) return la;
+    return cfg_where(ld, b);
+}
+
+static tpd_status cfg_check_relations(cfg_loader *ld) {
+    const tpd_config *c = ld->cfg;
+    const tpd_config_model *m = &c->model;
+    const tpd_config_parallel *p = &c->parallel;
+    const int tp = p->tensor_model_parallel_size, pp = p->pipeline_model_parallel_size;
+    const int vpp = p->virtual_pipeline_model_parallel_size;
+    const char *k;
+
+    k = "model.hidden_size";
+    if (m->hidden_size % m->num_attention_heads)
+        return cfg_fail(ld, cfg_at(ld, k, "model.num_attention_heads"), k,
+                        "hidden_size (%d) must be a multiple of num_attention_heads (%d)",
+                        m->hidden_size, m->num_attention_heads);
+    k = "model.num_attention_heads";
+    if (m->num_attention_heads % tp)
+        return cfg_fail(ld, cfg_at(ld, k, "parallel.tensor_model_parallel_size"), k,
+                        "num_attention_heads (%d) must be a multiple of "
+                        "tensor_model_parallel_size (%d)",
+                        m->num_attention_heads, tp);
+    k = "model.ffn_hidden_size";
+    if (m->ffn_hidden_size % tp)
+        return cfg_fail(ld, cfg_at(ld, k, "parallel.tensor_model_parallel_size"), k,
+                        "ffn_hidden_size (%d) must be a multiple of "
+                        "tensor_model_parallel_size (%d)",
+                        m->ffn_hidden_size, tp);
+    if (p->num_pipeline_layers > 0) {
+        k = "parallel.pipeline_layers";
+        if (p->num_pipeline_layers != pp)
+            return cfg_fail(ld, cfg_at(ld, k, NULL), k,
+                            "has %d entries but pipeline_model_parallel_size is %d (one entry "
+                            "per stage)",
+                            p->num_pipeline_layers, pp);
+        long sum = 0;
+        for (int i = 0; i < p->num_pipeline_layers; i++)
+            sum += p->pipeline_layers[i];
+        if (sum != m->num_layers)
+            return cfg_fail(ld, cfg_at(ld, k, NULL), k,
+                            "entries sum to %ld but num_layers is %d (they must sum to "
+                            "num_layers)",
+                            sum, m->num_layers);
+    } else if (m->num_layers % pp) {
+        k = "model.num_layers";
+        return cfg_fail(ld, cfg_at(ld, k, "parallel.pipeline_model_parallel_size"), k,
+                        "num_layers (%d) is not divisible by pipeline_model_parallel_size (%d) "
+                        "(Number of layers should be divisible by the pipeline-model-parallel "
+                        "size, or set parallel.pipeline_layers)",
+                        m->num_layers, pp);
+    }
+    k = "model.seq_length";
+    if (m->seq_length > m->max_position_embeddings)
+        return cfg_fail(ld, cfg_at(ld, k, "model.max_position_embeddings"), k,
+                        "seq_length (%d) must be <= max_position_embeddings (%d)", m->seq_length,
+                        m->max_position_embeddings);
+    k = "optimizer.lr_wsd_decay_iters";
+    if (c->optimizer.lr_decay_style == TPD_LR_DECAY_WSD) {
+        int decay = c->optimizer.lr_decay_iters ? c->optimizer.lr_decay_iters
+                                                : c->training.train_iters;
+        int wsd = c->optimizer.lr_wsd_decay_iters;
+        if (wsd < 1 || wsd > decay - c->optimizer.lr_warmup_iters)
+            return cfg_fail(ld, cfg_at(ld, k, "optimizer.lr_decay_style"), k,
+                            "WSD needs 1 <= lr_wsd_decay_iters (%d) <= the iterations after "
+                            "warmup (%d)",
+                            wsd, decay - c->optimizer.lr_warmup_iters);
+    }
+    k = "training.recompute_num_layers";
+    if (c->training.recompute_num_layers > 0 && c->training.recompute != TPD_RECOMPUTE_FULL)
+        return cfg_fail(ld, cfg_at(ld, k, "training.recompute"), k,
+                        "%d needs training.recompute full, not %s (it picks the layers whose "
+                        "full recompute is done)",
+                        c->training.recompute_num_layers,
+                        tpd_config_choice("training.recompute", c->training.recompute));
+    k = "data.data_path";
+    char why[512];
+    if (c->data.data_path[0] && !tpd_config_data_path_parse(c->data.data_path, NULL, why, sizeof why))
+        return cfg_fail(ld, cfg_at(ld, k, NULL), k, "%s", why);
+    if (p->sequence_parallel && m->seq_length % tp) {
+        k = "parallel.sequence_parallel";
+        return cfg_fail(ld, cfg_at(ld, k, "model.seq_length"), k,
+                        "seq_length (%d) must be a multiple of tensor_model_parallel_size (%d) "
+                        "(sequence parallel splits the sequence over the TP ranks)",
+                        m->seq_length, tp);
+    }
+    k = "training.global_batch_size";
+    if (c->training.global_batch_size % c->training.micro_batch_size)
+        return cfg_fail(ld, cfg_at(ld, k, "training.micro_batch_size"), k,
+                        "global_batch_size (%d) must be a multiple of micro_batch_size (%d)",
+                        c->training.global_batch_size, c->training.micro_batch_size);
+    k = "optimizer.min_lr";
+    if (c->optimizer.min_lr > c->optimizer.lr) {
+        char lo[32], hi[32];
+        tpd_cfg_fmt_double(c->optimizer.min_lr, lo, sizeof lo);
+        tpd_cfg_fmt_double(c->optimizer.lr, hi, sizeof hi);
+        return cfg_fail(ld, cfg_at(ld, k, "optimizer.lr"), k, "min_lr (%s) must be <= lr (%s)", lo,
+                        hi);
+    }
+    if (vpp > 1) {
+        k = "parallel.virtual_pipeline_model_parallel_size";
+        if (p->pipeline_schedule != TPD_SCHEDULE_INTERLEAVED)
+            return cfg_fail(ld, cfg_at(ld, k, NULL), k,
+                            "%d needs pipeline_schedule interleaved, not %s (virtual stages "
+                            "exist only in the interleaved schedule)",
+                            vpp, tpd_config_choice("parallel.pipeline_schedule",
+                                                   p->pipeline_schedule));
+        if (p->num_pipeline_layers > 0)
+            return cfg_fail(ld, cfg_at(ld, "parallel.pipeline_layers", NULL),
+                            "parallel.pipeline_layers",
+                            "is given with virtual_pipeline_model_parallel_size %d (uneven "
+                            "stages need virtual_pipeline_model_parallel_size 1)",
+                            vpp);
+        k = "model.num_layers";
+        if (m->num_layers % ((int64_t)pp * vpp))
+            return cfg_fail(ld, cfg_at(ld, k, "parallel.virtual_pipeline_model_parallel_size"), k,
+                            "num_layers (%d) is not divisible by pipeline_model_parallel_size * "
+                            "virtual_pipeline_model_parallel_size (%d * %d = %lld) (every model "
+                            "chunk needs the same number of layers)",
+                            m->num_layers, pp, vpp, (long long)pp * vpp);
+    }
+    return TPD_OK;
+}
+
+/* ---- public API ---- */
+
+void tpd_config_defaults(tpd_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    char scratch[256];
+    cfg_loader ld = {.path = NULL, .cfg = cfg, .err = scratch, .errlen = sizeof scratch};
+    const cfg_loc at = {CFG_DEFAULT, 0, 0};
+    /* The schema's defaults are valid by construction; the tests load them through this
+     * same parser and would fail on a bad one. */
+    for (int i = 0; i < tpd_cfg_nkeys; i++)
+        (void)cfg_set_scalar(&ld, i, tpd_cfg_keys[i].def, 1, &at);
+}
+
+tpd_status tpd_config_load(const char *path, int n_overrides, const char *const *overrides,
+                           tpd_config *cfg, char *err, size_t errlen) {
+    char no_err[1];
+    if (!err || errlen == 0) err = no_err, errlen = sizeof no_err;
+    err[0] = '\0';
+    tpd_config tmp;
+    tpd_config_defaults(&tmp);
+    cfg_loader ld = {.path = path, .cfg = &tmp, .err = err, .errlen = errlen}; /* CFG_DEFAULT */
+
+    if (path) TPD_CHECK(cfg_load_file(&ld));
+    for (int i = 0; i < n_overrides; i++)
+        TPD_CHECK(cfg_apply_override(&ld, overrides[i]));
+    if (path) {
+        for (int i = 0; i < tpd_cfg_nkeys; i++)
+            if (tpd_cfg_keys[i].required && ld.set[i].origin == CFG_DEFAULT)
+                return cfg_fail(&ld, &ld.set[i], tpd_cfg_keys[i].name,
+                                "required key is missing (every config file must set it)");
+    }
+
+    if (tmp.model.ffn_hidden_size == 0) {
+        if (tmp.model.hidden_size > INT_MAX / 4)
+            return cfg_fail(&ld, cfg_where(&ld, "model.hidden_size"), "model.hidden_size",
+                            "%d is too large for the default ffn_hidden_size 4*hidden_size "
+                            "(set model.ffn_hidden_size)",
+                            tmp.model.hidden_size);
+        tmp.model.ffn_hidden_size = 4 * tmp.model.hidden_size;
+    }
+    if (tmp.model.max_position_embeddings == 0)
+        tmp.model.max_position_embeddings = tmp.model.seq_length;
+    TPD_CHECK(cfg_check_relations(&ld));
+
+    snprintf(tmp.source_path, sizeof tmp.source_path, "%s", path ? path : "");
+    *cfg = tmp;
+    return TPD_OK;
+}
+
+/* Messages of the checks after load start with the file they came from. */
+static tpd_status cfg_fail_after(const tpd_config *cfg, char *err, size_t errlen, const char *fmt,
+                                 ...) __attribute__((format(printf, 4, 5)));
+
+static tpd_status cfg_fail_after(const tpd_config *cfg, char *err, size_t errlen, const char *fmt,
+                                 ...) {
+    if (!err || errlen == 0) return TPD_ERR_INVALID;
+    int n = cfg->source_path[0] ? snprintf(err, errlen, "%s: ", cfg->source_path) : 0;
+    if (n < 0 || (size_t)n >= errlen) return TPD_ERR_INVALID;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+    return TPD_ERR_INVALID;
+}
+
+tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size, char *err, size_t errlen) {
+    const int tp = cfg->parallel.tensor_model_parallel_size;
+    const int pp = cfg->parallel.pipeline_model_parallel_size;
+    const int mbs = cfg->training.micro_batch_size, gbs = cfg->training.global_batch_size;
+    if (tp < 1 || pp < 1 || mbs < 1)
+        return cfg_fail_after(cfg, err, errlen,
+                              "the config was not loaded (TP, PP or micro "
+                              "batch size below 1)");
+    if (world_size < 1)
+        return cfg_fail_after(cfg, err, errlen, "world size (%d) must be at least 1", world_size);
+    const int64_t mp = (int64_t)tp * pp;
+    if (world_size % mp)
+        return cfg_fail_after(cfg, err, errlen,
+                              "world size (%d) is not divisible by total_model_size (%" PRId64 ")",
+                              world_size, mp);
+    int dp = (int)(world_size / mp);
+    if (cfg->parallel.data_parallel_size != 0 && cfg->parallel.data_parallel_size != dp)
+        return cfg_fail_after(cfg, err, errlen,
+                              "parallel.data_parallel_size (%d) does not match world size (%d) "
+                              "/ (tensor_model_parallel_size %d * pipeline_model_parallel_size "
+                              "%d) = %d",
+                              cfg->parallel.data_parallel_size, world_size, tp, pp, dp);
+    if (gbs % ((int64_t)mbs * dp))
+        return cfg_fail_after(cfg, err, errlen,
+                              "global batch size (%d) is not divisible by micro batch size "
+                              "(%d) times data parallel size (%d)",
+                              gbs, mbs, dp);
+    return TPD_OK;
+}
+
+tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t errlen) {
+    const tpd_config_parallel *p = &cfg->parallel;
+    const tpd_config_training *t = &cfg->training;
+    if (p->virtual_pipeline_model_parallel_size > 1)
+        return cfg_fail_after(cfg, err, errlen,
+                              "parallel.virtual_pipeline_model_parallel_size: %d is modelled "
+                              "by tripod plan only (tripod train runs 1)",
+                              p->virtual_pipeline_model_parallel_size);
+    if (p->pipeline_schedule != TPD_SCHEDULE_1F1B)
+        return cfg_fail_after(cfg, err, errlen,
+                              "parallel.pipeline_schedule: %s is modelled by tripod plan only "
+                              "(tripod train runs 1f1b)",
+                              tpd_config_choice("parallel.pipeline_schedule",
+                                                p->pipeline_schedule));
+    if (t->precision == TPD_PRECISION_BF16 && t->device == TPD_DEVICE_CPU)
+        return cfg_fail_after(cfg, err, errlen,
+                              "training.precision bf16 needs training.device cuda; the cpu "
+                              "backend computes in fp32");
+    return TPD_OK;
+}
+
+int tpd_config_dp(const tpd_config *cfg, int world_size) {
+    if (cfg->parallel.data_parallel_size > 0) return cfg->parallel.data_parallel_size;
+    int64_t mp = (int64_t)cfg->parallel.tensor_model_parallel_size *
+                 cfg->parallel.pipeline_model_parallel_size;
+    return mp > 0 ? (int)(world_size / mp) : 0;
+}
+
+int tpd_config_num_micro_batches(const tpd_config *cfg, int dp) {
+    int64_t per_step = (int64_t)cfg->training.micro_batch_size * dp;
+    return per_step > 0 ? (int)(cfg->training.global_batch_size / per_step) : 0;
+}
+
+int tpd_config_padded_vocab(const tpd_config *cfg, int tp) {
+    int64_t mult = (int64_t)cfg->model.make_vocab_size_divisible_by * (tp > 0 ? tp : 1);
+    int64_t v = cfg->model.vocab_size;
+    return (int)((v + mult - 1) / mult * mult);
+}
+
+/* The rule behind both: floor(L/pp) layers each, and the L%pp extra layers go to the
+ * middle stages first, then to the first stage (the embedding is cheap), the last stage
+ * (head and loss) last. */
+static int split_rule(int L, int pp, int stage) {
+    int base = L / pp, extra = L % pp;
+    /* rank of this stage in the order that receives the extra layers */
+    int order = stage >= 1 && stage <= pp - 2 ? stage - 1 : (stage == 0 ? pp - 2 : pp - 1);
+    if (pp == 1) order = 0;
+    return base + (order < extra);
+}
+
+int tpd_config_split_layers(const tpd_config *cfg, int pp, int stage, int *first_layer_p) {
+    const tpd_config_parallel *par = &cfg->parallel;
+    int L = cfg->model.num_layers;
+    int listed = par->num_pipeline_layers == pp && pp > 0;
+    if (stage < 0 || stage >= pp || (!listed && pp > L)) return -1;
+    int first = 0;
+    for (int i = 0; i < stage; i++) first += listed ? par->pipeline_layers[i] : split_rule(L, pp, i);
+    if (first_layer_p) *first_layer_p = first;
+    return listed ? par->pipeline_layers[stage] : split_rule(L, pp, stage);
+}
+
+int tpd_config_stage_layers(const tpd_config *cfg, int stage, int *first_layer_p) {
+    int n = tpd_config_split_layers(cfg, cfg->parallel.pipeline_model_parallel_size, stage,
+                                    first_layer_p);
+    return n < 0 ? 0 : n;
+}

@@ -1,0 +1,218 @@
+/* Run configuration: YAML (libyaml) with Megatron/NeMo key names, Hydra-style
+ * command-line overrides (section.key=value), defaults, and checks whose messages name
+ * the file, line and column, the key, the bad value and the rule.
+ *
+ * Sections: model, parallel, training, optimizer, data, logging, checkpoint, comm.
+ * `tripod config show FILE [overrides]` prints the resolved config (tpd_config_print). */
+#ifndef TPD_ENGINE_CONFIG_H
+#define TPD_ENGINE_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TPD_CONFIG_STR 512
+#define TPD_CONFIG_MAX_STAGES 256
+
+/* The values of the enum keys, parsed once by the schema (each key's choices, in order). */
+typedef enum tpd_precision { TPD_PRECISION_FP32 = 0, TPD_PRECISION_BF16 = 1 } tpd_precision;
+typedef enum tpd_device { TPD_DEVICE_CPU = 0, TPD_DEVICE_CUDA = 1 } tpd_device;
+typedef enum tpd_recompute {
+    TPD_RECOMPUTE_NONE = 0,
+    TPD_RECOMPUTE_SELECTIVE = 1, /* the attention state only (Korthikanti et al.) */
+    TPD_RECOMPUTE_FULL = 2,      /* whole layers, keeping each layer's input */
+} tpd_recompute;
+typedef enum tpd_attention {
+    TPD_ATTENTION_FUSED = 0,   /* cuDNN flash attention */
+    TPD_ATTENTION_UNFUSED = 1, /* cuBLASLt + softmax */
+} tpd_attention;
+typedef enum tpd_lr_decay {
+    TPD_LR_DECAY_COSINE = 0,
+    TPD_LR_DECAY_LINEAR = 1,
+    TPD_LR_DECAY_CONSTANT = 2,
+    TPD_LR_DECAY_INVERSE_SQRT = 3, /* "inverse-square-root" */
+    TPD_LR_DECAY_WSD = 4,
+} tpd_lr_decay;
+typedef enum tpd_wsd_decay {
+    TPD_WSD_DECAY_EXPONENTIAL = 0,
+    TPD_WSD_DECAY_LINEAR = 1,
+    TPD_WSD_DECAY_COSINE = 2,
+    TPD_WSD_DECAY_MINUS_SQRT = 3,
+} tpd_wsd_decay;
+typedef enum tpd_schedule { TPD_SCHEDULE_1F1B = 0, TPD_SCHEDULE_INTERLEAVED = 1 } tpd_schedule;
+typedef enum tpd_fallback { TPD_FALLBACK_NONE = 0, TPD_FALLBACK_PREVIOUS = 1 } tpd_fallback;
+
+typedef struct tpd_config_model {
+    int num_layers;
+    int hidden_size;
+    int num_attention_heads;
+    int ffn_hidden_size;          /* 0 in the file means 4*hidden_size (resolved at load) */
+    int vocab_size;
+    int seq_length;
+    int max_position_embeddings;  /* 0 means seq_length (resolved at load) */
+    double init_method_std;
+    int make_vocab_size_divisible_by;
+} tpd_config_model;
+
+typedef struct tpd_config_parallel {
+    int tensor_model_parallel_size;
+    int pipeline_model_parallel_size;
+    int data_parallel_size;       /* 0 = derived from the world size */
+    int num_pipeline_layers;      /* entries in pipeline_layers; 0 = even split */
+    int pipeline_layers[TPD_CONFIG_MAX_STAGES];
+    int use_distributed_optimizer;      /* ZeRO-1 */
+    int64_t ddp_bucket_size;            /* gradient elements per DP bucket */
+    int sequence_parallel;              /* Megatron SP: needs seq_length % TP == 0 */
+    int virtual_pipeline_model_parallel_size; /* planner knob; engine needs 1 */
+    tpd_schedule pipeline_schedule;
+} tpd_config_parallel;
+
+typedef struct tpd_config_training {
+    int micro_batch_size;
+    int global_batch_size;
+    int train_iters;
+    uint64_t seed;
+    tpd_precision precision;
+    tpd_device device;  /* the kernel backend */
+    tpd_recompute recompute;
+    int recompute_num_layers; /* full: recompute the first N layers of each stage (Megatron's
+                                 block method), 0 = all of them */
+    int exit_interval;          /* stop (saving) when the iteration is a multiple; 0 = never */
+    double exit_duration_in_mins; /* stop (saving) once a run has lasted this long; 0 = never */
+    tpd_attention attention; /* cuda */
+    int num_threads;    /* cpu OpenMP threads per rank, 0 = runtime default */
+} tpd_config_training;
+
+typedef struct tpd_config_optimizer {
+    double lr;
+    double min_lr;
+    tpd_lr_decay lr_decay_style; /* Megatron's names: cosine, linear, constant,
+                                    inverse-square-root, WSD */
+    int lr_warmup_iters;
+    int lr_decay_iters;      /* 0 = train_iters */
+    int lr_wsd_decay_iters;  /* WSD: the final anneal's length; before it lr stays at peak */
+    tpd_wsd_decay lr_wsd_decay_style; /* the WSD anneal */
+    double weight_decay;
+    double adam_beta1;
+    double adam_beta2;
+    double adam_eps;
+    double clip_grad;        /* 0 disables clipping */
+} tpd_config_optimizer;
+
+typedef struct tpd_config_data {
+    char data_path[TPD_CONFIG_STR]; /* Megatron PREFIX (PREFIX.bin + PREFIX.idx) or an
+                                       llm.c token shard file */
+    int shuffle;
+    char split[64];                 /* "949,50,1": train, valid, test weights */
+} tpd_config_data;
+
+typedef struct tpd_config_logging {
+    int log_interval;
+    char metrics_file[TPD_CONFIG_STR]; /* JSONL; empty = none */
+    int eval_interval;                 /* 0 = never */
+    int eval_iters;
+    char trace_file[TPD_CONFIG_STR];   /* Chrome trace JSON of real steps; empty = none */
+    int log_params_norm;               /* log the weights' global norm (one more collective) */
+    int log_timers;                    /* a second log line: where the step's time went */
+} tpd_config_logging;
+
+typedef struct tpd_config_checkpoint {
+    char save[TPD_CONFIG_STR];   /* directory; empty = never save */
+    char load[TPD_CONFIG_STR];   /* "", "auto" or a checkpoint path */
+    int save_interval;           /* 0 = only at the end / on signal */
+    int keep_last;               /* 0 = keep all */
+    tpd_fallback fallback;
+    int finetune;
+    int async_save;              /* write shards in a background thread from a host snapshot */
+} tpd_config_checkpoint;
+
+typedef struct tpd_config_comm {
+    double timeout_s; /* collective watchdog deadline */
+} tpd_config_comm;
+
+typedef struct tpd_config {
+    tpd_config_model model;
+    tpd_config_parallel parallel;
+    tpd_config_training training;
+    tpd_config_optimizer optimizer;
+    tpd_config_data data;
+    tpd_config_logging logging;
+    tpd_config_checkpoint checkpoint;
+    tpd_config_comm comm;
+    char source_path[TPD_CONFIG_STR]; /* file it was loaded from ("" for defaults) */
+} tpd_config;
+
+/* Every field at its default (the defaults printed by `tripod config show`). */
+void tpd_config_defaults(tpd_config *cfg);
+
+/* Parse `path` (may be NULL: defaults only), apply overrides "section.key=value" in
+ * order, resolve 0-means-derived fields, and check types, ranges, enums, unknown keys
+ * ("did you mean ..."), and the relations that do not depend on the world size (heads
+ * divisible by TP, layers by PP or pipeline_layers summing to num_layers, hidden by heads,
+ * seq_length <= max_position_embeddings, ...).
+ * On failure returns TPD_ERR_INVALID (TPD_ERR_IO when the file can't be read) and writes
+ * one line to err, e.g.
+ *   "configs/x.yaml:3:16: model.num_attention_heads: 12 must be a multiple of
+ *    parallel.tensor_model_parallel_size (8)"
+ * Overrides are reported as "<override>" instead of file:line:col. Nothing is logged. */
+tpd_status tpd_config_load(const char *path, int n_overrides, const char *const *overrides,
+                           tpd_config *cfg, char *err, size_t errlen);
+
+/* Checks against a world size (before any collective; deterministic, so every rank
+ * reports the same line): world divisible by TP*PP, data_parallel_size agreeing with
+ * the world, global batch divisible by micro_batch*DP. Megatron's wording where it has
+ * one. */
+tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size, char *err,
+                                  size_t errlen);
+
+/* Rejects what `tripod train` cannot run although the planner models it (virtual
+ * stages, the interleaved schedule, bf16 on cpu), naming the key. */
+tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t errlen);
+
+/* Derived quantities. */
+int tpd_config_dp(const tpd_config *cfg, int world_size);
+int tpd_config_num_micro_batches(const tpd_config *cfg, int dp);
+/* Vocab padded to a multiple of make_vocab_size_divisible_by * tp. */
+int tpd_config_padded_vocab(const tpd_config *cfg, int tp);
+/* Layers of stage `stage` of a pp-stage pipeline, and the first global layer of it: the
+ * config's parallel.pipeline_layers when it lists pp stages, else an even split, else
+ * (layers not divisible by pp) a balanced uneven one that `tripod plan` prints as
+ * parallel.pipeline_layers. -1 when there is no such stage or pp exceeds the layers. */
+int tpd_config_split_layers(const tpd_config *cfg, int pp, int stage, int *first_layer_p);
+/* The same for the config's own pipeline_model_parallel_size; 0 for no such stage. */
+int tpd_config_stage_layers(const tpd_config *cfg, int stage, int *first_layer_p);
+
+/* data.data_path: one prefix (a Megatron PREFIX or an llm.c shard file, spaces allowed;
+ * engine/data expands * ? [ to every match), or Megatron's weighted blend
+ * "W1 PREFIX1 W2 PREFIX2 ...". */
+#define TPD_DATA_PATH_MAX 256
+typedef struct tpd_data_path {
+    int n;
+    double weight[TPD_DATA_PATH_MAX]; /* normalized: they sum to 1 */
+    char *prefix[TPD_DATA_PATH_MAX];  /* malloc'd */
+} tpd_data_path;
+
+/* Parses the spec (no file is opened): 1 with *out_p filled (may be NULL), or 0 with the
+ * rule it breaks in why. */
+int tpd_config_data_path_parse(const char *spec, tpd_data_path *out_p, char *why, size_t len);
+void tpd_config_data_path_free(tpd_data_path *p);
+
+/* The name of an enum key's value as the config file writes it, e.g.
+ * tpd_config_choice("training.precision", TPD_PRECISION_BF16) is "bf16"; "?" when the key
+ * or the value is unknown. */
+const char *tpd_config_choice(const char *key, int value);
+/* The inverse: the value of choice `name` of an enum key; -1 when there is none. */
+int tpd_config_choice_value(const char *key, const char *name);
+
+/* Resolved config as YAML. */
+void tpd_config_print(const tpd_config *cfg, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,151 @@
+#include "engine/model/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- allocation ---- */
+
+static tpd_status alloc_block(tpd_model *m, size_t bytes, void **ptr_p) {
+    *ptr_p = NULL;
+    if (bytes == 0) return TPD_OK;
+    TPD_CHECK(tpd_kern_alloc(m->kb, bytes, ptr_p));
+    m->bytes_allocated += bytes;
+    return TPD_OK;
+}
+
+tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb,
+                            tpd_comm *tp_comm, int tp_size, int tp_rank, int pp, int dp,
+                            int stage, tpd_model **model_p) {
+    tpd_status st = TPD_OK;
+    tpd_model *m = calloc(1, sizeof *m);
+    if (!m) return TPD_ERR_NOMEM;
+    m->cfg = *cfg;
+    m->kb = kb;
+    m->tp = (tpd_tp_ctx){kb, tp_comm, NULL};
+    TPD_CHECK_GOTO(tpd_buffer_plan_init(cfg, tp_size, tp_rank, pp, dp, stage, &m->plan), st,
+                   undo_model);
+    m->d = m->plan.lay.d;
+    const tpd_buffer_plan *b = &m->plan;
+    if (tpd_dtype_size(tpd_kern_act_dtype(kb)) != b->act_size ||
+        tpd_dtype_size(tpd_kern_param_dtype(kb)) != b->param_size || tpd_kern_has_master(kb) != b->has_master) {
+        TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, undo_model,
+                      "model: backend %s dtypes disagree with training.precision %s", tpd_kern_name(kb),
+                      tpd_config_choice("training.precision", cfg->training.precision));
+    }
+    size_t saved = tpd_kern_attention_saved_bytes(kb, m->d.B, m->d.T, m->d.NHl, m->d.HS);
+    if (saved != b->att_saved) {
+        TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, undo_model,
+                      "model: backend %s keeps %zu bytes of attention state, the memory plan "
+                      "%zu",
+                      tpd_kern_name(kb), saved, b->att_saved);
+    }
+    void *p;
+    TPD_CHECK_GOTO(alloc_block(m, b->mem.params, &m->params), st, undo_buffers);
+    TPD_CHECK_GOTO(alloc_block(m, b->mem.grads, &m->grads), st, undo_buffers);
+    TPD_CHECK_GOTO(alloc_block(m, b->mem.optimizer, &p), st, undo_buffers);
+    m->opt_m = p;
+    m->opt_v = p ? (float *)p + b->shard_numel : NULL;
+    TPD_CHECK_GOTO(alloc_block(m, b->mem.master, &p), st, undo_buffers);
+    m->master = p;
+    TPD_CHECK_GOTO(alloc_block(m, b->mem.activations, &p), st, undo_buffers);
+    m->acts = p;
+    TPD_CHECK_GOTO(alloc_block(m, b->ws_bytes, &p), st, undo_buffers);
+    m->ws = p;
+    /* host staging is plain host memory on every backend */
+    size_t stage_bytes = b->mem.workspace - b->ws_bytes;
+    m->host_tokens = malloc(stage_bytes);
+    if (!m->host_tokens) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, undo_buffers, "model: out of memory");
+    m->bytes_allocated += stage_bytes;
+    *model_p = m;
+    return TPD_OK;
+undo_buffers:
+    tpd_model_destroy(m);
+    return st;
+undo_model:
+    free(m);
+    return st;
+}
+
+void tpd_model_destroy(tpd_model *m) {
+    if (!m) return;
+    void *blocks[] = {m->ws, m->acts, m->master, m->opt_m, m->grads, m->params};
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
+        if (blocks[i]) tpd_kern_free(m->kb, blocks[i]);
+    free(m->host_tokens);
+    free(m);
+}
+
+void *tpd_model_param(const tpd_model *m, tpd_param p) {
+    return (char *)m->params + m->plan.lay.p[p].offset * m->plan.param_size;
+}
+
+void *tpd_model_grad(const tpd_model *m, tpd_param p) {
+    return (char *)m->grads + m->plan.lay.p[p].offset * m->plan.grad_size;
+}
+
+/* ---- initialization ---- */
+
+tpd_status tpd_model_init_params(tpd_model *m, const tpd_dp_plan *dpp) {
+    const tpd_model_layout *lay = &m->plan.lay;
+    size_t n = m->plan.numel_padded;
+    tpd_status st = TPD_OK;
+    void *tmp = NULL;
+    float *host = calloc(n ? n : 1, sizeof *host); /* (numel_padded) fp32 */
+    if (!host) return TPD_ERR_NOMEM;
+    for (int p = 0; p < TPD_P_COUNT; p++) {
+        const tpd_param_slice *s = &lay->p[p];
+        if (!s->present) continue;
+        int64_t rows = (int64_t)s->layers * s->rows;
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t g = tpd_model_layout_row_global(lay, (tpd_param)p, r);
+            float *dst = host + s->offset + (size_t)r * s->cols;
+            for (int c = 0; c < s->cols; c++)
+                dst[c] = g < 0 ? 0.0f : tpd_model_init_value(&m->cfg, (tpd_param)p, g + c);
+        }
+    }
+    if (tpd_kern_param_dtype(m->kb) == TPD_DTYPE_F32) {
+        TPD_CHECK_GOTO(tpd_kern_copy_to_device(m->kb, m->params, host, n * 4), st, out);
+    } else {
+        TPD_CHECK_GOTO(tpd_kern_alloc(m->kb, n * 4, &tmp), st, out);
+        TPD_CHECK_GOTO(tpd_kern_copy_to_device(m->kb, tmp, host, n * 4), st, out);
+        TPD_CHECK_GOTO(tpd_kern_cast(m->kb, m->params, tpd_kern_param_dtype(m->kb), tmp, TPD_DTYPE_F32, n), st,
+                       out);
+    }
+    if (m->master) {
+        /* master weights hold this rank's owned ranges, in optimizer-state order */
+        for (int r = 0; r < dpp->nranges; r++) {
+            const tpd_dp_range *rg = &dpp->ranges[r];
+            TPD_CHECK_GOTO(tpd_kern_copy_to_device(m->kb, m->master + rg->state, host + rg->begin,
+                                             (rg->end - rg->begin) * 4),
+                           st, out);
+        }
+    }
+    TPD_CHECK_GOTO(tpd_kern_zero(m->kb, m->opt_m, 2 * m->plan.shard_numel * 4), st, out);
+    TPD_CHECK_GOTO(tpd_model_zero_grads(m), st, out);
+    TPD_CHECK_GOTO(tpd_kern_synchronize(m->kb), st, out);
+out:
+    if (tmp) tpd_kern_free(m->kb, tmp);
+    free(host);
+    return st;
+}
+
+tpd_status tpd_model_zero_grads(tpd_model *m) {
+    return tpd_kern_zero(m->kb, m->grads, m->plan.mem.grads);
+}
+
+/* ---- batches ---- */
+
+tpd_status tpd_model_set_batch(tpd_model *m, int slot, const int32_t *tokens) {
+    const tpd_model_dims *d = &m->d;
+    char *s = m->acts + (size_t)slot * m->plan.slot_bytes;
+    size_t n = (size_t)d->B * d->T, bytes = n * 4;
+    for (int pass = 0; pass < 2; pass++) { /* inputs [:, :T], then targets [:, 1:] */
+        int32_t *stage = m->host_tokens + (size_t)pass * n; /* its own half of the staging */
+        for (int b = 0; b < d->B; b++)
+            memcpy(stage + (size_t)b * d->T, tokens + (size_t)b * (d->T + 1) + pass,
+                   (size_t)d->T * 4);
+        TPD_CHECK(tpd_kern_copy_to_device(m->kb, s + (pass ? m->plan.s_targets : m->plan.s_tokens), stage, bytes));
+    }
+    /* both copies must land before the staging buffer is refilled for the next batch */
+    return tpd_kern_synchronize(m->kb);
+}

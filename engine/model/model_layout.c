@@ -1,0 +1,174 @@
+#include "engine/model/model_layout.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "base/rng.h"
+
+/* Table order is the buffer order and llm.c's file order. */
+static const tpd_param_info g_info[TPD_P_COUNT] = {
+    [TPD_P_WTE] = {"wte", 0, 1, TPD_SPLIT_VOCAB, 2},
+    [TPD_P_WPE] = {"wpe", 0, 1, TPD_SPLIT_NONE, 2},
+    [TPD_P_LN1W] = {"ln1w", 1, 0, TPD_SPLIT_NONE, 1},
+    [TPD_P_LN1B] = {"ln1b", 1, 0, TPD_SPLIT_NONE, 0},
+    [TPD_P_QKVW] = {"qkvw", 1, 1, TPD_SPLIT_QKV, 2},
+    [TPD_P_QKVB] = {"qkvb", 1, 0, TPD_SPLIT_QKV, 0},
+    [TPD_P_ATTPROJW] = {"attprojw", 1, 1, TPD_SPLIT_COLS, 3},
+    [TPD_P_ATTPROJB] = {"attprojb", 1, 0, TPD_SPLIT_NONE, 0},
+    [TPD_P_LN2W] = {"ln2w", 1, 0, TPD_SPLIT_NONE, 1},
+    [TPD_P_LN2B] = {"ln2b", 1, 0, TPD_SPLIT_NONE, 0},
+    [TPD_P_FCW] = {"fcw", 1, 1, TPD_SPLIT_ROWS, 2},
+    [TPD_P_FCB] = {"fcb", 1, 0, TPD_SPLIT_ROWS, 0},
+    [TPD_P_FCPROJW] = {"fcprojw", 1, 1, TPD_SPLIT_COLS, 3},
+    [TPD_P_FCPROJB] = {"fcprojb", 1, 0, TPD_SPLIT_NONE, 0},
+    [TPD_P_LNFW] = {"lnfw", 0, 0, TPD_SPLIT_NONE, 1},
+    [TPD_P_LNFB] = {"lnfb", 0, 0, TPD_SPLIT_NONE, 0},
+};
+
+const tpd_param_info *tpd_param_get_info(tpd_param p) {
+    return (p >= 0 && p < TPD_P_COUNT) ? &g_info[p] : NULL;
+}
+
+tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,
+                               int stage, tpd_model_dims *dims_p) {
+    const tpd_config_model *m = &cfg->model;
+    tpd_model_dims d;
+    memset(&d, 0, sizeof d);
+    d.L = m->num_layers;
+    d.C = m->hidden_size;
+    d.NH = m->num_attention_heads;
+    d.F = m->ffn_hidden_size ? m->ffn_hidden_size : 4 * m->hidden_size;
+    d.V = m->vocab_size;
+    d.maxT = m->max_position_embeddings ? m->max_position_embeddings : m->seq_length;
+    d.T = m->seq_length;
+    d.B = cfg->training.micro_batch_size;
+    d.tp_size = tp_size;
+    d.tp_rank = tp_rank;
+    d.pp_size = pp_size;
+    d.stage = stage;
+    if (d.NH < 1 || d.C % d.NH || d.NH % tp_size || d.F % tp_size || stage < 0 ||
+        stage >= pp_size || tp_rank < 0 || tp_rank >= tp_size) {
+        tpd_log_error("model: hidden %d, heads %d, ffn %d do not split over TP %d "
+                      "(stage %d of %d)", d.C, d.NH, d.F, tp_size, stage, pp_size);
+        return TPD_ERR_INVALID;
+    }
+    d.HS = d.C / d.NH;
+    d.NHl = d.NH / tp_size;
+    d.Cl = d.NHl * d.HS;
+    d.Fl = d.F / tp_size;
+    d.Vp = tpd_config_padded_vocab(cfg, tp_size);
+    d.Vl = d.Vp / tp_size;
+    d.v0 = tp_rank * d.Vl;
+    d.Vvalid = d.V - d.v0 < 0 ? 0 : (d.V - d.v0 > d.Vl ? d.Vl : d.V - d.v0);
+    d.first = stage == 0;
+    d.last = stage == pp_size - 1;
+    d.Ls = tpd_config_stage_layers(cfg, stage, &d.l0);
+    d.sp = cfg->parallel.sequence_parallel && tp_size > 1;
+    d.Nl = d.B * d.T;
+    if (d.sp) {
+        if (d.T % tp_size) {
+            tpd_log_error("model: seq_length %d does not split over TP %d (sequence parallel)",
+                          d.T, tp_size);
+            return TPD_ERR_INVALID;
+        }
+        d.Nl /= tp_size;
+    }
+    *dims_p = d;
+    return TPD_OK;
+}
+
+tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,
+                                 int stage, tpd_model_layout *lay_p) {
+    tpd_model_layout lay;
+    memset(&lay, 0, sizeof lay);
+    TPD_CHECK(tpd_model_dims_init(cfg, tp_size, tp_rank, pp_size, stage, &lay.d));
+    const tpd_model_dims *d = &lay.d;
+    /* global rows, cols per layer */
+    const int g_shape[TPD_P_COUNT][2] = {
+        [TPD_P_WTE] = {d->V, d->C},      [TPD_P_WPE] = {d->maxT, d->C},
+        [TPD_P_LN1W] = {d->C, 1},        [TPD_P_LN1B] = {d->C, 1},
+        [TPD_P_QKVW] = {3 * d->C, d->C}, [TPD_P_QKVB] = {3 * d->C, 1},
+        [TPD_P_ATTPROJW] = {d->C, d->C}, [TPD_P_ATTPROJB] = {d->C, 1},
+        [TPD_P_LN2W] = {d->C, 1},        [TPD_P_LN2B] = {d->C, 1},
+        [TPD_P_FCW] = {d->F, d->C},      [TPD_P_FCB] = {d->F, 1},
+        [TPD_P_FCPROJW] = {d->C, d->F},  [TPD_P_FCPROJB] = {d->C, 1},
+        [TPD_P_LNFW] = {d->C, 1},        [TPD_P_LNFB] = {d->C, 1},
+    };
+    size_t off = 0;
+    for (int p = 0; p < TPD_P_COUNT; p++) {
+        const tpd_param_info *in = &g_info[p];
+        tpd_param_slice *s = &lay.p[p];
+        s->g_rows = g_shape[p][0];
+        s->g_cols = g_shape[p][1];
+        s->g_layers = in->per_layer ? d->L : 1;
+        if (in->per_layer)
+            s->present = d->Ls > 0;
+        else if (p == TPD_P_WTE)
+            s->present = d->first || d->last;
+        else if (p == TPD_P_WPE)
+            s->present = d->first;
+        else
+            s->present = d->last;
+        if (!s->present) continue;
+        s->layers = in->per_layer ? d->Ls : 1;
+        s->rows = s->g_rows;
+        s->cols = s->g_cols;
+        switch (in->split) {
+        case TPD_SPLIT_ROWS:
+        case TPD_SPLIT_QKV: s->rows = s->g_rows / d->tp_size; break;
+        case TPD_SPLIT_COLS: s->cols = s->g_cols / d->tp_size; break;
+        case TPD_SPLIT_VOCAB: s->rows = d->Vl; break;
+        default: break;
+        }
+        /* Replicated tensors count once over TP; the tied wte counts on the first stage
+         * only (the last stage's copy is identical). */
+        s->tp_counted = (in->split == TPD_SPLIT_NONE) ? d->tp_rank == 0 : 1;
+        if (p == TPD_P_WTE && !d->first) s->tp_counted = 0;
+        s->offset = off;
+        s->numel = (size_t)s->layers * (size_t)s->rows * (size_t)s->cols;
+        off += s->numel;
+    }
+    lay.numel = off;
+    *lay_p = lay;
+    return TPD_OK;
+}
+
+int64_t tpd_model_layout_row_global(const tpd_model_layout *lay, tpd_param p, int64_t r) {
+    const tpd_param_slice *s = &lay->p[p];
+    const tpd_model_dims *d = &lay->d;
+    int64_t l = r / s->rows, row = r % s->rows, col0 = 0, grow = row;
+    int64_t gl = g_info[p].per_layer ? d->l0 + l : 0;
+    switch (g_info[p].split) {
+    case TPD_SPLIT_ROWS: grow = (int64_t)d->tp_rank * s->rows + row; break;
+    case TPD_SPLIT_QKV: {
+        int64_t blk_rows = s->rows / 3; /* C/tp rows of each of Q, K, V */
+        int64_t blk = row / blk_rows;
+        grow = blk * (s->g_rows / 3) + (int64_t)d->tp_rank * blk_rows + row % blk_rows;
+        break;
+    }
+    case TPD_SPLIT_COLS: col0 = (int64_t)d->tp_rank * s->cols; break;
+    case TPD_SPLIT_VOCAB:
+        grow = (int64_t)d->v0 + row;
+        if (grow >= d->V) return -1;
+        break;
+    default: break;
+    }
+    return (gl * s->g_rows + grow) * s->g_cols + col0;
+}
+
+size_t tpd_model_layout_global_numel(const tpd_model_layout *lay, tpd_param p) {
+    const tpd_param_slice *s = &lay->p[p];
+    return (size_t)s->g_layers * (size_t)s->g_rows * (size_t)s->g_cols;
+}
+
+float tpd_model_init_value(const tpd_config *cfg, tpd_param p, int64_t gi) {
+    double std = cfg->model.init_method_std;
+    switch (g_info[p].init) {
+    case 0: return 0.0f;
+    case 1: return 1.0f;
+    case 3: std /= sqrt(2.0 * cfg->model.num_layers); /* fall through */
+    case 2: return (float)(std * tpd_rng_normal(cfg->training.seed, 1000 + (uint64_t)p,
+                                                (uint64_t)gi));
+    }
+    return 0.0f;
+}

@@ -1,0 +1,120 @@
+/* Where every parameter of the GPT-2 model lives on a rank.
+ *
+ * Global tensors follow llm.c's order and shapes (REFERENCES.md), stacked over all L
+ * layers: wte (V,C), wpe (maxT,C), ln1w (L,C), ln1b (L,C), qkvw (L,3C,C), qkvb (L,3C),
+ * attprojw (L,C,C), attprojb (L,C), ln2w (L,C), ln2b (L,C), fcw (L,F,C), fcb (L,F),
+ * fcprojw (L,C,F), fcprojb (L,C), lnfw (C), lnfb (C). Weights are (out, in).
+ *
+ * A rank holds, in one contiguous buffer, the tensors of its pipeline stage (wte and wpe
+ * on the first stage, wte again plus lnf on the last: the head is tied), sliced for
+ * tensor parallelism:
+ *   - column-parallel weights (qkvw, fcw) and their biases split their rows; qkv is split
+ *     by whole heads, so the local rows are [Q_local; K_local; V_local];
+ *   - row-parallel weights (attprojw, fcprojw) split their columns; their biases, the
+ *     LayerNorms and wpe are replicated;
+ *   - wte is split by vocab rows over the padded vocab Vp (rows >= V are zero padding).
+ * The order inside the buffer is the table order, so gradients mirror it and DP buckets
+ * and ZeRO-1 shards are plain ranges. */
+#ifndef TPD_ENGINE_MODEL_LAYOUT_H
+#define TPD_ENGINE_MODEL_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "engine/config/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tpd_param {
+    TPD_P_WTE = 0,
+    TPD_P_WPE,
+    TPD_P_LN1W,
+    TPD_P_LN1B,
+    TPD_P_QKVW,
+    TPD_P_QKVB,
+    TPD_P_ATTPROJW,
+    TPD_P_ATTPROJB,
+    TPD_P_LN2W,
+    TPD_P_LN2B,
+    TPD_P_FCW,
+    TPD_P_FCB,
+    TPD_P_FCPROJW,
+    TPD_P_FCPROJB,
+    TPD_P_LNFW,
+    TPD_P_LNFB,
+    TPD_P_COUNT
+} tpd_param;
+
+typedef enum tpd_split_kind {
+    TPD_SPLIT_NONE = 0,  /* replicated over TP */
+    TPD_SPLIT_ROWS = 1,  /* column-parallel: output rows split */
+    TPD_SPLIT_QKV = 2,   /* rows in three blocks [Q;K;V], each split by heads */
+    TPD_SPLIT_COLS = 3,  /* row-parallel: input columns split */
+    TPD_SPLIT_VOCAB = 4, /* rows split over the padded vocab */
+} tpd_split_kind;
+
+typedef struct tpd_param_info {
+    const char *name;      /* llm.c-style short name: "wte", "qkvw", ... */
+    int per_layer;         /* stacked over layers */
+    int is_matrix;         /* 2-D weight: gets weight decay */
+    tpd_split_kind split;
+    int init;              /* 0 zero, 1 one, 2 normal(std), 3 normal(std/sqrt(2L)) */
+} tpd_param_info;
+
+const tpd_param_info *tpd_param_get_info(tpd_param p);
+
+typedef struct tpd_model_dims {
+    int L, C, NH, HS, F, V, Vp, maxT, T, B; /* global; B = micro-batch */
+    int tp_size, tp_rank, pp_size, stage;
+    int first, last; /* stage flags */
+    int Ls, l0;      /* layers on this stage, first global layer */
+    int NHl, Cl, Fl; /* local heads, C/tp, F/tp */
+    int Vl, v0, Vvalid; /* local vocab rows, first global vocab row, rows < V */
+    int sp;             /* sequence parallel: LayerNorm, residual and p2p regions hold
+                           only this TP rank's share of the B*T rows */
+    int Nl;             /* rows of those regions: B*T/tp under SP, B*T otherwise */
+} tpd_model_dims;
+
+tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,
+                               int stage, tpd_model_dims *dims_p);
+
+/* One parameter tensor on this rank. */
+typedef struct tpd_param_slice {
+    int present;        /* held by this stage */
+    size_t offset;      /* elements into the flat buffer */
+    size_t numel;       /* local elements */
+    int layers;         /* local layer count (1 when not per-layer) */
+    int rows, cols;     /* local rows and cols per layer (cols = 1 for vectors) */
+    int g_rows, g_cols; /* global rows and cols per layer (unpadded: wte has V rows) */
+    int g_layers;       /* global layer count (1 when not per-layer) */
+    int tp_counted;     /* 1 when this rank's copy counts in the global norm */
+} tpd_param_slice;
+
+typedef struct tpd_model_layout {
+    tpd_model_dims d;
+    tpd_param_slice p[TPD_P_COUNT];
+    size_t numel; /* total local parameter elements */
+} tpd_model_layout;
+
+tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,
+                                 int stage, tpd_model_layout *lay_p);
+
+/* Global flat element offset (into the unpadded global tensor (g_layers, g_rows, g_cols))
+ * of the first element of local row r (0 .. layers*rows - 1) of parameter p; the row's
+ * `cols` elements are contiguous in both. Returns -1 for padding rows (vocab >= V). */
+int64_t tpd_model_layout_row_global(const tpd_model_layout *lay, tpd_param p, int64_t r);
+
+/* Global element count of parameter p: g_layers * g_rows * g_cols. */
+size_t tpd_model_layout_global_numel(const tpd_model_layout *lay, tpd_param p);
+
+/* Initial value of global element `gi` of parameter p (counter-based: identical on every
+ * layout). */
+float tpd_model_init_value(const tpd_config *cfg, tpd_param p, int64_t gi);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

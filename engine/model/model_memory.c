@@ -1,0 +1,125 @@
+/* The buffer plan: every byte a rank allocates, computed without allocating. */
+#include "engine/model/model.h"
+
+#include <string.h>
+
+#define ALIGN 256
+
+static size_t take(size_t *cursor, size_t bytes) {
+    size_t at = *cursor;
+    *cursor += (bytes + ALIGN - 1) / ALIGN * ALIGN;
+    return at;
+}
+
+/* Saved attention state per layer and micro-batch, as each backend keeps it: cuDNN flash
+ * attention (cuda, bf16, attention: fused) keeps the softmax statistics (B,NH,T) fp32;
+ * the unfused cuda path keeps the probabilities (B,NH,T,T) in the activation dtype; the
+ * cpu backend keeps them (B,NH,T,T) in fp32. */
+static size_t att_saved_bytes(const tpd_config *cfg, const tpd_model_dims *d, size_t act) {
+    size_t rows = (size_t)d->B * d->NHl * d->T;
+    if (cfg->training.device != TPD_DEVICE_CUDA) return rows * d->T * 4;
+    if (cfg->training.attention == TPD_ATTENTION_FUSED && act == 2) return rows * 4;
+    return rows * d->T * act;
+}
+
+tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int pp, int dp,
+                                int stage, tpd_buffer_plan *plan_p) {
+    tpd_buffer_plan b;
+    memset(&b, 0, sizeof b);
+    TPD_CHECK(tpd_model_layout_init(cfg, tp, tp_rank, pp, stage, &b.lay));
+    const tpd_model_dims *d = &b.lay.d;
+    int bf16 = cfg->training.precision == TPD_PRECISION_BF16;
+    b.act_size = b.param_size = b.grad_size = bf16 ? 2 : 4;
+    b.has_master = bf16;
+    int zero = cfg->parallel.use_distributed_optimizer && dp > 1;
+    b.numel_padded = tpd_dp_padded_numel(b.lay.numel, dp);
+    b.shard_numel = tpd_dp_shard_numel(b.lay.numel, dp, zero);
+    int M = tpd_config_num_micro_batches(cfg, dp);
+    b.nslots = pp - stage < M ? pp - stage : M;
+    b.att_saved = att_saved_bytes(cfg, d, b.act_size);
+
+    /* NL: rows of the LayerNorm/residual regions, N/tp under sequence parallel */
+    size_t N = (size_t)d->B * d->T, NL = (size_t)d->Nl, C = (size_t)d->C, a = b.act_size;
+    size_t cur = 0;
+    b.s_tokens = take(&cur, N * 4);
+    b.s_targets = take(&cur, N * 4);
+    b.s_x0 = take(&cur, NL * C * a);
+    size_t lc = 0;
+    tpd_act_layer *l = &b.layer;
+    l->ln1 = take(&lc, NL * C * a);
+    l->ln1_mean = take(&lc, NL * 4);
+    l->ln1_rstd = take(&lc, NL * 4);
+    l->qkv = take(&lc, N * 3 * (size_t)d->Cl * a);
+    l->atty = take(&lc, N * (size_t)d->Cl * a);
+    /* selective recompute: the attention state is rebuilt in the backward, in one shared
+     * workspace block, instead of kept per layer and micro-batch */
+    b.selective = cfg->training.recompute == TPD_RECOMPUTE_SELECTIVE;
+    l->att = b.selective ? 0 : take(&lc, b.att_saved);
+    l->x1 = take(&lc, NL * C * a);
+    l->ln2 = take(&lc, NL * C * a);
+    l->ln2_mean = take(&lc, NL * 4);
+    l->ln2_rstd = take(&lc, NL * 4);
+    l->fch = take(&lc, N * (size_t)d->Fl * a);
+    l->fch_gelu = take(&lc, N * (size_t)d->Fl * a);
+    l->out = take(&lc, NL * C * a);
+    l->bytes = lc;
+    /* full recompute of the stage's first R layers (all of them unless
+     * training.recompute_num_layers is smaller): those keep only their output per slot, and
+     * the backward rebuilds their blocks in the workspace; the other layers keep theirs */
+    int R = 0;
+    if (cfg->training.recompute == TPD_RECOMPUTE_FULL) {
+        int n = cfg->training.recompute_num_layers;
+        R = n > 0 && n < d->Ls ? n : d->Ls;
+    }
+    b.recompute = R;
+    b.s_outs = cur;
+    for (int i = 0; i < R; i++) take(&cur, NL * C * a);
+    b.s_layers = cur;
+    cur += lc * (size_t)(d->Ls - R);
+    if (d->last) {
+        b.s_lnf = take(&cur, NL * C * a);
+        b.s_lnf_mean = take(&cur, NL * 4);
+        b.s_lnf_rstd = take(&cur, NL * 4);
+        b.s_logits = take(&cur, N * (size_t)d->Vl * a);
+        b.s_xstats = take(&cur, 3 * N * 4);
+        b.s_loss = take(&cur, N * 4);
+    }
+    b.slot_bytes = cur;
+
+    size_t w = 0;
+    b.w_dres = take(&w, NL * C * a);
+    b.w_dtmp = take(&w, NL * C * a);
+    b.w_dln = take(&w, N * C * a);
+    b.w_dqkv = take(&w, N * 3 * (size_t)d->Cl * a);
+    b.w_datty = take(&w, N * (size_t)d->Cl * a);
+    b.w_dfch = take(&w, N * (size_t)d->Fl * a);
+    b.w_dsend = d->first ? 0 : take(&w, NL * C * a);
+    b.w_layer = b.recompute ? take(&w, lc) : 0;
+    b.w_att = b.selective ? take(&w, b.att_saved) : 0;
+    if (d->sp) {
+        b.w_gath = take(&w, N * C * a);
+        b.w_dlnl = take(&w, NL * C * a);
+    }
+    b.ws_bytes = w;
+
+    tpd_mem_breakdown *mem = &b.mem;
+    mem->params = b.numel_padded * b.param_size;
+    mem->grads = b.numel_padded * b.grad_size;
+    mem->optimizer = 2 * b.shard_numel * 4;
+    mem->master = b.has_master ? b.shard_numel * 4 : 0;
+    mem->activations = (uint64_t)b.nslots * b.slot_bytes;
+    /* workspace includes the host-side staging of one micro-batch's inputs and targets */
+    mem->workspace = b.ws_bytes + 2 * (size_t)d->B * d->T * 4;
+    mem->total = mem->params + mem->grads + mem->optimizer + mem->master + mem->activations +
+                 mem->workspace;
+    *plan_p = b;
+    return TPD_OK;
+}
+
+tpd_status tpd_model_memory(const tpd_config *cfg, int tp, int pp, int dp, int stage,
+                            tpd_mem_breakdown *mem_p) {
+    tpd_buffer_plan b;
+    TPD_CHECK(tpd_buffer_plan_init(cfg, tp, 0, pp, dp, stage, &b));
+    *mem_p = b.mem;
+    return TPD_OK;
+}

@@ -1,0 +1,38 @@
+/* The bytes a rank of `tripod train` allocates, computed without allocating anything.
+ *
+ * The engine allocates exactly these buffers at start-up (one block per category), and
+ * `tripod plan` reports the same numbers for the cpu backend, so a test can hold the
+ * prediction and the allocation equal. */
+#ifndef TPD_ENGINE_MODEL_MEMORY_H
+#define TPD_ENGINE_MODEL_MEMORY_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+#include "engine/config/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpd_mem_breakdown {
+    uint64_t params;      /* working parameters (param dtype) */
+    uint64_t grads;       /* gradients (grad dtype), padded for DP sharding */
+    uint64_t optimizer;   /* AdamW m and v (fp32), this rank's shard under ZeRO-1 */
+    uint64_t master;      /* fp32 master weights (bf16 training), sharded like optimizer */
+    uint64_t activations; /* the schedule's peak in-flight micro-batches of activations */
+    uint64_t workspace;   /* activation gradients, p2p and logits scratch */
+    uint64_t total;
+} tpd_mem_breakdown;
+
+/* Memory of the rank at pipeline stage `stage` (0..pp-1) of a (tp, pp, dp) layout.
+ * Every TP and DP rank of a stage allocates the same bytes (buffers are padded so that
+ * ZeRO-1 shards are equal). The dtypes follow cfg->training.precision: fp32 keeps one
+ * fp32 copy of the weights; bf16 keeps bf16 weights and grads plus fp32 master weights. */
+tpd_status tpd_model_memory(const tpd_config *cfg, int tp, int pp, int dp, int stage,
+                            tpd_mem_breakdown *mem_p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,110 @@
+#include "engine/optim/optimizer.h"
+
+#include <math.h>
+
+tpd_status tpd_optim_reduce_grads(tpd_model *m, const tpd_dp_plan *dpp,
+                                  const tpd_mesh_comms *comms) {
+    const tpd_param_slice *wte = &m->plan.lay.p[TPD_P_WTE];
+    TPD_CHECK(tpd_model_sp_reduce_grads(m));
+    /* The head on the last stage and the embedding on the first share wte: their gradients
+     * are summed so both copies take the same update and stay identical. */
+    if (comms->emb && tpd_comm_size(comms->emb) > 1 && wte->present)
+        TPD_CHECK(tpd_comm_allreduce(comms->emb, tpd_model_grad(m, TPD_P_WTE),
+                                             tpd_model_grad(m, TPD_P_WTE), wte->numel,
+                                             tpd_kern_grad_dtype(m->kb), TPD_COMM_OP_SUM, tpd_kern_stream(m->kb)));
+    return tpd_dp_reduce_grads(dpp, comms->dp, m->grads, tpd_kern_grad_dtype(m->kb), tpd_kern_stream(m->kb));
+}
+
+/* Calls fn for every intersection of an owned range with a parameter tensor. */
+typedef tpd_status (*range_fn)(tpd_model *m, tpd_param p, size_t begin, size_t end,
+                               size_t state, void *arg);
+
+static tpd_status for_each_owned(tpd_model *m, const tpd_dp_plan *dpp, range_fn fn, void *arg) {
+    const tpd_model_layout *lay = &m->plan.lay;
+    for (int r = 0; r < dpp->nranges; r++) {
+        const tpd_dp_range *rg = &dpp->ranges[r];
+        for (int p = 0; p < TPD_P_COUNT; p++) {
+            const tpd_param_slice *s = &lay->p[p];
+            if (!s->present) continue;
+            size_t b = s->offset > rg->begin ? s->offset : rg->begin;
+            size_t e = s->offset + s->numel < rg->end ? s->offset + s->numel : rg->end;
+            if (b >= e) continue;
+            TPD_CHECK(fn(m, (tpd_param)p, b, e, rg->state + (b - rg->begin), arg));
+        }
+    }
+    return TPD_OK;
+}
+
+typedef struct sumsq_arg {
+    double sum;
+    int params; /* 1: the weights (fp32 masters where kept), 0: the gradients */
+} sumsq_arg;
+
+static tpd_status add_sumsq(tpd_model *m, tpd_param p, size_t b, size_t e, size_t state,
+                            void *argp) {
+    sumsq_arg *a = argp;
+    if (!m->plan.lay.p[p].tp_counted) return TPD_OK;
+    double s = 0;
+    if (a->params && m->master)
+        TPD_CHECK(tpd_kern_sumsq(m->kb, m->master + state, TPD_DTYPE_F32, e - b, &s));
+    else if (a->params)
+        TPD_CHECK(tpd_kern_sumsq(m->kb, (char *)m->params + b * m->plan.param_size,
+                                    tpd_kern_param_dtype(m->kb), e - b, &s));
+    else
+        TPD_CHECK(tpd_kern_sumsq(m->kb, (char *)m->grads + b * m->plan.grad_size,
+                                    tpd_kern_grad_dtype(m->kb), e - b, &s));
+    a->sum += s;
+    return TPD_OK;
+}
+
+/* The global norm of the gradients or the weights: every parameter once (TP-replicated
+ * ones and the tied embedding counted on one rank). */
+static tpd_status global_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
+                              int params, double *norm_p) {
+    sumsq_arg a = {0, params};
+    TPD_CHECK(for_each_owned(m, dpp, add_sumsq, &a));
+    double sum = a.sum;
+    /* Without ZeRO every DP replica holds the same reduced gradients: sum over the
+     * model-parallel group only. With ZeRO each DP rank owns a disjoint shard: sum over
+     * the world. The partial sums stay in double on the wire too. */
+    tpd_comm *c = dpp->zero ? comms->world : comms->mp;
+    if (tpd_comm_size(c) > 1)
+        TPD_CHECK(tpd_comm_allreduce(c, &sum, &sum, 1, TPD_DTYPE_F64, TPD_COMM_OP_SUM, NULL));
+    *norm_p = sqrt(sum);
+    return TPD_OK;
+}
+
+tpd_status tpd_optim_grad_norm(tpd_model *m, const tpd_dp_plan *dpp,
+                               const tpd_mesh_comms *comms, double *norm_p) {
+    return global_norm(m, dpp, comms, 0, norm_p);
+}
+
+tpd_status tpd_optim_params_norm(tpd_model *m, const tpd_dp_plan *dpp,
+                                 const tpd_mesh_comms *comms, double *norm_p) {
+    return global_norm(m, dpp, comms, 1, norm_p);
+}
+
+typedef struct adamw_arg {
+    double lr, grad_scale;
+    int step;
+} adamw_arg;
+
+static tpd_status apply_adamw(tpd_model *m, tpd_param p, size_t b, size_t e, size_t state,
+                              void *argp) {
+    const adamw_arg *a = argp;
+    const tpd_config_optimizer *o = &m->cfg.optimizer;
+    double wd = tpd_param_get_info(p)->is_matrix ? o->weight_decay : 0.0;
+    return tpd_kern_adamw(m->kb, (char *)m->params + b * m->plan.param_size,
+                             m->master ? m->master + state : NULL,
+                             (char *)m->grads + b * m->plan.grad_size, m->opt_m + state,
+                             m->opt_v + state, e - b, (float)a->lr, (float)o->adam_beta1,
+                             (float)o->adam_beta2, (float)o->adam_eps, (float)wd, a->step,
+                             (float)a->grad_scale);
+}
+
+tpd_status tpd_optim_update(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
+                            double lr, double grad_scale, int step) {
+    adamw_arg a = {lr, grad_scale, step};
+    TPD_CHECK(for_each_owned(m, dpp, apply_adamw, &a));
+    return tpd_dp_gather_params(dpp, comms->dp, m->params, tpd_kern_param_dtype(m->kb), tpd_kern_stream(m->kb));
+}

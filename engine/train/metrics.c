@@ -1,0 +1,62 @@
+#include "engine/train/metrics.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+
+void tpd_metrics_format_line(const tpd_iter_record *r, char *buf, size_t cap) {
+    int n = snprintf(buf, cap,
+                     " iteration %8d/%8d | consumed samples: %12llu | elapsed time per "
+                     "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.4f | "
+                     "tokens/s: %.0f | ",
+                     r->iteration, r->train_iters, (unsigned long long)r->consumed_samples,
+                     r->elapsed_ms, r->tflops_per_gpu, r->tokens_per_s);
+    if (r->mfu >= 0 && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, "MFU: %.1f%% | ", 100.0 * r->mfu);
+    if (n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n,
+                      "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | "
+                      "grad norm: %.3f | ",
+                      r->lr, r->global_batch_size, r->lm_loss, r->grad_norm);
+    if (r->has_params_norm && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, "params norm: %.3f | ", r->params_norm);
+    if (n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, "number of skipped iterations: %3d |",
+                      r->skipped_iterations);
+    if (!isnan(r->val_loss) && n > 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, " validation lm loss: %.6E |", r->val_loss);
+}
+
+void tpd_metrics_format_timers(const tpd_step_timers *t, char *buf, size_t cap) {
+    snprintf(buf, cap,
+             " time (ms) | forward-backward compute: %.1f (TP comm %.1f) | pipeline wait: %.1f "
+             "| grads reduce: %.1f | optimizer: %.1f |",
+             t->compute_ms, t->tp_comm_ms, t->pp_wait_ms, t->reduce_ms, t->optimizer_ms);
+}
+
+tpd_status tpd_metrics_write_jsonl(FILE *f, const tpd_iter_record *r) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return TPD_ERR_NOMEM;
+    cJSON_AddNumberToObject(o, "iteration", r->iteration);
+    cJSON_AddNumberToObject(o, "consumed_samples", (double)r->consumed_samples);
+    cJSON_AddNumberToObject(o, "lm_loss", r->lm_loss);
+    cJSON_AddNumberToObject(o, "lr", r->lr);
+    cJSON_AddNumberToObject(o, "grad_norm", r->grad_norm);
+    if (r->has_params_norm) cJSON_AddNumberToObject(o, "params_norm", r->params_norm);
+    cJSON_AddNumberToObject(o, "elapsed_ms", r->elapsed_ms);
+    cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
+    cJSON_AddNumberToObject(o, "tflops_per_gpu", r->tflops_per_gpu);
+    if (r->mfu >= 0) cJSON_AddNumberToObject(o, "mfu", r->mfu);
+    cJSON_AddNumberToObject(o, "skipped_iterations", r->skipped_iterations);
+    if (!isnan(r->val_loss)) cJSON_AddNumberToObject(o, "val_loss", r->val_loss);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) return TPD_ERR_NOMEM;
+    int ok = fprintf(f, "%s\n", text) > 0 && fflush(f) == 0;
+    free(text);
+    if (!ok) {
+        tpd_log_error("metrics: write failed");
+        return TPD_ERR_IO;
+    }
+    return TPD_OK;
+}

@@ -1,0 +1,485 @@
+/* The trainer: construction, one step through the pipeline executor, evaluation, and the
+ * gather of a parameter. The run loop is in train_run.c. */
+#include "engine/train/train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/cpu.h"
+#include "engine/model/model_flops.h"
+#include "engine/optim/lr.h"
+#include "engine/optim/optimizer.h"
+#include "engine/train/train_internal.h"
+#ifdef TPD_HAVE_NCCL
+#include "parallel/comm_nccl.h"
+#endif
+
+/* ---- construction ---- */
+
+int tpd_trainer_ranks_on_node(tpd_comm *world) {
+    const char *env = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!env) env = getenv("SLURM_NTASKS_PER_NODE");
+    if (!env) env = getenv("LOCAL_WORLD_SIZE");
+    if (env && atoi(env) > 0) return atoi(env);
+    return tpd_comm_size(world); /* one node unless told otherwise */
+}
+
+int tpd_trainer_cpu_threads(const tpd_config *cfg, int ranks_on_node) {
+    if (cfg->training.num_threads > 0 || getenv("OMP_NUM_THREADS")) return cfg->training.num_threads;
+    return ranks_on_node > 1 ? tpd_cpu_threads_per_rank(ranks_on_node) : 0;
+}
+
+/* GPU communicators for tensors in device memory: NCCL when every rank of the node has a
+ * GPU of its own, else MPI staged through host memory (NCCL refuses two ranks of one
+ * communicator on the same device). */
+static tpd_status create_device_comms(tpd_trainer *tr, tpd_comm *world) {
+#ifdef TPD_HAVE_NCCL
+    int lr, lw, local_rank;
+    tpd_mesh_launcher_env(&lr, &lw, &local_rank);
+    int devices = tpd_kern_cuda_device_count();
+    tpd_comm *dworld = NULL;
+    if (tpd_comm_nccl_usable(tpd_trainer_ranks_on_node(world), devices)) {
+        TPD_CHECK(tpd_comm_nccl_world(world, local_rank, tr->cfg.comm.timeout_s, &dworld));
+    } else {
+        tpd_comm *dup = NULL;
+        TPD_CHECK(tpd_comm_split(world, 0, tpd_comm_rank(world), "world", &dup));
+        tpd_status sst = tpd_comm_staged_create(dup, &dworld);
+        if (sst != TPD_OK) {
+            tpd_comm_destroy(dup); /* the staged communicator owns it only on success */
+            return sst;
+        }
+        tpd_log_info("%d ranks share %d GPU(s): communicating through host memory",
+                     tpd_trainer_ranks_on_node(world), devices);
+    }
+    tpd_status st = tpd_mesh_comms_create(&tr->mesh, dworld, &tr->comms);
+    if (st != TPD_OK) {
+        tpd_comm_destroy(dworld);
+        tr->comms = tr->hcomms;
+        return st;
+    }
+    tr->device_comms = 1;
+    return TPD_OK;
+#else
+    (void)world;
+    tpd_log_error("train: backend %s needs GPU communicators, but this build has no NCCL",
+                  tpd_kern_name(tr->kb));
+    return TPD_ERR_UNSUPPORTED;
+#endif
+}
+
+static void destroy_device_comms(tpd_trainer *tr) {
+    tpd_comm *dworld = tr->comms.world;
+    tpd_mesh_comms_destroy(&tr->comms);
+    if (dworld) tpd_comm_destroy(dworld);
+    tr->comms = tr->hcomms;
+    tr->device_comms = 0;
+}
+
+static tpd_status create_backend(const tpd_config *cfg, tpd_comm *world, int local_rank,
+                                 tpd_kern_backend **kb) {
+    tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
+    kc.num_threads = tpd_trainer_cpu_threads(cfg, tpd_trainer_ranks_on_node(world));
+    kc.dtype = cfg->training.precision == TPD_PRECISION_BF16 ? TPD_DTYPE_BF16 : TPD_DTYPE_F32;
+    kc.fused_attention = cfg->training.attention == TPD_ATTENTION_FUSED;
+    if (cfg->training.device == TPD_DEVICE_CUDA) {
+        int devices = tpd_kern_cuda_device_count();
+        kc.device = devices > 0 ? local_rank % devices : 0;
+        return tpd_kern_cuda_create(&kc, kb);
+    }
+    return tpd_kern_cpu_create(&kc, kb);
+}
+
+tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_trainer **tr_p) {
+    tpd_status st = TPD_OK;
+    char err[1024];
+    /* Checks that need no communication come first, identically on every rank. */
+    if (tpd_config_check_world(cfg, tpd_comm_size(world), err, sizeof err) != TPD_OK ||
+        tpd_config_check_trainable(cfg, err, sizeof err) != TPD_OK) {
+        tpd_log_error("%s", err);
+        return TPD_ERR_INVALID;
+    }
+    tpd_trainer *tr = calloc(1, sizeof *tr);
+    if (!tr) return TPD_ERR_NOMEM;
+    tr->cfg = *cfg;
+    int tp = cfg->parallel.tensor_model_parallel_size;
+    int pp = cfg->parallel.pipeline_model_parallel_size;
+    int dp = tpd_config_dp(cfg, tpd_comm_size(world));
+    tr->M = tpd_config_num_micro_batches(cfg, dp);
+    TPD_CHECK_GOTO(tpd_mesh_init(tpd_comm_size(world), tpd_comm_rank(world), tp, pp, dp, &tr->mesh),
+                   st, undo_tr);
+    TPD_CHECK_GOTO(tpd_mesh_comms_create(&tr->mesh, world, &tr->hcomms), st, undo_tr);
+    tr->comms = tr->hcomms;
+    int lr_rank, lr_world, local_rank;
+    tpd_mesh_launcher_env(&lr_rank, &lr_world, &local_rank);
+    TPD_CHECK_GOTO(create_backend(cfg, world, local_rank, &tr->kb), st, undo_comms);
+    if (tpd_kern_device_memory(tr->kb)) TPD_CHECK_GOTO(create_device_comms(tr, world), st, undo_backend);
+    const tpd_mesh *ms = &tr->mesh;
+    TPD_CHECK_GOTO(tpd_model_create(cfg, tr->kb, tr->comms.tp, tp, ms->tp, pp, dp, ms->pp,
+                                    &tr->model),
+                   st, undo_backend);
+    TPD_CHECK_GOTO(tpd_dp_plan_init(tr->model->plan.lay.numel,
+                                    (size_t)cfg->parallel.ddp_bucket_size, dp, ms->dp,
+                                    cfg->parallel.use_distributed_optimizer, &tr->dpp),
+                   st, undo_model);
+    if (tr->dpp.shard_numel != tr->model->plan.shard_numel ||
+        tr->dpp.numel_padded != tr->model->plan.numel_padded)
+        TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, undo_dpp,
+                      "train: DP plan and buffer plan disagree on the shard size");
+    TPD_CHECK_GOTO(tpd_model_init_params(tr->model, &tr->dpp), st, undo_dpp);
+    TPD_CHECK_GOTO(tpd_pp_schedule_1f1b(pp, ms->pp, tr->M, &tr->sched), st, undo_dpp);
+    if (tpd_pp_schedule_peak_in_flight(&tr->sched) > tr->model->plan.nslots)
+        TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, undo_sched,
+                      "train: schedule holds %d micro-batches, memory plan %d",
+                      tpd_pp_schedule_peak_in_flight(&tr->sched), tr->model->plan.nslots);
+
+    TPD_CHECK_GOTO(tpd_data_source_open(cfg->data.data_path, cfg->model.vocab_size, &tr->data),
+                   st, undo_sched);
+    TPD_CHECK_GOTO(tpd_blend_sampler_init(&tr->data, cfg->data.split, TPD_SPLIT_TRAIN,
+                                          cfg->model.seq_length, cfg->data.shuffle,
+                                          cfg->training.seed, &tr->train_sampler),
+                   st, undo_data);
+    /* logging.eval_interval asks for validation: a valid split that cannot give one
+     * sample is an error here, before any step, not a run without validation */
+    if (cfg->logging.eval_interval > 0) {
+        TPD_CHECK_GOTO(tpd_blend_sampler_init(&tr->data, cfg->data.split, TPD_SPLIT_VALID,
+                                              cfg->model.seq_length, 0, cfg->training.seed,
+                                              &tr->valid_sampler),
+                       st, undo_train_sampler);
+        tr->has_valid = 1;
+    }
+    tr->batch = malloc((size_t)cfg->training.micro_batch_size * (cfg->model.seq_length + 1) * 4);
+    if (!tr->batch) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, undo_samplers, "train: out of memory");
+    tr->is_logger = ms->pp == pp - 1 && ms->tp == 0 && ms->dp == 0;
+    tr->saved_iteration = -1;
+    tpd_ckpt_view view = {&tr->cfg, tr->model, &tr->dpp, &tr->mesh, tr->hcomms.world,
+                          tr->is_logger};
+    TPD_CHECK_GOTO(tpd_ckpt_saver_create(&view, &tr->saver), st, undo_batch);
+    /* checkpoint.load: parameters, optimizer state and counters replace the fresh ones */
+    int continues = 0;
+    TPD_CHECK_GOTO(tpd_ckpt_resume(&view, &tr->counters, &continues), st, undo_saver);
+    if (continues) tr->saved_iteration = tr->counters.iteration;
+    *tr_p = tr;
+    return TPD_OK;
+undo_saver:
+    tpd_ckpt_saver_destroy(tr->saver);
+undo_batch:
+    free(tr->batch);
+undo_samplers:
+    if (tr->has_valid) tpd_blend_sampler_free(&tr->valid_sampler);
+undo_train_sampler:
+    tpd_blend_sampler_free(&tr->train_sampler);
+undo_data:
+    tpd_data_source_close(&tr->data);
+undo_sched:
+    tpd_pp_schedule_free(&tr->sched);
+undo_dpp:
+    tpd_dp_plan_free(&tr->dpp);
+undo_model:
+    tpd_model_destroy(tr->model);
+undo_backend:
+    if (tr->device_comms) destroy_device_comms(tr);
+    tpd_kern_backend_destroy(tr->kb);
+undo_comms:
+    tpd_mesh_comms_destroy(&tr->hcomms);
+undo_tr:
+    free(tr);
+    return st;
+}
+
+void tpd_trainer_destroy(tpd_trainer *tr) {
+    if (!tr) return;
+    tpd_ckpt_saver_destroy(tr->saver); /* a save in flight after an error: never committed */
+    if (tr->metrics) fclose(tr->metrics);
+    free(tr->batch);
+    if (tr->has_valid) tpd_blend_sampler_free(&tr->valid_sampler);
+    tpd_blend_sampler_free(&tr->train_sampler);
+    tpd_data_source_close(&tr->data);
+    tpd_pp_schedule_free(&tr->sched);
+    tpd_dp_plan_free(&tr->dpp);
+    tpd_model_destroy(tr->model);
+    if (tr->device_comms) destroy_device_comms(tr);
+    tpd_kern_backend_destroy(tr->kb);
+    tpd_mesh_comms_destroy(&tr->hcomms);
+    free(tr);
+}
+
+/* ---- executor callbacks ---- */
+
+static int slot_of(const tpd_trainer *tr, int j) {
+    return j % tr->model->plan.nslots;
+}
+
+static tpd_status cb_forward(void *user, int j, int chunk) {
+    (void)chunk;
+    tpd_trainer *tr = user;
+    tpd_model *m = tr->model;
+    int slot = slot_of(tr, j), B = m->d.B, T = m->d.T;
+    if (m->d.first || m->d.last) {
+        /* micro-batch j of this DP rank's contiguous share of the global batch */
+        for (int b = 0; b < B; b++)
+            TPD_CHECK(tpd_blend_sampler_get(tr->cur_sampler, tr->cur_base + (uint64_t)j * B + b,
+                                      tr->batch + (size_t)b * (T + 1)));
+        TPD_CHECK(tpd_model_set_batch(m, slot, tr->batch));
+    }
+    TPD_CHECK(tpd_model_forward(m, slot));
+    if (m->d.last) {
+        double sum;
+        TPD_CHECK(tpd_model_loss_sum(m, slot, &sum));
+        tr->loss_acc += sum / ((double)B * T);
+    }
+    return TPD_OK;
+}
+
+static tpd_status cb_backward(void *user, int j, int chunk) {
+    (void)chunk;
+    tpd_trainer *tr = user;
+    /* mean over the micro-batch's tokens, scaled by 1/(M*DP): the DP reduction is a sum */
+    double N = (double)tr->model->d.B * tr->model->d.T;
+    float dloss = (float)(1.0 / (N * tr->M * tr->mesh.dp_size));
+    return tpd_model_backward(tr->model, slot_of(tr, j), dloss);
+}
+
+static void *cb_act_out(void *user, int j) {
+    tpd_trainer *tr = user;
+    return tpd_model_stage_output(tr->model, slot_of(tr, j));
+}
+static void *cb_act_in(void *user, int j) {
+    tpd_trainer *tr = user;
+    return tpd_model_stage_input(tr->model, slot_of(tr, j));
+}
+static void *cb_grad_out(void *user, int j) {
+    (void)j;
+    return tpd_model_grad_out(((tpd_trainer *)user)->model);
+}
+static void *cb_grad_in(void *user, int j) {
+    (void)j;
+    return tpd_model_grad_in(((tpd_trainer *)user)->model);
+}
+
+static void cb_on_action(void *user, const tpd_pp_action *a, double t0, double t1) {
+    tpd_trainer *tr = user;
+    if (tr->observer) tr->observer(tr->observer_user, a, t0, t1);
+}
+
+static tpd_pp_exec_ops exec_ops(tpd_trainer *tr) {
+    tpd_pp_exec_ops ops = {.user = tr,
+                           .forward = cb_forward,
+                           .backward = cb_backward,
+                           .act_out = cb_act_out,
+                           .act_in = cb_act_in,
+                           .grad_out = cb_grad_out,
+                           .grad_in = cb_grad_in,
+                           .on_action = tr->observer ? cb_on_action : NULL};
+    return ops;
+}
+
+static size_t p2p_count(const tpd_trainer *tr) {
+    return (size_t)tr->model->d.Nl * tr->model->d.C; /* this TP rank's rows under SP */
+}
+
+/* Mean loss over DP of the per-micro-batch means accumulated on the last stage, made
+ * known to every rank (broadcast from the last stage over PP). */
+static tpd_status finish_loss(tpd_trainer *tr, int micro_batches, double *loss_p) {
+    float v = (float)(tr->loss_acc / micro_batches);
+    tpd_comm *dp = tr->hcomms.dp, *pp = tr->hcomms.pp;
+    if (tpd_comm_size(dp) > 1) {
+        TPD_CHECK(tpd_comm_allreduce(dp, &v, &v, 1, TPD_DTYPE_F32, TPD_COMM_OP_SUM, NULL));
+        v /= (float)tpd_comm_size(dp);
+    }
+    if (tpd_comm_size(pp) > 1)
+        TPD_CHECK(tpd_comm_broadcast(pp, &v, 1, TPD_DTYPE_F32, tpd_comm_size(pp) - 1, NULL));
+    *loss_p = v;
+    return TPD_OK;
+}
+
+tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
+    tpd_model *m = tr->model;
+    tpd_step_stats s = {0};
+    double t0 = tpd_clock_s();
+    int it = tr->counters.iteration;
+    int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.dp_size;
+    tr->cur_sampler = &tr->train_sampler;
+    tr->cur_base = (uint64_t)it * GB + (uint64_t)tr->mesh.dp * (GB / dp);
+    tr->loss_acc = 0;
+
+    TPD_CHECK(tpd_model_zero_grads(m));
+    tr->tp_comm_acc = 0;
+    m->tp.comm_s = &tr->tp_comm_acc;
+    tpd_pp_exec_ops ops = exec_ops(tr);
+    TPD_CHECK(tpd_pp_execute(&tr->sched, tr->comms.pp, &ops, p2p_count(tr), tpd_kern_act_dtype(tr->kb),
+                             tpd_kern_stream(tr->kb), &s.pipe));
+    double t1 = tpd_clock_s();
+    m->tp.comm_s = NULL;
+    s.t_tp_comm_s = tr->tp_comm_acc;
+    TPD_CHECK(tpd_optim_reduce_grads(m, &tr->dpp, &tr->comms));
+    double t2 = tpd_clock_s();
+    TPD_CHECK(tpd_optim_grad_norm(m, &tr->dpp, &tr->hcomms, &s.grad_norm));
+    s.lr = tpd_lr_at(&tr->cfg, it);
+    if (!isfinite(s.grad_norm)) {
+        s.skipped = 1;
+        tr->counters.skipped_iterations++;
+    } else {
+        double clip = tr->cfg.optimizer.clip_grad, scale = 1.0;
+        if (clip > 0 && s.grad_norm > clip) scale = clip / (s.grad_norm + 1e-6);
+        TPD_CHECK(tpd_optim_update(m, &tr->dpp, &tr->comms, s.lr, scale,
+                                   it + 1 - tr->counters.skipped_iterations));
+    }
+    s.params_norm = NAN;
+    if (tr->cfg.logging.log_params_norm)
+        TPD_CHECK(tpd_optim_params_norm(m, &tr->dpp, &tr->hcomms, &s.params_norm));
+    TPD_CHECK(tpd_kern_synchronize(tr->kb));
+    double t3 = tpd_clock_s();
+    TPD_CHECK(finish_loss(tr, tr->M, &s.lm_loss));
+    tr->counters.iteration++;
+    tr->counters.consumed_samples += (uint64_t)GB;
+    s.iteration = tr->counters.iteration;
+    s.t_reduce_s = t2 - t1;
+    s.t_optim_s = t3 - t2;
+    s.elapsed_s = tpd_clock_s() - t0;
+    if (stats_p) *stats_p = s;
+    return TPD_OK;
+}
+
+/* Mean loss of `iters` global batches of sampler s, forward only. */
+static tpd_status evaluate_on(tpd_trainer *tr, tpd_blend_sampler *s, int iters, double *loss_p) {
+    int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.dp_size;
+    int stages = tr->mesh.pp_size, stage = tr->mesh.pp;
+    tpd_pp_exec_ops ops = exec_ops(tr);
+    tr->cur_sampler = s;
+    tr->loss_acc = 0;
+    /* Forward-only, one micro-batch at a time: each executor call completes its sends. */
+    tpd_pp_action acts[3];
+    int n = 0;
+    for (int e = 0; e < iters; e++) {
+        tr->cur_base = (uint64_t)e * GB + (uint64_t)tr->mesh.dp * (GB / dp);
+        for (int j = 0; j < tr->M; j++) {
+            n = 0;
+            if (stage > 0) acts[n++] = (tpd_pp_action){TPD_PP_RECV_ACT, j, 0};
+            acts[n++] = (tpd_pp_action){TPD_PP_FWD, j, 0};
+            if (stage < stages - 1) acts[n++] = (tpd_pp_action){TPD_PP_SEND_ACT, j, 0};
+            tpd_pp_schedule one = {stages, stage, tr->M, 1, n, acts};
+            TPD_CHECK(tpd_pp_execute(&one, tr->comms.pp, &ops, p2p_count(tr),
+                                     tpd_kern_act_dtype(tr->kb), tpd_kern_stream(tr->kb), NULL));
+        }
+    }
+    return finish_loss(tr, tr->M * iters, loss_p);
+}
+
+tpd_status tpd_trainer_evaluate(tpd_trainer *tr, double *val_loss_p) {
+    if (!tr->has_valid) {
+        *val_loss_p = NAN;
+        return TPD_OK;
+    }
+    return evaluate_on(tr, &tr->valid_sampler, tr->cfg.logging.eval_iters, val_loss_p);
+}
+
+tpd_status tpd_trainer_evaluate_split(tpd_trainer *tr, tpd_split split, int iters,
+                                      double *loss_p) {
+    const tpd_config *cfg = &tr->cfg;
+    tpd_blend_sampler s;
+    /* the validation sampler of training, or its twin on another split */
+    TPD_CHECK(tpd_blend_sampler_init(&tr->data, cfg->data.split, split, cfg->model.seq_length, 0,
+                                     cfg->training.seed, &s));
+    tpd_status st = evaluate_on(tr, &s, iters, loss_p);
+    tpd_blend_sampler_free(&s);
+    return st;
+}
+
+tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out) {
+    const tpd_model *m = tr->model;
+    const tpd_model_layout *lay = &m->plan.lay;
+    const tpd_param_slice *s = &lay->p[p];
+    size_t gn = tpd_model_layout_global_numel(lay, p);
+    tpd_status st = TPD_OK;
+    float *global = calloc(gn, sizeof *global);  /* (g_layers, g_rows, g_cols) */
+    float *local = calloc(s->numel + 1, sizeof *local);
+    void *tmp = NULL;
+    if (!global || !local) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "gather: out of memory");
+    /* One contributor per element: dp 0, and tp 0 for replicated tensors, and the first
+     * stage for the tied wte. */
+    int contributes = s->present && tr->mesh.dp == 0 &&
+                      (tpd_param_get_info(p)->split != TPD_SPLIT_NONE || tr->mesh.tp == 0) &&
+                      (p != TPD_P_WTE || m->d.first);
+    if (contributes) {
+        const void *src = tpd_model_param(m, p);
+        if (tpd_kern_param_dtype(m->kb) != TPD_DTYPE_F32) {
+            TPD_CHECK_GOTO(tpd_kern_alloc(m->kb, s->numel * 4, &tmp), st, out);
+            TPD_CHECK_GOTO(tpd_kern_cast(m->kb, tmp, TPD_DTYPE_F32, src,
+                                            tpd_kern_param_dtype(m->kb), s->numel),
+                           st, out);
+            src = tmp;
+        }
+        TPD_CHECK_GOTO(tpd_kern_copy_to_host(m->kb, local, src, s->numel * 4), st, out);
+        int64_t rows = (int64_t)s->layers * s->rows;
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t g = tpd_model_layout_row_global(lay, p, r);
+            if (g >= 0) memcpy(global + g, local + (size_t)r * s->cols, (size_t)s->cols * 4);
+        }
+    }
+    TPD_CHECK_GOTO(tpd_comm_allreduce(tr->hcomms.world, global, global, gn, TPD_DTYPE_F32,
+                                      TPD_COMM_OP_SUM, NULL),
+                   st, out);
+    if (out && tr->mesh.rank == 0) memcpy(out, global, gn * 4);
+out:
+    if (tmp) tpd_kern_free(m->kb, tmp);
+    free(local);
+    free(global);
+    return st;
+}
+
+/* ---- accessors ---- */
+
+void tpd_trainer_set_observer(tpd_trainer *tr, tpd_trainer_observer fn, void *user) {
+    tr->observer = fn;
+    tr->observer_user = fn ? user : NULL;
+}
+
+const tpd_config *tpd_trainer_config(const tpd_trainer *tr) {
+    return &tr->cfg;
+}
+
+const tpd_mesh *tpd_trainer_mesh(const tpd_trainer *tr) {
+    return &tr->mesh;
+}
+
+const tpd_mesh_comms *tpd_trainer_host_comms(const tpd_trainer *tr) {
+    return &tr->hcomms;
+}
+
+tpd_model *tpd_trainer_model(const tpd_trainer *tr) {
+    return tr->model;
+}
+
+const tpd_data_source *tpd_trainer_data(const tpd_trainer *tr) {
+    return &tr->data;
+}
+
+int tpd_trainer_micro_batches(const tpd_trainer *tr) {
+    return tr->M;
+}
+
+int tpd_trainer_iteration(const tpd_trainer *tr) {
+    return tr->counters.iteration;
+}
+
+uint64_t tpd_trainer_consumed_samples(const tpd_trainer *tr) {
+    return tr->counters.consumed_samples;
+}
+
+int tpd_trainer_is_logger(const tpd_trainer *tr) {
+    return tr->is_logger;
+}
+
+int tpd_trainer_interrupted(const tpd_trainer *tr) {
+    return tr->interrupted;
+}
+
+int tpd_trainer_save_in_flight(const tpd_trainer *tr) {
+    return tpd_ckpt_saver_in_flight(tr->saver);
+}
+
+double tpd_trainer_flops_per_iteration(const tpd_trainer *tr) {
+    return tpd_model_flops(&tr->cfg, tr->cfg.training.global_batch_size, tr->model->d.Vp);
+}

@@ -1,0 +1,103 @@
+/* The training loop of one rank: data, the 1F1B schedule, gradient reduction over the
+ * embedding and DP groups, the global gradient norm, clipping, AdamW (ZeRO-1 aware),
+ * evaluation, the log line, the metrics file and checkpoints.
+ *
+ * Every rank of the job runs the same calls in the same order; only the logging rank (the
+ * last stage's first TP and DP rank, as in Megatron) prints and writes files.
+ *
+ * tpd_trainer is an opaque handle: callers use the functions below. */
+#ifndef TPD_ENGINE_TRAIN_TRAIN_H
+#define TPD_ENGINE_TRAIN_TRAIN_H
+
+#include <stdint.h>
+
+#include "engine/config/config.h"
+#include "engine/data/data.h"
+#include "engine/model/model.h"
+#include "parallel/comm.h"
+#include "parallel/mesh.h"
+#include "parallel/pipeline/executor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpd_step_stats {
+    int iteration;          /* 1-based: the iteration just completed */
+    double lm_loss;         /* mean over the global batch (averaged over DP) */
+    double grad_norm;       /* before clipping, over every parameter once */
+    double params_norm;     /* after the update (logging.log_params_norm), else NaN */
+    double lr;
+    double elapsed_s;
+    int skipped;            /* 1 when the update was skipped (non-finite gradients) */
+    tpd_pp_exec_stats pipe; /* this rank's compute / wait split */
+    double t_tp_comm_s;     /* inside compute: TP collectives */
+    double t_reduce_s;      /* embedding + DP gradient reduction */
+    double t_optim_s;       /* norm, clipping, AdamW, ZeRO all-gather */
+} tpd_step_stats;
+
+typedef struct tpd_trainer tpd_trainer;
+
+/* cpu kernel threads per rank: training.num_threads when set, else 0 (OpenMP's default)
+ * when OMP_NUM_THREADS is set or the rank is alone on its node, else the node's cores
+ * shared among its ranks. */
+int tpd_trainer_cpu_threads(const tpd_config *cfg, int ranks_on_node);
+
+/* Builds everything for this rank: validates the config against the world (the same
+ * message on every rank, before any collective), splits the communicators, creates the
+ * backend and the model, initializes parameters, opens the data, and applies
+ * checkpoint.load. world: the host (MPI) world communicator. */
+tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_trainer **tr_p);
+void tpd_trainer_destroy(tpd_trainer *tr);
+
+/* One training iteration over the global batch. */
+tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p);
+/* Mean validation loss over logging.eval_iters global batches of the valid split (the
+ * same batches every time). Returns the value on every rank. */
+tpd_status tpd_trainer_evaluate(tpd_trainer *tr, double *val_loss_p);
+/* Mean loss over `iters` global batches of `split` (valid or test), forward only, on
+ * every layout the same batches. Returns the value on every rank. */
+tpd_status tpd_trainer_evaluate_split(tpd_trainer *tr, tpd_split split, int iters,
+                                      double *loss_p);
+/* The whole run: train_iters iterations with logging, evaluation, metrics and
+ * checkpoints. On SIGTERM/SIGINT (handlers installed here) every rank stops at the next
+ * iteration boundary, saves when checkpoint.save is set, and returns TPD_OK with
+ * tpd_trainer_interrupted set: a run stopped by a signal has ended cleanly. */
+tpd_status tpd_trainer_run(tpd_trainer *tr);
+/* Saves a checkpoint of the current iteration into save_dir (collective). */
+tpd_status tpd_trainer_save(tpd_trainer *tr, const char *save_dir);
+
+/* Gathers the global (unpadded) tensor of parameter p onto world rank 0 (fp32, of
+ * tpd_model_layout_global_numel elements); other ranks pass out = NULL. Collective over
+ * the world. */
+tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out);
+
+/* Observer of every pipeline action (traces, tests): called with its wall-clock
+ * interval in seconds of tpd_clock_s(). NULL removes it. */
+typedef void (*tpd_trainer_observer)(void *user, const tpd_pp_action *a, double t0,
+                                     double t1);
+void tpd_trainer_set_observer(tpd_trainer *tr, tpd_trainer_observer fn, void *user);
+
+/* ---- what a trainer is and where it stands ---- */
+const tpd_config *tpd_trainer_config(const tpd_trainer *tr);
+const tpd_mesh *tpd_trainer_mesh(const tpd_trainer *tr);
+/* The host (MPI) communicators of each dimension: losses, norms, flags. */
+const tpd_mesh_comms *tpd_trainer_host_comms(const tpd_trainer *tr);
+tpd_model *tpd_trainer_model(const tpd_trainer *tr);
+const tpd_data_source *tpd_trainer_data(const tpd_trainer *tr);
+int tpd_trainer_micro_batches(const tpd_trainer *tr); /* per step per pipeline */
+int tpd_trainer_iteration(const tpd_trainer *tr);     /* completed iterations */
+uint64_t tpd_trainer_consumed_samples(const tpd_trainer *tr);
+int tpd_trainer_is_logger(const tpd_trainer *tr);
+/* 1 when tpd_trainer_run stopped early on a signal or at training.exit_interval /
+ * exit_duration_in_mins (after saving). */
+int tpd_trainer_interrupted(const tpd_trainer *tr);
+/* 1 while a checkpoint.async_save is written in the background, not yet committed. */
+int tpd_trainer_save_in_flight(const tpd_trainer *tr);
+/* Model FLOPs of one iteration (tpd_model_flops of the global batch), for throughput. */
+double tpd_trainer_flops_per_iteration(const tpd_trainer *tr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,52 @@
+/* Private to engine/train/: the trainer's state, shared by train.c (construction, one
+ * step, evaluation) and train_run.c (the run loop, its checkpoint boundary, logging). */
+#ifndef TPD_ENGINE_TRAIN_TRAIN_INTERNAL_H
+#define TPD_ENGINE_TRAIN_TRAIN_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/train/train.h"
+#include "kernels/kernels.h"
+#include "parallel/data/dp.h"
+#include "parallel/pipeline/schedule.h"
+
+struct tpd_trainer {
+    tpd_config cfg;
+    tpd_mesh mesh;
+    tpd_mesh_comms comms;  /* for backend memory: MPI on cpu, NCCL (or MPI staged through
+                              host memory when ranks share a GPU) on cuda */
+    tpd_mesh_comms hcomms; /* MPI, for host scalars (losses, norms, flags) */
+    int device_comms;      /* 1 when comms differ from hcomms and must be destroyed */
+    tpd_kern_backend *kb;
+    tpd_model *model;
+    tpd_dp_plan dpp;
+    tpd_pp_schedule sched;
+    tpd_data_source data; /* data.data_path: one data set or a weighted blend */
+    tpd_blend_sampler train_sampler, valid_sampler;
+    int has_valid;
+    int M;                       /* micro-batches per step per pipeline */
+    tpd_ckpt_counters counters;  /* iteration, consumed samples, skipped iterations */
+    int saved_iteration; /* iteration of the checkpoint this run resumed; -1: none */
+    tpd_ckpt_saver *saver;
+    int interrupted;  /* tpd_trainer_run stopped early on SIGTERM/SIGINT, or at
+                         training.exit_interval / exit_duration_in_mins (after saving) */
+    int run_start_iteration; /* iteration when tpd_trainer_run began */
+    double run_start_s;      /* tpd_clock_s() then */
+    int is_logger;    /* writes the log line and the metrics file */
+    FILE *metrics;
+    int32_t *batch;   /* (B, T+1) host samples of one micro-batch */
+    /* during a step */
+    tpd_blend_sampler *cur_sampler;
+    uint64_t cur_base; /* first sample index of this DP rank's share */
+    double loss_acc;
+    double tp_comm_acc;
+    tpd_trainer_observer observer;
+    void *observer_user;
+};
+
+/* Ranks on this node, as the launcher states it. */
+int tpd_trainer_ranks_on_node(tpd_comm *world);
+
+#endif

@@ -1,0 +1,667 @@
+// Configuration: defaults, the shipped configs, overrides, the printed YAML reading back
+// as the same config, one exact message per bad config (from the library and from the
+// `tripod config show` command line), and the world-size and trainability checks.
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "engine/config/config.h"
+}
+
+namespace {
+
+const std::string kSource = TPD_SOURCE_DIR;
+const std::string kBadDir = kSource + "/tests/engine/config/bad_configs/";
+
+std::string ConfigPath(const std::string &name) {
+    return kSource + "/configs/" + name;
+}
+
+struct Loaded {
+    tpd_status st;
+    std::string err;
+    tpd_config cfg;
+};
+
+// path empty: defaults only.
+Loaded Load(const std::string &path, const std::vector<std::string> &overrides = {}) {
+    std::vector<const char *> ov;
+    for (const std::string &o : overrides)
+        ov.push_back(o.c_str());
+    Loaded r;
+    std::memset(&r.cfg, 0, sizeof r.cfg);
+    char err[2048] = "unset";
+    r.st = tpd_config_load(path.empty() ? nullptr : path.c_str(), (int)ov.size(), ov.data(), &r.cfg,
+                           err, sizeof err);
+    r.err = err;
+    return r;
+}
+
+std::string Print(const tpd_config &cfg) {
+    char *buf = nullptr;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    tpd_config_print(&cfg, f);
+    fclose(f);
+    std::string s(buf, len);
+    free(buf);
+    return s;
+}
+
+std::vector<std::string> YamlFilesIn(const std::string &dir) {
+    std::vector<std::string> names;
+    DIR *d = opendir(dir.c_str());
+    if (!d) return names;
+    while (struct dirent *e = readdir(d)) {
+        std::string n = e->d_name;
+        if (n.size() > 5 && n.compare(n.size() - 5, 5, ".yaml") == 0) names.push_back(n);
+    }
+    closedir(d);
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+void ExpectSameConfig(const tpd_config &a, const tpd_config &b) {
+#define SAME(f) EXPECT_EQ(a.f, b.f) << #f
+#define SAME_STR(f) EXPECT_STREQ(a.f, b.f) << #f
+    SAME(model.num_layers);
+    SAME(model.hidden_size);
+    SAME(model.num_attention_heads);
+    SAME(model.ffn_hidden_size);
+    SAME(model.vocab_size);
+    SAME(model.seq_length);
+    SAME(model.max_position_embeddings);
+    SAME(model.init_method_std);
+    SAME(model.make_vocab_size_divisible_by);
+    SAME(parallel.tensor_model_parallel_size);
+    SAME(parallel.pipeline_model_parallel_size);
+    SAME(parallel.data_parallel_size);
+    SAME(parallel.num_pipeline_layers);
+    for (int i = 0; i < TPD_CONFIG_MAX_STAGES; i++)
+        SAME(parallel.pipeline_layers[i]);
+    SAME(parallel.use_distributed_optimizer);
+    SAME(parallel.ddp_bucket_size);
+    SAME(parallel.sequence_parallel);
+    SAME(parallel.virtual_pipeline_model_parallel_size);
+    SAME(parallel.pipeline_schedule);
+    SAME(training.micro_batch_size);
+    SAME(training.global_batch_size);
+    SAME(training.train_iters);
+    SAME(training.seed);
+    SAME(training.precision);
+    SAME(training.device);
+    SAME(training.recompute);
+    SAME(training.recompute_num_layers);
+    SAME(training.exit_interval);
+    SAME(logging.log_params_norm);
+    SAME(logging.log_timers);
+    SAME(training.exit_duration_in_mins);
+    SAME(optimizer.lr_wsd_decay_iters);
+    SAME(optimizer.lr_wsd_decay_style);
+    SAME(training.attention);
+    SAME(training.num_threads);
+    SAME(optimizer.lr);
+    SAME(optimizer.min_lr);
+    SAME(optimizer.lr_decay_style);
+    SAME(optimizer.lr_warmup_iters);
+    SAME(optimizer.lr_decay_iters);
+    SAME(optimizer.weight_decay);
+    SAME(optimizer.adam_beta1);
+    SAME(optimizer.adam_beta2);
+    SAME(optimizer.adam_eps);
+    SAME(optimizer.clip_grad);
+    SAME_STR(data.data_path);
+    SAME(data.shuffle);
+    SAME_STR(data.split);
+    SAME(logging.log_interval);
+    SAME_STR(logging.metrics_file);
+    SAME(logging.eval_interval);
+    SAME(logging.eval_iters);
+    SAME_STR(logging.trace_file);
+    SAME_STR(checkpoint.save);
+    SAME_STR(checkpoint.load);
+    SAME(checkpoint.save_interval);
+    SAME(checkpoint.keep_last);
+    SAME(checkpoint.fallback);
+    SAME(checkpoint.finetune);
+    SAME(comm.timeout_s);
+#undef SAME
+#undef SAME_STR
+}
+
+// Prints cfg, loads the text back and expects the same config.
+void ExpectRoundTrip(const tpd_config &cfg, const std::string &tag) {
+    SCOPED_TRACE(tag);
+    std::string text = Print(cfg);
+    std::string path = ::testing::TempDir() + "tripod_config_roundtrip.yaml";
+    {
+        std::ofstream out(path);
+        out << text;
+    }
+    Loaded back = Load(path);
+    ASSERT_EQ(back.st, TPD_OK) << back.err << "\n" << text;
+    ExpectSameConfig(cfg, back.cfg);
+    EXPECT_EQ(back.cfg.source_path, path);
+    std::remove(path.c_str());
+}
+
+// Each bad config and the message it must produce, after its path.
+struct BadCase {
+    const char *file;
+    const char *message;
+};
+
+const BadCase kBadCases[] = {
+    {"unknown_key.yaml", ":3:3: model.num_layer: unknown key (did you mean 'model.num_layers'?)"},
+    {"unknown_key_wrong_section.yaml",
+     ":13:3: training.lr: unknown key (did you mean 'optimizer.lr'?)"},
+    {"unknown_key_no_suggestion.yaml",
+     ":15:3: optimizer.learning_rate_schedule: unknown key ('tripod config show' lists the "
+     "keys)"},
+    {"unknown_section.yaml", ":2:1: modle: unknown section (did you mean 'model'?)"},
+    {"top_level_key.yaml", ":2:1: num_layers: unknown section (did you mean 'model.num_layers'?)"},
+    {"section_not_mapping.yaml", ":14:7: data: got a scalar (a section is a mapping of keys)"},
+    {"duplicate_section.yaml", ":14:1: model: duplicate section (first on line 2)"},
+    {"duplicate_key.yaml", ":8:3: model.num_layers: duplicate key (first set on line 3)"},
+    {"yaml_syntax.yaml", ":16:29: YAML syntax error: did not find expected ',' or ']' (while "
+                         "parsing a flow sequence at 15:20)"},
+    {"type_int.yaml",
+     ":3:15: model.num_layers: 'twelve' is not an integer (expected an integer >= 1)"},
+    {"type_int_fraction.yaml",
+     ":4:16: model.hidden_size: '768.5' is not an integer (expected an integer >= 1)"},
+    {"type_int_overflow.yaml",
+     ":6:15: model.vocab_size: '99999999999' does not fit in 32 bits (expected an integer >= 1)"},
+    {"type_number.yaml", ":15:7: optimizer.lr: 'fast' is not a number (expected a number >= 0)"},
+    {"type_bool.yaml", ":15:12: data.shuffle: 'yes' is not a boolean (expected true or false)"},
+    {"type_sequence.yaml", ":7:15: model.seq_length: got a sequence (expected an integer >= 1)"},
+    {"type_list_entry.yaml", ":16:24: parallel.pipeline_layers: 'six' is not an integer "
+                             "(expected a list of integers >= 1, e.g. [3, 5])"},
+    {"no_value.yaml", ":15:6: optimizer.lr: has no value (expected a number >= 0)"},
+    {"range_num_layers.yaml",
+     ":3:15: model.num_layers: 0 is out of range (expected an integer >= 1)"},
+    {"range_beta1.yaml",
+     ":15:15: optimizer.adam_beta1: 1.0 is out of range (expected a number in [0, 1))"},
+    {"range_lr.yaml", ":15:7: optimizer.lr: -1.0e-3 is out of range (expected a number >= 0)"},
+    {"range_pipeline_layers.yaml", ":16:25: parallel.pipeline_layers: 0 is out of range "
+                                   "(expected a list of integers >= 1, e.g. [3, 5])"},
+    {"enum_decay.yaml", ":15:19: optimizer.lr_decay_style: 'cosin' is not allowed (expected "
+                        "one of cosine, linear, constant, inverse-square-root, WSD)"},
+    {"enum_precision.yaml",
+     ":13:14: training.precision: 'fp16' is not allowed (expected one of fp32, bf16)"},
+    {"missing_required.yaml",
+     ": model.vocab_size: required key is missing (every config file must set it)"},
+    {"hidden_heads.yaml", ":4:16: model.hidden_size: hidden_size (770) must be a multiple of "
+                          "num_attention_heads (12)"},
+    {"heads_tp.yaml", ":5:24: model.num_attention_heads: num_attention_heads (12) must be a "
+                      "multiple of tensor_model_parallel_size (8)"},
+    {"blend_pairs.yaml", ":15:14: data.data_path: '0.3 data/a 0.7' must be pairs of WEIGHT "
+                         "PREFIX (at most 256 pairs)"},
+    {"recompute_layers.yaml", ":14:25: training.recompute_num_layers: 2 needs training.recompute "
+                              "full, not selective (it picks the layers whose full recompute "
+                              "is done)"},
+    {"wsd_iters.yaml", ":15:19: optimizer.lr_wsd_decay_iters: WSD needs 1 <= lr_wsd_decay_iters "
+                       "(0) <= the iterations after warmup (100)"},
+    {"sp_seq.yaml", ":16:22: parallel.sequence_parallel: seq_length (1022) must be a multiple "
+                    "of tensor_model_parallel_size (4) (sequence parallel splits the sequence "
+                    "over the TP ranks)"},
+    {"ffn_tp.yaml", ":8:20: model.ffn_hidden_size: ffn_hidden_size (3001) must be a multiple of "
+                    "tensor_model_parallel_size (2)"},
+    {"layers_pp.yaml",
+     ":3:15: model.num_layers: num_layers (10) is not divisible by pipeline_model_parallel_size "
+     "(4) (Number of layers should be divisible by the pipeline-model-parallel size, or set "
+     "parallel.pipeline_layers)"},
+    {"pipeline_layers_count.yaml", ":16:20: parallel.pipeline_layers: has 3 entries but "
+                                   "pipeline_model_parallel_size is 2 (one entry per stage)"},
+    {"pipeline_layers_sum.yaml", ":16:20: parallel.pipeline_layers: entries sum to 10 but "
+                                 "num_layers is 12 (they must sum to num_layers)"},
+    {"seq_max_pos.yaml", ":7:15: model.seq_length: seq_length (2048) must be <= "
+                         "max_position_embeddings (1024)"},
+    {"gbs_mbs.yaml", ":11:22: training.global_batch_size: global_batch_size (30) must be a "
+                     "multiple of micro_batch_size (4)"},
+    {"min_lr.yaml", ":16:11: optimizer.min_lr: min_lr (0.01) must be <= lr (0.001)"},
+    {"split_bad.yaml", ":15:10: data.split: '949,50' is not a valid split (expected three "
+                       "non-negative integers 'train,valid,test' with train > 0)"},
+    {"vpp_schedule.yaml",
+     ":16:41: parallel.virtual_pipeline_model_parallel_size: 2 needs pipeline_schedule "
+     "interleaved, not 1f1b (virtual stages exist only in the interleaved schedule)"},
+    {"vpp_layers.yaml",
+     ":3:15: model.num_layers: num_layers (12) is not divisible by pipeline_model_parallel_size "
+     "* virtual_pipeline_model_parallel_size (2 * 4 = 8) (every model chunk needs the same "
+     "number of layers)"},
+};
+
+TEST(Config, DefaultsAreMegatronLike) {
+    tpd_config c;
+    tpd_config_defaults(&c);
+    EXPECT_EQ(c.model.ffn_hidden_size, 0);
+    EXPECT_EQ(c.model.max_position_embeddings, 0);
+    EXPECT_DOUBLE_EQ(c.model.init_method_std, 0.02);
+    EXPECT_EQ(c.model.make_vocab_size_divisible_by, 128);
+    EXPECT_EQ(c.parallel.tensor_model_parallel_size, 1);
+    EXPECT_EQ(c.parallel.pipeline_model_parallel_size, 1);
+    EXPECT_EQ(c.parallel.data_parallel_size, 0);
+    EXPECT_EQ(c.parallel.num_pipeline_layers, 0);
+    EXPECT_EQ(c.parallel.use_distributed_optimizer, 0);
+    EXPECT_EQ(c.parallel.ddp_bucket_size, 40000000);
+    EXPECT_EQ(c.parallel.sequence_parallel, 0);
+    EXPECT_EQ(c.parallel.virtual_pipeline_model_parallel_size, 1);
+    EXPECT_STREQ(tpd_config_choice("parallel.pipeline_schedule", c.parallel.pipeline_schedule), "1f1b");
+    EXPECT_EQ(c.training.seed, 1234u);
+    EXPECT_STREQ(tpd_config_choice("training.precision", c.training.precision), "fp32");
+    EXPECT_STREQ(tpd_config_choice("training.device", c.training.device), "cpu");
+    EXPECT_STREQ(tpd_config_choice("training.recompute", c.training.recompute), "none");
+    EXPECT_STREQ(tpd_config_choice("training.attention", c.training.attention), "fused");
+    EXPECT_EQ(c.training.num_threads, 0);
+    EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
+    EXPECT_DOUBLE_EQ(c.optimizer.min_lr, 0.0);
+    EXPECT_STREQ(tpd_config_choice("optimizer.lr_decay_style", c.optimizer.lr_decay_style), "cosine");
+    EXPECT_EQ(c.optimizer.lr_warmup_iters, 0);
+    EXPECT_EQ(c.optimizer.lr_decay_iters, 0);
+    EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.1);
+    EXPECT_DOUBLE_EQ(c.optimizer.adam_beta1, 0.9);
+    EXPECT_DOUBLE_EQ(c.optimizer.adam_beta2, 0.95);
+    EXPECT_DOUBLE_EQ(c.optimizer.adam_eps, 1e-8);
+    EXPECT_DOUBLE_EQ(c.optimizer.clip_grad, 1.0);
+    EXPECT_STREQ(c.data.data_path, "");
+    EXPECT_EQ(c.data.shuffle, 1);
+    EXPECT_STREQ(c.data.split, "949,50,1");
+    EXPECT_EQ(c.logging.log_interval, 1);
+    EXPECT_STREQ(c.logging.metrics_file, "");
+    EXPECT_EQ(c.logging.eval_interval, 0);
+    EXPECT_EQ(c.logging.eval_iters, 10);
+    EXPECT_STREQ(c.logging.trace_file, "");
+    EXPECT_STREQ(c.checkpoint.save, "");
+    EXPECT_STREQ(c.checkpoint.load, "");
+    EXPECT_EQ(c.checkpoint.save_interval, 0);
+    EXPECT_EQ(c.checkpoint.keep_last, 0);
+    EXPECT_STREQ(tpd_config_choice("checkpoint.fallback", c.checkpoint.fallback), "none");
+    EXPECT_EQ(c.checkpoint.finetune, 0);
+    EXPECT_DOUBLE_EQ(c.comm.timeout_s, 300.0);
+    EXPECT_STREQ(c.source_path, "");
+}
+
+TEST(Config, DefaultsOnlyLoadPassesEveryCheckAndResolves) {
+    tpd_config d;
+    tpd_config_defaults(&d);
+    Loaded r = Load("");
+    ASSERT_EQ(r.st, TPD_OK) << r.err;
+    EXPECT_EQ(r.err, "");
+    EXPECT_EQ(r.cfg.model.ffn_hidden_size, 4 * d.model.hidden_size);
+    EXPECT_EQ(r.cfg.model.max_position_embeddings, d.model.seq_length);
+    r.cfg.model.ffn_hidden_size = 0;
+    r.cfg.model.max_position_embeddings = 0;
+    ExpectSameConfig(d, r.cfg);
+    char err[512] = "";
+    EXPECT_EQ(tpd_config_check_world(&r.cfg, 1, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_check_trainable(&r.cfg, err, sizeof err), TPD_OK) << err;
+}
+
+TEST(Config, EveryShippedConfigLoadsAndIsTrainable) {
+    std::vector<std::string> names = YamlFilesIn(kSource + "/configs");
+    for (const char *want : {"demo.yaml", "gpt2-124m.yaml", "gpt2-350m.yaml", "gpt2-1.5b.yaml",
+                             "gpt3-175b.yaml", "gpt-1t.yaml"})
+        EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
+    for (const std::string &n : names) {
+        Loaded r = Load(ConfigPath(n));
+        EXPECT_EQ(r.st, TPD_OK) << n << ": " << r.err;
+        EXPECT_EQ(std::string(r.cfg.source_path), ConfigPath(n));
+        char err[512] = "";
+        EXPECT_EQ(tpd_config_check_trainable(&r.cfg, err, sizeof err), TPD_OK) << n << ": " << err;
+    }
+}
+
+TEST(Config, DemoRunsOnEightRanksAsTwoByTwoByTwo) {
+    Loaded r = Load(ConfigPath("demo.yaml"));
+    ASSERT_EQ(r.st, TPD_OK) << r.err;
+    const tpd_config &c = r.cfg;
+    EXPECT_EQ(c.model.num_layers, 4);
+    EXPECT_EQ(c.model.hidden_size, 128);
+    EXPECT_EQ(c.model.num_attention_heads, 4);
+    EXPECT_EQ(c.model.vocab_size, 257);
+    EXPECT_EQ(c.model.seq_length, 128);
+    EXPECT_EQ(c.model.ffn_hidden_size, 512);
+    EXPECT_EQ(c.model.max_position_embeddings, 128);
+    EXPECT_EQ(c.training.micro_batch_size, 4);
+    EXPECT_EQ(c.training.global_batch_size, 64);
+    EXPECT_EQ(c.training.train_iters, 300);
+    EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-3);
+    EXPECT_DOUBLE_EQ(c.optimizer.min_lr, 3e-4);
+    EXPECT_EQ(c.optimizer.lr_warmup_iters, 30);
+    EXPECT_STREQ(c.data.data_path, "data/fortunes");
+    EXPECT_STREQ(c.logging.metrics_file, "runs/demo/metrics.jsonl");
+    EXPECT_EQ(c.logging.eval_interval, 100);
+    EXPECT_EQ(c.logging.eval_iters, 4);
+    EXPECT_EQ(c.logging.log_interval, 10);
+    EXPECT_EQ(tpd_config_padded_vocab(&c, 1), 320);
+    EXPECT_EQ(tpd_config_padded_vocab(&c, 2), 384);
+
+    Loaded t = Load(ConfigPath("demo.yaml"), {"parallel.tensor_model_parallel_size=2",
+                                              "parallel.pipeline_model_parallel_size=2"});
+    ASSERT_EQ(t.st, TPD_OK) << t.err;
+    char err[512] = "";
+    EXPECT_EQ(tpd_config_check_world(&t.cfg, 8, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_check_trainable(&t.cfg, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_dp(&t.cfg, 8), 2);
+    EXPECT_EQ(tpd_config_num_micro_batches(&t.cfg, 2), 8);
+    EXPECT_EQ(tpd_config_check_world(&r.cfg, 1, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_num_micro_batches(&r.cfg, tpd_config_dp(&r.cfg, 1)), 16);
+}
+
+TEST(Config, OverridesApplyAfterTheFileInOrder) {
+    Loaded r = Load(ConfigPath("demo.yaml"),
+                    {"model.num_layers=8", "optimizer.lr=1e-3", "optimizer.lr=5e-3",
+                     "data.data_path=other/prefix", "parallel.pipeline_model_parallel_size=2",
+                     "parallel.pipeline_layers=[3, 5]", "data.shuffle=false",
+                     "training.seed=18446744073709551615", "checkpoint.save=\"\""});
+    ASSERT_EQ(r.st, TPD_OK) << r.err;
+    EXPECT_EQ(r.cfg.model.num_layers, 8);
+    EXPECT_DOUBLE_EQ(r.cfg.optimizer.lr, 5e-3);
+    EXPECT_STREQ(r.cfg.data.data_path, "other/prefix");
+    EXPECT_EQ(r.cfg.data.shuffle, 0);
+    EXPECT_EQ(r.cfg.training.seed, UINT64_MAX);
+    EXPECT_STREQ(r.cfg.checkpoint.save, "");
+    ASSERT_EQ(r.cfg.parallel.num_pipeline_layers, 2);
+    EXPECT_EQ(r.cfg.parallel.pipeline_layers[0], 3);
+    EXPECT_EQ(r.cfg.parallel.pipeline_layers[1], 5);
+    EXPECT_EQ(r.cfg.model.hidden_size, 128); // untouched keys keep the file's value
+
+    Loaded bare = Load(ConfigPath("demo.yaml"),
+                       {"model.num_layers=8", "parallel.pipeline_model_parallel_size=2",
+                        "parallel.pipeline_layers=6,2"});
+    ASSERT_EQ(bare.st, TPD_OK) << bare.err;
+    ASSERT_EQ(bare.cfg.parallel.num_pipeline_layers, 2);
+    EXPECT_EQ(bare.cfg.parallel.pipeline_layers[0], 6);
+    EXPECT_EQ(bare.cfg.parallel.pipeline_layers[1], 2);
+    int first = -1;
+    EXPECT_EQ(tpd_config_stage_layers(&bare.cfg, 1, &first), 2);
+    EXPECT_EQ(first, 6);
+
+    Loaded cleared = Load("", {"parallel.pipeline_layers=[2]", "parallel.pipeline_layers=[]"});
+    ASSERT_EQ(cleared.st, TPD_OK) << cleared.err;
+    EXPECT_EQ(cleared.cfg.parallel.num_pipeline_layers, 0);
+}
+
+TEST(Config, OverrideErrorsUseTheSameRulesAsTheFile) {
+    const struct {
+        const char *override_;
+        const char *message;
+    } cases[] = {
+        {"model.num_layers=abc",
+         "<override>: model.num_layers: 'abc' is not an integer (expected an integer >= 1)"},
+        {"model.num_layer=3",
+         "<override>: model.num_layer: unknown key (did you mean 'model.num_layers'?)"},
+        {"num_layers=3", "<override>: num_layers: unknown key (did you mean 'model.num_layers'?)"},
+        {"modle.num_layers=3",
+         "<override>: modle.num_layers: unknown key (did you mean 'model.num_layers'?)"},
+        {"model.num_layers", "<override>: 'model.num_layers' is not of the form section.key=value"},
+        {"parallel.pipeline_layers=[3,x]",
+         "<override>: parallel.pipeline_layers: 'x' is not an integer (expected a list of "
+         "integers >= 1, e.g. [3, 5])"},
+        {"optimizer.adam_beta2=1",
+         "<override>: optimizer.adam_beta2: 1 is out of range (expected a number in [0, 1))"},
+        {"training.device=gpu",
+         "<override>: training.device: 'gpu' is not allowed (expected one of cpu, cuda)"},
+        {"training.seed=-1", "<override>: training.seed: '-1' is not a non-negative integer "
+                             "(expected an integer)"},
+        {"model.vocab_size=", "<override>: model.vocab_size: has no value (expected an integer "
+                              ">= 1)"},
+    };
+    for (const auto &c : cases) {
+        Loaded r = Load(ConfigPath("demo.yaml"), {c.override_});
+        EXPECT_EQ(r.st, TPD_ERR_INVALID) << c.override_;
+        EXPECT_EQ(r.err, c.message) << c.override_;
+    }
+}
+
+TEST(Config, FileErrorsComeBeforeOverrideErrors) {
+    Loaded r = Load(kBadDir + "type_int.yaml", {"model.num_layers=abc"});
+    EXPECT_EQ(r.st, TPD_ERR_INVALID);
+    EXPECT_EQ(r.err, kBadDir + "type_int.yaml:3:15: model.num_layers: 'twelve' is not an "
+                               "integer (expected an integer >= 1)");
+}
+
+TEST(Config, RelationErrorsPointAtWhereTheValueWasSet) {
+    // Heads keep their default; the override that broke the relation is named.
+    Loaded r = Load("", {"parallel.tensor_model_parallel_size=8"});
+    EXPECT_EQ(r.st, TPD_ERR_INVALID);
+    EXPECT_EQ(r.err, "<override>: model.num_attention_heads: num_attention_heads (4) must be a "
+                     "multiple of tensor_model_parallel_size (8)");
+    // Heads come from the file: their line is named even though an override broke it.
+    std::string path = kBadDir + "gbs_mbs.yaml";
+    Loaded f =
+        Load(path, {"training.global_batch_size=32", "parallel.tensor_model_parallel_size=8"});
+    EXPECT_EQ(f.st, TPD_ERR_INVALID);
+    EXPECT_EQ(f.err, path + ":5:24: model.num_attention_heads: num_attention_heads (12) must be a "
+                            "multiple of tensor_model_parallel_size (8)");
+    // An override can also repair what the file got wrong.
+    Loaded fixed = Load(path, {"training.global_batch_size=32"});
+    EXPECT_EQ(fixed.st, TPD_OK) << fixed.err;
+}
+
+TEST(Config, MissingFileIsAnIoError) {
+    std::string path = kBadDir + "no_such_file.yaml";
+    Loaded r = Load(path);
+    EXPECT_EQ(r.st, TPD_ERR_IO);
+    EXPECT_EQ(r.err, path + ": cannot read: No such file or directory");
+}
+
+TEST(Config, FailedLoadLeavesTheOutputUntouched) {
+    tpd_config c;
+    std::memset(&c, 0x5a, sizeof c);
+    tpd_config before;
+    std::memcpy(&before, &c, sizeof c);
+    char err[512];
+    const char *ov[] = {"model.num_layers=0"};
+    EXPECT_EQ(tpd_config_load(nullptr, 1, ov, &c, err, sizeof err), TPD_ERR_INVALID);
+    EXPECT_EQ(std::memcmp(&c, &before, sizeof c), 0);
+}
+
+TEST(Config, PrintedConfigLoadsBackTheSame) {
+    for (const std::string &n : YamlFilesIn(kSource + "/configs")) {
+        Loaded r = Load(ConfigPath(n));
+        ASSERT_EQ(r.st, TPD_OK) << r.err;
+        ExpectRoundTrip(r.cfg, n);
+    }
+    // Strings that YAML would read as something else unless quoted, odd doubles, a list.
+    Loaded odd = Load(
+        "", {"data.data_path=my data/a \"quoted\": part #not a comment\\x",
+             "logging.metrics_file=true", "logging.trace_file=123", "checkpoint.save=-dash",
+             "checkpoint.load=auto", "optimizer.lr=0.1", "optimizer.min_lr=3.3333333333333335e-05",
+             "optimizer.adam_eps=1e-300", "comm.timeout_s=12.5", "model.num_layers=9",
+             "parallel.pipeline_model_parallel_size=3", "parallel.pipeline_layers=[2,3,4]",
+             "data.split=1, 0, 0", "parallel.ddp_bucket_size=10000000000",
+             "training.seed=18446744073709551615", "data.shuffle=false"});
+    ASSERT_EQ(odd.st, TPD_OK) << odd.err;
+    EXPECT_STREQ(odd.cfg.data.data_path, "my data/a \"quoted\": part #not a comment\\x");
+    EXPECT_STREQ(odd.cfg.data.split, "1,0,0");
+    ExpectRoundTrip(odd.cfg, "odd values");
+    // Quoted so that any YAML reader, not only ours, reads strings back as strings.
+    std::string text = Print(odd.cfg);
+    for (const char *line :
+         {"  metrics_file: \"true\" ", "  trace_file: \"123\" ", "  save: \"-dash\" ",
+          "  load: auto ", "  pipeline_layers: [2, 3, 4] "})
+        EXPECT_NE(text.find(std::string("\n") + line), std::string::npos) << line << "\n" << text;
+}
+
+TEST(Config, PrintShowsEverySectionWithComments) {
+    Loaded r = Load(ConfigPath("demo.yaml"));
+    ASSERT_EQ(r.st, TPD_OK) << r.err;
+    std::string text = Print(r.cfg);
+    for (const char *line :
+         {"model:", "  num_layers: 4 ", "  ffn_hidden_size: 512 ",
+          "parallel:", "  pipeline_layers: [] ", "training:", "optimizer:", "  lr: 0.003 ",
+          "  clip_grad: 1.0 ", "data:", "  data_path: data/fortunes ", "  split: \"949,50,1\" ",
+          "logging:", "  trace_file: \"\" ", "checkpoint:", "comm:", "  timeout_s: 300.0 "})
+        EXPECT_NE(text.find(std::string("\n") + line), std::string::npos) << line;
+    EXPECT_NE(text.find("# transformer layers\n"), std::string::npos);
+    EXPECT_LT(text.find("\nmodel:"), text.find("\ncomm:"));
+}
+
+TEST(Config, BadConfigsReportTheExactError) {
+    std::set<std::string> listed;
+    for (const BadCase &b : kBadCases) {
+        std::string path = kBadDir + b.file;
+        Loaded r = Load(path);
+        EXPECT_NE(r.st, TPD_OK) << b.file;
+        EXPECT_EQ(r.st, TPD_ERR_INVALID) << b.file;
+        EXPECT_EQ(r.err, path + b.message) << b.file;
+        listed.insert(b.file);
+    }
+    // Every file in the folder is checked here, and there are enough of them.
+    std::vector<std::string> files = YamlFilesIn(kBadDir);
+    EXPECT_GE(files.size(), 20u);
+    for (const std::string &f : files)
+        EXPECT_TRUE(listed.count(f)) << f << " has no expected message";
+    EXPECT_EQ(listed.size(), files.size());
+}
+
+TEST(Config, TripodConfigShowExitsTwoOnEachBadConfig) {
+    for (const BadCase &b : kBadCases) {
+        std::string path = kBadDir + b.file;
+        // stderr only: stdout goes to /dev/null.
+        std::string cmd =
+            std::string("'") + TPD_TRIPOD_BIN + "' config show '" + path + "' 2>&1 >/dev/null";
+        FILE *p = popen(cmd.c_str(), "r");
+        ASSERT_NE(p, nullptr);
+        std::string out;
+        char buf[1024];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, p)) > 0)
+            out.append(buf, n);
+        int status = pclose(p);
+        ASSERT_TRUE(WIFEXITED(status)) << b.file;
+        EXPECT_EQ(WEXITSTATUS(status), 2) << b.file << ": " << out;
+        std::string want = std::string("tripod: error: ") + path + b.message;
+        EXPECT_NE(out.find(want), std::string::npos) << b.file << ":\n"
+                                                     << out << "\nwant\n"
+                                                     << want;
+    }
+}
+
+TEST(Config, TripodConfigShowPrintsAGoodConfig) {
+    std::string cmd = std::string("'") + TPD_TRIPOD_BIN + "' config show '" +
+                      ConfigPath("demo.yaml") + "' model.num_layers=6 2>&1";
+    FILE *p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[1024];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0)
+        out.append(buf, n);
+    int status = pclose(p);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+    EXPECT_NE(out.find("num_layers: 6"), std::string::npos) << out;
+    EXPECT_NE(out.find("data_path: data/fortunes"), std::string::npos) << out;
+}
+
+TEST(Config, CheckWorldUsesMegatronWording) {
+    std::string path = ConfigPath("demo.yaml");
+    const std::string tp2pp2[] = {"parallel.tensor_model_parallel_size=2",
+                                  "parallel.pipeline_model_parallel_size=2"};
+    char err[512];
+
+    Loaded r = Load(path, {tp2pp2[0], tp2pp2[1]});
+    ASSERT_EQ(r.st, TPD_OK) << r.err;
+    EXPECT_EQ(tpd_config_check_world(&r.cfg, 6, err, sizeof err), TPD_ERR_INVALID);
+    EXPECT_EQ(std::string(err), path + ": world size (6) is not divisible by total_model_size (4)");
+
+    Loaded dp = Load(path, {tp2pp2[0], tp2pp2[1], "parallel.data_parallel_size=4"});
+    ASSERT_EQ(dp.st, TPD_OK) << dp.err;
+    EXPECT_EQ(tpd_config_check_world(&dp.cfg, 8, err, sizeof err), TPD_ERR_INVALID);
+    EXPECT_EQ(std::string(err),
+              path + ": parallel.data_parallel_size (4) does not match world size (8) / "
+                     "(tensor_model_parallel_size 2 * pipeline_model_parallel_size 2) = 2");
+    EXPECT_EQ(tpd_config_check_world(&dp.cfg, 16, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_dp(&dp.cfg, 16), 4);
+
+    Loaded gbs = Load(path);
+    ASSERT_EQ(gbs.st, TPD_OK) << gbs.err;
+    EXPECT_EQ(tpd_config_check_world(&gbs.cfg, 32, err, sizeof err), TPD_ERR_INVALID);
+    EXPECT_EQ(std::string(err), path + ": global batch size (64) is not divisible by micro "
+                                       "batch size (4) times data parallel size (32)");
+    EXPECT_EQ(tpd_config_check_world(&gbs.cfg, 8, err, sizeof err), TPD_OK) << err;
+}
+
+TEST(Config, CheckTrainableRejectsPlannerOnlyKnobs) {
+    const struct {
+        std::vector<std::string> overrides;
+        const char *message;
+    } cases[] = {
+        {{"parallel.pipeline_schedule=interleaved", "parallel.pipeline_model_parallel_size=2",
+          "parallel.virtual_pipeline_model_parallel_size=2", "model.num_layers=4"},
+         "parallel.virtual_pipeline_model_parallel_size: 2 is modelled by tripod plan only "
+         "(tripod train runs 1)"},
+        {{"parallel.pipeline_schedule=interleaved"},
+         "parallel.pipeline_schedule: interleaved is modelled by tripod plan only (tripod train "
+         "runs 1f1b)"},
+        {{"training.precision=bf16"},
+         "training.precision bf16 needs training.device cuda; the cpu backend computes in fp32"},
+    };
+    for (const auto &c : cases) {
+        Loaded r = Load("", c.overrides);
+        ASSERT_EQ(r.st, TPD_OK) << r.err;
+        char err[512] = "";
+        EXPECT_EQ(tpd_config_check_trainable(&r.cfg, err, sizeof err), TPD_ERR_INVALID);
+        EXPECT_STREQ(err, c.message);
+    }
+    // With a file, the message starts with it.
+    std::string path = ConfigPath("demo.yaml");
+    Loaded f = Load(path, {"training.precision=bf16"});
+    ASSERT_EQ(f.st, TPD_OK) << f.err;
+    char err[512] = "";
+    EXPECT_EQ(tpd_config_check_trainable(&f.cfg, err, sizeof err), TPD_ERR_INVALID);
+    EXPECT_EQ(std::string(err), path + ": training.precision bf16 needs training.device cuda; "
+                                       "the cpu backend computes in fp32");
+    Loaded cuda = Load(path, {"training.precision=bf16", "training.device=cuda"});
+    ASSERT_EQ(cuda.st, TPD_OK) << cuda.err;
+    EXPECT_EQ(tpd_config_check_trainable(&cuda.cfg, err, sizeof err), TPD_OK) << err;
+}
+
+TEST(Config, DerivedQuantities) {
+    Loaded g = Load(ConfigPath("gpt2-124m.yaml"));
+    ASSERT_EQ(g.st, TPD_OK) << g.err;
+    EXPECT_EQ(tpd_config_padded_vocab(&g.cfg, 1), 50304);
+    EXPECT_EQ(tpd_config_padded_vocab(&g.cfg, 8), 51200); // multiple of 1024
+    EXPECT_EQ(tpd_config_dp(&g.cfg, 8), 8);
+    EXPECT_EQ(tpd_config_num_micro_batches(&g.cfg, 8), 512 / (32 * 8));
+
+    Loaded even = Load("", {"model.num_layers=12", "parallel.pipeline_model_parallel_size=4"});
+    ASSERT_EQ(even.st, TPD_OK) << even.err;
+    int first = -1;
+    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 0, &first), 3);
+    EXPECT_EQ(first, 0);
+    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 3, &first), 3);
+    EXPECT_EQ(first, 9);
+    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 2, nullptr), 3);
+    first = -1;
+    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 4, &first), 0); // no such stage
+    EXPECT_EQ(first, -1);
+
+    Loaded uneven = Load("", {"model.num_layers=10", "parallel.pipeline_model_parallel_size=3",
+                              "parallel.pipeline_layers=[4,4,2]"});
+    ASSERT_EQ(uneven.st, TPD_OK) << uneven.err;
+    int total = 0;
+    for (int s = 0; s < 3; s++) {
+        int n = tpd_config_stage_layers(&uneven.cfg, s, &first);
+        EXPECT_EQ(first, total) << s;
+        total += n;
+    }
+    EXPECT_EQ(total, 10);
+    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 2, &first), 2);
+    EXPECT_EQ(first, 8);
+}
+
+} // namespace

@@ -1,0 +1,242 @@
+// The whole model against an independent double-precision GPT-2 written here from the
+// definition (learned positions, pre-LN with eps 1e-5 and biased variance, tanh GELU,
+// causal attention scaled by 1/sqrt(head_dim), head tied to wte, padded vocab rows kept
+// out of the softmax): the fp32 forward loss must match it, and every parameter gradient
+// of the fp32 backward must match central finite differences of it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "common/tiny.h"
+
+extern "C" {
+#include "engine/model/model.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/kernels.h"
+}
+
+namespace {
+
+struct Ref {
+    const tpd_model_layout *lay;
+    int B, T;
+    std::vector<int32_t> tok; // (B, T+1)
+
+    const double *P(const std::vector<double> &w, tpd_param p, int l = 0) const {
+        const tpd_param_slice &s = lay->p[p];
+        return w.data() + s.offset + (size_t)l * s.rows * s.cols;
+    }
+
+    static void layernorm(const double *x, const double *w, const double *b, double *y, int C) {
+        double mean = 0, var = 0;
+        for (int i = 0; i < C; i++) mean += x[i];
+        mean /= C;
+        for (int i = 0; i < C; i++) var += (x[i] - mean) * (x[i] - mean);
+        var /= C;
+        double rstd = 1.0 / std::sqrt(var + 1e-5);
+        for (int i = 0; i < C; i++) y[i] = (x[i] - mean) * rstd * w[i] + b[i];
+    }
+    // y(OC) = W(OC,C) x + b
+    static void linear(const double *x, const double *W, const double *b, double *y, int C,
+                       int OC) {
+        for (int o = 0; o < OC; o++) {
+            double s = b ? b[o] : 0;
+            for (int i = 0; i < C; i++) s += W[(size_t)o * C + i] * x[i];
+            y[o] = s;
+        }
+    }
+    static double gelu(double x) {
+        return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    }
+
+    double loss(const std::vector<double> &w) const {
+        const tpd_model_dims &d = lay->d;
+        int C = d.C, F = d.F, NH = d.NH, HS = d.HS;
+        double total = 0;
+        for (int b = 0; b < B; b++) {
+            std::vector<std::vector<double>> x(T, std::vector<double>(C));
+            for (int t = 0; t < T; t++) {
+                int v = tok[(size_t)b * (T + 1) + t];
+                for (int i = 0; i < C; i++)
+                    x[t][i] = P(w, TPD_P_WTE)[(size_t)v * C + i] + P(w, TPD_P_WPE)[(size_t)t * C + i];
+            }
+            for (int l = 0; l < d.L; l++) {
+                std::vector<std::vector<double>> qkv(T, std::vector<double>(3 * C)), y(T, std::vector<double>(C));
+                std::vector<double> ln(C);
+                for (int t = 0; t < T; t++) {
+                    layernorm(x[t].data(), P(w, TPD_P_LN1W, l), P(w, TPD_P_LN1B, l), ln.data(), C);
+                    linear(ln.data(), P(w, TPD_P_QKVW, l), P(w, TPD_P_QKVB, l), qkv[t].data(), C, 3 * C);
+                }
+                for (int h = 0; h < NH; h++)
+                    for (int t = 0; t < T; t++) {
+                        std::vector<double> a(t + 1);
+                        double mx = -1e300, sum = 0;
+                        for (int s = 0; s <= t; s++) {
+                            double dot = 0;
+                            for (int i = 0; i < HS; i++)
+                                dot += qkv[t][h * HS + i] * qkv[s][C + h * HS + i];
+                            a[s] = dot / std::sqrt((double)HS);
+                            mx = std::max(mx, a[s]);
+                        }
+                        for (int s = 0; s <= t; s++) sum += (a[s] = std::exp(a[s] - mx));
+                        for (int i = 0; i < HS; i++) {
+                            double o = 0;
+                            for (int s = 0; s <= t; s++) o += a[s] / sum * qkv[s][2 * C + h * HS + i];
+                            y[t][h * HS + i] = o;
+                        }
+                    }
+                for (int t = 0; t < T; t++) {
+                    std::vector<double> proj(C), ln2(C), fc(F), out(C);
+                    linear(y[t].data(), P(w, TPD_P_ATTPROJW, l), P(w, TPD_P_ATTPROJB, l), proj.data(), C, C);
+                    for (int i = 0; i < C; i++) x[t][i] += proj[i];
+                    layernorm(x[t].data(), P(w, TPD_P_LN2W, l), P(w, TPD_P_LN2B, l), ln2.data(), C);
+                    linear(ln2.data(), P(w, TPD_P_FCW, l), P(w, TPD_P_FCB, l), fc.data(), C, F);
+                    for (auto &f : fc) f = gelu(f);
+                    linear(fc.data(), P(w, TPD_P_FCPROJW, l), P(w, TPD_P_FCPROJB, l), out.data(), F, C);
+                    for (int i = 0; i < C; i++) x[t][i] += out[i];
+                }
+            }
+            for (int t = 0; t < T; t++) {
+                std::vector<double> ln(C), logits(d.V);
+                layernorm(x[t].data(), P(w, TPD_P_LNFW), P(w, TPD_P_LNFB), ln.data(), C);
+                linear(ln.data(), P(w, TPD_P_WTE), nullptr, logits.data(), C, d.V); // real rows only
+                double mx = -1e300, sum = 0;
+                for (double v : logits) mx = std::max(mx, v);
+                for (double v : logits) sum += std::exp(v - mx);
+                total += std::log(sum) + mx - logits[tok[(size_t)b * (T + 1) + t + 1]];
+            }
+        }
+        return total / (B * T);
+    }
+};
+
+class ModelGrad : public ::testing::TestWithParam<const char *> {};
+
+// recompute none keeps every activation; full keeps each layer's input and recomputes the
+// layer forward in the backward: both must give the reference's gradients.
+TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
+    tpd_config cfg = tiny::config("");
+    // "full-2": full recompute of the first 2 layers only (Megatron's block method)
+    std::string param = GetParam();
+    size_t dash = param.find('-');
+    if (dash != std::string::npos) cfg.training.recompute_num_layers = std::stoi(param.substr(dash + 1));
+    tiny::set(cfg.training.recompute, "training.recompute", param.substr(0, dash).c_str());
+    cfg.model.num_layers = 2;
+    cfg.model.hidden_size = 8;
+    cfg.model.num_attention_heads = 2;
+    cfg.model.ffn_hidden_size = 12;
+    cfg.model.vocab_size = 11;
+    cfg.model.make_vocab_size_divisible_by = 8; // Vp = 16: five padded rows
+    cfg.model.seq_length = 5;
+    cfg.model.max_position_embeddings = 6;
+    cfg.model.init_method_std = 0.3; // large enough that every path matters
+    cfg.training.micro_batch_size = 2;
+    cfg.training.global_batch_size = 2;
+
+    tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
+    kc.num_threads = 1;
+    tpd_kern_backend *kb = nullptr;
+    ASSERT_EQ(tpd_kern_cpu_create(&kc, &kb), TPD_OK);
+    tpd_model *m = nullptr;
+    ASSERT_EQ(tpd_model_create(&cfg, kb, nullptr, 1, 0, 1, 1, 0, &m), TPD_OK);
+    tpd_dp_plan dpp;
+    ASSERT_EQ(tpd_dp_plan_init(m->plan.lay.numel, 1 << 20, 1, 0, 0, &dpp), TPD_OK);
+    ASSERT_EQ(tpd_model_init_params(m, &dpp), TPD_OK);
+    // Non-trivial LayerNorm and bias values too.
+    std::vector<float> pf(m->plan.lay.numel);
+    memcpy(pf.data(), m->params, pf.size() * 4);
+    for (size_t i = 0; i < pf.size(); i++) pf[i] += 0.05f * (float)std::sin(0.7 * i);
+    for (int r = cfg.model.vocab_size; r < m->d.Vp; r++) // padding rows stay zero
+        for (int c = 0; c < m->d.C; c++) pf[m->plan.lay.p[TPD_P_WTE].offset + (size_t)r * m->d.C + c] = 0;
+    memcpy(m->params, pf.data(), pf.size() * 4);
+
+    Ref ref{&m->plan.lay, 2, 5, {}};
+    for (int i = 0; i < 2 * 6; i++) ref.tok.push_back((i * 5 + 3) % 11);
+    ASSERT_EQ(tpd_model_set_batch(m, 0, ref.tok.data()), TPD_OK);
+    ASSERT_EQ(tpd_model_zero_grads(m), TPD_OK);
+    ASSERT_EQ(tpd_model_forward(m, 0), TPD_OK);
+    double sum = 0;
+    ASSERT_EQ(tpd_model_loss_sum(m, 0, &sum), TPD_OK);
+    int N = 2 * 5;
+    ASSERT_EQ(tpd_model_backward(m, 0, 1.0f / N), TPD_OK);
+
+    std::vector<double> w(pf.begin(), pf.end());
+    double ref_loss = ref.loss(w);
+    EXPECT_NEAR(sum / N, ref_loss, 1e-5 * std::fabs(ref_loss));
+
+    const float *g = (const float *)m->grads;
+    const double h = 1e-5;
+    double worst = 0;
+    for (int p = 0; p < TPD_P_COUNT; p++) {
+        const tpd_param_slice &s = m->plan.lay.p[p];
+        for (size_t i = s.offset; i < s.offset + s.numel; i++) {
+            double save = w[i];
+            w[i] = save + h;
+            double lp = ref.loss(w);
+            w[i] = save - h;
+            double lm = ref.loss(w);
+            w[i] = save;
+            double fd = (lp - lm) / (2 * h);
+            double err = std::fabs(fd - g[i]);
+            worst = std::max(worst, err);
+            // fp32 backward vs double FD: absolute 2e-5 plus 1e-3 relative
+            ASSERT_LE(err, 2e-5 + 1e-3 * std::fabs(fd))
+                << tpd_param_get_info((tpd_param)p)->name << " element " << i - s.offset
+                << " fd " << fd << " backward " << g[i];
+        }
+    }
+    printf("model backward vs double finite differences: worst abs error %.3g\n", worst);
+    tpd_dp_plan_free(&dpp);
+    tpd_model_destroy(m);
+    tpd_kern_backend_destroy(kb);
+}
+
+INSTANTIATE_TEST_SUITE_P(Recompute, ModelGrad,
+                         ::testing::Values("none", "selective", "full", "full-1"),
+                         [](const testing::TestParamInfo<const char *> &i) {
+                             std::string n = i.param;
+                             for (char &ch : n) ch = ch == '-' ? '_' : ch;
+                             return n;
+                         });
+
+TEST(ModelMemory, AllocationEqualsPlan) {
+    // The bytes the model allocates are the bytes the memory plan (and tripod plan) states.
+    tpd_config cfg = tiny::config("");
+    tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
+    tpd_kern_backend *kb = nullptr;
+    ASSERT_EQ(tpd_kern_cpu_create(&kc, &kb), TPD_OK);
+    for (int tp : {1, 2, 4})
+        for (int pp : {1, 2, 4})
+            for (int dp : {1, 2}) {
+                cfg.parallel.tensor_model_parallel_size = tp;
+                cfg.parallel.pipeline_model_parallel_size = pp;
+                for (int zero : {0, 1})
+                for (int sp : {0, 1})
+                for (const char *rc : {"none", "selective", "full", "full-1"}) {
+                    if (sp && tp == 1) continue;
+                    cfg.training.recompute_num_layers = strcmp(rc, "full-1") == 0;
+                    cfg.parallel.use_distributed_optimizer = zero;
+                    cfg.parallel.sequence_parallel = sp;
+                    tiny::set(cfg.training.recompute, "training.recompute",
+                              std::string(rc, strcspn(rc, "-")).c_str());
+                    for (int stage = 0; stage < pp; stage++) {
+                        tpd_mem_breakdown mem;
+                        ASSERT_EQ(tpd_model_memory(&cfg, tp, pp, dp, stage, &mem), TPD_OK);
+                        size_t before = tpd_kern_cpu_bytes_allocated(kb);
+                        tpd_model *m = nullptr;
+                        ASSERT_EQ(tpd_model_create(&cfg, kb, nullptr, tp, 0, pp, dp, stage, &m), TPD_OK);
+                        size_t device = tpd_kern_cpu_bytes_allocated(kb) - before;
+                        size_t host = mem.workspace - m->plan.ws_bytes; // token staging
+                        EXPECT_EQ(device + host, mem.total)
+                            << "tp " << tp << " pp " << pp << " dp " << dp << " stage " << stage
+                            << " sp " << sp << " recompute " << rc;
+                        EXPECT_EQ(m->bytes_allocated, mem.total);
+                        tpd_model_destroy(m);
+                    }
+                }
+            }
+    tpd_kern_backend_destroy(kb);
+}
+
+} // namespace

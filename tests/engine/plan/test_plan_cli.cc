@@ -1,0 +1,190 @@
+// `tripod plan` end to end: the table, --json (parsed with cJSON, every field present),
+// --trace (valid Chrome trace JSON with FWD/BWD events for every stage), --ranks.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include <cjson/cJSON.h>
+
+#include "base/status.h"
+#include "engine/cli/cli.h"
+#include "engine/plan/plan.h"
+}
+
+#include "plan_test_util.h"
+
+namespace {
+
+const std::string kConfigPath = plan_test::scratch_path("cli_test.yaml");
+const char *kConfig = kConfigPath.c_str();
+struct RemoveAtExit {
+    ~RemoveAtExit() { std::remove(kConfigPath.c_str()); }
+} g_remove_config;
+
+void write_config() {
+    std::ofstream f(kConfig);
+    f << "model:\n  num_layers: 24\n  hidden_size: 2048\n  num_attention_heads: 16\n"
+         "  vocab_size: 50257\n  seq_length: 2048\n"
+         "parallel:\n  tensor_model_parallel_size: 2\n  pipeline_model_parallel_size: 4\n"
+         "  data_parallel_size: 2\n"
+         "training:\n  micro_batch_size: 2\n  global_batch_size: 64\n  precision: bf16\n"
+         "  device: cuda\n  train_iters: 10\n";
+}
+
+int run(std::vector<std::string> args, std::string *out) {
+    std::vector<char *> argv;
+    for (auto &a : args) argv.push_back(a.data());
+    testing::internal::CaptureStdout();
+    int rc = tpd_cli_plan((int)argv.size(), argv.data());
+    *out = testing::internal::GetCapturedStdout();
+    return rc;
+}
+
+std::string slurp(const char *path) {
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+TEST(PlanCli, SearchPrintsRankedTable) {
+    write_config();
+    std::string out;
+    ASSERT_EQ(run({"plan", kConfig, "--cluster", "dgx-a100-80g", "--gpus", "16"}, &out), 0)
+        << out;
+    EXPECT_NE(out.find("TFLOP/s/GPU"), std::string::npos) << out;
+    EXPECT_NE(out.find("best layout:"), std::string::npos);
+    EXPECT_NE(out.find("pipeline bubble"), std::string::npos);
+    EXPECT_NE(out.find("   1 "), std::string::npos);
+}
+
+TEST(PlanCli, JsonHasEveryField) {
+    write_config();
+    std::string out;
+    ASSERT_EQ(run({"plan", kConfig, "--cluster", "dgx-a100-80g", "--gpus", "16", "--top", "4",
+                   "--json"},
+                  &out),
+              0);
+    cJSON *arr = cJSON_Parse(out.c_str());
+    ASSERT_NE(arr, nullptr) << out;
+    ASSERT_TRUE(cJSON_IsArray(arr));
+    ASSERT_EQ(cJSON_GetArraySize(arr), 4);
+    const char *fields[] = {"tp", "pp", "dp", "micro_batch_size", "num_micro_batches",
+                            "virtual_stages", "recompute", "sequence_parallel",
+                            "distributed_optimizer", "fits", "reject_reason",
+                            "memory_bytes_per_rank", "memory_breakdown", "step_time_s",
+                            "time_breakdown", "tflops_per_gpu", "hw_tflops_per_gpu", "mfu",
+                            "tokens_per_s", "pipeline_layers", "pipeline_layers_balanced"};
+    double prev = 0.0;
+    cJSON *o;
+    cJSON_ArrayForEach(o, arr) {
+        for (const char *f : fields) EXPECT_TRUE(cJSON_HasObjectItem(o, f)) << f;
+        int tp = cJSON_GetObjectItem(o, "tp")->valueint, pp = cJSON_GetObjectItem(o, "pp")->valueint,
+            dp = cJSON_GetObjectItem(o, "dp")->valueint;
+        EXPECT_EQ(tp * pp * dp, 16);
+        EXPECT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(o, "fits")));
+        double step = cJSON_GetObjectItem(o, "step_time_s")->valuedouble;
+        EXPECT_GE(step, prev); // ranked fastest first
+        prev = step;
+        cJSON *mb = cJSON_GetObjectItem(o, "memory_breakdown");
+        ASSERT_EQ(cJSON_GetArraySize(mb), pp);
+        double maxtotal = 0.0;
+        cJSON *st;
+        cJSON_ArrayForEach(st, mb) {
+            double sum = 0.0;
+            for (const char *k : {"params", "grads", "optimizer", "activations", "workspace"}) {
+                ASSERT_TRUE(cJSON_HasObjectItem(st, k)) << k;
+                sum += cJSON_GetObjectItem(st, k)->valuedouble;
+            }
+            EXPECT_NEAR(sum, cJSON_GetObjectItem(st, "total")->valuedouble, 1.0);
+            maxtotal = std::max(maxtotal, sum);
+        }
+        EXPECT_NEAR(cJSON_GetObjectItem(o, "memory_bytes_per_rank")->valuedouble, maxtotal, 1.0);
+        cJSON *tb = cJSON_GetObjectItem(o, "time_breakdown");
+        double parts = 0.0;
+        for (const char *k : {"compute", "pp_bubble", "pp_p2p", "dp_comm_exposed", "optimizer"}) {
+            ASSERT_TRUE(cJSON_HasObjectItem(tb, k)) << k;
+            parts += cJSON_GetObjectItem(tb, k)->valuedouble;
+        }
+        EXPECT_TRUE(cJSON_HasObjectItem(tb, "tp_comm"));
+        EXPECT_NEAR(parts, step, 1e-9 * step); // the parts add up to the step
+        double mfu = cJSON_GetObjectItem(o, "mfu")->valuedouble;
+        EXPECT_GT(mfu, 0.0);
+        EXPECT_LT(mfu, 1.0);
+    }
+    cJSON_Delete(arr);
+}
+
+TEST(PlanCli, OneLayoutTraceHasEveryStage) {
+    write_config();
+    const std::string trace_path = plan_test::scratch_path("cli_trace.json");
+    const char *trace = trace_path.c_str();
+    std::string out;
+    ASSERT_EQ(run({"plan", kConfig, "--cluster", "dgx-a100-80g", "--layout", "2,4,2", "--trace",
+                   trace, "parallel.virtual_pipeline_model_parallel_size=2",
+                   "parallel.pipeline_schedule=interleaved"},
+                  &out),
+              0)
+        << out;
+    EXPECT_NE(out.find("v=2"), std::string::npos) << out;
+    std::string text = slurp(trace);
+    cJSON *root = cJSON_Parse(text.c_str());
+    ASSERT_NE(root, nullptr) << text.substr(0, 400);
+    cJSON *ev = cJSON_GetObjectItem(root, "traceEvents");
+    ASSERT_TRUE(cJSON_IsArray(ev));
+    std::set<int> fwd_stages, bwd_stages;
+    int fwd = 0, bwd = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, ev) {
+        const char *name = cJSON_GetObjectItem(e, "name")->valuestring;
+        if (std::string(cJSON_GetObjectItem(e, "ph")->valuestring) != "X") continue;
+        int pid = cJSON_GetObjectItem(e, "pid")->valueint;
+        EXPECT_GE(cJSON_GetObjectItem(e, "dur")->valuedouble, 0.0);
+        if (std::string(name).rfind("FWD mb=", 0) == 0) {
+            fwd_stages.insert(pid);
+            fwd++;
+        }
+        if (std::string(name).rfind("BWD mb=", 0) == 0) {
+            bwd_stages.insert(pid);
+            bwd++;
+        }
+    }
+    EXPECT_EQ(fwd_stages, (std::set<int>{0, 1, 2, 3}));
+    EXPECT_EQ(bwd_stages, (std::set<int>{0, 1, 2, 3}));
+    // 64 / (2*2) = 16 micro-batches x 2 chunks on each of 4 stages.
+    EXPECT_EQ(fwd, 16 * 2 * 4);
+    EXPECT_EQ(bwd, 16 * 2 * 4);
+    cJSON_Delete(root);
+    std::remove(trace);
+}
+
+TEST(PlanCli, RanksTableMatchesMegatronOrder) {
+    write_config();
+    std::string out;
+    ASSERT_EQ(run({"plan", kConfig, "--ranks", "--layout", "2,4,2"}, &out), 0) << out;
+    // REFERENCES.md: world 16, TP=2, PP=4, DP=2.
+    EXPECT_NE(out.find("[0,1] [2,3]"), std::string::npos) << out;
+    EXPECT_NE(out.find("[0,2] [1,3] [4,6] [5,7]"), std::string::npos) << out;
+    EXPECT_NE(out.find("[0,4,8,12] [1,5,9,13] [2,6,10,14] [3,7,11,15]"), std::string::npos);
+    EXPECT_NE(out.find("[0,12] [1,13] [2,14] [3,15]"), std::string::npos);
+}
+
+TEST(PlanCli, BadArgumentsAreConfigErrors) {
+    write_config();
+    std::string out;
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(run({"plan", kConfig, "--layout", "2,4"}, &out), TPD_EXIT_CONFIG);
+    EXPECT_EQ(run({"plan", kConfig, "--cluster", "no-such"}, &out), TPD_EXIT_CONFIG);
+    EXPECT_EQ(run({"plan", kConfig, "--layout", "3,4,1", "--cluster", "dgx-a100-80g"}, &out),
+              TPD_EXIT_CONFIG);
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("heads 16 not divisible by TP 3"), std::string::npos) << err;
+}
+
+} // namespace

@@ -1,0 +1,171 @@
+// The NCCL and staged communicators on one rank: a world of size 1 (a singleton MPI
+// process, no mpirun needed), split into size-1 TP/DP/PP communicators; all-reduce,
+// all-gather, reduce-scatter, broadcast and p2p to self must return the right values.
+// Label `gpu`: every test skips when no CUDA device is visible, and MPI is only
+// initialized when one is.
+#include <gtest/gtest.h>
+
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "base/bf16.h"
+#include "kernels/kernels.h"
+#include "parallel/comm.h"
+#include "parallel/comm_nccl.h"
+}
+
+namespace {
+
+bool g_mpi_ready = false;
+tpd_comm *g_mpi = nullptr; // the MPI world
+
+#define SKIP_WITHOUT_GPU()                                                                         \
+    do {                                                                                           \
+        if (!tpd_kern_cuda_available() || !g_mpi_ready) GTEST_SKIP() << "no CUDA device";          \
+    } while (0)
+
+
+struct Dev {
+    void *p = nullptr;
+    size_t bytes = 0;
+    explicit Dev(size_t b) : bytes(b) {
+        EXPECT_EQ(cudaMalloc(&p, b), cudaSuccess);
+    }
+    ~Dev() {
+        cudaFree(p);
+    }
+    void put(const void *h) {
+        EXPECT_EQ(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    void get(void *h) {
+        EXPECT_EQ(cudaMemcpy(h, p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+};
+
+// Checks one communicator of size 1: every collective is the identity (or a copy).
+void check_size_one(tpd_comm *c, cudaStream_t s) {
+    ASSERT_NE(c, nullptr);
+    ASSERT_EQ(tpd_comm_size(c), 1);
+    ASSERT_EQ(tpd_comm_rank(c), 0);
+    const size_t n = 1000;
+    std::vector<float> a(n), out(n);
+    for (size_t i = 0; i < n; i++)
+        a[i] = 0.25f * (float)i - 7.0f;
+
+    Dev src(n * 4), dst(n * 4);
+    src.put(a.data());
+    ASSERT_EQ(tpd_comm_allreduce(c, src.p, dst.p, n, TPD_DTYPE_F32, TPD_COMM_OP_SUM, s), TPD_OK);
+    ASSERT_EQ(tpd_comm_sync(c, s), TPD_OK);
+    dst.get(out.data());
+    EXPECT_EQ(out, a) << tpd_comm_name(c) << " allreduce f32";
+
+    ASSERT_EQ(tpd_comm_allreduce(c, src.p, dst.p, n, TPD_DTYPE_F32, TPD_COMM_OP_MAX, s), TPD_OK);
+    ASSERT_EQ(tpd_comm_sync(c, s), TPD_OK);
+    dst.get(out.data());
+    EXPECT_EQ(out, a) << tpd_comm_name(c) << " allreduce max";
+
+    // bf16 in place
+    std::vector<uint16_t> hb(n), hb_out(n);
+    for (size_t i = 0; i < n; i++)
+        hb[i] = tpd_bf16_from_f32(a[i]);
+    Dev b16(n * 2);
+    b16.put(hb.data());
+    ASSERT_EQ(tpd_comm_allreduce(c, b16.p, b16.p, n, TPD_DTYPE_BF16, TPD_COMM_OP_SUM, s), TPD_OK);
+    ASSERT_EQ(tpd_comm_sync(c, s), TPD_OK);
+    b16.get(hb_out.data());
+    EXPECT_EQ(hb_out, hb) << tpd_comm_name(c) << " allreduce bf16";
+
+    ASSERT_EQ(tpd_comm_allgather(c, src.p, dst.p, n, TPD_DTYPE_F32, s), TPD_OK);
+    ASSERT_EQ(tpd_comm_sync(c, s), TPD_OK);
+    dst.get(out.data());
+    EXPECT_EQ(out, a) << tpd_comm_name(c) << " allgather";
+
+    ASSERT_EQ(tpd_comm_reduce_scatter(c, src.p, dst.p, n, TPD_DTYPE_F32, TPD_COMM_OP_SUM, s),
+              TPD_OK);
+    ASSERT_EQ(tpd_comm_sync(c, s), TPD_OK);
+    dst.get(out.data());
+    EXPECT_EQ(out, a) << tpd_comm_name(c) << " reduce_scatter";
+
+    ASSERT_EQ(tpd_comm_broadcast(c, src.p, n, TPD_DTYPE_F32, 0, s), TPD_OK);
+    ASSERT_EQ(tpd_comm_sync(c, s), TPD_OK);
+    src.get(out.data());
+    EXPECT_EQ(out, a) << tpd_comm_name(c) << " broadcast";
+
+    // p2p to self: both sides inside one group, as NCCL requires.
+    Dev rcv(n * 4);
+    EXPECT_EQ(cudaMemset(rcv.p, 0, n * 4), cudaSuccess);
+    tpd_comm_req *rs = nullptr, *rr = nullptr;
+    ASSERT_EQ(tpd_comm_group_start(c), TPD_OK);
+    ASSERT_EQ(tpd_comm_isend(c, src.p, n, TPD_DTYPE_F32, 0, 7, s, &rs), TPD_OK);
+    ASSERT_EQ(tpd_comm_irecv(c, rcv.p, n, TPD_DTYPE_F32, 0, 7, s, &rr), TPD_OK);
+    ASSERT_EQ(tpd_comm_group_end(c), TPD_OK);
+    ASSERT_EQ(tpd_comm_wait(c, rr), TPD_OK);
+    ASSERT_EQ(tpd_comm_wait(c, rs), TPD_OK);
+    rcv.get(out.data());
+    EXPECT_EQ(out, a) << tpd_comm_name(c) << " p2p to self";
+
+    ASSERT_EQ(tpd_comm_barrier(c), TPD_OK);
+}
+
+void check_world_and_splits(tpd_comm *world) {
+    cudaStream_t s;
+    ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+    check_size_one(world, s);
+    // Megatron order on one rank: tp = dp = pp = 0.
+    const char *names[3] = {"tp", "dp", "pp"};
+    for (int k = 0; k < 3; k++) {
+        tpd_comm *sub = nullptr;
+        ASSERT_EQ(tpd_comm_split(world, 0, 0, names[k], &sub), TPD_OK);
+        ASSERT_NE(sub, nullptr);
+        EXPECT_STREQ(tpd_comm_name(sub), names[k]);
+        check_size_one(sub, s);
+        tpd_comm_destroy(sub);
+    }
+    cudaStreamDestroy(s);
+}
+
+TEST(CudaNccl, SingleRankWorldAndSplits) {
+    SKIP_WITHOUT_GPU();
+    tpd_comm *world = nullptr;
+    ASSERT_EQ(tpd_comm_nccl_world(g_mpi, 0, 60.0, &world), TPD_OK);
+    EXPECT_STREQ(tpd_comm_backend(world), "nccl");
+    check_world_and_splits(world);
+    tpd_comm_destroy(world);
+}
+
+TEST(CudaNccl, StagedSingleRankWorldAndSplits) {
+    SKIP_WITHOUT_GPU();
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    tpd_comm *mpi = nullptr, *world = nullptr;
+    ASSERT_EQ(tpd_comm_mpi_world(&mpi), TPD_OK);
+    ASSERT_EQ(tpd_comm_staged_create(mpi, &world), TPD_OK);
+    EXPECT_STREQ(tpd_comm_backend(world), "staged");
+    check_world_and_splits(world);
+    tpd_comm_destroy(world);
+}
+
+TEST(CudaNccl, UsableOnlyWithAGpuPerLocalRank) {
+    EXPECT_TRUE(tpd_comm_nccl_usable(8, 8));
+    EXPECT_TRUE(tpd_comm_nccl_usable(1, 8));
+    EXPECT_FALSE(tpd_comm_nccl_usable(8, 1));
+    EXPECT_FALSE(tpd_comm_nccl_usable(1, 0));
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    bool listing = false; /* checked before InitGoogleTest strips the gtest flags */
+    for (int i = 1; i < argc; i++)
+        if (std::strncmp(argv[i], "--gtest_list_tests", 18) == 0) listing = true;
+    ::testing::InitGoogleTest(&argc, argv);
+    // MPI only where the tests can run: test discovery and device-less machines skip it.
+    if (!listing && tpd_kern_cuda_available()) g_mpi_ready = tpd_comm_mpi_start(&g_mpi) == TPD_OK;
+    int rc = RUN_ALL_TESTS();
+    if (g_mpi_ready) tpd_comm_mpi_finish(g_mpi);
+    return rc;
+}
