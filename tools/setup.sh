@@ -9,7 +9,8 @@
 #   tests:                GoogleTest
 #   demo corpus:          the English text of the fortunes packages
 #   plots:                gnuplot (sweep plots)
-#   scripts and tests:    procps (pgrep), openssh-client (Open MPI's launcher looks for it)
+#   scripts and tests:    procps (pgrep), openssh-client (Open MPI's launcher looks for it),
+#                         clang-format (the layout check of the test suite)
 # The CUDA toolkit, cuDNN and NCCL are optional: when nvcc is on the PATH the cuda backend
 # is built too.
 set -euo pipefail
@@ -23,6 +24,7 @@ packages=(
   fortunes fortunes-min
   gnuplot-nox
   procps openssh-client
+  clang-format
 )
 
 missing=()

@@ -1,6 +1,6 @@
 /* Model interchange: Hugging Face GPT-2 safetensors and llm.c model files, both ways.
  *
- * Every function works on the global fp32 tensors of engine/model_layout.h (llm.c order
+ * Every function works on the global fp32 tensors of engine/model/model_layout.h (llm.c order
  * and shapes, stacked over layers; wte unpadded (V, C)), one malloc'd array per tensor.
  *
  * Hugging Face: model.safetensors with GPT2LMHeadModel names ("transformer.wte.weight",

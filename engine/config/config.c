@@ -1,5 +1,5 @@
 /* Run configuration: defaults, YAML loading (libyaml document API), overrides, checks and
- * derived quantities. Every key is a row of the table in engine/config_schema.c, which
+ * derived quantities. Every key is a row of the table in config_schema.c, which
  * also prints configs; this file holds no per-key knowledge except the relations between
  * keys.
  *

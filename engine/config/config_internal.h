@@ -1,4 +1,4 @@
-/* Private to engine/config.c and engine/config_schema.c: the key table of the run
+/* Private to engine/config/: the key table of the run
  * configuration and the per-type helpers that read, check and print a value.
  *
  * Every key is one row of tpd_cfg_keys; the loader, the checks and the printer know

@@ -1,17 +1,18 @@
 /* The planner's model arithmetic: parameter counts, FLOPs, and memory per rank.
  *
  * GPU memory is analytic (Korthikanti et al. 2022 activations, Megatron's bytes per
- * parameter); on a `backend: cpu` cluster it is tpd_model_memory, the exact bytes the
- * cpu engine allocates, so that plan and train agree byte for byte. */
+ * parameter); on a `backend: cpu` cluster it is the cpu engine's allocation in closed
+ * form (tpd_plan_cpu_memory), computed here without the engine's buffer plan, and a test
+ * holds the two equal byte for byte. */
 #include "engine/plan/plan.h"
 #include "engine/plan/plan_internal.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "engine/model/model_flops.h"
-#include "engine/model/model_memory.h"
 
 double tpd_plan_params_eq2(double l, double h, double V, double s) {
     return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * l * h));
@@ -177,27 +178,74 @@ static void analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl
     out->total = out->params + out->grads + out->optimizer + out->activations + out->workspace;
 }
 
-static tpd_status cpu_stage_mem(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
-                                tpd_plan_stage_mem *out) {
-    tpd_config c = *cfg;
-    c.training.micro_batch_size = lay->micro_batch_size;
-    c.parallel.tensor_model_parallel_size = lay->tp;
-    c.parallel.pipeline_model_parallel_size = lay->pp;
-    c.parallel.data_parallel_size = lay->dp;
-    c.parallel.use_distributed_optimizer = lay->distributed_optimizer;
-    c.parallel.sequence_parallel = lay->sequence_parallel;
-    c.training.recompute = lay->recompute;
-    /* the engine's allocation for the same split the planner times */
-    c.parallel.num_pipeline_layers = lay->pp;
-    for (int s = 0; s < lay->pp; s++) c.parallel.pipeline_layers[s] = tpd_config_split_layers(cfg, lay->pp, s, NULL);
-    tpd_mem_breakdown mb;
-    TPD_CHECK(tpd_model_memory(&c, lay->tp, lay->pp, lay->dp, stage, &mb));
-    out->params = (double)mb.params;
-    out->grads = (double)mb.grads;
-    out->optimizer = (double)mb.optimizer + (double)mb.master;
-    out->activations = (double)mb.activations;
-    out->workspace = (double)mb.workspace;
-    out->total = (double)mb.total;
+/* Bytes rounded up to the 256-byte alignment of every region of the cpu engine. */
+static uint64_t up(uint64_t bytes) {
+    return (bytes + 255) / 256 * 256;
+}
+
+tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                               tpd_plan_stage_mem *out) {
+    const tpd_config_model *m = &cfg->model;
+    uint64_t t = (uint64_t)lay->tp, dp = (uint64_t)lay->dp;
+    uint64_t B = (uint64_t)lay->micro_batch_size, T = (uint64_t)m->seq_length;
+    uint64_t C = (uint64_t)m->hidden_size, NH = (uint64_t)m->num_attention_heads;
+    uint64_t F = (uint64_t)(m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4 * m->hidden_size);
+    uint64_t maxT = (uint64_t)(m->max_position_embeddings > 0 ? m->max_position_embeddings
+                                                             : m->seq_length);
+    int64_t layers = tpd_config_split_layers(cfg, lay->pp, stage, NULL);
+    if (layers < 0 || t < 1 || dp < 1 || lay->micro_batch_size < 1) {
+        tpd_log_error("plan: no cpu memory for stage %d of this layout", stage);
+        return TPD_ERR_INVALID;
+    }
+    uint64_t Ls = (uint64_t)layers, Vl = (uint64_t)tpd_config_padded_vocab(cfg, lay->tp) / t;
+    uint64_t Cl = C / t, Fl = F / t, NHl = NH / t, N = B * T;
+    int first = stage == 0, last = stage == lay->pp - 1;
+    int sp = lay->sequence_parallel && lay->tp > 1;
+    uint64_t NL = sp ? N / t : N; /* rows of the LayerNorm, residual and p2p regions */
+    uint64_t e = cfg->training.precision == TPD_PRECISION_BF16 ? 2 : 4; /* element bytes */
+
+    /* parameters: the stage's layers sliced over TP, the embeddings on the first stage,
+     * the final LayerNorm and (when not already there) the tied embedding on the last */
+    uint64_t n = Ls * (4 * C + 3 * Cl * C + 3 * Cl + C * Cl + C + Fl * C + Fl + C * Fl + C);
+    if (first || last) n += Vl * C;
+    if (first) n += maxT * C;
+    if (last) n += 2 * C;
+    uint64_t padded = (n + dp - 1) / dp * dp; /* ZeRO-1 shards are equal */
+    uint64_t shard = lay->distributed_optimizer && dp > 1 ? padded / dp : padded;
+    out->params = (double)(padded * e);
+    out->grads = (double)(padded * e);
+    out->optimizer = (double)(2 * shard * 4 + (e == 2 ? shard * 4 : 0)); /* m, v, masters */
+
+    /* activations: the schedule's in-flight micro-batches, one slot each */
+    uint64_t att = NHl * B * T * T * 4; /* cpu: the fp32 softmax probabilities */
+    if (cfg->training.device == TPD_DEVICE_CUDA)
+        att = cfg->training.attention == TPD_ATTENTION_FUSED && e == 2 ? NHl * B * T * 4
+                                                                      : NHl * B * T * T * e;
+    int selective = lay->recompute == TPD_RECOMPUTE_SELECTIVE;
+    uint64_t layer = 4 * up(NL * C * e) + 4 * up(NL * 4) + up(N * 3 * Cl * e) + up(N * Cl * e) +
+                     (selective ? 0 : up(att)) + 2 * up(N * Fl * e);
+    uint64_t R = 0; /* fully recomputed layers: they keep only their output */
+    if (lay->recompute == TPD_RECOMPUTE_FULL) {
+        int k = cfg->training.recompute_num_layers;
+        R = k > 0 && (uint64_t)k < Ls ? (uint64_t)k : Ls;
+    }
+    uint64_t slot = 2 * up(N * 4) + up(NL * C * e) + R * up(NL * C * e) + (Ls - R) * layer;
+    if (last)
+        slot += up(NL * C * e) + 2 * up(NL * 4) + up(N * Vl * e) + up(3 * N * 4) + up(N * 4);
+    int M = cfg->training.global_batch_size / (lay->micro_batch_size * lay->dp);
+    uint64_t slots = (uint64_t)(lay->pp - stage < M ? lay->pp - stage : M);
+    out->activations = (double)(slots * slot);
+
+    /* workspace: activation gradients, the p2p send buffer, recompute and SP scratch, and
+     * the host staging of one micro-batch's inputs and targets */
+    uint64_t ws = 2 * up(NL * C * e) + up(N * C * e) + up(N * 3 * Cl * e) + up(N * Cl * e) +
+                  up(N * Fl * e);
+    if (!first) ws += up(NL * C * e);
+    if (R) ws += layer;
+    if (selective) ws += up(att);
+    if (sp) ws += up(N * C * e) + up(NL * C * e);
+    out->workspace = (double)(ws + 2 * N * 4);
+    out->total = out->params + out->grads + out->optimizer + out->activations + out->workspace;
     return TPD_OK;
 }
 
@@ -212,7 +260,7 @@ tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
     for (int s = 0; s < lay->pp; s++) {
         res->stage_layers[s] = tpd_config_split_layers(cfg, lay->pp, s, NULL);
         if (cl->backend == TPD_PLAN_BACKEND_CPU) {
-            TPD_CHECK(cpu_stage_mem(cfg, lay, s, &res->mem[s]));
+            TPD_CHECK(tpd_plan_cpu_memory(cfg, lay, s, &res->mem[s]));
         } else {
             analytic_stage_mem(cfg, cl, lay, res->num_micro_batches, s, &res->mem[s]);
         }

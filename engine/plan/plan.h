@@ -200,6 +200,12 @@ const tpd_config *tpd_plan_result_config(const tpd_config *cfg, const tpd_plan_r
                                          tpd_config *scratch);
 tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
                            tpd_plan_result *res);
+/* The bytes one rank of `stage` allocates in `tripod train` on the cpu backend, in closed
+ * form from the model shape and the layout (the engine's buffer plan is not consulted:
+ * a test holds the two equal). optimizer includes fp32 master weights; workspace includes
+ * the host staging of one micro-batch's tokens. */
+tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                               tpd_plan_stage_mem *out);
 
 /* ---- time (plan/timing.c) ---- */
 

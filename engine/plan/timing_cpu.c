@@ -1,5 +1,5 @@
-/* The planner's time model of the cpu backend: the kernel calls that engine/model_step.c,
- * engine/optimizer.c and parallel/ make for one step, each at a rate the cluster profile
+/* The planner's time model of the cpu backend: the kernel calls that engine/model/model_step.c,
+ * engine/optim/optimizer.c and parallel/ make for one step, each at a rate the cluster profile
  * gives (measured by `tripod bench --calibrate`):
  *   - linear layers: FLOPs / (peak x gemm_efficiency(FLOPs)); backward = ratio x forward;
  *   - attention (blocked causal sgemms + softmax): the same with its own curve;

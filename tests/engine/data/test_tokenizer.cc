@@ -1,4 +1,4 @@
-// GPT-2 byte-level BPE (engine/tokenizer.c).
+// GPT-2 byte-level BPE (engine/data/tokenizer.c).
 //
 // bpe/vocab.json and bpe/merges.txt are a small byte-level BPE (800 tokens) trained with
 // Hugging Face `tokenizers` (ByteLevelBPETokenizer, add_prefix_space=False) on fortune

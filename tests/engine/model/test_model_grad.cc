@@ -11,6 +11,7 @@
 #include "common/tiny.h"
 
 extern "C" {
+#include "engine/plan/plan.h"
 #include "engine/model/model.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/kernels.h"
@@ -200,12 +201,54 @@ INSTANTIATE_TEST_SUITE_P(Recompute, ModelGrad,
                              return n;
                          });
 
+// Every view of a rank's buffers lies inside its block: parameters in the flat buffer,
+// each slot region inside a slot, each workspace region inside the workspace.
+void ExpectViewsInsideBlocks(const tpd_model *m, const std::string &where) {
+    const tpd_buffer_plan &b = m->plan;
+    const tpd_model_dims &d = b.lay.d;
+    size_t end = 0;
+    for (int p = 0; p < TPD_P_COUNT; p++) {
+        const tpd_param_slice &s = b.lay.p[p];
+        if (!s.present) continue;
+        EXPECT_EQ(s.offset, end) << where << " param " << p << " follows the one before";
+        end = s.offset + s.numel;
+    }
+    EXPECT_LE(end, b.numel_padded) << where;
+    size_t N = (size_t)d.B * d.T, NL = (size_t)d.Nl, C = (size_t)d.C, a = b.act_size;
+    struct Region {
+        size_t at, bytes, block;
+        const char *name;
+    } regions[] = {
+        {b.s_tokens, N * 4, b.slot_bytes, "tokens"},
+        {b.s_targets, N * 4, b.slot_bytes, "targets"},
+        {b.s_x0, NL * C * a, b.slot_bytes, "stage input"},
+        {b.layer.ln1, NL * C * a, b.layer.bytes, "ln1"},
+        {b.layer.qkv, N * 3 * (size_t)d.Cl * a, b.layer.bytes, "qkv"},
+        {b.layer.atty, N * (size_t)d.Cl * a, b.layer.bytes, "attention out"},
+        {b.layer.fch_gelu, N * (size_t)d.Fl * a, b.layer.bytes, "fc gelu"},
+        {b.layer.out, NL * C * a, b.layer.bytes, "layer out"},
+        {b.s_layers, b.layer.bytes * (size_t)(d.Ls - b.recompute), b.slot_bytes, "layers"},
+        {b.w_dres, NL * C * a, b.ws_bytes, "dres"},
+        {b.w_dln, N * C * a, b.ws_bytes, "dln"},
+        {b.w_dqkv, N * 3 * (size_t)d.Cl * a, b.ws_bytes, "dqkv"},
+        {b.w_dfch, N * (size_t)d.Fl * a, b.ws_bytes, "dfch"},
+    };
+    for (const Region &r : regions) EXPECT_LE(r.at + r.bytes, r.block) << where << " " << r.name;
+    if (d.last)
+        EXPECT_LE(b.s_logits + N * (size_t)d.Vl * a, b.slot_bytes) << where << " logits";
+    if (b.recompute) EXPECT_LE(b.w_layer + b.layer.bytes, b.ws_bytes) << where << " w_layer";
+    if (b.selective) EXPECT_LE(b.w_att + b.att_saved, b.ws_bytes) << where << " w_att";
+}
+
 TEST(ModelMemory, AllocationEqualsPlan) {
-    // The bytes the model allocates are the bytes the memory plan (and tripod plan) states.
+    // The bytes the model allocates (counted by the cpu backend) are the bytes that
+    // tripod plan predicts, which the planner computes in closed form without the
+    // engine's buffer plan: an independent computation of the same memory.
     tpd_config cfg = tiny::config("");
     tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
     tpd_kern_backend *kb = nullptr;
     ASSERT_EQ(tpd_kern_cpu_create(&kc, &kb), TPD_OK);
+    int checked = 0;
     for (int tp : {1, 2, 4})
         for (int pp : {1, 2, 4})
             for (int dp : {1, 2}) {
@@ -220,22 +263,38 @@ TEST(ModelMemory, AllocationEqualsPlan) {
                     cfg.parallel.sequence_parallel = sp;
                     tiny::set(cfg.training.recompute, "training.recompute",
                               std::string(rc, strcspn(rc, "-")).c_str());
+                    tpd_plan_layout lay;
+                    tpd_plan_layout_from_config(&cfg, tp * pp * dp, &lay);
                     for (int stage = 0; stage < pp; stage++) {
-                        tpd_mem_breakdown mem;
-                        ASSERT_EQ(tpd_model_memory(&cfg, tp, pp, dp, stage, &mem), TPD_OK);
+                        std::string where = "tp " + std::to_string(tp) + " pp " +
+                                            std::to_string(pp) + " dp " + std::to_string(dp) +
+                                            " stage " + std::to_string(stage) + " zero " +
+                                            std::to_string(zero) + " sp " + std::to_string(sp) +
+                                            " recompute " + rc;
+                        tpd_plan_stage_mem pred;
+                        ASSERT_EQ(tpd_plan_cpu_memory(&cfg, &lay, stage, &pred), TPD_OK);
                         size_t before = tpd_kern_cpu_bytes_allocated(kb);
                         tpd_model *m = nullptr;
                         ASSERT_EQ(tpd_model_create(&cfg, kb, nullptr, tp, 0, pp, dp, stage, &m), TPD_OK);
                         size_t device = tpd_kern_cpu_bytes_allocated(kb) - before;
-                        size_t host = mem.workspace - m->plan.ws_bytes; // token staging
-                        EXPECT_EQ(device + host, mem.total)
-                            << "tp " << tp << " pp " << pp << " dp " << dp << " stage " << stage
-                            << " sp " << sp << " recompute " << rc;
-                        EXPECT_EQ(m->bytes_allocated, mem.total);
+                        size_t host = 2 * (size_t)cfg.training.micro_batch_size *
+                                      cfg.model.seq_length * 4; // token staging
+                        EXPECT_EQ((double)(device + host), pred.total) << where;
+                        EXPECT_EQ((double)m->bytes_allocated, pred.total) << where;
+                        // category by category, for a message that says which one moved
+                        EXPECT_EQ((double)m->plan.mem.params, pred.params) << where;
+                        EXPECT_EQ((double)m->plan.mem.grads, pred.grads) << where;
+                        EXPECT_EQ((double)(m->plan.mem.optimizer + m->plan.mem.master),
+                                  pred.optimizer) << where;
+                        EXPECT_EQ((double)m->plan.mem.activations, pred.activations) << where;
+                        EXPECT_EQ((double)m->plan.mem.workspace, pred.workspace) << where;
+                        ExpectViewsInsideBlocks(m, where);
                         tpd_model_destroy(m);
+                        checked++;
                     }
                 }
             }
+    EXPECT_GT(checked, 200);
     tpd_kern_backend_destroy(kb);
 }
 

@@ -209,7 +209,7 @@ TEST(Train, BlendedDataTrains) {
 }
 
 // `tripod` restarts itself once when OpenBLAS picked kernels weaker than the CPU allows
-// (engine/main.c). The binary, started without OPENBLAS_CORETYPE, must report the kernels
+// (engine/cli/main.c). The binary, started without OPENBLAS_CORETYPE, must report the kernels
 // that this process (which does not restart) says are available.
 TEST(Train, BinaryRunsTheFastestBlasKernels) {
     const char *mine = getenv("OPENBLAS_CORETYPE");
