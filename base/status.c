@@ -8,16 +8,26 @@ static int g_log_info = 1;
 
 const char *tpd_status_str(tpd_status st) {
     switch (st) {
-    case TPD_OK: return "ok";
-    case TPD_ERR_INVALID: return "invalid argument";
-    case TPD_ERR_IO: return "i/o error";
-    case TPD_ERR_FORMAT: return "bad file format";
-    case TPD_ERR_NOMEM: return "out of memory";
-    case TPD_ERR_COMM: return "communication failure";
-    case TPD_ERR_UNSUPPORTED: return "unsupported";
-    case TPD_ERR_BACKEND: return "backend failure";
-    case TPD_ERR_INTERNAL: return "internal error";
-    case TPD_ERR_INTERRUPTED: return "interrupted";
+    case TPD_OK:
+        return "ok";
+    case TPD_ERR_INVALID:
+        return "invalid argument";
+    case TPD_ERR_IO:
+        return "i/o error";
+    case TPD_ERR_FORMAT:
+        return "bad file format";
+    case TPD_ERR_NOMEM:
+        return "out of memory";
+    case TPD_ERR_COMM:
+        return "communication failure";
+    case TPD_ERR_UNSUPPORTED:
+        return "unsupported";
+    case TPD_ERR_BACKEND:
+        return "backend failure";
+    case TPD_ERR_INTERNAL:
+        return "internal error";
+    case TPD_ERR_INTERRUPTED:
+        return "interrupted";
     }
     return "unknown status";
 }

@@ -47,32 +47,32 @@ void tpd_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tpd_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Return on error: the callee has already logged. */
-#define TPD_CHECK(call)                                                                       \
-    do {                                                                                      \
-        tpd_status tpd_check_st_ = (call);                                                    \
-        if (tpd_check_st_ != TPD_OK) return tpd_check_st_;                                   \
+#define TPD_CHECK(call)                                                                            \
+    do {                                                                                           \
+        tpd_status tpd_check_st_ = (call);                                                         \
+        if (tpd_check_st_ != TPD_OK) return tpd_check_st_;                                         \
     } while (0)
 
 /* Jump to a cleanup label, keeping the status in `st`. */
-#define TPD_CHECK_GOTO(call, st, label)                                                       \
-    do {                                                                                      \
-        (st) = (call);                                                                        \
-        if ((st) != TPD_OK) goto label;                                                       \
+#define TPD_CHECK_GOTO(call, st, label)                                                            \
+    do {                                                                                           \
+        (st) = (call);                                                                             \
+        if ((st) != TPD_OK) goto label;                                                            \
     } while (0)
 
 /* Inside cleanup: run a call but keep the first error already in `st`. */
-#define TPD_CHECK_KEEP(call, st)                                                              \
-    do {                                                                                      \
-        tpd_status tpd_keep_st_ = (call);                                                     \
-        if ((st) == TPD_OK) (st) = tpd_keep_st_;                                              \
+#define TPD_CHECK_KEEP(call, st)                                                                   \
+    do {                                                                                           \
+        tpd_status tpd_keep_st_ = (call);                                                          \
+        if ((st) == TPD_OK) (st) = tpd_keep_st_;                                                   \
     } while (0)
 
 /* Fail with a logged message and jump. */
-#define TPD_FAIL_GOTO(code, st, label, ...)                                                   \
-    do {                                                                                      \
-        tpd_log_error(__VA_ARGS__);                                                           \
-        (st) = (code);                                                                        \
-        goto label;                                                                           \
+#define TPD_FAIL_GOTO(code, st, label, ...)                                                        \
+    do {                                                                                           \
+        tpd_log_error(__VA_ARGS__);                                                                \
+        (st) = (code);                                                                             \
+        goto label;                                                                                \
     } while (0)
 
 #ifdef __cplusplus

@@ -8,22 +8,32 @@
 
 size_t tpd_dtype_size(tpd_dtype dt) {
     switch (dt) {
-    case TPD_DTYPE_F32: return 4;
-    case TPD_DTYPE_BF16: return 2;
-    case TPD_DTYPE_I32: return 4;
-    case TPD_DTYPE_U8: return 1;
-    case TPD_DTYPE_F64: return 8;
+    case TPD_DTYPE_F32:
+        return 4;
+    case TPD_DTYPE_BF16:
+        return 2;
+    case TPD_DTYPE_I32:
+        return 4;
+    case TPD_DTYPE_U8:
+        return 1;
+    case TPD_DTYPE_F64:
+        return 8;
     }
     return 0; /* unknown dtype: a size of 0 makes any buffer computation fail loudly */
 }
 
 const char *tpd_dtype_name(tpd_dtype dt) {
     switch (dt) {
-    case TPD_DTYPE_F32: return "f32";
-    case TPD_DTYPE_BF16: return "bf16";
-    case TPD_DTYPE_I32: return "i32";
-    case TPD_DTYPE_U8: return "u8";
-    case TPD_DTYPE_F64: return "f64";
+    case TPD_DTYPE_F32:
+        return "f32";
+    case TPD_DTYPE_BF16:
+        return "bf16";
+    case TPD_DTYPE_I32:
+        return "i32";
+    case TPD_DTYPE_U8:
+        return "u8";
+    case TPD_DTYPE_F64:
+        return "f64";
     }
     return "unknown";
 }
@@ -70,11 +80,13 @@ tpd_status tpd_kern_zero(const tpd_kern_backend *kb, void *ptr, size_t bytes) {
     return kb->ops->zero(kb->ctx, ptr, bytes);
 }
 
-tpd_status tpd_kern_copy_to_device(const tpd_kern_backend *kb, void *dst, const void *src, size_t bytes) {
+tpd_status tpd_kern_copy_to_device(const tpd_kern_backend *kb, void *dst, const void *src,
+                                   size_t bytes) {
     return kb->ops->copy_to_device(kb->ctx, dst, src, bytes);
 }
 
-tpd_status tpd_kern_copy_to_host(const tpd_kern_backend *kb, void *dst, const void *src, size_t bytes) {
+tpd_status tpd_kern_copy_to_host(const tpd_kern_backend *kb, void *dst, const void *src,
+                                 size_t bytes) {
     return kb->ops->copy_to_host(kb->ctx, dst, src, bytes);
 }
 
@@ -86,43 +98,56 @@ tpd_status tpd_kern_synchronize(const tpd_kern_backend *kb) {
     return kb->ops->synchronize(kb->ctx);
 }
 
-tpd_status tpd_kern_embed_fwd(const tpd_kern_backend *kb, void *out, const int32_t *tokens, const void *wte, int N, int C, int v0, int Vl) {
+tpd_status tpd_kern_embed_fwd(const tpd_kern_backend *kb, void *out, const int32_t *tokens,
+                              const void *wte, int N, int C, int v0, int Vl) {
     return kb->ops->embed_fwd(kb->ctx, out, tokens, wte, N, C, v0, Vl);
 }
 
-tpd_status tpd_kern_embed_bwd(const tpd_kern_backend *kb, void *dwte, const void *dout, const int32_t *tokens, int N, int C, int v0, int Vl) {
+tpd_status tpd_kern_embed_bwd(const tpd_kern_backend *kb, void *dwte, const void *dout,
+                              const int32_t *tokens, int N, int C, int v0, int Vl) {
     return kb->ops->embed_bwd(kb->ctx, dwte, dout, tokens, N, C, v0, Vl);
 }
 
-tpd_status tpd_kern_pos_fwd(const tpd_kern_backend *kb, void *out, const void *wpe, int B, int T, int C) {
+tpd_status tpd_kern_pos_fwd(const tpd_kern_backend *kb, void *out, const void *wpe, int B, int T,
+                            int C) {
     return kb->ops->pos_fwd(kb->ctx, out, wpe, B, T, C);
 }
 
-tpd_status tpd_kern_pos_bwd(const tpd_kern_backend *kb, void *dwpe, const void *dout, int B, int T, int C) {
+tpd_status tpd_kern_pos_bwd(const tpd_kern_backend *kb, void *dwpe, const void *dout, int B, int T,
+                            int C) {
     return kb->ops->pos_bwd(kb->ctx, dwpe, dout, B, T, C);
 }
 
-tpd_status tpd_kern_layernorm_fwd(const tpd_kern_backend *kb, void *out, float *mean, float *rstd, const void *inp, const void *w, const void *b, int N, int C) {
+tpd_status tpd_kern_layernorm_fwd(const tpd_kern_backend *kb, void *out, float *mean, float *rstd,
+                                  const void *inp, const void *w, const void *b, int N, int C) {
     return kb->ops->layernorm_fwd(kb->ctx, out, mean, rstd, inp, w, b, N, C);
 }
 
-tpd_status tpd_kern_layernorm_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, void *db, const void *dout, const void *inp, const void *w, const float *mean, const float *rstd, int N, int C) {
+tpd_status tpd_kern_layernorm_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, void *db,
+                                  const void *dout, const void *inp, const void *w,
+                                  const float *mean, const float *rstd, int N, int C) {
     return kb->ops->layernorm_bwd(kb->ctx, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 
-tpd_status tpd_kern_matmul_fwd(const tpd_kern_backend *kb, void *out, const void *inp, const void *w, const void *bias, int N, int C, int OC) {
+tpd_status tpd_kern_matmul_fwd(const tpd_kern_backend *kb, void *out, const void *inp,
+                               const void *w, const void *bias, int N, int C, int OC) {
     return kb->ops->matmul_fwd(kb->ctx, out, inp, w, bias, N, C, OC);
 }
 
-tpd_status tpd_kern_matmul_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, void *dbias, const void *dout, const void *inp, const void *w, int N, int C, int OC) {
+tpd_status tpd_kern_matmul_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, void *dbias,
+                               const void *dout, const void *inp, const void *w, int N, int C,
+                               int OC) {
     return kb->ops->matmul_bwd(kb->ctx, dinp, dw, dbias, dout, inp, w, N, C, OC);
 }
 
-tpd_status tpd_kern_bias_add(const tpd_kern_backend *kb, void *out, const void *bias, int N, int OC) {
+tpd_status tpd_kern_bias_add(const tpd_kern_backend *kb, void *out, const void *bias, int N,
+                             int OC) {
     return kb->ops->bias_add(kb->ctx, out, bias, N, OC);
 }
 
-tpd_status tpd_kern_matmul_gelu_fwd(const tpd_kern_backend *kb, void *out, void *pre, const void *inp, const void *w, const void *bias, int N, int C, int OC) {
+tpd_status tpd_kern_matmul_gelu_fwd(const tpd_kern_backend *kb, void *out, void *pre,
+                                    const void *inp, const void *w, const void *bias, int N, int C,
+                                    int OC) {
     return kb->ops->matmul_gelu_fwd(kb->ctx, out, pre, inp, w, bias, N, C, OC);
 }
 
@@ -130,11 +155,13 @@ tpd_status tpd_kern_gelu_fwd(const tpd_kern_backend *kb, void *out, const void *
     return kb->ops->gelu_fwd(kb->ctx, out, inp, n);
 }
 
-tpd_status tpd_kern_gelu_bwd(const tpd_kern_backend *kb, void *dinp, const void *inp, const void *dout, size_t n) {
+tpd_status tpd_kern_gelu_bwd(const tpd_kern_backend *kb, void *dinp, const void *inp,
+                             const void *dout, size_t n) {
     return kb->ops->gelu_bwd(kb->ctx, dinp, inp, dout, n);
 }
 
-tpd_status tpd_kern_add(const tpd_kern_backend *kb, void *out, const void *a, const void *b, size_t n) {
+tpd_status tpd_kern_add(const tpd_kern_backend *kb, void *out, const void *a, const void *b,
+                        size_t n) {
     return kb->ops->add(kb->ctx, out, a, b, n);
 }
 
@@ -146,27 +173,36 @@ size_t tpd_kern_attention_saved_bytes(const tpd_kern_backend *kb, int B, int T, 
     return kb->ops->attention_saved_bytes(kb->ctx, B, T, NH, HS);
 }
 
-tpd_status tpd_kern_attention_fwd(const tpd_kern_backend *kb, void *out, void *saved, const void *qkv, int B, int T, int NH, int HS) {
+tpd_status tpd_kern_attention_fwd(const tpd_kern_backend *kb, void *out, void *saved,
+                                  const void *qkv, int B, int T, int NH, int HS) {
     return kb->ops->attention_fwd(kb->ctx, out, saved, qkv, B, T, NH, HS);
 }
 
-tpd_status tpd_kern_attention_bwd(const tpd_kern_backend *kb, void *dqkv, const void *dout, const void *qkv, const void *out, const void *saved, int B, int T, int NH, int HS) {
+tpd_status tpd_kern_attention_bwd(const tpd_kern_backend *kb, void *dqkv, const void *dout,
+                                  const void *qkv, const void *out, const void *saved, int B, int T,
+                                  int NH, int HS) {
     return kb->ops->attention_bwd(kb->ctx, dqkv, dout, qkv, out, saved, B, T, NH, HS);
 }
 
-tpd_status tpd_kern_xent_max(const tpd_kern_backend *kb, float *maxv, const void *logits, int N, int Vl, int Vvalid) {
+tpd_status tpd_kern_xent_max(const tpd_kern_backend *kb, float *maxv, const void *logits, int N,
+                             int Vl, int Vvalid) {
     return kb->ops->xent_max(kb->ctx, maxv, logits, N, Vl, Vvalid);
 }
 
-tpd_status tpd_kern_xent_sumexp(const tpd_kern_backend *kb, float *sumexp, float *tgt, const void *logits, const float *maxv, const int32_t *targets, int N, int Vl, int Vvalid, int v0) {
+tpd_status tpd_kern_xent_sumexp(const tpd_kern_backend *kb, float *sumexp, float *tgt,
+                                const void *logits, const float *maxv, const int32_t *targets,
+                                int N, int Vl, int Vvalid, int v0) {
     return kb->ops->xent_sumexp(kb->ctx, sumexp, tgt, logits, maxv, targets, N, Vl, Vvalid, v0);
 }
 
-tpd_status tpd_kern_xent_loss(const tpd_kern_backend *kb, float *loss, const float *maxv, const float *sumexp, const float *tgt, int N) {
+tpd_status tpd_kern_xent_loss(const tpd_kern_backend *kb, float *loss, const float *maxv,
+                              const float *sumexp, const float *tgt, int N) {
     return kb->ops->xent_loss(kb->ctx, loss, maxv, sumexp, tgt, N);
 }
 
-tpd_status tpd_kern_xent_bwd(const tpd_kern_backend *kb, void *logits, const float *maxv, const float *sumexp, const int32_t *targets, float dloss, int N, int Vl, int Vvalid, int v0) {
+tpd_status tpd_kern_xent_bwd(const tpd_kern_backend *kb, void *logits, const float *maxv,
+                             const float *sumexp, const int32_t *targets, float dloss, int N,
+                             int Vl, int Vvalid, int v0) {
     return kb->ops->xent_bwd(kb->ctx, logits, maxv, sumexp, targets, dloss, N, Vl, Vvalid, v0);
 }
 
@@ -174,14 +210,19 @@ tpd_status tpd_kern_sum_f32(const tpd_kern_backend *kb, const float *x, size_t n
     return kb->ops->sum_f32(kb->ctx, x, n, sum_p);
 }
 
-tpd_status tpd_kern_adamw(const tpd_kern_backend *kb, void *param, float *master, const void *grad, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale) {
-    return kb->ops->adamw(kb->ctx, param, master, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+tpd_status tpd_kern_adamw(const tpd_kern_backend *kb, void *param, float *master, const void *grad,
+                          float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                          float eps, float weight_decay, int step, float grad_scale) {
+    return kb->ops->adamw(kb->ctx, param, master, grad, m, v, n, lr, beta1, beta2, eps,
+                          weight_decay, step, grad_scale);
 }
 
-tpd_status tpd_kern_sumsq(const tpd_kern_backend *kb, const void *x, tpd_dtype dt, size_t n, double *sumsq_p) {
+tpd_status tpd_kern_sumsq(const tpd_kern_backend *kb, const void *x, tpd_dtype dt, size_t n,
+                          double *sumsq_p) {
     return kb->ops->sumsq(kb->ctx, x, dt, n, sumsq_p);
 }
 
-tpd_status tpd_kern_cast(const tpd_kern_backend *kb, void *dst, tpd_dtype dst_dt, const void *src, tpd_dtype src_dt, size_t n) {
+tpd_status tpd_kern_cast(const tpd_kern_backend *kb, void *dst, tpd_dtype dst_dt, const void *src,
+                         tpd_dtype src_dt, size_t n) {
     return kb->ops->cast(kb->ctx, dst, dst_dt, src, src_dt, n);
 }

@@ -63,8 +63,8 @@ static void load_module(void) {
     g_mod.device_count = (count_fn)dlsym(h, "tpd_kern_cuda_module_device_count");
     g_mod.create = (create_fn)dlsym(h, "tpd_kern_cuda_module_create");
     if (!g_mod.available || !g_mod.device_count || !g_mod.create) {
-        snprintf(g_mod.error, sizeof g_mod.error, "%s lacks the tpd_kern_cuda_module_* entry points",
-                 MODULE_NAME);
+        snprintf(g_mod.error, sizeof g_mod.error,
+                 "%s lacks the tpd_kern_cuda_module_* entry points", MODULE_NAME);
         dlclose(h);
         return;
     }

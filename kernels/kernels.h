@@ -45,13 +45,14 @@ const char *tpd_dtype_name(tpd_dtype dt);
 typedef struct tpd_kern_backend tpd_kern_backend;
 
 typedef struct tpd_kern_config {
-    int num_threads;  /* cpu: OpenMP threads, 0 = runtime default */
-    int device;       /* cuda: device ordinal */
-    tpd_dtype dtype;  /* F32 or BF16 compute (cpu accepts F32 only) */
+    int num_threads;     /* cpu: OpenMP threads, 0 = runtime default */
+    int device;          /* cuda: device ordinal */
+    tpd_dtype dtype;     /* F32 or BF16 compute (cpu accepts F32 only) */
     int fused_attention; /* cuda: 1 = cuDNN flash attention, 0 = cuBLASLt + softmax */
 } tpd_kern_config;
 
-#define TPD_KERN_CONFIG_INIT {0, 0, TPD_DTYPE_F32, 1}
+#define TPD_KERN_CONFIG_INIT                                                                       \
+    { 0, 0, TPD_DTYPE_F32, 1 }
 
 /* Backend constructors: *backend_p gets a new handle on success. */
 tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend **backend_p);
@@ -65,13 +66,13 @@ int tpd_kern_cuda_device_count(void);
 void tpd_kern_backend_destroy(tpd_kern_backend *backend);
 
 /* ---- what a backend is ---- */
-const char *tpd_kern_name(const tpd_kern_backend *kb);        /* "cpu" or "cuda" */
-tpd_dtype tpd_kern_act_dtype(const tpd_kern_backend *kb);     /* activations */
-tpd_dtype tpd_kern_param_dtype(const tpd_kern_backend *kb);   /* the working copy of
-                                                                 parameters (matmuls) */
-tpd_dtype tpd_kern_grad_dtype(const tpd_kern_backend *kb);    /* gradients */
-int tpd_kern_has_master(const tpd_kern_backend *kb);   /* fp32 master weights beside param */
-int tpd_kern_device_memory(const tpd_kern_backend *kb); /* pointers not host-addressable */
+const char *tpd_kern_name(const tpd_kern_backend *kb);      /* "cpu" or "cuda" */
+tpd_dtype tpd_kern_act_dtype(const tpd_kern_backend *kb);   /* activations */
+tpd_dtype tpd_kern_param_dtype(const tpd_kern_backend *kb); /* the working copy of
+                                                               parameters (matmuls) */
+tpd_dtype tpd_kern_grad_dtype(const tpd_kern_backend *kb);  /* gradients */
+int tpd_kern_has_master(const tpd_kern_backend *kb);        /* fp32 master weights beside param */
+int tpd_kern_device_memory(const tpd_kern_backend *kb);     /* pointers not host-addressable */
 /* cuda: the compute stream (cudaStream_t) that ops are queued on, handed to the
  * communicators; NULL on cpu. */
 void *tpd_kern_stream(const tpd_kern_backend *kb);
@@ -81,60 +82,67 @@ void *tpd_kern_stream(const tpd_kern_backend *kb);
 tpd_status tpd_kern_alloc(const tpd_kern_backend *kb, size_t bytes, void **ptr_p);
 void tpd_kern_free(const tpd_kern_backend *kb, void *ptr);
 tpd_status tpd_kern_zero(const tpd_kern_backend *kb, void *ptr, size_t bytes);
-tpd_status tpd_kern_copy_to_device(const tpd_kern_backend *kb, void *dst, const void *src, size_t bytes);
-tpd_status tpd_kern_copy_to_host(const tpd_kern_backend *kb, void *dst, const void *src, size_t bytes);
+tpd_status tpd_kern_copy_to_device(const tpd_kern_backend *kb, void *dst, const void *src,
+                                   size_t bytes);
+tpd_status tpd_kern_copy_to_host(const tpd_kern_backend *kb, void *dst, const void *src,
+                                 size_t bytes);
 tpd_status tpd_kern_copy(const tpd_kern_backend *kb, void *dst, const void *src, size_t bytes);
 tpd_status tpd_kern_synchronize(const tpd_kern_backend *kb);
 
 /* ---- embedding (vocab-parallel pieces) ---- */
 /* out(N,C) = wte[tok - v0] when v0 <= tok < v0 + Vl, else 0. wte is (Vl,C): this
  * rank's vocab rows. Overwrites out. */
-tpd_status tpd_kern_embed_fwd(const tpd_kern_backend *kb, void *out, const int32_t *tokens, const void *wte,
-                        int N, int C, int v0, int Vl);
+tpd_status tpd_kern_embed_fwd(const tpd_kern_backend *kb, void *out, const int32_t *tokens,
+                              const void *wte, int N, int C, int v0, int Vl);
 /* dwte(Vl,C) += dout rows of the tokens in [v0, v0+Vl). Accumulates. Deterministic:
  * the same inputs give the same bits. */
 tpd_status tpd_kern_embed_bwd(const tpd_kern_backend *kb, void *dwte, const void *dout,
-                        const int32_t *tokens, int N, int C, int v0, int Vl);
+                              const int32_t *tokens, int N, int C, int v0, int Vl);
 /* out(B,T,C) += wpe(T,C) broadcast over B. */
-tpd_status tpd_kern_pos_fwd(const tpd_kern_backend *kb, void *out, const void *wpe, int B, int T, int C);
+tpd_status tpd_kern_pos_fwd(const tpd_kern_backend *kb, void *out, const void *wpe, int B, int T,
+                            int C);
 /* dwpe(T,C) += sum over B of dout(B,T,C). Accumulates. */
-tpd_status tpd_kern_pos_bwd(const tpd_kern_backend *kb, void *dwpe, const void *dout, int B, int T, int C);
+tpd_status tpd_kern_pos_bwd(const tpd_kern_backend *kb, void *dwpe, const void *dout, int B, int T,
+                            int C);
 
 /* ---- layernorm (eps 1e-5, biased variance) ---- */
 /* out(N,C) = (inp - mean) * rstd * w + b; mean(N), rstd(N) fp32. Overwrites. */
 tpd_status tpd_kern_layernorm_fwd(const tpd_kern_backend *kb, void *out, float *mean, float *rstd,
-                            const void *inp, const void *w, const void *b, int N, int C);
+                                  const void *inp, const void *w, const void *b, int N, int C);
 /* dinp(N,C) overwritten; dw(C), db(C) accumulated. */
 tpd_status tpd_kern_layernorm_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, void *db,
-                            const void *dout, const void *inp, const void *w,
-                            const float *mean, const float *rstd, int N, int C);
+                                  const void *dout, const void *inp, const void *w,
+                                  const float *mean, const float *rstd, int N, int C);
 
 /* ---- matmul ---- */
 /* out(N,OC) = inp(N,C) @ w(OC,C)^T (+ bias(OC) when bias != NULL). Overwrites. */
-tpd_status tpd_kern_matmul_fwd(const tpd_kern_backend *kb, void *out, const void *inp, const void *w,
-                         const void *bias, int N, int C, int OC);
+tpd_status tpd_kern_matmul_fwd(const tpd_kern_backend *kb, void *out, const void *inp,
+                               const void *w, const void *bias, int N, int C, int OC);
 /* dinp(N,C) = dout(N,OC) @ w(OC,C), overwritten (skipped when dinp == NULL);
  * dw(OC,C) += dout^T @ inp; dbias(OC) += colsum(dout) (skipped when NULL). */
 tpd_status tpd_kern_matmul_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, void *dbias,
-                         const void *dout, const void *inp, const void *w, int N, int C,
-                         int OC);
+                               const void *dout, const void *inp, const void *w, int N, int C,
+                               int OC);
 /* out(N,OC) += bias(OC). Used after a row-parallel all-reduce. */
-tpd_status tpd_kern_bias_add(const tpd_kern_backend *kb, void *out, const void *bias, int N, int OC);
+tpd_status tpd_kern_bias_add(const tpd_kern_backend *kb, void *out, const void *bias, int N,
+                             int OC);
 
 /* ---- fused matmul + bias + GELU (cuBLASLt GELU_AUX_BIAS on cuda) ----
  * pre(N,OC) = inp @ w^T + bias; out = gelu(pre). Both overwritten; pre is kept for
  * the backward. */
-tpd_status tpd_kern_matmul_gelu_fwd(const tpd_kern_backend *kb, void *out, void *pre, const void *inp,
-                              const void *w, const void *bias, int N, int C, int OC);
+tpd_status tpd_kern_matmul_gelu_fwd(const tpd_kern_backend *kb, void *out, void *pre,
+                                    const void *inp, const void *w, const void *bias, int N, int C,
+                                    int OC);
 
 /* ---- elementwise ---- */
 /* tanh-approximate GELU: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 tpd_status tpd_kern_gelu_fwd(const tpd_kern_backend *kb, void *out, const void *inp, size_t n);
 /* dinp = gelu'(inp) * dout. Overwrites. dinp may alias dout. */
-tpd_status tpd_kern_gelu_bwd(const tpd_kern_backend *kb, void *dinp, const void *inp, const void *dout,
-                       size_t n);
+tpd_status tpd_kern_gelu_bwd(const tpd_kern_backend *kb, void *dinp, const void *inp,
+                             const void *dout, size_t n);
 /* out = a + b (residual). out may alias a or b. */
-tpd_status tpd_kern_add(const tpd_kern_backend *kb, void *out, const void *a, const void *b, size_t n);
+tpd_status tpd_kern_add(const tpd_kern_backend *kb, void *out, const void *a, const void *b,
+                        size_t n);
 /* x *= s. */
 tpd_status tpd_kern_scale(const tpd_kern_backend *kb, void *x, float s, size_t n);
 
@@ -144,33 +152,33 @@ tpd_status tpd_kern_scale(const tpd_kern_backend *kb, void *x, float s, size_t n
  * attention_saved_bytes() bytes (cpu: softmax probabilities (B,NH,T,T) fp32; cuda
  * fused: softmax statistics (B,NH,T) fp32). Overwrites out and saved. */
 size_t tpd_kern_attention_saved_bytes(const tpd_kern_backend *kb, int B, int T, int NH, int HS);
-tpd_status tpd_kern_attention_fwd(const tpd_kern_backend *kb, void *out, void *saved, const void *qkv,
-                            int B, int T, int NH, int HS);
+tpd_status tpd_kern_attention_fwd(const tpd_kern_backend *kb, void *out, void *saved,
+                                  const void *qkv, int B, int T, int NH, int HS);
 /* dqkv(B,T,3*NH*HS) overwritten. */
 tpd_status tpd_kern_attention_bwd(const tpd_kern_backend *kb, void *dqkv, const void *dout,
-                            const void *qkv, const void *out, const void *saved, int B,
-                            int T, int NH, int HS);
+                                  const void *qkv, const void *out, const void *saved, int B, int T,
+                                  int NH, int HS);
 
 /* ---- softmax cross-entropy, vocab-parallel pieces ----
  * logits(N,Vl) are this rank's vocab columns [v0, v0+Vl); only the first Vvalid of
  * them are real tokens (the rest is padding and never enters the softmax). The
  * caller all-reduces between the steps: max (MAX), then sumexp and tgt (SUM). */
 /* maxv(N) = max over the Vvalid columns (-INF when Vvalid == 0). */
-tpd_status tpd_kern_xent_max(const tpd_kern_backend *kb, float *maxv, const void *logits, int N, int Vl,
-                       int Vvalid);
+tpd_status tpd_kern_xent_max(const tpd_kern_backend *kb, float *maxv, const void *logits, int N,
+                             int Vl, int Vvalid);
 /* sumexp(N) = sum exp(logit - maxv) over valid columns; tgt(N) = logit of the target
  * when it lies in [v0, v0+Vvalid), else 0. */
-tpd_status tpd_kern_xent_sumexp(const tpd_kern_backend *kb, float *sumexp, float *tgt, const void *logits,
-                          const float *maxv, const int32_t *targets, int N, int Vl,
-                          int Vvalid, int v0);
+tpd_status tpd_kern_xent_sumexp(const tpd_kern_backend *kb, float *sumexp, float *tgt,
+                                const void *logits, const float *maxv, const int32_t *targets,
+                                int N, int Vl, int Vvalid, int v0);
 /* loss(N) = log(sumexp) + maxv - tgt. */
 tpd_status tpd_kern_xent_loss(const tpd_kern_backend *kb, float *loss, const float *maxv,
-                        const float *sumexp, const float *tgt, int N);
+                              const float *sumexp, const float *tgt, int N);
 /* In place: logits become dlogits = (softmax - onehot(target)) * dloss for valid
  * columns, 0 for padded columns. Probabilities are never stored. */
 tpd_status tpd_kern_xent_bwd(const tpd_kern_backend *kb, void *logits, const float *maxv,
-                       const float *sumexp, const int32_t *targets, float dloss, int N,
-                       int Vl, int Vvalid, int v0);
+                             const float *sumexp, const int32_t *targets, float dloss, int N,
+                             int Vl, int Vvalid, int v0);
 /* Host-side sum of loss(N) (synchronizes). */
 tpd_status tpd_kern_sum_f32(const tpd_kern_backend *kb, const float *x, size_t n, double *sum_p);
 
@@ -183,14 +191,14 @@ tpd_status tpd_kern_sum_f32(const tpd_kern_backend *kb, const float *x, size_t n
  * w is `master` (fp32) when master != NULL, and param is then written as the cast of
  * the new master; otherwise param itself (must be fp32) is updated. step >= 1. */
 tpd_status tpd_kern_adamw(const tpd_kern_backend *kb, void *param, float *master, const void *grad,
-                    float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                    float eps, float weight_decay, int step, float grad_scale);
+                          float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                          float eps, float weight_decay, int step, float grad_scale);
 /* Host-side sum of squares of x (n elements of dtype dt), in double (synchronizes). */
 tpd_status tpd_kern_sumsq(const tpd_kern_backend *kb, const void *x, tpd_dtype dt, size_t n,
-                    double *sumsq_p);
+                          double *sumsq_p);
 /* dst = (dst_dt) src. n elements. */
 tpd_status tpd_kern_cast(const tpd_kern_backend *kb, void *dst, tpd_dtype dst_dt, const void *src,
-                   tpd_dtype src_dt, size_t n);
+                         tpd_dtype src_dt, size_t n);
 
 #ifdef __cplusplus
 }

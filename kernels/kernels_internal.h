@@ -25,24 +25,23 @@ typedef struct tpd_kern_ops {
     /* ---- embedding (vocab-parallel pieces) ---- */
     tpd_status (*embed_fwd)(tpd_kern_ctx *ctx, void *out, const int32_t *tokens, const void *wte,
                             int N, int C, int v0, int Vl);
-    tpd_status (*embed_bwd)(tpd_kern_ctx *ctx, void *dwte, const void *dout,
-                            const int32_t *tokens, int N, int C, int v0, int Vl);
+    tpd_status (*embed_bwd)(tpd_kern_ctx *ctx, void *dwte, const void *dout, const int32_t *tokens,
+                            int N, int C, int v0, int Vl);
     tpd_status (*pos_fwd)(tpd_kern_ctx *ctx, void *out, const void *wpe, int B, int T, int C);
     tpd_status (*pos_bwd)(tpd_kern_ctx *ctx, void *dwpe, const void *dout, int B, int T, int C);
 
     /* ---- layernorm (eps 1e-5, biased variance) ---- */
     tpd_status (*layernorm_fwd)(tpd_kern_ctx *ctx, void *out, float *mean, float *rstd,
                                 const void *inp, const void *w, const void *b, int N, int C);
-    tpd_status (*layernorm_bwd)(tpd_kern_ctx *ctx, void *dinp, void *dw, void *db,
-                                const void *dout, const void *inp, const void *w,
-                                const float *mean, const float *rstd, int N, int C);
+    tpd_status (*layernorm_bwd)(tpd_kern_ctx *ctx, void *dinp, void *dw, void *db, const void *dout,
+                                const void *inp, const void *w, const float *mean,
+                                const float *rstd, int N, int C);
 
     /* ---- matmul ---- */
     tpd_status (*matmul_fwd)(tpd_kern_ctx *ctx, void *out, const void *inp, const void *w,
                              const void *bias, int N, int C, int OC);
-    tpd_status (*matmul_bwd)(tpd_kern_ctx *ctx, void *dinp, void *dw, void *dbias,
-                             const void *dout, const void *inp, const void *w, int N, int C,
-                             int OC);
+    tpd_status (*matmul_bwd)(tpd_kern_ctx *ctx, void *dinp, void *dw, void *dbias, const void *dout,
+                             const void *inp, const void *w, int N, int C, int OC);
     tpd_status (*bias_add)(tpd_kern_ctx *ctx, void *out, const void *bias, int N, int OC);
 
     /* ---- fused matmul + bias + GELU (cuBLASLt GELU_AUX_BIAS on cuda) ----
@@ -64,11 +63,10 @@ typedef struct tpd_kern_ops {
      * attention_saved_bytes() bytes (cpu: softmax probabilities (B,NH,T,T) fp32; cuda
      * fused: softmax statistics (B,NH,T) fp32). Overwrites out and saved. */
     size_t (*attention_saved_bytes)(tpd_kern_ctx *ctx, int B, int T, int NH, int HS);
-    tpd_status (*attention_fwd)(tpd_kern_ctx *ctx, void *out, void *saved, const void *qkv,
-                                int B, int T, int NH, int HS);
-    tpd_status (*attention_bwd)(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
-                                const void *qkv, const void *out, const void *saved, int B,
+    tpd_status (*attention_fwd)(tpd_kern_ctx *ctx, void *out, void *saved, const void *qkv, int B,
                                 int T, int NH, int HS);
+    tpd_status (*attention_bwd)(tpd_kern_ctx *ctx, void *dqkv, const void *dout, const void *qkv,
+                                const void *out, const void *saved, int B, int T, int NH, int HS);
 
     /* ---- softmax cross-entropy, vocab-parallel pieces ----
      * logits(N,Vl) are this rank's vocab columns [v0, v0+Vl); only the first Vvalid of
@@ -77,21 +75,19 @@ typedef struct tpd_kern_ops {
     tpd_status (*xent_max)(tpd_kern_ctx *ctx, float *maxv, const void *logits, int N, int Vl,
                            int Vvalid);
     tpd_status (*xent_sumexp)(tpd_kern_ctx *ctx, float *sumexp, float *tgt, const void *logits,
-                              const float *maxv, const int32_t *targets, int N, int Vl,
-                              int Vvalid, int v0);
-    tpd_status (*xent_loss)(tpd_kern_ctx *ctx, float *loss, const float *maxv,
-                            const float *sumexp, const float *tgt, int N);
-    tpd_status (*xent_bwd)(tpd_kern_ctx *ctx, void *logits, const float *maxv,
-                           const float *sumexp, const int32_t *targets, float dloss, int N,
-                           int Vl, int Vvalid, int v0);
+                              const float *maxv, const int32_t *targets, int N, int Vl, int Vvalid,
+                              int v0);
+    tpd_status (*xent_loss)(tpd_kern_ctx *ctx, float *loss, const float *maxv, const float *sumexp,
+                            const float *tgt, int N);
+    tpd_status (*xent_bwd)(tpd_kern_ctx *ctx, void *logits, const float *maxv, const float *sumexp,
+                           const int32_t *targets, float dloss, int N, int Vl, int Vvalid, int v0);
     tpd_status (*sum_f32)(tpd_kern_ctx *ctx, const float *x, size_t n, double *sum_p);
 
     /* ---- optimizer ---- */
-    tpd_status (*adamw)(tpd_kern_ctx *ctx, void *param, float *master, const void *grad,
-                        float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                        float eps, float weight_decay, int step, float grad_scale);
-    tpd_status (*sumsq)(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n,
-                        double *sumsq_p);
+    tpd_status (*adamw)(tpd_kern_ctx *ctx, void *param, float *master, const void *grad, float *m,
+                        float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                        float weight_decay, int step, float grad_scale);
+    tpd_status (*sumsq)(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n, double *sumsq_p);
     tpd_status (*cast)(tpd_kern_ctx *ctx, void *dst, tpd_dtype dst_dt, const void *src,
                        tpd_dtype src_dt, size_t n);
 

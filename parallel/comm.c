@@ -22,14 +22,13 @@ const char *tpd_comm_backend(const tpd_comm *c) {
     return c->ops->name;
 }
 
-tpd_status tpd_comm_allreduce(tpd_comm *c, const void *send, void *recv, size_t count,
-                              tpd_dtype dt, tpd_comm_op op, void *stream) {
+tpd_status tpd_comm_allreduce(tpd_comm *c, const void *send, void *recv, size_t count, tpd_dtype dt,
+                              tpd_comm_op op, void *stream) {
     return c->ops->allreduce(c, send, recv, count, dt, op, stream);
 }
 
-tpd_status tpd_comm_reduce_scatter(tpd_comm *c, const void *send, void *recv,
-                                   size_t recvcount, tpd_dtype dt, tpd_comm_op op,
-                                   void *stream) {
+tpd_status tpd_comm_reduce_scatter(tpd_comm *c, const void *send, void *recv, size_t recvcount,
+                                   tpd_dtype dt, tpd_comm_op op, void *stream) {
     return c->ops->reduce_scatter(c, send, recv, recvcount, dt, op, stream);
 }
 
@@ -53,15 +52,14 @@ static tpd_status host_only(const tpd_comm *c, const char *what) {
     return TPD_ERR_UNSUPPORTED;
 }
 
-tpd_status tpd_comm_gather(tpd_comm *c, const void *send, void *recv, size_t count,
-                           tpd_dtype dt, int root) {
+tpd_status tpd_comm_gather(tpd_comm *c, const void *send, void *recv, size_t count, tpd_dtype dt,
+                           int root) {
     if (!c->ops->gather) return host_only(c, "gather");
     return c->ops->gather(c, send, recv, count, dt, root);
 }
 
 tpd_status tpd_comm_gatherv(tpd_comm *c, const void *send, size_t sendcount, void *recv,
-                            const size_t *counts, const size_t *displs, tpd_dtype dt,
-                            int root) {
+                            const size_t *counts, const size_t *displs, tpd_dtype dt, int root) {
     if (!c->ops->gatherv) return host_only(c, "gatherv");
     return c->ops->gatherv(c, send, sendcount, recv, counts, displs, dt, root);
 }
@@ -71,8 +69,8 @@ tpd_status tpd_comm_isend(tpd_comm *c, const void *buf, size_t count, tpd_dtype 
     return c->ops->isend(c, buf, count, dt, peer, tag, stream, req_p);
 }
 
-tpd_status tpd_comm_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer,
-                          int tag, void *stream, tpd_comm_req **req_p) {
+tpd_status tpd_comm_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer, int tag,
+                          void *stream, tpd_comm_req **req_p) {
     return c->ops->irecv(c, buf, count, dt, peer, tag, stream, req_p);
 }
 

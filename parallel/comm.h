@@ -48,12 +48,11 @@ const char *tpd_comm_name(const tpd_comm *c);
 /* The backend behind it: "mpi", "nccl", "staged" or "self". */
 const char *tpd_comm_backend(const tpd_comm *c);
 
-tpd_status tpd_comm_allreduce(tpd_comm *c, const void *send, void *recv, size_t count,
-                              tpd_dtype dt, tpd_comm_op op, void *stream);
+tpd_status tpd_comm_allreduce(tpd_comm *c, const void *send, void *recv, size_t count, tpd_dtype dt,
+                              tpd_comm_op op, void *stream);
 /* recv gets this rank's `recvcount` block of the reduction of send (size*recvcount). */
-tpd_status tpd_comm_reduce_scatter(tpd_comm *c, const void *send, void *recv,
-                                   size_t recvcount, tpd_dtype dt, tpd_comm_op op,
-                                   void *stream);
+tpd_status tpd_comm_reduce_scatter(tpd_comm *c, const void *send, void *recv, size_t recvcount,
+                                   tpd_dtype dt, tpd_comm_op op, void *stream);
 /* recv (size*sendcount) gets every rank's send block in rank order. */
 tpd_status tpd_comm_allgather(tpd_comm *c, const void *send, void *recv, size_t sendcount,
                               tpd_dtype dt, void *stream);
@@ -61,17 +60,16 @@ tpd_status tpd_comm_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype dt
                               void *stream);
 /* Host only. recv (size*count, root only; may be NULL elsewhere) gets every rank's send
  * block in rank order. */
-tpd_status tpd_comm_gather(tpd_comm *c, const void *send, void *recv, size_t count,
-                           tpd_dtype dt, int root);
+tpd_status tpd_comm_gather(tpd_comm *c, const void *send, void *recv, size_t count, tpd_dtype dt,
+                           int root);
 /* Host only. Rank r sends counts[r] elements; root's recv gets them at displs[r]
  * (elements). counts and displs are read on the root only. */
 tpd_status tpd_comm_gatherv(tpd_comm *c, const void *send, size_t sendcount, void *recv,
-                            const size_t *counts, const size_t *displs, tpd_dtype dt,
-                            int root);
+                            const size_t *counts, const size_t *displs, tpd_dtype dt, int root);
 tpd_status tpd_comm_isend(tpd_comm *c, const void *buf, size_t count, tpd_dtype dt, int peer,
                           int tag, void *stream, tpd_comm_req **req_p);
-tpd_status tpd_comm_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer,
-                          int tag, void *stream, tpd_comm_req **req_p);
+tpd_status tpd_comm_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer, int tag,
+                          void *stream, tpd_comm_req **req_p);
 /* Completes and frees a request. NULL is a no-op. */
 tpd_status tpd_comm_wait(tpd_comm *c, tpd_comm_req *req);
 tpd_status tpd_comm_group_start(tpd_comm *c);
@@ -81,8 +79,7 @@ tpd_status tpd_comm_sync(tpd_comm *c, void *stream);
 
 /* New communicator of the ranks that pass the same color (< 0: not a member, *out_p =
  * NULL), ordered by key, named `name`. Collective over parent. */
-tpd_status tpd_comm_split(tpd_comm *parent, int color, int key, const char *name,
-                          tpd_comm **out_p);
+tpd_status tpd_comm_split(tpd_comm *parent, int color, int key, const char *name, tpd_comm **out_p);
 /* Tears the communicator down without waiting for peers. */
 void tpd_comm_abort(tpd_comm *c);
 /* Frees the communicator (a no-op for NULL). */

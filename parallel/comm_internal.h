@@ -14,8 +14,8 @@ typedef struct tpd_comm_ctx tpd_comm_ctx; /* backend-private */
 
 typedef struct tpd_comm_ops {
     const char *name;
-    tpd_status (*allreduce)(tpd_comm *c, const void *send, void *recv, size_t count,
-                            tpd_dtype dt, tpd_comm_op op, void *stream);
+    tpd_status (*allreduce)(tpd_comm *c, const void *send, void *recv, size_t count, tpd_dtype dt,
+                            tpd_comm_op op, void *stream);
     tpd_status (*reduce_scatter)(tpd_comm *c, const void *send, void *recv, size_t recvcount,
                                  tpd_dtype dt, tpd_comm_op op, void *stream);
     tpd_status (*allgather)(tpd_comm *c, const void *send, void *recv, size_t sendcount,
@@ -27,8 +27,8 @@ typedef struct tpd_comm_ops {
                          int root);
     tpd_status (*gatherv)(tpd_comm *c, const void *send, size_t sendcount, void *recv,
                           const size_t *counts, const size_t *displs, tpd_dtype dt, int root);
-    tpd_status (*isend)(tpd_comm *c, const void *buf, size_t count, tpd_dtype dt, int peer,
-                        int tag, void *stream, tpd_comm_req **req_p);
+    tpd_status (*isend)(tpd_comm *c, const void *buf, size_t count, tpd_dtype dt, int peer, int tag,
+                        void *stream, tpd_comm_req **req_p);
     tpd_status (*irecv)(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer, int tag,
                         void *stream, tpd_comm_req **req_p);
     tpd_status (*wait)(tpd_comm *c, tpd_comm_req *req);

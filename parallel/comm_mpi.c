@@ -3,8 +3,8 @@
  * Errors: communicators use MPI_ERRORS_RETURN so that a failure is logged with the
  * group's name before the process leaves. A watchdog thread bounds every blocking call by
  * the timeout given to tpd_comm_mpi_set_timeout: past it the process logs and leaves with
- * TPD_EXIT_COMM through tpd_fatal, and the launcher (mpirun, srun) tears the job down, so no rank waits
- * forever on a dead peer. */
+ * TPD_EXIT_COMM through tpd_fatal, and the launcher (mpirun, srun) tears the job down, so no rank
+ * waits forever on a dead peer. */
 #include "parallel/comm.h"
 #include "parallel/comm_internal.h"
 
@@ -77,7 +77,8 @@ static void busy_end(void) {
 static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
     (void)dt;
     uint16_t *a = in, *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = tpd_bf16_from_f32(tpd_bf16_to_f32(a[i]) + tpd_bf16_to_f32(b[i]));
+    for (int i = 0; i < *len; i++)
+        b[i] = tpd_bf16_from_f32(tpd_bf16_to_f32(a[i]) + tpd_bf16_to_f32(b[i]));
 }
 static void bf16_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
     (void)dt;
@@ -90,11 +91,21 @@ static MPI_Op g_bf16_ops[2] = {MPI_OP_NULL, MPI_OP_NULL};
 static tpd_status map_types(tpd_comm *c, tpd_dtype dt, tpd_comm_op op, MPI_Datatype *mdt,
                             MPI_Op *mop) {
     switch (dt) {
-    case TPD_DTYPE_F32: *mdt = MPI_FLOAT; break;
-    case TPD_DTYPE_I32: *mdt = MPI_INT32_T; break;
-    case TPD_DTYPE_BF16: *mdt = MPI_UINT16_T; break;
-    case TPD_DTYPE_U8: *mdt = MPI_UINT8_T; break;
-    case TPD_DTYPE_F64: *mdt = MPI_DOUBLE; break;
+    case TPD_DTYPE_F32:
+        *mdt = MPI_FLOAT;
+        break;
+    case TPD_DTYPE_I32:
+        *mdt = MPI_INT32_T;
+        break;
+    case TPD_DTYPE_BF16:
+        *mdt = MPI_UINT16_T;
+        break;
+    case TPD_DTYPE_U8:
+        *mdt = MPI_UINT8_T;
+        break;
+    case TPD_DTYPE_F64:
+        *mdt = MPI_DOUBLE;
+        break;
     default:
         tpd_log_error("comm %s: unsupported dtype %d", c->name, (int)dt);
         return TPD_ERR_INVALID;
@@ -124,12 +135,12 @@ static tpd_status mpi_fail(tpd_comm *c, const char *what, int rc) {
     return TPD_ERR_COMM;
 }
 
-#define MPI_CALL(c, what, call)                                                               \
-    do {                                                                                      \
-        busy_begin(what);                                                                     \
-        int mpi_rc_ = (call);                                                                 \
-        busy_end();                                                                           \
-        if (mpi_rc_ != MPI_SUCCESS) return mpi_fail((c), (what), mpi_rc_);                    \
+#define MPI_CALL(c, what, call)                                                                    \
+    do {                                                                                           \
+        busy_begin(what);                                                                          \
+        int mpi_rc_ = (call);                                                                      \
+        busy_end();                                                                                \
+        if (mpi_rc_ != MPI_SUCCESS) return mpi_fail((c), (what), mpi_rc_);                         \
     } while (0)
 
 /* MPI counts are int: large buffers go in chunks. */
@@ -142,8 +153,8 @@ static tpd_status int_count(tpd_comm *c, const char *what, size_t count) {
     return TPD_ERR_UNSUPPORTED;
 }
 
-static tpd_status m_allreduce(tpd_comm *c, const void *send, void *recv, size_t count,
-                              tpd_dtype dt, tpd_comm_op op, void *stream) {
+static tpd_status m_allreduce(tpd_comm *c, const void *send, void *recv, size_t count, tpd_dtype dt,
+                              tpd_comm_op op, void *stream) {
     (void)stream;
     MPI_Datatype mdt;
     MPI_Op mop;
@@ -158,9 +169,8 @@ static tpd_status m_allreduce(tpd_comm *c, const void *send, void *recv, size_t 
     return TPD_OK;
 }
 
-static tpd_status m_reduce_scatter(tpd_comm *c, const void *send, void *recv,
-                                   size_t recvcount, tpd_dtype dt, tpd_comm_op op,
-                                   void *stream) {
+static tpd_status m_reduce_scatter(tpd_comm *c, const void *send, void *recv, size_t recvcount,
+                                   tpd_dtype dt, tpd_comm_op op, void *stream) {
     (void)stream;
     MPI_Datatype mdt;
     MPI_Op mop;
@@ -203,14 +213,14 @@ static tpd_status m_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype dt
     size_t es = tpd_dtype_size(dt);
     for (size_t off = 0; off < count; off += CHUNK) {
         size_t n = count - off < CHUNK ? count - off : CHUNK;
-        MPI_CALL(c, "broadcast", MPI_Bcast((char *)buf + off * es, (int)n, mdt, root,
-                                           c->ctx->comm));
+        MPI_CALL(c, "broadcast",
+                 MPI_Bcast((char *)buf + off * es, (int)n, mdt, root, c->ctx->comm));
     }
     return TPD_OK;
 }
 
-static tpd_status m_gather(tpd_comm *c, const void *send, void *recv, size_t count,
-                           tpd_dtype dt, int root) {
+static tpd_status m_gather(tpd_comm *c, const void *send, void *recv, size_t count, tpd_dtype dt,
+                           int root) {
     MPI_Datatype mdt;
     TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
     TPD_CHECK(int_count(c, "gather block", count));
@@ -220,8 +230,7 @@ static tpd_status m_gather(tpd_comm *c, const void *send, void *recv, size_t cou
 }
 
 static tpd_status m_gatherv(tpd_comm *c, const void *send, size_t sendcount, void *recv,
-                            const size_t *counts, const size_t *displs, tpd_dtype dt,
-                            int root) {
+                            const size_t *counts, const size_t *displs, tpd_dtype dt, int root) {
     MPI_Datatype mdt;
     TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
     TPD_CHECK(int_count(c, "gatherv block", sendcount));
@@ -278,8 +287,8 @@ static tpd_status m_isend(tpd_comm *c, const void *buf, size_t count, tpd_dtype 
     return TPD_OK;
 }
 
-static tpd_status m_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer,
-                          int tag, void *stream, tpd_comm_req **req_p) {
+static tpd_status m_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer, int tag,
+                          void *stream, tpd_comm_req **req_p) {
     (void)stream;
     MPI_Datatype mdt;
     TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
@@ -324,8 +333,7 @@ static tpd_status wrap(MPI_Comm mc, tpd_comm **out_p);
 
 static tpd_status m_split(tpd_comm *c, int color, int key, tpd_comm **out_p) {
     MPI_Comm nc;
-    MPI_CALL(c, "split", MPI_Comm_split(c->ctx->comm, color < 0 ? MPI_UNDEFINED : color, key,
-                                        &nc));
+    MPI_CALL(c, "split", MPI_Comm_split(c->ctx->comm, color < 0 ? MPI_UNDEFINED : color, key, &nc));
     if (nc == MPI_COMM_NULL) {
         *out_p = NULL;
         return TPD_OK;
@@ -439,8 +447,7 @@ tpd_status tpd_comm_mpi_split_node(tpd_comm *c, tpd_comm **node_p) {
     }
     MPI_Comm nc;
     MPI_CALL(c, "node split",
-             MPI_Comm_split_type(c->ctx->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
-                                 &nc));
+             MPI_Comm_split_type(c->ctx->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &nc));
     tpd_comm *n = NULL;
     TPD_CHECK(wrap(nc, &n));
     snprintf(n->name, sizeof n->name, "node");

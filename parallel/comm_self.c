@@ -9,15 +9,15 @@
 
 #include "parallel/comm_internal.h"
 
-static tpd_status s_copy(tpd_comm *c, const void *send, void *recv, size_t count,
-                         tpd_dtype dt, tpd_comm_op op, void *stream) {
+static tpd_status s_copy(tpd_comm *c, const void *send, void *recv, size_t count, tpd_dtype dt,
+                         tpd_comm_op op, void *stream) {
     (void)c, (void)op, (void)stream;
     if (send != recv && count) memmove(recv, send, count * tpd_dtype_size(dt));
     return TPD_OK;
 }
 
-static tpd_status s_allgather(tpd_comm *c, const void *send, void *recv, size_t count,
-                              tpd_dtype dt, void *stream) {
+static tpd_status s_allgather(tpd_comm *c, const void *send, void *recv, size_t count, tpd_dtype dt,
+                              void *stream) {
     return s_copy(c, send, recv, count, dt, TPD_COMM_OP_SUM, stream);
 }
 
@@ -27,15 +27,14 @@ static tpd_status s_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype dt
     return TPD_OK;
 }
 
-static tpd_status s_gather(tpd_comm *c, const void *send, void *recv, size_t count,
-                           tpd_dtype dt, int root) {
+static tpd_status s_gather(tpd_comm *c, const void *send, void *recv, size_t count, tpd_dtype dt,
+                           int root) {
     (void)root;
     return s_copy(c, send, recv, count, dt, TPD_COMM_OP_SUM, NULL);
 }
 
 static tpd_status s_gatherv(tpd_comm *c, const void *send, size_t sendcount, void *recv,
-                            const size_t *counts, const size_t *displs, tpd_dtype dt,
-                            int root) {
+                            const size_t *counts, const size_t *displs, tpd_dtype dt, int root) {
     (void)counts, (void)root;
     char *at = (char *)recv + displs[0] * tpd_dtype_size(dt);
     return s_copy(c, send, at, sendcount, dt, TPD_COMM_OP_SUM, NULL);

@@ -42,7 +42,6 @@ static tpd_status cuda_check(tpd_comm *c, cudaError_t e, const char *what) {
     return TPD_ERR_BACKEND;
 }
 
-
 static tpd_status host_buf(tpd_comm *c, int which, size_t bytes, void **p) {
     staged_ctx *x = CTX(c);
     if (bytes > x->cap[which] || x->host[which] == NULL) {
@@ -74,11 +73,13 @@ static tpd_status to_device(tpd_comm *c, void *dst, const void *src, size_t byte
 }
 
 static void bf16_to_f32(float *dst, const uint16_t *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = tpd_bf16_to_f32(src[i]);
+    for (size_t i = 0; i < n; i++)
+        dst[i] = tpd_bf16_to_f32(src[i]);
 }
 
 static void f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = tpd_bf16_from_f32(src[i]);
+    for (size_t i = 0; i < n; i++)
+        dst[i] = tpd_bf16_from_f32(src[i]);
 }
 
 /* Reductions: in_count elements in, out_count out (all-reduce: equal; reduce-scatter:

@@ -9,8 +9,8 @@ tpd_status tpd_mesh_init(int world_size, int rank, int tp, int pp, int dp, tpd_m
                       world_size, tp, pp, dp, rank);
         return TPD_ERR_INVALID;
     }
-    tpd_mesh m = {.tp_size = tp, .pp_size = pp, .dp_size = dp, .world_size = world_size,
-                  .rank = rank};
+    tpd_mesh m = {
+        .tp_size = tp, .pp_size = pp, .dp_size = dp, .world_size = world_size, .rank = rank};
     tpd_mesh_coords_of(&m, rank, &m.tp, &m.dp, &m.pp);
     *mesh_p = m;
     return TPD_OK;
@@ -34,20 +34,23 @@ const char *tpd_mesh_group_name(tpd_mesh_group g) {
 int tpd_mesh_group_members(const tpd_mesh *m, tpd_mesh_group g, int rank, int *out, int cap) {
     int tp, dp, pp, n = 0;
     tpd_mesh_coords_of(m, rank, &tp, &dp, &pp);
-#define PUSH(r)                                                                               \
-    do {                                                                                      \
-        if (n < cap) out[n] = (r);                                                            \
-        n++;                                                                                  \
+#define PUSH(r)                                                                                    \
+    do {                                                                                           \
+        if (n < cap) out[n] = (r);                                                                 \
+        n++;                                                                                       \
     } while (0)
     switch (g) {
     case TPD_MESH_GROUP_TP:
-        for (int i = 0; i < m->tp_size; i++) PUSH(tpd_mesh_rank_of(m, i, dp, pp));
+        for (int i = 0; i < m->tp_size; i++)
+            PUSH(tpd_mesh_rank_of(m, i, dp, pp));
         break;
     case TPD_MESH_GROUP_DP:
-        for (int i = 0; i < m->dp_size; i++) PUSH(tpd_mesh_rank_of(m, tp, i, pp));
+        for (int i = 0; i < m->dp_size; i++)
+            PUSH(tpd_mesh_rank_of(m, tp, i, pp));
         break;
     case TPD_MESH_GROUP_PP:
-        for (int i = 0; i < m->pp_size; i++) PUSH(tpd_mesh_rank_of(m, tp, dp, i));
+        for (int i = 0; i < m->pp_size; i++)
+            PUSH(tpd_mesh_rank_of(m, tp, dp, i));
         break;
     case TPD_MESH_GROUP_EMB:
         if (pp == 0 || pp == m->pp_size - 1) {
@@ -58,7 +61,8 @@ int tpd_mesh_group_members(const tpd_mesh *m, tpd_mesh_group g, int rank, int *o
     case TPD_MESH_GROUP_MP:
         /* ascending world rank: pp outer, tp inner */
         for (int s = 0; s < m->pp_size; s++)
-            for (int i = 0; i < m->tp_size; i++) PUSH(tpd_mesh_rank_of(m, i, dp, s));
+            for (int i = 0; i < m->tp_size; i++)
+                PUSH(tpd_mesh_rank_of(m, i, dp, s));
         break;
     default:
         break;
@@ -67,21 +71,33 @@ int tpd_mesh_group_members(const tpd_mesh *m, tpd_mesh_group g, int rank, int *o
     return n;
 }
 
-void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *color_p,
-                          int *key_p) {
+void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *color_p, int *key_p) {
     int tp, dp, pp;
     tpd_mesh_coords_of(m, rank, &tp, &dp, &pp);
     int color = -1, key = rank;
     switch (g) {
-    case TPD_MESH_GROUP_TP: color = dp + m->dp_size * pp; key = tp; break;
-    case TPD_MESH_GROUP_DP: color = tp + m->tp_size * pp; key = dp; break;
-    case TPD_MESH_GROUP_PP: color = tp + m->tp_size * dp; key = pp; break;
+    case TPD_MESH_GROUP_TP:
+        color = dp + m->dp_size * pp;
+        key = tp;
+        break;
+    case TPD_MESH_GROUP_DP:
+        color = tp + m->tp_size * pp;
+        key = dp;
+        break;
+    case TPD_MESH_GROUP_PP:
+        color = tp + m->tp_size * dp;
+        key = pp;
+        break;
     case TPD_MESH_GROUP_EMB:
         if (pp == 0 || pp == m->pp_size - 1) color = tp + m->tp_size * dp;
         key = pp;
         break;
-    case TPD_MESH_GROUP_MP: color = dp; key = tp + m->tp_size * pp; break;
-    default: break;
+    case TPD_MESH_GROUP_MP:
+        color = dp;
+        key = tp + m->tp_size * pp;
+        break;
+    default:
+        break;
     }
     *color_p = color;
     *key_p = key;
@@ -95,9 +111,9 @@ tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_co
         int color, key;
         tpd_mesh_group_color(m, (tpd_mesh_group)g, m->rank, &color, &key);
         /* every rank takes part in every split (collective), non-members pass color -1 */
-        TPD_CHECK_GOTO(tpd_comm_split(world, color, key, tpd_mesh_group_name((tpd_mesh_group)g),
-                                      slots[g]),
-                       st, undo_splits);
+        TPD_CHECK_GOTO(
+            tpd_comm_split(world, color, key, tpd_mesh_group_name((tpd_mesh_group)g), slots[g]), st,
+            undo_splits);
     }
     *comms_p = c;
     return TPD_OK;

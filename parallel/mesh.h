@@ -41,8 +41,7 @@ const char *tpd_mesh_group_name(tpd_mesh_group g);
 int tpd_mesh_group_members(const tpd_mesh *m, tpd_mesh_group g, int rank, int *out, int cap);
 
 /* Color/key for MPI_Comm_split / ncclCommSplit of group g (color -1 = not a member). */
-void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *color_p,
-                          int *key_p);
+void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *color_p, int *key_p);
 
 /* One communicator per dimension, split from the world. */
 typedef struct tpd_mesh_comms {

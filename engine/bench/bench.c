@@ -37,7 +37,8 @@ tpd_status tpd_bench_measure(tpd_trainer *tr, int warmup, int steps, tpd_bench_r
     r.micro_batches = tpd_trainer_micro_batches(tr);
     r.pipe_compute_s = acc[0];
     r.pipe_wait_s = acc[1];
-    for (int s = 0; s < P && n > 0; s++) r.stage_compute_s[s] = acc[2 + s] / n;
+    for (int s = 0; s < P && n > 0; s++)
+        r.stage_compute_s[s] = acc[2 + s] / n;
     *r_p = r;
     return TPD_OK;
 }

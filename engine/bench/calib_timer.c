@@ -7,15 +7,15 @@
 
 #include "base/clock.h"
 
-tpd_status tpd_calib_time(tpd_comm *world, const tpd_calib_options *opt, tpd_calib_fn fn,
-                          void *arg, double *t_p) {
+tpd_status tpd_calib_time(tpd_comm *world, const tpd_calib_options *opt, tpd_calib_fn fn, void *arg,
+                          double *t_p) {
     TPD_CHECK(tpd_comm_barrier(world));
     TPD_CHECK(fn(arg)); /* warm caches and lazily allocated scratch */
     double t0 = tpd_clock_s();
     TPD_CHECK(fn(arg));
     double slowest = tpd_clock_s() - t0;
-    TPD_CHECK(tpd_comm_allreduce(world, &slowest, &slowest, 1, TPD_DTYPE_F64, TPD_COMM_OP_MAX,
-                                 NULL));
+    TPD_CHECK(
+        tpd_comm_allreduce(world, &slowest, &slowest, 1, TPD_DTYPE_F64, TPD_COMM_OP_MAX, NULL));
     int reps = slowest > 0 ? (int)(opt->budget_s / slowest) : 1000;
     if (reps < opt->min_reps) reps = opt->min_reps;
     if (reps > 1000) reps = 1000;
@@ -24,7 +24,8 @@ tpd_status tpd_calib_time(tpd_comm *world, const tpd_calib_options *opt, tpd_cal
      * otherwise time itself at full speed. The window sees the share. */
     TPD_CHECK(tpd_comm_barrier(world));
     double a = tpd_clock_s();
-    for (int i = 0; i < reps; i++) TPD_CHECK(fn(arg));
+    for (int i = 0; i < reps; i++)
+        TPD_CHECK(fn(arg));
     TPD_CHECK(tpd_comm_barrier(world));
     double sum = (tpd_clock_s() - a) / reps;
     TPD_CHECK(tpd_comm_allreduce(world, &sum, &sum, 1, TPD_DTYPE_F64, TPD_COMM_OP_SUM, NULL));

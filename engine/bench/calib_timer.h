@@ -15,8 +15,8 @@ typedef tpd_status (*tpd_calib_fn)(void *arg);
 /* Seconds per call of fn: every rank of `world` runs it at once, the same number of
  * times (enough for opt->budget_s on the slowest rank), between two barriers; the
  * window over the calls, averaged over ranks (the same on every rank). Collective. */
-tpd_status tpd_calib_time(tpd_comm *world, const tpd_calib_options *opt, tpd_calib_fn fn,
-                          void *arg, double *t_p);
+tpd_status tpd_calib_time(tpd_comm *world, const tpd_calib_options *opt, tpd_calib_fn fn, void *arg,
+                          double *t_p);
 
 /* Least-squares fit of t = x * inv_bw + y * lat with relative weights (1/t^2), both
  * coefficients kept >= 0. Returns 0 when there are fewer than two usable points. */

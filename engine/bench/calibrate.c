@@ -37,7 +37,7 @@ typedef struct bufs {
     float *mean, *rstd;       /* (N) */
     int32_t *tgt;             /* (N) */
     size_t elems;
-    int N, C, OC;             /* shapes of the call being timed */
+    int N, C, OC; /* shapes of the call being timed */
     int B, T, NH, HS;
     size_t n;
 } bufs;
@@ -48,8 +48,7 @@ static tpd_status k_mm_fwd(void *p) {
 }
 static tpd_status k_mm_bwd(void *p) {
     bufs *x = p;
-    return tpd_kern_matmul_bwd(x->kb, x->d, x->e, NULL, x->c, x->a, x->b, x->N, x->C,
-                                  x->OC);
+    return tpd_kern_matmul_bwd(x->kb, x->d, x->e, NULL, x->c, x->a, x->b, x->N, x->C, x->OC);
 }
 static tpd_status k_att_fwd(void *p) {
     bufs *x = p;
@@ -57,8 +56,7 @@ static tpd_status k_att_fwd(void *p) {
 }
 static tpd_status k_att_bwd(void *p) {
     bufs *x = p;
-    return tpd_kern_attention_bwd(x->kb, x->e, x->c, x->a, x->c, x->d, x->B, x->T, x->NH,
-                                     x->HS);
+    return tpd_kern_attention_bwd(x->kb, x->e, x->c, x->a, x->c, x->d, x->B, x->T, x->NH, x->HS);
 }
 static tpd_status k_add(void *p) {
     bufs *x = p;
@@ -66,13 +64,12 @@ static tpd_status k_add(void *p) {
 }
 static tpd_status k_ln_fwd(void *p) {
     bufs *x = p;
-    return tpd_kern_layernorm_fwd(x->kb, x->c, x->mean, x->rstd, x->a, x->b, x->e, x->N,
-                                     x->C);
+    return tpd_kern_layernorm_fwd(x->kb, x->c, x->mean, x->rstd, x->a, x->b, x->e, x->N, x->C);
 }
 static tpd_status k_ln_bwd(void *p) {
     bufs *x = p;
-    return tpd_kern_layernorm_bwd(x->kb, x->d, x->e, x->e + x->C, x->c, x->a, x->b,
-                                     x->mean, x->rstd, x->N, x->C);
+    return tpd_kern_layernorm_bwd(x->kb, x->d, x->e, x->e + x->C, x->c, x->a, x->b, x->mean,
+                                  x->rstd, x->N, x->C);
 }
 static tpd_status k_gelu_fwd(void *p) {
     bufs *x = p;
@@ -84,7 +81,8 @@ static tpd_status k_gelu_bwd(void *p) {
 }
 static tpd_status k_xent_fwd(void *p) {
     bufs *x = p;
-    float *mx = x->e, *se = x->e + x->N, *tg = x->e + 2 * (size_t)x->N, *loss = x->e + 3 * (size_t)x->N;
+    float *mx = x->e, *se = x->e + x->N, *tg = x->e + 2 * (size_t)x->N,
+          *loss = x->e + 3 * (size_t)x->N;
     TPD_CHECK(tpd_kern_xent_max(x->kb, mx, x->a, x->N, x->OC, x->OC));
     TPD_CHECK(tpd_kern_xent_sumexp(x->kb, se, tg, x->a, mx, x->tgt, x->N, x->OC, x->OC, 0));
     return tpd_kern_xent_loss(x->kb, loss, mx, se, tg, x->N);
@@ -92,13 +90,12 @@ static tpd_status k_xent_fwd(void *p) {
 static tpd_status k_xent_bwd(void *p) {
     bufs *x = p;
     /* In place on a copy-free scratch: the values stay finite over repetitions. */
-    return tpd_kern_xent_bwd(x->kb, x->c, x->e, x->e + x->N, x->tgt, 1e-3f, x->N, x->OC,
-                                x->OC, 0);
+    return tpd_kern_xent_bwd(x->kb, x->c, x->e, x->e + x->N, x->tgt, 1e-3f, x->N, x->OC, x->OC, 0);
 }
 static tpd_status k_adamw(void *p) {
     bufs *x = p;
-    return tpd_kern_adamw(x->kb, x->a, NULL, x->b, x->c, x->d, x->n, 1e-4f, 0.9f, 0.95f,
-                             1e-8f, 0.1f, 1, 1.0f);
+    return tpd_kern_adamw(x->kb, x->a, NULL, x->b, x->c, x->d, x->n, 1e-4f, 0.9f, 0.95f, 1e-8f,
+                          0.1f, 1, 1.0f);
 }
 static tpd_status k_sumsq(void *p) {
     bufs *x = p;
@@ -143,8 +140,12 @@ static void build_curve(double *fl, double *rate, int n, double peak, int *len_p
     /* insertion sort by flops (n is small) */
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && fl[j] < fl[j - 1]; j--) {
-            double t = fl[j]; fl[j] = fl[j - 1]; fl[j - 1] = t;
-            t = rate[j]; rate[j] = rate[j - 1]; rate[j - 1] = t;
+            double t = fl[j];
+            fl[j] = fl[j - 1];
+            fl[j - 1] = t;
+            t = rate[j];
+            rate[j] = rate[j - 1];
+            rate[j - 1] = t;
         }
     for (int i = 0; i < n; i++) {
         if (m > 0 && fl[i] <= xs[m - 1] * 1.03) {
@@ -204,9 +205,9 @@ static void add_size(size_t *v, int *n, size_t x) {
     if (*n < MAX_SIZES && x > 0) v[(*n)++] = x;
 }
 
-static tpd_status measure_kernels(const tpd_config *cfg, tpd_comm *w,
-                                  const tpd_calib_options *o, tpd_kern_backend *kb,
-                                  tpd_plan_cluster *c, char *notes, size_t nlen) {
+static tpd_status measure_kernels(const tpd_config *cfg, tpd_comm *w, const tpd_calib_options *o,
+                                  tpd_kern_backend *kb, tpd_plan_cluster *c, char *notes,
+                                  size_t nlen) {
     tpd_status st = TPD_OK;
     const tpd_config_model *md = &cfg->model;
     shapes sh;
@@ -214,7 +215,8 @@ static tpd_status measure_kernels(const tpd_config *cfg, tpd_comm *w,
     int T = md->seq_length, C = md->hidden_size, NH = md->num_attention_heads;
     int F = md->ffn_hidden_size > 0 ? md->ffn_hidden_size : 4 * C, HS = C / NH;
     int maxmbs = 1;
-    for (int i = 0; i < sh.nmbs; i++) maxmbs = sh.mbs[i] > maxmbs ? sh.mbs[i] : maxmbs;
+    for (int i = 0; i < sh.nmbs; i++)
+        maxmbs = sh.mbs[i] > maxmbs ? sh.mbs[i] : maxmbs;
     int Vp = tpd_config_padded_vocab(cfg, 1), Nmax = maxmbs * T;
     double params = tpd_plan_params_count(cfg);
     size_t wide = (size_t)(3 * C > F ? 3 * C : F);
@@ -228,12 +230,12 @@ static tpd_status measure_kernels(const tpd_config *cfg, tpd_comm *w,
     float **all[5] = {&x.a, &x.b, &x.c, &x.d, &x.e};
     int got = 0;
     for (; got < 5; got++)
-        TPD_CHECK_GOTO(tpd_kern_alloc(kb, elems * sizeof(float), (void **)all[got]), st,
-                       free_bufs);
+        TPD_CHECK_GOTO(tpd_kern_alloc(kb, elems * sizeof(float), (void **)all[got]), st, free_bufs);
     x.mean = malloc((size_t)Nmax * sizeof(float));
     x.rstd = malloc((size_t)Nmax * sizeof(float));
     x.tgt = malloc((size_t)Nmax * sizeof(int32_t));
-    if (!x.mean || !x.rstd || !x.tgt) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_bufs, "calibrate: out of memory");
+    if (!x.mean || !x.rstd || !x.tgt)
+        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_bufs, "calibrate: out of memory");
     for (size_t i = 0; i < elems; i++) {
         float v = 0.01f * (float)((i * 2654435761u) % 1000) / 1000.0f;
         x.a[i] = v;
@@ -242,7 +244,8 @@ static tpd_status measure_kernels(const tpd_config *cfg, tpd_comm *w,
         x.d[i] = 0.0f;
         x.e[i] = 1.0f;
     }
-    for (int i = 0; i < Nmax; i++) x.tgt[i] = (i * 7) % (Vp > 257 ? 257 : Vp);
+    for (int i = 0; i < Nmax; i++)
+        x.tgt[i] = (i * 7) % (Vp > 257 ? 257 : Vp);
 
     /* Linear layers and attention. */
     double fl[MAX_POINTS], rate[MAX_POINTS], ratio[MAX_POINTS];
@@ -285,9 +288,10 @@ static tpd_status measure_kernels(const tpd_config *cfg, tpd_comm *w,
             arate[na] = afl[na] / tf;
             aratio[na] = tb / tf;
             if (off < nlen)
-                off += (size_t)snprintf(notes + off, nlen - off,
-                                        "  attention B=%d T=%d heads=%d: fwd %.1f us, bwd %.1f us\n",
-                                        x.B, T, x.NH, 1e6 * tf, 1e6 * tb);
+                off +=
+                    (size_t)snprintf(notes + off, nlen - off,
+                                     "  attention B=%d T=%d heads=%d: fwd %.1f us, bwd %.1f us\n",
+                                     x.B, T, x.NH, 1e6 * tf, 1e6 * tb);
             na++;
         }
     }
@@ -306,11 +310,14 @@ static tpd_status measure_kernels(const tpd_config *cfg, tpd_comm *w,
             add_size(s_nc, &n_nc, N);
             add_size(s_nf, &n_nf, N * (size_t)(F / sh.tp[it]));
         }
-    for (double d = 1; d <= 16 && params / d >= 1024; d *= 2) add_size(s_par, &n_par, (size_t)(params / d));
+    for (double d = 1; d <= 16 && params / d >= 1024; d *= 2)
+        add_size(s_par, &n_par, (size_t)(params / d));
     size_t s_add[MAX_SIZES];
     int n_add = 0;
-    for (int i = 0; i < n_nc; i++) add_size(s_add, &n_add, s_nc[i] * (size_t)C);
-    for (int i = 0; i < n_nf; i++) add_size(s_add, &n_add, s_nf[i]);
+    for (int i = 0; i < n_nc; i++)
+        add_size(s_add, &n_add, s_nc[i] * (size_t)C);
+    for (int i = 0; i < n_nf; i++)
+        add_size(s_add, &n_add, s_nf[i]);
     TPD_CHECK_GOTO(per_element(w, o, &x, k_add, s_add, n_add, &c->ew_add), st, free_bufs);
     TPD_CHECK_GOTO(per_element(w, o, &x, k_gelu_fwd, s_nf, n_nf, &c->ew_gelu_fwd), st, free_bufs);
     TPD_CHECK_GOTO(per_element(w, o, &x, k_gelu_bwd, s_nf, n_nf, &c->ew_gelu_bwd), st, free_bufs);
@@ -354,7 +361,8 @@ free_bufs:
     free(x.tgt);
     free(x.rstd);
     free(x.mean);
-    for (int i = 0; i < got; i++) tpd_kern_free(kb, *all[i]);
+    for (int i = 0; i < got; i++)
+        tpd_kern_free(kb, *all[i]);
     return st;
 }
 
@@ -374,8 +382,8 @@ static tpd_status k_sync(void *p) {
     if (s->mode & 1)
         TPD_CHECK(tpd_kern_matmul_fwd(s->kb, s->o, s->a, s->w, NULL, s->N, s->C, s->OC));
     if ((s->mode & 2) && s->g)
-        TPD_CHECK(tpd_comm_allreduce(s->g, s->act, s->act, (size_t)s->N * s->C,
-                                       TPD_DTYPE_F32, TPD_COMM_OP_SUM, NULL));
+        TPD_CHECK(tpd_comm_allreduce(s->g, s->act, s->act, (size_t)s->N * s->C, TPD_DTYPE_F32,
+                                     TPD_COMM_OP_SUM, NULL));
     return TPD_OK;
 }
 
@@ -403,7 +411,8 @@ static tpd_status measure_sync(const tpd_config *cfg, tpd_comm *w, const tpd_cal
     for (int gi = 0; gi < (tpd_comm_size(w) > 2 ? 2 : 1); gi++) {
         int g = groups[gi];
         if (tpd_comm_size(w) % g != 0) continue;
-        TPD_CHECK_GOTO(tpd_comm_split(w, tpd_comm_rank(w) / g, tpd_comm_rank(w), "calib", &s.g), st, free_bufs);
+        TPD_CHECK_GOTO(tpd_comm_split(w, tpd_comm_rank(w) / g, tpd_comm_rank(w), "calib", &s.g), st,
+                       free_bufs);
         /* A time slice is milliseconds: average over many of them (10x the budget). */
         tpd_calib_options lo = *o;
         lo.budget_s = 10 * o->budget_s;
@@ -442,12 +451,13 @@ static tpd_status node_share(tpd_comm *world, int *ranks_p, int *cores_p) {
     tpd_status st = all ? TPD_OK : TPD_ERR_NOMEM;
     CPU_ZERO(&mine);
     if (sched_getaffinity(0, sizeof mine, &mine) != 0)
-        for (int i = 0; i < tpd_cpu_online_cores() && i < CPU_SETSIZE; i++) CPU_SET(i, &mine);
+        for (int i = 0; i < tpd_cpu_online_cores() && i < CPU_SETSIZE; i++)
+            CPU_SET(i, &mine);
     /* every rank allocates the same, so all take the same branch */
-    if (st == TPD_OK)
-        st = tpd_comm_allgather(node, &mine, all, sizeof mine, TPD_DTYPE_U8, NULL);
+    if (st == TPD_OK) st = tpd_comm_allgather(node, &mine, all, sizeof mine, TPD_DTYPE_U8, NULL);
     if (st == TPD_OK) {
-        for (int r = 1; r < n; r++) CPU_OR(&all[0], &all[0], &all[r]);
+        for (int r = 1; r < n; r++)
+            CPU_OR(&all[0], &all[0], &all[r]);
         *ranks_p = n;
         *cores_p = CPU_COUNT(&all[0]);
     } else if (st == TPD_ERR_NOMEM) {

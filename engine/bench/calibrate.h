@@ -1,6 +1,6 @@
 /* `tripod bench --calibrate`: measures this machine and writes a cluster profile
- * (the format of the files in configs/clusters/, backend: cpu) that makes the planner predict the cpu
- * backend's own runs.
+ * (the format of the files in configs/clusters/, backend: cpu) that makes the planner predict the
+ * cpu backend's own runs.
  *
  * What is measured, with every rank of the job running the same kernel at the same time
  * (so ranks that share cores are measured sharing them, as they train):
@@ -37,7 +37,8 @@ typedef struct tpd_calib_options {
     char name[64];   /* profile name; "" = the output file's base name */
 } tpd_calib_options;
 
-#define TPD_CALIB_OPTIONS_INIT {0.02, 3, 0, ""}
+#define TPD_CALIB_OPTIONS_INIT                                                                     \
+    { 0.02, 3, 0, "" }
 
 /* Measures everything on `world` (MPI) and fills a cpu cluster profile. Collective.
  * cfg gives the shapes (model, micro-batch, threads). notes (may be NULL) receives the
@@ -45,7 +46,6 @@ typedef struct tpd_calib_options {
  * rank 0). */
 tpd_status tpd_calib_run(const tpd_config *cfg, tpd_comm *world, const tpd_calib_options *opt,
                          tpd_plan_cluster *cluster_p, char **notes_p);
-
 
 #ifdef __cplusplus
 }

@@ -16,10 +16,10 @@
 #define MAX_GROUPS 8
 
 typedef struct comm_arg {
-    tpd_comm *c;   /* the group (NULL: this rank sits out) */
+    tpd_comm *c; /* the group (NULL: this rank sits out) */
     float *buf, *out;
-    size_t count;  /* floats per rank */
-    int kind;      /* 0 all-reduce, 1 reduce-scatter, 2 all-gather, 3 ping-pong */
+    size_t count; /* floats per rank */
+    int kind;     /* 0 all-reduce, 1 reduce-scatter, 2 all-gather, 3 ping-pong */
 } comm_arg;
 
 static tpd_status run_comm(void *p) {
@@ -29,13 +29,13 @@ static tpd_status run_comm(void *p) {
     switch (a->kind) {
     case 0:
         return tpd_comm_allreduce(c, a->buf, a->buf, a->count, TPD_DTYPE_F32, TPD_COMM_OP_SUM,
-                                 NULL);
+                                  NULL);
     case 1:
         return tpd_comm_reduce_scatter(c, a->buf, a->out, a->count / (size_t)tpd_comm_size(c),
-                                      TPD_DTYPE_F32, TPD_COMM_OP_SUM, NULL);
+                                       TPD_DTYPE_F32, TPD_COMM_OP_SUM, NULL);
     case 2:
-        return tpd_comm_allgather(c, a->buf, a->out, a->count / (size_t)tpd_comm_size(c), TPD_DTYPE_F32,
-                                 NULL);
+        return tpd_comm_allgather(c, a->buf, a->out, a->count / (size_t)tpd_comm_size(c),
+                                  TPD_DTYPE_F32, NULL);
     default: {
         tpd_comm_req *r = NULL;
         int peer = tpd_comm_rank(c) ^ 1;
@@ -64,8 +64,8 @@ tpd_status tpd_calib_comm(tpd_comm *world, const tpd_config *cfg, const tpd_cali
     c->p2p_latency = 1e-6;
     if (W < 2) return TPD_OK;
     /* 4 bytes to 4 MB, with the TP all-reduce of one micro-batch's activation inside. */
-    size_t act = (size_t)cfg->training.micro_batch_size * cfg->model.seq_length *
-                 cfg->model.hidden_size;
+    size_t act =
+        (size_t)cfg->training.micro_batch_size * cfg->model.seq_length * cfg->model.hidden_size;
     size_t sizes[N_SIZES] = {8, 1024, 16384, act, 262144, 1048576};
     size_t maxn = 0;
     for (int i = 0; i < N_SIZES; i++) {
@@ -90,8 +90,9 @@ tpd_status tpd_calib_comm(tpd_comm *world, const tpd_config *cfg, const tpd_cali
     for (int gi = 0; gi < ng; gi++) {
         int g = groups[gi];
         tpd_comm *sub = NULL;
-        TPD_CHECK_GOTO(tpd_comm_split(world, tpd_comm_rank(world) / g, tpd_comm_rank(world), "calib", &sub), st,
-                       free_bufs);
+        TPD_CHECK_GOTO(
+            tpd_comm_split(world, tpd_comm_rank(world) / g, tpd_comm_rank(world), "calib", &sub),
+            st, free_bufs);
         a.c = sub;
         for (int si = 0; si < N_SIZES; si++) {
             double t[3];
@@ -122,8 +123,8 @@ tpd_status tpd_calib_comm(tpd_comm *world, const tpd_config *cfg, const tpd_cali
     /* Ping-pong between ranks 2k and 2k+1 (an odd last rank sits out). */
     tpd_comm *pair = NULL;
     int in_pair = tpd_comm_rank(world) < W - W % 2;
-    TPD_CHECK_GOTO(tpd_comm_split(world, in_pair ? tpd_comm_rank(world) / 2 : -1, tpd_comm_rank(world), "calib",
-                                  &pair),
+    TPD_CHECK_GOTO(tpd_comm_split(world, in_pair ? tpd_comm_rank(world) / 2 : -1,
+                                  tpd_comm_rank(world), "calib", &pair),
                    st, free_bufs);
     a.c = in_pair ? pair : NULL;
     a.kind = 3;

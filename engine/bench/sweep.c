@@ -87,8 +87,8 @@ static void summarize(const double *all, int ranks, int steps, tpd_sweep_trial *
 /* The config of one layout, through tpd_config_load so its relation checks apply, then
  * the world checks. Returns 0 with the reason when the layout is invalid. */
 static int trial_config(const char *path, int n_ovr, const char *const *ovr, int tp, int pp,
-                        int mbs, int zero, int sp, int rc, int world, tpd_config *cfg,
-                        char *why, size_t len) {
+                        int mbs, int zero, int sp, int rc, int world, tpd_config *cfg, char *why,
+                        size_t len) {
     /* the user's overrides, then the layout's, which win */
     const char **all = malloc(((size_t)n_ovr + 8) * sizeof *all);
     char o_tp[64], o_pp[64], o_mbs[64], o_zero[64], o_sp[64], o_rc[64];
@@ -97,7 +97,8 @@ static int trial_config(const char *path, int n_ovr, const char *const *ovr, int
         snprintf(why, len, "out of memory");
         return 0;
     }
-    for (int i = 0; i < n_ovr; i++) all[n++] = ovr[i];
+    for (int i = 0; i < n_ovr; i++)
+        all[n++] = ovr[i];
     snprintf(o_tp, sizeof o_tp, "parallel.tensor_model_parallel_size=%d", tp);
     snprintf(o_pp, sizeof o_pp, "parallel.pipeline_model_parallel_size=%d", pp);
     all[n++] = o_tp;
@@ -113,18 +114,20 @@ static int trial_config(const char *path, int n_ovr, const char *const *ovr, int
         all[n++] = o_zero;
     }
     if (sp >= 0) {
-        snprintf(o_sp, sizeof o_sp, "parallel.sequence_parallel=%s", sp && tp > 1 ? "true" : "false");
+        snprintf(o_sp, sizeof o_sp, "parallel.sequence_parallel=%s",
+                 sp && tp > 1 ? "true" : "false");
         all[n++] = o_sp;
     }
     if (rc >= 0) {
-        snprintf(o_rc, sizeof o_rc, "training.recompute=%s", tpd_config_choice("training.recompute", rc));
+        snprintf(o_rc, sizeof o_rc, "training.recompute=%s",
+                 tpd_config_choice("training.recompute", rc));
         all[n++] = o_rc;
     }
     if (sp == 1 && tp == 1)
         snprintf(why, len, "sequence parallel needs TP > 1");
     else if (world % (tp * pp) != 0)
-        snprintf(why, len, "TP*PP = %d*%d = %d does not divide the world size %d", tp, pp,
-                 tp * pp, world);
+        snprintf(why, len, "TP*PP = %d*%d = %d does not divide the world size %d", tp, pp, tp * pp,
+                 world);
     else
         ok = tpd_config_load(path, n, all, cfg, why, len) == TPD_OK &&
              tpd_config_check_world(cfg, world, why, len) == TPD_OK &&
@@ -172,8 +175,10 @@ static void run_trial(const tpd_config *cfg, tpd_comm *world, const tpd_sweep_op
     double *all = NULL;
     tpd_status st = mine ? tpd_trainer_create(cfg, world, &tr) : TPD_ERR_NOMEM;
     if (!agree(world, st == TPD_OK)) {
-        snprintf(t->reason, sizeof t->reason, "creating the trainer failed (%s on at least "
-                 "one rank; see the log)", tpd_status_str(st != TPD_OK ? st : TPD_ERR_COMM));
+        snprintf(t->reason, sizeof t->reason,
+                 "creating the trainer failed (%s on at least "
+                 "one rank; see the log)",
+                 tpd_status_str(st != TPD_OK ? st : TPD_ERR_COMM));
         t->state = TPD_SWEEP_FAILED;
         goto out;
     }
@@ -190,8 +195,10 @@ static void run_trial(const tpd_config *cfg, tpd_comm *world, const tpd_sweep_op
         st = tpd_trainer_step(tr, &s);
         /* A failed step on one rank must not leave the others in the next collective. */
         if (!agree(world, st == TPD_OK)) {
-            snprintf(t->reason, sizeof t->reason, "step %d failed (%s on at least one rank; "
-                     "see the log)", i + 1, tpd_status_str(st != TPD_OK ? st : TPD_ERR_COMM));
+            snprintf(t->reason, sizeof t->reason,
+                     "step %d failed (%s on at least one rank; "
+                     "see the log)",
+                     i + 1, tpd_status_str(st != TPD_OK ? st : TPD_ERR_COMM));
             t->state = TPD_SWEEP_FAILED;
             goto out;
         }
@@ -212,8 +219,8 @@ static void run_trial(const tpd_config *cfg, tpd_comm *world, const tpd_sweep_op
     t->peak_mem = mem;
     if (me == 0) all = malloc((size_t)ranks * steps * F_COUNT * sizeof *all);
     int can = agree(world, st == TPD_OK && (me != 0 || all != NULL));
-    if (can && tpd_comm_gather(world, mine, all, (size_t)steps * F_COUNT, TPD_DTYPE_F64, 0) ==
-                   TPD_OK) {
+    if (can &&
+        tpd_comm_gather(world, mine, all, (size_t)steps * F_COUNT, TPD_DTYPE_F64, 0) == TPD_OK) {
         if (me == 0) summarize(all, ranks, steps, t);
         t->steps = steps;
     }
@@ -243,20 +250,18 @@ static void derive_rates(const tpd_config *cfg, const tpd_plan_cluster *cl, int 
     if (t->have_pred && sec > 0) t->err_pct = 100.0 * (t->pred_time - sec) / sec;
 }
 
-
 /* "tp2_pp1_dp2_mbs1_zero0", then "_sp" and "_rc-full" where they are not off/none. */
 static void layout_tag(const tpd_sweep_trial *t, char *buf, size_t len) {
-    snprintf(buf, len, "tp%d_pp%d_dp%d_mbs%d_zero%d%s%s%s", t->tp, t->pp, t->dp, t->mbs,
-             t->zero, t->sp ? "_sp" : "", t->recompute ? "_rc-" : "",
+    snprintf(buf, len, "tp%d_pp%d_dp%d_mbs%d_zero%d%s%s%s", t->tp, t->pp, t->dp, t->mbs, t->zero,
+             t->sp ? "_sp" : "", t->recompute ? "_rc-" : "",
              t->recompute ? tpd_config_choice("training.recompute", t->recompute) : "");
 }
-
 
 void tpd_sweep_layout_str(const tpd_sweep_trial *t, char *buf, size_t len) {
     char dp[16] = "-"; /* no DP degree when TP*PP exceeds the world */
     if (t->dp > 0) snprintf(dp, sizeof dp, "%d", t->dp);
-    snprintf(buf, len, "TP=%d PP=%d DP=%s mbs=%d ZeRO=%d%s%s%s", t->tp, t->pp, dp, t->mbs,
-             t->zero, t->sp ? " SP" : "", t->recompute ? " recompute=" : "",
+    snprintf(buf, len, "TP=%d PP=%d DP=%s mbs=%d ZeRO=%d%s%s%s", t->tp, t->pp, dp, t->mbs, t->zero,
+             t->sp ? " SP" : "", t->recompute ? " recompute=" : "",
              t->recompute ? tpd_config_choice("training.recompute", t->recompute) : "");
 }
 
@@ -270,18 +275,16 @@ static void print_progress(int k, int n, const tpd_sweep_trial *t, double elapse
     else if (t->state == TPD_SWEEP_FAILED)
         printf("failed: %s", t->reason);
     else {
-        printf("%.2f ms/step (min %.2f, max %.2f), loss %.4f", 1e3 * t->t_median,
-               1e3 * t->t_min, 1e3 * t->t_max, t->n_loss ? t->loss[t->n_loss - 1] : NAN);
-        if (t->have_pred)
-            printf(", predicted %.2f ms (%+.1f%%)", 1e3 * t->pred_time, t->err_pct);
+        printf("%.2f ms/step (min %.2f, max %.2f), loss %.4f", 1e3 * t->t_median, 1e3 * t->t_min,
+               1e3 * t->t_max, t->n_loss ? t->loss[t->n_loss - 1] : NAN);
+        if (t->have_pred) printf(", predicted %.2f ms (%+.1f%%)", 1e3 * t->pred_time, t->err_pct);
     }
     printf(" | elapsed %.1f s, ETA %.1f s\n", elapsed, eta);
     fflush(stdout);
 }
 
-tpd_status tpd_sweep_run(const char *config_path, int n_overrides,
-                         const char *const *overrides, tpd_comm *world,
-                         const tpd_sweep_options *opt, tpd_sweep_result *res_p) {
+tpd_status tpd_sweep_run(const char *config_path, int n_overrides, const char *const *overrides,
+                         tpd_comm *world, const tpd_sweep_options *opt, tpd_sweep_result *res_p) {
     tpd_status st = TPD_OK;
     char err[1024];
     tpd_config base;
@@ -298,15 +301,15 @@ tpd_status tpd_sweep_run(const char *config_path, int n_overrides,
                       opt->steps, opt->warmup, TPD_SWEEP_MAX_STEPS);
         return TPD_ERR_INVALID;
     }
-    if (tpd_config_load(config_path, n_overrides, overrides, &base, err, sizeof err) !=
-        TPD_OK) {
+    if (tpd_config_load(config_path, n_overrides, overrides, &base, err, sizeof err) != TPD_OK) {
         tpd_log_error("%s", err);
         return TPD_ERR_INVALID;
     }
     tpd_plan_cluster cl;
     TPD_CHECK(tpd_plan_cluster_load(opt->cluster, &cl));
     const char *b = config_path ? strrchr(config_path, '/') : NULL;
-    snprintf(res_p->model, sizeof res_p->model, "%s", b ? b + 1 : (config_path ? config_path : "defaults"));
+    snprintf(res_p->model, sizeof res_p->model, "%s",
+             b ? b + 1 : (config_path ? config_path : "defaults"));
     char *dot = strrchr(res_p->model, '.');
     if (dot) *dot = '\0';
     snprintf(res_p->cluster, sizeof res_p->cluster, "%s", cl.name);
@@ -353,8 +356,8 @@ tpd_status tpd_sweep_run(const char *config_path, int n_overrides,
         t->gbs = base.training.global_batch_size;
         t->mfu = -1;
         tpd_config cfg;
-        if (!trial_config(config_path, n_overrides, overrides, t->tp, t->pp, mbs,
-                          zero, sp, rc, W, &cfg, t->reason, sizeof t->reason)) {
+        if (!trial_config(config_path, n_overrides, overrides, t->tp, t->pp, mbs, zero, sp, rc, W,
+                          &cfg, t->reason, sizeof t->reason)) {
             t->state = TPD_SWEEP_SKIPPED;
         } else {
             cfg.training.train_iters = opt->warmup + opt->steps;
@@ -369,26 +372,23 @@ tpd_status tpd_sweep_run(const char *config_path, int n_overrides,
             char tag[96], real[TPD_CONFIG_STR + 128], pred[TPD_CONFIG_STR + 128];
             layout_tag(t, tag, sizeof tag);
             snprintf(real, sizeof real, "%s/trace_%s.json", opt->out_dir, tag);
-            snprintf(pred, sizeof pred, "%s/trace_%s_predicted.json", opt->out_dir,
-                     tag);
+            snprintf(pred, sizeof pred, "%s/trace_%s_predicted.json", opt->out_dir, tag);
             run_trial(&cfg, world, opt, opt->traces ? real : NULL, t);
-            if (opt->traces && t->have_pred && me == 0 &&
-                tpd_plan_write_trace(&pr, pred) != TPD_OK)
+            if (opt->traces && t->have_pred && me == 0 && tpd_plan_write_trace(&pr, pred) != TPD_OK)
                 tpd_log_warn("sweep: the predicted trace %s was not written", pred);
             derive_rates(&cfg, &cl, W, t);
         }
         /* Rank 0 holds the measurements: everyone gets the same record. */
         if (tpd_comm_broadcast(world, t, sizeof *t, TPD_DTYPE_U8, 0, NULL) != TPD_OK)
-            TPD_FAIL_GOTO(TPD_ERR_COMM, st, fail, "sweep: the trial record did not reach every rank");
-        if (me == 0 && opt->verbose)
-            print_progress(k + 1, n, t, tpd_clock_s() - t_start);
+            TPD_FAIL_GOTO(TPD_ERR_COMM, st, fail,
+                          "sweep: the trial record did not reach every rank");
+        if (me == 0 && opt->verbose) print_progress(k + 1, n, t, tpd_clock_s() - t_start);
     }
     res_p->n = n;
     for (int i = 0; i < n; i++) {
         const tpd_sweep_trial *t = &res_p->trials[i];
         if (t->state != TPD_SWEEP_OK || !(t->t_median > 0)) continue;
-        if (res_p->best < 0 || t->t_median < res_p->trials[res_p->best].t_median)
-            res_p->best = i;
+        if (res_p->best < 0 || t->t_median < res_p->trials[res_p->best].t_median) res_p->best = i;
     }
     res_p->wall_s = tpd_clock_s() - t_start;
     return TPD_OK;

@@ -37,21 +37,24 @@ extern "C" {
 typedef struct tpd_sweep_options {
     int tp[TPD_SWEEP_MAX_VALUES], n_tp;
     int pp[TPD_SWEEP_MAX_VALUES], n_pp;
-    int mbs[TPD_SWEEP_MAX_VALUES], n_mbs;   /* 0 values: the config's micro_batch_size */
-    int zero[2], n_zero;                    /* 0 values: the config's ZeRO-1 setting */
-    int sp[2], n_sp;                        /* 0 values: the config's sequence_parallel */
-    tpd_recompute recompute[3]; int n_recompute; /* 0 values: the config's */
+    int mbs[TPD_SWEEP_MAX_VALUES], n_mbs; /* 0 values: the config's micro_batch_size */
+    int zero[2], n_zero;                  /* 0 values: the config's ZeRO-1 setting */
+    int sp[2], n_sp;                      /* 0 values: the config's sequence_parallel */
+    tpd_recompute recompute[3];
+    int n_recompute; /* 0 values: the config's */
     int steps, warmup;
     char out_dir[TPD_CONFIG_STR];
-    char cluster[TPD_CONFIG_STR];           /* planner profile: NAME or FILE */
+    char cluster[TPD_CONFIG_STR]; /* planner profile: NAME or FILE */
     int plot;    /* 1: draw sweep.png with tools/plot_sweep.sh when gnuplot is on PATH */
     int traces;  /* 1: real and predicted Chrome traces of every trial in out_dir */
     int verbose; /* 1: progress lines on rank 0 */
 } tpd_sweep_options;
 
-#define TPD_SWEEP_OPTIONS_INIT                                                                \
-    {{1}, 1, {1}, 1, {0}, 0, {0}, 0, {0}, 0, {TPD_RECOMPUTE_NONE}, 0, 5, 2, "sweep_out", "cpu",  \
-     1, 1, 1}
+#define TPD_SWEEP_OPTIONS_INIT                                                                     \
+    {                                                                                              \
+        {1}, 1, {1}, 1, {0}, 0, {0}, 0, {0}, 0, {TPD_RECOMPUTE_NONE}, 0, 5, 2, "sweep_out", "cpu", \
+            1, 1, 1                                                                                \
+    }
 
 typedef enum tpd_sweep_state {
     TPD_SWEEP_OK = 0,
@@ -66,39 +69,38 @@ typedef struct tpd_sweep_split {
 
 typedef struct tpd_sweep_trial {
     int tp, pp, dp, mbs, zero, gbs, world, micro_batches;
-    int sp;        /* parallel.sequence_parallel (1 only with TP > 1) */
+    int sp; /* parallel.sequence_parallel (1 only with TP > 1) */
     tpd_recompute recompute;
     tpd_sweep_state state;
-    char reason[320]; /* why skipped or failed */
-    int steps;        /* measured */
+    char reason[320];                          /* why skipped or failed */
+    int steps;                                 /* measured */
     double t_median, t_min, t_max, t_q1, t_q3; /* step time, s */
     double samples_per_s, tokens_per_s, tflops_per_rank;
     double mfu;                 /* < 0: unknown (no device peak) */
     double peak_mem;            /* bytes: max over ranks of the model's allocation */
     tpd_sweep_split meas, pred; /* measured medians and the planner's prediction */
     int have_pred;
-    double pred_time;      /* s */
-    double pred_mem;       /* bytes, max over ranks */
-    double err_pct;        /* 100 (pred - meas) / meas */
-    int n_loss;            /* losses of every step run, warm-up included */
+    double pred_time; /* s */
+    double pred_mem;  /* bytes, max over ranks */
+    double err_pct;   /* 100 (pred - meas) / meas */
+    int n_loss;       /* losses of every step run, warm-up included */
     double loss[TPD_SWEEP_MAX_STEPS];
 } tpd_sweep_trial;
 
 typedef struct tpd_sweep_result {
     tpd_sweep_trial *trials; /* owned */
     int n;
-    int best;           /* index of the fastest successful trial, -1 when none */
-    char model[128];    /* the config's base name, for the CSV's model column */
-    char cluster[64];   /* name of the planner profile used */
+    int best;         /* index of the fastest successful trial, -1 when none */
+    char model[128];  /* the config's base name, for the CSV's model column */
+    char cluster[64]; /* name of the planner profile used */
     double wall_s;
 } tpd_sweep_result;
 
 /* Runs every layout of the option lists on `world` (MPI). Collective: call on every rank
  * with the same arguments. The result is complete on every rank. A failing trial is
  * not an error; the status is for the sweep itself (bad config file, unknown cluster). */
-tpd_status tpd_sweep_run(const char *config_path, int n_overrides,
-                         const char *const *overrides, tpd_comm *world,
-                         const tpd_sweep_options *opt, tpd_sweep_result *res_p);
+tpd_status tpd_sweep_run(const char *config_path, int n_overrides, const char *const *overrides,
+                         tpd_comm *world, const tpd_sweep_options *opt, tpd_sweep_result *res_p);
 void tpd_sweep_result_free(tpd_sweep_result *r);
 
 /* summary.csv, failed.csv and summary.json in opt->out_dir, then sweep.png through
@@ -111,7 +113,6 @@ void tpd_sweep_best_line(const tpd_sweep_result *r, char *buf, size_t len);
 /* "TP=2 PP=1 DP=2 mbs=1 ZeRO=0", then " SP" and " recompute=full" where they apply;
  * DP is "-" for a layout that does not fit the world. */
 void tpd_sweep_layout_str(const tpd_sweep_trial *t, char *buf, size_t len);
-
 
 #ifdef __cplusplus
 }

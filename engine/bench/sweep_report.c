@@ -15,7 +15,8 @@
 
 /* The CSV's columns, in order; tools/plot_sweep.sh and the tests read them by name. */
 static const char *const k_columns =
-    "model,tp,pp,dp,mbs,gbs,zero,sp,recompute,world,micro_batches,time_per_step_s,time_min_s,time_max_s,"
+    "model,tp,pp,dp,mbs,gbs,zero,sp,recompute,world,micro_batches,time_per_step_s,time_min_s,time_"
+    "max_s,"
     "time_q1_s,time_q3_s,samples_per_s,tokens_per_s,tflops_per_rank,mfu,predicted_time_s,"
     "error_pct,peak_memory_bytes,predicted_memory_bytes,compute_s,tp_comm_s,pp_wait_s,"
     "dp_comm_s,optimizer_s,pred_compute_s,pred_tp_comm_s,pred_pp_wait_s,pred_dp_comm_s,"
@@ -70,8 +71,8 @@ static tpd_status write_csv(const tpd_sweep_result *r, const char *dir) {
         if (t->state != TPD_SWEEP_OK) continue;
         int p = t->have_pred;
         fprintf(f, "%s,%d,%d,%d,%d,%d,%d,%d,%s,%d,%d", r->model, t->tp, t->pp, t->dp, t->mbs,
-                t->gbs, t->zero, t->sp, tpd_config_choice("training.recompute", t->recompute), t->world,
-                t->micro_batches);
+                t->gbs, t->zero, t->sp, tpd_config_choice("training.recompute", t->recompute),
+                t->world, t->micro_batches);
         put_num(f, t->t_median, 1);
         put_num(f, t->t_min, 1);
         put_num(f, t->t_max, 1);
@@ -88,8 +89,10 @@ static tpd_status write_csv(const tpd_sweep_result *r, const char *dir) {
         const tpd_sweep_split *m = &t->meas, *q = &t->pred;
         double mv[5] = {m->compute, m->tp_comm, m->pp_wait, m->dp_comm, m->optimizer};
         double qv[5] = {q->compute, q->tp_comm, q->pp_wait, q->dp_comm, q->optimizer};
-        for (int c = 0; c < 5; c++) put_num(f, mv[c], 1);
-        for (int c = 0; c < 5; c++) put_num(f, qv[c], p);
+        for (int c = 0; c < 5; c++)
+            put_num(f, mv[c], 1);
+        for (int c = 0; c < 5; c++)
+            put_num(f, qv[c], p);
         put_num(f, t->n_loss ? t->loss[t->n_loss - 1] : NAN, t->n_loss > 0);
         fputc('\n', f);
     }
@@ -197,7 +200,8 @@ static tpd_status write_json(const tpd_sweep_result *r, const tpd_sweep_options 
     tpd_sweep_best_line(r, best, sizeof best);
     cJSON_AddStringToObject(root, "best", best);
     cJSON *arr = cJSON_AddArrayToObject(root, "trials");
-    for (int i = 0; i < r->n; i++) cJSON_AddItemToArray(arr, trial_json(&r->trials[i]));
+    for (int i = 0; i < r->n; i++)
+        cJSON_AddItemToArray(arr, trial_json(&r->trials[i]));
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     if (!text) {

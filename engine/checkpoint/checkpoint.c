@@ -79,10 +79,10 @@ static tpd_ckpt_rank rank_of(const tpd_ckpt_view *v) {
  * into one scratch buffer, one array at a time (a synchronous save), or a host snapshot
  * taken at the save point (an asynchronous one, written by its thread). */
 typedef struct shard_source {
-    const tpd_model *m;     /* sync: read now */
-    float *scratch;         /* sync: (max(numel_padded, shard)) */
-    const float *params;    /* async: fp32 parameters (numel_padded) */
-    const float *state[3];  /* async: AdamW m, v and master weights (shard each) or NULL */
+    const tpd_model *m;    /* sync: read now */
+    float *scratch;        /* sync: (max(numel_padded, shard)) */
+    const float *params;   /* async: fp32 parameters (numel_padded) */
+    const float *state[3]; /* async: AdamW m, v and master weights (shard each) or NULL */
 } shard_source;
 
 static tpd_status source_params(shard_source *s, const float **out) {
@@ -169,9 +169,8 @@ static void prune(const char *save_dir, const char *newest, int keep_last) {
 }
 
 /* Rank 0's part after every rank agreed: manifest, rename, `latest`, prune. */
-static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state,
-                         const char *save_dir, const char *tmp, const char *final,
-                         const int32_t *recs) {
+static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state, const char *save_dir,
+                         const char *tmp, const char *final, const int32_t *recs) {
     const tpd_mesh *ms = v->mesh;
     int world = ms->world_size;
     tpd_ckpt_file *files = calloc((size_t)world * 2, sizeof *files);
@@ -197,8 +196,8 @@ static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state,
         }
     }
     TPD_CHECK_GOTO(tpd_ckpt_manifest_build(v->cfg, ms->tp_size, ms->pp_size, ms->dp_size,
-                                           v->model->master != NULL, state, world * 2,
-                                           files, &json),
+                                           v->model->master != NULL, state, world * 2, files,
+                                           &json),
                    st, out);
     tpd_ckpt_sha256_hex(json, strlen(json), hex);
     tpd_ckpt_join(path, sizeof path, tmp, TPD_CKPT_MANIFEST_SHA);
@@ -213,7 +212,7 @@ static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state,
         tpd_ckpt_remove_dir(path);
         if (rename(final, path) != 0)
             TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: cannot move the old one aside",
-                          final);
+                               final);
     }
     if (rename(tmp, final) != 0)
         TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: cannot rename to %s", tmp, final);
@@ -228,7 +227,7 @@ static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state,
     TPD_CHECK_GOTO(tpd_ckpt_write_file(latest_tmp, line, strlen(line)), st, out);
     if (rename(latest_tmp, latest) != 0)
         TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: cannot rename to %s", latest_tmp,
-                      latest);
+                           latest);
     TPD_CHECK_GOTO(tpd_ckpt_fsync_dir(save_dir), st, out);
     prune(save_dir, final, v->cfg->checkpoint.keep_last);
 out:
@@ -272,12 +271,15 @@ static tpd_status agree_and_commit(tpd_ckpt_saver *sv, const tpd_ckpt_state *sta
         return st;
     }
     int all_ok = 1;
-    for (int w = 0; w < tpd_comm_size(world); w++) all_ok &= recs[(size_t)w * REC_WORDS + REC_OK];
+    for (int w = 0; w < tpd_comm_size(world); w++)
+        all_ok &= recs[(size_t)w * REC_WORDS + REC_OK];
     int ok = all_ok;
     if (tpd_comm_rank(world) == 0) {
         if (!all_ok)
-            tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: a rank failed to write its shard; "
-                                      "abandoned (latest unchanged)", tmp);
+            tpd_ckpt_fail(TPD_ERR_IO,
+                          "checkpoint %s: a rank failed to write its shard; "
+                          "abandoned (latest unchanged)",
+                          tmp);
         else
             ok = commit(v, state, save_dir, tmp, final, recs) == TPD_OK;
     }
@@ -301,12 +303,11 @@ struct ckpt_async {
     tpd_ckpt_rank rank;
     size_t ns;
     shard_source src;
-    float *snap;            /* params (numel_padded), then up to 3 shard arrays */
+    float *snap; /* params (numel_padded), then up to 3 shard arrays */
     tpd_ckpt_state state;
     char save_dir[PATH_CAP], tmp[PATH_CAP + 8], final[PATH_CAP];
     double t0;
 };
-
 
 tpd_status tpd_ckpt_saver_create(const tpd_ckpt_view *view, tpd_ckpt_saver **saver_p) {
     tpd_ckpt_saver *s = calloc(1, sizeof *s);
@@ -345,13 +346,12 @@ tpd_status tpd_ckpt_saver_finish(tpd_ckpt_saver *sv, int wait) {
     int32_t busy = wait ? 0 : !atomic_load(&a->done);
     tpd_comm *world = sv->view.world;
     if (!wait && tpd_comm_size(world) > 1)
-        TPD_CHECK(tpd_comm_allreduce(world, &busy, &busy, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX,
-                                        NULL));
+        TPD_CHECK(tpd_comm_allreduce(world, &busy, &busy, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX, NULL));
     if (busy) return TPD_OK;
     pthread_join(a->thread, NULL);
     sv->async = NULL;
-    tpd_status st = agree_and_commit(sv, &a->state, a->save_dir, a->tmp, a->final, a->rec,
-                                     a->t0, ", written in the background");
+    tpd_status st = agree_and_commit(sv, &a->state, a->save_dir, a->tmp, a->final, a->rec, a->t0,
+                                     ", written in the background");
     async_free(a);
     return st;
 }
@@ -366,14 +366,15 @@ void tpd_ckpt_saver_destroy(tpd_ckpt_saver *sv) {
 }
 
 /* Snapshot now, write in a thread. */
-static tpd_status save_async(tpd_ckpt_saver *sv, const tpd_ckpt_counters *c,
-                             const char *save_dir, const char *tmp, const char *final, double t0) {
+static tpd_status save_async(tpd_ckpt_saver *sv, const tpd_ckpt_counters *c, const char *save_dir,
+                             const char *tmp, const char *final, double t0) {
     const tpd_model *m = sv->view.model;
     ckpt_async *a = calloc(1, sizeof *a);
     size_t np = m->plan.numel_padded, ns = m->plan.shard_numel;
     const float *arrays[3] = {m->opt_m, m->opt_v, m->master};
     int nstate = 0;
-    while (nstate < 3 && arrays[nstate]) nstate++;
+    while (nstate < 3 && arrays[nstate])
+        nstate++;
     if (a) a->snap = malloc((np + (size_t)nstate * ns) * 4 + 4);
     if (!a || !a->snap) {
         async_free(a);
@@ -422,8 +423,10 @@ tpd_status tpd_ckpt_save(tpd_ckpt_saver *sv, const tpd_ckpt_counters *c, const c
     size_t ns = m->plan.shard_numel;
     int32_t rec[REC_WORDS];
     memset(rec, 0, sizeof rec);
-    shard_source src = {m, malloc((m->plan.numel_padded > ns ? m->plan.numel_padded : ns) * 4 + 4),
-                        NULL, {NULL, NULL, NULL}};
+    shard_source src = {m,
+                        malloc((m->plan.numel_padded > ns ? m->plan.numel_padded : ns) * 4 + 4),
+                        NULL,
+                        {NULL, NULL, NULL}};
     tpd_ckpt_rank r = rank_of(v);
     rec[REC_OK] = src.scratch && write_rank_files(&r, ns, &src, tmp, rec) == TPD_OK;
     if (!src.scratch) tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
@@ -502,8 +505,7 @@ tpd_status tpd_ckpt_load(const tpd_ckpt_view *v, const char *path, tpd_ckpt_coun
     if (continues_p) *continues_p = !fresh;
     if (v->is_logger)
         tpd_log_info("loaded checkpoint %s (saved at iteration %d under TP %d PP %d DP %d%s)%s",
-                     dir, info.iteration, info.tp, info.pp, info.dp,
-                     info.zero ? " ZeRO-1" : "",
+                     dir, info.iteration, info.tp, info.pp, info.dp, info.zero ? " ZeRO-1" : "",
                      fresh ? ": weights only, starting at iteration 0" : "");
     tpd_ckpt_close(&info);
     return TPD_OK;

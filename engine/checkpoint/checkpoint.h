@@ -121,8 +121,8 @@ typedef struct tpd_ckpt_info {
     uint64_t consumed_samples, seed;
     int tp, pp, dp, zero; /* layout that wrote it */
     int has_kind[TPD_CKPT_KIND_COUNT];
-    tpd_config cfg; /* defaults with the checkpoint's model section (and, for checkpoints
-                       written by training, the training seed and seq_length) */
+    tpd_config cfg;      /* defaults with the checkpoint's model section (and, for checkpoints
+                            written by training, the training seed and seq_length) */
     int nfiles;          /* files the manifest lists (manifest excluded) */
     uint64_t file_bytes; /* their size in all */
     struct tpd_ckpt_manifest *man; /* parsed runs; owned, freed by tpd_ckpt_close */
@@ -150,7 +150,6 @@ tpd_status tpd_ckpt_load_model(const tpd_ckpt_info *info, tpd_model *m, const tp
  * layout tp, pp, dp of cfg. Single process (import). */
 tpd_status tpd_ckpt_write_weights(const tpd_config *cfg, int tp, int pp, int dp,
                                   float *const global[TPD_P_COUNT], const char *dir);
-
 
 #ifdef __cplusplus
 }

@@ -19,10 +19,10 @@ tpd_status tpd_ckpt_fail(tpd_status code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* TPD_FAIL_GOTO that also keeps the text for tpd_ckpt_last_error. */
-#define TPD_CKPT_FAIL_GOTO(code, st, label, ...)                                              \
-    do {                                                                                      \
-        (st) = tpd_ckpt_fail((code), __VA_ARGS__);                                            \
-        goto label;                                                                           \
+#define TPD_CKPT_FAIL_GOTO(code, st, label, ...)                                                   \
+    do {                                                                                           \
+        (st) = tpd_ckpt_fail((code), __VA_ARGS__);                                                 \
+        goto label;                                                                                \
     } while (0)
 
 /* ---- shard maps (checkpoint_map.c): pure arithmetic on the layout ---- */
@@ -49,8 +49,8 @@ typedef struct tpd_ckpt_rank {
     tpd_dp_plan dpp;
 } tpd_ckpt_rank;
 
-tpd_status tpd_ckpt_rank_init(const tpd_config *cfg, int tp_size, int pp_size, int dp_size,
-                              int tp, int pp, int dp, tpd_ckpt_rank *r_p);
+tpd_status tpd_ckpt_rank_init(const tpd_config *cfg, int tp_size, int pp_size, int dp_size, int tp,
+                              int pp, int dp, tpd_ckpt_rank *r_p);
 void tpd_ckpt_rank_free(tpd_ckpt_rank *r);
 
 /* Segments of tensor p held by the rank: parameters (local = flat buffer element) or
@@ -58,10 +58,8 @@ void tpd_ckpt_rank_free(tpd_ckpt_rank *r);
  * writes (one copy of each global element over the whole job); otherwise every element
  * the rank holds (what it must load). Sorted by g; adjacent segments merged. Padding
  * (vocab rows >= V, the DP padding) never appears. */
-tpd_status tpd_ckpt_segs_param(const tpd_ckpt_rank *r, tpd_param p, int writer,
-                               tpd_ckpt_segs *out);
-tpd_status tpd_ckpt_segs_state(const tpd_ckpt_rank *r, tpd_param p, int writer,
-                               tpd_ckpt_segs *out);
+tpd_status tpd_ckpt_segs_param(const tpd_ckpt_rank *r, tpd_param p, int writer, tpd_ckpt_segs *out);
+tpd_status tpd_ckpt_segs_state(const tpd_ckpt_rank *r, tpd_param p, int writer, tpd_ckpt_segs *out);
 
 /* File names of a rank's shards. */
 void tpd_ckpt_model_file(int tp, int pp, char *buf, size_t n);
@@ -83,7 +81,7 @@ void tpd_ckpt_rank_plan_free(tpd_ckpt_rank_plan *plan);
 /* ---- manifest (checkpoint_manifest.c) ---- */
 
 typedef struct tpd_ckpt_run {
-    int file; /* index into the manifest's files */
+    int file;                            /* index into the manifest's files */
     int64_t g, n, repeat, gstride, foff; /* elements; foff in bytes */
 } tpd_ckpt_run;
 
@@ -112,8 +110,8 @@ typedef struct tpd_ckpt_state {
 /* Builds manifest.json for cfg's layout (tp, pp, dp sizes, ZeRO from cfg) from the
  * per-file hashes and sizes (files in rank order: world rank w's model file, then its
  * optimizer file; an empty name means the rank wrote none). Returns a malloc'd string. */
-tpd_status tpd_ckpt_manifest_build(const tpd_config *cfg, int tp, int pp, int dp,
-                                   int has_master, const tpd_ckpt_state *state, int nfiles,
+tpd_status tpd_ckpt_manifest_build(const tpd_config *cfg, int tp, int pp, int dp, int has_master,
+                                   const tpd_ckpt_state *state, int nfiles,
                                    const tpd_ckpt_file *files, char **json_p);
 
 /* Parses dir/manifest.json (after checking it against manifest.sha256) into info and its
@@ -151,8 +149,8 @@ int tpd_ckpt_list_older(const char *save_dir, const char *dir, char (*out)[TPD_C
 /* Fills model (parameters; with !weights_only also m, v and master) of rank r from a
  * checkpoint. Master weights absent from the checkpoint, or a weights-only load, start
  * from the parameters; fresh optimizer state is zero. */
-tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r,
-                               tpd_model *m, int weights_only);
+tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r, tpd_model *m,
+                               int weights_only);
 
 /* ---- files (checkpoint_io.c) ---- */
 

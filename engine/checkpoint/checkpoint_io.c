@@ -106,11 +106,9 @@ tpd_status tpd_ckpt_writer_finish(tpd_ckpt_writer *w, char *sha_hex, uint64_t *b
     unsigned char d[EVP_MAX_MD_SIZE];
     unsigned n = 0;
     if (fsync(w->fd) != 0)
-        st = tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: fsync failed: %s", w->path,
-                           strerror(errno));
+        st = tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: fsync failed: %s", w->path, strerror(errno));
     if (close(w->fd) != 0 && st == TPD_OK)
-        st = tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: close failed: %s", w->path,
-                           strerror(errno));
+        st = tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: close failed: %s", w->path, strerror(errno));
     EVP_DigestFinal_ex(w->md, d, &n);
     to_hex(d, n, sha_hex);
     if (bytes_p) *bytes_p = w->bytes;
@@ -149,7 +147,8 @@ void tpd_ckpt_sha256_hex(const void *data, size_t bytes, char *hex) {
 
 tpd_status tpd_ckpt_sha256_file(const char *path, char *hex, uint64_t *bytes_p) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: cannot open: %s", path, strerror(errno));
+    if (fd < 0)
+        return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: cannot open: %s", path, strerror(errno));
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     size_t cap = 1 << 20;
     char *buf = malloc(cap);
@@ -184,11 +183,14 @@ out:
 
 tpd_status tpd_ckpt_fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: cannot open directory: %s", dir, strerror(errno));
+    if (fd < 0)
+        return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: cannot open directory: %s", dir,
+                             strerror(errno));
     int rc = fsync(fd);
     int e = errno;
     close(fd);
-    if (rc != 0) return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: fsync failed: %s", dir, strerror(e));
+    if (rc != 0)
+        return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: fsync failed: %s", dir, strerror(e));
     return TPD_OK;
 }
 
@@ -196,15 +198,18 @@ tpd_status tpd_ckpt_mkdirs(const char *dir) {
     int e = 0;
     tpd_status st = tpd_file_mkdirs(dir, &e);
     if (st == TPD_ERR_IO)
-        return tpd_ckpt_fail(st, "checkpoint %s: cannot create directory: %s", dir,
-                             strerror(e));
+        return tpd_ckpt_fail(st, "checkpoint %s: cannot create directory: %s", dir, strerror(e));
     if (st != TPD_OK) return tpd_ckpt_fail(st, "checkpoint %s: out of memory", dir);
     return TPD_OK;
 }
 
 tpd_status tpd_ckpt_remove_dir(const char *dir) {
     DIR *d = opendir(dir);
-    if (!d) return errno == ENOENT ? TPD_OK : tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: cannot open directory: %s", dir, strerror(errno));
+    if (!d)
+        return errno == ENOENT
+                   ? TPD_OK
+                   : tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: cannot open directory: %s", dir,
+                                   strerror(errno));
     struct dirent *e;
     char path[TPD_CONFIG_STR + 320];
     while ((e = readdir(d))) {

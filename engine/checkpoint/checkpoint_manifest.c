@@ -11,8 +11,8 @@
 #include "engine/checkpoint/checkpoint_internal.h"
 #include "engine/optim/lr.h"
 
-static const char *const g_kind_names[TPD_CKPT_KIND_COUNT] = {"param", "exp_avg",
-                                                              "exp_avg_sq", "master"};
+static const char *const g_kind_names[TPD_CKPT_KIND_COUNT] = {"param", "exp_avg", "exp_avg_sq",
+                                                              "master"};
 
 void tpd_ckpt_manifest_free(tpd_ckpt_manifest *m) {
     if (!m) return;
@@ -36,8 +36,8 @@ static cJSON *shape_json(const tpd_model_layout *g, tpd_param p) {
 
 /* Runs of one rank's segments: equal-sized blocks, back to back in the file, at a constant
  * global stride, become one run. */
-static void add_runs(cJSON *arr, const tpd_ckpt_segs *s, const char *file, int tp, int pp,
-                     int dp, int64_t byte_base) {
+static void add_runs(cJSON *arr, const tpd_ckpt_segs *s, const char *file, int tp, int pp, int dp,
+                     int64_t byte_base) {
     for (size_t i = 0; i < s->n;) {
         const tpd_ckpt_seg *a = &s->v[i];
         size_t j = i + 1;
@@ -114,8 +114,8 @@ static void add_state(cJSON *o, const tpd_config *cfg, const tpd_ckpt_state *sta
     cJSON_AddNumberToObject(lr, "train_iters", cfg->training.train_iters);
 }
 
-tpd_status tpd_ckpt_manifest_build(const tpd_config *cfg, int tp, int pp, int dp,
-                                   int has_master, const tpd_ckpt_state *state, int nfiles,
+tpd_status tpd_ckpt_manifest_build(const tpd_config *cfg, int tp, int pp, int dp, int has_master,
+                                   const tpd_ckpt_state *state, int nfiles,
                                    const tpd_ckpt_file *files, char **json_p) {
     tpd_status st = TPD_OK;
     int world = tp * pp * dp;
@@ -214,13 +214,13 @@ static int get_int(const cJSON *o, const char *key, int64_t *v) {
     return 1;
 }
 
-#define NEED_INT(obj, key, dst)                                                               \
-    do {                                                                                      \
-        int64_t v_;                                                                           \
-        if (!get_int((obj), (key), &v_))                                                      \
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: '%s' missing or not a number", \
-                          path, (key));                                                       \
-        (dst) = v_;                                                                           \
+#define NEED_INT(obj, key, dst)                                                                    \
+    do {                                                                                           \
+        int64_t v_;                                                                                \
+        if (!get_int((obj), (key), &v_))                                                           \
+            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,                                            \
+                               "checkpoint %s: '%s' missing or not a number", path, (key));        \
+        (dst) = v_;                                                                                \
     } while (0)
 
 static tpd_status verify_file(const char *dir, const tpd_ckpt_file *f) {
@@ -259,8 +259,8 @@ static tpd_status read_runs(const char *path, const cJSON *arr, tpd_ckpt_manifes
             if (!strcmp(m->files[f].name, file->valuestring)) run->file = f;
         if (run->file < 0)
             TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                          "checkpoint %s: tensor %s: a run names a file not in 'files'", path,
-                          tpd_param_get_info((tpd_param)p)->name);
+                               "checkpoint %s: tensor %s: a run names a file not in 'files'", path,
+                               tpd_param_get_info((tpd_param)p)->name);
         NEED_INT(r, "global_offset", run->g);
         NEED_INT(r, "count", run->n);
         NEED_INT(r, "repeat", run->repeat);
@@ -269,8 +269,8 @@ static tpd_status read_runs(const char *path, const cJSON *arr, tpd_ckpt_manifes
         if ((uint64_t)(run->foff + run->n * run->repeat * 4) > m->files[run->file].bytes ||
             run->n < 0 || run->repeat < 1 || run->g < 0 || run->foff < 0)
             TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                          "checkpoint %s: tensor %s: a run lies outside file %s", path,
-                          tpd_param_get_info((tpd_param)p)->name, m->files[run->file].name);
+                               "checkpoint %s: tensor %s: a run lies outside file %s", path,
+                               tpd_param_get_info((tpd_param)p)->name, m->files[run->file].name);
     }
 out:
     return st;
@@ -281,12 +281,13 @@ static tpd_status read_info(const char *path, const cJSON *o, tpd_ckpt_info *inf
     int64_t v;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, TPD_CKPT_FORMAT) != 0)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: not a tripod checkpoint manifest",
-                      path);
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                           "checkpoint %s: not a tripod checkpoint manifest", path);
     NEED_INT(o, "version", v);
     if (v != TPD_CKPT_VERSION)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: version %lld, this build reads %d",
-                      path, (long long)v, TPD_CKPT_VERSION);
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                           "checkpoint %s: version %lld, this build reads %d", path, (long long)v,
+                           TPD_CKPT_VERSION);
     NEED_INT(o, "iteration", info->iteration);
     NEED_INT(o, "consumed_samples", info->consumed_samples);
     NEED_INT(o, "skipped_iterations", info->skipped_iterations);
@@ -315,8 +316,8 @@ static tpd_status read_info(const char *path, const cJSON *o, tpd_ckpt_info *inf
         c->model.hidden_size % c->model.num_attention_heads || c->model.vocab_size < 1 ||
         c->model.max_position_embeddings < 1 || c->model.ffn_hidden_size < 1 ||
         c->model.seq_length < 1 || c->model.make_vocab_size_divisible_by < 1)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: 'model' holds an impossible shape",
-                      path);
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                           "checkpoint %s: 'model' holds an impossible shape", path);
 out:
     return st;
 }
@@ -334,14 +335,14 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
     tpd_ckpt_manifest *m = calloc(1, sizeof *m);
     if (!m) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     if (!tpd_ckpt_is_file(path))
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: missing (not a complete checkpoint)",
-                      path);
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out,
+                           "checkpoint %s: missing (not a complete checkpoint)", path);
     TPD_CHECK_GOTO(tpd_ckpt_read_file(path, &text, &n), st, out);
     TPD_CHECK_GOTO(tpd_ckpt_read_file(spath, &want, NULL), st, out);
     tpd_ckpt_sha256_hex(text, n, hex);
     if (strncmp(want, hex, 64) != 0)
         TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                      "checkpoint %s: SHA-256 does not match %s (corrupted)", path, spath);
+                           "checkpoint %s: SHA-256 does not match %s (corrupted)", path, spath);
     o = cJSON_ParseWithLength(text, n);
     if (!o) TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: not valid JSON", path);
     TPD_CHECK_GOTO(read_info(path, o, info), st, out);
@@ -357,7 +358,8 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
         const cJSON *rank = cJSON_GetObjectItemCaseSensitive(f, "rank");
         if (!cJSON_IsString(name) || !cJSON_IsString(sha) || strlen(sha->valuestring) != 64 ||
             strchr(name->valuestring, '/') || cJSON_GetArraySize(rank) != 3)
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: files[%d] is malformed", path, i);
+            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: files[%d] is malformed",
+                               path, i);
         snprintf(m->files[i].name, sizeof m->files[i].name, "%s", name->valuestring);
         snprintf(m->files[i].sha256, sizeof m->files[i].sha256, "%s", sha->valuestring);
         NEED_INT(f, "bytes", m->files[i].bytes);
@@ -370,14 +372,14 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
     const cJSON *ta = cJSON_GetObjectItemCaseSensitive(o, "tensors");
     if (cJSON_GetArraySize(ta) != TPD_P_COUNT)
         TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: expected %d tensors", path,
-                      TPD_P_COUNT);
+                           TPD_P_COUNT);
     for (int p = 0; p < TPD_P_COUNT; p++) {
         const cJSON *t = cJSON_GetArrayItem(ta, p);
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
         if (!cJSON_IsString(name) ||
             strcmp(name->valuestring, tpd_param_get_info((tpd_param)p)->name) != 0)
             TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: tensors[%d] should be %s",
-                          path, p, tpd_param_get_info((tpd_param)p)->name);
+                               path, p, tpd_param_get_info((tpd_param)p)->name);
         for (int k = 0; k < TPD_CKPT_KIND_COUNT; k++) {
             const cJSON *arr = cJSON_GetObjectItemCaseSensitive(t, g_kind_names[k]);
             if (!arr) continue;
@@ -388,11 +390,12 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
             for (int i = 0; i < m->nruns[p][k]; i++)
                 total += m->runs[p][k][i].n * m->runs[p][k][i].repeat;
             if (total != (int64_t)tpd_model_layout_global_numel(&g, (tpd_param)p))
-                TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                              "checkpoint %s: tensor %s %s: runs hold %lld elements, the shape "
-                              "%zu",
-                              path, name->valuestring, g_kind_names[k], (long long)total,
-                              tpd_model_layout_global_numel(&g, (tpd_param)p));
+                TPD_CKPT_FAIL_GOTO(
+                    TPD_ERR_FORMAT, st, out,
+                    "checkpoint %s: tensor %s %s: runs hold %lld elements, the shape "
+                    "%zu",
+                    path, name->valuestring, g_kind_names[k], (long long)total,
+                    tpd_model_layout_global_numel(&g, (tpd_param)p));
             if (p == 0) info->has_kind[k] = 1;
         }
     }
@@ -402,7 +405,8 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
         need = calloc((size_t)(m->nfiles ? m->nfiles : 1), 1);
         if (!need) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
         for (int p = 0; p < TPD_P_COUNT; p++)
-            for (int i = 0; i < m->nruns[p][kw]; i++) need[m->runs[p][kw][i].file] = 1;
+            for (int i = 0; i < m->nruns[p][kw]; i++)
+                need[m->runs[p][kw][i].file] = 1;
         for (int i = 0; i < m->nfiles; i++)
             if (verify == TPD_CKPT_VERIFY_ALL || need[i])
                 TPD_CHECK_GOTO(verify_file(dir, &m->files[i]), st, out);
@@ -410,7 +414,8 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
     info->man = m;
     info->nfiles = m->nfiles;
     info->file_bytes = 0;
-    for (int i = 0; i < m->nfiles; i++) info->file_bytes += m->files[i].bytes;
+    for (int i = 0; i < m->nfiles; i++)
+        info->file_bytes += m->files[i].bytes;
     m = NULL;
 out:
     cJSON_Delete(o);
@@ -462,10 +467,11 @@ tpd_status tpd_ckpt_gather(const tpd_ckpt_info *info, tpd_param p, tpd_ckpt_kind
     const char *tname = tpd_param_get_info(p)->name;
     if (want->n == 0) return TPD_OK;
     if (!m->runs[p][k])
-        return tpd_ckpt_fail(TPD_ERR_FORMAT, "checkpoint %s: tensor %s has no %s", info->dir,
-                             tname, g_kind_names[k]);
+        return tpd_ckpt_fail(TPD_ERR_FORMAT, "checkpoint %s: tensor %s has no %s", info->dir, tname,
+                             g_kind_names[k]);
     size_t nb = 0;
-    for (int i = 0; i < m->nruns[p][k]; i++) nb += (size_t)m->runs[p][k][i].repeat;
+    for (int i = 0; i < m->nruns[p][k]; i++)
+        nb += (size_t)m->runs[p][k][i].repeat;
     src_block *b = malloc((nb ? nb : 1) * sizeof *b);
     if (!b) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     nb = 0;
@@ -482,11 +488,12 @@ tpd_status tpd_ckpt_gather(const tpd_ckpt_info *info, tpd_param p, tpd_ckpt_kind
     for (size_t i = 1; i < nb; i++)
         if (b[i - 1].g + b[i - 1].n > b[i].g)
             TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: tensor %s %s: runs overlap",
-                          info->dir, tname, g_kind_names[k]);
+                               info->dir, tname, g_kind_names[k]);
     for (size_t w = 0; w < want->n; w++) {
         const tpd_ckpt_seg *sg = &want->v[w];
         wanted += sg->n;
-        while (s < nb && b[s].g + b[s].n <= sg->g) s++;
+        while (s < nb && b[s].g + b[s].n <= sg->g)
+            s++;
         for (size_t t = s; t < nb && b[t].g < sg->g + sg->n; t++) {
             int64_t lo = b[t].g > sg->g ? b[t].g : sg->g;
             int64_t hi = b[t].g + b[t].n < sg->g + sg->n ? b[t].g + b[t].n : sg->g + sg->n;
@@ -496,7 +503,7 @@ tpd_status tpd_ckpt_gather(const tpd_ckpt_info *info, tpd_param p, tpd_ckpt_kind
                 fds[b[t].file] = open(path, O_RDONLY | O_CLOEXEC);
                 if (fds[b[t].file] < 0)
                     TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: shard file is missing",
-                                  path);
+                                       path);
             }
             TPD_CHECK_GOTO(tpd_ckpt_pread(fds[b[t].file], path, dst + sg->local + (lo - sg->g),
                                           (size_t)(hi - lo) * 4,
@@ -507,9 +514,9 @@ tpd_status tpd_ckpt_gather(const tpd_ckpt_info *info, tpd_param p, tpd_ckpt_kind
     }
     if (covered != wanted)
         TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                      "checkpoint %s: tensor %s %s: %lld of %lld needed elements are missing",
-                      info->dir, tname, g_kind_names[k], (long long)(wanted - covered),
-                      (long long)wanted);
+                           "checkpoint %s: tensor %s %s: %lld of %lld needed elements are missing",
+                           info->dir, tname, g_kind_names[k], (long long)(wanted - covered),
+                           (long long)wanted);
 out:
     free(b);
     return st;

@@ -46,8 +46,8 @@ static void segs_finish(tpd_ckpt_segs *s) {
     s->n = w + 1;
 }
 
-tpd_status tpd_ckpt_rank_init(const tpd_config *cfg, int tp_size, int pp_size, int dp_size,
-                              int tp, int pp, int dp, tpd_ckpt_rank *r_p) {
+tpd_status tpd_ckpt_rank_init(const tpd_config *cfg, int tp_size, int pp_size, int dp_size, int tp,
+                              int pp, int dp, tpd_ckpt_rank *r_p) {
     tpd_ckpt_rank r;
     memset(&r, 0, sizeof r);
     tpd_config c = *cfg;
@@ -165,18 +165,25 @@ void tpd_ckpt_rank_plan_free(tpd_ckpt_rank_plan *plan) {
 
 void tpd_ckpt_hf_name(tpd_param p, int l, int pattern, char *buf, size_t n, int *conv1d_p) {
     static const char *const names[TPD_P_COUNT] = {
-        [TPD_P_WTE] = "wte.weight",           [TPD_P_WPE] = "wpe.weight",
-        [TPD_P_LN1W] = "ln_1.weight",         [TPD_P_LN1B] = "ln_1.bias",
-        [TPD_P_QKVW] = "attn.c_attn.weight",  [TPD_P_QKVB] = "attn.c_attn.bias",
-        [TPD_P_ATTPROJW] = "attn.c_proj.weight", [TPD_P_ATTPROJB] = "attn.c_proj.bias",
-        [TPD_P_LN2W] = "ln_2.weight",         [TPD_P_LN2B] = "ln_2.bias",
-        [TPD_P_FCW] = "mlp.c_fc.weight",      [TPD_P_FCB] = "mlp.c_fc.bias",
-        [TPD_P_FCPROJW] = "mlp.c_proj.weight", [TPD_P_FCPROJB] = "mlp.c_proj.bias",
-        [TPD_P_LNFW] = "ln_f.weight",         [TPD_P_LNFB] = "ln_f.bias",
+        [TPD_P_WTE] = "wte.weight",
+        [TPD_P_WPE] = "wpe.weight",
+        [TPD_P_LN1W] = "ln_1.weight",
+        [TPD_P_LN1B] = "ln_1.bias",
+        [TPD_P_QKVW] = "attn.c_attn.weight",
+        [TPD_P_QKVB] = "attn.c_attn.bias",
+        [TPD_P_ATTPROJW] = "attn.c_proj.weight",
+        [TPD_P_ATTPROJB] = "attn.c_proj.bias",
+        [TPD_P_LN2W] = "ln_2.weight",
+        [TPD_P_LN2B] = "ln_2.bias",
+        [TPD_P_FCW] = "mlp.c_fc.weight",
+        [TPD_P_FCB] = "mlp.c_fc.bias",
+        [TPD_P_FCPROJW] = "mlp.c_proj.weight",
+        [TPD_P_FCPROJB] = "mlp.c_proj.bias",
+        [TPD_P_LNFW] = "ln_f.weight",
+        [TPD_P_LNFB] = "ln_f.bias",
     };
     if (conv1d_p)
-        *conv1d_p = p == TPD_P_QKVW || p == TPD_P_ATTPROJW || p == TPD_P_FCW ||
-                    p == TPD_P_FCPROJW;
+        *conv1d_p = p == TPD_P_QKVW || p == TPD_P_ATTPROJW || p == TPD_P_FCW || p == TPD_P_FCPROJW;
     if (!tpd_param_get_info(p)->per_layer)
         snprintf(buf, n, "transformer.%s", names[p]);
     else if (pattern)

@@ -40,7 +40,8 @@ tpd_status tpd_ckpt_resolve(const char *path, char *dir) {
     char *text = NULL;
     size_t n = 0;
     TPD_CHECK(tpd_ckpt_read_file(probe, &text, &n));
-    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == ' ')) text[--n] = 0;
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == ' '))
+        text[--n] = 0;
     tpd_status st = TPD_OK;
     char sub[PATH_CAP + 32];
     snprintf(sub, sizeof sub, "%s/%s/%s", path, text, TPD_CKPT_MANIFEST);
@@ -100,7 +101,8 @@ int tpd_ckpt_list_older(const char *save_dir, const char *dir, char (*out)[PATH_
     closedir(d);
     if (n > 1) qsort(names, (size_t)n, sizeof *names, cmp_desc); /* fixed width: newest first */
     int k = 0;
-    for (; k < n && k < cap; k++) tpd_ckpt_join(out[k], PATH_CAP, parent, names[k]);
+    for (; k < n && k < cap; k++)
+        tpd_ckpt_join(out[k], PATH_CAP, parent, names[k]);
     free(names);
     return k;
 }
@@ -127,7 +129,8 @@ void tpd_ckpt_close(tpd_ckpt_info *info) {
 static int *open_fds(const tpd_ckpt_info *info) {
     int n = info->man->nfiles ? info->man->nfiles : 1;
     int *fds = malloc((size_t)n * sizeof *fds);
-    for (int i = 0; fds && i < n; i++) fds[i] = -1;
+    for (int i = 0; fds && i < n; i++)
+        fds[i] = -1;
     return fds;
 }
 
@@ -152,8 +155,8 @@ tpd_status tpd_ckpt_read_global(const tpd_ckpt_info *info, tpd_param p, tpd_ckpt
 }
 
 /* host (n fp32) -> backend buffer of dtype dt */
-static tpd_status to_backend(const tpd_kern_backend *kb, void *dst, tpd_dtype dt,
-                             const float *host, size_t n) {
+static tpd_status to_backend(const tpd_kern_backend *kb, void *dst, tpd_dtype dt, const float *host,
+                             size_t n) {
     if (dt == TPD_DTYPE_F32) return tpd_kern_copy_to_device(kb, dst, host, n * 4);
     void *tmp = NULL;
     TPD_CHECK(tpd_kern_alloc(kb, n * 4, &tmp));
@@ -164,15 +167,16 @@ static tpd_status to_backend(const tpd_kern_backend *kb, void *dst, tpd_dtype dt
     return st;
 }
 
-tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r,
-                               tpd_model *m, int weights_only) {
+tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r, tpd_model *m,
+                               int weights_only) {
     const tpd_kern_backend *kb = m->kb;
     size_t np = m->plan.numel_padded, ns = m->plan.shard_numel;
     float *params = calloc(np ? np : 1, 4), *state = calloc(ns ? ns : 1, 4);
     int *fds = open_fds(info);
     tpd_status st = TPD_OK;
     tpd_ckpt_segs want = {0};
-    if (!params || !state || !fds) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
+    if (!params || !state || !fds)
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
     /* fp32 master weights, when saved, are the exact values behind bf16 parameters */
     tpd_ckpt_kind pk = info->has_kind[TPD_CKPT_MASTER] ? TPD_CKPT_MASTER : TPD_CKPT_PARAM;
     for (int p = 0; p < TPD_P_COUNT; p++) {
@@ -183,7 +187,9 @@ tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r
     TPD_CHECK_GOTO(to_backend(kb, m->params, tpd_kern_param_dtype(kb), params, np), st, out);
     /* m, v, then master; each a full pass over the shard */
     for (int k = TPD_CKPT_EXP_AVG; k <= TPD_CKPT_MASTER; k++) {
-        float *dst = k == TPD_CKPT_EXP_AVG ? m->opt_m : k == TPD_CKPT_EXP_AVG_SQ ? m->opt_v : m->master;
+        float *dst = k == TPD_CKPT_EXP_AVG      ? m->opt_m
+                     : k == TPD_CKPT_EXP_AVG_SQ ? m->opt_v
+                                                : m->master;
         if (!dst || ns == 0) continue;
         memset(state, 0, ns * 4);
         if (k == TPD_CKPT_MASTER && (weights_only || !info->has_kind[TPD_CKPT_MASTER])) {
@@ -195,9 +201,9 @@ tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r
         } else if (!weights_only) {
             for (int p = 0; p < TPD_P_COUNT; p++) {
                 TPD_CHECK_GOTO(tpd_ckpt_segs_state(r, (tpd_param)p, 0, &want), st, out);
-                TPD_CHECK_GOTO(tpd_ckpt_gather(info, (tpd_param)p, (tpd_ckpt_kind)k, &want,
-                                               state, fds),
-                               st, out);
+                TPD_CHECK_GOTO(
+                    tpd_ckpt_gather(info, (tpd_param)p, (tpd_ckpt_kind)k, &want, state, fds), st,
+                    out);
                 tpd_ckpt_segs_free(&want);
             }
         }
@@ -269,8 +275,8 @@ tpd_status tpd_ckpt_write_weights(const tpd_config *cfg, int tp, int pp, int dp,
             if (st != TPD_OK) goto out;
         }
     tpd_ckpt_state state = {0, 0, 1, 0};
-    TPD_CHECK_GOTO(tpd_ckpt_manifest_build(&c, tp, pp, dp, 0, &state, world * 2, files, &json),
-                   st, out);
+    TPD_CHECK_GOTO(tpd_ckpt_manifest_build(&c, tp, pp, dp, 0, &state, world * 2, files, &json), st,
+                   out);
     char hex[65];
     tpd_ckpt_sha256_hex(json, strlen(json), hex);
     tpd_ckpt_join(path, sizeof path, dir, TPD_CKPT_MANIFEST_SHA);

@@ -51,7 +51,8 @@ tpd_status tpd_ckpt_read_weights(const tpd_ckpt_info *info, float *global[TPD_P_
 /* (rows, cols) -> (cols, rows) */
 static void transpose(float *dst, const float *src, int rows, int cols) {
     for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++) dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+        for (int c = 0; c < cols; c++)
+            dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
 }
 
 /* One HF tensor: where it lives in our global tensors. */
@@ -110,7 +111,8 @@ static tpd_status write_config_json(const tpd_config *cfg, const char *dir) {
     cJSON_AddNumberToObject(o, "n_embd", m->hidden_size);
     cJSON_AddNumberToObject(o, "n_layer", m->num_layers);
     cJSON_AddNumberToObject(o, "n_head", m->num_attention_heads);
-    cJSON_AddNumberToObject(o, "n_inner", m->ffn_hidden_size ? m->ffn_hidden_size : 4 * m->hidden_size);
+    cJSON_AddNumberToObject(o, "n_inner",
+                            m->ffn_hidden_size ? m->ffn_hidden_size : 4 * m->hidden_size);
     cJSON_AddStringToObject(o, "activation_function", "gelu_new");
     cJSON_AddNumberToObject(o, "layer_norm_epsilon", 1e-5);
     cJSON_AddNumberToObject(o, "initializer_range", m->init_method_std);
@@ -170,7 +172,8 @@ tpd_status tpd_ckpt_export_hf(const tpd_config *cfg, float *const global[TPD_P_C
     /* the header is padded with spaces so that the data starts 8-byte aligned */
     size_t hlen = strlen(json), padded = (hlen + 7) / 8 * 8;
     uint8_t len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        len8[i] = (uint8_t)((uint64_t)padded >> (8 * i));
     tpd_ckpt_join(path, sizeof path, out_dir, "model.safetensors");
     TPD_CHECK_GOTO(tpd_ckpt_writer_open(path, &w), st, out);
     TPD_CHECK_GOTO(tpd_ckpt_writer_put(w, len8, 8), st, out);
@@ -242,24 +245,28 @@ tpd_status tpd_ckpt_import_hf(const char *path, tpd_config *cfg, float *global[T
         !json_int(hc, "vocab_size", &m->vocab_size) ||
         !json_int(hc, "n_positions", &m->max_position_embeddings))
         TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                      "interchange %s: needs n_head, n_layer, n_embd, vocab_size, n_positions",
-                      cfgpath);
+                           "interchange %s: needs n_head, n_layer, n_embd, vocab_size, n_positions",
+                           cfgpath);
     if (!json_int(hc, "n_inner", &m->ffn_hidden_size) || m->ffn_hidden_size <= 0)
         m->ffn_hidden_size = 4 * m->hidden_size; /* HF writes null for 4*n_embd */
     m->seq_length = m->max_position_embeddings;
     if (m->num_attention_heads < 1 || m->hidden_size % m->num_attention_heads)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "interchange %s: n_embd %d is not a multiple of n_head %d",
-                      cfgpath, m->hidden_size, m->num_attention_heads);
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                           "interchange %s: n_embd %d is not a multiple of n_head %d", cfgpath,
+                           m->hidden_size, m->num_attention_heads);
 
     TPD_CHECK_GOTO(tpd_ckpt_read_file(file, &data, &size), st, out);
     uint64_t hlen = 0;
-    for (int i = 0; i < 8 && size >= 8; i++) hlen |= (uint64_t)(uint8_t)data[i] << (8 * i);
+    for (int i = 0; i < 8 && size >= 8; i++)
+        hlen |= (uint64_t)(uint8_t)data[i] << (8 * i);
     if (size < 8 || hlen > size - 8)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "interchange %s: header length %llu exceeds the file",
-                      file, (unsigned long long)hlen);
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                           "interchange %s: header length %llu exceeds the file", file,
+                           (unsigned long long)hlen);
     hdr = cJSON_ParseWithLength(data + 8, (size_t)hlen);
     if (!cJSON_IsObject(hdr))
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "interchange %s: header is not a JSON object", file);
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "interchange %s: header is not a JSON object",
+                           file);
     uint64_t dsize = size - 8 - hlen;
     const char *base = data + 8 + hlen;
     tpd_model_layout g;
@@ -277,10 +284,12 @@ tpd_status tpd_ckpt_import_hf(const char *path, tpd_config *cfg, float *global[T
         const char *key = hf_key(e->string);
         if (!key) continue;
         int i = 0;
-        for (; i < n && strcmp(ts[i].name + 12, key) != 0; i++) {}
+        for (; i < n && strcmp(ts[i].name + 12, key) != 0; i++) {
+        }
         if (i == n) {
-            st = tpd_ckpt_fail(TPD_ERR_FORMAT, "interchange %s: unexpected tensor '%s' for a %d-layer GPT-2",
-                               file, e->string, m->num_layers);
+            st = tpd_ckpt_fail(TPD_ERR_FORMAT,
+                               "interchange %s: unexpected tensor '%s' for a %d-layer GPT-2", file,
+                               e->string, m->num_layers);
             break;
         }
         const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
@@ -299,7 +308,8 @@ tpd_status tpd_ckpt_import_hf(const char *path, tpd_config *cfg, float *global[T
                                "interchange %s: tensor '%s' is not F32 of shape [%lld%s%lld] "
                                "within the file",
                                file, e->string, (long long)ts[i].shape[0],
-                               ts[i].ndim == 2 ? ", " : "", ts[i].ndim == 2 ? (long long)ts[i].shape[1] : 0LL);
+                               ts[i].ndim == 2 ? ", " : "",
+                               ts[i].ndim == 2 ? (long long)ts[i].shape[1] : 0LL);
             break;
         }
         float *dst = hf_src(&g, global, &ts[i]);
@@ -374,14 +384,17 @@ tpd_status tpd_ckpt_import_llmc(const char *path, tpd_config *cfg, float *global
     TPD_CHECK(tpd_ckpt_read_file(path, &data, &size));
     tpd_status st = TPD_OK;
     int32_t h[256];
-    if (size < sizeof h) TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "interchange %s: shorter than the 1024-byte header", path);
+    if (size < sizeof h)
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                           "interchange %s: shorter than the 1024-byte header", path);
     memcpy(h, data, sizeof h);
     if (h[0] != TPD_LLMC_MODEL_MAGIC)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "interchange %s: magic %d, an llm.c model file has %d",
-                      path, h[0], TPD_LLMC_MODEL_MAGIC);
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                           "interchange %s: magic %d, an llm.c model file has %d", path, h[0],
+                           TPD_LLMC_MODEL_MAGIC);
     if (h[1] != 3)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "interchange %s: version %d; only 3 (fp32) is read",
-                      path, h[1]);
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                           "interchange %s: version %d; only 3 (fp32) is read", path, h[1]);
     tpd_config_defaults(cfg);
     tpd_config_model *m = &cfg->model;
     m->max_position_embeddings = m->seq_length = h[2];
@@ -392,7 +405,8 @@ tpd_status tpd_ckpt_import_llmc(const char *path, tpd_config *cfg, float *global
     m->ffn_hidden_size = 4 * h[6];
     int Vp = h[7];
     if (h[2] < 1 || h[3] < 1 || h[4] < 1 || h[5] < 1 || h[6] < 1 || h[6] % h[5] || Vp < h[3])
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "interchange %s: impossible header shape", path);
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "interchange %s: impossible header shape",
+                           path);
     /* the largest power-of-two padding that reproduces Vp, so an export writes it back */
     m->make_vocab_size_divisible_by = Vp;
     for (int d = 1; d <= Vp; d *= 2)
@@ -400,10 +414,11 @@ tpd_status tpd_ckpt_import_llmc(const char *path, tpd_config *cfg, float *global
     tpd_model_layout g;
     TPD_CHECK_GOTO(alloc_weights(cfg, global, &g), st, out);
     size_t need = sizeof h + (size_t)(Vp - h[3]) * h[6] * 4;
-    for (int p = 0; p < TPD_P_COUNT; p++) need += tpd_model_layout_global_numel(&g, (tpd_param)p) * 4;
+    for (int p = 0; p < TPD_P_COUNT; p++)
+        need += tpd_model_layout_global_numel(&g, (tpd_param)p) * 4;
     if (size != need)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "interchange %s: %zu bytes, the header implies %zu",
-                      path, size, need);
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                           "interchange %s: %zu bytes, the header implies %zu", path, size, need);
     const char *src = data + sizeof h;
     for (int p = 0; p < TPD_P_COUNT; p++) {
         size_t n = tpd_model_layout_global_numel(&g, (tpd_param)p) * 4;

@@ -17,7 +17,7 @@ typedef struct tpd_cli_opt {
 } tpd_cli_opt;
 
 typedef struct tpd_cli_args {
-    const char *config;     /* the positional argument; NULL when none */
+    const char *config; /* the positional argument; NULL when none */
     int n_overrides;
     const char **overrides; /* "section.key=value", in order */
     int n_opts;
@@ -35,8 +35,7 @@ void tpd_cli_args_free(tpd_cli_args *a);
 
 /* Strict numbers: the whole of s, within [lo, hi], finite. On failure prints
  * "tripod: error: CMD: OPT 'S' must be ..." and returns TPD_ERR_INVALID. */
-tpd_status tpd_cli_int(const char *cmd, const char *opt, const char *s, long lo, long hi,
-                       int *v_p);
+tpd_status tpd_cli_int(const char *cmd, const char *opt, const char *s, long lo, long hi, int *v_p);
 tpd_status tpd_cli_double(const char *cmd, const char *opt, const char *s, double lo, double hi,
                           double *v_p);
 

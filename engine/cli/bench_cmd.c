@@ -18,8 +18,7 @@ int tpd_cli_calibrate(int argc, char **argv) {
     const char *cmd = "bench --calibrate";
     tpd_calib_options o = TPD_CALIB_OPTIONS_INIT;
     tpd_cli_args a;
-    if (tpd_cli_args_parse(cmd, argc - 1, argv + 1, k_opts, &a) != TPD_OK)
-        return TPD_EXIT_CONFIG;
+    if (tpd_cli_args_parse(cmd, argc - 1, argv + 1, k_opts, &a) != TPD_OK) return TPD_EXIT_CONFIG;
     int rc = TPD_EXIT_OK;
     const char *out = NULL;
     for (int i = 0; i < a.n_opts && rc == TPD_EXIT_OK; i++) {
@@ -95,8 +94,7 @@ int tpd_cli_calibrate(int argc, char **argv) {
     }
     /* every rank leaves with rank 0's verdict on the profile */
     int32_t code = (int32_t)st;
-    if (tpd_comm_broadcast(world, &code, 1, TPD_DTYPE_I32, 0, NULL) != TPD_OK)
-        code = TPD_ERR_COMM;
+    if (tpd_comm_broadcast(world, &code, 1, TPD_DTYPE_I32, 0, NULL) != TPD_OK) code = TPD_ERR_COMM;
     free(notes);
     tpd_comm_mpi_finish(world);
     return tpd_cli_code((tpd_status)code);

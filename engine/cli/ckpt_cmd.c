@@ -66,17 +66,28 @@ static int parse(int argc, char **argv, opts *o) {
             return -1;
         }
         i++;
-        if (!strcmp(a, "--format")) o->format = v;
-        else if (!strcmp(a, "--output")) o->output = v;
-        else if (!strcmp(a, "--layout")) o->layout = v;
-        else if (!strcmp(a, "--prompt")) o->prompt = v;
-        else if (!strcmp(a, "--max-new-tokens")) o->max_new = atoi(v);
-        else if (!strcmp(a, "--temperature")) o->temperature = atof(v);
-        else if (!strcmp(a, "--top-k")) o->top_k = atoi(v);
-        else if (!strcmp(a, "--top-p")) o->top_p = atof(v);
-        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--vocab-file")) o->vocab_file = v;
-        else if (!strcmp(a, "--merge-file")) o->merge_file = v;
+        if (!strcmp(a, "--format"))
+            o->format = v;
+        else if (!strcmp(a, "--output"))
+            o->output = v;
+        else if (!strcmp(a, "--layout"))
+            o->layout = v;
+        else if (!strcmp(a, "--prompt"))
+            o->prompt = v;
+        else if (!strcmp(a, "--max-new-tokens"))
+            o->max_new = atoi(v);
+        else if (!strcmp(a, "--temperature"))
+            o->temperature = atof(v);
+        else if (!strcmp(a, "--top-k"))
+            o->top_k = atoi(v);
+        else if (!strcmp(a, "--top-p"))
+            o->top_p = atof(v);
+        else if (!strcmp(a, "--seed"))
+            o->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--vocab-file"))
+            o->vocab_file = v;
+        else if (!strcmp(a, "--merge-file"))
+            o->merge_file = v;
         else {
             fprintf(stderr, "tripod: error: unknown option '%s'\n", a);
             return -1;
@@ -124,19 +135,23 @@ static int cmd_import(const opts *o) {
         fprintf(stderr, "tripod: error: import needs --format hf|llmc and --output DIR\n");
         return TPD_EXIT_CONFIG;
     }
-    if (o->layout && (sscanf(o->layout, "%d,%d,%d", &tp, &pp, &dp) != 3 || tp < 1 || pp < 1 || dp < 1)) {
-        fprintf(stderr, "tripod: error: --layout '%s': expected TP,PP,DP (e.g. 2,2,1)\n", o->layout);
+    if (o->layout &&
+        (sscanf(o->layout, "%d,%d,%d", &tp, &pp, &dp) != 3 || tp < 1 || pp < 1 || dp < 1)) {
+        fprintf(stderr, "tripod: error: --layout '%s': expected TP,PP,DP (e.g. 2,2,1)\n",
+                o->layout);
         return TPD_EXIT_CONFIG;
     }
     tpd_config cfg;
     float *w[TPD_P_COUNT];
-    tpd_status st = hf ? tpd_ckpt_import_hf(o->pos, &cfg, w) : tpd_ckpt_import_llmc(o->pos, &cfg, w);
+    tpd_status st =
+        hf ? tpd_ckpt_import_hf(o->pos, &cfg, w) : tpd_ckpt_import_llmc(o->pos, &cfg, w);
     if (st != TPD_OK) return exit_of(st);
     const tpd_config_model *m = &cfg.model;
     if (m->num_attention_heads % tp || m->num_layers % pp) {
-        fprintf(stderr,
-                "tripod: error: --layout %d,%d,%d: %d heads and %d layers must divide by TP and PP\n",
-                tp, pp, dp, m->num_attention_heads, m->num_layers);
+        fprintf(
+            stderr,
+            "tripod: error: --layout %d,%d,%d: %d heads and %d layers must divide by TP and PP\n",
+            tp, pp, dp, m->num_attention_heads, m->num_layers);
         tpd_ckpt_free_weights(w);
         return TPD_EXIT_CONFIG;
     }
@@ -160,8 +175,7 @@ static int cmd_generate(const opts *o) {
     g.kv_cache = !o->no_kv_cache;
     g.top_p = o->top_p;
     g.stop_at_eod = o->stop_at_eod;
-    if (g.max_new_tokens < 0 || g.temperature < 0 || g.top_k < 0 || !(g.top_p > 0) ||
-        g.top_p > 1) {
+    if (g.max_new_tokens < 0 || g.temperature < 0 || g.top_k < 0 || !(g.top_p > 0) || g.top_p > 1) {
         fprintf(stderr, "tripod: error: --max-new-tokens, --temperature and --top-k must be >= "
                         "0, and --top-p in (0, 1]\n");
         return TPD_EXIT_CONFIG;

@@ -51,7 +51,8 @@ static void on_fatal(int code, const char *why) {
     size_t n = 0;
     const char *parts[] = {"tripod: fatal: ", why ? why : "unknown", ": leaving with exit code "};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        for (const char *p = parts[i]; *p && n < sizeof line - 8; p++) line[n++] = *p;
+        for (const char *p = parts[i]; *p && n < sizeof line - 8; p++)
+            line[n++] = *p;
     if (code >= 10) line[n++] = (char)('0' + code / 10 % 10);
     line[n++] = (char)('0' + code % 10);
     line[n++] = '\n';

@@ -23,24 +23,23 @@ typedef struct plan_args {
 } plan_args;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: tripod plan CONFIG.yaml [section.key=value ...] [--cluster NAME|FILE]\n"
-            "                   [--gpus N] [--layout TP,PP,DP] [--top K] [--json]\n"
-            "                   [--trace FILE] [--ranks] [--dp-overlap on|off] [--even-stages]\n"
-            "  Without --layout: search every layout for N GPUs and rank the top K (10).\n"
-            "  With --layout: the full memory and time breakdown of that layout.\n"
-            "  --cluster: configs/clusters/NAME.yaml or a file (default: h200, cpu for\n"
-            "             training.device=cpu). --trace: predicted timeline (Perfetto).\n"
-            "  --ranks: rank -> (tp, dp, pp) table and every communication group.\n"
-            "  --dp-overlap off: DP gradient reduction after backward (Megatron 2021).\n"
-            "  Without parallel.pipeline_layers, pipeline stages are split by predicted\n"
-            "  time (the ends also embed, or run the head and loss) when that is faster;\n"
-            "  --even-stages keeps the layer-count split.\n");
+    fprintf(f, "usage: tripod plan CONFIG.yaml [section.key=value ...] [--cluster NAME|FILE]\n"
+               "                   [--gpus N] [--layout TP,PP,DP] [--top K] [--json]\n"
+               "                   [--trace FILE] [--ranks] [--dp-overlap on|off] [--even-stages]\n"
+               "  Without --layout: search every layout for N GPUs and rank the top K (10).\n"
+               "  With --layout: the full memory and time breakdown of that layout.\n"
+               "  --cluster: configs/clusters/NAME.yaml or a file (default: h200, cpu for\n"
+               "             training.device=cpu). --trace: predicted timeline (Perfetto).\n"
+               "  --ranks: rank -> (tp, dp, pp) table and every communication group.\n"
+               "  --dp-overlap off: DP gradient reduction after backward (Megatron 2021).\n"
+               "  Without parallel.pipeline_layers, pipeline stages are split by predicted\n"
+               "  time (the ends also embed, or run the head and loss) when that is faster;\n"
+               "  --even-stages keeps the layer-count split.\n");
 }
 
 static const tpd_cli_opt k_opts[] = {
-    {"--json", 0},  {"--ranks", 0}, {"--even-stages", 0}, {"--cluster", 1}, {"--gpus", 1},
-    {"--layout", 1}, {"--top", 1},  {"--trace", 1},       {"--dp-overlap", 1}, {NULL, 0}};
+    {"--json", 0},   {"--ranks", 0}, {"--even-stages", 0}, {"--cluster", 1},    {"--gpus", 1},
+    {"--layout", 1}, {"--top", 1},   {"--trace", 1},       {"--dp-overlap", 1}, {NULL, 0}};
 
 /* Returns 1 to run, 0 for --help, -1 on a bad argument. */
 static int parse_args(int argc, char **argv, plan_args *a) {
@@ -94,8 +93,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
 
 static void print_ranks(FILE *f, const tpd_mesh *mesh0) {
     int w = mesh0->world_size;
-    fprintf(f, "rank table (TP=%d, PP=%d, DP=%d; rank = tp + TP*(dp + DP*pp)):\n",
-            mesh0->tp_size, mesh0->pp_size, mesh0->dp_size);
+    fprintf(f, "rank table (TP=%d, PP=%d, DP=%d; rank = tp + TP*(dp + DP*pp)):\n", mesh0->tp_size,
+            mesh0->pp_size, mesh0->dp_size);
     fprintf(f, "  %6s %4s %4s %4s\n", "rank", "tp", "dp", "pp");
     for (int r = 0; r < w; r++) {
         int tp, dp, pp;
@@ -132,8 +131,7 @@ static void print_ranks(FILE *f, const tpd_mesh *mesh0) {
 static int run_ranks(const tpd_plan_layout *lay) {
     tpd_mesh mesh;
     int world = lay->tp * lay->pp * lay->dp;
-    if (tpd_mesh_init(world, 0, lay->tp, lay->pp, lay->dp, &mesh) != TPD_OK)
-        return TPD_EXIT_CONFIG;
+    if (tpd_mesh_init(world, 0, lay->tp, lay->pp, lay->dp, &mesh) != TPD_OK) return TPD_EXIT_CONFIG;
     print_ranks(stdout, &mesh);
     return TPD_EXIT_OK;
 }
@@ -170,8 +168,10 @@ static int run_one(const tpd_config *cfg, const tpd_plan_cluster *cl, const tpd_
         goto free_result;
     }
     if (a->trace) {
-        if (tpd_plan_write_trace(r, a->trace) != TPD_OK) rc = TPD_EXIT_FAILURE;
-        else if (!a->json) printf("trace: %s (open in https://ui.perfetto.dev)\n", a->trace);
+        if (tpd_plan_write_trace(r, a->trace) != TPD_OK)
+            rc = TPD_EXIT_FAILURE;
+        else if (!a->json)
+            printf("trace: %s (open in https://ui.perfetto.dev)\n", a->trace);
     }
 free_result:
     free(r);
@@ -215,8 +215,10 @@ static int run_search(const tpd_config *cfg, const tpd_plan_cluster *cl,
         tpd_plan_print_rejections(stdout, &s);
     }
     if (a->trace && s.n_top > 0) {
-        if (tpd_plan_write_trace(&s.top[0], a->trace) != TPD_OK) rc = TPD_EXIT_FAILURE;
-        else if (!a->json) printf("trace of the best layout: %s\n", a->trace);
+        if (tpd_plan_write_trace(&s.top[0], a->trace) != TPD_OK)
+            rc = TPD_EXIT_FAILURE;
+        else if (!a->json)
+            printf("trace of the best layout: %s\n", a->trace);
     }
     if (s.n_top == 0 && rc == TPD_EXIT_OK) rc = TPD_EXIT_FAILURE;
     tpd_plan_search_free(&s);
@@ -246,8 +248,9 @@ int tpd_cli_plan(int argc, char **argv) {
         rc = TPD_EXIT_CONFIG;
         goto free_all;
     }
-    const char *cluster = a.cluster ? a.cluster
-                          : cfg->training.device == TPD_DEVICE_CPU ? "cpu" : "h200";
+    const char *cluster = a.cluster                                ? a.cluster
+                          : cfg->training.device == TPD_DEVICE_CPU ? "cpu"
+                                                                   : "h200";
     if (tpd_plan_cluster_load(cluster, cl) != TPD_OK) {
         rc = TPD_EXIT_CONFIG;
         goto free_all;

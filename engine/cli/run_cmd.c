@@ -39,10 +39,14 @@ static const tpd_cli_opt k_eval_opts[] = {{"--split", 1}, {"--iters", 1}, {NULL,
 
 int tpd_cli_code(tpd_status st) {
     switch (st) {
-    case TPD_OK: return TPD_EXIT_OK;
-    case TPD_ERR_INVALID: return TPD_EXIT_CONFIG;
-    case TPD_ERR_COMM: return TPD_EXIT_COMM;
-    default: return TPD_EXIT_FAILURE;
+    case TPD_OK:
+        return TPD_EXIT_OK;
+    case TPD_ERR_INVALID:
+        return TPD_EXIT_CONFIG;
+    case TPD_ERR_COMM:
+        return TPD_EXIT_COMM;
+    default:
+        return TPD_EXIT_FAILURE;
     }
 }
 
@@ -132,9 +136,10 @@ static tpd_status run_bench(tpd_trainer *tr, const run_opts *o) {
         int P = r.pp, M = r.micro_batches;
         printf("bench: pipeline idle fraction %.3f measured, (PP-1)/(M+PP-1) = %.3f for PP %d, "
                "M %d | compute per step by stage (ms):",
-               r.pipe_wait_s / (r.pipe_compute_s + r.pipe_wait_s), (double)(P - 1) / (M + P - 1),
-               P, M);
-        for (int s = 0; s < P; s++) printf(" %.1f", 1e3 * r.stage_compute_s[s]);
+               r.pipe_wait_s / (r.pipe_compute_s + r.pipe_wait_s), (double)(P - 1) / (M + P - 1), P,
+               M);
+        for (int s = 0; s < P; s++)
+            printf(" %.1f", 1e3 * r.stage_compute_s[s]);
         printf("\n");
     }
     fflush(stdout);

@@ -9,17 +9,16 @@
 #include "parallel/comm.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: mpirun -np WORLD tripod sweep CONFIG.yaml [section.key=value ...]\n"
-            "           --tp 1,2,4 --pp 1,2,4 [--mbs 1,2,4] [--zero 0,1] [--sp 0,1]\n"
-            "           [--recompute none,selective,full] [--steps N] [--warmup W]\n"
-            "           [--out DIR] [--cluster NAME|FILE] [--no-plot] [--no-traces]\n"
-            "  Every TP x PP (x mbs x ZeRO x SP x recompute) layout runs on the whole world,\n"
-            "  DP = WORLD/(TP*PP); sequence parallel applies where TP > 1. Each runs\n"
-            "  beside the planner's prediction (--cluster, default cpu; a profile from\n"
-            "  `tripod bench --calibrate` makes it predict this machine). Writes\n"
-            "  DIR/summary.csv, failed.csv, summary.json, sweep.png and per-layout real and\n"
-            "  predicted traces (default DIR: sweep_out). Defaults: --steps 5 --warmup 2.\n");
+    fprintf(f, "usage: mpirun -np WORLD tripod sweep CONFIG.yaml [section.key=value ...]\n"
+               "           --tp 1,2,4 --pp 1,2,4 [--mbs 1,2,4] [--zero 0,1] [--sp 0,1]\n"
+               "           [--recompute none,selective,full] [--steps N] [--warmup W]\n"
+               "           [--out DIR] [--cluster NAME|FILE] [--no-plot] [--no-traces]\n"
+               "  Every TP x PP (x mbs x ZeRO x SP x recompute) layout runs on the whole world,\n"
+               "  DP = WORLD/(TP*PP); sequence parallel applies where TP > 1. Each runs\n"
+               "  beside the planner's prediction (--cluster, default cpu; a profile from\n"
+               "  `tripod bench --calibrate` makes it predict this machine). Writes\n"
+               "  DIR/summary.csv, failed.csv, summary.json, sweep.png and per-layout real and\n"
+               "  predicted traces (default DIR: sweep_out). Defaults: --steps 5 --warmup 2.\n");
 }
 
 /* "1,2,4" into v (positive, at most TPD_SWEEP_MAX_VALUES); allow0 lets 0 through. */
@@ -51,13 +50,15 @@ static int parse_list(const char *flag, const char *s, int *v, int *n_p, int all
 static int parse_switch(const char *flag, const char *s, int *v, int *n_p) {
     int z[TPD_SWEEP_MAX_VALUES], nz = 0;
     int ok = parse_list(flag, s, z, &nz, 1);
-    for (int k = 0; ok && k < nz; k++) ok = z[k] <= 1 && (k == 0 || z[k] != z[0]);
+    for (int k = 0; ok && k < nz; k++)
+        ok = z[k] <= 1 && (k == 0 || z[k] != z[0]);
     if (ok && nz > 2) ok = 0;
     if (!ok) {
         tpd_log_error("sweep: %s '%s' must be 0, 1 or 0,1", flag, s);
         return 0;
     }
-    for (int k = 0; k < nz; k++) v[k] = z[k];
+    for (int k = 0; k < nz; k++)
+        v[k] = z[k];
     *n_p = nz;
     return 1;
 }
@@ -85,7 +86,7 @@ static int parse_recompute(const char *s, tpd_recompute *v, int *n_p) {
 }
 
 static const tpd_cli_opt k_opts[] = {
-    {"--no-plot", 0}, {"--no-traces", 0}, {"--tp", 1},      {"--pp", 1},    {"--mbs", 1},
+    {"--no-plot", 0}, {"--no-traces", 0}, {"--tp", 1},        {"--pp", 1},    {"--mbs", 1},
     {"--zero", 1},    {"--sp", 1},        {"--recompute", 1}, {"--steps", 1}, {"--warmup", 1},
     {"--out", 1},     {"--cluster", 1},   {NULL, 0}};
 
@@ -174,8 +175,7 @@ int tpd_cli_sweep(int argc, char **argv) {
     tpd_sweep_result_free(&res);
     /* Every rank leaves with rank 0's verdict on the outputs. */
     int32_t code = (int32_t)st;
-    if (tpd_comm_broadcast(world, &code, 1, TPD_DTYPE_I32, 0, NULL) != TPD_OK)
-        code = TPD_ERR_COMM;
+    if (tpd_comm_broadcast(world, &code, 1, TPD_DTYPE_I32, 0, NULL) != TPD_OK) code = TPD_ERR_COMM;
     tpd_comm_mpi_finish(world);
     return tpd_cli_code((tpd_status)code);
 }

@@ -538,8 +538,8 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
                         m->max_position_embeddings);
     k = "optimizer.lr_wsd_decay_iters";
     if (c->optimizer.lr_decay_style == TPD_LR_DECAY_WSD) {
-        int decay = c->optimizer.lr_decay_iters ? c->optimizer.lr_decay_iters
-                                                : c->training.train_iters;
+        int decay =
+            c->optimizer.lr_decay_iters ? c->optimizer.lr_decay_iters : c->training.train_iters;
         int wsd = c->optimizer.lr_wsd_decay_iters;
         if (wsd < 1 || wsd > decay - c->optimizer.lr_warmup_iters)
             return cfg_fail(ld, cfg_at(ld, k, "optimizer.lr_decay_style"), k,
@@ -556,7 +556,8 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
                         tpd_config_choice("training.recompute", c->training.recompute));
     k = "data.data_path";
     char why[512];
-    if (c->data.data_path[0] && !tpd_config_data_path_parse(c->data.data_path, NULL, why, sizeof why))
+    if (c->data.data_path[0] &&
+        !tpd_config_data_path_parse(c->data.data_path, NULL, why, sizeof why))
         return cfg_fail(ld, cfg_at(ld, k, NULL), k, "%s", why);
     if (p->sequence_parallel && m->seq_length % tp) {
         k = "parallel.sequence_parallel";
@@ -584,8 +585,8 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
             return cfg_fail(ld, cfg_at(ld, k, NULL), k,
                             "%d needs pipeline_schedule interleaved, not %s (virtual stages "
                             "exist only in the interleaved schedule)",
-                            vpp, tpd_config_choice("parallel.pipeline_schedule",
-                                                   p->pipeline_schedule));
+                            vpp,
+                            tpd_config_choice("parallel.pipeline_schedule", p->pipeline_schedule));
         if (p->num_pipeline_layers > 0)
             return cfg_fail(ld, cfg_at(ld, "parallel.pipeline_layers", NULL),
                             "parallel.pipeline_layers",
@@ -707,11 +708,11 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t e
                               "by tripod plan only (tripod train runs 1)",
                               p->virtual_pipeline_model_parallel_size);
     if (p->pipeline_schedule != TPD_SCHEDULE_1F1B)
-        return cfg_fail_after(cfg, err, errlen,
-                              "parallel.pipeline_schedule: %s is modelled by tripod plan only "
-                              "(tripod train runs 1f1b)",
-                              tpd_config_choice("parallel.pipeline_schedule",
-                                                p->pipeline_schedule));
+        return cfg_fail_after(
+            cfg, err, errlen,
+            "parallel.pipeline_schedule: %s is modelled by tripod plan only "
+            "(tripod train runs 1f1b)",
+            tpd_config_choice("parallel.pipeline_schedule", p->pipeline_schedule));
     if (t->precision == TPD_PRECISION_BF16 && t->device == TPD_DEVICE_CPU)
         return cfg_fail_after(cfg, err, errlen,
                               "training.precision bf16 needs training.device cuda; the cpu "
@@ -754,7 +755,8 @@ int tpd_config_split_layers(const tpd_config *cfg, int pp, int stage, int *first
     int listed = par->num_pipeline_layers == pp && pp > 0;
     if (stage < 0 || stage >= pp || (!listed && pp > L)) return -1;
     int first = 0;
-    for (int i = 0; i < stage; i++) first += listed ? par->pipeline_layers[i] : split_rule(L, pp, i);
+    for (int i = 0; i < stage; i++)
+        first += listed ? par->pipeline_layers[i] : split_rule(L, pp, i);
     if (first_layer_p) *first_layer_p = first;
     return listed ? par->pipeline_layers[stage] : split_rule(L, pp, stage);
 }

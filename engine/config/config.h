@@ -51,10 +51,10 @@ typedef struct tpd_config_model {
     int num_layers;
     int hidden_size;
     int num_attention_heads;
-    int ffn_hidden_size;          /* 0 in the file means 4*hidden_size (resolved at load) */
+    int ffn_hidden_size; /* 0 in the file means 4*hidden_size (resolved at load) */
     int vocab_size;
     int seq_length;
-    int max_position_embeddings;  /* 0 means seq_length (resolved at load) */
+    int max_position_embeddings; /* 0 means seq_length (resolved at load) */
     double init_method_std;
     int make_vocab_size_divisible_by;
 } tpd_config_model;
@@ -62,12 +62,12 @@ typedef struct tpd_config_model {
 typedef struct tpd_config_parallel {
     int tensor_model_parallel_size;
     int pipeline_model_parallel_size;
-    int data_parallel_size;       /* 0 = derived from the world size */
-    int num_pipeline_layers;      /* entries in pipeline_layers; 0 = even split */
+    int data_parallel_size;  /* 0 = derived from the world size */
+    int num_pipeline_layers; /* entries in pipeline_layers; 0 = even split */
     int pipeline_layers[TPD_CONFIG_MAX_STAGES];
-    int use_distributed_optimizer;      /* ZeRO-1 */
-    int64_t ddp_bucket_size;            /* gradient elements per DP bucket */
-    int sequence_parallel;              /* Megatron SP: needs seq_length % TP == 0 */
+    int use_distributed_optimizer;            /* ZeRO-1 */
+    int64_t ddp_bucket_size;                  /* gradient elements per DP bucket */
+    int sequence_parallel;                    /* Megatron SP: needs seq_length % TP == 0 */
     int virtual_pipeline_model_parallel_size; /* planner knob; engine needs 1 */
     tpd_schedule pipeline_schedule;
 } tpd_config_parallel;
@@ -78,14 +78,14 @@ typedef struct tpd_config_training {
     int train_iters;
     uint64_t seed;
     tpd_precision precision;
-    tpd_device device;  /* the kernel backend */
+    tpd_device device; /* the kernel backend */
     tpd_recompute recompute;
-    int recompute_num_layers; /* full: recompute the first N layers of each stage (Megatron's
-                                 block method), 0 = all of them */
-    int exit_interval;          /* stop (saving) when the iteration is a multiple; 0 = never */
+    int recompute_num_layers;     /* full: recompute the first N layers of each stage (Megatron's
+                                     block method), 0 = all of them */
+    int exit_interval;            /* stop (saving) when the iteration is a multiple; 0 = never */
     double exit_duration_in_mins; /* stop (saving) once a run has lasted this long; 0 = never */
-    tpd_attention attention; /* cuda */
-    int num_threads;    /* cpu OpenMP threads per rank, 0 = runtime default */
+    tpd_attention attention;      /* cuda */
+    int num_threads;              /* cpu OpenMP threads per rank, 0 = runtime default */
 } tpd_config_training;
 
 typedef struct tpd_config_optimizer {
@@ -94,21 +94,21 @@ typedef struct tpd_config_optimizer {
     tpd_lr_decay lr_decay_style; /* Megatron's names: cosine, linear, constant,
                                     inverse-square-root, WSD */
     int lr_warmup_iters;
-    int lr_decay_iters;      /* 0 = train_iters */
-    int lr_wsd_decay_iters;  /* WSD: the final anneal's length; before it lr stays at peak */
+    int lr_decay_iters;     /* 0 = train_iters */
+    int lr_wsd_decay_iters; /* WSD: the final anneal's length; before it lr stays at peak */
     tpd_wsd_decay lr_wsd_decay_style; /* the WSD anneal */
     double weight_decay;
     double adam_beta1;
     double adam_beta2;
     double adam_eps;
-    double clip_grad;        /* 0 disables clipping */
+    double clip_grad; /* 0 disables clipping */
 } tpd_config_optimizer;
 
 typedef struct tpd_config_data {
     char data_path[TPD_CONFIG_STR]; /* Megatron PREFIX (PREFIX.bin + PREFIX.idx) or an
                                        llm.c token shard file */
     int shuffle;
-    char split[64];                 /* "949,50,1": train, valid, test weights */
+    char split[64]; /* "949,50,1": train, valid, test weights */
 } tpd_config_data;
 
 typedef struct tpd_config_logging {
@@ -116,19 +116,19 @@ typedef struct tpd_config_logging {
     char metrics_file[TPD_CONFIG_STR]; /* JSONL; empty = none */
     int eval_interval;                 /* 0 = never */
     int eval_iters;
-    char trace_file[TPD_CONFIG_STR];   /* Chrome trace JSON of real steps; empty = none */
-    int log_params_norm;               /* log the weights' global norm (one more collective) */
-    int log_timers;                    /* a second log line: where the step's time went */
+    char trace_file[TPD_CONFIG_STR]; /* Chrome trace JSON of real steps; empty = none */
+    int log_params_norm;             /* log the weights' global norm (one more collective) */
+    int log_timers;                  /* a second log line: where the step's time went */
 } tpd_config_logging;
 
 typedef struct tpd_config_checkpoint {
-    char save[TPD_CONFIG_STR];   /* directory; empty = never save */
-    char load[TPD_CONFIG_STR];   /* "", "auto" or a checkpoint path */
-    int save_interval;           /* 0 = only at the end / on signal */
-    int keep_last;               /* 0 = keep all */
+    char save[TPD_CONFIG_STR]; /* directory; empty = never save */
+    char load[TPD_CONFIG_STR]; /* "", "auto" or a checkpoint path */
+    int save_interval;         /* 0 = only at the end / on signal */
+    int keep_last;             /* 0 = keep all */
     tpd_fallback fallback;
     int finetune;
-    int async_save;              /* write shards in a background thread from a host snapshot */
+    int async_save; /* write shards in a background thread from a host snapshot */
 } tpd_config_checkpoint;
 
 typedef struct tpd_config_comm {
@@ -167,8 +167,7 @@ tpd_status tpd_config_load(const char *path, int n_overrides, const char *const 
  * reports the same line): world divisible by TP*PP, data_parallel_size agreeing with
  * the world, global batch divisible by micro_batch*DP. Megatron's wording where it has
  * one. */
-tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size, char *err,
-                                  size_t errlen);
+tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size, char *err, size_t errlen);
 
 /* Rejects what `tripod train` cannot run although the planner models it (virtual
  * stages, the interleaved schedule, bf16 on cpu), naming the key. */

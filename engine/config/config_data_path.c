@@ -9,7 +9,8 @@
 #include <string.h>
 
 void tpd_config_data_path_free(tpd_data_path *p) {
-    for (int d = 0; d < p->n; d++) free(p->prefix[d]);
+    for (int d = 0; d < p->n; d++)
+        free(p->prefix[d]);
     memset(p, 0, sizeof *p);
 }
 
@@ -37,8 +38,9 @@ int tpd_config_data_path_parse(const char *spec, tpd_data_path *out_p, char *why
     if (nw < 2 || !is_number(words[0], &first)) {
         /* one prefix, spaces and all */
         if (nw == 0) {
-            snprintf(why, len, "nothing given (a data set prefix, or 'WEIGHT PREFIX WEIGHT "
-                               "PREFIX ...')");
+            snprintf(why, len,
+                     "nothing given (a data set prefix, or 'WEIGHT PREFIX WEIGHT "
+                     "PREFIX ...')");
             goto done;
         }
         src.n = 1;
@@ -54,8 +56,9 @@ int tpd_config_data_path_parse(const char *spec, tpd_data_path *out_p, char *why
         for (int i = 0; i < nw; i += 2) {
             double w;
             if (!is_number(words[i], &w) || !(w > 0) || !isfinite(w)) {
-                snprintf(why, len, "weight '%s' of '%s' must be a positive number (pairs of "
-                                   "WEIGHT PREFIX)",
+                snprintf(why, len,
+                         "weight '%s' of '%s' must be a positive number (pairs of "
+                         "WEIGHT PREFIX)",
                          words[i], words[i + 1]);
                 goto done;
             }
@@ -64,10 +67,12 @@ int tpd_config_data_path_parse(const char *spec, tpd_data_path *out_p, char *why
             sum += w;
             src.n++;
         }
-        for (int d = 0; d < src.n; d++) src.weight[d] /= sum;
+        for (int d = 0; d < src.n; d++)
+            src.weight[d] /= sum;
     }
     ok = 1;
-    for (int d = 0; d < src.n; d++) ok = ok && src.prefix[d];
+    for (int d = 0; d < src.n; d++)
+        ok = ok && src.prefix[d];
     if (!ok) snprintf(why, len, "out of memory");
 done:
     free(copy);

@@ -48,8 +48,8 @@ typedef struct tpd_cfg_key {
     tpd_cfg_range range;
     double lo, hi;
     const char *const *choices; /* enum: the names, NULL-terminated, in the enum's order */
-    int required;        /* a config file must state it */
-    const char *desc;    /* one line, printed as a comment by `config show` */
+    int required;               /* a config file must state it */
+    const char *desc;           /* one line, printed as a comment by `config show` */
 } tpd_cfg_key;
 
 /* In the order `tripod config show` prints them; keys are grouped by section. */

@@ -32,7 +32,8 @@ static const char *const k_precision[] = {"fp32", "bf16", NULL};
 static const char *const k_device[] = {"cpu", "cuda", NULL};
 static const char *const k_recompute[] = {"none", "selective", "full", NULL};
 static const char *const k_attention[] = {"fused", "unfused", NULL};
-static const char *const k_lr_decay[] = {"cosine", "linear", "constant", "inverse-square-root", "WSD", NULL};
+static const char *const k_lr_decay[] = {"cosine", "linear", "constant", "inverse-square-root",
+                                         "WSD",    NULL};
 static const char *const k_wsd_decay[] = {"exponential", "linear", "cosine", "minus_sqrt", NULL};
 static const char *const k_fallback[] = {"none", "previous", NULL};
 /* The parser stores an enum key as an int. */
@@ -83,7 +84,8 @@ const tpd_cfg_key tpd_cfg_keys[] = {
     {"parallel.ddp_bucket_size", TPD_CFG_INT64, TPD_CFG_FIELD(parallel.ddp_bucket_size), "40000000",
      TPD_CFG_MIN(1), NULL, 0, "gradient elements per DP bucket"},
     {"parallel.sequence_parallel", TPD_CFG_BOOL, TPD_CFG_FIELD(parallel.sequence_parallel), "false",
-     TPD_CFG_NOBOUND, NULL, 0, "Megatron sequence parallelism: LayerNorm and residual rows split over TP"},
+     TPD_CFG_NOBOUND, NULL, 0,
+     "Megatron sequence parallelism: LayerNorm and residual rows split over TP"},
     {"parallel.virtual_pipeline_model_parallel_size", TPD_CFG_INT,
      TPD_CFG_FIELD(parallel.virtual_pipeline_model_parallel_size), "1", TPD_CFG_MIN(1), NULL, 0,
      "model chunks per stage for the interleaved schedule (planner only)"},
@@ -107,14 +109,17 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      k_recompute, 0, "activation recomputation: selective = attention only, full = whole layers"},
     {"training.exit_interval", TPD_CFG_INT, TPD_CFG_FIELD(training.exit_interval), "0",
      TPD_CFG_MIN(0), NULL, 0, "save and stop when the iteration is a multiple of this (0: never)"},
-    {"training.exit_duration_in_mins", TPD_CFG_DOUBLE, TPD_CFG_FIELD(training.exit_duration_in_mins),
-     "0", TPD_CFG_MIN(0), NULL, 0, "save and stop after this many minutes of training (0: never)"},
-    {"training.recompute_num_layers", TPD_CFG_INT, TPD_CFG_FIELD(training.recompute_num_layers), "0",
-     TPD_CFG_MIN(0), NULL, 0, "recompute full: only the first N layers of each stage (0 = all)"},
+    {"training.exit_duration_in_mins", TPD_CFG_DOUBLE,
+     TPD_CFG_FIELD(training.exit_duration_in_mins), "0", TPD_CFG_MIN(0), NULL, 0,
+     "save and stop after this many minutes of training (0: never)"},
+    {"training.recompute_num_layers", TPD_CFG_INT, TPD_CFG_FIELD(training.recompute_num_layers),
+     "0", TPD_CFG_MIN(0), NULL, 0,
+     "recompute full: only the first N layers of each stage (0 = all)"},
     {"training.attention", TPD_CFG_ENUM, TPD_CFG_FIELD(training.attention), "fused",
      TPD_CFG_NOBOUND, k_attention, 0, "cuda attention: cuDNN fused or cuBLASLt+softmax"},
     {"training.num_threads", TPD_CFG_INT, TPD_CFG_FIELD(training.num_threads), "0", TPD_CFG_MIN(0),
-     NULL, 0, "cpu threads per rank; 0 = OMP_NUM_THREADS if set, else the node's cores / its ranks"},
+     NULL, 0,
+     "cpu threads per rank; 0 = OMP_NUM_THREADS if set, else the node's cores / its ranks"},
 
     /* optimizer */
     {"optimizer.lr", TPD_CFG_DOUBLE, TPD_CFG_FIELD(optimizer.lr), "3e-4", TPD_CFG_MIN(0), NULL, 0,
@@ -127,8 +132,7 @@ const tpd_cfg_key tpd_cfg_keys[] = {
     {"optimizer.lr_wsd_decay_iters", TPD_CFG_INT, TPD_CFG_FIELD(optimizer.lr_wsd_decay_iters), "0",
      TPD_CFG_MIN(0), NULL, 0, "WSD: iterations of the final anneal, ending at lr_decay_iters"},
     {"optimizer.lr_wsd_decay_style", TPD_CFG_ENUM, TPD_CFG_FIELD(optimizer.lr_wsd_decay_style),
-     "exponential", TPD_CFG_NOBOUND, k_wsd_decay, 0,
-     "WSD: shape of the anneal"},
+     "exponential", TPD_CFG_NOBOUND, k_wsd_decay, 0, "WSD: shape of the anneal"},
     {"optimizer.lr_warmup_iters", TPD_CFG_INT, TPD_CFG_FIELD(optimizer.lr_warmup_iters), "0",
      TPD_CFG_MIN(0), NULL, 0, "linear warmup from 0 to lr"},
     {"optimizer.lr_decay_iters", TPD_CFG_INT, TPD_CFG_FIELD(optimizer.lr_decay_iters), "0",
@@ -468,8 +472,7 @@ static void cfg_fmt_value(const tpd_config *cfg, const tpd_cfg_key *k, char *buf
     else if (k->type == TPD_CFG_ENUM) {
         const char *name = enum_name(k->choices, *(const int *)field);
         snprintf(buf, n, "%s", name ? name : "?");
-    }
-    else if (k->type == TPD_CFG_STRING || k->type == TPD_CFG_SPLIT)
+    } else if (k->type == TPD_CFG_STRING || k->type == TPD_CFG_SPLIT)
         cfg_fmt_string(field, buf, n);
     else { /* the one list, parallel.pipeline_layers */
         size_t used = (size_t)snprintf(buf, n, "[");

@@ -295,7 +295,8 @@ static tpd_status open_indexed(const char *prefix, int vocab_size, tpd_dataset *
     tpd_status st = TPD_OK;
     void *idx = NULL;
     size_t idx_len = 0;
-    char *idx_path = tpd_data_path_join(prefix, ".idx"), *bin_path = tpd_data_path_join(prefix, ".bin");
+    char *idx_path = tpd_data_path_join(prefix, ".idx"),
+         *bin_path = tpd_data_path_join(prefix, ".bin");
     if (!idx_path || !bin_path) DATA_FAIL_GOTO(TPD_ERR_NOMEM, st, free_paths, "out of memory");
     TPD_CHECK_GOTO(map_file(idx_path, &idx, &idx_len), st, free_paths);
     TPD_CHECK_GOTO(parse_index(idx_path, idx, idx_len, &ds->dtype, &ds->num_tokens, &ds->num_docs),

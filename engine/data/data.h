@@ -114,7 +114,7 @@ void tpd_data_source_close(tpd_data_source *src);
 typedef struct tpd_blend_sampler {
     const tpd_data_source *src;
     tpd_sampler s[TPD_BLEND_MAX];
-    uint64_t at;                    /* the cursor: count[] holds the assignments of [0, at) */
+    uint64_t at; /* the cursor: count[] holds the assignments of [0, at) */
     uint64_t count[TPD_BLEND_MAX];
     uint64_t *snaps; /* (nsnaps * n) count[] at every TPD_BLEND_BLOCK-th sample */
     uint64_t nsnaps, snaps_cap;
@@ -125,8 +125,7 @@ tpd_status tpd_blend_sampler_init(const tpd_data_source *src, const char *split,
                                   tpd_blend_sampler *b_p);
 void tpd_blend_sampler_free(tpd_blend_sampler *b);
 /* *dataset_p and *index_p: where sample g of the blend comes from (either may be NULL). */
-void tpd_blend_sampler_locate(tpd_blend_sampler *b, uint64_t g, int *dataset_p,
-                              uint64_t *index_p);
+void tpd_blend_sampler_locate(tpd_blend_sampler *b, uint64_t g, int *dataset_p, uint64_t *index_p);
 /* out[seq_length+1] = tokens of sample g of the blend. */
 tpd_status tpd_blend_sampler_get(tpd_blend_sampler *b, uint64_t g, int32_t *out);
 
@@ -180,11 +179,12 @@ typedef struct tpd_prepare_opts {
     const char *json_key; /* JSONL: the field holding a document's text */
 } tpd_prepare_opts;
 
-#define TPD_PREPARE_OPTS_INIT {TPD_RECORDS_FILE, NULL, "text"}
+#define TPD_PREPARE_OPTS_INIT                                                                      \
+    { TPD_RECORDS_FILE, NULL, "text" }
 
-tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs,
-                            const tpd_prepare_opts *opts, const char *output_prefix,
-                            uint64_t *num_docs_p, uint64_t *num_tokens_p);
+tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, const tpd_prepare_opts *opts,
+                            const char *output_prefix, uint64_t *num_docs_p,
+                            uint64_t *num_tokens_p);
 
 /* Byte-level detokenization for generation: writes printable text (EOD as "\n").
  * One output byte per token: bytes 0..255 as themselves, except control bytes other

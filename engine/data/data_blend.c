@@ -101,12 +101,14 @@ tpd_status tpd_blend_sampler_init(const tpd_data_source *src, const char *split,
     *b_p = b;
     return TPD_OK;
 undo:
-    while (d-- > 0) tpd_sampler_free(&b.s[d]);
+    while (d-- > 0)
+        tpd_sampler_free(&b.s[d]);
     return st;
 }
 
 void tpd_blend_sampler_free(tpd_blend_sampler *b) {
-    for (int d = 0; b->src && d < b->src->n; d++) tpd_sampler_free(&b->s[d]);
+    for (int d = 0; b->src && d < b->src->n; d++)
+        tpd_sampler_free(&b->s[d]);
     free(b->snaps);
     memset(b, 0, sizeof *b);
 }
@@ -134,7 +136,8 @@ static void seek(tpd_blend_sampler *b, uint64_t g) {
         if (b->nsnaps < want) {
             if (b->snaps_cap < want) {
                 uint64_t cap = b->snaps_cap ? b->snaps_cap : 64;
-                while (cap < want) cap *= 2;
+                while (cap < want)
+                    cap *= 2;
                 uint64_t *s = realloc(b->snaps, cap * (size_t)n * sizeof *s);
                 if (!s) goto step; /* no room: walk from where the cursor is */
                 b->snaps = s;
@@ -148,7 +151,8 @@ static void seek(tpd_blend_sampler *b, uint64_t g) {
                 uint64_t *cnt = b->snaps + b->nsnaps * n;
                 memcpy(cnt, cnt - n, (size_t)n * sizeof *cnt);
                 uint64_t i0 = (b->nsnaps - 1) * TPD_BLEND_BLOCK;
-                for (uint64_t i = i0; i < i0 + TPD_BLEND_BLOCK; i++) cnt[pick(src, i, cnt)]++;
+                for (uint64_t i = i0; i < i0 + TPD_BLEND_BLOCK; i++)
+                    cnt[pick(src, i, cnt)]++;
             }
         }
         uint64_t k = g / TPD_BLEND_BLOCK;
@@ -160,11 +164,11 @@ step:
         b->at = 0;
         memset(b->count, 0, sizeof b->count);
     }
-    for (; b->at < g; b->at++) b->count[pick(src, b->at, b->count)]++;
+    for (; b->at < g; b->at++)
+        b->count[pick(src, b->at, b->count)]++;
 }
 
-void tpd_blend_sampler_locate(tpd_blend_sampler *b, uint64_t g, int *dataset_p,
-                              uint64_t *index_p) {
+void tpd_blend_sampler_locate(tpd_blend_sampler *b, uint64_t g, int *dataset_p, uint64_t *index_p) {
     int d = 0;
     uint64_t idx = g;
     if (b->src->n > 1) {

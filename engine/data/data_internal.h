@@ -32,7 +32,6 @@ typedef struct dtype_info {
     int is_float;
 } dtype_info;
 
-
 const dtype_info *tpd_data_dtype_find(int code);
 /* a + b in a new malloc'ed string, NULL when out of memory */
 char *tpd_data_path_join(const char *a, const char *b);

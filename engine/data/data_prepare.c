@@ -18,8 +18,10 @@
 static tpd_status read_file(const char *path, unsigned char **buf_p, size_t *len_p) {
     int err;
     tpd_status st = tpd_file_read_all(path, (char **)buf_p, len_p, &err);
-    if (st == TPD_ERR_NOMEM) tpd_data_log_error("%s: out of memory reading it", path);
-    else if (st != TPD_OK) tpd_data_log_error("%s: cannot read: %s", path, strerror(err));
+    if (st == TPD_ERR_NOMEM)
+        tpd_data_log_error("%s: out of memory reading it", path);
+    else if (st != TPD_OK)
+        tpd_data_log_error("%s: cannot read: %s", path, strerror(err));
     return st;
 }
 
@@ -49,7 +51,7 @@ typedef struct pending_record {
 
 typedef struct prepare_state {
     tpd_indexed_builder *builder;
-    const tpd_bpe *bpe; /* NULL: bytes */
+    const tpd_bpe *bpe;      /* NULL: bytes */
     pending_record *pending; /* BPE: the current file's records, encoded in parallel */
     size_t npending, pending_cap;
     int32_t *scratch; /* (scratch_cap) tokens of the current document */
@@ -107,8 +109,10 @@ static tpd_status flush_bpe(prepare_state *ps) {
         r->st = tpd_bpe_encode(ps->bpe, (const char *)r->p, r->n, &r->ids, &r->nids, &r->cap);
         if (r->st == TPD_OK && r->nids == r->cap) {
             int32_t *ids = realloc(r->ids, (r->nids + 1) * sizeof *ids);
-            if (ids) r->ids = ids, r->cap = r->nids + 1;
-            else r->st = TPD_ERR_NOMEM;
+            if (ids)
+                r->ids = ids, r->cap = r->nids + 1;
+            else
+                r->st = TPD_ERR_NOMEM;
         }
         if (r->st == TPD_OK) r->ids[r->nids++] = eod;
     }
@@ -176,10 +180,10 @@ static tpd_status jsonl_records(prepare_state *ps, const char *path, const unsig
                 tpd_data_log_error("%s:%zu: %s (JSON Lines: one object per line, with the "
                                    "document's text in the string field \"%s\")",
                                    path, line,
-                                   !o                    ? "not valid JSON"
-                                   : !cJSON_IsObject(o)  ? "not a JSON object"
-                                   : v                   ? "the field is not a string"
-                                                         : "no such field",
+                                   !o                   ? "not valid JSON"
+                                   : !cJSON_IsObject(o) ? "not a JSON object"
+                                   : v                  ? "the field is not a string"
+                                                        : "no such field",
                                    key);
                 st = TPD_ERR_FORMAT;
             } else {
@@ -187,8 +191,10 @@ static tpd_status jsonl_records(prepare_state *ps, const char *path, const unsig
                 if (nrec == rcap) {
                     rcap = rcap ? 2 * rcap : 1024;
                     void *r = realloc(rec, rcap * sizeof *rec);
-                    if (!r) st = TPD_ERR_NOMEM;
-                    else rec = r;
+                    if (!r)
+                        st = TPD_ERR_NOMEM;
+                    else
+                        rec = r;
                 }
                 if (st == TPD_OK && used + n <= cap) {
                     memcpy(arena + used, v->valuestring, n);
@@ -209,9 +215,9 @@ static tpd_status jsonl_records(prepare_state *ps, const char *path, const unsig
     return st;
 }
 
-tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs,
-                            const tpd_prepare_opts *opts, const char *output_prefix,
-                            uint64_t *num_docs_p, uint64_t *num_tokens_p) {
+tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, const tpd_prepare_opts *opts,
+                            const char *output_prefix, uint64_t *num_docs_p,
+                            uint64_t *num_tokens_p) {
     tpd_status st = TPD_OK;
     tpd_prepare_opts dflt = TPD_PREPARE_OPTS_INIT;
     if (!opts) opts = &dflt;
@@ -233,9 +239,8 @@ tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs,
     }
     prepare_state ps = {0};
     ps.bpe = bpe;
-    TPD_CHECK(tpd_indexed_builder_create(output_prefix, bpe ? tpd_bpe_vocab_size(bpe)
-                                                            : TPD_BYTE_VOCAB,
-                                         &ps.builder));
+    TPD_CHECK(tpd_indexed_builder_create(
+        output_prefix, bpe ? tpd_bpe_vocab_size(bpe) : TPD_BYTE_VOCAB, &ps.builder));
     /* One file in memory at a time; documents stream to PREFIX.bin. */
     for (int i = 0; i < n_inputs; i++) {
         unsigned char *buf = NULL;

@@ -29,7 +29,7 @@ struct tpd_bpe {
     int nmerges;
     int32_t eod;
     pcre2_code *re;
-    char alpha[256][3];    /* byte -> UTF-8 of its code point in GPT-2's byte alphabet */
+    char alpha[256][3];      /* byte -> UTF-8 of its code point in GPT-2's byte alphabet */
     int16_t byte_of[MAX_CP]; /* code point -> byte, -1 for none */
 };
 
@@ -37,7 +37,8 @@ struct tpd_bpe {
  * bytes take 256, 257, ... in byte order. */
 static void build_alphabet(tpd_bpe *b) {
     int next = 256;
-    for (int i = 0; i < MAX_CP; i++) b->byte_of[i] = -1;
+    for (int i = 0; i < MAX_CP; i++)
+        b->byte_of[i] = -1;
     for (int c = 0; c < 256; c++) {
         int printable = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE);
         int cp = printable ? c : next++;
@@ -58,7 +59,8 @@ static char *read_text(const char *path) {
     int err;
     tpd_status st = tpd_file_read_all(path, &text, NULL, &err);
     if (st != TPD_OK)
-        tpd_log_error("%s: cannot read: %s", path, st == TPD_ERR_NOMEM ? "out of memory" : strerror(err));
+        tpd_log_error("%s: cannot read: %s", path,
+                      st == TPD_ERR_NOMEM ? "out of memory" : strerror(err));
     return text;
 }
 
@@ -138,7 +140,8 @@ static tpd_status load_merges(tpd_bpe *b, const char *path) {
     if (!text) return TPD_ERR_IO;
     tpd_status st = TPD_OK;
     int lines = 1;
-    for (const char *p = text; *p; p++) lines += *p == '\n';
+    for (const char *p = text; *p; p++)
+        lines += *p == '\n';
     b->merge_keys = calloc((size_t)lines, sizeof *b->merge_keys);
     if (!b->merge_keys || !hcreate_r((size_t)lines * 2 + 1, &b->merges)) {
         tpd_log_error("%s: out of memory for %d merges", path, lines);
@@ -158,20 +161,20 @@ static tpd_status load_merges(tpd_bpe *b, const char *path) {
         if (!len || (lineno == 1 && !strncmp(line, "#version", 8))) continue;
         char *sp = strchr(line, ' ');
         if (!sp || sp == line || !sp[1] || strchr(sp + 1, ' ') || len + 1 > sizeof joined) {
-            tpd_log_error("%s:%d: '%s' is not a merge (two tokens separated by one space)",
-                          path, lineno, line);
+            tpd_log_error("%s:%d: '%s' is not a merge (two tokens separated by one space)", path,
+                          lineno, line);
             st = TPD_ERR_INVALID;
             goto done;
         }
         *sp = 0;
         snprintf(joined, sizeof joined, "%s%s", line, sp + 1);
-        const char *missing = table_find(&b->vocab, line) < 0       ? line
-                              : table_find(&b->vocab, sp + 1) < 0   ? sp + 1
-                              : table_find(&b->vocab, joined) < 0   ? joined
-                                                                    : NULL;
+        const char *missing = table_find(&b->vocab, line) < 0     ? line
+                              : table_find(&b->vocab, sp + 1) < 0 ? sp + 1
+                              : table_find(&b->vocab, joined) < 0 ? joined
+                                                                  : NULL;
         if (missing) {
-            tpd_log_error("%s:%d: merge '%s %s': '%s' is not in the vocabulary", path, lineno,
-                          line, sp + 1, missing);
+            tpd_log_error("%s:%d: merge '%s %s': '%s' is not in the vocabulary", path, lineno, line,
+                          sp + 1, missing);
             st = TPD_ERR_INVALID;
             goto done;
         }
@@ -209,8 +212,8 @@ tpd_status tpd_bpe_load(const char *vocab_json, const char *merges_txt, tpd_bpe 
     if (!b->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
-        tpd_log_error("tokenizer: the pre-token pattern does not compile at %zu: %s",
-                      (size_t)at, (const char *)msg);
+        tpd_log_error("tokenizer: the pre-token pattern does not compile at %zu: %s", (size_t)at,
+                      (const char *)msg);
         st = TPD_ERR_INTERNAL;
         goto fail;
     }
@@ -228,9 +231,11 @@ void tpd_bpe_destroy(tpd_bpe *b) {
     if (b->re) pcre2_code_free(b->re);
     if (b->have_merges) hdestroy_r(&b->merges);
     if (b->have_vocab) hdestroy_r(&b->vocab);
-    for (int i = 0; i < b->nmerges; i++) free(b->merge_keys[i]);
+    for (int i = 0; i < b->nmerges; i++)
+        free(b->merge_keys[i]);
     free(b->merge_keys);
-    for (int i = 0; i < b->nspell; i++) free(b->spell[i]);
+    for (int i = 0; i < b->nspell; i++)
+        free(b->spell[i]);
     free(b->spell);
     free(b);
 }
@@ -365,7 +370,8 @@ tpd_status tpd_bpe_encode(const tpd_bpe *b, const char *text, size_t len, int32_
             break;
         }
         /* bytes no pattern matches (not valid UTF-8) make a pre-token of their own */
-        if (s > off) TPD_CHECK_GOTO(encode_word(b, &w, t + off, s - off, ids_p, n_p, cap_p), st, done);
+        if (s > off)
+            TPD_CHECK_GOTO(encode_word(b, &w, t + off, s - off, ids_p, n_p, cap_p), st, done);
         if (e > s) TPD_CHECK_GOTO(encode_word(b, &w, t + s, e - s, ids_p, n_p, cap_p), st, done);
         off = e;
     }
@@ -398,7 +404,8 @@ tpd_status tpd_bpe_decode(const tpd_bpe *b, const int32_t *ids, size_t n, char *
             /* one UTF-8 code point; only the byte alphabet's (< MAX_CP) carry a byte */
             int cp = *s++, more = cp >= 0xF0 ? 3 : cp >= 0xE0 ? 2 : cp >= 0xC0 ? 1 : 0;
             if (more) cp &= 0x3F >> more;
-            for (; more && (*s & 0xC0) == 0x80; more--) cp = (cp << 6) | (*s++ & 0x3F);
+            for (; more && (*s & 0xC0) == 0x80; more--)
+                cp = (cp << 6) | (*s++ & 0x3F);
             if (cp < MAX_CP && b->byte_of[cp] >= 0) out[len++] = (char)b->byte_of[cp];
         }
     }

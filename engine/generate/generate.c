@@ -16,15 +16,15 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-int tpd_generate_sample(const float *logits, int n, double temperature, int top_k,
-                        double top_p, double u) {
+int tpd_generate_sample(const float *logits, int n, double temperature, int top_k, double top_p,
+                        double u) {
     int best = 0;
     for (int i = 1; i < n; i++)
         if (logits[i] > logits[best]) best = i;
     if (temperature <= 0 || n < 2) return best;
     /* keep the logits >= cut: the k-th largest, raised to the nucleus edge with top_p */
     float cut = -INFINITY;
-    int use_k = top_k > 0 && top_k < n, use_p = top_p > 0 && top_p < 1;
+    int use_k = top_k > 0 && top_k<n, use_p = top_p> 0 && top_p < 1;
     if (use_k || use_p) {
         float *s = malloc((size_t)n * sizeof *s);
         if (!s) return best;
@@ -34,7 +34,8 @@ int tpd_generate_sample(const float *logits, int n, double temperature, int top_
         cut = s[k - 1];
         if (use_p) {
             double z = 0, acc = 0;
-            for (int i = 0; i < k; i++) z += exp((s[i] - s[0]) / temperature);
+            for (int i = 0; i < k; i++)
+                z += exp((s[i] - s[0]) / temperature);
             for (int i = 0; i < k; i++) {
                 acc += exp((s[i] - s[0]) / temperature);
                 if (acc >= top_p * z) {
@@ -68,17 +69,17 @@ int tpd_generate_sample(const float *logits, int n, double temperature, int top_
 typedef struct kv_state {
     tpd_model *m;
     int L, C, NH, HS, F, Vl, T;
-    int len;        /* positions held in the cache */
-    float *k, *v;   /* (L, T, C) each */
-    float *x;       /* (C) residual stream of the new position */
-    float *ln;      /* (C) LayerNorm output */
-    float *qkv;     /* (3C) */
-    float *y;       /* (C) attention output */
-    float *tmp;     /* (C) projection output */
-    float *fch;     /* (F) before GELU */
-    float *fchg;    /* (F) after GELU */
-    float *p;       /* (T) attention weights */
-    float *logits;  /* (Vl) */
+    int len;       /* positions held in the cache */
+    float *k, *v;  /* (L, T, C) each */
+    float *x;      /* (C) residual stream of the new position */
+    float *ln;     /* (C) LayerNorm output */
+    float *qkv;    /* (3C) */
+    float *y;      /* (C) attention output */
+    float *tmp;    /* (C) projection output */
+    float *fch;    /* (F) before GELU */
+    float *fchg;   /* (F) after GELU */
+    float *p;      /* (T) attention weights */
+    float *logits; /* (Vl) */
 } kv_state;
 
 static const float *kv_param(const kv_state *s, tpd_param p, int l) {
@@ -87,8 +88,8 @@ static const float *kv_param(const kv_state *s, tpd_param p, int l) {
 }
 
 static void kv_free(kv_state *s) {
-    float **bufs[] = {&s->k, &s->v, &s->x, &s->ln, &s->qkv, &s->y, &s->tmp,
-                      &s->fch, &s->fchg, &s->p, &s->logits};
+    float **bufs[] = {&s->k,   &s->v,   &s->x,    &s->ln, &s->qkv,   &s->y,
+                      &s->tmp, &s->fch, &s->fchg, &s->p,  &s->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         free(*bufs[i]);
         *bufs[i] = NULL;
@@ -118,8 +119,8 @@ static tpd_status kv_init(kv_state *s, tpd_model *m) {
     s->fchg = malloc((size_t)s->F * sizeof(float));
     s->p = malloc((size_t)s->T * sizeof(float));
     s->logits = malloc((size_t)s->Vl * sizeof(float));
-    if (!s->k || !s->v || !s->x || !s->ln || !s->qkv || !s->y || !s->tmp || !s->fch ||
-        !s->fchg || !s->p || !s->logits) {
+    if (!s->k || !s->v || !s->x || !s->ln || !s->qkv || !s->y || !s->tmp || !s->fch || !s->fchg ||
+        !s->p || !s->logits) {
         kv_free(s);
         tpd_log_error("generate: out of memory for the key/value cache (%zu bytes)",
                       2 * cache * sizeof(float));
@@ -134,13 +135,15 @@ static tpd_status kv_step(kv_state *s, int token, int logits) {
     float mean, rstd;
     /* x = wte[token] + wpe[pos] */
     const float *wte = kv_param(s, TPD_P_WTE, 0), *wpe = kv_param(s, TPD_P_WPE, 0);
-    for (int c = 0; c < C; c++) s->x[c] = wte[(size_t)token * C + c] + wpe[(size_t)pos * C + c];
+    for (int c = 0; c < C; c++)
+        s->x[c] = wte[(size_t)token * C + c] + wpe[(size_t)pos * C + c];
     for (int l = 0; l < s->L; l++) {
         /* ln1 = LN(x); qkv = ln1 @ qkvw^T + qkvb; this position's k, v join the cache */
-        TPD_CHECK(tpd_kern_layernorm_fwd(s->m->kb, s->ln, &mean, &rstd, s->x, kv_param(s, TPD_P_LN1W, l),
-                                   kv_param(s, TPD_P_LN1B, l), 1, C));
+        TPD_CHECK(tpd_kern_layernorm_fwd(s->m->kb, s->ln, &mean, &rstd, s->x,
+                                         kv_param(s, TPD_P_LN1W, l), kv_param(s, TPD_P_LN1B, l), 1,
+                                         C));
         TPD_CHECK(tpd_kern_matmul_fwd(s->m->kb, s->qkv, s->ln, kv_param(s, TPD_P_QKVW, l),
-                                kv_param(s, TPD_P_QKVB, l), 1, C, 3 * C));
+                                      kv_param(s, TPD_P_QKVB, l), 1, C, 3 * C));
         float *kc = s->k + (size_t)l * s->T * C, *vc = s->v + (size_t)l * s->T * C;
         memcpy(kc + (size_t)pos * C, s->qkv + C, (size_t)C * sizeof(float));
         memcpy(vc + (size_t)pos * C, s->qkv + 2 * C, (size_t)C * sizeof(float));
@@ -152,7 +155,8 @@ static tpd_status kv_step(kv_state *s, int token, int logits) {
             for (int t = 0; t <= pos; t++) {
                 const float *kt = kc + (size_t)t * C + (size_t)h * HS;
                 float dot = 0.0f;
-                for (int i = 0; i < HS; i++) dot += q[i] * kt[i];
+                for (int i = 0; i < HS; i++)
+                    dot += q[i] * kt[i];
                 s->p[t] = dot * scale;
                 if (s->p[t] > max) max = s->p[t];
             }
@@ -165,34 +169,38 @@ static tpd_status kv_step(kv_state *s, int token, int logits) {
             for (int t = 0; t <= pos; t++) {
                 const float *vt = vc + (size_t)t * C + (size_t)h * HS;
                 float w = s->p[t] / sum;
-                for (int i = 0; i < HS; i++) y[i] += w * vt[i];
+                for (int i = 0; i < HS; i++)
+                    y[i] += w * vt[i];
             }
         }
         /* x = x + y @ attprojw^T + attprojb */
         TPD_CHECK(tpd_kern_matmul_fwd(s->m->kb, s->tmp, s->y, kv_param(s, TPD_P_ATTPROJW, l),
-                                kv_param(s, TPD_P_ATTPROJB, l), 1, C, C));
+                                      kv_param(s, TPD_P_ATTPROJB, l), 1, C, C));
         TPD_CHECK(tpd_kern_add(s->m->kb, s->x, s->x, s->tmp, (size_t)C));
         /* x = x + gelu(LN(x) @ fcw^T + fcb) @ fcprojw^T + fcprojb */
-        TPD_CHECK(tpd_kern_layernorm_fwd(s->m->kb, s->ln, &mean, &rstd, s->x, kv_param(s, TPD_P_LN2W, l),
-                                   kv_param(s, TPD_P_LN2B, l), 1, C));
-        TPD_CHECK(tpd_kern_matmul_gelu_fwd(s->m->kb, s->fchg, s->fch, s->ln, kv_param(s, TPD_P_FCW, l),
-                                     kv_param(s, TPD_P_FCB, l), 1, C, s->F));
+        TPD_CHECK(tpd_kern_layernorm_fwd(s->m->kb, s->ln, &mean, &rstd, s->x,
+                                         kv_param(s, TPD_P_LN2W, l), kv_param(s, TPD_P_LN2B, l), 1,
+                                         C));
+        TPD_CHECK(tpd_kern_matmul_gelu_fwd(s->m->kb, s->fchg, s->fch, s->ln,
+                                           kv_param(s, TPD_P_FCW, l), kv_param(s, TPD_P_FCB, l), 1,
+                                           C, s->F));
         TPD_CHECK(tpd_kern_matmul_fwd(s->m->kb, s->tmp, s->fchg, kv_param(s, TPD_P_FCPROJW, l),
-                                kv_param(s, TPD_P_FCPROJB, l), 1, s->F, C));
+                                      kv_param(s, TPD_P_FCPROJB, l), 1, s->F, C));
         TPD_CHECK(tpd_kern_add(s->m->kb, s->x, s->x, s->tmp, (size_t)C));
     }
     s->len++;
     if (!logits) return TPD_OK;
     /* logits = LN_f(x) @ wte^T */
-    TPD_CHECK(tpd_kern_layernorm_fwd(s->m->kb, s->ln, &mean, &rstd, s->x, kv_param(s, TPD_P_LNFW, 0),
-                               kv_param(s, TPD_P_LNFB, 0), 1, C));
+    TPD_CHECK(tpd_kern_layernorm_fwd(s->m->kb, s->ln, &mean, &rstd, s->x,
+                                     kv_param(s, TPD_P_LNFW, 0), kv_param(s, TPD_P_LNFB, 0), 1, C));
     return tpd_kern_matmul_fwd(s->m->kb, s->logits, s->ln, wte, NULL, 1, C, s->Vl);
 }
 
 /* Restarts the cache from ctx[n0..n): every position again, logits for the last. */
 static tpd_status kv_fill(kv_state *s, const int32_t *ctx, size_t n0, size_t n) {
     s->len = 0;
-    for (size_t i = n0; i < n; i++) TPD_CHECK(kv_step(s, ctx[i], i + 1 == n));
+    for (size_t i = n0; i < n; i++)
+        TPD_CHECK(kv_step(s, ctx[i], i + 1 == n));
     return TPD_OK;
 }
 
@@ -226,14 +234,14 @@ static tpd_status gen_open(generator *g, const char *checkpoint, int num_threads
     g->V = cfg.model.vocab_size;
     if (!bpe && g->V < 256)
         TPD_FAIL_GOTO(TPD_ERR_UNSUPPORTED, st, fail,
-                           "generate %s: vocab_size %d is not byte-level (needs 256 bytes; "
-                           "give the model's BPE files otherwise)",
-                           g->info.dir, g->V);
+                      "generate %s: vocab_size %d is not byte-level (needs 256 bytes; "
+                      "give the model's BPE files otherwise)",
+                      g->info.dir, g->V);
     if (bpe && tpd_bpe_vocab_size(bpe) > g->V)
         TPD_FAIL_GOTO(TPD_ERR_INVALID, st, fail,
-                           "generate %s: the BPE vocabulary has %d tokens but the model's "
-                           "vocab_size is %d",
-                           g->info.dir, tpd_bpe_vocab_size(bpe), g->V);
+                      "generate %s: the BPE vocabulary has %d tokens but the model's "
+                      "vocab_size is %d",
+                      g->info.dir, tpd_bpe_vocab_size(bpe), g->V);
     cfg.training.micro_batch_size = 1;
     cfg.training.global_batch_size = 1;
     cfg.parallel.tensor_model_parallel_size = 1;
@@ -248,8 +256,8 @@ static tpd_status gen_open(generator *g, const char *checkpoint, int num_threads
     TPD_CHECK_GOTO(tpd_kern_cpu_create(&kc, &g->kb), st, fail);
     g->have_kb = 1;
     TPD_CHECK_GOTO(tpd_model_create(&cfg, g->kb, NULL, 1, 0, 1, 1, 0, &g->m), st, fail);
-    TPD_CHECK_GOTO(tpd_dp_plan_init(g->m->plan.lay.numel, (size_t)cfg.parallel.ddp_bucket_size,
-                                    1, 0, 0, &g->dpp),
+    TPD_CHECK_GOTO(tpd_dp_plan_init(g->m->plan.lay.numel, (size_t)cfg.parallel.ddp_bucket_size, 1,
+                                    0, 0, &g->dpp),
                    st, fail);
     g->have_dpp = 1;
     TPD_CHECK_GOTO(tpd_ckpt_load_model(&g->info, g->m, &g->dpp), st, fail);
@@ -257,8 +265,7 @@ static tpd_status gen_open(generator *g, const char *checkpoint, int num_threads
     g->Vl = g->m->d.Vl;
     g->batch = calloc((size_t)g->T + 1, sizeof *g->batch);
     g->row = malloc((size_t)g->Vl * sizeof *g->row);
-    if (!g->batch || !g->row)
-        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, fail, "generate: out of memory");
+    if (!g->batch || !g->row) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, fail, "generate: out of memory");
     return TPD_OK;
 fail:
     gen_close(g);
@@ -284,8 +291,8 @@ tpd_status tpd_generate_logits(const char *checkpoint, const int32_t *tokens, si
     TPD_CHECK(gen_open(&g, checkpoint, 0, NULL));
     tpd_status st = TPD_OK;
     if (n == 0 || n > (size_t)g.T)
-        TPD_FAIL_GOTO(TPD_ERR_INVALID, st, done,
-                           "generate: %zu tokens (needs 1 to seq_length %d)", n, g.T);
+        TPD_FAIL_GOTO(TPD_ERR_INVALID, st, done, "generate: %zu tokens (needs 1 to seq_length %d)",
+                      n, g.T);
     if (kv_cache) {
         kv_state kv;
         TPD_CHECK_GOTO(kv_init(&kv, g.m), st, done);
@@ -321,7 +328,8 @@ tpd_status tpd_generate(const char *checkpoint, const tpd_gen_opts *o, int32_t *
     if (!grown || !out) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, done, "generate: out of memory");
     ctx = grown;
     if (!o->bpe)
-        for (size_t i = 0; i < plen; i++) ctx[n++] = (unsigned char)o->prompt[i];
+        for (size_t i = 0; i < plen; i++)
+            ctx[n++] = (unsigned char)o->prompt[i];
     int32_t eod = o->bpe ? tpd_bpe_eod(o->bpe) : V > TPD_BYTE_EOD ? TPD_BYTE_EOD : -1;
     if (n == 0) ctx[n++] = eod >= 0 ? eod : 0;
     if (o->kv_cache) {

@@ -24,19 +24,20 @@ extern "C" {
 #endif
 
 typedef struct tpd_gen_opts {
-    const char *prompt;  /* bytes; "" starts from the end-of-document token */
+    const char *prompt; /* bytes; "" starts from the end-of-document token */
     int max_new_tokens;
-    double temperature;  /* 0 = greedy (argmax) */
-    int top_k;           /* 0 = whole vocabulary */
-    uint64_t seed;       /* draw i uses tpd_rng_uniform(seed, stream, i) */
-    int num_threads;     /* cpu OpenMP threads, 0 = runtime default */
-    int kv_cache;        /* 1: incremental decoding with a key/value cache */
-    const tpd_bpe *bpe;  /* GPT-2 BPE for the prompt; NULL: bytes */
-    double top_p;        /* nucleus: the fewest top tokens holding this probability; 1 = all */
-    int stop_at_eod;     /* 1: stop before an end-of-document token (it is not returned) */
+    double temperature; /* 0 = greedy (argmax) */
+    int top_k;          /* 0 = whole vocabulary */
+    uint64_t seed;      /* draw i uses tpd_rng_uniform(seed, stream, i) */
+    int num_threads;    /* cpu OpenMP threads, 0 = runtime default */
+    int kv_cache;       /* 1: incremental decoding with a key/value cache */
+    const tpd_bpe *bpe; /* GPT-2 BPE for the prompt; NULL: bytes */
+    double top_p;       /* nucleus: the fewest top tokens holding this probability; 1 = all */
+    int stop_at_eod;    /* 1: stop before an end-of-document token (it is not returned) */
 } tpd_gen_opts;
 
-#define TPD_GEN_OPTS_INIT {"", 64, 1.0, 0, 1234, 0, 1, NULL, 1.0, 0}
+#define TPD_GEN_OPTS_INIT                                                                          \
+    { "", 64, 1.0, 0, 1234, 0, 1, NULL, 1.0, 0 }
 
 /* Generates up to max_new_tokens tokens after the prompt; *tokens_p (malloc'd) gets the
  * new tokens only and *n_p their count. */
@@ -51,8 +52,8 @@ tpd_status tpd_generate_logits(const char *checkpoint, const int32_t *tokens, si
 /* Index drawn from logits[0..n) with uniform u in [0, 1): softmax(logits / temperature)
  * over the top_k largest (0: all), then over the fewest of those whose probability sums to
  * top_p (>= 1: all). temperature 0 is greedy. Pure: exposed for tests. */
-int tpd_generate_sample(const float *logits, int n, double temperature, int top_k,
-                        double top_p, double u);
+int tpd_generate_sample(const float *logits, int n, double temperature, int top_k, double top_p,
+                        double u);
 
 #ifdef __cplusplus
 }

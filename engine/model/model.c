@@ -13,9 +13,9 @@ static tpd_status alloc_block(tpd_model *m, size_t bytes, void **ptr_p) {
     return TPD_OK;
 }
 
-tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb,
-                            tpd_comm *tp_comm, int tp_size, int tp_rank, int pp, int dp,
-                            int stage, tpd_model **model_p) {
+tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, tpd_comm *tp_comm,
+                            int tp_size, int tp_rank, int pp, int dp, int stage,
+                            tpd_model **model_p) {
     tpd_status st = TPD_OK;
     tpd_model *m = calloc(1, sizeof *m);
     if (!m) return TPD_ERR_NOMEM;
@@ -27,9 +27,11 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb,
     m->d = m->plan.lay.d;
     const tpd_buffer_plan *b = &m->plan;
     if (tpd_dtype_size(tpd_kern_act_dtype(kb)) != b->act_size ||
-        tpd_dtype_size(tpd_kern_param_dtype(kb)) != b->param_size || tpd_kern_has_master(kb) != b->has_master) {
+        tpd_dtype_size(tpd_kern_param_dtype(kb)) != b->param_size ||
+        tpd_kern_has_master(kb) != b->has_master) {
         TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, undo_model,
-                      "model: backend %s dtypes disagree with training.precision %s", tpd_kern_name(kb),
+                      "model: backend %s dtypes disagree with training.precision %s",
+                      tpd_kern_name(kb),
                       tpd_config_choice("training.precision", cfg->training.precision));
     }
     size_t saved = tpd_kern_attention_saved_bytes(kb, m->d.B, m->d.T, m->d.NHl, m->d.HS);
@@ -108,15 +110,16 @@ tpd_status tpd_model_init_params(tpd_model *m, const tpd_dp_plan *dpp) {
     } else {
         TPD_CHECK_GOTO(tpd_kern_alloc(m->kb, n * 4, &tmp), st, out);
         TPD_CHECK_GOTO(tpd_kern_copy_to_device(m->kb, tmp, host, n * 4), st, out);
-        TPD_CHECK_GOTO(tpd_kern_cast(m->kb, m->params, tpd_kern_param_dtype(m->kb), tmp, TPD_DTYPE_F32, n), st,
-                       out);
+        TPD_CHECK_GOTO(
+            tpd_kern_cast(m->kb, m->params, tpd_kern_param_dtype(m->kb), tmp, TPD_DTYPE_F32, n), st,
+            out);
     }
     if (m->master) {
         /* master weights hold this rank's owned ranges, in optimizer-state order */
         for (int r = 0; r < dpp->nranges; r++) {
             const tpd_dp_range *rg = &dpp->ranges[r];
             TPD_CHECK_GOTO(tpd_kern_copy_to_device(m->kb, m->master + rg->state, host + rg->begin,
-                                             (rg->end - rg->begin) * 4),
+                                                   (rg->end - rg->begin) * 4),
                            st, out);
         }
     }
@@ -144,7 +147,8 @@ tpd_status tpd_model_set_batch(tpd_model *m, int slot, const int32_t *tokens) {
         for (int b = 0; b < d->B; b++)
             memcpy(stage + (size_t)b * d->T, tokens + (size_t)b * (d->T + 1) + pass,
                    (size_t)d->T * 4);
-        TPD_CHECK(tpd_kern_copy_to_device(m->kb, s + (pass ? m->plan.s_targets : m->plan.s_tokens), stage, bytes));
+        TPD_CHECK(tpd_kern_copy_to_device(m->kb, s + (pass ? m->plan.s_targets : m->plan.s_tokens),
+                                          stage, bytes));
     }
     /* both copies must land before the staging buffer is refilled for the next batch */
     return tpd_kern_synchronize(m->kb);

@@ -71,18 +71,18 @@ typedef struct tpd_buffer_plan {
     size_t s_loss;                        /* (N) f32 */
     size_t slot_bytes;
     /* workspace (one, shared by all slots): */
-    size_t w_dres, w_dtmp;        /* (Nl,C) each: the residual stream's gradient */
-    size_t w_dln;                 /* (N,C) gradient of a LayerNorm output (under SP, the
-                                     partial sum before the reduce-scatter) */
-    size_t w_dqkv;                /* (N,3C/tp) */
-    size_t w_datty;               /* (N,C/tp) */
-    size_t w_dfch;                /* (N,F/tp) */
-    size_t w_dsend;               /* (Nl,C) gradient sent to the previous stage */
-    size_t w_layer;               /* recompute: one layer block of activations */
-    size_t w_att;                 /* selective: one layer's attention state */
-    size_t w_gath;                /* SP: (N,C) all-gathered rows, or a row-parallel
-                                     layer's partial output before its reduce-scatter */
-    size_t w_dlnl;                /* SP: (Nl,C) this rank's rows of w_dln, reduced */
+    size_t w_dres, w_dtmp; /* (Nl,C) each: the residual stream's gradient */
+    size_t w_dln;          /* (N,C) gradient of a LayerNorm output (under SP, the
+                              partial sum before the reduce-scatter) */
+    size_t w_dqkv;         /* (N,3C/tp) */
+    size_t w_datty;        /* (N,C/tp) */
+    size_t w_dfch;         /* (N,F/tp) */
+    size_t w_dsend;        /* (Nl,C) gradient sent to the previous stage */
+    size_t w_layer;        /* recompute: one layer block of activations */
+    size_t w_att;          /* selective: one layer's attention state */
+    size_t w_gath;         /* SP: (N,C) all-gathered rows, or a row-parallel
+                              layer's partial output before its reduce-scatter */
+    size_t w_dlnl;         /* SP: (Nl,C) this rank's rows of w_dln, reduced */
     size_t ws_bytes;
     tpd_mem_breakdown mem;
 } tpd_buffer_plan;
@@ -96,20 +96,20 @@ typedef struct tpd_model {
     tpd_model_dims d;
     const tpd_kern_backend *kb;
     tpd_tp_ctx tp;
-    void *params; /* (numel_padded) param dtype: the flat buffer all views point into */
-    void *grads;  /* (numel_padded) grad dtype, mirrors params */
-    float *master;       /* (shard_numel) fp32 or NULL */
+    void *params;         /* (numel_padded) param dtype: the flat buffer all views point into */
+    void *grads;          /* (numel_padded) grad dtype, mirrors params */
+    float *master;        /* (shard_numel) fp32 or NULL */
     float *opt_m, *opt_v; /* (shard_numel) fp32 */
-    char *acts;          /* nslots * slot_bytes */
-    char *ws;            /* ws_bytes */
+    char *acts;           /* nslots * slot_bytes */
+    char *ws;             /* ws_bytes */
     int32_t *host_tokens; /* (2, B*T) host staging: inputs, then targets */
     size_t bytes_allocated;
 } tpd_model;
 
 /* Allocates every buffer (tp_comm: this rank's TP communicator; may be NULL for TP=1). */
-tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb,
-                            tpd_comm *tp_comm, int tp_size, int tp_rank, int pp, int dp,
-                            int stage, tpd_model **model_p);
+tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, tpd_comm *tp_comm,
+                            int tp_size, int tp_rank, int pp, int dp, int stage,
+                            tpd_model **model_p);
 void tpd_model_destroy(tpd_model *m);
 
 /* Views into the flat buffers. */

@@ -49,7 +49,8 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     if (d.NH < 1 || d.C % d.NH || d.NH % tp_size || d.F % tp_size || stage < 0 ||
         stage >= pp_size || tp_rank < 0 || tp_rank >= tp_size) {
         tpd_log_error("model: hidden %d, heads %d, ffn %d do not split over TP %d "
-                      "(stage %d of %d)", d.C, d.NH, d.F, tp_size, stage, pp_size);
+                      "(stage %d of %d)",
+                      d.C, d.NH, d.F, tp_size, stage, pp_size);
         return TPD_ERR_INVALID;
     }
     d.HS = d.C / d.NH;
@@ -67,8 +68,8 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     d.Nl = d.B * d.T;
     if (d.sp) {
         if (d.T % tp_size) {
-            tpd_log_error("model: seq_length %d does not split over TP %d (sequence parallel)",
-                          d.T, tp_size);
+            tpd_log_error("model: seq_length %d does not split over TP %d (sequence parallel)", d.T,
+                          tp_size);
             return TPD_ERR_INVALID;
         }
         d.Nl /= tp_size;
@@ -115,10 +116,17 @@ tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank
         s->cols = s->g_cols;
         switch (in->split) {
         case TPD_SPLIT_ROWS:
-        case TPD_SPLIT_QKV: s->rows = s->g_rows / d->tp_size; break;
-        case TPD_SPLIT_COLS: s->cols = s->g_cols / d->tp_size; break;
-        case TPD_SPLIT_VOCAB: s->rows = d->Vl; break;
-        default: break;
+        case TPD_SPLIT_QKV:
+            s->rows = s->g_rows / d->tp_size;
+            break;
+        case TPD_SPLIT_COLS:
+            s->cols = s->g_cols / d->tp_size;
+            break;
+        case TPD_SPLIT_VOCAB:
+            s->rows = d->Vl;
+            break;
+        default:
+            break;
         }
         /* Replicated tensors count once over TP; the tied wte counts on the first stage
          * only (the last stage's copy is identical). */
@@ -139,19 +147,24 @@ int64_t tpd_model_layout_row_global(const tpd_model_layout *lay, tpd_param p, in
     int64_t l = r / s->rows, row = r % s->rows, col0 = 0, grow = row;
     int64_t gl = g_info[p].per_layer ? d->l0 + l : 0;
     switch (g_info[p].split) {
-    case TPD_SPLIT_ROWS: grow = (int64_t)d->tp_rank * s->rows + row; break;
+    case TPD_SPLIT_ROWS:
+        grow = (int64_t)d->tp_rank * s->rows + row;
+        break;
     case TPD_SPLIT_QKV: {
         int64_t blk_rows = s->rows / 3; /* C/tp rows of each of Q, K, V */
         int64_t blk = row / blk_rows;
         grow = blk * (s->g_rows / 3) + (int64_t)d->tp_rank * blk_rows + row % blk_rows;
         break;
     }
-    case TPD_SPLIT_COLS: col0 = (int64_t)d->tp_rank * s->cols; break;
+    case TPD_SPLIT_COLS:
+        col0 = (int64_t)d->tp_rank * s->cols;
+        break;
     case TPD_SPLIT_VOCAB:
         grow = (int64_t)d->v0 + row;
         if (grow >= d->V) return -1;
         break;
-    default: break;
+    default:
+        break;
     }
     return (gl * s->g_rows + grow) * s->g_cols + col0;
 }
@@ -164,11 +177,14 @@ size_t tpd_model_layout_global_numel(const tpd_model_layout *lay, tpd_param p) {
 float tpd_model_init_value(const tpd_config *cfg, tpd_param p, int64_t gi) {
     double std = cfg->model.init_method_std;
     switch (g_info[p].init) {
-    case 0: return 0.0f;
-    case 1: return 1.0f;
-    case 3: std /= sqrt(2.0 * cfg->model.num_layers); /* fall through */
-    case 2: return (float)(std * tpd_rng_normal(cfg->training.seed, 1000 + (uint64_t)p,
-                                                (uint64_t)gi));
+    case 0:
+        return 0.0f;
+    case 1:
+        return 1.0f;
+    case 3:
+        std /= sqrt(2.0 * cfg->model.num_layers); /* fall through */
+    case 2:
+        return (float)(std * tpd_rng_normal(cfg->training.seed, 1000 + (uint64_t)p, (uint64_t)gi));
     }
     return 0.0f;
 }

@@ -57,11 +57,11 @@ typedef enum tpd_split_kind {
 } tpd_split_kind;
 
 typedef struct tpd_param_info {
-    const char *name;      /* llm.c-style short name: "wte", "qkvw", ... */
-    int per_layer;         /* stacked over layers */
-    int is_matrix;         /* 2-D weight: gets weight decay */
+    const char *name; /* llm.c-style short name: "wte", "qkvw", ... */
+    int per_layer;    /* stacked over layers */
+    int is_matrix;    /* 2-D weight: gets weight decay */
     tpd_split_kind split;
-    int init;              /* 0 zero, 1 one, 2 normal(std), 3 normal(std/sqrt(2L)) */
+    int init; /* 0 zero, 1 one, 2 normal(std), 3 normal(std/sqrt(2L)) */
 } tpd_param_info;
 
 const tpd_param_info *tpd_param_get_info(tpd_param p);
@@ -69,9 +69,9 @@ const tpd_param_info *tpd_param_get_info(tpd_param p);
 typedef struct tpd_model_dims {
     int L, C, NH, HS, F, V, Vp, maxT, T, B; /* global; B = micro-batch */
     int tp_size, tp_rank, pp_size, stage;
-    int first, last; /* stage flags */
-    int Ls, l0;      /* layers on this stage, first global layer */
-    int NHl, Cl, Fl; /* local heads, C/tp, F/tp */
+    int first, last;    /* stage flags */
+    int Ls, l0;         /* layers on this stage, first global layer */
+    int NHl, Cl, Fl;    /* local heads, C/tp, F/tp */
     int Vl, v0, Vvalid; /* local vocab rows, first global vocab row, rows < V */
     int sp;             /* sequence parallel: LayerNorm, residual and p2p regions hold
                            only this TP rank's share of the B*T rows */

@@ -73,7 +73,8 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     }
     b.recompute = R;
     b.s_outs = cur;
-    for (int i = 0; i < R; i++) take(&cur, NL * C * a);
+    for (int i = 0; i < R; i++)
+        take(&cur, NL * C * a);
     b.s_layers = cur;
     cur += lc * (size_t)(d->Ls - R);
     if (d->last) {
@@ -110,8 +111,8 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     mem->activations = (uint64_t)b.nslots * b.slot_bytes;
     /* workspace includes the host-side staging of one micro-batch's inputs and targets */
     mem->workspace = b.ws_bytes + 2 * (size_t)d->B * d->T * 4;
-    mem->total = mem->params + mem->grads + mem->optimizer + mem->master + mem->activations +
-                 mem->workspace;
+    mem->total =
+        mem->params + mem->grads + mem->optimizer + mem->master + mem->activations + mem->workspace;
     *plan_p = b;
     return TPD_OK;
 }

@@ -46,9 +46,9 @@ typedef struct acts {
 static void layer_acts(const tpd_model *m, int slot, int l, acts *a) {
     const tpd_act_layer *o = &m->plan.layer;
     int rc = l < m->plan.recompute;
-    char *b = rc ? m->ws + m->plan.w_layer
-                 : slot_base(m, slot) + m->plan.s_layers +
-                       (size_t)(l - m->plan.recompute) * o->bytes;
+    char *b =
+        rc ? m->ws + m->plan.w_layer
+           : slot_base(m, slot) + m->plan.s_layers + (size_t)(l - m->plan.recompute) * o->bytes;
     a->ln1 = b + o->ln1;
     a->ln1_mean = (float *)(b + o->ln1_mean);
     a->ln1_rstd = (float *)(b + o->ln1_rstd);
@@ -83,8 +83,8 @@ static tpd_status sp_full(tpd_model *m, const void **full, const void *local) {
 
 /* Row-parallel linear into the residual region: out(Nl,C) = sum over TP of
  * inp(N,Kl) @ w^T, all-reduced, or reduce-scattered to this rank's rows under SP; + b. */
-static tpd_status row_fwd(tpd_model *m, void *out, const void *inp, const void *w,
-                          const void *b, int Kl) {
+static tpd_status row_fwd(tpd_model *m, void *out, const void *inp, const void *w, const void *b,
+                          int Kl) {
     int N = m->d.B * m->d.T;
     if (m->d.sp)
         return tpd_tp_row_fwd_sp(&m->tp, out, m->ws + m->plan.w_gath, inp, w, b, N, Kl, m->d.C);
@@ -115,7 +115,8 @@ static tpd_status layer_fwd(tpd_model *m, const views *w, const acts *a, const v
     int N = d->B * d->T, Nl = d->Nl, C = d->C;
     const void *full;
     /* ln1 = LN(inp); qkv = gather(ln1) @ qkvw^T + qkvb (column-parallel, whole heads) */
-    TPD_CHECK(tpd_kern_layernorm_fwd(m->kb, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w->ln1w, w->ln1b, Nl, C));
+    TPD_CHECK(tpd_kern_layernorm_fwd(m->kb, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w->ln1w, w->ln1b,
+                                     Nl, C));
     TPD_CHECK(sp_full(m, &full, a->ln1));
     TPD_CHECK(tpd_tp_column_fwd(tp, a->qkv, full, w->qkvw, w->qkvb, N, C, 3 * d->Cl));
     /* atty = causal_attention(qkv) on the local heads */
@@ -124,7 +125,8 @@ static tpd_status layer_fwd(tpd_model *m, const views *w, const acts *a, const v
     TPD_CHECK(row_fwd(m, a->x1, a->atty, w->attprojw, w->attprojb, d->Cl));
     TPD_CHECK(tpd_kern_add(m->kb, a->x1, a->x1, inp, (size_t)Nl * C));
     /* ln2 = LN(x1); fch_gelu = gelu(gather(ln2) @ fcw^T + fcb) (column-parallel) */
-    TPD_CHECK(tpd_kern_layernorm_fwd(m->kb, a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, w->ln2w, w->ln2b, Nl, C));
+    TPD_CHECK(tpd_kern_layernorm_fwd(m->kb, a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, w->ln2w,
+                                     w->ln2b, Nl, C));
     TPD_CHECK(sp_full(m, &full, a->ln2));
     TPD_CHECK(tpd_tp_column_gelu_fwd(tp, a->fch_gelu, a->fch, full, w->fcw, w->fcb, N, C, d->Fl));
     /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb (row-parallel) */
@@ -186,16 +188,17 @@ tpd_status tpd_model_forward(tpd_model *m, int slot) {
         const int32_t *targets = (const int32_t *)(s + m->plan.s_targets);
         /* lnf = LN_f(inp); logits = gather(lnf) @ wte^T (tied head, vocab-parallel
          * columns) */
-        TPD_CHECK(tpd_kern_layernorm_fwd(m->kb, lnf, mean, rstd, inp, tpd_model_param(m, TPD_P_LNFW),
-                                   tpd_model_param(m, TPD_P_LNFB), d->Nl, C));
+        TPD_CHECK(tpd_kern_layernorm_fwd(m->kb, lnf, mean, rstd, inp,
+                                         tpd_model_param(m, TPD_P_LNFW),
+                                         tpd_model_param(m, TPD_P_LNFB), d->Nl, C));
         const void *full;
         TPD_CHECK(sp_full(m, &full, lnf));
-        TPD_CHECK(tpd_tp_column_fwd(tp, logits, full, tpd_model_param(m, TPD_P_WTE), NULL, N, C,
-                                    d->Vl));
+        TPD_CHECK(
+            tpd_tp_column_fwd(tp, logits, full, tpd_model_param(m, TPD_P_WTE), NULL, N, C, d->Vl));
         /* loss = -log softmax(logits)[target], padded columns excluded */
         TPD_CHECK(tpd_tp_vocab_xent_fwd(tp, (float *)(s + m->plan.s_loss),
-                                        (float *)(s + m->plan.s_xstats), logits, targets, N,
-                                        d->Vl, d->Vvalid, d->v0));
+                                        (float *)(s + m->plan.s_xstats), logits, targets, N, d->Vl,
+                                        d->Vvalid, d->v0));
     }
     return TPD_OK;
 }
@@ -228,16 +231,16 @@ tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss) {
         acts last;
         layer_acts(m, slot, d->Ls - 1, &last);
         /* loss = xent(logits): dlogits = (softmax - onehot) * dloss, in place */
-        TPD_CHECK(tpd_tp_vocab_xent_bwd(tp, logits, (const float *)(s + m->plan.s_xstats),
-                                        targets, dloss, N, d->Vl, d->Vvalid, d->v0));
+        TPD_CHECK(tpd_tp_vocab_xent_bwd(tp, logits, (const float *)(s + m->plan.s_xstats), targets,
+                                        dloss, N, d->Vl, d->Vvalid, d->v0));
         /* logits = gather(lnf) @ wte^T: dlnf = reduce(dlogits @ wte);
          * dwte += dlogits^T gather(lnf) */
         TPD_CHECK(column_bwd(m, &dln, tpd_model_grad(m, TPD_P_WTE), NULL, logits, lnf,
                              tpd_model_param(m, TPD_P_WTE), d->Vl));
         /* lnf = LN_f(out_last) */
         TPD_CHECK(tpd_kern_layernorm_bwd(m->kb, dres, tpd_model_grad(m, TPD_P_LNFW),
-                                   tpd_model_grad(m, TPD_P_LNFB), dln, last.out,
-                                   tpd_model_param(m, TPD_P_LNFW), mean, rstd, Nl, C));
+                                         tpd_model_grad(m, TPD_P_LNFB), dln, last.out,
+                                         tpd_model_param(m, TPD_P_LNFW), mean, rstd, Nl, C));
     }
     /* dres now holds d(stage output) (received, or from the head above) */
     for (int l = d->Ls - 1; l >= 0; l--) {
@@ -270,7 +273,7 @@ tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss) {
         TPD_CHECK(column_bwd(m, &dln, g.fcw, g.fcb, dfch, a.ln2, w.fcw, d->Fl));
         /* ln2 = LN(x1); and x1 feeds out through the residual: dx1 = dres + dLN */
         TPD_CHECK(tpd_kern_layernorm_bwd(m->kb, dtmp, g.ln2w, g.ln2b, dln, a.x1, w.ln2w, a.ln2_mean,
-                                   a.ln2_rstd, Nl, C));
+                                         a.ln2_rstd, Nl, C));
         TPD_CHECK(tpd_kern_add(m->kb, dres, dres, dtmp, NC));
         /* x1 = inp + reduce(atty @ attprojw^T) + attprojb */
         TPD_CHECK(sp_full(m, &dfull, dres));
@@ -279,14 +282,15 @@ tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss) {
         /* atty = attention(qkv); selective recompute rebuilds the saved state first (and
          * atty, bit for bit the same) */
         if (m->plan.selective)
-            TPD_CHECK(tpd_kern_attention_fwd(m->kb, a.atty, a.att, a.qkv, d->B, d->T, d->NHl, d->HS));
-        TPD_CHECK(tpd_kern_attention_bwd(m->kb, dqkv, datty, a.qkv, a.atty, a.att, d->B, d->T, d->NHl,
-                                   d->HS));
+            TPD_CHECK(
+                tpd_kern_attention_fwd(m->kb, a.atty, a.att, a.qkv, d->B, d->T, d->NHl, d->HS));
+        TPD_CHECK(tpd_kern_attention_bwd(m->kb, dqkv, datty, a.qkv, a.atty, a.att, d->B, d->T,
+                                         d->NHl, d->HS));
         /* qkv = gather(ln1) @ qkvw^T + qkvb: dln1 = reduce(dqkv @ qkvw) */
         TPD_CHECK(column_bwd(m, &dln, g.qkvw, g.qkvb, dqkv, a.ln1, w.qkvw, 3 * d->Cl));
         /* ln1 = LN(inp); inp also feeds x1 through the residual: dinp = dx1 + dLN */
         TPD_CHECK(tpd_kern_layernorm_bwd(m->kb, dtmp, g.ln1w, g.ln1b, dln, inp, w.ln1w, a.ln1_mean,
-                                   a.ln1_rstd, Nl, C));
+                                         a.ln1_rstd, Nl, C));
         /* the stage input's gradient goes to the send buffer on non-first stages */
         void *dst = (l == 0 && !d->first) ? m->ws + m->plan.w_dsend : dres;
         TPD_CHECK(tpd_kern_add(m->kb, dst, dres, dtmp, NC));

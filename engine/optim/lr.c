@@ -20,15 +20,23 @@ double tpd_lr_at(const tpd_config *cfg, int it) {
         if (it < start || o->lr_wsd_decay_iters <= 0) return o->lr;
         double r = (double)(it - start) / (double)o->lr_wsd_decay_iters, coeff;
         switch (o->lr_wsd_decay_style) {
-        case TPD_WSD_DECAY_LINEAR: coeff = 1.0 - r; break;
-        case TPD_WSD_DECAY_COSINE: coeff = 0.5 * (1.0 + cos(pi * r)); break;
-        case TPD_WSD_DECAY_MINUS_SQRT: coeff = 1.0 - sqrt(r); break;
-        default: coeff = 2.0 * pow(0.5, r) - 1.0; break; /* exponential */
+        case TPD_WSD_DECAY_LINEAR:
+            coeff = 1.0 - r;
+            break;
+        case TPD_WSD_DECAY_COSINE:
+            coeff = 0.5 * (1.0 + cos(pi * r));
+            break;
+        case TPD_WSD_DECAY_MINUS_SQRT:
+            coeff = 1.0 - sqrt(r);
+            break;
+        default:
+            coeff = 2.0 * pow(0.5, r) - 1.0;
+            break; /* exponential */
         }
         return o->min_lr + coeff * (o->lr - o->min_lr);
     }
     double ratio = decay > warm ? (double)(it - warm) / (double)(decay - warm) : 1.0;
-    double coeff = o->lr_decay_style == TPD_LR_DECAY_LINEAR ? 1.0 - ratio
-                                                            : 0.5 * (1.0 + cos(pi * ratio));
+    double coeff =
+        o->lr_decay_style == TPD_LR_DECAY_LINEAR ? 1.0 - ratio : 0.5 * (1.0 + cos(pi * ratio));
     return o->min_lr + coeff * (o->lr - o->min_lr);
 }

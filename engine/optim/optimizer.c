@@ -9,15 +9,16 @@ tpd_status tpd_optim_reduce_grads(tpd_model *m, const tpd_dp_plan *dpp,
     /* The head on the last stage and the embedding on the first share wte: their gradients
      * are summed so both copies take the same update and stay identical. */
     if (comms->emb && tpd_comm_size(comms->emb) > 1 && wte->present)
-        TPD_CHECK(tpd_comm_allreduce(comms->emb, tpd_model_grad(m, TPD_P_WTE),
-                                             tpd_model_grad(m, TPD_P_WTE), wte->numel,
-                                             tpd_kern_grad_dtype(m->kb), TPD_COMM_OP_SUM, tpd_kern_stream(m->kb)));
-    return tpd_dp_reduce_grads(dpp, comms->dp, m->grads, tpd_kern_grad_dtype(m->kb), tpd_kern_stream(m->kb));
+        TPD_CHECK(tpd_comm_allreduce(
+            comms->emb, tpd_model_grad(m, TPD_P_WTE), tpd_model_grad(m, TPD_P_WTE), wte->numel,
+            tpd_kern_grad_dtype(m->kb), TPD_COMM_OP_SUM, tpd_kern_stream(m->kb)));
+    return tpd_dp_reduce_grads(dpp, comms->dp, m->grads, tpd_kern_grad_dtype(m->kb),
+                               tpd_kern_stream(m->kb));
 }
 
 /* Calls fn for every intersection of an owned range with a parameter tensor. */
-typedef tpd_status (*range_fn)(tpd_model *m, tpd_param p, size_t begin, size_t end,
-                               size_t state, void *arg);
+typedef tpd_status (*range_fn)(tpd_model *m, tpd_param p, size_t begin, size_t end, size_t state,
+                               void *arg);
 
 static tpd_status for_each_owned(tpd_model *m, const tpd_dp_plan *dpp, range_fn fn, void *arg) {
     const tpd_model_layout *lay = &m->plan.lay;
@@ -49,10 +50,10 @@ static tpd_status add_sumsq(tpd_model *m, tpd_param p, size_t b, size_t e, size_
         TPD_CHECK(tpd_kern_sumsq(m->kb, m->master + state, TPD_DTYPE_F32, e - b, &s));
     else if (a->params)
         TPD_CHECK(tpd_kern_sumsq(m->kb, (char *)m->params + b * m->plan.param_size,
-                                    tpd_kern_param_dtype(m->kb), e - b, &s));
+                                 tpd_kern_param_dtype(m->kb), e - b, &s));
     else
         TPD_CHECK(tpd_kern_sumsq(m->kb, (char *)m->grads + b * m->plan.grad_size,
-                                    tpd_kern_grad_dtype(m->kb), e - b, &s));
+                                 tpd_kern_grad_dtype(m->kb), e - b, &s));
     a->sum += s;
     return TPD_OK;
 }
@@ -74,13 +75,13 @@ static tpd_status global_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_me
     return TPD_OK;
 }
 
-tpd_status tpd_optim_grad_norm(tpd_model *m, const tpd_dp_plan *dpp,
-                               const tpd_mesh_comms *comms, double *norm_p) {
+tpd_status tpd_optim_grad_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
+                               double *norm_p) {
     return global_norm(m, dpp, comms, 0, norm_p);
 }
 
-tpd_status tpd_optim_params_norm(tpd_model *m, const tpd_dp_plan *dpp,
-                                 const tpd_mesh_comms *comms, double *norm_p) {
+tpd_status tpd_optim_params_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
+                                 double *norm_p) {
     return global_norm(m, dpp, comms, 1, norm_p);
 }
 
@@ -94,17 +95,17 @@ static tpd_status apply_adamw(tpd_model *m, tpd_param p, size_t b, size_t e, siz
     const adamw_arg *a = argp;
     const tpd_config_optimizer *o = &m->cfg.optimizer;
     double wd = tpd_param_get_info(p)->is_matrix ? o->weight_decay : 0.0;
-    return tpd_kern_adamw(m->kb, (char *)m->params + b * m->plan.param_size,
-                             m->master ? m->master + state : NULL,
-                             (char *)m->grads + b * m->plan.grad_size, m->opt_m + state,
-                             m->opt_v + state, e - b, (float)a->lr, (float)o->adam_beta1,
-                             (float)o->adam_beta2, (float)o->adam_eps, (float)wd, a->step,
-                             (float)a->grad_scale);
+    return tpd_kern_adamw(
+        m->kb, (char *)m->params + b * m->plan.param_size, m->master ? m->master + state : NULL,
+        (char *)m->grads + b * m->plan.grad_size, m->opt_m + state, m->opt_v + state, e - b,
+        (float)a->lr, (float)o->adam_beta1, (float)o->adam_beta2, (float)o->adam_eps, (float)wd,
+        a->step, (float)a->grad_scale);
 }
 
 tpd_status tpd_optim_update(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
                             double lr, double grad_scale, int step) {
     adamw_arg a = {lr, grad_scale, step};
     TPD_CHECK(for_each_owned(m, dpp, apply_adamw, &a));
-    return tpd_dp_gather_params(dpp, comms->dp, m->params, tpd_kern_param_dtype(m->kb), tpd_kern_stream(m->kb));
+    return tpd_dp_gather_params(dpp, comms->dp, m->params, tpd_kern_param_dtype(m->kb),
+                                tpd_kern_stream(m->kb));
 }

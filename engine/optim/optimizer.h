@@ -19,12 +19,12 @@ tpd_status tpd_optim_reduce_grads(tpd_model *m, const tpd_dp_plan *dpp,
 
 /* Global L2 norm of the reduced gradients, identical on every rank. hcomms: the host
  * (MPI) communicators, since the partial sums are host scalars. */
-tpd_status tpd_optim_grad_norm(tpd_model *m, const tpd_dp_plan *dpp,
-                               const tpd_mesh_comms *comms, double *norm_p);
+tpd_status tpd_optim_grad_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
+                               double *norm_p);
 /* The same norm of the weights (fp32 master weights where kept), for the log's params
  * norm. Collective like tpd_optim_grad_norm. */
-tpd_status tpd_optim_params_norm(tpd_model *m, const tpd_dp_plan *dpp,
-                                 const tpd_mesh_comms *comms, double *norm_p);
+tpd_status tpd_optim_params_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
+                                 double *norm_p);
 
 /* AdamW on the owned ranges with gradients scaled by grad_scale, then the ZeRO-1
  * all-gather of the parameters. step is 1-based. */

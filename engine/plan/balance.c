@@ -19,7 +19,8 @@ static void stage_costs(const tpd_config *cfg, const tpd_plan_cluster *cl,
     c.parallel.num_pipeline_layers = lay->pp;
     double t1[TPD_CONFIG_MAX_STAGES];
     for (int n = 1; n <= 2; n++) {
-        for (int s = 0; s < lay->pp; s++) c.parallel.pipeline_layers[s] = n;
+        for (int s = 0; s < lay->pp; s++)
+            c.parallel.pipeline_layers[s] = n;
         for (int s = 0; s < lay->pp; s++) {
             double f, b, comm;
             tpd_plan_stage_time(&c, cl, lay, s, &f, &b, &comm);
@@ -84,8 +85,8 @@ const tpd_config *tpd_plan_result_config(const tpd_config *cfg, const tpd_plan_r
 tpd_status tpd_plan_fit_recompute_layers(const tpd_config *cfg, const tpd_plan_cluster *cl,
                                          tpd_plan_result *res, tpd_config *scratch) {
     const tpd_plan_layout *lay = &res->layout;
-    if (lay->recompute != TPD_RECOMPUTE_FULL || cfg->training.recompute_num_layers ||
-        !res->fits || lay->virtual_stages > 1)
+    if (lay->recompute != TPD_RECOMPUTE_FULL || cfg->training.recompute_num_layers || !res->fits ||
+        lay->virtual_stages > 1)
         return TPD_OK;
     int most = 0;
     for (int s = 0; s < lay->pp; s++)
@@ -122,7 +123,8 @@ const tpd_config *tpd_plan_memory_split(const tpd_config *cfg, const tpd_plan_cl
     int layers[TPD_CONFIG_MAX_STAGES];
     res->balanced = 0;
     if (opt->balance_stages && balanced_split(cfg, cl, &res->layout, layers)) {
-        for (int s = 0; s < res->layout.pp; s++) res->stage_layers[s] = layers[s];
+        for (int s = 0; s < res->layout.pp; s++)
+            res->stage_layers[s] = layers[s];
         res->balanced = 1;
         const tpd_config *c = tpd_plan_result_config(cfg, res, scratch);
         if (tpd_plan_memory(c, cl, res) != TPD_OK) return NULL;
@@ -133,8 +135,8 @@ const tpd_config *tpd_plan_memory_split(const tpd_config *cfg, const tpd_plan_cl
 }
 
 tpd_status tpd_plan_time_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                               const tpd_plan_options *opt, int split_bubble,
-                               tpd_plan_result *res, tpd_config *scratch) {
+                               const tpd_plan_options *opt, int split_bubble, tpd_plan_result *res,
+                               tpd_config *scratch) {
     const tpd_config *c = tpd_plan_result_config(cfg, res, scratch);
     TPD_CHECK(tpd_plan_time_evaluate(c, cl, opt, split_bubble, res));
     if (!res->balanced) return TPD_OK;

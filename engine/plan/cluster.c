@@ -13,13 +13,12 @@
 #include <string.h>
 #include <yaml.h>
 
-
 typedef struct key_spec {
     const char *key;
     int required;
-    double lo, hi;  /* accepted range of the number as written */
-    double scale;   /* to SI */
-    size_t offset;  /* into tpd_plan_cluster, a double (or int for gpus_per_node) */
+    double lo, hi; /* accepted range of the number as written */
+    double scale;  /* to SI */
+    size_t offset; /* into tpd_plan_cluster, a double (or int for gpus_per_node) */
 } key_spec;
 
 #define OFF(f) offsetof(tpd_plan_cluster, f)
@@ -71,8 +70,8 @@ static void cluster_defaults(tpd_plan_cluster *c) {
     c->gemm_curve_len = 1;
     c->gemm_curve_flops[0] = 1e9;
     c->gemm_curve_eff[0] = 0.7;
-    c->gemm_bwd_ratio = 2.0;   /* two GEMMs of the forward's size */
-    c->attn_bwd_ratio = 2.5;   /* four products and the softmax gradient vs two + softmax */
+    c->gemm_bwd_ratio = 2.0; /* two GEMMs of the forward's size */
+    c->attn_bwd_ratio = 2.5; /* four products and the softmax gradient vs two + softmax */
     c->p2p_latency = -1.0;
 }
 
@@ -94,7 +93,6 @@ static const ew_spec k_ew[] = {
     {"zero", OFF(ew_zero)},
 };
 #define N_EW (sizeof k_ew / sizeof k_ew[0])
-
 
 static double curve_at(int n, const double *xs, const double *ys, double flops) {
     if (n <= 0) return 0.7;
@@ -129,9 +127,9 @@ static int file_exists(const char *p) {
 /* NAME or FILE to a readable path. */
 static tpd_status resolve_path(const char *name, char *out, size_t outlen) {
     size_t n = strlen(name);
-    int looks_like_file = strchr(name, '/') != NULL ||
-                          (n > 5 && (strcmp(name + n - 5, ".yaml") == 0 ||
-                                     strcmp(name + n - 4, ".yml") == 0));
+    int looks_like_file =
+        strchr(name, '/') != NULL ||
+        (n > 5 && (strcmp(name + n - 5, ".yaml") == 0 || strcmp(name + n - 4, ".yml") == 0));
     if (looks_like_file) {
         if (!file_exists(name)) {
             tpd_log_error("cluster profile %s: cannot open: %s", name, strerror(errno));
@@ -164,13 +162,12 @@ static tpd_status parse_curve(yaml_document_t *doc, yaml_node_t *seq, const char
                               const char *key, int *len_p, double *xs, double *ys) {
     int line = (int)seq->start_mark.line + 1;
     if (seq->type != YAML_SEQUENCE_NODE) {
-        tpd_log_error("%s:%d: %s: expected a list of [GFLOP, efficiency] pairs", path,
-                      line, key);
+        tpd_log_error("%s:%d: %s: expected a list of [GFLOP, efficiency] pairs", path, line, key);
         return TPD_ERR_INVALID;
     }
     int n = 0;
-    for (yaml_node_item_t *it = seq->data.sequence.items.start;
-         it < seq->data.sequence.items.top; it++) {
+    for (yaml_node_item_t *it = seq->data.sequence.items.start; it < seq->data.sequence.items.top;
+         it++) {
         yaml_node_t *pair = yaml_document_get_node(doc, *it);
         int pl = (int)pair->start_mark.line + 1;
         double v[2];
@@ -182,13 +179,12 @@ static tpd_status parse_curve(yaml_document_t *doc, yaml_node_t *seq, const char
                  parse_number((const char *)x->data.scalar.value, &v[k]);
         }
         if (!ok) {
-            tpd_log_error("%s:%d: %s[%d]: expected [GFLOP, efficiency], two numbers", path,
-                          pl, key, n);
+            tpd_log_error("%s:%d: %s[%d]: expected [GFLOP, efficiency], two numbers", path, pl, key,
+                          n);
             return TPD_ERR_INVALID;
         }
         if (n >= TPD_PLAN_MAX_CURVE) {
-            tpd_log_error("%s:%d: %s: more than %d points", path, pl, key,
-                          TPD_PLAN_MAX_CURVE);
+            tpd_log_error("%s:%d: %s: more than %d points", path, pl, key, TPD_PLAN_MAX_CURVE);
             return TPD_ERR_INVALID;
         }
         if (v[0] <= 0 || v[1] <= 0 || v[1] > 1) {
@@ -198,8 +194,8 @@ static tpd_status parse_curve(yaml_document_t *doc, yaml_node_t *seq, const char
             return TPD_ERR_INVALID;
         }
         if (n > 0 && v[0] * 1e9 <= xs[n - 1]) {
-            tpd_log_error("%s:%d: %s[%d]: GFLOP %g must be larger than the previous point's",
-                          path, pl, key, n, v[0]);
+            tpd_log_error("%s:%d: %s[%d]: GFLOP %g must be larger than the previous point's", path,
+                          pl, key, n, v[0]);
             return TPD_ERR_INVALID;
         }
         xs[n] = v[0] * 1e9;
@@ -218,8 +214,8 @@ static tpd_status parse_curve(yaml_document_t *doc, yaml_node_t *seq, const char
 static tpd_status parse_elementwise(yaml_document_t *doc, yaml_node_t *map, const char *path,
                                     tpd_plan_cluster *c) {
     if (map->type != YAML_MAPPING_NODE) {
-        tpd_log_error("%s:%d: elementwise_ns: expected a mapping of kernel: nanoseconds",
-                      path, (int)map->start_mark.line + 1);
+        tpd_log_error("%s:%d: elementwise_ns: expected a mapping of kernel: nanoseconds", path,
+                      (int)map->start_mark.line + 1);
         return TPD_ERR_INVALID;
     }
     for (yaml_node_pair_t *pr = map->data.mapping.pairs.start; pr < map->data.mapping.pairs.top;
@@ -229,7 +225,8 @@ static tpd_status parse_elementwise(yaml_document_t *doc, yaml_node_t *map, cons
         int line = (int)kn->start_mark.line + 1;
         const char *key = kn->type == YAML_SCALAR_NODE ? (const char *)kn->data.scalar.value : "";
         size_t i = 0;
-        while (i < N_EW && strcmp(k_ew[i].key, key) != 0) i++;
+        while (i < N_EW && strcmp(k_ew[i].key, key) != 0)
+            i++;
         if (i == N_EW) {
             tpd_log_error("%s:%d: elementwise_ns: unknown kernel '%s' (known: add, "
                           "layernorm_fwd, layernorm_bwd, gelu_fwd, gelu_bwd, xent_fwd, "
@@ -240,8 +237,8 @@ static tpd_status parse_elementwise(yaml_document_t *doc, yaml_node_t *map, cons
         double v;
         if (vn->type != YAML_SCALAR_NODE ||
             !parse_number((const char *)vn->data.scalar.value, &v) || v < 0 || v > 1e6) {
-            tpd_log_error("%s:%d: elementwise_ns.%s: expected nanoseconds in [0, 1e6]", path,
-                          line, key);
+            tpd_log_error("%s:%d: elementwise_ns.%s: expected nanoseconds in [0, 1e6]", path, line,
+                          key);
             return TPD_ERR_INVALID;
         }
         *(double *)((char *)c + k_ew[i].offset) = v * 1e-9;
@@ -256,8 +253,8 @@ static tpd_status parse_root(yaml_document_t *doc, const char *path, tpd_plan_cl
         return TPD_ERR_FORMAT;
     }
     int seen[N_KEYS] = {0};
-    for (yaml_node_pair_t *pr = root->data.mapping.pairs.start;
-         pr < root->data.mapping.pairs.top; pr++) {
+    for (yaml_node_pair_t *pr = root->data.mapping.pairs.start; pr < root->data.mapping.pairs.top;
+         pr++) {
         yaml_node_t *kn = yaml_document_get_node(doc, pr->key);
         yaml_node_t *vn = yaml_document_get_node(doc, pr->value);
         int line = (int)kn->start_mark.line + 1;
@@ -301,7 +298,8 @@ static tpd_status parse_root(yaml_document_t *doc, const char *path, tpd_plan_cl
             continue;
         }
         size_t i = 0;
-        while (i < N_KEYS && strcmp(k_keys[i].key, key) != 0) i++;
+        while (i < N_KEYS && strcmp(k_keys[i].key, key) != 0)
+            i++;
         if (i == N_KEYS) {
             tpd_log_error("%s:%d: unknown key '%s' (known: name, description, backend, "
                           "gpus_per_node, peak_tflops, hbm_gib, hbm_bw_gbs, "
@@ -322,8 +320,8 @@ static tpd_status parse_root(yaml_document_t *doc, const char *path, tpd_plan_cl
             return TPD_ERR_INVALID;
         }
         if (v < k_keys[i].lo || v > k_keys[i].hi) {
-            tpd_log_error("%s:%d: %s: %g is outside [%g, %g]", path, line, key, v,
-                          k_keys[i].lo, k_keys[i].hi);
+            tpd_log_error("%s:%d: %s: %g is outside [%g, %g]", path, line, key, v, k_keys[i].lo,
+                          k_keys[i].hi);
             return TPD_ERR_INVALID;
         }
         char *field = (char *)c + k_keys[i].offset;
@@ -388,4 +386,3 @@ close_file:
     fclose(f);
     return st;
 }
-

@@ -9,11 +9,11 @@
 static void put_curve(FILE *f, const char *key, int n, const double *xs, const double *ys) {
     if (n <= 0) return;
     fprintf(f, "%s:                    # [GFLOP per call, share of peak_tflops]\n", key);
-    for (int i = 0; i < n; i++) fprintf(f, "  - [%.6g, %.4f]\n", xs[i] / 1e9, ys[i]);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "  - [%.6g, %.4f]\n", xs[i] / 1e9, ys[i]);
 }
 
-tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path,
-                                 const char *header) {
+tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path, const char *header) {
     FILE *f = fopen(path, "w");
     if (!f) {
         tpd_log_error("cluster profile %s: cannot create: %s", path, strerror(errno));
@@ -42,13 +42,13 @@ tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path,
             c->hbm_bw / 1e9);
     fprintf(f, "usable_memory_fraction: %.3g\n", c->hbm_usable_fraction);
     fprintf(f, "memory_efficiency: %.3g\n", c->mem_efficiency);
-    fprintf(f, "intra_node_bw_gbs: %.6g      # collectives (alpha-beta fit)\n",
-            c->intra_bw / 1e9);
+    fprintf(f, "intra_node_bw_gbs: %.6g      # collectives (alpha-beta fit)\n", c->intra_bw / 1e9);
     fprintf(f, "intra_node_latency_us: %.6g\n", c->intra_latency * 1e6);
     fprintf(f, "inter_node_bw_gbs: %.6g\n", c->inter_bw / 1e9);
     fprintf(f, "inter_node_latency_us: %.6g\n", c->inter_latency * 1e6);
     fprintf(f, "collective_efficiency: %.3g\n", c->coll_efficiency);
-    if (c->p2p_bw > 0) fprintf(f, "p2p_bw_gbs: %.6g             # pipeline sends\n", c->p2p_bw / 1e9);
+    if (c->p2p_bw > 0)
+        fprintf(f, "p2p_bw_gbs: %.6g             # pipeline sends\n", c->p2p_bw / 1e9);
     if (c->p2p_latency >= 0) fprintf(f, "p2p_latency_us: %.6g\n", c->p2p_latency * 1e6);
     fprintf(f, "sync_latency_us: %.6g         # extra wait of a sync after compute, 2 ranks\n",
             c->sync_latency * 1e6);
@@ -61,17 +61,21 @@ tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path,
             c->gemm_bwd_ratio);
     fprintf(f, "attention_backward_ratio: %.4g\n", c->attn_bwd_ratio);
     put_curve(f, "gemm_efficiency", c->gemm_curve_len, c->gemm_curve_flops, c->gemm_curve_eff);
-    put_curve(f, "attention_efficiency", c->attn_curve_len, c->attn_curve_flops,
-              c->attn_curve_eff);
+    put_curve(f, "attention_efficiency", c->attn_curve_len, c->attn_curve_flops, c->attn_curve_eff);
     fprintf(f, "elementwise_ns:                  # nanoseconds per element\n");
     const struct {
         const char *k;
         double v;
-    } ew[] = {{"add", c->ew_add},           {"layernorm_fwd", c->ew_layernorm_fwd},
-              {"layernorm_bwd", c->ew_layernorm_bwd}, {"gelu_fwd", c->ew_gelu_fwd},
-              {"gelu_bwd", c->ew_gelu_bwd}, {"xent_fwd", c->ew_xent_fwd},
-              {"xent_bwd", c->ew_xent_bwd}, {"adamw", c->ew_adamw},
-              {"sumsq", c->ew_sumsq},       {"zero", c->ew_zero}};
+    } ew[] = {{"add", c->ew_add},
+              {"layernorm_fwd", c->ew_layernorm_fwd},
+              {"layernorm_bwd", c->ew_layernorm_bwd},
+              {"gelu_fwd", c->ew_gelu_fwd},
+              {"gelu_bwd", c->ew_gelu_bwd},
+              {"xent_fwd", c->ew_xent_fwd},
+              {"xent_bwd", c->ew_xent_bwd},
+              {"adamw", c->ew_adamw},
+              {"sumsq", c->ew_sumsq},
+              {"zero", c->ew_zero}};
     for (size_t i = 0; i < sizeof ew / sizeof ew[0]; i++)
         fprintf(f, "  %s: %.4g\n", ew[i].k, ew[i].v * 1e9);
     int bad = ferror(f);

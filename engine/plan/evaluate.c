@@ -11,13 +11,14 @@ void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layou
     memset(&l, 0, sizeof l);
     l.tp = p->tensor_model_parallel_size > 0 ? p->tensor_model_parallel_size : 1;
     l.pp = p->pipeline_model_parallel_size > 0 ? p->pipeline_model_parallel_size : 1;
-    l.dp = gpus > 0 ? gpus / (l.tp * l.pp) : (p->data_parallel_size > 0 ? p->data_parallel_size : 1);
+    l.dp =
+        gpus > 0 ? gpus / (l.tp * l.pp) : (p->data_parallel_size > 0 ? p->data_parallel_size : 1);
     if (l.dp < 1) l.dp = 1;
     l.micro_batch_size = cfg->training.micro_batch_size;
-    l.virtual_stages = p->virtual_pipeline_model_parallel_size > 1 &&
-                               p->pipeline_schedule != TPD_SCHEDULE_1F1B
-                           ? p->virtual_pipeline_model_parallel_size
-                           : 1;
+    l.virtual_stages =
+        p->virtual_pipeline_model_parallel_size > 1 && p->pipeline_schedule != TPD_SCHEDULE_1F1B
+            ? p->virtual_pipeline_model_parallel_size
+            : 1;
     l.recompute = cfg->training.recompute;
     l.sequence_parallel = p->sequence_parallel && l.tp > 1;
     l.distributed_optimizer = p->use_distributed_optimizer;
@@ -25,10 +26,10 @@ void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layou
 }
 
 void tpd_plan_layout_str(const tpd_plan_layout *l, char *buf, size_t len) {
-    snprintf(buf, len, "TP=%d PP=%d DP=%d mbs=%d v=%d recompute=%s SP=%s ZeRO=%s", l->tp,
-             l->pp, l->dp, l->micro_batch_size, l->virtual_stages,
-             tpd_config_choice("training.recompute", l->recompute), l->sequence_parallel ? "on" : "off",
-             l->distributed_optimizer ? "on" : "off");
+    snprintf(buf, len, "TP=%d PP=%d DP=%d mbs=%d v=%d recompute=%s SP=%s ZeRO=%s", l->tp, l->pp,
+             l->dp, l->micro_batch_size, l->virtual_stages,
+             tpd_config_choice("training.recompute", l->recompute),
+             l->sequence_parallel ? "on" : "off", l->distributed_optimizer ? "on" : "off");
 }
 
 int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
@@ -42,8 +43,8 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
         return 0;
     }
     if (gpus > 0 && total != gpus) {
-        snprintf(why, whylen, "TP*PP*DP = %d*%d*%d = %ld is not the world size %d", l->tp,
-                 l->pp, l->dp, total, gpus);
+        snprintf(why, whylen, "TP*PP*DP = %d*%d*%d = %ld is not the world size %d", l->tp, l->pp,
+                 l->dp, total, gpus);
         return 0;
     }
     if (m->num_attention_heads % l->tp != 0) {
@@ -70,8 +71,8 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
         return 0;
     }
     if (v > 1 && mb % l->pp != 0) {
-        snprintf(why, whylen, "micro-batches %d not divisible by PP %d (interleaved schedule)",
-                 mb, l->pp);
+        snprintf(why, whylen, "micro-batches %d not divisible by PP %d (interleaved schedule)", mb,
+                 l->pp);
         return 0;
     }
     if (l->sequence_parallel && l->tp < 2) {
@@ -97,8 +98,8 @@ tpd_status tpd_plan_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
     memset(res_p, 0, sizeof *res_p);
     res_p->layout = *lay;
     if (lay->pp > TPD_CONFIG_MAX_STAGES) {
-        snprintf(res_p->reject_reason, sizeof res_p->reject_reason,
-                 "PP %d is more than %d stages", lay->pp, TPD_CONFIG_MAX_STAGES);
+        snprintf(res_p->reject_reason, sizeof res_p->reject_reason, "PP %d is more than %d stages",
+                 lay->pp, TPD_CONFIG_MAX_STAGES);
         return TPD_OK;
     }
     if (!tpd_plan_layout_valid(cfg, cl, lay, opt->gpus, res_p->reject_reason,

@@ -34,17 +34,17 @@ double tpd_plan_params_count(const tpd_config *cfg) {
     const tpd_config_model *m = &cfg->model;
     double h = m->hidden_size, f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
     double pos = m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length;
-    return m->num_layers * tpd_plan_layer_params(h, f, 1) + (double)m->vocab_size * h +
-           pos * h + 2.0 * h;
+    return m->num_layers * tpd_plan_layer_params(h, f, 1) + (double)m->vocab_size * h + pos * h +
+           2.0 * h;
 }
 
-double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab,
-                         tpd_recompute r) {
+double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_recompute r) {
     double tokens = batch * cfg->model.seq_length, h = cfg->model.hidden_size;
     double s = cfg->model.seq_length, l = cfg->model.num_layers;
     double model = tpd_model_flops(cfg, batch, vocab);
     switch (r) {
-    case TPD_RECOMPUTE_NONE: return model;
+    case TPD_RECOMPUTE_NONE:
+        return model;
     case TPD_RECOMPUTE_SELECTIVE:
         /* The recomputed QK^T and AV of every layer. */
         return model + tokens * l * 4.0 * s * h;
@@ -66,18 +66,19 @@ int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay
     return (n > 0 && n < per_chunk ? n : per_chunk) * v;
 }
 
-double tpd_plan_layout_hw_flops(const tpd_config *cfg, const tpd_plan_layout *lay,
-                                double batch, double vocab) {
+double tpd_plan_layout_hw_flops(const tpd_config *cfg, const tpd_plan_layout *lay, double batch,
+                                double vocab) {
     double model = tpd_model_flops(cfg, batch, vocab);
     double hw = tpd_plan_hw_flops(cfg, batch, vocab, lay->recompute);
     if (lay->recompute != TPD_RECOMPUTE_FULL || cfg->model.num_layers < 1) return hw;
     double recomputed = 0;
-    for (int s = 0; s < lay->pp; s++) recomputed += tpd_plan_recomputed_layers(cfg, lay, s);
+    for (int s = 0; s < lay->pp; s++)
+        recomputed += tpd_plan_recomputed_layers(cfg, lay, s);
     return model + (hw - model) * recomputed / cfg->model.num_layers;
 }
 
-double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double a, int tp,
-                                           int sp, tpd_recompute r, int flash) {
+double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double a, int tp, int sp,
+                                           tpd_recompute r, int flash) {
     double t = tp, sbh = s * b * h;
     /* The 5as/h term is the s x s attention scores, softmax and its dropout mask; flash
      * attention never stores them. */
@@ -113,7 +114,8 @@ double tpd_plan_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay, 
     double h = m->hidden_size, f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
     double pos = m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length;
     double vp = tpd_config_padded_vocab(cfg, lay->tp);
-    double n = tpd_config_split_layers(cfg, lay->pp, stage, NULL) * tpd_plan_layer_params(h, f, lay->tp);
+    double n =
+        tpd_config_split_layers(cfg, lay->pp, stage, NULL) * tpd_plan_layer_params(h, f, lay->tp);
     if (stage == 0) n += vp * h / lay->tp + pos * h;
     if (stage == lay->pp - 1) {
         n += 2.0 * h;
@@ -145,18 +147,18 @@ static void analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl
     /* Korthikanti's constants are for 16-bit activations; fp32 doubles them (masks are a
      * small share, so this slightly overestimates). */
     double act_scale = bf16 ? 1.0 : 2.0;
-    double per_layer = act_scale * tpd_plan_activation_bytes_per_layer(
-                                       s, b, h, a, lay->tp, lay->sequence_parallel,
-                                       lay->recompute, flash);
+    double per_layer =
+        act_scale * tpd_plan_activation_bytes_per_layer(s, b, h, a, lay->tp, lay->sequence_parallel,
+                                                        lay->recompute, flash);
     int layers = tpd_config_split_layers(cfg, lay->pp, stage, NULL);
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
     double chunks = tpd_plan_in_flight(lay->pp, stage, m_micro, v);
     out->activations = per_layer * chunks * layers / v;
     if (lay->recompute == TPD_RECOMPUTE_FULL) {
         /* Backward of one layer rebuilds its full activations first. */
-        double whole = act_scale * tpd_plan_activation_bytes_per_layer(
-                                       s, b, h, a, lay->tp, lay->sequence_parallel,
-                                       TPD_RECOMPUTE_NONE, flash);
+        double whole = act_scale * tpd_plan_activation_bytes_per_layer(s, b, h, a, lay->tp,
+                                                                       lay->sequence_parallel,
+                                                                       TPD_RECOMPUTE_NONE, flash);
         out->activations += whole;
         /* the block method keeps the layers past the first n whole */
         int kept = layers - tpd_plan_recomputed_layers(cfg, lay, stage);
@@ -190,8 +192,8 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     uint64_t B = (uint64_t)lay->micro_batch_size, T = (uint64_t)m->seq_length;
     uint64_t C = (uint64_t)m->hidden_size, NH = (uint64_t)m->num_attention_heads;
     uint64_t F = (uint64_t)(m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4 * m->hidden_size);
-    uint64_t maxT = (uint64_t)(m->max_position_embeddings > 0 ? m->max_position_embeddings
-                                                             : m->seq_length);
+    uint64_t maxT =
+        (uint64_t)(m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length);
     int64_t layers = tpd_config_split_layers(cfg, lay->pp, stage, NULL);
     if (layers < 0 || t < 1 || dp < 1 || lay->micro_batch_size < 1) {
         tpd_log_error("plan: no cpu memory for stage %d of this layout", stage);
@@ -220,7 +222,7 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     uint64_t att = NHl * B * T * T * 4; /* cpu: the fp32 softmax probabilities */
     if (cfg->training.device == TPD_DEVICE_CUDA)
         att = cfg->training.attention == TPD_ATTENTION_FUSED && e == 2 ? NHl * B * T * 4
-                                                                      : NHl * B * T * T * e;
+                                                                       : NHl * B * T * T * e;
     int selective = lay->recompute == TPD_RECOMPUTE_SELECTIVE;
     uint64_t layer = 4 * up(NL * C * e) + 4 * up(NL * 4) + up(N * 3 * Cl * e) + up(N * Cl * e) +
                      (selective ? 0 : up(att)) + 2 * up(N * Fl * e);
@@ -230,16 +232,15 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
         R = k > 0 && (uint64_t)k < Ls ? (uint64_t)k : Ls;
     }
     uint64_t slot = 2 * up(N * 4) + up(NL * C * e) + R * up(NL * C * e) + (Ls - R) * layer;
-    if (last)
-        slot += up(NL * C * e) + 2 * up(NL * 4) + up(N * Vl * e) + up(3 * N * 4) + up(N * 4);
+    if (last) slot += up(NL * C * e) + 2 * up(NL * 4) + up(N * Vl * e) + up(3 * N * 4) + up(N * 4);
     int M = cfg->training.global_batch_size / (lay->micro_batch_size * lay->dp);
     uint64_t slots = (uint64_t)(lay->pp - stage < M ? lay->pp - stage : M);
     out->activations = (double)(slots * slot);
 
     /* workspace: activation gradients, the p2p send buffer, recompute and SP scratch, and
      * the host staging of one micro-batch's inputs and targets */
-    uint64_t ws = 2 * up(NL * C * e) + up(N * C * e) + up(N * 3 * Cl * e) + up(N * Cl * e) +
-                  up(N * Fl * e);
+    uint64_t ws =
+        2 * up(NL * C * e) + up(N * C * e) + up(N * 3 * Cl * e) + up(N * Cl * e) + up(N * Fl * e);
     if (!first) ws += up(NL * C * e);
     if (R) ws += layer;
     if (selective) ws += up(att);

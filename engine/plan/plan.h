@@ -36,19 +36,19 @@ typedef struct tpd_plan_cluster {
     char path[TPD_CONFIG_STR];
     tpd_plan_backend backend;
     int gpus_per_node;
-    double peak_flops;           /* dense bf16/fp16 FLOP/s per device (never sparsity) */
-    double hbm_bytes;            /* device memory, bytes */
-    double hbm_bw;               /* device memory bandwidth, bytes/s */
-    double hbm_usable_fraction;  /* share of hbm_bytes a layout may plan for */
-    double mem_efficiency;       /* achieved share of hbm_bw in memory-bound kernels */
-    double intra_bw;             /* per-device, per-direction intra-node link, bytes/s */
-    double intra_latency;        /* seconds per ring step */
-    double inter_bw;             /* per-device network bandwidth, bytes/s */
-    double inter_latency;        /* seconds per ring step */
-    double coll_efficiency;      /* achieved share of link bandwidth in collectives */
-    double flash_efficiency;     /* flash attention FLOP rate as a share of peak */
-    double workspace_bytes;      /* cuBLASLt workspace + communicator buffers per rank */
-    double kernel_overhead_s;    /* launch gap per kernel on the critical path, seconds */
+    double peak_flops;          /* dense bf16/fp16 FLOP/s per device (never sparsity) */
+    double hbm_bytes;           /* device memory, bytes */
+    double hbm_bw;              /* device memory bandwidth, bytes/s */
+    double hbm_usable_fraction; /* share of hbm_bytes a layout may plan for */
+    double mem_efficiency;      /* achieved share of hbm_bw in memory-bound kernels */
+    double intra_bw;            /* per-device, per-direction intra-node link, bytes/s */
+    double intra_latency;       /* seconds per ring step */
+    double inter_bw;            /* per-device network bandwidth, bytes/s */
+    double inter_latency;       /* seconds per ring step */
+    double coll_efficiency;     /* achieved share of link bandwidth in collectives */
+    double flash_efficiency;    /* flash attention FLOP rate as a share of peak */
+    double workspace_bytes;     /* cuBLASLt workspace + communicator buffers per rank */
+    double kernel_overhead_s;   /* launch gap per kernel on the critical path, seconds */
     /* GEMM efficiency (share of peak) against GEMM FLOPs, interpolated in log(FLOPs);
      * below the first point the first value holds, above the last the last. */
     int gemm_curve_len;
@@ -57,10 +57,10 @@ typedef struct tpd_plan_cluster {
 
     /* ---- the cpu backend's time model (plan/timing_cpu.c); all optional ----
      * `tripod bench --calibrate` measures them on the machine itself. */
-    int calibrated;              /* 1: measured here, so peak_flops is a real peak (MFU) */
-    double cpu_cores;            /* cores the ranks of a node share; 0 = not shared */
-    double calibration_ranks;    /* ranks per node that ran at once while calibrating */
-    double gemm_bwd_ratio;       /* linear layer backward time / forward time */
+    int calibrated;           /* 1: measured here, so peak_flops is a real peak (MFU) */
+    double cpu_cores;         /* cores the ranks of a node share; 0 = not shared */
+    double calibration_ranks; /* ranks per node that ran at once while calibrating */
+    double gemm_bwd_ratio;    /* linear layer backward time / forward time */
     /* Attention kernel (cpu: blocked causal sgemms + softmax) efficiency against its
      * forward FLOPs per call, as gemm_efficiency; backward = ratio x forward. */
     int attn_curve_len;
@@ -70,8 +70,8 @@ typedef struct tpd_plan_cluster {
     /* Seconds per element of the memory-bound kernels; 0 = from hbm_bw. */
     double ew_add, ew_layernorm_fwd, ew_layernorm_bwd, ew_gelu_fwd, ew_gelu_bwd;
     double ew_xent_fwd, ew_xent_bwd, ew_adamw, ew_sumsq, ew_zero;
-    double p2p_bw;               /* one-way pipeline send, bytes/s; 0 = intra_bw */
-    double p2p_latency;          /* s; < 0 = intra_latency */
+    double p2p_bw;      /* one-way pipeline send, bytes/s; 0 = intra_bw */
+    double p2p_latency; /* s; < 0 = intra_latency */
     /* Extra wait of a collective or a blocking receive that follows compute, s: ranks
      * that share cores arrive a scheduler time slice apart (0 when they do not). For a
      * group of 2, and for a group of calibration_ranks; between them, linear in log2 of
@@ -90,9 +90,7 @@ double tpd_plan_attention_efficiency(const tpd_plan_cluster *c, double flops);
 /* Writes a profile in the format tpd_plan_cluster_load reads (every key, units as
  * written by hand: TFLOP/s, GiB, GB/s, us, ns). `header` is a comment block (lines
  * without '#', may be NULL). */
-tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path,
-                                 const char *header);
-
+tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path, const char *header);
 
 typedef struct tpd_plan_layout {
     int tp, pp, dp;
@@ -119,37 +117,38 @@ typedef struct tpd_plan_time {
 
 typedef struct tpd_plan_result {
     int stage_layers[TPD_CONFIG_MAX_STAGES]; /* transformer layers of each stage */
-    int balanced; /* 1: stage_layers were chosen by predicted stage time (the first stage
-                     also embeds, the last also runs the head and loss), not split evenly;
-                     `parallel.pipeline_layers` set to them trains the same split */
+    int balanced;         /* 1: stage_layers were chosen by predicted stage time (the first stage
+                             also embeds, the last also runs the head and loss), not split evenly;
+                             `parallel.pipeline_layers` set to them trains the same split */
     int recompute_layers; /* > 0: the search found that recomputing only this many layers
                              per stage (training.recompute_num_layers) fits; 0: as the
                              config says */
     tpd_plan_layout layout;
     int num_micro_batches;
-    int fits;                  /* memory fits and the layout is valid */
-    char reject_reason[192];   /* "" when valid and fitting */
+    int fits;                /* memory fits and the layout is valid */
+    char reject_reason[192]; /* "" when valid and fitting */
     int stages;
     int max_mem_stage;
-    double memory_bytes;       /* max over ranks */
+    double memory_bytes; /* max over ranks */
     tpd_plan_stage_mem mem[TPD_CONFIG_MAX_STAGES];
     double step_time_s;
     tpd_plan_time time;
     double t_fwd_chunk, t_bwd_chunk, t_p2p; /* the simulator's inputs, s */
-    double model_flops, hw_flops;            /* per iteration, all GPUs */
+    double model_flops, hw_flops;           /* per iteration, all GPUs */
     double tflops_per_gpu, hw_tflops_per_gpu, mfu, tokens_per_s;
 } tpd_plan_result;
 
 typedef struct tpd_plan_options {
-    int gpus;          /* world size to plan for */
-    int top_k;         /* layouts printed by the search */
-    int dp_overlap;    /* 1: DP gradient reduction overlaps the last backward */
-    int evaluate_time; /* 0: memory only */
+    int gpus;           /* world size to plan for */
+    int top_k;          /* layouts printed by the search */
+    int dp_overlap;     /* 1: DP gradient reduction overlaps the last backward */
+    int evaluate_time;  /* 0: memory only */
     int balance_stages; /* 1: without parallel.pipeline_layers, split the layers of a 1F1B
                            pipeline by predicted stage time when that is faster and fits */
 } tpd_plan_options;
 
-#define TPD_PLAN_OPTIONS_INIT {0, 10, 1, 1, 1}
+#define TPD_PLAN_OPTIONS_INIT                                                                      \
+    { 0, 10, 1, 1, 1 }
 
 /* ---- model arithmetic (plan/model.c) ---- */
 
@@ -160,12 +159,11 @@ double tpd_plan_params_eq2(double l, double h, double V, double s);
 double tpd_plan_params_count(const tpd_config *cfg);
 /* Hardware FLOPs per iteration for `batch` sequences: the model FLOPs
  * (engine/model/model_flops.h) plus what the recompute mode recomputes. */
-double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab,
-                         tpd_recompute r);
+double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_recompute r);
 /* Korthikanti et al. Table 2 activation bytes per transformer layer per micro-batch on
  * one rank (16-bit activations, 1-byte dropout masks). `flash` drops the 5as/h term. */
-double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double a, int tp,
-                                           int sp, tpd_recompute r, int flash);
+double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double a, int tp, int sp,
+                                           tpd_recompute r, int flash);
 /* Micro-batches (x chunks) whose activations a stage holds at the schedule's peak:
  * 1F1B min(p - stage, M); interleaved min(2(p-stage-1) + (v-1)p + 1, M*v) chunks. */
 int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v);
@@ -174,8 +172,8 @@ int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v);
 int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage);
 /* Hardware FLOPs of an iteration with the layout's recompute (the block method recomputes
  * only its share of the layers). */
-double tpd_plan_layout_hw_flops(const tpd_config *cfg, const tpd_plan_layout *lay,
-                                double batch, double vocab);
+double tpd_plan_layout_hw_flops(const tpd_config *cfg, const tpd_plan_layout *lay, double batch,
+                                double vocab);
 
 /* Memory of every stage into res->mem, res->memory_bytes and res->fits (with the reason
  * when it does not). Sets res->num_micro_batches. */
@@ -188,8 +186,8 @@ const tpd_config *tpd_plan_memory_split(const tpd_config *cfg, const tpd_plan_cl
 /* tpd_plan_time_evaluate of res under its split; a balanced split is kept only when the
  * full time model, not just its slowest stage, finds it faster than the even one. */
 tpd_status tpd_plan_time_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                               const tpd_plan_options *opt, int split_bubble,
-                               tpd_plan_result *res, tpd_config *scratch);
+                               const tpd_plan_options *opt, int split_bubble, tpd_plan_result *res,
+                               tpd_config *scratch);
 /* Recompute full with training.recompute_num_layers left at 0: the fewest layers per stage
  * whose recompute still fits (Megatron's block method), when fewer than all do; sets
  * res->recompute_layers and res's memory to it. res must fit with all layers. */
@@ -198,8 +196,7 @@ tpd_status tpd_plan_fit_recompute_layers(const tpd_config *cfg, const tpd_plan_c
 /* The config of a result whose split was chosen already (cfg, or *scratch when balanced). */
 const tpd_config *tpd_plan_result_config(const tpd_config *cfg, const tpd_plan_result *res,
                                          tpd_config *scratch);
-tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                           tpd_plan_result *res);
+tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl, tpd_plan_result *res);
 /* The bytes one rank of `stage` allocates in `tripod train` on the cpu backend, in closed
  * form from the model shape and the layout (the engine's buffer plan is not consulted:
  * a test holds the two equal). optimizer includes fp32 master weights; workspace includes
@@ -248,18 +245,18 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
 #define TPD_PLAN_MAX_EXAMPLES 3
 
 typedef struct tpd_plan_reject_class {
-    char key[48];                                 /* e.g. "out of memory" */
+    char key[48]; /* e.g. "out of memory" */
     long count;
-    char examples[TPD_PLAN_MAX_EXAMPLES][224];    /* layout + reason with numbers */
+    char examples[TPD_PLAN_MAX_EXAMPLES][224]; /* layout + reason with numbers */
     int n_examples;
 } tpd_plan_reject_class;
 
 typedef struct tpd_plan_search {
     tpd_plan_result *top; /* best first, n_top <= top_k (owned) */
     int n_top;
-    long evaluated;       /* layouts whose memory was computed */
-    long timed;           /* layouts whose time was computed */
-    long pruned;          /* skipped by the lower bound */
+    long evaluated; /* layouts whose memory was computed */
+    long timed;     /* layouts whose time was computed */
+    long pruned;    /* skipped by the lower bound */
     long fitting;
     long rejected;
     tpd_plan_reject_class reasons[TPD_PLAN_MAX_REASONS];

@@ -9,9 +9,9 @@
 #define GIB 1073741824.0
 
 void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {
-    fprintf(f, "%4s %3s %3s %5s %4s %2s %-9s %-3s %-4s %8s %8s %11s %6s %10s\n", "rank", "TP",
-            "PP", "DP", "mbs", "v", "recompute", "SP", "ZeRO", "mem GiB", "step s",
-            "TFLOP/s/GPU", "MFU", "tokens/s");
+    fprintf(f, "%4s %3s %3s %5s %4s %2s %-9s %-3s %-4s %8s %8s %11s %6s %10s\n", "rank", "TP", "PP",
+            "DP", "mbs", "v", "recompute", "SP", "ZeRO", "mem GiB", "step s", "TFLOP/s/GPU", "MFU",
+            "tokens/s");
     for (int i = 0; i < n; i++) {
         const tpd_plan_layout *l = &r[i].layout;
         char rc[16];
@@ -20,10 +20,10 @@ void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {
         else
             snprintf(rc, sizeof rc, "%s", tpd_config_choice("training.recompute", l->recompute));
         fprintf(f, "%4d %3d %3d %5d %4d %2d %-9s %-3s %-4s %8.1f %8.3f %11.1f %5.1f%% %10.0f\n",
-                i + 1, l->tp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages,
-                rc, l->sequence_parallel ? "on" : "off",
-                l->distributed_optimizer ? "on" : "off", r[i].memory_bytes / GIB,
-                r[i].step_time_s, r[i].tflops_per_gpu, 100.0 * r[i].mfu, r[i].tokens_per_s);
+                i + 1, l->tp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages, rc,
+                l->sequence_parallel ? "on" : "off", l->distributed_optimizer ? "on" : "off",
+                r[i].memory_bytes / GIB, r[i].step_time_s, r[i].tflops_per_gpu, 100.0 * r[i].mfu,
+                r[i].tokens_per_s);
     }
 }
 
@@ -45,18 +45,20 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
         }
         const tpd_plan_stage_mem *m = &r->mem[s];
         fprintf(f, "  %5d %6d %8.2f %8.2f %9.2f %11.2f %9.2f %8.2f%s\n", s, r->stage_layers[s],
-                m->params / GIB, m->grads / GIB, m->optimizer / GIB, m->activations / GIB, m->workspace / GIB,
-                m->total / GIB, s == r->max_mem_stage ? "  <- max" : "");
+                m->params / GIB, m->grads / GIB, m->optimizer / GIB, m->activations / GIB,
+                m->workspace / GIB, m->total / GIB, s == r->max_mem_stage ? "  <- max" : "");
     }
     fprintf(f, "  fits: %s%s%s\n", r->fits ? "yes" : "no", r->fits ? "" : ", ", r->reject_reason);
     if (r->recompute_layers)
-        fprintf(f, "  full recompute of the first %d layer(s) of each stage fits; to train it:\n"
-                   "    training.recompute_num_layers=%d\n",
+        fprintf(f,
+                "  full recompute of the first %d layer(s) of each stage fits; to train it:\n"
+                "    training.recompute_num_layers=%d\n",
                 r->recompute_layers, r->recompute_layers);
     if (r->balanced) {
         fprintf(f, "  stages split by predicted time (the ends also embed, or run the head and "
                    "loss); to train it:\n    parallel.pipeline_layers=[");
-        for (int s = 0; s < r->stages; s++) fprintf(f, "%s%d", s ? "," : "", r->stage_layers[s]);
+        for (int s = 0; s < r->stages; s++)
+            fprintf(f, "%s%d", s ? "," : "", r->stage_layers[s]);
         fprintf(f, "]\n");
     }
     if (r->step_time_s <= 0.0) return;
@@ -65,15 +67,18 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
     fprintf(f, "time per step: %.3f s\n", st);
     fprintf(f, "  compute (slowest stage) %9.3f s  %5.1f%%  (of which TP comm %.3f s)\n",
             t->compute, 100 * t->compute / st, t->tp_comm);
-    fprintf(f, "  pipeline bubble         %9.3f s  %5.1f%%\n", t->pp_bubble, 100 * t->pp_bubble / st);
+    fprintf(f, "  pipeline bubble         %9.3f s  %5.1f%%\n", t->pp_bubble,
+            100 * t->pp_bubble / st);
     fprintf(f, "  pipeline p2p            %9.3f s  %5.1f%%\n", t->pp_p2p, 100 * t->pp_p2p / st);
     fprintf(f, "  DP comm (exposed)       %9.3f s  %5.1f%%\n", t->dp_comm_exposed,
             100 * t->dp_comm_exposed / st);
-    fprintf(f, "  optimizer step          %9.3f s  %5.1f%%\n", t->optimizer, 100 * t->optimizer / st);
+    fprintf(f, "  optimizer step          %9.3f s  %5.1f%%\n", t->optimizer,
+            100 * t->optimizer / st);
     fprintf(f, "  per chunk: fwd %.3f ms, bwd %.3f ms, p2p %.3f ms\n", 1e3 * r->t_fwd_chunk,
             1e3 * r->t_bwd_chunk, 1e3 * r->t_p2p);
-    fprintf(f, "throughput: %.1f TFLOP/s/GPU model, %.1f with recomputation, MFU %.1f%%, "
-               "%.0f tokens/s\n",
+    fprintf(f,
+            "throughput: %.1f TFLOP/s/GPU model, %.1f with recomputation, MFU %.1f%%, "
+            "%.0f tokens/s\n",
             r->tflops_per_gpu, r->hw_tflops_per_gpu, 100 * r->mfu, r->tokens_per_s);
 }
 
@@ -83,7 +88,8 @@ void tpd_plan_print_rejections(FILE *f, const tpd_plan_search *s) {
     for (int i = 0; i < s->n_reasons; i++) {
         const tpd_plan_reject_class *rc = &s->reasons[i];
         fprintf(f, "  %6ld  %s\n", rc->count, rc->key);
-        for (int e = 0; e < rc->n_examples; e++) fprintf(f, "            e.g. %s\n", rc->examples[e]);
+        for (int e = 0; e < rc->n_examples; e++)
+            fprintf(f, "            e.g. %s\n", rc->examples[e]);
     }
 }
 

@@ -13,11 +13,15 @@ static void reject(tpd_plan_search *s, const char *key, const tpd_plan_layout *l
                    const char *why) {
     s->rejected++;
     int i = 0;
-    while (i < s->n_reasons && strcmp(s->reasons[i].key, key) != 0) i++;
+    while (i < s->n_reasons && strcmp(s->reasons[i].key, key) != 0)
+        i++;
     if (i == s->n_reasons) {
-        if (s->n_reasons == TPD_PLAN_MAX_REASONS) i = TPD_PLAN_MAX_REASONS - 1;
-        else s->n_reasons++;
-        if (s->reasons[i].count == 0) snprintf(s->reasons[i].key, sizeof s->reasons[i].key, "%s", key);
+        if (s->n_reasons == TPD_PLAN_MAX_REASONS)
+            i = TPD_PLAN_MAX_REASONS - 1;
+        else
+            s->n_reasons++;
+        if (s->reasons[i].count == 0)
+            snprintf(s->reasons[i].key, sizeof s->reasons[i].key, "%s", key);
     }
     tpd_plan_reject_class *rc = &s->reasons[i];
     rc->count++;
@@ -42,14 +46,16 @@ static void reason_key(const char *why, char *key, size_t len) {
         if (*c == '(') break; /* the explanation in parentheses is not part of the key */
         key[n++] = digit ? 'N' : *c;
     }
-    while (n > 0 && key[n - 1] == ' ') n--;
+    while (n > 0 && key[n - 1] == ' ')
+        n--;
     key[n] = '\0';
 }
 
 /* Inserts r into the best-first list if it is among the K fastest. */
 static void keep_top(tpd_plan_search *s, int k, const tpd_plan_result *r) {
     int pos = s->n_top;
-    while (pos > 0 && s->top[pos - 1].step_time_s > r->step_time_s) pos--;
+    while (pos > 0 && s->top[pos - 1].step_time_s > r->step_time_s)
+        pos--;
     if (pos >= k) return;
     int n = s->n_top < k ? s->n_top + 1 : k;
     memmove(&s->top[pos + 1], &s->top[pos], (size_t)(n - 1 - pos) * sizeof *s->top);
@@ -73,8 +79,7 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
     s.top = calloc((size_t)k + 1, sizeof *s.top);
     tpd_plan_result *r = malloc(sizeof *r);
     tpd_config *scratch = malloc(sizeof *scratch); /* a layout's config with its split */
-    if (!s.top || !r || !scratch)
-        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_all, "plan: out of memory");
+    if (!s.top || !r || !scratch) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_all, "plan: out of memory");
     if (n < 1) TPD_FAIL_GOTO(TPD_ERR_INVALID, st, free_all, "plan: --gpus must be >= 1");
 
     char why[192], key[sizeof s.reasons[0].key];
@@ -82,7 +87,8 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
         if (!divides(tp, cl->gpus_per_node) || !divides(tp, n)) continue;
         tpd_plan_layout base = {tp, 1, 1, 1, 1, TPD_RECOMPUTE_NONE, 0, 0};
         if (m->num_attention_heads % tp != 0) {
-            snprintf(why, sizeof why, "heads %d not divisible by TP %d", m->num_attention_heads, tp);
+            snprintf(why, sizeof why, "heads %d not divisible by TP %d", m->num_attention_heads,
+                     tp);
             reason_key(why, key, sizeof key);
             reject(&s, key, &base, why);
             continue;
@@ -104,8 +110,8 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                 base.micro_batch_size = mbs;
                 base.virtual_stages = 1;
                 if (gbs % ((long)mbs * dp) != 0) {
-                    snprintf(why, sizeof why, "global batch %ld not divisible by mbs*dp %d*%d",
-                             gbs, mbs, dp);
+                    snprintf(why, sizeof why, "global batch %ld not divisible by mbs*dp %d*%d", gbs,
+                             mbs, dp);
                     reason_key(why, key, sizeof key);
                     reject(&s, key, &base, why);
                     continue;
@@ -132,10 +138,11 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                                 lay.distributed_optimizer = zero;
                                 memset(r, 0, sizeof *r);
                                 r->layout = lay;
-                                const tpd_config *c = tpd_plan_memory_split(cfg, cl, opt, r,
-                                                                            scratch);
-                                if (!c) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_all,
-                                                      "plan: out of memory");
+                                const tpd_config *c =
+                                    tpd_plan_memory_split(cfg, cl, opt, r, scratch);
+                                if (!c)
+                                    TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_all,
+                                                  "plan: out of memory");
                                 s.evaluated++;
                                 if (!r->fits) {
                                     reject(&s, "out of memory", &lay, r->reject_reason);
@@ -147,14 +154,13 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                                                st, free_all);
                                 c = tpd_plan_result_config(cfg, r, scratch);
                                 if (!opt->evaluate_time) continue;
-                                if (s.n_top == k &&
-                                    tpd_plan_time_lower_bound(c, cl, r, opt) >=
-                                        s.top[k - 1].step_time_s) {
+                                if (s.n_top == k && tpd_plan_time_lower_bound(c, cl, r, opt) >=
+                                                        s.top[k - 1].step_time_s) {
                                     s.pruned++;
                                     continue;
                                 }
-                                TPD_CHECK_GOTO(tpd_plan_time_split(cfg, cl, opt, 0, r, scratch),
-                                               st, free_all);
+                                TPD_CHECK_GOTO(tpd_plan_time_split(cfg, cl, opt, 0, r, scratch), st,
+                                               free_all);
                                 s.timed++;
                                 keep_top(&s, k, r);
                             }
@@ -164,8 +170,8 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
     }
     /* Reports show the bubble and p2p apart: rerun the kept few with both simulations. */
     for (int i = 0; i < s.n_top; i++)
-        TPD_CHECK_GOTO(tpd_plan_time_evaluate(tpd_plan_result_config(cfg, &s.top[i], scratch),
-                                              cl, opt, 1, &s.top[i]),
+        TPD_CHECK_GOTO(tpd_plan_time_evaluate(tpd_plan_result_config(cfg, &s.top[i], scratch), cl,
+                                              opt, 1, &s.top[i]),
                        st, free_all);
     free(scratch);
     free(r);

@@ -39,16 +39,15 @@ tpd_status tpd_plan_write_trace(const tpd_plan_result *r, const char *path) {
     if (!sch || !t0 || !t1) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_arrays, "trace: out of memory");
     for (; built < p; built++) {
         if (v > 1)
-            TPD_CHECK_GOTO(tpd_pp_schedule_interleaved(p, built, r->num_micro_batches, v,
-                                                       &sch[built]),
-                           st, free_arrays);
+            TPD_CHECK_GOTO(
+                tpd_pp_schedule_interleaved(p, built, r->num_micro_batches, v, &sch[built]), st,
+                free_arrays);
         else
             TPD_CHECK_GOTO(tpd_pp_schedule_1f1b(p, built, r->num_micro_batches, &sch[built]), st,
                            free_arrays);
     }
     tpd_pp_sim_result sim;
-    TPD_CHECK_GOTO(tpd_pp_simulate(sch, p, r->t_fwd_chunk, r->t_bwd_chunk, r->t_p2p, t0, t1,
-                                   &sim),
+    TPD_CHECK_GOTO(tpd_pp_simulate(sch, p, r->t_fwd_chunk, r->t_bwd_chunk, r->t_p2p, t0, t1, &sim),
                    st, free_arrays);
     TPD_CHECK_GOTO(tpd_trace_open(path, &tr), st, free_arrays);
     char name[64];
@@ -70,9 +69,12 @@ tpd_status tpd_plan_write_trace(const tpd_plan_result *r, const char *path) {
 close_trace:
     TPD_CHECK_KEEP(tpd_trace_close(tr), st);
 free_arrays:
-    for (int s = 0; s < built; s++) tpd_pp_schedule_free(&sch[s]);
-    for (int s = 0; t0 && s < p; s++) free(t0[s]);
-    for (int s = 0; t1 && s < p; s++) free(t1[s]);
+    for (int s = 0; s < built; s++)
+        tpd_pp_schedule_free(&sch[s]);
+    for (int s = 0; t0 && s < p; s++)
+        free(t0[s]);
+    for (int s = 0; t1 && s < p; s++)
+        free(t1[s]);
     free(t1);
     free(t0);
     free(sch);

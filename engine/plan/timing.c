@@ -22,8 +22,8 @@ typedef struct op_time {
     double comm;    /* s, TP collectives */
 } op_time;
 
-static double gemm_time(const tpd_plan_cluster *cl, double m, double n, double k,
-                        double batch, double elem) {
+static double gemm_time(const tpd_plan_cluster *cl, double m, double n, double k, double batch,
+                        double elem) {
     double flops = 2.0 * m * n * k * batch;
     double bytes = elem * (m * k + k * n + m * n) * batch;
     double t_flops = flops / (cl->peak_flops * tpd_plan_gemm_efficiency(cl, flops));
@@ -50,8 +50,7 @@ static double half_ring_time(double bytes, int n, double bw, double lat) {
 /* Link of a group of n ranks whose world ranks are `stride` apart (TP 1, DP TP, PP
  * TP*DP): intra-node when the whole group sits in one node. A group spread over nodes
  * with k members per node runs k rings side by side, one per NIC. */
-static void group_link(const tpd_plan_cluster *cl, int n, int stride, double *bw_p,
-                       double *lat_p) {
+static void group_link(const tpd_plan_cluster *cl, int n, int stride, double *bw_p, double *lat_p) {
     int gpn = cl->gpus_per_node;
     if ((long)n * stride <= gpn) {
         *bw_p = cl->intra_bw * cl->coll_efficiency;
@@ -73,7 +72,8 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size;
     double a = m->num_attention_heads, t = lay->tp;
     double f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
-    double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0; /* activation element, bytes */
+    double e =
+        (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0; /* activation element, bytes */
     double tok = s * b, sbh = s * b * h, d = h / a;
     double rep = lay->sequence_parallel ? 1.0 / t : 1.0; /* LN/dropout share per rank */
     op_time o = {0.0, 0.0};
@@ -122,8 +122,8 @@ static op_time layer_backward(op_time fwd) {
 }
 
 /* Token + position embedding (stage 0) and LM head + loss (last stage). */
-static void ends_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                      const tpd_plan_layout *lay, int stage, op_time *fwd, op_time *bwd) {
+static void ends_time(const tpd_config *cfg, const tpd_plan_cluster *cl, const tpd_plan_layout *lay,
+                      int stage, op_time *fwd, op_time *bwd) {
     const tpd_config_model *m = &cfg->model;
     double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size, t = lay->tp;
     double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
@@ -141,10 +141,10 @@ static void ends_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
          * (about four passes over the s*b*V/t logits forward, three backward). */
         double rep = lay->sequence_parallel ? 1.0 / t : 1.0;
         double lg = gemm_time(cl, s * b, vp / t, h, 1, e);
-        fwd->compute += mem_time(cl, 2.0 * e * sbh * rep) + lg +
-                        mem_time(cl, 4.0 * 4.0 * s * b * vp / t);
-        bwd->compute += mem_time(cl, 4.0 * e * sbh * rep) + 2.0 * lg +
-                        mem_time(cl, 3.0 * 4.0 * s * b * vp / t);
+        fwd->compute +=
+            mem_time(cl, 2.0 * e * sbh * rep) + lg + mem_time(cl, 4.0 * 4.0 * s * b * vp / t);
+        bwd->compute +=
+            mem_time(cl, 4.0 * e * sbh * rep) + 2.0 * lg + mem_time(cl, 3.0 * 4.0 * s * b * vp / t);
         if (lay->sequence_parallel) fwd->comm += half_ring_time(e * sbh, lay->tp, bw, lat);
         bwd->comm += allreduce_time(e * sbh, lay->tp, bw, lat) * (lay->tp > 1);
     }
@@ -164,8 +164,8 @@ void tpd_plan_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
     if (lay->recompute == TPD_RECOMPUTE_SELECTIVE) rc = layer_forward(cfg, cl, lay, 1);
     double layers = tpd_config_split_layers(cfg, lay->pp, stage, NULL);
     /* full recompute runs on the block method's layers only */
-    double rl = lay->recompute == TPD_RECOMPUTE_FULL ? tpd_plan_recomputed_layers(cfg, lay, stage)
-                                                          : layers;
+    double rl =
+        lay->recompute == TPD_RECOMPUTE_FULL ? tpd_plan_recomputed_layers(cfg, lay, stage) : layers;
     op_time f = {layers * lf.compute, layers * lf.comm};
     op_time b = {layers * lb.compute + rl * rc.compute, layers * lb.comm + rl * rc.comm};
     ends_time(cfg, cl, lay, stage, &f, &b);
@@ -177,17 +177,16 @@ void tpd_plan_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
 /* DP gradient reduction of the slowest stage (fp32 main grads; ZeRO-1 reduce-scatters
  * them and all-gathers the updated bf16 parameters), plus the tied-embedding gradient
  * all-reduce between the first and last stage. */
-static double dp_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                      const tpd_plan_layout *lay, double *params_max_p) {
+static double dp_time(const tpd_config *cfg, const tpd_plan_cluster *cl, const tpd_plan_layout *lay,
+                      double *params_max_p) {
     double bw, lat, worst = 0.0, nmax = 0.0;
     group_link(cl, lay->dp, lay->tp, &bw, &lat);
     double pe = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     for (int s = 0; s < lay->pp; s++) {
         double n = tpd_plan_stage_params(cfg, lay, s);
-        double t = lay->distributed_optimizer
-                       ? half_ring_time(4.0 * n, lay->dp, bw, lat) +
-                             half_ring_time(pe * n, lay->dp, bw, lat)
-                       : allreduce_time(4.0 * n, lay->dp, bw, lat);
+        double t = lay->distributed_optimizer ? half_ring_time(4.0 * n, lay->dp, bw, lat) +
+                                                    half_ring_time(pe * n, lay->dp, bw, lat)
+                                              : allreduce_time(4.0 * n, lay->dp, bw, lat);
         if (t > worst) worst = t;
         if (n > nmax) nmax = n;
     }
@@ -215,8 +214,8 @@ static double dp_exposed(const tpd_config *cfg, const tpd_plan_options *opt, dou
     if (!opt->dp_overlap) return dp;
     /* Buckets reduce while the last micro-batch's backward runs; the last bucket is
      * always exposed. */
-    double bucket = cfg->parallel.ddp_bucket_size > 0 ? (double)cfg->parallel.ddp_bucket_size
-                                                      : 40e6;
+    double bucket =
+        cfg->parallel.ddp_bucket_size > 0 ? (double)cfg->parallel.ddp_bucket_size : 40e6;
     double last_share = params > 0 ? (bucket < params ? bucket / params : 1.0) : 1.0;
     double hidden = dp - last_bwd;
     double tail = dp * last_share;
@@ -239,8 +238,8 @@ double tpd_plan_time_lower_bound(const tpd_config *cfg, const tpd_plan_cluster *
            optimizer_time(cfg, cl, lay, nmax);
 }
 
-static tpd_status simulate(const tpd_plan_layout *lay, int m, double tf, double tb,
-                           double tp2p, double *makespan_p) {
+static tpd_status simulate(const tpd_plan_layout *lay, int m, double tf, double tb, double tp2p,
+                           double *makespan_p) {
     tpd_status st = TPD_OK;
     int p = lay->pp, v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
     tpd_pp_schedule *sch = calloc((size_t)p, sizeof *sch);
@@ -260,7 +259,8 @@ static tpd_status simulate(const tpd_plan_layout *lay, int m, double tf, double 
     TPD_CHECK_GOTO(tpd_pp_simulate(sch, p, tf, tb, tp2p, NULL, NULL, &r), st, free_scheds);
     *makespan_p = r.makespan;
 free_scheds:
-    for (int i = 0; i < built; i++) tpd_pp_schedule_free(&sch[i]);
+    for (int i = 0; i < built; i++)
+        tpd_pp_schedule_free(&sch[i]);
     free(sch);
     return st;
 }
@@ -295,8 +295,9 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
         /* Each TP rank sends its own shard over its own link: no sharing. */
         if ((long)2 * lay->tp * lay->dp > cl->gpus_per_node)
             bw = cl->inter_bw * cl->coll_efficiency;
-        p2p = e * mdl->seq_length * (double)lay->micro_batch_size * mdl->hidden_size / lay->tp /
-                  bw + lat;
+        p2p =
+            e * mdl->seq_length * (double)lay->micro_batch_size * mdl->hidden_size / lay->tp / bw +
+            lat;
     }
     res->t_fwd_chunk = fmax / v;
     res->t_bwd_chunk = bmax / v;

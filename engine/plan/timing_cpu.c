@@ -59,8 +59,8 @@ static cpu_model model_of(const tpd_plan_cluster *cl, const tpd_plan_layout *lay
 static double gemm_fwd(const cpu_model *m, double N, double C, double OC) {
     double flops = 2.0 * N * C * OC;
     const tpd_plan_cluster *cl = m->cl;
-    return m->slow * (flops / (cl->peak_flops * tpd_plan_gemm_efficiency(cl, flops)) +
-                      cl->kernel_overhead_s);
+    return m->slow *
+           (flops / (cl->peak_flops * tpd_plan_gemm_efficiency(cl, flops)) + cl->kernel_overhead_s);
 }
 
 static double gemm_bwd(const cpu_model *m, double N, double C, double OC) {
@@ -125,8 +125,8 @@ static double p2p_time(const tpd_plan_cluster *cl, double bytes) {
 }
 
 void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                             const tpd_plan_layout *lay, int stage, double *fwd_p,
-                             double *bwd_p, double *tp_comm_p) {
+                             const tpd_plan_layout *lay, int stage, double *fwd_p, double *bwd_p,
+                             double *tp_comm_p) {
     const tpd_config_model *md = &cfg->model;
     cpu_model m = model_of(cl, lay);
     const tpd_plan_cluster *c = cl;
@@ -152,10 +152,9 @@ void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
      * residual. */
     double lf = 2 * ew(&m, c->ew_layernorm_fwd, 8, NC) + gemm_fwd(&m, N, C, 3 * Cl) +
                 ew(&m, c->ew_add, 8, N * 3 * Cl) + attention_fwd(&m, B, T, NHl, HS) +
-                gemm_fwd(&m, N, Cl, C) + 2 * ew(&m, c->ew_add, 12, NC) +
-                gemm_fwd(&m, N, C, Fl) + ew(&m, c->ew_add, 8, N * Fl) +
-                ew(&m, c->ew_gelu_fwd, 8, N * Fl) + gemm_fwd(&m, N, Fl, C) +
-                2 * ew(&m, c->ew_add, 12, NC);
+                gemm_fwd(&m, N, Cl, C) + 2 * ew(&m, c->ew_add, 12, NC) + gemm_fwd(&m, N, C, Fl) +
+                ew(&m, c->ew_add, 8, N * Fl) + ew(&m, c->ew_gelu_fwd, 8, N * Fl) +
+                gemm_fwd(&m, N, Fl, C) + 2 * ew(&m, c->ew_add, 12, NC);
     /* Backward: the four linear backwards (each with its bias column sums), GELU, two LN
      * backwards and two residual adds; all-reduces of the column-parallel input
      * gradients. */
@@ -170,8 +169,7 @@ void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
      * before its backward */
     int rc = lay->recompute == TPD_RECOMPUTE_FULL;
     /* selective recompute: the attention forward runs again before its backward */
-    double rs = lay->recompute == TPD_RECOMPUTE_SELECTIVE ? attention_fwd(&m, B, T, NHl, HS)
-                                                                 : 0.0;
+    double rs = lay->recompute == TPD_RECOMPUTE_SELECTIVE ? attention_fwd(&m, B, T, NHl, HS) : 0.0;
     /* the block method recomputes only the stage's first recompute_num_layers */
     double rl = rc ? tpd_plan_recomputed_layers(cfg, lay, stage) : 0;
     f += layers * lf;
@@ -198,9 +196,9 @@ void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
      * they are issued (forward: 2 per layer + embedding + loss; backward: 2 per layer +
      * head). */
     double comm_f = layers * layer_comm_f + (stage == 0 ? ar : 0) +
-                    (stage == lay->pp - 1 ? allreduce(c, 4 * N, t, 1) +
-                                                allreduce(c, 8 * N, t, 1) + (sp ? hr : 0)
-                                          : 0);
+                    (stage == lay->pp - 1
+                         ? allreduce(c, 4 * N, t, 1) + allreduce(c, 8 * N, t, 1) + (sp ? hr : 0)
+                         : 0);
     *fwd_p = f + comm_f;
     *bwd_p = b + (comm - comm_f);
     *tp_comm_p = comm;
@@ -208,8 +206,8 @@ void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
 
 /* 1F1B with per-stage forward and backward times: each stage walks its list; a receive
  * waits for the matching send plus the p2p time. makespan_p: the last stage's end. */
-static tpd_status simulate_stages(int p, int m, const double *tf, const double *tb,
-                                  double p2p, double *makespan_p) {
+static tpd_status simulate_stages(int p, int m, const double *tf, const double *tb, double p2p,
+                                  double *makespan_p) {
     tpd_status st = TPD_OK;
     tpd_pp_schedule *sch = calloc((size_t)p, sizeof *sch);
     double *clock = calloc((size_t)p, sizeof *clock);
@@ -219,11 +217,13 @@ static tpd_status simulate_stages(int p, int m, const double *tf, const double *
     int built = 0;
     if (!sch || !clock || !pc || !act || !grad)
         TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "plan: out of memory simulating %d stages", p);
-    for (int i = 0; i < p * m; i++) act[i] = grad[i] = -1.0;
+    for (int i = 0; i < p * m; i++)
+        act[i] = grad[i] = -1.0;
     for (; built < p; built++)
         TPD_CHECK_GOTO(tpd_pp_schedule_1f1b(p, built, m, &sch[built]), st, out);
     int remaining = 0;
-    for (int s = 0; s < p; s++) remaining += sch[s].count;
+    for (int s = 0; s < p; s++)
+        remaining += sch[s].count;
     while (remaining > 0) {
         int moved = 0;
         for (int s = 0; s < p; s++) {
@@ -249,10 +249,12 @@ static tpd_status simulate_stages(int p, int m, const double *tf, const double *
         if (!moved) TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, out, "plan: 1F1B simulation deadlocked");
     }
     double end = 0;
-    for (int s = 0; s < p; s++) end = clock[s] > end ? clock[s] : end;
+    for (int s = 0; s < p; s++)
+        end = clock[s] > end ? clock[s] : end;
     *makespan_p = end;
 out:
-    for (int s = 0; s < built; s++) tpd_pp_schedule_free(&sch[s]);
+    for (int s = 0; s < built; s++)
+        tpd_pp_schedule_free(&sch[s]);
     free(grad);
     free(act);
     free(pc);
@@ -283,8 +285,7 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
     /* The cpu engine sends the whole (B*T, C) fp32 activation on every TP rank, or its
      * 1/TP share of the rows under sequence parallel. */
     double p2p = p > 1 ? p2p_time(cl, 4.0 * lay->micro_batch_size * md->seq_length *
-                                           md->hidden_size /
-                                           (lay->sequence_parallel ? lay->tp : 1))
+                                          md->hidden_size / (lay->sequence_parallel ? lay->tp : 1))
                        : 0.0;
     double ideal = m * (fmax + bmax), makespan = ideal, makespan0 = ideal;
     if (p > 1) {
@@ -321,18 +322,18 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
     double dp = 0, optim = 0;
     int zero = lay->distributed_optimizer && lay->dp > 1;
     for (int s = 0; s < p; s++) {
-        double padded = res->mem[s].grads / 4.0;   /* fp32 gradient elements, padded */
+        double padded = res->mem[s].grads / 4.0;    /* fp32 gradient elements, padded */
         double shard = res->mem[s].optimizer / 8.0; /* AdamW m and v, fp32 */
-        double bucket = cfg->parallel.ddp_bucket_size > 0 ? (double)cfg->parallel.ddp_bucket_size
-                                                          : padded;
+        double bucket =
+            cfg->parallel.ddp_bucket_size > 0 ? (double)cfg->parallel.ddp_bucket_size : padded;
         bucket = floor(bucket / lay->dp) * lay->dp;
         if (bucket < lay->dp) bucket = lay->dp;
         if (bucket > padded) bucket = padded;
         double nb = bucket > 0 ? ceil(padded / bucket) : 0;
         double d = 0;
         if (p > 1 && (s == 0 || s == p - 1))
-            d += allreduce(cl, 4.0 * tpd_config_padded_vocab(cfg, lay->tp) / lay->tp *
-                                   md->hidden_size,
+            d += allreduce(cl,
+                           4.0 * tpd_config_padded_vocab(cfg, lay->tp) / lay->tp * md->hidden_size,
                            2, lay->tp * lay->dp * (p - 1));
         for (double k = 0; k < nb; k++) {
             double len = padded - k * bucket < bucket ? padded - k * bucket : bucket;
@@ -343,8 +344,9 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
          * scalar all-reduce (model-parallel group, or the world under ZeRO), AdamW on the
          * shard, the ZeRO all-gather, and the loss all-reduce + broadcast. */
         double o = ew(&mm, cl->ew_zero, 4, padded) + ew(&mm, cl->ew_sumsq, 4, shard) +
-                   allreduce(cl, 4, zero ? gpus : lay->tp * p, 1) + ew(&mm, cl->ew_adamw, 28, shard) +
-                   allreduce(cl, 4, lay->dp, lay->tp) + half_ring(cl, 4, p, lay->tp * lay->dp);
+                   allreduce(cl, 4, zero ? gpus : lay->tp * p, 1) +
+                   ew(&mm, cl->ew_adamw, 28, shard) + allreduce(cl, 4, lay->dp, lay->tp) +
+                   half_ring(cl, 4, p, lay->tp * lay->dp);
         for (double k = 0; zero && k < nb; k++) {
             double len = padded - k * bucket < bucket ? padded - k * bucket : bucket;
             o += half_ring(cl, 4.0 * len, lay->dp, lay->tp);

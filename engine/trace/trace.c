@@ -53,8 +53,9 @@ static void separator(tpd_trace *t) {
 
 tpd_status tpd_trace_process_name(tpd_trace *t, int pid, const char *name) {
     separator(t);
-    fprintf(t->f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
-                  "\"args\":{\"name\":",
+    fprintf(t->f,
+            "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+            "\"args\":{\"name\":",
             pid);
     put_string(t->f, name);
     fputs("}}", t->f);
@@ -69,8 +70,8 @@ tpd_status tpd_trace_complete(tpd_trace *t, int pid, int tid, const char *name,
     put_string(t->f, name);
     fputs(",\"cat\":", t->f);
     put_string(t->f, category ? category : "tripod");
-    fprintf(t->f, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", pid, tid,
-            ts_us, dur_us);
+    fprintf(t->f, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", pid, tid, ts_us,
+            dur_us);
     if (args_json) fprintf(t->f, ",\"args\":%s", args_json);
     fputc('}', t->f);
     if (ferror(t->f)) {

@@ -114,8 +114,7 @@ static tpd_status write_file(const char *path, const double *all, const int32_t 
     char name[96], args[96];
     for (int q = 0; q < nranks; q++) {
         const int32_t *in = info + 4 * q;
-        snprintf(name, sizeof name, "rank %d (stage %d, tp %d, dp %d)", in[0], in[1], in[2],
-                 in[3]);
+        snprintf(name, sizeof name, "rank %d (stage %d, tp %d, dp %d)", in[0], in[1], in[2], in[3]);
         TPD_CHECK_GOTO(tpd_trace_process_name(t, in[0], name), st, close_trace);
     }
     size_t off = 0;
@@ -126,13 +125,12 @@ static tpd_status write_file(const char *path, const double *all, const int32_t 
             int kind = (int)e[0], mb = (int)e[1], chunk = (int)e[2];
             double ts = 1e6 * e[3], dur = 1e6 * (e[4] - e[3]);
             if (kind == EV_DP_REDUCE) {
-                TPD_CHECK_GOTO(tpd_trace_complete(t, pid, 1, "DP_REDUCE", "dp", ts, dur, NULL),
-                               st, close_trace);
+                TPD_CHECK_GOTO(tpd_trace_complete(t, pid, 1, "DP_REDUCE", "dp", ts, dur, NULL), st,
+                               close_trace);
                 continue;
             }
             if (kind == EV_OPTIMIZER) {
-                TPD_CHECK_GOTO(tpd_trace_complete(t, pid, 0, "OPTIMIZER", "compute", ts, dur,
-                                                  NULL),
+                TPD_CHECK_GOTO(tpd_trace_complete(t, pid, 0, "OPTIMIZER", "compute", ts, dur, NULL),
                                st, close_trace);
                 continue;
             }
@@ -184,12 +182,12 @@ tpd_status tpd_trace_run_write(tpd_trace_run *r, const char *path) {
     }
     TPD_CHECK_GOTO(tpd_comm_broadcast(r->world, &ok, 1, TPD_DTYPE_I32, 0, NULL), st, free_bufs);
     if (!ok) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_bufs, "trace %s: out of memory", path);
-    TPD_CHECK_GOTO(tpd_comm_gatherv(r->world, r->ev, (size_t)n, all, cz, displs, TPD_DTYPE_F64,
-                                    0),
+    TPD_CHECK_GOTO(tpd_comm_gatherv(r->world, r->ev, (size_t)n, all, cz, displs, TPD_DTYPE_F64, 0),
                    st, free_bufs);
     int32_t code = TPD_OK;
     if (me == 0) {
-        for (int q = 0; q < nranks; q++) counts[q] /= EV_FIELDS;
+        for (int q = 0; q < nranks; q++)
+            counts[q] /= EV_FIELDS;
         code = (int32_t)write_file(path, all, counts, info, nranks);
     }
     /* Everyone returns rank 0's status, so a write error is seen by the whole job. */

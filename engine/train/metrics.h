@@ -23,18 +23,18 @@ typedef struct tpd_iter_record {
     int global_batch_size;
     double lm_loss;
     double grad_norm;
-    int has_params_norm;   /* logging.log_params_norm */
+    int has_params_norm; /* logging.log_params_norm */
     double params_norm;
     int skipped_iterations;
-    double val_loss;       /* NaN when not evaluated this iteration */
+    double val_loss; /* NaN when not evaluated this iteration */
 } tpd_iter_record;
 
 /* Where one step's time went on one rank, ms (Megatron's timers line). */
 typedef struct tpd_step_timers {
-    double compute_ms;  /* forward and backward compute, TP collectives included */
-    double tp_comm_ms;  /* of which TP collectives */
-    double pp_wait_ms;  /* blocked on pipeline receives and sends (bubble + p2p) */
-    double reduce_ms;   /* embedding and DP gradient reduction */
+    double compute_ms;   /* forward and backward compute, TP collectives included */
+    double tp_comm_ms;   /* of which TP collectives */
+    double pp_wait_ms;   /* blocked on pipeline receives and sends (bubble + p2p) */
+    double reduce_ms;    /* embedding and DP gradient reduction */
     double optimizer_ms; /* norm, clipping, AdamW, ZeRO all-gather */
 } tpd_step_timers;
 

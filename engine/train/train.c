@@ -27,7 +27,8 @@ int tpd_trainer_ranks_on_node(tpd_comm *world) {
 }
 
 int tpd_trainer_cpu_threads(const tpd_config *cfg, int ranks_on_node) {
-    if (cfg->training.num_threads > 0 || getenv("OMP_NUM_THREADS")) return cfg->training.num_threads;
+    if (cfg->training.num_threads > 0 || getenv("OMP_NUM_THREADS"))
+        return cfg->training.num_threads;
     return ranks_on_node > 1 ? tpd_cpu_threads_per_rank(ranks_on_node) : 0;
 }
 
@@ -114,11 +115,12 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     int lr_rank, lr_world, local_rank;
     tpd_mesh_launcher_env(&lr_rank, &lr_world, &local_rank);
     TPD_CHECK_GOTO(create_backend(cfg, world, local_rank, &tr->kb), st, undo_comms);
-    if (tpd_kern_device_memory(tr->kb)) TPD_CHECK_GOTO(create_device_comms(tr, world), st, undo_backend);
+    if (tpd_kern_device_memory(tr->kb))
+        TPD_CHECK_GOTO(create_device_comms(tr, world), st, undo_backend);
     const tpd_mesh *ms = &tr->mesh;
-    TPD_CHECK_GOTO(tpd_model_create(cfg, tr->kb, tr->comms.tp, tp, ms->tp, pp, dp, ms->pp,
-                                    &tr->model),
-                   st, undo_backend);
+    TPD_CHECK_GOTO(
+        tpd_model_create(cfg, tr->kb, tr->comms.tp, tp, ms->tp, pp, dp, ms->pp, &tr->model), st,
+        undo_backend);
     TPD_CHECK_GOTO(tpd_dp_plan_init(tr->model->plan.lay.numel,
                                     (size_t)cfg->parallel.ddp_bucket_size, dp, ms->dp,
                                     cfg->parallel.use_distributed_optimizer, &tr->dpp),
@@ -134,8 +136,8 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
                       "train: schedule holds %d micro-batches, memory plan %d",
                       tpd_pp_schedule_peak_in_flight(&tr->sched), tr->model->plan.nslots);
 
-    TPD_CHECK_GOTO(tpd_data_source_open(cfg->data.data_path, cfg->model.vocab_size, &tr->data),
-                   st, undo_sched);
+    TPD_CHECK_GOTO(tpd_data_source_open(cfg->data.data_path, cfg->model.vocab_size, &tr->data), st,
+                   undo_sched);
     TPD_CHECK_GOTO(tpd_blend_sampler_init(&tr->data, cfg->data.split, TPD_SPLIT_TRAIN,
                                           cfg->model.seq_length, cfg->data.shuffle,
                                           cfg->training.seed, &tr->train_sampler),
@@ -153,8 +155,8 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     if (!tr->batch) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, undo_samplers, "train: out of memory");
     tr->is_logger = ms->pp == pp - 1 && ms->tp == 0 && ms->dp == 0;
     tr->saved_iteration = -1;
-    tpd_ckpt_view view = {&tr->cfg, tr->model, &tr->dpp, &tr->mesh, tr->hcomms.world,
-                          tr->is_logger};
+    tpd_ckpt_view view = {&tr->cfg,  tr->model,        &tr->dpp,
+                          &tr->mesh, tr->hcomms.world, tr->is_logger};
     TPD_CHECK_GOTO(tpd_ckpt_saver_create(&view, &tr->saver), st, undo_batch);
     /* checkpoint.load: parameters, optimizer state and counters replace the fresh ones */
     int continues = 0;
@@ -220,7 +222,7 @@ static tpd_status cb_forward(void *user, int j, int chunk) {
         /* micro-batch j of this DP rank's contiguous share of the global batch */
         for (int b = 0; b < B; b++)
             TPD_CHECK(tpd_blend_sampler_get(tr->cur_sampler, tr->cur_base + (uint64_t)j * B + b,
-                                      tr->batch + (size_t)b * (T + 1)));
+                                            tr->batch + (size_t)b * (T + 1)));
         TPD_CHECK(tpd_model_set_batch(m, slot, tr->batch));
     }
     TPD_CHECK(tpd_model_forward(m, slot));
@@ -308,8 +310,8 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     tr->tp_comm_acc = 0;
     m->tp.comm_s = &tr->tp_comm_acc;
     tpd_pp_exec_ops ops = exec_ops(tr);
-    TPD_CHECK(tpd_pp_execute(&tr->sched, tr->comms.pp, &ops, p2p_count(tr), tpd_kern_act_dtype(tr->kb),
-                             tpd_kern_stream(tr->kb), &s.pipe));
+    TPD_CHECK(tpd_pp_execute(&tr->sched, tr->comms.pp, &ops, p2p_count(tr),
+                             tpd_kern_act_dtype(tr->kb), tpd_kern_stream(tr->kb), &s.pipe));
     double t1 = tpd_clock_s();
     m->tp.comm_s = NULL;
     s.t_tp_comm_s = tr->tp_comm_acc;
@@ -375,8 +377,7 @@ tpd_status tpd_trainer_evaluate(tpd_trainer *tr, double *val_loss_p) {
     return evaluate_on(tr, &tr->valid_sampler, tr->cfg.logging.eval_iters, val_loss_p);
 }
 
-tpd_status tpd_trainer_evaluate_split(tpd_trainer *tr, tpd_split split, int iters,
-                                      double *loss_p) {
+tpd_status tpd_trainer_evaluate_split(tpd_trainer *tr, tpd_split split, int iters, double *loss_p) {
     const tpd_config *cfg = &tr->cfg;
     tpd_blend_sampler s;
     /* the validation sampler of training, or its twin on another split */
@@ -393,7 +394,7 @@ tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out) {
     const tpd_param_slice *s = &lay->p[p];
     size_t gn = tpd_model_layout_global_numel(lay, p);
     tpd_status st = TPD_OK;
-    float *global = calloc(gn, sizeof *global);  /* (g_layers, g_rows, g_cols) */
+    float *global = calloc(gn, sizeof *global); /* (g_layers, g_rows, g_cols) */
     float *local = calloc(s->numel + 1, sizeof *local);
     void *tmp = NULL;
     if (!global || !local) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "gather: out of memory");
@@ -407,7 +408,7 @@ tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out) {
         if (tpd_kern_param_dtype(m->kb) != TPD_DTYPE_F32) {
             TPD_CHECK_GOTO(tpd_kern_alloc(m->kb, s->numel * 4, &tmp), st, out);
             TPD_CHECK_GOTO(tpd_kern_cast(m->kb, tmp, TPD_DTYPE_F32, src,
-                                            tpd_kern_param_dtype(m->kb), s->numel),
+                                         tpd_kern_param_dtype(m->kb), s->numel),
                            st, out);
             src = tmp;
         }

@@ -23,10 +23,10 @@ extern "C" {
 #endif
 
 typedef struct tpd_step_stats {
-    int iteration;          /* 1-based: the iteration just completed */
-    double lm_loss;         /* mean over the global batch (averaged over DP) */
-    double grad_norm;       /* before clipping, over every parameter once */
-    double params_norm;     /* after the update (logging.log_params_norm), else NaN */
+    int iteration;      /* 1-based: the iteration just completed */
+    double lm_loss;     /* mean over the global batch (averaged over DP) */
+    double grad_norm;   /* before clipping, over every parameter once */
+    double params_norm; /* after the update (logging.log_params_norm), else NaN */
     double lr;
     double elapsed_s;
     int skipped;            /* 1 when the update was skipped (non-finite gradients) */
@@ -57,8 +57,7 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p);
 tpd_status tpd_trainer_evaluate(tpd_trainer *tr, double *val_loss_p);
 /* Mean loss over `iters` global batches of `split` (valid or test), forward only, on
  * every layout the same batches. Returns the value on every rank. */
-tpd_status tpd_trainer_evaluate_split(tpd_trainer *tr, tpd_split split, int iters,
-                                      double *loss_p);
+tpd_status tpd_trainer_evaluate_split(tpd_trainer *tr, tpd_split split, int iters, double *loss_p);
 /* The whole run: train_iters iterations with logging, evaluation, metrics and
  * checkpoints. On SIGTERM/SIGINT (handlers installed here) every rank stops at the next
  * iteration boundary, saves when checkpoint.save is set, and returns TPD_OK with
@@ -74,8 +73,7 @@ tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out);
 
 /* Observer of every pipeline action (traces, tests): called with its wall-clock
  * interval in seconds of tpd_clock_s(). NULL removes it. */
-typedef void (*tpd_trainer_observer)(void *user, const tpd_pp_action *a, double t0,
-                                     double t1);
+typedef void (*tpd_trainer_observer)(void *user, const tpd_pp_action *a, double t0, double t1);
 void tpd_trainer_set_observer(tpd_trainer *tr, tpd_trainer_observer fn, void *user);
 
 /* ---- what a trainer is and where it stands ---- */

@@ -26,17 +26,17 @@ struct tpd_trainer {
     tpd_data_source data; /* data.data_path: one data set or a weighted blend */
     tpd_blend_sampler train_sampler, valid_sampler;
     int has_valid;
-    int M;                       /* micro-batches per step per pipeline */
-    tpd_ckpt_counters counters;  /* iteration, consumed samples, skipped iterations */
-    int saved_iteration; /* iteration of the checkpoint this run resumed; -1: none */
+    int M;                      /* micro-batches per step per pipeline */
+    tpd_ckpt_counters counters; /* iteration, consumed samples, skipped iterations */
+    int saved_iteration;        /* iteration of the checkpoint this run resumed; -1: none */
     tpd_ckpt_saver *saver;
-    int interrupted;  /* tpd_trainer_run stopped early on SIGTERM/SIGINT, or at
-                         training.exit_interval / exit_duration_in_mins (after saving) */
+    int interrupted;         /* tpd_trainer_run stopped early on SIGTERM/SIGINT, or at
+                                training.exit_interval / exit_duration_in_mins (after saving) */
     int run_start_iteration; /* iteration when tpd_trainer_run began */
     double run_start_s;      /* tpd_clock_s() then */
-    int is_logger;    /* writes the log line and the metrics file */
+    int is_logger;           /* writes the log line and the metrics file */
     FILE *metrics;
-    int32_t *batch;   /* (B, T+1) host samples of one micro-batch */
+    int32_t *batch; /* (B, T+1) host samples of one micro-batch */
     /* during a step */
     tpd_blend_sampler *cur_sampler;
     uint64_t cur_base; /* first sample index of this DP rank's share */

@@ -46,15 +46,15 @@ static void log_startup(const tpd_trainer *tr) {
     tpd_log_info("layout: world %d = TP %d x PP %d x DP %d%s | micro-batches per step %d | "
                  "backend %s (%s%s)",
                  tr->mesh.world_size, tr->mesh.tp_size, tr->mesh.pp_size, tr->mesh.dp_size,
-                 tr->cfg.parallel.sequence_parallel && tr->mesh.tp_size > 1 ? " (SP)" : "",
-                 tr->M, tpd_kern_name(tr->kb),
+                 tr->cfg.parallel.sequence_parallel && tr->mesh.tp_size > 1 ? " (SP)" : "", tr->M,
+                 tpd_kern_name(tr->kb),
                  tpd_config_choice("training.precision", tr->cfg.training.precision), threads);
     tpd_log_info("this rank (last stage): %zu parameters | memory %.2f MiB = params %.2f + "
                  "grads %.2f + optimizer %.2f + master %.2f + activations %.2f (%d in flight) "
                  "+ workspace %.2f",
                  m->plan.lay.numel, mem->total / MiB, mem->params / MiB, mem->grads / MiB,
-                 mem->optimizer / MiB, mem->master / MiB, mem->activations / MiB,
-                 m->plan.nslots, mem->workspace / MiB);
+                 mem->optimizer / MiB, mem->master / MiB, mem->activations / MiB, m->plan.nslots,
+                 mem->workspace / MiB);
     if (tr->data.n > 1) {
         char blend[512] = "";
         size_t at = 0;
@@ -98,8 +98,7 @@ static tpd_status on_boundary(tpd_trainer *tr, int final, int *stop_p) {
         /* all ranks agree on what reached any of them (their clocks differ) */
         tpd_comm *w = tr->hcomms.world;
         if (tpd_comm_size(w) > 1)
-            TPD_CHECK(tpd_comm_allreduce(w, &flag, &flag, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX,
-                                         NULL));
+            TPD_CHECK(tpd_comm_allreduce(w, &flag, &flag, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX, NULL));
         *stop_p = flag != 0;
         save = *stop_p || (c->save_interval > 0 && it > 0 && it % c->save_interval == 0);
     } else {
@@ -131,8 +130,8 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
      * communicators: the recorder gathers them) */
     tpd_trace_run *rec = NULL;
     if (cfg->logging.trace_file[0]) {
-        TPD_CHECK(tpd_trace_run_create(tr->hcomms.world, tr->mesh.pp, tr->mesh.tp, tr->mesh.dp,
-                                       0, &rec));
+        TPD_CHECK(
+            tpd_trace_run_create(tr->hcomms.world, tr->mesh.pp, tr->mesh.tp, tr->mesh.dp, 0, &rec));
         tpd_trainer_set_observer(tr, tpd_trace_run_on_action, rec);
     }
     tpd_status st = TPD_OK;
@@ -175,8 +174,8 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
         tpd_metrics_format_line(&r, line, sizeof line);
         printf("%s\n", line);
         if (cfg->logging.log_timers) {
-            tpd_step_timers t = {1e3 * s.pipe.compute_s, 1e3 * s.t_tp_comm_s,
-                                 1e3 * s.pipe.wait_s, 1e3 * s.t_reduce_s, 1e3 * s.t_optim_s};
+            tpd_step_timers t = {1e3 * s.pipe.compute_s, 1e3 * s.t_tp_comm_s, 1e3 * s.pipe.wait_s,
+                                 1e3 * s.t_reduce_s, 1e3 * s.t_optim_s};
             tpd_metrics_format_timers(&t, line, sizeof line);
             printf("%s\n", line);
         }

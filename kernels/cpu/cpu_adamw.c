@@ -46,8 +46,6 @@ tpd_status tpd_kern_cpu_adamw(tpd_kern_ctx *ctx, void *param_v, float *master, c
     return TPD_OK;
 }
 
-
-
 static double reduce_chunk(const void *x, size_t i0, size_t i1, tpd_kern_cpu_reduce_kind kind) {
     double s = 0.0;
     switch (kind) {

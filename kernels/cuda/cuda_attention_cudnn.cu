@@ -570,9 +570,8 @@ tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const voi
     float scale = 1.0f / sqrtf((float)HS);
     float neg_inf = -FLT_MAX;
     float one = 1.0f;
-    int64_t uids[] = {UID_Q,     UID_K,        UID_V,     UID_O,       UID_DO,
-                      UID_STATS, UID_DQ,       UID_DK,    UID_DV,      UID_DQ_ACCUM,
-                      UID_SCALE, UID_NEG_INF,  UID_ONE};
+    int64_t uids[] = {UID_Q,  UID_K,  UID_V,        UID_O,     UID_DO,      UID_STATS, UID_DQ,
+                      UID_DK, UID_DV, UID_DQ_ACCUM, UID_SCALE, UID_NEG_INF, UID_ONE};
     void *ptrs[] = {(void *)q,
                     (void *)(q + C),
                     (void *)(q + 2 * C),

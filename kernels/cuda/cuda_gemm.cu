@@ -168,8 +168,8 @@ static tpd_status gemm_impl(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, int 
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
                 for (int i = 0; i < 4 && st == TPD_OK; i++)
-                    st = TPD_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i],
-                                                                         sizeof al[i]));
+                    st = TPD_CUBLAS(
+                        cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]));
             }
             if (st == TPD_OK)
                 st = TPD_CUBLAS(cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, la, lb, ld, ld, pref,

@@ -18,8 +18,8 @@ extern "C" {
 #endif
 
 typedef struct tpd_dp_range {
-    size_t begin, end;  /* flat element range of the parameter buffer */
-    size_t state;       /* offset of `begin` in this rank's optimizer-state shard */
+    size_t begin, end; /* flat element range of the parameter buffer */
+    size_t state;      /* offset of `begin` in this rank's optimizer-state shard */
 } tpd_dp_range;
 
 typedef struct tpd_dp_plan {
@@ -37,17 +37,17 @@ size_t tpd_dp_padded_numel(size_t numel, int dp_size);
 /* State elements a rank keeps: numel_padded / dp with ZeRO, numel_padded without. */
 size_t tpd_dp_shard_numel(size_t numel, int dp_size, int zero);
 
-tpd_status tpd_dp_plan_init(size_t numel, size_t bucket_elems, int dp_size, int dp_rank,
-                            int zero, tpd_dp_plan *plan_p);
+tpd_status tpd_dp_plan_init(size_t numel, size_t bucket_elems, int dp_size, int dp_rank, int zero,
+                            tpd_dp_plan *plan_p);
 void tpd_dp_plan_free(tpd_dp_plan *plan);
 
 /* Sum gradients over DP: all-reduce per bucket, or reduce-scatter per bucket (ZeRO: only
  * the owned ranges hold the sum afterwards). */
-tpd_status tpd_dp_reduce_grads(const tpd_dp_plan *plan, tpd_comm *dp, void *grads,
-                               tpd_dtype dt, void *stream);
+tpd_status tpd_dp_reduce_grads(const tpd_dp_plan *plan, tpd_comm *dp, void *grads, tpd_dtype dt,
+                               void *stream);
 /* ZeRO: all-gather the updated owned ranges of the parameters (no-op without ZeRO). */
-tpd_status tpd_dp_gather_params(const tpd_dp_plan *plan, tpd_comm *dp, void *params,
-                                tpd_dtype dt, void *stream);
+tpd_status tpd_dp_gather_params(const tpd_dp_plan *plan, tpd_comm *dp, void *params, tpd_dtype dt,
+                                void *stream);
 
 #ifdef __cplusplus
 }

@@ -12,10 +12,10 @@ size_t tpd_dp_shard_numel(size_t numel, int dp_size, int zero) {
     return zero ? padded / (size_t)dp_size : padded;
 }
 
-tpd_status tpd_dp_plan_init(size_t numel, size_t bucket_elems, int dp_size, int dp_rank,
-                            int zero, tpd_dp_plan *plan_p) {
-    tpd_dp_plan p = {.dp_size = dp_size, .dp_rank = dp_rank, .zero = zero && dp_size > 1,
-                     .numel = numel};
+tpd_status tpd_dp_plan_init(size_t numel, size_t bucket_elems, int dp_size, int dp_rank, int zero,
+                            tpd_dp_plan *plan_p) {
+    tpd_dp_plan p = {
+        .dp_size = dp_size, .dp_rank = dp_rank, .zero = zero && dp_size > 1, .numel = numel};
     size_t d = (size_t)dp_size;
     p.numel_padded = tpd_dp_padded_numel(numel, dp_size);
     if (bucket_elems < d) bucket_elems = d;
@@ -49,19 +49,20 @@ void tpd_dp_plan_free(tpd_dp_plan *plan) {
     plan->ranges = NULL;
 }
 
-tpd_status tpd_dp_reduce_grads(const tpd_dp_plan *plan, tpd_comm *dp, void *grads,
-                               tpd_dtype dt, void *stream) {
+tpd_status tpd_dp_reduce_grads(const tpd_dp_plan *plan, tpd_comm *dp, void *grads, tpd_dtype dt,
+                               void *stream) {
     if (!dp || tpd_comm_size(dp) == 1) return TPD_OK;
     size_t es = tpd_dtype_size(dt);
     for (int b = 0; b < plan->nbuckets; b++) {
         size_t b0 = (size_t)b * plan->bucket;
-        size_t len = plan->numel_padded - b0 < plan->bucket ? plan->numel_padded - b0
-                                                            : plan->bucket;
+        size_t len =
+            plan->numel_padded - b0 < plan->bucket ? plan->numel_padded - b0 : plan->bucket;
         char *base = (char *)grads + b0 * es;
         if (plan->zero) {
             size_t part = len / (size_t)plan->dp_size;
-            TPD_CHECK(tpd_comm_reduce_scatter(dp, base, base + part * (size_t)tpd_comm_rank(dp) * es,
-                                              part, dt, TPD_COMM_OP_SUM, stream));
+            TPD_CHECK(tpd_comm_reduce_scatter(dp, base,
+                                              base + part * (size_t)tpd_comm_rank(dp) * es, part,
+                                              dt, TPD_COMM_OP_SUM, stream));
         } else {
             TPD_CHECK(tpd_comm_allreduce(dp, base, base, len, dt, TPD_COMM_OP_SUM, stream));
         }
@@ -69,18 +70,18 @@ tpd_status tpd_dp_reduce_grads(const tpd_dp_plan *plan, tpd_comm *dp, void *grad
     return TPD_OK;
 }
 
-tpd_status tpd_dp_gather_params(const tpd_dp_plan *plan, tpd_comm *dp, void *params,
-                                tpd_dtype dt, void *stream) {
+tpd_status tpd_dp_gather_params(const tpd_dp_plan *plan, tpd_comm *dp, void *params, tpd_dtype dt,
+                                void *stream) {
     if (!plan->zero || !dp || tpd_comm_size(dp) == 1) return TPD_OK;
     size_t es = tpd_dtype_size(dt);
     for (int b = 0; b < plan->nbuckets; b++) {
         size_t b0 = (size_t)b * plan->bucket;
-        size_t len = plan->numel_padded - b0 < plan->bucket ? plan->numel_padded - b0
-                                                            : plan->bucket;
+        size_t len =
+            plan->numel_padded - b0 < plan->bucket ? plan->numel_padded - b0 : plan->bucket;
         size_t part = len / (size_t)plan->dp_size;
         char *base = (char *)params + b0 * es;
-        TPD_CHECK(tpd_comm_allgather(dp, base + part * (size_t)tpd_comm_rank(dp) * es, base, part, dt,
-                                     stream));
+        TPD_CHECK(tpd_comm_allgather(dp, base + part * (size_t)tpd_comm_rank(dp) * es, base, part,
+                                     dt, stream));
     }
     return TPD_OK;
 }

@@ -9,8 +9,7 @@
 enum { TAG_ACT = 1, TAG_GRAD = 2 };
 
 tpd_status tpd_pp_execute(const tpd_pp_schedule *s, tpd_comm *pp, const tpd_pp_exec_ops *ops,
-                          size_t count, tpd_dtype dtype, void *stream,
-                          tpd_pp_exec_stats *stats_p) {
+                          size_t count, tpd_dtype dtype, void *stream, tpd_pp_exec_stats *stats_p) {
     tpd_status st = TPD_OK;
     int M = s->micro_batches;
     tpd_comm_req **act_send = calloc((size_t)M, sizeof *act_send);
@@ -47,8 +46,8 @@ tpd_status tpd_pp_execute(const tpd_pp_schedule *s, tpd_comm *pp, const tpd_pp_e
                            st, out);
             break;
         case TPD_PP_RECV_ACT:
-            TPD_CHECK_GOTO(tpd_comm_irecv(pp, ops->act_in(ops->user, j), count, dtype,
-                                          s->stage - 1, TAG_ACT, stream, &req),
+            TPD_CHECK_GOTO(tpd_comm_irecv(pp, ops->act_in(ops->user, j), count, dtype, s->stage - 1,
+                                          TAG_ACT, stream, &req),
                            st, out);
             TPD_CHECK_GOTO(tpd_comm_wait(pp, req), st, out);
             break;

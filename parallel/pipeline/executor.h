@@ -39,9 +39,7 @@ typedef struct tpd_pp_exec_stats {
 /* count elements of dtype per message. pp may be NULL or of size 1 (no p2p actions then
  * appear in a single-stage list). stream: the backend's compute stream. */
 tpd_status tpd_pp_execute(const tpd_pp_schedule *s, tpd_comm *pp, const tpd_pp_exec_ops *ops,
-                          size_t count, tpd_dtype dtype, void *stream,
-                          tpd_pp_exec_stats *stats_p);
-
+                          size_t count, tpd_dtype dtype, void *stream, tpd_pp_exec_stats *stats_p);
 
 #ifdef __cplusplus
 }

@@ -7,12 +7,18 @@
 
 const char *tpd_pp_action_name(tpd_pp_action_kind k) {
     switch (k) {
-    case TPD_PP_FWD: return "FWD";
-    case TPD_PP_BWD: return "BWD";
-    case TPD_PP_SEND_ACT: return "SEND_ACT";
-    case TPD_PP_RECV_ACT: return "RECV_ACT";
-    case TPD_PP_SEND_GRAD: return "SEND_GRAD";
-    case TPD_PP_RECV_GRAD: return "RECV_GRAD";
+    case TPD_PP_FWD:
+        return "FWD";
+    case TPD_PP_BWD:
+        return "BWD";
+    case TPD_PP_SEND_ACT:
+        return "SEND_ACT";
+    case TPD_PP_RECV_ACT:
+        return "RECV_ACT";
+    case TPD_PP_SEND_GRAD:
+        return "SEND_GRAD";
+    case TPD_PP_RECV_GRAD:
+        return "RECV_GRAD";
     }
     return "?";
 }
@@ -63,8 +69,8 @@ static tpd_status sched_alloc(int stages, int stage, int mbs, int v, tpd_pp_sche
 tpd_status tpd_pp_schedule_1f1b(int stages, int stage, int micro_batches,
                                 tpd_pp_schedule *sched_p) {
     if (stages < 1 || stage < 0 || stage >= stages || micro_batches < 1) {
-        tpd_log_error("1f1b schedule: bad arguments stages=%d stage=%d micro_batches=%d",
-                      stages, stage, micro_batches);
+        tpd_log_error("1f1b schedule: bad arguments stages=%d stage=%d micro_batches=%d", stages,
+                      stage, micro_batches);
         return TPD_ERR_INVALID;
     }
     tpd_pp_schedule s;
@@ -72,12 +78,14 @@ tpd_status tpd_pp_schedule_1f1b(int stages, int stage, int micro_batches,
     int warmup = stages - stage - 1;
     if (warmup > micro_batches) warmup = micro_batches;
     int steady = micro_batches - warmup;
-    for (int j = 0; j < warmup; j++) push_forward(&s, j, 0);
+    for (int j = 0; j < warmup; j++)
+        push_forward(&s, j, 0);
     for (int i = 0; i < steady; i++) {
         push_forward(&s, warmup + i, 0);
         push_backward(&s, i, 0);
     }
-    for (int i = steady; i < micro_batches; i++) push_backward(&s, i, 0);
+    for (int i = steady; i < micro_batches; i++)
+        push_backward(&s, i, 0);
     *sched_p = s;
     return TPD_OK;
 }
@@ -94,8 +102,8 @@ static int interleaved_micro_batch(int k, int p, int v) {
     return (k / (p * v)) * p + k % p;
 }
 
-tpd_status tpd_pp_schedule_interleaved(int stages, int stage, int micro_batches,
-                                       int virtual_stages, tpd_pp_schedule *sched_p) {
+tpd_status tpd_pp_schedule_interleaved(int stages, int stage, int micro_batches, int virtual_stages,
+                                       tpd_pp_schedule *sched_p) {
     int p = stages, v = virtual_stages, m = micro_batches;
     if (p < 1 || stage < 0 || stage >= p || m < 1 || v < 1) {
         tpd_log_error("interleaved schedule: bad arguments stages=%d stage=%d "
@@ -183,13 +191,12 @@ static long matching_send(const sim_sends *ss, int stage, const tpd_pp_action *a
             chunk = a->chunk + 1;
         }
     }
-    if (chunk < 0 || chunk >= ss->v || a->micro_batch < 0 || a->micro_batch >= ss->m)
-        return -1;
+    if (chunk < 0 || chunk >= ss->v || a->micro_batch < 0 || a->micro_batch >= ss->m) return -1;
     return (long)send_index(ss, peer, chunk, a->micro_batch);
 }
 
-tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_fwd,
-                           double t_bwd, double t_p2p, double **start_p, double **end_p,
+tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_fwd, double t_bwd,
+                           double t_p2p, double **start_p, double **end_p,
                            tpd_pp_sim_result *result_p) {
     tpd_status st = TPD_OK;
     if (!scheds || stages < 1) {
@@ -198,8 +205,8 @@ tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_f
     }
     int v = scheds[0].virtual_stages, m = scheds[0].micro_batches;
     for (int s = 0; s < stages; s++) {
-        if (scheds[s].stages != stages || scheds[s].stage != s ||
-            scheds[s].virtual_stages != v || scheds[s].micro_batches != m) {
+        if (scheds[s].stages != stages || scheds[s].stage != s || scheds[s].virtual_stages != v ||
+            scheds[s].micro_batches != m) {
             tpd_log_error("pipeline simulation: schedule %d does not belong to a %d-stage "
                           "pipeline of %d micro-batches x %d chunks",
                           s, stages, m, v);
@@ -215,7 +222,8 @@ tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_f
     ss.grad = malloc(slots * sizeof *ss.grad);
     if (!pc || !clock || !ss.act || !ss.grad)
         TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_work, "pipeline simulation: out of memory");
-    for (size_t i = 0; i < slots; i++) ss.act[i] = ss.grad[i] = -1.0;
+    for (size_t i = 0; i < slots; i++)
+        ss.act[i] = ss.grad[i] = -1.0;
     /* start_p/end_p are arrays of `stages` pointers: a NULL entry is allocated here
      * (sched[s].count doubles; the caller frees it with free()), a non-NULL one is
      * caller-sized. `owned` remembers which we allocated so a failure leaves none. */
@@ -225,13 +233,15 @@ tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_f
         size_t n = scheds[s].count > 0 ? (size_t)scheds[s].count : 1;
         if (start_p && start_p[s] == NULL) {
             if (!(start_p[s] = malloc(n * sizeof(double))))
-                TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_times, "pipeline simulation: out of "
+                TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_times,
+                              "pipeline simulation: out of "
                               "memory");
             owned[2 * s] = 1;
         }
         if (end_p && end_p[s] == NULL) {
             if (!(end_p[s] = malloc(n * sizeof(double))))
-                TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_times, "pipeline simulation: out of "
+                TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_times,
+                              "pipeline simulation: out of "
                               "memory");
             owned[2 * s + 1] = 1;
         }
@@ -242,7 +252,8 @@ tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_f
      * issued at its stage's current clock, which never goes back. */
     double busy = 0.0, makespan = 0.0;
     int remaining = 0;
-    for (int s = 0; s < stages; s++) remaining += scheds[s].count;
+    for (int s = 0; s < stages; s++)
+        remaining += scheds[s].count;
     while (remaining > 0) {
         int progressed = 0;
         for (int s = 0; s < stages; s++) {
@@ -251,12 +262,17 @@ tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_f
                 const tpd_pp_action *a = &sc->actions[pc[s]];
                 double t0 = clock[s], t1 = t0;
                 switch (a->kind) {
-                case TPD_PP_FWD: t1 = t0 + t_fwd; busy += t_fwd; break;
-                case TPD_PP_BWD: t1 = t0 + t_bwd; busy += t_bwd; break;
+                case TPD_PP_FWD:
+                    t1 = t0 + t_fwd;
+                    busy += t_fwd;
+                    break;
+                case TPD_PP_BWD:
+                    t1 = t0 + t_bwd;
+                    busy += t_bwd;
+                    break;
                 case TPD_PP_SEND_ACT:
                 case TPD_PP_SEND_GRAD: {
-                    if (a->chunk < 0 || a->chunk >= v || a->micro_batch < 0 ||
-                        a->micro_batch >= m)
+                    if (a->chunk < 0 || a->chunk >= v || a->micro_batch < 0 || a->micro_batch >= m)
                         TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, free_times,
                                       "pipeline simulation: stage %d action %d out of "
                                       "range (mb %d chunk %d)",
@@ -273,8 +289,7 @@ tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_f
                         TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, free_times,
                                       "pipeline simulation: stage %d %s mb %d chunk %d has "
                                       "no peer",
-                                      s, tpd_pp_action_name(a->kind), a->micro_batch,
-                                      a->chunk);
+                                      s, tpd_pp_action_name(a->kind), a->micro_batch, a->chunk);
                     if (tab[slot] < 0.0) goto next_stage; /* blocked on the peer */
                     double arrive = tab[slot] + t_p2p;
                     if (arrive > t1) t1 = arrive;
@@ -298,8 +313,7 @@ tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_f
                     TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, free_times,
                                   "pipeline simulation: deadlock, stage %d waits at action "
                                   "%d (%s mb %d chunk %d) and no stage can progress",
-                                  s, pc[s], tpd_pp_action_name(a->kind), a->micro_batch,
-                                  a->chunk);
+                                  s, pc[s], tpd_pp_action_name(a->kind), a->micro_batch, a->chunk);
                 }
             }
         }
@@ -307,8 +321,7 @@ tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_f
     if (result_p) {
         result_p->makespan = makespan;
         result_p->busy_total = busy;
-        result_p->idle_fraction =
-            makespan > 0.0 ? 1.0 - busy / ((double)stages * makespan) : 0.0;
+        result_p->idle_fraction = makespan > 0.0 ? 1.0 - busy / ((double)stages * makespan) : 0.0;
     }
 free_times:
     for (int s = 0; st != TPD_OK && owned && s < stages; s++) {

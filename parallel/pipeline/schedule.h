@@ -43,11 +43,10 @@ const char *tpd_pp_action_name(tpd_pp_action_kind k);
 
 /* Non-interleaved 1F1B: warm-up min(stages-stage-1, M) forwards, steady
  * one-forward-one-backward, cool-down backwards. */
-tpd_status tpd_pp_schedule_1f1b(int stages, int stage, int micro_batches,
-                                tpd_pp_schedule *sched_p);
+tpd_status tpd_pp_schedule_1f1b(int stages, int stage, int micro_batches, tpd_pp_schedule *sched_p);
 /* Megatron's interleaved 1F1B with v model chunks per stage; needs M % stages == 0. */
-tpd_status tpd_pp_schedule_interleaved(int stages, int stage, int micro_batches,
-                                       int virtual_stages, tpd_pp_schedule *sched_p);
+tpd_status tpd_pp_schedule_interleaved(int stages, int stage, int micro_batches, int virtual_stages,
+                                       tpd_pp_schedule *sched_p);
 void tpd_pp_schedule_free(tpd_pp_schedule *s);
 
 /* Largest number of micro-batches whose forward has run but whose backward has not,
@@ -60,13 +59,13 @@ int tpd_pp_schedule_peak_in_flight(const tpd_pp_schedule *s);
  * sched[s].count, caller-sized or NULL), the makespan and the busy time. Fails with
  * TPD_ERR_INTERNAL when the lists deadlock (a receive whose send never comes). */
 typedef struct tpd_pp_sim_result {
-    double makespan;   /* time from first action start to last action end */
-    double busy_total; /* sum over stages of FWD+BWD time */
+    double makespan;      /* time from first action start to last action end */
+    double busy_total;    /* sum over stages of FWD+BWD time */
     double idle_fraction; /* 1 - busy_total / (stages * makespan) */
 } tpd_pp_sim_result;
 
-tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_fwd,
-                           double t_bwd, double t_p2p, double **start_p, double **end_p,
+tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_fwd, double t_bwd,
+                           double t_p2p, double **start_p, double **end_p,
                            tpd_pp_sim_result *result_p);
 
 #ifdef __cplusplus

@@ -40,17 +40,15 @@ tpd_status tpd_tp_column_fwd(const tpd_tp_ctx *t, void *out, const void *inp, co
 tpd_status tpd_tp_column_gelu_fwd(const tpd_tp_ctx *t, void *out, void *pre, const void *inp,
                                   const void *w, const void *b, int N, int C, int OCl);
 /* dinp(N,C) = all-reduce over TP of dout(N,OCl) @ w; dw += dout^T inp; db += colsum. */
-tpd_status tpd_tp_column_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db,
-                             const void *dout, const void *inp, const void *w, int N, int C,
-                             int OCl);
+tpd_status tpd_tp_column_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db, const void *dout,
+                             const void *inp, const void *w, int N, int C, int OCl);
 /* out(N,OC) = all-reduce over TP of inp(N,Cl) @ w(OC,Cl)^T, then + b(OC). */
 tpd_status tpd_tp_row_fwd(const tpd_tp_ctx *t, void *out, const void *inp, const void *w,
                           const void *b, int N, int Cl, int OC);
 /* dinp(N,Cl) = dout(N,OC) @ w; dw += dout^T inp; db += colsum(dout) (dout is replicated,
  * so db is identical on every TP rank). */
-tpd_status tpd_tp_row_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db,
-                          const void *dout, const void *inp, const void *w, int N, int Cl,
-                          int OC);
+tpd_status tpd_tp_row_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db, const void *dout,
+                          const void *inp, const void *w, int N, int Cl, int OC);
 
 /* Sequence parallel. full(N,C) = rows of every rank's local(N/tp,C), in rank order. */
 tpd_status tpd_tp_sp_gather(const tpd_tp_ctx *t, void *full, const void *local, int N, int C);
@@ -61,9 +59,9 @@ tpd_status tpd_tp_row_fwd_sp(const tpd_tp_ctx *t, void *out, void *scratch, cons
 /* inp_full(N,C) is the all-gathered input of the forward. dinp(N/tp,C) = this rank's rows
  * of reduce-scatter over TP of dout(N,OCl) @ w; scratch (N,C) holds the partial product;
  * dw += dout^T inp_full; db += colsum. */
-tpd_status tpd_tp_column_bwd_sp(const tpd_tp_ctx *t, void *dinp, void *scratch, void *dw,
-                                void *db, const void *dout, const void *inp_full,
-                                const void *w, int N, int C, int OCl);
+tpd_status tpd_tp_column_bwd_sp(const tpd_tp_ctx *t, void *dinp, void *scratch, void *dw, void *db,
+                                const void *dout, const void *inp_full, const void *w, int N, int C,
+                                int OCl);
 
 /* out(N,C) = all-reduce of this rank's lookups of tokens in [v0, v0+Vl). */
 tpd_status tpd_tp_vocab_embed_fwd(const tpd_tp_ctx *t, void *out, const int32_t *tokens,
@@ -75,13 +73,12 @@ tpd_status tpd_tp_vocab_embed_bwd(const tpd_tp_ctx *t, void *dwte, const void *d
 /* Vocab-parallel cross-entropy forward. logits(N,Vl) hold global columns [v0, v0+Vl), of
  * which Vvalid are real. stats is fp32 scratch of 3N: maxv(N), sumexp(N), tgt(N), kept
  * for the backward. loss(N) fp32 per token. */
-tpd_status tpd_tp_vocab_xent_fwd(const tpd_tp_ctx *t, float *loss, float *stats,
-                                 const void *logits, const int32_t *targets, int N, int Vl,
-                                 int Vvalid, int v0);
+tpd_status tpd_tp_vocab_xent_fwd(const tpd_tp_ctx *t, float *loss, float *stats, const void *logits,
+                                 const int32_t *targets, int N, int Vl, int Vvalid, int v0);
 /* In place: logits become dlogits = (softmax - onehot) * dloss (padded columns 0). */
 tpd_status tpd_tp_vocab_xent_bwd(const tpd_tp_ctx *t, void *logits, const float *stats,
-                                 const int32_t *targets, float dloss, int N, int Vl,
-                                 int Vvalid, int v0);
+                                 const int32_t *targets, float dloss, int N, int Vl, int Vvalid,
+                                 int v0);
 
 #ifdef __cplusplus
 }

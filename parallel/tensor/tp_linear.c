@@ -3,12 +3,12 @@
 #include "base/clock.h"
 
 /* Runs a timed TP collective; the call itself is the expression `call`. */
-#define TP_TIMED(t, call)                                                                  \
-    do {                                                                                   \
-        double t0_ = (t)->comm_s ? tpd_clock_s() : 0;                                      \
-        tpd_status st_ = (call);                                                           \
-        if ((t)->comm_s) *(t)->comm_s += tpd_clock_s() - t0_;                              \
-        TPD_CHECK(st_);                                                                    \
+#define TP_TIMED(t, call)                                                                          \
+    do {                                                                                           \
+        double t0_ = (t)->comm_s ? tpd_clock_s() : 0;                                              \
+        tpd_status st_ = (call);                                                                   \
+        if ((t)->comm_s) *(t)->comm_s += tpd_clock_s() - t0_;                                      \
+        TPD_CHECK(st_);                                                                            \
     } while (0)
 
 tpd_status tpd_tp_allreduce(const tpd_tp_ctx *t, void *buf, size_t count, tpd_dtype dt,
@@ -32,9 +32,8 @@ tpd_status tpd_tp_column_gelu_fwd(const tpd_tp_ctx *t, void *out, void *pre, con
     return tpd_kern_matmul_gelu_fwd(t->kb, out, pre, inp, w, b, N, C, OCl);
 }
 
-tpd_status tpd_tp_column_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db,
-                             const void *dout, const void *inp, const void *w, int N, int C,
-                             int OCl) {
+tpd_status tpd_tp_column_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db, const void *dout,
+                             const void *inp, const void *w, int N, int C, int OCl) {
     /* forward: out_l = inp @ w_l^T  =>  dinp = sum over TP ranks of dout_l @ w_l */
     TPD_CHECK(tpd_kern_matmul_bwd(t->kb, dinp, dw, db, dout, inp, w, N, C, OCl));
     return tp_allreduce(t, dinp, (size_t)N * C);
@@ -48,9 +47,8 @@ tpd_status tpd_tp_row_fwd(const tpd_tp_ctx *t, void *out, const void *inp, const
     return b ? tpd_kern_bias_add(t->kb, out, b, N, OC) : TPD_OK;
 }
 
-tpd_status tpd_tp_row_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db,
-                          const void *dout, const void *inp, const void *w, int N, int Cl,
-                          int OC) {
+tpd_status tpd_tp_row_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db, const void *dout,
+                          const void *inp, const void *w, int N, int Cl, int OC) {
     /* forward: out = allreduce(inp_l @ w_l^T) + b, an identity in the backward */
     return tpd_kern_matmul_bwd(t->kb, dinp, dw, db, dout, inp, w, N, Cl, OC);
 }
@@ -58,7 +56,7 @@ tpd_status tpd_tp_row_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db,
 tpd_status tpd_tp_sp_gather(const tpd_tp_ctx *t, void *full, const void *local, int N, int C) {
     size_t block = (size_t)N / (size_t)tpd_comm_size(t->tp) * (size_t)C;
     TP_TIMED(t, tpd_comm_allgather(t->tp, local, full, block, tpd_kern_act_dtype(t->kb),
-                                      tpd_kern_stream(t->kb)));
+                                   tpd_kern_stream(t->kb)));
     return TPD_OK;
 }
 
@@ -68,18 +66,19 @@ tpd_status tpd_tp_row_fwd_sp(const tpd_tp_ctx *t, void *out, void *scratch, cons
     /* forward: out = rows of reduce_scatter(inp_l @ w_l^T), then the bias once */
     TPD_CHECK(tpd_kern_matmul_fwd(t->kb, scratch, inp, w, NULL, N, Cl, OC));
     TP_TIMED(t, tpd_comm_reduce_scatter(t->tp, scratch, out, (size_t)Nl * OC,
-                                           tpd_kern_act_dtype(t->kb), TPD_COMM_OP_SUM, tpd_kern_stream(t->kb)));
+                                        tpd_kern_act_dtype(t->kb), TPD_COMM_OP_SUM,
+                                        tpd_kern_stream(t->kb)));
     return b ? tpd_kern_bias_add(t->kb, out, b, Nl, OC) : TPD_OK;
 }
 
-tpd_status tpd_tp_column_bwd_sp(const tpd_tp_ctx *t, void *dinp, void *scratch, void *dw,
-                                void *db, const void *dout, const void *inp_full,
-                                const void *w, int N, int C, int OCl) {
+tpd_status tpd_tp_column_bwd_sp(const tpd_tp_ctx *t, void *dinp, void *scratch, void *dw, void *db,
+                                const void *dout, const void *inp_full, const void *w, int N, int C,
+                                int OCl) {
     /* forward: out_l = allgather(inp) @ w_l^T  =>  dinp = my rows of the sum over TP
      * ranks of dout_l @ w_l */
     TPD_CHECK(tpd_kern_matmul_bwd(t->kb, scratch, dw, db, dout, inp_full, w, N, C, OCl));
-    TP_TIMED(t, tpd_comm_reduce_scatter(t->tp, scratch, dinp,
-                                           (size_t)(N / tpd_comm_size(t->tp)) * C, tpd_kern_act_dtype(t->kb),
-                                           TPD_COMM_OP_SUM, tpd_kern_stream(t->kb)));
+    TP_TIMED(t, tpd_comm_reduce_scatter(
+                    t->tp, scratch, dinp, (size_t)(N / tpd_comm_size(t->tp)) * C,
+                    tpd_kern_act_dtype(t->kb), TPD_COMM_OP_SUM, tpd_kern_stream(t->kb)));
     return TPD_OK;
 }

@@ -13,9 +13,8 @@ tpd_status tpd_tp_vocab_embed_bwd(const tpd_tp_ctx *t, void *dwte, const void *d
     return tpd_kern_embed_bwd(t->kb, dwte, dout, tokens, N, C, v0, Vl);
 }
 
-tpd_status tpd_tp_vocab_xent_fwd(const tpd_tp_ctx *t, float *loss, float *stats,
-                                 const void *logits, const int32_t *targets, int N, int Vl,
-                                 int Vvalid, int v0) {
+tpd_status tpd_tp_vocab_xent_fwd(const tpd_tp_ctx *t, float *loss, float *stats, const void *logits,
+                                 const int32_t *targets, int N, int Vl, int Vvalid, int v0) {
     float *maxv = stats, *sumexp = stats + N, *tgt = stats + 2 * (size_t)N;
     TPD_CHECK(tpd_kern_xent_max(t->kb, maxv, logits, N, Vl, Vvalid));
     TPD_CHECK(tpd_tp_allreduce(t, maxv, (size_t)N, TPD_DTYPE_F32, TPD_COMM_OP_MAX));
@@ -27,8 +26,7 @@ tpd_status tpd_tp_vocab_xent_fwd(const tpd_tp_ctx *t, float *loss, float *stats,
 }
 
 tpd_status tpd_tp_vocab_xent_bwd(const tpd_tp_ctx *t, void *logits, const float *stats,
-                                 const int32_t *targets, float dloss, int N, int Vl,
-                                 int Vvalid, int v0) {
-    return tpd_kern_xent_bwd(t->kb, logits, stats, stats + N, targets, dloss, N, Vl,
-                                Vvalid, v0);
+                                 const int32_t *targets, float dloss, int N, int Vl, int Vvalid,
+                                 int v0) {
+    return tpd_kern_xent_bwd(t->kb, logits, stats, stats + N, targets, dloss, N, Vl, Vvalid, v0);
 }

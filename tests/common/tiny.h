@@ -38,7 +38,8 @@ inline std::string corpus_text() {
         "early to bed and early to rise makes a man healthy, wealthy and wise. ",
     };
     std::string s;
-    for (int i = 0; i < 400; i++) s += lines[(i * 7 + i / 5) % 5];
+    for (int i = 0; i < 400; i++)
+        s += lines[(i * 7 + i / 5) % 5];
     return s;
 }
 
@@ -54,8 +55,7 @@ inline std::string write_corpus(const std::string &prefix) {
             offs.push_back(toks.size());
         }
     }
-    tpd_indexed_write(prefix.c_str(), toks.data(), offs.data(), offs.size() - 1,
-                      TPD_BYTE_VOCAB);
+    tpd_indexed_write(prefix.c_str(), toks.data(), offs.data(), offs.size() - 1, TPD_BYTE_VOCAB);
     return prefix;
 }
 

@@ -53,11 +53,11 @@ TEST(CpuGrad, LayerNorm) {
 
         FVec out(inp.size()), mean(N), rstd(N);
         ASSERT_EQ(tpd_kern_layernorm_fwd(be.b, out.data(), mean.data(), rstd.data(), inp.data(),
-                                        w.data(), b.data(), N, C),
+                                         w.data(), b.data(), N, C),
                   TPD_OK);
         FVec dinp(inp.size(), NAN), dw(C, 0.0f), db(C, 0.0f);
         ASSERT_EQ(tpd_kern_layernorm_bwd(be.b, dinp.data(), dw.data(), db.data(), R.data(),
-                                        inp.data(), w.data(), mean.data(), rstd.data(), N, C),
+                                         inp.data(), w.data(), mean.data(), rstd.data(), N, C),
                   TPD_OK);
         ref::expect_grad_close(dinp.data(), fdx, kTol, "layernorm dinp");
         ref::expect_grad_close(dw.data(), fdw, kTol, "layernorm dw");
@@ -81,8 +81,8 @@ TEST(CpuGrad, Matmul) {
             fdb = ref::fd_grad(bd, loss);
 
         FVec dinp(inp.size(), NAN), dw(w.size(), 0.0f), db(s.OC, 0.0f);
-        ASSERT_EQ(tpd_kern_matmul_bwd(be.b, dinp.data(), dw.data(), db.data(), R.data(),
-                                     inp.data(), w.data(), s.N, s.C, s.OC),
+        ASSERT_EQ(tpd_kern_matmul_bwd(be.b, dinp.data(), dw.data(), db.data(), R.data(), inp.data(),
+                                      w.data(), s.N, s.C, s.OC),
                   TPD_OK);
         ref::expect_grad_close(dinp.data(), fdx, kTol, "matmul dinp");
         ref::expect_grad_close(dw.data(), fdw, kTol, "matmul dw");
@@ -119,12 +119,12 @@ TEST(CpuGrad, Attention) {
             qd, [&] { return ref::dot(ref::attention(qd, s.B, s.T, s.NH, s.HS), Rd); });
 
         FVec out(nout), saved((size_t)s.B * s.NH * s.T * s.T);
-        ASSERT_EQ(tpd_kern_attention_fwd(be.b, out.data(), saved.data(), qkv.data(), s.B, s.T,
-                                        s.NH, s.HS),
+        ASSERT_EQ(tpd_kern_attention_fwd(be.b, out.data(), saved.data(), qkv.data(), s.B, s.T, s.NH,
+                                         s.HS),
                   TPD_OK);
         FVec dqkv(nqkv, NAN);
         ASSERT_EQ(tpd_kern_attention_bwd(be.b, dqkv.data(), R.data(), qkv.data(), out.data(),
-                                        saved.data(), s.B, s.T, s.NH, s.HS),
+                                         saved.data(), s.B, s.T, s.NH, s.HS),
                   TPD_OK);
         ref::expect_grad_close(dqkv.data(), fd, kTol, "attention dqkv");
     }
@@ -160,13 +160,13 @@ TEST(CpuGrad, CrossEntropyPipelineWholeAndVocabSplit) {
     FVec whole = logits, maxv(N), sumexp(N), t(N), loss(N);
     ASSERT_EQ(tpd_kern_xent_max(be.b, maxv.data(), whole.data(), N, Vp, V), TPD_OK);
     ASSERT_EQ(tpd_kern_xent_sumexp(be.b, sumexp.data(), t.data(), whole.data(), maxv.data(),
-                                  tgt.data(), N, Vp, V, 0),
+                                   tgt.data(), N, Vp, V, 0),
               TPD_OK);
     ASSERT_EQ(tpd_kern_xent_loss(be.b, loss.data(), maxv.data(), sumexp.data(), t.data(), N),
               TPD_OK);
     ref::expect_close(loss.data(), ref_loss, 1e-5, 1e-5, "whole loss");
     ASSERT_EQ(tpd_kern_xent_bwd(be.b, whole.data(), maxv.data(), sumexp.data(), tgt.data(), dloss,
-                               N, Vp, V, 0),
+                                N, Vp, V, 0),
               TPD_OK);
     ref::expect_grad_close(whole.data(), fd, kTol, "whole dlogits");
     for (int n = 0; n < N; n++)
@@ -184,14 +184,13 @@ TEST(CpuGrad, CrossEntropyPipelineWholeAndVocabSplit) {
     }
     FVec pmax[2] = {FVec(N), FVec(N)}, gmax(N);
     for (int r = 0; r < 2; r++)
-        ASSERT_EQ(tpd_kern_xent_max(be.b, pmax[r].data(), part[r].data(), N, Vl, valid[r]),
-                  TPD_OK);
+        ASSERT_EQ(tpd_kern_xent_max(be.b, pmax[r].data(), part[r].data(), N, Vl, valid[r]), TPD_OK);
     for (int n = 0; n < N; n++)
         gmax[n] = std::max(pmax[0][n], pmax[1][n]); // all-reduce MAX
     FVec psum[2] = {FVec(N), FVec(N)}, ptgt[2] = {FVec(N), FVec(N)}, gsum(N), gtgt(N);
     for (int r = 0; r < 2; r++)
         ASSERT_EQ(tpd_kern_xent_sumexp(be.b, psum[r].data(), ptgt[r].data(), part[r].data(),
-                                      gmax.data(), tgt.data(), N, Vl, valid[r], v0[r]),
+                                       gmax.data(), tgt.data(), N, Vl, valid[r], v0[r]),
                   TPD_OK);
     for (int n = 0; n < N; n++) {
         // Exactly one rank holds each target; the other contributes 0.
@@ -210,7 +209,7 @@ TEST(CpuGrad, CrossEntropyPipelineWholeAndVocabSplit) {
     FVec joined((size_t)N * Vp);
     for (int r = 0; r < 2; r++) {
         ASSERT_EQ(tpd_kern_xent_bwd(be.b, part[r].data(), gmax.data(), gsum.data(), tgt.data(),
-                                   dloss, N, Vl, valid[r], v0[r]),
+                                    dloss, N, Vl, valid[r], v0[r]),
                   TPD_OK);
         for (int n = 0; n < N; n++)
             for (int j = 0; j < Vl; j++)

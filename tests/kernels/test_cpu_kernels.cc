@@ -166,7 +166,7 @@ TEST(CpuForward, LayerNorm) {
             x += 3.0f; // a mean far from 0 tests the two-pass variance
         FVec out((size_t)N * C), mean(N), rstd(N);
         ASSERT_EQ(tpd_kern_layernorm_fwd(be.b, out.data(), mean.data(), rstd.data(), inp.data(),
-                                        w.data(), b.data(), N, C),
+                                         w.data(), b.data(), N, C),
                   TPD_OK);
         Vec rm, rr;
         Vec want = ref::layernorm(ref::to_d(inp), ref::to_d(w), ref::to_d(b), N, C, &rm, &rr);
@@ -196,8 +196,8 @@ TEST(CpuForward, MatmulWithAndWithoutBias) {
         // Relative tolerance scaled by sqrt(C): the sums have C terms of O(1).
         double rel = kRel, abs = kAbs * std::sqrt((double)s.C);
         FVec out((size_t)s.N * s.OC, NAN);
-        ASSERT_EQ(tpd_kern_matmul_fwd(be.b, out.data(), inp.data(), w.data(), bias.data(), s.N,
-                                     s.C, s.OC),
+        ASSERT_EQ(tpd_kern_matmul_fwd(be.b, out.data(), inp.data(), w.data(), bias.data(), s.N, s.C,
+                                      s.OC),
                   TPD_OK);
         ref::expect_close(out.data(),
                           ref::matmul(ref::to_d(inp), ref::to_d(w), &bd, s.N, s.C, s.OC), rel, abs,
@@ -232,7 +232,7 @@ TEST(CpuForward, MatmulGelu) {
         Vec bd = ref::to_d(bias);
         FVec out((size_t)s.N * s.OC), pre((size_t)s.N * s.OC);
         ASSERT_EQ(tpd_kern_matmul_gelu_fwd(be.b, out.data(), pre.data(), inp.data(), w.data(),
-                                          bias.data(), s.N, s.C, s.OC),
+                                           bias.data(), s.N, s.C, s.OC),
                   TPD_OK);
         Vec want_pre = ref::matmul(ref::to_d(inp), ref::to_d(w), &bd, s.N, s.C, s.OC);
         double abs = kAbs * std::sqrt((double)s.C);
@@ -284,8 +284,8 @@ TEST(CpuForward, Attention) {
         FVec out((size_t)s.B * s.T * s.NH * s.HS, NAN);
         FVec saved(tpd_kern_attention_saved_bytes(be.b, s.B, s.T, s.NH, s.HS) / 4, NAN);
         ASSERT_EQ(saved.size(), (size_t)s.B * s.NH * s.T * s.T);
-        ASSERT_EQ(tpd_kern_attention_fwd(be.b, out.data(), saved.data(), qkv.data(), s.B, s.T,
-                                        s.NH, s.HS),
+        ASSERT_EQ(tpd_kern_attention_fwd(be.b, out.data(), saved.data(), qkv.data(), s.B, s.T, s.NH,
+                                         s.HS),
                   TPD_OK);
         Vec probs;
         Vec want = ref::attention(ref::to_d(qkv), s.B, s.T, s.NH, s.HS, &probs);
@@ -309,7 +309,7 @@ TEST(CpuForward, CrossEntropyIgnoresPadding) {
     FVec maxv(N), sumexp(N), t(N), loss(N);
     ASSERT_EQ(tpd_kern_xent_max(be.b, maxv.data(), logits.data(), N, Vl, Vvalid), TPD_OK);
     ASSERT_EQ(tpd_kern_xent_sumexp(be.b, sumexp.data(), t.data(), logits.data(), maxv.data(),
-                                  tgt.data(), N, Vl, Vvalid, 0),
+                                   tgt.data(), N, Vl, Vvalid, 0),
               TPD_OK);
     ASSERT_EQ(tpd_kern_xent_loss(be.b, loss.data(), maxv.data(), sumexp.data(), t.data(), N),
               TPD_OK);
@@ -340,7 +340,7 @@ TEST(CpuForward, CrossEntropyEmptySliceGivesNeutralValues) {
         EXPECT_EQ(m, -INFINITY);
     FVec gmax = {1.0f, 2.0f, 3.0f}; // the all-reduced max from other ranks
     ASSERT_EQ(tpd_kern_xent_sumexp(be.b, sumexp.data(), t.data(), logits.data(), gmax.data(),
-                                  tgt.data(), N, Vl, 0, 8),
+                                   tgt.data(), N, Vl, 0, 8),
               TPD_OK);
     for (int n = 0; n < N; n++) {
         EXPECT_EQ(sumexp[n], 0.0f);
@@ -472,7 +472,7 @@ TEST(CpuAdamW, ThreeStepsMatchTheDoubleReference) {
     FVec w = w0, m(n, 0.0f), v(n, 0.0f);
     for (int s = 0; s < 3; s++)
         ASSERT_EQ(tpd_kern_adamw(be.b, w.data(), nullptr, grads[s].data(), m.data(), v.data(), n,
-                                lr, b1, b2, eps, wd, s + 1, gscale),
+                                 lr, b1, b2, eps, wd, s + 1, gscale),
                   TPD_OK);
     ref::expect_close(w.data(), want.w, 1e-5, 1e-6, "adamw param");
     ref::expect_close(m.data(), want.m, 1e-5, 1e-7, "adamw m");
@@ -482,7 +482,7 @@ TEST(CpuAdamW, ThreeStepsMatchTheDoubleReference) {
     FVec param(n, NAN), master = w0, m2(n, 0.0f), v2(n, 0.0f);
     for (int s = 0; s < 3; s++)
         ASSERT_EQ(tpd_kern_adamw(be.b, param.data(), master.data(), grads[s].data(), m2.data(),
-                                v2.data(), n, lr, b1, b2, eps, wd, s + 1, gscale),
+                                 v2.data(), n, lr, b1, b2, eps, wd, s + 1, gscale),
                   TPD_OK);
     ref::expect_close(master.data(), want.w, 1e-5, 1e-6, "adamw master");
     EXPECT_EQ(std::memcmp(param.data(), master.data(), n * 4), 0);
@@ -491,12 +491,12 @@ TEST(CpuAdamW, ThreeStepsMatchTheDoubleReference) {
     // Weight decay alone (zero gradient): w *= 1 - lr*wd per step, as decoupled decay.
     FVec wz = {2.0f}, mz = {0.0f}, vz = {0.0f}, gz = {0.0f};
     ASSERT_EQ(tpd_kern_adamw(be.b, wz.data(), nullptr, gz.data(), mz.data(), vz.data(), 1, lr, b1,
-                            b2, eps, wd, 1, 1.0f),
+                             b2, eps, wd, 1, 1.0f),
               TPD_OK);
     EXPECT_NEAR(wz[0], 2.0 * (1 - 1e-2 * 0.1), 1e-7);
 
     EXPECT_EQ(tpd_kern_adamw(be.b, w.data(), nullptr, grads[0].data(), m.data(), v.data(), n, lr,
-                            b1, b2, eps, wd, 0, gscale),
+                             b1, b2, eps, wd, 0, gscale),
               TPD_ERR_INVALID);
 }
 
@@ -518,12 +518,12 @@ TEST(CpuBackwardSemantics, ParamGradsAccumulateInputGradsOverwrite) {
     FVec inp = ref::randn((size_t)N * C, 30), w = ref::randn((size_t)OC * C, 31);
     FVec dout = ref::randn((size_t)N * OC, 32);
     FVec dinp1((size_t)N * C, NAN), dw((size_t)OC * C, 0.0f), db(OC, 0.0f);
-    ASSERT_EQ(tpd_kern_matmul_bwd(be.b, dinp1.data(), dw.data(), db.data(), dout.data(),
-                                 inp.data(), w.data(), N, C, OC),
+    ASSERT_EQ(tpd_kern_matmul_bwd(be.b, dinp1.data(), dw.data(), db.data(), dout.data(), inp.data(),
+                                  w.data(), N, C, OC),
               TPD_OK);
     FVec dw1 = dw, db1 = db, dinp2((size_t)N * C, NAN);
-    ASSERT_EQ(tpd_kern_matmul_bwd(be.b, dinp2.data(), dw.data(), db.data(), dout.data(),
-                                 inp.data(), w.data(), N, C, OC),
+    ASSERT_EQ(tpd_kern_matmul_bwd(be.b, dinp2.data(), dw.data(), db.data(), dout.data(), inp.data(),
+                                  w.data(), N, C, OC),
               TPD_OK);
     expect_doubled(dw, dw1, "matmul dw");
     expect_doubled(db, db1, "matmul dbias");
@@ -532,7 +532,7 @@ TEST(CpuBackwardSemantics, ParamGradsAccumulateInputGradsOverwrite) {
         ASSERT_FALSE(std::isnan(x)) << "matmul dinp not overwritten";
     // dinp == NULL and dbias == NULL are skipped; dw still accumulates.
     ASSERT_EQ(tpd_kern_matmul_bwd(be.b, nullptr, dw.data(), nullptr, dout.data(), inp.data(),
-                                 w.data(), N, C, OC),
+                                  w.data(), N, C, OC),
               TPD_OK);
     expect_doubled(db, db1, "matmul dbias untouched");
     Vec thrice(dw1.size());
@@ -544,15 +544,15 @@ TEST(CpuBackwardSemantics, ParamGradsAccumulateInputGradsOverwrite) {
     FVec lw = ref::randn(C, 33), lb = ref::randn(C, 34), out((size_t)N * C), mean(N), rstd(N);
     FVec lout = ref::randn((size_t)N * C, 35);
     ASSERT_EQ(tpd_kern_layernorm_fwd(be.b, out.data(), mean.data(), rstd.data(), inp.data(),
-                                    lw.data(), lb.data(), N, C),
+                                     lw.data(), lb.data(), N, C),
               TPD_OK);
     FVec ldw(C, 0.0f), ldb(C, 0.0f), ld1((size_t)N * C, NAN), ld2((size_t)N * C, NAN);
     ASSERT_EQ(tpd_kern_layernorm_bwd(be.b, ld1.data(), ldw.data(), ldb.data(), lout.data(),
-                                    inp.data(), lw.data(), mean.data(), rstd.data(), N, C),
+                                     inp.data(), lw.data(), mean.data(), rstd.data(), N, C),
               TPD_OK);
     FVec ldw1 = ldw, ldb1 = ldb;
     ASSERT_EQ(tpd_kern_layernorm_bwd(be.b, ld2.data(), ldw.data(), ldb.data(), lout.data(),
-                                    inp.data(), lw.data(), mean.data(), rstd.data(), N, C),
+                                     inp.data(), lw.data(), mean.data(), rstd.data(), N, C),
               TPD_OK);
     expect_doubled(ldw, ldw1, "layernorm dw");
     expect_doubled(ldb, ldb1, "layernorm db");
@@ -560,7 +560,7 @@ TEST(CpuBackwardSemantics, ParamGradsAccumulateInputGradsOverwrite) {
     // dinp may alias dout: same result as the separate buffers.
     FVec alias = lout, sdw(C, 0.0f), sdb(C, 0.0f);
     ASSERT_EQ(tpd_kern_layernorm_bwd(be.b, alias.data(), sdw.data(), sdb.data(), alias.data(),
-                                    inp.data(), lw.data(), mean.data(), rstd.data(), N, C),
+                                     inp.data(), lw.data(), mean.data(), rstd.data(), N, C),
               TPD_OK);
     EXPECT_EQ(std::memcmp(alias.data(), ld1.data(), ld1.size() * 4), 0) << "layernorm aliased";
     EXPECT_EQ(std::memcmp(sdw.data(), ldw1.data(), C * 4), 0);
@@ -585,10 +585,10 @@ TEST(CpuBackwardSemantics, ParamGradsAccumulateInputGradsOverwrite) {
               TPD_OK);
     FVec dq1(qkv.size(), NAN), dq2(qkv.size(), NAN);
     ASSERT_EQ(tpd_kern_attention_bwd(be.b, dq1.data(), adout.data(), qkv.data(), aout.data(),
-                                    saved.data(), 1, AT, NH, HS),
+                                     saved.data(), 1, AT, NH, HS),
               TPD_OK);
     ASSERT_EQ(tpd_kern_attention_bwd(be.b, dq2.data(), adout.data(), qkv.data(), aout.data(),
-                                    saved.data(), 1, AT, NH, HS),
+                                     saved.data(), 1, AT, NH, HS),
               TPD_OK);
     for (float x : dq1)
         ASSERT_FALSE(std::isnan(x)) << "attention dqkv not overwritten";

@@ -242,10 +242,8 @@ void layernorm_case(int N, int C) {
 
     void *gdx = g.zeros(x.size()), *cdx = c.zeros(x.size());
     void *gdw = g.up(dw0), *gdb = g.up(db0), *cdw = c.up(dw0), *cdb = c.up(db0);
-    ASSERT_EQ(tpd_kern_layernorm_bwd(g.b, gdx, gdw, gdb, g.up(dy), gx, gw, gm, gr, N, C),
-              TPD_OK);
-    ASSERT_EQ(tpd_kern_layernorm_bwd(c.b, cdx, cdw, cdb, c.up(dy), cx, cw, cm, cr, N, C),
-              TPD_OK);
+    ASSERT_EQ(tpd_kern_layernorm_bwd(g.b, gdx, gdw, gdb, g.up(dy), gx, gw, gm, gr, N, C), TPD_OK);
+    ASSERT_EQ(tpd_kern_layernorm_bwd(c.b, cdx, cdw, cdb, c.up(dy), cx, cw, cm, cr, N, C), TPD_OK);
     expect_close(g.down(gdx, x.size()), c.down(cdx, x.size()), kRtolBf16, "layernorm_bwd dinp");
     expect_close(g.down(gdw, C), c.down(cdw, C), kRtolBf16, "layernorm_bwd dw");
     expect_close(g.down(gdb, C), c.down(cdb, C), kRtolBf16, "layernorm_bwd db");
@@ -304,10 +302,8 @@ void matmul_gelu_case(int N, int C, int OC) {
     FVec x = randn((size_t)N * C, 30), w = randn((size_t)OC * C, 31, 0.2f), b = randn(OC, 32);
     void *go = g.zeros((size_t)N * OC), *gp = g.zeros((size_t)N * OC);
     void *co = c.zeros((size_t)N * OC), *cp = c.zeros((size_t)N * OC);
-    ASSERT_EQ(tpd_kern_matmul_gelu_fwd(g.b, go, gp, g.up(x), g.up(w), g.up(b), N, C, OC),
-              TPD_OK);
-    ASSERT_EQ(tpd_kern_matmul_gelu_fwd(c.b, co, cp, c.up(x), c.up(w), c.up(b), N, C, OC),
-              TPD_OK);
+    ASSERT_EQ(tpd_kern_matmul_gelu_fwd(g.b, go, gp, g.up(x), g.up(w), g.up(b), N, C, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_matmul_gelu_fwd(c.b, co, cp, c.up(x), c.up(w), c.up(b), N, C, OC), TPD_OK);
     expect_close(g.down(gp, (size_t)N * OC), c.down(cp, (size_t)N * OC), kRtolBf16,
                  "matmul_gelu pre");
     expect_close(g.down(go, (size_t)N * OC), c.down(co, (size_t)N * OC), kRtolBf16,
@@ -527,8 +523,8 @@ TEST(CudaKernels, AdamWWithMasterWeights) {
         ASSERT_EQ(tpd_kern_adamw(g.b, gp, gmw, g.up(grad), gm, gv, n, 1e-2f, 0.9f, 0.95f, 1e-8f,
                                  0.1f, step, 0.5f),
                   TPD_OK);
-        ASSERT_EQ(tpd_kern_adamw(c.b, cp, nullptr, c.up(grad), cm, cv, n, 1e-2f, 0.9f, 0.95f,
-                                 1e-8f, 0.1f, step, 0.5f),
+        ASSERT_EQ(tpd_kern_adamw(c.b, cp, nullptr, c.up(grad), cm, cv, n, 1e-2f, 0.9f, 0.95f, 1e-8f,
+                                 0.1f, step, 0.5f),
                   TPD_OK);
     }
     FVec ref = c.down(cp, n);
@@ -550,11 +546,11 @@ TEST(CudaKernels, AdamWAndSumsqOnMisalignedRange) {
     void *cp = c.up(w);
     float *cm = c.upf(z), *cv = c.upf(z);
     const size_t k = n - off;
-    ASSERT_EQ(tpd_kern_adamw(g.b, (char *)gp + off * 2, gmw + off, (char *)gg + off * 2,
-                             gm + off, gv + off, k, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f),
+    ASSERT_EQ(tpd_kern_adamw(g.b, (char *)gp + off * 2, gmw + off, (char *)gg + off * 2, gm + off,
+                             gv + off, k, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f),
               TPD_OK);
-    ASSERT_EQ(tpd_kern_adamw(c.b, (float *)cp + off, nullptr, (float *)c.up(grad) + off,
-                             cm + off, cv + off, k, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f),
+    ASSERT_EQ(tpd_kern_adamw(c.b, (float *)cp + off, nullptr, (float *)c.up(grad) + off, cm + off,
+                             cv + off, k, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f),
               TPD_OK);
     FVec got = g.downf(gmw, n), ref = c.down(cp, n);
     expect_close(got, ref, 1e-5f, "adamw on a misaligned range");
@@ -573,11 +569,11 @@ TEST(CudaKernels, AdamWF32WithoutMaster) {
     FVec w = randn(n, 80), grad = randn(n, 81), z(n, 0.0f);
     void *gp = g.up(w), *cp = c.up(w);
     float *gm = g.upf(z), *gv = g.upf(z), *cm = c.upf(z), *cv = c.upf(z);
-    ASSERT_EQ(tpd_kern_adamw(g.b, gp, nullptr, g.up(grad), gm, gv, n, 3e-3f, 0.9f, 0.999f,
-                             1e-8f, 0.0f, 1, 1.0f),
+    ASSERT_EQ(tpd_kern_adamw(g.b, gp, nullptr, g.up(grad), gm, gv, n, 3e-3f, 0.9f, 0.999f, 1e-8f,
+                             0.0f, 1, 1.0f),
               TPD_OK);
-    ASSERT_EQ(tpd_kern_adamw(c.b, cp, nullptr, c.up(grad), cm, cv, n, 3e-3f, 0.9f, 0.999f,
-                             1e-8f, 0.0f, 1, 1.0f),
+    ASSERT_EQ(tpd_kern_adamw(c.b, cp, nullptr, c.up(grad), cm, cv, n, 3e-3f, 0.9f, 0.999f, 1e-8f,
+                             0.0f, 1, 1.0f),
               TPD_OK);
     expect_close(g.down(gp, n), c.down(cp, n), 1e-5f, "adamw f32");
 }

@@ -5,7 +5,6 @@
 // initialized when one is.
 #include <gtest/gtest.h>
 
-
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -28,7 +27,6 @@ tpd_comm *g_mpi = nullptr; // the MPI world
     do {                                                                                           \
         if (!tpd_kern_cuda_available() || !g_mpi_ready) GTEST_SKIP() << "no CUDA device";          \
     } while (0)
-
 
 struct Dev {
     void *p = nullptr;

@@ -73,9 +73,10 @@ TEST(Mesh, SplitColorsMatchMembers) {
             }
             std::sort(same.begin(), same.end());
             V ordered;
-            for (auto &p : same) ordered.push_back(p.second);
-            EXPECT_EQ(ordered, mem) << "group " << tpd_mesh_group_name((tpd_mesh_group)g)
-                                    << " rank " << r;
+            for (auto &p : same)
+                ordered.push_back(p.second);
+            EXPECT_EQ(ordered, mem)
+                << "group " << tpd_mesh_group_name((tpd_mesh_group)g) << " rank " << r;
         }
     }
 }
@@ -100,7 +101,8 @@ TEST(DataParallelPlan, ZeroShardsCoverEveryElementOnce) {
                 size_t state = 0;
                 for (int i = 0; i < p.nranges; i++) {
                     EXPECT_EQ(p.ranges[i].state, state);
-                    for (size_t e = p.ranges[i].begin; e < p.ranges[i].end; e++) owner[e]++;
+                    for (size_t e = p.ranges[i].begin; e < p.ranges[i].end; e++)
+                        owner[e]++;
                     state += p.ranges[i].end - p.ranges[i].begin;
                 }
                 EXPECT_EQ(state, p.shard_numel);
@@ -108,7 +110,8 @@ TEST(DataParallelPlan, ZeroShardsCoverEveryElementOnce) {
                 tpd_dp_plan_free(&p);
             }
             EXPECT_EQ(state_total, owner.size());
-            for (size_t e = 0; e < owner.size(); e++) ASSERT_EQ(owner[e], 1) << "element " << e;
+            for (size_t e = 0; e < owner.size(); e++)
+                ASSERT_EQ(owner[e], 1) << "element " << e;
         }
     }
 }

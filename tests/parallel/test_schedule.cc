@@ -20,7 +20,8 @@ struct Pipeline {
         }
     }
     ~Pipeline() {
-        for (auto &x : s) tpd_pp_schedule_free(&x);
+        for (auto &x : s)
+            tpd_pp_schedule_free(&x);
     }
 };
 
@@ -84,8 +85,7 @@ TEST(Schedule, OneFOneBStructureAndBubbleForAllSmallPipelines) {
             // (p-1)/(m+p-1), i.e. (p-1)/m of the ideal compute time.
             tpd_pp_sim_result r;
             const double tf = 1.5, tb = 3.0;
-            ASSERT_EQ(tpd_pp_simulate(pl.s.data(), p, tf, tb, 0.0, nullptr, nullptr, &r),
-                      TPD_OK);
+            ASSERT_EQ(tpd_pp_simulate(pl.s.data(), p, tf, tb, 0.0, nullptr, nullptr, &r), TPD_OK);
             EXPECT_NEAR(r.idle_fraction, double(p - 1) / double(m + p - 1), 1e-12)
                 << "p=" << p << " m=" << m;
             EXPECT_NEAR(r.makespan, (m + p - 1) * (tf + tb), 1e-9);
@@ -168,9 +168,9 @@ TEST(Schedule, InterleavedStructureAndBubble) {
                 }
                 const double tf = 1.0, tb = 2.0;
                 tpd_pp_sim_result r;
-                ASSERT_EQ(tpd_pp_simulate(pl.s.data(), p, tf / v, tb / v, 0.0, nullptr,
-                                          nullptr, &r),
-                          TPD_OK);
+                ASSERT_EQ(
+                    tpd_pp_simulate(pl.s.data(), p, tf / v, tb / v, 0.0, nullptr, nullptr, &r),
+                    TPD_OK);
                 double ideal = m * (tf + tb);
                 EXPECT_NEAR(r.busy_total, p * ideal, 1e-9);
                 double bubble = (r.makespan - ideal) / ideal;

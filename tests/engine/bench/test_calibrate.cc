@@ -32,7 +32,8 @@ TEST(SweepCalib, FitRecoversLatencyAndBandwidth) {
     EXPECT_NEAR(1.0 / inv_bw, 2e9, 2e9 * 1e-6);
     EXPECT_NEAR(lat, 5e-6, 5e-12);
     // Pure bandwidth data never gives a negative latency.
-    for (int i = 0; i < 6; i++) t[i] = x[i] / 1e9;
+    for (int i = 0; i < 6; i++)
+        t[i] = x[i] / 1e9;
     ASSERT_TRUE(tpd_calib_fit(x, y, t, 6, &inv_bw, &lat));
     EXPECT_GE(lat, 0.0);
     EXPECT_NEAR(1.0 / inv_bw, 1e9, 1e3);

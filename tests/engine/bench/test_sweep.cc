@@ -52,7 +52,8 @@ std::vector<std::string> overrides() {
 
 std::vector<const char *> cstrs(const std::vector<std::string> &v) {
     std::vector<const char *> out;
-    for (const std::string &s : v) out.push_back(s.c_str());
+    for (const std::string &s : v)
+        out.push_back(s.c_str());
     return out;
 }
 
@@ -76,9 +77,9 @@ std::vector<double> plain_losses(int tp, int pp, int steps) {
     std::vector<const char *> oc = cstrs(o);
     tpd_config cfg;
     char err[1024];
-    EXPECT_EQ(tpd_config_load(demo_path().c_str(), (int)oc.size(), oc.data(), &cfg, err,
-                              sizeof err),
-              TPD_OK)
+    EXPECT_EQ(
+        tpd_config_load(demo_path().c_str(), (int)oc.size(), oc.data(), &cfg, err, sizeof err),
+        TPD_OK)
         << err;
     cfg.logging.eval_interval = 0;
     cfg.logging.metrics_file[0] = 0;
@@ -101,9 +102,9 @@ void calibrate_and_sweep(tpd_sweep_options *opt, tpd_sweep_result *res) {
     std::vector<const char *> oc = cstrs(o);
     tpd_config cfg;
     char err[1024];
-    ASSERT_EQ(tpd_config_load(demo_path().c_str(), (int)oc.size(), oc.data(), &cfg, err,
-                              sizeof err),
-              TPD_OK)
+    ASSERT_EQ(
+        tpd_config_load(demo_path().c_str(), (int)oc.size(), oc.data(), &cfg, err, sizeof err),
+        TPD_OK)
         << err;
     tpd_calib_options co = TPD_CALIB_OPTIONS_INIT;
     co.budget_s = 0.01;
@@ -113,7 +114,8 @@ void calibrate_and_sweep(tpd_sweep_options *opt, tpd_sweep_result *res) {
     ASSERT_EQ(tpd_calib_run(&cfg, g_world, &co, &cl, &notes), TPD_OK);
     std::string profile = g_dir + "/calibrated.yaml";
     int saved = 1;
-    if (tpd_comm_rank(g_world) == 0) saved = tpd_plan_cluster_save(&cl, profile.c_str(), notes) == TPD_OK;
+    if (tpd_comm_rank(g_world) == 0)
+        saved = tpd_plan_cluster_save(&cl, profile.c_str(), notes) == TPD_OK;
     free(notes);
     tpd_comm_broadcast(g_world, &saved, 1, TPD_DTYPE_I32, 0, nullptr);
     ASSERT_TRUE(saved);
@@ -194,7 +196,8 @@ TEST(Sweep, CalibratedSweepWritesEverythingAndPredictsItsTrials) {
         EXPECT_NE(csv.find("predicted_time_s"), std::string::npos);
         EXPECT_NE(csv.find("peak_memory_bytes"), std::string::npos);
         int lines = 0;
-        for (char ch : csv) lines += ch == '\n';
+        for (char ch : csv)
+            lines += ch == '\n';
         EXPECT_EQ(lines, 1 + 4);
         std::string failed = slurp(dir + "/failed.csv");
         EXPECT_NE(failed.find("3,1,"), std::string::npos) << failed;
@@ -202,8 +205,8 @@ TEST(Sweep, CalibratedSweepWritesEverythingAndPredictsItsTrials) {
         cJSON *js = cJSON_Parse(slurp(dir + "/summary.json").c_str());
         ASSERT_NE(js, nullptr);
         EXPECT_EQ(cJSON_GetArraySize(cJSON_GetObjectItem(js, "trials")), 6);
-        EXPECT_EQ(std::string(cJSON_GetObjectItem(js, "best")->valuestring).rfind("Best layout:", 0),
-                  0u);
+        EXPECT_EQ(
+            std::string(cJSON_GetObjectItem(js, "best")->valuestring).rfind("Best layout:", 0), 0u);
         cJSON_Delete(js);
         char best[512];
         tpd_sweep_best_line(&res, best, sizeof best);
@@ -377,6 +380,6 @@ int main(int argc, char **argv) {
     int all = rc;
     tpd_comm_allreduce(g_world, &rc, &all, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX, nullptr);
     tpd_comm_mpi_finish(g_world);
-    
+
     return all;
 }

@@ -59,7 +59,8 @@ inline Globals read_globals(const std::string &path) {
         for (int k = 0; k < TPD_CKPT_KIND_COUNT; k++) {
             if (!info.has_kind[k]) continue;
             g.t[p][k].resize(tpd_model_layout_global_numel(&lay, (tpd_param)p));
-            if (tpd_ckpt_read_global(&info, (tpd_param)p, (tpd_ckpt_kind)k, g.t[p][k].data()) != TPD_OK)
+            if (tpd_ckpt_read_global(&info, (tpd_param)p, (tpd_ckpt_kind)k, g.t[p][k].data()) !=
+                TPD_OK)
                 g.t[p][k].clear();
         }
     tpd_ckpt_close(&info);

@@ -69,7 +69,8 @@ TEST(Checkpoint, ResumeIsBitIdentical) {
     tpd_trainer *tr = nullptr;
     ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
     std::vector<double> ref = steps(tr, 6);
-    std::vector<float> wte_ref(tpd_model_layout_global_numel(&tpd_trainer_model(tr)->plan.lay, TPD_P_WTE));
+    std::vector<float> wte_ref(
+        tpd_model_layout_global_numel(&tpd_trainer_model(tr)->plan.lay, TPD_P_WTE));
     ASSERT_EQ(tpd_trainer_gather_param(tr, TPD_P_WTE, wte_ref.data()), TPD_OK);
     tpd_trainer_destroy(tr);
 
@@ -145,8 +146,9 @@ TEST(Checkpoint, AsyncSaveCommitsTheSameShards) {
             EXPECT_FALSE(ckt::exists(dirs[async] + it + ".tmp")) << it;
         }
     }
-    for (const char *f : {"/iter_0000004/model_tp00_pp00.bin", "/iter_0000004/optim_tp00_pp00_dp00.bin",
-                          "/iter_0000006/model_tp00_pp00.bin"}) {
+    for (const char *f :
+         {"/iter_0000004/model_tp00_pp00.bin", "/iter_0000004/optim_tp00_pp00_dp00.bin",
+          "/iter_0000006/model_tp00_pp00.bin"}) {
         std::string a = ckt::slurp(dirs[0] + f), b = ckt::slurp(dirs[1] + f);
         EXPECT_FALSE(a.empty()) << f;
         EXPECT_TRUE(a == b) << f << " differs between the synchronous and asynchronous save";
@@ -164,7 +166,8 @@ std::string sha256_hex(const std::string &data) {
     unsigned n = 0;
     EVP_Digest(data.data(), data.size(), d, &n, EVP_sha256(), nullptr);
     char hex[65];
-    for (unsigned i = 0; i < n; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    for (unsigned i = 0; i < n; i++)
+        snprintf(hex + 2 * i, 3, "%02x", d[i]);
     return hex;
 }
 
@@ -198,7 +201,8 @@ TEST(Checkpoint, ManifestHoldsStateConfigTensorsAndHashes) {
     cJSON *wte = cJSON_GetArrayItem(ts, 0), *qkvw = cJSON_GetArrayItem(ts, TPD_P_QKVW);
     EXPECT_STREQ(cJSON_GetObjectItem(wte, "name")->valuestring, "wte");
     EXPECT_STREQ(cJSON_GetObjectItem(wte, "hf_name")->valuestring, "transformer.wte.weight");
-    EXPECT_STREQ(cJSON_GetObjectItem(qkvw, "hf_name")->valuestring, "transformer.h.{i}.attn.c_attn.weight");
+    EXPECT_STREQ(cJSON_GetObjectItem(qkvw, "hf_name")->valuestring,
+                 "transformer.h.{i}.attn.c_attn.weight");
     cJSON *shape = cJSON_GetObjectItem(qkvw, "shape");
     ASSERT_EQ(cJSON_GetArraySize(shape), 3);
     EXPECT_EQ(cJSON_GetArrayItem(shape, 0)->valueint, 4);
@@ -208,7 +212,8 @@ TEST(Checkpoint, ManifestHoldsStateConfigTensorsAndHashes) {
         cJSON *runs = cJSON_GetObjectItem(wte, k);
         ASSERT_GT(cJSON_GetArraySize(runs), 0) << k;
         cJSON *r = runs->child;
-        for (const char *f : {"file", "rank", "global_offset", "count", "repeat", "global_stride", "file_offset"})
+        for (const char *f :
+             {"file", "rank", "global_offset", "count", "repeat", "global_stride", "file_offset"})
             EXPECT_NE(cJSON_GetObjectItem(r, f), nullptr) << f;
     }
     EXPECT_EQ(cJSON_GetObjectItem(wte, "master"), nullptr); // fp32 on cpu: no master weights
@@ -286,7 +291,8 @@ TEST_F(Corruption, FlippedManifest) {
 TEST_F(Corruption, WrongModelShape) {
     tpd_config other = cfg;
     other.model.hidden_size = 64;
-    expect_load_error(other, "auto", "model.hidden_size is 32 in the checkpoint but 64 in the config");
+    expect_load_error(other, "auto",
+                      "model.hidden_size is 32 in the checkpoint but 64 in the config");
     EXPECT_NE(std::string(tpd_ckpt_last_error()).find(newest), std::string::npos);
 }
 
@@ -322,8 +328,10 @@ TEST_F(Corruption, FinetuneLoadsWeightsOnly) {
     size_t n = tpd_trainer_model(tr)->plan.shard_numel;
     std::vector<float> m(n);
     memcpy(m.data(), tpd_trainer_model(tr)->opt_m, n * 4);
-    for (float x : m) ASSERT_EQ(x, 0.0f);
-    std::vector<float> wte(tpd_model_layout_global_numel(&tpd_trainer_model(tr)->plan.lay, TPD_P_WTE));
+    for (float x : m)
+        ASSERT_EQ(x, 0.0f);
+    std::vector<float> wte(
+        tpd_model_layout_global_numel(&tpd_trainer_model(tr)->plan.lay, TPD_P_WTE));
     ASSERT_EQ(tpd_trainer_gather_param(tr, TPD_P_WTE, wte.data()), TPD_OK);
     tpd_trainer_destroy(tr);
     ckt::Globals g = ckt::read_globals(newest);
@@ -334,7 +342,8 @@ TEST_F(Corruption, FinetuneLoadsWeightsOnly) {
 
 void raise_at_third_step(void *user, const tpd_pp_action *a, double, double) {
     tpd_trainer *tr = static_cast<tpd_trainer *>(user);
-    if (tpd_trainer_iteration(tr) == 2 && a->kind == TPD_PP_FWD && a->micro_batch == 0) raise(SIGTERM);
+    if (tpd_trainer_iteration(tr) == 2 && a->kind == TPD_PP_FWD && a->micro_batch == 0)
+        raise(SIGTERM);
 }
 
 TEST(Signals, SigtermSavesAtTheNextBoundaryAndStops) {
@@ -394,7 +403,8 @@ std::string g_mid_marker;
 void stall_hook(const char *path, uint64_t) {
     if (!strstr(path, "iter_0000002.tmp")) return;
     ckt::spit(g_mid_marker, path);
-    for (;;) pause();
+    for (;;)
+        pause();
 }
 
 int writer_child(const char *data, const char *save) {
@@ -420,10 +430,12 @@ TEST(Signals, SigkillDuringSaveNeverBecomesLatest) {
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-        execl(g_self.c_str(), g_self.c_str(), "--writer-child", g_data.c_str(), save.c_str(), (char *)nullptr);
+        execl(g_self.c_str(), g_self.c_str(), "--writer-child", g_data.c_str(), save.c_str(),
+              (char *)nullptr);
         _exit(127);
     }
-    for (int i = 0; i < 600 && !ckt::exists(marker); i++) usleep(50000);
+    for (int i = 0; i < 600 && !ckt::exists(marker); i++)
+        usleep(50000);
     ASSERT_TRUE(ckt::exists(marker)) << "the writer never reached the second save";
     kill(pid, SIGKILL);
     int status = 0;
@@ -462,6 +474,6 @@ int main(int argc, char **argv) {
     g_data = tiny::write_corpus(tiny::temp_prefix("ckcorpus"));
     int rc = RUN_ALL_TESTS();
     tpd_comm_mpi_finish(g_world);
-    
+
     return rc;
 }

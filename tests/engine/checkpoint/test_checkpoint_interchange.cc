@@ -40,7 +40,9 @@ std::string checkpoint() {
 struct Weights {
     float *w[TPD_P_COUNT] = {};
     tpd_config cfg;
-    ~Weights() { tpd_ckpt_free_weights(w); }
+    ~Weights() {
+        tpd_ckpt_free_weights(w);
+    }
 };
 
 void load_weights(const std::string &path, Weights *out) {
@@ -67,7 +69,8 @@ void expect_same(const Weights &a, const Weights &b) {
 
 int run_cli(std::vector<std::string> args) {
     std::vector<char *> argv;
-    for (auto &s : args) argv.push_back(&s[0]);
+    for (auto &s : args)
+        argv.push_back(&s[0]);
     return tpd_cli_ckpt((int)argv.size(), argv.data());
 }
 
@@ -76,14 +79,17 @@ TEST(Interchange, HuggingFaceRoundTripIsExact) {
     load_weights(checkpoint(), &orig);
     std::string out = ckt::fresh_dir(tiny::temp_prefix("hf"));
     ASSERT_EQ(run_cli({"export", checkpoint(), "--format", "hf", "--output", out + "/a"}), 0);
-    ASSERT_EQ(run_cli({"import", out + "/a", "--format", "hf", "--output", out + "/ck", "--layout", "2,2,1"}), 0);
+    ASSERT_EQ(run_cli({"import", out + "/a", "--format", "hf", "--output", out + "/ck", "--layout",
+                       "2,2,1"}),
+              0);
     load_weights(out + "/ck", &back);
     expect_same(orig, back);
     EXPECT_EQ(back.cfg.model.num_attention_heads, 4);
     EXPECT_EQ(back.cfg.model.ffn_hidden_size, 128);
     EXPECT_EQ(back.cfg.model.max_position_embeddings, 16);
     ASSERT_EQ(run_cli({"export", out + "/ck", "--format", "hf", "--output", out + "/b"}), 0);
-    std::string a = ckt::slurp(out + "/a/model.safetensors"), b = ckt::slurp(out + "/b/model.safetensors");
+    std::string a = ckt::slurp(out + "/a/model.safetensors"),
+                b = ckt::slurp(out + "/b/model.safetensors");
     EXPECT_GT(a.size(), 100000u);
     EXPECT_TRUE(a == b) << "re-exported safetensors differ";
 }
@@ -94,7 +100,8 @@ TEST(Interchange, SafetensorsHeaderIsValid) {
     std::string f = ckt::slurp(out + "/model.safetensors");
     ASSERT_GE(f.size(), 8u);
     uint64_t n = 0;
-    for (int i = 0; i < 8; i++) n |= (uint64_t)(uint8_t)f[i] << (8 * i);
+    for (int i = 0; i < 8; i++)
+        n |= (uint64_t)(uint8_t)f[i] << (8 * i);
     ASSERT_LE(n, f.size() - 8);
     EXPECT_EQ(n % 8, 0u) << "header padded to 8 bytes";
     cJSON *h = cJSON_ParseWithLength(f.data() + 8, n);
@@ -111,7 +118,8 @@ TEST(Interchange, SafetensorsHeaderIsValid) {
         uint64_t b = (uint64_t)cJSON_GetArrayItem(off, 0)->valuedouble;
         uint64_t en = (uint64_t)cJSON_GetArrayItem(off, 1)->valuedouble;
         uint64_t elems = 1;
-        for (cJSON *d = cJSON_GetObjectItem(e, "shape")->child; d; d = d->next) elems *= (uint64_t)d->valuedouble;
+        for (cJSON *d = cJSON_GetObjectItem(e, "shape")->child; d; d = d->next)
+            elems *= (uint64_t)d->valuedouble;
         EXPECT_EQ(en - b, elems * 4) << e->string;
         spans.push_back({b, en});
     }
@@ -128,11 +136,16 @@ TEST(Interchange, SafetensorsHeaderIsValid) {
         const char *name;
         std::vector<int> shape;
     } golden[] = {
-        {"transformer.wte.weight", {257, 32}},       {"transformer.wpe.weight", {16, 32}},
-        {"transformer.h.0.ln_1.weight", {32}},       {"transformer.h.3.attn.c_attn.weight", {32, 96}},
-        {"transformer.h.1.attn.c_attn.bias", {96}},  {"transformer.h.2.attn.c_proj.weight", {32, 32}},
-        {"transformer.h.0.mlp.c_fc.weight", {32, 128}}, {"transformer.h.0.mlp.c_fc.bias", {128}},
-        {"transformer.h.3.mlp.c_proj.weight", {128, 32}}, {"transformer.ln_f.bias", {32}},
+        {"transformer.wte.weight", {257, 32}},
+        {"transformer.wpe.weight", {16, 32}},
+        {"transformer.h.0.ln_1.weight", {32}},
+        {"transformer.h.3.attn.c_attn.weight", {32, 96}},
+        {"transformer.h.1.attn.c_attn.bias", {96}},
+        {"transformer.h.2.attn.c_proj.weight", {32, 32}},
+        {"transformer.h.0.mlp.c_fc.weight", {32, 128}},
+        {"transformer.h.0.mlp.c_fc.bias", {128}},
+        {"transformer.h.3.mlp.c_proj.weight", {128, 32}},
+        {"transformer.ln_f.bias", {32}},
     };
     for (const auto &g : golden) {
         cJSON *e = cJSON_GetObjectItem(h, g.name);
@@ -146,15 +159,18 @@ TEST(Interchange, SafetensorsHeaderIsValid) {
     Weights w;
     load_weights(checkpoint(), &w);
     cJSON *qkv = cJSON_GetObjectItem(h, "transformer.h.0.attn.c_attn.weight");
-    uint64_t b = (uint64_t)cJSON_GetArrayItem(cJSON_GetObjectItem(qkv, "data_offsets"), 0)->valuedouble;
+    uint64_t b =
+        (uint64_t)cJSON_GetArrayItem(cJSON_GetObjectItem(qkv, "data_offsets"), 0)->valuedouble;
     const float *hf = reinterpret_cast<const float *>(f.data() + 8 + n + b);
     for (int in : {0, 5, 31})
-        for (int o : {0, 40, 95}) EXPECT_EQ(hf[in * 96 + o], w.w[TPD_P_QKVW][o * 32 + in]);
+        for (int o : {0, 40, 95})
+            EXPECT_EQ(hf[in * 96 + o], w.w[TPD_P_QKVW][o * 32 + in]);
     cJSON_Delete(h);
     cJSON *c = cJSON_Parse(ckt::slurp(out + "/config.json").c_str());
     ASSERT_NE(c, nullptr);
     EXPECT_STREQ(cJSON_GetObjectItem(c, "model_type")->valuestring, "gpt2");
-    EXPECT_STREQ(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "architectures"), 0)->valuestring, "GPT2LMHeadModel");
+    EXPECT_STREQ(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "architectures"), 0)->valuestring,
+                 "GPT2LMHeadModel");
     EXPECT_STREQ(cJSON_GetObjectItem(c, "activation_function")->valuestring, "gelu_new");
     EXPECT_EQ(cJSON_GetObjectItem(c, "vocab_size")->valueint, 257);
     EXPECT_EQ(cJSON_GetObjectItem(c, "n_positions")->valueint, 16);
@@ -172,7 +188,8 @@ TEST(Interchange, HubNamesBuffersAndHeadAreAccepted) {
     ASSERT_EQ(run_cli({"export", checkpoint(), "--format", "hf", "--output", out}), 0);
     std::string f = ckt::slurp(out + "/model.safetensors");
     uint64_t n = 0;
-    for (int i = 0; i < 8; i++) n |= (uint64_t)(uint8_t)f[i] << (8 * i);
+    for (int i = 0; i < 8; i++)
+        n |= (uint64_t)(uint8_t)f[i] << (8 * i);
     cJSON *h = cJSON_ParseWithLength(f.data() + 8, n);
     std::string data = f.substr(8 + n);
     cJSON *hub = cJSON_CreateObject();
@@ -189,14 +206,16 @@ TEST(Interchange, HubNamesBuffersAndHeadAreAccepted) {
     double offs[2] = {(double)data.size(), (double)data.size() + 1024};
     cJSON_AddItemToObject(mask, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
     data += std::string(1024, '\0');
-    cJSON_AddItemToObject(hub, "lm_head.weight", cJSON_Duplicate(cJSON_GetObjectItem(h, "transformer.wte.weight"), 1));
+    cJSON_AddItemToObject(hub, "lm_head.weight",
+                          cJSON_Duplicate(cJSON_GetObjectItem(h, "transformer.wte.weight"), 1));
     char *text = cJSON_PrintUnformatted(hub);
     std::string hdr = text;
     free(text);
     cJSON_Delete(hub);
     cJSON_Delete(h);
     std::string len(8, '\0');
-    for (int i = 0; i < 8; i++) len[i] = (char)((hdr.size() >> (8 * i)) & 0xff);
+    for (int i = 0; i < 8; i++)
+        len[i] = (char)((hdr.size() >> (8 * i)) & 0xff);
     ckt::spit(out + "/model.safetensors", len + hdr + data);
     Weights orig, back;
     load_weights(checkpoint(), &orig);
@@ -223,19 +242,24 @@ TEST(Interchange, LlmcRoundTripIsExact) {
     EXPECT_EQ(hd[6], 32);
     EXPECT_EQ(hd[7], 264);
     size_t params = 0;
-    for (int p = 0; p < TPD_P_COUNT; p++) params += numel(orig.cfg, p);
+    for (int p = 0; p < TPD_P_COUNT; p++)
+        params += numel(orig.cfg, p);
     EXPECT_EQ(f.size(), 1024 + 4 * (params + 7 * 32));
     const float *wte = reinterpret_cast<const float *>(f.data() + 1024);
     EXPECT_EQ(wte[256 * 32 + 5], orig.w[TPD_P_WTE][256 * 32 + 5]);
-    for (int i = 257 * 32; i < 264 * 32; i++) ASSERT_EQ(wte[i], 0.0f) << "pad rows are zero";
-    ASSERT_EQ(run_cli({"import", out + "/m.bin", "--format", "llmc", "--output", out + "/ck", "--layout", "1,2,2"}), 0);
+    for (int i = 257 * 32; i < 264 * 32; i++)
+        ASSERT_EQ(wte[i], 0.0f) << "pad rows are zero";
+    ASSERT_EQ(run_cli({"import", out + "/m.bin", "--format", "llmc", "--output", out + "/ck",
+                       "--layout", "1,2,2"}),
+              0);
     load_weights(out + "/ck", &back);
     expect_same(orig, back);
     ASSERT_EQ(run_cli({"export", out + "/ck", "--format", "llmc", "--output", out + "/m2.bin"}), 0);
     EXPECT_TRUE(f == ckt::slurp(out + "/m2.bin"));
     // llm.c cannot hold a non-4C MLP: a clear refusal
     orig.cfg.model.ffn_hidden_size = 64;
-    EXPECT_EQ(tpd_ckpt_export_llmc(&orig.cfg, orig.w, (out + "/bad.bin").c_str()), TPD_ERR_UNSUPPORTED);
+    EXPECT_EQ(tpd_ckpt_export_llmc(&orig.cfg, orig.w, (out + "/bad.bin").c_str()),
+              TPD_ERR_UNSUPPORTED);
 }
 
 TEST(Interchange, ImportedCheckpointLoadsAsWeightsOnly) {
@@ -258,7 +282,8 @@ TEST(Interchange, ImportedCheckpointLoadsAsWeightsOnly) {
     tpd_trainer_destroy(tr);
     cfg.model.num_layers = 2;
     ASSERT_NE(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
-    EXPECT_NE(std::string(tpd_ckpt_last_error()).find("model.num_layers is 4 in the checkpoint but 2 in the config"),
+    EXPECT_NE(std::string(tpd_ckpt_last_error())
+                  .find("model.num_layers is 4 in the checkpoint but 2 in the config"),
               std::string::npos)
         << tpd_ckpt_last_error();
     // a directory that holds a checkpoint is never overwritten
@@ -279,7 +304,8 @@ TEST(Generate, KvCacheMatchesFullForward) {
         for (int v = 0; v < 257; v++) {
             double e = std::fabs(a[v] - b[v]) / (1.0 + std::fabs(b[v]));
             worst = std::max(worst, e);
-            ASSERT_LE(e, 1e-5) << "prefix " << n << " token " << v << ": " << a[v] << " vs " << b[v];
+            ASSERT_LE(e, 1e-5) << "prefix " << n << " token " << v << ": " << a[v] << " vs "
+                               << b[v];
         }
     }
     printf("kv cache against full forward: worst relative logit error %.2e\n", worst);
@@ -302,7 +328,8 @@ TEST(Generate, KvCacheMatchesFullForward) {
         ASSERT_EQ(nx, (size_t)max_new);
         ASSERT_EQ(ny, (size_t)max_new);
         EXPECT_EQ(0, memcmp(x, y, 13 * sizeof *x)) << "3 + 13 tokens fit in seq_length";
-        for (size_t i = 0; i < nx; i++) EXPECT_LT(x[i], 257);
+        for (size_t i = 0; i < nx; i++)
+            EXPECT_LT(x[i], 257);
         free(x);
         free(y);
     }
@@ -330,25 +357,26 @@ TEST(Generate, SamplingIsReproducibleAndRespectsTopK) {
     ASSERT_EQ(tpd_generate(checkpoint().c_str(), &o, &c, &nb), TPD_OK);
     ASSERT_EQ(tpd_generate(checkpoint().c_str(), &o, &d, &nb), TPD_OK);
     EXPECT_EQ(0, memcmp(c, d, nb * 4)) << "same seed, same text";
-    for (size_t i = 0; i < nb; i++) EXPECT_LT(c[i], 257);
+    for (size_t i = 0; i < nb; i++)
+        EXPECT_LT(c[i], 257);
     free(a);
     free(c);
     free(d);
     // the sampler itself: p = softmax(logits / T) over the top k
     float logits[4] = {0.0f, std::log(3.0f), -1e9f, -1e9f};
-    EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 0, 1.0, 0.2), 0);  // P(0) = 0.25
+    EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 0, 1.0, 0.2), 0); // P(0) = 0.25
     EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 0, 1.0, 0.3), 1);
-    EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 1, 1.0, 0.0), 1);  // top-1
+    EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 1, 1.0, 0.0), 1); // top-1
     EXPECT_EQ(tpd_generate_sample(logits, 4, 0.0, 0, 1.0, 0.0), 1);
     // top-p: token 1 alone holds 0.75 >= 0.5, so every draw is it; at 0.9 both stay
     EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 0, 0.5, 0.01), 1);
     EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 0, 0.5, 0.99), 1);
     EXPECT_EQ(tpd_generate_sample(logits, 4, 1.0, 0, 0.9, 0.2), 0);
     // with top-k 2 and top-p, the nucleus is taken within the top k
-    float four[4] = {0.0f, 0.0f, 0.0f, std::log(2.0f)}; // probs 0.2 0.2 0.2 0.4
+    float four[4] = {0.0f, 0.0f, 0.0f, std::log(2.0f)};            // probs 0.2 0.2 0.2 0.4
     EXPECT_EQ(tpd_generate_sample(four, 4, 1.0, 2, 0.6, 0.99), 3); // top-2: 1/3, 2/3 -> {3}
     // the nucleus edge falls on a 0.2 that ties with two others: all three stay with it
-    EXPECT_EQ(tpd_generate_sample(four, 4, 1.0, 0, 0.6, 0.5), 2);  // greedy
+    EXPECT_EQ(tpd_generate_sample(four, 4, 1.0, 0, 0.6, 0.5), 2); // greedy
 }
 
 } // namespace
@@ -359,6 +387,6 @@ int main(int argc, char **argv) {
     g_data = tiny::write_corpus(tiny::temp_prefix("xcorpus"));
     int rc = RUN_ALL_TESTS();
     tpd_comm_mpi_finish(g_world);
-    
+
     return rc;
 }

@@ -32,7 +32,8 @@ std::vector<double> run(const Layout &L, const std::string &load, const std::str
     std::vector<double> losses;
     int n = L.tp * L.pp * L.dp, member = tpd_comm_rank(g_world) < n;
     tpd_comm *sub = nullptr;
-    EXPECT_EQ(tpd_comm_split(g_world, member ? 0 : -1, tpd_comm_rank(g_world), "layout", &sub), TPD_OK);
+    EXPECT_EQ(tpd_comm_split(g_world, member ? 0 : -1, tpd_comm_rank(g_world), "layout", &sub),
+              TPD_OK);
     if (member) {
         tpd_config cfg = tiny::config(g_data);
         cfg.parallel.tensor_model_parallel_size = L.tp;
@@ -44,7 +45,8 @@ std::vector<double> run(const Layout &L, const std::string &load, const std::str
         if (tr) {
             tpd_step_stats s;
             if (load.empty())
-                for (int i = 0; i < kBefore; i++) EXPECT_EQ(tpd_trainer_step(tr, &s), TPD_OK);
+                for (int i = 0; i < kBefore; i++)
+                    EXPECT_EQ(tpd_trainer_step(tr, &s), TPD_OK);
             EXPECT_EQ(tpd_trainer_iteration(tr), kBefore);
             EXPECT_EQ(tpd_trainer_save(tr, save.c_str()), TPD_OK);
             for (int i = 0; i < kAfter; i++) {
@@ -67,9 +69,8 @@ std::string ckpt_dir(const std::string &save) {
 
 TEST(Reshard, RoundTripIsExactAndTrainingContinues) {
     const Layout pairs[][2] = {
-        {{2, 2, 2, 0}, {1, 1, 1, 0}}, {{1, 1, 1, 0}, {2, 2, 2, 0}},
-        {{4, 1, 2, 0}, {1, 4, 2, 0}}, {{1, 4, 2, 0}, {4, 1, 2, 0}},
-        {{2, 2, 2, 1}, {2, 2, 2, 0}}, {{2, 2, 2, 0}, {2, 2, 2, 1}},
+        {{2, 2, 2, 0}, {1, 1, 1, 0}}, {{1, 1, 1, 0}, {2, 2, 2, 0}}, {{4, 1, 2, 0}, {1, 4, 2, 0}},
+        {{1, 4, 2, 0}, {4, 1, 2, 0}}, {{2, 2, 2, 1}, {2, 2, 2, 0}}, {{2, 2, 2, 0}, {2, 2, 2, 1}},
         {{2, 2, 2, 1}, {2, 2, 2, 1}}, // same layout: bit-identical resume on 8 ranks
     };
     std::map<std::string, std::vector<double>> source_loss;
@@ -129,6 +130,6 @@ int main(int argc, char **argv) {
     }
     int rc = RUN_ALL_TESTS();
     tpd_comm_mpi_finish(g_world);
-    
+
     return rc;
 }

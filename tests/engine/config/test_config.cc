@@ -257,7 +257,8 @@ TEST(Config, DefaultsAreMegatronLike) {
     EXPECT_EQ(c.parallel.ddp_bucket_size, 40000000);
     EXPECT_EQ(c.parallel.sequence_parallel, 0);
     EXPECT_EQ(c.parallel.virtual_pipeline_model_parallel_size, 1);
-    EXPECT_STREQ(tpd_config_choice("parallel.pipeline_schedule", c.parallel.pipeline_schedule), "1f1b");
+    EXPECT_STREQ(tpd_config_choice("parallel.pipeline_schedule", c.parallel.pipeline_schedule),
+                 "1f1b");
     EXPECT_EQ(c.training.seed, 1234u);
     EXPECT_STREQ(tpd_config_choice("training.precision", c.training.precision), "fp32");
     EXPECT_STREQ(tpd_config_choice("training.device", c.training.device), "cpu");
@@ -266,7 +267,8 @@ TEST(Config, DefaultsAreMegatronLike) {
     EXPECT_EQ(c.training.num_threads, 0);
     EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
     EXPECT_DOUBLE_EQ(c.optimizer.min_lr, 0.0);
-    EXPECT_STREQ(tpd_config_choice("optimizer.lr_decay_style", c.optimizer.lr_decay_style), "cosine");
+    EXPECT_STREQ(tpd_config_choice("optimizer.lr_decay_style", c.optimizer.lr_decay_style),
+                 "cosine");
     EXPECT_EQ(c.optimizer.lr_warmup_iters, 0);
     EXPECT_EQ(c.optimizer.lr_decay_iters, 0);
     EXPECT_DOUBLE_EQ(c.optimizer.weight_decay, 0.1);

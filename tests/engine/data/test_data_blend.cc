@@ -23,7 +23,8 @@ namespace {
 std::string write_iota(const std::string &name, int n, int base) {
     std::string prefix = tiny::temp_prefix(name.c_str());
     std::vector<int32_t> toks(n);
-    for (int i = 0; i < n; i++) toks[i] = base + i;
+    for (int i = 0; i < n; i++)
+        toks[i] = base + i;
     std::vector<uint64_t> offs = {0, (uint64_t)n};
     EXPECT_EQ(tpd_indexed_write(prefix.c_str(), toks.data(), offs.data(), 1, 100000), TPD_OK);
     return prefix;
@@ -68,10 +69,12 @@ TEST(DataBlend, AssignsLikeMegatronInAnyOrder) {
         EXPECT_EQ(index[g], (uint64_t)seen[d]) << "the k-th sample of a data set is its sample k";
         seen[d]++;
     }
-    for (int d = 0; d < 3; d++) EXPECT_NEAR(seen[d], src.weight[d] * N, 1.0);
+    for (int d = 0; d < 3; d++)
+        EXPECT_NEAR(seen[d], src.weight[d] * N, 1.0);
     // random access, backwards and far jumps included
     std::vector<int> order(N);
-    for (int i = 0; i < N; i++) order[i] = i;
+    for (int i = 0; i < N; i++)
+        order[i] = i;
     std::shuffle(order.begin(), order.end(), std::mt19937(5));
     for (int k = 0; k < 3000; k++) {
         int g = order[k], d;
@@ -100,7 +103,8 @@ TEST(DataBlend, OnePrefixSamplesAsBefore) {
     tpd_blend_sampler s;
     ASSERT_EQ(tpd_blend_sampler_init(&src, "949,50,1", TPD_SPLIT_TRAIN, 16, 1, 1234, &s), TPD_OK);
     tpd_sampler plain;
-    ASSERT_EQ(tpd_sampler_init(src.ds[0], "949,50,1", TPD_SPLIT_TRAIN, 16, 1, 1234, &plain), TPD_OK);
+    ASSERT_EQ(tpd_sampler_init(src.ds[0], "949,50,1", TPD_SPLIT_TRAIN, 16, 1, 1234, &plain),
+              TPD_OK);
     std::vector<int32_t> x(17), y(17);
     for (uint64_t g : {0ull, 1ull, 100ull, 117ull, 500ull}) {
         ASSERT_EQ(tpd_blend_sampler_get(&s, g, x.data()), TPD_OK);
@@ -119,7 +123,8 @@ TEST(DataBlend, ShardPatternTakesEveryMatchByTokens) {
     const int sizes[] = {3000, 1000, 2000};
     for (int i = 0; i < 3; i++) {
         std::vector<uint16_t> t(sizes[i]);
-        for (int j = 0; j < sizes[i]; j++) t[j] = (uint16_t)(1000 * i + j % 1000);
+        for (int j = 0; j < sizes[i]; j++)
+            t[j] = (uint16_t)(1000 * i + j % 1000);
         char name[64];
         snprintf(name, sizeof name, "/train_%06d.bin", i);
         ASSERT_EQ(tpd_llmc_shard_write((dir + name).c_str(), t.data(), t.size()), TPD_OK);

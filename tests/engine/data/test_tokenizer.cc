@@ -38,8 +38,13 @@ std::string slurp(const std::string &path) {
 
 struct Bpe {
     tpd_bpe *b = nullptr;
-    Bpe() { EXPECT_EQ(tpd_bpe_load((kDir + "/vocab.json").c_str(), (kDir + "/merges.txt").c_str(), &b), TPD_OK); }
-    ~Bpe() { tpd_bpe_destroy(b); }
+    Bpe() {
+        EXPECT_EQ(tpd_bpe_load((kDir + "/vocab.json").c_str(), (kDir + "/merges.txt").c_str(), &b),
+                  TPD_OK);
+    }
+    ~Bpe() {
+        tpd_bpe_destroy(b);
+    }
     std::vector<int32_t> encode(const std::string &text) const {
         int32_t *ids = nullptr;
         size_t n = 0, cap = 0;
@@ -85,8 +90,8 @@ TEST(Tokenizer, EveryByteStringRoundTrips) {
     Bpe bpe;
     ASSERT_NE(bpe.b, nullptr);
     std::mt19937 rng(7);
-    const std::string pieces[] = {"the ", "'s", " 42", "é", "東", "\xff", "\xc3", "\x80",
-                                  "  ", "\n", "\t", "!?", "\xe6\x9d", "\0", "ing"};
+    const std::string pieces[] = {"the ", "'s", " 42", "é",  "東",       "\xff", "\xc3", "\x80",
+                                  "  ",   "\n", "\t",  "!?", "\xe6\x9d", "\0",   "ing"};
     for (int k = 0; k < 300; k++) {
         std::string s;
         int n = (int)(rng() % 40);
@@ -97,7 +102,8 @@ TEST(Tokenizer, EveryByteStringRoundTrips) {
                 s += pieces[rng() % (sizeof pieces / sizeof pieces[0])];
         }
         std::vector<int32_t> ids = bpe.encode(s);
-        for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < 800);
+        for (int32_t id : ids)
+            ASSERT_TRUE(id >= 0 && id < 800);
         ASSERT_EQ(bpe.decode(ids), s) << "case " << k;
     }
 }
@@ -117,7 +123,8 @@ std::string load_error(const std::string &vocab_text, const std::string &merges_
 
 TEST(Tokenizer, BadFilesNameTheFileAndLine) {
     std::string vocab = slurp(kDir + "/vocab.json"), merges = slurp(kDir + "/merges.txt");
-    EXPECT_NE(load_error("[1, 2]", merges).find("_vocab.json: not a JSON object"), std::string::npos);
+    EXPECT_NE(load_error("[1, 2]", merges).find("_vocab.json: not a JSON object"),
+              std::string::npos);
     EXPECT_NE(load_error("{\"a\": -1}", merges).find("token 'a': id must be an integer"),
               std::string::npos);
     EXPECT_NE(load_error("{\"a\": 0}", merges).find("has no token"), std::string::npos);
@@ -129,8 +136,10 @@ TEST(Tokenizer, BadFilesNameTheFileAndLine) {
     EXPECT_NE(err.find("_merges.txt:2: 'Ġt' is not a merge"), std::string::npos) << err;
     tpd_bpe *b = nullptr;
     testing::internal::CaptureStderr();
-    EXPECT_EQ(tpd_bpe_load("/nonexistent/vocab.json", (kDir + "/merges.txt").c_str(), &b), TPD_ERR_IO);
-    EXPECT_NE(testing::internal::GetCapturedStderr().find("/nonexistent/vocab.json: cannot read: No such file"),
+    EXPECT_EQ(tpd_bpe_load("/nonexistent/vocab.json", (kDir + "/merges.txt").c_str(), &b),
+              TPD_ERR_IO);
+    EXPECT_NE(testing::internal::GetCapturedStderr().find(
+                  "/nonexistent/vocab.json: cannot read: No such file"),
               std::string::npos);
 }
 
@@ -181,7 +190,8 @@ TEST(Tokenizer, DataPrepareInParallelMatchesSequential) {
     const char *words[] = {"the ", "quick ", "brown ", "fox ", "jumps ", "über ", "42 ", "!? "};
     for (int r = 0; r < 300; r++) {
         std::string rec;
-        for (int w = 0, n = 1 + (int)(rng() % 20); w < n; w++) rec += words[rng() % 8];
+        for (int w = 0, n = 1 + (int)(rng() % 20); w < n; w++)
+            rec += words[rng() % 8];
         rec += "\n";
         text += rec + "\n"; // blank line: next record
         std::vector<int32_t> ids = bpe.encode(rec);

@@ -31,19 +31,23 @@ struct Ref {
 
     static void layernorm(const double *x, const double *w, const double *b, double *y, int C) {
         double mean = 0, var = 0;
-        for (int i = 0; i < C; i++) mean += x[i];
+        for (int i = 0; i < C; i++)
+            mean += x[i];
         mean /= C;
-        for (int i = 0; i < C; i++) var += (x[i] - mean) * (x[i] - mean);
+        for (int i = 0; i < C; i++)
+            var += (x[i] - mean) * (x[i] - mean);
         var /= C;
         double rstd = 1.0 / std::sqrt(var + 1e-5);
-        for (int i = 0; i < C; i++) y[i] = (x[i] - mean) * rstd * w[i] + b[i];
+        for (int i = 0; i < C; i++)
+            y[i] = (x[i] - mean) * rstd * w[i] + b[i];
     }
     // y(OC) = W(OC,C) x + b
     static void linear(const double *x, const double *W, const double *b, double *y, int C,
                        int OC) {
         for (int o = 0; o < OC; o++) {
             double s = b ? b[o] : 0;
-            for (int i = 0; i < C; i++) s += W[(size_t)o * C + i] * x[i];
+            for (int i = 0; i < C; i++)
+                s += W[(size_t)o * C + i] * x[i];
             y[o] = s;
         }
     }
@@ -60,14 +64,17 @@ struct Ref {
             for (int t = 0; t < T; t++) {
                 int v = tok[(size_t)b * (T + 1) + t];
                 for (int i = 0; i < C; i++)
-                    x[t][i] = P(w, TPD_P_WTE)[(size_t)v * C + i] + P(w, TPD_P_WPE)[(size_t)t * C + i];
+                    x[t][i] =
+                        P(w, TPD_P_WTE)[(size_t)v * C + i] + P(w, TPD_P_WPE)[(size_t)t * C + i];
             }
             for (int l = 0; l < d.L; l++) {
-                std::vector<std::vector<double>> qkv(T, std::vector<double>(3 * C)), y(T, std::vector<double>(C));
+                std::vector<std::vector<double>> qkv(T, std::vector<double>(3 * C)),
+                    y(T, std::vector<double>(C));
                 std::vector<double> ln(C);
                 for (int t = 0; t < T; t++) {
                     layernorm(x[t].data(), P(w, TPD_P_LN1W, l), P(w, TPD_P_LN1B, l), ln.data(), C);
-                    linear(ln.data(), P(w, TPD_P_QKVW, l), P(w, TPD_P_QKVB, l), qkv[t].data(), C, 3 * C);
+                    linear(ln.data(), P(w, TPD_P_QKVW, l), P(w, TPD_P_QKVB, l), qkv[t].data(), C,
+                           3 * C);
                 }
                 for (int h = 0; h < NH; h++)
                     for (int t = 0; t < T; t++) {
@@ -80,31 +87,41 @@ struct Ref {
                             a[s] = dot / std::sqrt((double)HS);
                             mx = std::max(mx, a[s]);
                         }
-                        for (int s = 0; s <= t; s++) sum += (a[s] = std::exp(a[s] - mx));
+                        for (int s = 0; s <= t; s++)
+                            sum += (a[s] = std::exp(a[s] - mx));
                         for (int i = 0; i < HS; i++) {
                             double o = 0;
-                            for (int s = 0; s <= t; s++) o += a[s] / sum * qkv[s][2 * C + h * HS + i];
+                            for (int s = 0; s <= t; s++)
+                                o += a[s] / sum * qkv[s][2 * C + h * HS + i];
                             y[t][h * HS + i] = o;
                         }
                     }
                 for (int t = 0; t < T; t++) {
                     std::vector<double> proj(C), ln2(C), fc(F), out(C);
-                    linear(y[t].data(), P(w, TPD_P_ATTPROJW, l), P(w, TPD_P_ATTPROJB, l), proj.data(), C, C);
-                    for (int i = 0; i < C; i++) x[t][i] += proj[i];
+                    linear(y[t].data(), P(w, TPD_P_ATTPROJW, l), P(w, TPD_P_ATTPROJB, l),
+                           proj.data(), C, C);
+                    for (int i = 0; i < C; i++)
+                        x[t][i] += proj[i];
                     layernorm(x[t].data(), P(w, TPD_P_LN2W, l), P(w, TPD_P_LN2B, l), ln2.data(), C);
                     linear(ln2.data(), P(w, TPD_P_FCW, l), P(w, TPD_P_FCB, l), fc.data(), C, F);
-                    for (auto &f : fc) f = gelu(f);
-                    linear(fc.data(), P(w, TPD_P_FCPROJW, l), P(w, TPD_P_FCPROJB, l), out.data(), F, C);
-                    for (int i = 0; i < C; i++) x[t][i] += out[i];
+                    for (auto &f : fc)
+                        f = gelu(f);
+                    linear(fc.data(), P(w, TPD_P_FCPROJW, l), P(w, TPD_P_FCPROJB, l), out.data(), F,
+                           C);
+                    for (int i = 0; i < C; i++)
+                        x[t][i] += out[i];
                 }
             }
             for (int t = 0; t < T; t++) {
                 std::vector<double> ln(C), logits(d.V);
                 layernorm(x[t].data(), P(w, TPD_P_LNFW), P(w, TPD_P_LNFB), ln.data(), C);
-                linear(ln.data(), P(w, TPD_P_WTE), nullptr, logits.data(), C, d.V); // real rows only
+                linear(ln.data(), P(w, TPD_P_WTE), nullptr, logits.data(), C,
+                       d.V); // real rows only
                 double mx = -1e300, sum = 0;
-                for (double v : logits) mx = std::max(mx, v);
-                for (double v : logits) sum += std::exp(v - mx);
+                for (double v : logits)
+                    mx = std::max(mx, v);
+                for (double v : logits)
+                    sum += std::exp(v - mx);
                 total += std::log(sum) + mx - logits[tok[(size_t)b * (T + 1) + t + 1]];
             }
         }
@@ -121,7 +138,8 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
     // "full-2": full recompute of the first 2 layers only (Megatron's block method)
     std::string param = GetParam();
     size_t dash = param.find('-');
-    if (dash != std::string::npos) cfg.training.recompute_num_layers = std::stoi(param.substr(dash + 1));
+    if (dash != std::string::npos)
+        cfg.training.recompute_num_layers = std::stoi(param.substr(dash + 1));
     tiny::set(cfg.training.recompute, "training.recompute", param.substr(0, dash).c_str());
     cfg.model.num_layers = 2;
     cfg.model.hidden_size = 8;
@@ -147,13 +165,16 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
     // Non-trivial LayerNorm and bias values too.
     std::vector<float> pf(m->plan.lay.numel);
     memcpy(pf.data(), m->params, pf.size() * 4);
-    for (size_t i = 0; i < pf.size(); i++) pf[i] += 0.05f * (float)std::sin(0.7 * i);
+    for (size_t i = 0; i < pf.size(); i++)
+        pf[i] += 0.05f * (float)std::sin(0.7 * i);
     for (int r = cfg.model.vocab_size; r < m->d.Vp; r++) // padding rows stay zero
-        for (int c = 0; c < m->d.C; c++) pf[m->plan.lay.p[TPD_P_WTE].offset + (size_t)r * m->d.C + c] = 0;
+        for (int c = 0; c < m->d.C; c++)
+            pf[m->plan.lay.p[TPD_P_WTE].offset + (size_t)r * m->d.C + c] = 0;
     memcpy(m->params, pf.data(), pf.size() * 4);
 
     Ref ref{&m->plan.lay, 2, 5, {}};
-    for (int i = 0; i < 2 * 6; i++) ref.tok.push_back((i * 5 + 3) % 11);
+    for (int i = 0; i < 2 * 6; i++)
+        ref.tok.push_back((i * 5 + 3) % 11);
     ASSERT_EQ(tpd_model_set_batch(m, 0, ref.tok.data()), TPD_OK);
     ASSERT_EQ(tpd_model_zero_grads(m), TPD_OK);
     ASSERT_EQ(tpd_model_forward(m, 0), TPD_OK);
@@ -183,8 +204,8 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
             worst = std::max(worst, err);
             // fp32 backward vs double FD: absolute 2e-5 plus 1e-3 relative
             ASSERT_LE(err, 2e-5 + 1e-3 * std::fabs(fd))
-                << tpd_param_get_info((tpd_param)p)->name << " element " << i - s.offset
-                << " fd " << fd << " backward " << g[i];
+                << tpd_param_get_info((tpd_param)p)->name << " element " << i - s.offset << " fd "
+                << fd << " backward " << g[i];
         }
     }
     printf("model backward vs double finite differences: worst abs error %.3g\n", worst);
@@ -197,7 +218,8 @@ INSTANTIATE_TEST_SUITE_P(Recompute, ModelGrad,
                          ::testing::Values("none", "selective", "full", "full-1"),
                          [](const testing::TestParamInfo<const char *> &i) {
                              std::string n = i.param;
-                             for (char &ch : n) ch = ch == '-' ? '_' : ch;
+                             for (char &ch : n)
+                                 ch = ch == '-' ? '_' : ch;
                              return n;
                          });
 
@@ -233,9 +255,9 @@ void ExpectViewsInsideBlocks(const tpd_model *m, const std::string &where) {
         {b.w_dqkv, N * 3 * (size_t)d.Cl * a, b.ws_bytes, "dqkv"},
         {b.w_dfch, N * (size_t)d.Fl * a, b.ws_bytes, "dfch"},
     };
-    for (const Region &r : regions) EXPECT_LE(r.at + r.bytes, r.block) << where << " " << r.name;
-    if (d.last)
-        EXPECT_LE(b.s_logits + N * (size_t)d.Vl * a, b.slot_bytes) << where << " logits";
+    for (const Region &r : regions)
+        EXPECT_LE(r.at + r.bytes, r.block) << where << " " << r.name;
+    if (d.last) EXPECT_LE(b.s_logits + N * (size_t)d.Vl * a, b.slot_bytes) << where << " logits";
     if (b.recompute) EXPECT_LE(b.w_layer + b.layer.bytes, b.ws_bytes) << where << " w_layer";
     if (b.selective) EXPECT_LE(b.w_att + b.att_saved, b.ws_bytes) << where << " w_att";
 }
@@ -255,44 +277,48 @@ TEST(ModelMemory, AllocationEqualsPlan) {
                 cfg.parallel.tensor_model_parallel_size = tp;
                 cfg.parallel.pipeline_model_parallel_size = pp;
                 for (int zero : {0, 1})
-                for (int sp : {0, 1})
-                for (const char *rc : {"none", "selective", "full", "full-1"}) {
-                    if (sp && tp == 1) continue;
-                    cfg.training.recompute_num_layers = strcmp(rc, "full-1") == 0;
-                    cfg.parallel.use_distributed_optimizer = zero;
-                    cfg.parallel.sequence_parallel = sp;
-                    tiny::set(cfg.training.recompute, "training.recompute",
-                              std::string(rc, strcspn(rc, "-")).c_str());
-                    tpd_plan_layout lay;
-                    tpd_plan_layout_from_config(&cfg, tp * pp * dp, &lay);
-                    for (int stage = 0; stage < pp; stage++) {
-                        std::string where = "tp " + std::to_string(tp) + " pp " +
-                                            std::to_string(pp) + " dp " + std::to_string(dp) +
-                                            " stage " + std::to_string(stage) + " zero " +
-                                            std::to_string(zero) + " sp " + std::to_string(sp) +
-                                            " recompute " + rc;
-                        tpd_plan_stage_mem pred;
-                        ASSERT_EQ(tpd_plan_cpu_memory(&cfg, &lay, stage, &pred), TPD_OK);
-                        size_t before = tpd_kern_cpu_bytes_allocated(kb);
-                        tpd_model *m = nullptr;
-                        ASSERT_EQ(tpd_model_create(&cfg, kb, nullptr, tp, 0, pp, dp, stage, &m), TPD_OK);
-                        size_t device = tpd_kern_cpu_bytes_allocated(kb) - before;
-                        size_t host = 2 * (size_t)cfg.training.micro_batch_size *
-                                      cfg.model.seq_length * 4; // token staging
-                        EXPECT_EQ((double)(device + host), pred.total) << where;
-                        EXPECT_EQ((double)m->bytes_allocated, pred.total) << where;
-                        // category by category, for a message that says which one moved
-                        EXPECT_EQ((double)m->plan.mem.params, pred.params) << where;
-                        EXPECT_EQ((double)m->plan.mem.grads, pred.grads) << where;
-                        EXPECT_EQ((double)(m->plan.mem.optimizer + m->plan.mem.master),
-                                  pred.optimizer) << where;
-                        EXPECT_EQ((double)m->plan.mem.activations, pred.activations) << where;
-                        EXPECT_EQ((double)m->plan.mem.workspace, pred.workspace) << where;
-                        ExpectViewsInsideBlocks(m, where);
-                        tpd_model_destroy(m);
-                        checked++;
-                    }
-                }
+                    for (int sp : {0, 1})
+                        for (const char *rc : {"none", "selective", "full", "full-1"}) {
+                            if (sp && tp == 1) continue;
+                            cfg.training.recompute_num_layers = strcmp(rc, "full-1") == 0;
+                            cfg.parallel.use_distributed_optimizer = zero;
+                            cfg.parallel.sequence_parallel = sp;
+                            tiny::set(cfg.training.recompute, "training.recompute",
+                                      std::string(rc, strcspn(rc, "-")).c_str());
+                            tpd_plan_layout lay;
+                            tpd_plan_layout_from_config(&cfg, tp * pp * dp, &lay);
+                            for (int stage = 0; stage < pp; stage++) {
+                                std::string where =
+                                    "tp " + std::to_string(tp) + " pp " + std::to_string(pp) +
+                                    " dp " + std::to_string(dp) + " stage " +
+                                    std::to_string(stage) + " zero " + std::to_string(zero) +
+                                    " sp " + std::to_string(sp) + " recompute " + rc;
+                                tpd_plan_stage_mem pred;
+                                ASSERT_EQ(tpd_plan_cpu_memory(&cfg, &lay, stage, &pred), TPD_OK);
+                                size_t before = tpd_kern_cpu_bytes_allocated(kb);
+                                tpd_model *m = nullptr;
+                                ASSERT_EQ(
+                                    tpd_model_create(&cfg, kb, nullptr, tp, 0, pp, dp, stage, &m),
+                                    TPD_OK);
+                                size_t device = tpd_kern_cpu_bytes_allocated(kb) - before;
+                                size_t host = 2 * (size_t)cfg.training.micro_batch_size *
+                                              cfg.model.seq_length * 4; // token staging
+                                EXPECT_EQ((double)(device + host), pred.total) << where;
+                                EXPECT_EQ((double)m->bytes_allocated, pred.total) << where;
+                                // category by category, for a message that says which one moved
+                                EXPECT_EQ((double)m->plan.mem.params, pred.params) << where;
+                                EXPECT_EQ((double)m->plan.mem.grads, pred.grads) << where;
+                                EXPECT_EQ((double)(m->plan.mem.optimizer + m->plan.mem.master),
+                                          pred.optimizer)
+                                    << where;
+                                EXPECT_EQ((double)m->plan.mem.activations, pred.activations)
+                                    << where;
+                                EXPECT_EQ((double)m->plan.mem.workspace, pred.workspace) << where;
+                                ExpectViewsInsideBlocks(m, where);
+                                tpd_model_destroy(m);
+                                checked++;
+                            }
+                        }
             }
     EXPECT_GT(checked, 200);
     tpd_kern_backend_destroy(kb);

@@ -35,8 +35,8 @@ TEST(PlanBench, SearchOneTrillionOn3072) {
     std::printf("  best: TP=%d PP=%d DP=%d mbs=%d v=%d %s, %.1f TFLOP/s/GPU, MFU %.1f%%\n",
                 s.top[0].layout.tp, s.top[0].layout.pp, s.top[0].layout.dp,
                 s.top[0].layout.micro_batch_size, s.top[0].layout.virtual_stages,
-                tpd_config_choice("training.recompute", s.top[0].layout.recompute), s.top[0].tflops_per_gpu,
-                100 * s.top[0].mfu);
+                tpd_config_choice("training.recompute", s.top[0].layout.recompute),
+                s.top[0].tflops_per_gpu, 100 * s.top[0].mfu);
     EXPECT_EQ(s.top[0].layout.tp * s.top[0].layout.pp * s.top[0].layout.dp, 3072);
     tpd_plan_search_free(&s);
 }

@@ -24,7 +24,9 @@ namespace {
 const std::string kConfigPath = plan_test::scratch_path("cli_test.yaml");
 const char *kConfig = kConfigPath.c_str();
 struct RemoveAtExit {
-    ~RemoveAtExit() { std::remove(kConfigPath.c_str()); }
+    ~RemoveAtExit() {
+        std::remove(kConfigPath.c_str());
+    }
 } g_remove_config;
 
 void write_config() {
@@ -39,7 +41,8 @@ void write_config() {
 
 int run(std::vector<std::string> args, std::string *out) {
     std::vector<char *> argv;
-    for (auto &a : args) argv.push_back(a.data());
+    for (auto &a : args)
+        argv.push_back(a.data());
     testing::internal::CaptureStdout();
     int rc = tpd_cli_plan((int)argv.size(), argv.data());
     *out = testing::internal::GetCapturedStdout();
@@ -56,8 +59,7 @@ std::string slurp(const char *path) {
 TEST(PlanCli, SearchPrintsRankedTable) {
     write_config();
     std::string out;
-    ASSERT_EQ(run({"plan", kConfig, "--cluster", "dgx-a100-80g", "--gpus", "16"}, &out), 0)
-        << out;
+    ASSERT_EQ(run({"plan", kConfig, "--cluster", "dgx-a100-80g", "--gpus", "16"}, &out), 0) << out;
     EXPECT_NE(out.find("TFLOP/s/GPU"), std::string::npos) << out;
     EXPECT_NE(out.find("best layout:"), std::string::npos);
     EXPECT_NE(out.find("pipeline bubble"), std::string::npos);
@@ -67,25 +69,42 @@ TEST(PlanCli, SearchPrintsRankedTable) {
 TEST(PlanCli, JsonHasEveryField) {
     write_config();
     std::string out;
-    ASSERT_EQ(run({"plan", kConfig, "--cluster", "dgx-a100-80g", "--gpus", "16", "--top", "4",
-                   "--json"},
-                  &out),
-              0);
+    ASSERT_EQ(
+        run({"plan", kConfig, "--cluster", "dgx-a100-80g", "--gpus", "16", "--top", "4", "--json"},
+            &out),
+        0);
     cJSON *arr = cJSON_Parse(out.c_str());
     ASSERT_NE(arr, nullptr) << out;
     ASSERT_TRUE(cJSON_IsArray(arr));
     ASSERT_EQ(cJSON_GetArraySize(arr), 4);
-    const char *fields[] = {"tp", "pp", "dp", "micro_batch_size", "num_micro_batches",
-                            "virtual_stages", "recompute", "sequence_parallel",
-                            "distributed_optimizer", "fits", "reject_reason",
-                            "memory_bytes_per_rank", "memory_breakdown", "step_time_s",
-                            "time_breakdown", "tflops_per_gpu", "hw_tflops_per_gpu", "mfu",
-                            "tokens_per_s", "pipeline_layers", "pipeline_layers_balanced"};
+    const char *fields[] = {"tp",
+                            "pp",
+                            "dp",
+                            "micro_batch_size",
+                            "num_micro_batches",
+                            "virtual_stages",
+                            "recompute",
+                            "sequence_parallel",
+                            "distributed_optimizer",
+                            "fits",
+                            "reject_reason",
+                            "memory_bytes_per_rank",
+                            "memory_breakdown",
+                            "step_time_s",
+                            "time_breakdown",
+                            "tflops_per_gpu",
+                            "hw_tflops_per_gpu",
+                            "mfu",
+                            "tokens_per_s",
+                            "pipeline_layers",
+                            "pipeline_layers_balanced"};
     double prev = 0.0;
     cJSON *o;
     cJSON_ArrayForEach(o, arr) {
-        for (const char *f : fields) EXPECT_TRUE(cJSON_HasObjectItem(o, f)) << f;
-        int tp = cJSON_GetObjectItem(o, "tp")->valueint, pp = cJSON_GetObjectItem(o, "pp")->valueint,
+        for (const char *f : fields)
+            EXPECT_TRUE(cJSON_HasObjectItem(o, f)) << f;
+        int tp = cJSON_GetObjectItem(o, "tp")->valueint,
+            pp = cJSON_GetObjectItem(o, "pp")->valueint,
             dp = cJSON_GetObjectItem(o, "dp")->valueint;
         EXPECT_EQ(tp * pp * dp, 16);
         EXPECT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(o, "fits")));

@@ -24,8 +24,7 @@ tpd_config small_config() {
     return c;
 }
 
-tpd_plan_result predict(const tpd_config &cfg, const tpd_plan_cluster &cl, int tp, int pp,
-                        int dp) {
+tpd_plan_result predict(const tpd_config &cfg, const tpd_plan_cluster &cl, int tp, int pp, int dp) {
     tpd_plan_layout lay = {tp, pp, dp, 1, 1, TPD_RECOMPUTE_NONE, 0, 0};
     tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
     opt.gpus = tp * pp * dp;

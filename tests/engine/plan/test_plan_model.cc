@@ -49,8 +49,8 @@ TEST(PlanModel, FlopsFollowMegatronFormulas) {
     EXPECT_DOUBLE_EQ(tpd_plan_hw_flops(&c, B, V, TPD_RECOMPUTE_NONE), model);
     // Selective recomputes QK^T and AV: 4*s*h FLOPs per token per layer (4*s^2*h per
     // sequence).
-    EXPECT_NEAR(tpd_plan_hw_flops(&c, B, V, TPD_RECOMPUTE_SELECTIVE) - model,
-                B * l * 4 * s * s * h, 1e-6 * model);
+    EXPECT_NEAR(tpd_plan_hw_flops(&c, B, V, TPD_RECOMPUTE_SELECTIVE) - model, B * l * 4 * s * s * h,
+                1e-6 * model);
 }
 
 TEST(PlanModel, ActivationTermsMatchKorthikantiTable2) {
@@ -59,28 +59,26 @@ TEST(PlanModel, ActivationTermsMatchKorthikantiTable2) {
     for (int t : {1, 2, 8}) {
         SCOPED_TRACE(t);
         // TP only (t = 1 is "no parallelism": 10 + 24 = 34).
-        EXPECT_DOUBLE_EQ(tpd_plan_activation_bytes_per_layer(s, b, h, a, t, 0,
-                                                             TPD_RECOMPUTE_NONE, 0),
-                         sbh * (10 + 24.0 / t + 5 * a * s / (h * t)));
-        EXPECT_DOUBLE_EQ(tpd_plan_activation_bytes_per_layer(s, b, h, a, t, 1,
-                                                             TPD_RECOMPUTE_NONE, 0),
-                         sbh * (34 + 5 * a * s / h) / t);
-        EXPECT_DOUBLE_EQ(tpd_plan_activation_bytes_per_layer(s, b, h, a, t, 0,
-                                                             TPD_RECOMPUTE_SELECTIVE, 0),
-                         sbh * (10 + 24.0 / t));
-        EXPECT_DOUBLE_EQ(tpd_plan_activation_bytes_per_layer(s, b, h, a, t, 1,
-                                                             TPD_RECOMPUTE_SELECTIVE, 0),
-                         34 * sbh / t);
-        EXPECT_DOUBLE_EQ(tpd_plan_activation_bytes_per_layer(s, b, h, a, t, 0,
-                                                             TPD_RECOMPUTE_FULL, 0),
-                         2 * sbh);
+        EXPECT_DOUBLE_EQ(
+            tpd_plan_activation_bytes_per_layer(s, b, h, a, t, 0, TPD_RECOMPUTE_NONE, 0),
+            sbh * (10 + 24.0 / t + 5 * a * s / (h * t)));
+        EXPECT_DOUBLE_EQ(
+            tpd_plan_activation_bytes_per_layer(s, b, h, a, t, 1, TPD_RECOMPUTE_NONE, 0),
+            sbh * (34 + 5 * a * s / h) / t);
+        EXPECT_DOUBLE_EQ(
+            tpd_plan_activation_bytes_per_layer(s, b, h, a, t, 0, TPD_RECOMPUTE_SELECTIVE, 0),
+            sbh * (10 + 24.0 / t));
+        EXPECT_DOUBLE_EQ(
+            tpd_plan_activation_bytes_per_layer(s, b, h, a, t, 1, TPD_RECOMPUTE_SELECTIVE, 0),
+            34 * sbh / t);
+        EXPECT_DOUBLE_EQ(
+            tpd_plan_activation_bytes_per_layer(s, b, h, a, t, 0, TPD_RECOMPUTE_FULL, 0), 2 * sbh);
         // Flash attention drops exactly the 5as/h term.
-        EXPECT_DOUBLE_EQ(tpd_plan_activation_bytes_per_layer(s, b, h, a, t, 0,
-                                                             TPD_RECOMPUTE_NONE, 1),
-                         sbh * (10 + 24.0 / t));
+        EXPECT_DOUBLE_EQ(
+            tpd_plan_activation_bytes_per_layer(s, b, h, a, t, 0, TPD_RECOMPUTE_NONE, 1),
+            sbh * (10 + 24.0 / t));
     }
-    EXPECT_DOUBLE_EQ(tpd_plan_activation_bytes_per_layer(s, b, h, a, 1, 0,
-                                                         TPD_RECOMPUTE_NONE, 0),
+    EXPECT_DOUBLE_EQ(tpd_plan_activation_bytes_per_layer(s, b, h, a, 1, 0, TPD_RECOMPUTE_NONE, 0),
                      s * b * h * (34 + 5 * a * s / h));
 }
 
@@ -93,7 +91,6 @@ TEST(PlanModel, InFlightMatchesScheduleRules) {
     double chunks = tpd_plan_in_flight(p, 0, 64, v);
     EXPECT_DOUBLE_EQ(chunks / v, p * (1.0 + (p - 1.0) / (p * v)));
 }
-
 
 TEST(PlanModel, BytesPerParameterFollowMegatron) {
     tpd_plan_cluster cl = a100();
@@ -111,9 +108,8 @@ TEST(PlanModel, BytesPerParameterFollowMegatron) {
     EXPECT_DOUBLE_EQ((p.params + p.grads + p.optimizer) / n, 18.0);
     EXPECT_NEAR((z.params + z.grads + z.optimizer) / n, 6.0 + 12.0 / 16, 1e-12);
     // A middle stage holds l/p layers of t-sharded weights and no embeddings.
-    EXPECT_NEAR(n, 12 * (12 * 12288.0 * 12288 / 8 + 6 * 12288.0 + 3 * 12288.0 / 8 +
-                         4 * 12288.0 / 8),
-                1.0);
+    EXPECT_NEAR(
+        n, 12 * (12 * 12288.0 * 12288 / 8 + 6 * 12288.0 + 3 * 12288.0 / 8 + 4 * 12288.0 / 8), 1.0);
     // Stage 0 holds p in-flight micro-batches of 12 layers: 12 * 8 * 2sbh/t (+ masks,
     // + one recomputed layer).
     EXPECT_GT(plain.mem[0].activations, 12 * 8 * 2 * 2048.0 * 12288 / 8);
@@ -252,7 +248,8 @@ TEST(PlanModel, LargeVocabularyPipelineIsSplitByTime) {
     EXPECT_LT(bal.stage_layers[3], bal.stage_layers[0]); // the head's stage holds fewer
     EXPECT_LT(bal.step_time_s, 0.9 * even.step_time_s);
     // the balanced split, given as parallel.pipeline_layers, is what the planner timed
-    for (int s = 0; s < 4; s++) c.parallel.pipeline_layers[s] = bal.stage_layers[s];
+    for (int s = 0; s < 4; s++)
+        c.parallel.pipeline_layers[s] = bal.stage_layers[s];
     c.parallel.num_pipeline_layers = 4;
     tpd_plan_result given;
     opt.balance_stages = 1;
@@ -268,7 +265,8 @@ TEST(PlanModel, LargeVocabularyPipelineIsSplitByTime) {
     tpd_plan_result r;
     ASSERT_EQ(tpd_plan_evaluate(&g, &cl, &lg, &opt, &r), TPD_OK);
     EXPECT_FALSE(r.balanced);
-    for (int s = 0; s < 16; s++) EXPECT_EQ(r.stage_layers[s], 6);
+    for (int s = 0; s < 16; s++)
+        EXPECT_EQ(r.stage_layers[s], 6);
 }
 
 // training.recompute_num_layers (Megatron's block method): only the first n layers of a
@@ -277,7 +275,9 @@ TEST(PlanModel, LargeVocabularyPipelineIsSplitByTime) {
 // full recompute; l is left at full.
 class Gpt3Recompute : public ::testing::Test {
   protected:
-    void SetUp() override { ASSERT_TRUE(init()); }
+    void SetUp() override {
+        ASSERT_TRUE(init());
+    }
     tpd_plan_cluster cl;
     tpd_config g = plan_test::gpt(96, 12288, 96, 1536, 1);
     tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
@@ -388,7 +388,8 @@ TEST(PlanModel, UnevenStagesWhenLayersDoNotDivide) {
     ASSERT_EQ(r.stages, 3) << r.reject_reason;
     c.parallel.pipeline_model_parallel_size = 3;
     c.parallel.num_pipeline_layers = 3;
-    for (int s = 0; s < 3; s++) c.parallel.pipeline_layers[s] = r.stage_layers[s];
+    for (int s = 0; s < 3; s++)
+        c.parallel.pipeline_layers[s] = r.stage_layers[s];
     EXPECT_EQ(r.stage_layers[0] + r.stage_layers[1] + r.stage_layers[2], 5);
     for (int s = 0; s < 3; s++) {
         tpd_mem_breakdown mb;
@@ -426,16 +427,16 @@ TEST(PlanCluster, BadProfilesNameFileAndKey) {
         const char *text;
     } cases[] = {
         {"gpus_per_node: 8\npeak_tflops: 312\nhbm_gib: 80\nhbm_bw_gbs: 2000\n"
-         "intra_node_bw_gbs: 300\ninter_node_bw_gbs: 25\npeak_tflop: 3\n"},       // unknown
+         "intra_node_bw_gbs: 300\ninter_node_bw_gbs: 25\npeak_tflop: 3\n"}, // unknown
         {"gpus_per_node: 8\npeak_tflops: 312\nhbm_gib: 80\nhbm_bw_gbs: 2000\n"
-         "intra_node_bw_gbs: 300\n"},                                           // missing
+         "intra_node_bw_gbs: 300\n"}, // missing
         {"gpus_per_node: 8\npeak_tflops: fast\nhbm_gib: 80\nhbm_bw_gbs: 2000\n"
-         "intra_node_bw_gbs: 300\ninter_node_bw_gbs: 25\n"},                    // not a number
+         "intra_node_bw_gbs: 300\ninter_node_bw_gbs: 25\n"}, // not a number
         {"gpus_per_node: 8\npeak_tflops: 312\nhbm_gib: 80\nhbm_bw_gbs: 2000\n"
-         "intra_node_bw_gbs: 300\ninter_node_bw_gbs: 25\nbackend: tpu\n"},      // bad enum
+         "intra_node_bw_gbs: 300\ninter_node_bw_gbs: 25\nbackend: tpu\n"}, // bad enum
         {"gpus_per_node: 8\npeak_tflops: 312\nhbm_gib: 80\nhbm_bw_gbs: 2000\n"
          "intra_node_bw_gbs: 300\ninter_node_bw_gbs: 25\n"
-         "gemm_efficiency: [[10, 0.5], [1, 0.6]]\n"},                          // not increasing
+         "gemm_efficiency: [[10, 0.5], [1, 0.6]]\n"}, // not increasing
     };
     for (const Case &k : cases) {
         FILE *f = std::fopen(path, "w");

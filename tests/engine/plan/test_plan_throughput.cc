@@ -12,7 +12,6 @@ using namespace plan_test;
 
 namespace {
 
-
 // SC21 Table 1: A100 80GB, fp16, full recomputation, 2021 Megatron (unfused attention
 // with the fused softmax kernel, DP all-reduce after backward, no sequence parallelism).
 // The published TFLOP/s count Eq. 3 FLOPs, i.e. our hw_tflops_per_gpu. Every row must
@@ -35,10 +34,9 @@ TEST(PlanThroughput, Sc21Table1WithinTenPercentEveryRow) {
         std::printf("  %7.1fB  predicted %6.1f  published %5.0f TFLOP/s/GPU  error %+5.1f%%  "
                     "(step %.2f s: compute %.2f, tp %.2f, bubble %.2f, p2p %.3f, dp %.2f, "
                     "opt %.3f; mem %.1f GiB)\n",
-                    row.params_b, res.hw_tflops_per_gpu, row.tflops, 100 * err,
-                    res.step_time_s, res.time.compute, res.time.tp_comm, res.time.pp_bubble,
-                    res.time.pp_p2p, res.time.dp_comm_exposed, res.time.optimizer,
-                    res.memory_bytes / 1073741824.0);
+                    row.params_b, res.hw_tflops_per_gpu, row.tflops, 100 * err, res.step_time_s,
+                    res.time.compute, res.time.tp_comm, res.time.pp_bubble, res.time.pp_p2p,
+                    res.time.dp_comm_exposed, res.time.optimizer, res.memory_bytes / 1073741824.0);
         EXPECT_LT(std::fabs(err), 0.10) << row.params_b << "B";
         sum += std::fabs(err);
         worst = std::fmax(worst, std::fabs(err));

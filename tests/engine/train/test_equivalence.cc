@@ -30,15 +30,15 @@ const int kSteps = 10;
 bool g_cuda = false;
 
 struct Result {
-    std::vector<double> loss, norm, pnorm; // pnorm: the weights' norm after each update
-    int tied_mismatch = 0; // elements where the first and last stage's wte differ
+    std::vector<double> loss, norm, pnorm;  // pnorm: the weights' norm after each update
+    int tied_mismatch = 0;                  // elements where the first and last stage's wte differ
     std::vector<std::vector<float>> params; // per tensor, world rank 0 only
 };
 
 struct Layout {
     int tp, pp, dp, zero;
     bool cuda = false;
-    std::vector<int> stage_layers; // parallel.pipeline_layers; empty: even split
+    std::vector<int> stage_layers;  // parallel.pipeline_layers; empty: even split
     const char *recompute = "none"; // training.recompute
     bool sp = false;                // parallel.sequence_parallel
     int recompute_layers = 0;       // training.recompute_num_layers
@@ -55,12 +55,20 @@ int tied_copies_differ(tpd_trainer *tr) {
         const tpd_param_slice &s = tpd_trainer_model(tr)->plan.lay.p[TPD_P_WTE];
         const float *w = (const float *)tpd_model_param(tpd_trainer_model(tr), TPD_P_WTE);
         std::vector<float> hi(w, w + s.numel), lo(s.numel);
-        for (size_t i = 0; i < s.numel; i++) lo[i] = -w[i];
-        EXPECT_EQ(tpd_comm_allreduce(emb, hi.data(), hi.data(), s.numel, TPD_DTYPE_F32, TPD_COMM_OP_MAX, nullptr), TPD_OK);
-        EXPECT_EQ(tpd_comm_allreduce(emb, lo.data(), lo.data(), s.numel, TPD_DTYPE_F32, TPD_COMM_OP_MAX, nullptr), TPD_OK);
-        for (size_t i = 0; i < s.numel; i++) diff += hi[i] != -lo[i];
+        for (size_t i = 0; i < s.numel; i++)
+            lo[i] = -w[i];
+        EXPECT_EQ(tpd_comm_allreduce(emb, hi.data(), hi.data(), s.numel, TPD_DTYPE_F32,
+                                     TPD_COMM_OP_MAX, nullptr),
+                  TPD_OK);
+        EXPECT_EQ(tpd_comm_allreduce(emb, lo.data(), lo.data(), s.numel, TPD_DTYPE_F32,
+                                     TPD_COMM_OP_MAX, nullptr),
+                  TPD_OK);
+        for (size_t i = 0; i < s.numel; i++)
+            diff += hi[i] != -lo[i];
     }
-    EXPECT_EQ(tpd_comm_allreduce(tpd_trainer_host_comms(tr)->world, &diff, &diff, 1, TPD_DTYPE_I32, TPD_COMM_OP_SUM, nullptr), TPD_OK);
+    EXPECT_EQ(tpd_comm_allreduce(tpd_trainer_host_comms(tr)->world, &diff, &diff, 1, TPD_DTYPE_I32,
+                                 TPD_COMM_OP_SUM, nullptr),
+              TPD_OK);
     return diff;
 }
 
@@ -70,7 +78,8 @@ Result run(const Layout &L) {
     int n = L.tp * L.pp * L.dp;
     tpd_comm *sub = nullptr;
     int member = tpd_comm_rank(g_world) < n;
-    EXPECT_EQ(tpd_comm_split(g_world, member ? 0 : -1, tpd_comm_rank(g_world), "layout", &sub), TPD_OK);
+    EXPECT_EQ(tpd_comm_split(g_world, member ? 0 : -1, tpd_comm_rank(g_world), "layout", &sub),
+              TPD_OK);
     if (member) {
         tpd_config cfg = tiny::config(g_data);
         cfg.parallel.tensor_model_parallel_size = L.tp;
@@ -97,8 +106,11 @@ Result run(const Layout &L) {
             }
             r.tied_mismatch = tied_copies_differ(tr);
             for (int p = 0; p < TPD_P_COUNT; p++) {
-                std::vector<float> g(tpd_model_layout_global_numel(&tpd_trainer_model(tr)->plan.lay, (tpd_param)p));
-                EXPECT_EQ(tpd_trainer_gather_param(tr, (tpd_param)p, tpd_comm_rank(sub) == 0 ? g.data() : nullptr), TPD_OK);
+                std::vector<float> g(
+                    tpd_model_layout_global_numel(&tpd_trainer_model(tr)->plan.lay, (tpd_param)p));
+                EXPECT_EQ(tpd_trainer_gather_param(tr, (tpd_param)p,
+                                                   tpd_comm_rank(sub) == 0 ? g.data() : nullptr),
+                          TPD_OK);
                 r.params.push_back(g);
             }
             tpd_trainer_destroy(tr);
@@ -126,7 +138,9 @@ TEST(Equivalence, EveryLayoutMatchesSingleRank) {
         for (int pp : {1, 2, 4})
             for (int dp : {1, 2, 4, 8})
                 for (int zero : {0, 1}) {
-                    if (tp * pp * dp > tpd_comm_size(g_world) || (tp == 1 && pp == 1 && dp == 1 && !zero)) continue;
+                    if (tp * pp * dp > tpd_comm_size(g_world) ||
+                        (tp == 1 && pp == 1 && dp == 1 && !zero))
+                        continue;
                     if (zero && dp == 1) continue;
                     layouts.push_back({tp, pp, dp, zero});
                 }
@@ -155,7 +169,8 @@ TEST(Equivalence, EveryLayoutMatchesSingleRank) {
         Result r = run(L);
         if (tpd_comm_rank(g_world) != 0) continue;
         std::string stages;
-        for (int n : L.stage_layers) stages += (stages.empty() ? " stages " : ",") + std::to_string(n);
+        for (int n : L.stage_layers)
+            stages += (stages.empty() ? " stages " : ",") + std::to_string(n);
         if (strcmp(L.recompute, "none")) stages += std::string(" recompute ") + L.recompute;
         if (L.recompute_layers) stages += " of " + std::to_string(L.recompute_layers) + " layer(s)";
         if (L.sp) stages += " sequence parallel";
@@ -166,8 +181,10 @@ TEST(Equivalence, EveryLayoutMatchesSingleRank) {
         for (int i = 0; i < kSteps; i++) {
             double el = std::fabs(r.loss[i] - ref.loss[i]) / std::fabs(ref.loss[i]);
             double en = std::fabs(r.norm[i] - ref.norm[i]) / std::fabs(ref.norm[i]);
-            EXPECT_LE(el, 1e-5) << "step " << i + 1 << " loss " << r.loss[i] << " vs " << ref.loss[i];
-            EXPECT_LE(en, 1e-5) << "step " << i + 1 << " grad norm " << r.norm[i] << " vs " << ref.norm[i];
+            EXPECT_LE(el, 1e-5) << "step " << i + 1 << " loss " << r.loss[i] << " vs "
+                                << ref.loss[i];
+            EXPECT_LE(en, 1e-5) << "step " << i + 1 << " grad norm " << r.norm[i] << " vs "
+                                << ref.norm[i];
             // every parameter once: TP-replicated ones and the tied embedding too
             EXPECT_LE(std::fabs(r.pnorm[i] - ref.pnorm[i]) / ref.pnorm[i], 1e-5)
                 << "step " << i + 1 << " params norm " << r.pnorm[i] << " vs " << ref.pnorm[i];
@@ -235,6 +252,6 @@ int main(int argc, char **argv) {
     tpd_comm_barrier(g_world);
     if (tpd_comm_rank(g_world) == 0) tiny::remove_corpus(g_data);
     tpd_comm_mpi_finish(g_world);
-    
+
     return rc;
 }

@@ -43,7 +43,9 @@ std::vector<float> host_grad(tpd_trainer *tr, tpd_param p) {
     void *src = tpd_model_grad(m, p), *tmp = nullptr;
     if (tpd_kern_grad_dtype(m->kb) != TPD_DTYPE_F32) {
         EXPECT_EQ(tpd_kern_alloc(m->kb, s.numel * 4, &tmp), TPD_OK);
-        EXPECT_EQ(tpd_kern_cast(m->kb, tmp, TPD_DTYPE_F32, src, tpd_kern_grad_dtype(m->kb), s.numel), TPD_OK);
+        EXPECT_EQ(
+            tpd_kern_cast(m->kb, tmp, TPD_DTYPE_F32, src, tpd_kern_grad_dtype(m->kb), s.numel),
+            TPD_OK);
         src = tmp;
     }
     EXPECT_EQ(tpd_kern_copy_to_host(m->kb, out.data(), src, s.numel * 4), TPD_OK);
@@ -107,6 +109,6 @@ int main(int argc, char **argv) {
     int rc = RUN_ALL_TESTS();
     tiny::remove_corpus(g_data);
     tpd_comm_mpi_finish(g_world);
-    
+
     return rc;
 }

@@ -58,7 +58,8 @@ TEST(Train, LossFallsOnTinyModel) {
     // this one must use the context to get well below it.
     std::string text = tiny::corpus_text();
     std::vector<double> count(256, 0);
-    for (unsigned char ch : text) count[ch]++;
+    for (unsigned char ch : text)
+        count[ch]++;
     double h1 = 0;
     for (double c : count)
         if (c > 0) h1 -= c / text.size() * std::log(c / text.size());
@@ -131,12 +132,14 @@ TEST(Train, RunWritesMetricsFile) {
     std::ifstream in(path);
     std::string line;
     int n = 0;
-    const char *keys[] = {"iteration", "consumed_samples", "lm_loss", "lr", "grad_norm",
-                          "elapsed_ms", "tokens_per_s", "tflops_per_gpu", "skipped_iterations"};
+    const char *keys[] = {"iteration",    "consumed_samples", "lm_loss",
+                          "lr",           "grad_norm",        "elapsed_ms",
+                          "tokens_per_s", "tflops_per_gpu",   "skipped_iterations"};
     while (std::getline(in, line)) {
         cJSON *o = cJSON_Parse(line.c_str());
         ASSERT_NE(o, nullptr) << line;
-        for (const char *k : keys) EXPECT_NE(cJSON_GetObjectItem(o, k), nullptr) << k;
+        for (const char *k : keys)
+            EXPECT_NE(cJSON_GetObjectItem(o, k), nullptr) << k;
         n++;
         EXPECT_EQ(cJSON_GetObjectItem(o, "iteration")->valueint, n);
         EXPECT_EQ(cJSON_GetObjectItem(o, "consumed_samples")->valueint, 16 * n);
@@ -161,10 +164,12 @@ TEST(Metrics, LogLineHasMegatronFields) {
     char buf[1024];
     tpd_metrics_format_line(&r, buf, sizeof buf);
     std::string s(buf);
-    for (const char *f : {"iteration       50/     100", "consumed samples:", "elapsed time per iteration (ms): 263.6",
-                          "throughput per GPU (TFLOP/s/GPU):", "tokens/s:", "learning rate: 1.092267E-04",
-                          "global batch size:   512", "lm loss: 8.184724E+00", "grad norm: 1.128",
-                          "number of skipped iterations:   0"})
+    for (const char *f :
+         {"iteration       50/     100",
+          "consumed samples:", "elapsed time per iteration (ms): 263.6",
+          "throughput per GPU (TFLOP/s/GPU):", "tokens/s:", "learning rate: 1.092267E-04",
+          "global batch size:   512", "lm loss: 8.184724E+00", "grad norm: 1.128",
+          "number of skipped iterations:   0"})
         EXPECT_NE(s.find(f), std::string::npos) << "missing '" << f << "' in " << s;
     EXPECT_EQ(s.find("params norm"), std::string::npos); // only when logged
     r.has_params_norm = 1;
@@ -229,7 +234,8 @@ TEST(Train, BinaryRunsTheFastestBlasKernels) {
     ASSERT_NE(p, nullptr);
     std::string out;
     char buf[512];
-    while (fgets(buf, sizeof buf, p)) out += buf;
+    while (fgets(buf, sizeof buf, p))
+        out += buf;
     EXPECT_EQ(pclose(p), 0) << out;
     EXPECT_NE(out.find("OpenBLAS " + want), std::string::npos) << "want " << want << "\n" << out;
 }
@@ -241,6 +247,6 @@ int main(int argc, char **argv) {
     int rc = RUN_ALL_TESTS();
     tiny::remove_corpus(g_data);
     tpd_comm_mpi_finish(g_world);
-    
+
     return rc;
 }
