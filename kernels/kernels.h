@@ -119,7 +119,9 @@ tpd_status tpd_kern_layernorm_bwd(const tpd_kern_backend *kb, void *dinp, void *
 tpd_status tpd_kern_matmul_fwd(const tpd_kern_backend *kb, void *out, const void *inp,
                                const void *w, const void *bias, int N, int C, int OC);
 /* dinp(N,C) = dout(N,OC) @ w(OC,C), overwritten (skipped when dinp == NULL);
- * dw(OC,C) += dout^T @ inp; dbias(OC) += colsum(dout) (skipped when NULL). */
+ * dw(OC,C) += dout^T @ inp; dbias(OC) += colsum(dout) (skipped when NULL).
+ * dw == NULL skips the weight gradient (inp is then not read and may be NULL). A split
+ * backward (ZB-H1) calls it twice: B with dw = dbias = NULL, W later with dinp = NULL. */
 tpd_status tpd_kern_matmul_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, void *dbias,
                                const void *dout, const void *inp, const void *w, int N, int C,
                                int OC);
@@ -137,7 +139,7 @@ tpd_status tpd_kern_matmul_gelu_fwd(const tpd_kern_backend *kb, void *out, void 
 /* ---- elementwise ---- */
 /* tanh-approximate GELU: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 tpd_status tpd_kern_gelu_fwd(const tpd_kern_backend *kb, void *out, const void *inp, size_t n);
-/* dinp = gelu'(inp) * dout. Overwrites. dinp may alias dout. */
+/* dinp = gelu'(inp) * dout. Overwrites. dinp may alias dout or inp (elementwise). */
 tpd_status tpd_kern_gelu_bwd(const tpd_kern_backend *kb, void *dinp, const void *inp,
                              const void *dout, size_t n);
 /* out = a + b (residual). out may alias a or b. */

@@ -74,8 +74,32 @@ tpd_status tpd_comm_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, in
     return c->ops->irecv(c, buf, count, dt, peer, tag, stream, req_p);
 }
 
+tpd_status tpd_comm_iallreduce(tpd_comm *c, const void *send, void *recv, size_t count,
+                               tpd_dtype dt, tpd_comm_op op, void *stream, tpd_comm_req **req_p) {
+    return c->ops->iallreduce(c, send, recv, count, dt, op, stream, req_p);
+}
+
+tpd_status tpd_comm_ireduce_scatter(tpd_comm *c, const void *send, void *recv, size_t recvcount,
+                                    tpd_dtype dt, tpd_comm_op op, void *stream,
+                                    tpd_comm_req **req_p) {
+    return c->ops->ireduce_scatter(c, send, recv, recvcount, dt, op, stream, req_p);
+}
+
+tpd_status tpd_comm_iallgather(tpd_comm *c, const void *send, void *recv, size_t sendcount,
+                               tpd_dtype dt, void *stream, tpd_comm_req **req_p) {
+    return c->ops->iallgather(c, send, recv, sendcount, dt, stream, req_p);
+}
+
 tpd_status tpd_comm_wait(tpd_comm *c, tpd_comm_req *req) {
     return c->ops->wait(c, req);
+}
+
+tpd_status tpd_comm_test(tpd_comm *c, tpd_comm_req *req, int *done_p) {
+    if (!req) {
+        *done_p = 1;
+        return TPD_OK;
+    }
+    return c->ops->test(c, req, done_p);
 }
 
 tpd_status tpd_comm_group_start(tpd_comm *c) {

@@ -11,6 +11,18 @@
  * - Point-to-point: isend/irecv return a request that tpd_comm_wait completes. A send
  *   never blocks the caller (MPI: MPI_Isend; NCCL: enqueued on a communication stream),
  *   so the pipeline's action lists can post sends eagerly and only receives wait.
+ * - Non-blocking collectives: iallreduce, ireduce_scatter and iallgather take the blocking
+ *   call's arguments and in-place forms plus a request; tpd_comm_wait completes and frees
+ *   it, tpd_comm_test polls any request (p2p too) and leaves it to wait. The buffers belong
+ *   to the operation until wait returns, and every rank posts a communicator's collectives,
+ *   blocking or not, in one order. MPI: MPI moves non-blocking collectives on only inside
+ *   MPI calls, so a caller that overlaps them calls tpd_comm_test between pieces of work
+ *   (cheap; it progresses every outstanding request); recv holds the result once test
+ *   reports done or wait returns. Only wait runs under the watchdog. NCCL: enqueued on the
+ *   communication stream after the work already queued on `stream`, which computes on;
+ *   wait makes `stream` wait for the collective but not the host (ordered as a blocking
+ *   one would be; tpd_comm_sync(stream) waits). Staged and self: complete when the call
+ *   returns, with a NULL request (no overlap through host staging).
  * - group_start/group_end bracket several p2p calls that must be issued together
  *   (NCCL requires it for paired send/recv; MPI posts them non-blocking anyway).
  * - gather and gatherv are host-only (MPI and self backends): traces, sweep records,
@@ -70,8 +82,22 @@ tpd_status tpd_comm_isend(tpd_comm *c, const void *buf, size_t count, tpd_dtype 
                           int tag, void *stream, tpd_comm_req **req_p);
 tpd_status tpd_comm_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer, int tag,
                           void *stream, tpd_comm_req **req_p);
+/* Non-blocking forms of allreduce, reduce_scatter and allgather: same arguments and
+ * in-place rules as the blocking calls, plus a request (possibly NULL: already complete)
+ * for tpd_comm_wait. */
+tpd_status tpd_comm_iallreduce(tpd_comm *c, const void *send, void *recv, size_t count,
+                               tpd_dtype dt, tpd_comm_op op, void *stream, tpd_comm_req **req_p);
+tpd_status tpd_comm_ireduce_scatter(tpd_comm *c, const void *send, void *recv, size_t recvcount,
+                                    tpd_dtype dt, tpd_comm_op op, void *stream,
+                                    tpd_comm_req **req_p);
+tpd_status tpd_comm_iallgather(tpd_comm *c, const void *send, void *recv, size_t sendcount,
+                               tpd_dtype dt, void *stream, tpd_comm_req **req_p);
 /* Completes and frees a request. NULL is a no-op. */
 tpd_status tpd_comm_wait(tpd_comm *c, tpd_comm_req *req);
+/* Progresses outstanding communication and sets *done_p to 1 when req has completed (it
+ * still has to be passed to tpd_comm_wait, which then returns at once), 0 otherwise. NULL
+ * req: done. */
+tpd_status tpd_comm_test(tpd_comm *c, tpd_comm_req *req, int *done_p);
 tpd_status tpd_comm_group_start(tpd_comm *c);
 tpd_status tpd_comm_group_end(tpd_comm *c);
 tpd_status tpd_comm_barrier(tpd_comm *c);

@@ -31,7 +31,14 @@ typedef struct tpd_comm_ops {
                         void *stream, tpd_comm_req **req_p);
     tpd_status (*irecv)(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer, int tag,
                         void *stream, tpd_comm_req **req_p);
+    tpd_status (*iallreduce)(tpd_comm *c, const void *send, void *recv, size_t count, tpd_dtype dt,
+                             tpd_comm_op op, void *stream, tpd_comm_req **req_p);
+    tpd_status (*ireduce_scatter)(tpd_comm *c, const void *send, void *recv, size_t recvcount,
+                                  tpd_dtype dt, tpd_comm_op op, void *stream, tpd_comm_req **req_p);
+    tpd_status (*iallgather)(tpd_comm *c, const void *send, void *recv, size_t sendcount,
+                             tpd_dtype dt, void *stream, tpd_comm_req **req_p);
     tpd_status (*wait)(tpd_comm *c, tpd_comm_req *req);
+    tpd_status (*test)(tpd_comm *c, tpd_comm_req *req, int *done_p); /* req is not NULL */
     tpd_status (*group_start)(tpd_comm *c);
     tpd_status (*group_end)(tpd_comm *c);
     tpd_status (*barrier)(tpd_comm *c);

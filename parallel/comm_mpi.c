@@ -25,9 +25,34 @@ struct tpd_comm_ctx {
     MPI_Comm comm;
 };
 
+/* A point-to-point transfer (one MPI request) or a non-blocking collective (one per chunk
+ * of a large all-reduce). */
 struct tpd_comm_req {
-    MPI_Request req;
+    const char *what; /* for the watchdog and error messages */
+    /* In-place reduce-scatter: MPI leaves the result at the start of the buffer; it moves
+     * to this rank's block when the operation is first seen complete. */
+    void *move_to;
+    const void *move_from;
+    size_t move_bytes;
+    int n;
+    MPI_Request mreq[];
 };
+
+static tpd_comm_req *req_new(const char *what, int n) {
+    tpd_comm_req *r = calloc(1, sizeof *r + (size_t)n * sizeof r->mreq[0]);
+    if (!r) return NULL;
+    r->what = what;
+    r->n = n;
+    for (int i = 0; i < n; i++)
+        r->mreq[i] = MPI_REQUEST_NULL;
+    return r;
+}
+
+/* The completed operation's last step, run once. */
+static void req_finish(tpd_comm_req *r) {
+    if (r->move_bytes) memmove(r->move_to, r->move_from, r->move_bytes);
+    r->move_bytes = 0;
+}
 
 /* ---- watchdog: one per process ---- */
 static struct {
@@ -205,6 +230,83 @@ static tpd_status m_allgather(tpd_comm *c, const void *send, void *recv, size_t 
     return TPD_OK;
 }
 
+/* ---- non-blocking collectives: the blocking ones' chunking and in-place forms ---- */
+
+/* Hands r to the caller, or frees it after a failed post. Chunks posted before the one
+ * that failed stay with MPI: a communicator that fails a post is aborted, not reused. */
+static tpd_status posted(tpd_comm *c, tpd_comm_req *r, int rc, tpd_comm_req **req_p) {
+    if (rc != MPI_SUCCESS) {
+        const char *what = r->what;
+        free(r);
+        return mpi_fail(c, what, rc);
+    }
+    *req_p = r;
+    return TPD_OK;
+}
+
+static tpd_status m_iallreduce(tpd_comm *c, const void *send, void *recv, size_t count,
+                               tpd_dtype dt, tpd_comm_op op, void *stream, tpd_comm_req **req_p) {
+    (void)stream;
+    MPI_Datatype mdt;
+    MPI_Op mop;
+    TPD_CHECK(map_types(c, dt, op, &mdt, &mop));
+    size_t es = tpd_dtype_size(dt);
+    tpd_comm_req *r = req_new("non-blocking all-reduce", (int)((count + CHUNK - 1) / CHUNK));
+    if (!r) return TPD_ERR_NOMEM;
+    int rc = MPI_SUCCESS;
+    for (int i = 0; i < r->n && rc == MPI_SUCCESS; i++) {
+        size_t off = (size_t)i * CHUNK;
+        size_t n = count - off < CHUNK ? count - off : CHUNK;
+        const void *s = send == recv ? MPI_IN_PLACE : (const char *)send + off * es;
+        rc =
+            MPI_Iallreduce(s, (char *)recv + off * es, (int)n, mdt, mop, c->ctx->comm, &r->mreq[i]);
+    }
+    return posted(c, r, rc, req_p);
+}
+
+static tpd_status m_ireduce_scatter(tpd_comm *c, const void *send, void *recv, size_t recvcount,
+                                    tpd_dtype dt, tpd_comm_op op, void *stream,
+                                    tpd_comm_req **req_p) {
+    (void)stream;
+    MPI_Datatype mdt;
+    MPI_Op mop;
+    TPD_CHECK(map_types(c, dt, op, &mdt, &mop));
+    TPD_CHECK(int_count(c, "reduce-scatter block", recvcount));
+    size_t bytes = recvcount * tpd_dtype_size(dt);
+    tpd_comm_req *r = req_new("non-blocking reduce-scatter", 1);
+    if (!r) return TPD_ERR_NOMEM;
+    int rc;
+    if ((const char *)recv == (const char *)send + (size_t)c->rank * bytes) {
+        /* In place, as in m_reduce_scatter; the move waits for completion. */
+        rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, (void *)send, (int)recvcount, mdt, mop,
+                                       c->ctx->comm, &r->mreq[0]);
+        if (c->rank) {
+            r->move_to = recv;
+            r->move_from = send;
+            r->move_bytes = bytes;
+        }
+    } else {
+        rc = MPI_Ireduce_scatter_block(send, recv, (int)recvcount, mdt, mop, c->ctx->comm,
+                                       &r->mreq[0]);
+    }
+    return posted(c, r, rc, req_p);
+}
+
+static tpd_status m_iallgather(tpd_comm *c, const void *send, void *recv, size_t sendcount,
+                               tpd_dtype dt, void *stream, tpd_comm_req **req_p) {
+    (void)stream;
+    MPI_Datatype mdt;
+    TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
+    TPD_CHECK(int_count(c, "all-gather block", sendcount));
+    const char *mine = (const char *)recv + (size_t)c->rank * sendcount * tpd_dtype_size(dt);
+    const void *s = (const char *)send == mine ? MPI_IN_PLACE : send;
+    tpd_comm_req *r = req_new("non-blocking all-gather", 1);
+    if (!r) return TPD_ERR_NOMEM;
+    int rc = MPI_Iallgather(s, (int)sendcount, mdt, recv, (int)sendcount, mdt, c->ctx->comm,
+                            &r->mreq[0]);
+    return posted(c, r, rc, req_p);
+}
+
 static tpd_status m_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int root,
                               void *stream) {
     (void)stream;
@@ -276,9 +378,9 @@ static tpd_status m_isend(tpd_comm *c, const void *buf, size_t count, tpd_dtype 
     MPI_Datatype mdt;
     TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
     TPD_CHECK(int_count(c, "send", count));
-    tpd_comm_req *r = malloc(sizeof *r);
+    tpd_comm_req *r = req_new("point-to-point wait", 1);
     if (!r) return TPD_ERR_NOMEM;
-    int rc = MPI_Isend(buf, (int)count, mdt, peer, tag, c->ctx->comm, &r->req);
+    int rc = MPI_Isend(buf, (int)count, mdt, peer, tag, c->ctx->comm, &r->mreq[0]);
     if (rc != MPI_SUCCESS) {
         free(r);
         return mpi_fail(c, "send", rc);
@@ -293,9 +395,9 @@ static tpd_status m_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, in
     MPI_Datatype mdt;
     TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
     TPD_CHECK(int_count(c, "receive", count));
-    tpd_comm_req *r = malloc(sizeof *r);
+    tpd_comm_req *r = req_new("point-to-point wait", 1);
     if (!r) return TPD_ERR_NOMEM;
-    int rc = MPI_Irecv(buf, (int)count, mdt, peer, tag, c->ctx->comm, &r->req);
+    int rc = MPI_Irecv(buf, (int)count, mdt, peer, tag, c->ctx->comm, &r->mreq[0]);
     if (rc != MPI_SUCCESS) {
         free(r);
         return mpi_fail(c, "receive", rc);
@@ -306,11 +408,24 @@ static tpd_status m_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, in
 
 static tpd_status m_wait(tpd_comm *c, tpd_comm_req *r) {
     if (!r) return TPD_OK;
-    busy_begin("point-to-point wait");
-    int rc = MPI_Wait(&r->req, MPI_STATUS_IGNORE);
+    busy_begin(r->what);
+    int rc = MPI_Waitall(r->n, r->mreq, MPI_STATUSES_IGNORE);
     busy_end();
+    if (rc == MPI_SUCCESS) req_finish(r);
     free(r);
     return rc == MPI_SUCCESS ? TPD_OK : mpi_fail(c, "wait", rc);
+}
+
+/* MPI_Testall enters the progress engine, which moves every outstanding operation of the
+ * process on, not only r's. Requests it completes become MPI_REQUEST_NULL, so a later
+ * wait returns at once. */
+static tpd_status m_test(tpd_comm *c, tpd_comm_req *r, int *done_p) {
+    int flag = 0;
+    int rc = MPI_Testall(r->n, r->mreq, &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, "test", rc);
+    if (flag) req_finish(r);
+    *done_p = flag;
+    return TPD_OK;
 }
 
 static tpd_status m_noop(tpd_comm *c) {
@@ -362,7 +477,11 @@ static const tpd_comm_ops g_mpi_ops = {
     .gatherv = m_gatherv,
     .isend = m_isend,
     .irecv = m_irecv,
+    .iallreduce = m_iallreduce,
+    .ireduce_scatter = m_ireduce_scatter,
+    .iallgather = m_iallgather,
     .wait = m_wait,
+    .test = m_test,
     .group_start = m_noop,
     .group_end = m_noop,
     .barrier = m_barrier,

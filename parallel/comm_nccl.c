@@ -46,10 +46,12 @@ typedef struct nccl_track {
     int busy;
 } nccl_track;
 
+/* A p2p transfer or a non-blocking collective, both on the communication stream. */
 typedef struct nccl_req {
-    cudaEvent_t done;    /* recorded on the communication stream after the transfer */
+    cudaEvent_t done;    /* recorded on the communication stream after the operation */
     cudaStream_t stream; /* the caller's stream, made to wait in ->wait */
     int recorded;        /* 0 while its group has not ended or it is held (below) */
+    int stream_only;     /* collectives: ->wait orders the stream but leaves the host be */
 } nccl_req;
 
 /* A p2p call not yet handed to NCCL. */
@@ -67,7 +69,7 @@ struct nccl_ctx {
     int aborted;
     nccl_shared *sh;
     tpd_comm *self;
-    cudaStream_t comm_stream; /* p2p transfers, so sends never block the compute stream */
+    cudaStream_t comm_stream; /* p2p and non-blocking collectives, off the compute stream */
     int *barrier_buf;         /* device, 1 int */
     nccl_track track[NCCL_TRACK_SLOTS];
     int group_depth;
@@ -516,7 +518,7 @@ static tpd_status map_dtype(tpd_comm *c, tpd_dtype dt, ncclDataType_t *out) {
 }
 
 static ncclRedOp_t map_op(tpd_comm_op op) {
-    return op == TPD_COMM_OP_MAX ? ncclMax : ncclSum;
+    return op == TPD_COMM_OP_MAX ? ncclMax : op == TPD_COMM_OP_MIN ? ncclMin : ncclSum;
 }
 
 static tpd_status usable(tpd_comm *c) {
@@ -588,9 +590,9 @@ static tpd_status nccl_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype
  * group is held back and issued in one NCCL group with the next irecv on the
  * communicator, as Megatron's send_forward_recv_backward does; a held send is issued
  * alone when the next call on the communicator is anything else (another isend, a wait on
- * it, a collective, a barrier, sync or destroy). The only cost is that a send followed by
- * compute rather than a receive (the first stage's warm-up forwards) leaves one compute
- * step later.
+ * it, a collective, a barrier, sync or destroy; testing it does not). The only cost is
+ * that a send followed by compute rather than a receive (the first stage's warm-up
+ * forwards) leaves one compute step later.
  *
  * Issues ops[0..n) (one call, or one group), then records their completion events. */
 static tpd_status launch_p2p(nccl_ctx *x, nccl_p2p_op *ops, int n) {
@@ -625,16 +627,13 @@ static tpd_status flush_held(nccl_ctx *x) {
     return launch_p2p(x, &x->held, 1);
 }
 
-/* The transfer is ordered on the communication stream after an event recorded on the
- * caller's stream: it sees everything the caller queued before it (the data is ready),
- * while the caller's stream runs on without waiting for the peer. */
-static tpd_status p2p(tpd_comm *c, int is_send, void *buf, size_t count, tpd_dtype dt, int peer,
-                      void *stream, tpd_comm_req **req_p) {
+/* A request for an operation about to go on the communication stream, which is first
+ * ordered after an event recorded on the caller's stream: the operation sees everything
+ * the caller queued before it (the data is ready), while the caller's stream runs on
+ * without waiting for the peers. */
+static tpd_status req_after(tpd_comm *c, void *stream, nccl_req **q_p) {
     nccl_ctx *x = CTX(c);
-    ncclDataType_t ndt;
     tpd_status st = TPD_OK;
-    TPD_CHECK(usable(c));
-    TPD_CHECK(map_dtype(c, dt, &ndt));
     nccl_req *q = calloc(1, sizeof *q);
     if (q == NULL) {
         tpd_log_error("comm %s (nccl): out of memory", c->name);
@@ -652,7 +651,31 @@ static tpd_status p2p(tpd_comm *c, int is_send, void *buf, size_t count, tpd_dty
     TPD_CHECK_GOTO(cuda_check(cudaStreamWaitEvent(x->comm_stream, ready, 0), "cudaStreamWaitEvent"),
                    st, fail);
     cudaEventDestroy(ready); /* safe: the wait above already captured it */
-    ready = NULL;
+    *q_p = q;
+    return TPD_OK;
+
+fail:
+    if (ready != NULL) cudaEventDestroy(ready);
+    if (q->done != NULL) cudaEventDestroy(q->done);
+    free(q);
+    return st;
+}
+
+static void req_free(nccl_req *q) {
+    cudaEventDestroy(q->done);
+    free(q);
+}
+
+/* The transfer goes on the communication stream after the caller's work (req_after). */
+static tpd_status p2p(tpd_comm *c, int is_send, void *buf, size_t count, tpd_dtype dt, int peer,
+                      void *stream, tpd_comm_req **req_p) {
+    nccl_ctx *x = CTX(c);
+    ncclDataType_t ndt;
+    nccl_req *q = NULL;
+    tpd_status st = TPD_OK;
+    TPD_CHECK(usable(c));
+    TPD_CHECK(map_dtype(c, dt, &ndt));
+    TPD_CHECK(req_after(c, stream, &q));
     nccl_p2p_op op = {q, buf, count, ndt, peer, is_send};
     if (x->group_depth > 0) {
         /* An explicit group: the transfer is issued at ncclGroupEnd, which records its
@@ -685,9 +708,7 @@ static tpd_status p2p(tpd_comm *c, int is_send, void *buf, size_t count, tpd_dty
     return TPD_OK;
 
 fail:
-    if (ready != NULL) cudaEventDestroy(ready);
-    if (q->done != NULL) cudaEventDestroy(q->done);
-    free(q);
+    req_free(q);
     return st;
 }
 
@@ -703,8 +724,82 @@ static tpd_status nccl_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt,
     return p2p(c, 0, buf, count, dt, peer, stream, req_p);
 }
 
-/* The caller's stream waits for the transfer, and so does the host (a received buffer is
- * ready, a sent one reusable, when wait returns). */
+/* ---- non-blocking collectives ---- */
+
+typedef enum { ICOLL_ALLREDUCE, ICOLL_REDUCE_SCATTER, ICOLL_ALLGATHER } icoll_kind;
+
+/* The collective goes on the communication stream after the caller's work (req_after), so
+ * the caller's stream computes on while it runs; ->wait joins the two again. count: the
+ * blocking call's (all-reduce: elements; reduce-scatter: recvcount; all-gather:
+ * sendcount). In place exactly as NCCL's blocking forms. */
+static tpd_status icoll(tpd_comm *c, icoll_kind kind, const void *send, void *recv, size_t count,
+                        tpd_dtype dt, tpd_comm_op op, void *stream, tpd_comm_req **req_p) {
+    nccl_ctx *x = CTX(c);
+    ncclDataType_t ndt;
+    nccl_req *q = NULL;
+    tpd_status st = TPD_OK;
+    TPD_CHECK(usable(c));
+    TPD_CHECK(map_dtype(c, dt, &ndt));
+    if (x->group_depth > 0 && x->n_group_reqs == NCCL_GROUP_MAX) {
+        tpd_log_error("comm %s (nccl): more than %d requests in one group", c->name,
+                      NCCL_GROUP_MAX);
+        return TPD_ERR_INVALID;
+    }
+    TPD_CHECK(flush_held(x));
+    TPD_CHECK(req_after(c, stream, &q));
+    q->stream_only = 1;
+    cudaStream_t s = x->comm_stream;
+    switch (kind) {
+    case ICOLL_ALLREDUCE:
+        st = check(x, ncclAllReduce(send, recv, count, ndt, map_op(op), x->comm, s),
+                   "ncclAllReduce");
+        break;
+    case ICOLL_REDUCE_SCATTER:
+        st = check(x, ncclReduceScatter(send, recv, count, ndt, map_op(op), x->comm, s),
+                   "ncclReduceScatter");
+        break;
+    case ICOLL_ALLGATHER:
+        st = check(x, ncclAllGather(send, recv, count, ndt, x->comm, s), "ncclAllGather");
+        break;
+    }
+    if (st != TPD_OK) goto fail;
+    if (x->group_depth > 0) {
+        /* issued at ncclGroupEnd, which records the completion event */
+        TPD_CHECK_GOTO(enqueued(x, s), st, fail);
+        x->group_reqs[x->n_group_reqs++] = q;
+    } else {
+        TPD_CHECK_GOTO(cuda_check(cudaEventRecord(q->done, s), "cudaEventRecord"), st, fail);
+        q->recorded = 1;
+        TPD_CHECK_GOTO(track_now(x, s), st, fail);
+    }
+    *req_p = (tpd_comm_req *)q;
+    return TPD_OK;
+
+fail:
+    req_free(q);
+    return st;
+}
+
+static tpd_status nccl_iallreduce(tpd_comm *c, const void *send, void *recv, size_t count,
+                                  tpd_dtype dt, tpd_comm_op op, void *stream,
+                                  tpd_comm_req **req_p) {
+    return icoll(c, ICOLL_ALLREDUCE, send, recv, count, dt, op, stream, req_p);
+}
+
+static tpd_status nccl_ireduce_scatter(tpd_comm *c, const void *send, void *recv, size_t recvcount,
+                                       tpd_dtype dt, tpd_comm_op op, void *stream,
+                                       tpd_comm_req **req_p) {
+    return icoll(c, ICOLL_REDUCE_SCATTER, send, recv, recvcount, dt, op, stream, req_p);
+}
+
+static tpd_status nccl_iallgather(tpd_comm *c, const void *send, void *recv, size_t sendcount,
+                                  tpd_dtype dt, void *stream, tpd_comm_req **req_p) {
+    return icoll(c, ICOLL_ALLGATHER, send, recv, sendcount, dt, TPD_COMM_OP_SUM, stream, req_p);
+}
+
+/* The caller's stream waits for the operation. For a p2p transfer so does the host (a
+ * received buffer is ready, a sent one reusable, when wait returns); a collective leaves
+ * the host running, as a blocking one would (tpd_comm_sync waits). */
 static tpd_status nccl_wait(tpd_comm *c, tpd_comm_req *req) {
     if (req == NULL) return TPD_OK;
     nccl_req *q = (nccl_req *)req;
@@ -718,11 +813,30 @@ static tpd_status nccl_wait(tpd_comm *c, tpd_comm_req *req) {
         st = TPD_ERR_INVALID;
     } else {
         st = cuda_check(cudaStreamWaitEvent(q->stream, q->done, 0), "cudaStreamWaitEvent");
-        if (st == TPD_OK) st = cuda_check(cudaEventSynchronize(q->done), "cudaEventSynchronize");
+        if (st == TPD_OK && !q->stream_only)
+            st = cuda_check(cudaEventSynchronize(q->done), "cudaEventSynchronize");
     }
-    cudaEventDestroy(q->done);
-    free(q);
+    req_free(q);
     return st;
+}
+
+/* The GPU and NCCL's proxy thread move the operation on by themselves: test only asks the
+ * completion event. A held send is not issued here (that would undo its pairing with the
+ * next receive): it reports not done until the next call on the communicator issues it,
+ * as does a request whose group has not ended. */
+static tpd_status nccl_test(tpd_comm *c, tpd_comm_req *req, int *done_p) {
+    nccl_req *q = (nccl_req *)req;
+    if (!q->recorded) {
+        *done_p = 0;
+        return TPD_OK;
+    }
+    cudaError_t e = cudaEventQuery(q->done);
+    if (e != cudaSuccess && e != cudaErrorNotReady) {
+        tpd_log_error("comm %s (nccl): cudaEventQuery failed: %s", c->name, cudaGetErrorString(e));
+        return TPD_ERR_BACKEND;
+    }
+    *done_p = e == cudaSuccess;
+    return TPD_OK;
 }
 
 static tpd_status nccl_group_start(tpd_comm *c) {
@@ -783,7 +897,11 @@ static const tpd_comm_ops nccl_ops = {
     .broadcast = nccl_broadcast,
     .isend = nccl_isend,
     .irecv = nccl_irecv,
+    .iallreduce = nccl_iallreduce,
+    .ireduce_scatter = nccl_ireduce_scatter,
+    .iallgather = nccl_iallgather,
     .wait = nccl_wait,
+    .test = nccl_test,
     .group_start = nccl_group_start,
     .group_end = nccl_group_end,
     .barrier = nccl_barrier,

@@ -21,6 +21,19 @@ static tpd_status s_allgather(tpd_comm *c, const void *send, void *recv, size_t 
     return s_copy(c, send, recv, count, dt, TPD_COMM_OP_SUM, stream);
 }
 
+/* Non-blocking forms: done at post, so the request is NULL. */
+static tpd_status s_icopy(tpd_comm *c, const void *send, void *recv, size_t count, tpd_dtype dt,
+                          tpd_comm_op op, void *stream, tpd_comm_req **req_p) {
+    TPD_CHECK(s_copy(c, send, recv, count, dt, op, stream));
+    *req_p = NULL;
+    return TPD_OK;
+}
+
+static tpd_status s_iallgather(tpd_comm *c, const void *send, void *recv, size_t count,
+                               tpd_dtype dt, void *stream, tpd_comm_req **req_p) {
+    return s_icopy(c, send, recv, count, dt, TPD_COMM_OP_SUM, stream, req_p);
+}
+
 static tpd_status s_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int root,
                               void *stream) {
     (void)c, (void)buf, (void)count, (void)dt, (void)root, (void)stream;
@@ -62,6 +75,12 @@ static tpd_status s_wait(tpd_comm *c, tpd_comm_req *req) {
     return TPD_OK;
 }
 
+static tpd_status s_test(tpd_comm *c, tpd_comm_req *req, int *done_p) {
+    (void)c, (void)req;
+    *done_p = 1;
+    return TPD_OK;
+}
+
 static tpd_status s_noop(tpd_comm *c) {
     (void)c;
     return TPD_OK;
@@ -99,7 +118,11 @@ static const tpd_comm_ops g_self_ops = {
     .gatherv = s_gatherv,
     .isend = s_isend,
     .irecv = s_irecv,
+    .iallreduce = s_icopy,
+    .ireduce_scatter = s_icopy,
+    .iallgather = s_iallgather,
     .wait = s_wait,
+    .test = s_test,
     .group_start = s_noop,
     .group_end = s_noop,
     .barrier = s_noop,

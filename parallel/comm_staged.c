@@ -4,7 +4,10 @@
  *
  * Every call has completed when it returns (as on the MPI backend): the device-to-host copy
  * is queued on the caller's stream after the work that produced the data and waited for,
- * and the result is copied back and waited for before returning. */
+ * and the result is copied back and waited for before returning. The non-blocking
+ * collectives are the blocking ones returning a NULL (complete) request: no overlap through
+ * host staging, whose copies are waited for anyway and whose pinned buffers every call of
+ * the communicator shares. */
 #include "parallel/comm_nccl.h"
 #include "parallel/comm_internal.h"
 
@@ -140,6 +143,29 @@ static tpd_status staged_allgather(tpd_comm *c, const void *send, void *recv, si
     return to_device(c, recv, h_out, sendcount * es * (size_t)c->size, stream);
 }
 
+static tpd_status staged_iallreduce(tpd_comm *c, const void *send, void *recv, size_t count,
+                                    tpd_dtype dt, tpd_comm_op op, void *stream,
+                                    tpd_comm_req **req_p) {
+    TPD_CHECK(staged_allreduce(c, send, recv, count, dt, op, stream));
+    *req_p = NULL;
+    return TPD_OK;
+}
+
+static tpd_status staged_ireduce_scatter(tpd_comm *c, const void *send, void *recv,
+                                         size_t recvcount, tpd_dtype dt, tpd_comm_op op,
+                                         void *stream, tpd_comm_req **req_p) {
+    TPD_CHECK(staged_reduce_scatter(c, send, recv, recvcount, dt, op, stream));
+    *req_p = NULL;
+    return TPD_OK;
+}
+
+static tpd_status staged_iallgather(tpd_comm *c, const void *send, void *recv, size_t sendcount,
+                                    tpd_dtype dt, void *stream, tpd_comm_req **req_p) {
+    TPD_CHECK(staged_allgather(c, send, recv, sendcount, dt, stream));
+    *req_p = NULL;
+    return TPD_OK;
+}
+
 static tpd_status staged_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int root,
                                    void *stream) {
     tpd_comm *m = CTX(c)->mpi;
@@ -205,6 +231,14 @@ static tpd_status staged_wait(tpd_comm *c, tpd_comm_req *req) {
     return st;
 }
 
+/* Only p2p requests reach here (the collectives' are NULL). A receive is done when its
+ * host buffer has arrived; wait still copies it to the device. */
+static tpd_status staged_test(tpd_comm *c, tpd_comm_req *req, int *done_p) {
+    staged_req *q = (staged_req *)req;
+    tpd_comm *m = CTX(c)->mpi;
+    return tpd_comm_test(m, q->inner, done_p);
+}
+
 static tpd_status staged_group_start(tpd_comm *c) {
     tpd_comm *m = CTX(c)->mpi;
     return tpd_comm_group_start(m);
@@ -262,7 +296,11 @@ static const tpd_comm_ops staged_ops = {
     .broadcast = staged_broadcast,
     .isend = staged_isend,
     .irecv = staged_irecv,
+    .iallreduce = staged_iallreduce,
+    .ireduce_scatter = staged_ireduce_scatter,
+    .iallgather = staged_iallgather,
     .wait = staged_wait,
+    .test = staged_test,
     .group_start = staged_group_start,
     .group_end = staged_group_end,
     .barrier = staged_barrier,

@@ -36,20 +36,6 @@ struct tpd_ckpt_saver {
     int committed;     /* iteration of the last committed save, -1: none */
 };
 
-/* A rank's fp32 host copies: parameters (numel_padded) and the optimizer shard arrays. */
-static tpd_status host_params(const tpd_model *m, float *out) {
-    const tpd_kern_backend *kb = m->kb;
-    size_t n = m->plan.numel_padded;
-    if (tpd_kern_param_dtype(kb) == TPD_DTYPE_F32)
-        return tpd_kern_copy_to_host(kb, out, m->params, n * 4);
-    void *tmp = NULL;
-    TPD_CHECK(tpd_kern_alloc(kb, n * 4, &tmp));
-    tpd_status st = tpd_kern_cast(kb, tmp, TPD_DTYPE_F32, m->params, tpd_kern_param_dtype(kb), n);
-    if (st == TPD_OK) st = tpd_kern_copy_to_host(kb, out, tmp, n * 4);
-    tpd_kern_free(kb, tmp);
-    return st;
-}
-
 static tpd_status write_segs(tpd_ckpt_writer *w, const tpd_ckpt_segs *segs, int nsegs,
                              const float *src) {
     for (int p = 0; p < nsegs; p++)
@@ -90,7 +76,7 @@ static tpd_status source_params(shard_source *s, const float **out) {
         *out = s->params;
         return TPD_OK;
     }
-    TPD_CHECK(host_params(s->m, s->scratch));
+    TPD_CHECK(tpd_model_params_f32(s->m, s->scratch));
     *out = s->scratch;
     return TPD_OK;
 }
@@ -381,7 +367,7 @@ static tpd_status save_async(tpd_ckpt_saver *sv, const tpd_ckpt_counters *c, con
         return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory for the snapshot of an "
                                             "asynchronous save");
     }
-    tpd_status st = host_params(m, a->snap);
+    tpd_status st = tpd_model_params_f32(m, a->snap);
     for (int k = 0; k < nstate && st == TPD_OK; k++) {
         float *dst = a->snap + np + (size_t)k * ns;
         st = tpd_kern_copy_to_host(m->kb, dst, arrays[k], ns * 4);

@@ -53,7 +53,8 @@ tpd_status tpd_ckpt_rank_init(const tpd_config *cfg, int tp_size, int pp_size, i
     tpd_config c = *cfg;
     c.parallel.tensor_model_parallel_size = tp_size;
     c.parallel.pipeline_model_parallel_size = pp_size;
-    if (c.parallel.num_pipeline_layers != pp_size) c.parallel.num_pipeline_layers = 0;
+    if (c.parallel.num_pipeline_layers != pp_size * c.parallel.virtual_pipeline_model_parallel_size)
+        c.parallel.num_pipeline_layers = 0;
     r.tp = tp;
     r.pp = pp;
     r.dp = dp;
@@ -91,7 +92,7 @@ tpd_status tpd_ckpt_segs_param(const tpd_ckpt_rank *r, tpd_param p, int writer,
     for (int64_t row = 0; row < rows; row++) {
         int64_t g = tpd_model_layout_row_global(&r->lay, p, row);
         if (g < 0) continue; /* vocab padding */
-        TPD_CHECK(segs_push(out, g, s->cols, (int64_t)s->offset + row * s->cols));
+        TPD_CHECK(segs_push(out, g, s->cols, (int64_t)tpd_model_layout_row_local(&r->lay, p, row)));
     }
     segs_finish(out);
     return TPD_OK;
@@ -105,20 +106,24 @@ tpd_status tpd_ckpt_segs_state(const tpd_ckpt_rank *r, tpd_param p, int writer,
     /* Without ZeRO every DP replica holds the same state: dp 0 writes it. With ZeRO each
      * DP rank writes its own shard. */
     if (writer && ((!r->zero && r->dp != 0) || !writes_tensor(r, p))) return TPD_OK;
-    int64_t s0 = (int64_t)s->offset, s1 = s0 + (int64_t)s->numel, cols = s->cols;
-    for (int i = 0; i < r->dpp.nranges; i++) {
-        const tpd_dp_range *rg = &r->dpp.ranges[i];
-        int64_t b = (int64_t)rg->begin > s0 ? (int64_t)rg->begin : s0;
-        int64_t e = (int64_t)rg->end < s1 ? (int64_t)rg->end : s1;
-        /* a ZeRO range may start or end inside a row: cut the row */
-        for (int64_t x = b; x < e;) {
-            int64_t row = (x - s0) / cols, rs = s0 + row * cols;
-            int64_t re = rs + cols < e ? rs + cols : e;
-            int64_t g = tpd_model_layout_row_global(&r->lay, p, row);
-            if (g >= 0)
-                TPD_CHECK(segs_push(out, g + (x - rs), re - x,
-                                    (int64_t)rg->state + (x - (int64_t)rg->begin)));
-            x = re;
+    int64_t cols = s->cols, piece = (int64_t)s->rows * cols;
+    for (int l = 0; l < s->layers; l++) {
+        /* the layer's piece of the tensor: rows of this layer, contiguous */
+        int64_t s0 = (int64_t)tpd_model_layout_piece(&r->lay, p, l), s1 = s0 + piece;
+        for (int i = 0; i < r->dpp.nranges; i++) {
+            const tpd_dp_range *rg = &r->dpp.ranges[i];
+            int64_t b = (int64_t)rg->begin > s0 ? (int64_t)rg->begin : s0;
+            int64_t e = (int64_t)rg->end < s1 ? (int64_t)rg->end : s1;
+            /* a ZeRO range may start or end inside a row: cut the row */
+            for (int64_t x = b; x < e;) {
+                int64_t row = (x - s0) / cols, rs = s0 + row * cols;
+                int64_t re = rs + cols < e ? rs + cols : e;
+                int64_t g = tpd_model_layout_row_global(&r->lay, p, (int64_t)l * s->rows + row);
+                if (g >= 0)
+                    TPD_CHECK(segs_push(out, g + (x - rs), re - x,
+                                        (int64_t)rg->state + (x - (int64_t)rg->begin)));
+                x = re;
+            }
         }
     }
     segs_finish(out);

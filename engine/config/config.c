@@ -508,9 +508,24 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
                         "ffn_hidden_size (%d) must be a multiple of "
                         "tensor_model_parallel_size (%d)",
                         m->ffn_hidden_size, tp);
+    const int64_t nvs = (int64_t)pp * vpp; /* virtual stages: model chunks over the pipeline */
+    if (nvs > TPD_CONFIG_MAX_STAGES) {
+        k = "parallel.virtual_pipeline_model_parallel_size";
+        return cfg_fail(ld, cfg_at(ld, k, "parallel.pipeline_model_parallel_size"), k,
+                        "pipeline_model_parallel_size * virtual_pipeline_model_parallel_size "
+                        "(%d * %d) must be at most %d",
+                        pp, vpp, TPD_CONFIG_MAX_STAGES);
+    }
     if (p->num_pipeline_layers > 0) {
         k = "parallel.pipeline_layers";
-        if (p->num_pipeline_layers != pp)
+        if (p->num_pipeline_layers != nvs && vpp > 1)
+            return cfg_fail(ld, cfg_at(ld, k, NULL), k,
+                            "has %d entries but pipeline_model_parallel_size * "
+                            "virtual_pipeline_model_parallel_size is %d * %d = %lld (one entry "
+                            "per virtual stage, in Megatron's order: chunk 0 of every stage, "
+                            "then chunk 1, ...)",
+                            p->num_pipeline_layers, pp, vpp, (long long)nvs);
+        if (vpp == 1 && p->num_pipeline_layers != pp)
             return cfg_fail(ld, cfg_at(ld, k, NULL), k,
                             "has %d entries but pipeline_model_parallel_size is %d (one entry "
                             "per stage)",
@@ -523,6 +538,14 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
                             "entries sum to %ld but num_layers is %d (they must sum to "
                             "num_layers)",
                             sum, m->num_layers);
+    } else if (vpp > 1 && m->num_layers % nvs) {
+        k = "model.num_layers";
+        return cfg_fail(ld, cfg_at(ld, k, "parallel.virtual_pipeline_model_parallel_size"), k,
+                        "num_layers (%d) is not divisible by pipeline_model_parallel_size * "
+                        "virtual_pipeline_model_parallel_size (%d * %d = %lld) (every model "
+                        "chunk needs the same number of layers, or set parallel.pipeline_layers "
+                        "per virtual stage)",
+                        m->num_layers, pp, vpp, (long long)nvs);
     } else if (m->num_layers % pp) {
         k = "model.num_layers";
         return cfg_fail(ld, cfg_at(ld, k, "parallel.pipeline_model_parallel_size"), k,
@@ -580,26 +603,29 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
                         hi);
     }
     if (vpp > 1) {
+        /* As in Megatron, virtual stages select the interleaved schedule */
         k = "parallel.virtual_pipeline_model_parallel_size";
-        if (p->pipeline_schedule != TPD_SCHEDULE_INTERLEAVED)
-            return cfg_fail(ld, cfg_at(ld, k, NULL), k,
-                            "%d needs pipeline_schedule interleaved, not %s (virtual stages "
-                            "exist only in the interleaved schedule)",
-                            vpp,
-                            tpd_config_choice("parallel.pipeline_schedule", p->pipeline_schedule));
-        if (p->num_pipeline_layers > 0)
-            return cfg_fail(ld, cfg_at(ld, "parallel.pipeline_layers", NULL),
-                            "parallel.pipeline_layers",
-                            "is given with virtual_pipeline_model_parallel_size %d (uneven "
-                            "stages need virtual_pipeline_model_parallel_size 1)",
+        if (p->pipeline_schedule == TPD_SCHEDULE_ZB_H1)
+            return cfg_fail(ld, cfg_at(ld, k, "parallel.pipeline_schedule"), k,
+                            "%d needs pipeline_schedule interleaved (or 1f1b, which it makes "
+                            "interleaved), not zb-h1 (zb-h1 runs one model chunk per stage)",
                             vpp);
-        k = "model.num_layers";
-        if (m->num_layers % ((int64_t)pp * vpp))
-            return cfg_fail(ld, cfg_at(ld, k, "parallel.virtual_pipeline_model_parallel_size"), k,
-                            "num_layers (%d) is not divisible by pipeline_model_parallel_size * "
-                            "virtual_pipeline_model_parallel_size (%d * %d = %lld) (every model "
-                            "chunk needs the same number of layers)",
-                            m->num_layers, pp, vpp, (long long)pp * vpp);
+        if (pp < 2)
+            return cfg_fail(ld, cfg_at(ld, k, "parallel.pipeline_model_parallel_size"), k,
+                            "%d needs pipeline_model_parallel_size > 1 (the model chunks "
+                            "interleave across the pipeline's stages)",
+                            vpp);
+    } else if (p->pipeline_schedule == TPD_SCHEDULE_INTERLEAVED) {
+        k = "parallel.pipeline_schedule";
+        return cfg_fail(ld, cfg_at(ld, k, NULL), k,
+                        "interleaved needs virtual_pipeline_model_parallel_size > 1 (the model "
+                        "chunks per stage that it interleaves)");
+    }
+    if (p->pipeline_schedule == TPD_SCHEDULE_ZB_H1 && c->training.recompute == TPD_RECOMPUTE_FULL) {
+        k = "parallel.pipeline_schedule";
+        return cfg_fail(ld, cfg_at(ld, k, "training.recompute"), k,
+                        "zb-h1 cannot run with training.recompute full: W needs the layer "
+                        "activations that full recompute drops after B (use selective or none)");
     }
     return TPD_OK;
 }
@@ -696,23 +722,20 @@ tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size, char *e
                               "global batch size (%d) is not divisible by micro batch size "
                               "(%d) times data parallel size (%d)",
                               gbs, mbs, dp);
+    int M = tpd_config_num_micro_batches(cfg, dp);
+    if (tpd_config_schedule(cfg) == TPD_SCHEDULE_INTERLEAVED && M % pp)
+        return cfg_fail_after(cfg, err, errlen,
+                              "training.global_batch_size: the interleaved schedule needs the "
+                              "micro-batches of a step (global_batch_size / (micro_batch_size * "
+                              "data parallel size) = %d / (%d * %d) = %d) to be a multiple of "
+                              "pipeline_model_parallel_size (%d): each group of %d micro-batches "
+                              "walks the model chunks together (Megatron's rule)",
+                              gbs, mbs, dp, M, pp, pp);
     return TPD_OK;
 }
 
 tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t errlen) {
-    const tpd_config_parallel *p = &cfg->parallel;
     const tpd_config_training *t = &cfg->training;
-    if (p->virtual_pipeline_model_parallel_size > 1)
-        return cfg_fail_after(cfg, err, errlen,
-                              "parallel.virtual_pipeline_model_parallel_size: %d is modelled "
-                              "by tripod plan only (tripod train runs 1)",
-                              p->virtual_pipeline_model_parallel_size);
-    if (p->pipeline_schedule != TPD_SCHEDULE_1F1B)
-        return cfg_fail_after(
-            cfg, err, errlen,
-            "parallel.pipeline_schedule: %s is modelled by tripod plan only "
-            "(tripod train runs 1f1b)",
-            tpd_config_choice("parallel.pipeline_schedule", p->pipeline_schedule));
     if (t->precision == TPD_PRECISION_BF16 && t->device == TPD_DEVICE_CPU)
         return cfg_fail_after(cfg, err, errlen,
                               "training.precision bf16 needs training.device cuda; the cpu "
@@ -761,8 +784,33 @@ int tpd_config_split_layers(const tpd_config *cfg, int pp, int stage, int *first
     return listed ? par->pipeline_layers[stage] : split_rule(L, pp, stage);
 }
 
-int tpd_config_stage_layers(const tpd_config *cfg, int stage, int *first_layer_p) {
-    int n = tpd_config_split_layers(cfg, cfg->parallel.pipeline_model_parallel_size, stage,
-                                    first_layer_p);
+int tpd_config_chunk_layers(const tpd_config *cfg, int stage, int chunk, int *first_layer_p) {
+    int pp = cfg->parallel.pipeline_model_parallel_size;
+    int v = cfg->parallel.virtual_pipeline_model_parallel_size;
+    if (chunk < 0 || chunk >= v || stage < 0 || stage >= pp) return 0;
+    int n = tpd_config_split_layers(cfg, pp * v, chunk * pp + stage, first_layer_p);
     return n < 0 ? 0 : n;
+}
+
+int tpd_config_layers_of_stage(const tpd_config *cfg, int pp, int v, int stage) {
+    int n = 0;
+    for (int c = 0; c < v; c++) {
+        int k = tpd_config_split_layers(cfg, pp * v, c * pp + stage, NULL);
+        if (k < 0) return -1;
+        n += k;
+    }
+    return n;
+}
+
+int tpd_config_stage_layers(const tpd_config *cfg, int stage, int *first_layer_p) {
+    int pp = cfg->parallel.pipeline_model_parallel_size;
+    int n = tpd_config_layers_of_stage(cfg, pp, cfg->parallel.virtual_pipeline_model_parallel_size,
+                                       stage);
+    if (n >= 0 && first_layer_p) tpd_config_chunk_layers(cfg, stage, 0, first_layer_p);
+    return n < 0 ? 0 : n;
+}
+
+tpd_schedule tpd_config_schedule(const tpd_config *cfg) {
+    if (cfg->parallel.virtual_pipeline_model_parallel_size > 1) return TPD_SCHEDULE_INTERLEAVED;
+    return cfg->parallel.pipeline_schedule;
 }

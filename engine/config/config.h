@@ -44,7 +44,11 @@ typedef enum tpd_wsd_decay {
     TPD_WSD_DECAY_COSINE = 2,
     TPD_WSD_DECAY_MINUS_SQRT = 3,
 } tpd_wsd_decay;
-typedef enum tpd_schedule { TPD_SCHEDULE_1F1B = 0, TPD_SCHEDULE_INTERLEAVED = 1 } tpd_schedule;
+typedef enum tpd_schedule {
+    TPD_SCHEDULE_1F1B = 0,
+    TPD_SCHEDULE_INTERLEAVED = 1, /* Megatron's virtual pipeline */
+    TPD_SCHEDULE_ZB_H1 = 2,       /* Qi et al.'s zero-bubble H1: backward split into B and W */
+} tpd_schedule;
 typedef enum tpd_fallback { TPD_FALLBACK_NONE = 0, TPD_FALLBACK_PREVIOUS = 1 } tpd_fallback;
 
 typedef struct tpd_config_model {
@@ -67,8 +71,10 @@ typedef struct tpd_config_parallel {
     int pipeline_layers[TPD_CONFIG_MAX_STAGES];
     int use_distributed_optimizer;            /* ZeRO-1 */
     int64_t ddp_bucket_size;                  /* gradient elements per DP bucket */
+    int overlap_grad_reduce;                  /* DP reduction during the last backward */
+    int overlap_param_gather;                 /* ZeRO-1 all-gather during the next forward */
     int sequence_parallel;                    /* Megatron SP: needs seq_length % TP == 0 */
-    int virtual_pipeline_model_parallel_size; /* planner knob; engine needs 1 */
+    int virtual_pipeline_model_parallel_size; /* model chunks per stage (interleaved) */
     tpd_schedule pipeline_schedule;
 } tpd_config_parallel;
 
@@ -169,8 +175,8 @@ tpd_status tpd_config_load(const char *path, int n_overrides, const char *const 
  * one. */
 tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size, char *err, size_t errlen);
 
-/* Rejects what `tripod train` cannot run although the planner models it (virtual
- * stages, the interleaved schedule, bf16 on cpu), naming the key. */
+/* Rejects what `tripod train` cannot run although the planner models it (bf16 on the
+ * cpu backend), naming the key. */
 tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t errlen);
 
 /* Derived quantities. */
@@ -183,8 +189,21 @@ int tpd_config_padded_vocab(const tpd_config *cfg, int tp);
  * (layers not divisible by pp) a balanced uneven one that `tripod plan` prints as
  * parallel.pipeline_layers. -1 when there is no such stage or pp exceeds the layers. */
 int tpd_config_split_layers(const tpd_config *cfg, int pp, int stage, int *first_layer_p);
-/* The same for the config's own pipeline_model_parallel_size; 0 for no such stage. */
+/* With virtual stages (v = virtual_pipeline_model_parallel_size), stage s holds model
+ * chunks c = 0..v-1, chunk c being virtual stage c*PP + s of the PP*v (Megatron's
+ * assignment; parallel.pipeline_layers then lists PP*v entries in that order). Layers of
+ * chunk `chunk` of stage `stage` of the config's pipeline, and its first global layer; 0
+ * for no such chunk. */
+int tpd_config_chunk_layers(const tpd_config *cfg, int stage, int chunk, int *first_layer_p);
+/* Layers of all v chunks of stage `stage` of a pp-stage pipeline; -1 when there is no such
+ * split. */
+int tpd_config_layers_of_stage(const tpd_config *cfg, int pp, int v, int stage);
+/* The same for the config's own pipeline (and first_layer_p: chunk 0's first layer); 0 for
+ * no such stage. */
 int tpd_config_stage_layers(const tpd_config *cfg, int stage, int *first_layer_p);
+/* The schedule a run uses: interleaved whenever there are virtual stages (as in Megatron),
+ * else parallel.pipeline_schedule. */
+tpd_schedule tpd_config_schedule(const tpd_config *cfg);
 
 /* data.data_path: one prefix (a Megatron PREFIX or an llm.c shard file, spaces allowed;
  * engine/data expands * ? [ to every match), or Megatron's weighted blend

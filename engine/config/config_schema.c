@@ -27,7 +27,7 @@ const tpd_cfg_section tpd_cfg_sections[] = {
 #define TPD_CFG_MIN(v) TPD_CFG_GE, (v), 0
 
 /* The choices of the enum keys, in the order of their enums in config.h. */
-static const char *const k_schedule[] = {"1f1b", "interleaved", NULL};
+static const char *const k_schedule[] = {"1f1b", "interleaved", "zb-h1", NULL};
 static const char *const k_precision[] = {"fp32", "bf16", NULL};
 static const char *const k_device[] = {"cpu", "cuda", NULL};
 static const char *const k_recompute[] = {"none", "selective", "full", NULL};
@@ -77,20 +77,28 @@ const tpd_cfg_key tpd_cfg_keys[] = {
     {"parallel.data_parallel_size", TPD_CFG_INT, TPD_CFG_FIELD(parallel.data_parallel_size), "0",
      TPD_CFG_MIN(0), NULL, 0, "DP degree; 0 means world / (TP*PP)"},
     {"parallel.pipeline_layers", TPD_CFG_INTLIST, TPD_CFG_FIELD(parallel.pipeline_layers), "[]",
-     TPD_CFG_MIN(1), NULL, 0, "layers per stage, one entry per stage; [] = even split"},
+     TPD_CFG_MIN(1), NULL, 0,
+     "layers per stage (per virtual stage, chunk-major, when v > 1); [] = even split"},
     {"parallel.use_distributed_optimizer", TPD_CFG_BOOL,
      TPD_CFG_FIELD(parallel.use_distributed_optimizer), "false", TPD_CFG_NOBOUND, NULL, 0,
      "shard the optimizer state over DP (ZeRO-1)"},
     {"parallel.ddp_bucket_size", TPD_CFG_INT64, TPD_CFG_FIELD(parallel.ddp_bucket_size), "40000000",
      TPD_CFG_MIN(1), NULL, 0, "gradient elements per DP bucket"},
+    {"parallel.overlap_grad_reduce", TPD_CFG_BOOL, TPD_CFG_FIELD(parallel.overlap_grad_reduce),
+     "true", TPD_CFG_NOBOUND, NULL, 0,
+     "start each bucket's DP reduction during the last backward, once its gradients are final"},
+    {"parallel.overlap_param_gather", TPD_CFG_BOOL, TPD_CFG_FIELD(parallel.overlap_param_gather),
+     "true", TPD_CFG_NOBOUND, NULL, 0,
+     "ZeRO-1: wait for each bucket's parameter all-gather only before its first forward use"},
     {"parallel.sequence_parallel", TPD_CFG_BOOL, TPD_CFG_FIELD(parallel.sequence_parallel), "false",
      TPD_CFG_NOBOUND, NULL, 0,
      "Megatron sequence parallelism: LayerNorm and residual rows split over TP"},
     {"parallel.virtual_pipeline_model_parallel_size", TPD_CFG_INT,
      TPD_CFG_FIELD(parallel.virtual_pipeline_model_parallel_size), "1", TPD_CFG_MIN(1), NULL, 0,
-     "model chunks per stage for the interleaved schedule (planner only)"},
+     "model chunks per stage; > 1 runs Megatron's interleaved schedule"},
     {"parallel.pipeline_schedule", TPD_CFG_ENUM, TPD_CFG_FIELD(parallel.pipeline_schedule), "1f1b",
-     TPD_CFG_NOBOUND, k_schedule, 0, "pipeline schedule"},
+     TPD_CFG_NOBOUND, k_schedule, 0,
+     "1f1b, interleaved (virtual stages > 1) or zb-h1 (backward split in B and W)"},
 
     /* training */
     {"training.micro_batch_size", TPD_CFG_INT, TPD_CFG_FIELD(training.micro_batch_size), "1",

@@ -83,8 +83,7 @@ typedef struct kv_state {
 } kv_state;
 
 static const float *kv_param(const kv_state *s, tpd_param p, int l) {
-    const tpd_param_slice *sl = &s->m->plan.lay.p[p];
-    return (const float *)tpd_model_param(s->m, p) + (size_t)l * sl->rows * sl->cols;
+    return (const float *)s->m->params + tpd_model_layout_piece(&s->m->plan.lay, p, l);
 }
 
 static void kv_free(kv_state *s) {
@@ -246,6 +245,9 @@ static tpd_status gen_open(generator *g, const char *checkpoint, int num_threads
     cfg.training.global_batch_size = 1;
     cfg.parallel.tensor_model_parallel_size = 1;
     cfg.parallel.pipeline_model_parallel_size = 1;
+    cfg.parallel.virtual_pipeline_model_parallel_size = 1;
+    cfg.parallel.pipeline_schedule = TPD_SCHEDULE_1F1B;
+    cfg.parallel.num_pipeline_layers = 0;
     cfg.parallel.use_distributed_optimizer = 0;
     cfg.parallel.sequence_parallel = 0;
     cfg.training.recompute = TPD_RECOMPUTE_NONE;
@@ -278,10 +280,12 @@ static tpd_status gen_full_logits(generator *g, const int32_t *ctx, size_t n) {
     size_t w0 = n > (size_t)g->T ? n - (size_t)g->T : 0, len = n - w0;
     memset(g->batch, 0, ((size_t)g->T + 1) * sizeof *g->batch);
     memcpy(g->batch, ctx + w0, len * sizeof *g->batch);
-    TPD_CHECK(tpd_model_set_batch(g->m, 0, g->batch));
-    TPD_CHECK(tpd_model_forward(g->m, 0));
+    const tpd_model_mb at = {0, 0, 0};
+    TPD_CHECK(tpd_model_set_batch(g->m, &at, g->batch));
+    TPD_CHECK(tpd_model_forward(g->m, &at));
     const tpd_model *m = g->m;
-    const char *logits = m->acts + m->plan.s_logits + (len - 1) * (size_t)g->Vl * m->plan.act_size;
+    const char *logits =
+        (const char *)tpd_model_logits(m, &at) + (len - 1) * (size_t)g->Vl * m->plan.act_size;
     return tpd_kern_copy_to_host(g->kb, g->row, logits, (size_t)g->Vl * sizeof(float));
 }
 

@@ -100,7 +100,7 @@ tpd_status tpd_model_init_params(tpd_model *m, const tpd_dp_plan *dpp) {
         int64_t rows = (int64_t)s->layers * s->rows;
         for (int64_t r = 0; r < rows; r++) {
             int64_t g = tpd_model_layout_row_global(lay, (tpd_param)p, r);
-            float *dst = host + s->offset + (size_t)r * s->cols;
+            float *dst = host + tpd_model_layout_row_local(lay, (tpd_param)p, r);
             for (int c = 0; c < s->cols; c++)
                 dst[c] = g < 0 ? 0.0f : tpd_model_init_value(&m->cfg, (tpd_param)p, g + c);
         }
@@ -132,15 +132,28 @@ out:
     return st;
 }
 
+tpd_status tpd_model_params_f32(const tpd_model *m, float *out) {
+    const tpd_kern_backend *kb = m->kb;
+    size_t n = m->plan.numel_padded;
+    if (tpd_kern_param_dtype(kb) == TPD_DTYPE_F32)
+        return tpd_kern_copy_to_host(kb, out, m->params, n * 4);
+    void *tmp = NULL;
+    TPD_CHECK(tpd_kern_alloc(kb, n * 4, &tmp));
+    tpd_status st = tpd_kern_cast(kb, tmp, TPD_DTYPE_F32, m->params, tpd_kern_param_dtype(kb), n);
+    if (st == TPD_OK) st = tpd_kern_copy_to_host(kb, out, tmp, n * 4);
+    tpd_kern_free(kb, tmp);
+    return st;
+}
+
 tpd_status tpd_model_zero_grads(tpd_model *m) {
     return tpd_kern_zero(m->kb, m->grads, m->plan.mem.grads);
 }
 
 /* ---- batches ---- */
 
-tpd_status tpd_model_set_batch(tpd_model *m, int slot, const int32_t *tokens) {
+tpd_status tpd_model_set_batch(tpd_model *m, const tpd_model_mb *at, const int32_t *tokens) {
     const tpd_model_dims *d = &m->d;
-    char *s = m->acts + (size_t)slot * m->plan.slot_bytes;
+    char *s = m->acts + (size_t)at->slot * m->plan.slot_bytes;
     size_t n = (size_t)d->B * d->T, bytes = n * 4;
     for (int pass = 0; pass < 2; pass++) { /* inputs [:, :T], then targets [:, 1:] */
         int32_t *stage = m->host_tokens + (size_t)pass * n; /* its own half of the staging */

@@ -1,14 +1,16 @@
-/* GPT-2 on one rank of a TP x PP x DP mesh: this stage's layers, this TP rank's slices.
+/* GPT-2 on one rank of a TP x PP x DP mesh: this stage's layers (those of its v model
+ * chunks under the interleaved schedule), this TP rank's slices.
  *
  * Buffers are allocated once at creation, one block per category, in exactly the sizes
  * of the buffer plan that `tripod plan` also reports (tpd_model_memory): parameters,
  * gradients (mirroring them), optimizer state and master weights (this rank's ZeRO-1
- * shard), activations for the schedule's peak number of in-flight micro-batches
- * ("slots"), and one workspace of activation gradients.
+ * shard), activations for the schedule's peak number of in-flight (micro-batch, chunk)
+ * pairs ("slots", shared by the chunks) plus the last stage's head blocks, and one
+ * workspace of activation gradients.
  *
- * Forward and backward of one micro-batch run on one slot. The pipeline executor moves
- * stage inputs and outputs between stages; this file never talks to other stages, only
- * to its TP group (through parallel/tensor). */
+ * Forward and backward of one (micro-batch, chunk) run on one slot. The pipeline executor
+ * moves chunk inputs and outputs between virtual stages; this file never talks to other
+ * stages, only to its TP group (through parallel/tensor). */
 #ifndef TPD_ENGINE_MODEL_H
 #define TPD_ENGINE_MODEL_H
 
@@ -20,6 +22,7 @@
 #include "engine/model/model_memory.h"
 #include "kernels/kernels.h"
 #include "parallel/data/dp.h"
+#include "parallel/pipeline/schedule.h"
 #include "parallel/tensor/tp.h"
 
 #ifdef __cplusplus
@@ -48,28 +51,38 @@ typedef struct tpd_buffer_plan {
     int has_master;
     size_t numel_padded; /* parameter and gradient elements, padded for DP */
     size_t shard_numel;  /* optimizer-state elements on this rank */
-    int nslots;          /* in-flight micro-batches: min(PP - stage, M) under 1F1B */
+    int nslots;          /* activation slots: the most (micro-batch, chunk) pairs the stage's
+                            action list holds at once (tpd_pp_schedule_peak_in_flight:
+                            min(PP - stage, M) under 1F1B, min(PP, M) under ZB-H1) */
+    int nheads;          /* last stage: head blocks (final LayerNorm, logits, loss), the most
+                            micro-batches of its last chunk between FWD and BWD; 0 elsewhere */
+    int split;           /* ZB-H1: the backward is split into B (input gradients) and W
+                            (the four linear layers' weight and bias gradients); between
+                            them the slot keeps W's inputs and output gradients */
     size_t att_saved;    /* bytes per layer per micro-batch */
-    int recompute;       /* training.recompute: full, on the first `recompute` layers of the
-                            stage (all, or training.recompute_num_layers). A slot keeps
-                            only those layers' outputs (the next layer's input); the
-                            backward recomputes each of them into the one shared layer block
-                            w_layer. The other layers keep their blocks at s_layers. */
-    int selective;       /* training.recompute: selective (Korthikanti et al.). The saved
-                            attention state (the cpu backend's (B,NH/tp,T,T) probabilities)
-                            is not kept; the backward recomputes the attention forward into
-                            the one shared block w_att. */
-    size_t s_outs;       /* recompute: `recompute` x (Nl,C) layer outputs */
-    /* slot: */
+    /* training.recompute: full, on the first recompute[c] layers of each model chunk c
+     * (all, or training.recompute_num_layers). A slot keeps only those layers' outputs (the
+     * next layer's input); the backward recomputes each of them into the one shared layer
+     * block w_layer. The other layers keep their blocks at s_layers. */
+    int recompute[TPD_CONFIG_MAX_STAGES];
+    int recompute_max; /* over chunks: the slot has room for this many outputs */
+    int selective;     /* training.recompute: selective (Korthikanti et al.). The saved
+                          attention state (the cpu backend's (B,NH/tp,T,T) probabilities)
+                          is not kept; the backward recomputes the attention forward into
+                          the one shared block w_att. */
+    /* slot (one (micro-batch, chunk) of any chunk: sized for the largest chunk): */
     size_t s_tokens, s_targets; /* (N) int32 each */
-    size_t s_x0;                /* (Nl,C) stage input */
-    size_t s_layers;            /* block of the first layer not recomputed */
+    size_t s_x0;                /* (Nl,C) chunk input */
+    size_t s_outs;              /* recompute: recompute_max x (Nl,C) layer outputs */
+    size_t s_layers;            /* block of the chunk's first layer not recomputed */
     tpd_act_layer layer;
-    size_t s_lnf, s_lnf_mean, s_lnf_rstd; /* last stage: (Nl,C), (Nl), (Nl) */
-    size_t s_logits;                      /* (N, Vp/tp) logits, then dlogits in place */
-    size_t s_xstats;                      /* (3N) f32: max, sumexp, target logit */
-    size_t s_loss;                        /* (N) f32 */
     size_t slot_bytes;
+    /* head block (last stage), after the nslots slots: */
+    size_t h_lnf, h_lnf_mean, h_lnf_rstd; /* (Nl,C), (Nl), (Nl) */
+    size_t h_logits;                      /* (N, Vp/tp) logits, then dlogits in place */
+    size_t h_xstats;                      /* (3N) f32: max, sumexp, target logit */
+    size_t h_loss;                        /* (N) f32 */
+    size_t head_bytes;
     /* workspace (one, shared by all slots): */
     size_t w_dres, w_dtmp; /* (Nl,C) each: the residual stream's gradient */
     size_t w_dln;          /* (N,C) gradient of a LayerNorm output (under SP, the
@@ -77,7 +90,7 @@ typedef struct tpd_buffer_plan {
     size_t w_dqkv;         /* (N,3C/tp) */
     size_t w_datty;        /* (N,C/tp) */
     size_t w_dfch;         /* (N,F/tp) */
-    size_t w_dsend;        /* (Nl,C) gradient sent to the previous stage */
+    size_t w_dsend;        /* (Nl,C) gradient sent to the previous virtual stage */
     size_t w_layer;        /* recompute: one layer block of activations */
     size_t w_att;          /* selective: one layer's attention state */
     size_t w_gath;         /* SP: (N,C) all-gathered rows, or a row-parallel
@@ -90,6 +103,24 @@ typedef struct tpd_buffer_plan {
 tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int pp, int dp,
                                 int stage, tpd_buffer_plan *plan_p);
 
+/* Where one (micro-batch, chunk) of the action list lives: its model chunk (0 .. v-1),
+ * its activation slot (0 .. nslots-1) and, for the last chunk of the last stage, its
+ * head block (0 .. nheads-1; -1 elsewhere). The trainer assigns them by walking the list. */
+typedef struct tpd_model_mb {
+    int chunk, slot, head;
+} tpd_model_mb;
+
+/* Units of the parameter buffer that the hook reports, in buffer order: the embedding
+ * (wte, wpe: elements before the first layer), local layer l (0 .. Ls-1), the final
+ * LayerNorm (after the last layer). The head's wte gradient counts as the embedding's. */
+#define TPD_MODEL_UNIT_EMBED (-1)
+/* Called with backward = 0 before a forward first reads unit `unit`'s parameters, and with
+ * backward = 1 once a backward (or W) call has written its last contribution of this call
+ * to the unit's gradients (for a layer under a split backward: in W). A failure stops the
+ * step. The trainer's DP overlap waits for parameter gathers and starts gradient
+ * reductions here, and polls outstanding collectives. */
+typedef tpd_status (*tpd_model_hook)(void *user, int unit, int backward);
+
 typedef struct tpd_model {
     tpd_config cfg;
     tpd_buffer_plan plan;
@@ -100,10 +131,12 @@ typedef struct tpd_model {
     void *grads;          /* (numel_padded) grad dtype, mirrors params */
     float *master;        /* (shard_numel) fp32 or NULL */
     float *opt_m, *opt_v; /* (shard_numel) fp32 */
-    char *acts;           /* nslots * slot_bytes */
+    char *acts;           /* nslots * slot_bytes, then nheads * head_bytes */
     char *ws;             /* ws_bytes */
     int32_t *host_tokens; /* (2, B*T) host staging: inputs, then targets */
     size_t bytes_allocated;
+    tpd_model_hook hook; /* optional, see tpd_model_hook */
+    void *hook_user;
 } tpd_model;
 
 /* Allocates every buffer (tp_comm: this rank's TP communicator; may be NULL for TP=1). */
@@ -112,7 +145,8 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
                             tpd_model **model_p);
 void tpd_model_destroy(tpd_model *m);
 
-/* Views into the flat buffers. */
+/* Views into the flat buffers: the tensor (per-layer tensors: local layer 0's piece; the
+ * others lie at tpd_model_layout_piece). */
 void *tpd_model_param(const tpd_model *m, tpd_param p);
 void *tpd_model_grad(const tpd_model *m, tpd_param p);
 
@@ -121,29 +155,47 @@ void *tpd_model_grad(const tpd_model *m, tpd_param p);
  * the master weights of the ranges this rank owns under `dpp`. */
 tpd_status tpd_model_init_params(tpd_model *m, const tpd_dp_plan *dpp);
 tpd_status tpd_model_zero_grads(tpd_model *m);
+/* The whole flat parameter buffer (numel_padded elements) as fp32 in host memory. */
+tpd_status tpd_model_params_f32(const tpd_model *m, float *out);
 
-/* tokens: (B, T+1) host int32 samples; inputs are [:, :T], targets [:, 1:]. */
-tpd_status tpd_model_set_batch(tpd_model *m, int slot, const int32_t *tokens);
+/* tokens: (B, T+1) host int32 samples; inputs are [:, :T], targets [:, 1:], written to the
+ * slot of `at` (the first chunk of the first stage reads the inputs, the last chunk of the
+ * last stage the targets). */
+tpd_status tpd_model_set_batch(tpd_model *m, const tpd_model_mb *at, const int32_t *tokens);
 
-/* Runs this stage's part of the forward on slot. On the first stage the input is the
- * embedding of the slot's tokens; otherwise the slot's stage input (received). On the
- * last stage it ends with the per-token loss. */
-tpd_status tpd_model_forward(tpd_model *m, int slot);
-/* Backward of slot. On the last stage it starts from the loss with weight dloss per token;
- * otherwise from tpd_model_grad_in (received). Parameter gradients accumulate. */
-tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss);
-/* Sum of the slot's per-token losses (last stage). */
-tpd_status tpd_model_loss_sum(tpd_model *m, int slot, double *sum_p);
+/* Runs chunk at->chunk's part of the forward on its slot. The first chunk of the first
+ * stage starts from the embedding of the slot's tokens, every other one from the slot's
+ * chunk input (received). The last chunk of the last stage ends with the per-token loss
+ * in its head block. */
+tpd_status tpd_model_forward(tpd_model *m, const tpd_model_mb *at);
+/* Backward of the chunk on its slot. The last chunk of the last stage starts from the loss
+ * with weight dloss per token; every other one from tpd_model_grad_in (received).
+ * Parameter gradients accumulate. Under a split backward (plan.split) this is B: the
+ * linear layers' weight and bias gradients wait for tpd_model_weight_grad. */
+tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss);
+/* W of a split backward: the weight and bias gradients of the chunk's linear layers from
+ * what B kept in the slot. */
+tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at);
+/* Sum of the per-token losses of `at`'s head block (last stage, last chunk). */
+tpd_status tpd_model_loss_sum(tpd_model *m, const tpd_model_mb *at, double *sum_p);
+/* (N, Vp/tp) logits of `at`'s head block after a forward (device memory). */
+const void *tpd_model_logits(const tpd_model *m, const tpd_model_mb *at);
 
-/* The buffers the pipeline moves between stages, (Nl,C) each: under sequence parallel
- * every TP rank sends and receives only its rows. */
-void *tpd_model_stage_input(const tpd_model *m, int slot);
-void *tpd_model_stage_output(const tpd_model *m, int slot);
+/* The buffers the pipeline moves between virtual stages, (Nl,C) each: under sequence
+ * parallel every TP rank sends and receives only its rows. */
+void *tpd_model_stage_input(const tpd_model *m, const tpd_model_mb *at);
+void *tpd_model_stage_output(const tpd_model *m, const tpd_model_mb *at);
 void *tpd_model_grad_in(const tpd_model *m);
 void *tpd_model_grad_out(const tpd_model *m);
+/* Element range [begin, end) of a hook unit in the flat buffer. */
+void tpd_model_unit_range(const tpd_model *m, int unit, size_t *begin_p, size_t *end_p);
 /* Sequence parallel: LayerNorm gradients are partial sums over this rank's rows;
- * all-reduces them over TP so that every rank holds the full gradient (no-op without SP). */
-tpd_status tpd_model_sp_reduce_grads(tpd_model *m);
+ * all-reduces over TP those inside the element range [begin, end), so that every rank
+ * holds the full gradient (no-op without SP). */
+tpd_status tpd_model_sp_reduce_grads(tpd_model *m, size_t begin, size_t end);
+/* The stage's action list under the config's schedule (tpd_config_schedule). */
+tpd_status tpd_model_schedule(const tpd_config *cfg, int pp, int stage, int micro_batches,
+                              tpd_pp_schedule *sched_p);
 
 #ifdef __cplusplus
 }

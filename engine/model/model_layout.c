@@ -63,7 +63,17 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     d.Vvalid = d.V - d.v0 < 0 ? 0 : (d.V - d.v0 > d.Vl ? d.Vl : d.V - d.v0);
     d.first = stage == 0;
     d.last = stage == pp_size - 1;
-    d.Ls = tpd_config_stage_layers(cfg, stage, &d.l0);
+    /* Megatron's virtual stages: chunk c of this stage is virtual stage c*PP + stage */
+    tpd_config c = *cfg;
+    c.parallel.pipeline_model_parallel_size = pp_size;
+    d.v = cfg->parallel.virtual_pipeline_model_parallel_size > 0
+              ? cfg->parallel.virtual_pipeline_model_parallel_size
+              : 1;
+    for (int k = 0; k < d.v; k++) {
+        d.chunk_l0[k] = d.Ls;
+        d.chunk_layers[k] = tpd_config_chunk_layers(&c, stage, k, &d.chunk_g0[k]);
+        d.Ls += d.chunk_layers[k];
+    }
     d.sp = cfg->parallel.sequence_parallel && tp_size > 1;
     d.Nl = d.B * d.T;
     if (d.sp) {
@@ -95,7 +105,7 @@ tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank
         [TPD_P_FCPROJW] = {d->C, d->F},  [TPD_P_FCPROJB] = {d->C, 1},
         [TPD_P_LNFW] = {d->C, 1},        [TPD_P_LNFB] = {d->C, 1},
     };
-    size_t off = 0;
+    /* shapes and presence first, then the layer-major offsets */
     for (int p = 0; p < TPD_P_COUNT; p++) {
         const tpd_param_info *in = &g_info[p];
         tpd_param_slice *s = &lay.p[p];
@@ -132,8 +142,32 @@ tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank
          * only (the last stage's copy is identical). */
         s->tp_counted = (in->split == TPD_SPLIT_NONE) ? d->tp_rank == 0 : 1;
         if (p == TPD_P_WTE && !d->first) s->tp_counted = 0;
-        s->offset = off;
         s->numel = (size_t)s->layers * (size_t)s->rows * (size_t)s->cols;
+    }
+    /* wte, wpe; one block per local layer; lnfw, lnfb */
+    size_t off = 0, block = 0;
+    for (int p = 0; p < TPD_P_COUNT; p++)
+        if (g_info[p].per_layer && lay.p[p].present)
+            block += (size_t)lay.p[p].rows * (size_t)lay.p[p].cols;
+    for (int p = 0; p < TPD_P_COUNT; p++) {
+        tpd_param_slice *s = &lay.p[p];
+        if (!s->present || g_info[p].per_layer || p == TPD_P_LNFW || p == TPD_P_LNFB) continue;
+        s->offset = off;
+        off += s->numel;
+    }
+    size_t in_block = 0;
+    for (int p = 0; p < TPD_P_COUNT; p++) {
+        tpd_param_slice *s = &lay.p[p];
+        if (!s->present || !g_info[p].per_layer) continue;
+        s->offset = off + in_block;
+        s->stride = block;
+        in_block += (size_t)s->rows * (size_t)s->cols;
+    }
+    off += block * (size_t)d->Ls;
+    for (int p = TPD_P_LNFW; p <= TPD_P_LNFB; p++) {
+        tpd_param_slice *s = &lay.p[p];
+        if (!s->present) continue;
+        s->offset = off;
         off += s->numel;
     }
     lay.numel = off;
@@ -145,7 +179,7 @@ int64_t tpd_model_layout_row_global(const tpd_model_layout *lay, tpd_param p, in
     const tpd_param_slice *s = &lay->p[p];
     const tpd_model_dims *d = &lay->d;
     int64_t l = r / s->rows, row = r % s->rows, col0 = 0, grow = row;
-    int64_t gl = g_info[p].per_layer ? d->l0 + l : 0;
+    int64_t gl = g_info[p].per_layer ? tpd_model_dims_global_layer(d, (int)l) : 0;
     switch (g_info[p].split) {
     case TPD_SPLIT_ROWS:
         grow = (int64_t)d->tp_rank * s->rows + row;
@@ -167,6 +201,12 @@ int64_t tpd_model_layout_row_global(const tpd_model_layout *lay, tpd_param p, in
         break;
     }
     return (gl * s->g_rows + grow) * s->g_cols + col0;
+}
+
+int tpd_model_dims_global_layer(const tpd_model_dims *d, int l) {
+    for (int k = d->v - 1; k >= 0; k--)
+        if (l >= d->chunk_l0[k]) return d->chunk_g0[k] + (l - d->chunk_l0[k]);
+    return l;
 }
 
 size_t tpd_model_layout_global_numel(const tpd_model_layout *lay, tpd_param p) {

@@ -7,14 +7,17 @@
  *
  * A rank holds, in one contiguous buffer, the tensors of its pipeline stage (wte and wpe
  * on the first stage, wte again plus lnf on the last: the head is tied), sliced for
- * tensor parallelism:
+ * tensor parallelism. With virtual stages (the interleaved schedule) the stage's layers
+ * are those of its v model chunks, chunk c being virtual stage c*PP + stage:
  *   - column-parallel weights (qkvw, fcw) and their biases split their rows; qkv is split
  *     by whole heads, so the local rows are [Q_local; K_local; V_local];
  *   - row-parallel weights (attprojw, fcprojw) split their columns; their biases, the
  *     LayerNorms and wpe are replicated;
  *   - wte is split by vocab rows over the padded vocab Vp (rows >= V are zero padding).
- * The order inside the buffer is the table order, so gradients mirror it and DP buckets
- * and ZeRO-1 shards are plain ranges. */
+ * The buffer is layer-major: wte, wpe, then each local layer's block (its tensors in table
+ * order), chunk 0's layers first, then lnfw, lnfb. So the backward finishes the buffer
+ * from its end towards its start, and a DP bucket (a plain range, like a ZeRO-1 shard)
+ * is final as soon as the backward has passed its lowest layer. Gradients mirror it. */
 #ifndef TPD_ENGINE_MODEL_LAYOUT_H
 #define TPD_ENGINE_MODEL_LAYOUT_H
 
@@ -69,9 +72,13 @@ const tpd_param_info *tpd_param_get_info(tpd_param p);
 typedef struct tpd_model_dims {
     int L, C, NH, HS, F, V, Vp, maxT, T, B; /* global; B = micro-batch */
     int tp_size, tp_rank, pp_size, stage;
-    int first, last;    /* stage flags */
-    int Ls, l0;         /* layers on this stage, first global layer */
-    int NHl, Cl, Fl;    /* local heads, C/tp, F/tp */
+    int first, last;                         /* stage flags */
+    int Ls;                                  /* layers on this stage (all its chunks) */
+    int v;                                   /* model chunks on this stage (virtual stages) */
+    int chunk_layers[TPD_CONFIG_MAX_STAGES]; /* layers of chunk c */
+    int chunk_l0[TPD_CONFIG_MAX_STAGES];     /* its first local layer */
+    int chunk_g0[TPD_CONFIG_MAX_STAGES];     /* its first global layer */
+    int NHl, Cl, Fl;                         /* local heads, C/tp, F/tp */
     int Vl, v0, Vvalid; /* local vocab rows, first global vocab row, rows < V */
     int sp;             /* sequence parallel: LayerNorm, residual and p2p regions hold
                            only this TP rank's share of the B*T rows */
@@ -84,8 +91,9 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
 /* One parameter tensor on this rank. */
 typedef struct tpd_param_slice {
     int present;        /* held by this stage */
-    size_t offset;      /* elements into the flat buffer */
-    size_t numel;       /* local elements */
+    size_t offset;      /* elements into the flat buffer of local layer 0's piece */
+    size_t stride;      /* elements between the pieces of consecutive local layers */
+    size_t numel;       /* local elements (layers pieces of rows*cols) */
     int layers;         /* local layer count (1 when not per-layer) */
     int rows, cols;     /* local rows and cols per layer (cols = 1 for vectors) */
     int g_rows, g_cols; /* global rows and cols per layer (unpadded: wte has V rows) */
@@ -101,6 +109,20 @@ typedef struct tpd_model_layout {
 
 tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,
                                  int stage, tpd_model_layout *lay_p);
+
+/* Element offset in the flat buffer of local layer l's piece of parameter p (rows*cols
+ * contiguous elements; l = 0 for a tensor that is not per layer). */
+static inline size_t tpd_model_layout_piece(const tpd_model_layout *lay, tpd_param p, int l) {
+    return lay->p[p].offset + (size_t)l * lay->p[p].stride;
+}
+/* Element offset in the flat buffer of local row r (0 .. layers*rows - 1) of p. */
+static inline size_t tpd_model_layout_row_local(const tpd_model_layout *lay, tpd_param p,
+                                                int64_t r) {
+    const tpd_param_slice *s = &lay->p[p];
+    return tpd_model_layout_piece(lay, p, (int)(r / s->rows)) + (size_t)(r % s->rows) * s->cols;
+}
+/* The global layer of local layer l. */
+int tpd_model_dims_global_layer(const tpd_model_dims *d, int l);
 
 /* Global flat element offset (into the unpadded global tensor (g_layers, g_rows, g_cols))
  * of the first element of local row r (0 .. layers*rows - 1) of parameter p; the row's

@@ -22,6 +22,24 @@ static size_t att_saved_bytes(const tpd_config *cfg, const tpd_model_dims *d, si
     return rows * d->T * act;
 }
 
+tpd_status tpd_model_schedule(const tpd_config *cfg, int pp, int stage, int micro_batches,
+                              tpd_pp_schedule *sched_p) {
+    tpd_pp_kind kind = TPD_PP_KIND_1F1B;
+    switch (tpd_config_schedule(cfg)) {
+    case TPD_SCHEDULE_1F1B:
+        kind = TPD_PP_KIND_1F1B;
+        break;
+    case TPD_SCHEDULE_INTERLEAVED:
+        kind = TPD_PP_KIND_INTERLEAVED;
+        break;
+    case TPD_SCHEDULE_ZB_H1:
+        kind = TPD_PP_KIND_ZB_H1;
+        break;
+    }
+    int v = cfg->parallel.virtual_pipeline_model_parallel_size;
+    return tpd_pp_schedule_make(kind, pp, stage, micro_batches, v > 1 ? v : 1, sched_p);
+}
+
 tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int pp, int dp,
                                 int stage, tpd_buffer_plan *plan_p) {
     tpd_buffer_plan b;
@@ -34,8 +52,13 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     int zero = cfg->parallel.use_distributed_optimizer && dp > 1;
     b.numel_padded = tpd_dp_padded_numel(b.lay.numel, dp);
     b.shard_numel = tpd_dp_shard_numel(b.lay.numel, dp, zero);
-    int M = tpd_config_num_micro_batches(cfg, dp);
-    b.nslots = pp - stage < M ? pp - stage : M;
+    /* slots and head blocks: the peaks of the action list this stage runs */
+    tpd_pp_schedule sched;
+    TPD_CHECK(tpd_model_schedule(cfg, pp, stage, tpd_config_num_micro_batches(cfg, dp), &sched));
+    b.nslots = tpd_pp_schedule_peak_in_flight(&sched);
+    b.nheads = d->last ? tpd_pp_schedule_peak_in_flight_chunk(&sched, d->v - 1) : 0;
+    b.split = sched.split_backward;
+    tpd_pp_schedule_free(&sched);
     b.att_saved = att_saved_bytes(cfg, d, b.act_size);
 
     /* NL: rows of the LayerNorm/residual regions, N/tp under sequence parallel */
@@ -63,29 +86,37 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     l->fch_gelu = take(&lc, N * (size_t)d->Fl * a);
     l->out = take(&lc, NL * C * a);
     l->bytes = lc;
-    /* full recompute of the stage's first R layers (all of them unless
-     * training.recompute_num_layers is smaller): those keep only their output per slot, and
-     * the backward rebuilds their blocks in the workspace; the other layers keep theirs */
-    int R = 0;
-    if (cfg->training.recompute == TPD_RECOMPUTE_FULL) {
-        int n = cfg->training.recompute_num_layers;
-        R = n > 0 && n < d->Ls ? n : d->Ls;
+    /* full recompute of each chunk's first R layers (all of them unless
+     * training.recompute_num_layers is smaller, Megatron's block method per model chunk):
+     * those keep only their output per slot, and the backward rebuilds their blocks in the
+     * workspace; the other layers keep theirs. A slot fits the largest chunk. */
+    int kept_max = 0;
+    for (int c = 0; c < d->v; c++) {
+        int Lc = d->chunk_layers[c], R = 0;
+        if (cfg->training.recompute == TPD_RECOMPUTE_FULL) {
+            int n = cfg->training.recompute_num_layers;
+            R = n > 0 && n < Lc ? n : Lc;
+        }
+        b.recompute[c] = R;
+        if (R > b.recompute_max) b.recompute_max = R;
+        if (Lc - R > kept_max) kept_max = Lc - R;
     }
-    b.recompute = R;
     b.s_outs = cur;
-    for (int i = 0; i < R; i++)
+    for (int i = 0; i < b.recompute_max; i++)
         take(&cur, NL * C * a);
     b.s_layers = cur;
-    cur += lc * (size_t)(d->Ls - R);
-    if (d->last) {
-        b.s_lnf = take(&cur, NL * C * a);
-        b.s_lnf_mean = take(&cur, NL * 4);
-        b.s_lnf_rstd = take(&cur, NL * 4);
-        b.s_logits = take(&cur, N * (size_t)d->Vl * a);
-        b.s_xstats = take(&cur, 3 * N * 4);
-        b.s_loss = take(&cur, N * 4);
-    }
+    cur += lc * (size_t)kept_max;
     b.slot_bytes = cur;
+    if (d->last) {
+        size_t h = 0;
+        b.h_lnf = take(&h, NL * C * a);
+        b.h_lnf_mean = take(&h, NL * 4);
+        b.h_lnf_rstd = take(&h, NL * 4);
+        b.h_logits = take(&h, N * (size_t)d->Vl * a);
+        b.h_xstats = take(&h, 3 * N * 4);
+        b.h_loss = take(&h, N * 4);
+        b.head_bytes = h;
+    }
 
     size_t w = 0;
     b.w_dres = take(&w, NL * C * a);
@@ -94,8 +125,9 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     b.w_dqkv = take(&w, N * 3 * (size_t)d->Cl * a);
     b.w_datty = take(&w, N * (size_t)d->Cl * a);
     b.w_dfch = take(&w, N * (size_t)d->Fl * a);
-    b.w_dsend = d->first ? 0 : take(&w, NL * C * a);
-    b.w_layer = b.recompute ? take(&w, lc) : 0;
+    /* every virtual stage but the very first sends its input's gradient */
+    b.w_dsend = d->first && d->v == 1 ? 0 : take(&w, NL * C * a);
+    b.w_layer = b.recompute_max ? take(&w, lc) : 0;
     b.w_att = b.selective ? take(&w, b.att_saved) : 0;
     if (d->sp) {
         b.w_gath = take(&w, N * C * a);
@@ -108,7 +140,7 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     mem->grads = b.numel_padded * b.grad_size;
     mem->optimizer = 2 * b.shard_numel * 4;
     mem->master = b.has_master ? b.shard_numel * 4 : 0;
-    mem->activations = (uint64_t)b.nslots * b.slot_bytes;
+    mem->activations = (uint64_t)b.nslots * b.slot_bytes + (uint64_t)b.nheads * b.head_bytes;
     /* workspace includes the host-side staging of one micro-batch's inputs and targets */
     mem->workspace = b.ws_bytes + 2 * (size_t)d->B * d->T * 4;
     mem->total =

@@ -3,7 +3,16 @@
  * Vl = Vp/tp; Nl = N, or N/tp under sequence parallel: the rows of the LayerNorm and
  * residual regions that this rank keeps. Under SP, "gather" is the all-gather of those
  * rows into the (N,C) block w_gath, and the row-parallel all-reduce becomes a
- * reduce-scatter (parallel/tensor/tp.h). */
+ * reduce-scatter (parallel/tensor/tp.h).
+ *
+ * Under the interleaved schedule a call runs one model chunk: its layers are the local
+ * layers [chunk_l0[c], chunk_l0[c] + chunk_layers[c]); the embedding belongs to chunk 0 of
+ * the first stage and the head to the last chunk of the last stage. Under ZB-H1 the
+ * backward is split: B computes the input gradients (and the LayerNorm, head and embedding
+ * gradients) and leaves in the slot what W needs for the four linear layers' weight and
+ * bias gradients: their inputs (ln1, atty, ln2, fch_gelu, kept from the forward) and
+ * their output gradients, each written over an activation that B no longer reads (dqkv
+ * over qkv, d(fch) over fch, d(x1) over x1, d(out) over out). */
 #include "engine/model/model.h"
 
 typedef struct views {
@@ -13,8 +22,7 @@ typedef struct views {
 } views;
 
 static void *pview(const tpd_model *m, void *base, size_t esize, tpd_param p, int l) {
-    const tpd_param_slice *s = &m->plan.lay.p[p];
-    return (char *)base + (s->offset + (size_t)l * s->rows * s->cols) * esize;
+    return (char *)base + tpd_model_layout_piece(&m->plan.lay, p, l) * esize;
 }
 
 static void layer_views(const tpd_model *m, void *base, size_t es, int l, views *v) {
@@ -36,19 +44,36 @@ static char *slot_base(const tpd_model *m, int slot) {
     return m->acts + (size_t)slot * m->plan.slot_bytes;
 }
 
+static char *head_base(const tpd_model *m, int head) {
+    return m->acts + (size_t)m->plan.nslots * m->plan.slot_bytes +
+           (size_t)head * m->plan.head_bytes;
+}
+
+static int is_first(const tpd_model *m, const tpd_model_mb *at) {
+    return m->d.first && at->chunk == 0;
+}
+
+static int is_last(const tpd_model *m, const tpd_model_mb *at) {
+    return m->d.last && at->chunk == m->d.v - 1;
+}
+
+static tpd_status hook(tpd_model *m, int unit, int backward) {
+    return m->hook ? m->hook(m->hook_user, unit, backward) : TPD_OK;
+}
+
 typedef struct acts {
     void *ln1, *qkv, *atty, *att, *x1, *ln2, *fch, *fch_gelu, *out;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
 } acts;
 
-/* Layer l's activations of a slot. For a recomputed layer (l < plan.recompute) they live
- * in the one shared layer block, and only the layer output is the slot's own. */
-static void layer_acts(const tpd_model *m, int slot, int l, acts *a) {
+/* Activations of the chunk's i-th layer in `at`'s slot. For a recomputed layer
+ * (i < plan.recompute[chunk]) they live in the one shared layer block, and only the layer
+ * output is the slot's own. */
+static void layer_acts(const tpd_model *m, const tpd_model_mb *at, int i, acts *a) {
     const tpd_act_layer *o = &m->plan.layer;
-    int rc = l < m->plan.recompute;
-    char *b =
-        rc ? m->ws + m->plan.w_layer
-           : slot_base(m, slot) + m->plan.s_layers + (size_t)(l - m->plan.recompute) * o->bytes;
+    int R = m->plan.recompute[at->chunk], rc = i < R;
+    char *b = rc ? m->ws + m->plan.w_layer
+                 : slot_base(m, at->slot) + m->plan.s_layers + (size_t)(i - R) * o->bytes;
     a->ln1 = b + o->ln1;
     a->ln1_mean = (float *)(b + o->ln1_mean);
     a->ln1_rstd = (float *)(b + o->ln1_rstd);
@@ -65,7 +90,7 @@ static void layer_acts(const tpd_model *m, int slot, int l, acts *a) {
     if (rc) {
         size_t nc = (size_t)m->d.Nl * m->d.C * m->plan.act_size;
         size_t stride = (nc + 255) / 256 * 256; /* the buffer plan's alignment */
-        a->out = slot_base(m, slot) + m->plan.s_outs + (size_t)l * stride;
+        a->out = slot_base(m, at->slot) + m->plan.s_outs + (size_t)i * stride;
     }
 }
 
@@ -101,8 +126,8 @@ static tpd_status column_bwd(tpd_model *m, void **dinp_p, void *dw, void *db, co
         *dinp_p = dln;
         return tpd_tp_column_bwd(&m->tp, dln, dw, db, dout, ln, w, N, C, OCl);
     }
-    const void *full;
-    TPD_CHECK(sp_full(m, &full, ln));
+    const void *full = NULL;
+    if (dw) TPD_CHECK(sp_full(m, &full, ln)); /* B of a split backward reads no input */
     *dinp_p = m->ws + m->plan.w_dlnl;
     return tpd_tp_column_bwd_sp(&m->tp, *dinp_p, dln, dw, db, dout, full, w, N, C, OCl);
 }
@@ -134,13 +159,13 @@ static tpd_status layer_fwd(tpd_model *m, const views *w, const acts *a, const v
     return tpd_kern_add(m->kb, a->out, a->out, a->x1, (size_t)Nl * C);
 }
 
-void *tpd_model_stage_input(const tpd_model *m, int slot) {
-    return slot_base(m, slot) + m->plan.s_x0;
+void *tpd_model_stage_input(const tpd_model *m, const tpd_model_mb *at) {
+    return slot_base(m, at->slot) + m->plan.s_x0;
 }
 
-void *tpd_model_stage_output(const tpd_model *m, int slot) {
+void *tpd_model_stage_output(const tpd_model *m, const tpd_model_mb *at) {
     acts a;
-    layer_acts(m, slot, m->d.Ls - 1, &a);
+    layer_acts(m, at, m->d.chunk_layers[at->chunk] - 1, &a);
     return a.out;
 }
 
@@ -149,19 +174,42 @@ void *tpd_model_grad_in(const tpd_model *m) {
 }
 
 void *tpd_model_grad_out(const tpd_model *m) {
-    return m->d.first ? NULL : m->ws + m->plan.w_dsend;
+    return m->d.first && m->d.v == 1 ? NULL : m->ws + m->plan.w_dsend;
 }
 
-tpd_status tpd_model_forward(tpd_model *m, int slot) {
+const void *tpd_model_logits(const tpd_model *m, const tpd_model_mb *at) {
+    return head_base(m, at->head) + m->plan.h_logits;
+}
+
+void tpd_model_unit_range(const tpd_model *m, int unit, size_t *begin_p, size_t *end_p) {
+    const tpd_model_layout *lay = &m->plan.lay;
+    const tpd_param_slice *l0 = &lay->p[TPD_P_LN1W], *lnf = &lay->p[TPD_P_LNFW];
+    size_t layers0 = l0->present ? l0->offset : (lnf->present ? lnf->offset : lay->numel);
+    size_t block = l0->present ? l0->stride : 0;
+    if (unit == TPD_MODEL_UNIT_EMBED) {
+        *begin_p = 0;
+        *end_p = layers0;
+    } else if (unit < m->d.Ls) {
+        *begin_p = layers0 + (size_t)unit * block;
+        *end_p = *begin_p + block;
+    } else {
+        *begin_p = layers0 + (size_t)m->d.Ls * block;
+        *end_p = lay->numel;
+    }
+}
+
+tpd_status tpd_model_forward(tpd_model *m, const tpd_model_mb *at) {
     const tpd_model_dims *d = &m->d;
     const tpd_tp_ctx *tp = &m->tp;
-    char *s = slot_base(m, slot);
+    char *s = slot_base(m, at->slot);
     int N = d->B * d->T, C = d->C;
     const int32_t *tokens = (const int32_t *)(s + m->plan.s_tokens);
     void *x0 = s + m->plan.s_x0;
     size_t es = m->plan.param_size;
+    int l0 = d->chunk_l0[at->chunk], Lc = d->chunk_layers[at->chunk];
 
-    if (d->first) {
+    if (is_first(m, at)) {
+        TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, 0));
         /* x0 = wte[tokens] + wpe[t] (vocab-parallel lookup, summed over TP); under SP
          * built whole in w_gath, and this rank keeps its rows */
         void *emb = d->sp ? m->ws + m->plan.w_gath : x0;
@@ -174,17 +222,21 @@ tpd_status tpd_model_forward(tpd_model *m, int slot) {
         }
     }
     const void *inp = x0;
-    for (int l = 0; l < d->Ls; l++) {
+    for (int i = 0; i < Lc; i++) {
         views w;
         acts a;
-        layer_views(m, m->params, es, l, &w);
-        layer_acts(m, slot, l, &a);
+        TPD_CHECK(hook(m, l0 + i, 0));
+        layer_views(m, m->params, es, l0 + i, &w);
+        layer_acts(m, at, i, &a);
         TPD_CHECK(layer_fwd(m, &w, &a, inp));
         inp = a.out;
     }
-    if (d->last) {
-        void *lnf = s + m->plan.s_lnf, *logits = s + m->plan.s_logits;
-        float *mean = (float *)(s + m->plan.s_lnf_mean), *rstd = (float *)(s + m->plan.s_lnf_rstd);
+    if (is_last(m, at)) {
+        TPD_CHECK(hook(m, d->Ls, 0));
+        TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, 0)); /* the tied head reads wte */
+        char *h = head_base(m, at->head);
+        void *lnf = h + m->plan.h_lnf, *logits = h + m->plan.h_logits;
+        float *mean = (float *)(h + m->plan.h_lnf_mean), *rstd = (float *)(h + m->plan.h_lnf_rstd);
         const int32_t *targets = (const int32_t *)(s + m->plan.s_targets);
         /* lnf = LN_f(inp); logits = gather(lnf) @ wte^T (tied head, vocab-parallel
          * columns) */
@@ -196,42 +248,50 @@ tpd_status tpd_model_forward(tpd_model *m, int slot) {
         TPD_CHECK(
             tpd_tp_column_fwd(tp, logits, full, tpd_model_param(m, TPD_P_WTE), NULL, N, C, d->Vl));
         /* loss = -log softmax(logits)[target], padded columns excluded */
-        TPD_CHECK(tpd_tp_vocab_xent_fwd(tp, (float *)(s + m->plan.s_loss),
-                                        (float *)(s + m->plan.s_xstats), logits, targets, N, d->Vl,
+        TPD_CHECK(tpd_tp_vocab_xent_fwd(tp, (float *)(h + m->plan.h_loss),
+                                        (float *)(h + m->plan.h_xstats), logits, targets, N, d->Vl,
                                         d->Vvalid, d->v0));
     }
     return TPD_OK;
 }
 
-tpd_status tpd_model_loss_sum(tpd_model *m, int slot, double *sum_p) {
-    if (!m->d.last) {
+tpd_status tpd_model_loss_sum(tpd_model *m, const tpd_model_mb *at, double *sum_p) {
+    if (!is_last(m, at)) {
         *sum_p = 0;
         return TPD_OK;
     }
-    const float *loss = (const float *)(slot_base(m, slot) + m->plan.s_loss);
+    const float *loss = (const float *)(head_base(m, at->head) + m->plan.h_loss);
     return tpd_kern_sum_f32(m->kb, loss, (size_t)m->d.B * m->d.T, sum_p);
 }
 
-tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss) {
+/* Copies an (Nl,C) activation-dtype region: W's saved output gradients. */
+static tpd_status keep_rows(tpd_model *m, void *dst, const void *src) {
+    return tpd_kern_copy(m->kb, dst, src, (size_t)m->d.Nl * m->d.C * m->plan.act_size);
+}
+
+tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss) {
     const tpd_model_dims *d = &m->d;
     const tpd_tp_ctx *tp = &m->tp;
-    char *s = slot_base(m, slot);
+    char *s = slot_base(m, at->slot);
     int N = d->B * d->T, Nl = d->Nl, C = d->C;
     size_t NC = (size_t)Nl * C, es = m->plan.param_size, gs = m->plan.grad_size;
     void *dres = m->ws + m->plan.w_dres, *dtmp = m->ws + m->plan.w_dtmp;
     void *dln, *dqkv = m->ws + m->plan.w_dqkv;
     void *datty = m->ws + m->plan.w_datty, *dfch = m->ws + m->plan.w_dfch;
     void *x0 = s + m->plan.s_x0;
+    int l0 = d->chunk_l0[at->chunk], Lc = d->chunk_layers[at->chunk];
+    int R = m->plan.recompute[at->chunk], split = m->plan.split;
 
-    if (d->last) {
-        void *lnf = s + m->plan.s_lnf, *logits = s + m->plan.s_logits;
-        const float *mean = (const float *)(s + m->plan.s_lnf_mean);
-        const float *rstd = (const float *)(s + m->plan.s_lnf_rstd);
+    if (is_last(m, at)) {
+        char *h = head_base(m, at->head);
+        void *lnf = h + m->plan.h_lnf, *logits = h + m->plan.h_logits;
+        const float *mean = (const float *)(h + m->plan.h_lnf_mean);
+        const float *rstd = (const float *)(h + m->plan.h_lnf_rstd);
         const int32_t *targets = (const int32_t *)(s + m->plan.s_targets);
         acts last;
-        layer_acts(m, slot, d->Ls - 1, &last);
+        layer_acts(m, at, Lc - 1, &last);
         /* loss = xent(logits): dlogits = (softmax - onehot) * dloss, in place */
-        TPD_CHECK(tpd_tp_vocab_xent_bwd(tp, logits, (const float *)(s + m->plan.s_xstats), targets,
+        TPD_CHECK(tpd_tp_vocab_xent_bwd(tp, logits, (const float *)(h + m->plan.h_xstats), targets,
                                         dloss, N, d->Vl, d->Vvalid, d->v0));
         /* logits = gather(lnf) @ wte^T: dlnf = reduce(dlogits @ wte);
          * dwte += dlogits^T gather(lnf) */
@@ -241,21 +301,23 @@ tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss) {
         TPD_CHECK(tpd_kern_layernorm_bwd(m->kb, dres, tpd_model_grad(m, TPD_P_LNFW),
                                          tpd_model_grad(m, TPD_P_LNFB), dln, last.out,
                                          tpd_model_param(m, TPD_P_LNFW), mean, rstd, Nl, C));
+        TPD_CHECK(hook(m, d->Ls, 1));
     }
-    /* dres now holds d(stage output) (received, or from the head above) */
-    for (int l = d->Ls - 1; l >= 0; l--) {
+    /* dres now holds d(chunk output) (received, or from the head above) */
+    for (int i = Lc - 1; i >= 0; i--) {
+        int l = l0 + i;
         views w, g;
         acts a;
         layer_views(m, m->params, es, l, &w);
         layer_views(m, m->grads, gs, l, &g);
-        layer_acts(m, slot, l, &a);
+        layer_acts(m, at, i, &a);
         const void *inp = x0; /* the layer's input */
-        if (l > 0) {
+        if (i > 0) {
             acts prev;
-            layer_acts(m, slot, l - 1, &prev);
+            layer_acts(m, at, i - 1, &prev);
             inp = prev.out;
         }
-        if (l < m->plan.recompute) {
+        if (i < R) {
             /* full recompute: rebuild the layer's activations from its stored input; the
              * recomputed output goes to the block, the stored one stays as it was */
             a.out = m->ws + m->plan.w_layer + m->plan.layer.out;
@@ -265,20 +327,24 @@ tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss) {
          * takes d(out) of every row, gathered under SP (so dfcprojb is whole) */
         const void *dfull;
         TPD_CHECK(sp_full(m, &dfull, dres));
-        TPD_CHECK(tpd_tp_row_bwd(tp, dfch, g.fcprojw, g.fcprojb, dfull, a.fch_gelu, w.fcprojw, N,
-                                 d->Fl, C));
-        /* fch_gelu = gelu(fch) */
-        TPD_CHECK(tpd_kern_gelu_bwd(m->kb, dfch, a.fch, dfch, (size_t)N * d->Fl));
+        if (split) TPD_CHECK(keep_rows(m, a.out, dres)); /* W: d(out) over out */
+        TPD_CHECK(tpd_tp_row_bwd(tp, dfch, split ? NULL : g.fcprojw, split ? NULL : g.fcprojb,
+                                 dfull, a.fch_gelu, w.fcprojw, N, d->Fl, C));
+        /* fch_gelu = gelu(fch); W keeps d(fch) over fch */
+        void *dfc = split ? a.fch : dfch;
+        TPD_CHECK(tpd_kern_gelu_bwd(m->kb, dfc, a.fch, dfch, (size_t)N * d->Fl));
         /* fch = gather(ln2) @ fcw^T + fcb: dln2 = reduce(dfch @ fcw) */
-        TPD_CHECK(column_bwd(m, &dln, g.fcw, g.fcb, dfch, a.ln2, w.fcw, d->Fl));
+        TPD_CHECK(column_bwd(m, &dln, split ? NULL : g.fcw, split ? NULL : g.fcb, dfc, a.ln2, w.fcw,
+                             d->Fl));
         /* ln2 = LN(x1); and x1 feeds out through the residual: dx1 = dres + dLN */
         TPD_CHECK(tpd_kern_layernorm_bwd(m->kb, dtmp, g.ln2w, g.ln2b, dln, a.x1, w.ln2w, a.ln2_mean,
                                          a.ln2_rstd, Nl, C));
         TPD_CHECK(tpd_kern_add(m->kb, dres, dres, dtmp, NC));
         /* x1 = inp + reduce(atty @ attprojw^T) + attprojb */
         TPD_CHECK(sp_full(m, &dfull, dres));
-        TPD_CHECK(tpd_tp_row_bwd(tp, datty, g.attprojw, g.attprojb, dfull, a.atty, w.attprojw, N,
-                                 d->Cl, C));
+        if (split) TPD_CHECK(keep_rows(m, a.x1, dres)); /* W: d(x1) over x1 */
+        TPD_CHECK(tpd_tp_row_bwd(tp, datty, split ? NULL : g.attprojw, split ? NULL : g.attprojb,
+                                 dfull, a.atty, w.attprojw, N, d->Cl, C));
         /* atty = attention(qkv); selective recompute rebuilds the saved state first (and
          * atty, bit for bit the same) */
         if (m->plan.selective)
@@ -286,16 +352,22 @@ tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss) {
                 tpd_kern_attention_fwd(m->kb, a.atty, a.att, a.qkv, d->B, d->T, d->NHl, d->HS));
         TPD_CHECK(tpd_kern_attention_bwd(m->kb, dqkv, datty, a.qkv, a.atty, a.att, d->B, d->T,
                                          d->NHl, d->HS));
+        /* W: dqkv over qkv, which the attention backward has read for the last time */
+        if (split)
+            TPD_CHECK(tpd_kern_copy(m->kb, a.qkv, dqkv, (size_t)N * 3 * d->Cl * m->plan.act_size));
         /* qkv = gather(ln1) @ qkvw^T + qkvb: dln1 = reduce(dqkv @ qkvw) */
-        TPD_CHECK(column_bwd(m, &dln, g.qkvw, g.qkvb, dqkv, a.ln1, w.qkvw, 3 * d->Cl));
+        TPD_CHECK(column_bwd(m, &dln, split ? NULL : g.qkvw, split ? NULL : g.qkvb, dqkv, a.ln1,
+                             w.qkvw, 3 * d->Cl));
         /* ln1 = LN(inp); inp also feeds x1 through the residual: dinp = dx1 + dLN */
         TPD_CHECK(tpd_kern_layernorm_bwd(m->kb, dtmp, g.ln1w, g.ln1b, dln, inp, w.ln1w, a.ln1_mean,
                                          a.ln1_rstd, Nl, C));
-        /* the stage input's gradient goes to the send buffer on non-first stages */
-        void *dst = (l == 0 && !d->first) ? m->ws + m->plan.w_dsend : dres;
+        /* the chunk input's gradient goes to the send buffer, except on the very first
+         * virtual stage */
+        void *dst = (i == 0 && !is_first(m, at)) ? m->ws + m->plan.w_dsend : dres;
         TPD_CHECK(tpd_kern_add(m->kb, dst, dres, dtmp, NC));
+        if (!split) TPD_CHECK(hook(m, l, 1));
     }
-    if (d->first) {
+    if (is_first(m, at)) {
         const int32_t *tokens = (const int32_t *)(s + m->plan.s_tokens);
         /* x0 = my rows of (wte[tokens] + wpe[t]): the lookups take d(x0) of every row */
         const void *dfull;
@@ -303,20 +375,84 @@ tpd_status tpd_model_backward(tpd_model *m, int slot, float dloss) {
         TPD_CHECK(tpd_tp_vocab_embed_bwd(tp, tpd_model_grad(m, TPD_P_WTE), dfull, tokens, N, C,
                                          d->v0, d->Vl));
         TPD_CHECK(tpd_kern_pos_bwd(m->kb, tpd_model_grad(m, TPD_P_WPE), dfull, d->B, d->T, C));
+        TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, 1));
     }
     return TPD_OK;
 }
 
-tpd_status tpd_model_sp_reduce_grads(tpd_model *m) {
+tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at) {
+    const tpd_model_dims *d = &m->d;
+    int N = d->B * d->T, C = d->C;
+    size_t es = m->plan.param_size, gs = m->plan.grad_size;
+    int l0 = d->chunk_l0[at->chunk], Lc = d->chunk_layers[at->chunk];
+    if (!m->plan.split) {
+        tpd_log_error("model: weight_grad without a split backward (pipeline_schedule zb-h1)");
+        return TPD_ERR_INTERNAL;
+    }
+    /* the weight and bias halves of the four row/column-parallel backwards of B, from the
+     * inputs the forward kept and the output gradients B kept (whole rows under SP) */
+    for (int i = Lc - 1; i >= 0; i--) {
+        int l = l0 + i;
+        views w, g;
+        acts a;
+        layer_views(m, m->params, es, l, &w);
+        layer_views(m, m->grads, gs, l, &g);
+        layer_acts(m, at, i, &a);
+        const void *dfull, *full;
+        /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb */
+        TPD_CHECK(sp_full(m, &dfull, a.out));
+        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, NULL, g.fcprojw, g.fcprojb, dfull, a.fch_gelu,
+                                      w.fcprojw, N, d->Fl, C));
+        /* fch = gather(ln2) @ fcw^T + fcb */
+        TPD_CHECK(sp_full(m, &full, a.ln2));
+        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, NULL, g.fcw, g.fcb, a.fch, full, w.fcw, N, C, d->Fl));
+        /* x1 = inp + reduce(atty @ attprojw^T) + attprojb */
+        TPD_CHECK(sp_full(m, &dfull, a.x1));
+        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, NULL, g.attprojw, g.attprojb, dfull, a.atty,
+                                      w.attprojw, N, d->Cl, C));
+        /* qkv = gather(ln1) @ qkvw^T + qkvb */
+        TPD_CHECK(sp_full(m, &full, a.ln1));
+        TPD_CHECK(
+            tpd_kern_matmul_bwd(m->kb, NULL, g.qkvw, g.qkvb, a.qkv, full, w.qkvw, N, C, 3 * d->Cl));
+        TPD_CHECK(hook(m, l, 1));
+    }
+    return TPD_OK;
+}
+
+tpd_status tpd_model_sp_reduce_grads(tpd_model *m, size_t begin, size_t end) {
     if (!m->d.sp) return TPD_OK;
     /* the LayerNorm weights and biases saw only this rank's rows */
     static const tpd_param ln[] = {TPD_P_LN1W, TPD_P_LN1B, TPD_P_LN2W,
                                    TPD_P_LN2B, TPD_P_LNFW, TPD_P_LNFB};
-    for (size_t i = 0; i < sizeof ln / sizeof ln[0]; i++) {
-        const tpd_param_slice *p = &m->plan.lay.p[ln[i]];
-        if (!p->present || !p->numel) continue;
-        TPD_CHECK(tpd_tp_allreduce(&m->tp, tpd_model_grad(m, ln[i]), p->numel,
-                                   tpd_kern_grad_dtype(m->kb), TPD_COMM_OP_SUM));
+    const tpd_model_layout *lay = &m->plan.lay;
+    size_t gs = m->plan.grad_size;
+    /* piece by piece in buffer order, clipped to [begin, end); adjacent pieces (a
+     * LayerNorm's weight and bias) in one all-reduce */
+    size_t run0 = 0, run_n = 0;
+    for (int l = -1; l <= m->d.Ls; l++) {
+        for (size_t i = 0; i < sizeof ln / sizeof ln[0]; i++) {
+            const tpd_param_slice *p = &lay->p[ln[i]];
+            int per_layer = tpd_param_get_info(ln[i])->per_layer;
+            /* the per-layer pieces in layer order, lnf after the last layer */
+            if (!p->present || !p->numel || (per_layer ? l < 0 || l >= m->d.Ls : l != m->d.Ls))
+                continue;
+            size_t at = tpd_model_layout_piece(lay, ln[i], per_layer ? l : 0);
+            size_t n = (size_t)p->rows * p->cols;
+            size_t lo = at > begin ? at : begin, hi = at + n < end ? at + n : end;
+            if (lo >= hi) continue;
+            if (run_n && lo == run0 + run_n) {
+                run_n += hi - lo;
+                continue;
+            }
+            if (run_n)
+                TPD_CHECK(tpd_tp_allreduce(&m->tp, (char *)m->grads + run0 * gs, run_n,
+                                           tpd_kern_grad_dtype(m->kb), TPD_COMM_OP_SUM));
+            run0 = lo;
+            run_n = hi - lo;
+        }
     }
+    if (run_n)
+        TPD_CHECK(tpd_tp_allreduce(&m->tp, (char *)m->grads + run0 * gs, run_n,
+                                   tpd_kern_grad_dtype(m->kb), TPD_COMM_OP_SUM));
     return TPD_OK;
 }

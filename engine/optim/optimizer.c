@@ -2,20 +2,6 @@
 
 #include <math.h>
 
-tpd_status tpd_optim_reduce_grads(tpd_model *m, const tpd_dp_plan *dpp,
-                                  const tpd_mesh_comms *comms) {
-    const tpd_param_slice *wte = &m->plan.lay.p[TPD_P_WTE];
-    TPD_CHECK(tpd_model_sp_reduce_grads(m));
-    /* The head on the last stage and the embedding on the first share wte: their gradients
-     * are summed so both copies take the same update and stay identical. */
-    if (comms->emb && tpd_comm_size(comms->emb) > 1 && wte->present)
-        TPD_CHECK(tpd_comm_allreduce(
-            comms->emb, tpd_model_grad(m, TPD_P_WTE), tpd_model_grad(m, TPD_P_WTE), wte->numel,
-            tpd_kern_grad_dtype(m->kb), TPD_COMM_OP_SUM, tpd_kern_stream(m->kb)));
-    return tpd_dp_reduce_grads(dpp, comms->dp, m->grads, tpd_kern_grad_dtype(m->kb),
-                               tpd_kern_stream(m->kb));
-}
-
 /* Calls fn for every intersection of an owned range with a parameter tensor. */
 typedef tpd_status (*range_fn)(tpd_model *m, tpd_param p, size_t begin, size_t end, size_t state,
                                void *arg);
@@ -27,10 +13,14 @@ static tpd_status for_each_owned(tpd_model *m, const tpd_dp_plan *dpp, range_fn 
         for (int p = 0; p < TPD_P_COUNT; p++) {
             const tpd_param_slice *s = &lay->p[p];
             if (!s->present) continue;
-            size_t b = s->offset > rg->begin ? s->offset : rg->begin;
-            size_t e = s->offset + s->numel < rg->end ? s->offset + s->numel : rg->end;
-            if (b >= e) continue;
-            TPD_CHECK(fn(m, (tpd_param)p, b, e, rg->state + (b - rg->begin), arg));
+            size_t piece = (size_t)s->rows * (size_t)s->cols;
+            for (int l = 0; l < s->layers; l++) { /* the layer-major buffer's pieces */
+                size_t s0 = tpd_model_layout_piece(lay, (tpd_param)p, l), s1 = s0 + piece;
+                size_t b = s0 > rg->begin ? s0 : rg->begin;
+                size_t e = s1 < rg->end ? s1 : rg->end;
+                if (b >= e) continue;
+                TPD_CHECK(fn(m, (tpd_param)p, b, e, rg->state + (b - rg->begin), arg));
+            }
         }
     }
     return TPD_OK;
@@ -102,10 +92,8 @@ static tpd_status apply_adamw(tpd_model *m, tpd_param p, size_t b, size_t e, siz
         a->step, (float)a->grad_scale);
 }
 
-tpd_status tpd_optim_update(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
-                            double lr, double grad_scale, int step) {
+tpd_status tpd_optim_update(tpd_model *m, const tpd_dp_plan *dpp, double lr, double grad_scale,
+                            int step) {
     adamw_arg a = {lr, grad_scale, step};
-    TPD_CHECK(for_each_owned(m, dpp, apply_adamw, &a));
-    return tpd_dp_gather_params(dpp, comms->dp, m->params, tpd_kern_param_dtype(m->kb),
-                                tpd_kern_stream(m->kb));
+    return for_each_owned(m, dpp, apply_adamw, &a);
 }

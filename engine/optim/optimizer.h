@@ -1,6 +1,7 @@
-/* The optimizer step over a rank's flat buffers: tied-embedding and DP gradient
- * reduction, the global gradient norm (each parameter counted once), clipping, AdamW
- * on the owned ranges (weight decay on 2-D weights only), and the ZeRO-1 all-gather. */
+/* The optimizer step over a rank's flat buffers: the global gradient norm (each parameter
+ * counted once), clipping and AdamW on the owned ranges (weight decay on 2-D weights
+ * only). The gradient sums before it and the ZeRO-1 all-gather after it are in
+ * grad_sync.h. */
 #ifndef TPD_ENGINE_OPTIMIZER_H
 #define TPD_ENGINE_OPTIMIZER_H
 
@@ -12,11 +13,6 @@
 extern "C" {
 #endif
 
-/* Sums the tied wte gradient over the embedding group (first and last stage) and all
- * gradients over DP. */
-tpd_status tpd_optim_reduce_grads(tpd_model *m, const tpd_dp_plan *dpp,
-                                  const tpd_mesh_comms *comms);
-
 /* Global L2 norm of the reduced gradients, identical on every rank. hcomms: the host
  * (MPI) communicators, since the partial sums are host scalars. */
 tpd_status tpd_optim_grad_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
@@ -26,10 +22,9 @@ tpd_status tpd_optim_grad_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_m
 tpd_status tpd_optim_params_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
                                  double *norm_p);
 
-/* AdamW on the owned ranges with gradients scaled by grad_scale, then the ZeRO-1
- * all-gather of the parameters. step is 1-based. */
-tpd_status tpd_optim_update(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
-                            double lr, double grad_scale, int step);
+/* AdamW on the owned ranges with gradients scaled by grad_scale. step is 1-based. */
+tpd_status tpd_optim_update(tpd_model *m, const tpd_dp_plan *dpp, double lr, double grad_scale,
+                            int step);
 
 #ifdef __cplusplus
 }

@@ -35,20 +35,18 @@ tpd_status tpd_plan_write_trace(const tpd_plan_result *r, const char *path) {
     int p = l->pp, v = l->virtual_stages > 0 ? l->virtual_stages : 1, built = 0;
     tpd_trace *tr = NULL;
     tpd_pp_schedule *sch = calloc((size_t)p, sizeof *sch);
+    tpd_pp_sim_times *times = calloc((size_t)p, sizeof *times);
     double **t0 = calloc((size_t)p, sizeof *t0), **t1 = calloc((size_t)p, sizeof *t1);
-    if (!sch || !t0 || !t1) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_arrays, "trace: out of memory");
+    if (!sch || !times || !t0 || !t1)
+        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_arrays, "trace: out of memory");
     for (; built < p; built++) {
-        if (v > 1)
-            TPD_CHECK_GOTO(
-                tpd_pp_schedule_interleaved(p, built, r->num_micro_batches, v, &sch[built]), st,
-                free_arrays);
-        else
-            TPD_CHECK_GOTO(tpd_pp_schedule_1f1b(p, built, r->num_micro_batches, &sch[built]), st,
-                           free_arrays);
+        times[built] = (tpd_pp_sim_times){r->t_fwd_chunk, r->t_bwd_chunk, 0.0, r->t_p2p};
+        TPD_CHECK_GOTO(tpd_pp_schedule_make(v > 1 ? TPD_PP_KIND_INTERLEAVED : TPD_PP_KIND_1F1B, p,
+                                            built, r->num_micro_batches, v, &sch[built]),
+                       st, free_arrays);
     }
     tpd_pp_sim_result sim;
-    TPD_CHECK_GOTO(tpd_pp_simulate(sch, p, r->t_fwd_chunk, r->t_bwd_chunk, r->t_p2p, t0, t1, &sim),
-                   st, free_arrays);
+    TPD_CHECK_GOTO(tpd_pp_simulate(sch, p, times, t0, t1, &sim), st, free_arrays);
     TPD_CHECK_GOTO(tpd_trace_open(path, &tr), st, free_arrays);
     char name[64];
     for (int s = 0; s < p; s++) {
@@ -77,6 +75,7 @@ free_arrays:
         free(t1[s]);
     free(t1);
     free(t0);
+    free(times);
     free(sch);
     return st;
 }

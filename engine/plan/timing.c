@@ -243,24 +243,22 @@ static tpd_status simulate(const tpd_plan_layout *lay, int m, double tf, double 
     tpd_status st = TPD_OK;
     int p = lay->pp, v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
     tpd_pp_schedule *sch = calloc((size_t)p, sizeof *sch);
-    if (!sch) {
-        tpd_log_error("plan: out of memory for %d schedules", p);
-        return TPD_ERR_NOMEM;
-    }
+    tpd_pp_sim_times *times = calloc((size_t)p, sizeof *times);
     int built = 0;
+    if (!sch || !times) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_scheds, "plan: out of memory");
     for (; built < p; built++) {
-        if (v > 1)
-            TPD_CHECK_GOTO(tpd_pp_schedule_interleaved(p, built, m, v, &sch[built]), st,
-                           free_scheds);
-        else
-            TPD_CHECK_GOTO(tpd_pp_schedule_1f1b(p, built, m, &sch[built]), st, free_scheds);
+        times[built] = (tpd_pp_sim_times){tf, tb, 0.0, tp2p};
+        TPD_CHECK_GOTO(tpd_pp_schedule_make(v > 1 ? TPD_PP_KIND_INTERLEAVED : TPD_PP_KIND_1F1B, p,
+                                            built, m, v, &sch[built]),
+                       st, free_scheds);
     }
     tpd_pp_sim_result r;
-    TPD_CHECK_GOTO(tpd_pp_simulate(sch, p, tf, tb, tp2p, NULL, NULL, &r), st, free_scheds);
+    TPD_CHECK_GOTO(tpd_pp_simulate(sch, p, times, NULL, NULL, &r), st, free_scheds);
     *makespan_p = r.makespan;
 free_scheds:
     for (int i = 0; i < built; i++)
         tpd_pp_schedule_free(&sch[i]);
+    free(times);
     free(sch);
     return st;
 }

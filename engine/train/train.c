@@ -92,6 +92,60 @@ static tpd_status create_backend(const tpd_config *cfg, tpd_comm *world, int loc
     return tpd_kern_cpu_create(&kc, kb);
 }
 
+/* Slots and head blocks of every (micro-batch, chunk), by walking the stage's action list
+ * as the executor will: a pair takes the lowest free slot at its forward and frees it when
+ * its backward (W under a split backward) is done; the last stage's last chunk holds a
+ * head block from its forward to its backward. The peaks are the buffer plan's. */
+static tpd_status assign_slots(tpd_trainer *tr) {
+    const tpd_pp_schedule *s = &tr->sched;
+    const tpd_buffer_plan *b = &tr->model->plan;
+    int v = s->virtual_stages, last = tr->model->d.last;
+    tpd_status st = TPD_OK;
+    tr->where = calloc((size_t)tr->M * (size_t)v, sizeof *tr->where);
+    char *slot_used = calloc((size_t)b->nslots + 1, 1),
+         *head_used = calloc((size_t)b->nheads + 1, 1);
+    if (!tr->where || !slot_used || !head_used)
+        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "train: out of memory for the slot table");
+    for (int i = 0; i < s->count; i++) {
+        const tpd_pp_action *a = &s->actions[i];
+        tpd_model_mb *w = &tr->where[(size_t)a->micro_batch * v + a->chunk];
+        int is_head = last && a->chunk == v - 1;
+        if (a->kind == TPD_PP_FWD) {
+            w->chunk = a->chunk;
+            w->slot = w->head = -1;
+            for (int k = 0; k < b->nslots && w->slot < 0; k++)
+                if (!slot_used[k]) w->slot = k;
+            for (int k = 0; is_head && k < b->nheads && w->head < 0; k++)
+                if (!head_used[k]) w->head = k;
+            if (w->slot < 0 || (is_head && w->head < 0))
+                TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, out,
+                              "train: the schedule holds more micro-batches than the memory plan "
+                              "(%d slots, %d head blocks)",
+                              b->nslots, b->nheads);
+            slot_used[w->slot] = 1;
+            if (is_head) head_used[w->head] = 1;
+        } else if (a->kind == TPD_PP_BWD) {
+            if (is_head) head_used[w->head] = 0;
+            if (!s->split_backward) slot_used[w->slot] = 0;
+        } else if (a->kind == TPD_PP_WGRAD) {
+            slot_used[w->slot] = 0;
+        }
+    }
+out:
+    free(head_used);
+    free(slot_used);
+    return st;
+}
+
+/* The model's hook: parameter gathers before a forward reads them, gradient reductions
+ * once the step's last backward of a chunk has written them, and progress in between. */
+static tpd_status model_hook(void *user, int unit, int backward) {
+    tpd_trainer *tr = user;
+    if (!backward) return tpd_grad_sync_params_ready(tr->gsync, unit);
+    if (tr->final_mb) TPD_CHECK(tpd_grad_sync_unit_final(tr->gsync, unit));
+    return tpd_grad_sync_poll(tr->gsync);
+}
+
 tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_trainer **tr_p) {
     tpd_status st = TPD_OK;
     char err[1024];
@@ -130,11 +184,14 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
         TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, undo_dpp,
                       "train: DP plan and buffer plan disagree on the shard size");
     TPD_CHECK_GOTO(tpd_model_init_params(tr->model, &tr->dpp), st, undo_dpp);
-    TPD_CHECK_GOTO(tpd_pp_schedule_1f1b(pp, ms->pp, tr->M, &tr->sched), st, undo_dpp);
-    if (tpd_pp_schedule_peak_in_flight(&tr->sched) > tr->model->plan.nslots)
-        TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, undo_sched,
-                      "train: schedule holds %d micro-batches, memory plan %d",
-                      tpd_pp_schedule_peak_in_flight(&tr->sched), tr->model->plan.nslots);
+    TPD_CHECK_GOTO(tpd_model_schedule(cfg, pp, ms->pp, tr->M, &tr->sched), st, undo_dpp);
+    TPD_CHECK_GOTO(assign_slots(tr), st, undo_sched);
+    TPD_CHECK_GOTO(tpd_grad_sync_create(tr->model, &tr->dpp, &tr->comms,
+                                        cfg->parallel.overlap_grad_reduce,
+                                        cfg->parallel.overlap_param_gather, &tr->gsync),
+                   st, undo_sched);
+    tr->model->hook = model_hook;
+    tr->model->hook_user = tr;
 
     TPD_CHECK_GOTO(tpd_data_source_open(cfg->data.data_path, cfg->model.vocab_size, &tr->data), st,
                    undo_sched);
@@ -175,6 +232,8 @@ undo_train_sampler:
 undo_data:
     tpd_data_source_close(&tr->data);
 undo_sched:
+    (void)tpd_grad_sync_destroy(tr->gsync);
+    free(tr->where);
     tpd_pp_schedule_free(&tr->sched);
 undo_dpp:
     tpd_dp_plan_free(&tr->dpp);
@@ -192,12 +251,15 @@ undo_tr:
 
 void tpd_trainer_destroy(tpd_trainer *tr) {
     if (!tr) return;
+    tpd_status st = TPD_OK;
     tpd_ckpt_saver_destroy(tr->saver); /* a save in flight after an error: never committed */
     if (tr->metrics) fclose(tr->metrics);
     free(tr->batch);
     if (tr->has_valid) tpd_blend_sampler_free(&tr->valid_sampler);
     tpd_blend_sampler_free(&tr->train_sampler);
     tpd_data_source_close(&tr->data);
+    TPD_CHECK_KEEP(tpd_grad_sync_destroy(tr->gsync), st);
+    free(tr->where);
     tpd_pp_schedule_free(&tr->sched);
     tpd_dp_plan_free(&tr->dpp);
     tpd_model_destroy(tr->model);
@@ -205,58 +267,80 @@ void tpd_trainer_destroy(tpd_trainer *tr) {
     tpd_kern_backend_destroy(tr->kb);
     tpd_mesh_comms_destroy(&tr->hcomms);
     free(tr);
+    if (st != TPD_OK) tpd_log_error("train: communication still in flight failed at shutdown");
 }
 
 /* ---- executor callbacks ---- */
 
-static int slot_of(const tpd_trainer *tr, int j) {
-    return j % tr->model->plan.nslots;
+/* Where (j, chunk) lives. Evaluation runs one (micro-batch, chunk) per executor call, on
+ * slot 0 and head 0. */
+static tpd_model_mb at_of(const tpd_trainer *tr, int j, int chunk) {
+    if (tr->evaluating) return (tpd_model_mb){chunk, 0, tr->model->d.last ? 0 : -1};
+    return tr->where[(size_t)j * (size_t)tr->sched.virtual_stages + (size_t)chunk];
 }
 
 static tpd_status cb_forward(void *user, int j, int chunk) {
-    (void)chunk;
     tpd_trainer *tr = user;
     tpd_model *m = tr->model;
-    int slot = slot_of(tr, j), B = m->d.B, T = m->d.T;
-    if (m->d.first || m->d.last) {
+    tpd_model_mb at = at_of(tr, j, chunk);
+    int B = m->d.B, T = m->d.T, v = m->d.v;
+    int reads_data = (m->d.first && chunk == 0) || (m->d.last && chunk == v - 1);
+    if (reads_data) {
         /* micro-batch j of this DP rank's contiguous share of the global batch */
         for (int b = 0; b < B; b++)
             TPD_CHECK(tpd_blend_sampler_get(tr->cur_sampler, tr->cur_base + (uint64_t)j * B + b,
                                             tr->batch + (size_t)b * (T + 1)));
-        TPD_CHECK(tpd_model_set_batch(m, slot, tr->batch));
+        TPD_CHECK(tpd_model_set_batch(m, &at, tr->batch));
     }
-    TPD_CHECK(tpd_model_forward(m, slot));
-    if (m->d.last) {
+    TPD_CHECK(tpd_model_forward(m, &at));
+    if (m->d.last && chunk == v - 1) {
         double sum;
-        TPD_CHECK(tpd_model_loss_sum(m, slot, &sum));
+        TPD_CHECK(tpd_model_loss_sum(m, &at, &sum));
         tr->loss_acc += sum / ((double)B * T);
     }
     return TPD_OK;
 }
 
 static tpd_status cb_backward(void *user, int j, int chunk) {
-    (void)chunk;
     tpd_trainer *tr = user;
+    tpd_model_mb at = at_of(tr, j, chunk);
     /* mean over the micro-batch's tokens, scaled by 1/(M*DP): the DP reduction is a sum */
     double N = (double)tr->model->d.B * tr->model->d.T;
     float dloss = (float)(1.0 / (N * tr->M * tr->mesh.dp_size));
-    return tpd_model_backward(tr->model, slot_of(tr, j), dloss);
+    /* every list runs a chunk's micro-batches in order: M-1 is its last */
+    tr->final_mb = j == tr->M - 1;
+    tpd_status st = tpd_model_backward(tr->model, &at, dloss);
+    tr->final_mb = 0;
+    return st;
 }
 
-static void *cb_act_out(void *user, int j) {
+static tpd_status cb_weight_grad(void *user, int j, int chunk) {
     tpd_trainer *tr = user;
-    return tpd_model_stage_output(tr->model, slot_of(tr, j));
+    tpd_model_mb at = at_of(tr, j, chunk);
+    tr->final_mb = j == tr->M - 1;
+    tpd_status st = tpd_model_weight_grad(tr->model, &at);
+    tr->final_mb = 0;
+    return st;
 }
-static void *cb_act_in(void *user, int j) {
+
+static void *cb_act_out(void *user, int j, int chunk) {
     tpd_trainer *tr = user;
-    return tpd_model_stage_input(tr->model, slot_of(tr, j));
+    tpd_model_mb at = at_of(tr, j, chunk);
+    return tpd_model_stage_output(tr->model, &at);
 }
-static void *cb_grad_out(void *user, int j) {
+static void *cb_act_in(void *user, int j, int chunk) {
+    tpd_trainer *tr = user;
+    tpd_model_mb at = at_of(tr, j, chunk);
+    return tpd_model_stage_input(tr->model, &at);
+}
+static void *cb_grad_out(void *user, int j, int chunk) {
     (void)j;
+    (void)chunk;
     return tpd_model_grad_out(((tpd_trainer *)user)->model);
 }
-static void *cb_grad_in(void *user, int j) {
+static void *cb_grad_in(void *user, int j, int chunk) {
     (void)j;
+    (void)chunk;
     return tpd_model_grad_in(((tpd_trainer *)user)->model);
 }
 
@@ -269,6 +353,7 @@ static tpd_pp_exec_ops exec_ops(tpd_trainer *tr) {
     tpd_pp_exec_ops ops = {.user = tr,
                            .forward = cb_forward,
                            .backward = cb_backward,
+                           .weight_grad = cb_weight_grad,
                            .act_out = cb_act_out,
                            .act_in = cb_act_in,
                            .grad_out = cb_grad_out,
@@ -309,14 +394,18 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     TPD_CHECK(tpd_model_zero_grads(m));
     tr->tp_comm_acc = 0;
     m->tp.comm_s = &tr->tp_comm_acc;
+    tpd_grad_sync_begin(tr->gsync);
     tpd_pp_exec_ops ops = exec_ops(tr);
     TPD_CHECK(tpd_pp_execute(&tr->sched, tr->comms.pp, &ops, p2p_count(tr),
                              tpd_kern_act_dtype(tr->kb), tpd_kern_stream(tr->kb), &s.pipe));
+    /* the parameter gathers that the forward waited for (inside the compute time) */
+    s.t_param_wait_s = tpd_grad_sync_take_exposed(tr->gsync);
     double t1 = tpd_clock_s();
     m->tp.comm_s = NULL;
     s.t_tp_comm_s = tr->tp_comm_acc;
-    TPD_CHECK(tpd_optim_reduce_grads(m, &tr->dpp, &tr->comms));
+    TPD_CHECK(tpd_grad_sync_finish(tr->gsync));
     double t2 = tpd_clock_s();
+    (void)tpd_grad_sync_take_exposed(tr->gsync); /* = t2 - t1 */
     TPD_CHECK(tpd_optim_grad_norm(m, &tr->dpp, &tr->hcomms, &s.grad_norm));
     s.lr = tpd_lr_at(&tr->cfg, it);
     if (!isfinite(s.grad_norm)) {
@@ -325,9 +414,14 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     } else {
         double clip = tr->cfg.optimizer.clip_grad, scale = 1.0;
         if (clip > 0 && s.grad_norm > clip) scale = clip / (s.grad_norm + 1e-6);
-        TPD_CHECK(tpd_optim_update(m, &tr->dpp, &tr->comms, s.lr, scale,
-                                   it + 1 - tr->counters.skipped_iterations));
+        TPD_CHECK(
+            tpd_optim_update(m, &tr->dpp, s.lr, scale, it + 1 - tr->counters.skipped_iterations));
     }
+    /* ZeRO-1: the updated parts go out to the other DP ranks (waited for here, or by the
+     * next step's forward under overlap_param_gather) */
+    TPD_CHECK(tpd_grad_sync_gather_params(tr->gsync));
+    double gather_wait = tpd_grad_sync_take_exposed(tr->gsync);
+    s.t_param_wait_s += gather_wait;
     s.params_norm = NAN;
     if (tr->cfg.logging.log_params_norm)
         TPD_CHECK(tpd_optim_params_norm(m, &tr->dpp, &tr->hcomms, &s.params_norm));
@@ -338,7 +432,7 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     tr->counters.consumed_samples += (uint64_t)GB;
     s.iteration = tr->counters.iteration;
     s.t_reduce_s = t2 - t1;
-    s.t_optim_s = t3 - t2;
+    s.t_optim_s = t3 - t2 - gather_wait;
     s.elapsed_s = tpd_clock_s() - t0;
     if (stats_p) *stats_p = s;
     return TPD_OK;
@@ -347,25 +441,33 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
 /* Mean loss of `iters` global batches of sampler s, forward only. */
 static tpd_status evaluate_on(tpd_trainer *tr, tpd_blend_sampler *s, int iters, double *loss_p) {
     int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.dp_size;
-    int stages = tr->mesh.pp_size, stage = tr->mesh.pp;
+    int stages = tr->mesh.pp_size, stage = tr->mesh.pp, v = tr->sched.virtual_stages;
+    TPD_CHECK(tpd_grad_sync_params_all(tr->gsync));
     tpd_pp_exec_ops ops = exec_ops(tr);
     tr->cur_sampler = s;
     tr->loss_acc = 0;
-    /* Forward-only, one micro-batch at a time: each executor call completes its sends. */
+    tr->evaluating = 1;
+    tpd_status st = TPD_OK;
+    /* Forward only, one (micro-batch, chunk) at a time: each executor call completes its
+     * sends, so every call can use slot 0. */
     tpd_pp_action acts[3];
-    int n = 0;
-    for (int e = 0; e < iters; e++) {
+    for (int e = 0; e < iters && st == TPD_OK; e++) {
         tr->cur_base = (uint64_t)e * GB + (uint64_t)tr->mesh.dp * (GB / dp);
-        for (int j = 0; j < tr->M; j++) {
-            n = 0;
-            if (stage > 0) acts[n++] = (tpd_pp_action){TPD_PP_RECV_ACT, j, 0};
-            acts[n++] = (tpd_pp_action){TPD_PP_FWD, j, 0};
-            if (stage < stages - 1) acts[n++] = (tpd_pp_action){TPD_PP_SEND_ACT, j, 0};
-            tpd_pp_schedule one = {stages, stage, tr->M, 1, n, acts};
-            TPD_CHECK(tpd_pp_execute(&one, tr->comms.pp, &ops, p2p_count(tr),
-                                     tpd_kern_act_dtype(tr->kb), tpd_kern_stream(tr->kb), NULL));
+        for (int j = 0; j < tr->M && st == TPD_OK; j++) {
+            for (int c = 0; c < v && st == TPD_OK; c++) {
+                int n = 0;
+                if (stage > 0 || c > 0) acts[n++] = (tpd_pp_action){TPD_PP_RECV_ACT, j, c};
+                acts[n++] = (tpd_pp_action){TPD_PP_FWD, j, c};
+                if (stage < stages - 1 || c < v - 1)
+                    acts[n++] = (tpd_pp_action){TPD_PP_SEND_ACT, j, c};
+                tpd_pp_schedule one = {stages, stage, tr->M, v, 0, n, acts};
+                st = tpd_pp_execute(&one, tr->comms.pp, &ops, p2p_count(tr),
+                                    tpd_kern_act_dtype(tr->kb), tpd_kern_stream(tr->kb), NULL);
+            }
         }
     }
+    tr->evaluating = 0;
+    TPD_CHECK(st);
     return finish_loss(tr, tr->M * iters, loss_p);
 }
 
@@ -388,15 +490,19 @@ tpd_status tpd_trainer_evaluate_split(tpd_trainer *tr, tpd_split split, int iter
     return st;
 }
 
+tpd_status tpd_trainer_sync_params(tpd_trainer *tr) {
+    return tpd_grad_sync_params_all(tr->gsync);
+}
+
 tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out) {
+    TPD_CHECK(tpd_trainer_sync_params(tr));
     const tpd_model *m = tr->model;
     const tpd_model_layout *lay = &m->plan.lay;
     const tpd_param_slice *s = &lay->p[p];
     size_t gn = tpd_model_layout_global_numel(lay, p);
     tpd_status st = TPD_OK;
-    float *global = calloc(gn, sizeof *global); /* (g_layers, g_rows, g_cols) */
-    float *local = calloc(s->numel + 1, sizeof *local);
-    void *tmp = NULL;
+    float *global = calloc(gn, sizeof *global);                     /* (g_layers, g_rows, g_cols) */
+    float *local = calloc(m->plan.numel_padded + 1, sizeof *local); /* the flat buffer */
     if (!global || !local) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "gather: out of memory");
     /* One contributor per element: dp 0, and tp 0 for replicated tensors, and the first
      * stage for the tied wte. */
@@ -404,19 +510,13 @@ tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out) {
                       (tpd_param_get_info(p)->split != TPD_SPLIT_NONE || tr->mesh.tp == 0) &&
                       (p != TPD_P_WTE || m->d.first);
     if (contributes) {
-        const void *src = tpd_model_param(m, p);
-        if (tpd_kern_param_dtype(m->kb) != TPD_DTYPE_F32) {
-            TPD_CHECK_GOTO(tpd_kern_alloc(m->kb, s->numel * 4, &tmp), st, out);
-            TPD_CHECK_GOTO(tpd_kern_cast(m->kb, tmp, TPD_DTYPE_F32, src,
-                                         tpd_kern_param_dtype(m->kb), s->numel),
-                           st, out);
-            src = tmp;
-        }
-        TPD_CHECK_GOTO(tpd_kern_copy_to_host(m->kb, local, src, s->numel * 4), st, out);
+        TPD_CHECK_GOTO(tpd_model_params_f32(m, local), st, out);
         int64_t rows = (int64_t)s->layers * s->rows;
         for (int64_t r = 0; r < rows; r++) {
             int64_t g = tpd_model_layout_row_global(lay, p, r);
-            if (g >= 0) memcpy(global + g, local + (size_t)r * s->cols, (size_t)s->cols * 4);
+            if (g >= 0)
+                memcpy(global + g, local + tpd_model_layout_row_local(lay, p, r),
+                       (size_t)s->cols * 4);
         }
     }
     TPD_CHECK_GOTO(tpd_comm_allreduce(tr->hcomms.world, global, global, gn, TPD_DTYPE_F32,
@@ -424,7 +524,6 @@ tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out) {
                    st, out);
     if (out && tr->mesh.rank == 0) memcpy(out, global, gn * 4);
 out:
-    if (tmp) tpd_kern_free(m->kb, tmp);
     free(local);
     free(global);
     return st;

@@ -1,6 +1,7 @@
-/* The training loop of one rank: data, the 1F1B schedule, gradient reduction over the
- * embedding and DP groups, the global gradient norm, clipping, AdamW (ZeRO-1 aware),
- * evaluation, the log line, the metrics file and checkpoints.
+/* The training loop of one rank: data, the pipeline schedule (1F1B, interleaved or
+ * ZB-H1), gradient reduction over the embedding and DP groups (overlapped with the last
+ * backward or not), the global gradient norm, clipping, AdamW (ZeRO-1 aware), evaluation,
+ * the log line, the metrics file and checkpoints.
  *
  * Every rank of the job runs the same calls in the same order; only the logging rank (the
  * last stage's first TP and DP rank, as in Megatron) prints and writes files.
@@ -32,8 +33,10 @@ typedef struct tpd_step_stats {
     int skipped;            /* 1 when the update was skipped (non-finite gradients) */
     tpd_pp_exec_stats pipe; /* this rank's compute / wait split */
     double t_tp_comm_s;     /* inside compute: TP collectives */
-    double t_reduce_s;      /* embedding + DP gradient reduction */
-    double t_optim_s;       /* norm, clipping, AdamW, ZeRO all-gather */
+    double t_reduce_s;      /* after the pipeline: embedding + DP gradient reduction not
+                               hidden behind the backward (the exposed part) */
+    double t_param_wait_s;  /* ZeRO-1 parameter all-gather waited for (exposed) */
+    double t_optim_s;       /* norm, clipping, AdamW, starting the ZeRO all-gather */
 } tpd_step_stats;
 
 typedef struct tpd_trainer tpd_trainer;
@@ -65,6 +68,12 @@ tpd_status tpd_trainer_evaluate_split(tpd_trainer *tr, tpd_split split, int iter
 tpd_status tpd_trainer_run(tpd_trainer *tr);
 /* Saves a checkpoint of the current iteration into save_dir (collective). */
 tpd_status tpd_trainer_save(tpd_trainer *tr, const char *save_dir);
+
+/* Waits for the ZeRO-1 parameter gathers that a step leaves in flight under
+ * parallel.overlap_param_gather (the next step's forward waits for them otherwise): call
+ * it before reading parameters through tpd_trainer_model. Saving, evaluation and
+ * tpd_trainer_gather_param do. */
+tpd_status tpd_trainer_sync_params(tpd_trainer *tr);
 
 /* Gathers the global (unpadded) tensor of parameter p onto world rank 0 (fp32, of
  * tpd_model_layout_global_numel elements); other ranks pass out = NULL. Collective over

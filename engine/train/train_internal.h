@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/optim/grad_sync.h"
 #include "engine/train/train.h"
 #include "kernels/kernels.h"
 #include "parallel/data/dp.h"
@@ -23,6 +24,8 @@ struct tpd_trainer {
     tpd_model *model;
     tpd_dp_plan dpp;
     tpd_pp_schedule sched;
+    tpd_model_mb *where; /* (M, v): slot and head block of each (micro-batch, chunk) */
+    tpd_grad_sync *gsync;
     tpd_data_source data; /* data.data_path: one data set or a weighted blend */
     tpd_blend_sampler train_sampler, valid_sampler;
     int has_valid;
@@ -42,6 +45,8 @@ struct tpd_trainer {
     uint64_t cur_base; /* first sample index of this DP rank's share */
     double loss_acc;
     double tp_comm_acc;
+    int evaluating; /* forward only, one (micro-batch, chunk) at a time: slot 0, head 0 */
+    int final_mb;   /* the backward (or W) running is its chunk's last of the step */
     tpd_trainer_observer observer;
     void *observer_user;
 };

@@ -73,6 +73,7 @@ static void log_startup(const tpd_trainer *tr) {
 }
 
 tpd_status tpd_trainer_save(tpd_trainer *tr, const char *save_dir) {
+    TPD_CHECK(tpd_trainer_sync_params(tr));
     return tpd_ckpt_save(tr->saver, &tr->counters, save_dir);
 }
 

@@ -42,7 +42,7 @@ tpd_status tpd_kern_cpu_matmul_bwd(tpd_kern_ctx *ctx, void *dinp_v, void *dw_v, 
                                    int C, int OC) {
     TPD_CPU_REQUIRE(N >= 0 && C >= 0 && OC >= 0, "matmul_bwd: bad shape N=%d C=%d OC=%d", N, C, OC);
     float *dinp = dinp_v;       /* (N,C) or NULL */
-    float *dw = dw_v;           /* (OC,C) */
+    float *dw = dw_v;           /* (OC,C) or NULL */
     float *dbias = dbias_v;     /* (OC) or NULL */
     const float *dout = dout_v; /* (N,OC) */
     const float *inp = inp_v;   /* (N,C) */
@@ -56,7 +56,7 @@ tpd_status tpd_kern_cpu_matmul_bwd(tpd_kern_ctx *ctx, void *dinp_v, void *dw_v, 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
                         0.0f, dinp, C);
     }
-    if (N > 0 && C > 0 && OC > 0)
+    if (dw != NULL && N > 0 && C > 0 && OC > 0) /* NULL: B of a split backward */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
                     dw, C);
     if (dbias != NULL) {

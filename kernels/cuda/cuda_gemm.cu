@@ -309,7 +309,7 @@ extern "C" tpd_status tpd_kern_cuda_matmul_bwd(tpd_kern_ctx *ctx, void *dinp, vo
         TPD_CHECK(tpd_cuda_gemm(ctx, &g));
     }
     if (N == 0) return TPD_OK;
-    {
+    if (dw != NULL) { /* NULL: B of a split backward; W passes dinp NULL instead */
         tpd_cuda_gemm_args g = TPD_CUDA_GEMM_ARGS_INIT;
         g.M = OC;
         g.N = C;

@@ -41,13 +41,17 @@ tpd_status tpd_dp_plan_init(size_t numel, size_t bucket_elems, int dp_size, int 
                             tpd_dp_plan *plan_p);
 void tpd_dp_plan_free(tpd_dp_plan *plan);
 
-/* Sum gradients over DP: all-reduce per bucket, or reduce-scatter per bucket (ZeRO: only
- * the owned ranges hold the sum afterwards). */
-tpd_status tpd_dp_reduce_grads(const tpd_dp_plan *plan, tpd_comm *dp, void *grads, tpd_dtype dt,
-                               void *stream);
-/* ZeRO: all-gather the updated owned ranges of the parameters (no-op without ZeRO). */
-tpd_status tpd_dp_gather_params(const tpd_dp_plan *plan, tpd_comm *dp, void *params, tpd_dtype dt,
-                                void *stream);
+/* Element range [begin, begin + len) of bucket b (0 .. nbuckets-1). */
+void tpd_dp_bucket(const tpd_dp_plan *plan, int b, size_t *begin_p, size_t *len_p);
+/* Starts the sum over DP of bucket b of the gradients: a non-blocking all-reduce, or under
+ * ZeRO a reduce-scatter after which only this rank's part of the bucket holds the sum.
+ * *req_p (NULL with one DP rank) is completed with tpd_comm_wait. */
+tpd_status tpd_dp_reduce_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, void *grads,
+                                tpd_dtype dt, void *stream, tpd_comm_req **req_p);
+/* ZeRO: starts the all-gather of bucket b of the parameters from each rank's updated part
+ * (*req_p = NULL without ZeRO or with one DP rank). */
+tpd_status tpd_dp_gather_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, void *params,
+                                tpd_dtype dt, void *stream, tpd_comm_req **req_p);
 
 #ifdef __cplusplus
 }

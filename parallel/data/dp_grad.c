@@ -49,39 +49,35 @@ void tpd_dp_plan_free(tpd_dp_plan *plan) {
     plan->ranges = NULL;
 }
 
-tpd_status tpd_dp_reduce_grads(const tpd_dp_plan *plan, tpd_comm *dp, void *grads, tpd_dtype dt,
-                               void *stream) {
-    if (!dp || tpd_comm_size(dp) == 1) return TPD_OK;
-    size_t es = tpd_dtype_size(dt);
-    for (int b = 0; b < plan->nbuckets; b++) {
-        size_t b0 = (size_t)b * plan->bucket;
-        size_t len =
-            plan->numel_padded - b0 < plan->bucket ? plan->numel_padded - b0 : plan->bucket;
-        char *base = (char *)grads + b0 * es;
-        if (plan->zero) {
-            size_t part = len / (size_t)plan->dp_size;
-            TPD_CHECK(tpd_comm_reduce_scatter(dp, base,
-                                              base + part * (size_t)tpd_comm_rank(dp) * es, part,
-                                              dt, TPD_COMM_OP_SUM, stream));
-        } else {
-            TPD_CHECK(tpd_comm_allreduce(dp, base, base, len, dt, TPD_COMM_OP_SUM, stream));
-        }
-    }
-    return TPD_OK;
+void tpd_dp_bucket(const tpd_dp_plan *plan, int b, size_t *begin_p, size_t *len_p) {
+    size_t b0 = (size_t)b * plan->bucket;
+    *begin_p = b0;
+    *len_p = plan->numel_padded - b0 < plan->bucket ? plan->numel_padded - b0 : plan->bucket;
 }
 
-tpd_status tpd_dp_gather_params(const tpd_dp_plan *plan, tpd_comm *dp, void *params, tpd_dtype dt,
-                                void *stream) {
-    if (!plan->zero || !dp || tpd_comm_size(dp) == 1) return TPD_OK;
-    size_t es = tpd_dtype_size(dt);
-    for (int b = 0; b < plan->nbuckets; b++) {
-        size_t b0 = (size_t)b * plan->bucket;
-        size_t len =
-            plan->numel_padded - b0 < plan->bucket ? plan->numel_padded - b0 : plan->bucket;
+tpd_status tpd_dp_reduce_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, void *grads,
+                                tpd_dtype dt, void *stream, tpd_comm_req **req_p) {
+    *req_p = NULL;
+    if (!dp || tpd_comm_size(dp) == 1) return TPD_OK;
+    size_t b0, len, es = tpd_dtype_size(dt);
+    tpd_dp_bucket(plan, b, &b0, &len);
+    char *base = (char *)grads + b0 * es;
+    if (plan->zero) {
         size_t part = len / (size_t)plan->dp_size;
-        char *base = (char *)params + b0 * es;
-        TPD_CHECK(tpd_comm_allgather(dp, base + part * (size_t)tpd_comm_rank(dp) * es, base, part,
-                                     dt, stream));
+        return tpd_comm_ireduce_scatter(dp, base, base + part * (size_t)tpd_comm_rank(dp) * es,
+                                        part, dt, TPD_COMM_OP_SUM, stream, req_p);
     }
-    return TPD_OK;
+    return tpd_comm_iallreduce(dp, base, base, len, dt, TPD_COMM_OP_SUM, stream, req_p);
+}
+
+tpd_status tpd_dp_gather_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, void *params,
+                                tpd_dtype dt, void *stream, tpd_comm_req **req_p) {
+    *req_p = NULL;
+    if (!plan->zero || !dp || tpd_comm_size(dp) == 1) return TPD_OK;
+    size_t b0, len, es = tpd_dtype_size(dt);
+    tpd_dp_bucket(plan, b, &b0, &len);
+    size_t part = len / (size_t)plan->dp_size;
+    char *base = (char *)params + b0 * es;
+    return tpd_comm_iallgather(dp, base + part * (size_t)tpd_comm_rank(dp) * es, base, part, dt,
+                               stream, req_p);
 }

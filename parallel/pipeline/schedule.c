@@ -19,6 +19,8 @@ const char *tpd_pp_action_name(tpd_pp_action_kind k) {
         return "SEND_GRAD";
     case TPD_PP_RECV_GRAD:
         return "RECV_GRAD";
+    case TPD_PP_WGRAD:
+        return "WGRAD";
     }
     return "?";
 }
@@ -56,8 +58,8 @@ static tpd_status sched_alloc(int stages, int stage, int mbs, int v, tpd_pp_sche
     s->stage = stage;
     s->micro_batches = mbs;
     s->virtual_stages = v;
-    /* At most 3 actions per forward and 3 per backward. */
-    size_t cap = (size_t)6 * (size_t)mbs * (size_t)v;
+    /* At most 3 actions per forward, 3 per backward and one W. */
+    size_t cap = (size_t)7 * (size_t)mbs * (size_t)v;
     s->actions = malloc(cap * sizeof *s->actions);
     if (!s->actions) {
         tpd_log_error("pipeline schedule: cannot allocate %zu actions", cap);
@@ -136,6 +138,47 @@ tpd_status tpd_pp_schedule_interleaved(int stages, int stage, int micro_batches,
     return TPD_OK;
 }
 
+tpd_status tpd_pp_schedule_zb_h1(int stages, int stage, int micro_batches,
+                                 tpd_pp_schedule *sched_p) {
+    int p = stages, m = micro_batches;
+    if (p < 1 || stage < 0 || stage >= p || m < 1) {
+        tpd_log_error("zb-h1 schedule: bad arguments stages=%d stage=%d micro_batches=%d", p, stage,
+                      m);
+        return TPD_ERR_INVALID;
+    }
+    tpd_pp_schedule s;
+    TPD_CHECK(sched_alloc(p, stage, m, 1, &s));
+    s.split_backward = 1;
+    int warmup = p - stage - 1 < m ? p - stage - 1 : m;
+    int lag = stage; /* W of micro-batch k runs after B of k + lag */
+    int w_done = 0;
+    for (int j = 0; j < warmup; j++)
+        push_forward(&s, j, 0);
+    for (int k = 0; k < m; k++) {
+        if (warmup + k < m) push_forward(&s, warmup + k, 0);
+        push_backward(&s, k, 0);
+        if (k - lag >= 0) push(&s, TPD_PP_WGRAD, w_done++, 0);
+    }
+    while (w_done < m)
+        push(&s, TPD_PP_WGRAD, w_done++, 0);
+    *sched_p = s;
+    return TPD_OK;
+}
+
+tpd_status tpd_pp_schedule_make(tpd_pp_kind kind, int stages, int stage, int micro_batches,
+                                int virtual_stages, tpd_pp_schedule *sched_p) {
+    switch (kind) {
+    case TPD_PP_KIND_1F1B:
+        return tpd_pp_schedule_1f1b(stages, stage, micro_batches, sched_p);
+    case TPD_PP_KIND_INTERLEAVED:
+        return tpd_pp_schedule_interleaved(stages, stage, micro_batches, virtual_stages, sched_p);
+    case TPD_PP_KIND_ZB_H1:
+        return tpd_pp_schedule_zb_h1(stages, stage, micro_batches, sched_p);
+    }
+    tpd_log_error("pipeline schedule: unknown kind %d", (int)kind);
+    return TPD_ERR_INVALID;
+}
+
 void tpd_pp_schedule_free(tpd_pp_schedule *s) {
     if (!s) return;
     free(s->actions);
@@ -143,39 +186,49 @@ void tpd_pp_schedule_free(tpd_pp_schedule *s) {
     s->count = 0;
 }
 
-int tpd_pp_schedule_peak_in_flight(const tpd_pp_schedule *s) {
+/* Peak count of pairs between FWD and `release`, over chunk `chunk` (-1: all). */
+static int peak_between(const tpd_pp_schedule *s, tpd_pp_action_kind release, int chunk) {
     int cur = 0, peak = 0;
     for (int i = 0; i < s->count; i++) {
-        if (s->actions[i].kind == TPD_PP_FWD) {
+        const tpd_pp_action *a = &s->actions[i];
+        if (chunk >= 0 && a->chunk != chunk) continue;
+        if (a->kind == TPD_PP_FWD) {
             if (++cur > peak) peak = cur;
-        } else if (s->actions[i].kind == TPD_PP_BWD) {
+        } else if (a->kind == release) {
             cur--;
         }
     }
     return peak;
 }
 
+int tpd_pp_schedule_peak_in_flight(const tpd_pp_schedule *s) {
+    return peak_between(s, s->split_backward ? TPD_PP_WGRAD : TPD_PP_BWD, -1);
+}
+
+int tpd_pp_schedule_peak_in_flight_chunk(const tpd_pp_schedule *s, int chunk) {
+    return peak_between(s, TPD_PP_BWD, chunk);
+}
+
 /* ---- simulator ---- */
 
-/* Send times, indexed by (stage, chunk, micro-batch) for each direction; -1 = not yet
- * issued. */
+/* Per direction and (sender stage, sender chunk, micro-batch): when the send was issued
+ * and when its receive was posted; -1 = not yet. */
 typedef struct sim_sends {
     int p, v, m;
-    double *act, *grad; /* (p, v, m) */
+    double *act, *grad;           /* send times */
+    double *act_post, *grad_post; /* receive post times */
 } sim_sends;
 
-static size_t send_index(const sim_sends *ss, int stage, int chunk, int mb) {
-    return ((size_t)stage * (size_t)ss->v + (size_t)chunk) * (size_t)ss->m + (size_t)mb;
+static long send_index(const sim_sends *ss, int stage, int chunk, int mb) {
+    return ((long)stage * ss->v + chunk) * ss->m + mb;
 }
 
 /* The send that a receive of `a` on `stage` waits for: activations come from the previous
- * virtual stage, gradients from the next one. Returns its slot or -1 when the peer does
+ * virtual stage, gradients from the next one. Returns its index or -1 when the peer does
  * not exist (a malformed list). */
-static long matching_send(const sim_sends *ss, int stage, const tpd_pp_action *a,
-                          const double **table_p) {
+static long matching_send(const sim_sends *ss, int stage, const tpd_pp_action *a) {
     int peer = stage, chunk = a->chunk;
     if (a->kind == TPD_PP_RECV_ACT) {
-        *table_p = ss->act;
         if (stage > 0) {
             peer = stage - 1;
         } else {
@@ -183,7 +236,6 @@ static long matching_send(const sim_sends *ss, int stage, const tpd_pp_action *a
             chunk = a->chunk - 1;
         }
     } else {
-        *table_p = ss->grad;
         if (stage < ss->p - 1) {
             peer = stage + 1;
         } else {
@@ -192,14 +244,21 @@ static long matching_send(const sim_sends *ss, int stage, const tpd_pp_action *a
         }
     }
     if (chunk < 0 || chunk >= ss->v || a->micro_batch < 0 || a->micro_batch >= ss->m) return -1;
-    return (long)send_index(ss, peer, chunk, a->micro_batch);
+    return send_index(ss, peer, chunk, a->micro_batch);
 }
 
-tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_fwd, double t_bwd,
-                           double t_p2p, double **start_p, double **end_p,
-                           tpd_pp_sim_result *result_p) {
+/* Completion of send `i` of `tab`: -1 while its receive is not posted, else when the data
+ * has arrived. */
+static double send_done(const double *sent, const double *post, long i, double t_p2p) {
+    if (i < 0 || sent[i] < 0.0) return 0.0; /* nothing to wait for */
+    if (post[i] < 0.0) return -1.0;
+    return post[i] > sent[i] + t_p2p ? post[i] : sent[i] + t_p2p;
+}
+
+tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, const tpd_pp_sim_times *times,
+                           double **start_p, double **end_p, tpd_pp_sim_result *result_p) {
     tpd_status st = TPD_OK;
-    if (!scheds || stages < 1) {
+    if (!scheds || !times || stages < 1) {
         tpd_log_error("pipeline simulation: no schedules");
         return TPD_ERR_INVALID;
     }
@@ -214,16 +273,22 @@ tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_f
         }
     }
     size_t slots = (size_t)stages * (size_t)v * (size_t)m;
-    sim_sends ss = {stages, v, m, NULL, NULL};
+    sim_sends ss = {stages, v, m, NULL, NULL, NULL, NULL};
     char *owned = NULL;
     int *pc = calloc((size_t)stages, sizeof *pc);
     double *clock = calloc((size_t)stages, sizeof *clock);
-    ss.act = malloc(slots * sizeof *ss.act);
-    ss.grad = malloc(slots * sizeof *ss.grad);
-    if (!pc || !clock || !ss.act || !ss.grad)
+    long *last_grad = malloc((size_t)stages * sizeof *last_grad);
+    double *tables = malloc(4 * slots * sizeof *tables);
+    if (!pc || !clock || !last_grad || !tables)
         TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_work, "pipeline simulation: out of memory");
-    for (size_t i = 0; i < slots; i++)
-        ss.act[i] = ss.grad[i] = -1.0;
+    for (size_t i = 0; i < 4 * slots; i++)
+        tables[i] = -1.0;
+    ss.act = tables;
+    ss.grad = tables + slots;
+    ss.act_post = tables + 2 * slots;
+    ss.grad_post = tables + 3 * slots;
+    for (int s = 0; s < stages; s++)
+        last_grad[s] = -1;
     /* start_p/end_p are arrays of `stages` pointers: a NULL entry is allocated here
      * (sched[s].count doubles; the caller frees it with free()), a non-NULL one is
      * caller-sized. `owned` remembers which we allocated so a failure leaves none. */
@@ -233,23 +298,20 @@ tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_f
         size_t n = scheds[s].count > 0 ? (size_t)scheds[s].count : 1;
         if (start_p && start_p[s] == NULL) {
             if (!(start_p[s] = malloc(n * sizeof(double))))
-                TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_times,
-                              "pipeline simulation: out of "
-                              "memory");
+                TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_times, "pipeline simulation: out of memory");
             owned[2 * s] = 1;
         }
         if (end_p && end_p[s] == NULL) {
             if (!(end_p[s] = malloc(n * sizeof(double))))
-                TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_times,
-                              "pipeline simulation: out of "
-                              "memory");
+                TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_times, "pipeline simulation: out of memory");
             owned[2 * s + 1] = 1;
         }
     }
 
     /* Each stage runs its list in order until it reaches a receive whose send has not
-     * been issued yet; sweeping the stages until none moves is enough because a send is
-     * issued at its stage's current clock, which never goes back. */
+     * been issued, or a backward whose send completions wait for a receive not yet posted;
+     * sweeping the stages until none moves is enough because every time recorded is a
+     * stage's current clock, which never goes back. */
     double busy = 0.0, makespan = 0.0;
     int remaining = 0;
     for (int s = 0; s < stages; s++)
@@ -258,40 +320,57 @@ tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, double t_f
         int progressed = 0;
         for (int s = 0; s < stages; s++) {
             const tpd_pp_schedule *sc = &scheds[s];
+            const tpd_pp_sim_times *tm = &times[s];
             while (pc[s] < sc->count) {
                 const tpd_pp_action *a = &sc->actions[pc[s]];
                 double t0 = clock[s], t1 = t0;
+                if (a->chunk < 0 || a->chunk >= v || a->micro_batch < 0 || a->micro_batch >= m)
+                    TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, free_times,
+                                  "pipeline simulation: stage %d action %d out of range "
+                                  "(mb %d chunk %d)",
+                                  s, pc[s], a->micro_batch, a->chunk);
+                long own = send_index(&ss, s, a->chunk, a->micro_batch);
                 switch (a->kind) {
                 case TPD_PP_FWD:
-                    t1 = t0 + t_fwd;
-                    busy += t_fwd;
+                    t1 = t0 + tm->fwd;
+                    busy += tm->fwd;
                     break;
-                case TPD_PP_BWD:
-                    t1 = t0 + t_bwd;
-                    busy += t_bwd;
-                    break;
-                case TPD_PP_SEND_ACT:
-                case TPD_PP_SEND_GRAD: {
-                    if (a->chunk < 0 || a->chunk >= v || a->micro_batch < 0 || a->micro_batch >= m)
-                        TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, free_times,
-                                      "pipeline simulation: stage %d action %d out of "
-                                      "range (mb %d chunk %d)",
-                                      s, pc[s], a->micro_batch, a->chunk);
-                    double *tab = a->kind == TPD_PP_SEND_ACT ? ss.act : ss.grad;
-                    tab[send_index(&ss, s, a->chunk, a->micro_batch)] = t0;
+                case TPD_PP_BWD: {
+                    double w1 = send_done(ss.act, ss.act_post, own, tm->p2p);
+                    double w2 = send_done(ss.grad, ss.grad_post, last_grad[s], tm->p2p);
+                    if (w1 < 0.0 || w2 < 0.0) goto next_stage; /* a send not yet received */
+                    if (w1 > t0) t0 = w1;
+                    if (w2 > t0) t0 = w2;
+                    double d = sc->split_backward ? tm->bwd - tm->wgrad : tm->bwd;
+                    t1 = t0 + d;
+                    busy += d;
                     break;
                 }
+                case TPD_PP_WGRAD:
+                    t1 = t0 + tm->wgrad;
+                    busy += tm->wgrad;
+                    break;
+                case TPD_PP_SEND_ACT:
+                    ss.act[own] = t0;
+                    break;
+                case TPD_PP_SEND_GRAD:
+                    ss.grad[own] = t0;
+                    last_grad[s] = own;
+                    break;
                 case TPD_PP_RECV_ACT:
                 case TPD_PP_RECV_GRAD: {
-                    const double *tab = NULL;
-                    long slot = matching_send(&ss, s, a, &tab);
-                    if (slot < 0)
+                    long i = matching_send(&ss, s, a);
+                    if (i < 0)
                         TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, free_times,
                                       "pipeline simulation: stage %d %s mb %d chunk %d has "
                                       "no peer",
                                       s, tpd_pp_action_name(a->kind), a->micro_batch, a->chunk);
-                    if (tab[slot] < 0.0) goto next_stage; /* blocked on the peer */
-                    double arrive = tab[slot] + t_p2p;
+                    int is_act = a->kind == TPD_PP_RECV_ACT;
+                    double *post = is_act ? ss.act_post : ss.grad_post;
+                    const double *sent = is_act ? ss.act : ss.grad;
+                    if (post[i] < 0.0) post[i] = t0;
+                    if (sent[i] < 0.0) goto next_stage; /* blocked on the peer */
+                    double arrive = sent[i] + tm->p2p;
                     if (arrive > t1) t1 = arrive;
                     break;
                 }
@@ -336,8 +415,8 @@ free_times:
     }
 free_work:
     free(owned);
-    free(ss.grad);
-    free(ss.act);
+    free(tables);
+    free(last_grad);
     free(clock);
     free(pc);
     return st;

@@ -510,6 +510,32 @@ void expect_doubled(const FVec &twice, const FVec &once, const char *what) {
     ref::expect_close(twice.data(), want, 1e-6, 1e-7, what);
 }
 
+// ZB-H1's split: B (dw = dbias = NULL, no inp) then W (dinp = NULL) gives bit for bit
+// the input and weight gradients of one whole call.
+TEST(CpuBackwardSemantics, MatmulSplitIntoInputAndWeightGradsEqualsWhole) {
+    ref::CpuBackend be;
+    const int N = 9, C = 11, OC = 6;
+    FVec inp = ref::randn((size_t)N * C, 40), w = ref::randn((size_t)OC * C, 41);
+    FVec dout = ref::randn((size_t)N * OC, 42), dw0 = ref::randn((size_t)OC * C, 43);
+    FVec db0 = ref::randn(OC, 44);
+    FVec dinp((size_t)N * C, NAN), dw = dw0, db = db0;
+    ASSERT_EQ(tpd_kern_matmul_bwd(be.b, dinp.data(), dw.data(), db.data(), dout.data(), inp.data(),
+                                  w.data(), N, C, OC),
+              TPD_OK);
+    FVec sdinp((size_t)N * C, NAN), sdw = dw0, sdb = db0;
+    ASSERT_EQ(tpd_kern_matmul_bwd(be.b, sdinp.data(), nullptr, nullptr, dout.data(), nullptr,
+                                  w.data(), N, C, OC),
+              TPD_OK);
+    EXPECT_EQ(std::memcmp(sdw.data(), dw0.data(), dw0.size() * 4), 0) << "B touched dw";
+    EXPECT_EQ(std::memcmp(sdb.data(), db0.data(), db0.size() * 4), 0) << "B touched dbias";
+    ASSERT_EQ(tpd_kern_matmul_bwd(be.b, nullptr, sdw.data(), sdb.data(), dout.data(), inp.data(),
+                                  w.data(), N, C, OC),
+              TPD_OK);
+    EXPECT_EQ(std::memcmp(sdinp.data(), dinp.data(), dinp.size() * 4), 0) << "dinp";
+    EXPECT_EQ(std::memcmp(sdw.data(), dw.data(), dw.size() * 4), 0) << "dw";
+    EXPECT_EQ(std::memcmp(sdb.data(), db.data(), db.size() * 4), 0) << "dbias";
+}
+
 TEST(CpuBackwardSemantics, ParamGradsAccumulateInputGradsOverwrite) {
     ref::CpuBackend be;
     const int N = 7, C = 13, OC = 5;

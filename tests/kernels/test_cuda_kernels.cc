@@ -286,6 +286,18 @@ void matmul_case(int N, int C, int OC, bool bias) {
                  "matmul_bwd dw (accumulated)");
     if (bias)
         expect_close(g.down(gdb, OC), c.down(cdb, OC), kRtolBf16, "matmul_bwd dbias (accumulated)");
+
+    // ZB-H1's split on the GPU: B (no dw, dbias, inp) then W (no dinp) against the whole
+    // call on the cpu backend
+    void *sdx = g.zeros((size_t)N * C), *sdw = g.up(dw0), *sdb = bias ? g.up(db0) : nullptr;
+    void *gdy = g.up(dy);
+    ASSERT_EQ(tpd_kern_matmul_bwd(g.b, sdx, nullptr, nullptr, gdy, nullptr, gw, N, C, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_matmul_bwd(g.b, nullptr, sdw, sdb, gdy, gx, gw, N, C, OC), TPD_OK);
+    expect_close(g.down(sdx, (size_t)N * C), c.down(cdx, (size_t)N * C), kRtolBf16,
+                 "matmul_bwd B dinp");
+    expect_close(g.down(sdw, (size_t)OC * C), c.down(cdw, (size_t)OC * C), kRtolBf16,
+                 "matmul_bwd W dw");
+    if (bias) expect_close(g.down(sdb, OC), c.down(cdb, OC), kRtolBf16, "matmul_bwd W dbias");
 }
 
 TEST(CudaKernels, MatmulWithBias) {

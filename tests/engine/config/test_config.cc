@@ -235,11 +235,32 @@ const BadCase kBadCases[] = {
                        "non-negative integers 'train,valid,test' with train > 0)"},
     {"vpp_schedule.yaml",
      ":16:41: parallel.virtual_pipeline_model_parallel_size: 2 needs pipeline_schedule "
-     "interleaved, not 1f1b (virtual stages exist only in the interleaved schedule)"},
+     "interleaved (or 1f1b, which it makes interleaved), not zb-h1 (zb-h1 runs one model chunk "
+     "per stage)"},
     {"vpp_layers.yaml",
      ":3:15: model.num_layers: num_layers (12) is not divisible by pipeline_model_parallel_size "
      "* virtual_pipeline_model_parallel_size (2 * 4 = 8) (every model chunk needs the same "
-     "number of layers)"},
+     "number of layers, or set parallel.pipeline_layers per virtual stage)"},
+    {"vpp_interleaved_v1.yaml",
+     ":16:22: parallel.pipeline_schedule: interleaved needs virtual_pipeline_model_parallel_size "
+     "> 1 (the model chunks per stage that it interleaves)"},
+    {"vpp_pp1.yaml",
+     ":15:41: parallel.virtual_pipeline_model_parallel_size: 2 needs "
+     "pipeline_model_parallel_size > 1 (the model chunks interleave across the pipeline's "
+     "stages)"},
+    {"vpp_pipeline_layers.yaml",
+     ":17:20: parallel.pipeline_layers: has 2 entries but pipeline_model_parallel_size * "
+     "virtual_pipeline_model_parallel_size is 2 * 2 = 4 (one entry per virtual stage, in "
+     "Megatron's order: chunk 0 of every stage, then chunk 1, ...)"},
+    {"schedule_enum.yaml", ":16:22: parallel.pipeline_schedule: 'zb-h2' is not allowed "
+                           "(expected one of 1f1b, interleaved, zb-h1)"},
+    {"zb_h1_recompute.yaml",
+     ":17:22: parallel.pipeline_schedule: zb-h1 cannot run with training.recompute full: W needs "
+     "the layer activations that full recompute drops after B (use selective or none)"},
+    {"overlap_grad_type.yaml",
+     ":15:24: parallel.overlap_grad_reduce: '1' is not a boolean (expected true or false)"},
+    {"overlap_param_type.yaml", ":16:25: parallel.overlap_param_gather: 'sometimes' is not a "
+                                "boolean (expected true or false)"},
 };
 
 TEST(Config, DefaultsAreMegatronLike) {
@@ -595,6 +616,19 @@ TEST(Config, CheckWorldUsesMegatronWording) {
     EXPECT_EQ(std::string(err), path + ": global batch size (64) is not divisible by micro "
                                        "batch size (4) times data parallel size (32)");
     EXPECT_EQ(tpd_config_check_world(&gbs.cfg, 8, err, sizeof err), TPD_OK) << err;
+
+    // Megatron's rule for the interleaved schedule: micro-batches a multiple of PP
+    Loaded il = Load(path, {"parallel.pipeline_model_parallel_size=2",
+                            "parallel.virtual_pipeline_model_parallel_size=2"});
+    ASSERT_EQ(il.st, TPD_OK) << il.err;
+    EXPECT_EQ(tpd_config_check_world(&il.cfg, 32, err, sizeof err), TPD_ERR_INVALID);
+    EXPECT_EQ(std::string(err),
+              path + ": training.global_batch_size: the interleaved schedule needs the "
+                     "micro-batches of a step (global_batch_size / (micro_batch_size * data "
+                     "parallel size) = 64 / (4 * 16) = 1) to be a multiple of "
+                     "pipeline_model_parallel_size (2): each group of 2 micro-batches walks the "
+                     "model chunks together (Megatron's rule)");
+    EXPECT_EQ(tpd_config_check_world(&il.cfg, 16, err, sizeof err), TPD_OK) << err;
 }
 
 TEST(Config, CheckTrainableRejectsPlannerOnlyKnobs) {
@@ -602,13 +636,6 @@ TEST(Config, CheckTrainableRejectsPlannerOnlyKnobs) {
         std::vector<std::string> overrides;
         const char *message;
     } cases[] = {
-        {{"parallel.pipeline_schedule=interleaved", "parallel.pipeline_model_parallel_size=2",
-          "parallel.virtual_pipeline_model_parallel_size=2", "model.num_layers=4"},
-         "parallel.virtual_pipeline_model_parallel_size: 2 is modelled by tripod plan only "
-         "(tripod train runs 1)"},
-        {{"parallel.pipeline_schedule=interleaved"},
-         "parallel.pipeline_schedule: interleaved is modelled by tripod plan only (tripod train "
-         "runs 1f1b)"},
         {{"training.precision=bf16"},
          "training.precision bf16 needs training.device cuda; the cpu backend computes in fp32"},
     };
@@ -630,6 +657,22 @@ TEST(Config, CheckTrainableRejectsPlannerOnlyKnobs) {
     Loaded cuda = Load(path, {"training.precision=bf16", "training.device=cuda"});
     ASSERT_EQ(cuda.st, TPD_OK) << cuda.err;
     EXPECT_EQ(tpd_config_check_trainable(&cuda.cfg, err, sizeof err), TPD_OK) << err;
+    // every schedule the planner models, the trainer runs
+    for (std::vector<std::string> o :
+         {std::vector<std::string>{"parallel.pipeline_model_parallel_size=2",
+                                   "parallel.virtual_pipeline_model_parallel_size=2"},
+          std::vector<std::string>{"parallel.pipeline_model_parallel_size=2",
+                                   "parallel.virtual_pipeline_model_parallel_size=2",
+                                   "parallel.pipeline_schedule=interleaved"},
+          std::vector<std::string>{"parallel.pipeline_model_parallel_size=2",
+                                   "parallel.pipeline_schedule=zb-h1"}}) {
+        Loaded r = Load(path, o);
+        ASSERT_EQ(r.st, TPD_OK) << r.err;
+        EXPECT_EQ(tpd_config_check_trainable(&r.cfg, err, sizeof err), TPD_OK) << err;
+        EXPECT_EQ(tpd_config_schedule(&r.cfg), o.size() == 2 && o[1].find("zb") != std::string::npos
+                                                   ? TPD_SCHEDULE_ZB_H1
+                                                   : TPD_SCHEDULE_INTERLEAVED);
+    }
 }
 
 TEST(Config, DerivedQuantities) {
@@ -651,6 +694,30 @@ TEST(Config, DerivedQuantities) {
     first = -1;
     EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 4, &first), 0); // no such stage
     EXPECT_EQ(first, -1);
+
+    // Virtual stages: chunk c of stage s is virtual stage c*PP + s (Megatron's order)
+    Loaded vs = Load("", {"model.num_layers=12", "parallel.pipeline_model_parallel_size=2",
+                          "parallel.virtual_pipeline_model_parallel_size=3"});
+    ASSERT_EQ(vs.st, TPD_OK) << vs.err;
+    EXPECT_EQ(tpd_config_schedule(&vs.cfg), TPD_SCHEDULE_INTERLEAVED);
+    EXPECT_EQ(tpd_config_chunk_layers(&vs.cfg, 1, 0, &first), 2);
+    EXPECT_EQ(first, 2);
+    EXPECT_EQ(tpd_config_chunk_layers(&vs.cfg, 0, 2, &first), 2);
+    EXPECT_EQ(first, 8);
+    EXPECT_EQ(tpd_config_chunk_layers(&vs.cfg, 1, 2, &first), 2);
+    EXPECT_EQ(first, 10);
+    EXPECT_EQ(tpd_config_chunk_layers(&vs.cfg, 0, 3, nullptr), 0); // no such chunk
+    EXPECT_EQ(tpd_config_stage_layers(&vs.cfg, 1, &first), 6);
+    EXPECT_EQ(first, 2); // chunk 0's first layer
+    // uneven: parallel.pipeline_layers per virtual stage
+    Loaded uv = Load("", {"model.num_layers=7", "parallel.pipeline_model_parallel_size=2",
+                          "parallel.virtual_pipeline_model_parallel_size=2",
+                          "parallel.pipeline_layers=[1,2,3,1]"});
+    ASSERT_EQ(uv.st, TPD_OK) << uv.err;
+    EXPECT_EQ(tpd_config_chunk_layers(&uv.cfg, 0, 1, &first), 3);
+    EXPECT_EQ(first, 3);
+    EXPECT_EQ(tpd_config_layers_of_stage(&uv.cfg, 2, 2, 0), 4);
+    EXPECT_EQ(tpd_config_layers_of_stage(&uv.cfg, 2, 2, 1), 3);
 
     Loaded uneven = Load("", {"model.num_layers=10", "parallel.pipeline_model_parallel_size=3",
                               "parallel.pipeline_layers=[4,4,2]"});

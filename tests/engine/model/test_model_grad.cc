@@ -5,6 +5,7 @@
 // of the fp32 backward must match central finite differences of it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -25,8 +26,7 @@ struct Ref {
     std::vector<int32_t> tok; // (B, T+1)
 
     const double *P(const std::vector<double> &w, tpd_param p, int l = 0) const {
-        const tpd_param_slice &s = lay->p[p];
-        return w.data() + s.offset + (size_t)l * s.rows * s.cols;
+        return w.data() + tpd_model_layout_piece(lay, p, l);
     }
 
     static void layernorm(const double *x, const double *w, const double *b, double *y, int C) {
@@ -169,19 +169,20 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
         pf[i] += 0.05f * (float)std::sin(0.7 * i);
     for (int r = cfg.model.vocab_size; r < m->d.Vp; r++) // padding rows stay zero
         for (int c = 0; c < m->d.C; c++)
-            pf[m->plan.lay.p[TPD_P_WTE].offset + (size_t)r * m->d.C + c] = 0;
+            pf[tpd_model_layout_row_local(&m->plan.lay, TPD_P_WTE, r) + c] = 0;
     memcpy(m->params, pf.data(), pf.size() * 4);
 
     Ref ref{&m->plan.lay, 2, 5, {}};
     for (int i = 0; i < 2 * 6; i++)
         ref.tok.push_back((i * 5 + 3) % 11);
-    ASSERT_EQ(tpd_model_set_batch(m, 0, ref.tok.data()), TPD_OK);
+    const tpd_model_mb at = {0, 0, 0};
+    ASSERT_EQ(tpd_model_set_batch(m, &at, ref.tok.data()), TPD_OK);
     ASSERT_EQ(tpd_model_zero_grads(m), TPD_OK);
-    ASSERT_EQ(tpd_model_forward(m, 0), TPD_OK);
+    ASSERT_EQ(tpd_model_forward(m, &at), TPD_OK);
     double sum = 0;
-    ASSERT_EQ(tpd_model_loss_sum(m, 0, &sum), TPD_OK);
+    ASSERT_EQ(tpd_model_loss_sum(m, &at, &sum), TPD_OK);
     int N = 2 * 5;
-    ASSERT_EQ(tpd_model_backward(m, 0, 1.0f / N), TPD_OK);
+    ASSERT_EQ(tpd_model_backward(m, &at, 1.0f / N), TPD_OK);
 
     std::vector<double> w(pf.begin(), pf.end());
     double ref_loss = ref.loss(w);
@@ -192,7 +193,11 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
     double worst = 0;
     for (int p = 0; p < TPD_P_COUNT; p++) {
         const tpd_param_slice &s = m->plan.lay.p[p];
-        for (size_t i = s.offset; i < s.offset + s.numel; i++) {
+        if (!s.present) continue;
+        for (size_t k = 0; k < s.numel; k++) { // element k of the tensor: layer piece by piece
+            size_t piece = (size_t)s.rows * s.cols;
+            size_t i =
+                tpd_model_layout_piece(&m->plan.lay, (tpd_param)p, (int)(k / piece)) + k % piece;
             double save = w[i];
             w[i] = save + h;
             double lp = ref.loss(w);
@@ -204,8 +209,8 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
             worst = std::max(worst, err);
             // fp32 backward vs double FD: absolute 2e-5 plus 1e-3 relative
             ASSERT_LE(err, 2e-5 + 1e-3 * std::fabs(fd))
-                << tpd_param_get_info((tpd_param)p)->name << " element " << i - s.offset << " fd "
-                << fd << " backward " << g[i];
+                << tpd_param_get_info((tpd_param)p)->name << " element " << k << " fd " << fd
+                << " backward " << g[i];
         }
     }
     printf("model backward vs double finite differences: worst abs error %.3g\n", worst);
@@ -228,15 +233,27 @@ INSTANTIATE_TEST_SUITE_P(Recompute, ModelGrad,
 void ExpectViewsInsideBlocks(const tpd_model *m, const std::string &where) {
     const tpd_buffer_plan &b = m->plan;
     const tpd_model_dims &d = b.lay.d;
-    size_t end = 0;
+    // the parameter pieces tile [0, numel) without overlap (layer-major buffer)
+    std::vector<std::pair<size_t, size_t>> pieces;
     for (int p = 0; p < TPD_P_COUNT; p++) {
         const tpd_param_slice &s = b.lay.p[p];
         if (!s.present) continue;
-        EXPECT_EQ(s.offset, end) << where << " param " << p << " follows the one before";
-        end = s.offset + s.numel;
+        for (int l = 0; l < s.layers; l++)
+            pieces.push_back(
+                {tpd_model_layout_piece(&b.lay, (tpd_param)p, l), (size_t)s.rows * s.cols});
     }
+    std::sort(pieces.begin(), pieces.end());
+    size_t end = 0;
+    for (const auto &pc : pieces) {
+        EXPECT_EQ(pc.first, end) << where << " a parameter piece follows the one before";
+        end = pc.first + pc.second;
+    }
+    EXPECT_EQ(end, b.lay.numel) << where;
     EXPECT_LE(end, b.numel_padded) << where;
     size_t N = (size_t)d.B * d.T, NL = (size_t)d.Nl, C = (size_t)d.C, a = b.act_size;
+    int kept_max = 0; // layers a chunk keeps whole
+    for (int c = 0; c < d.v; c++)
+        kept_max = std::max(kept_max, d.chunk_layers[c] - b.recompute[c]);
     struct Region {
         size_t at, bytes, block;
         const char *name;
@@ -249,7 +266,9 @@ void ExpectViewsInsideBlocks(const tpd_model *m, const std::string &where) {
         {b.layer.atty, N * (size_t)d.Cl * a, b.layer.bytes, "attention out"},
         {b.layer.fch_gelu, N * (size_t)d.Fl * a, b.layer.bytes, "fc gelu"},
         {b.layer.out, NL * C * a, b.layer.bytes, "layer out"},
-        {b.s_layers, b.layer.bytes * (size_t)(d.Ls - b.recompute), b.slot_bytes, "layers"},
+        {b.s_layers, b.layer.bytes * (size_t)kept_max, b.slot_bytes, "layers"},
+        {b.s_outs, ((NL * C * a + 255) / 256 * 256) * (size_t)b.recompute_max, b.slot_bytes,
+         "recomputed outputs"},
         {b.w_dres, NL * C * a, b.ws_bytes, "dres"},
         {b.w_dln, N * C * a, b.ws_bytes, "dln"},
         {b.w_dqkv, N * 3 * (size_t)d.Cl * a, b.ws_bytes, "dqkv"},
@@ -257,8 +276,9 @@ void ExpectViewsInsideBlocks(const tpd_model *m, const std::string &where) {
     };
     for (const Region &r : regions)
         EXPECT_LE(r.at + r.bytes, r.block) << where << " " << r.name;
-    if (d.last) EXPECT_LE(b.s_logits + N * (size_t)d.Vl * a, b.slot_bytes) << where << " logits";
-    if (b.recompute) EXPECT_LE(b.w_layer + b.layer.bytes, b.ws_bytes) << where << " w_layer";
+    if (d.last) EXPECT_LE(b.h_logits + N * (size_t)d.Vl * a, b.head_bytes) << where << " logits";
+    if (d.last) EXPECT_LE(b.h_loss + N * 4, b.head_bytes) << where << " loss";
+    if (b.recompute_max) EXPECT_LE(b.w_layer + b.layer.bytes, b.ws_bytes) << where << " w_layer";
     if (b.selective) EXPECT_LE(b.w_att + b.att_saved, b.ws_bytes) << where << " w_att";
 }
 

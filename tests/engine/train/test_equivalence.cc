@@ -1,6 +1,7 @@
 // 3D-parallel equivalence: the same global batch trained under every TP x PP x DP layout
 // (with and without ZeRO-1; and with sequence parallel, uneven stages and full recompute
-// on a few) must match the single-rank run:
+// on a few; under the interleaved schedule and ZB-H1; with the DP communication overlapped
+// or not) must match the single-rank run:
 //   per-step loss within relative 1e-5 over 10 steps,
 //   gradient norm within relative 1e-5,
 //   final gathered parameters within relative 1e-4 (per tensor, ||a-b|| / ||b||).
@@ -10,6 +11,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "common/tiny.h"
@@ -42,7 +44,19 @@ struct Layout {
     const char *recompute = "none"; // training.recompute
     bool sp = false;                // parallel.sequence_parallel
     int recompute_layers = 0;       // training.recompute_num_layers
+    int v = 1;                      // parallel.virtual_pipeline_model_parallel_size
+    const char *schedule = "1f1b";  // parallel.pipeline_schedule
+    int layers = 0;                 // model.num_layers; 0: tiny's 4
+    bool overlap = true;            // parallel.overlap_grad_reduce and overlap_param_gather
 };
+
+// A layout under another schedule or model depth: fields past the first four by name.
+Layout with(Layout L, int v, const char *schedule, int layers) {
+    L.v = v;
+    L.schedule = schedule;
+    L.layers = layers;
+    return L;
+}
 
 // The tied embedding lives on the first and the last stage; after training both copies
 // must be bit-identical. Compares them over the embedding group (elementwise max and min
@@ -91,6 +105,11 @@ Result run(const Layout &L) {
         tiny::set(cfg.training.recompute, "training.recompute", L.recompute);
         cfg.parallel.sequence_parallel = L.sp;
         cfg.training.recompute_num_layers = L.recompute_layers;
+        cfg.parallel.virtual_pipeline_model_parallel_size = L.v;
+        tiny::set(cfg.parallel.pipeline_schedule, "parallel.pipeline_schedule", L.schedule);
+        if (L.layers) cfg.model.num_layers = L.layers;
+        cfg.parallel.overlap_grad_reduce = L.overlap;
+        cfg.parallel.overlap_param_gather = L.overlap;
         cfg.parallel.num_pipeline_layers = (int)L.stage_layers.size();
         for (size_t i = 0; i < L.stage_layers.size(); i++)
             cfg.parallel.pipeline_layers[i] = L.stage_layers[i];
@@ -104,6 +123,7 @@ Result run(const Layout &L) {
                 r.norm.push_back(s.grad_norm);
                 r.pnorm.push_back(s.params_norm);
             }
+            EXPECT_EQ(tpd_trainer_sync_params(tr), TPD_OK);
             r.tied_mismatch = tied_copies_differ(tr);
             for (int p = 0; p < TPD_P_COUNT; p++) {
                 std::vector<float> g(
@@ -128,6 +148,49 @@ double rel_norm_diff(const std::vector<float> &a, const std::vector<float> &b) {
         den += (double)b[i] * b[i];
     }
     return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+// Checks one layout's run against the reference run (world rank 0 only; 1 when it was).
+int check_layout(const Result &ref, const Layout &L) {
+    Result r = run(L);
+    if (tpd_comm_rank(g_world) != 0) return 0;
+    std::string stages;
+    for (int n : L.stage_layers)
+        stages += (stages.empty() ? " stages " : ",") + std::to_string(n);
+    if (strcmp(L.recompute, "none")) stages += std::string(" recompute ") + L.recompute;
+    if (L.recompute_layers) stages += " of " + std::to_string(L.recompute_layers) + " layer(s)";
+    if (L.sp) stages += " sequence parallel";
+    if (strcmp(L.schedule, "1f1b")) stages += std::string(" ") + L.schedule;
+    if (L.v > 1) stages += " v " + std::to_string(L.v);
+    if (L.layers) stages += " (" + std::to_string(L.layers) + " layers)";
+    if (!L.overlap) stages += " no overlap";
+    SCOPED_TRACE(testing::Message() << "TP " << L.tp << " PP " << L.pp << " DP " << L.dp
+                                    << " ZeRO-1 " << L.zero << stages);
+    EXPECT_EQ(r.loss.size(), ref.loss.size());
+    if (r.loss.size() != ref.loss.size()) return 0;
+    double worst_loss = 0, worst_norm = 0, worst_param = 0;
+    for (int i = 0; i < kSteps; i++) {
+        double el = std::fabs(r.loss[i] - ref.loss[i]) / std::fabs(ref.loss[i]);
+        double en = std::fabs(r.norm[i] - ref.norm[i]) / std::fabs(ref.norm[i]);
+        EXPECT_LE(el, 1e-5) << "step " << i + 1 << " loss " << r.loss[i] << " vs " << ref.loss[i];
+        EXPECT_LE(en, 1e-5) << "step " << i + 1 << " grad norm " << r.norm[i] << " vs "
+                            << ref.norm[i];
+        // every parameter once: TP-replicated ones and the tied embedding too
+        EXPECT_LE(std::fabs(r.pnorm[i] - ref.pnorm[i]) / ref.pnorm[i], 1e-5)
+            << "step " << i + 1 << " params norm " << r.pnorm[i] << " vs " << ref.pnorm[i];
+        worst_loss = std::max(worst_loss, el);
+        worst_norm = std::max(worst_norm, en);
+    }
+    EXPECT_EQ(r.tied_mismatch, 0) << "the first and last stage's wte copies differ";
+    for (int p = 0; p < TPD_P_COUNT; p++) {
+        double e = rel_norm_diff(r.params[p], ref.params[p]);
+        EXPECT_LE(e, 1e-4) << "parameter " << tpd_param_get_info((tpd_param)p)->name;
+        worst_param = std::max(worst_param, e);
+    }
+    printf("TP %d PP %d DP %d ZeRO-1 %d%s: worst relative error loss %.2e, grad norm %.2e, "
+           "params %.2e\n",
+           L.tp, L.pp, L.dp, L.zero, stages.c_str(), worst_loss, worst_norm, worst_param);
+    return 1;
 }
 
 TEST(Equivalence, EveryLayoutMatchesSingleRank) {
@@ -165,44 +228,102 @@ TEST(Equivalence, EveryLayoutMatchesSingleRank) {
         layouts.push_back({4, 1, 2, 1, false, {}, "selective", true});
     }
     int checked = 0;
+    for (const Layout &L : layouts)
+        checked += check_layout(ref, L);
+    if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)layouts.size());
+}
+
+// Megatron's interleaved schedule (v model chunks per stage) and ZB-H1 (the backward
+// split into B and W) against the single-rank run of the same model. Depths are chosen so
+// that every chunk has whole layers: PP x v divides num_layers.
+TEST(Equivalence, InterleavedAndZbH1MatchSingleRank) {
+    if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
+    int world = tpd_comm_size(g_world);
+    std::vector<Layout> layouts;
+    auto il = [&](Layout L, int v, int layers) {
+        if (L.tp * L.pp * L.dp <= world) layouts.push_back(with(L, v, "interleaved", layers));
+    };
+    auto zb = [&](Layout L) {
+        if (L.tp * L.pp * L.dp <= world) layouts.push_back(with(L, 1, "zb-h1", 0));
+    };
+    // interleaved, v = 2 and 3 at PP = 2 and 4, with TP, DP, ZeRO-1, SP, every recompute
+    // mode and an uneven split (pipeline_layers per virtual stage)
+    il({1, 2, 1, 0}, 2, 4);
+    il({2, 2, 2, 1}, 2, 4);
+    il({1, 2, 4, 1}, 2, 4);
+    il({2, 2, 1, 0, false, {}, "none", true}, 2, 4);
+    il({1, 2, 2, 0, false, {}, "selective"}, 2, 4);
+    il({2, 2, 2, 0, false, {}, "full"}, 2, 8);
+    il({2, 2, 2, 1, false, {}, "full", false, 1}, 2, 8);
+    il({1, 2, 1, 0}, 3, 6);
+    il({2, 2, 2, 1}, 3, 6);
+    il({1, 4, 1, 0}, 2, 8);
+    il({2, 4, 1, 0, false, {}, "none", true}, 2, 8);
+    il({1, 4, 2, 1}, 2, 8);
+    il({1, 4, 2, 0, false, {}, "selective"}, 3, 12);
+    il({2, 2, 2, 1, false, {1, 2, 2, 1}}, 2, 6);
+    il({1, 4, 2, 0, false, {1, 2, 1, 1, 1, 1, 2, 1}, "full"}, 2, 10);
+    // ZB-H1 at PP = 2 and 4, with and without TP and DP
+    zb({1, 2, 1, 0});
+    zb({1, 4, 1, 0});
+    zb({2, 2, 2, 1});
+    zb({1, 4, 2, 0});
+    zb({2, 4, 1, 0, false, {}, "none", true});
+    zb({1, 2, 4, 1, false, {}, "selective"});
+    zb({2, 2, 2, 0, false, {3, 1}});
+    std::map<int, Result> refs; // single-rank runs by depth
+    int checked = 0;
     for (const Layout &L : layouts) {
-        Result r = run(L);
-        if (tpd_comm_rank(g_world) != 0) continue;
-        std::string stages;
-        for (int n : L.stage_layers)
-            stages += (stages.empty() ? " stages " : ",") + std::to_string(n);
-        if (strcmp(L.recompute, "none")) stages += std::string(" recompute ") + L.recompute;
-        if (L.recompute_layers) stages += " of " + std::to_string(L.recompute_layers) + " layer(s)";
-        if (L.sp) stages += " sequence parallel";
-        SCOPED_TRACE(testing::Message() << "TP " << L.tp << " PP " << L.pp << " DP " << L.dp
-                                        << " ZeRO-1 " << L.zero << stages);
-        ASSERT_EQ(r.loss.size(), ref.loss.size());
-        double worst_loss = 0, worst_norm = 0, worst_param = 0;
-        for (int i = 0; i < kSteps; i++) {
-            double el = std::fabs(r.loss[i] - ref.loss[i]) / std::fabs(ref.loss[i]);
-            double en = std::fabs(r.norm[i] - ref.norm[i]) / std::fabs(ref.norm[i]);
-            EXPECT_LE(el, 1e-5) << "step " << i + 1 << " loss " << r.loss[i] << " vs "
-                                << ref.loss[i];
-            EXPECT_LE(en, 1e-5) << "step " << i + 1 << " grad norm " << r.norm[i] << " vs "
-                                << ref.norm[i];
-            // every parameter once: TP-replicated ones and the tied embedding too
-            EXPECT_LE(std::fabs(r.pnorm[i] - ref.pnorm[i]) / ref.pnorm[i], 1e-5)
-                << "step " << i + 1 << " params norm " << r.pnorm[i] << " vs " << ref.pnorm[i];
-            worst_loss = std::max(worst_loss, el);
-            worst_norm = std::max(worst_norm, en);
-        }
-        EXPECT_EQ(r.tied_mismatch, 0) << "the first and last stage's wte copies differ";
-        for (int p = 0; p < TPD_P_COUNT; p++) {
-            double e = rel_norm_diff(r.params[p], ref.params[p]);
-            EXPECT_LE(e, 1e-4) << "parameter " << tpd_param_get_info((tpd_param)p)->name;
-            worst_param = std::max(worst_param, e);
-        }
-        printf("TP %d PP %d DP %d ZeRO-1 %d%s: worst relative error loss %.2e, grad norm %.2e, "
-               "params %.2e\n",
-               L.tp, L.pp, L.dp, L.zero, stages.c_str(), worst_loss, worst_norm, worst_param);
-        checked++;
+        int depth = L.layers ? L.layers : 4;
+        if (!refs.count(depth)) refs[depth] = run(with({1, 1, 1, 0}, 1, "1f1b", depth));
+        checked += check_layout(refs[depth], L);
     }
     if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)layouts.size());
+}
+
+// Overlapping the DP communication with the pipeline changes when the buckets are
+// reduced, not what they sum: losses, norms and parameters are bit-identical with the
+// overlap on and off, with and without ZeRO-1. And ZB-H1 only reorders the weight
+// gradients' work, so it is bit-identical to 1F1B.
+TEST(Equivalence, OverlapAndZbH1AreBitIdentical) {
+    if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
+    if (tpd_comm_size(g_world) < 8) GTEST_SKIP() << "needs 8 ranks";
+    struct Pair {
+        Layout a, b;
+        const char *what;
+    };
+    Layout off = {1, 2, 4, 0};
+    off.overlap = false;
+    Layout zoff = {2, 1, 4, 1};
+    zoff.overlap = false;
+    Layout ioff = with({1, 2, 4, 1}, 2, "interleaved", 4);
+    ioff.overlap = false;
+    Layout soff = {2, 2, 2, 1, false, {}, "none", true};
+    soff.overlap = false;
+    std::vector<Pair> pairs = {
+        {{1, 2, 4, 0}, off, "overlap on vs off, DP 4"},
+        {{2, 1, 4, 1}, zoff, "overlap on vs off, ZeRO-1 over DP 4"},
+        {with({1, 2, 4, 1}, 2, "interleaved", 4), ioff, "overlap on vs off, interleaved, ZeRO-1"},
+        {{2, 2, 2, 1, false, {}, "none", true}, soff, "overlap on vs off, SP and ZeRO-1"},
+        {with({2, 2, 2, 1}, 1, "zb-h1", 0), {2, 2, 2, 1}, "ZB-H1 vs 1F1B"},
+        {with({1, 4, 2, 0}, 1, "zb-h1", 0), {1, 4, 2, 0}, "ZB-H1 vs 1F1B, PP 4"},
+    };
+    for (const Pair &pr : pairs) {
+        Result a = run(pr.a), b = run(pr.b);
+        if (tpd_comm_rank(g_world) != 0) continue;
+        SCOPED_TRACE(pr.what);
+        ASSERT_EQ(a.loss.size(), (size_t)kSteps);
+        ASSERT_EQ(b.loss.size(), (size_t)kSteps);
+        for (int i = 0; i < kSteps; i++) {
+            EXPECT_EQ(a.loss[i], b.loss[i]) << "step " << i + 1;
+            EXPECT_EQ(a.norm[i], b.norm[i]) << "step " << i + 1;
+            EXPECT_EQ(a.pnorm[i], b.pnorm[i]) << "step " << i + 1;
+        }
+        for (int p = 0; p < TPD_P_COUNT; p++)
+            EXPECT_EQ(0, memcmp(a.params[p].data(), b.params[p].data(), a.params[p].size() * 4))
+                << tpd_param_get_info((tpd_param)p)->name;
+        printf("%s: bit-identical over %d steps\n", pr.what, kSteps);
+    }
 }
 
 // TP=2, PP=2, DP=2 on the GPU against the cpu single-rank run. The tolerances are looser

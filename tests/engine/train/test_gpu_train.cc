@@ -35,21 +35,25 @@ tpd_config gpu_config(const char *device, const char *precision) {
     return c;
 }
 
-// Gradients of parameter p as fp32 on the host (single rank).
+// Gradients of parameter p as fp32 on the host (single rank), layer piece after piece.
 std::vector<float> host_grad(tpd_trainer *tr, tpd_param p) {
     const tpd_model *m = tpd_trainer_model(tr);
     const tpd_param_slice &s = m->plan.lay.p[p];
-    std::vector<float> out(s.numel);
-    void *src = tpd_model_grad(m, p), *tmp = nullptr;
+    size_t n = m->plan.numel_padded, piece = (size_t)s.rows * s.cols;
+    std::vector<float> all(n), out;
+    void *src = m->grads, *tmp = nullptr;
     if (tpd_kern_grad_dtype(m->kb) != TPD_DTYPE_F32) {
-        EXPECT_EQ(tpd_kern_alloc(m->kb, s.numel * 4, &tmp), TPD_OK);
-        EXPECT_EQ(
-            tpd_kern_cast(m->kb, tmp, TPD_DTYPE_F32, src, tpd_kern_grad_dtype(m->kb), s.numel),
-            TPD_OK);
+        EXPECT_EQ(tpd_kern_alloc(m->kb, n * 4, &tmp), TPD_OK);
+        EXPECT_EQ(tpd_kern_cast(m->kb, tmp, TPD_DTYPE_F32, src, tpd_kern_grad_dtype(m->kb), n),
+                  TPD_OK);
         src = tmp;
     }
-    EXPECT_EQ(tpd_kern_copy_to_host(m->kb, out.data(), src, s.numel * 4), TPD_OK);
+    EXPECT_EQ(tpd_kern_copy_to_host(m->kb, all.data(), src, n * 4), TPD_OK);
     if (tmp) tpd_kern_free(m->kb, tmp);
+    for (int l = 0; l < s.layers; l++) {
+        const float *at = all.data() + tpd_model_layout_piece(&m->plan.lay, p, l);
+        out.insert(out.end(), at, at + piece);
+    }
     return out;
 }
 

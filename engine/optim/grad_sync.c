@@ -1,0 +1,187 @@
+#include "engine/optim/grad_sync.h"
+
+#include <stdlib.h>
+
+#include "base/clock.h"
+
+struct tpd_grad_sync {
+    tpd_model *m;
+    const tpd_dp_plan *dpp;
+    tpd_comm *dp, *emb;
+    int overlap_grad, overlap_param;
+    int nunits;          /* Ls + 2: unit u at index u + 1 (u = -1 .. Ls) */
+    size_t *ubeg, *uend; /* element range of each unit; the last one takes the padding */
+    int *final_;         /* per unit, this step */
+    int *pending0;       /* per bucket: units that overlap it */
+    int *pending;        /* per bucket: of those, not final yet this step */
+    tpd_comm_req **greq; /* per bucket: gradient reduction in flight (started this step) */
+    int *started;
+    tpd_comm_req **preq; /* per bucket: parameter gather in flight */
+    double exposed;
+};
+
+static int overlaps(const tpd_grad_sync *gs, int unit_index, int b) {
+    size_t b0, len;
+    tpd_dp_bucket(gs->dpp, b, &b0, &len);
+    return gs->ubeg[unit_index] < b0 + len && b0 < gs->uend[unit_index];
+}
+
+tpd_status tpd_grad_sync_create(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
+                                int overlap_grad_reduce, int overlap_param_gather,
+                                tpd_grad_sync **gs_p) {
+    tpd_grad_sync *gs = calloc(1, sizeof *gs);
+    if (!gs) return TPD_ERR_NOMEM;
+    gs->m = m;
+    gs->dpp = dpp;
+    gs->dp = comms->dp;
+    gs->emb = comms->emb;
+    gs->overlap_grad = overlap_grad_reduce;
+    gs->overlap_param = overlap_param_gather;
+    gs->nunits = m->d.Ls + 2;
+    int nb = dpp->nbuckets > 0 ? dpp->nbuckets : 1;
+    gs->ubeg = calloc((size_t)gs->nunits, sizeof *gs->ubeg);
+    gs->uend = calloc((size_t)gs->nunits, sizeof *gs->uend);
+    gs->final_ = calloc((size_t)gs->nunits, sizeof *gs->final_);
+    gs->pending0 = calloc((size_t)nb, sizeof *gs->pending0);
+    gs->pending = calloc((size_t)nb, sizeof *gs->pending);
+    gs->started = calloc((size_t)nb, sizeof *gs->started);
+    gs->greq = calloc((size_t)nb, sizeof *gs->greq);
+    gs->preq = calloc((size_t)nb, sizeof *gs->preq);
+    if (!gs->ubeg || !gs->uend || !gs->final_ || !gs->pending0 || !gs->pending || !gs->started ||
+        !gs->greq || !gs->preq) {
+        tpd_grad_sync_destroy(gs);
+        tpd_log_error("grad sync: out of memory for %d buckets", nb);
+        return TPD_ERR_NOMEM;
+    }
+    for (int i = 0; i < gs->nunits; i++)
+        tpd_model_unit_range(m, i - 1, &gs->ubeg[i], &gs->uend[i]);
+    gs->uend[gs->nunits - 1] = dpp->numel_padded; /* DP padding: with the highest unit */
+    for (int b = 0; b < dpp->nbuckets; b++)
+        for (int i = 0; i < gs->nunits; i++)
+            gs->pending0[b] += overlaps(gs, i, b);
+    *gs_p = gs;
+    return TPD_OK;
+}
+
+/* Completes *req; its wait counts as exposed time when `exposed`. */
+static tpd_status wait_req(tpd_grad_sync *gs, tpd_comm_req **req, int exposed) {
+    if (!*req) return TPD_OK;
+    double t0 = tpd_clock_s();
+    tpd_status st = tpd_comm_wait(gs->dp, *req);
+    *req = NULL;
+    if (exposed) gs->exposed += tpd_clock_s() - t0;
+    return st;
+}
+
+tpd_status tpd_grad_sync_destroy(tpd_grad_sync *gs) {
+    if (!gs) return TPD_OK;
+    tpd_status st = TPD_OK;
+    for (int b = 0; gs->greq && gs->preq && b < gs->dpp->nbuckets; b++) {
+        TPD_CHECK_KEEP(wait_req(gs, &gs->greq[b], 0), st);
+        TPD_CHECK_KEEP(wait_req(gs, &gs->preq[b], 0), st);
+    }
+    free(gs->preq);
+    free(gs->greq);
+    free(gs->started);
+    free(gs->pending);
+    free(gs->pending0);
+    free(gs->final_);
+    free(gs->uend);
+    free(gs->ubeg);
+    free(gs);
+    return st;
+}
+
+void tpd_grad_sync_begin(tpd_grad_sync *gs) {
+    for (int i = 0; i < gs->nunits; i++)
+        gs->final_[i] = 0;
+    for (int b = 0; b < gs->dpp->nbuckets; b++) {
+        gs->pending[b] = gs->pending0[b];
+        gs->started[b] = 0;
+    }
+}
+
+/* Bucket b's gradients are final: the LayerNorm sums of sequence parallelism inside it,
+ * then its DP reduction. */
+static tpd_status start_bucket(tpd_grad_sync *gs, int b) {
+    size_t b0, len;
+    tpd_dp_bucket(gs->dpp, b, &b0, &len);
+    gs->started[b] = 1;
+    TPD_CHECK(tpd_model_sp_reduce_grads(gs->m, b0, b0 + len));
+    return tpd_dp_reduce_bucket(gs->dpp, gs->dp, b, gs->m->grads, tpd_kern_grad_dtype(gs->m->kb),
+                                tpd_kern_stream(gs->m->kb), &gs->greq[b]);
+}
+
+static tpd_status mark_final(tpd_grad_sync *gs, int unit) {
+    int i = unit + 1;
+    if (i < 0 || i >= gs->nunits || gs->final_[i]) return TPD_OK;
+    gs->final_[i] = 1;
+    for (int b = gs->dpp->nbuckets - 1; b >= 0; b--)
+        if (overlaps(gs, i, b) && --gs->pending[b] == 0) TPD_CHECK(start_bucket(gs, b));
+    /* a stage without the head: its last unit holds only padding, final with the last
+     * layer */
+    if (unit == gs->m->d.Ls - 1 && !gs->m->d.last) TPD_CHECK(mark_final(gs, gs->m->d.Ls));
+    return TPD_OK;
+}
+
+tpd_status tpd_grad_sync_unit_final(tpd_grad_sync *gs, int unit) {
+    /* the embedding's buckets wait for the tied-embedding sum after the pipeline */
+    if (!gs->overlap_grad || unit == TPD_MODEL_UNIT_EMBED) return TPD_OK;
+    return mark_final(gs, unit);
+}
+
+tpd_status tpd_grad_sync_poll(tpd_grad_sync *gs) {
+    for (int b = 0; b < gs->dpp->nbuckets; b++) {
+        int done;
+        if (gs->greq[b]) TPD_CHECK(tpd_comm_test(gs->dp, gs->greq[b], &done));
+        if (gs->preq[b]) TPD_CHECK(tpd_comm_test(gs->dp, gs->preq[b], &done));
+    }
+    return TPD_OK;
+}
+
+tpd_status tpd_grad_sync_finish(tpd_grad_sync *gs) {
+    tpd_model *m = gs->m;
+    double t0 = tpd_clock_s();
+    const tpd_param_slice *wte = &m->plan.lay.p[TPD_P_WTE];
+    /* The head on the last stage and the embedding on the first share wte: their gradients
+     * are summed so both copies take the same update and stay identical. */
+    if (gs->emb && tpd_comm_size(gs->emb) > 1 && wte->present)
+        TPD_CHECK(tpd_comm_allreduce(
+            gs->emb, tpd_model_grad(m, TPD_P_WTE), tpd_model_grad(m, TPD_P_WTE), wte->numel,
+            tpd_kern_grad_dtype(m->kb), TPD_COMM_OP_SUM, tpd_kern_stream(m->kb)));
+    /* whatever the backward has not started, from the top of the buffer down */
+    for (int u = m->d.Ls; u >= TPD_MODEL_UNIT_EMBED; u--)
+        TPD_CHECK(mark_final(gs, u));
+    for (int b = gs->dpp->nbuckets - 1; b >= 0; b--)
+        TPD_CHECK(wait_req(gs, &gs->greq[b], 0));
+    gs->exposed += tpd_clock_s() - t0; /* all of it runs after the pipeline */
+    return TPD_OK;
+}
+
+tpd_status tpd_grad_sync_gather_params(tpd_grad_sync *gs) {
+    tpd_model *m = gs->m;
+    for (int b = 0; b < gs->dpp->nbuckets; b++)
+        TPD_CHECK(tpd_dp_gather_bucket(gs->dpp, gs->dp, b, m->params, tpd_kern_param_dtype(m->kb),
+                                       tpd_kern_stream(m->kb), &gs->preq[b]));
+    return gs->overlap_param ? TPD_OK : tpd_grad_sync_params_all(gs);
+}
+
+tpd_status tpd_grad_sync_params_ready(tpd_grad_sync *gs, int unit) {
+    int i = unit + 1;
+    if (i < 0 || i >= gs->nunits) return TPD_OK;
+    for (int b = 0; b < gs->dpp->nbuckets; b++)
+        if (gs->preq[b] && overlaps(gs, i, b)) TPD_CHECK(wait_req(gs, &gs->preq[b], 1));
+    return tpd_grad_sync_poll(gs);
+}
+
+tpd_status tpd_grad_sync_params_all(tpd_grad_sync *gs) {
+    for (int b = 0; b < gs->dpp->nbuckets; b++)
+        TPD_CHECK(wait_req(gs, &gs->preq[b], 1));
+    return TPD_OK;
+}
+
+double tpd_grad_sync_take_exposed(tpd_grad_sync *gs) {
+    double e = gs->exposed;
+    gs->exposed = 0;
+    return e;
+}
