@@ -30,8 +30,10 @@ void tpd_metrics_format_line(const tpd_iter_record *r, char *buf, size_t cap) {
 void tpd_metrics_format_timers(const tpd_step_timers *t, char *buf, size_t cap) {
     snprintf(buf, cap,
              " time (ms) | forward-backward compute: %.1f (TP comm %.1f) | pipeline wait: %.1f "
-             "| grads reduce: %.1f | optimizer: %.1f |",
-             t->compute_ms, t->tp_comm_ms, t->pp_wait_ms, t->reduce_ms, t->optimizer_ms);
+             "(idle %.1f%%) | grads reduce exposed: %.1f | params gather wait: %.1f | "
+             "optimizer: %.1f |",
+             t->compute_ms, t->tp_comm_ms, t->pp_wait_ms, 100.0 * t->idle_fraction, t->reduce_ms,
+             t->param_wait_ms, t->optimizer_ms);
 }
 
 tpd_status tpd_metrics_write_jsonl(FILE *f, const tpd_iter_record *r) {

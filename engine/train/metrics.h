@@ -29,13 +29,18 @@ typedef struct tpd_iter_record {
     double val_loss; /* NaN when not evaluated this iteration */
 } tpd_iter_record;
 
-/* Where one step's time went on one rank, ms (Megatron's timers line). */
+/* Where one step's time went, ms (Megatron's timers line): the largest over the ranks of
+ * the job, except idle_fraction. */
 typedef struct tpd_step_timers {
-    double compute_ms;   /* forward and backward compute, TP collectives included */
-    double tp_comm_ms;   /* of which TP collectives */
-    double pp_wait_ms;   /* blocked on pipeline receives and sends (bubble + p2p) */
-    double reduce_ms;    /* embedding and DP gradient reduction */
-    double optimizer_ms; /* norm, clipping, AdamW, ZeRO all-gather */
+    double compute_ms;    /* forward and backward compute, TP collectives included */
+    double tp_comm_ms;    /* of which TP collectives */
+    double pp_wait_ms;    /* blocked on pipeline receives and sends (bubble + p2p) */
+    double idle_fraction; /* of the pipeline: 1 - (sum of compute) / (sum of pipeline time)
+                             over all ranks, the simulator's idle fraction */
+    double reduce_ms;     /* embedding and DP gradient reduction after the pipeline: the part
+                             the backward did not hide */
+    double param_wait_ms; /* ZeRO-1 parameter all-gather waited for */
+    double optimizer_ms;  /* norm, clipping, AdamW */
 } tpd_step_timers;
 
 /* " time (ms) | forward-backward compute: ... | optimizer: ... |". */

@@ -490,6 +490,21 @@ tpd_status tpd_trainer_evaluate_split(tpd_trainer *tr, tpd_split split, int iter
     return st;
 }
 
+tpd_status tpd_trainer_job_timers(tpd_trainer *tr, const tpd_step_stats *s, tpd_step_timers *t) {
+    double mx[6] = {s->pipe.compute_s, s->t_tp_comm_s,    s->pipe.wait_s,
+                    s->t_reduce_s,     s->t_param_wait_s, s->t_optim_s};
+    double sum[2] = {s->pipe.compute_s, s->pipe.total_s};
+    tpd_comm *w = tr->hcomms.world;
+    if (tpd_comm_size(w) > 1) {
+        TPD_CHECK(tpd_comm_allreduce(w, mx, mx, 6, TPD_DTYPE_F64, TPD_COMM_OP_MAX, NULL));
+        TPD_CHECK(tpd_comm_allreduce(w, sum, sum, 2, TPD_DTYPE_F64, TPD_COMM_OP_SUM, NULL));
+    }
+    *t = (tpd_step_timers){
+        1e3 * mx[0], 1e3 * mx[1], 1e3 * mx[2], sum[1] > 0 ? 1.0 - sum[0] / sum[1] : 0.0,
+        1e3 * mx[3], 1e3 * mx[4], 1e3 * mx[5]};
+    return TPD_OK;
+}
+
 tpd_status tpd_trainer_sync_params(tpd_trainer *tr) {
     return tpd_grad_sync_params_all(tr->gsync);
 }

@@ -15,6 +15,7 @@
 #include "engine/config/config.h"
 #include "engine/data/data.h"
 #include "engine/model/model.h"
+#include "engine/train/metrics.h"
 #include "parallel/comm.h"
 #include "parallel/mesh.h"
 #include "parallel/pipeline/executor.h"
@@ -68,6 +69,10 @@ tpd_status tpd_trainer_evaluate_split(tpd_trainer *tr, tpd_split split, int iter
 tpd_status tpd_trainer_run(tpd_trainer *tr);
 /* Saves a checkpoint of the current iteration into save_dir (collective). */
 tpd_status tpd_trainer_save(tpd_trainer *tr, const char *save_dir);
+
+/* The job's view of one step's timers (engine/train/metrics.h): maxima over the world's
+ * ranks, and the pipeline's idle fraction over all of them. Collective over the world. */
+tpd_status tpd_trainer_job_timers(tpd_trainer *tr, const tpd_step_stats *s, tpd_step_timers *t);
 
 /* Waits for the ZeRO-1 parameter gathers that a step leaves in flight under
  * parallel.overlap_param_gather (the next step's forward waits for them otherwise): call

@@ -153,6 +153,9 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
             TPD_CHECK_GOTO(tpd_trainer_evaluate(tr, &val), st, out);
         int log_now = it % cfg->logging.log_interval == 0 || it == 1 ||
                       it == cfg->training.train_iters || !isnan(val);
+        tpd_step_timers timers;
+        if (log_now && cfg->logging.log_timers)
+            TPD_CHECK_GOTO(tpd_trainer_job_timers(tr, &s, &timers), st, out);
         if (!tr->is_logger || !log_now) continue;
         tpd_iter_record r = {
             .iteration = it,
@@ -175,9 +178,7 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
         tpd_metrics_format_line(&r, line, sizeof line);
         printf("%s\n", line);
         if (cfg->logging.log_timers) {
-            tpd_step_timers t = {1e3 * s.pipe.compute_s, 1e3 * s.t_tp_comm_s, 1e3 * s.pipe.wait_s,
-                                 1e3 * s.t_reduce_s, 1e3 * s.t_optim_s};
-            tpd_metrics_format_timers(&t, line, sizeof line);
+            tpd_metrics_format_timers(&timers, line, sizeof line);
             printf("%s\n", line);
         }
         fflush(stdout);

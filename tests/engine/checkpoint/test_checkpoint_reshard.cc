@@ -1,5 +1,6 @@
 // Resharding on load, inside one mpirun -np 8: a checkpoint saved under layout S is loaded
-// under layout T (TP, PP, DP and ZeRO-1 may all change) and saved again at once. The two
+// under layout T (TP, PP, DP, ZeRO-1, the virtual stages and the schedule may all change)
+// and saved again at once. The two
 // checkpoints must hold byte-equal global tensors (parameters, AdamW m and v), and the
 // training continued under T must reproduce the loss S itself continued with, within the
 // equivalence tolerance (relative 1e-5); at the same layout, bit-identically.
@@ -11,6 +12,10 @@
 
 #include "ckpt_test_util.h"
 
+extern "C" {
+#include "engine/generate/generate.h"
+}
+
 namespace {
 
 tpd_comm *g_world = nullptr;
@@ -19,11 +24,23 @@ const int kBefore = 2, kAfter = 2;
 
 struct Layout {
     int tp, pp, dp, zero;
+    int v = 1;       // parallel.virtual_pipeline_model_parallel_size
+    bool zb = false; // parallel.pipeline_schedule zb-h1
     std::string name() const {
         return "tp" + std::to_string(tp) + "pp" + std::to_string(pp) + "dp" + std::to_string(dp) +
-               (zero ? "z" : "");
+               (zero ? "z" : "") + (v > 1 ? "v" + std::to_string(v) : "") + (zb ? "zb" : "");
     }
 };
+
+Layout chunks(Layout L, int v) {
+    L.v = v;
+    return L;
+}
+
+Layout zbh1(Layout L) {
+    L.zb = true;
+    return L;
+}
 
 // On the layout's ranks: load `load` (or start fresh and train kBefore steps), save into
 // `save`, train kAfter steps. Returns the kAfter losses (on every member). Collective over
@@ -39,6 +56,8 @@ std::vector<double> run(const Layout &L, const std::string &load, const std::str
         cfg.parallel.tensor_model_parallel_size = L.tp;
         cfg.parallel.pipeline_model_parallel_size = L.pp;
         cfg.parallel.use_distributed_optimizer = L.zero;
+        cfg.parallel.virtual_pipeline_model_parallel_size = L.v;
+        if (L.zb) tiny::set(cfg.parallel.pipeline_schedule, "parallel.pipeline_schedule", "zb-h1");
         snprintf(cfg.checkpoint.load, sizeof cfg.checkpoint.load, "%s", load.c_str());
         tpd_trainer *tr = nullptr;
         EXPECT_EQ(tpd_trainer_create(&cfg, sub, &tr), TPD_OK);
@@ -69,9 +88,19 @@ std::string ckpt_dir(const std::string &save) {
 
 TEST(Reshard, RoundTripIsExactAndTrainingContinues) {
     const Layout pairs[][2] = {
-        {{2, 2, 2, 0}, {1, 1, 1, 0}}, {{1, 1, 1, 0}, {2, 2, 2, 0}}, {{4, 1, 2, 0}, {1, 4, 2, 0}},
-        {{1, 4, 2, 0}, {4, 1, 2, 0}}, {{2, 2, 2, 1}, {2, 2, 2, 0}}, {{2, 2, 2, 0}, {2, 2, 2, 1}},
+        {{2, 2, 2, 0}, {1, 1, 1, 0}},
+        {{1, 1, 1, 0}, {2, 2, 2, 0}},
+        {{4, 1, 2, 0}, {1, 4, 2, 0}},
+        {{1, 4, 2, 0}, {4, 1, 2, 0}},
+        {{2, 2, 2, 1}, {2, 2, 2, 0}},
+        {{2, 2, 2, 0}, {2, 2, 2, 1}},
         {{2, 2, 2, 1}, {2, 2, 2, 1}}, // same layout: bit-identical resume on 8 ranks
+        // across virtual stages and schedules: v=2 to one rank, to v=1 at another PP, and back
+        {chunks({2, 2, 2, 0}, 2), {1, 1, 1, 0}},
+        {chunks({1, 2, 4, 1}, 2), {1, 4, 2, 0}},
+        {{1, 1, 1, 0}, chunks({1, 2, 4, 1}, 2)},
+        {zbh1({1, 4, 2, 0}), chunks({2, 2, 2, 1}, 2)},
+        {chunks({2, 2, 2, 1}, 2), chunks({2, 2, 2, 1}, 2)},
     };
     std::map<std::string, std::vector<double>> source_loss;
     for (const auto &pr : pairs) {
@@ -107,6 +136,17 @@ TEST(Reshard, RoundTripIsExactAndTrainingContinues) {
         }
         printf("%s -> %s: global tensors byte-equal, continued loss worst relative error %.2e\n",
                S.name().c_str(), T.name().c_str(), worst);
+        // one rank reads a checkpoint of any layout: generate gives byte-equal logits from
+        // the source and the resharded copy
+        std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6};
+        std::vector<float> la(TPD_BYTE_VOCAB), lb(TPD_BYTE_VOCAB);
+        ASSERT_EQ(tpd_generate_logits(ckpt_dir(ssave).c_str(), prompt.data(), prompt.size(), 0,
+                                      la.data()),
+                  TPD_OK);
+        ASSERT_EQ(tpd_generate_logits(ckpt_dir(tsave).c_str(), prompt.data(), prompt.size(), 0,
+                                      lb.data()),
+                  TPD_OK);
+        EXPECT_EQ(0, memcmp(la.data(), lb.data(), la.size() * 4)) << "generate's logits";
     }
 }
 

@@ -179,10 +179,11 @@ TEST(Metrics, LogLineHasMegatronFields) {
     EXPECT_NE(s.find("grad norm: 1.128 | params norm: 37.029 | number of skipped"),
               std::string::npos)
         << s;
-    tpd_step_timers t = {250.25, 10.5, 12.0, 1.25, 0.5};
+    tpd_step_timers t = {250.25, 10.5, 12.0, 0.0457, 1.25, 3.0, 0.5};
     tpd_metrics_format_timers(&t, buf, sizeof buf);
     EXPECT_STREQ(buf, " time (ms) | forward-backward compute: 250.2 (TP comm 10.5) | pipeline "
-                      "wait: 12.0 | grads reduce: 1.2 | optimizer: 0.5 |");
+                      "wait: 12.0 (idle 4.6%) | grads reduce exposed: 1.2 | params gather wait: "
+                      "3.0 | optimizer: 0.5 |");
 }
 
 } // namespace
