@@ -326,7 +326,8 @@ TEST(Equivalence, OverlapAndZbH1AreBitIdentical) {
     }
 }
 
-// TP=2, PP=2, DP=2 on the GPU against the cpu single-rank run. The tolerances are looser
+// TP=2, PP=2, DP=2 on the GPU (1F1B, with SP, interleaved, ZB-H1) against the cpu
+// single-rank run. The tolerances are looser
 // than the cpu matrix: cuBLASLt and OpenBLAS sum in different orders, and attention and
 // the reductions take other paths.
 TEST(Equivalence, CudaLayoutMatchesCpuSingleRank) {
@@ -334,10 +335,22 @@ TEST(Equivalence, CudaLayoutMatchesCpuSingleRank) {
     if (!tpd_kern_cuda_available()) GTEST_SKIP() << "no CUDA device";
     if (tpd_comm_size(g_world) < 8) GTEST_SKIP() << "needs 8 ranks";
     Result ref = run({1, 1, 1, 0});
-    for (bool sp : {false, true}) {
-        Result r = run({2, 2, 2, 1, true, {}, "none", sp});
+    Layout gpu = {2, 2, 2, 1, true};
+    Layout gpu_sp = gpu;
+    gpu_sp.sp = true;
+    const struct {
+        Layout L;
+        const char *what;
+    } cases[] = {
+        {gpu, "1F1B"},
+        {gpu_sp, "1F1B, sequence parallel"},
+        {with(gpu, 2, "interleaved", 0), "interleaved v 2"},
+        {with(gpu, 1, "zb-h1", 0), "ZB-H1"},
+    };
+    for (const auto &c : cases) {
+        Result r = run(c.L);
         if (tpd_comm_rank(g_world) != 0) continue;
-        SCOPED_TRACE(sp ? "sequence parallel" : "no sequence parallel");
+        SCOPED_TRACE(c.what);
         ASSERT_EQ(r.loss.size(), ref.loss.size());
         for (int i = 0; i < kSteps; i++) {
             EXPECT_LE(std::fabs(r.loss[i] - ref.loss[i]) / ref.loss[i], 1e-4) << "step " << i + 1;
