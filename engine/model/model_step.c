@@ -94,6 +94,15 @@ static void layer_acts(const tpd_model *m, const tpd_model_mb *at, int i, acts *
     }
 }
 
+/* Weights, gradients and activations of the chunk's i-th layer, for a backward. */
+static void backward_views(const tpd_model *m, const tpd_model_mb *at, int i, views *w, views *g,
+                           acts *a) {
+    int l = m->d.chunk_l0[at->chunk] + i;
+    layer_views(m, m->params, m->plan.param_size, l, w);
+    layer_views(m, m->grads, m->plan.grad_size, l, g);
+    layer_acts(m, at, i, a);
+}
+
 /* Under SP: full(N,C) = all-gather of local(Nl,C); else full is local. */
 static tpd_status sp_full(tpd_model *m, const void **full, const void *local) {
     if (!m->d.sp) {
@@ -274,7 +283,7 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
     const tpd_tp_ctx *tp = &m->tp;
     char *s = slot_base(m, at->slot);
     int N = d->B * d->T, Nl = d->Nl, C = d->C;
-    size_t NC = (size_t)Nl * C, es = m->plan.param_size, gs = m->plan.grad_size;
+    size_t NC = (size_t)Nl * C;
     void *dres = m->ws + m->plan.w_dres, *dtmp = m->ws + m->plan.w_dtmp;
     void *dln, *dqkv = m->ws + m->plan.w_dqkv;
     void *datty = m->ws + m->plan.w_datty, *dfch = m->ws + m->plan.w_dfch;
@@ -308,9 +317,7 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
         int l = l0 + i;
         views w, g;
         acts a;
-        layer_views(m, m->params, es, l, &w);
-        layer_views(m, m->grads, gs, l, &g);
-        layer_acts(m, at, i, &a);
+        backward_views(m, at, i, &w, &g, &a);
         const void *inp = x0; /* the layer's input */
         if (i > 0) {
             acts prev;
@@ -383,7 +390,6 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
 tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at) {
     const tpd_model_dims *d = &m->d;
     int N = d->B * d->T, C = d->C;
-    size_t es = m->plan.param_size, gs = m->plan.grad_size;
     int l0 = d->chunk_l0[at->chunk], Lc = d->chunk_layers[at->chunk];
     if (!m->plan.split) {
         tpd_log_error("model: weight_grad without a split backward (pipeline_schedule zb-h1)");
@@ -392,12 +398,9 @@ tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at) {
     /* the weight and bias halves of the four row/column-parallel backwards of B, from the
      * inputs the forward kept and the output gradients B kept (whole rows under SP) */
     for (int i = Lc - 1; i >= 0; i--) {
-        int l = l0 + i;
         views w, g;
         acts a;
-        layer_views(m, m->params, es, l, &w);
-        layer_views(m, m->grads, gs, l, &g);
-        layer_acts(m, at, i, &a);
+        backward_views(m, at, i, &w, &g, &a);
         const void *dfull, *full;
         /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb */
         TPD_CHECK(sp_full(m, &dfull, a.out));
@@ -414,7 +417,7 @@ tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at) {
         TPD_CHECK(sp_full(m, &full, a.ln1));
         TPD_CHECK(
             tpd_kern_matmul_bwd(m->kb, NULL, g.qkvw, g.qkvb, a.qkv, full, w.qkvw, N, C, 3 * d->Cl));
-        TPD_CHECK(hook(m, l, 1));
+        TPD_CHECK(hook(m, l0 + i, 1));
     }
     return TPD_OK;
 }
