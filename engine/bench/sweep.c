@@ -10,13 +10,14 @@
 
 #include "base/clock.h"
 #include "base/file.h"
+#include "engine/bench/bench.h"
 #include "engine/model/model_flops.h"
 #include "engine/plan/plan.h"
 #include "engine/trace/trace_run.h"
 #include "engine/train/train.h"
 
 /* Per measured step and rank, in this order (seconds). */
-enum { F_ELAPSED, F_COMPUTE, F_TP, F_PIPE, F_REDUCE, F_OPTIM, F_COUNT };
+enum { F_ELAPSED, F_COMPUTE, F_TP, F_PIPE, F_REDUCE, F_OPTIM, F_PARAM, F_COUNT };
 
 /* mkdir -p; rank 0 only. */
 static tpd_status make_dirs(const char *path) {
@@ -44,14 +45,20 @@ static double quantile(double *v, int n, double q) {
 
 /* Reduces the gathered (ranks, steps, F_COUNT) samples into the trial (rank 0). */
 static void summarize(const double *all, int ranks, int steps, tpd_sweep_trial *t) {
-    double *step = calloc((size_t)steps * 6, sizeof *step);
+    double *step = calloc((size_t)steps * 9, sizeof *step);
     if (!step) return;
     double *comp = step + steps, *tpc = comp + steps, *wait = tpc + steps, *dp = wait + steps,
-           *opt = dp + steps;
+           *opt = dp + steps, *idle = opt + steps, *exposed = idle + steps,
+           *pwait = exposed + steps;
     for (int s = 0; s < steps; s++) {
-        double tmax = 0, best = -1, btp = 0, pipe = -1, red = 0;
+        double tmax = 0, best = -1, btp = 0, pipe = -1, red = 0, csum = 0, psum = 0;
+        exposed[s] = pwait[s] = 0;
         for (int q = 0; q < ranks; q++) {
             const double *r = all + ((size_t)q * steps + s) * F_COUNT;
+            csum += r[F_COMPUTE];
+            psum += r[F_PIPE];
+            if (r[F_REDUCE] > exposed[s]) exposed[s] = r[F_REDUCE];
+            if (r[F_PARAM] > pwait[s]) pwait[s] = r[F_PARAM];
             if (r[F_ELAPSED] > tmax) tmax = r[F_ELAPSED];
             if (r[F_COMPUTE] - r[F_TP] > best) {
                 best = r[F_COMPUTE] - r[F_TP];
@@ -70,7 +77,11 @@ static void summarize(const double *all, int ranks, int steps, tpd_sweep_trial *
         wait[s] = fmax(0.0, pipe - best - btp);
         dp[s] = red;
         opt[s] = fmax(0.0, tmax - pipe - red);
+        idle[s] = psum > 0 ? 1.0 - csum / psum : 0.0;
     }
+    t->meas_ovl.idle_fraction = quantile(idle, steps, 0.5);
+    t->meas_ovl.dp_exposed = quantile(exposed, steps, 0.5);
+    t->meas_ovl.param_wait = quantile(pwait, steps, 0.5);
     t->meas.compute = quantile(comp, steps, 0.5);
     t->meas.tp_comm = quantile(tpc, steps, 0.5);
     t->meas.pp_wait = quantile(wait, steps, 0.5);
@@ -86,12 +97,18 @@ static void summarize(const double *all, int ranks, int steps, tpd_sweep_trial *
 
 /* The config of one layout, through tpd_config_load so its relation checks apply, then
  * the world checks. Returns 0 with the reason when the layout is invalid. */
+/* A trial's layout beyond TP and PP; -1 (or 0 for mbs and vp): the config's. */
+typedef struct trial_axes {
+    int mbs, zero, sp, rc, vp, sched, overlap;
+} trial_axes;
+
 static int trial_config(const char *path, int n_ovr, const char *const *ovr, int tp, int pp,
-                        int mbs, int zero, int sp, int rc, int world, tpd_config *cfg, char *why,
-                        size_t len) {
+                        const trial_axes *ax, int world, tpd_config *cfg, char *why, size_t len) {
     /* the user's overrides, then the layout's, which win */
-    const char **all = malloc(((size_t)n_ovr + 8) * sizeof *all);
-    char o_tp[64], o_pp[64], o_mbs[64], o_zero[64], o_sp[64], o_rc[64];
+    const char **all = malloc(((size_t)n_ovr + 12) * sizeof *all);
+    char o_tp[64], o_pp[64], o_mbs[64], o_zero[64], o_sp[64], o_rc[64], o_vp[80], o_sch[64],
+        o_og[64], o_op[64];
+    int mbs = ax->mbs, zero = ax->zero, sp = ax->sp, rc = ax->rc;
     int n = 0, ok = 0;
     if (!all) {
         snprintf(why, len, "out of memory");
@@ -123,6 +140,23 @@ static int trial_config(const char *path, int n_ovr, const char *const *ovr, int
                  tpd_config_choice("training.recompute", rc));
         all[n++] = o_rc;
     }
+    if (ax->vp > 0) {
+        snprintf(o_vp, sizeof o_vp, "parallel.virtual_pipeline_model_parallel_size=%d", ax->vp);
+        all[n++] = o_vp;
+    }
+    if (ax->sched >= 0) {
+        snprintf(o_sch, sizeof o_sch, "parallel.pipeline_schedule=%s",
+                 tpd_config_choice("parallel.pipeline_schedule", ax->sched));
+        all[n++] = o_sch;
+    }
+    if (ax->overlap >= 0) {
+        snprintf(o_og, sizeof o_og, "parallel.overlap_grad_reduce=%s",
+                 ax->overlap ? "true" : "false");
+        snprintf(o_op, sizeof o_op, "parallel.overlap_param_gather=%s",
+                 ax->overlap ? "true" : "false");
+        all[n++] = o_og;
+        all[n++] = o_op;
+    }
     if (sp == 1 && tp == 1)
         snprintf(why, len, "sequence parallel needs TP > 1");
     else if (world % (tp * pp) != 0)
@@ -136,17 +170,11 @@ static int trial_config(const char *path, int n_ovr, const char *const *ovr, int
     return ok;
 }
 
-/* The planner's prediction of the same layout. */
+/* The planner's prediction of the same layout (tpd_bench_predict: its schedule and overlap
+ * flags are the config's, as the trial's). */
 static void predict(const tpd_config *cfg, const tpd_plan_cluster *cl, int world,
                     tpd_sweep_trial *t, tpd_plan_result *res) {
-    tpd_plan_layout lay;
-    tpd_plan_layout_from_config(cfg, world, &lay);
-    tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
-    opt.gpus = world;
-    /* The cpu backend reduces gradients after the pipeline: nothing overlaps. */
-    opt.dp_overlap = cl->backend != TPD_PLAN_BACKEND_CPU;
-    opt.balance_stages = 0; /* predict the split the trial runs */
-    if (tpd_plan_evaluate(cfg, cl, &lay, &opt, res) != TPD_OK || res->stages == 0) return;
+    if (tpd_bench_predict(cfg, cl, world, res) != TPD_OK || res->stages == 0) return;
     t->have_pred = 1;
     t->pred_time = res->step_time_s;
     t->pred_mem = res->memory_bytes;
@@ -154,7 +182,10 @@ static void predict(const tpd_config *cfg, const tpd_plan_cluster *cl, int world
     t->pred.tp_comm = res->time.tp_comm;
     t->pred.pp_wait = res->time.pp_bubble + res->time.pp_p2p;
     t->pred.dp_comm = res->time.dp_comm_exposed;
-    t->pred.optimizer = res->time.optimizer;
+    t->pred.optimizer = res->time.optimizer + res->time.dp_gather_exposed;
+    t->pred_ovl.idle_fraction = res->time.pp_idle_fraction;
+    t->pred_ovl.dp_exposed = res->time.dp_exposed_max;
+    t->pred_ovl.param_wait = res->time.dp_gather_exposed;
 }
 
 /* All ranks agree: 1 when every rank passes ok = 1. */
@@ -212,6 +243,7 @@ static void run_trial(const tpd_config *cfg, tpd_comm *world, const tpd_sweep_op
         r[F_PIPE] = s.pipe.total_s;
         r[F_REDUCE] = s.t_reduce_s;
         r[F_OPTIM] = s.t_optim_s;
+        r[F_PARAM] = s.t_param_wait_s;
     }
     double mem = (double)tpd_trainer_model(tr)->plan.mem.total;
     int me = tpd_comm_rank(world), ranks = tpd_comm_size(world);
@@ -250,19 +282,28 @@ static void derive_rates(const tpd_config *cfg, const tpd_plan_cluster *cl, int 
     if (t->have_pred && sec > 0) t->err_pct = 100.0 * (t->pred_time - sec) / sec;
 }
 
-/* "tp2_pp1_dp2_mbs1_zero0", then "_sp" and "_rc-full" where they are not off/none. */
+/* "tp2_pp1_dp2_mbs1_zero0", then "_sp", "_rc-full", "_v2", "_zb-h1" and "_noovl" where
+ * they are not off/none/1/1f1b/on. */
 static void layout_tag(const tpd_sweep_trial *t, char *buf, size_t len) {
-    snprintf(buf, len, "tp%d_pp%d_dp%d_mbs%d_zero%d%s%s%s", t->tp, t->pp, t->dp, t->mbs, t->zero,
-             t->sp ? "_sp" : "", t->recompute ? "_rc-" : "",
-             t->recompute ? tpd_config_choice("training.recompute", t->recompute) : "");
+    char v[16] = "";
+    if (t->vp > 1) snprintf(v, sizeof v, "_v%d", t->vp);
+    snprintf(buf, len, "tp%d_pp%d_dp%d_mbs%d_zero%d%s%s%s%s%s%s", t->tp, t->pp, t->dp, t->mbs,
+             t->zero, t->sp ? "_sp" : "", t->recompute ? "_rc-" : "",
+             t->recompute ? tpd_config_choice("training.recompute", t->recompute) : "", v,
+             t->schedule == TPD_SCHEDULE_ZB_H1 ? "_zb-h1" : "", t->overlap ? "" : "_noovl");
 }
 
 void tpd_sweep_layout_str(const tpd_sweep_trial *t, char *buf, size_t len) {
-    char dp[16] = "-"; /* no DP degree when TP*PP exceeds the world */
+    char dp[16] = "-", v[16] = ""; /* no DP degree when TP*PP exceeds the world */
     if (t->dp > 0) snprintf(dp, sizeof dp, "%d", t->dp);
-    snprintf(buf, len, "TP=%d PP=%d DP=%s mbs=%d ZeRO=%d%s%s%s", t->tp, t->pp, dp, t->mbs, t->zero,
-             t->sp ? " SP" : "", t->recompute ? " recompute=" : "",
-             t->recompute ? tpd_config_choice("training.recompute", t->recompute) : "");
+    if (t->vp > 1) snprintf(v, sizeof v, " v=%d", t->vp);
+    snprintf(buf, len, "TP=%d PP=%d DP=%s mbs=%d ZeRO=%d%s%s%s%s%s%s", t->tp, t->pp, dp, t->mbs,
+             t->zero, t->sp ? " SP" : "", t->recompute ? " recompute=" : "",
+             t->recompute ? tpd_config_choice("training.recompute", t->recompute) : "", v,
+             t->schedule != TPD_SCHEDULE_1F1B
+                 ? (t->schedule == TPD_SCHEDULE_ZB_H1 ? " zb-h1" : " interleaved")
+                 : "",
+             t->overlap ? "" : " overlap=off");
 }
 
 static void print_progress(int k, int n, const tpd_sweep_trial *t, double elapsed) {
@@ -278,6 +319,11 @@ static void print_progress(int k, int n, const tpd_sweep_trial *t, double elapse
         printf("%.2f ms/step (min %.2f, max %.2f), loss %.4f", 1e3 * t->t_median, 1e3 * t->t_min,
                1e3 * t->t_max, t->n_loss ? t->loss[t->n_loss - 1] : NAN);
         if (t->have_pred) printf(", predicted %.2f ms (%+.1f%%)", 1e3 * t->pred_time, t->err_pct);
+        /* the pipeline's idle fraction and the exposed DP reduction: measured, predicted */
+        printf(" | idle %.3f", t->meas_ovl.idle_fraction);
+        if (t->have_pred) printf(" (pred %.3f)", t->pred_ovl.idle_fraction);
+        printf(", DP exposed %.2f ms", 1e3 * t->meas_ovl.dp_exposed);
+        if (t->have_pred) printf(" (pred %.2f)", 1e3 * t->pred_ovl.dp_exposed);
     }
     printf(" | elapsed %.1f s, ETA %.1f s\n", elapsed, eta);
     fflush(stdout);
@@ -314,9 +360,15 @@ tpd_status tpd_sweep_run(const char *config_path, int n_overrides, const char *c
     if (dot) *dot = '\0';
     snprintf(res_p->cluster, sizeof res_p->cluster, "%s", cl.name);
 
-    int n_mbs = opt->n_mbs > 0 ? opt->n_mbs : 1, n_zero = opt->n_zero > 0 ? opt->n_zero : 1;
-    int n_sp = opt->n_sp > 0 ? opt->n_sp : 1, n_rc = opt->n_recompute > 0 ? opt->n_recompute : 1;
-    int n = opt->n_tp * opt->n_pp * n_mbs * n_zero * n_sp * n_rc;
+    /* the axes, the last one fastest: tp, pp, mbs, zero, sp, recompute, vp, schedule,
+     * overlap; an axis with no values takes the config's */
+    enum { A_TP, A_PP, A_MBS, A_ZERO, A_SP, A_RC, A_VP, A_SCHED, A_OVL, A_COUNT };
+    const int len[A_COUNT] = {opt->n_tp,   opt->n_pp,       opt->n_mbs,
+                              opt->n_zero, opt->n_sp,       opt->n_recompute,
+                              opt->n_vp,   opt->n_schedule, opt->n_overlap};
+    int n = 1;
+    for (int i = 0; i < A_COUNT; i++)
+        n *= len[i] > 0 ? len[i] : 1;
     res_p->trials = calloc((size_t)(n > 0 ? n : 1), sizeof *res_p->trials);
     if (!res_p->trials) {
         tpd_log_error("sweep: out of memory for %d trials", n);
@@ -328,36 +380,40 @@ tpd_status tpd_sweep_run(const char *config_path, int n_overrides, const char *c
 
     double t_start = tpd_clock_s();
     int k = 0;
-    /* one index over the product: tp, pp, mbs, zero, sp, recompute (the last fastest) */
     for (int idx = 0; idx < n; idx++, k++) {
-        int r = idx, c = r % n_rc, q, z, m, p, a;
-        r /= n_rc;
-        q = r % n_sp;
-        r /= n_sp;
-        z = r % n_zero;
-        r /= n_zero;
-        m = r % n_mbs;
-        r /= n_mbs;
-        p = r % opt->n_pp;
-        a = r / opt->n_pp;
+        int at[A_COUNT], r = idx;
+        for (int i = A_COUNT - 1; i >= 0; i--) {
+            int m = len[i] > 0 ? len[i] : 1;
+            at[i] = r % m;
+            r /= m;
+        }
         tpd_sweep_trial *t = &res_p->trials[k];
-        int mbs = opt->n_mbs > 0 ? opt->mbs[m] : 0;
-        int zero = opt->n_zero > 0 ? opt->zero[z] : -1;
-        int sp = opt->n_sp > 0 ? opt->sp[q] : -1;
-        int rc = opt->n_recompute > 0 ? (int)opt->recompute[c] : -1;
-        t->tp = opt->tp[a];
-        t->pp = opt->pp[p];
+        trial_axes ax = {
+            opt->n_mbs > 0 ? opt->mbs[at[A_MBS]] : 0,
+            opt->n_zero > 0 ? opt->zero[at[A_ZERO]] : -1,
+            opt->n_sp > 0 ? opt->sp[at[A_SP]] : -1,
+            opt->n_recompute > 0 ? (int)opt->recompute[at[A_RC]] : -1,
+            opt->n_vp > 0 ? opt->vp[at[A_VP]] : 0,
+            opt->n_schedule > 0 ? (int)opt->schedule[at[A_SCHED]] : -1,
+            opt->n_overlap > 0 ? opt->overlap[at[A_OVL]] : -1,
+        };
+        t->tp = opt->tp[at[A_TP]];
+        t->pp = opt->pp[at[A_PP]];
         t->dp = t->tp * t->pp > 0 ? W / (t->tp * t->pp) : 0;
         t->world = W;
-        t->mbs = mbs > 0 ? mbs : base.training.micro_batch_size;
-        t->zero = zero >= 0 ? zero : base.parallel.use_distributed_optimizer;
-        t->sp = (sp >= 0 ? sp : base.parallel.sequence_parallel) && t->tp > 1;
-        t->recompute = rc >= 0 ? (tpd_recompute)rc : base.training.recompute;
+        t->mbs = ax.mbs > 0 ? ax.mbs : base.training.micro_batch_size;
+        t->zero = ax.zero >= 0 ? ax.zero : base.parallel.use_distributed_optimizer;
+        t->sp = (ax.sp >= 0 ? ax.sp : base.parallel.sequence_parallel) && t->tp > 1;
+        t->recompute = ax.rc >= 0 ? (tpd_recompute)ax.rc : base.training.recompute;
+        t->vp = ax.vp > 0 ? ax.vp : base.parallel.virtual_pipeline_model_parallel_size;
+        t->schedule = ax.sched >= 0 ? (tpd_schedule)ax.sched : base.parallel.pipeline_schedule;
+        if (t->vp > 1 && t->schedule == TPD_SCHEDULE_1F1B) t->schedule = TPD_SCHEDULE_INTERLEAVED;
+        t->overlap = ax.overlap >= 0 ? ax.overlap : base.parallel.overlap_grad_reduce;
         t->gbs = base.training.global_batch_size;
         t->mfu = -1;
         tpd_config cfg;
-        if (!trial_config(config_path, n_overrides, overrides, t->tp, t->pp, mbs, zero, sp, rc, W,
-                          &cfg, t->reason, sizeof t->reason)) {
+        if (!trial_config(config_path, n_overrides, overrides, t->tp, t->pp, &ax, W, &cfg,
+                          t->reason, sizeof t->reason)) {
             t->state = TPD_SWEEP_SKIPPED;
         } else {
             cfg.training.train_iters = opt->warmup + opt->steps;
@@ -367,6 +423,8 @@ tpd_status tpd_sweep_run(const char *config_path, int n_overrides, const char *c
             t->dp = tpd_config_dp(&cfg, W);
             t->gbs = cfg.training.global_batch_size;
             t->micro_batches = tpd_config_num_micro_batches(&cfg, t->dp);
+            t->schedule = tpd_config_schedule(&cfg);
+            t->overlap = cfg.parallel.overlap_grad_reduce;
             tpd_plan_result pr;
             predict(&cfg, &cl, W, t, &pr);
             char tag[96], real[TPD_CONFIG_STR + 128], pred[TPD_CONFIG_STR + 128];

@@ -13,11 +13,18 @@
  *   pp_wait   = the pipeline's wall time on the rank whose pipeline ends last (the
  *               critical path), minus compute and tp_comm (bubble + p2p, as the
  *               planner's pp_bubble + pp_p2p)
- *   dp_comm   = that rank's embedding + DP gradient reduction (not overlapped on the cpu
- *               backend, so all of it is exposed)
- *   optimizer = the rest of the step: norm, AdamW, ZeRO all-gather, zeroing gradients,
- *               the loss all-reduce
- * The five add up to the step time.
+ *   dp_comm   = that rank's embedding + DP gradient reduction after the pipeline (the part
+ *               overlap_grad_reduce did not hide behind the last backward)
+ *   optimizer = the rest of the step: norm, AdamW, ZeRO all-gather (the part waited for),
+ *               zeroing gradients, the loss all-reduce (predicted: optimizer + the exposed
+ *               gathers)
+ * The five add up to the step time. Beside them, as the planner reports them:
+ *   idle_fraction = 1 - (sum of pipeline compute) / (sum of pipeline time) over every rank
+ *                   (tpd_trainer_job_timers' idle fraction; the planner's pp_idle_fraction)
+ *   dp_exposed    = max over ranks of the reduction after the pipeline (t_reduce_s; the
+ *                   planner's dp_exposed_max)
+ *   param_wait    = max over ranks of the ZeRO gathers waited for (t_param_wait_s; the
+ *                   planner's dp_gather_exposed)
  * Each component is the median over measured steps; the step time is the max over ranks
  * of tpd_step_stats.elapsed_s, median over steps. Units: seconds and bytes. */
 #ifndef TPD_ENGINE_SWEEP_H
@@ -48,12 +55,18 @@ typedef struct tpd_sweep_options {
     int plot;    /* 1: draw sweep.png with tools/plot_sweep.sh when gnuplot is on PATH */
     int traces;  /* 1: real and predicted Chrome traces of every trial in out_dir */
     int verbose; /* 1: progress lines on rank 0 */
+    int vp[TPD_SWEEP_MAX_VALUES], n_vp; /* virtual_pipeline_model_parallel_size; 0 values:
+                                           the config's */
+    tpd_schedule schedule[3];
+    int n_schedule;            /* parallel.pipeline_schedule; 0 values: the config's */
+    int overlap[2], n_overlap; /* parallel.overlap_grad_reduce and overlap_param_gather
+                                  together; 0 values: the config's */
 } tpd_sweep_options;
 
 #define TPD_SWEEP_OPTIONS_INIT                                                                     \
     {                                                                                              \
         {1}, 1, {1}, 1, {0}, 0, {0}, 0, {0}, 0, {TPD_RECOMPUTE_NONE}, 0, 5, 2, "sweep_out", "cpu", \
-            1, 1, 1                                                                                \
+            1, 1, 1, {0}, 0, {TPD_SCHEDULE_1F1B}, 0, {0}, 0                                        \
     }
 
 typedef enum tpd_sweep_state {
@@ -67,10 +80,18 @@ typedef struct tpd_sweep_split {
     double compute, tp_comm, pp_wait, dp_comm, optimizer;
 } tpd_sweep_split;
 
+/* The pipeline and DP overlap beside the split (as the header comment says), s. */
+typedef struct tpd_sweep_overlap {
+    double idle_fraction, dp_exposed, param_wait;
+} tpd_sweep_overlap;
+
 typedef struct tpd_sweep_trial {
     int tp, pp, dp, mbs, zero, gbs, world, micro_batches;
     int sp; /* parallel.sequence_parallel (1 only with TP > 1) */
     tpd_recompute recompute;
+    int vp;                /* virtual_pipeline_model_parallel_size */
+    tpd_schedule schedule; /* the schedule it runs (interleaved when vp > 1) */
+    int overlap;           /* overlap_grad_reduce (and overlap_param_gather) */
     tpd_sweep_state state;
     char reason[320];                          /* why skipped or failed */
     int steps;                                 /* measured */
@@ -79,6 +100,7 @@ typedef struct tpd_sweep_trial {
     double mfu;                 /* < 0: unknown (no device peak) */
     double peak_mem;            /* bytes: max over ranks of the model's allocation */
     tpd_sweep_split meas, pred; /* measured medians and the planner's prediction */
+    tpd_sweep_overlap meas_ovl, pred_ovl;
     int have_pred;
     double pred_time; /* s */
     double pred_mem;  /* bytes, max over ranks */
@@ -110,8 +132,9 @@ tpd_status tpd_sweep_write(const tpd_sweep_result *r, const tpd_sweep_options *o
 /* "Best layout: TP=.. PP=.. DP=.. mbs=.. ZeRO=..: X s/step, ..." into buf. */
 void tpd_sweep_best_line(const tpd_sweep_result *r, char *buf, size_t len);
 
-/* "TP=2 PP=1 DP=2 mbs=1 ZeRO=0", then " SP" and " recompute=full" where they apply;
- * DP is "-" for a layout that does not fit the world. */
+/* "TP=2 PP=1 DP=2 mbs=1 ZeRO=0", then " SP", " recompute=full", " v=2", " interleaved" (or
+ * " zb-h1") and " overlap=off" where they apply; DP is "-" for a layout that does not fit
+ * the world. */
 void tpd_sweep_layout_str(const tpd_sweep_trial *t, char *buf, size_t len);
 
 #ifdef __cplusplus

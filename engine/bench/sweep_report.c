@@ -20,7 +20,8 @@ static const char *const k_columns =
     "time_q1_s,time_q3_s,samples_per_s,tokens_per_s,tflops_per_rank,mfu,predicted_time_s,"
     "error_pct,peak_memory_bytes,predicted_memory_bytes,compute_s,tp_comm_s,pp_wait_s,"
     "dp_comm_s,optimizer_s,pred_compute_s,pred_tp_comm_s,pred_pp_wait_s,pred_dp_comm_s,"
-    "pred_optimizer_s,final_loss";
+    "pred_optimizer_s,final_loss,vp,schedule,overlap,idle_fraction,pred_idle_fraction,"
+    "dp_exposed_s,pred_dp_exposed_s,param_wait_s,pred_param_wait_s";
 
 void tpd_sweep_best_line(const tpd_sweep_result *r, char *buf, size_t len) {
     if (r->best < 0) {
@@ -94,6 +95,15 @@ static tpd_status write_csv(const tpd_sweep_result *r, const char *dir) {
         for (int c = 0; c < 5; c++)
             put_num(f, qv[c], p);
         put_num(f, t->n_loss ? t->loss[t->n_loss - 1] : NAN, t->n_loss > 0);
+        fprintf(f, ",%d,%s,%d", t->vp, tpd_config_choice("parallel.pipeline_schedule", t->schedule),
+                t->overlap);
+        const tpd_sweep_overlap *mo = &t->meas_ovl, *po = &t->pred_ovl;
+        put_num(f, mo->idle_fraction, 1);
+        put_num(f, po->idle_fraction, p);
+        put_num(f, mo->dp_exposed, 1);
+        put_num(f, po->dp_exposed, p);
+        put_num(f, mo->param_wait, 1);
+        put_num(f, po->param_wait, p);
         fputc('\n', f);
     }
     return close_out(f, path);
@@ -104,13 +114,14 @@ static tpd_status write_failed(const tpd_sweep_result *r, const char *dir) {
     char path[TPD_CONFIG_STR + 64];
     FILE *f = open_out(dir, "failed.csv", path, sizeof path);
     if (!f) return TPD_ERR_IO;
-    fputs("tp,pp,dp,mbs,zero,sp,recompute,state,reason\n", f);
+    fputs("tp,pp,dp,mbs,zero,sp,recompute,state,vp,schedule,overlap,reason\n", f);
     for (int i = 0; i < r->n; i++) {
         const tpd_sweep_trial *t = &r->trials[i];
         if (t->state == TPD_SWEEP_OK) continue;
-        fprintf(f, "%d,%d,%d,%d,%d,%d,%s,%s,\"", t->tp, t->pp, t->dp, t->mbs, t->zero, t->sp,
-                tpd_config_choice("training.recompute", t->recompute),
-                t->state == TPD_SWEEP_SKIPPED ? "skipped" : "failed");
+        fprintf(f, "%d,%d,%d,%d,%d,%d,%s,%s,%d,%s,%d,\"", t->tp, t->pp, t->dp, t->mbs, t->zero,
+                t->sp, tpd_config_choice("training.recompute", t->recompute),
+                t->state == TPD_SWEEP_SKIPPED ? "skipped" : "failed", t->vp,
+                tpd_config_choice("parallel.pipeline_schedule", t->schedule), t->overlap);
         for (const char *c = t->reason; *c; c++) {
             if (*c == '"') fputc('"', f);
             fputc(*c, f);
@@ -118,6 +129,14 @@ static tpd_status write_failed(const tpd_sweep_result *r, const char *dir) {
         fputs("\"\n", f);
     }
     return close_out(f, path);
+}
+
+static cJSON *overlap_json(const tpd_sweep_overlap *o) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "idle_fraction", o->idle_fraction);
+    cJSON_AddNumberToObject(j, "dp_exposed_s", o->dp_exposed);
+    cJSON_AddNumberToObject(j, "param_wait_s", o->param_wait);
+    return j;
 }
 
 static cJSON *split_json(const tpd_sweep_split *s) {
@@ -146,6 +165,10 @@ static cJSON *trial_json(const tpd_sweep_trial *t) {
     cJSON_AddBoolToObject(o, "sequence_parallel", t->sp);
     cJSON_AddStringToObject(o, "recompute", tpd_config_choice("training.recompute", t->recompute));
     cJSON_AddNumberToObject(o, "world", t->world);
+    cJSON_AddNumberToObject(o, "virtual_stages", t->vp);
+    cJSON_AddStringToObject(o, "pipeline_schedule",
+                            tpd_config_choice("parallel.pipeline_schedule", t->schedule));
+    cJSON_AddBoolToObject(o, "overlap", t->overlap);
     cJSON_AddStringToObject(o, "state", states[t->state]);
     if (t->state != TPD_SWEEP_OK) {
         cJSON_AddStringToObject(o, "reason", t->reason);
@@ -167,9 +190,12 @@ static cJSON *trial_json(const tpd_sweep_trial *t) {
     else
         cJSON_AddNullToObject(o, "mfu");
     cJSON_AddNumberToObject(o, "peak_memory_bytes", t->peak_mem);
-    cJSON_AddItemToObject(o, "measured", split_json(&t->meas));
+    cJSON *meas = split_json(&t->meas);
+    cJSON_AddItemToObject(meas, "overlap", overlap_json(&t->meas_ovl));
+    cJSON_AddItemToObject(o, "measured", meas);
     if (t->have_pred) {
         cJSON *p = split_json(&t->pred);
+        cJSON_AddItemToObject(p, "overlap", overlap_json(&t->pred_ovl));
         cJSON_AddNumberToObject(p, "step_time_s", t->pred_time);
         cJSON_AddNumberToObject(p, "memory_bytes", t->pred_mem);
         cJSON_AddItemToObject(o, "predicted", p);

@@ -17,7 +17,8 @@ typedef struct plan_args {
     int top;
     int json;
     int ranks;
-    int dp_overlap;
+    int dp_overlap;    /* -1: the config's parallel.overlap_grad_reduce */
+    int param_overlap; /* -1: the config's parallel.overlap_param_gather */
     int even_stages;
     const char *trace;
 } plan_args;
@@ -25,27 +26,40 @@ typedef struct plan_args {
 static void usage(FILE *f) {
     fprintf(f, "usage: tripod plan CONFIG.yaml [section.key=value ...] [--cluster NAME|FILE]\n"
                "                   [--gpus N] [--layout TP,PP,DP] [--top K] [--json]\n"
-               "                   [--trace FILE] [--ranks] [--dp-overlap on|off] [--even-stages]\n"
+               "                   [--trace FILE] [--ranks] [--dp-overlap on|off]\n"
+               "                   [--param-gather-overlap on|off] [--even-stages]\n"
                "  Without --layout: search every layout for N GPUs and rank the top K (10).\n"
                "  With --layout: the full memory and time breakdown of that layout.\n"
                "  --cluster: configs/clusters/NAME.yaml or a file (default: h200, cpu for\n"
                "             training.device=cpu). --trace: predicted timeline (Perfetto).\n"
                "  --ranks: rank -> (tp, dp, pp) table and every communication group.\n"
-               "  --dp-overlap off: DP gradient reduction after backward (Megatron 2021).\n"
+               "  --dp-overlap on|off: DP gradient reduction during the last backward or after\n"
+               "             it (default: the config's parallel.overlap_grad_reduce).\n"
+               "  --param-gather-overlap on|off: ZeRO-1 all-gathers waited for at the next\n"
+               "             forward or at once (default: parallel.overlap_param_gather).\n"
                "  Without parallel.pipeline_layers, pipeline stages are split by predicted\n"
                "  time (the ends also embed, or run the head and loss) when that is faster;\n"
                "  --even-stages keeps the layer-count split.\n");
 }
 
-static const tpd_cli_opt k_opts[] = {
-    {"--json", 0},   {"--ranks", 0}, {"--even-stages", 0}, {"--cluster", 1},    {"--gpus", 1},
-    {"--layout", 1}, {"--top", 1},   {"--trace", 1},       {"--dp-overlap", 1}, {NULL, 0}};
+static const tpd_cli_opt k_opts[] = {{"--json", 0},
+                                     {"--ranks", 0},
+                                     {"--even-stages", 0},
+                                     {"--cluster", 1},
+                                     {"--gpus", 1},
+                                     {"--layout", 1},
+                                     {"--top", 1},
+                                     {"--trace", 1},
+                                     {"--dp-overlap", 1},
+                                     {"--param-gather-overlap", 1},
+                                     {NULL, 0}};
 
 /* Returns 1 to run, 0 for --help, -1 on a bad argument. */
 static int parse_args(int argc, char **argv, plan_args *a) {
     memset(a, 0, sizeof *a);
     a->top = 10;
-    a->dp_overlap = 1;
+    a->dp_overlap = -1;
+    a->param_overlap = -1;
     if (tpd_cli_args_parse("plan", argc - 1, argv + 1, k_opts, &a->cl) != TPD_OK) return -1;
     if (a->cl.help) {
         usage(stdout);
@@ -67,12 +81,13 @@ static int parse_args(int argc, char **argv, plan_args *a) {
             if (tpd_cli_int("plan", s, val, 1, 1 << 30, &a->gpus) != TPD_OK) return -1;
         } else if (strcmp(s, "--top") == 0) {
             if (tpd_cli_int("plan", s, val, 1, 1 << 30, &a->top) != TPD_OK) return -1;
-        } else if (strcmp(s, "--dp-overlap") == 0) {
+        } else if (strcmp(s, "--dp-overlap") == 0 || strcmp(s, "--param-gather-overlap") == 0) {
             if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0) {
-                tpd_log_error("plan: --dp-overlap '%s' must be on or off", val);
+                tpd_log_error("plan: %s '%s' must be on or off", s, val);
                 return -1;
             }
-            a->dp_overlap = strcmp(val, "on") == 0;
+            *(strcmp(s, "--dp-overlap") == 0 ? &a->dp_overlap : &a->param_overlap) =
+                strcmp(val, "on") == 0;
         } else if (strcmp(s, "--layout") == 0) {
             char extra;
             if (sscanf(val, "%d,%d,%d%c", &a->tp, &a->pp, &a->dp, &extra) != 3 || a->tp < 1 ||
@@ -149,7 +164,7 @@ static int run_one(const tpd_config *cfg, const tpd_plan_cluster *cl, const tpd_
         goto free_result;
     }
     if (a->json) {
-        char *js = tpd_plan_json(r, 1);
+        char *js = tpd_plan_json(cfg, r, 1);
         if (!js) {
             tpd_log_error("plan: cannot build JSON");
             rc = TPD_EXIT_FAILURE;
@@ -161,6 +176,7 @@ static int run_one(const tpd_config *cfg, const tpd_plan_cluster *cl, const tpd_
         printf("cluster %s (%s), %d GPUs, %s\n", cl->name, cl->path, opt->gpus,
                cfg->source_path[0] ? cfg->source_path : "(defaults)");
         tpd_plan_print_breakdown(stdout, r);
+        tpd_plan_print_overrides(stdout, cfg, r);
     }
     if (r->stages == 0) {
         tpd_log_error("plan: layout is invalid: %s", r->reject_reason);
@@ -184,7 +200,7 @@ static int run_search(const tpd_config *cfg, const tpd_plan_cluster *cl,
     if (tpd_plan_search_run(cfg, cl, opt, &s) != TPD_OK) return TPD_EXIT_FAILURE;
     int rc = TPD_EXIT_OK;
     if (a->json) {
-        char *js = tpd_plan_json(s.top, s.n_top);
+        char *js = tpd_plan_json(cfg, s.top, s.n_top);
         if (js) {
             printf("%s\n", js);
             free(js);
@@ -210,6 +226,7 @@ static int run_search(const tpd_config *cfg, const tpd_plan_cluster *cl,
                        close);
             printf("\nbest layout:\n");
             tpd_plan_print_breakdown(stdout, &s.top[0]);
+            tpd_plan_print_overrides(stdout, cfg, &s.top[0]);
         }
         printf("\n");
         tpd_plan_print_rejections(stdout, &s);
@@ -258,6 +275,7 @@ int tpd_cli_plan(int argc, char **argv) {
     tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
     opt.top_k = a.top;
     opt.dp_overlap = a.dp_overlap;
+    opt.param_gather_overlap = a.param_overlap;
     opt.balance_stages = !a.even_stages;
     /* Default world: what the config states (TP*PP*DP, DP 1 when derived). */
     const tpd_config_parallel *par = &cfg->parallel;

@@ -2,6 +2,7 @@
  * the commands that load a run configuration. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
@@ -9,16 +10,20 @@
 #include "engine/cli/args.h"
 #include "engine/cli/cli.h"
 #include "engine/config/config.h"
+#include "engine/plan/plan.h"
 #include "engine/train/train.h"
 #include "parallel/comm.h"
 
 static void usage(FILE *f, tpd_cli_run_mode mode) {
     if (mode == TPD_CLI_BENCH)
         fprintf(f, "usage: tripod bench CONFIG.yaml [section.key=value ...] [--steps N]\n"
-                   "                    [--warmup W] [--peak-tflops P]\n"
+                   "                    [--warmup W] [--peak-tflops P] [--cluster NAME|FILE]\n"
                    "  Trains warm-up then measured steps from fresh weights (nothing is read or\n"
                    "  written) and prints ms/step, tokens/s, GFLOP/s, MFU against the dense peak\n"
-                   "  P per device when given, and for pipelines the idle fraction.\n"
+                   "  P per device when given, the pipeline's idle fraction and the exposed DP\n"
+                   "  time, each beside the planner's prediction for the cluster profile\n"
+                   "  (default: cpu, or h200 for training.device=cuda; a profile from\n"
+                   "  `tripod bench --calibrate` predicts this machine).\n"
                    "       tripod bench --calibrate --out PROFILE.yaml [CONFIG.yaml ...]\n"
                    "  Measures this machine into a cluster profile for the planner.\n");
     else if (mode == TPD_CLI_EVAL)
@@ -34,7 +39,7 @@ static void usage(FILE *f, tpd_cli_run_mode mode) {
 
 static const tpd_cli_opt k_train_opts[] = {{NULL, 0}};
 static const tpd_cli_opt k_bench_opts[] = {
-    {"--steps", 1}, {"--warmup", 1}, {"--peak-tflops", 1}, {NULL, 0}};
+    {"--steps", 1}, {"--warmup", 1}, {"--peak-tflops", 1}, {"--cluster", 1}, {NULL, 0}};
 static const tpd_cli_opt k_eval_opts[] = {{"--split", 1}, {"--iters", 1}, {NULL, 0}};
 
 int tpd_cli_code(tpd_status st) {
@@ -91,7 +96,8 @@ int tpd_cli_config(int argc, char **argv) {
 typedef struct run_opts {
     int steps, warmup, eval_iters;
     tpd_split eval_split;
-    double peak_tflops; /* per device, dense; > 0 enables the MFU figure */
+    double peak_tflops;  /* per device, dense; > 0 enables the MFU figure */
+    const char *cluster; /* bench: the planner's profile; NULL: by training.device */
 } run_opts;
 
 static tpd_status parse_opts(const char *cmd, const tpd_cli_args *a, run_opts *o) {
@@ -103,6 +109,8 @@ static tpd_status parse_opts(const char *cmd, const tpd_cli_args *a, run_opts *o
             TPD_CHECK(tpd_cli_int(cmd, n, v, 0, 1000000, &o->warmup));
         else if (!strcmp(n, "--peak-tflops"))
             TPD_CHECK(tpd_cli_double(cmd, n, v, 1e-9, 1e9, &o->peak_tflops));
+        else if (!strcmp(n, "--cluster"))
+            o->cluster = v;
         else if (!strcmp(n, "--iters"))
             TPD_CHECK(tpd_cli_int(cmd, n, v, 1, 1000000, &o->eval_iters));
         else if (!strcmp(n, "--split")) {
@@ -117,12 +125,17 @@ static tpd_status parse_opts(const char *cmd, const tpd_cli_args *a, run_opts *o
 }
 
 /* `tripod bench`: the logging rank prints throughput, MFU when the device peak is given,
- * and for pipelines the idle fraction beside (PP-1)/(M+PP-1) and each stage's compute
- * time (stage balance explains the rest). */
-static tpd_status run_bench(tpd_trainer *tr, const run_opts *o) {
+ * for pipelines the idle fraction beside the planner's and (PP-1)/(M+PP-1) and each
+ * stage's compute time (stage balance explains the rest), and the exposed DP time beside
+ * the planner's. Both idle fractions are 1 - compute / pipeline time summed over the ranks
+ * (the planner's over the stages, which is the same quantity: a stage's ranks are alike);
+ * both exposed times are the largest over the ranks (stages) of the reduction after the
+ * pipeline. */
+static tpd_status run_bench(tpd_trainer *tr, const run_opts *o, const tpd_plan_cluster *cl) {
     tpd_bench_report r;
     TPD_CHECK(tpd_bench_measure(tr, o->warmup, o->steps, &r));
     if (!tpd_trainer_is_logger(tr) || r.steps == 0) return TPD_OK;
+    const tpd_config *cfg = tpd_trainer_config(tr);
     double t = r.step_s, fl = r.flops_per_step;
     printf("bench: layout TP %d PP %d DP %d | %d steps | %.1f ms/step | %.0f tokens/s | "
            "%.2f GFLOP/s (all ranks) | %.3f GFLOP/s per rank\n",
@@ -132,16 +145,36 @@ static tpd_status run_bench(tpd_trainer *tr, const run_opts *o) {
         printf("bench: MFU %.1f%% of %.0f TFLOP/s per device (model FLOPs, Megatron's "
                "formula)\n",
                100.0 * fl / t / r.world / (o->peak_tflops * 1e12), o->peak_tflops);
+    tpd_plan_result *pred = malloc(sizeof *pred);
+    int have = pred && tpd_bench_predict(cfg, cl, r.world, pred) == TPD_OK && pred->stages > 0;
+    if (!have) printf("bench: no prediction (the planner cannot evaluate this layout)\n");
+    if (have)
+        printf("bench: predicted by the planner (cluster %s): %.1f ms/step (%+.1f%%)\n", cl->name,
+               1e3 * pred->step_time_s, 100.0 * (pred->step_time_s - t) / t);
     if (r.pp > 1) {
         int P = r.pp, M = r.micro_batches;
-        printf("bench: pipeline idle fraction %.3f measured, (PP-1)/(M+PP-1) = %.3f for PP %d, "
-               "M %d | compute per step by stage (ms):",
-               r.pipe_wait_s / (r.pipe_compute_s + r.pipe_wait_s), (double)(P - 1) / (M + P - 1), P,
-               M);
+        printf("bench: pipeline (%s, v=%d) idle fraction %.3f measured",
+               tpd_config_choice("parallel.pipeline_schedule", tpd_config_schedule(cfg)),
+               cfg->parallel.virtual_pipeline_model_parallel_size, r.idle_fraction);
+        if (have) printf(", %.3f predicted", pred->time.pp_idle_fraction);
+        printf(" (1 - compute/time over all ranks), (PP-1)/(M+PP-1) = %.3f for PP %d, M %d | "
+               "compute per step by stage (ms):",
+               (double)(P - 1) / (M + P - 1), P, M);
         for (int s = 0; s < P; s++)
             printf(" %.1f", 1e3 * r.stage_compute_s[s]);
         printf("\n");
     }
+    printf("bench: DP reduction after the pipeline (max over ranks) %.3f ms measured",
+           1e3 * r.reduce_s);
+    if (have) printf(", %.3f ms predicted", 1e3 * pred->time.dp_exposed_max);
+    printf(" | ZeRO gathers waited %.3f ms measured", 1e3 * r.param_wait_s);
+    if (have)
+        printf(", %.3f ms predicted | all DP communication %.3f ms predicted",
+               1e3 * pred->time.dp_gather_exposed, 1e3 * pred->time.dp_comm_total);
+    printf(" (overlap_grad_reduce %s, overlap_param_gather %s)\n",
+           cfg->parallel.overlap_grad_reduce ? "on" : "off",
+           cfg->parallel.overlap_param_gather ? "on" : "off");
+    free(pred);
     fflush(stdout);
     return TPD_OK;
 }
@@ -176,7 +209,7 @@ int tpd_cli_run(int argc, char **argv, tpd_cli_run_mode mode) {
         tpd_cli_args_free(&a);
         return TPD_EXIT_OK;
     }
-    run_opts o = {10, 2, 0, TPD_SPLIT_VALID, 0};
+    run_opts o = {10, 2, 0, TPD_SPLIT_VALID, 0, NULL};
     int rc = parse_opts(cmd, &a, &o) == TPD_OK ? TPD_EXIT_OK : TPD_EXIT_CONFIG;
 
     tpd_comm *world = NULL;
@@ -189,14 +222,20 @@ int tpd_cli_run(int argc, char **argv, tpd_cli_run_mode mode) {
      * only then do the ranks agree, with one reduction, whether to go on. So each rank's
      * message is out before any rank leaves. */
     tpd_config cfg;
+    tpd_plan_cluster cluster;
     if (rc == TPD_EXIT_OK) rc = load_config(&a, &cfg);
-    tpd_cli_args_free(&a);
     if (rc == TPD_EXIT_OK) {
         char err[1024];
         if (tpd_config_check_world(&cfg, tpd_comm_size(world), err, sizeof err) != TPD_OK ||
             tpd_config_check_trainable(&cfg, err, sizeof err) != TPD_OK) {
             tpd_log_error("%s", err);
             rc = TPD_EXIT_CONFIG;
+        } else if (mode == TPD_CLI_BENCH &&
+                   tpd_plan_cluster_load(o.cluster                               ? o.cluster
+                                         : cfg.training.device == TPD_DEVICE_CPU ? "cpu"
+                                                                                 : "h200",
+                                         &cluster) != TPD_OK) {
+            rc = TPD_EXIT_CONFIG; /* the loader named the file and the key */
         } else if (mode == TPD_CLI_EVAL && !cfg.checkpoint.load[0]) {
             tpd_log_error("%s: eval needs checkpoint.load (a checkpoint, or auto with "
                           "checkpoint.save)",
@@ -204,6 +243,7 @@ int tpd_cli_run(int argc, char **argv, tpd_cli_run_mode mode) {
             rc = TPD_EXIT_CONFIG;
         }
     }
+    tpd_cli_args_free(&a); /* after the cluster: o.cluster points into it */
     int32_t worst = rc;
     if (tpd_comm_allreduce(world, &worst, &worst, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX, NULL) !=
         TPD_OK)
@@ -236,7 +276,7 @@ int tpd_cli_run(int argc, char **argv, tpd_cli_run_mode mode) {
         if (mode == TPD_CLI_EVAL)
             st = run_eval(tr, &o);
         else if (mode == TPD_CLI_BENCH)
-            st = run_bench(tr, &o);
+            st = run_bench(tr, &o, &cluster);
         else
             st = tpd_trainer_run(tr);
     }

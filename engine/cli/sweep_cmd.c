@@ -11,10 +11,14 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: mpirun -np WORLD tripod sweep CONFIG.yaml [section.key=value ...]\n"
                "           --tp 1,2,4 --pp 1,2,4 [--mbs 1,2,4] [--zero 0,1] [--sp 0,1]\n"
-               "           [--recompute none,selective,full] [--steps N] [--warmup W]\n"
+               "           [--recompute none,selective,full] [--vp 1,2] [--schedule 1f1b,zb-h1]\n"
+               "           [--overlap 0,1] [--steps N] [--warmup W]\n"
                "           [--out DIR] [--cluster NAME|FILE] [--no-plot] [--no-traces]\n"
-               "  Every TP x PP (x mbs x ZeRO x SP x recompute) layout runs on the whole world,\n"
-               "  DP = WORLD/(TP*PP); sequence parallel applies where TP > 1. Each runs\n"
+               "  Every TP x PP (x mbs x ZeRO x SP x recompute x vp x schedule x overlap) layout\n"
+               "  runs on the whole world, DP = WORLD/(TP*PP); sequence parallel applies where\n"
+               "  TP > 1. --vp: virtual stages (> 1 runs interleaved); --schedule: 1f1b,\n"
+               "  interleaved, zb-h1; --overlap: parallel.overlap_grad_reduce and\n"
+               "  overlap_param_gather off (0) or on (1). Each runs\n"
                "  beside the planner's prediction (--cluster, default cpu; a profile from\n"
                "  `tripod bench --calibrate` makes it predict this machine). Writes\n"
                "  DIR/summary.csv, failed.csv, summary.json, sweep.png and per-layout real and\n"
@@ -85,10 +89,33 @@ static int parse_recompute(const char *s, tpd_recompute *v, int *n_p) {
     return n > 0;
 }
 
+/* "1f1b,zb-h1" (parallel.pipeline_schedule choices, once each) into v. */
+static int parse_schedule(const char *s, tpd_schedule *v, int *n_p) {
+    int n = 0;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        int code = tpd_config_choice_value("parallel.pipeline_schedule", tok);
+        for (int k = 0; k < n; k++)
+            if ((int)v[k] == code) code = -1;
+        if (code < 0 || n == 3) {
+            tpd_log_error("sweep: --schedule '%s' must list 1f1b, interleaved and zb-h1, each "
+                          "at most once",
+                          s);
+            return 0;
+        }
+        v[n++] = (tpd_schedule)code;
+    }
+    *n_p = n;
+    return n > 0;
+}
+
 static const tpd_cli_opt k_opts[] = {
-    {"--no-plot", 0}, {"--no-traces", 0}, {"--tp", 1},        {"--pp", 1},    {"--mbs", 1},
-    {"--zero", 1},    {"--sp", 1},        {"--recompute", 1}, {"--steps", 1}, {"--warmup", 1},
-    {"--out", 1},     {"--cluster", 1},   {NULL, 0}};
+    {"--no-plot", 0}, {"--no-traces", 0}, {"--tp", 1},      {"--pp", 1},
+    {"--mbs", 1},     {"--zero", 1},      {"--sp", 1},      {"--recompute", 1},
+    {"--steps", 1},   {"--warmup", 1},    {"--out", 1},     {"--cluster", 1},
+    {"--vp", 1},      {"--schedule", 1},  {"--overlap", 1}, {NULL, 0}};
 
 /* The options into o. Returns 1 to run, 0 for --help, -1 on a bad argument. */
 static int parse_opts(const tpd_cli_args *a, tpd_sweep_options *o) {
@@ -115,6 +142,12 @@ static int parse_opts(const tpd_cli_args *a, tpd_sweep_options *o) {
             ok = parse_switch(s, val, o->sp, &o->n_sp);
         else if (!strcmp(s, "--recompute"))
             ok = parse_recompute(val, o->recompute, &o->n_recompute);
+        else if (!strcmp(s, "--vp"))
+            ok = parse_list(s, val, o->vp, &o->n_vp, 0);
+        else if (!strcmp(s, "--schedule"))
+            ok = parse_schedule(val, o->schedule, &o->n_schedule);
+        else if (!strcmp(s, "--overlap"))
+            ok = parse_switch(s, val, o->overlap, &o->n_overlap);
         else if (!strcmp(s, "--steps"))
             ok = tpd_cli_int("sweep", s, val, 1, TPD_SWEEP_MAX_STEPS, &o->steps) == TPD_OK;
         else if (!strcmp(s, "--warmup"))
@@ -158,7 +191,9 @@ int tpd_cli_sweep(int argc, char **argv) {
         printf("sweep: %d layouts x %d steps (+%d warm-up) on %d ranks, planner profile "
                "'%s'\n",
                o.n_tp * o.n_pp * (o.n_mbs ? o.n_mbs : 1) * (o.n_zero ? o.n_zero : 1) *
-                   (o.n_sp ? o.n_sp : 1) * (o.n_recompute ? o.n_recompute : 1),
+                   (o.n_sp ? o.n_sp : 1) * (o.n_recompute ? o.n_recompute : 1) *
+                   (o.n_vp ? o.n_vp : 1) * (o.n_schedule ? o.n_schedule : 1) *
+                   (o.n_overlap ? o.n_overlap : 1),
                o.steps, o.warmup, tpd_comm_size(world), o.cluster);
     st = tpd_sweep_run(a.config, a.n_overrides, a.overrides, world, &o, &res);
     tpd_cli_args_free(&a);

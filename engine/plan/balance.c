@@ -4,31 +4,34 @@
  * t_s(n) = n * tau_s + e_s, where e_s is the embedding on the first stage and the final
  * LayerNorm, head and loss on the last (both read off tpd_plan_stage_time at one and two
  * layers per stage). Giving each next layer to the stage whose time grows least minimizes
- * the slowest stage, which paces 1F1B. With a large vocabulary the last stage is worth a
- * layer or more: BLOOM-176B put 5 layers on its end stages and 6 on the others by hand;
- * Megatron leaves the split to the user. */
+ * the slowest stage, which paces 1F1B. With v model chunks a stage's layers are spread over
+ * its chunks, and parallel.pipeline_layers lists every virtual stage. With a large vocabulary the
+ * last stage is worth a layer or more: BLOOM-176B put 5 layers on its end stages and 6 on the
+ * others by hand; Megatron leaves the split to the user. */
 #include "engine/plan/plan.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* tau[s] and e[s] of every stage of lay. */
+/* tau[s] and e[s] of every stage of lay: its time with n layers is n*tau + e. The probe
+ * configs list every virtual stage with 1, then 2 layers. */
 static void stage_costs(const tpd_config *cfg, const tpd_plan_cluster *cl,
                         const tpd_plan_layout *lay, double *tau, double *e) {
     tpd_config c = *cfg;
-    c.parallel.num_pipeline_layers = lay->pp;
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
+    c.parallel.num_pipeline_layers = lay->pp * v;
     double t1[TPD_CONFIG_MAX_STAGES];
     for (int n = 1; n <= 2; n++) {
-        for (int s = 0; s < lay->pp; s++)
-            c.parallel.pipeline_layers[s] = n;
+        for (int i = 0; i < lay->pp * v; i++)
+            c.parallel.pipeline_layers[i] = n;
         for (int s = 0; s < lay->pp; s++) {
             double f, b, comm;
             tpd_plan_stage_time(&c, cl, lay, s, &f, &b, &comm);
             if (n == 1) {
                 t1[s] = f + b;
             } else {
-                tau[s] = f + b - t1[s];
-                e[s] = t1[s] - tau[s];
+                tau[s] = (f + b - t1[s]) / v;
+                e[s] = t1[s] - v * tau[s];
             }
         }
     }
@@ -43,27 +46,43 @@ static double slowest(const double *tau, const double *e, const int *n, int pp) 
     return worst;
 }
 
-/* 1 with layers[] when the time-balanced split of lay is faster than the default one. */
+/* The chunks of a stage share its n layers as evenly as they can; an extra layer goes
+ * where the stage's ends are not: past the embedding's chunk 0 on the first stage, before
+ * the head's last chunk on the last (the middle stages: from chunk 0). */
+static void spread_chunks(int pp, int v, const int *stage_layers, int *chunk_layers) {
+    for (int s = 0; s < pp; s++) {
+        int base = stage_layers[s] / v, extra = stage_layers[s] % v;
+        for (int c = 0; c < v; c++) {
+            int rank = s == 0 && pp > 1 ? v - 1 - c : c; /* order that takes the extras */
+            chunk_layers[c * pp + s] = base + (rank < extra);
+        }
+    }
+}
+
+/* 1 with layers[] (per stage) and chunks[] (per virtual stage) when the time-balanced split
+ * of lay is faster than the default one. */
 static int balanced_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                          const tpd_plan_layout *lay, int *layers) {
+                          const tpd_plan_layout *lay, int *layers, int *chunks) {
     int pp = lay->pp, L = cfg->model.num_layers;
-    if (pp < 2 || pp > TPD_CONFIG_MAX_STAGES || L < pp || cfg->parallel.num_pipeline_layers ||
-        (lay->virtual_stages > 1))
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
+    if (pp < 2 || (long)pp * v > TPD_CONFIG_MAX_STAGES || L < pp * v ||
+        cfg->parallel.num_pipeline_layers)
         return 0;
     double tau[TPD_CONFIG_MAX_STAGES], e[TPD_CONFIG_MAX_STAGES];
     stage_costs(cfg, cl, lay, tau, e);
     int dflt[TPD_CONFIG_MAX_STAGES];
     for (int s = 0; s < pp; s++) {
-        dflt[s] = tpd_config_split_layers(cfg, pp, s, NULL);
-        layers[s] = 1;
+        dflt[s] = tpd_plan_stage_layers(cfg, lay, s);
+        layers[s] = v; /* every chunk needs a layer */
     }
-    for (int left = L - pp; left > 0; left--) {
+    for (int left = L - pp * v; left > 0; left--) {
         int best = 0;
         for (int s = 1; s < pp; s++)
             if ((layers[s] + 1) * tau[s] + e[s] < (layers[best] + 1) * tau[best] + e[best])
                 best = s;
         layers[best]++;
     }
+    spread_chunks(pp, v, layers, chunks);
     /* only a real gain: equal stages keep the default split's order of extras */
     return slowest(tau, e, layers, pp) < slowest(tau, e, dflt, pp) * (1.0 - 1e-9) &&
            memcmp(layers, dflt, (size_t)pp * sizeof *layers) != 0;
@@ -74,9 +93,10 @@ const tpd_config *tpd_plan_result_config(const tpd_config *cfg, const tpd_plan_r
     if (!res->balanced && !res->recompute_layers) return cfg;
     *scratch = *cfg;
     if (res->balanced) {
-        scratch->parallel.num_pipeline_layers = res->layout.pp;
-        for (int s = 0; s < res->layout.pp; s++)
-            scratch->parallel.pipeline_layers[s] = res->stage_layers[s];
+        int n = res->layout.pp * (res->layout.virtual_stages > 0 ? res->layout.virtual_stages : 1);
+        scratch->parallel.num_pipeline_layers = n;
+        for (int i = 0; i < n; i++)
+            scratch->parallel.pipeline_layers[i] = res->chunk_layers[i];
     }
     if (res->recompute_layers) scratch->training.recompute_num_layers = res->recompute_layers;
     return scratch;
@@ -85,12 +105,12 @@ const tpd_config *tpd_plan_result_config(const tpd_config *cfg, const tpd_plan_r
 tpd_status tpd_plan_fit_recompute_layers(const tpd_config *cfg, const tpd_plan_cluster *cl,
                                          tpd_plan_result *res, tpd_config *scratch) {
     const tpd_plan_layout *lay = &res->layout;
-    if (lay->recompute != TPD_RECOMPUTE_FULL || cfg->training.recompute_num_layers || !res->fits ||
-        lay->virtual_stages > 1)
+    if (lay->recompute != TPD_RECOMPUTE_FULL || cfg->training.recompute_num_layers || !res->fits)
         return TPD_OK;
-    int most = 0;
-    for (int s = 0; s < lay->pp; s++)
-        if (res->stage_layers[s] > most) most = res->stage_layers[s];
+    /* recompute_num_layers counts the layers of each model chunk */
+    int most = 0, v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
+    for (int i = 0; i < lay->pp * v && i < TPD_CONFIG_MAX_STAGES; i++)
+        if (res->chunk_layers[i] > most) most = res->chunk_layers[i];
     tpd_plan_result *probe = malloc(sizeof *probe);
     if (!probe) {
         tpd_log_error("plan: out of memory");
@@ -120,11 +140,14 @@ tpd_status tpd_plan_fit_recompute_layers(const tpd_config *cfg, const tpd_plan_c
 const tpd_config *tpd_plan_memory_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
                                         const tpd_plan_options *opt, tpd_plan_result *res,
                                         tpd_config *scratch) {
-    int layers[TPD_CONFIG_MAX_STAGES];
+    int layers[TPD_CONFIG_MAX_STAGES], chunks[TPD_CONFIG_MAX_STAGES];
     res->balanced = 0;
-    if (opt->balance_stages && balanced_split(cfg, cl, &res->layout, layers)) {
+    if (opt->balance_stages && balanced_split(cfg, cl, &res->layout, layers, chunks)) {
+        int v = res->layout.virtual_stages > 0 ? res->layout.virtual_stages : 1;
         for (int s = 0; s < res->layout.pp; s++)
             res->stage_layers[s] = layers[s];
+        for (int i = 0; i < res->layout.pp * v; i++)
+            res->chunk_layers[i] = chunks[i];
         res->balanced = 1;
         const tpd_config *c = tpd_plan_result_config(cfg, res, scratch);
         if (tpd_plan_memory(c, cl, res) != TPD_OK) return NULL;

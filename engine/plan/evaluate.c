@@ -2,8 +2,25 @@
 #include "engine/plan/plan.h"
 #include "engine/plan/plan_internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+tpd_schedule tpd_plan_layout_schedule(const tpd_plan_layout *lay) {
+    return lay->virtual_stages > 1 ? TPD_SCHEDULE_INTERLEAVED : lay->schedule;
+}
+
+tpd_pp_kind tpd_plan_layout_pp_kind(const tpd_plan_layout *lay) {
+    switch (tpd_plan_layout_schedule(lay)) {
+    case TPD_SCHEDULE_INTERLEAVED:
+        return TPD_PP_KIND_INTERLEAVED;
+    case TPD_SCHEDULE_ZB_H1:
+        return TPD_PP_KIND_ZB_H1;
+    case TPD_SCHEDULE_1F1B:
+        break;
+    }
+    return TPD_PP_KIND_1F1B;
+}
 
 void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layout *lay_p) {
     const tpd_config_parallel *p = &cfg->parallel;
@@ -16,20 +33,77 @@ void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layou
     if (l.dp < 1) l.dp = 1;
     l.micro_batch_size = cfg->training.micro_batch_size;
     l.virtual_stages =
-        p->virtual_pipeline_model_parallel_size > 1 && p->pipeline_schedule != TPD_SCHEDULE_1F1B
-            ? p->virtual_pipeline_model_parallel_size
-            : 1;
+        p->virtual_pipeline_model_parallel_size > 1 ? p->virtual_pipeline_model_parallel_size : 1;
+    l.schedule = tpd_config_schedule(cfg);
     l.recompute = cfg->training.recompute;
     l.sequence_parallel = p->sequence_parallel && l.tp > 1;
     l.distributed_optimizer = p->use_distributed_optimizer;
+    l.overlap_grad_reduce = p->overlap_grad_reduce;
+    l.overlap_param_gather = p->overlap_param_gather;
     *lay_p = l;
 }
 
 void tpd_plan_layout_str(const tpd_plan_layout *l, char *buf, size_t len) {
-    snprintf(buf, len, "TP=%d PP=%d DP=%d mbs=%d v=%d recompute=%s SP=%s ZeRO=%s", l->tp, l->pp,
-             l->dp, l->micro_batch_size, l->virtual_stages,
+    const char *ovl = l->overlap_grad_reduce ? (l->overlap_param_gather ? "grad+param" : "grad")
+                                             : (l->overlap_param_gather ? "param" : "off");
+    snprintf(buf, len, "TP=%d PP=%d DP=%d mbs=%d v=%d %s recompute=%s SP=%s ZeRO=%s overlap=%s",
+             l->tp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages,
+             tpd_config_choice("parallel.pipeline_schedule", tpd_plan_layout_schedule(l)),
              tpd_config_choice("training.recompute", l->recompute),
-             l->sequence_parallel ? "on" : "off", l->distributed_optimizer ? "on" : "off");
+             l->sequence_parallel ? "on" : "off", l->distributed_optimizer ? "on" : "off", ovl);
+}
+
+/* Appends "key=value " to buf at *at; 0 when it does not fit. */
+static int put(char *buf, size_t len, size_t *at, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int put(char *buf, size_t len, size_t *at, const char *fmt, ...) {
+    if (*at >= len) return 0;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + *at, len - *at, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= len - *at) return 0;
+    *at += (size_t)n;
+    return 1;
+}
+
+int tpd_plan_overrides(const tpd_config *cfg, const tpd_plan_result *res, char *buf, size_t len) {
+    const tpd_plan_layout *l = &res->layout;
+    int v = l->virtual_stages > 0 ? l->virtual_stages : 1, n = 0, ok = 1;
+    size_t at = 0;
+    if (len > 0) buf[0] = '\0';
+#define PUT(...) (ok = ok && put(buf, len, &at, __VA_ARGS__), n++)
+    PUT("parallel.tensor_model_parallel_size=%d", l->tp);
+    PUT(" parallel.pipeline_model_parallel_size=%d", l->pp);
+    PUT(" parallel.data_parallel_size=%d", l->dp);
+    PUT(" parallel.virtual_pipeline_model_parallel_size=%d", v);
+    PUT(" parallel.pipeline_schedule=%s",
+        tpd_config_choice("parallel.pipeline_schedule", tpd_plan_layout_schedule(l)));
+    /* the split: a list whenever the even split is not what the layout runs (balanced or
+     * uneven stages), else an empty list, which clears one the config may hold */
+    int nvs = l->pp * v, even = cfg->model.num_layers % nvs == 0;
+    for (int i = 0; even && i < nvs && i < TPD_CONFIG_MAX_STAGES; i++)
+        even = res->chunk_layers[i] == cfg->model.num_layers / nvs;
+    if (even) {
+        PUT(" parallel.pipeline_layers=[]");
+    } else {
+        PUT(" parallel.pipeline_layers=[");
+        for (int i = 0; i < nvs && i < TPD_CONFIG_MAX_STAGES; i++)
+            ok = ok && put(buf, len, &at, "%s%d", i ? "," : "", res->chunk_layers[i]);
+        ok = ok && put(buf, len, &at, "]");
+    }
+    PUT(" parallel.sequence_parallel=%s", l->sequence_parallel ? "true" : "false");
+    PUT(" parallel.use_distributed_optimizer=%s", l->distributed_optimizer ? "true" : "false");
+    PUT(" parallel.overlap_grad_reduce=%s", l->overlap_grad_reduce ? "true" : "false");
+    PUT(" parallel.overlap_param_gather=%s", l->overlap_param_gather ? "true" : "false");
+    PUT(" training.micro_batch_size=%d", l->micro_batch_size);
+    PUT(" training.recompute=%s", tpd_config_choice("training.recompute", l->recompute));
+    int rl = l->recompute != TPD_RECOMPUTE_FULL ? 0
+             : res->recompute_layers            ? res->recompute_layers
+                                                : cfg->training.recompute_num_layers;
+    PUT(" training.recompute_num_layers=%d", rl);
+#undef PUT
+    return ok ? n : -1;
 }
 
 int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
@@ -37,6 +111,7 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
     const tpd_config_model *m = &cfg->model;
     int v = l->virtual_stages;
     long total = (long)l->tp * l->pp * l->dp;
+    (void)cl;
     if (l->tp < 1 || l->pp < 1 || l->dp < 1 || l->micro_batch_size < 1 || v < 1) {
         snprintf(why, whylen, "sizes must be >= 1 (TP %d, PP %d, DP %d, mbs %d, v %d)", l->tp,
                  l->pp, l->dp, l->micro_batch_size, v);
@@ -51,11 +126,41 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
         snprintf(why, whylen, "heads %d not divisible by TP %d", m->num_attention_heads, l->tp);
         return 0;
     }
+    if (m->ffn_hidden_size % l->tp != 0) {
+        snprintf(why, whylen, "ffn_hidden_size %d not divisible by TP %d", m->ffn_hidden_size,
+                 l->tp);
+        return 0;
+    }
+    if (v > 1 && l->pp < 2) {
+        snprintf(why, whylen, "interleaving (v=%d) needs PP > 1", v);
+        return 0;
+    }
+    if ((long)l->pp * v > TPD_CONFIG_MAX_STAGES) {
+        snprintf(why, whylen, "PP*v %d*%d is more than %d virtual stages", l->pp, v,
+                 TPD_CONFIG_MAX_STAGES);
+        return 0;
+    }
+    if (v > 1 && l->schedule == TPD_SCHEDULE_ZB_H1) {
+        snprintf(why, whylen, "zb-h1 with v=%d (zb-h1 runs one model chunk per stage)", v);
+        return 0;
+    }
+    if (v == 1 && l->schedule == TPD_SCHEDULE_INTERLEAVED) {
+        snprintf(why, whylen, "interleaved with v=1 (it needs virtual stages)");
+        return 0;
+    }
+    if (tpd_plan_layout_schedule(l) == TPD_SCHEDULE_ZB_H1 && l->recompute == TPD_RECOMPUTE_FULL) {
+        snprintf(why, whylen,
+                 "zb-h1 with recompute full (W needs the activations full "
+                 "recompute drops)");
+        return 0;
+    }
     if (tpd_config_split_layers(cfg, l->pp, 0, NULL) < 0) {
         snprintf(why, whylen, "layers %d fewer than PP %d", m->num_layers, l->pp);
         return 0;
     }
-    if (v > 1 && m->num_layers % (l->pp * v) != 0) {
+    /* interleaving: equal chunks, unless the config lists every virtual stage */
+    if (v > 1 && m->num_layers % (l->pp * v) != 0 &&
+        cfg->parallel.num_pipeline_layers != l->pp * v) {
         snprintf(why, whylen, "layers %d not divisible by PP*v %d*%d", m->num_layers, l->pp, v);
         return 0;
     }
@@ -66,10 +171,6 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
         return 0;
     }
     int mb = (int)(gbs / ((long)l->micro_batch_size * l->dp));
-    if (v > 1 && l->pp < 2) {
-        snprintf(why, whylen, "interleaving (v=%d) needs PP > 1", v);
-        return 0;
-    }
     if (v > 1 && mb % l->pp != 0) {
         snprintf(why, whylen, "micro-batches %d not divisible by PP %d (interleaved schedule)", mb,
                  l->pp);
@@ -84,10 +185,6 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
                  cfg->model.seq_length, l->tp);
         return 0;
     }
-    if (cl && cl->backend == TPD_PLAN_BACKEND_CPU && v > 1) {
-        snprintf(why, whylen, "the cpu backend runs v=1 only");
-        return 0;
-    }
     if (why && whylen) why[0] = '\0';
     return 1;
 }
@@ -97,6 +194,10 @@ tpd_status tpd_plan_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              tpd_plan_result *res_p) {
     memset(res_p, 0, sizeof *res_p);
     res_p->layout = *lay;
+    if (opt->dp_overlap >= 0) res_p->layout.overlap_grad_reduce = opt->dp_overlap;
+    if (opt->param_gather_overlap >= 0)
+        res_p->layout.overlap_param_gather = opt->param_gather_overlap;
+    lay = &res_p->layout;
     if (lay->pp > TPD_CONFIG_MAX_STAGES) {
         snprintf(res_p->reject_reason, sizeof res_p->reject_reason, "PP %d is more than %d stages",
                  lay->pp, TPD_CONFIG_MAX_STAGES);

@@ -57,13 +57,37 @@ double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_
     return model;
 }
 
+/* The config's split (tpd_config_split_layers over the PP*v virtual stages), with the common
+ * cases in O(1): the search asks for it of every stage of thousands of layouts. */
+int tpd_plan_chunk_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage, int chunk) {
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1, n = lay->pp * v;
+    int vs = chunk * lay->pp + stage, L = cfg->model.num_layers;
+    if (stage < 0 || stage >= lay->pp || chunk < 0 || chunk >= v) return -1;
+    if (cfg->parallel.num_pipeline_layers == n) return cfg->parallel.pipeline_layers[vs];
+    if (n <= L && L % n == 0) return L / n;
+    return tpd_config_split_layers(cfg, n, vs, NULL);
+}
+
+int tpd_plan_stage_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage) {
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1, sum = 0;
+    for (int c = 0; c < v; c++) {
+        int k = tpd_plan_chunk_layers(cfg, lay, stage, c);
+        if (k < 0) return -1;
+        sum += k;
+    }
+    return sum;
+}
+
 int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage) {
     if (lay->recompute != TPD_RECOMPUTE_FULL) return 0;
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
-    int per_chunk = tpd_config_split_layers(cfg, lay->pp, stage, NULL) / v;
-    int n = cfg->training.recompute_num_layers;
+    int n = cfg->training.recompute_num_layers, sum = 0;
     /* Megatron's block method: the first n layers of every model chunk */
-    return (n > 0 && n < per_chunk ? n : per_chunk) * v;
+    for (int c = 0; c < v; c++) {
+        int lc = tpd_plan_chunk_layers(cfg, lay, stage, c);
+        if (lc > 0) sum += n > 0 && n < lc ? n : lc;
+    }
+    return sum;
 }
 
 double tpd_plan_layout_hw_flops(const tpd_config *cfg, const tpd_plan_layout *lay, double batch,
@@ -95,15 +119,19 @@ double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double 
     return 0.0;
 }
 
-int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v) {
-    if (v <= 1) {
-        int n = pp - stage;
-        return n < micro_batches ? n : micro_batches;
+int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v, tpd_schedule schedule) {
+    if (v > 1) schedule = TPD_SCHEDULE_INTERLEAVED;
+    int n = pp - stage; /* 1F1B: warm-up forwards plus the first steady one */
+    if (schedule == TPD_SCHEDULE_ZB_H1) {
+        /* W of micro-batch k runs `stage` backwards after its B: every stage holds p */
+        n = pp;
+    } else if (schedule == TPD_SCHEDULE_INTERLEAVED) {
+        /* Warm-up forwards plus the first steady one (chunks, not micro-batches). On stage 0
+         * this is (p*v + p - 1) chunks = p micro-batches x (1 + (p-1)/(p*v)). */
+        n = 2 * (pp - stage - 1) + (v - 1) * pp + 1;
+        micro_batches *= v;
     }
-    /* Interleaved: warm-up forwards plus the first steady one (chunks, not micro-batches).
-     * On stage 0 this is (p*v + p - 1) chunks = p micro-batches x (1 + (p-1)/(p*v)). */
-    int n = 2 * (pp - stage - 1) + (v - 1) * pp + 1;
-    return n < micro_batches * v ? n : micro_batches * v;
+    return n < micro_batches ? n : micro_batches;
 }
 
 /* Parameters held by one rank of `stage`. The first stage holds the token and position
@@ -114,8 +142,7 @@ double tpd_plan_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay, 
     double h = m->hidden_size, f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
     double pos = m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length;
     double vp = tpd_config_padded_vocab(cfg, lay->tp);
-    double n =
-        tpd_config_split_layers(cfg, lay->pp, stage, NULL) * tpd_plan_layer_params(h, f, lay->tp);
+    double n = tpd_plan_stage_layers(cfg, lay, stage) * tpd_plan_layer_params(h, f, lay->tp);
     if (stage == 0) n += vp * h / lay->tp + pos * h;
     if (stage == lay->pp - 1) {
         n += 2.0 * h;
@@ -150,9 +177,9 @@ static void analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl
     double per_layer =
         act_scale * tpd_plan_activation_bytes_per_layer(s, b, h, a, lay->tp, lay->sequence_parallel,
                                                         lay->recompute, flash);
-    int layers = tpd_config_split_layers(cfg, lay->pp, stage, NULL);
+    int layers = tpd_plan_stage_layers(cfg, lay, stage);
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
-    double chunks = tpd_plan_in_flight(lay->pp, stage, m_micro, v);
+    double chunks = tpd_plan_in_flight(lay->pp, stage, m_micro, v, lay->schedule);
     out->activations = per_layer * chunks * layers / v;
     if (lay->recompute == TPD_RECOMPUTE_FULL) {
         /* Backward of one layer rebuilds its full activations first. */
@@ -194,8 +221,9 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     uint64_t F = (uint64_t)(m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4 * m->hidden_size);
     uint64_t maxT =
         (uint64_t)(m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length);
-    int64_t layers = tpd_config_split_layers(cfg, lay->pp, stage, NULL);
-    if (layers < 0 || t < 1 || dp < 1 || lay->micro_batch_size < 1) {
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
+    int64_t layers = tpd_plan_stage_layers(cfg, lay, stage);
+    if (layers < 0 || t < 1 || dp < 1 || lay->micro_batch_size < 1 || v > TPD_CONFIG_MAX_STAGES) {
         tpd_log_error("plan: no cpu memory for stage %d of this layout", stage);
         return TPD_ERR_INVALID;
     }
@@ -218,7 +246,8 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     out->grads = (double)(padded * e);
     out->optimizer = (double)(2 * shard * 4 + (e == 2 ? shard * 4 : 0)); /* m, v, masters */
 
-    /* activations: the schedule's in-flight micro-batches, one slot each */
+    /* activations: one slot per (micro-batch, chunk) the schedule holds at its peak, each
+     * sized for the largest chunk (the chunks share them); the last stage's head blocks */
     uint64_t att = NHl * B * T * T * 4; /* cpu: the fp32 softmax probabilities */
     if (cfg->training.device == TPD_DEVICE_CUDA)
         att = cfg->training.attention == TPD_ATTENTION_FUSED && e == 2 ? NHl * B * T * 4
@@ -226,22 +255,33 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     int selective = lay->recompute == TPD_RECOMPUTE_SELECTIVE;
     uint64_t layer = 4 * up(NL * C * e) + 4 * up(NL * 4) + up(N * 3 * Cl * e) + up(N * Cl * e) +
                      (selective ? 0 : up(att)) + 2 * up(N * Fl * e);
-    uint64_t R = 0; /* fully recomputed layers: they keep only their output */
-    if (lay->recompute == TPD_RECOMPUTE_FULL) {
-        int k = cfg->training.recompute_num_layers;
-        R = k > 0 && (uint64_t)k < Ls ? (uint64_t)k : Ls;
+    /* fully recomputed layers (the first k of each chunk) keep only their output */
+    uint64_t R = 0, kept = 0;
+    for (int c = 0; c < v; c++) {
+        int64_t lc = tpd_plan_chunk_layers(cfg, lay, stage, c);
+        uint64_t r = 0;
+        if (lay->recompute == TPD_RECOMPUTE_FULL && lc > 0) {
+            int k = cfg->training.recompute_num_layers;
+            r = k > 0 && k < lc ? (uint64_t)k : (uint64_t)lc;
+        }
+        if (r > R) R = r;
+        if (lc > 0 && (uint64_t)lc - r > kept) kept = (uint64_t)lc - r;
     }
-    uint64_t slot = 2 * up(N * 4) + up(NL * C * e) + R * up(NL * C * e) + (Ls - R) * layer;
-    if (last) slot += up(NL * C * e) + 2 * up(NL * 4) + up(N * Vl * e) + up(3 * N * 4) + up(N * 4);
+    uint64_t slot = 2 * up(N * 4) + up(NL * C * e) + R * up(NL * C * e) + kept * layer;
+    uint64_t head = up(NL * C * e) + 2 * up(NL * 4) + up(N * Vl * e) + up(3 * N * 4) + up(N * 4);
     int M = cfg->training.global_batch_size / (lay->micro_batch_size * lay->dp);
-    uint64_t slots = (uint64_t)(lay->pp - stage < M ? lay->pp - stage : M);
-    out->activations = (double)(slots * slot);
+    uint64_t slots = (uint64_t)tpd_plan_in_flight(lay->pp, stage, M, v, lay->schedule);
+    /* the head's last chunk holds a micro-batch from its forward to its backward, which
+     * follows it at once under every schedule here: one block */
+    uint64_t heads = last && M > 0 ? 1 : 0;
+    out->activations = (double)(slots * slot + heads * head);
 
-    /* workspace: activation gradients, the p2p send buffer, recompute and SP scratch, and
-     * the host staging of one micro-batch's inputs and targets */
+    /* workspace: activation gradients, the p2p send buffer (every virtual stage but the
+     * very first sends its input's gradient), recompute and SP scratch, and the host
+     * staging of one micro-batch's inputs and targets */
     uint64_t ws =
         2 * up(NL * C * e) + up(N * C * e) + up(N * 3 * Cl * e) + up(N * Cl * e) + up(N * Fl * e);
-    if (!first) ws += up(NL * C * e);
+    if (!(first && v == 1)) ws += up(NL * C * e);
     if (R) ws += layer;
     if (selective) ws += up(att);
     if (sp) ws += up(N * C * e) + up(NL * C * e);
@@ -257,9 +297,13 @@ tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
     res->num_micro_batches = denom > 0 ? cfg->training.global_batch_size / denom : 0;
     res->stages = lay->pp;
     res->memory_bytes = 0.0;
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
+    for (int c = 0; c < v; c++)
+        for (int s = 0; s < lay->pp && c * lay->pp + s < TPD_CONFIG_MAX_STAGES; s++)
+            res->chunk_layers[c * lay->pp + s] = tpd_plan_chunk_layers(cfg, lay, s, c);
     res->max_mem_stage = 0;
     for (int s = 0; s < lay->pp; s++) {
-        res->stage_layers[s] = tpd_config_split_layers(cfg, lay->pp, s, NULL);
+        res->stage_layers[s] = tpd_plan_stage_layers(cfg, lay, s);
         if (cl->backend == TPD_PLAN_BACKEND_CPU) {
             TPD_CHECK(tpd_plan_cpu_memory(cfg, lay, s, &res->mem[s]));
         } else {

@@ -8,8 +8,12 @@
  * gradient and optimizer bytes (REFERENCES.md); on a `backend: cpu` cluster the numbers
  * come from tpd_model_memory, the bytes `tripod train` allocates. The time model is a
  * roofline per GEMM with an efficiency curve by GEMM size, memory-bound kernels at HBM
- * bandwidth, ring collectives, and the pipeline bubble from simulating the schedule's
- * action lists (parallel/pipeline/schedule.h). */
+ * bandwidth, ring collectives, and the pipeline from simulating the schedule's action
+ * lists (parallel/pipeline/schedule.h: the lists the executor walks) with each stage's
+ * times; the DP communication from its buckets' completion times in that simulation.
+ *
+ * A layout carries everything `tripod train` needs to run it (the schedule and the overlap
+ * flags included), and tpd_plan_overrides prints it as the config overrides that do. */
 #ifndef TPD_ENGINE_PLAN_PLAN_H
 #define TPD_ENGINE_PLAN_PLAN_H
 
@@ -18,6 +22,7 @@
 
 #include "base/status.h"
 #include "engine/config/config.h"
+#include "parallel/pipeline/schedule.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -95,30 +100,57 @@ tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path, co
 typedef struct tpd_plan_layout {
     int tp, pp, dp;
     int micro_batch_size;
-    int virtual_stages; /* 1 = plain 1F1B */
+    int virtual_stages; /* model chunks per stage; > 1 runs the interleaved schedule */
     tpd_recompute recompute;
     int sequence_parallel;
     int distributed_optimizer; /* ZeRO-1 */
+    tpd_schedule schedule;     /* parallel.pipeline_schedule (interleaved whenever
+                                  virtual_stages > 1, as tpd_config_schedule says) */
+    int overlap_grad_reduce;   /* parallel.overlap_grad_reduce */
+    int overlap_param_gather;  /* parallel.overlap_param_gather (ZeRO-1 only) */
 } tpd_plan_layout;
+
+/* The schedule the layout runs: interleaved when virtual_stages > 1, else its schedule. */
+tpd_schedule tpd_plan_layout_schedule(const tpd_plan_layout *lay);
+/* The action-list kind of that schedule (parallel/pipeline/schedule.h). */
+tpd_pp_kind tpd_plan_layout_pp_kind(const tpd_plan_layout *lay);
 
 /* Bytes per rank of one pipeline stage. `optimizer` includes the fp32 master weights. */
 typedef struct tpd_plan_stage_mem {
     double params, grads, optimizer, activations, workspace, total;
 } tpd_plan_stage_mem;
 
+/* Where one step's time goes, s. step_time_s = compute + pp_bubble + pp_p2p +
+ * dp_comm_exposed + optimizer + dp_gather_exposed. */
 typedef struct tpd_plan_time {
-    double compute;         /* M x (fwd + bwd incl. recompute) of the slowest stage, s */
-    double tp_comm;         /* the TP collectives inside that, s */
-    double pp_bubble;       /* simulated pipeline idle with free p2p, s */
-    double pp_p2p;          /* what p2p latency and bandwidth add to the pipeline, s */
-    double dp_comm_exposed; /* DP gradient reduction not hidden behind backward, s */
-    double optimizer;       /* optimizer step (memory bound), s */
+    double compute;           /* M x (fwd + bwd incl. recompute) of the slowest stage */
+    double tp_comm;           /* the TP collectives inside that */
+    double pp_bubble;         /* simulated pipeline idle with free p2p */
+    double pp_p2p;            /* what p2p latency and bandwidth add to the pipeline */
+    double dp_comm_exposed;   /* the embedding and DP gradient reduction past the pipeline,
+                                 on the step's critical path: max over stages of (pipeline end
+                                 + exposed) - the pipeline's makespan */
+    double optimizer;         /* norm, clipping, AdamW (memory bound) */
+    double dp_gather_exposed; /* ZeRO-1 parameter all-gather that the next step's forward
+                                 waits for (all of it without overlap_param_gather) */
+    /* Reported beside the step, not part of the sum: */
+    double dp_comm_total;    /* every DP and embedding collective of a stage back to back
+                                (the most of any stage): exposed + hidden */
+    double dp_exposed_max;   /* max over stages of how far that stage's reduction (the
+                                embedding all-reduce included) ends past its own pipeline
+                                end: the trainer's t_reduce_s, max over ranks */
+    double pp_idle_fraction; /* 1 - sum of busy / sum of pipeline time over the stages (each
+                                from the step's start to its own end): the trainer's idle
+                                fraction (tpd_trainer_job_timers, bench, sweep) */
 } tpd_plan_time;
 
 typedef struct tpd_plan_result {
-    int stage_layers[TPD_CONFIG_MAX_STAGES]; /* transformer layers of each stage */
-    int balanced;         /* 1: stage_layers were chosen by predicted stage time (the first stage
-                             also embeds, the last also runs the head and loss), not split evenly;
+    int stage_layers[TPD_CONFIG_MAX_STAGES]; /* transformer layers of each stage (all chunks) */
+    int chunk_layers[TPD_CONFIG_MAX_STAGES]; /* layers of each virtual stage, PP*v entries in
+                                                Megatron's order (chunk c of stage s is c*PP+s):
+                                                parallel.pipeline_layers when v > 1 */
+    int balanced;         /* 1: the layers were split by predicted stage time (the first stage
+                             also embeds, the last also runs the head and loss), not evenly;
                              `parallel.pipeline_layers` set to them trains the same split */
     int recompute_layers; /* > 0: the search found that recomputing only this many layers
                              per stage (training.recompute_num_layers) fits; 0: as the
@@ -133,22 +165,28 @@ typedef struct tpd_plan_result {
     tpd_plan_stage_mem mem[TPD_CONFIG_MAX_STAGES];
     double step_time_s;
     tpd_plan_time time;
-    double t_fwd_chunk, t_bwd_chunk, t_p2p; /* the simulator's inputs, s */
-    double model_flops, hw_flops;           /* per iteration, all GPUs */
+    double t_fwd_chunk, t_bwd_chunk, t_p2p; /* the slowest stage's per-chunk times, s */
+    double t_wgrad_chunk;                   /* of which W (zb-h1: the weight gradients), s */
+    tpd_pp_sim_times stage_times[TPD_CONFIG_MAX_STAGES]; /* the simulator's inputs, per stage
+                                                            and (micro-batch, chunk) */
+    double dp_exposed[TPD_CONFIG_MAX_STAGES]; /* per stage: reduction past its pipeline end */
+    double model_flops, hw_flops;             /* per iteration, all GPUs */
     double tflops_per_gpu, hw_tflops_per_gpu, mfu, tokens_per_s;
 } tpd_plan_result;
 
 typedef struct tpd_plan_options {
     int gpus;           /* world size to plan for */
     int top_k;          /* layouts printed by the search */
-    int dp_overlap;     /* 1: DP gradient reduction overlaps the last backward */
+    int dp_overlap;     /* parallel.overlap_grad_reduce of every layout evaluated: 1 on, 0 off,
+                           -1 (the default) the layout's own (the search: the config's) */
     int evaluate_time;  /* 0: memory only */
-    int balance_stages; /* 1: without parallel.pipeline_layers, split the layers of a 1F1B
+    int balance_stages; /* 1: without parallel.pipeline_layers, split the layers of a
                            pipeline by predicted stage time when that is faster and fits */
+    int param_gather_overlap; /* parallel.overlap_param_gather, as dp_overlap */
 } tpd_plan_options;
 
 #define TPD_PLAN_OPTIONS_INIT                                                                      \
-    { 0, 10, 1, 1, 1 }
+    { 0, 10, -1, 1, 1, -1 }
 
 /* ---- model arithmetic (plan/model.c) ---- */
 
@@ -164,9 +202,16 @@ double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_
  * one rank (16-bit activations, 1-byte dropout masks). `flash` drops the 5as/h term. */
 double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double a, int tp, int sp,
                                            tpd_recompute r, int flash);
-/* Micro-batches (x chunks) whose activations a stage holds at the schedule's peak:
- * 1F1B min(p - stage, M); interleaved min(2(p-stage-1) + (v-1)p + 1, M*v) chunks. */
-int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v);
+/* (Micro-batch, chunk) pairs whose activations a stage holds at the peak of its action list
+ * (tpd_pp_schedule_peak_in_flight, in closed form): 1F1B min(p - stage, M); interleaved
+ * min(2(p-stage-1) + (v-1)p + 1, M*v) chunks; ZB-H1 min(p, M) on every stage (a micro-batch
+ * is held until its W). */
+int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v, tpd_schedule schedule);
+/* Transformer layers of `stage` of the layout (all its chunks), and of chunk `chunk` of it
+ * (virtual stage chunk*PP + stage): the config's parallel.pipeline_layers when it lists
+ * PP*v entries, else an even split (balanced uneven when the layers do not divide). */
+int tpd_plan_stage_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage);
+int tpd_plan_chunk_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage, int chunk);
 /* Layers of `stage` whose full recompute runs: all under recompute full, or the first
  * training.recompute_num_layers of each model chunk; 0 otherwise. */
 int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage);
@@ -211,7 +256,27 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
 void tpd_plan_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
                          const tpd_plan_layout *lay, int stage, double *fwd_p, double *bwd_p,
                          double *tp_comm_p);
-/* Lower bound of the step time without the pipeline (compute + DP + optimizer), s. */
+/* Per-micro-batch W share of stage `stage`'s backward (the four linear layers' weight and
+ * bias gradients that tpd_model_weight_grad computes under zb-h1), seconds; part of bwd. */
+double tpd_plan_stage_wgrad_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                 const tpd_plan_layout *lay, int stage);
+/* The simulated pipeline of one step: every stage's action list under the layout's schedule
+ * (the lists the executor walks) run by tpd_pp_simulate with times[s] for stage s. */
+typedef struct tpd_plan_pipe {
+    int stages;
+    double makespan;                    /* s */
+    double end[TPD_CONFIG_MAX_STAGES];  /* stage s's last action done and its sends arrived */
+    double busy[TPD_CONFIG_MAX_STAGES]; /* FWD + BWD + WGRAD of stage s */
+    double idle_fraction;               /* 1 - sum(busy) / sum(end) */
+    tpd_pp_schedule *sched;             /* [stages], owned */
+    double **t0, **t1;                  /* [stages][sched[s].count] start and end, owned */
+} tpd_plan_pipe;
+tpd_status tpd_plan_pipe_simulate(const tpd_plan_layout *lay, int micro_batches,
+                                  const tpd_pp_sim_times *times, tpd_plan_pipe *pipe_p);
+void tpd_plan_pipe_free(tpd_plan_pipe *p);
+/* Lower bound of the step time (the slowest stage's compute, optimizer, and the DP
+ * communication no overlap can hide), s; 0 on the cpu backend (its ranks share cores, so
+ * compute alone is no bound). */
 double tpd_plan_time_lower_bound(const tpd_config *cfg, const tpd_plan_cluster *cl,
                                  const tpd_plan_result *res, const tpd_plan_options *opt);
 /* Full time model; `split_bubble` runs a second simulation to separate the bubble from
@@ -220,11 +285,17 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
                                   const tpd_plan_options *opt, int split_bubble,
                                   tpd_plan_result *res);
 
-/* The layout the config itself states (TP, PP, DP for `gpus`, mbs, v, recompute, SP,
- * ZeRO). */
+/* The layout the config itself states (TP, PP, DP for `gpus`, mbs, v, schedule, recompute,
+ * SP, ZeRO, overlap flags). */
 void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layout *lay_p);
-/* "TP=8 PP=4 DP=32 mbs=1 v=2 full SP ZeRO" into buf. */
+/* "TP=8 PP=4 DP=32 mbs=1 v=2 interleaved recompute=full SP=on ZeRO=on overlap=grad+param"
+ * into buf. */
 void tpd_plan_layout_str(const tpd_plan_layout *lay, char *buf, size_t len);
+/* The command-line overrides that make `tripod train CONFIG` run res: every parallel.* key
+ * of the layout (sizes, schedule, virtual stages, pipeline_layers, SP, ZeRO, overlap) and
+ * training.micro_batch_size, recompute, recompute_num_layers; space-separated key=value.
+ * Returns the number of overrides written, or -1 when buf is too small. */
+int tpd_plan_overrides(const tpd_config *cfg, const tpd_plan_result *res, char *buf, size_t len);
 /* Forward FLOPs of one call of the cpu attention kernel (blocked causal: a block of
  * query rows sees the keys up to its end), B x NH heads of T x HS; calibration measures
  * the kernel's rate against it. */
@@ -235,7 +306,8 @@ double tpd_plan_cpu_attention_flops(double B, double T, double NH, double HS);
 tpd_status tpd_plan_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, const tpd_plan_options *opt,
                              tpd_plan_result *res_p);
-/* Checks a layout against the model and world size, writing why it is invalid. */
+/* Checks a layout against the model and world size, writing why it is invalid: what
+ * tpd_config_load and tpd_config_check_world would reject for the layout's config. */
 int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
                           const tpd_plan_layout *lay, int gpus, char *why, size_t whylen);
 
@@ -272,8 +344,11 @@ void tpd_plan_search_free(tpd_plan_search *s);
 void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n);
 void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r);
 void tpd_plan_print_rejections(FILE *f, const tpd_plan_search *s);
-/* One JSON object per layout; returns a malloc'd string (caller frees) or NULL. */
-char *tpd_plan_json(const tpd_plan_result *r, int n);
+/* "to train it: tripod train CONFIG <tpd_plan_overrides>" */
+void tpd_plan_print_overrides(FILE *f, const tpd_config *cfg, const tpd_plan_result *r);
+/* One JSON object per layout; returns a malloc'd string (caller frees) or NULL. With cfg,
+ * each has "overrides": tpd_plan_overrides as an array of "key=value". */
+char *tpd_plan_json(const tpd_config *cfg, const tpd_plan_result *r, int n);
 /* Predicted timeline of one step as Chrome trace JSON (plan/trace.h), one process per
  * pipeline stage. */
 tpd_status tpd_plan_write_trace(const tpd_plan_result *r, const char *path);

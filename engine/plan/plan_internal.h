@@ -10,14 +10,87 @@ double tpd_plan_layer_params(double h, double f, int tp);
 double tpd_plan_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay, int stage);
 int tpd_plan_uses_flash(const tpd_config *cfg);
 
-/* The cpu backend's per-micro-batch stage time (plan/timing_cpu.c); same contract as
- * tpd_plan_stage_time. */
-void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                             const tpd_plan_layout *lay, int stage, double *fwd_p, double *bwd_p,
-                             double *tp_comm_p);
+/* One stage's compute per micro-batch (all its chunks together), s, as each backend's time
+ * model predicts it. bwd is the whole backward (recompute included); under zb-h1 it holds
+ * the extra work of the split and wgrad is W's share of it. The ends (embedding on the first
+ * stage; final LayerNorm, logits and loss on the last) are given apart, so that a time inside
+ * an action can be placed at a layer. */
+typedef struct tpd_plan_stage_cost {
+    double fwd, bwd, wgrad;
+    double tp_comm;              /* TP collectives inside fwd + bwd */
+    double embed_fwd, embed_bwd; /* first stage */
+    double head_fwd, head_bwd;   /* last stage */
+} tpd_plan_stage_cost;
+
+/* tpd_plan_stage_cost of each backend (timing.c: cuda roofline, timing_cpu.c: calibrated). */
+void tpd_plan_gpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                             const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out);
+void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                             const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out);
+void tpd_plan_stage_cost_of(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                            const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out);
+
+/* A collective's time, affine in the bytes it moves: per_byte * bytes + fixed, s. */
+typedef struct tpd_plan_affine {
+    double per_byte, fixed;
+} tpd_plan_affine;
+
+/* The DP communication of a step, as a backend's model prices it. */
+typedef struct tpd_plan_dp_cost {
+    tpd_plan_affine reduce; /* one bucket's DP sum: all-reduce, or ZeRO reduce-scatter */
+    tpd_plan_affine gather; /* one bucket's ZeRO all-gather of the parameters (0 without) */
+    double grad_bytes;      /* bytes per gradient element the reduction moves */
+    double param_bytes;     /* bytes per parameter element the gather moves */
+    double emb_allreduce;   /* tied-embedding all-reduce between first and last stage, s */
+} tpd_plan_dp_cost;
+
+/* Elements of every hook unit of a stage's flat buffer (engine/model/model_layout.h), in
+ * buffer order: the embedding (wte, wpe; the last stage's tied wte), each local layer
+ * (chunk 0's first), the final LayerNorm; padded to a multiple of DP, the padding with the
+ * last unit. n = Ls + 2 units; unit index u + 1 for hook unit u. */
+typedef struct tpd_plan_units {
+    int n, Ls;
+    double *elems; /* [n] */
+    double padded; /* total, a multiple of DP */
+    double bucket; /* elements per DP bucket (parallel.ddp_bucket_size, as tpd_dp_plan_init) */
+    int nbuckets;
+} tpd_plan_units;
+tpd_status tpd_plan_units_init(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                               tpd_plan_units *u);
+void tpd_plan_units_free(tpd_plan_units *u);
+/* Element range of bucket b. */
+void tpd_plan_units_bucket(const tpd_plan_units *u, int b, double *begin_p, double *len_p);
+
+/* Everything after the simulated pipeline: per stage, the DP buckets start when the last
+ * backward (or W) has made their layers final (overlap_grad_reduce) or after the pipeline,
+ * and run one after another; the ZeRO all-gathers of the next step's parameters, bucket by
+ * bucket after the optimizer, against the first forward that needs each. Fills the dp_*
+ * fields of res->time, res->dp_exposed, pp_idle_fraction, and res->step_time_s from
+ * pipe (with p2p) and res->time.{compute, pp_bubble, pp_p2p, optimizer}. */
+tpd_status tpd_plan_step_finish(const tpd_config *cfg, const tpd_plan_layout *lay,
+                                const tpd_plan_pipe *pipe, const tpd_plan_stage_cost *cost,
+                                const tpd_plan_dp_cost *dpc, tpd_plan_result *res);
+/* The serial DP time of a stage that no overlap hides: every bucket under no
+ * overlap_grad_reduce, else those holding the embedding (they wait for the pipeline); the
+ * same for the gathers. For the search's lower bound. */
+double tpd_plan_dp_unhidden(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                            const tpd_plan_dp_cost *dpc);
+
+/* The GPU model's and the cpu model's DP prices for a layout. */
+void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                          const tpd_plan_layout *lay, tpd_plan_dp_cost *out);
+void tpd_plan_cpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                          const tpd_plan_layout *lay, tpd_plan_dp_cost *out);
+
 /* The cpu backend's whole-step model (pipeline simulated as on cuda). */
 tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
                                       const tpd_plan_options *opt, int split_bubble,
                                       tpd_plan_result *res);
+/* The simulator's inputs of each stage: per (micro-batch, chunk), the stage's times over v
+ * (the simulator has one time per stage; the chunks of a stage share it). */
+void tpd_plan_sim_times(const tpd_plan_layout *lay, const tpd_plan_stage_cost *cost, double p2p,
+                        tpd_pp_sim_times *times);
+/* Throughput fields of res from its step time. */
+void tpd_plan_rates(const tpd_config *cfg, const tpd_plan_cluster *cl, tpd_plan_result *res);
 
 #endif

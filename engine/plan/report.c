@@ -5,13 +5,33 @@
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define GIB 1073741824.0
 
+/* The schedule as the table shows it: 1f1b, int (interleaved), zb-h1. */
+static const char *sched_short(const tpd_plan_layout *l) {
+    switch (tpd_plan_layout_schedule(l)) {
+    case TPD_SCHEDULE_INTERLEAVED:
+        return "int";
+    case TPD_SCHEDULE_ZB_H1:
+        return "zb-h1";
+    case TPD_SCHEDULE_1F1B:
+        break;
+    }
+    return "1f1b";
+}
+
+/* The overlap flags: g (grad reduce), p (param gather, ZeRO only), - (none). */
+static const char *overlap_short(const tpd_plan_layout *l) {
+    int g = l->overlap_grad_reduce, pg = l->overlap_param_gather && l->distributed_optimizer;
+    return g ? (pg ? "g+p" : "g") : (pg ? "p" : "-");
+}
+
 void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {
-    fprintf(f, "%4s %3s %3s %5s %4s %2s %-9s %-3s %-4s %8s %8s %11s %6s %10s\n", "rank", "TP", "PP",
-            "DP", "mbs", "v", "recompute", "SP", "ZeRO", "mem GiB", "step s", "TFLOP/s/GPU", "MFU",
-            "tokens/s");
+    fprintf(f, "%4s %3s %3s %5s %4s %2s %-5s %-9s %-3s %-4s %-3s %8s %8s %5s %6s %11s %6s %10s\n",
+            "rank", "TP", "PP", "DP", "mbs", "v", "sched", "recompute", "SP", "ZeRO", "ovl",
+            "mem GiB", "step s", "idle", "DP exp", "TFLOP/s/GPU", "MFU", "tokens/s");
     for (int i = 0; i < n; i++) {
         const tpd_plan_layout *l = &r[i].layout;
         char rc[16];
@@ -19,16 +39,22 @@ void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {
             snprintf(rc, sizeof rc, "full:%d", r[i].recompute_layers); /* the block method */
         else
             snprintf(rc, sizeof rc, "%s", tpd_config_choice("training.recompute", l->recompute));
-        fprintf(f, "%4d %3d %3d %5d %4d %2d %-9s %-3s %-4s %8.1f %8.3f %11.1f %5.1f%% %10.0f\n",
-                i + 1, l->tp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages, rc,
-                l->sequence_parallel ? "on" : "off", l->distributed_optimizer ? "on" : "off",
-                r[i].memory_bytes / GIB, r[i].step_time_s, r[i].tflops_per_gpu, 100.0 * r[i].mfu,
-                r[i].tokens_per_s);
+        const tpd_plan_time *t = &r[i].time;
+        double st = r[i].step_time_s > 0 ? r[i].step_time_s : 1.0;
+        fprintf(f,
+                "%4d %3d %3d %5d %4d %2d %-5s %-9s %-3s %-4s %-3s %8.1f %8.3f %4.1f%% %5.1f%% "
+                "%11.1f %5.1f%% %10.0f\n",
+                i + 1, l->tp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages, sched_short(l),
+                rc, l->sequence_parallel ? "on" : "off", l->distributed_optimizer ? "on" : "off",
+                overlap_short(l), r[i].memory_bytes / GIB, r[i].step_time_s,
+                100.0 * t->pp_idle_fraction,
+                100.0 * (t->dp_comm_exposed + t->dp_gather_exposed) / st, r[i].tflops_per_gpu,
+                100.0 * r[i].mfu, r[i].tokens_per_s);
     }
 }
 
 void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
-    char l[160];
+    char l[224];
     tpd_plan_layout_str(&r->layout, l, sizeof l);
     fprintf(f, "layout: %s, %d micro-batches\n", l, r->num_micro_batches);
     if (r->stages == 0) {
@@ -50,17 +76,11 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
     }
     fprintf(f, "  fits: %s%s%s\n", r->fits ? "yes" : "no", r->fits ? "" : ", ", r->reject_reason);
     if (r->recompute_layers)
-        fprintf(f,
-                "  full recompute of the first %d layer(s) of each stage fits; to train it:\n"
-                "    training.recompute_num_layers=%d\n",
-                r->recompute_layers, r->recompute_layers);
-    if (r->balanced) {
+        fprintf(f, "  full recompute of the first %d layer(s) of each model chunk fits\n",
+                r->recompute_layers);
+    if (r->balanced)
         fprintf(f, "  stages split by predicted time (the ends also embed, or run the head and "
-                   "loss); to train it:\n    parallel.pipeline_layers=[");
-        for (int s = 0; s < r->stages; s++)
-            fprintf(f, "%s%d", s ? "," : "", r->stage_layers[s]);
-        fprintf(f, "]\n");
-    }
+                   "loss): parallel.pipeline_layers below\n");
     if (r->step_time_s <= 0.0) return;
     const tpd_plan_time *t = &r->time;
     double st = r->step_time_s;
@@ -74,12 +94,38 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
             100 * t->dp_comm_exposed / st);
     fprintf(f, "  optimizer step          %9.3f s  %5.1f%%\n", t->optimizer,
             100 * t->optimizer / st);
-    fprintf(f, "  per chunk: fwd %.3f ms, bwd %.3f ms, p2p %.3f ms\n", 1e3 * r->t_fwd_chunk,
-            1e3 * r->t_bwd_chunk, 1e3 * r->t_p2p);
+    fprintf(f, "  param gather (exposed)  %9.3f s  %5.1f%%\n", t->dp_gather_exposed,
+            100 * t->dp_gather_exposed / st);
+    double hidden = t->dp_comm_total - t->dp_comm_exposed - t->dp_gather_exposed;
+    fprintf(f,
+            "  pipeline: %s schedule, idle %.1f%% of the stages' time (1 - busy/time, as the "
+            "trainer measures)\n",
+            tpd_config_choice("parallel.pipeline_schedule", tpd_plan_layout_schedule(&r->layout)),
+            100 * t->pp_idle_fraction);
+    fprintf(f,
+            "  DP: %.3f s of communication on the busiest stage, %.3f s of it hidden "
+            "(overlap_grad_reduce %s, overlap_param_gather %s); a stage's reduction ends up to "
+            "%.3f s past its own pipeline (waiting for the tied embedding's other end "
+            "included)\n",
+            t->dp_comm_total, hidden > 0 ? hidden : 0.0,
+            r->layout.overlap_grad_reduce ? "on" : "off",
+            r->layout.overlap_param_gather ? "on" : "off", t->dp_exposed_max);
+    fprintf(f, "  per chunk (slowest stage): fwd %.3f ms, bwd %.3f ms", 1e3 * r->t_fwd_chunk,
+            1e3 * r->t_bwd_chunk);
+    if (r->t_wgrad_chunk > 0) fprintf(f, " (of which W %.3f ms)", 1e3 * r->t_wgrad_chunk);
+    fprintf(f, ", p2p %.3f ms\n", 1e3 * r->t_p2p);
     fprintf(f,
             "throughput: %.1f TFLOP/s/GPU model, %.1f with recomputation, MFU %.1f%%, "
             "%.0f tokens/s\n",
             r->tflops_per_gpu, r->hw_tflops_per_gpu, 100 * r->mfu, r->tokens_per_s);
+}
+
+/* The overrides that train r, on one line after "to train it:". */
+void tpd_plan_print_overrides(FILE *f, const tpd_config *cfg, const tpd_plan_result *r) {
+    char buf[4096];
+    if (r->stages == 0 || tpd_plan_overrides(cfg, r, buf, sizeof buf) < 0) return;
+    fprintf(f, "to train it: tripod train %s %s\n",
+            cfg->source_path[0] ? cfg->source_path : "CONFIG.yaml", buf);
 }
 
 void tpd_plan_print_rejections(FILE *f, const tpd_plan_search *s) {
@@ -93,7 +139,7 @@ void tpd_plan_print_rejections(FILE *f, const tpd_plan_search *s) {
     }
 }
 
-static cJSON *result_json(const tpd_plan_result *r) {
+static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
     const tpd_plan_layout *l = &r->layout;
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
@@ -103,6 +149,11 @@ static cJSON *result_json(const tpd_plan_result *r) {
     cJSON_AddNumberToObject(o, "micro_batch_size", l->micro_batch_size);
     cJSON_AddNumberToObject(o, "num_micro_batches", r->num_micro_batches);
     cJSON_AddNumberToObject(o, "virtual_stages", l->virtual_stages);
+    cJSON_AddStringToObject(
+        o, "pipeline_schedule",
+        tpd_config_choice("parallel.pipeline_schedule", tpd_plan_layout_schedule(l)));
+    cJSON_AddBoolToObject(o, "overlap_grad_reduce", l->overlap_grad_reduce);
+    cJSON_AddBoolToObject(o, "overlap_param_gather", l->overlap_param_gather);
     cJSON_AddStringToObject(o, "recompute", tpd_config_choice("training.recompute", l->recompute));
     cJSON_AddBoolToObject(o, "sequence_parallel", l->sequence_parallel);
     cJSON_AddBoolToObject(o, "distributed_optimizer", l->distributed_optimizer);
@@ -114,6 +165,10 @@ static cJSON *result_json(const tpd_plan_result *r) {
     cJSON *pl = cJSON_AddArrayToObject(o, "pipeline_layers");
     for (int s = 0; pl && s < r->stages; s++)
         cJSON_AddItemToArray(pl, cJSON_CreateNumber(r->stage_layers[s]));
+    /* per virtual stage (chunk c of stage s at c*PP + s): parallel.pipeline_layers when v > 1 */
+    cJSON *cl = cJSON_AddArrayToObject(o, "virtual_stage_layers");
+    for (int i = 0; cl && r->stages > 0 && i < r->stages * l->virtual_stages; i++)
+        cJSON_AddItemToArray(cl, cJSON_CreateNumber(r->chunk_layers[i]));
     cJSON_AddBoolToObject(o, "pipeline_layers_balanced", r->balanced);
     cJSON_AddNumberToObject(o, "recompute_num_layers", r->recompute_layers);
     cJSON_AddNumberToObject(o, "memory_bytes_per_rank", r->memory_bytes);
@@ -141,6 +196,17 @@ static cJSON *result_json(const tpd_plan_result *r) {
         cJSON_AddNumberToObject(tb, "pp_p2p", r->time.pp_p2p);
         cJSON_AddNumberToObject(tb, "dp_comm_exposed", r->time.dp_comm_exposed);
         cJSON_AddNumberToObject(tb, "optimizer", r->time.optimizer);
+        cJSON_AddNumberToObject(tb, "dp_gather_exposed", r->time.dp_gather_exposed);
+        cJSON_AddNumberToObject(tb, "dp_comm_total", r->time.dp_comm_total);
+        cJSON_AddNumberToObject(tb, "dp_exposed_max", r->time.dp_exposed_max);
+        cJSON_AddNumberToObject(tb, "pp_idle_fraction", r->time.pp_idle_fraction);
+    }
+    char buf[4096];
+    if (cfg && r->stages > 0 && tpd_plan_overrides(cfg, r, buf, sizeof buf) >= 0) {
+        cJSON *ov = cJSON_AddArrayToObject(o, "overrides");
+        for (char *save = NULL, *tok = strtok_r(buf, " ", &save); ov && tok;
+             tok = strtok_r(NULL, " ", &save))
+            cJSON_AddItemToArray(ov, cJSON_CreateString(tok));
     }
     cJSON_AddNumberToObject(o, "tflops_per_gpu", r->tflops_per_gpu);
     cJSON_AddNumberToObject(o, "hw_tflops_per_gpu", r->hw_tflops_per_gpu);
@@ -149,11 +215,11 @@ static cJSON *result_json(const tpd_plan_result *r) {
     return o;
 }
 
-char *tpd_plan_json(const tpd_plan_result *r, int n) {
+char *tpd_plan_json(const tpd_config *cfg, const tpd_plan_result *r, int n) {
     cJSON *arr = cJSON_CreateArray();
     if (!arr) return NULL;
     for (int i = 0; i < n; i++) {
-        cJSON *o = result_json(&r[i]);
+        cJSON *o = result_json(cfg, &r[i]);
         if (!o) {
             cJSON_Delete(arr);
             return NULL;

@@ -75,7 +75,17 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
     int k = opt->top_k > 0 ? opt->top_k : 10, n = opt->gpus;
     const tpd_config_model *m = &cfg->model;
     long gbs = cfg->training.global_batch_size;
-    int cpu = cl->backend == TPD_PLAN_BACKEND_CPU;
+    /* what every layout takes from the config: its schedule when it runs one chunk per
+     * stage (1f1b or zb-h1; more chunks run interleaved), and the overlap flags (or the
+     * options' when they say) */
+    tpd_plan_layout from_cfg;
+    tpd_plan_layout_from_config(cfg, n, &from_cfg);
+    tpd_schedule one_chunk = cfg->parallel.pipeline_schedule == TPD_SCHEDULE_ZB_H1
+                                 ? TPD_SCHEDULE_ZB_H1
+                                 : TPD_SCHEDULE_1F1B;
+    int ovl_grad = opt->dp_overlap >= 0 ? opt->dp_overlap : from_cfg.overlap_grad_reduce;
+    int ovl_param =
+        opt->param_gather_overlap >= 0 ? opt->param_gather_overlap : from_cfg.overlap_param_gather;
     s.top = calloc((size_t)k + 1, sizeof *s.top);
     tpd_plan_result *r = malloc(sizeof *r);
     tpd_config *scratch = malloc(sizeof *scratch); /* a layout's config with its split */
@@ -85,7 +95,8 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
     char why[192], key[sizeof s.reasons[0].key];
     for (int tp = 1; tp <= cl->gpus_per_node && tp <= n; tp++) {
         if (!divides(tp, cl->gpus_per_node) || !divides(tp, n)) continue;
-        tpd_plan_layout base = {tp, 1, 1, 1, 1, TPD_RECOMPUTE_NONE, 0, 0};
+        tpd_plan_layout base = {tp, 1, 1,         1,        1,        TPD_RECOMPUTE_NONE,
+                                0,  0, one_chunk, ovl_grad, ovl_param};
         if (m->num_attention_heads % tp != 0) {
             snprintf(why, sizeof why, "heads %d not divisible by TP %d", m->num_attention_heads,
                      tp);
@@ -109,6 +120,7 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
             for (int mbs = 1; mbs <= gbs / dp; mbs *= 2) {
                 base.micro_batch_size = mbs;
                 base.virtual_stages = 1;
+                base.schedule = one_chunk;
                 if (gbs % ((long)mbs * dp) != 0) {
                     snprintf(why, sizeof why, "global batch %ld not divisible by mbs*dp %d*%d", gbs,
                              mbs, dp);
@@ -116,12 +128,12 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                     reject(&s, key, &base, why);
                     continue;
                 }
-                int micro = (int)(gbs / ((long)mbs * dp));
-                for (int v = 1; v <= (pp > 1 && !cpu ? 8 : 1); v++) {
+                for (int v = 1; v <= (pp > 1 ? 8 : 1); v++) {
                     base.virtual_stages = v;
-                    if (v > 1 && (m->num_layers % (pp * v) != 0 || micro % pp != 0)) {
+                    base.schedule = v > 1 ? TPD_SCHEDULE_INTERLEAVED : one_chunk;
+                    if (v > 1 && !tpd_plan_layout_valid(cfg, cl, &base, n, why, sizeof why)) {
+                        /* the usual v (2, 3, 4) always, larger ones when the layers divide */
                         if (m->num_layers % (pp * v) == 0 || v == 2 || v == 3 || v == 4) {
-                            tpd_plan_layout_valid(cfg, cl, &base, n, why, sizeof why);
                             reason_key(why, key, sizeof key);
                             reject(&s, key, &base, why);
                         }
@@ -136,6 +148,11 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                                 lay.recompute = (tpd_recompute)rc;
                                 lay.sequence_parallel = sp;
                                 lay.distributed_optimizer = zero;
+                                if (!tpd_plan_layout_valid(cfg, cl, &lay, n, why, sizeof why)) {
+                                    reason_key(why, key, sizeof key);
+                                    reject(&s, key, &lay, why);
+                                    continue;
+                                }
                                 memset(r, 0, sizeof *r);
                                 r->layout = lay;
                                 const tpd_config *c =

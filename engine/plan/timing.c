@@ -5,15 +5,16 @@
  * is slower); memory-bound kernels (LayerNorm, GELU, softmax, dropout, residual adds)
  * from the bytes they move at HBM bandwidth; TP collectives as ring algorithms on the
  * link the TP group sits on. The pipeline is the simulation of the schedule's action
- * lists with those per-chunk times; DP gradient reduction is ring over the DP group's
- * link, and only the part that backward cannot hide is counted; the optimizer step is
- * memory bound. */
+ * lists with each stage's per-chunk times (step.c); DP gradient reduction is ring over the
+ * DP group's link, bucket by bucket, each started when the simulated last backward has
+ * made it final (step.c); the optimizer step is memory bound. */
 #include "engine/plan/plan.h"
 #include "engine/model/model_flops.h"
 #include "engine/plan/plan_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "parallel/pipeline/schedule.h"
 
@@ -121,22 +122,53 @@ static op_time layer_backward(op_time fwd) {
     return o;
 }
 
+/* W of one layer under a split backward (what tpd_model_weight_grad runs): the weight
+ * gradient GEMM of each linear layer, dW (out, in) = dY^T (out, tok) X (tok, in), and its
+ * bias gradient (a column sum over the tokens); under SP the gathers of their inputs and
+ * output gradients (ln1, ln2, d(out), d(x1)). `extra_b` gets what the split adds to B: the
+ * copies of the output gradients W needs (d(out), d(x1), dqkv), and under SP two more
+ * gathers in W than the unsplit backward does. */
+static op_time layer_wgrad(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                           const tpd_plan_layout *lay, op_time *extra_b) {
+    const tpd_config_model *m = &cfg->model;
+    double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size, t = lay->tp;
+    double f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
+    double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
+    double tok = s * b, sbh = s * b * h, rep = lay->sequence_parallel ? 1.0 / t : 1.0;
+    op_time w = {0.0, 0.0};
+    const double out_in[4][2] = {{3.0 * h / t, h}, {h, h / t}, {f / t, h}, {h, f / t}};
+    for (int i = 0; i < 4; i++) {
+        w.compute += gemm_time(cl, out_in[i][0], out_in[i][1], tok, 1, e);
+        w.compute += mem_time(cl, e * tok * out_in[i][0]);
+    }
+    extra_b->compute = mem_time(cl, 2.0 * e * (2.0 * sbh * rep + tok * 3.0 * h / t));
+    extra_b->comm = 0.0;
+    if (lay->sequence_parallel && lay->tp > 1) {
+        double bw, lat;
+        group_link(cl, lay->tp, 1, &bw, &lat);
+        double hr = half_ring_time(e * sbh, lay->tp, bw, lat);
+        w.comm = 4.0 * hr;
+        extra_b->comm = 2.0 * hr;
+    }
+    return w;
+}
+
 /* Token + position embedding (stage 0) and LM head + loss (last stage). */
 static void ends_time(const tpd_config *cfg, const tpd_plan_cluster *cl, const tpd_plan_layout *lay,
-                      int stage, op_time *fwd, op_time *bwd) {
+                      int embed, int head, op_time *fwd, op_time *bwd) {
     const tpd_config_model *m = &cfg->model;
     double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size, t = lay->tp;
     double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     double sbh = s * b * h, vp = tpd_config_padded_vocab(cfg, lay->tp);
     double bw, lat;
     group_link(cl, lay->tp, 1, &bw, &lat);
-    if (stage == 0) {
+    if (embed) {
         /* Gather rows, add positions, dropout; vocab-parallel embedding all-reduce. */
         fwd->compute += mem_time(cl, (5.0 * e + 1.0) * sbh);
         fwd->comm += allreduce_time(e * sbh, lay->tp, bw, lat);
         bwd->compute += mem_time(cl, 4.0 * e * sbh);
     }
-    if (stage == lay->pp - 1) {
+    if (head) {
         /* Final LayerNorm, logits GEMM (s*b, V/t, h), vocab-parallel cross-entropy in fp32
          * (about four passes over the s*b*V/t logits forward, three backward). */
         double rep = lay->sequence_parallel ? 1.0 / t : 1.0;
@@ -150,54 +182,94 @@ static void ends_time(const tpd_config *cfg, const tpd_plan_cluster *cl, const t
     }
 }
 
-void tpd_plan_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                         const tpd_plan_layout *lay, int stage, double *fwd_p, double *bwd_p,
-                         double *tp_comm_p) {
-    if (cl->backend == TPD_PLAN_BACKEND_CPU) {
-        tpd_plan_cpu_stage_time(cfg, cl, lay, stage, fwd_p, bwd_p, tp_comm_p);
-        return;
-    }
+void tpd_plan_gpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                             const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out) {
     op_time lf = layer_forward(cfg, cl, lay, 0);
     op_time lb = layer_backward(lf);
     op_time rc = {0.0, 0.0};
     if (lay->recompute == TPD_RECOMPUTE_FULL) rc = lf;
     if (lay->recompute == TPD_RECOMPUTE_SELECTIVE) rc = layer_forward(cfg, cl, lay, 1);
-    double layers = tpd_config_split_layers(cfg, lay->pp, stage, NULL);
+    double layers = tpd_plan_stage_layers(cfg, lay, stage);
     /* full recompute runs on the block method's layers only */
     double rl =
         lay->recompute == TPD_RECOMPUTE_FULL ? tpd_plan_recomputed_layers(cfg, lay, stage) : layers;
     op_time f = {layers * lf.compute, layers * lf.comm};
     op_time b = {layers * lb.compute + rl * rc.compute, layers * lb.comm + rl * rc.comm};
-    ends_time(cfg, cl, lay, stage, &f, &b);
-    *fwd_p = f.compute + f.comm;
-    *bwd_p = b.compute + b.comm;
-    *tp_comm_p = f.comm + b.comm;
+    /* W's share: inside the backward, or split from it (zb-h1), which costs B a little */
+    op_time extra;
+    op_time lw = layer_wgrad(cfg, cl, lay, &extra);
+    op_time w = {layers * lw.compute, layers * lw.comm};
+    if (tpd_plan_layout_schedule(lay) == TPD_SCHEDULE_ZB_H1) {
+        b.compute += layers * extra.compute;
+        b.comm += layers * extra.comm;
+    }
+    op_time ef = {0.0, 0.0}, eb = {0.0, 0.0}, hf = {0.0, 0.0}, hb = {0.0, 0.0};
+    if (stage == 0) ends_time(cfg, cl, lay, 1, 0, &ef, &eb);
+    if (stage == lay->pp - 1) ends_time(cfg, cl, lay, 0, 1, &hf, &hb);
+    out->embed_fwd = ef.compute + ef.comm;
+    out->embed_bwd = eb.compute + eb.comm;
+    out->head_fwd = hf.compute + hf.comm;
+    out->head_bwd = hb.compute + hb.comm;
+    out->fwd = f.compute + f.comm + out->embed_fwd + out->head_fwd;
+    out->bwd = b.compute + b.comm + out->embed_bwd + out->head_bwd;
+    out->wgrad = w.compute + w.comm;
+    out->tp_comm = f.comm + b.comm + ef.comm + eb.comm + hf.comm + hb.comm;
 }
 
-/* DP gradient reduction of the slowest stage (fp32 main grads; ZeRO-1 reduce-scatters
- * them and all-gathers the updated bf16 parameters), plus the tied-embedding gradient
- * all-reduce between the first and last stage. */
-static double dp_time(const tpd_config *cfg, const tpd_plan_cluster *cl, const tpd_plan_layout *lay,
-                      double *params_max_p) {
-    double bw, lat, worst = 0.0, nmax = 0.0;
+void tpd_plan_stage_cost_of(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                            const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out) {
+    if (cl->backend == TPD_PLAN_BACKEND_CPU)
+        tpd_plan_cpu_stage_cost(cfg, cl, lay, stage, out);
+    else
+        tpd_plan_gpu_stage_cost(cfg, cl, lay, stage, out);
+}
+
+void tpd_plan_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                         const tpd_plan_layout *lay, int stage, double *fwd_p, double *bwd_p,
+                         double *tp_comm_p) {
+    tpd_plan_stage_cost c;
+    tpd_plan_stage_cost_of(cfg, cl, lay, stage, &c);
+    *fwd_p = c.fwd;
+    *bwd_p = c.bwd;
+    *tp_comm_p = c.tp_comm;
+}
+
+double tpd_plan_stage_wgrad_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                 const tpd_plan_layout *lay, int stage) {
+    tpd_plan_stage_cost c;
+    tpd_plan_stage_cost_of(cfg, cl, lay, stage, &c);
+    return c.wgrad;
+}
+
+/* Ring collectives as affine functions of the bytes they move. */
+static tpd_plan_affine ring_cost(int n, double bw, double lat, int full) {
+    tpd_plan_affine a = {0.0, 0.0};
+    if (n <= 1) return a;
+    double k = full ? 2.0 : 1.0;
+    a.per_byte = k * (n - 1) / n / bw;
+    a.fixed = k * (n - 1) * lat;
+    return a;
+}
+
+/* DP gradient reduction per bucket (fp32 main grads, Megatron's; ZeRO-1 reduce-scatters
+ * them and all-gathers the updated parameters), and the tied-embedding gradient all-reduce
+ * between the first and last stage. */
+void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                          const tpd_plan_layout *lay, tpd_plan_dp_cost *out) {
+    double bw, lat;
     group_link(cl, lay->dp, lay->tp, &bw, &lat);
-    double pe = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
-    for (int s = 0; s < lay->pp; s++) {
-        double n = tpd_plan_stage_params(cfg, lay, s);
-        double t = lay->distributed_optimizer ? half_ring_time(4.0 * n, lay->dp, bw, lat) +
-                                                    half_ring_time(pe * n, lay->dp, bw, lat)
-                                              : allreduce_time(4.0 * n, lay->dp, bw, lat);
-        if (t > worst) worst = t;
-        if (n > nmax) nmax = n;
-    }
+    int zero = lay->distributed_optimizer && lay->dp > 1;
+    out->reduce = ring_cost(lay->dp, bw, lat, !zero);
+    out->gather = zero ? ring_cost(lay->dp, bw, lat, 0) : (tpd_plan_affine){0.0, 0.0};
+    out->grad_bytes = 4.0;
+    out->param_bytes = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
+    out->emb_allreduce = 0.0;
     if (lay->pp > 1) {
         double ebw, elat;
         group_link(cl, 2, lay->tp * lay->dp * (lay->pp - 1), &ebw, &elat);
         double emb = 4.0 * tpd_config_padded_vocab(cfg, lay->tp) * cfg->model.hidden_size / lay->tp;
-        worst += allreduce_time(emb, 2, ebw, elat);
+        out->emb_allreduce = allreduce_time(emb, 2, ebw, elat);
     }
-    *params_max_p = nmax;
-    return worst;
 }
 
 /* AdamW over this rank's shard: read the fp32 grad, read/write master, m and v, write the
@@ -209,58 +281,58 @@ static double optimizer_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
     return mem_time(cl, shard * per + params * 4.0);
 }
 
-static double dp_exposed(const tpd_config *cfg, const tpd_plan_options *opt, double dp,
-                         double params, double last_bwd) {
-    if (!opt->dp_overlap) return dp;
-    /* Buckets reduce while the last micro-batch's backward runs; the last bucket is
-     * always exposed. */
-    double bucket =
-        cfg->parallel.ddp_bucket_size > 0 ? (double)cfg->parallel.ddp_bucket_size : 40e6;
-    double last_share = params > 0 ? (bucket < params ? bucket / params : 1.0) : 1.0;
-    double hidden = dp - last_bwd;
-    double tail = dp * last_share;
-    return hidden > tail ? hidden : tail;
+static double max_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay) {
+    double nmax = 0.0;
+    for (int s = 0; s < lay->pp; s++) {
+        double n = tpd_plan_stage_params(cfg, lay, s);
+        if (n > nmax) nmax = n;
+    }
+    return nmax;
 }
 
 double tpd_plan_time_lower_bound(const tpd_config *cfg, const tpd_plan_cluster *cl,
                                  const tpd_plan_result *res, const tpd_plan_options *opt) {
+    (void)opt; /* res->layout carries the overlap flags */
     const tpd_plan_layout *lay = &res->layout;
-    double fmax = 0.0, bmax = 0.0;
+    if (cl->backend == TPD_PLAN_BACKEND_CPU) return 0.0;
+    double worst = 0.0;
+    int slowest = 0;
     for (int s = 0; s < lay->pp; s++) {
         double f, b, c;
         tpd_plan_stage_time(cfg, cl, lay, s, &f, &b, &c);
-        if (f > fmax) fmax = f;
-        if (b > bmax) bmax = b;
+        if (f + b > worst) {
+            worst = f + b;
+            slowest = s;
+        }
     }
-    double nmax;
-    double dp = dp_time(cfg, cl, lay, &nmax);
-    return res->num_micro_batches * (fmax + bmax) + dp_exposed(cfg, opt, dp, nmax, bmax) +
-           optimizer_time(cfg, cl, lay, nmax);
+    /* that stage's pipeline ends no sooner than its own compute, and what cannot overlap
+     * follows it */
+    tpd_plan_dp_cost dpc;
+    tpd_plan_gpu_dp_cost(cfg, cl, lay, &dpc);
+    return res->num_micro_batches * worst + tpd_plan_dp_unhidden(cfg, lay, slowest, &dpc) +
+           optimizer_time(cfg, cl, lay, max_stage_params(cfg, lay));
 }
 
-static tpd_status simulate(const tpd_plan_layout *lay, int m, double tf, double tb, double tp2p,
-                           double *makespan_p) {
-    tpd_status st = TPD_OK;
-    int p = lay->pp, v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
-    tpd_pp_schedule *sch = calloc((size_t)p, sizeof *sch);
-    tpd_pp_sim_times *times = calloc((size_t)p, sizeof *times);
-    int built = 0;
-    if (!sch || !times) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_scheds, "plan: out of memory");
-    for (; built < p; built++) {
-        times[built] = (tpd_pp_sim_times){tf, tb, 0.0, tp2p};
-        TPD_CHECK_GOTO(tpd_pp_schedule_make(v > 1 ? TPD_PP_KIND_INTERLEAVED : TPD_PP_KIND_1F1B, p,
-                                            built, m, v, &sch[built]),
-                       st, free_scheds);
-    }
-    tpd_pp_sim_result r;
-    TPD_CHECK_GOTO(tpd_pp_simulate(sch, p, times, NULL, NULL, &r), st, free_scheds);
-    *makespan_p = r.makespan;
-free_scheds:
-    for (int i = 0; i < built; i++)
-        tpd_pp_schedule_free(&sch[i]);
-    free(times);
-    free(sch);
-    return st;
+void tpd_plan_sim_times(const tpd_plan_layout *lay, const tpd_plan_stage_cost *cost, double p2p,
+                        tpd_pp_sim_times *times) {
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
+    int split = tpd_plan_layout_schedule(lay) == TPD_SCHEDULE_ZB_H1;
+    for (int s = 0; s < lay->pp; s++)
+        times[s] = (tpd_pp_sim_times){cost[s].fwd / v, cost[s].bwd / v,
+                                      split ? cost[s].wgrad / v : 0.0, p2p};
+}
+
+void tpd_plan_rates(const tpd_config *cfg, const tpd_plan_cluster *cl, tpd_plan_result *res) {
+    const tpd_plan_layout *lay = &res->layout;
+    double gbs = cfg->training.global_batch_size;
+    double vocab = tpd_config_padded_vocab(cfg, lay->tp);
+    int gpus = lay->tp * lay->pp * lay->dp;
+    res->model_flops = tpd_model_flops(cfg, gbs, vocab);
+    res->hw_flops = tpd_plan_layout_hw_flops(cfg, lay, gbs, vocab);
+    res->tflops_per_gpu = res->model_flops / (res->step_time_s * gpus) / 1e12;
+    res->hw_tflops_per_gpu = res->hw_flops / (res->step_time_s * gpus) / 1e12;
+    res->mfu = res->model_flops / (res->step_time_s * cl->peak_flops * gpus);
+    res->tokens_per_s = gbs * cfg->model.seq_length / res->step_time_s;
 }
 
 tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
@@ -268,26 +340,26 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
                                   tpd_plan_result *res) {
     if (cl->backend == TPD_PLAN_BACKEND_CPU)
         return tpd_plan_cpu_time_evaluate(cfg, cl, opt, split_bubble, res);
+    tpd_status st = TPD_OK;
     const tpd_plan_layout *lay = &res->layout;
     const tpd_config_model *mdl = &cfg->model;
-    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
-    int m = res->num_micro_batches;
-    double fmax = 0.0, bmax = 0.0, comm = 0.0;
-    for (int s = 0; s < lay->pp; s++) {
-        double f, b, c;
-        tpd_plan_stage_time(cfg, cl, lay, s, &f, &b, &c);
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1, p = lay->pp;
+    int m = res->num_micro_batches, slowest = 0;
+    tpd_plan_stage_cost *cost = calloc((size_t)p, sizeof *cost);
+    if (!cost) {
+        tpd_log_error("plan: out of memory");
+        return TPD_ERR_NOMEM;
+    }
+    for (int s = 0; s < p; s++) {
+        tpd_plan_stage_cost_of(cfg, cl, lay, s, &cost[s]);
         /* The slowest stage paces the steady state. */
-        if (f + b > fmax + bmax) {
-            fmax = f;
-            bmax = b;
-            comm = c;
-        }
+        if (cost[s].fwd + cost[s].bwd > cost[slowest].fwd + cost[slowest].bwd) slowest = s;
     }
     /* p2p of s*b*h/t elements (Megatron's scatter-gather, or the SP shard) between
      * neighbouring stages, TP*DP ranks apart. */
     double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     double p2p = 0.0;
-    if (lay->pp > 1) {
+    if (p > 1) {
         double bw, lat;
         group_link(cl, 2, lay->tp * lay->dp, &bw, &lat);
         /* Each TP rank sends its own shard over its own link: no sharing. */
@@ -297,33 +369,37 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
             e * mdl->seq_length * (double)lay->micro_batch_size * mdl->hidden_size / lay->tp / bw +
             lat;
     }
-    res->t_fwd_chunk = fmax / v;
-    res->t_bwd_chunk = bmax / v;
+    const tpd_plan_stage_cost *sc = &cost[slowest];
+    res->t_fwd_chunk = sc->fwd / v;
+    res->t_bwd_chunk = sc->bwd / v;
+    res->t_wgrad_chunk = tpd_plan_layout_schedule(lay) == TPD_SCHEDULE_ZB_H1 ? sc->wgrad / v : 0.0;
     res->t_p2p = p2p;
-    double ideal = m * (fmax + bmax), makespan = ideal, makespan0 = ideal;
-    if (lay->pp > 1) {
-        TPD_CHECK(simulate(lay, m, fmax / v, bmax / v, p2p, &makespan));
-        makespan0 = makespan;
-        if (split_bubble) TPD_CHECK(simulate(lay, m, fmax / v, bmax / v, 0.0, &makespan0));
+    tpd_plan_sim_times(lay, cost, p2p, res->stage_times);
+    double ideal = m * (sc->fwd + sc->bwd);
+    tpd_plan_pipe pipe, free_p2p;
+    memset(&pipe, 0, sizeof pipe);
+    memset(&free_p2p, 0, sizeof free_p2p);
+    TPD_CHECK_GOTO(tpd_plan_pipe_simulate(lay, m, res->stage_times, &pipe), st, out);
+    double makespan0 = pipe.makespan;
+    if (split_bubble && p > 1) {
+        tpd_pp_sim_times t0[TPD_CONFIG_MAX_STAGES];
+        tpd_plan_sim_times(lay, cost, 0.0, t0);
+        TPD_CHECK_GOTO(tpd_plan_pipe_simulate(lay, m, t0, &free_p2p), st, out);
+        makespan0 = free_p2p.makespan;
     }
-    double nmax;
-    double dp = dp_time(cfg, cl, lay, &nmax);
     res->time.compute = ideal;
-    res->time.tp_comm = m * comm;
-    res->time.pp_bubble = makespan0 - ideal;
-    res->time.pp_p2p = makespan - makespan0;
-    res->time.dp_comm_exposed = dp_exposed(cfg, opt, dp, nmax, bmax);
-    res->time.optimizer = optimizer_time(cfg, cl, lay, nmax);
-    res->step_time_s = makespan + res->time.dp_comm_exposed + res->time.optimizer;
-
-    double gbs = cfg->training.global_batch_size;
-    double vocab = tpd_config_padded_vocab(cfg, lay->tp);
-    int gpus = lay->tp * lay->pp * lay->dp;
-    res->model_flops = tpd_model_flops(cfg, gbs, vocab);
-    res->hw_flops = tpd_plan_layout_hw_flops(cfg, lay, gbs, vocab);
-    res->tflops_per_gpu = res->model_flops / (res->step_time_s * gpus) / 1e12;
-    res->hw_tflops_per_gpu = res->hw_flops / (res->step_time_s * gpus) / 1e12;
-    res->mfu = res->model_flops / (res->step_time_s * cl->peak_flops * gpus);
-    res->tokens_per_s = gbs * mdl->seq_length / res->step_time_s;
-    return TPD_OK;
+    res->time.tp_comm = m * sc->tp_comm;
+    /* >= 0 but for rounding: a single stage's makespan is the sum of its actions */
+    res->time.pp_bubble = makespan0 > ideal ? makespan0 - ideal : 0.0;
+    res->time.pp_p2p = pipe.makespan - makespan0;
+    res->time.optimizer = optimizer_time(cfg, cl, lay, max_stage_params(cfg, lay));
+    tpd_plan_dp_cost dpc;
+    tpd_plan_gpu_dp_cost(cfg, cl, lay, &dpc);
+    TPD_CHECK_GOTO(tpd_plan_step_finish(cfg, lay, &pipe, cost, &dpc, res), st, out);
+    tpd_plan_rates(cfg, cl, res);
+out:
+    tpd_plan_pipe_free(&free_p2p);
+    tpd_plan_pipe_free(&pipe);
+    free(cost);
+    return st;
 }

@@ -12,14 +12,17 @@
  *     a pipeline takes the longer of its full-speed critical path and the total work
  *     over the cores, since waiting stages lend their cores.
  * The pipeline is simulated per stage with each stage's own forward and backward time,
- * since the first stage (embedding) and the last (logits, loss) differ. Nothing
- * overlaps on this backend: the DP reduction and the optimizer follow the pipeline. */
+ * since the first stage (embedding) and the last (logits, loss) differ, by the simulator
+ * the planner shares with the GPU model (step.c), which also places the DP reduction
+ * against the last backward (overlap_grad_reduce) and the ZeRO gathers against the next
+ * forward (overlap_param_gather), as the engine's grad_sync does. */
 #include "engine/plan/plan.h"
 #include "engine/model/model_flops.h"
 #include "engine/plan/plan_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "parallel/pipeline/schedule.h"
 
@@ -124,9 +127,8 @@ static double p2p_time(const tpd_plan_cluster *cl, double bytes) {
     return bytes / bw + lat + sync_wait(cl, 2);
 }
 
-void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                             const tpd_plan_layout *lay, int stage, double *fwd_p, double *bwd_p,
-                             double *tp_comm_p) {
+void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                             const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out) {
     const tpd_config_model *md = &cfg->model;
     cpu_model m = model_of(cl, lay);
     const tpd_plan_cluster *c = cl;
@@ -145,7 +147,6 @@ void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double hr = half_ring(c, act, t, 1);
     double NC = N * C / (sp ? t : 1); /* elements of the row-split (N,C) regions */
     double layer_comm_f = sp ? 4 * hr : 2 * ar, layer_comm_b = sp ? 6 * hr : 2 * ar;
-    double f = 0, b = 0, comm = 0;
 
     /* One layer forward (model_step.c): LN, QKV (bias seeded), attention, projection +
      * all-reduce + bias, residual; LN, FC1 + bias + GELU, FC2 + all-reduce + bias,
@@ -164,134 +165,134 @@ void tpd_plan_cpu_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
                 2 * ew(&m, c->ew_add, 12, NC) + gemm_bwd(&m, N, Cl, C) +
                 ew(&m, c->ew_add, 4, N * C) + c->attn_bwd_ratio * attention_fwd(&m, B, T, NHl, HS) +
                 gemm_bwd(&m, N, C, 3 * Cl) + ew(&m, c->ew_add, 4, N * 3 * Cl);
-    double layers = tpd_config_split_layers(cfg, lay->pp, stage, NULL);
+    /* W's share of it (tpd_model_weight_grad): the weight half of each linear backward (dW
+     * has the FLOPs of dX) and the bias sums; under SP it gathers ln1, ln2, d(out), d(x1).
+     * A split backward (zb-h1) also copies W's output gradients in B (two (Nl,C) rows,
+     * dqkv), and gathers twice more under SP than the unsplit one. */
+    double lw = 0.5 * (gemm_bwd(&m, N, Fl, C) + gemm_bwd(&m, N, C, Fl) + gemm_bwd(&m, N, Cl, C) +
+                       gemm_bwd(&m, N, C, 3 * Cl)) +
+                2 * ew(&m, c->ew_add, 4, N * C) + ew(&m, c->ew_add, 4, N * Fl) +
+                ew(&m, c->ew_add, 4, N * 3 * Cl) + (sp ? 4 * hr : 0);
+    int split = tpd_plan_layout_schedule(lay) == TPD_SCHEDULE_ZB_H1;
+    double split_extra =
+        split ? 2 * ew(&m, c->ew_add, 8, NC) + ew(&m, c->ew_add, 8, N * 3 * Cl) + (sp ? 2 * hr : 0)
+              : 0.0;
+    double layers = tpd_plan_stage_layers(cfg, lay, stage);
     /* full recompute: each layer's forward runs again, with its two all-reduces, right
      * before its backward */
     int rc = lay->recompute == TPD_RECOMPUTE_FULL;
     /* selective recompute: the attention forward runs again before its backward */
     double rs = lay->recompute == TPD_RECOMPUTE_SELECTIVE ? attention_fwd(&m, B, T, NHl, HS) : 0.0;
-    /* the block method recomputes only the stage's first recompute_num_layers */
+    /* the block method recomputes only the first recompute_num_layers of each chunk */
     double rl = rc ? tpd_plan_recomputed_layers(cfg, lay, stage) : 0;
-    f += layers * lf;
-    b += layers * (lb + rs) + rl * lf;
-    comm += layers * (layer_comm_f + layer_comm_b) + rl * layer_comm_f;
+    double f = layers * (lf + layer_comm_f);
+    double b = layers * (lb + rs + layer_comm_b + split_extra) + rl * (lf + layer_comm_f);
+    double comm =
+        layers * (layer_comm_f + layer_comm_b + (split && sp ? 2 * hr : 0)) + rl * layer_comm_f;
+    memset(out, 0, sizeof *out);
     if (stage == 0) {
         /* Vocab-parallel lookup + all-reduce + positions (whole rows; SP keeps its share);
          * backward scatters both (SP: after gathering d(x0)). */
-        f += 2 * ew(&m, c->ew_add, 8, N * C);
+        out->embed_fwd = 2 * ew(&m, c->ew_add, 8, N * C) + ar;
+        out->embed_bwd = 2 * ew(&m, c->ew_add, 8, N * C) + (sp ? hr : 0);
         comm += ar + (sp ? hr : 0);
-        b += 2 * ew(&m, c->ew_add, 8, N * C);
     }
     if (stage == lay->pp - 1) {
         /* LN_f, logits (N, Vl), vocab-parallel cross-entropy with two small all-reduces;
          * backward: dlogits in place, the logits GEMM backward + all-reduce, LN_f. */
-        f += ew(&m, c->ew_layernorm_fwd, 8, NC) + gemm_fwd(&m, N, C, Vl) +
-             ew(&m, c->ew_xent_fwd, 8, N * Vl);
-        comm += allreduce(c, 4 * N, t, 1) + allreduce(c, 8 * N, t, 1) + (sp ? hr : 0);
-        b += ew(&m, c->ew_xent_bwd, 8, N * Vl) + gemm_bwd(&m, N, C, Vl) +
-             ew(&m, c->ew_layernorm_bwd, 16, NC);
-        comm += sp ? 2 * hr : ar;
+        double cf = allreduce(c, 4 * N, t, 1) + allreduce(c, 8 * N, t, 1) + (sp ? hr : 0);
+        double cb = sp ? 2 * hr : ar;
+        out->head_fwd = ew(&m, c->ew_layernorm_fwd, 8, NC) + gemm_fwd(&m, N, C, Vl) +
+                        ew(&m, c->ew_xent_fwd, 8, N * Vl) + cf;
+        out->head_bwd = ew(&m, c->ew_xent_bwd, 8, N * Vl) + gemm_bwd(&m, N, C, Vl) +
+                        ew(&m, c->ew_layernorm_bwd, 16, NC) + cb;
+        comm += cf + cb;
     }
-    /* TP collectives sit inside forward and backward: split them in proportion to where
-     * they are issued (forward: 2 per layer + embedding + loss; backward: 2 per layer +
-     * head). */
-    double comm_f = layers * layer_comm_f + (stage == 0 ? ar : 0) +
-                    (stage == lay->pp - 1
-                         ? allreduce(c, 4 * N, t, 1) + allreduce(c, 8 * N, t, 1) + (sp ? hr : 0)
-                         : 0);
-    *fwd_p = f + comm_f;
-    *bwd_p = b + (comm - comm_f);
-    *tp_comm_p = comm;
+    out->fwd = f + out->embed_fwd + out->head_fwd;
+    out->bwd = b + out->embed_bwd + out->head_bwd;
+    out->wgrad = layers * lw;
+    out->tp_comm = comm;
 }
 
-/* 1F1B with per-stage forward and backward times: each stage walks its list; a receive
- * waits for the matching send plus the p2p time. makespan_p: the last stage's end. */
-static tpd_status simulate_stages(int p, int m, const double *tf, const double *tb, double p2p,
-                                  double *makespan_p) {
-    tpd_status st = TPD_OK;
-    tpd_pp_schedule *sch = calloc((size_t)p, sizeof *sch);
-    double *clock = calloc((size_t)p, sizeof *clock);
-    int *pc = calloc((size_t)p, sizeof *pc);
-    /* arrival time of micro-batch j's activation at stage s (act) and gradient (grad) */
-    double *act = malloc((size_t)p * m * sizeof *act), *grad = malloc((size_t)p * m * sizeof *grad);
-    int built = 0;
-    if (!sch || !clock || !pc || !act || !grad)
-        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "plan: out of memory simulating %d stages", p);
-    for (int i = 0; i < p * m; i++)
-        act[i] = grad[i] = -1.0;
-    for (; built < p; built++)
-        TPD_CHECK_GOTO(tpd_pp_schedule_1f1b(p, built, m, &sch[built]), st, out);
-    int remaining = 0;
-    for (int s = 0; s < p; s++)
-        remaining += sch[s].count;
-    while (remaining > 0) {
-        int moved = 0;
-        for (int s = 0; s < p; s++) {
-            while (pc[s] < sch[s].count) {
-                const tpd_pp_action *a = &sch[s].actions[pc[s]];
-                int j = a->micro_batch;
-                if (a->kind == TPD_PP_RECV_ACT || a->kind == TPD_PP_RECV_GRAD) {
-                    double at = a->kind == TPD_PP_RECV_ACT ? act[s * m + j] : grad[s * m + j];
-                    if (at < 0) break;
-                    if (at > clock[s]) clock[s] = at;
-                } else if (a->kind == TPD_PP_SEND_ACT) {
-                    act[(s + 1) * m + j] = clock[s] + p2p;
-                } else if (a->kind == TPD_PP_SEND_GRAD) {
-                    grad[(s - 1) * m + j] = clock[s] + p2p;
-                } else {
-                    clock[s] += a->kind == TPD_PP_FWD ? tf[s] : tb[s];
-                }
-                pc[s]++;
-                remaining--;
-                moved = 1;
-            }
+/* DP communication of the cpu engine: all-reduce of fp32 gradient buckets (ZeRO:
+ * reduce-scatter, then the all-gather of fp32 parameters), each collective paying the sync
+ * wait of ranks that share cores; the tied embedding's all-reduce between the ends. */
+void tpd_plan_cpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                          const tpd_plan_layout *lay, tpd_plan_dp_cost *out) {
+    memset(out, 0, sizeof *out);
+    int n = lay->dp, zero = lay->distributed_optimizer && n > 1;
+    out->grad_bytes = out->param_bytes = 4.0;
+    if (n > 1) {
+        double bw, lat;
+        link_of(cl, n, lay->tp, &bw, &lat);
+        double k = zero ? 1.0 : 2.0;
+        out->reduce.per_byte = k * (n - 1) / n / bw;
+        out->reduce.fixed = log2_steps(n) * lat + sync_wait(cl, n);
+        if (zero) {
+            out->gather.per_byte = (double)(n - 1) / n / bw;
+            out->gather.fixed = out->reduce.fixed;
         }
-        if (!moved) TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, out, "plan: 1F1B simulation deadlocked");
     }
-    double end = 0;
-    for (int s = 0; s < p; s++)
-        end = clock[s] > end ? clock[s] : end;
-    *makespan_p = end;
-out:
-    for (int s = 0; s < built; s++)
-        tpd_pp_schedule_free(&sch[s]);
-    free(grad);
-    free(act);
-    free(pc);
-    free(clock);
-    free(sch);
-    return st;
+    if (lay->pp > 1)
+        out->emb_allreduce = allreduce(
+            cl, 4.0 * tpd_config_padded_vocab(cfg, lay->tp) / lay->tp * cfg->model.hidden_size, 2,
+            lay->tp * lay->dp * (lay->pp - 1));
+}
+
+/* Every time of the simulated pipeline times k (the whole pipeline runs k times as fast). */
+static void scale_pipe(tpd_plan_pipe *p, double k) {
+    p->makespan *= k;
+    for (int s = 0; s < p->stages; s++) {
+        p->end[s] *= k;
+        p->busy[s] *= k;
+        for (int i = 0; i < p->sched[s].count; i++) {
+            p->t0[s][i] *= k;
+            p->t1[s][i] *= k;
+        }
+    }
 }
 
 tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
                                       const tpd_plan_options *opt, int split_bubble,
                                       tpd_plan_result *res) {
     (void)opt;
+    tpd_status st = TPD_OK;
     const tpd_plan_layout *lay = &res->layout;
     const tpd_config_model *md = &cfg->model;
     cpu_model mm = model_of(cl, lay);
     int p = lay->pp, m = res->num_micro_batches, gpus = lay->tp * lay->pp * lay->dp;
-    double tf[TPD_CONFIG_MAX_STAGES], tb[TPD_CONFIG_MAX_STAGES];
-    double fmax = 0, bmax = 0, comm = 0;
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1, slowest = 0;
+    tpd_plan_stage_cost cost[TPD_CONFIG_MAX_STAGES];
+    memset(cost, 0, sizeof cost);
     for (int s = 0; s < p; s++) {
-        double c;
-        tpd_plan_cpu_stage_time(cfg, cl, lay, s, &tf[s], &tb[s], &c);
-        if (tf[s] + tb[s] > fmax + bmax) {
-            fmax = tf[s];
-            bmax = tb[s];
-            comm = c;
-        }
+        tpd_plan_cpu_stage_cost(cfg, cl, lay, s, &cost[s]);
+        if (cost[s].fwd + cost[s].bwd > cost[slowest].fwd + cost[slowest].bwd) slowest = s;
     }
     /* The cpu engine sends the whole (B*T, C) fp32 activation on every TP rank, or its
      * 1/TP share of the rows under sequence parallel. */
     double p2p = p > 1 ? p2p_time(cl, 4.0 * lay->micro_batch_size * md->seq_length *
                                           md->hidden_size / (lay->sequence_parallel ? lay->tp : 1))
                        : 0.0;
-    double ideal = m * (fmax + bmax), makespan = ideal, makespan0 = ideal;
+    const tpd_plan_stage_cost *sc = &cost[slowest];
+    res->t_fwd_chunk = sc->fwd / v;
+    res->t_bwd_chunk = sc->bwd / v;
+    res->t_wgrad_chunk = tpd_plan_layout_schedule(lay) == TPD_SCHEDULE_ZB_H1 ? sc->wgrad / v : 0.0;
+    res->t_p2p = p2p;
+    tpd_plan_sim_times(lay, cost, p2p, res->stage_times);
+    double ideal = m * (sc->fwd + sc->bwd);
+    tpd_plan_pipe pipe, probe;
+    memset(&pipe, 0, sizeof pipe);
+    memset(&probe, 0, sizeof probe);
+    TPD_CHECK_GOTO(tpd_plan_pipe_simulate(lay, m, res->stage_times, &pipe), st, out);
+    double makespan = pipe.makespan, makespan0 = makespan;
     if (p > 1) {
-        TPD_CHECK(simulate_stages(p, m, tf, tb, p2p, &makespan));
-        makespan0 = makespan;
-        if (split_bubble) TPD_CHECK(simulate_stages(p, m, tf, tb, 0.0, &makespan0));
+        tpd_pp_sim_times t1[TPD_CONFIG_MAX_STAGES];
+        if (split_bubble) {
+            tpd_plan_sim_times(lay, cost, 0.0, t1);
+            TPD_CHECK_GOTO(tpd_plan_pipe_simulate(lay, m, t1, &probe), st, out);
+            makespan0 = probe.makespan;
+            tpd_plan_pipe_free(&probe);
+        }
         /* Ranks that share cores: the stage times above assume every rank computes at
          * once, but a stage waiting in the bubble gives its core to the rank it shares it
          * with. The pipeline then takes the longer of its critical path at full-core speed
@@ -299,81 +300,53 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
         double per_node = gpus < cl->gpus_per_node ? gpus : cl->gpus_per_node;
         double share = core_share(cl, per_node);
         if (share > 1.0) {
-            double tf1[TPD_CONFIG_MAX_STAGES], tb1[TPD_CONFIG_MAX_STAGES], crit, work = 0;
+            double work = 0;
             for (int s = 0; s < p; s++) {
-                tf1[s] = tf[s] / share;
-                tb1[s] = tb[s] / share;
-                work += (double)lay->tp * lay->dp * m * (tf1[s] + tb1[s]);
+                t1[s] = res->stage_times[s];
+                t1[s].fwd /= share;
+                t1[s].bwd /= share;
+                t1[s].wgrad /= share;
+                work += (double)lay->tp * lay->dp * m * (cost[s].fwd + cost[s].bwd) / share;
             }
-            TPD_CHECK(simulate_stages(p, m, tf1, tb1, p2p, &crit));
+            TPD_CHECK_GOTO(tpd_plan_pipe_simulate(lay, m, t1, &probe), st, out);
+            double crit = probe.makespan;
             work /= cl->cpu_cores;
             double shared = crit > work ? crit : work;
             if (shared < makespan) {
                 double k = shared / makespan;
-                makespan *= k;
+                scale_pipe(&pipe, k);
                 makespan0 *= k;
                 ideal *= k;
             }
         }
     }
-    /* After the pipeline, on the stage that finishes last (stage 0 under 1F1B, which also
-     * holds the most parameters with the embedding): tied-embedding all-reduce with the
-     * last stage, then the DP buckets (all-reduce, or reduce-scatter under ZeRO-1). */
-    double dp = 0, optim = 0;
+    /* After the pipeline: zeroing the gradients (start of the step), the norm over owned
+     * elements and its scalar all-reduce (model-parallel group, or the world under ZeRO),
+     * AdamW on the shard, and the loss all-reduce + broadcast, on the stage with the most
+     * parameters; the reductions and gathers are tpd_plan_step_finish's. */
     int zero = lay->distributed_optimizer && lay->dp > 1;
+    double optim = 0;
     for (int s = 0; s < p; s++) {
         double padded = res->mem[s].grads / 4.0;    /* fp32 gradient elements, padded */
         double shard = res->mem[s].optimizer / 8.0; /* AdamW m and v, fp32 */
-        double bucket =
-            cfg->parallel.ddp_bucket_size > 0 ? (double)cfg->parallel.ddp_bucket_size : padded;
-        bucket = floor(bucket / lay->dp) * lay->dp;
-        if (bucket < lay->dp) bucket = lay->dp;
-        if (bucket > padded) bucket = padded;
-        double nb = bucket > 0 ? ceil(padded / bucket) : 0;
-        double d = 0;
-        if (p > 1 && (s == 0 || s == p - 1))
-            d += allreduce(cl,
-                           4.0 * tpd_config_padded_vocab(cfg, lay->tp) / lay->tp * md->hidden_size,
-                           2, lay->tp * lay->dp * (p - 1));
-        for (double k = 0; k < nb; k++) {
-            double len = padded - k * bucket < bucket ? padded - k * bucket : bucket;
-            d += zero ? half_ring(cl, 4.0 * len, lay->dp, lay->tp)
-                      : allreduce(cl, 4.0 * len, lay->dp, lay->tp);
-        }
-        /* Zeroing the gradients (start of the step), the norm over owned elements and its
-         * scalar all-reduce (model-parallel group, or the world under ZeRO), AdamW on the
-         * shard, the ZeRO all-gather, and the loss all-reduce + broadcast. */
         double o = ew(&mm, cl->ew_zero, 4, padded) + ew(&mm, cl->ew_sumsq, 4, shard) +
                    allreduce(cl, 4, zero ? gpus : lay->tp * p, 1) +
                    ew(&mm, cl->ew_adamw, 28, shard) + allreduce(cl, 4, lay->dp, lay->tp) +
                    half_ring(cl, 4, p, lay->tp * lay->dp);
-        for (double k = 0; zero && k < nb; k++) {
-            double len = padded - k * bucket < bucket ? padded - k * bucket : bucket;
-            o += half_ring(cl, 4.0 * len, lay->dp, lay->tp);
-        }
-        if (s == 0 || d + o > dp + optim) {
-            dp = d;
-            optim = o;
-        }
+        if (o > optim) optim = o;
     }
-    res->t_fwd_chunk = fmax;
-    res->t_bwd_chunk = bmax;
-    res->t_p2p = p2p;
     res->time.compute = ideal;
-    res->time.tp_comm = m * comm;
-    res->time.pp_bubble = makespan0 - ideal;
-    res->time.pp_p2p = makespan - makespan0;
-    res->time.dp_comm_exposed = dp;
+    res->time.tp_comm = m * sc->tp_comm;
+    /* >= 0 but for rounding: a single stage's makespan is the sum of its actions */
+    res->time.pp_bubble = makespan0 > ideal ? makespan0 - ideal : 0.0;
+    res->time.pp_p2p = pipe.makespan - makespan0;
     res->time.optimizer = optim;
-    res->step_time_s = makespan + dp + optim;
-
-    double gbs = cfg->training.global_batch_size;
-    double vocab = tpd_config_padded_vocab(cfg, lay->tp);
-    res->model_flops = tpd_model_flops(cfg, gbs, vocab);
-    res->hw_flops = tpd_plan_layout_hw_flops(cfg, lay, gbs, vocab);
-    res->tflops_per_gpu = res->model_flops / (res->step_time_s * gpus) / 1e12;
-    res->hw_tflops_per_gpu = res->hw_flops / (res->step_time_s * gpus) / 1e12;
-    res->mfu = res->model_flops / (res->step_time_s * cl->peak_flops * gpus);
-    res->tokens_per_s = gbs * md->seq_length / res->step_time_s;
-    return TPD_OK;
+    tpd_plan_dp_cost dpc;
+    tpd_plan_cpu_dp_cost(cfg, cl, lay, &dpc);
+    TPD_CHECK_GOTO(tpd_plan_step_finish(cfg, lay, &pipe, cost, &dpc, res), st, out);
+    tpd_plan_rates(cfg, cl, res);
+out:
+    tpd_plan_pipe_free(&probe);
+    tpd_plan_pipe_free(&pipe);
+    return st;
 }

@@ -348,6 +348,77 @@ TEST(Sweep, SequenceParallelAndRecomputeAxes) {
     tpd_sweep_result_free(&res);
 }
 
+// --vp, --schedule and --overlap are sweep axes too: virtual stages run interleaved, zb-h1
+// splits the backward, overlap moves the DP reduction into the backward; none changes the
+// arithmetic, so every trial's losses match. zb-h1 with virtual stages is skipped with the
+// config's reason. Each trial has the planner's idle fraction and exposed DP beside the
+// measured ones.
+TEST(Sweep, ScheduleVirtualStagesAndOverlapAxes) {
+    std::vector<std::string> o = overrides();
+    o[0] = "model.num_layers=4"; // two chunks of one layer on each of two stages
+    std::vector<const char *> oc = cstrs(o);
+    tpd_sweep_options opt = quick_options(2, 2, "sweep_sched");
+    opt.vp[0] = 1, opt.vp[1] = 2, opt.n_vp = 2;
+    opt.schedule[0] = TPD_SCHEDULE_1F1B, opt.schedule[1] = TPD_SCHEDULE_ZB_H1;
+    opt.n_schedule = 2;
+    opt.overlap[0] = 0, opt.overlap[1] = 1, opt.n_overlap = 2;
+    opt.zero[0] = 1, opt.n_zero = 1;
+    opt.traces = 0;
+    tpd_sweep_result res;
+    ASSERT_EQ(tpd_sweep_run(demo_path().c_str(), (int)oc.size(), oc.data(), g_world, &opt, &res),
+              TPD_OK);
+    ASSERT_EQ(res.n, 16);
+    const tpd_sweep_trial *ref = nullptr;
+    int ok = 0, skipped = 0, interleaved = 0, zb = 0, overlapped = 0;
+    for (int i = 0; i < res.n; i++) {
+        const tpd_sweep_trial &t = res.trials[i];
+        if (t.state == TPD_SWEEP_SKIPPED) {
+            EXPECT_EQ(t.vp, 2);
+            EXPECT_EQ(t.schedule, TPD_SCHEDULE_ZB_H1);
+            EXPECT_NE(std::string(t.reason).find("zb-h1"), std::string::npos) << t.reason;
+            skipped++;
+            continue;
+        }
+        ASSERT_EQ(t.state, TPD_SWEEP_OK) << t.reason;
+        ok++;
+        interleaved += t.schedule == TPD_SCHEDULE_INTERLEAVED;
+        EXPECT_EQ(t.schedule == TPD_SCHEDULE_INTERLEAVED, t.vp == 2);
+        zb += t.schedule == TPD_SCHEDULE_ZB_H1;
+        overlapped += t.overlap;
+        ASSERT_TRUE(t.have_pred);
+        EXPECT_EQ(t.pred_mem, t.peak_mem); // the cpu memory plan holds for every schedule
+        EXPECT_GT(t.pred_ovl.idle_fraction, 0.0);
+        EXPECT_LT(t.pred_ovl.idle_fraction, 1.0);
+        EXPECT_GE(t.meas_ovl.idle_fraction, 0.0);
+        EXPECT_LT(t.meas_ovl.idle_fraction, 1.0);
+        EXPECT_GE(t.meas_ovl.dp_exposed, 0.0);
+        EXPECT_GT(t.pred_ovl.dp_exposed, 0.0); // the tied embedding's all-reduce at least
+        if (!ref) ref = &t;
+        ASSERT_EQ(t.n_loss, ref->n_loss);
+        for (int s = 0; s < t.n_loss; s++)
+            EXPECT_NEAR(t.loss[s], ref->loss[s], 1e-5 * std::fabs(ref->loss[s]))
+                << "TP " << t.tp << " v " << t.vp << " schedule " << t.schedule << " overlap "
+                << t.overlap;
+    }
+    EXPECT_EQ(ok, 12);
+    EXPECT_EQ(skipped, 4);
+    EXPECT_EQ(interleaved, 4);
+    EXPECT_EQ(zb, 4);
+    EXPECT_EQ(overlapped, 6);
+    if (tpd_comm_rank(g_world) == 0) {
+        ASSERT_EQ(tpd_sweep_write(&res, &opt), TPD_OK);
+        std::string csv = slurp(std::string(opt.out_dir) + "/summary.csv");
+        for (const char *col : {",vp,schedule,overlap,idle_fraction,pred_idle_fraction,",
+                                "dp_exposed_s,pred_dp_exposed_s,param_wait_s,pred_param_wait_s"})
+            EXPECT_NE(csv.find(col), std::string::npos) << col;
+        EXPECT_NE(csv.find(",2,interleaved,1,"), std::string::npos) << csv;
+        EXPECT_NE(csv.find(",1,zb-h1,0,"), std::string::npos) << csv;
+        std::string failed = slurp(std::string(opt.out_dir) + "/failed.csv");
+        EXPECT_NE(failed.find("skipped,2,zb-h1,"), std::string::npos) << failed;
+    }
+    tpd_sweep_result_free(&res);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {

@@ -77,7 +77,11 @@ TEST(PlanCli, JsonHasEveryField) {
     ASSERT_NE(arr, nullptr) << out;
     ASSERT_TRUE(cJSON_IsArray(arr));
     ASSERT_EQ(cJSON_GetArraySize(arr), 4);
-    const char *fields[] = {"tp",
+    const char *fields[] = {"pipeline_schedule",
+                            "overlap_grad_reduce",
+                            "overlap_param_gather",
+                            "virtual_stage_layers",
+                            "tp",
                             "pp",
                             "dp",
                             "micro_batch_size",
@@ -127,12 +131,35 @@ TEST(PlanCli, JsonHasEveryField) {
         EXPECT_NEAR(cJSON_GetObjectItem(o, "memory_bytes_per_rank")->valuedouble, maxtotal, 1.0);
         cJSON *tb = cJSON_GetObjectItem(o, "time_breakdown");
         double parts = 0.0;
-        for (const char *k : {"compute", "pp_bubble", "pp_p2p", "dp_comm_exposed", "optimizer"}) {
+        for (const char *k : {"compute", "pp_bubble", "pp_p2p", "dp_comm_exposed", "optimizer",
+                              "dp_gather_exposed"}) {
             ASSERT_TRUE(cJSON_HasObjectItem(tb, k)) << k;
             parts += cJSON_GetObjectItem(tb, k)->valuedouble;
         }
         EXPECT_TRUE(cJSON_HasObjectItem(tb, "tp_comm"));
         EXPECT_NEAR(parts, step, 1e-9 * step); // the parts add up to the step
+        // beside them: the idle fraction and how much DP communication was hidden
+        double idle = cJSON_GetObjectItem(tb, "pp_idle_fraction")->valuedouble;
+        EXPECT_GE(idle, 0.0);
+        EXPECT_LT(idle, 1.0);
+        EXPECT_GE(cJSON_GetObjectItem(tb, "dp_comm_total")->valuedouble,
+                  cJSON_GetObjectItem(tb, "dp_comm_exposed")->valuedouble);
+        EXPECT_TRUE(cJSON_HasObjectItem(tb, "dp_exposed_max"));
+        // what trains it: every parallel.* key, and the schedule the layout runs
+        std::string sched = cJSON_GetObjectItem(o, "pipeline_schedule")->valuestring;
+        cJSON *ov = cJSON_GetObjectItem(o, "overrides");
+        ASSERT_TRUE(cJSON_IsArray(ov));
+        std::string all;
+        cJSON *it;
+        cJSON_ArrayForEach(it, ov) all += std::string(it->valuestring) + " ";
+        for (const char *k :
+             {"parallel.tensor_model_parallel_size=", "parallel.pipeline_model_parallel_size=",
+              "parallel.virtual_pipeline_model_parallel_size=", "parallel.pipeline_layers=",
+              "parallel.overlap_grad_reduce=", "parallel.overlap_param_gather=",
+              "parallel.sequence_parallel=", "parallel.use_distributed_optimizer=",
+              "training.recompute="})
+            EXPECT_NE(all.find(k), std::string::npos) << k << " in " << all;
+        EXPECT_NE(all.find("parallel.pipeline_schedule=" + sched + " "), std::string::npos) << all;
         double mfu = cJSON_GetObjectItem(o, "mfu")->valuedouble;
         EXPECT_GT(mfu, 0.0);
         EXPECT_LT(mfu, 1.0);
@@ -202,8 +229,53 @@ TEST(PlanCli, BadArgumentsAreConfigErrors) {
     EXPECT_EQ(run({"plan", kConfig, "--cluster", "no-such"}, &out), TPD_EXIT_CONFIG);
     EXPECT_EQ(run({"plan", kConfig, "--layout", "3,4,1", "--cluster", "dgx-a100-80g"}, &out),
               TPD_EXIT_CONFIG);
+    EXPECT_EQ(run({"plan", kConfig, "--dp-overlap", "yes"}, &out), TPD_EXIT_CONFIG);
+    EXPECT_EQ(run({"plan", kConfig, "--param-gather-overlap", "1"}, &out), TPD_EXIT_CONFIG);
+    // a layout the trainer would reject: zb-h1 cannot split a backward full recompute drops
+    EXPECT_EQ(run({"plan", kConfig, "--layout", "2,4,2", "--cluster", "dgx-a100-80g",
+                   "parallel.pipeline_schedule=zb-h1", "training.recompute=selective",
+                   "parallel.virtual_pipeline_model_parallel_size=1"},
+                  &out),
+              0)
+        << out;
     std::string err = testing::internal::GetCapturedStderr();
     EXPECT_NE(err.find("heads 16 not divisible by TP 3"), std::string::npos) << err;
+    EXPECT_NE(err.find("--dp-overlap 'yes' must be on or off"), std::string::npos) << err;
+    EXPECT_NE(err.find("--param-gather-overlap '1' must be on or off"), std::string::npos) << err;
+}
+
+// The overlap flags come from the config unless a flag says otherwise, and the report
+// shows the schedule, the idle fraction, the exposed DP and what trains the layout.
+TEST(PlanCli, OverlapFollowsTheConfigAndTheReportSaysHowToTrain) {
+    write_config();
+    std::string out;
+    auto overlap_of = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = {"plan",     kConfig, "--cluster", "dgx-a100-80g",
+                                         "--layout", "2,4,2", "--json"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        EXPECT_EQ(run(args, &out), 0) << out;
+        cJSON *arr = cJSON_Parse(out.c_str());
+        EXPECT_NE(arr, nullptr) << out;
+        if (!arr) return -1;
+        cJSON *o = cJSON_GetArrayItem(arr, 0);
+        int v = cJSON_IsTrue(cJSON_GetObjectItem(o, "overlap_grad_reduce")) * 2 +
+                cJSON_IsTrue(cJSON_GetObjectItem(o, "overlap_param_gather"));
+        cJSON_Delete(arr);
+        return v;
+    };
+    EXPECT_EQ(overlap_of({}), 3); // the config's defaults: both on
+    EXPECT_EQ(overlap_of({"parallel.overlap_grad_reduce=false"}), 1);
+    EXPECT_EQ(overlap_of({"parallel.overlap_grad_reduce=false", "--dp-overlap", "on"}), 3);
+    EXPECT_EQ(overlap_of({"parallel.overlap_param_gather=false"}), 2);
+    EXPECT_EQ(overlap_of({"--param-gather-overlap", "off", "--dp-overlap", "off"}), 0);
+    ASSERT_EQ(run({"plan", kConfig, "--cluster", "dgx-a100-80g", "--layout", "2,4,2",
+                   "parallel.pipeline_schedule=zb-h1"},
+                  &out),
+              0);
+    for (const char *k :
+         {"zb-h1", "idle", "DP comm (exposed)", "param gather (exposed)",
+          "to train it: tripod train", "parallel.pipeline_schedule=zb-h1", "(of which W"})
+        EXPECT_NE(out.find(k), std::string::npos) << k << " in\n" << out;
 }
 
 } // namespace
