@@ -119,8 +119,9 @@ tpd_status tpd_kern_pos_bwd(const tpd_kern_backend *kb, void *dwpe, const void *
 }
 
 tpd_status tpd_kern_layernorm_fwd(const tpd_kern_backend *kb, void *out, float *mean, float *rstd,
-                                  const void *inp, const void *w, const void *b, int N, int C) {
-    return kb->ops->layernorm_fwd(kb->ctx, out, mean, rstd, inp, w, b, N, C);
+                                  const void *inp, const void *w, const void *b, int N, int C,
+                                  float eps) {
+    return kb->ops->layernorm_fwd(kb->ctx, out, mean, rstd, inp, w, b, N, C, eps);
 }
 
 tpd_status tpd_kern_layernorm_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, void *db,
@@ -174,14 +175,56 @@ size_t tpd_kern_attention_saved_bytes(const tpd_kern_backend *kb, int B, int T, 
 }
 
 tpd_status tpd_kern_attention_fwd(const tpd_kern_backend *kb, void *out, void *saved,
-                                  const void *qkv, int B, int T, int NH, int HS) {
-    return kb->ops->attention_fwd(kb->ctx, out, saved, qkv, B, T, NH, HS);
+                                  const void *qkv, int B, int T, int NH, int NKV, int HS) {
+    return kb->ops->attention_fwd(kb->ctx, out, saved, qkv, B, T, NH, NKV, HS);
 }
 
 tpd_status tpd_kern_attention_bwd(const tpd_kern_backend *kb, void *dqkv, const void *dout,
                                   const void *qkv, const void *out, const void *saved, int B, int T,
-                                  int NH, int HS) {
-    return kb->ops->attention_bwd(kb->ctx, dqkv, dout, qkv, out, saved, B, T, NH, HS);
+                                  int NH, int NKV, int HS) {
+    return kb->ops->attention_bwd(kb->ctx, dqkv, dout, qkv, out, saved, B, T, NH, NKV, HS);
+}
+
+/* The Llama ops are optional in a backend's table: one without them says so. */
+static tpd_status missing(const tpd_kern_backend *kb, const char *op) {
+    tpd_log_error("backend %s has no %s", tpd_kern_name(kb), op);
+    return TPD_ERR_UNSUPPORTED;
+}
+
+tpd_status tpd_kern_rmsnorm_fwd(const tpd_kern_backend *kb, void *out, float *rstd, const void *inp,
+                                const void *w, int N, int C, float eps) {
+    if (!kb->ops->rmsnorm_fwd) return missing(kb, "rmsnorm_fwd");
+    return kb->ops->rmsnorm_fwd(kb->ctx, out, rstd, inp, w, N, C, eps);
+}
+
+tpd_status tpd_kern_rmsnorm_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, const void *dout,
+                                const void *inp, const void *w, const float *rstd, int N, int C) {
+    if (!kb->ops->rmsnorm_bwd) return missing(kb, "rmsnorm_bwd");
+    return kb->ops->rmsnorm_bwd(kb->ctx, dinp, dw, dout, inp, w, rstd, N, C);
+}
+
+tpd_status tpd_kern_rope_fwd(const tpd_kern_backend *kb, void *qkv, int B, int T, int NH, int NKV,
+                             int HS, float base, int pos0) {
+    if (!kb->ops->rope_fwd) return missing(kb, "rope_fwd");
+    return kb->ops->rope_fwd(kb->ctx, qkv, B, T, NH, NKV, HS, base, pos0);
+}
+
+tpd_status tpd_kern_rope_bwd(const tpd_kern_backend *kb, void *dqkv, int B, int T, int NH, int NKV,
+                             int HS, float base, int pos0) {
+    if (!kb->ops->rope_bwd) return missing(kb, "rope_bwd");
+    return kb->ops->rope_bwd(kb->ctx, dqkv, B, T, NH, NKV, HS, base, pos0);
+}
+
+tpd_status tpd_kern_swiglu_fwd(const tpd_kern_backend *kb, void *out, const void *inp, int N,
+                               int F) {
+    if (!kb->ops->swiglu_fwd) return missing(kb, "swiglu_fwd");
+    return kb->ops->swiglu_fwd(kb->ctx, out, inp, N, F);
+}
+
+tpd_status tpd_kern_swiglu_bwd(const tpd_kern_backend *kb, void *dinp, const void *inp,
+                               const void *dout, int N, int F) {
+    if (!kb->ops->swiglu_bwd) return missing(kb, "swiglu_bwd");
+    return kb->ops->swiglu_bwd(kb->ctx, dinp, inp, dout, N, F);
 }
 
 tpd_status tpd_kern_xent_max(const tpd_kern_backend *kb, float *maxv, const void *logits, int N,

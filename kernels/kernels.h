@@ -105,10 +105,12 @@ tpd_status tpd_kern_pos_fwd(const tpd_kern_backend *kb, void *out, const void *w
 tpd_status tpd_kern_pos_bwd(const tpd_kern_backend *kb, void *dwpe, const void *dout, int B, int T,
                             int C);
 
-/* ---- layernorm (eps 1e-5, biased variance) ---- */
-/* out(N,C) = (inp - mean) * rstd * w + b; mean(N), rstd(N) fp32. Overwrites. */
+/* ---- layernorm (biased variance) ---- */
+/* out(N,C) = (inp - mean) * rstd * w + b with rstd = 1/sqrt(var + eps) (model.norm_epsilon;
+ * GPT-2's is 1e-5); mean(N), rstd(N) fp32. Overwrites. */
 tpd_status tpd_kern_layernorm_fwd(const tpd_kern_backend *kb, void *out, float *mean, float *rstd,
-                                  const void *inp, const void *w, const void *b, int N, int C);
+                                  const void *inp, const void *w, const void *b, int N, int C,
+                                  float eps);
 /* dinp(N,C) overwritten; dw(C), db(C) accumulated. */
 tpd_status tpd_kern_layernorm_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, void *db,
                                   const void *dout, const void *inp, const void *w,
@@ -148,18 +150,47 @@ tpd_status tpd_kern_add(const tpd_kern_backend *kb, void *out, const void *a, co
 /* x *= s. */
 tpd_status tpd_kern_scale(const tpd_kern_backend *kb, void *x, float s, size_t n);
 
-/* ---- causal self-attention, scale 1/sqrt(HS) ----
- * qkv(B,T,3*NH*HS): per token [Q heads | K heads | V heads], head h of Q at columns
- * h*HS..h*HS+HS-1. out(B,T,NH*HS). `saved` holds what the backward needs, of
- * attention_saved_bytes() bytes (cpu: softmax probabilities (B,NH,T,T) fp32; cuda
- * fused: softmax statistics (B,NH,T) fp32). Overwrites out and saved. */
+/* ---- causal self-attention, scale 1/sqrt(HS), with grouped-query attention ----
+ * qkv(B,T,(NH+2*NKV)*HS): per token [Q heads | K heads | V heads], head h of Q at columns
+ * h*HS..h*HS+HS-1, K head g at (NH+g)*HS, V head g at (NH+NKV+g)*HS. NKV divides NH; query
+ * head h attends with K/V head h / (NH/NKV) (NKV == NH: multi-head attention).
+ * out(B,T,NH*HS). `saved` holds what the backward needs, of attention_saved_bytes() bytes
+ * (cpu: softmax probabilities (B,NH,T,T) fp32; cuda fused: softmax statistics (B,NH,T)
+ * fp32). Overwrites out and saved. */
 size_t tpd_kern_attention_saved_bytes(const tpd_kern_backend *kb, int B, int T, int NH, int HS);
 tpd_status tpd_kern_attention_fwd(const tpd_kern_backend *kb, void *out, void *saved,
-                                  const void *qkv, int B, int T, int NH, int HS);
-/* dqkv(B,T,3*NH*HS) overwritten. */
+                                  const void *qkv, int B, int T, int NH, int NKV, int HS);
+/* dqkv(B,T,(NH+2*NKV)*HS) overwritten (a K/V head's gradient sums its query heads'). */
 tpd_status tpd_kern_attention_bwd(const tpd_kern_backend *kb, void *dqkv, const void *dout,
                                   const void *qkv, const void *out, const void *saved, int B, int T,
-                                  int NH, int HS);
+                                  int NH, int NKV, int HS);
+
+/* ---- Llama's block: RMSNorm, rotary position embedding, SwiGLU ---- */
+/* out(N,C) = inp * rstd * w with rstd = 1/sqrt(mean over C of inp^2 + eps); rstd(N) fp32.
+ * Overwrites. */
+tpd_status tpd_kern_rmsnorm_fwd(const tpd_kern_backend *kb, void *out, float *rstd, const void *inp,
+                                const void *w, int N, int C, float eps);
+/* dinp(N,C) overwritten; dw(C) accumulated. */
+tpd_status tpd_kern_rmsnorm_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, const void *dout,
+                                const void *inp, const void *w, const float *rstd, int N, int C);
+/* Rotary position embedding (Su et al.) in the "rotate half" layout of Llama and Megatron:
+ * on every Q and K head of qkv(B,T,(NH+2*NKV)*HS), in place, at position p = pos0 + t,
+ * for i < HS/2 with theta_i = p * base^(-2i/HS):
+ *   (x_i, x_{i+HS/2}) <- (x_i cos theta_i - x_{i+HS/2} sin theta_i,
+ *                         x_i sin theta_i + x_{i+HS/2} cos theta_i).
+ * V is untouched. HS is even. The angles are computed in double. */
+tpd_status tpd_kern_rope_fwd(const tpd_kern_backend *kb, void *qkv, int B, int T, int NH, int NKV,
+                             int HS, float base, int pos0);
+/* The transposed rotation on dqkv in place: d(before) from d(after), V's part untouched. */
+tpd_status tpd_kern_rope_bwd(const tpd_kern_backend *kb, void *dqkv, int B, int T, int NH, int NKV,
+                             int HS, float base, int pos0);
+/* inp(N,2F) holds [gate | up] per row; out(N,F) = silu(gate) * up, silu(x) = x/(1+e^-x).
+ * Overwrites. */
+tpd_status tpd_kern_swiglu_fwd(const tpd_kern_backend *kb, void *out, const void *inp, int N,
+                               int F);
+/* dinp(N,2F) = [d gate | d up] from dout(N,F). Overwrites. */
+tpd_status tpd_kern_swiglu_bwd(const tpd_kern_backend *kb, void *dinp, const void *inp,
+                               const void *dout, int N, int F);
 
 /* ---- softmax cross-entropy, vocab-parallel pieces ----
  * logits(N,Vl) are this rank's vocab columns [v0, v0+Vl); only the first Vvalid of

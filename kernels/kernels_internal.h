@@ -30,9 +30,10 @@ typedef struct tpd_kern_ops {
     tpd_status (*pos_fwd)(tpd_kern_ctx *ctx, void *out, const void *wpe, int B, int T, int C);
     tpd_status (*pos_bwd)(tpd_kern_ctx *ctx, void *dwpe, const void *dout, int B, int T, int C);
 
-    /* ---- layernorm (eps 1e-5, biased variance) ---- */
+    /* ---- layernorm (biased variance) ---- */
     tpd_status (*layernorm_fwd)(tpd_kern_ctx *ctx, void *out, float *mean, float *rstd,
-                                const void *inp, const void *w, const void *b, int N, int C);
+                                const void *inp, const void *w, const void *b, int N, int C,
+                                float eps);
     tpd_status (*layernorm_bwd)(tpd_kern_ctx *ctx, void *dinp, void *dw, void *db, const void *dout,
                                 const void *inp, const void *w, const float *mean,
                                 const float *rstd, int N, int C);
@@ -57,16 +58,13 @@ typedef struct tpd_kern_ops {
     tpd_status (*add)(tpd_kern_ctx *ctx, void *out, const void *a, const void *b, size_t n);
     tpd_status (*scale)(tpd_kern_ctx *ctx, void *x, float s, size_t n);
 
-    /* ---- causal self-attention, scale 1/sqrt(HS) ----
-     * qkv(B,T,3*NH*HS): per token [Q heads | K heads | V heads], head h of Q at columns
-     * h*HS..h*HS+HS-1. out(B,T,NH*HS). `saved` holds what the backward needs, of
-     * attention_saved_bytes() bytes (cpu: softmax probabilities (B,NH,T,T) fp32; cuda
-     * fused: softmax statistics (B,NH,T) fp32). Overwrites out and saved. */
+    /* ---- causal self-attention, scale 1/sqrt(HS), grouped-query (kernels.h) ---- */
     size_t (*attention_saved_bytes)(tpd_kern_ctx *ctx, int B, int T, int NH, int HS);
     tpd_status (*attention_fwd)(tpd_kern_ctx *ctx, void *out, void *saved, const void *qkv, int B,
-                                int T, int NH, int HS);
+                                int T, int NH, int NKV, int HS);
     tpd_status (*attention_bwd)(tpd_kern_ctx *ctx, void *dqkv, const void *dout, const void *qkv,
-                                const void *out, const void *saved, int B, int T, int NH, int HS);
+                                const void *out, const void *saved, int B, int T, int NH, int NKV,
+                                int HS);
 
     /* ---- softmax cross-entropy, vocab-parallel pieces ----
      * logits(N,Vl) are this rank's vocab columns [v0, v0+Vl); only the first Vvalid of
@@ -93,6 +91,20 @@ typedef struct tpd_kern_ops {
 
     /* ---- teardown ---- */
     void (*destroy)(tpd_kern_ctx *ctx);
+
+    /* ---- Llama's block (kernels.h); after destroy so that positional tables that end
+     * there still compile ---- */
+    tpd_status (*rmsnorm_fwd)(tpd_kern_ctx *ctx, void *out, float *rstd, const void *inp,
+                              const void *w, int N, int C, float eps);
+    tpd_status (*rmsnorm_bwd)(tpd_kern_ctx *ctx, void *dinp, void *dw, const void *dout,
+                              const void *inp, const void *w, const float *rstd, int N, int C);
+    tpd_status (*rope_fwd)(tpd_kern_ctx *ctx, void *qkv, int B, int T, int NH, int NKV, int HS,
+                           float base, int pos0);
+    tpd_status (*rope_bwd)(tpd_kern_ctx *ctx, void *dqkv, int B, int T, int NH, int NKV, int HS,
+                           float base, int pos0);
+    tpd_status (*swiglu_fwd)(tpd_kern_ctx *ctx, void *out, const void *inp, int N, int F);
+    tpd_status (*swiglu_bwd)(tpd_kern_ctx *ctx, void *dinp, const void *inp, const void *dout,
+                             int N, int F);
 } tpd_kern_ops;
 
 struct tpd_kern_backend {

@@ -52,11 +52,12 @@ static tpd_status k_mm_bwd(void *p) {
 }
 static tpd_status k_att_fwd(void *p) {
     bufs *x = p;
-    return tpd_kern_attention_fwd(x->kb, x->c, x->d, x->a, x->B, x->T, x->NH, x->HS);
+    return tpd_kern_attention_fwd(x->kb, x->c, x->d, x->a, x->B, x->T, x->NH, x->NH, x->HS);
 }
 static tpd_status k_att_bwd(void *p) {
     bufs *x = p;
-    return tpd_kern_attention_bwd(x->kb, x->e, x->c, x->a, x->c, x->d, x->B, x->T, x->NH, x->HS);
+    return tpd_kern_attention_bwd(x->kb, x->e, x->c, x->a, x->c, x->d, x->B, x->T, x->NH, x->NH,
+                                  x->HS);
 }
 static tpd_status k_add(void *p) {
     bufs *x = p;
@@ -64,7 +65,8 @@ static tpd_status k_add(void *p) {
 }
 static tpd_status k_ln_fwd(void *p) {
     bufs *x = p;
-    return tpd_kern_layernorm_fwd(x->kb, x->c, x->mean, x->rstd, x->a, x->b, x->e, x->N, x->C);
+    return tpd_kern_layernorm_fwd(x->kb, x->c, x->mean, x->rstd, x->a, x->b, x->e, x->N, x->C,
+                                  1e-5f);
 }
 static tpd_status k_ln_bwd(void *p) {
     bufs *x = p;

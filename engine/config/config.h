@@ -50,6 +50,8 @@ typedef enum tpd_schedule {
     TPD_SCHEDULE_ZB_H1 = 2,       /* Qi et al.'s zero-bubble H1: backward split into B and W */
 } tpd_schedule;
 typedef enum tpd_fallback { TPD_FALLBACK_NONE = 0, TPD_FALLBACK_PREVIOUS = 1 } tpd_fallback;
+typedef enum tpd_norm { TPD_NORM_LAYERNORM = 0, TPD_NORM_RMSNORM = 1 } tpd_norm;
+typedef enum tpd_pos_emb { TPD_POS_LEARNED = 0, TPD_POS_ROPE = 1 } tpd_pos_emb;
 
 typedef struct tpd_config_model {
     int num_layers;
@@ -61,6 +63,17 @@ typedef struct tpd_config_model {
     int max_position_embeddings; /* 0 means seq_length (resolved at load) */
     double init_method_std;
     int make_vocab_size_divisible_by;
+    /* Llama's block (Megatron's names); the defaults are GPT-2's */
+    tpd_norm normalization;                  /* LayerNorm or RMSNorm */
+    double norm_epsilon;                     /* both norms */
+    tpd_pos_emb position_embedding_type;     /* learned_absolute (wpe) or rope */
+    double rotary_base;                      /* RoPE theta base */
+    double rotary_percent;                   /* share of each head rotated (1.0 only) */
+    int swiglu;                              /* gated MLP: down(silu(gate(x)) * up(x)) */
+    int group_query_attention;               /* K/V heads shared by groups of query heads */
+    int num_query_groups;                    /* K/V heads under group_query_attention */
+    int untie_embeddings_and_output_weights; /* a separate output layer */
+    int add_bias_linear;                     /* biases in the linear layers */
 } tpd_config_model;
 
 typedef struct tpd_config_parallel {

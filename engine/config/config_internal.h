@@ -60,7 +60,7 @@ extern const int tpd_cfg_nkeys;
 
 /* Upper bounds of the counts, for per-key and per-section arrays; config_schema.c asserts
  * them. */
-#define TPD_CFG_MAX_KEYS 64
+#define TPD_CFG_MAX_KEYS 96
 #define TPD_CFG_MAX_SECTIONS 16
 
 /* Lookup: index of a row or a section, -1 when unknown. */

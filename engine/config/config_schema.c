@@ -36,11 +36,14 @@ static const char *const k_lr_decay[] = {"cosine", "linear", "constant", "invers
                                          "WSD",    NULL};
 static const char *const k_wsd_decay[] = {"exponential", "linear", "cosine", "minus_sqrt", NULL};
 static const char *const k_fallback[] = {"none", "previous", NULL};
+static const char *const k_norm[] = {"LayerNorm", "RMSNorm", NULL};
+static const char *const k_pos_emb[] = {"learned_absolute", "rope", NULL};
 /* The parser stores an enum key as an int. */
 _Static_assert(sizeof(tpd_schedule) == sizeof(int) && sizeof(tpd_precision) == sizeof(int) &&
                    sizeof(tpd_device) == sizeof(int) && sizeof(tpd_recompute) == sizeof(int) &&
                    sizeof(tpd_attention) == sizeof(int) && sizeof(tpd_lr_decay) == sizeof(int) &&
-                   sizeof(tpd_wsd_decay) == sizeof(int) && sizeof(tpd_fallback) == sizeof(int),
+                   sizeof(tpd_wsd_decay) == sizeof(int) && sizeof(tpd_fallback) == sizeof(int) &&
+                   sizeof(tpd_norm) == sizeof(int) && sizeof(tpd_pos_emb) == sizeof(int),
                "enum keys are stored as int");
 
 /* The required keys default to a tiny model so that a defaults-only load (tests, or
@@ -66,6 +69,28 @@ const tpd_cfg_key tpd_cfg_keys[] = {
     {"model.make_vocab_size_divisible_by", TPD_CFG_INT,
      TPD_CFG_FIELD(model.make_vocab_size_divisible_by), "128", TPD_CFG_MIN(1), NULL, 0,
      "vocab is padded to a multiple of this times TP"},
+    {"model.normalization", TPD_CFG_ENUM, TPD_CFG_FIELD(model.normalization), "LayerNorm",
+     TPD_CFG_NOBOUND, k_norm, 0, "LayerNorm (GPT-2) or RMSNorm (Llama)"},
+    {"model.norm_epsilon", TPD_CFG_DOUBLE, TPD_CFG_FIELD(model.norm_epsilon), "1e-5", TPD_CFG_GT, 0,
+     0, NULL, 0, "epsilon of the norms"},
+    {"model.position_embedding_type", TPD_CFG_ENUM, TPD_CFG_FIELD(model.position_embedding_type),
+     "learned_absolute", TPD_CFG_NOBOUND, k_pos_emb, 0,
+     "learned_absolute (GPT-2's wpe) or rope (rotary, Llama)"},
+    {"model.rotary_base", TPD_CFG_DOUBLE, TPD_CFG_FIELD(model.rotary_base), "10000", TPD_CFG_GT, 0,
+     0, NULL, 0, "RoPE base (Llama 3: 500000)"},
+    {"model.rotary_percent", TPD_CFG_DOUBLE, TPD_CFG_FIELD(model.rotary_percent), "1.0", TPD_CFG_GT,
+     0, 0, NULL, 0, "share of each head that RoPE rotates"},
+    {"model.swiglu", TPD_CFG_BOOL, TPD_CFG_FIELD(model.swiglu), "false", TPD_CFG_NOBOUND, NULL, 0,
+     "gated MLP down(silu(gate(x)) * up(x)); ffn_hidden_size is the gate and up width"},
+    {"model.group_query_attention", TPD_CFG_BOOL, TPD_CFG_FIELD(model.group_query_attention),
+     "false", TPD_CFG_NOBOUND, NULL, 0, "grouped-query attention (num_query_groups K/V heads)"},
+    {"model.num_query_groups", TPD_CFG_INT, TPD_CFG_FIELD(model.num_query_groups), "1",
+     TPD_CFG_MIN(1), NULL, 0, "K/V heads under group_query_attention"},
+    {"model.untie_embeddings_and_output_weights", TPD_CFG_BOOL,
+     TPD_CFG_FIELD(model.untie_embeddings_and_output_weights), "false", TPD_CFG_NOBOUND, NULL, 0,
+     "a separate output layer instead of the tied embedding"},
+    {"model.add_bias_linear", TPD_CFG_BOOL, TPD_CFG_FIELD(model.add_bias_linear), "true",
+     TPD_CFG_NOBOUND, NULL, 0, "biases in the linear layers"},
 
     /* parallel */
     {"parallel.tensor_model_parallel_size", TPD_CFG_INT,

@@ -140,7 +140,7 @@ static tpd_status kv_step(kv_state *s, int token, int logits) {
         /* ln1 = LN(x); qkv = ln1 @ qkvw^T + qkvb; this position's k, v join the cache */
         TPD_CHECK(tpd_kern_layernorm_fwd(s->m->kb, s->ln, &mean, &rstd, s->x,
                                          kv_param(s, TPD_P_LN1W, l), kv_param(s, TPD_P_LN1B, l), 1,
-                                         C));
+                                         C, (float)s->m->cfg.model.norm_epsilon));
         TPD_CHECK(tpd_kern_matmul_fwd(s->m->kb, s->qkv, s->ln, kv_param(s, TPD_P_QKVW, l),
                                       kv_param(s, TPD_P_QKVB, l), 1, C, 3 * C));
         float *kc = s->k + (size_t)l * s->T * C, *vc = s->v + (size_t)l * s->T * C;
@@ -179,7 +179,7 @@ static tpd_status kv_step(kv_state *s, int token, int logits) {
         /* x = x + gelu(LN(x) @ fcw^T + fcb) @ fcprojw^T + fcprojb */
         TPD_CHECK(tpd_kern_layernorm_fwd(s->m->kb, s->ln, &mean, &rstd, s->x,
                                          kv_param(s, TPD_P_LN2W, l), kv_param(s, TPD_P_LN2B, l), 1,
-                                         C));
+                                         C, (float)s->m->cfg.model.norm_epsilon));
         TPD_CHECK(tpd_kern_matmul_gelu_fwd(s->m->kb, s->fchg, s->fch, s->ln,
                                            kv_param(s, TPD_P_FCW, l), kv_param(s, TPD_P_FCB, l), 1,
                                            C, s->F));
@@ -191,7 +191,8 @@ static tpd_status kv_step(kv_state *s, int token, int logits) {
     if (!logits) return TPD_OK;
     /* logits = LN_f(x) @ wte^T */
     TPD_CHECK(tpd_kern_layernorm_fwd(s->m->kb, s->ln, &mean, &rstd, s->x,
-                                     kv_param(s, TPD_P_LNFW, 0), kv_param(s, TPD_P_LNFB, 0), 1, C));
+                                     kv_param(s, TPD_P_LNFW, 0), kv_param(s, TPD_P_LNFB, 0), 1, C,
+                                     (float)s->m->cfg.model.norm_epsilon));
     return tpd_kern_matmul_fwd(s->m->kb, s->logits, s->ln, wte, NULL, 1, C, s->Vl);
 }
 

@@ -150,17 +150,18 @@ static tpd_status layer_fwd(tpd_model *m, const views *w, const acts *a, const v
     const void *full;
     /* ln1 = LN(inp); qkv = gather(ln1) @ qkvw^T + qkvb (column-parallel, whole heads) */
     TPD_CHECK(tpd_kern_layernorm_fwd(m->kb, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w->ln1w, w->ln1b,
-                                     Nl, C));
+                                     Nl, C, (float)m->cfg.model.norm_epsilon));
     TPD_CHECK(sp_full(m, &full, a->ln1));
     TPD_CHECK(tpd_tp_column_fwd(tp, a->qkv, full, w->qkvw, w->qkvb, N, C, 3 * d->Cl));
     /* atty = causal_attention(qkv) on the local heads */
-    TPD_CHECK(tpd_kern_attention_fwd(m->kb, a->atty, a->att, a->qkv, d->B, d->T, d->NHl, d->HS));
+    TPD_CHECK(
+        tpd_kern_attention_fwd(m->kb, a->atty, a->att, a->qkv, d->B, d->T, d->NHl, d->NHl, d->HS));
     /* x1 = inp + reduce(atty @ attprojw^T) + attprojb (row-parallel) */
     TPD_CHECK(row_fwd(m, a->x1, a->atty, w->attprojw, w->attprojb, d->Cl));
     TPD_CHECK(tpd_kern_add(m->kb, a->x1, a->x1, inp, (size_t)Nl * C));
     /* ln2 = LN(x1); fch_gelu = gelu(gather(ln2) @ fcw^T + fcb) (column-parallel) */
     TPD_CHECK(tpd_kern_layernorm_fwd(m->kb, a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, w->ln2w,
-                                     w->ln2b, Nl, C));
+                                     w->ln2b, Nl, C, (float)m->cfg.model.norm_epsilon));
     TPD_CHECK(sp_full(m, &full, a->ln2));
     TPD_CHECK(tpd_tp_column_gelu_fwd(tp, a->fch_gelu, a->fch, full, w->fcw, w->fcb, N, C, d->Fl));
     /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb (row-parallel) */
@@ -249,9 +250,9 @@ tpd_status tpd_model_forward(tpd_model *m, const tpd_model_mb *at) {
         const int32_t *targets = (const int32_t *)(s + m->plan.s_targets);
         /* lnf = LN_f(inp); logits = gather(lnf) @ wte^T (tied head, vocab-parallel
          * columns) */
-        TPD_CHECK(tpd_kern_layernorm_fwd(m->kb, lnf, mean, rstd, inp,
-                                         tpd_model_param(m, TPD_P_LNFW),
-                                         tpd_model_param(m, TPD_P_LNFB), d->Nl, C));
+        TPD_CHECK(tpd_kern_layernorm_fwd(
+            m->kb, lnf, mean, rstd, inp, tpd_model_param(m, TPD_P_LNFW),
+            tpd_model_param(m, TPD_P_LNFB), d->Nl, C, (float)m->cfg.model.norm_epsilon));
         const void *full;
         TPD_CHECK(sp_full(m, &full, lnf));
         TPD_CHECK(
@@ -355,10 +356,10 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
         /* atty = attention(qkv); selective recompute rebuilds the saved state first (and
          * atty, bit for bit the same) */
         if (m->plan.selective)
-            TPD_CHECK(
-                tpd_kern_attention_fwd(m->kb, a.atty, a.att, a.qkv, d->B, d->T, d->NHl, d->HS));
+            TPD_CHECK(tpd_kern_attention_fwd(m->kb, a.atty, a.att, a.qkv, d->B, d->T, d->NHl,
+                                             d->NHl, d->HS));
         TPD_CHECK(tpd_kern_attention_bwd(m->kb, dqkv, datty, a.qkv, a.atty, a.att, d->B, d->T,
-                                         d->NHl, d->HS));
+                                         d->NHl, d->NHl, d->HS));
         /* W: dqkv over qkv, which the attention backward has read for the last time */
         if (split)
             TPD_CHECK(tpd_kern_copy(m->kb, a.qkv, dqkv, (size_t)N * 3 * d->Cl * m->plan.act_size));

@@ -38,8 +38,12 @@ static int att_outer_threads(tpd_kern_ctx *ctx, int items) {
 
 /* S = scale * Q K^T, masked to j <= t; P = softmax_j(S); out = P V. */
 tpd_status tpd_kern_cpu_attention_fwd(tpd_kern_ctx *ctx, void *out_v, void *saved_v,
-                                      const void *qkv_v, int B, int T, int NH, int HS) {
+                                      const void *qkv_v, int B, int T, int NH, int NKV, int HS) {
     if (!att_shape_ok("attention_fwd", B, T, NH, HS)) return TPD_ERR_INVALID;
+    TPD_CPU_REQUIRE(NKV == NH,
+                    "attention_fwd: grouped-query attention (NKV %d of NH %d) is not "
+                    "implemented yet",
+                    NKV, NH);
     float *out = out_v;       /* (B,T,NH*HS) */
     float *att = saved_v;     /* (B,NH,T,T) softmax, zeros above the diagonal */
     const float *qkv = qkv_v; /* (B,T,3*NH*HS) */
@@ -95,9 +99,13 @@ tpd_status tpd_kern_cpu_attention_fwd(tpd_kern_ctx *ctx, void *out_v, void *save
  * accumulated (sgemm beta = 1); dQ rows are written once. */
 tpd_status tpd_kern_cpu_attention_bwd(tpd_kern_ctx *ctx, void *dqkv_v, const void *dout_v,
                                       const void *qkv_v, const void *out_v, const void *saved_v,
-                                      int B, int T, int NH, int HS) {
+                                      int B, int T, int NH, int NKV, int HS) {
     (void)out_v; /* the saved probabilities are enough on cpu */
     if (!att_shape_ok("attention_bwd", B, T, NH, HS)) return TPD_ERR_INVALID;
+    TPD_CPU_REQUIRE(NKV == NH,
+                    "attention_bwd: grouped-query attention (NKV %d of NH %d) is not "
+                    "implemented yet",
+                    NKV, NH);
     float *dqkv = dqkv_v;       /* (B,T,3*NH*HS) */
     const float *dout = dout_v; /* (B,T,NH*HS) */
     const float *qkv = qkv_v;   /* (B,T,3*NH*HS) */

@@ -51,7 +51,8 @@ tpd_status tpd_kern_cpu_pos_bwd(tpd_kern_ctx *ctx, void *dwpe, const void *dout,
 
 /* ---- layernorm (cpu_layernorm.c) ---- */
 tpd_status tpd_kern_cpu_layernorm_fwd(tpd_kern_ctx *ctx, void *out, float *mean, float *rstd,
-                                      const void *inp, const void *w, const void *b, int N, int C);
+                                      const void *inp, const void *w, const void *b, int N, int C,
+                                      float eps);
 tpd_status tpd_kern_cpu_layernorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, void *db,
                                       const void *dout, const void *inp, const void *w,
                                       const float *mean, const float *rstd, int N, int C);
@@ -76,10 +77,10 @@ tpd_status tpd_kern_cpu_scale(tpd_kern_ctx *ctx, void *x, float s, size_t n);
 /* ---- attention (cpu_attention.c) ---- */
 size_t tpd_kern_cpu_attention_saved_bytes(tpd_kern_ctx *ctx, int B, int T, int NH, int HS);
 tpd_status tpd_kern_cpu_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved, const void *qkv,
-                                      int B, int T, int NH, int HS);
+                                      int B, int T, int NH, int NKV, int HS);
 tpd_status tpd_kern_cpu_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
                                       const void *qkv, const void *out, const void *saved, int B,
-                                      int T, int NH, int HS);
+                                      int T, int NH, int NKV, int HS);
 
 /* ---- cross-entropy (cpu_xent.c) ---- */
 tpd_status tpd_kern_cpu_xent_max(tpd_kern_ctx *ctx, float *maxv, const void *logits, int N, int Vl,

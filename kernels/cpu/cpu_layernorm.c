@@ -1,16 +1,15 @@
-/* LayerNorm over the last dimension (eps 1e-5, biased variance), as in GPT-2. */
+/* LayerNorm over the last dimension (biased variance; GPT-2's eps is 1e-5). */
 #include "kernels/cpu/cpu_internal.h"
 
 #include <math.h>
 
-#define LN_EPS 1e-5
 #define LN_COL_BLOCK 16 /* columns per task in the parameter-gradient loop (a cache line) */
 
 /* out = (inp - mean) * rstd * w + b. Row statistics are accumulated in double: this is
  * the reference backend and the extra precision costs little next to the matmuls. */
 tpd_status tpd_kern_cpu_layernorm_fwd(tpd_kern_ctx *ctx, void *out_v, float *mean, float *rstd,
                                       const void *inp_v, const void *w_v, const void *b_v, int N,
-                                      int C) {
+                                      int C, float eps) {
     TPD_CPU_REQUIRE(N >= 0 && C > 0, "layernorm_fwd: bad shape N=%d C=%d", N, C);
     float *out = out_v;       /* (N,C) */
     const float *inp = inp_v; /* (N,C) */
@@ -29,7 +28,7 @@ tpd_status tpd_kern_cpu_layernorm_fwd(tpd_kern_ctx *ctx, void *out_v, float *mea
             double d = x[c] - mu;
             ss += d * d;
         }
-        double rs = 1.0 / sqrt(ss / C + LN_EPS);
+        double rs = 1.0 / sqrt(ss / C + (double)eps);
         float muf = (float)mu, rsf = (float)rs;
         float *o = out + (size_t)n * C;
         for (int c = 0; c < C; c++)

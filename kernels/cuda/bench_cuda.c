@@ -81,13 +81,13 @@ typedef struct attn_arg {
 static tpd_status run_attn_fwd(bench *b, void *p) {
     (void)b;
     attn_arg *a = (attn_arg *)p;
-    return tpd_kern_attention_fwd(a->be, a->out, a->saved, a->qkv, a->B, a->T, a->NH, a->HS);
+    return tpd_kern_attention_fwd(a->be, a->out, a->saved, a->qkv, a->B, a->T, a->NH, a->NH, a->HS);
 }
 static tpd_status run_attn_bwd(bench *b, void *p) {
     (void)b;
     attn_arg *a = (attn_arg *)p;
     return tpd_kern_attention_bwd(a->be, a->dqkv, a->dout, a->qkv, a->out, a->saved, a->B, a->T,
-                                  a->NH, a->HS);
+                                  a->NH, a->NH, a->HS);
 }
 
 /* Device buffer of `bytes` filled with bf16 0x3c3c (~0.0115): small normal values, so no

@@ -23,9 +23,14 @@ extern "C" size_t tpd_kern_cuda_attention_saved_bytes(tpd_kern_ctx *ctx, int B, 
 }
 
 extern "C" tpd_status tpd_kern_cuda_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved,
-                                                  const void *qkv, int B, int T, int NH, int HS) {
+                                                  const void *qkv, int B, int T, int NH, int NKV,
+                                                  int HS) {
     TPD_CUDA_REQUIRE(B >= 0 && T > 0 && NH > 0 && HS > 0,
                      "attention_fwd: bad shape B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+    TPD_CUDA_REQUIRE(NKV == NH,
+                     "attention_fwd: grouped-query attention (NKV %d of NH %d) is not "
+                     "implemented yet",
+                     NKV, NH);
     if (B == 0) return TPD_OK;
     if (tpd_cuda_attention_fused(ctx))
         return tpd_cuda_attention_cudnn_fwd(ctx, out, (float *)saved, qkv, B, T, NH, HS);
@@ -34,9 +39,14 @@ extern "C" tpd_status tpd_kern_cuda_attention_fwd(tpd_kern_ctx *ctx, void *out, 
 
 extern "C" tpd_status tpd_kern_cuda_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
                                                   const void *qkv, const void *out,
-                                                  const void *saved, int B, int T, int NH, int HS) {
+                                                  const void *saved, int B, int T, int NH, int NKV,
+                                                  int HS) {
     TPD_CUDA_REQUIRE(B >= 0 && T > 0 && NH > 0 && HS > 0,
                      "attention_bwd: bad shape B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
+    TPD_CUDA_REQUIRE(NKV == NH,
+                     "attention_bwd: grouped-query attention (NKV %d of NH %d) is not "
+                     "implemented yet",
+                     NKV, NH);
     if (B == 0) return TPD_OK;
     if (tpd_cuda_attention_fused(ctx))
         return tpd_cuda_attention_cudnn_bwd(ctx, dqkv, dout, qkv, out, (const float *)saved, B, T,

@@ -149,7 +149,8 @@ tpd_status tpd_kern_cuda_pos_bwd(tpd_kern_ctx *ctx, void *dwpe, const void *dout
                                  int C);
 
 tpd_status tpd_kern_cuda_layernorm_fwd(tpd_kern_ctx *ctx, void *out, float *mean, float *rstd,
-                                       const void *inp, const void *w, const void *b, int N, int C);
+                                       const void *inp, const void *w, const void *b, int N, int C,
+                                       float eps);
 tpd_status tpd_kern_cuda_layernorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, void *db,
                                        const void *dout, const void *inp, const void *w,
                                        const float *mean, const float *rstd, int N, int C);
@@ -176,10 +177,10 @@ tpd_status tpd_kern_cuda_cast(tpd_kern_ctx *ctx, void *dst, tpd_dtype dst_dt, co
 
 size_t tpd_kern_cuda_attention_saved_bytes(tpd_kern_ctx *ctx, int B, int T, int NH, int HS);
 tpd_status tpd_kern_cuda_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved, const void *qkv,
-                                       int B, int T, int NH, int HS);
+                                       int B, int T, int NH, int NKV, int HS);
 tpd_status tpd_kern_cuda_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
                                        const void *qkv, const void *out, const void *saved, int B,
-                                       int T, int NH, int HS);
+                                       int T, int NH, int NKV, int HS);
 /* The two implementations behind the ops above (cuda_attention_cudnn.cu and
  * cuda_attention_gemm.cu). The fused one needs BF16. */
 int tpd_cuda_attention_fused(const tpd_kern_ctx *ctx);

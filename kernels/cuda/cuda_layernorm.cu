@@ -1,11 +1,10 @@
-/* LayerNorm (eps 1e-5, biased variance), forward and backward side by side.
+/* LayerNorm (biased variance; GPT-2's eps is 1e-5), forward and backward side by side.
  *
  * One warp per row. Statistics are fp32 and two-pass (mean, then the sum of squared
  * deviations), which avoids the cancellation of E[x^2] - E[x]^2 on rows with a large mean.
  * Rows are read in 16-byte packs when C and the pointers allow. */
 #include "kernels/cuda/cuda_common.cuh"
 
-#define LN_EPS 1e-5f
 #define LN_WARPS 8 /* rows per block */
 
 /* Load elements [c, c+V) (vec) or the single element c of row x into f. */
@@ -23,7 +22,7 @@ __device__ __forceinline__ void ln_load(float *f, const T *x, int c, int vec) {
 
 template <typename T>
 __global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *inp, const T *w,
-                                     const T *b, int N, int C, int vec) {
+                                     const T *b, int N, int C, int vec, float eps) {
     constexpr int V = tpd_pack<T>::N;
     int row = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
     if (row >= N) return;
@@ -47,7 +46,7 @@ __global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *
             ss += d * d;
         }
     }
-    float r = rsqrtf(tpd_warp_sum(ss) / (float)C + LN_EPS);
+    float r = rsqrtf(tpd_warp_sum(ss) / (float)C + eps);
     for (int c = lane * width; c < C; c += step) {
         float fw[V], fb[V];
         ln_load<T, V>(f, x, c, vec);
@@ -71,7 +70,7 @@ __global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *
 
 extern "C" tpd_status tpd_kern_cuda_layernorm_fwd(tpd_kern_ctx *ctx, void *out, float *mean,
                                                   float *rstd, const void *inp, const void *w,
-                                                  const void *b, int N, int C) {
+                                                  const void *b, int N, int C, float eps) {
     TPD_CUDA_REQUIRE(N >= 0 && C > 0, "layernorm_fwd: bad shape N=%d C=%d", N, C);
     if (N == 0) return TPD_OK;
     unsigned grid = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
@@ -79,7 +78,7 @@ extern "C" tpd_status tpd_kern_cuda_layernorm_fwd(tpd_kern_ctx *ctx, void *out, 
         int vec = C % tpd_pack<T>::N == 0 && tpd_aligned16(out) && tpd_aligned16(inp) &&
                   tpd_aligned16(w) && tpd_aligned16(b);
         layernorm_fwd_kernel<T><<<grid, LN_WARPS * 32, 0, ctx->stream>>>(
-            (T *)out, mean, rstd, (const T *)inp, (const T *)w, (const T *)b, N, C, vec);
+            (T *)out, mean, rstd, (const T *)inp, (const T *)w, (const T *)b, N, C, vec, eps);
     });
     return TPD_CUDA_LAUNCHED("layernorm_fwd");
 }

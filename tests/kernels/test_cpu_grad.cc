@@ -53,7 +53,7 @@ TEST(CpuGrad, LayerNorm) {
 
         FVec out(inp.size()), mean(N), rstd(N);
         ASSERT_EQ(tpd_kern_layernorm_fwd(be.b, out.data(), mean.data(), rstd.data(), inp.data(),
-                                         w.data(), b.data(), N, C),
+                                         w.data(), b.data(), N, C, 1e-5f),
                   TPD_OK);
         FVec dinp(inp.size(), NAN), dw(C, 0.0f), db(C, 0.0f);
         ASSERT_EQ(tpd_kern_layernorm_bwd(be.b, dinp.data(), dw.data(), db.data(), R.data(),
@@ -120,11 +120,11 @@ TEST(CpuGrad, Attention) {
 
         FVec out(nout), saved((size_t)s.B * s.NH * s.T * s.T);
         ASSERT_EQ(tpd_kern_attention_fwd(be.b, out.data(), saved.data(), qkv.data(), s.B, s.T, s.NH,
-                                         s.HS),
+                                         s.NH, s.HS),
                   TPD_OK);
         FVec dqkv(nqkv, NAN);
         ASSERT_EQ(tpd_kern_attention_bwd(be.b, dqkv.data(), R.data(), qkv.data(), out.data(),
-                                         saved.data(), s.B, s.T, s.NH, s.HS),
+                                         saved.data(), s.B, s.T, s.NH, s.NH, s.HS),
                   TPD_OK);
         ref::expect_grad_close(dqkv.data(), fd, kTol, "attention dqkv");
     }

@@ -166,7 +166,7 @@ TEST(CpuForward, LayerNorm) {
             x += 3.0f; // a mean far from 0 tests the two-pass variance
         FVec out((size_t)N * C), mean(N), rstd(N);
         ASSERT_EQ(tpd_kern_layernorm_fwd(be.b, out.data(), mean.data(), rstd.data(), inp.data(),
-                                         w.data(), b.data(), N, C),
+                                         w.data(), b.data(), N, C, 1e-5f),
                   TPD_OK);
         Vec rm, rr;
         Vec want = ref::layernorm(ref::to_d(inp), ref::to_d(w), ref::to_d(b), N, C, &rm, &rr);
@@ -285,7 +285,7 @@ TEST(CpuForward, Attention) {
         FVec saved(tpd_kern_attention_saved_bytes(be.b, s.B, s.T, s.NH, s.HS) / 4, NAN);
         ASSERT_EQ(saved.size(), (size_t)s.B * s.NH * s.T * s.T);
         ASSERT_EQ(tpd_kern_attention_fwd(be.b, out.data(), saved.data(), qkv.data(), s.B, s.T, s.NH,
-                                         s.HS),
+                                         s.NH, s.HS),
                   TPD_OK);
         Vec probs;
         Vec want = ref::attention(ref::to_d(qkv), s.B, s.T, s.NH, s.HS, &probs);
@@ -570,7 +570,7 @@ TEST(CpuBackwardSemantics, ParamGradsAccumulateInputGradsOverwrite) {
     FVec lw = ref::randn(C, 33), lb = ref::randn(C, 34), out((size_t)N * C), mean(N), rstd(N);
     FVec lout = ref::randn((size_t)N * C, 35);
     ASSERT_EQ(tpd_kern_layernorm_fwd(be.b, out.data(), mean.data(), rstd.data(), inp.data(),
-                                     lw.data(), lb.data(), N, C),
+                                     lw.data(), lb.data(), N, C, 1e-5f),
               TPD_OK);
     FVec ldw(C, 0.0f), ldb(C, 0.0f), ld1((size_t)N * C, NAN), ld2((size_t)N * C, NAN);
     ASSERT_EQ(tpd_kern_layernorm_bwd(be.b, ld1.data(), ldw.data(), ldb.data(), lout.data(),
@@ -607,14 +607,15 @@ TEST(CpuBackwardSemantics, ParamGradsAccumulateInputGradsOverwrite) {
     const int NH = 3, HS = 4, AT = 9;
     FVec qkv = ref::randn((size_t)AT * 3 * NH * HS, 36), aout((size_t)AT * NH * HS);
     FVec saved((size_t)NH * AT * AT), adout = ref::randn(aout.size(), 37);
-    ASSERT_EQ(tpd_kern_attention_fwd(be.b, aout.data(), saved.data(), qkv.data(), 1, AT, NH, HS),
-              TPD_OK);
+    ASSERT_EQ(
+        tpd_kern_attention_fwd(be.b, aout.data(), saved.data(), qkv.data(), 1, AT, NH, NH, HS),
+        TPD_OK);
     FVec dq1(qkv.size(), NAN), dq2(qkv.size(), NAN);
     ASSERT_EQ(tpd_kern_attention_bwd(be.b, dq1.data(), adout.data(), qkv.data(), aout.data(),
-                                     saved.data(), 1, AT, NH, HS),
+                                     saved.data(), 1, AT, NH, NH, HS),
               TPD_OK);
     ASSERT_EQ(tpd_kern_attention_bwd(be.b, dq2.data(), adout.data(), qkv.data(), aout.data(),
-                                     saved.data(), 1, AT, NH, HS),
+                                     saved.data(), 1, AT, NH, NH, HS),
               TPD_OK);
     for (float x : dq1)
         ASSERT_FALSE(std::isnan(x)) << "attention dqkv not overwritten";

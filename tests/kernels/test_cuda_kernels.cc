@@ -234,8 +234,8 @@ void layernorm_case(int N, int C) {
     void *go = g.zeros((size_t)N * C), *co = c.zeros((size_t)N * C);
     float *gm = (float *)g.zeros(N, TPD_DTYPE_F32), *gr = (float *)g.zeros(N, TPD_DTYPE_F32);
     float *cm = (float *)c.zeros(N, TPD_DTYPE_F32), *cr = (float *)c.zeros(N, TPD_DTYPE_F32);
-    ASSERT_EQ(tpd_kern_layernorm_fwd(g.b, go, gm, gr, gx, gw, gb, N, C), TPD_OK);
-    ASSERT_EQ(tpd_kern_layernorm_fwd(c.b, co, cm, cr, cx, cw, cb, N, C), TPD_OK);
+    ASSERT_EQ(tpd_kern_layernorm_fwd(g.b, go, gm, gr, gx, gw, gb, N, C, 1e-5f), TPD_OK);
+    ASSERT_EQ(tpd_kern_layernorm_fwd(c.b, co, cm, cr, cx, cw, cb, N, C, 1e-5f), TPD_OK);
     expect_close(g.down(go, x.size()), c.down(co, x.size()), kRtolBf16, "layernorm_fwd out");
     expect_close(g.downf(gm, N), c.downf(cm, N), 1e-5f, "layernorm_fwd mean");
     expect_close(g.downf(gr, N), c.downf(cr, N), 1e-4f, "layernorm_fwd rstd");
@@ -427,8 +427,8 @@ AttnOut run_attention(Be &be, const FVec &qkv, const FVec &dout, int B, int T, i
     size_t sb = tpd_kern_attention_saved_bytes(be.b, B, T, NH, HS);
     void *saved = be.alloc(sb);
     AttnOut r;
-    EXPECT_EQ(tpd_kern_attention_fwd(be.b, o, saved, q, B, T, NH, HS), TPD_OK);
-    EXPECT_EQ(tpd_kern_attention_bwd(be.b, dq, d, q, o, saved, B, T, NH, HS), TPD_OK);
+    EXPECT_EQ(tpd_kern_attention_fwd(be.b, o, saved, q, B, T, NH, NH, HS), TPD_OK);
+    EXPECT_EQ(tpd_kern_attention_bwd(be.b, dq, d, q, o, saved, B, T, NH, NH, HS), TPD_OK);
     r.out = be.down(o, no);
     r.dqkv = be.down(dq, nq);
     return r;
