@@ -86,6 +86,67 @@ static void add_model(cJSON *o, const tpd_config *cfg) {
                                                        : m->seq_length);
     cJSON_AddNumberToObject(j, "make_vocab_size_divisible_by", m->make_vocab_size_divisible_by);
     cJSON_AddNumberToObject(j, "init_method_std", m->init_method_std);
+    /* the block's shape: which tensors exist and how they are laid out */
+    cJSON_AddStringToObject(j, "normalization",
+                            tpd_config_choice("model.normalization", m->normalization));
+    cJSON_AddNumberToObject(j, "norm_epsilon", m->norm_epsilon);
+    cJSON_AddStringToObject(
+        j, "position_embedding_type",
+        tpd_config_choice("model.position_embedding_type", m->position_embedding_type));
+    cJSON_AddNumberToObject(j, "rotary_base", m->rotary_base);
+    cJSON_AddBoolToObject(j, "swiglu", m->swiglu);
+    cJSON_AddNumberToObject(j, "num_query_groups",
+                            m->group_query_attention ? m->num_query_groups
+                                                     : m->num_attention_heads);
+    cJSON_AddBoolToObject(j, "untie_embeddings_and_output_weights",
+                          m->untie_embeddings_and_output_weights);
+    cJSON_AddBoolToObject(j, "add_bias_linear", m->add_bias_linear);
+}
+
+/* The block's keys of the manifest's "model" (absent in checkpoints of GPT-2 written before
+ * them: the defaults are GPT-2's). Returns 0 on a malformed value. */
+static int read_block(const cJSON *mo, tpd_config_model *m) {
+    const cJSON *v;
+    if ((v = cJSON_GetObjectItemCaseSensitive(mo, "normalization"))) {
+        int e =
+            cJSON_IsString(v) ? tpd_config_choice_value("model.normalization", v->valuestring) : -1;
+        if (e < 0) return 0;
+        m->normalization = (tpd_norm)e;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(mo, "position_embedding_type"))) {
+        int e = cJSON_IsString(v)
+                    ? tpd_config_choice_value("model.position_embedding_type", v->valuestring)
+                    : -1;
+        if (e < 0) return 0;
+        m->position_embedding_type = (tpd_pos_emb)e;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(mo, "norm_epsilon"))) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble > 0)) return 0;
+        m->norm_epsilon = v->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(mo, "rotary_base"))) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble > 0)) return 0;
+        m->rotary_base = v->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(mo, "num_query_groups"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 ||
+            m->num_attention_heads % (int)v->valuedouble)
+            return 0;
+        m->num_query_groups = (int)v->valuedouble;
+        m->group_query_attention = m->num_query_groups != m->num_attention_heads;
+    }
+    const struct {
+        const char *key;
+        int *dst;
+    } flags[] = {{"swiglu", &m->swiglu},
+                 {"untie_embeddings_and_output_weights", &m->untie_embeddings_and_output_weights},
+                 {"add_bias_linear", &m->add_bias_linear}};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if ((v = cJSON_GetObjectItemCaseSensitive(mo, flags[i].key))) {
+            if (!cJSON_IsBool(v)) return 0;
+            *flags[i].dst = cJSON_IsTrue(v);
+        }
+    return 1;
 }
 
 static void add_state(cJSON *o, const tpd_config *cfg, const tpd_ckpt_state *state) {
@@ -311,6 +372,12 @@ static tpd_status read_info(const char *path, const cJSON *o, tpd_ckpt_info *inf
     NEED_INT(mo, "seq_length", c->model.seq_length);
     NEED_INT(mo, "max_position_embeddings", c->model.max_position_embeddings);
     NEED_INT(mo, "make_vocab_size_divisible_by", c->model.make_vocab_size_divisible_by);
+    if (!read_block(mo, &c->model))
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                           "checkpoint %s: 'model' holds a malformed block key (normalization, "
+                           "position_embedding_type, norm_epsilon, rotary_base, num_query_groups, "
+                           "swiglu, untie_embeddings_and_output_weights or add_bias_linear)",
+                           path);
     c->training.seed = info->seed;
     if (c->model.num_layers < 1 || c->model.hidden_size < 1 || c->model.num_attention_heads < 1 ||
         c->model.hidden_size % c->model.num_attention_heads || c->model.vocab_size < 1 ||
@@ -370,10 +437,13 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
     tpd_model_layout g;
     TPD_CHECK_GOTO(tpd_model_layout_init(&info->cfg, 1, 0, 1, 0, &g), st, out);
     const cJSON *ta = cJSON_GetObjectItemCaseSensitive(o, "tensors");
-    if (cJSON_GetArraySize(ta) != TPD_P_COUNT)
+    /* a checkpoint written before lmhead joined the table lacks it: fine for a tied model */
+    int ntensors = cJSON_GetArraySize(ta);
+    if (ntensors != TPD_P_COUNT &&
+        !(ntensors == TPD_P_LMHEAD && tpd_model_layout_global_numel(&g, TPD_P_LMHEAD) == 0))
         TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: expected %d tensors", path,
                            TPD_P_COUNT);
-    for (int p = 0; p < TPD_P_COUNT; p++) {
+    for (int p = 0; p < ntensors; p++) {
         const cJSON *t = cJSON_GetArrayItem(ta, p);
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
         if (!cJSON_IsString(name) ||
@@ -440,6 +510,17 @@ tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg
         {"ffn_hidden_size", a->ffn_hidden_size, bf},
         {"vocab_size", a->vocab_size, b->vocab_size},
         {"max_position_embeddings", a->max_position_embeddings, bt},
+        /* the block's shape (Llama); ranks of the enums */
+        {"normalization", (int)a->normalization, (int)b->normalization},
+        {"position_embedding_type", (int)a->position_embedding_type,
+         (int)b->position_embedding_type},
+        {"swiglu", a->swiglu, b->swiglu},
+        {"num_query_groups",
+         a->group_query_attention ? a->num_query_groups : a->num_attention_heads,
+         b->group_query_attention ? b->num_query_groups : b->num_attention_heads},
+        {"untie_embeddings_and_output_weights", a->untie_embeddings_and_output_weights,
+         b->untie_embeddings_and_output_weights},
+        {"add_bias_linear", a->add_bias_linear, b->add_bias_linear},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (keys[i].ckpt != keys[i].conf)

@@ -186,6 +186,7 @@ void tpd_ckpt_hf_name(tpd_param p, int l, int pattern, char *buf, size_t n, int 
         [TPD_P_FCPROJB] = "mlp.c_proj.bias",
         [TPD_P_LNFW] = "ln_f.weight",
         [TPD_P_LNFB] = "ln_f.bias",
+        [TPD_P_LMHEAD] = "lm_head.weight",
     };
     if (conv1d_p)
         *conv1d_p = p == TPD_P_QKVW || p == TPD_P_ATTPROJW || p == TPD_P_FCW || p == TPD_P_FCPROJW;

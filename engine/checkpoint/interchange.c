@@ -22,7 +22,8 @@ static tpd_status alloc_weights(const tpd_config *cfg, float *global[TPD_P_COUNT
     memset(global, 0, sizeof(float *) * TPD_P_COUNT);
     TPD_CHECK(tpd_model_layout_init(cfg, 1, 0, 1, 0, g));
     for (int p = 0; p < TPD_P_COUNT; p++) {
-        global[p] = calloc(tpd_model_layout_global_numel(g, (tpd_param)p), 4);
+        size_t n = tpd_model_layout_global_numel(g, (tpd_param)p);
+        global[p] = calloc(n ? n : 1, 4); /* a tensor the model lacks: an empty one */
         if (!global[p]) {
             tpd_ckpt_free_weights(global);
             return tpd_ckpt_fail(TPD_ERR_NOMEM, "interchange: out of memory");
@@ -68,6 +69,7 @@ static int hf_tensors(const tpd_model_layout *g, hf_tensor *out) {
     int n = 0;
     for (int p = 0; p < TPD_P_COUNT; p++) {
         const tpd_param_slice *s = &g->p[p];
+        if (tpd_model_layout_global_numel(g, (tpd_param)p) == 0) continue; /* not in the model */
         int layers = tpd_param_get_info((tpd_param)p)->per_layer ? s->g_layers : 1;
         for (int l = 0; l < layers; l++) {
             hf_tensor *t = &out[n++];
@@ -90,6 +92,23 @@ static int hf_order_cmp(const void *a, const void *b) {
     if (gx != gy) return gx - gy;
     if (x->layer != y->layer) return x->layer - y->layer;
     return (int)x->p - (int)y->p;
+}
+
+/* The GPT-2 layouts of Hugging Face and llm.c: anything else is refused, naming what. */
+static tpd_status gpt2_only(const tpd_config *cfg, const char *path) {
+    const tpd_config_model *m = &cfg->model;
+    const char *what = m->normalization != TPD_NORM_LAYERNORM          ? "RMSNorm"
+                       : m->position_embedding_type != TPD_POS_LEARNED ? "rotary positions"
+                       : m->swiglu                                     ? "SwiGLU"
+                       : m->group_query_attention                      ? "grouped-query attention"
+                       : m->untie_embeddings_and_output_weights        ? "an untied output layer"
+                       : !m->add_bias_linear                           ? "no linear biases"
+                                                                       : NULL;
+    if (!what) return TPD_OK;
+    return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,
+                         "interchange %s: the Hugging Face and llm.c layouts here are GPT-2's; "
+                         "this model has %s",
+                         path, what);
 }
 
 static float *hf_src(const tpd_model_layout *g, float *const global[TPD_P_COUNT],
@@ -137,6 +156,7 @@ static tpd_status write_config_json(const tpd_config *cfg, const char *dir) {
 tpd_status tpd_ckpt_export_hf(const tpd_config *cfg, float *const global[TPD_P_COUNT],
                               const char *out_dir) {
     tpd_model_layout g;
+    TPD_CHECK(gpt2_only(cfg, out_dir));
     TPD_CHECK(tpd_model_layout_init(cfg, 1, 0, 1, 0, &g));
     TPD_CHECK(tpd_ckpt_mkdirs(out_dir));
     int cap = 4 + TPD_P_COUNT * (g.d.L + 1);
@@ -349,6 +369,7 @@ out:
 tpd_status tpd_ckpt_export_llmc(const tpd_config *cfg, float *const global[TPD_P_COUNT],
                                 const char *out_path) {
     tpd_model_layout g;
+    TPD_CHECK(gpt2_only(cfg, out_path));
     TPD_CHECK(tpd_model_layout_init(cfg, 1, 0, 1, 0, &g));
     const tpd_model_dims *d = &g.d;
     if (d->F != 4 * d->C)

@@ -68,22 +68,34 @@ int tpd_generate_sample(const float *logits, int n, double temperature, int top_
  * is written here (the cpu backend's memory is host memory). */
 typedef struct kv_state {
     tpd_model *m;
-    int L, C, NH, HS, F, Vl, T;
+    int L, C, NH, NKV, HS, F, FC, Vl, T;
     int len;       /* positions held in the cache */
-    float *k, *v;  /* (L, T, C) each */
+    float *k, *v;  /* (L, T, NKV*HS) each: grouped-query attention caches K/V heads only */
     float *x;      /* (C) residual stream of the new position */
-    float *ln;     /* (C) LayerNorm output */
-    float *qkv;    /* (3C) */
+    float *ln;     /* (C) norm output */
+    float *qkv;    /* ((NH+2*NKV)*HS) */
     float *y;      /* (C) attention output */
     float *tmp;    /* (C) projection output */
-    float *fch;    /* (F) before GELU */
-    float *fchg;   /* (F) after GELU */
+    float *fch;    /* (FC) before GELU, or SwiGLU's [gate | up] (2F) */
+    float *fchg;   /* (F) after GELU or SwiGLU */
     float *p;      /* (T) attention weights */
     float *logits; /* (Vl) */
 } kv_state;
 
+/* Layer l's piece of p; NULL for a tensor the model lacks (biases, LayerNorm's b). */
 static const float *kv_param(const kv_state *s, tpd_param p, int l) {
+    if (!s->m->plan.lay.p[p].present) return NULL;
     return (const float *)s->m->params + tpd_model_layout_piece(&s->m->plan.lay, p, l);
+}
+
+/* The block's norm of one row. */
+static tpd_status kv_norm(const kv_state *s, float *out, const float *x, tpd_param w, tpd_param b,
+                          int l) {
+    float mean, rstd, eps = (float)s->m->cfg.model.norm_epsilon;
+    if (s->m->d.rms)
+        return tpd_kern_rmsnorm_fwd(s->m->kb, out, &rstd, x, kv_param(s, w, l), 1, s->C, eps);
+    return tpd_kern_layernorm_fwd(s->m->kb, out, &mean, &rstd, x, kv_param(s, w, l),
+                                  kv_param(s, b, l), 1, s->C, eps);
 }
 
 static void kv_free(kv_state *s) {
@@ -102,19 +114,21 @@ static tpd_status kv_init(kv_state *s, tpd_model *m) {
     s->L = d->Ls;
     s->C = d->C;
     s->NH = d->NH;
+    s->NKV = d->NKV;
     s->HS = d->HS;
     s->F = d->F;
+    s->FC = d->FCl;
     s->Vl = d->Vl;
     s->T = d->T;
-    size_t cache = (size_t)s->L * s->T * s->C;
+    size_t cache = (size_t)s->L * s->T * s->NKV * s->HS;
     s->k = malloc(cache * sizeof(float));
     s->v = malloc(cache * sizeof(float));
     s->x = malloc((size_t)s->C * sizeof(float));
     s->ln = malloc((size_t)s->C * sizeof(float));
-    s->qkv = malloc(3 * (size_t)s->C * sizeof(float));
+    s->qkv = malloc((size_t)(s->NH + 2 * s->NKV) * s->HS * sizeof(float));
     s->y = malloc((size_t)s->C * sizeof(float));
     s->tmp = malloc((size_t)s->C * sizeof(float));
-    s->fch = malloc((size_t)s->F * sizeof(float));
+    s->fch = malloc((size_t)s->FC * sizeof(float));
     s->fchg = malloc((size_t)s->F * sizeof(float));
     s->p = malloc((size_t)s->T * sizeof(float));
     s->logits = malloc((size_t)s->Vl * sizeof(float));
@@ -130,29 +144,34 @@ static tpd_status kv_init(kv_state *s, tpd_model *m) {
 
 /* Position s->len takes `token`; with logits, s->logits gets its next-token logits. */
 static tpd_status kv_step(kv_state *s, int token, int logits) {
-    int C = s->C, HS = s->HS, pos = s->len;
-    float mean, rstd;
-    /* x = wte[token] + wpe[pos] */
+    const tpd_model_dims *d = &s->m->d;
+    int C = s->C, HS = s->HS, pos = s->len, KV = s->NKV * HS, group = s->NH / s->NKV;
+    int QKV = (s->NH + 2 * s->NKV) * HS;
+    /* x = wte[token] (+ wpe[pos] with learned positions) */
     const float *wte = kv_param(s, TPD_P_WTE, 0), *wpe = kv_param(s, TPD_P_WPE, 0);
     for (int c = 0; c < C; c++)
-        s->x[c] = wte[(size_t)token * C + c] + wpe[(size_t)pos * C + c];
+        s->x[c] = wte[(size_t)token * C + c] + (wpe ? wpe[(size_t)pos * C + c] : 0.0f);
     for (int l = 0; l < s->L; l++) {
-        /* ln1 = LN(x); qkv = ln1 @ qkvw^T + qkvb; this position's k, v join the cache */
-        TPD_CHECK(tpd_kern_layernorm_fwd(s->m->kb, s->ln, &mean, &rstd, s->x,
-                                         kv_param(s, TPD_P_LN1W, l), kv_param(s, TPD_P_LN1B, l), 1,
-                                         C, (float)s->m->cfg.model.norm_epsilon));
+        /* ln1 = norm(x); qkv = ln1 @ qkvw^T + qkvb, its Q and K heads rotated at position
+         * pos under RoPE; this position's K/V heads join the cache */
+        TPD_CHECK(kv_norm(s, s->ln, s->x, TPD_P_LN1W, TPD_P_LN1B, l));
         TPD_CHECK(tpd_kern_matmul_fwd(s->m->kb, s->qkv, s->ln, kv_param(s, TPD_P_QKVW, l),
-                                      kv_param(s, TPD_P_QKVB, l), 1, C, 3 * C));
-        float *kc = s->k + (size_t)l * s->T * C, *vc = s->v + (size_t)l * s->T * C;
-        memcpy(kc + (size_t)pos * C, s->qkv + C, (size_t)C * sizeof(float));
-        memcpy(vc + (size_t)pos * C, s->qkv + 2 * C, (size_t)C * sizeof(float));
-        /* y = softmax(q K^T / sqrt(HS)) V per head, over the cached positions 0..pos */
+                                      kv_param(s, TPD_P_QKVB, l), 1, C, QKV));
+        if (d->rope)
+            TPD_CHECK(tpd_kern_rope_fwd(s->m->kb, s->qkv, 1, 1, s->NH, s->NKV, HS,
+                                        (float)s->m->cfg.model.rotary_base, pos));
+        float *kc = s->k + (size_t)l * s->T * KV, *vc = s->v + (size_t)l * s->T * KV;
+        memcpy(kc + (size_t)pos * KV, s->qkv + C, (size_t)KV * sizeof(float));
+        memcpy(vc + (size_t)pos * KV, s->qkv + C + KV, (size_t)KV * sizeof(float));
+        /* y = softmax(q K^T / sqrt(HS)) V per query head, with its group's K/V head, over
+         * the cached positions 0..pos */
         float scale = (float)(1.0 / sqrt((double)HS));
         for (int h = 0; h < s->NH; h++) {
             const float *q = s->qkv + (size_t)h * HS;
+            size_t kvh = (size_t)(h / group) * HS;
             float max = -INFINITY, sum = 0.0f;
             for (int t = 0; t <= pos; t++) {
-                const float *kt = kc + (size_t)t * C + (size_t)h * HS;
+                const float *kt = kc + (size_t)t * KV + kvh;
                 float dot = 0.0f;
                 for (int i = 0; i < HS; i++)
                     dot += q[i] * kt[i];
@@ -166,7 +185,7 @@ static tpd_status kv_step(kv_state *s, int token, int logits) {
             float *y = s->y + (size_t)h * HS;
             memset(y, 0, (size_t)HS * sizeof(float));
             for (int t = 0; t <= pos; t++) {
-                const float *vt = vc + (size_t)t * C + (size_t)h * HS;
+                const float *vt = vc + (size_t)t * KV + kvh;
                 float w = s->p[t] / sum;
                 for (int i = 0; i < HS; i++)
                     y[i] += w * vt[i];
@@ -176,24 +195,27 @@ static tpd_status kv_step(kv_state *s, int token, int logits) {
         TPD_CHECK(tpd_kern_matmul_fwd(s->m->kb, s->tmp, s->y, kv_param(s, TPD_P_ATTPROJW, l),
                                       kv_param(s, TPD_P_ATTPROJB, l), 1, C, C));
         TPD_CHECK(tpd_kern_add(s->m->kb, s->x, s->x, s->tmp, (size_t)C));
-        /* x = x + gelu(LN(x) @ fcw^T + fcb) @ fcprojw^T + fcprojb */
-        TPD_CHECK(tpd_kern_layernorm_fwd(s->m->kb, s->ln, &mean, &rstd, s->x,
-                                         kv_param(s, TPD_P_LN2W, l), kv_param(s, TPD_P_LN2B, l), 1,
-                                         C, (float)s->m->cfg.model.norm_epsilon));
-        TPD_CHECK(tpd_kern_matmul_gelu_fwd(s->m->kb, s->fchg, s->fch, s->ln,
-                                           kv_param(s, TPD_P_FCW, l), kv_param(s, TPD_P_FCB, l), 1,
-                                           C, s->F));
+        /* x = x + mlp(norm(x)): gelu(ln @ fcw^T + fcb), or silu(gate) * up of [gate | up] */
+        TPD_CHECK(kv_norm(s, s->ln, s->x, TPD_P_LN2W, TPD_P_LN2B, l));
+        if (d->glu) {
+            TPD_CHECK(tpd_kern_matmul_fwd(s->m->kb, s->fch, s->ln, kv_param(s, TPD_P_FCW, l),
+                                          kv_param(s, TPD_P_FCB, l), 1, C, s->FC));
+            TPD_CHECK(tpd_kern_swiglu_fwd(s->m->kb, s->fchg, s->fch, 1, s->F));
+        } else {
+            TPD_CHECK(tpd_kern_matmul_gelu_fwd(s->m->kb, s->fchg, s->fch, s->ln,
+                                               kv_param(s, TPD_P_FCW, l), kv_param(s, TPD_P_FCB, l),
+                                               1, C, s->F));
+        }
         TPD_CHECK(tpd_kern_matmul_fwd(s->m->kb, s->tmp, s->fchg, kv_param(s, TPD_P_FCPROJW, l),
                                       kv_param(s, TPD_P_FCPROJB, l), 1, s->F, C));
         TPD_CHECK(tpd_kern_add(s->m->kb, s->x, s->x, s->tmp, (size_t)C));
     }
     s->len++;
     if (!logits) return TPD_OK;
-    /* logits = LN_f(x) @ wte^T */
-    TPD_CHECK(tpd_kern_layernorm_fwd(s->m->kb, s->ln, &mean, &rstd, s->x,
-                                     kv_param(s, TPD_P_LNFW, 0), kv_param(s, TPD_P_LNFB, 0), 1, C,
-                                     (float)s->m->cfg.model.norm_epsilon));
-    return tpd_kern_matmul_fwd(s->m->kb, s->logits, s->ln, wte, NULL, 1, C, s->Vl);
+    /* logits = norm_f(x) @ head^T (the tied wte, or lmhead) */
+    TPD_CHECK(kv_norm(s, s->ln, s->x, TPD_P_LNFW, TPD_P_LNFB, 0));
+    const float *head = d->tied ? wte : kv_param(s, TPD_P_LMHEAD, 0);
+    return tpd_kern_matmul_fwd(s->m->kb, s->logits, s->ln, head, NULL, 1, C, s->Vl);
 }
 
 /* Restarts the cache from ctx[n0..n): every position again, logits for the last. */

@@ -78,10 +78,12 @@ void tpd_model_destroy(tpd_model *m) {
 }
 
 void *tpd_model_param(const tpd_model *m, tpd_param p) {
+    if (!m->plan.lay.p[p].present) return NULL;
     return (char *)m->params + m->plan.lay.p[p].offset * m->plan.param_size;
 }
 
 void *tpd_model_grad(const tpd_model *m, tpd_param p) {
+    if (!m->plan.lay.p[p].present) return NULL;
     return (char *)m->grads + m->plan.lay.p[p].offset * m->plan.grad_size;
 }
 

@@ -32,14 +32,15 @@ extern "C" {
 /* Byte offsets inside one layer's block of a slot. Nl = N, or N/tp under sequence
  * parallel (dims.Nl): the rows this rank keeps of the LayerNorm and residual regions. */
 typedef struct tpd_act_layer {
-    size_t ln1, ln1_mean, ln1_rstd; /* (Nl,C) act, (Nl) f32, (Nl) f32 */
-    size_t qkv;                     /* (N,3*C/tp) */
+    size_t ln1, ln1_mean, ln1_rstd; /* (Nl,C) act, (Nl) f32 (LayerNorm only), (Nl) f32 */
+    size_t qkv;                     /* (N,QKVl): the local Q, K, V heads (after RoPE) */
     size_t atty;                    /* (N,C/tp) */
     size_t att;                     /* backend's saved attention state (not under
                                        selective recompute: w_att) */
     size_t x1;                      /* (Nl,C) residual after attention */
     size_t ln2, ln2_mean, ln2_rstd; /* (Nl,C), (Nl), (Nl) */
-    size_t fch, fch_gelu;           /* (N,F/tp) before and after GELU */
+    size_t fch, fch_gelu;           /* (N,F/tp) before and after GELU; under SwiGLU fch is
+                                       (N,2F/tp) [gate | up] and fch_gelu their product */
     size_t out;                     /* (Nl,C) layer output */
     size_t bytes;                   /* block size */
 } tpd_act_layer;
@@ -90,6 +91,7 @@ typedef struct tpd_buffer_plan {
     size_t w_dqkv;         /* (N,3C/tp) */
     size_t w_datty;        /* (N,C/tp) */
     size_t w_dfch;         /* (N,F/tp) */
+    size_t w_dglu;         /* SwiGLU: (N,2F/tp) gradient of [gate | up] */
     size_t w_dsend;        /* (Nl,C) gradient sent to the previous virtual stage */
     size_t w_layer;        /* recompute: one layer block of activations */
     size_t w_att;          /* selective: one layer's attention state */
@@ -146,7 +148,7 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
 void tpd_model_destroy(tpd_model *m);
 
 /* Views into the flat buffers: the tensor (per-layer tensors: local layer 0's piece; the
- * others lie at tpd_model_layout_piece). */
+ * others lie at tpd_model_layout_piece); NULL for a tensor this stage does not hold. */
 void *tpd_model_param(const tpd_model *m, tpd_param p);
 void *tpd_model_grad(const tpd_model *m, tpd_param p);
 

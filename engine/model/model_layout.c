@@ -17,13 +17,35 @@ static const tpd_param_info g_info[TPD_P_COUNT] = {
     [TPD_P_ATTPROJB] = {"attprojb", 1, 0, TPD_SPLIT_NONE, 0},
     [TPD_P_LN2W] = {"ln2w", 1, 0, TPD_SPLIT_NONE, 1},
     [TPD_P_LN2B] = {"ln2b", 1, 0, TPD_SPLIT_NONE, 0},
-    [TPD_P_FCW] = {"fcw", 1, 1, TPD_SPLIT_ROWS, 2},
+    [TPD_P_FCW] = {"fcw", 1, 1, TPD_SPLIT_ROWS, 2}, /* TPD_SPLIT_GLU under SwiGLU */
     [TPD_P_FCB] = {"fcb", 1, 0, TPD_SPLIT_ROWS, 0},
     [TPD_P_FCPROJW] = {"fcprojw", 1, 1, TPD_SPLIT_COLS, 3},
     [TPD_P_FCPROJB] = {"fcprojb", 1, 0, TPD_SPLIT_NONE, 0},
     [TPD_P_LNFW] = {"lnfw", 0, 0, TPD_SPLIT_NONE, 1},
     [TPD_P_LNFB] = {"lnfb", 0, 0, TPD_SPLIT_NONE, 0},
+    [TPD_P_LMHEAD] = {"lmhead", 0, 1, TPD_SPLIT_VOCAB, 2},
 };
+
+int tpd_model_has_param(const tpd_config *cfg, tpd_param p) {
+    const tpd_config_model *m = &cfg->model;
+    switch (p) {
+    case TPD_P_WPE:
+        return m->position_embedding_type == TPD_POS_LEARNED;
+    case TPD_P_LN1B:
+    case TPD_P_LN2B:
+    case TPD_P_LNFB:
+        return m->normalization == TPD_NORM_LAYERNORM;
+    case TPD_P_QKVB:
+    case TPD_P_ATTPROJB:
+    case TPD_P_FCB:
+    case TPD_P_FCPROJB:
+        return m->add_bias_linear;
+    case TPD_P_LMHEAD:
+        return m->untie_embeddings_and_output_weights;
+    default:
+        return p >= 0 && p < TPD_P_COUNT;
+    }
+}
 
 const tpd_param_info *tpd_param_get_info(tpd_param p) {
     return (p >= 0 && p < TPD_P_COUNT) ? &g_info[p] : NULL;
@@ -46,17 +68,26 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     d.tp_rank = tp_rank;
     d.pp_size = pp_size;
     d.stage = stage;
-    if (d.NH < 1 || d.C % d.NH || d.NH % tp_size || d.F % tp_size || stage < 0 ||
-        stage >= pp_size || tp_rank < 0 || tp_rank >= tp_size) {
-        tpd_log_error("model: hidden %d, heads %d, ffn %d do not split over TP %d "
+    d.NKV = m->group_query_attention ? m->num_query_groups : d.NH;
+    if (d.NH < 1 || d.C % d.NH || d.NH % tp_size || d.F % tp_size || d.NKV < 1 || d.NH % d.NKV ||
+        d.NKV % tp_size || stage < 0 || stage >= pp_size || tp_rank < 0 || tp_rank >= tp_size) {
+        tpd_log_error("model: hidden %d, heads %d, K/V heads %d, ffn %d do not split over TP %d "
                       "(stage %d of %d)",
-                      d.C, d.NH, d.F, tp_size, stage, pp_size);
+                      d.C, d.NH, d.NKV, d.F, tp_size, stage, pp_size);
         return TPD_ERR_INVALID;
     }
     d.HS = d.C / d.NH;
     d.NHl = d.NH / tp_size;
+    d.KVl = d.NKV / tp_size;
     d.Cl = d.NHl * d.HS;
     d.Fl = d.F / tp_size;
+    d.glu = m->swiglu;
+    d.rope = m->position_embedding_type == TPD_POS_ROPE;
+    d.rms = m->normalization == TPD_NORM_RMSNORM;
+    d.bias = m->add_bias_linear;
+    d.tied = !m->untie_embeddings_and_output_weights;
+    d.QKVl = (d.NHl + 2 * d.KVl) * d.HS;
+    d.FCl = d.glu ? 2 * d.Fl : d.Fl;
     d.Vp = tpd_config_padded_vocab(cfg, tp_size);
     d.Vl = d.Vp / tp_size;
     d.v0 = tp_rank * d.Vl;
@@ -95,27 +126,32 @@ tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank
     TPD_CHECK(tpd_model_dims_init(cfg, tp_size, tp_rank, pp_size, stage, &lay.d));
     const tpd_model_dims *d = &lay.d;
     /* global rows, cols per layer */
+    int qkv = (d->NH + 2 * d->NKV) * d->HS, fc = d->glu ? 2 * d->F : d->F;
     const int g_shape[TPD_P_COUNT][2] = {
-        [TPD_P_WTE] = {d->V, d->C},      [TPD_P_WPE] = {d->maxT, d->C},
-        [TPD_P_LN1W] = {d->C, 1},        [TPD_P_LN1B] = {d->C, 1},
-        [TPD_P_QKVW] = {3 * d->C, d->C}, [TPD_P_QKVB] = {3 * d->C, 1},
-        [TPD_P_ATTPROJW] = {d->C, d->C}, [TPD_P_ATTPROJB] = {d->C, 1},
-        [TPD_P_LN2W] = {d->C, 1},        [TPD_P_LN2B] = {d->C, 1},
-        [TPD_P_FCW] = {d->F, d->C},      [TPD_P_FCB] = {d->F, 1},
-        [TPD_P_FCPROJW] = {d->C, d->F},  [TPD_P_FCPROJB] = {d->C, 1},
-        [TPD_P_LNFW] = {d->C, 1},        [TPD_P_LNFB] = {d->C, 1},
+        [TPD_P_WTE] = {d->V, d->C},      [TPD_P_WPE] = {d->maxT, d->C}, [TPD_P_LN1W] = {d->C, 1},
+        [TPD_P_LN1B] = {d->C, 1},        [TPD_P_QKVW] = {qkv, d->C},    [TPD_P_QKVB] = {qkv, 1},
+        [TPD_P_ATTPROJW] = {d->C, d->C}, [TPD_P_ATTPROJB] = {d->C, 1},  [TPD_P_LN2W] = {d->C, 1},
+        [TPD_P_LN2B] = {d->C, 1},        [TPD_P_FCW] = {fc, d->C},      [TPD_P_FCB] = {fc, 1},
+        [TPD_P_FCPROJW] = {d->C, d->F},  [TPD_P_FCPROJB] = {d->C, 1},   [TPD_P_LNFW] = {d->C, 1},
+        [TPD_P_LNFB] = {d->C, 1},        [TPD_P_LMHEAD] = {d->V, d->C},
     };
+    /* the tensors this model has at all (tpd_model_has_param) */
+    int has[TPD_P_COUNT];
+    for (int p = 0; p < TPD_P_COUNT; p++)
+        has[p] = tpd_model_has_param(cfg, (tpd_param)p);
     /* shapes and presence first, then the layer-major offsets */
     for (int p = 0; p < TPD_P_COUNT; p++) {
         const tpd_param_info *in = &g_info[p];
         tpd_param_slice *s = &lay.p[p];
         s->g_rows = g_shape[p][0];
         s->g_cols = g_shape[p][1];
-        s->g_layers = in->per_layer ? d->L : 1;
-        if (in->per_layer)
+        s->g_layers = !has[p] ? 0 : in->per_layer ? d->L : 1;
+        if (!has[p])
+            s->present = 0;
+        else if (in->per_layer)
             s->present = d->Ls > 0;
         else if (p == TPD_P_WTE)
-            s->present = d->first || d->last;
+            s->present = d->first || (d->last && d->tied);
         else if (p == TPD_P_WPE)
             s->present = d->first;
         else
@@ -124,10 +160,15 @@ tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank
         s->layers = in->per_layer ? d->Ls : 1;
         s->rows = s->g_rows;
         s->cols = s->g_cols;
-        switch (in->split) {
+        s->split = in->split;
+        if (d->glu && (p == TPD_P_FCW || p == TPD_P_FCB)) s->split = TPD_SPLIT_GLU;
+        switch (s->split) {
         case TPD_SPLIT_ROWS:
-        case TPD_SPLIT_QKV:
+        case TPD_SPLIT_GLU:
             s->rows = s->g_rows / d->tp_size;
+            break;
+        case TPD_SPLIT_QKV:
+            s->rows = d->QKVl;
             break;
         case TPD_SPLIT_COLS:
             s->cols = s->g_cols / d->tp_size;
@@ -144,14 +185,14 @@ tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank
         if (p == TPD_P_WTE && !d->first) s->tp_counted = 0;
         s->numel = (size_t)s->layers * (size_t)s->rows * (size_t)s->cols;
     }
-    /* wte, wpe; one block per local layer; lnfw, lnfb */
+    /* wte, wpe; one block per local layer; lnfw, lnfb, lmhead */
     size_t off = 0, block = 0;
     for (int p = 0; p < TPD_P_COUNT; p++)
         if (g_info[p].per_layer && lay.p[p].present)
             block += (size_t)lay.p[p].rows * (size_t)lay.p[p].cols;
     for (int p = 0; p < TPD_P_COUNT; p++) {
         tpd_param_slice *s = &lay.p[p];
-        if (!s->present || g_info[p].per_layer || p == TPD_P_LNFW || p == TPD_P_LNFB) continue;
+        if (!s->present || g_info[p].per_layer || p >= TPD_P_LNFW) continue;
         s->offset = off;
         off += s->numel;
     }
@@ -164,7 +205,7 @@ tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank
         in_block += (size_t)s->rows * (size_t)s->cols;
     }
     off += block * (size_t)d->Ls;
-    for (int p = TPD_P_LNFW; p <= TPD_P_LNFB; p++) {
+    for (int p = TPD_P_LNFW; p <= TPD_P_LMHEAD; p++) {
         tpd_param_slice *s = &lay.p[p];
         if (!s->present) continue;
         s->offset = off;
@@ -180,14 +221,25 @@ int64_t tpd_model_layout_row_global(const tpd_model_layout *lay, tpd_param p, in
     const tpd_model_dims *d = &lay->d;
     int64_t l = r / s->rows, row = r % s->rows, col0 = 0, grow = row;
     int64_t gl = g_info[p].per_layer ? tpd_model_dims_global_layer(d, (int)l) : 0;
-    switch (g_info[p].split) {
+    switch (s->split) {
     case TPD_SPLIT_ROWS:
         grow = (int64_t)d->tp_rank * s->rows + row;
         break;
     case TPD_SPLIT_QKV: {
-        int64_t blk_rows = s->rows / 3; /* C/tp rows of each of Q, K, V */
-        int64_t blk = row / blk_rows;
-        grow = blk * (s->g_rows / 3) + (int64_t)d->tp_rank * blk_rows + row % blk_rows;
+        /* local [Q (NHl heads); K (KVl heads); V (KVl heads)] of global [Q; K; V] */
+        int64_t q = (int64_t)d->NHl * d->HS, kv = (int64_t)d->KVl * d->HS;
+        int64_t gq = (int64_t)d->NH * d->HS, gkv = (int64_t)d->NKV * d->HS;
+        if (row < q)
+            grow = (int64_t)d->tp_rank * q + row;
+        else if (row < q + kv)
+            grow = gq + (int64_t)d->tp_rank * kv + (row - q);
+        else
+            grow = gq + gkv + (int64_t)d->tp_rank * kv + (row - q - kv);
+        break;
+    }
+    case TPD_SPLIT_GLU: {
+        int64_t half = s->rows / 2; /* F/tp rows of each of gate and up */
+        grow = (row / half) * (s->g_rows / 2) + (int64_t)d->tp_rank * half + row % half;
         break;
     }
     case TPD_SPLIT_COLS:

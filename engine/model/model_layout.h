@@ -3,7 +3,14 @@
  * Global tensors follow llm.c's order and shapes (REFERENCES.md), stacked over all L
  * layers: wte (V,C), wpe (maxT,C), ln1w (L,C), ln1b (L,C), qkvw (L,3C,C), qkvb (L,3C),
  * attprojw (L,C,C), attprojb (L,C), ln2w (L,C), ln2b (L,C), fcw (L,F,C), fcb (L,F),
- * fcprojw (L,C,F), fcprojb (L,C), lnfw (C), lnfb (C). Weights are (out, in).
+ * fcprojw (L,C,F), fcprojb (L,C), lnfw (C), lnfb (C), and for an untied model the output
+ * layer lmhead (V,C). Weights are (out, in).
+ *
+ * The Llama block changes shapes and drops tensors: with grouped-query attention qkvw is
+ * ((NH + 2*NKV)*HS, C), [Q; K; V] with NKV K and V heads; with SwiGLU fcw is (2F, C),
+ * [gate; up]; RMSNorm has no ln*b/lnfb; add_bias_linear: false drops qkvb, attprojb, fcb
+ * and fcprojb; RoPE drops wpe; untied embeddings add lmhead and keep wte on the first
+ * stage only. A tensor the model does not have is absent everywhere (g_layers = 0).
  *
  * A rank holds, in one contiguous buffer, the tensors of its pipeline stage (wte and wpe
  * on the first stage, wte again plus lnf on the last: the head is tied), sliced for
@@ -48,15 +55,18 @@ typedef enum tpd_param {
     TPD_P_FCPROJB,
     TPD_P_LNFW,
     TPD_P_LNFB,
+    TPD_P_LMHEAD, /* untied output layer */
     TPD_P_COUNT
 } tpd_param;
 
 typedef enum tpd_split_kind {
     TPD_SPLIT_NONE = 0,  /* replicated over TP */
     TPD_SPLIT_ROWS = 1,  /* column-parallel: output rows split */
-    TPD_SPLIT_QKV = 2,   /* rows in three blocks [Q;K;V], each split by heads */
+    TPD_SPLIT_QKV = 2,   /* rows in three blocks [Q;K;V], each split by heads (K and V by
+                            K/V heads under grouped-query attention) */
     TPD_SPLIT_COLS = 3,  /* row-parallel: input columns split */
     TPD_SPLIT_VOCAB = 4, /* rows split over the padded vocab */
+    TPD_SPLIT_GLU = 5,   /* SwiGLU's fcw/fcb: rows in two blocks [gate; up], each split */
 } tpd_split_kind;
 
 typedef struct tpd_param_info {
@@ -68,6 +78,8 @@ typedef struct tpd_param_info {
 } tpd_param_info;
 
 const tpd_param_info *tpd_param_get_info(tpd_param p);
+/* 1 when the configured model has tensor p at all (on some stage). */
+int tpd_model_has_param(const tpd_config *cfg, tpd_param p);
 
 typedef struct tpd_model_dims {
     int L, C, NH, HS, F, V, Vp, maxT, T, B; /* global; B = micro-batch */
@@ -79,6 +91,12 @@ typedef struct tpd_model_dims {
     int chunk_l0[TPD_CONFIG_MAX_STAGES];     /* its first local layer */
     int chunk_g0[TPD_CONFIG_MAX_STAGES];     /* its first global layer */
     int NHl, Cl, Fl;                         /* local heads, C/tp, F/tp */
+    int NKV, KVl;       /* K/V heads (NH without grouped-query attention), local K/V heads */
+    int QKVl;           /* local rows of qkv: (NHl + 2*KVl)*HS */
+    int FCl;            /* local rows of fc: 2*Fl under SwiGLU, else Fl */
+    int glu, rope, rms; /* SwiGLU, rotary positions, RMSNorm */
+    int bias;           /* the linear layers have biases */
+    int tied;           /* the output layer is wte */
     int Vl, v0, Vvalid; /* local vocab rows, first global vocab row, rows < V */
     int sp;             /* sequence parallel: LayerNorm, residual and p2p regions hold
                            only this TP rank's share of the B*T rows */
@@ -90,15 +108,16 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
 
 /* One parameter tensor on this rank. */
 typedef struct tpd_param_slice {
-    int present;        /* held by this stage */
-    size_t offset;      /* elements into the flat buffer of local layer 0's piece */
-    size_t stride;      /* elements between the pieces of consecutive local layers */
-    size_t numel;       /* local elements (layers pieces of rows*cols) */
-    int layers;         /* local layer count (1 when not per-layer) */
-    int rows, cols;     /* local rows and cols per layer (cols = 1 for vectors) */
-    int g_rows, g_cols; /* global rows and cols per layer (unpadded: wte has V rows) */
-    int g_layers;       /* global layer count (1 when not per-layer) */
-    int tp_counted;     /* 1 when this rank's copy counts in the global norm */
+    int present;          /* held by this stage */
+    tpd_split_kind split; /* the table's, or TPD_SPLIT_GLU for SwiGLU's fcw and fcb */
+    size_t offset;        /* elements into the flat buffer of local layer 0's piece */
+    size_t stride;        /* elements between the pieces of consecutive local layers */
+    size_t numel;         /* local elements (layers pieces of rows*cols) */
+    int layers;           /* local layer count (1 when not per-layer) */
+    int rows, cols;       /* local rows and cols per layer (cols = 1 for vectors) */
+    int g_rows, g_cols;   /* global rows and cols per layer (unpadded: wte has V rows) */
+    int g_layers;         /* global layer count (1 when not per-layer) */
+    int tp_counted;       /* 1 when this rank's copy counts in the global norm */
 } tpd_param_slice;
 
 typedef struct tpd_model_layout {

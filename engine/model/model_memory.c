@@ -67,12 +67,12 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     b.s_tokens = take(&cur, N * 4);
     b.s_targets = take(&cur, N * 4);
     b.s_x0 = take(&cur, NL * C * a);
-    size_t lc = 0;
+    size_t lc = 0, nmean = d->rms ? 0 : NL * 4; /* RMSNorm keeps no mean */
     tpd_act_layer *l = &b.layer;
     l->ln1 = take(&lc, NL * C * a);
-    l->ln1_mean = take(&lc, NL * 4);
+    l->ln1_mean = take(&lc, nmean);
     l->ln1_rstd = take(&lc, NL * 4);
-    l->qkv = take(&lc, N * 3 * (size_t)d->Cl * a);
+    l->qkv = take(&lc, N * (size_t)d->QKVl * a);
     l->atty = take(&lc, N * (size_t)d->Cl * a);
     /* selective recompute: the attention state is rebuilt in the backward, in one shared
      * workspace block, instead of kept per layer and micro-batch */
@@ -80,9 +80,9 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     l->att = b.selective ? 0 : take(&lc, b.att_saved);
     l->x1 = take(&lc, NL * C * a);
     l->ln2 = take(&lc, NL * C * a);
-    l->ln2_mean = take(&lc, NL * 4);
+    l->ln2_mean = take(&lc, nmean);
     l->ln2_rstd = take(&lc, NL * 4);
-    l->fch = take(&lc, N * (size_t)d->Fl * a);
+    l->fch = take(&lc, N * (size_t)d->FCl * a); /* SwiGLU: [gate | up] */
     l->fch_gelu = take(&lc, N * (size_t)d->Fl * a);
     l->out = take(&lc, NL * C * a);
     l->bytes = lc;
@@ -110,7 +110,7 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     if (d->last) {
         size_t h = 0;
         b.h_lnf = take(&h, NL * C * a);
-        b.h_lnf_mean = take(&h, NL * 4);
+        b.h_lnf_mean = take(&h, nmean);
         b.h_lnf_rstd = take(&h, NL * 4);
         b.h_logits = take(&h, N * (size_t)d->Vl * a);
         b.h_xstats = take(&h, 3 * N * 4);
@@ -122,9 +122,10 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     b.w_dres = take(&w, NL * C * a);
     b.w_dtmp = take(&w, NL * C * a);
     b.w_dln = take(&w, N * C * a);
-    b.w_dqkv = take(&w, N * 3 * (size_t)d->Cl * a);
+    b.w_dqkv = take(&w, N * (size_t)d->QKVl * a);
     b.w_datty = take(&w, N * (size_t)d->Cl * a);
     b.w_dfch = take(&w, N * (size_t)d->Fl * a);
+    b.w_dglu = d->glu ? take(&w, N * (size_t)d->FCl * a) : 0;
     /* every virtual stage but the very first sends its input's gradient */
     b.w_dsend = d->first && d->v == 1 ? 0 : take(&w, NL * C * a);
     b.w_layer = b.recompute_max ? take(&w, lc) : 0;

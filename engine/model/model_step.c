@@ -21,7 +21,10 @@ typedef struct views {
         *fcprojb;
 } views;
 
+/* Layer l's piece of p in `base` (params or grads); NULL for a tensor the model lacks
+ * (biases, LayerNorm's b under RMSNorm). */
 static void *pview(const tpd_model *m, void *base, size_t esize, tpd_param p, int l) {
+    if (!m->plan.lay.p[p].present) return NULL;
     return (char *)base + tpd_model_layout_piece(&m->plan.lay, p, l) * esize;
 }
 
@@ -59,6 +62,26 @@ static int is_last(const tpd_model *m, const tpd_model_mb *at) {
 
 static tpd_status hook(tpd_model *m, int unit, int backward) {
     return m->hook ? m->hook(m->hook_user, unit, backward) : TPD_OK;
+}
+
+/* The block's norm over Nl rows: LayerNorm (w, b; mean and rstd kept) or RMSNorm (w; rstd
+ * kept, mean unused), with model.norm_epsilon. */
+static tpd_status norm_fwd(const tpd_model *m, void *out, float *mean, float *rstd, const void *inp,
+                           const void *w, const void *b) {
+    float eps = (float)m->cfg.model.norm_epsilon;
+    if (m->d.rms) return tpd_kern_rmsnorm_fwd(m->kb, out, rstd, inp, w, m->d.Nl, m->d.C, eps);
+    return tpd_kern_layernorm_fwd(m->kb, out, mean, rstd, inp, w, b, m->d.Nl, m->d.C, eps);
+}
+
+static tpd_status norm_bwd(const tpd_model *m, void *dinp, void *dw, void *db, const void *dout,
+                           const void *inp, const void *w, const float *mean, const float *rstd) {
+    if (m->d.rms) return tpd_kern_rmsnorm_bwd(m->kb, dinp, dw, dout, inp, w, rstd, m->d.Nl, m->d.C);
+    return tpd_kern_layernorm_bwd(m->kb, dinp, dw, db, dout, inp, w, mean, rstd, m->d.Nl, m->d.C);
+}
+
+/* The output layer's weight: wte (tied) or lmhead. */
+static tpd_param head_param(const tpd_model *m) {
+    return m->d.tied ? TPD_P_WTE : TPD_P_LMHEAD;
 }
 
 typedef struct acts {
@@ -148,22 +171,31 @@ static tpd_status layer_fwd(tpd_model *m, const views *w, const acts *a, const v
     const tpd_tp_ctx *tp = &m->tp;
     int N = d->B * d->T, Nl = d->Nl, C = d->C;
     const void *full;
-    /* ln1 = LN(inp); qkv = gather(ln1) @ qkvw^T + qkvb (column-parallel, whole heads) */
-    TPD_CHECK(tpd_kern_layernorm_fwd(m->kb, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w->ln1w, w->ln1b,
-                                     Nl, C, (float)m->cfg.model.norm_epsilon));
+    /* ln1 = norm(inp); qkv = gather(ln1) @ qkvw^T + qkvb (column-parallel, whole heads and
+     * K/V groups); RoPE rotates the Q and K heads in place */
+    TPD_CHECK(norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w->ln1w, w->ln1b));
     TPD_CHECK(sp_full(m, &full, a->ln1));
-    TPD_CHECK(tpd_tp_column_fwd(tp, a->qkv, full, w->qkvw, w->qkvb, N, C, 3 * d->Cl));
+    TPD_CHECK(tpd_tp_column_fwd(tp, a->qkv, full, w->qkvw, w->qkvb, N, C, d->QKVl));
+    if (d->rope)
+        TPD_CHECK(tpd_kern_rope_fwd(m->kb, a->qkv, d->B, d->T, d->NHl, d->KVl, d->HS,
+                                    (float)m->cfg.model.rotary_base, 0));
     /* atty = causal_attention(qkv) on the local heads */
     TPD_CHECK(
-        tpd_kern_attention_fwd(m->kb, a->atty, a->att, a->qkv, d->B, d->T, d->NHl, d->NHl, d->HS));
+        tpd_kern_attention_fwd(m->kb, a->atty, a->att, a->qkv, d->B, d->T, d->NHl, d->KVl, d->HS));
     /* x1 = inp + reduce(atty @ attprojw^T) + attprojb (row-parallel) */
     TPD_CHECK(row_fwd(m, a->x1, a->atty, w->attprojw, w->attprojb, d->Cl));
     TPD_CHECK(tpd_kern_add(m->kb, a->x1, a->x1, inp, (size_t)Nl * C));
-    /* ln2 = LN(x1); fch_gelu = gelu(gather(ln2) @ fcw^T + fcb) (column-parallel) */
-    TPD_CHECK(tpd_kern_layernorm_fwd(m->kb, a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, w->ln2w,
-                                     w->ln2b, Nl, C, (float)m->cfg.model.norm_epsilon));
+    /* ln2 = norm(x1); fch_gelu = gelu(gather(ln2) @ fcw^T + fcb), or under SwiGLU
+     * silu(gate) * up of fch = [gate | up] (column-parallel, matching shards) */
+    TPD_CHECK(norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, w->ln2w, w->ln2b));
     TPD_CHECK(sp_full(m, &full, a->ln2));
-    TPD_CHECK(tpd_tp_column_gelu_fwd(tp, a->fch_gelu, a->fch, full, w->fcw, w->fcb, N, C, d->Fl));
+    if (d->glu) {
+        TPD_CHECK(tpd_tp_column_fwd(tp, a->fch, full, w->fcw, w->fcb, N, C, d->FCl));
+        TPD_CHECK(tpd_kern_swiglu_fwd(m->kb, a->fch_gelu, a->fch, N, d->Fl));
+    } else {
+        TPD_CHECK(
+            tpd_tp_column_gelu_fwd(tp, a->fch_gelu, a->fch, full, w->fcw, w->fcb, N, C, d->Fl));
+    }
     /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb (row-parallel) */
     TPD_CHECK(row_fwd(m, a->out, a->fch_gelu, w->fcprojw, w->fcprojb, d->Fl));
     return tpd_kern_add(m->kb, a->out, a->out, a->x1, (size_t)Nl * C);
@@ -220,12 +252,13 @@ tpd_status tpd_model_forward(tpd_model *m, const tpd_model_mb *at) {
 
     if (is_first(m, at)) {
         TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, 0));
-        /* x0 = wte[tokens] + wpe[t] (vocab-parallel lookup, summed over TP); under SP
-         * built whole in w_gath, and this rank keeps its rows */
+        /* x0 = wte[tokens] (+ wpe[t] with learned positions) (vocab-parallel lookup, summed
+         * over TP); under SP built whole in w_gath, and this rank keeps its rows */
         void *emb = d->sp ? m->ws + m->plan.w_gath : x0;
         TPD_CHECK(tpd_tp_vocab_embed_fwd(tp, emb, tokens, tpd_model_param(m, TPD_P_WTE), N, C,
                                          d->v0, d->Vl));
-        TPD_CHECK(tpd_kern_pos_fwd(m->kb, emb, tpd_model_param(m, TPD_P_WPE), d->B, d->T, C));
+        if (!d->rope)
+            TPD_CHECK(tpd_kern_pos_fwd(m->kb, emb, tpd_model_param(m, TPD_P_WPE), d->B, d->T, C));
         if (d->sp) {
             size_t rows = (size_t)d->Nl * C * m->plan.act_size;
             TPD_CHECK(tpd_kern_copy(m->kb, x0, (char *)emb + (size_t)d->tp_rank * rows, rows));
@@ -243,20 +276,19 @@ tpd_status tpd_model_forward(tpd_model *m, const tpd_model_mb *at) {
     }
     if (is_last(m, at)) {
         TPD_CHECK(hook(m, d->Ls, 0));
-        TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, 0)); /* the tied head reads wte */
+        if (d->tied) TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, 0)); /* the tied head reads wte */
         char *h = head_base(m, at->head);
         void *lnf = h + m->plan.h_lnf, *logits = h + m->plan.h_logits;
         float *mean = (float *)(h + m->plan.h_lnf_mean), *rstd = (float *)(h + m->plan.h_lnf_rstd);
         const int32_t *targets = (const int32_t *)(s + m->plan.s_targets);
-        /* lnf = LN_f(inp); logits = gather(lnf) @ wte^T (tied head, vocab-parallel
-         * columns) */
-        TPD_CHECK(tpd_kern_layernorm_fwd(
-            m->kb, lnf, mean, rstd, inp, tpd_model_param(m, TPD_P_LNFW),
-            tpd_model_param(m, TPD_P_LNFB), d->Nl, C, (float)m->cfg.model.norm_epsilon));
+        /* lnf = norm_f(inp); logits = gather(lnf) @ head^T (the tied wte or lmhead,
+         * vocab-parallel columns) */
+        TPD_CHECK(norm_fwd(m, lnf, mean, rstd, inp, tpd_model_param(m, TPD_P_LNFW),
+                           tpd_model_param(m, TPD_P_LNFB)));
         const void *full;
         TPD_CHECK(sp_full(m, &full, lnf));
-        TPD_CHECK(
-            tpd_tp_column_fwd(tp, logits, full, tpd_model_param(m, TPD_P_WTE), NULL, N, C, d->Vl));
+        TPD_CHECK(tpd_tp_column_fwd(tp, logits, full, tpd_model_param(m, head_param(m)), NULL, N, C,
+                                    d->Vl));
         /* loss = -log softmax(logits)[target], padded columns excluded */
         TPD_CHECK(tpd_tp_vocab_xent_fwd(tp, (float *)(h + m->plan.h_loss),
                                         (float *)(h + m->plan.h_xstats), logits, targets, N, d->Vl,
@@ -303,14 +335,13 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
         /* loss = xent(logits): dlogits = (softmax - onehot) * dloss, in place */
         TPD_CHECK(tpd_tp_vocab_xent_bwd(tp, logits, (const float *)(h + m->plan.h_xstats), targets,
                                         dloss, N, d->Vl, d->Vvalid, d->v0));
-        /* logits = gather(lnf) @ wte^T: dlnf = reduce(dlogits @ wte);
-         * dwte += dlogits^T gather(lnf) */
-        TPD_CHECK(column_bwd(m, &dln, tpd_model_grad(m, TPD_P_WTE), NULL, logits, lnf,
-                             tpd_model_param(m, TPD_P_WTE), d->Vl));
-        /* lnf = LN_f(out_last) */
-        TPD_CHECK(tpd_kern_layernorm_bwd(m->kb, dres, tpd_model_grad(m, TPD_P_LNFW),
-                                         tpd_model_grad(m, TPD_P_LNFB), dln, last.out,
-                                         tpd_model_param(m, TPD_P_LNFW), mean, rstd, Nl, C));
+        /* logits = gather(lnf) @ head^T: dlnf = reduce(dlogits @ head);
+         * dhead += dlogits^T gather(lnf) */
+        TPD_CHECK(column_bwd(m, &dln, tpd_model_grad(m, head_param(m)), NULL, logits, lnf,
+                             tpd_model_param(m, head_param(m)), d->Vl));
+        /* lnf = norm_f(out_last) */
+        TPD_CHECK(norm_bwd(m, dres, tpd_model_grad(m, TPD_P_LNFW), tpd_model_grad(m, TPD_P_LNFB),
+                           dln, last.out, tpd_model_param(m, TPD_P_LNFW), mean, rstd));
         TPD_CHECK(hook(m, d->Ls, 1));
     }
     /* dres now holds d(chunk output) (received, or from the head above) */
@@ -338,15 +369,21 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
         if (split) TPD_CHECK(keep_rows(m, a.out, dres)); /* W: d(out) over out */
         TPD_CHECK(tpd_tp_row_bwd(tp, dfch, split ? NULL : g.fcprojw, split ? NULL : g.fcprojb,
                                  dfull, a.fch_gelu, w.fcprojw, N, d->Fl, C));
-        /* fch_gelu = gelu(fch); W keeps d(fch) over fch */
-        void *dfc = split ? a.fch : dfch;
-        TPD_CHECK(tpd_kern_gelu_bwd(m->kb, dfc, a.fch, dfch, (size_t)N * d->Fl));
+        /* fch_gelu = gelu(fch), or silu(gate) * up; W keeps d(fch) over fch */
+        void *dfc = split ? a.fch : d->glu ? m->ws + m->plan.w_dglu : dfch;
+        if (d->glu) {
+            TPD_CHECK(tpd_kern_swiglu_bwd(m->kb, m->ws + m->plan.w_dglu, a.fch, dfch, N, d->Fl));
+            if (split)
+                TPD_CHECK(tpd_kern_copy(m->kb, a.fch, m->ws + m->plan.w_dglu,
+                                        (size_t)N * d->FCl * m->plan.act_size));
+        } else {
+            TPD_CHECK(tpd_kern_gelu_bwd(m->kb, dfc, a.fch, dfch, (size_t)N * d->Fl));
+        }
         /* fch = gather(ln2) @ fcw^T + fcb: dln2 = reduce(dfch @ fcw) */
         TPD_CHECK(column_bwd(m, &dln, split ? NULL : g.fcw, split ? NULL : g.fcb, dfc, a.ln2, w.fcw,
-                             d->Fl));
-        /* ln2 = LN(x1); and x1 feeds out through the residual: dx1 = dres + dLN */
-        TPD_CHECK(tpd_kern_layernorm_bwd(m->kb, dtmp, g.ln2w, g.ln2b, dln, a.x1, w.ln2w, a.ln2_mean,
-                                         a.ln2_rstd, Nl, C));
+                             d->FCl));
+        /* ln2 = norm(x1); and x1 feeds out through the residual: dx1 = dres + dnorm */
+        TPD_CHECK(norm_bwd(m, dtmp, g.ln2w, g.ln2b, dln, a.x1, w.ln2w, a.ln2_mean, a.ln2_rstd));
         TPD_CHECK(tpd_kern_add(m->kb, dres, dres, dtmp, NC));
         /* x1 = inp + reduce(atty @ attprojw^T) + attprojb */
         TPD_CHECK(sp_full(m, &dfull, dres));
@@ -357,18 +394,21 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
          * atty, bit for bit the same) */
         if (m->plan.selective)
             TPD_CHECK(tpd_kern_attention_fwd(m->kb, a.atty, a.att, a.qkv, d->B, d->T, d->NHl,
-                                             d->NHl, d->HS));
+                                             d->KVl, d->HS));
         TPD_CHECK(tpd_kern_attention_bwd(m->kb, dqkv, datty, a.qkv, a.atty, a.att, d->B, d->T,
-                                         d->NHl, d->NHl, d->HS));
+                                         d->NHl, d->KVl, d->HS));
+        /* RoPE rotated the Q and K heads after the projection: rotate their gradients back */
+        if (d->rope)
+            TPD_CHECK(tpd_kern_rope_bwd(m->kb, dqkv, d->B, d->T, d->NHl, d->KVl, d->HS,
+                                        (float)m->cfg.model.rotary_base, 0));
         /* W: dqkv over qkv, which the attention backward has read for the last time */
         if (split)
-            TPD_CHECK(tpd_kern_copy(m->kb, a.qkv, dqkv, (size_t)N * 3 * d->Cl * m->plan.act_size));
+            TPD_CHECK(tpd_kern_copy(m->kb, a.qkv, dqkv, (size_t)N * d->QKVl * m->plan.act_size));
         /* qkv = gather(ln1) @ qkvw^T + qkvb: dln1 = reduce(dqkv @ qkvw) */
         TPD_CHECK(column_bwd(m, &dln, split ? NULL : g.qkvw, split ? NULL : g.qkvb, dqkv, a.ln1,
-                             w.qkvw, 3 * d->Cl));
-        /* ln1 = LN(inp); inp also feeds x1 through the residual: dinp = dx1 + dLN */
-        TPD_CHECK(tpd_kern_layernorm_bwd(m->kb, dtmp, g.ln1w, g.ln1b, dln, inp, w.ln1w, a.ln1_mean,
-                                         a.ln1_rstd, Nl, C));
+                             w.qkvw, d->QKVl));
+        /* ln1 = norm(inp); inp also feeds x1 through the residual: dinp = dx1 + dnorm */
+        TPD_CHECK(norm_bwd(m, dtmp, g.ln1w, g.ln1b, dln, inp, w.ln1w, a.ln1_mean, a.ln1_rstd));
         /* the chunk input's gradient goes to the send buffer, except on the very first
          * virtual stage */
         void *dst = (i == 0 && !is_first(m, at)) ? m->ws + m->plan.w_dsend : dres;
@@ -382,7 +422,8 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
         TPD_CHECK(sp_full(m, &dfull, dres));
         TPD_CHECK(tpd_tp_vocab_embed_bwd(tp, tpd_model_grad(m, TPD_P_WTE), dfull, tokens, N, C,
                                          d->v0, d->Vl));
-        TPD_CHECK(tpd_kern_pos_bwd(m->kb, tpd_model_grad(m, TPD_P_WPE), dfull, d->B, d->T, C));
+        if (!d->rope)
+            TPD_CHECK(tpd_kern_pos_bwd(m->kb, tpd_model_grad(m, TPD_P_WPE), dfull, d->B, d->T, C));
         TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, 1));
     }
     return TPD_OK;
@@ -409,7 +450,7 @@ tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at) {
                                       w.fcprojw, N, d->Fl, C));
         /* fch = gather(ln2) @ fcw^T + fcb */
         TPD_CHECK(sp_full(m, &full, a.ln2));
-        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, NULL, g.fcw, g.fcb, a.fch, full, w.fcw, N, C, d->Fl));
+        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, NULL, g.fcw, g.fcb, a.fch, full, w.fcw, N, C, d->FCl));
         /* x1 = inp + reduce(atty @ attprojw^T) + attprojb */
         TPD_CHECK(sp_full(m, &dfull, a.x1));
         TPD_CHECK(tpd_kern_matmul_bwd(m->kb, NULL, g.attprojw, g.attprojb, dfull, a.atty,
@@ -417,7 +458,7 @@ tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at) {
         /* qkv = gather(ln1) @ qkvw^T + qkvb */
         TPD_CHECK(sp_full(m, &full, a.ln1));
         TPD_CHECK(
-            tpd_kern_matmul_bwd(m->kb, NULL, g.qkvw, g.qkvb, a.qkv, full, w.qkvw, N, C, 3 * d->Cl));
+            tpd_kern_matmul_bwd(m->kb, NULL, g.qkvw, g.qkvb, a.qkv, full, w.qkvw, N, C, d->QKVl));
         TPD_CHECK(hook(m, l0 + i, 1));
     }
     return TPD_OK;

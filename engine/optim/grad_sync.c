@@ -145,7 +145,7 @@ tpd_status tpd_grad_sync_finish(tpd_grad_sync *gs) {
     const tpd_param_slice *wte = &m->plan.lay.p[TPD_P_WTE];
     /* The head on the last stage and the embedding on the first share wte: their gradients
      * are summed so both copies take the same update and stay identical. */
-    if (gs->emb && tpd_comm_size(gs->emb) > 1 && wte->present)
+    if (gs->emb && tpd_comm_size(gs->emb) > 1 && wte->present && m->d.tied)
         TPD_CHECK(tpd_comm_allreduce(
             gs->emb, tpd_model_grad(m, TPD_P_WTE), tpd_model_grad(m, TPD_P_WTE), wte->numel,
             tpd_kern_grad_dtype(m->kb), TPD_COMM_OP_SUM, tpd_kern_stream(m->kb)));

@@ -140,6 +140,13 @@ static const tpd_kern_ops cpu_ops = {
     .cast = tpd_kern_cpu_cast,
 
     .destroy = cpu_destroy,
+
+    .rmsnorm_fwd = tpd_kern_cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = tpd_kern_cpu_rmsnorm_bwd,
+    .rope_fwd = tpd_kern_cpu_rope_fwd,
+    .rope_bwd = tpd_kern_cpu_rope_bwd,
+    .swiglu_fwd = tpd_kern_cpu_swiglu_fwd,
+    .swiglu_bwd = tpd_kern_cpu_swiglu_bwd,
 };
 
 tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend **backend_p) {

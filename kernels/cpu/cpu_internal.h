@@ -82,6 +82,20 @@ tpd_status tpd_kern_cpu_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void 
                                       const void *qkv, const void *out, const void *saved, int B,
                                       int T, int NH, int NKV, int HS);
 
+/* ---- Llama's block: RMSNorm, RoPE, SwiGLU (cpu_llama.c) ---- */
+tpd_status tpd_kern_cpu_rmsnorm_fwd(tpd_kern_ctx *ctx, void *out, float *rstd, const void *inp,
+                                    const void *w, int N, int C, float eps);
+tpd_status tpd_kern_cpu_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, const void *dout,
+                                    const void *inp, const void *w, const float *rstd, int N,
+                                    int C);
+tpd_status tpd_kern_cpu_rope_fwd(tpd_kern_ctx *ctx, void *qkv, int B, int T, int NH, int NKV,
+                                 int HS, float base, int pos0);
+tpd_status tpd_kern_cpu_rope_bwd(tpd_kern_ctx *ctx, void *dqkv, int B, int T, int NH, int NKV,
+                                 int HS, float base, int pos0);
+tpd_status tpd_kern_cpu_swiglu_fwd(tpd_kern_ctx *ctx, void *out, const void *inp, int N, int F);
+tpd_status tpd_kern_cpu_swiglu_bwd(tpd_kern_ctx *ctx, void *dinp, const void *inp, const void *dout,
+                                   int N, int F);
+
 /* ---- cross-entropy (cpu_xent.c) ---- */
 tpd_status tpd_kern_cpu_xent_max(tpd_kern_ctx *ctx, float *maxv, const void *logits, int N, int Vl,
                                  int Vvalid);

@@ -1,12 +1,17 @@
-/* Causal self-attention: the op entry points, which pick the fused cuDNN path or the
- * unfused one, and the unfused path itself (cuBLASLt batched GEMMs + causal softmax
- * kernels), forward and backward side by side.
+/* Causal self-attention with grouped-query attention: the op entry points, which pick the
+ * fused cuDNN path or the unfused one, and the unfused path itself (cuBLASLt batched GEMMs +
+ * causal softmax kernels), forward and backward side by side.
  *
- * qkv(B,T,3,NH,HS) is read in place: head h of Q for batch b is the (T, HS) matrix at
- * qkv + b*T*3C + h*HS with row stride 3C (C = NH*HS), K and V follow at +C and +2C. So one
- * strided-batched GEMM per batch index covers all NH heads (batch stride HS) without a
- * permute. The unfused path saves the probabilities P(B,NH,T,T) in the activation dtype;
- * it is the reference the fused path is checked against, and the only path in f32. */
+ * qkv(B,T,W), W = (NH+2*NKV)*HS, is read in place: head h of Q for batch b is the (T, HS)
+ * matrix at qkv + b*T*W + h*HS with row stride W; K head g is at + C + g*HS (C = NH*HS) and
+ * V head g at + C + KV + g*HS (KV = NKV*HS). Query head h = g*G + j (G = NH/NKV) attends
+ * with K/V head g, so for one batch index b and one member j of every group, the NKV heads
+ * g*G + j are a strided batch (Q stride G*HS, K/V stride HS, P stride G*T*T): one GEMM
+ * covers them without a permute. With NKV == NH that is one GEMM per b over all NH heads.
+ * The unfused path saves the probabilities P(B,NH,T,T) in the activation dtype; it is the
+ * reference the fused path is checked against, and the only path in f32. Its
+ * softmax-statistics form (the *_stats functions) keeps P in scratch and saves what the
+ * fused path saves: the fused path's fallback for grouped-query shapes. */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <math.h>
@@ -25,33 +30,27 @@ extern "C" size_t tpd_kern_cuda_attention_saved_bytes(tpd_kern_ctx *ctx, int B, 
 extern "C" tpd_status tpd_kern_cuda_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved,
                                                   const void *qkv, int B, int T, int NH, int NKV,
                                                   int HS) {
-    TPD_CUDA_REQUIRE(B >= 0 && T > 0 && NH > 0 && HS > 0,
-                     "attention_fwd: bad shape B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
-    TPD_CUDA_REQUIRE(NKV == NH,
-                     "attention_fwd: grouped-query attention (NKV %d of NH %d) is not "
-                     "implemented yet",
-                     NKV, NH);
+    TPD_CUDA_REQUIRE(B >= 0 && T > 0 && NH > 0 && HS > 0 && NKV > 0 && NH % NKV == 0,
+                     "attention_fwd: bad shape B=%d T=%d NH=%d NKV=%d HS=%d (NKV must divide NH)",
+                     B, T, NH, NKV, HS);
     if (B == 0) return TPD_OK;
     if (tpd_cuda_attention_fused(ctx))
-        return tpd_cuda_attention_cudnn_fwd(ctx, out, (float *)saved, qkv, B, T, NH, HS);
-    return tpd_cuda_attention_gemm_fwd(ctx, out, saved, qkv, B, T, NH, HS);
+        return tpd_cuda_attention_cudnn_fwd(ctx, out, (float *)saved, qkv, B, T, NH, NKV, HS);
+    return tpd_cuda_attention_gemm_fwd(ctx, out, saved, qkv, B, T, NH, NKV, HS);
 }
 
 extern "C" tpd_status tpd_kern_cuda_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
                                                   const void *qkv, const void *out,
                                                   const void *saved, int B, int T, int NH, int NKV,
                                                   int HS) {
-    TPD_CUDA_REQUIRE(B >= 0 && T > 0 && NH > 0 && HS > 0,
-                     "attention_bwd: bad shape B=%d T=%d NH=%d HS=%d", B, T, NH, HS);
-    TPD_CUDA_REQUIRE(NKV == NH,
-                     "attention_bwd: grouped-query attention (NKV %d of NH %d) is not "
-                     "implemented yet",
-                     NKV, NH);
+    TPD_CUDA_REQUIRE(B >= 0 && T > 0 && NH > 0 && HS > 0 && NKV > 0 && NH % NKV == 0,
+                     "attention_bwd: bad shape B=%d T=%d NH=%d NKV=%d HS=%d (NKV must divide NH)",
+                     B, T, NH, NKV, HS);
     if (B == 0) return TPD_OK;
     if (tpd_cuda_attention_fused(ctx))
         return tpd_cuda_attention_cudnn_bwd(ctx, dqkv, dout, qkv, out, (const float *)saved, B, T,
-                                            NH, HS);
-    return tpd_cuda_attention_gemm_bwd(ctx, dqkv, dout, qkv, saved, B, T, NH, HS);
+                                            NH, NKV, HS);
+    return tpd_cuda_attention_gemm_bwd(ctx, dqkv, dout, qkv, saved, B, T, NH, NKV, HS);
 }
 
 /* ---- unfused path ---- */
@@ -59,8 +58,10 @@ extern "C" tpd_status tpd_kern_cuda_attention_bwd(tpd_kern_ctx *ctx, void *dqkv,
 #define SM_WARPS 8 /* rows per block */
 
 /* In place over p(rows, T): row r is query t = r % T; p[t, j] = softmax over j <= t of the
- * (already scaled) scores, 0 for j > t. fp32 arithmetic. */
-template <typename T_> __global__ void causal_softmax_kernel(T_ *p, size_t rows, int T) {
+ * (already scaled) scores, 0 for j > t. fp32 arithmetic. With stats != NULL, also
+ * stats[r] = max + log(sum of exp(score - max)), the statistics the fused path saves. */
+template <typename T_>
+__global__ void causal_softmax_kernel(T_ *p, float *stats, size_t rows, int T) {
     size_t r = (size_t)blockIdx.x * SM_WARPS + threadIdx.x / 32;
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
@@ -73,9 +74,25 @@ template <typename T_> __global__ void causal_softmax_kernel(T_ *p, size_t rows,
     float s = 0.0f;
     for (int j = lane; j <= t; j += 32)
         s += expf(tpd_to_f(row[j]) - m);
-    float inv = 1.0f / tpd_warp_sum(s);
+    float sum = tpd_warp_sum(s);
+    float inv = 1.0f / sum;
     for (int j = lane; j < T; j += 32)
         row[j] = tpd_from_f<T_>(j <= t ? expf(tpd_to_f(row[j]) - m) * inv : 0.0f);
+    if (stats != NULL && lane == 0) stats[r] = m + logf(sum);
+}
+
+/* In place over p(rows, T) holding the scaled scores again: P[t, j] = exp(score - stats[r])
+ * for j <= t, else 0 (the softmax rebuilt from the saved statistics). */
+template <typename T_>
+__global__ void causal_exp_kernel(T_ *p, const float *stats, size_t rows, int T) {
+    size_t r = (size_t)blockIdx.x * SM_WARPS + threadIdx.x / 32;
+    int lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    int t = (int)(r % (size_t)T);
+    T_ *row = p + r * (size_t)T;
+    float st = stats[r];
+    for (int j = lane; j < T; j += 32)
+        row[j] = tpd_from_f<T_>(j <= t ? expf(tpd_to_f(row[j]) - st) : 0.0f);
 }
 
 /* Backward of P = softmax(S) per row, in place over dp:
@@ -96,142 +113,271 @@ __global__ void causal_softmax_bwd_kernel(T_ *dp, const T_ *p, size_t rows, int 
         drow[j] = tpd_from_f<T_>(j <= t ? tpd_to_f(prow[j]) * (tpd_to_f(drow[j]) - s) : 0.0f);
 }
 
-/* Per batch index b, NH heads at batch stride HS:
- *   S_h(T,T) = scale * Q_h(T,HS) @ K_h(T,HS)^T   -> probs
- *   P = causal softmax(S)
- *   out_h(T,HS) = P_h @ V_h(T,HS)                 -> out rows of stride C */
-tpd_status tpd_cuda_attention_gemm_fwd(tpd_kern_ctx *ctx, void *out, void *probs, const void *qkv,
-                                       int B, int T, int NH, int HS) {
-    size_t es = tpd_cuda_dtype_size(ctx->dtype);
-    int64_t C = (int64_t)NH * HS, C3 = 3 * C, TT = (int64_t)T * T;
-    const char *qkv_b = (const char *)qkv;
-    for (int b = 0; b < B; b++) {
-        const char *q = qkv_b + (size_t)b * T * C3 * es;
-        tpd_cuda_gemm_args g = TPD_CUDA_GEMM_ARGS_INIT;
-        g.M = T;
-        g.N = T;
-        g.K = HS;
-        g.A = q;
-        g.lda = C3;
-        g.stride_a = HS;
-        g.B = q + (size_t)C * es;
-        g.transb = 1;
-        g.ldb = C3;
-        g.stride_b = HS;
-        g.D = (char *)probs + (size_t)b * NH * TT * es;
-        g.ldd = T;
-        g.stride_d = TT;
-        g.batch = NH;
-        g.alpha = 1.0f / sqrtf((float)HS);
-        g.dt = ctx->dtype;
-        TPD_CHECK(tpd_cuda_gemm(ctx, &g));
+/* dqkv's K and V heads from the per-query-head gradients full(B,T,2,NH,HS) ([dK | dV] per
+ * token): dK_g = sum over j < G of dK_{g*G+j}, dV_g likewise; fp32 sums in j order. n =
+ * B*T*2*NKV*HS outputs; output i of a token is column C + i of its dqkv row (K, then V). */
+template <typename E>
+__global__ void kv_group_sum_kernel(E *dqkv, const E *full, size_t n, int NH, int NKV, int HS,
+                                    int G) {
+    const size_t KV = (size_t)NKV * HS, C = (size_t)NH * HS, W = C + 2 * KV;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t tok = i / (2 * KV), r = i % (2 * KV); /* r = kv*KV + g*HS + d */
+        size_t kv = r / KV, g = (r % KV) / (size_t)HS, d = r % (size_t)HS;
+        const E *src = full + tok * 2 * C + kv * C + g * (size_t)G * HS + d;
+        float s = 0.0f;
+        for (int j = 0; j < G; j++)
+            s += tpd_to_f(src[(size_t)j * HS]);
+        dqkv[tok * W + C + r] = tpd_from_f<E>(s);
     }
-    size_t rows = (size_t)B * NH * T;
-    unsigned grid = (unsigned)((rows + SM_WARPS - 1) / SM_WARPS);
-    TPD_CUDA_DISPATCH(ctx->dtype, E, {
-        causal_softmax_kernel<E><<<grid, SM_WARPS * 32, 0, ctx->stream>>>((E *)probs, rows, T);
-    });
-    TPD_CHECK(TPD_CUDA_LAUNCHED("attention_fwd softmax"));
-    for (int b = 0; b < B; b++) {
-        const char *q = qkv_b + (size_t)b * T * C3 * es;
-        tpd_cuda_gemm_args g = TPD_CUDA_GEMM_ARGS_INIT;
-        g.M = T;
-        g.N = HS;
-        g.K = T;
-        g.A = (const char *)probs + (size_t)b * NH * TT * es;
-        g.lda = T;
-        g.stride_a = TT;
-        g.B = q + (size_t)2 * C * es;
-        g.ldb = C3;
-        g.stride_b = HS;
-        g.D = (char *)out + (size_t)b * T * C * es;
-        g.ldd = C;
-        g.stride_d = HS;
-        g.batch = NH;
-        g.dt = ctx->dtype;
-        TPD_CHECK(tpd_cuda_gemm(ctx, &g));
-    }
+}
+
+/* The geometry every unfused GEMM below derives its operands from. */
+typedef struct attn_geom {
+    int B, T, NH, NKV, HS, G;
+    int64_t C;  /* NH*HS: a row of out and dout; the offset of K in a qkv row */
+    int64_t KV; /* NKV*HS: from K to V in a qkv row */
+    int64_t W;  /* (NH+2*NKV)*HS: a row of qkv and dqkv */
+    int64_t TT; /* T*T: one head's P */
+    size_t es;  /* bytes per element */
+} attn_geom;
+
+static attn_geom geom_of(const tpd_kern_ctx *ctx, int B, int T, int NH, int NKV, int HS) {
+    attn_geom a;
+    a.B = B;
+    a.T = T;
+    a.NH = NH;
+    a.NKV = NKV;
+    a.HS = HS;
+    a.G = NH / NKV;
+    a.C = (int64_t)NH * HS;
+    a.KV = (int64_t)NKV * HS;
+    a.W = a.C + 2 * a.KV;
+    a.TT = (int64_t)T * T;
+    a.es = tpd_cuda_dtype_size(ctx->dtype);
+    return a;
+}
+
+static size_t align256(size_t x) {
+    return (x + 255) / 256 * 256;
+}
+static size_t probs_bytes(const attn_geom *a) {
+    return align256((size_t)a->B * a->NH * a->TT * a->es);
+}
+
+/* s(B,NH,T,T) = scale * Q_h(T,HS) @ K_g(T,HS)^T for every head h = g*G + j. */
+static tpd_status qk_gemms(tpd_kern_ctx *ctx, const attn_geom *a, void *s, const void *qkv) {
+    for (int b = 0; b < a->B; b++)
+        for (int j = 0; j < a->G; j++) {
+            const char *row0 = (const char *)qkv + (size_t)b * a->T * a->W * a->es;
+            tpd_cuda_gemm_args g = TPD_CUDA_GEMM_ARGS_INIT;
+            g.M = a->T;
+            g.N = a->T;
+            g.K = a->HS;
+            g.A = row0 + (size_t)j * a->HS * a->es;
+            g.lda = a->W;
+            g.stride_a = (int64_t)a->G * a->HS;
+            g.B = row0 + (size_t)a->C * a->es;
+            g.transb = 1;
+            g.ldb = a->W;
+            g.stride_b = a->HS;
+            g.D = (char *)s + ((size_t)b * a->NH + j) * a->TT * a->es;
+            g.ldd = a->T;
+            g.stride_d = (int64_t)a->G * a->TT;
+            g.batch = a->NKV;
+            g.alpha = 1.0f / sqrtf((float)a->HS);
+            g.dt = ctx->dtype;
+            TPD_CHECK(tpd_cuda_gemm(ctx, &g));
+        }
     return TPD_OK;
 }
 
-/* Backward, per batch index b and head h (scale = 1/sqrt(HS)):
- *   dP = dO_h @ V_h^T;  dS = P * (dP - rowsum(P * dP))
- *   dQ_h = scale * dS @ K_h;  dK_h = scale * dS^T @ Q_h;  dV_h = P^T @ dO_h
- * dS lives in scratch (B,NH,T,T). dqkv is fully overwritten. */
-tpd_status tpd_cuda_attention_gemm_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
-                                       const void *qkv, const void *probs, int B, int T, int NH,
-                                       int HS) {
-    size_t es = tpd_cuda_dtype_size(ctx->dtype);
-    int64_t C = (int64_t)NH * HS, C3 = 3 * C, TT = (int64_t)T * T;
-    float scale = 1.0f / sqrtf((float)HS);
-    void *dp = NULL;
-    TPD_CHECK(tpd_cuda_scratch(ctx, (size_t)B * NH * TT * es, &dp));
-    const char *qkv_b = (const char *)qkv;
-    char *dqkv_b = (char *)dqkv;
-    for (int b = 0; b < B; b++) {
-        tpd_cuda_gemm_args g = TPD_CUDA_GEMM_ARGS_INIT;
-        g.M = T;
-        g.N = T;
-        g.K = HS;
-        g.A = (const char *)dout + (size_t)b * T * C * es;
-        g.lda = C;
-        g.stride_a = HS;
-        g.B = qkv_b + ((size_t)b * T * C3 + 2 * C) * es;
-        g.transb = 1;
-        g.ldb = C3;
-        g.stride_b = HS;
-        g.D = (char *)dp + (size_t)b * NH * TT * es;
-        g.ldd = T;
-        g.stride_d = TT;
-        g.batch = NH;
-        g.dt = ctx->dtype;
-        TPD_CHECK(tpd_cuda_gemm(ctx, &g));
-    }
-    size_t rows = (size_t)B * NH * T;
-    unsigned grid = (unsigned)((rows + SM_WARPS - 1) / SM_WARPS);
+/* out_h(T,HS) = P_h @ V_g for every head h = g*G + j, into out rows of stride C. */
+static tpd_status pv_gemms(tpd_kern_ctx *ctx, const attn_geom *a, void *out, const void *p,
+                           const void *qkv) {
+    for (int b = 0; b < a->B; b++)
+        for (int j = 0; j < a->G; j++) {
+            const char *row0 = (const char *)qkv + (size_t)b * a->T * a->W * a->es;
+            tpd_cuda_gemm_args g = TPD_CUDA_GEMM_ARGS_INIT;
+            g.M = a->T;
+            g.N = a->HS;
+            g.K = a->T;
+            g.A = (const char *)p + ((size_t)b * a->NH + j) * a->TT * a->es;
+            g.lda = a->T;
+            g.stride_a = (int64_t)a->G * a->TT;
+            g.B = row0 + (size_t)(a->C + a->KV) * a->es;
+            g.ldb = a->W;
+            g.stride_b = a->HS;
+            g.D = (char *)out + ((size_t)b * a->T * a->C + (size_t)j * a->HS) * a->es;
+            g.ldd = a->C;
+            g.stride_d = (int64_t)a->G * a->HS;
+            g.batch = a->NKV;
+            g.dt = ctx->dtype;
+            TPD_CHECK(tpd_cuda_gemm(ctx, &g));
+        }
+    return TPD_OK;
+}
+
+static unsigned rows_grid(const attn_geom *a) {
+    size_t rows = (size_t)a->B * a->NH * a->T;
+    return (unsigned)((rows + SM_WARPS - 1) / SM_WARPS);
+}
+
+/* Forward: S = scale * Q K^T -> p; P = causal softmax(S) in place (stats when asked);
+ * out = P V. */
+static tpd_status fwd_into(tpd_kern_ctx *ctx, const attn_geom *a, void *out, void *p, float *stats,
+                           const void *qkv) {
+    TPD_CHECK(qk_gemms(ctx, a, p, qkv));
+    size_t rows = (size_t)a->B * a->NH * a->T;
     TPD_CUDA_DISPATCH(ctx->dtype, E, {
-        causal_softmax_bwd_kernel<E>
-            <<<grid, SM_WARPS * 32, 0, ctx->stream>>>((E *)dp, (const E *)probs, rows, T);
+        causal_softmax_kernel<E>
+            <<<rows_grid(a), SM_WARPS * 32, 0, ctx->stream>>>((E *)p, stats, rows, a->T);
+    });
+    TPD_CHECK(TPD_CUDA_LAUNCHED("attention_fwd softmax"));
+    return pv_gemms(ctx, a, out, p, qkv);
+}
+
+tpd_status tpd_cuda_attention_gemm_fwd(tpd_kern_ctx *ctx, void *out, void *probs, const void *qkv,
+                                       int B, int T, int NH, int NKV, int HS) {
+    attn_geom a = geom_of(ctx, B, T, NH, NKV, HS);
+    return fwd_into(ctx, &a, out, probs, NULL, qkv);
+}
+
+tpd_status tpd_cuda_attention_gemm_fwd_stats(tpd_kern_ctx *ctx, void *out, float *stats,
+                                             const void *qkv, int B, int T, int NH, int NKV,
+                                             int HS) {
+    attn_geom a = geom_of(ctx, B, T, NH, NKV, HS);
+    void *p = NULL;
+    TPD_CHECK(tpd_cuda_scratch(ctx, probs_bytes(&a), &p));
+    return fwd_into(ctx, &a, out, p, stats, qkv);
+}
+
+/* Scratch the backward needs beside P: dS (B,NH,T,T), and with G > 1 the per-query-head
+ * gradients of K and V, full(B,T,2,NH,HS). */
+static size_t bwd_work_bytes(const attn_geom *a) {
+    size_t full = a->G > 1 ? (size_t)a->B * a->T * 2 * a->C * a->es : 0;
+    return probs_bytes(a) + align256(full);
+}
+
+/* Backward from P, per batch index b and head h = g*G + j (scale = 1/sqrt(HS)):
+ *   dP = dO_h @ V_g^T;  dS = P * (dP - rowsum(P * dP))
+ *   dQ_h = scale * dS @ K_g;  dK_h = scale * dS^T @ Q_h;  dV_h = P^T @ dO_h
+ *   dK_g = sum over j of dK_{g*G+j}, dV_g likewise (with G = 1: written in place)
+ * `work` holds bwd_work_bytes() bytes apart from p. dqkv is fully overwritten. */
+static tpd_status bwd_from_probs(tpd_kern_ctx *ctx, const attn_geom *a, void *dqkv,
+                                 const void *dout, const void *qkv, const void *probs, char *work) {
+    const size_t es = a->es;
+    const float scale = 1.0f / sqrtf((float)a->HS);
+    char *dp = work;                    /* dP, then dS in place */
+    char *full = work + probs_bytes(a); /* G > 1: (B,T,2,NH,HS) */
+    for (int b = 0; b < a->B; b++)
+        for (int j = 0; j < a->G; j++) {
+            const char *row0 = (const char *)qkv + (size_t)b * a->T * a->W * es;
+            tpd_cuda_gemm_args g = TPD_CUDA_GEMM_ARGS_INIT;
+            g.M = a->T;
+            g.N = a->T;
+            g.K = a->HS;
+            g.A = (const char *)dout + ((size_t)b * a->T * a->C + (size_t)j * a->HS) * es;
+            g.lda = a->C;
+            g.stride_a = (int64_t)a->G * a->HS;
+            g.B = row0 + (size_t)(a->C + a->KV) * es;
+            g.transb = 1;
+            g.ldb = a->W;
+            g.stride_b = a->HS;
+            g.D = dp + ((size_t)b * a->NH + j) * a->TT * es;
+            g.ldd = a->T;
+            g.stride_d = (int64_t)a->G * a->TT;
+            g.batch = a->NKV;
+            g.dt = ctx->dtype;
+            TPD_CHECK(tpd_cuda_gemm(ctx, &g));
+        }
+    size_t rows = (size_t)a->B * a->NH * a->T;
+    TPD_CUDA_DISPATCH(ctx->dtype, E, {
+        causal_softmax_bwd_kernel<E><<<rows_grid(a), SM_WARPS * 32, 0, ctx->stream>>>(
+            (E *)dp, (const E *)probs, rows, a->T);
     });
     TPD_CHECK(TPD_CUDA_LAUNCHED("attention_bwd softmax"));
-    for (int b = 0; b < B; b++) {
-        const char *q = qkv_b + (size_t)b * T * C3 * es;
-        char *dq = dqkv_b + (size_t)b * T * C3 * es;
-        const char *ds = (const char *)dp + (size_t)b * NH * TT * es;
-        const char *p = (const char *)probs + (size_t)b * NH * TT * es;
-        const char *dob = (const char *)dout + (size_t)b * T * C * es;
+    for (int b = 0; b < a->B; b++) {
+        const char *q = (const char *)qkv + (size_t)b * a->T * a->W * es;
+        char *dq = (char *)dqkv + (size_t)b * a->T * a->W * es;
+        const char *ds = dp + (size_t)b * a->NH * a->TT * es;
+        const char *p = (const char *)probs + (size_t)b * a->NH * a->TT * es;
+        const char *dob = (const char *)dout + (size_t)b * a->T * a->C * es;
         tpd_cuda_gemm_args g = TPD_CUDA_GEMM_ARGS_INIT;
-        g.batch = NH;
         g.dt = ctx->dtype;
-        g.M = T;
-        g.N = HS;
-        g.K = T;
-        g.lda = T;
-        g.stride_a = TT;
-        g.ldd = C3;
-        g.stride_d = HS;
+        g.M = a->T;
+        g.N = a->HS;
+        g.K = a->T;
+        g.lda = a->T;
 
-        /* dQ = scale * dS @ K */
-        g.A = ds;
-        g.transa = 0;
-        g.B = q + (size_t)C * es;
-        g.ldb = C3;
-        g.stride_b = HS;
-        g.D = dq;
+        /* dQ_h = scale * dS_h @ K_g, for the heads g*G + j of each j */
+        g.batch = a->NKV;
+        g.stride_a = (int64_t)a->G * a->TT;
+        g.B = q + (size_t)a->C * es;
+        g.ldb = a->W;
+        g.stride_b = a->HS;
+        g.ldd = a->W;
+        g.stride_d = (int64_t)a->G * a->HS;
         g.alpha = scale;
-        TPD_CHECK(tpd_cuda_gemm(ctx, &g));
-        /* dK = scale * dS^T @ Q */
+        for (int j = 0; j < a->G; j++) {
+            g.A = ds + (size_t)j * a->TT * es;
+            g.D = dq + (size_t)j * a->HS * es;
+            TPD_CHECK(tpd_cuda_gemm(ctx, &g));
+        }
+
+        /* dK_h = scale * dS_h^T @ Q_h and dV_h = P_h^T @ dO_h for all NH heads: into dqkv
+         * when G = 1, else into full for the group sums below */
+        char *dk = a->G > 1 ? full + (size_t)b * a->T * 2 * a->C * es : dq + (size_t)a->C * es;
+        char *dv = a->G > 1 ? dk + (size_t)a->C * es : dq + (size_t)(a->C + a->KV) * es;
+        g.batch = a->NH;
+        g.stride_a = a->TT;
         g.transa = 1;
+        g.ldd = a->G > 1 ? 2 * a->C : a->W;
+        g.stride_d = a->HS;
+        g.A = ds;
         g.B = q;
-        g.D = dq + (size_t)C * es;
+        g.D = dk;
         TPD_CHECK(tpd_cuda_gemm(ctx, &g));
-        /* dV = P^T @ dO */
         g.A = p;
         g.B = dob;
-        g.ldb = C;
-        g.D = dq + (size_t)2 * C * es;
+        g.ldb = a->C;
+        g.D = dv;
         g.alpha = 1.0f;
         TPD_CHECK(tpd_cuda_gemm(ctx, &g));
     }
-    return TPD_OK;
+    if (a->G == 1) return TPD_OK;
+    size_t n = (size_t)a->B * a->T * 2 * a->KV;
+    TPD_CUDA_DISPATCH(ctx->dtype, E, {
+        kv_group_sum_kernel<E><<<tpd_grid_for(n, 256), 256, 0, ctx->stream>>>(
+            (E *)dqkv, (const E *)full, n, a->NH, a->NKV, a->HS, a->G);
+    });
+    return TPD_CUDA_LAUNCHED("attention_bwd dK/dV group sums");
+}
+
+tpd_status tpd_cuda_attention_gemm_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
+                                       const void *qkv, const void *probs, int B, int T, int NH,
+                                       int NKV, int HS) {
+    attn_geom a = geom_of(ctx, B, T, NH, NKV, HS);
+    void *work = NULL;
+    TPD_CHECK(tpd_cuda_scratch(ctx, bwd_work_bytes(&a), &work));
+    return bwd_from_probs(ctx, &a, dqkv, dout, qkv, probs, (char *)work);
+}
+
+/* P is rebuilt in scratch from the saved statistics: S = scale * Q K^T again, then
+ * P = exp(S - stats) under the causal mask. Scratch: [P | bwd_work_bytes()]. */
+tpd_status tpd_cuda_attention_gemm_bwd_stats(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
+                                             const void *qkv, const float *stats, int B, int T,
+                                             int NH, int NKV, int HS) {
+    attn_geom a = geom_of(ctx, B, T, NH, NKV, HS);
+    void *scratch = NULL;
+    TPD_CHECK(tpd_cuda_scratch(ctx, probs_bytes(&a) + bwd_work_bytes(&a), &scratch));
+    char *p = (char *)scratch;
+    TPD_CHECK(qk_gemms(ctx, &a, p, qkv));
+    size_t rows = (size_t)a.B * a.NH * a.T;
+    TPD_CUDA_DISPATCH(ctx->dtype, E, {
+        causal_exp_kernel<E>
+            <<<rows_grid(&a), SM_WARPS * 32, 0, ctx->stream>>>((E *)p, stats, rows, a.T);
+    });
+    TPD_CHECK(TPD_CUDA_LAUNCHED("attention_bwd softmax from statistics"));
+    return bwd_from_probs(ctx, &a, dqkv, dout, qkv, p, p + probs_bytes(&a));
 }

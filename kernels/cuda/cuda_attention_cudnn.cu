@@ -10,8 +10,17 @@
  *             P = exp(S); dV = P^T @ dO; dS = P * (dO @ V^T - D) * scale; dK = dS^T @ Q;
  *             dQ = dS @ K into a zeroed fp32 F16x16 accumulator, then converted
  * (the lowering of cudnn-frontend's SDPA nodes for cuDNN 9 before 9.21, op for op).
- * Q, K and V are views into qkv(B,T,3,NH,HS) given by strides (no copies): for head h of
- * batch b, Q[b,h,t,d] = qkv[b*T*3C + t*3C + h*HS + d], K and V at +C and +2C. */
+ * Q, K and V are views into qkv(B,T,W), W = (NH+2*NKV)*HS, given by strides (no copies):
+ * Q[b,h,t,d] = qkv[b*T*W + t*W + h*HS + d], K[b,g,t,d] at + C + g*HS (C = NH*HS) and V at
+ * + C + NKV*HS + g*HS.
+ *
+ * Grouped-query attention (NKV < NH) is the same lowering's: K and V carry NKV heads and the
+ * two matmuls that read them broadcast head g over query heads g*G .. g*G+G-1 (G = NH/NKV);
+ * in the backward, dK and dV are first formed per query head (virtual (B,NH,T,HS) tensors)
+ * and then summed over each group by a reduction into the NKV-head outputs. When cuDNN has
+ * no engine for such a graph (or TRIPOD_CUDNN_GQA=0), the shape takes the unfused path in
+ * its softmax-statistics form instead (cuda_attention.cu), with one note in the log: it
+ * saves and reads the same statistics, so either direction may fall back alone. */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <float.h>
@@ -216,12 +225,15 @@ static cudnnBackendDescriptor_t gb_causal_mask(graph_builder *g, cudnnBackendDes
     return out;
 }
 
-/* Builds the forward (bwd = 0) or backward (bwd = 1) operation list. */
-static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t H, int64_t D) {
+/* Builds the forward (bwd = 0) or backward (bwd = 1) operation list for H query heads and
+ * HKV key/value heads (HKV divides H). */
+static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t H, int64_t HKV,
+                        int64_t D) {
     const cudnnDataType_t io = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
-    const int64_t C = H * D, C3 = 3 * C;
-    int64_t qkv_dims[4] = {B, H, T, D}, qkv_strides[4] = {T * C3, D, C3, 1};
-    int64_t tr_dims[4] = {B, H, D, T}, tr_strides[4] = {T * C3, D, 1, C3};
+    const int64_t C = H * D, W = (H + 2 * HKV) * D; /* rows of out and of qkv */
+    int64_t qkv_dims[4] = {B, H, T, D}, qkv_strides[4] = {T * W, D, W, 1};
+    int64_t kv_dims[4] = {B, HKV, T, D};
+    int64_t tr_dims[4] = {B, HKV, D, T}, tr_strides[4] = {T * W, D, 1, W};
     int64_t o_dims[4] = {B, H, T, D}, o_strides[4] = {T * C, D, C, 1};
     int64_t st_dims[4] = {B, H, T, 1}, st_strides[4] = {H * T, T, 1, 1};
 
@@ -234,7 +246,7 @@ static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t
     cudnnBackendDescriptor_t neg_inf = gb_scalar(g, UID_NEG_INF);
 
     if (!bwd) {
-        cudnnBackendDescriptor_t v = gb_tensor(g, UID_V, io, qkv_dims, qkv_strides, false, false);
+        cudnnBackendDescriptor_t v = gb_tensor(g, UID_V, io, kv_dims, qkv_strides, false, false);
         cudnnBackendDescriptor_t s = gb_virtual(g, f32, B, H, T, T);
         gb_matmul(g, q, kt, s);
         cudnnBackendDescriptor_t s2 = gb_virtual(g, f32, B, H, T, T);
@@ -259,8 +271,8 @@ static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t
         cudnnBackendDescriptor_t vt = gb_tensor(g, UID_V, io, tr_dims, tr_strides, false, false);
         cudnnBackendDescriptor_t dout = gb_tensor(g, UID_DO, io, o_dims, o_strides, false, false);
         cudnnBackendDescriptor_t dq = gb_tensor(g, UID_DQ, io, qkv_dims, qkv_strides, false, false);
-        cudnnBackendDescriptor_t dk = gb_tensor(g, UID_DK, io, qkv_dims, qkv_strides, false, false);
-        cudnnBackendDescriptor_t dv = gb_tensor(g, UID_DV, io, qkv_dims, qkv_strides, false, false);
+        cudnnBackendDescriptor_t dk = gb_tensor(g, UID_DK, io, kv_dims, qkv_strides, false, false);
+        cudnnBackendDescriptor_t dv = gb_tensor(g, UID_DV, io, kv_dims, qkv_strides, false, false);
         cudnnBackendDescriptor_t one = gb_scalar(g, UID_ONE);
         /* The fp32 dQ accumulator lives in our workspace, in the F16x16 reordered layout the
          * kernels expect, and must be zeroed before every execution (the kernels add into
@@ -294,7 +306,13 @@ static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t
         int64_t pt_dims[4] = {B, H, T, T}, pt_strides[4] = {H * T * T, T * T, 1, T};
         cudnnBackendDescriptor_t pt = gb_tensor(g, 0, io, pt_dims, pt_strides, true, false);
         gb_reshape(g, p, pt);
-        gb_matmul(g, pt, dout, dv);
+        if (HKV == H) {
+            gb_matmul(g, pt, dout, dv);
+        } else { /* per query head, then summed over each group of G heads */
+            cudnnBackendDescriptor_t dv_full = gb_virtual(g, io, B, H, T, D);
+            gb_matmul(g, pt, dout, dv_full);
+            gb_reduction(g, CUDNN_REDUCE_TENSOR_ADD, dv_full, dv);
+        }
 
         /* dS = P * (dO @ V^T * 1 - softmax_sum) * scale */
         cudnnBackendDescriptor_t dp = gb_virtual(g, f32, B, H, T, T);
@@ -311,19 +329,40 @@ static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t
         /* dK = dS^T @ Q */
         cudnnBackendDescriptor_t dst = gb_tensor(g, 0, io, pt_dims, pt_strides, true, false);
         gb_reshape(g, ds2, dst);
-        gb_matmul(g, dst, q, dk);
+        if (HKV == H) {
+            gb_matmul(g, dst, q, dk);
+        } else {
+            cudnnBackendDescriptor_t dk_full = gb_virtual(g, io, B, H, T, D);
+            gb_matmul(g, dst, q, dk_full);
+            gb_reduction(g, CUDNN_REDUCE_TENSOR_ADD, dk_full, dk);
+        }
 
         /* dQ = dS @ K, accumulated in fp32, then converted */
-        cudnnBackendDescriptor_t k = gb_tensor(g, 0, io, qkv_dims, qkv_strides, true, false);
+        cudnnBackendDescriptor_t k = gb_tensor(g, 0, io, kv_dims, qkv_strides, true, false);
         gb_reshape(g, kt, k);
         gb_matmul(g, ds2, k, dq_acc);
         gb_pointwise(g, CUDNN_POINTWISE_IDENTITY, f32, -1, dq_acc, NULL, NULL, dq);
     }
 }
 
-static tpd_status cudnn_fail(graph_builder *g, const char *dir, int B, int T, int NH, int HS) {
+/* A graph without a plan. For multi-head attention that is an error. A grouped-query shape
+ * is not: it returns TPD_ERR_UNSUPPORTED, the op runs unfused, and the first such shape
+ * of each direction on a context says why, once. */
+static tpd_status cudnn_fail(tpd_kern_ctx *ctx, graph_builder *g, int bwd, int B, int T, int NH,
+                             int NKV, int HS) {
+    const char *dir = bwd ? "backward" : "forward";
     char detail[512];
     cudnnGetLastErrorString(detail, sizeof detail);
+    if (NKV != NH) {
+        if (!(ctx->gqa_fallback_logged & (1 << bwd)))
+            tpd_log_warn("cuDNN fused attention %s has no engine for grouped-query attention "
+                         "(B=%d T=%d NH=%d NKV=%d HS=%d: %s failed: %s (%s)); grouped-query "
+                         "shapes take the unfused cuBLASLt path",
+                         dir, B, T, NH, NKV, HS, g->failed_at ? g->failed_at : "?",
+                         cudnnGetErrorString(g->st), detail);
+        ctx->gqa_fallback_logged |= 1 << bwd;
+        return TPD_ERR_UNSUPPORTED;
+    }
     tpd_log_error("cuDNN fused attention %s (B=%d T=%d NH=%d HS=%d): %s failed: %s (%s); "
                   "set training.attention: unfused to use the cuBLASLt path",
                   dir, B, T, NH, HS, g->failed_at ? g->failed_at : "?", cudnnGetErrorString(g->st),
@@ -345,9 +384,8 @@ static void graph_free(void *p) {
 
 /* Builds the graph, asks the heuristics (mode A) for engine configs and keeps the first
  * one that finalizes into an execution plan. */
-static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, int HS,
+static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, int NKV, int HS,
                              tpd_cuda_attn_plan *slot) {
-    const char *dir = bwd ? "backward" : "forward";
     graph_builder *g = (graph_builder *)calloc(1, sizeof *g);
     if (g == NULL) {
         tpd_log_error("cuDNN fused attention: out of memory building the graph");
@@ -355,7 +393,7 @@ static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, i
     }
     g->st = CUDNN_STATUS_SUCCESS;
     g->next_virtual = UID_VIRTUAL;
-    build_graph(g, bwd, B, T, NH, HS);
+    build_graph(g, bwd, B, T, NH, NKV, HS);
 
     cudnnBackendDescriptor_t graph = gb_make(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     gb_set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &ctx->cudnn,
@@ -371,7 +409,7 @@ static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, i
     gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics mode");
     gb_fin(g, heur, "heuristics finalize");
     if (g->st != CUDNN_STATUS_SUCCESS) {
-        tpd_status st = cudnn_fail(g, dir, B, T, NH, HS);
+        tpd_status st = cudnn_fail(ctx, g, bwd, B, T, NH, NKV, HS);
         graph_free(g);
         return st;
     }
@@ -390,7 +428,7 @@ static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, i
         if (g->st != CUDNN_STATUS_SUCCESS) g->failed_at = "heuristics results";
     }
     if (g->st != CUDNN_STATUS_SUCCESS) {
-        tpd_status st = cudnn_fail(g, dir, B, T, NH, HS);
+        tpd_status st = cudnn_fail(ctx, g, bwd, B, T, NH, NKV, HS);
         graph_free(g);
         return st;
     }
@@ -416,7 +454,7 @@ static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, i
         g->st = count == 0 ? CUDNN_STATUS_NOT_SUPPORTED : last;
         g->failed_at = count == 0 ? "heuristics (no engine supports this graph)"
                                   : "execution plan finalize (every engine config)";
-        tpd_status st = cudnn_fail(g, dir, B, T, NH, HS);
+        tpd_status st = cudnn_fail(ctx, g, bwd, B, T, NH, NKV, HS);
         graph_free(g);
         return st;
     }
@@ -426,7 +464,7 @@ static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, i
     if (wst != CUDNN_STATUS_SUCCESS) {
         g->st = wst;
         g->failed_at = "plan workspace size";
-        tpd_status st = cudnn_fail(g, dir, B, T, NH, HS);
+        tpd_status st = cudnn_fail(ctx, g, bwd, B, T, NH, NKV, HS);
         cudnnBackendDestroyDescriptor(plan);
         graph_free(g);
         return st;
@@ -436,6 +474,7 @@ static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, i
     slot->B = B;
     slot->T = T;
     slot->NH = NH;
+    slot->NKV = NKV;
     slot->HS = HS;
     slot->plan = plan;
     slot->graph = g;
@@ -455,12 +494,15 @@ void tpd_cuda_attention_cache_destroy(tpd_kern_ctx *ctx) {
         plan_release(&ctx->attn_cache[i]);
 }
 
-static tpd_status get_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, int HS,
+/* The cached plan of a shape and direction, built on first use. A grouped-query shape that
+ * cuDNN does not take comes back as a slot marked unsupported (remembered like a plan). */
+static tpd_status get_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, int NKV, int HS,
                            tpd_cuda_attn_plan **plan_p) {
     tpd_cuda_attn_plan *free_slot = NULL;
     for (int i = 0; i < TPD_CUDA_ATTN_CACHE_SLOTS; i++) {
         tpd_cuda_attn_plan *p = &ctx->attn_cache[i];
-        if (p->used && p->bwd == bwd && p->B == B && p->T == T && p->NH == NH && p->HS == HS) {
+        if (p->used && p->bwd == bwd && p->B == B && p->T == T && p->NH == NH && p->NKV == NKV &&
+            p->HS == HS) {
             *plan_p = p;
             return TPD_OK;
         }
@@ -470,12 +512,37 @@ static tpd_status get_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, int
         /* Full: the shapes of a run are few, so evicting any one is fine. The plan may
          * still be referenced by queued work only through its kernels, which do not need
          * the descriptors after launch. */
-        free_slot = &ctx->attn_cache[(B + T + NH + HS + bwd) % TPD_CUDA_ATTN_CACHE_SLOTS];
+        free_slot = &ctx->attn_cache[(B + T + NH + NKV + HS + bwd) % TPD_CUDA_ATTN_CACHE_SLOTS];
         plan_release(free_slot);
     }
-    TPD_CHECK(build_plan(ctx, bwd, B, T, NH, HS, free_slot));
+    tpd_status st = build_plan(ctx, bwd, B, T, NH, NKV, HS, free_slot);
+    if (st == TPD_ERR_UNSUPPORTED && NKV != NH) {
+        free_slot->used = 1;
+        free_slot->bwd = bwd;
+        free_slot->B = B;
+        free_slot->T = T;
+        free_slot->NH = NH;
+        free_slot->NKV = NKV;
+        free_slot->HS = HS;
+        free_slot->unsupported = 1;
+        st = TPD_OK;
+    }
+    TPD_CHECK(st);
     *plan_p = free_slot;
     return TPD_OK;
+}
+
+/* 1 when cuDNN is turned off for grouped-query shapes on this context (TRIPOD_CUDNN_GQA=0,
+ * noted once per direction) and this is one; the other way to the unfused path is a cached
+ * slot marked unsupported (get_plan). */
+static int gqa_unfused(tpd_kern_ctx *ctx, int bwd, int NH, int NKV) {
+    if (NKV == NH || ctx->cudnn_gqa) return 0;
+    if (!(ctx->gqa_fallback_logged & (1 << bwd)))
+        tpd_log_info("TRIPOD_CUDNN_GQA=0: grouped-query attention %s takes the unfused cuBLASLt "
+                     "path",
+                     bwd ? "backward" : "forward");
+    ctx->gqa_fallback_logged |= 1 << bwd;
+    return 1;
 }
 
 static tpd_status execute(tpd_kern_ctx *ctx, tpd_cuda_attn_plan *p, int n, const int64_t *uids,
@@ -527,28 +594,30 @@ static tpd_status check_aligned(const void *p, const char *name, const char *dir
 }
 
 tpd_status tpd_cuda_attention_cudnn_fwd(tpd_kern_ctx *ctx, void *out, float *stats, const void *qkv,
-                                        int B, int T, int NH, int HS) {
+                                        int B, int T, int NH, int NKV, int HS) {
     TPD_CHECK(check_shape(T, NH, HS, "forward"));
     TPD_CHECK(check_aligned(qkv, "qkv", "forward"));
     TPD_CHECK(check_aligned(out, "out", "forward"));
     TPD_CHECK(check_aligned(stats, "stats", "forward"));
     tpd_cuda_attn_plan *p = NULL;
-    TPD_CHECK(get_plan(ctx, 0, B, T, NH, HS, &p));
+    if (!gqa_unfused(ctx, 0, NH, NKV)) TPD_CHECK(get_plan(ctx, 0, B, T, NH, NKV, HS, &p));
+    if (p == NULL || p->unsupported)
+        return tpd_cuda_attention_gemm_fwd_stats(ctx, out, stats, qkv, B, T, NH, NKV, HS);
     void *ws = NULL;
     TPD_CHECK(tpd_cuda_scratch(ctx, align256((size_t)p->workspace_bytes) + 256, &ws));
-    const size_t C = (size_t)NH * HS;
+    const size_t C = (size_t)NH * HS, KV = (size_t)NKV * HS; /* Q to K, K to V in a row */
     const tpd_bf16 *q = (const tpd_bf16 *)qkv;
     float scale = 1.0f / sqrtf((float)HS);
     float neg_inf = -FLT_MAX;
     int64_t uids[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
-    void *ptrs[] = {(void *)q, (void *)(q + C), (void *)(q + 2 * C), out, (void *)stats,
+    void *ptrs[] = {(void *)q, (void *)(q + C), (void *)(q + C + KV), out, (void *)stats,
                     &scale,    &neg_inf};
     return execute(ctx, p, 7, uids, ptrs, ws);
 }
 
 tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
                                         const void *qkv, const void *out, const float *stats, int B,
-                                        int T, int NH, int HS) {
+                                        int T, int NH, int NKV, int HS) {
     TPD_CHECK(check_shape(T, NH, HS, "backward"));
     TPD_CHECK(check_aligned(qkv, "qkv", "backward"));
     TPD_CHECK(check_aligned(out, "out", "backward"));
@@ -556,7 +625,9 @@ tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const voi
     TPD_CHECK(check_aligned(dout, "dout", "backward"));
     TPD_CHECK(check_aligned(dqkv, "dqkv", "backward"));
     tpd_cuda_attn_plan *p = NULL;
-    TPD_CHECK(get_plan(ctx, 1, B, T, NH, HS, &p));
+    if (!gqa_unfused(ctx, 1, NH, NKV)) TPD_CHECK(get_plan(ctx, 1, B, T, NH, NKV, HS, &p));
+    if (p == NULL || p->unsupported)
+        return tpd_cuda_attention_gemm_bwd_stats(ctx, dqkv, dout, qkv, stats, B, T, NH, NKV, HS);
     /* Workspace: [plan workspace | dQ accumulator (B,NH,T,HS) f32, zeroed] */
     size_t ws_plan = align256((size_t)p->workspace_bytes);
     size_t ws_acc = align256((size_t)B * NH * T * HS * sizeof(float));
@@ -564,7 +635,7 @@ tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const voi
     TPD_CHECK(tpd_cuda_scratch(ctx, ws_plan + ws_acc, &ws));
     char *base = (char *)ws;
     TPD_CHECK(TPD_CUDA(cudaMemsetAsync(base + ws_plan, 0, ws_acc, ctx->stream)));
-    const size_t C = (size_t)NH * HS;
+    const size_t C = (size_t)NH * HS, KV = (size_t)NKV * HS;
     const tpd_bf16 *q = (const tpd_bf16 *)qkv;
     tpd_bf16 *dq = (tpd_bf16 *)dqkv;
     float scale = 1.0f / sqrtf((float)HS);
@@ -574,13 +645,13 @@ tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const voi
                       UID_DK, UID_DV, UID_DQ_ACCUM, UID_SCALE, UID_NEG_INF, UID_ONE};
     void *ptrs[] = {(void *)q,
                     (void *)(q + C),
-                    (void *)(q + 2 * C),
+                    (void *)(q + C + KV),
                     (void *)out,
                     (void *)dout,
                     (void *)stats,
                     (void *)dq,
                     (void *)(dq + C),
-                    (void *)(dq + 2 * C),
+                    (void *)(dq + C + KV),
                     (void *)(base + ws_plan),
                     &scale,
                     &neg_inf,

@@ -173,6 +173,13 @@ static const tpd_kern_ops cuda_ops = {
     /* .cast = */ tpd_kern_cuda_cast,
 
     /* .destroy = */ cuda_destroy,
+
+    /* .rmsnorm_fwd = */ tpd_kern_cuda_rmsnorm_fwd,
+    /* .rmsnorm_bwd = */ tpd_kern_cuda_rmsnorm_bwd,
+    /* .rope_fwd = */ tpd_kern_cuda_rope_fwd,
+    /* .rope_bwd = */ tpd_kern_cuda_rope_bwd,
+    /* .swiglu_fwd = */ tpd_kern_cuda_swiglu_fwd,
+    /* .swiglu_bwd = */ tpd_kern_cuda_swiglu_bwd,
 };
 
 /* The module's entry points, opened by kernels/cuda_loader.c; everything else is hidden. */
@@ -231,6 +238,10 @@ TPD_CUDA_EXPORT tpd_status tpd_kern_cuda_module_create(const tpd_kern_config *cf
     ctx->device = cfg->device;
     ctx->dtype = cfg->dtype;
     ctx->fused_attention = cfg->fused_attention;
+    /* An escape hatch, not a setting: TRIPOD_CUDNN_GQA=0 sends grouped-query shapes of the
+     * fused path to the unfused one (cuda_attention_cudnn.cu), as when cuDNN rejects them. */
+    const char *gqa_env = getenv("TRIPOD_CUDNN_GQA");
+    ctx->cudnn_gqa = !(gqa_env != NULL && strcmp(gqa_env, "0") == 0);
 
     TPD_CHECK_GOTO(TPD_CUDA(cudaSetDevice(ctx->device)), st, fail);
     TPD_CHECK_GOTO(TPD_CUDA(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)), st,

@@ -49,7 +49,10 @@ typedef struct tpd_cuda_gemm_slot {
 typedef struct tpd_cuda_attn_plan {
     int used;
     int bwd; /* 0 forward, 1 backward */
-    int B, T, NH, HS;
+    int B, T, NH, NKV, HS;
+    /* 1 when cuDNN has no engine for this grouped-query shape: remembered so that the
+     * graph is not rebuilt on every call, and the op takes the unfused path instead. */
+    int unsupported;
     cudnnBackendDescriptor_t plan;
     void *graph;             /* every descriptor the plan references, freed with it */
     int64_t workspace_bytes; /* the plan's own workspace */
@@ -59,6 +62,10 @@ struct tpd_kern_ctx {
     int device;
     tpd_dtype dtype; /* act = param = grad dtype */
     int fused_attention;
+    /* Grouped-query shapes (NKV < NH) on the fused path: 1 = cuDNN (default), 0 = the
+     * unfused path with softmax statistics (TRIPOD_CUDNN_GQA=0 at create time). */
+    int cudnn_gqa;
+    int gqa_fallback_logged; /* the one-time note that a GQA shape left cuDNN */
     cudaStream_t stream;
     cublasLtHandle_t lt;
     void *gemm_workspace; /* TPD_CUDA_GEMM_WORKSPACE_BYTES */
@@ -181,20 +188,46 @@ tpd_status tpd_kern_cuda_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved
 tpd_status tpd_kern_cuda_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
                                        const void *qkv, const void *out, const void *saved, int B,
                                        int T, int NH, int NKV, int HS);
-/* The two implementations behind the ops above (cuda_attention_cudnn.cu and
- * cuda_attention_gemm.cu). The fused one needs BF16. */
+/* The implementations behind the ops above: the fused cuDNN path
+ * (cuda_attention_cudnn.cu; BF16 only) and the unfused cuBLASLt + softmax path
+ * (cuda_attention.cu). Shapes are checked by the ops. */
 int tpd_cuda_attention_fused(const tpd_kern_ctx *ctx);
 tpd_status tpd_cuda_attention_cudnn_fwd(tpd_kern_ctx *ctx, void *out, float *stats, const void *qkv,
-                                        int B, int T, int NH, int HS);
+                                        int B, int T, int NH, int NKV, int HS);
 tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
                                         const void *qkv, const void *out, const float *stats, int B,
-                                        int T, int NH, int HS);
+                                        int T, int NH, int NKV, int HS);
+/* Unfused, saving the probabilities P(B,NH,T,T) in ctx->dtype. */
 tpd_status tpd_cuda_attention_gemm_fwd(tpd_kern_ctx *ctx, void *out, void *probs, const void *qkv,
-                                       int B, int T, int NH, int HS);
+                                       int B, int T, int NH, int NKV, int HS);
 tpd_status tpd_cuda_attention_gemm_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
                                        const void *qkv, const void *probs, int B, int T, int NH,
-                                       int HS);
+                                       int NKV, int HS);
+/* Unfused, saving what the fused path saves: softmax statistics stats(B,NH,T) fp32, the
+ * max plus the natural log of the sum of exp of the scaled, masked scores. P lives in
+ * scratch; the backward recomputes it. The fused path's fallback for grouped-query shapes
+ * that cuDNN does not take. */
+tpd_status tpd_cuda_attention_gemm_fwd_stats(tpd_kern_ctx *ctx, void *out, float *stats,
+                                             const void *qkv, int B, int T, int NH, int NKV,
+                                             int HS);
+tpd_status tpd_cuda_attention_gemm_bwd_stats(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
+                                             const void *qkv, const float *stats, int B, int T,
+                                             int NH, int NKV, int HS);
 void tpd_cuda_attention_cache_destroy(tpd_kern_ctx *ctx);
+
+/* ---- Llama's block (cuda_rmsnorm.cu, cuda_rope.cu, cuda_swiglu.cu) ---- */
+tpd_status tpd_kern_cuda_rmsnorm_fwd(tpd_kern_ctx *ctx, void *out, float *rstd, const void *inp,
+                                     const void *w, int N, int C, float eps);
+tpd_status tpd_kern_cuda_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, const void *dout,
+                                     const void *inp, const void *w, const float *rstd, int N,
+                                     int C);
+tpd_status tpd_kern_cuda_rope_fwd(tpd_kern_ctx *ctx, void *qkv, int B, int T, int NH, int NKV,
+                                  int HS, float base, int pos0);
+tpd_status tpd_kern_cuda_rope_bwd(tpd_kern_ctx *ctx, void *dqkv, int B, int T, int NH, int NKV,
+                                  int HS, float base, int pos0);
+tpd_status tpd_kern_cuda_swiglu_fwd(tpd_kern_ctx *ctx, void *out, const void *inp, int N, int F);
+tpd_status tpd_kern_cuda_swiglu_bwd(tpd_kern_ctx *ctx, void *dinp, const void *inp,
+                                    const void *dout, int N, int F);
 
 tpd_status tpd_kern_cuda_xent_max(tpd_kern_ctx *ctx, float *maxv, const void *logits, int N, int Vl,
                                   int Vvalid);

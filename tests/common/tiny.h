@@ -91,6 +91,20 @@ inline tpd_config config(const std::string &data_prefix) {
     return c;
 }
 
+// The Llama block on the same tiny shape: RMSNorm, rotary positions, SwiGLU (ffn 96),
+// grouped-query attention with 2 K/V heads of 4 (so TP up to 2 splits whole groups), an
+// untied output layer, no linear biases.
+inline void llama(tpd_config &c) {
+    c.model.normalization = TPD_NORM_RMSNORM;
+    c.model.position_embedding_type = TPD_POS_ROPE;
+    c.model.swiglu = 1;
+    c.model.ffn_hidden_size = 96;
+    c.model.group_query_attention = 1;
+    c.model.num_query_groups = 2;
+    c.model.untie_embeddings_and_output_weights = 1;
+    c.model.add_bias_linear = 0;
+}
+
 inline void remove_corpus(const std::string &prefix) {
     unlink((prefix + ".bin").c_str());
     unlink((prefix + ".idx").c_str());

@@ -7,7 +7,7 @@
 // the fp32 kernel's. Tolerance: |kernel - fd| <= kTol * max(1, |fd|) with kTol = 2e-5;
 // the kernels land within 1e-6 here, so the margin covers other BLAS builds while a
 // missing term of any gradient formula still fails by orders of magnitude.
-#include "ref.h"
+#include "ref_llama.h"
 
 using ref::FVec;
 using ref::Vec;
@@ -127,6 +127,96 @@ TEST(CpuGrad, Attention) {
                                          saved.data(), s.B, s.T, s.NH, s.NH, s.HS),
                   TPD_OK);
         ref::expect_grad_close(dqkv.data(), fd, kTol, "attention dqkv");
+    }
+}
+
+TEST(CpuGrad, RmsNorm) {
+    ref::CpuBackend be;
+    for (auto [N, C] : {std::pair{7, 13}, std::pair{4, 64}}) {
+        for (float eps : {1e-5f, 0.5f}) { // a large eps weighs in rstd's derivative
+            SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C) +
+                         " eps=" + std::to_string(eps));
+            FVec inp = ref::randn((size_t)N * C, 110), w = ref::randn(C, 111);
+            FVec R = ref::randn(inp.size(), 112);
+            Vec xd = ref::to_d(inp), wd = ref::to_d(w), Rd = ref::to_d(R);
+            auto loss = [&] { return ref::dot(ref::rmsnorm(xd, wd, N, C, eps), Rd); };
+            Vec fdx = ref::fd_grad(xd, loss), fdw = ref::fd_grad(wd, loss);
+
+            FVec out(inp.size()), rstd(N);
+            ASSERT_EQ(tpd_kern_rmsnorm_fwd(be.b, out.data(), rstd.data(), inp.data(), w.data(), N,
+                                           C, eps),
+                      TPD_OK);
+            FVec dinp(inp.size(), NAN), dw(C, 0.0f);
+            ASSERT_EQ(tpd_kern_rmsnorm_bwd(be.b, dinp.data(), dw.data(), R.data(), inp.data(),
+                                           w.data(), rstd.data(), N, C),
+                      TPD_OK);
+            ref::expect_grad_close(dinp.data(), fdx, kTol, "rmsnorm dinp");
+            ref::expect_grad_close(dw.data(), fdw, kTol, "rmsnorm dw");
+        }
+    }
+}
+
+TEST(CpuGrad, Rope) {
+    ref::CpuBackend be;
+    struct {
+        int B, T, NH, NKV, HS;
+        float base;
+        int pos0;
+    } cases[] = {{2, 5, 4, 2, 6, 10000.0f, 0}, {1, 4, 2, 1, 130, 500000.0f, 9}};
+    for (auto c : cases) {
+        SCOPED_TRACE("HS=" + std::to_string(c.HS) + " pos0=" + std::to_string(c.pos0));
+        const size_t n = (size_t)c.B * c.T * (c.NH + 2 * c.NKV) * c.HS;
+        FVec qkv = ref::randn(n, 113), R = ref::randn(n, 114);
+        Vec qd = ref::to_d(qkv), Rd = ref::to_d(R);
+        Vec fd = ref::fd_grad(qd, [&] {
+            return ref::dot(ref::rope(qd, c.B, c.T, c.NH, c.NKV, c.HS, c.base, c.pos0), Rd);
+        });
+        FVec d = R; // in place: dout in, dinp out
+        ASSERT_EQ(tpd_kern_rope_bwd(be.b, d.data(), c.B, c.T, c.NH, c.NKV, c.HS, c.base, c.pos0),
+                  TPD_OK);
+        ref::expect_grad_close(d.data(), fd, kTol, "rope dqkv");
+    }
+}
+
+TEST(CpuGrad, SwiGlu) {
+    ref::CpuBackend be;
+    const int N = 9, F = 17;
+    FVec inp = ref::randn((size_t)N * 2 * F, 115, 2.5f), R = ref::randn((size_t)N * F, 116);
+    inp[0] = 0.0f;  // gate 0
+    inp[1] = 12.0f; // saturated gates
+    inp[2] = -12.0f;
+    Vec xd = ref::to_d(inp), Rd = ref::to_d(R);
+    Vec fd = ref::fd_grad(xd, [&] { return ref::dot(ref::swiglu(xd, N, F), Rd); });
+    FVec dinp(inp.size(), NAN);
+    ASSERT_EQ(tpd_kern_swiglu_bwd(be.b, dinp.data(), inp.data(), R.data(), N, F), TPD_OK);
+    ref::expect_grad_close(dinp.data(), fd, kTol, "swiglu dinp");
+}
+
+// Grouped-query attention: a K/V head's gradient sums those of its G query heads.
+TEST(CpuGrad, GroupedQueryAttention) {
+    ref::CpuBackend be;
+    struct {
+        int B, T, NH, NKV, HS;
+    } shapes[] = {{2, 9, 4, 2, 4}, {2, 9, 4, 1, 4}, {1, 67, 2, 1, 3}}; // 67 crosses a block
+    for (auto s : shapes) {
+        SCOPED_TRACE("B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+                     " NH=" + std::to_string(s.NH) + " NKV=" + std::to_string(s.NKV));
+        const size_t nqkv = (size_t)s.B * s.T * (s.NH + 2 * s.NKV) * s.HS;
+        const size_t nout = (size_t)s.B * s.T * s.NH * s.HS;
+        FVec qkv = ref::randn(nqkv, 117), R = ref::randn(nout, 118);
+        Vec qd = ref::to_d(qkv), Rd = ref::to_d(R);
+        Vec fd = ref::fd_grad(
+            qd, [&] { return ref::dot(ref::attention_gqa(qd, s.B, s.T, s.NH, s.NKV, s.HS), Rd); });
+
+        FVec out(nout), saved((size_t)s.B * s.NH * s.T * s.T);
+        ASSERT_EQ(tpd_kern_attention_fwd(be.b, out.data(), saved.data(), qkv.data(), s.B, s.T, s.NH,
+                                         s.NKV, s.HS),
+                  TPD_OK);
+        FVec dqkv(nqkv, NAN);
+        ASSERT_EQ(tpd_kern_attention_bwd(be.b, dqkv.data(), R.data(), qkv.data(), out.data(),
+                                         saved.data(), s.B, s.T, s.NH, s.NKV, s.HS),
+                  TPD_OK);
+        ref::expect_grad_close(dqkv.data(), fd, kTol, "gqa dqkv");
     }
 }
 

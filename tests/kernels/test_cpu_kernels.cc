@@ -3,7 +3,7 @@
 //
 // Forward tolerance: |kernel - reference| <= 1e-5 * |reference| + 1e-5 unless a test says
 // otherwise (fp32 with double accumulation where it matters, on O(1) inputs).
-#include "ref.h"
+#include "ref_llama.h"
 
 #include <cstring>
 
@@ -178,6 +178,35 @@ TEST(CpuForward, LayerNorm) {
     }
 }
 
+// eps enters rstd = 1/sqrt(var + eps) as given: rows of known variance, two epsilons.
+TEST(CpuForward, LayerNormEpsIsHonoured) {
+    ref::CpuBackend be;
+    const int C = 4;
+    // Row 0: +-0.1 around 0.5 (mean 0.5, biased variance 0.01); row 1: constant (variance 0).
+    FVec inp = {0.6f, 0.4f, 0.6f, 0.4f, 2.0f, 2.0f, 2.0f, 2.0f};
+    FVec w = {1.0f, 2.0f, -1.0f, 0.5f}, b = {0.0f, 0.25f, 0.0f, -1.0f};
+    FVec prev;
+    for (float eps : {1e-5f, 0.0025f, 0.25f}) {
+        SCOPED_TRACE("eps=" + std::to_string(eps));
+        FVec out(inp.size(), NAN), mean(2), rstd(2);
+        ASSERT_EQ(tpd_kern_layernorm_fwd(be.b, out.data(), mean.data(), rstd.data(), inp.data(),
+                                         w.data(), b.data(), 2, C, eps),
+                  TPD_OK);
+        // The row's values in fp32 are 0.6f and 0.4f, so its variance is not exactly 0.01.
+        double d = ((double)inp[0] - inp[1]) / 2, mu = ((double)inp[0] + inp[1]) / 2;
+        Vec want_rstd = {1.0 / std::sqrt(d * d + eps), 1.0 / std::sqrt((double)eps)};
+        Vec want(inp.size());
+        for (int c = 0; c < C; c++) {
+            want[c] = (inp[c] - mu) * want_rstd[0] * w[c] + b[c];
+            want[C + c] = b[c]; // zero deviation: only the bias is left
+        }
+        ref::expect_close(rstd.data(), want_rstd, 1e-6, 0, "layernorm rstd(eps)");
+        ref::expect_close(out.data(), want, 1e-6, 1e-6, "layernorm out(eps)");
+        if (!prev.empty()) EXPECT_NE(std::memcmp(prev.data(), out.data(), C * 4), 0);
+        prev = out;
+    }
+}
+
 // ---- matmul ----
 
 struct MMShape {
@@ -294,6 +323,310 @@ TEST(CpuForward, Attention) {
         // The saved probabilities, zeros above the diagonal included.
         ref::expect_close(saved.data(), probs, kRel, kAbs, "attention probs");
     }
+}
+
+// Grouped-query attention: NH = 4 query heads on NKV = 4 (multi-head), 2 and 1 K/V heads,
+// against the double reference; T = 70 crosses the kernel's 64-row block.
+struct GqaShape {
+    int B, T, NH, NKV, HS;
+};
+const GqaShape kGqaShapes[] = {{2, 9, 4, 4, 4},  {2, 9, 4, 2, 4}, {2, 9, 4, 1, 4},
+                               {1, 70, 4, 2, 8}, {3, 1, 4, 1, 2}, {1, 70, 6, 3, 4}};
+
+TEST(CpuForward, GroupedQueryAttention) {
+    ref::CpuBackend be;
+    for (GqaShape s : kGqaShapes) {
+        SCOPED_TRACE("B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+                     " NH=" + std::to_string(s.NH) + " NKV=" + std::to_string(s.NKV));
+        FVec qkv = ref::randn((size_t)s.B * s.T * (s.NH + 2 * s.NKV) * s.HS, 80);
+        FVec out((size_t)s.B * s.T * s.NH * s.HS, NAN);
+        FVec saved(tpd_kern_attention_saved_bytes(be.b, s.B, s.T, s.NH, s.HS) / 4, NAN);
+        ASSERT_EQ(tpd_kern_attention_fwd(be.b, out.data(), saved.data(), qkv.data(), s.B, s.T, s.NH,
+                                         s.NKV, s.HS),
+                  TPD_OK);
+        Vec probs;
+        Vec want = ref::attention_gqa(ref::to_d(qkv), s.B, s.T, s.NH, s.NKV, s.HS, &probs);
+        ref::expect_close(out.data(), want, kRel, kAbs, "gqa out");
+        ref::expect_close(saved.data(), probs, kRel, kAbs, "gqa probs");
+    }
+    // With NKV == NH the grouped reference is ref.h's multi-head one, to the bit.
+    Vec q = ref::to_d(ref::randn((size_t)2 * 9 * 3 * 4 * 4, 81));
+    EXPECT_EQ(ref::attention_gqa(q, 2, 9, 4, 4, 4), ref::attention(q, 2, 9, 4, 4));
+}
+
+// Grouped-query attention is multi-head attention on K/V heads repeated G = NH/NKV times:
+// the forward and dQ are the same operations on the same numbers (bit for bit), and the
+// gradient of a shared K/V head is the sum of its copies' gradients.
+TEST(CpuForward, GroupedQueryAttentionIsMultiHeadOnRepeatedKvHeads) {
+    ref::CpuBackend be;
+    for (GqaShape s : {GqaShape{2, 9, 4, 2, 4}, GqaShape{1, 70, 4, 1, 8}}) {
+        SCOPED_TRACE("T=" + std::to_string(s.T) + " NKV=" + std::to_string(s.NKV));
+        const int G = s.NH / s.NKV, HS = s.HS, NH = s.NH, NKV = s.NKV;
+        const int Cg = (NH + 2 * NKV) * HS, Cm = 3 * NH * HS, N = s.B * s.T;
+        FVec qg = ref::randn((size_t)N * Cg, 82), dout = ref::randn((size_t)N * NH * HS, 83);
+        FVec qm((size_t)N * Cm);
+        for (int n = 0; n < N; n++)
+            for (int h = 0; h < NH; h++)
+                for (int d = 0; d < HS; d++) {
+                    const float *rg = &qg[(size_t)n * Cg];
+                    float *rm = &qm[(size_t)n * Cm];
+                    rm[h * HS + d] = rg[h * HS + d];
+                    rm[(NH + h) * HS + d] = rg[(NH + h / G) * HS + d];
+                    rm[(2 * NH + h) * HS + d] = rg[(NH + NKV + h / G) * HS + d];
+                }
+        size_t nsaved = (size_t)s.B * NH * s.T * s.T;
+        FVec og((size_t)N * NH * HS), om(og.size()), sg(nsaved), sm(nsaved);
+        ASSERT_EQ(
+            tpd_kern_attention_fwd(be.b, og.data(), sg.data(), qg.data(), s.B, s.T, NH, NKV, HS),
+            TPD_OK);
+        ASSERT_EQ(
+            tpd_kern_attention_fwd(be.b, om.data(), sm.data(), qm.data(), s.B, s.T, NH, NH, HS),
+            TPD_OK);
+        EXPECT_EQ(std::memcmp(og.data(), om.data(), og.size() * 4), 0) << "out";
+        EXPECT_EQ(std::memcmp(sg.data(), sm.data(), nsaved * 4), 0) << "saved";
+
+        FVec dg(qg.size(), NAN), dm(qm.size(), NAN);
+        ASSERT_EQ(tpd_kern_attention_bwd(be.b, dg.data(), dout.data(), qg.data(), og.data(),
+                                         sg.data(), s.B, s.T, NH, NKV, HS),
+                  TPD_OK);
+        ASSERT_EQ(tpd_kern_attention_bwd(be.b, dm.data(), dout.data(), qm.data(), om.data(),
+                                         sm.data(), s.B, s.T, NH, NH, HS),
+                  TPD_OK);
+        Vec want_kv((size_t)N * 2 * NKV * HS, 0.0);
+        FVec got_kv(want_kv.size());
+        for (int n = 0; n < N; n++) {
+            EXPECT_EQ(std::memcmp(&dg[(size_t)n * Cg], &dm[(size_t)n * Cm], NH * HS * 4), 0)
+                << "dq row " << n;
+            for (int h = 0; h < NH; h++)
+                for (int d = 0; d < HS; d++) {
+                    size_t k = ((size_t)n * 2 * NKV + h / G) * HS + d;
+                    want_kv[k] += dm[(size_t)n * Cm + (NH + h) * HS + d];
+                    want_kv[k + NKV * HS] += dm[(size_t)n * Cm + (2 * NH + h) * HS + d];
+                }
+            std::memcpy(&got_kv[(size_t)n * 2 * NKV * HS], &dg[(size_t)n * Cg + NH * HS],
+                        2 * NKV * HS * 4);
+        }
+        ref::expect_close(got_kv.data(), want_kv, 1e-6, 1e-6, "dk, dv = sums over the group");
+    }
+}
+
+TEST(CpuForward, AttentionRejectsKvHeadsThatDoNotDivideTheQueryHeads) {
+    ref::CpuBackend be;
+    const int B = 1, T = 3, NH = 4, HS = 2;
+    FVec qkv((size_t)B * T * (NH + 2 * 8) * HS, 1.0f), out((size_t)B * T * NH * HS, 7.0f);
+    FVec saved((size_t)B * NH * T * T), dqkv(qkv.size(), 7.0f);
+    for (int nkv : {3, 8, 0, -1}) {
+        SCOPED_TRACE("NKV=" + std::to_string(nkv));
+        EXPECT_EQ(
+            tpd_kern_attention_fwd(be.b, out.data(), saved.data(), qkv.data(), B, T, NH, nkv, HS),
+            TPD_ERR_INVALID);
+        EXPECT_EQ(tpd_kern_attention_bwd(be.b, dqkv.data(), out.data(), qkv.data(), out.data(),
+                                         saved.data(), B, T, NH, nkv, HS),
+                  TPD_ERR_INVALID);
+    }
+    for (float x : out)
+        ASSERT_EQ(x, 7.0f) << "written on a rejected call";
+    for (float x : dqkv)
+        ASSERT_EQ(x, 7.0f) << "written on a rejected call";
+}
+
+// ---- Llama's block: RMSNorm, RoPE, SwiGLU ----
+
+TEST(CpuForward, RmsNorm) {
+    ref::CpuBackend be;
+    for (auto [N, C] : {std::pair{7, 13}, std::pair{1, 1}, std::pair{33, 64}}) {
+        for (float eps : {1e-5f, 1e-6f, 0.5f}) {
+            SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C) +
+                         " eps=" + std::to_string(eps));
+            FVec inp = ref::randn((size_t)N * C, 84, 2.0f), w = ref::randn(C, 85);
+            for (auto &x : inp)
+                x += 3.0f; // no mean is subtracted: the statistic is the raw second moment
+            FVec out((size_t)N * C, NAN), rstd(N, NAN);
+            ASSERT_EQ(tpd_kern_rmsnorm_fwd(be.b, out.data(), rstd.data(), inp.data(), w.data(), N,
+                                           C, eps),
+                      TPD_OK);
+            Vec rr;
+            Vec want = ref::rmsnorm(ref::to_d(inp), ref::to_d(w), N, C, eps, &rr);
+            ref::expect_close(out.data(), want, kRel, kAbs, "rmsnorm out");
+            ref::expect_close(rstd.data(), rr, kRel, 0, "rmsnorm rstd");
+        }
+    }
+}
+
+// eps as predicted: a constant row a gives rstd = 1/sqrt(a^2 + eps), a zero row 1/sqrt(eps).
+TEST(CpuForward, RmsNormEpsIsHonoured) {
+    ref::CpuBackend be;
+    const int C = 5;
+    FVec inp = {0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    FVec w = {1.0f, -2.0f, 0.5f, 3.0f, 1.0f};
+    for (float eps : {1e-6f, 0.01f, 0.25f}) {
+        SCOPED_TRACE("eps=" + std::to_string(eps));
+        FVec out(inp.size(), NAN), rstd(2, NAN);
+        ASSERT_EQ(
+            tpd_kern_rmsnorm_fwd(be.b, out.data(), rstd.data(), inp.data(), w.data(), 2, C, eps),
+            TPD_OK);
+        double a = inp[0];
+        Vec want_rstd = {1.0 / std::sqrt(a * a + eps), 1.0 / std::sqrt((double)eps)};
+        Vec want(inp.size(), 0.0);
+        for (int c = 0; c < C; c++)
+            want[c] = a * want_rstd[0] * w[c];
+        ref::expect_close(rstd.data(), want_rstd, 1e-6, 0, "rmsnorm rstd(eps)");
+        ref::expect_close(out.data(), want, 1e-6, 0, "rmsnorm out(eps)");
+    }
+}
+
+struct RopeCase {
+    int B, T, NH, NKV, HS;
+    float base;
+    int pos0;
+};
+// HS = 2 (one pair), 130 (crosses the kernel's 64-pair block), Llama 3's base, and a
+// position offset far out.
+const RopeCase kRopeCases[] = {{2, 7, 4, 2, 8, 10000.0f, 0},
+                               {1, 5, 3, 3, 2, 10000.0f, 3},
+                               {2, 3, 2, 1, 130, 10000.0f, 11},
+                               {1, 9, 4, 1, 16, 500000.0f, 0},
+                               {2, 4, 4, 2, 6, 500000.0f, 100000}};
+
+TEST(CpuForward, Rope) {
+    ref::CpuBackend be;
+    for (RopeCase r : kRopeCases) {
+        SCOPED_TRACE("T=" + std::to_string(r.T) + " NH=" + std::to_string(r.NH) +
+                     " NKV=" + std::to_string(r.NKV) + " HS=" + std::to_string(r.HS) +
+                     " pos0=" + std::to_string(r.pos0));
+        const int C3 = (r.NH + 2 * r.NKV) * r.HS, N = r.B * r.T;
+        FVec qkv = ref::randn((size_t)N * C3, 86), x = qkv;
+        ASSERT_EQ(tpd_kern_rope_fwd(be.b, x.data(), r.B, r.T, r.NH, r.NKV, r.HS, r.base, r.pos0),
+                  TPD_OK);
+        Vec want = ref::rope(ref::to_d(qkv), r.B, r.T, r.NH, r.NKV, r.HS, r.base, r.pos0);
+        ref::expect_close(x.data(), want, 1e-6, 1e-6, "rope");
+        for (int n = 0; n < N; n++) { // V untouched, to the bit
+            size_t v = (size_t)n * C3 + (size_t)(r.NH + r.NKV) * r.HS;
+            ASSERT_EQ(std::memcmp(&x[v], &qkv[v], (size_t)r.NKV * r.HS * 4), 0) << "row " << n;
+        }
+    }
+}
+
+// The layout by hand: pairs are (i, i + HS/2) (rotate half, not interleaved), and pair i
+// turns by p * base^(-2i/HS): with HS = 4, base = 100 and p = pos0 + t = 10, pair 1 turns
+// by 10 * 100^(-1/2) = 1 radian and pair 0 by 10.
+TEST(CpuForward, RopeRotatesHalvesByTheDocumentedAngles) {
+    ref::CpuBackend be;
+    const int NH = 1, NKV = 1, HS = 4, C3 = (NH + 2 * NKV) * HS;
+    FVec x(C3, 0.0f);
+    x[1] = 1.0f;      // Q pair 1: (1, 0)
+    x[HS + 0] = 1.0f; // K pair 0: (1, 0)
+    x[HS + 2] = 2.0f; //           (1, 2)
+    ASSERT_EQ(tpd_kern_rope_fwd(be.b, x.data(), 1, 1, NH, NKV, HS, 100.0f, 10), TPD_OK);
+    Vec want(C3, 0.0);
+    want[1] = std::cos(1.0), want[3] = std::sin(1.0);
+    want[HS + 0] = std::cos(10.0) - 2 * std::sin(10.0);
+    want[HS + 2] = std::sin(10.0) + 2 * std::cos(10.0);
+    ref::expect_close(x.data(), want, 1e-7, 1e-7, "rope by hand");
+}
+
+// Position pos0 + t depends on t only through the sum: rope of a sequence at pos0 = k is,
+// to the bit, rows k.. of rope of the longer sequence at pos0 = 0.
+TEST(CpuForward, RopePositionOffsetShiftsPositions) {
+    ref::CpuBackend be;
+    const int B = 2, T = 12, NH = 4, NKV = 2, HS = 8, C3 = (NH + 2 * NKV) * HS;
+    FVec whole = ref::randn((size_t)B * T * C3, 87);
+    for (int k : {1, 5, 11}) {
+        SCOPED_TRACE("k=" + std::to_string(k));
+        FVec tail((size_t)B * (T - k) * C3);
+        for (int b = 0; b < B; b++)
+            std::memcpy(&tail[(size_t)b * (T - k) * C3], &whole[((size_t)b * T + k) * C3],
+                        (size_t)(T - k) * C3 * 4);
+        FVec rot = whole;
+        ASSERT_EQ(tpd_kern_rope_fwd(be.b, rot.data(), B, T, NH, NKV, HS, 10000.0f, 0), TPD_OK);
+        ASSERT_EQ(tpd_kern_rope_fwd(be.b, tail.data(), B, T - k, NH, NKV, HS, 10000.0f, k), TPD_OK);
+        for (int b = 0; b < B; b++)
+            EXPECT_EQ(std::memcmp(&tail[(size_t)b * (T - k) * C3], &rot[((size_t)b * T + k) * C3],
+                                  (size_t)(T - k) * C3 * 4),
+                      0)
+                << "batch row " << b;
+    }
+}
+
+// The backward is the transposed rotation: it keeps the norm of every rotated pair, undoes
+// the forward, and is the forward's adjoint (<R x, y> = <x, R^T y>).
+TEST(CpuForward, RopeBackwardIsTheInverseRotation) {
+    ref::CpuBackend be;
+    const int B = 2, T = 9, NH = 4, NKV = 1, HS = 10, C3 = (NH + 2 * NKV) * HS, half = HS / 2;
+    const float base = 10000.0f;
+    const int pos0 = 7;
+    FVec x = ref::randn((size_t)B * T * C3, 88), y = ref::randn(x.size(), 89);
+    FVec rx = x, ry = y;
+    ASSERT_EQ(tpd_kern_rope_fwd(be.b, rx.data(), B, T, NH, NKV, HS, base, pos0), TPD_OK);
+    ASSERT_EQ(tpd_kern_rope_bwd(be.b, ry.data(), B, T, NH, NKV, HS, base, pos0), TPD_OK);
+    Vec pair_norm(x.size() / 2), want_norm(x.size() / 2);
+    size_t np = 0;
+    for (int n = 0; n < B * T; n++)
+        for (int h = 0; h < NH + 2 * NKV; h++)
+            for (int i = 0; i < half; i++, np++) {
+                size_t a = (size_t)n * C3 + (size_t)h * HS + i;
+                want_norm[np] = std::hypot((double)y[a], (double)y[a + half]);
+                pair_norm[np] = std::hypot((double)ry[a], (double)ry[a + half]);
+            }
+    FVec pn(pair_norm.begin(), pair_norm.end());
+    ref::expect_close(pn.data(), want_norm, 1e-6, 1e-7, "pair norms kept");
+    EXPECT_NEAR(ref::dot(ref::to_d(rx), ref::to_d(y)), ref::dot(ref::to_d(x), ref::to_d(ry)),
+                1e-5 * std::sqrt((double)x.size()))
+        << "adjoint";
+    FVec back = rx;
+    ASSERT_EQ(tpd_kern_rope_bwd(be.b, back.data(), B, T, NH, NKV, HS, base, pos0), TPD_OK);
+    ref::expect_close(back.data(), ref::to_d(x), 1e-6, 1e-6, "bwd(fwd(x)) = x");
+}
+
+TEST(CpuForward, RopeRejectsBadArguments) {
+    ref::CpuBackend be;
+    FVec x((size_t)2 * 3 * (4 + 2 * 2) * 6, 7.0f); // room for every call below
+    struct {
+        int NH, NKV, HS;
+        float base;
+        int pos0;
+        const char *why;
+    } bad[] = {{4, 2, 5, 10000.0f, 0, "odd HS"},
+               {4, 3, 6, 10000.0f, 0, "NKV does not divide NH"},
+               {4, 0, 6, 10000.0f, 0, "no K/V head"},
+               {4, 2, 6, 0.0f, 0, "base 0"},
+               {4, 2, 6, -10.0f, 0, "negative base"},
+               {4, 2, 6, 10000.0f, -1, "negative position"},
+               {4, 2, 6, 10000.0f, 2147483647, "positions past INT_MAX"}};
+    for (auto c : bad) {
+        SCOPED_TRACE(c.why);
+        EXPECT_EQ(tpd_kern_rope_fwd(be.b, x.data(), 2, 3, c.NH, c.NKV, c.HS, c.base, c.pos0),
+                  TPD_ERR_INVALID);
+        EXPECT_EQ(tpd_kern_rope_bwd(be.b, x.data(), 2, 3, c.NH, c.NKV, c.HS, c.base, c.pos0),
+                  TPD_ERR_INVALID);
+    }
+    for (float v : x)
+        ASSERT_EQ(v, 7.0f) << "written on a rejected call";
+    // The last position may be INT_MAX itself; T = 0 and B = 0 are no-ops.
+    EXPECT_EQ(tpd_kern_rope_fwd(be.b, x.data(), 1, 1, 4, 2, 6, 10000.0f, 2147483647), TPD_OK);
+    EXPECT_EQ(tpd_kern_rope_fwd(be.b, x.data(), 2, 0, 4, 2, 6, 10000.0f, 0), TPD_OK);
+    EXPECT_EQ(tpd_kern_rope_fwd(be.b, x.data(), 0, 3, 4, 2, 6, 10000.0f, 0), TPD_OK);
+}
+
+TEST(CpuForward, SwiGlu) {
+    ref::CpuBackend be;
+    for (auto [N, F] : {std::pair{7, 13}, std::pair{1, 1}, std::pair{33, 64}}) {
+        SCOPED_TRACE("N=" + std::to_string(N) + " F=" + std::to_string(F));
+        FVec inp = ref::randn((size_t)N * 2 * F, 90, 3.0f);
+        inp[0] = 0.0f; // silu(0) = 0
+        if (F > 2) {
+            inp[1] = 40.0f;  // silu(x) -> x
+            inp[2] = -40.0f; // silu(x) -> 0 from below
+        }
+        FVec out((size_t)N * F, NAN);
+        ASSERT_EQ(tpd_kern_swiglu_fwd(be.b, out.data(), inp.data(), N, F), TPD_OK);
+        ref::expect_close(out.data(), ref::swiglu(ref::to_d(inp), N, F), kRel, kAbs, "swiglu");
+    }
+    FVec x(4, 1.0f), o(2);
+    EXPECT_EQ(tpd_kern_swiglu_fwd(be.b, o.data(), x.data(), 2, 0), TPD_ERR_INVALID);
+    EXPECT_EQ(tpd_kern_swiglu_bwd(be.b, x.data(), x.data(), o.data(), -1, 1), TPD_ERR_INVALID);
+    EXPECT_EQ(tpd_kern_rmsnorm_fwd(be.b, o.data(), o.data(), x.data(), x.data(), 2, 0, 1e-5f),
+              TPD_ERR_INVALID);
 }
 
 // ---- cross-entropy forward, unsplit ----
@@ -628,6 +961,82 @@ TEST(CpuBackwardSemantics, ParamGradsAccumulateInputGradsOverwrite) {
     EXPECT_EQ(std::memcmp(gsep.data(), galias.data(), 50 * 4), 0);
 }
 
+// Llama's ops: rmsnorm's dw accumulates, every input gradient is overwritten (NaN-filled
+// before), and the aliasing the cpu kernels allow gives the bits of separate buffers.
+TEST(CpuBackwardSemantics, LlamaOpsAccumulateOverwriteAndAlias) {
+    ref::CpuBackend be;
+    const int N = 7, C = 13;
+
+    // rmsnorm: dw accumulates, dinp overwritten, dinp may alias dout
+    FVec inp = ref::randn((size_t)N * C, 91), w = ref::randn(C, 92);
+    FVec out((size_t)N * C), rstd(N), dout = ref::randn((size_t)N * C, 93);
+    ASSERT_EQ(
+        tpd_kern_rmsnorm_fwd(be.b, out.data(), rstd.data(), inp.data(), w.data(), N, C, 1e-5f),
+        TPD_OK);
+    FVec dw(C, 0.0f), d1((size_t)N * C, NAN), d2((size_t)N * C, NAN);
+    ASSERT_EQ(tpd_kern_rmsnorm_bwd(be.b, d1.data(), dw.data(), dout.data(), inp.data(), w.data(),
+                                   rstd.data(), N, C),
+              TPD_OK);
+    FVec dw1 = dw;
+    ASSERT_EQ(tpd_kern_rmsnorm_bwd(be.b, d2.data(), dw.data(), dout.data(), inp.data(), w.data(),
+                                   rstd.data(), N, C),
+              TPD_OK);
+    expect_doubled(dw, dw1, "rmsnorm dw");
+    EXPECT_EQ(std::memcmp(d1.data(), d2.data(), d1.size() * 4), 0) << "rmsnorm dinp";
+    for (float x : d1)
+        ASSERT_FALSE(std::isnan(x)) << "rmsnorm dinp not overwritten";
+    FVec alias = dout, adw(C, 0.0f);
+    ASSERT_EQ(tpd_kern_rmsnorm_bwd(be.b, alias.data(), adw.data(), alias.data(), inp.data(),
+                                   w.data(), rstd.data(), N, C),
+              TPD_OK);
+    EXPECT_EQ(std::memcmp(alias.data(), d1.data(), d1.size() * 4), 0) << "rmsnorm aliased";
+    EXPECT_EQ(std::memcmp(adw.data(), dw1.data(), C * 4), 0) << "rmsnorm aliased dw";
+
+    // swiglu: out and dinp overwritten; dinp may alias inp (gate and up read first)
+    const int F = 11;
+    FVec gu = ref::randn((size_t)N * 2 * F, 94, 2.0f), sdout = ref::randn((size_t)N * F, 95);
+    FVec sout((size_t)N * F, NAN), sd((size_t)N * 2 * F, NAN);
+    ASSERT_EQ(tpd_kern_swiglu_fwd(be.b, sout.data(), gu.data(), N, F), TPD_OK);
+    ASSERT_EQ(tpd_kern_swiglu_bwd(be.b, sd.data(), gu.data(), sdout.data(), N, F), TPD_OK);
+    for (float x : sout)
+        ASSERT_FALSE(std::isnan(x)) << "swiglu out not overwritten";
+    for (float x : sd)
+        ASSERT_FALSE(std::isnan(x)) << "swiglu dinp not overwritten";
+    FVec inplace = gu;
+    ASSERT_EQ(tpd_kern_swiglu_bwd(be.b, inplace.data(), inplace.data(), sdout.data(), N, F),
+              TPD_OK);
+    EXPECT_EQ(std::memcmp(inplace.data(), sd.data(), sd.size() * 4), 0) << "swiglu aliased";
+
+    // rope_bwd works in place and leaves V's gradient untouched
+    const int NH = 4, NKV = 2, HS = 6, C3 = (NH + 2 * NKV) * HS;
+    FVec dq = ref::randn((size_t)N * C3, 96), dq0 = dq;
+    ASSERT_EQ(tpd_kern_rope_bwd(be.b, dq.data(), 1, N, NH, NKV, HS, 10000.0f, 2), TPD_OK);
+    for (int n = 0; n < N; n++) {
+        size_t v = (size_t)n * C3 + (size_t)(NH + NKV) * HS;
+        ASSERT_EQ(std::memcmp(&dq[v], &dq0[v], (size_t)NKV * HS * 4), 0) << "row " << n;
+        EXPECT_NE(std::memcmp(&dq[(size_t)n * C3 + HS / 2], &dq0[(size_t)n * C3 + HS / 2], 4), 0)
+            << "row " << n << " not rotated";
+    }
+
+    // grouped-query attention: all of dqkv, K/V columns included, is overwritten
+    const int AT = 9, AC3 = (NH + 2 * NKV) * HS;
+    FVec qkv = ref::randn((size_t)AT * AC3, 97), aout((size_t)AT * NH * HS);
+    FVec saved((size_t)NH * AT * AT), adout = ref::randn(aout.size(), 98);
+    ASSERT_EQ(
+        tpd_kern_attention_fwd(be.b, aout.data(), saved.data(), qkv.data(), 1, AT, NH, NKV, HS),
+        TPD_OK);
+    FVec g1(qkv.size(), NAN), g2(qkv.size(), NAN);
+    ASSERT_EQ(tpd_kern_attention_bwd(be.b, g1.data(), adout.data(), qkv.data(), aout.data(),
+                                     saved.data(), 1, AT, NH, NKV, HS),
+              TPD_OK);
+    ASSERT_EQ(tpd_kern_attention_bwd(be.b, g2.data(), adout.data(), qkv.data(), aout.data(),
+                                     saved.data(), 1, AT, NH, NKV, HS),
+              TPD_OK);
+    for (float x : g1)
+        ASSERT_FALSE(std::isnan(x)) << "gqa dqkv not overwritten";
+    EXPECT_EQ(std::memcmp(g1.data(), g2.data(), g1.size() * 4), 0);
+}
+
 // ---- embed_bwd determinism ----
 
 TEST(CpuEmbedBackward, BitIdenticalAcrossRunsAndThreadCounts) {
@@ -653,6 +1062,55 @@ TEST(CpuEmbedBackward, BitIdenticalAcrossRunsAndThreadCounts) {
         for (int c = 0; c < C; c++)
             want[(size_t)tok[n] * C + c] += dout[(size_t)n * C + c];
     ref::expect_close(base.data(), want, 1e-5, 1e-4, "embed_bwd sums");
+}
+
+// ---- Llama's ops: determinism ----
+
+// The reductions (rmsnorm's dw over rows, grouped-query dK/dV over a group's heads) and
+// the rest give the same bits for every thread count.
+TEST(CpuLlamaOps, BitIdenticalAcrossRunsAndThreadCounts) {
+    const int N = 517, C = 200, F = 96;
+    const int B = 2, T = 70, NH = 4, NKV = 2, HS = 8, C3 = (NH + 2 * NKV) * HS;
+    FVec inp = ref::randn((size_t)N * C, 100), w = ref::randn(C, 101);
+    FVec dout = ref::randn((size_t)N * C, 102), gu = ref::randn((size_t)N * 2 * F, 103, 2.0f);
+    FVec sdout = ref::randn((size_t)N * F, 104), qkv = ref::randn((size_t)B * T * C3, 105);
+    FVec adout = ref::randn((size_t)B * T * NH * HS, 106);
+    std::vector<FVec> base;
+    for (int threads : {4, 4, 1, 3, 2}) {
+        SCOPED_TRACE("threads=" + std::to_string(threads));
+        ref::CpuBackend be(threads);
+        std::vector<FVec> got;
+        FVec out((size_t)N * C), rstd(N), dinp((size_t)N * C), dw(C, 0.0f);
+        ASSERT_EQ(
+            tpd_kern_rmsnorm_fwd(be.b, out.data(), rstd.data(), inp.data(), w.data(), N, C, 1e-5f),
+            TPD_OK);
+        ASSERT_EQ(tpd_kern_rmsnorm_bwd(be.b, dinp.data(), dw.data(), dout.data(), inp.data(),
+                                       w.data(), rstd.data(), N, C),
+                  TPD_OK);
+        FVec sout((size_t)N * F), sd((size_t)N * 2 * F);
+        ASSERT_EQ(tpd_kern_swiglu_fwd(be.b, sout.data(), gu.data(), N, F), TPD_OK);
+        ASSERT_EQ(tpd_kern_swiglu_bwd(be.b, sd.data(), gu.data(), sdout.data(), N, F), TPD_OK);
+        FVec rq = qkv;
+        ASSERT_EQ(tpd_kern_rope_fwd(be.b, rq.data(), B, T, NH, NKV, HS, 500000.0f, 3), TPD_OK);
+        FVec aout((size_t)B * T * NH * HS), saved((size_t)B * NH * T * T), dq(qkv.size());
+        ASSERT_EQ(
+            tpd_kern_attention_fwd(be.b, aout.data(), saved.data(), rq.data(), B, T, NH, NKV, HS),
+            TPD_OK);
+        ASSERT_EQ(tpd_kern_attention_bwd(be.b, dq.data(), adout.data(), rq.data(), aout.data(),
+                                         saved.data(), B, T, NH, NKV, HS),
+                  TPD_OK);
+        ASSERT_EQ(tpd_kern_rope_bwd(be.b, dq.data(), B, T, NH, NKV, HS, 500000.0f, 3), TPD_OK);
+        got = {out, rstd, dinp, dw, sout, sd, rq, aout, saved, dq};
+        if (base.empty()) {
+            base = got;
+            continue;
+        }
+        const char *names[] = {"rmsnorm out", "rstd",         "rmsnorm dinp", "rmsnorm dw",
+                               "swiglu out",  "swiglu dinp",  "rope",         "gqa out",
+                               "gqa saved",   "gqa+rope dqkv"};
+        for (size_t i = 0; i < got.size(); i++)
+            EXPECT_EQ(std::memcmp(base[i].data(), got[i].data(), got[i].size() * 4), 0) << names[i];
+    }
 }
 
 } // namespace

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -59,7 +60,9 @@ struct Be {
     tpd_kern_backend *b = nullptr;
     std::vector<void *> bufs;
     bool cuda;
-    explicit Be(bool cuda_, tpd_dtype dt = TPD_DTYPE_BF16, int fused = 1) : cuda(cuda_) {
+    int fused;
+    explicit Be(bool cuda_, tpd_dtype dt = TPD_DTYPE_BF16, int fused_ = 1)
+        : cuda(cuda_), fused(fused_) {
         tpd_kern_config cfg = TPD_KERN_CONFIG_INIT;
         cfg.fused_attention = fused;
         if (cuda) {
@@ -262,6 +265,84 @@ TEST(CudaKernels, LayerNormWide) {
     layernorm_case(64, 1600); // GPT-2 1.5B width: more than 48 KiB of shared memory
 }
 
+// ---- rmsnorm ----
+
+// w and dw start `off` elements into their buffers (views into the flat parameter buffer
+// start at any element), which turns the 16-byte packs off.
+void rmsnorm_case(int N, int C, tpd_dtype dt, float rtol, int off = 0) {
+    Be g(true, dt), c(false);
+    FVec x = randn((size_t)N * C, 200, 2.0f), w = randn(C, 201), dy = randn((size_t)N * C, 202);
+    FVec dw0 = randn(C, 203);
+    auto shifted = [&](const FVec &v) {
+        FVec r(off, 0.0f);
+        r.insert(r.end(), v.begin(), v.end());
+        return r;
+    };
+    const size_t es = tpd_dtype_size(dt);
+    void *gx = g.up(x), *gw = (char *)g.up(shifted(w)) + off * es;
+    void *cx = c.up(x), *cw = c.up(w);
+    void *go = g.zeros((size_t)N * C), *co = c.zeros((size_t)N * C);
+    float *gr = (float *)g.zeros(N, TPD_DTYPE_F32), *cr = (float *)c.zeros(N, TPD_DTYPE_F32);
+    ASSERT_EQ(tpd_kern_rmsnorm_fwd(g.b, go, gr, gx, gw, N, C, 1e-5f), TPD_OK);
+    ASSERT_EQ(tpd_kern_rmsnorm_fwd(c.b, co, cr, cx, cw, N, C, 1e-5f), TPD_OK);
+    expect_close(g.down(go, x.size()), c.down(co, x.size()), rtol, "rmsnorm_fwd out");
+    expect_close(g.downf(gr, N), c.downf(cr, N), 1e-4f, "rmsnorm_fwd rstd");
+
+    void *gdx = g.zeros(x.size()), *cdx = c.zeros(x.size());
+    void *gdw = (char *)g.up(shifted(dw0)) + off * es, *cdw = c.up(dw0);
+    ASSERT_EQ(tpd_kern_rmsnorm_bwd(g.b, gdx, gdw, g.up(dy), gx, gw, gr, N, C), TPD_OK);
+    ASSERT_EQ(tpd_kern_rmsnorm_bwd(c.b, cdx, cdw, c.up(dy), cx, cw, cr, N, C), TPD_OK);
+    expect_close(g.down(gdx, x.size()), c.down(cdx, x.size()), rtol, "rmsnorm_bwd dinp");
+    expect_close(g.down(gdw, C), c.down(cdw, C), rtol, "rmsnorm_bwd dw (accumulated)");
+}
+
+TEST(CudaKernels, RmsNormVectorized) {
+    SKIP_WITHOUT_GPU();
+    rmsnorm_case(77, 768, TPD_DTYPE_BF16, kRtolBf16);
+}
+TEST(CudaKernels, RmsNormOddWidth) {
+    SKIP_WITHOUT_GPU();
+    rmsnorm_case(33, 100, TPD_DTYPE_BF16, kRtolBf16);
+}
+TEST(CudaKernels, RmsNormMisalignedWeight) {
+    SKIP_WITHOUT_GPU();
+    rmsnorm_case(40, 256, TPD_DTYPE_BF16, kRtolBf16, 3);
+}
+// Llama 3 70B's width, and more rows than one block of the weight-gradient partials.
+TEST(CudaKernels, RmsNormLlamaWidthManyRows) {
+    SKIP_WITHOUT_GPU();
+    rmsnorm_case(300, 8192, TPD_DTYPE_BF16, kRtolBf16);
+}
+TEST(CudaKernels, RmsNormF32MatchesCpuTightly) {
+    SKIP_WITHOUT_GPU();
+    rmsnorm_case(65, 256, TPD_DTYPE_F32, kRtolF32);
+    rmsnorm_case(270, 99, TPD_DTYPE_F32, kRtolF32);
+}
+
+TEST(CudaKernels, RmsNormBackwardIsBitDeterministic) {
+    SKIP_WITHOUT_GPU();
+    Be g(true);
+    const int N = 1000, C = 1024;
+    FVec x = randn((size_t)N * C, 210), w = randn(C, 211), dy = randn((size_t)N * C, 212);
+    void *gx = g.up(x), *gw = g.up(w), *gd = g.up(dy), *go = g.zeros(x.size());
+    float *gr = (float *)g.zeros(N, TPD_DTYPE_F32);
+    ASSERT_EQ(tpd_kern_rmsnorm_fwd(g.b, go, gr, gx, gw, N, C, 1e-6f), TPD_OK);
+    std::vector<uint8_t> first_dw, first_dx;
+    for (int rep = 0; rep < 3; rep++) {
+        void *dw = g.zeros(C), *dx = g.zeros(x.size());
+        ASSERT_EQ(tpd_kern_rmsnorm_bwd(g.b, dx, dw, gd, gx, gw, gr, N, C), TPD_OK);
+        ASSERT_EQ(tpd_kern_synchronize(g.b), TPD_OK);
+        auto bw = g.bytes(dw, (size_t)C * 2), bx = g.bytes(dx, x.size() * 2);
+        if (rep == 0) {
+            first_dw = bw;
+            first_dx = bx;
+        } else {
+            EXPECT_EQ(bw, first_dw) << "rmsnorm_bwd dw differs between identical runs";
+            EXPECT_EQ(bx, first_dx) << "rmsnorm_bwd dinp differs between identical runs";
+        }
+    }
+}
+
 // ---- matmul ----
 
 void matmul_case(int N, int C, int OC, bool bias) {
@@ -415,22 +496,110 @@ TEST(CudaKernels, CastRoundTrip) {
     expect_close(g.downf(f2, n), a, 0.0f, "cast f32 -> bf16 -> f32");
 }
 
+// ---- rotary position embedding ----
+
+void rope_case(int B, int T, int NH, int NKV, int HS, float base, int pos0, tpd_dtype dt,
+               float rtol) {
+    Be g(true, dt), c(false);
+    const size_t W = (size_t)(NH + 2 * NKV) * HS, n = (size_t)B * T * W;
+    FVec x = randn(n, 220), d = randn(n, 221);
+    void *gx = g.up(x), *cx = c.up(x);
+    ASSERT_EQ(tpd_kern_rope_fwd(g.b, gx, B, T, NH, NKV, HS, base, pos0), TPD_OK);
+    ASSERT_EQ(tpd_kern_rope_fwd(c.b, cx, B, T, NH, NKV, HS, base, pos0), TPD_OK);
+    FVec got = g.down(gx, n);
+    expect_close(got, c.down(cx, n), rtol, "rope_fwd");
+    const size_t v0 = (size_t)(NH + NKV) * HS; // V's columns are untouched
+    for (size_t row = 0; row < (size_t)B * T; row++)
+        for (size_t k = v0; k < W; k++)
+            ASSERT_EQ(got[row * W + k], x[row * W + k]) << "rope_fwd changed V at row " << row;
+
+    void *gd = g.up(d), *cd = c.up(d);
+    ASSERT_EQ(tpd_kern_rope_bwd(g.b, gd, B, T, NH, NKV, HS, base, pos0), TPD_OK);
+    ASSERT_EQ(tpd_kern_rope_bwd(c.b, cd, B, T, NH, NKV, HS, base, pos0), TPD_OK);
+    FVec dgot = g.down(gd, n);
+    expect_close(dgot, c.down(cd, n), rtol, "rope_bwd");
+    for (size_t row = 0; row < (size_t)B * T; row++)
+        for (size_t k = v0; k < W; k++)
+            ASSERT_EQ(dgot[row * W + k], d[row * W + k]) << "rope_bwd changed dV at row " << row;
+
+    // The backward is the inverse rotation: it takes the forward's output back to x.
+    ASSERT_EQ(tpd_kern_rope_bwd(g.b, gx, B, T, NH, NKV, HS, base, pos0), TPD_OK);
+    expect_close(g.down(gx, n), x, 2 * rtol, "rope_bwd(rope_fwd(x)) = x");
+}
+
+TEST(CudaKernels, RopeQueryAndKeyHeads) {
+    SKIP_WITHOUT_GPU();
+    rope_case(2, 37, 4, 2, 64, 10000.0f, 0, TPD_DTYPE_BF16, kRtolBf16);
+}
+TEST(CudaKernels, RopeOddHalfAndFirstPosition) {
+    SKIP_WITHOUT_GPU();
+    rope_case(1, 20, 3, 1, 10, 10000.0f, 7, TPD_DTYPE_BF16, kRtolBf16);
+}
+// Angles in double: at position 1e5 a float angle is off by ~1e-2 rad, which the f32
+// tolerance catches.
+TEST(CudaKernels, RopeF32FarPositionsMatchCpuTightly) {
+    SKIP_WITHOUT_GPU();
+    rope_case(2, 16, 2, 1, 128, 500000.0f, 100000, TPD_DTYPE_F32, kRtolF32);
+}
+
+// ---- SwiGLU ----
+
+void swiglu_case(int N, int F, tpd_dtype dt, float rtol) {
+    Be g(true, dt), c(false);
+    FVec x = randn((size_t)N * 2 * F, 230, 2.0f), d = randn((size_t)N * F, 231);
+    x[0] = -100.0f; // sigmoid's exp overflows and underflows: no NaN, no inf
+    x[1] = 100.0f;
+    x[F] = -30.0f; // and the same on the up half
+    void *gx = g.up(x), *cx = c.up(x);
+    void *go = g.zeros((size_t)N * F), *co = c.zeros((size_t)N * F);
+    ASSERT_EQ(tpd_kern_swiglu_fwd(g.b, go, gx, N, F), TPD_OK);
+    ASSERT_EQ(tpd_kern_swiglu_fwd(c.b, co, cx, N, F), TPD_OK);
+    expect_close(g.down(go, (size_t)N * F), c.down(co, (size_t)N * F), rtol, "swiglu_fwd");
+
+    void *gdx = g.up(x), *cdx = c.up(x); // overwritten: start from something else
+    ASSERT_EQ(tpd_kern_swiglu_bwd(g.b, gdx, gx, g.up(d), N, F), TPD_OK);
+    ASSERT_EQ(tpd_kern_swiglu_bwd(c.b, cdx, cx, c.up(d), N, F), TPD_OK);
+    expect_close(g.down(gdx, x.size()), c.down(cdx, x.size()), rtol, "swiglu_bwd");
+}
+
+TEST(CudaKernels, SwigluVectorized) {
+    SKIP_WITHOUT_GPU();
+    swiglu_case(64, 256, TPD_DTYPE_BF16, kRtolBf16);
+}
+TEST(CudaKernels, SwigluOddWidth) {
+    SKIP_WITHOUT_GPU();
+    swiglu_case(37, 1003, TPD_DTYPE_BF16, kRtolBf16);
+}
+TEST(CudaKernels, SwigluF32MatchesCpuTightly) {
+    SKIP_WITHOUT_GPU();
+    swiglu_case(16, 64, TPD_DTYPE_F32, kRtolF32);
+    swiglu_case(33, 130, TPD_DTYPE_F32, kRtolF32);
+}
+
 // ---- attention ----
 
 struct AttnOut {
     FVec out, dqkv;
+    FVec stats; // the saved softmax statistics, when the backend saves those
 };
 
-AttnOut run_attention(Be &be, const FVec &qkv, const FVec &dout, int B, int T, int NH, int HS) {
-    size_t nq = (size_t)B * T * 3 * NH * HS, no = (size_t)B * T * NH * HS;
-    void *q = be.up(qkv), *o = be.zeros(no), *d = be.up(dout), *dq = be.zeros(nq);
+// qkv(B,T,(NH+2*NKV)*HS); NKV < 0 means NH. out and dqkv start from random values: both
+// must be overwritten everywhere.
+AttnOut run_attention(Be &be, const FVec &qkv, const FVec &dout, int B, int T, int NH, int HS,
+                      int NKV = -1) {
+    if (NKV < 0) NKV = NH;
+    size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS, no = (size_t)B * T * NH * HS;
+    void *q = be.up(qkv), *o = be.up(randn(no, 998)), *d = be.up(dout);
+    void *dq = be.up(randn(nq, 999));
     size_t sb = tpd_kern_attention_saved_bytes(be.b, B, T, NH, HS);
     void *saved = be.alloc(sb);
     AttnOut r;
-    EXPECT_EQ(tpd_kern_attention_fwd(be.b, o, saved, q, B, T, NH, NH, HS), TPD_OK);
-    EXPECT_EQ(tpd_kern_attention_bwd(be.b, dq, d, q, o, saved, B, T, NH, NH, HS), TPD_OK);
+    EXPECT_EQ(tpd_kern_attention_fwd(be.b, o, saved, q, B, T, NH, NKV, HS), TPD_OK);
+    EXPECT_EQ(tpd_kern_attention_bwd(be.b, dq, d, q, o, saved, B, T, NH, NKV, HS), TPD_OK);
     r.out = be.down(o, no);
     r.dqkv = be.down(dq, nq);
+    if (be.cuda && be.fused && be.act() == TPD_DTYPE_BF16) // cuDNN's statistics (B,NH,T)
+        r.stats = be.downf(saved, (size_t)B * NH * T);
     return r;
 }
 
@@ -476,6 +645,72 @@ TEST(CudaKernels, AttentionF32UnfusedMatchesCpuTightly) {
     AttnOut r = run_attention(c, qkv, dout, B, T, NH, HS);
     expect_close(a.out, r.out, 1e-3f, "f32 attention out");
     expect_close(a.dqkv, r.dqkv, 1e-3f, "f32 attention dqkv");
+}
+
+// Grouped-query attention: NKV of NH = 4 K/V heads (NKV == NH is multi-head attention
+// through the same code), on the fused and the unfused path, against the cpu backend.
+void gqa_case(int NKV, int T) {
+    const int B = 2, NH = 4, HS = 64;
+    const size_t W = (size_t)(NH + 2 * NKV) * HS;
+    FVec qkv = randn((size_t)B * T * W, 150 + NKV), dout = randn((size_t)B * T * NH * HS, 160);
+    Be fused(true, TPD_DTYPE_BF16, 1), unfused(true, TPD_DTYPE_BF16, 0), cpu(false);
+    AttnOut f = run_attention(fused, qkv, dout, B, T, NH, HS, NKV);
+    AttnOut u = run_attention(unfused, qkv, dout, B, T, NH, HS, NKV);
+    AttnOut c = run_attention(cpu, qkv, dout, B, T, NH, HS, NKV);
+    expect_close(f.out, c.out, kRtolBf16, "GQA fused attention out vs cpu");
+    expect_close(u.out, c.out, kRtolBf16, "GQA unfused attention out vs cpu");
+    expect_close(f.dqkv, c.dqkv, 3 * kRtolBf16, "GQA fused attention dqkv vs cpu");
+    expect_close(u.dqkv, c.dqkv, 3 * kRtolBf16, "GQA unfused attention dqkv vs cpu");
+    expect_close(f.dqkv, u.dqkv, 3 * kRtolBf16, "GQA fused vs unfused dqkv");
+}
+
+TEST(CudaKernels, AttentionGroupedQueryOneKvHead) {
+    SKIP_WITHOUT_GPU();
+    gqa_case(1, 128);
+}
+TEST(CudaKernels, AttentionGroupedQueryTwoKvHeads) {
+    SKIP_WITHOUT_GPU();
+    gqa_case(2, 128);
+    gqa_case(2, 100); // T off the kernels' tile
+}
+TEST(CudaKernels, AttentionGroupedQueryAsManyKvHeadsAsQuery) {
+    SKIP_WITHOUT_GPU();
+    gqa_case(4, 128);
+}
+
+// The fused path's fallback for grouped-query shapes that cuDNN does not take (forced here
+// with TRIPOD_CUDNN_GQA=0): the unfused GEMMs saving and reading the same softmax
+// statistics as cuDNN, so either direction can fall back alone.
+TEST(CudaKernels, AttentionGroupedQueryStatisticsFallback) {
+    SKIP_WITHOUT_GPU();
+    const int B = 2, T = 100, NH = 4, NKV = 2, HS = 64;
+    const size_t W = (size_t)(NH + 2 * NKV) * HS;
+    FVec qkv = randn((size_t)B * T * W, 170), dout = randn((size_t)B * T * NH * HS, 171);
+    ASSERT_EQ(setenv("TRIPOD_CUDNN_GQA", "0", 1), 0);
+    Be fallback(true, TPD_DTYPE_BF16, 1);
+    ASSERT_EQ(unsetenv("TRIPOD_CUDNN_GQA"), 0);
+    Be fused(true, TPD_DTYPE_BF16, 1), cpu(false);
+    EXPECT_EQ(tpd_kern_attention_saved_bytes(fallback.b, B, T, NH, HS),
+              (size_t)B * NH * T * sizeof(float));
+    AttnOut fb = run_attention(fallback, qkv, dout, B, T, NH, HS, NKV);
+    AttnOut f = run_attention(fused, qkv, dout, B, T, NH, HS, NKV);
+    AttnOut c = run_attention(cpu, qkv, dout, B, T, NH, HS, NKV);
+    expect_close(fb.out, c.out, kRtolBf16, "GQA fallback out vs cpu");
+    expect_close(fb.dqkv, c.dqkv, 3 * kRtolBf16, "GQA fallback dqkv vs cpu");
+    ASSERT_EQ(fb.stats.size(), f.stats.size());
+    expect_close(fb.stats, f.stats, kRtolBf16, "GQA fallback softmax statistics vs cuDNN's");
+}
+
+TEST(CudaKernels, AttentionGroupedQueryF32MatchesCpuTightly) {
+    SKIP_WITHOUT_GPU();
+    const int B = 2, T = 64, NH = 4, NKV = 2, HS = 32;
+    const size_t W = (size_t)(NH + 2 * NKV) * HS;
+    FVec qkv = randn((size_t)B * T * W, 180), dout = randn((size_t)B * T * NH * HS, 181);
+    Be g(true, TPD_DTYPE_F32, 1), c(false); // f32 always takes the unfused path
+    AttnOut a = run_attention(g, qkv, dout, B, T, NH, HS, NKV);
+    AttnOut r = run_attention(c, qkv, dout, B, T, NH, HS, NKV);
+    expect_close(a.out, r.out, 1e-3f, "f32 GQA attention out");
+    expect_close(a.dqkv, r.dqkv, 1e-3f, "f32 GQA attention dqkv");
 }
 
 // ---- cross-entropy ----

@@ -20,21 +20,24 @@ extern "C" {
 namespace {
 
 tpd_comm *g_world = nullptr;
-std::string g_data, g_ckpt;
+std::string g_data, g_ckpt, g_llama_ckpt;
 
 // A trained tiny checkpoint shared by the tests.
-std::string checkpoint() {
-    if (!g_ckpt.empty()) return g_ckpt;
-    std::string save = ckt::fresh_dir(tiny::temp_prefix("xchg"));
+// A trained checkpoint of the tiny GPT-2, or of the tiny Llama.
+std::string checkpoint(bool llama = false) {
+    std::string &cached = llama ? g_llama_ckpt : g_ckpt;
+    if (!cached.empty()) return cached;
+    std::string save = ckt::fresh_dir(tiny::temp_prefix(llama ? "xchg_llama" : "xchg"));
     tpd_config cfg = tiny::config(g_data);
+    if (llama) tiny::llama(cfg);
     cfg.training.train_iters = 3;
     snprintf(cfg.checkpoint.save, sizeof cfg.checkpoint.save, "%s", save.c_str());
     tpd_trainer *tr = nullptr;
     EXPECT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
     EXPECT_EQ(tpd_trainer_run(tr), TPD_OK);
     tpd_trainer_destroy(tr);
-    g_ckpt = save + "/iter_0000003";
-    return g_ckpt;
+    cached = save + "/iter_0000003";
+    return cached;
 }
 
 struct Weights {
@@ -290,17 +293,25 @@ TEST(Interchange, ImportedCheckpointLoadsAsWeightsOnly) {
     EXPECT_EQ(tpd_ckpt_write_weights(&orig.cfg, 1, 1, 1, orig.w, out.c_str()), TPD_ERR_INVALID);
 }
 
+class Generate : public ::testing::TestWithParam<bool> {};
+
 // The key/value cache decodes one position at a time. For every prefix that fits in
 // seq_length (16 here), its next-token logits equal those of a full forward; greedy
-// generation then gives the same tokens, and past the window it still runs.
-TEST(Generate, KvCacheMatchesFullForward) {
+// generation then gives the same tokens, and past the window it still runs. The Llama
+// block's cache holds its 2 K/V heads per layer, and RoPE rotates each new position at
+// its place in the cache (after a restart, positions begin again at 0, as the full forward
+// of the same window does).
+TEST_P(Generate, KvCacheMatchesFullForward) {
+    const bool llama = GetParam();
     const char *text = "the quick brown "; // 16 bytes
     std::vector<int32_t> toks(text, text + 16);
     std::vector<float> a(257), b(257);
     double worst = 0;
     for (size_t n = 1; n <= toks.size(); n++) {
-        ASSERT_EQ(tpd_generate_logits(checkpoint().c_str(), toks.data(), n, 1, a.data()), TPD_OK);
-        ASSERT_EQ(tpd_generate_logits(checkpoint().c_str(), toks.data(), n, 0, b.data()), TPD_OK);
+        ASSERT_EQ(tpd_generate_logits(checkpoint(llama).c_str(), toks.data(), n, 1, a.data()),
+                  TPD_OK);
+        ASSERT_EQ(tpd_generate_logits(checkpoint(llama).c_str(), toks.data(), n, 0, b.data()),
+                  TPD_OK);
         for (int v = 0; v < 257; v++) {
             double e = std::fabs(a[v] - b[v]) / (1.0 + std::fabs(b[v]));
             worst = std::max(worst, e);
@@ -309,7 +320,7 @@ TEST(Generate, KvCacheMatchesFullForward) {
         }
     }
     printf("kv cache against full forward: worst relative logit error %.2e\n", worst);
-    EXPECT_EQ(tpd_generate_logits(checkpoint().c_str(), toks.data(), 17, 1, a.data()),
+    EXPECT_EQ(tpd_generate_logits(checkpoint(llama).c_str(), toks.data(), 17, 1, a.data()),
               TPD_ERR_INVALID);
 
     tpd_gen_opts o = TPD_GEN_OPTS_INIT;
@@ -322,9 +333,9 @@ TEST(Generate, KvCacheMatchesFullForward) {
         int32_t *x = nullptr, *y = nullptr;
         size_t nx = 0, ny = 0;
         o.kv_cache = 1;
-        ASSERT_EQ(tpd_generate(checkpoint().c_str(), &o, &x, &nx), TPD_OK);
+        ASSERT_EQ(tpd_generate(checkpoint(llama).c_str(), &o, &x, &nx), TPD_OK);
         o.kv_cache = 0;
-        ASSERT_EQ(tpd_generate(checkpoint().c_str(), &o, &y, &ny), TPD_OK);
+        ASSERT_EQ(tpd_generate(checkpoint(llama).c_str(), &o, &y, &ny), TPD_OK);
         ASSERT_EQ(nx, (size_t)max_new);
         ASSERT_EQ(ny, (size_t)max_new);
         EXPECT_EQ(0, memcmp(x, y, 13 * sizeof *x)) << "3 + 13 tokens fit in seq_length";
@@ -335,7 +346,23 @@ TEST(Generate, KvCacheMatchesFullForward) {
     }
 }
 
-TEST(Generate, SamplingIsReproducibleAndRespectsTopK) {
+INSTANTIATE_TEST_SUITE_P(Model, Generate, ::testing::Values(false, true),
+                         [](const testing::TestParamInfo<bool> &i) {
+                             return std::string(i.param ? "Llama" : "Gpt2");
+                         });
+
+// The Hugging Face and llm.c layouts are GPT-2's: a Llama checkpoint is refused by name.
+TEST(Interchange, LlamaExportIsRefusedWithTheReason) {
+    Weights w;
+    load_weights(checkpoint(true), &w);
+    std::string out = ckt::fresh_dir(tiny::temp_prefix("llama_export"));
+    EXPECT_EQ(tpd_ckpt_export_hf(&w.cfg, w.w, (out + "/hf").c_str()), TPD_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(tpd_ckpt_last_error()).find("this model has RMSNorm"), std::string::npos)
+        << tpd_ckpt_last_error();
+    EXPECT_EQ(tpd_ckpt_export_llmc(&w.cfg, w.w, (out + "/model.bin").c_str()), TPD_ERR_UNSUPPORTED);
+}
+
+TEST(GenerateSampling, SamplingIsReproducibleAndRespectsTopK) {
     tpd_gen_opts o = TPD_GEN_OPTS_INIT;
     o.prompt = "the quick ";
     o.max_new_tokens = 12;

@@ -1,8 +1,11 @@
-// The whole model against an independent double-precision GPT-2 written here from the
-// definition (learned positions, pre-LN with eps 1e-5 and biased variance, tanh GELU,
-// causal attention scaled by 1/sqrt(head_dim), head tied to wte, padded vocab rows kept
-// out of the softmax): the fp32 forward loss must match it, and every parameter gradient
-// of the fp32 backward must match central finite differences of it.
+// The whole model against an independent double-precision GPT-2 and Llama written here from
+// the definitions: GPT-2 (learned positions, pre-LN with eps 1e-5 and biased variance, tanh
+// GELU, causal attention scaled by 1/sqrt(head_dim), head tied to wte) and the Llama block
+// (RMSNorm, rotary positions in the rotate-half layout with base^(-2i/HS), SwiGLU
+// down(silu(gate) * up), grouped-query attention, an untied output layer, no linear
+// biases); padded vocab rows kept out of the softmax. The fp32 forward loss must match it,
+// and every parameter gradient of the fp32 backward must match central finite differences
+// of it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,7 +32,23 @@ struct Ref {
         return w.data() + tpd_model_layout_piece(lay, p, l);
     }
 
-    static void layernorm(const double *x, const double *w, const double *b, double *y, int C) {
+    // the layout's tensor, or nullptr when the model has none (biases, norms' b, wpe)
+    const double *Q(const std::vector<double> &w, tpd_param p, int l = 0) const {
+        return lay->p[p].present ? P(w, p, l) : nullptr;
+    }
+
+    // LayerNorm (w, b) or RMSNorm (w; b == nullptr under rms)
+    void norm(const double *x, const double *w, const double *b, double *y, int C) const {
+        double eps = 1e-5;
+        if (lay->d.rms) {
+            double ss = 0;
+            for (int i = 0; i < C; i++)
+                ss += x[i] * x[i];
+            double rstd = 1.0 / std::sqrt(ss / C + eps);
+            for (int i = 0; i < C; i++)
+                y[i] = x[i] * rstd * w[i];
+            return;
+        }
         double mean = 0, var = 0;
         for (int i = 0; i < C; i++)
             mean += x[i];
@@ -37,9 +56,18 @@ struct Ref {
         for (int i = 0; i < C; i++)
             var += (x[i] - mean) * (x[i] - mean);
         var /= C;
-        double rstd = 1.0 / std::sqrt(var + 1e-5);
+        double rstd = 1.0 / std::sqrt(var + eps);
         for (int i = 0; i < C; i++)
             y[i] = (x[i] - mean) * rstd * w[i] + b[i];
+    }
+    // rotate-half RoPE of one head vector at position t
+    static void rope(double *v, int HS, int t, double base) {
+        for (int i = 0; i < HS / 2; i++) {
+            double th = t * std::pow(base, -2.0 * i / HS), c = std::cos(th), s = std::sin(th);
+            double a = v[i], b = v[i + HS / 2];
+            v[i] = a * c - b * s;
+            v[i + HS / 2] = a * s + b * c;
+        }
     }
     // y(OC) = W(OC,C) x + b
     static void linear(const double *x, const double *W, const double *b, double *y, int C,
@@ -57,33 +85,40 @@ struct Ref {
 
     double loss(const std::vector<double> &w) const {
         const tpd_model_dims &d = lay->d;
-        int C = d.C, F = d.F, NH = d.NH, HS = d.HS;
+        int C = d.C, F = d.F, NH = d.NH, HS = d.HS, KV = d.NKV * HS, G = d.NH / d.NKV;
+        int QKV = C + 2 * KV, FC = d.glu ? 2 * F : F;
+        double base = 10000.0;
         double total = 0;
         for (int b = 0; b < B; b++) {
             std::vector<std::vector<double>> x(T, std::vector<double>(C));
             for (int t = 0; t < T; t++) {
                 int v = tok[(size_t)b * (T + 1) + t];
+                const double *wpe = Q(w, TPD_P_WPE);
                 for (int i = 0; i < C; i++)
                     x[t][i] =
-                        P(w, TPD_P_WTE)[(size_t)v * C + i] + P(w, TPD_P_WPE)[(size_t)t * C + i];
+                        P(w, TPD_P_WTE)[(size_t)v * C + i] + (wpe ? wpe[(size_t)t * C + i] : 0);
             }
             for (int l = 0; l < d.L; l++) {
-                std::vector<std::vector<double>> qkv(T, std::vector<double>(3 * C)),
+                std::vector<std::vector<double>> qkv(T, std::vector<double>(QKV)),
                     y(T, std::vector<double>(C));
                 std::vector<double> ln(C);
                 for (int t = 0; t < T; t++) {
-                    layernorm(x[t].data(), P(w, TPD_P_LN1W, l), P(w, TPD_P_LN1B, l), ln.data(), C);
-                    linear(ln.data(), P(w, TPD_P_QKVW, l), P(w, TPD_P_QKVB, l), qkv[t].data(), C,
-                           3 * C);
+                    norm(x[t].data(), P(w, TPD_P_LN1W, l), Q(w, TPD_P_LN1B, l), ln.data(), C);
+                    linear(ln.data(), P(w, TPD_P_QKVW, l), Q(w, TPD_P_QKVB, l), qkv[t].data(), C,
+                           QKV);
+                    if (d.rope)
+                        for (int h = 0; h < NH + d.NKV; h++) // the Q heads, then the K heads
+                            rope(qkv[t].data() + (size_t)h * HS, HS, t, base);
                 }
                 for (int h = 0; h < NH; h++)
                     for (int t = 0; t < T; t++) {
+                        int g = h / G; // the query head's K/V head
                         std::vector<double> a(t + 1);
                         double mx = -1e300, sum = 0;
                         for (int s = 0; s <= t; s++) {
                             double dot = 0;
                             for (int i = 0; i < HS; i++)
-                                dot += qkv[t][h * HS + i] * qkv[s][C + h * HS + i];
+                                dot += qkv[t][h * HS + i] * qkv[s][C + g * HS + i];
                             a[s] = dot / std::sqrt((double)HS);
                             mx = std::max(mx, a[s]);
                         }
@@ -92,31 +127,31 @@ struct Ref {
                         for (int i = 0; i < HS; i++) {
                             double o = 0;
                             for (int s = 0; s <= t; s++)
-                                o += a[s] / sum * qkv[s][2 * C + h * HS + i];
+                                o += a[s] / sum * qkv[s][C + KV + g * HS + i];
                             y[t][h * HS + i] = o;
                         }
                     }
                 for (int t = 0; t < T; t++) {
-                    std::vector<double> proj(C), ln2(C), fc(F), out(C);
-                    linear(y[t].data(), P(w, TPD_P_ATTPROJW, l), P(w, TPD_P_ATTPROJB, l),
+                    std::vector<double> proj(C), ln2(C), fc(FC), act(F), out(C);
+                    linear(y[t].data(), P(w, TPD_P_ATTPROJW, l), Q(w, TPD_P_ATTPROJB, l),
                            proj.data(), C, C);
                     for (int i = 0; i < C; i++)
                         x[t][i] += proj[i];
-                    layernorm(x[t].data(), P(w, TPD_P_LN2W, l), P(w, TPD_P_LN2B, l), ln2.data(), C);
-                    linear(ln2.data(), P(w, TPD_P_FCW, l), P(w, TPD_P_FCB, l), fc.data(), C, F);
-                    for (auto &f : fc)
-                        f = gelu(f);
-                    linear(fc.data(), P(w, TPD_P_FCPROJW, l), P(w, TPD_P_FCPROJB, l), out.data(), F,
-                           C);
+                    norm(x[t].data(), P(w, TPD_P_LN2W, l), Q(w, TPD_P_LN2B, l), ln2.data(), C);
+                    linear(ln2.data(), P(w, TPD_P_FCW, l), Q(w, TPD_P_FCB, l), fc.data(), C, FC);
+                    for (int i = 0; i < F; i++) // gelu(fc), or silu(gate) * up of [gate | up]
+                        act[i] = d.glu ? fc[i] / (1 + std::exp(-fc[i])) * fc[F + i] : gelu(fc[i]);
+                    linear(act.data(), P(w, TPD_P_FCPROJW, l), Q(w, TPD_P_FCPROJB, l), out.data(),
+                           F, C);
                     for (int i = 0; i < C; i++)
                         x[t][i] += out[i];
                 }
             }
             for (int t = 0; t < T; t++) {
                 std::vector<double> ln(C), logits(d.V);
-                layernorm(x[t].data(), P(w, TPD_P_LNFW), P(w, TPD_P_LNFB), ln.data(), C);
-                linear(ln.data(), P(w, TPD_P_WTE), nullptr, logits.data(), C,
-                       d.V); // real rows only
+                norm(x[t].data(), P(w, TPD_P_LNFW), Q(w, TPD_P_LNFB), ln.data(), C);
+                linear(ln.data(), P(w, d.tied ? TPD_P_WTE : TPD_P_LMHEAD), nullptr, logits.data(),
+                       C, d.V); // real rows only
                 double mx = -1e300, sum = 0;
                 for (double v : logits)
                     mx = std::max(mx, v);
@@ -132,11 +167,14 @@ struct Ref {
 class ModelGrad : public ::testing::TestWithParam<const char *> {};
 
 // recompute none keeps every activation; full keeps each layer's input and recomputes the
-// layer forward in the backward: both must give the reference's gradients.
+// layer forward in the backward: both must give the reference's gradients. "llama-...":
+// the same with the Llama block (4 query heads in 2 K/V groups).
 TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
     tpd_config cfg = tiny::config("");
     // "full-2": full recompute of the first 2 layers only (Megatron's block method)
     std::string param = GetParam();
+    bool llama = param.rfind("llama-", 0) == 0;
+    if (llama) param = param.substr(6);
     size_t dash = param.find('-');
     if (dash != std::string::npos)
         cfg.training.recompute_num_layers = std::stoi(param.substr(dash + 1));
@@ -152,6 +190,13 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
     cfg.model.init_method_std = 0.3; // large enough that every path matters
     cfg.training.micro_batch_size = 2;
     cfg.training.global_batch_size = 2;
+    if (llama) {
+        tiny::llama(cfg);
+        cfg.model.num_attention_heads = 4; // head size 2: RoPE rotates one pair per head
+        cfg.model.num_query_groups = 2;
+        cfg.model.ffn_hidden_size = 6; // gate and up
+        cfg.model.max_position_embeddings = 5;
+    }
 
     tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
     kc.num_threads = 1;
@@ -220,7 +265,8 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recompute, ModelGrad,
-                         ::testing::Values("none", "selective", "full", "full-1"),
+                         ::testing::Values("none", "selective", "full", "full-1", "llama-none",
+                                           "llama-selective", "llama-full-1"),
                          [](const testing::TestParamInfo<const char *> &i) {
                              std::string n = i.param;
                              for (char &ch : n)

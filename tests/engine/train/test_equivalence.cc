@@ -48,7 +48,13 @@ struct Layout {
     const char *schedule = "1f1b";  // parallel.pipeline_schedule
     int layers = 0;                 // model.num_layers; 0: tiny's 4
     bool overlap = true;            // parallel.overlap_grad_reduce and overlap_param_gather
+    bool llama = false;             // the Llama block (tiny::llama)
 };
+
+Layout llama(Layout L) {
+    L.llama = true;
+    return L;
+}
 
 // A layout under another schedule or model depth: fields past the first four by name.
 Layout with(Layout L, int v, const char *schedule, int layers) {
@@ -65,7 +71,7 @@ Layout with(Layout L, int v, const char *schedule, int layers) {
 int tied_copies_differ(tpd_trainer *tr) {
     int diff = 0;
     tpd_comm *emb = tpd_trainer_host_comms(tr)->emb;
-    if (emb && tpd_comm_size(emb) == 2) {
+    if (emb && tpd_comm_size(emb) == 2 && tpd_trainer_model(tr)->d.tied) {
         const tpd_param_slice &s = tpd_trainer_model(tr)->plan.lay.p[TPD_P_WTE];
         const float *w = (const float *)tpd_model_param(tpd_trainer_model(tr), TPD_P_WTE);
         std::vector<float> hi(w, w + s.numel), lo(s.numel);
@@ -107,6 +113,7 @@ Result run(const Layout &L) {
         cfg.training.recompute_num_layers = L.recompute_layers;
         cfg.parallel.virtual_pipeline_model_parallel_size = L.v;
         tiny::set(cfg.parallel.pipeline_schedule, "parallel.pipeline_schedule", L.schedule);
+        if (L.llama) tiny::llama(cfg);
         if (L.layers) cfg.model.num_layers = L.layers;
         cfg.parallel.overlap_grad_reduce = L.overlap;
         cfg.parallel.overlap_param_gather = L.overlap;
@@ -164,6 +171,7 @@ int check_layout(const Result &ref, const Layout &L) {
     if (L.v > 1) stages += " v " + std::to_string(L.v);
     if (L.layers) stages += " (" + std::to_string(L.layers) + " layers)";
     if (!L.overlap) stages += " no overlap";
+    if (L.llama) stages += " Llama";
     SCOPED_TRACE(testing::Message() << "TP " << L.tp << " PP " << L.pp << " DP " << L.dp
                                     << " ZeRO-1 " << L.zero << stages);
     EXPECT_EQ(r.loss.size(), ref.loss.size());
@@ -281,6 +289,33 @@ TEST(Equivalence, InterleavedAndZbH1MatchSingleRank) {
     if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)layouts.size());
 }
 
+// The Llama block (RMSNorm, RoPE, SwiGLU, 4 query heads in 2 K/V groups, untied output
+// layer, no biases) under TP (K/V groups split whole), PP (uneven), DP with ZeRO-1, SP,
+// recompute, the interleaved schedule and ZB-H1, against its single-rank run.
+TEST(Equivalence, LlamaMatchesSingleRank) {
+    if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
+    int world = tpd_comm_size(g_world);
+    std::vector<Layout> layouts;
+    auto add = [&](Layout L) {
+        if (L.tp * L.pp * L.dp <= world) layouts.push_back(llama(L));
+    };
+    add({2, 1, 1, 0});                             // TP2: one K/V group per rank
+    add({1, 2, 1, 0, false, {3, 1}});              // PP2 uneven
+    add({2, 2, 2, 1});                             // TP2 PP2 DP2 ZeRO-1
+    add({2, 1, 2, 0, false, {}, "none", true});    // SP
+    add({2, 2, 1, 0, false, {}, "selective"});     // selective recompute
+    add({1, 2, 2, 1, false, {}, "full"});          // full recompute
+    add({2, 2, 2, 0, false, {}, "full", true, 1}); // block recompute under SP
+    add(with({2, 2, 2, 1}, 2, "interleaved", 4));  // interleaved v=2
+    add(with({1, 4, 2, 0}, 1, "zb-h1", 0));        // ZB-H1
+    add({1, 1, 8, 1});                             // DP8 ZeRO-1
+    Result ref = run(llama({1, 1, 1, 0}));
+    int checked = 0;
+    for (const Layout &L : layouts)
+        checked += check_layout(ref, L);
+    if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)layouts.size());
+}
+
 // Overlapping the DP communication with the pipeline changes when the buckets are
 // reduced, not what they sum: losses, norms and parameters are bit-identical with the
 // overlap on and off, with and without ZeRO-1. And ZB-H1 only reorders the weight
@@ -312,8 +347,10 @@ TEST(Equivalence, OverlapAndZbH1AreBitIdentical) {
         Result a = run(pr.a), b = run(pr.b);
         if (tpd_comm_rank(g_world) != 0) continue;
         SCOPED_TRACE(pr.what);
-        ASSERT_EQ(a.loss.size(), (size_t)kSteps);
-        ASSERT_EQ(b.loss.size(), (size_t)kSteps);
+        if (a.loss.size() != (size_t)kSteps || b.loss.size() != (size_t)kSteps) {
+            ADD_FAILURE() << "a run did not complete its steps"; // the other ranks go on
+            continue;
+        }
         for (int i = 0; i < kSteps; i++) {
             EXPECT_EQ(a.loss[i], b.loss[i]) << "step " << i + 1;
             EXPECT_EQ(a.norm[i], b.norm[i]) << "step " << i + 1;
@@ -351,7 +388,10 @@ TEST(Equivalence, CudaLayoutMatchesCpuSingleRank) {
         Result r = run(c.L);
         if (tpd_comm_rank(g_world) != 0) continue;
         SCOPED_TRACE(c.what);
-        ASSERT_EQ(r.loss.size(), ref.loss.size());
+        if (r.loss.size() != ref.loss.size()) {
+            ADD_FAILURE() << "the run did not complete its steps"; // the other ranks go on
+            continue;
+        }
         for (int i = 0; i < kSteps; i++) {
             EXPECT_LE(std::fabs(r.loss[i] - ref.loss[i]) / ref.loss[i], 1e-4) << "step " << i + 1;
             EXPECT_LE(std::fabs(r.norm[i] - ref.norm[i]) / ref.norm[i], 1e-3) << "step " << i + 1;

@@ -1,0 +1,212 @@
+/* Llama's block ops, forward and backward side by side: RMSNorm, rotary position
+ * embedding (rotate-half layout), SwiGLU.
+ *
+ * Like LayerNorm here, the row statistics accumulate in double; RoPE's angles and
+ * rotations and SwiGLU's sigmoid are computed in double and rounded once to fp32: this is
+ * the reference backend and none of these ops is where the time goes. Every loop writes
+ * disjoint elements in a fixed order, so the bits depend neither on the thread count nor
+ * on scheduling. */
+#include "kernels/cpu/cpu_internal.h"
+
+#include <limits.h>
+#include <math.h>
+
+#define RMS_COL_BLOCK 16   /* columns per task in the weight-gradient loop (a cache line) */
+#define ROPE_PAIR_BLOCK 64 /* rotation pairs whose cos/sin are computed at once */
+
+/* ---- RMSNorm ---- */
+
+/* out = inp * rstd * w, rstd = 1/sqrt(mean_c(inp^2) + eps). */
+tpd_status tpd_kern_cpu_rmsnorm_fwd(tpd_kern_ctx *ctx, void *out_v, float *rstd, const void *inp_v,
+                                    const void *w_v, int N, int C, float eps) {
+    TPD_CPU_REQUIRE(N >= 0 && C > 0, "rmsnorm_fwd: bad shape N=%d C=%d", N, C);
+    TPD_CPU_REQUIRE(eps >= 0.0f, "rmsnorm_fwd: eps (%g) must be >= 0", (double)eps);
+    float *out = out_v;       /* (N,C) */
+    const float *inp = inp_v; /* (N,C) */
+    const float *w = w_v;     /* (C) */
+    int nt = tpd_kern_cpu_threads(ctx);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        double ss = 0.0;
+        for (int c = 0; c < C; c++)
+            ss += (double)x[c] * x[c];
+        float rsf = (float)(1.0 / sqrt(ss / C + (double)eps));
+        float *o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++)
+            o[c] = x[c] * rsf * w[c];
+        rstd[n] = rsf;
+    }
+    return TPD_OK;
+}
+
+/* Backward of out = norm * w with norm = inp * rstd (rstd depends on every inp of the row):
+ *   dw += sum_n dout * norm;
+ *   dinp = rstd * (dnorm - norm * mean_c(dnorm * norm)),  dnorm = dout * w.
+ * As in LayerNorm, dw is reduced first over column blocks with the rows in order, and
+ * dinp is written after, each row read before it is written: dinp may alias dout. */
+tpd_status tpd_kern_cpu_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp_v, void *dw_v, const void *dout_v,
+                                    const void *inp_v, const void *w_v, const float *rstd, int N,
+                                    int C) {
+    TPD_CPU_REQUIRE(N >= 0 && C > 0, "rmsnorm_bwd: bad shape N=%d C=%d", N, C);
+    float *dinp = dinp_v;       /* (N,C) */
+    float *dw = dw_v;           /* (C) */
+    const float *dout = dout_v; /* (N,C) */
+    const float *inp = inp_v;   /* (N,C) */
+    const float *w = w_v;       /* (C) */
+    int nt = tpd_kern_cpu_threads(ctx);
+
+    int nblocks = (C + RMS_COL_BLOCK - 1) / RMS_COL_BLOCK;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int blk = 0; blk < nblocks; blk++) {
+        int c0 = blk * RMS_COL_BLOCK;
+        int c1 = c0 + RMS_COL_BLOCK < C ? c0 + RMS_COL_BLOCK : C;
+        double sdw[RMS_COL_BLOCK] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C;
+            const float *d = dout + (size_t)n * C;
+            for (int c = c0; c < c1; c++)
+                sdw[c - c0] += (double)d[c] * (x[c] * rstd[n]);
+        }
+        for (int c = c0; c < c1; c++)
+            dw[c] += (float)sdw[c - c0];
+    }
+
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        const float *d = dout + (size_t)n * C;
+        float *di = dinp + (size_t)n * C;
+        float rs = rstd[n];
+        double s_dnn = 0.0;
+        for (int c = 0; c < C; c++)
+            s_dnn += (double)(d[c] * w[c]) * (x[c] * rs);
+        float m_dnn = (float)(s_dnn / C);
+        for (int c = 0; c < C; c++) {
+            float norm = x[c] * rs;
+            float dn = d[c] * w[c];
+            di[c] = (dn - norm * m_dnn) * rs;
+        }
+    }
+    return TPD_OK;
+}
+
+/* ---- rotary position embedding ---- */
+
+static tpd_status rope_check(const char *op, int B, int T, int NH, int NKV, int HS, float base,
+                             int pos0) {
+    TPD_CPU_REQUIRE(B >= 0 && T >= 0 && NH > 0 && NKV > 0 && HS > 0,
+                    "%s: bad shape B=%d T=%d NH=%d NKV=%d HS=%d", op, B, T, NH, NKV, HS);
+    TPD_CPU_REQUIRE(NH % NKV == 0, "%s: NKV (%d) must divide NH (%d)", op, NKV, NH);
+    TPD_CPU_REQUIRE(HS % 2 == 0, "%s: head size HS (%d) must be even (rotate-half pairs)", op, HS);
+    TPD_CPU_REQUIRE(base > 0.0f && isfinite(base), "%s: base (%g) must be a positive number", op,
+                    (double)base);
+    TPD_CPU_REQUIRE(pos0 >= 0 && (T == 0 || pos0 <= INT_MAX - (T - 1)),
+                    "%s: positions pos0=%d .. pos0+T-1 (T=%d) must lie in [0, INT_MAX]", op, pos0,
+                    T);
+    return TPD_OK;
+}
+
+/* Rotates pairs (x_i, x_{i+HS/2}) of the first NH+NKV heads (Q and K) of every row by
+ * theta_i = p * base^(-2i/HS), p = pos0 + t, or by -theta_i when sign = -1 (the
+ * transposed rotation: sin(-a) = -sin(a) exactly, so the backward uses the forward's
+ * cos and sin). The loop is over positions, so the cos/sin of a position are computed
+ * once for the B rows and NH+NKV heads that share it, ROPE_PAIR_BLOCK pairs at a time. */
+static void rope_rotate(tpd_kern_ctx *ctx, float *qkv, int B, int T, int NH, int NKV, int HS,
+                        float base, int pos0, double sign) {
+    const int half = HS / 2, nrot = NH + NKV;
+    const size_t ld = (size_t)(NH + 2 * NKV) * HS; /* row stride of qkv */
+    int nt = tpd_kern_cpu_threads(ctx);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < T; t++) {
+        const double p = (double)pos0 + t;
+        double cs[ROPE_PAIR_BLOCK], sn[ROPE_PAIR_BLOCK];
+        for (int i0 = 0; i0 < half; i0 += ROPE_PAIR_BLOCK) {
+            int i1 = i0 + ROPE_PAIR_BLOCK < half ? i0 + ROPE_PAIR_BLOCK : half;
+            for (int i = i0; i < i1; i++) {
+                double theta = p * pow((double)base, -2.0 * i / HS);
+                cs[i - i0] = cos(theta);
+                sn[i - i0] = sign * sin(theta);
+            }
+            for (int b = 0; b < B; b++) {
+                float *row = qkv + ((size_t)b * T + t) * ld;
+                for (int h = 0; h < nrot; h++) {
+                    float *x = row + (size_t)h * HS;
+                    for (int i = i0; i < i1; i++) {
+                        double x0 = x[i], x1 = x[i + half];
+                        x[i] = (float)(x0 * cs[i - i0] - x1 * sn[i - i0]);
+                        x[i + half] = (float)(x0 * sn[i - i0] + x1 * cs[i - i0]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+tpd_status tpd_kern_cpu_rope_fwd(tpd_kern_ctx *ctx, void *qkv, int B, int T, int NH, int NKV,
+                                 int HS, float base, int pos0) {
+    tpd_status st = rope_check("rope_fwd", B, T, NH, NKV, HS, base, pos0);
+    if (st != TPD_OK) return st;
+    rope_rotate(ctx, qkv, B, T, NH, NKV, HS, base, pos0, 1.0); /* (B,T,(NH+2*NKV)*HS) */
+    return TPD_OK;
+}
+
+/* Backward of y = R(theta) x: dx = R(theta)^T dy = R(-theta) dy, in place on dqkv. */
+tpd_status tpd_kern_cpu_rope_bwd(tpd_kern_ctx *ctx, void *dqkv, int B, int T, int NH, int NKV,
+                                 int HS, float base, int pos0) {
+    tpd_status st = rope_check("rope_bwd", B, T, NH, NKV, HS, base, pos0);
+    if (st != TPD_OK) return st;
+    rope_rotate(ctx, dqkv, B, T, NH, NKV, HS, base, pos0, -1.0); /* (B,T,(NH+2*NKV)*HS) */
+    return TPD_OK;
+}
+
+/* ---- SwiGLU ---- */
+
+/* out = silu(gate) * up, silu(g) = g * sigmoid(g), sigmoid(g) = 1/(1+e^-g). exp(-g)
+ * overflows to +inf for g < -709 and the sigmoid is then an exact 0. */
+tpd_status tpd_kern_cpu_swiglu_fwd(tpd_kern_ctx *ctx, void *out_v, const void *inp_v, int N,
+                                   int F) {
+    TPD_CPU_REQUIRE(N >= 0 && F > 0, "swiglu_fwd: bad shape N=%d F=%d", N, F);
+    float *out = out_v;       /* (N,F) */
+    const float *inp = inp_v; /* (N,2F): [gate | up] */
+    int nt = tpd_kern_cpu_threads(ctx);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *gate = inp + (size_t)n * 2 * F, *up = gate + F;
+        float *o = out + (size_t)n * F;
+        for (int c = 0; c < F; c++) {
+            double g = gate[c];
+            double sig = 1.0 / (1.0 + exp(-g));
+            o[c] = (float)(g * sig * up[c]);
+        }
+    }
+    return TPD_OK;
+}
+
+/* Backward of out = silu(g) * u:
+ *   d up = dout * silu(g);  d gate = dout * u * silu'(g),
+ *   silu'(g) = sigmoid(g) * (1 + g * (1 - sigmoid(g))).
+ * Gate and up of an element are both read before either gradient is written, so dinp
+ * may alias inp (not dout: its rows are F wide, dinp's 2F). */
+tpd_status tpd_kern_cpu_swiglu_bwd(tpd_kern_ctx *ctx, void *dinp_v, const void *inp_v,
+                                   const void *dout_v, int N, int F) {
+    TPD_CPU_REQUIRE(N >= 0 && F > 0, "swiglu_bwd: bad shape N=%d F=%d", N, F);
+    float *dinp = dinp_v;       /* (N,2F): [d gate | d up] */
+    const float *inp = inp_v;   /* (N,2F): [gate | up] */
+    const float *dout = dout_v; /* (N,F) */
+    int nt = tpd_kern_cpu_threads(ctx);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *gate = inp + (size_t)n * 2 * F, *up = gate + F;
+        const float *d = dout + (size_t)n * F;
+        float *dgate = dinp + (size_t)n * 2 * F, *dup = dgate + F;
+        for (int c = 0; c < F; c++) {
+            double g = gate[c], u = up[c], dy = d[c];
+            double sig = 1.0 / (1.0 + exp(-g));
+            double dsilu = sig * (1.0 + g * (1.0 - sig));
+            dgate[c] = (float)(dy * u * dsilu);
+            dup[c] = (float)(dy * g * sig);
+        }
+    }
+    return TPD_OK;
+}
