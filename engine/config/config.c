@@ -483,6 +483,60 @@ static const cfg_loc *cfg_at(const cfg_loader *ld, const char *a, const char *b)
     return cfg_where(ld, b);
 }
 
+/* The Llama block's keys (grouped-query attention, rotary positions). Megatron's wording
+ * where it has one. */
+static tpd_status cfg_check_llama(cfg_loader *ld) {
+    const tpd_config_model *m = &ld->cfg->model;
+    const int tp = ld->cfg->parallel.tensor_model_parallel_size;
+    const int heads = m->num_attention_heads, groups = m->num_query_groups;
+    const char *k = "model.num_query_groups";
+    if (m->group_query_attention) {
+        if (heads % groups)
+            return cfg_fail(ld, cfg_at(ld, k, "model.group_query_attention"), k,
+                            "num_attention_heads (%d) must be a multiple of num_query_groups (%d) "
+                            "(each K/V head serves an equal group of query heads)",
+                            heads, groups);
+        if (groups % tp) {
+            int fit = tp; /* the largest TP that would split the groups */
+            while (groups % fit)
+                fit--;
+            return cfg_fail(ld, cfg_at(ld, k, "parallel.tensor_model_parallel_size"), k,
+                            "num_query_groups (%d) must be a multiple of "
+                            "tensor_model_parallel_size (%d): the K/V heads are split over the "
+                            "TP ranks by whole groups and never replicated (use "
+                            "tensor_model_parallel_size %d, or more query groups)",
+                            groups, tp, fit);
+        }
+    } else if (groups != 1 && groups != heads) {
+        /* Megatron ignores num_query_groups without --group-query-attention; a stated group
+         * count that silently became one K/V head per query head would change the model's
+         * size and its checkpoints' shapes, so it is an error here. */
+        return cfg_fail(ld, cfg_at(ld, k, "model.group_query_attention"), k,
+                        "%d needs group_query_attention true; without it every query head has "
+                        "its own K/V head (%d of them) (set model.group_query_attention: true, "
+                        "or leave num_query_groups out)",
+                        groups, heads);
+    }
+    k = "model.position_embedding_type";
+    int head_size = m->hidden_size / heads;
+    if (m->position_embedding_type == TPD_POS_ROPE && head_size % 2)
+        return cfg_fail(ld, cfg_at(ld, k, "model.hidden_size"), k,
+                        "rope needs an even head size, but hidden_size / num_attention_heads = "
+                        "%d / %d = %d (RoPE rotates pairs of a head's dimensions)",
+                        m->hidden_size, heads, head_size);
+    k = "model.rotary_percent";
+    if (m->rotary_percent != 1.0) {
+        char v[32];
+        tpd_cfg_fmt_double(m->rotary_percent, v, sizeof v);
+        return cfg_fail(ld, cfg_at(ld, k, NULL), k,
+                        "%s is not supported: RoPE rotates whole heads here (1.0, as in Llama); "
+                        "partial rotary (GPT-NeoX's, Megatron's --rotary-percent below 1) is "
+                        "not implemented",
+                        v);
+    }
+    return TPD_OK;
+}
+
 static tpd_status cfg_check_relations(cfg_loader *ld) {
     const tpd_config *c = ld->cfg;
     const tpd_config_model *m = &c->model;
@@ -502,6 +556,7 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
                         "num_attention_heads (%d) must be a multiple of "
                         "tensor_model_parallel_size (%d)",
                         m->num_attention_heads, tp);
+    TPD_CHECK(cfg_check_llama(ld));
     k = "model.ffn_hidden_size";
     if (m->ffn_hidden_size % tp)
         return cfg_fail(ld, cfg_at(ld, k, "parallel.tensor_model_parallel_size"), k,
@@ -557,8 +612,12 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
     k = "model.seq_length";
     if (m->seq_length > m->max_position_embeddings)
         return cfg_fail(ld, cfg_at(ld, k, "model.max_position_embeddings"), k,
-                        "seq_length (%d) must be <= max_position_embeddings (%d)", m->seq_length,
-                        m->max_position_embeddings);
+                        "seq_length (%d) must be <= max_position_embeddings (%d)%s", m->seq_length,
+                        m->max_position_embeddings,
+                        m->position_embedding_type == TPD_POS_ROPE
+                            ? " (with rope it bounds the positions the model trains and "
+                              "generates at, as in Megatron)"
+                            : "");
     k = "optimizer.lr_wsd_decay_iters";
     if (c->optimizer.lr_decay_style == TPD_LR_DECAY_WSD) {
         int decay =
@@ -663,6 +722,15 @@ tpd_status tpd_config_load(const char *path, int n_overrides, const char *const 
     }
 
     if (tmp.model.ffn_hidden_size == 0) {
+        /* 4h is GPT's width; a SwiGLU MLP of the same size is about 8/3 h, and Llama rounds
+         * that up its own way: no default would be right. */
+        if (tmp.model.swiglu)
+            return cfg_fail(&ld, cfg_at(&ld, "model.ffn_hidden_size", "model.swiglu"),
+                            "model.ffn_hidden_size",
+                            "swiglu needs ffn_hidden_size set: 0 means 4*hidden_size (%lld), "
+                            "GPT's MLP width, but a SwiGLU MLP has three matrices and Llama's "
+                            "width is about 8/3*hidden_size (e.g. 14336 at hidden_size 4096)",
+                            4LL * tmp.model.hidden_size);
         if (tmp.model.hidden_size > INT_MAX / 4)
             return cfg_fail(&ld, cfg_where(&ld, "model.hidden_size"), "model.hidden_size",
                             "%d is too large for the default ffn_hidden_size 4*hidden_size "
@@ -753,6 +821,11 @@ int tpd_config_dp(const tpd_config *cfg, int world_size) {
 int tpd_config_num_micro_batches(const tpd_config *cfg, int dp) {
     int64_t per_step = (int64_t)cfg->training.micro_batch_size * dp;
     return per_step > 0 ? (int)(cfg->training.global_batch_size / per_step) : 0;
+}
+
+int tpd_config_kv_heads(const tpd_config *cfg) {
+    return cfg->model.group_query_attention ? cfg->model.num_query_groups
+                                            : cfg->model.num_attention_heads;
 }
 
 int tpd_config_padded_vocab(const tpd_config *cfg, int tp) {

@@ -57,7 +57,8 @@ typedef struct tpd_config_model {
     int num_layers;
     int hidden_size;
     int num_attention_heads;
-    int ffn_hidden_size; /* 0 in the file means 4*hidden_size (resolved at load) */
+    int ffn_hidden_size; /* 0 in the file means 4*hidden_size (resolved at load; refused
+                            under swiglu, whose width must be stated) */
     int vocab_size;
     int seq_length;
     int max_position_embeddings; /* 0 means seq_length (resolved at load) */
@@ -71,7 +72,7 @@ typedef struct tpd_config_model {
     double rotary_percent;                   /* share of each head rotated (1.0 only) */
     int swiglu;                              /* gated MLP: down(silu(gate(x)) * up(x)) */
     int group_query_attention;               /* K/V heads shared by groups of query heads */
-    int num_query_groups;                    /* K/V heads under group_query_attention */
+    int num_query_groups;                    /* K/V heads: tpd_config_kv_heads */
     int untie_embeddings_and_output_weights; /* a separate output layer */
     int add_bias_linear;                     /* biases in the linear layers */
 } tpd_config_model;
@@ -173,7 +174,9 @@ void tpd_config_defaults(tpd_config *cfg);
  * order, resolve 0-means-derived fields, and check types, ranges, enums, unknown keys
  * ("did you mean ..."), and the relations that do not depend on the world size (heads
  * divisible by TP, layers by PP or pipeline_layers summing to num_layers, hidden by heads,
- * seq_length <= max_position_embeddings, ...).
+ * seq_length <= max_position_embeddings; for the Llama block: heads by num_query_groups and
+ * num_query_groups by TP under group_query_attention, an even head size under rope,
+ * rotary_percent 1.0, ffn_hidden_size stated under swiglu, ...).
  * On failure returns TPD_ERR_INVALID (TPD_ERR_IO when the file can't be read) and writes
  * one line to err, e.g.
  *   "configs/x.yaml:3:16: model.num_attention_heads: 12 must be a multiple of
@@ -195,6 +198,9 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t e
 /* Derived quantities. */
 int tpd_config_dp(const tpd_config *cfg, int world_size);
 int tpd_config_num_micro_batches(const tpd_config *cfg, int dp);
+/* Key/value heads of the attention: num_query_groups under group_query_attention, else one
+ * per query head (num_attention_heads). */
+int tpd_config_kv_heads(const tpd_config *cfg);
 /* Vocab padded to a multiple of make_vocab_size_divisible_by * tp. */
 int tpd_config_padded_vocab(const tpd_config *cfg, int tp);
 /* Layers of stage `stage` of a pp-stage pipeline, and the first global layer of it: the

@@ -1,6 +1,11 @@
 /* The model's FLOPs: one definition that the trainer's log line, the sweep's measured
  * throughput and the planner's prediction all use, so that their MFU figures agree for
- * any ffn_hidden_size. */
+ * any block shape (ffn_hidden_size, grouped-query attention, SwiGLU).
+ *
+ * Matmuls only, Megatron's convention: the norms (LayerNorm or RMSNorm), RoPE, the
+ * activations, biases, residual adds and the softmax are not counted, and an untied output
+ * layer costs what the tied head does (the same (tokens, V, h) GEMMs); the input embedding
+ * is a lookup. */
 #ifndef TPD_ENGINE_MODEL_MODEL_FLOPS_H
 #define TPD_ENGINE_MODEL_MODEL_FLOPS_H
 
@@ -10,14 +15,20 @@
 extern "C" {
 #endif
 
-/* Forward matmul FLOPs per token of one transformer layer: 2*(4h^2 + 2hf) for the four
- * GEMMs (QKV, projection, the two MLP matrices of width f = ffn_hidden_size) and 4sh for
- * QK^T and AV (Megatron counts the full s x s, not the causal half). */
+/* Forward matmul FLOPs per token of one transformer layer, h = hidden_size, f =
+ * ffn_hidden_size, g = K/V heads (tpd_config_kv_heads), a = query heads:
+ *   2*(2h^2 + 2h*(g/a)h + m*h*f) + 4sh
+ * for the Q and output projections, the K and V projections of g heads of h/a, the m MLP
+ * matrices (m = 3 under SwiGLU: gate, up, down; else 2), and 4sh for QK^T and AV (every
+ * query head attends over s keys whatever g is; Megatron counts the full s x s, not the
+ * causal half). At g = a, m = 2 this is GPT's 2*(4h^2 + 2hf) + 4sh. */
 double tpd_model_layer_fwd_flops_per_token(const tpd_config *cfg);
 
 /* Megatron's model FLOPs of an iteration over `batch` sequences with a (padded) vocabulary
  * of `vocab` columns: 3x (forward + two backward GEMMs) the layers and the logits. At
- * f = 4h this is 72*B*s*l*h^2 * (1 + s/(6h) + V/(12*l*h)). Recomputation is not counted. */
+ * f = 4h (GPT) this is 72*B*s*l*h^2 * (1 + s/(6h) + V/(12*l*h)); in general Megatron's
+ * num_floating_point_operations, 12*B*s*l*h^2 * ((1 + g/a + s/h) + (m/2)*f/h + V/(2*l*h)).
+ * Recomputation is not counted. */
 double tpd_model_flops(const tpd_config *cfg, double batch, double vocab);
 
 #ifdef __cplusplus

@@ -65,8 +65,10 @@ static int balanced_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
                           const tpd_plan_layout *lay, int *layers, int *chunks) {
     int pp = lay->pp, L = cfg->model.num_layers;
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
+    /* a split the config lists for this pipeline is never changed (one for another PP, or
+     * another v, does not apply to this layout) */
     if (pp < 2 || (long)pp * v > TPD_CONFIG_MAX_STAGES || L < pp * v ||
-        cfg->parallel.num_pipeline_layers)
+        cfg->parallel.num_pipeline_layers == pp * v)
         return 0;
     double tau[TPD_CONFIG_MAX_STAGES], e[TPD_CONFIG_MAX_STAGES];
     stage_costs(cfg, cl, lay, tau, e);
@@ -137,9 +139,9 @@ tpd_status tpd_plan_fit_recompute_layers(const tpd_config *cfg, const tpd_plan_c
     return st;
 }
 
-const tpd_config *tpd_plan_memory_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                                        const tpd_plan_options *opt, tpd_plan_result *res,
-                                        tpd_config *scratch) {
+tpd_status tpd_plan_memory_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                 const tpd_plan_options *opt, tpd_plan_result *res,
+                                 tpd_config *scratch, const tpd_config **cfg_p) {
     int layers[TPD_CONFIG_MAX_STAGES], chunks[TPD_CONFIG_MAX_STAGES];
     res->balanced = 0;
     if (opt->balance_stages && balanced_split(cfg, cl, &res->layout, layers, chunks)) {
@@ -150,11 +152,16 @@ const tpd_config *tpd_plan_memory_split(const tpd_config *cfg, const tpd_plan_cl
             res->chunk_layers[i] = chunks[i];
         res->balanced = 1;
         const tpd_config *c = tpd_plan_result_config(cfg, res, scratch);
-        if (tpd_plan_memory(c, cl, res) != TPD_OK) return NULL;
-        if (res->fits) return c;
+        TPD_CHECK(tpd_plan_memory(c, cl, res));
+        if (res->fits) {
+            *cfg_p = c;
+            return TPD_OK;
+        }
         res->balanced = 0; /* the even split may still fit */
     }
-    return tpd_plan_memory(cfg, cl, res) == TPD_OK ? cfg : NULL;
+    TPD_CHECK(tpd_plan_memory(cfg, cl, res));
+    *cfg_p = cfg;
+    return TPD_OK;
 }
 
 tpd_status tpd_plan_time_split(const tpd_config *cfg, const tpd_plan_cluster *cl,

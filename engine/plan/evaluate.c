@@ -126,6 +126,13 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
         snprintf(why, whylen, "heads %d not divisible by TP %d", m->num_attention_heads, l->tp);
         return 0;
     }
+    if (m->group_query_attention && m->num_query_groups % l->tp != 0) {
+        snprintf(why, whylen,
+                 "query groups %d not divisible by TP %d (K/V heads split whole, never "
+                 "replicated)",
+                 m->num_query_groups, l->tp);
+        return 0;
+    }
     if (m->ffn_hidden_size % l->tp != 0) {
         snprintf(why, whylen, "ffn_hidden_size %d not divisible by TP %d", m->ffn_hidden_size,
                  l->tp);
@@ -207,8 +214,8 @@ tpd_status tpd_plan_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
                                sizeof res_p->reject_reason))
         return TPD_OK;
     tpd_config scratch;
-    const tpd_config *c = tpd_plan_memory_split(cfg, cl, opt, res_p, &scratch);
-    if (!c) return TPD_ERR_NOMEM;
+    const tpd_config *c;
+    TPD_CHECK(tpd_plan_memory_split(cfg, cl, opt, res_p, &scratch, &c));
     /* Time is predicted even when memory does not fit, so a rejected layout still
      * shows what it would have run at. */
     if (opt->evaluate_time) TPD_CHECK(tpd_plan_time_split(cfg, cl, opt, 1, res_p, &scratch));

@@ -1,9 +1,11 @@
-/* The planner's model arithmetic: parameter counts, FLOPs, and memory per rank.
+/* The planner's model arithmetic: parameter counts, FLOPs, and memory per rank, for
+ * GPT-2's block and Llama's.
  *
- * GPU memory is analytic (Korthikanti et al. 2022 activations, Megatron's bytes per
- * parameter); on a `backend: cpu` cluster it is the cpu engine's allocation in closed
- * form (tpd_plan_cpu_memory), computed here without the engine's buffer plan, and a test
- * holds the two equal byte for byte. */
+ * GPU memory is analytic (Korthikanti et al. 2022 activations, derived for the Llama block
+ * the same way; Megatron's bytes per parameter); on a `backend: cpu` cluster it is the cpu
+ * engine's allocation in closed form (tpd_plan_cpu_memory), computed here without the
+ * engine's buffer plan, and a test holds the two equal byte for byte (GPT-2's block only so
+ * far). */
 #include "engine/plan/plan.h"
 #include "engine/plan/plan_internal.h"
 
@@ -18,24 +20,48 @@ double tpd_plan_params_eq2(double l, double h, double V, double s) {
     return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * l * h));
 }
 
-/* Per-layer parameters on one TP rank: column-parallel QKV and FC1 (weights and biases
- * split), row-parallel projection and FC2 (weights split, biases replicated), two
- * LayerNorms (replicated). With t = 1 this is 4h^2 + 2hf + 9h + f (12h^2 + 13h at f=4h). */
-double tpd_plan_layer_params(double h, double f, int tp) {
-    double t = tp;
-    return (3.0 * h * h + 3.0 * h) / t /* qkv (3h/t, h) + bias */
-           + h * h / t + h             /* attention projection (h, h/t) + bias */
-           + (f * h + f) / t           /* fc1 (f/t, h) + bias */
-           + h * f / t + h             /* fc2 (h, f/t) + bias */
-           + 4.0 * h;                  /* ln1, ln2 weight and bias */
+int tpd_plan_gpt_block(const tpd_config *cfg) {
+    const tpd_config_model *m = &cfg->model;
+    return m->normalization == TPD_NORM_LAYERNORM &&
+           m->position_embedding_type == TPD_POS_LEARNED && !m->swiglu &&
+           tpd_config_kv_heads(cfg) == m->num_attention_heads &&
+           !m->untie_embeddings_and_output_weights && m->add_bias_linear;
+}
+
+int tpd_plan_embedding_group(const tpd_config *cfg, const tpd_plan_layout *lay) {
+    return lay->pp > 1 && !cfg->model.untie_embeddings_and_output_weights;
+}
+
+double tpd_plan_norm_params(const tpd_config *cfg) {
+    return (cfg->model.normalization == TPD_NORM_RMSNORM ? 1.0 : 2.0) * cfg->model.hidden_size;
+}
+
+/* Per-layer parameters on one TP rank, h hidden, f ffn, h_kv = g*h/a the width of the K/V
+ * heads: column-parallel QKV ((h + 2h_kv)/t rows) and first MLP matrix (f/t rows, 2f/t for
+ * SwiGLU's [gate; up]), weights and biases split; row-parallel projection and second MLP
+ * matrix, weights split, biases replicated; two norms, replicated. GPT-2 at t = 1:
+ * 4h^2 + 2hf + 9h + f (12h^2 + 13h at f = 4h); Llama (no biases, RMSNorm):
+ * 2h^2 + 2h*h_kv + 3hf + 2h. */
+double tpd_plan_layer_params(const tpd_config *cfg, int tp) {
+    const tpd_config_model *m = &cfg->model;
+    double t = tp, h = m->hidden_size, f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
+    double kv = (double)tpd_config_kv_heads(cfg) / m->num_attention_heads * h;
+    double bias = m->add_bias_linear ? 1.0 : 0.0, glu = m->swiglu ? 2.0 : 1.0;
+    return (h + 2.0 * kv) * (h + bias) / t /* qkv ((h + 2h_kv)/t, h) + bias */
+           + h * h / t + bias * h          /* attention projection (h, h/t) + bias */
+           + glu * f * (h + bias) / t      /* fc1 or [gate; up] (glu*f/t, h) + bias */
+           + h * f / t + bias * h          /* fc2 or down (h, f/t) + bias */
+           + 2.0 * tpd_plan_norm_params(cfg);
 }
 
 double tpd_plan_params_count(const tpd_config *cfg) {
     const tpd_config_model *m = &cfg->model;
-    double h = m->hidden_size, f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
+    double h = m->hidden_size, vh = (double)m->vocab_size * h;
     double pos = m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length;
-    return m->num_layers * tpd_plan_layer_params(h, f, 1) + (double)m->vocab_size * h + pos * h +
-           2.0 * h;
+    double n = m->num_layers * tpd_plan_layer_params(cfg, 1) + vh + tpd_plan_norm_params(cfg);
+    if (m->position_embedding_type == TPD_POS_LEARNED) n += pos * h;
+    if (m->untie_embeddings_and_output_weights) n += vh; /* the output layer */
+    return n;
 }
 
 double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_recompute r) {
@@ -119,6 +145,51 @@ double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double 
     return 0.0;
 }
 
+/* Activation bytes per transformer layer per micro-batch of the config's block, by what
+ * each backward reads (Korthikanti et al. 2022, Sec. 4.1: 16-bit activations, 1-byte dropout
+ * masks). h_kv = g*h/a is the width of the K and V heads; rep = 1/t under sequence
+ * parallelism (the rows the norms and the residual keep), else 1:
+ *
+ *   norms      the input of each of the two norms                          4sbh * rep
+ *   attention  the QKV GEMM's input (the first norm's output)              2sbh * rep
+ *              Q, K and V (after RoPE: QK^T's backward reads them;
+ *              the rotation's backward reads nothing)                     (2sbh + 4sb*h_kv)/t
+ *              the softmax output (unfused attention)                      2as^2b/t
+ *              its dropout mask and the dropout output (GPT)               3as^2b/t
+ *              the projection's input (the context)                        2sbh/t
+ *              the projection's dropout mask (GPT)                         sbh * rep
+ *   MLP        the first GEMM's input (the second norm's output)           2sbh * rep
+ *              GELU: its input and the second GEMM's input                 4sbf/t
+ *              SwiGLU: gate and up, and the down GEMM's input              6sbf/t
+ *              the dropout mask (GPT)                                      sbh * rep
+ *
+ * GPT-2's block (h_kv = h, GELU, f = 4h, dropout) sums to Korthikanti's Table 2,
+ * sbh(10 + 24/t) + 5as^2b/t, (34sbh + 5as^2b)/t with SP (tpd_plan_activation_bytes_per_layer).
+ * Llama's (RMSNorm, RoPE, GQA, SwiGLU, and no dropout, as Llama and Megatron's Llama recipes
+ * train) sums to sbh(8 + (4 + 4g/a)/t) + 6sbf/t + 2as^2b/t, or
+ * (sbh(12 + 4g/a) + 6sbf + 2as^2b)/t with SP: Llama 3 70B (g/a = 1/8, f = 3.5h) keeps
+ * 33.5sbh/t per layer with SP where GPT keeps 34sbh/t. Flash attention and selective
+ * recompute drop the s^2 terms (flash keeps only the softmax statistics; selective recomputes
+ * the core attention from Q, K and V); full recompute keeps the layer input, 2sbh * rep. The
+ * norms' per-row statistics (4 to 8 bytes a row) are left out, as Korthikanti leaves them. */
+double tpd_plan_layer_activation_bytes(const tpd_config *cfg, double b, int tp, int sp,
+                                       tpd_recompute r, int flash) {
+    const tpd_config_model *m = &cfg->model;
+    double s = m->seq_length, h = m->hidden_size, a = m->num_attention_heads, t = tp;
+    double f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
+    double kv = (double)tpd_config_kv_heads(cfg) / a * h;
+    double sbh = s * b * h, rep = sp ? 1.0 / t : 1.0;
+    double dropout = tpd_plan_gpt_block(cfg) ? 1.0 : 0.0;
+    if (r == TPD_RECOMPUTE_FULL) return 2.0 * sbh * rep;
+    double norms = 4.0 * sbh * rep;
+    double attn =
+        2.0 * sbh * rep + (2.0 * sbh + 4.0 * s * b * kv) / t + 2.0 * sbh / t + dropout * sbh * rep;
+    double mlp = 2.0 * sbh * rep + (m->swiglu ? 6.0 : 4.0) * s * b * f / t + dropout * sbh * rep;
+    double scores =
+        r == TPD_RECOMPUTE_NONE && !flash ? (2.0 + 3.0 * dropout) * a * s * s * b / t : 0.0;
+    return norms + attn + mlp + scores;
+}
+
 int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v, tpd_schedule schedule) {
     if (v > 1) schedule = TPD_SCHEDULE_INTERLEAVED;
     int n = pp - stage; /* 1F1B: warm-up forwards plus the first steady one */
@@ -134,19 +205,23 @@ int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v, tpd_schedule
     return n < micro_batches ? n : micro_batches;
 }
 
-/* Parameters held by one rank of `stage`. The first stage holds the token and position
- * embeddings, the last the final LayerNorm and (when pp > 1) its own copy of the tied
- * token embedding. */
+/* Parameters held by one rank of `stage`. The first stage holds the token embedding (and
+ * the position embedding when it is learned), the last the final norm and the output layer:
+ * its own copy of the tied token embedding when pp > 1, or the untied output layer (on the
+ * first stage too when pp == 1). */
 double tpd_plan_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay, int stage) {
     const tpd_config_model *m = &cfg->model;
-    double h = m->hidden_size, f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
+    double h = m->hidden_size;
     double pos = m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length;
-    double vp = tpd_config_padded_vocab(cfg, lay->tp);
-    double n = tpd_plan_stage_layers(cfg, lay, stage) * tpd_plan_layer_params(h, f, lay->tp);
-    if (stage == 0) n += vp * h / lay->tp + pos * h;
+    double vocab = (double)tpd_config_padded_vocab(cfg, lay->tp) * h / lay->tp;
+    double n = tpd_plan_stage_layers(cfg, lay, stage) * tpd_plan_layer_params(cfg, lay->tp);
+    if (stage == 0) {
+        n += vocab;
+        if (m->position_embedding_type == TPD_POS_LEARNED) n += pos * h;
+    }
     if (stage == lay->pp - 1) {
-        n += 2.0 * h;
-        if (lay->pp > 1) n += vp * h / lay->tp;
+        n += tpd_plan_norm_params(cfg);
+        if (m->untie_embeddings_and_output_weights || lay->pp > 1) n += vocab;
     }
     return n;
 }
@@ -168,35 +243,33 @@ static void analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl
     out->grads = n * 4.0;
     out->optimizer = n * (bf16 ? 12.0 : 8.0) / d;
 
-    double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size;
-    double a = m->num_attention_heads, t = lay->tp;
-    int flash = tpd_plan_uses_flash(cfg);
+    double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size, t = lay->tp;
+    int flash = tpd_plan_uses_flash(cfg), sp = lay->sequence_parallel;
     /* Korthikanti's constants are for 16-bit activations; fp32 doubles them (masks are a
      * small share, so this slightly overestimates). */
     double act_scale = bf16 ? 1.0 : 2.0;
     double per_layer =
-        act_scale * tpd_plan_activation_bytes_per_layer(s, b, h, a, lay->tp, lay->sequence_parallel,
-                                                        lay->recompute, flash);
+        act_scale * tpd_plan_layer_activation_bytes(cfg, b, lay->tp, sp, lay->recompute, flash);
     int layers = tpd_plan_stage_layers(cfg, lay, stage);
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
     double chunks = tpd_plan_in_flight(lay->pp, stage, m_micro, v, lay->schedule);
     out->activations = per_layer * chunks * layers / v;
     if (lay->recompute == TPD_RECOMPUTE_FULL) {
         /* Backward of one layer rebuilds its full activations first. */
-        double whole = act_scale * tpd_plan_activation_bytes_per_layer(s, b, h, a, lay->tp,
-                                                                       lay->sequence_parallel,
-                                                                       TPD_RECOMPUTE_NONE, flash);
+        double whole = act_scale * tpd_plan_layer_activation_bytes(cfg, b, lay->tp, sp,
+                                                                   TPD_RECOMPUTE_NONE, flash);
         out->activations += whole;
         /* the block method keeps the layers past the first n whole */
         int kept = layers - tpd_plan_recomputed_layers(cfg, lay, stage);
         out->activations += (whole - per_layer) * chunks * kept / v;
     }
-    if (stage == 0) /* embedding dropout mask (1 byte) per in-flight micro-batch */
-        out->activations += chunks / v * s * b * h / (lay->sequence_parallel ? t : 1.0);
+    /* GPT-2's embedding dropout mask (1 byte) per in-flight micro-batch; Llama has none */
+    if (stage == 0 && tpd_plan_gpt_block(cfg))
+        out->activations += chunks / v * s * b * h / (sp ? t : 1.0);
 
     /* Workspace: cuBLASLt + communicator buffers; p2p send/recv buffers for activations
      * and gradients (2 bytes, s*b*h/t each with the scatter-gather trick); on the last
-     * stage the final LayerNorm output and the logits, fp32 for the loss. */
+     * stage the final norm's output and the logits (tied or untied), fp32 for the loss. */
     double ws = cl->workspace_bytes;
     if (lay->pp > 1) ws += 4.0 * s * b * h * 2.0 / t;
     if (stage == lay->pp - 1) {
@@ -215,6 +288,15 @@ static uint64_t up(uint64_t bytes) {
 tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                                tpd_plan_stage_mem *out) {
     const tpd_config_model *m = &cfg->model;
+    if (!tpd_plan_gpt_block(cfg)) {
+        /* The closed form mirrors the engine's buffer plan region by region; the Llama
+         * block's regions (RMSNorm, RoPE, SwiGLU, K/V heads, lmhead, no biases) are the
+         * engine's to define first. */
+        tpd_log_error("plan: the cpu backend's memory of the Llama block (RMSNorm, RoPE, SwiGLU, "
+                      "grouped-query attention, untied output layer, no linear biases) is not "
+                      "modeled yet; plan it on a cuda cluster (e.g. --cluster h200)");
+        return TPD_ERR_UNSUPPORTED;
+    }
     uint64_t t = (uint64_t)lay->tp, dp = (uint64_t)lay->dp;
     uint64_t B = (uint64_t)lay->micro_batch_size, T = (uint64_t)m->seq_length;
     uint64_t C = (uint64_t)m->hidden_size, NH = (uint64_t)m->num_attention_heads;

@@ -192,8 +192,11 @@ typedef struct tpd_plan_options {
 
 /* SC21 Eq. 2: 12*l*h^2*(1 + 13/(12h) + (V+s)/(12*l*h)). */
 double tpd_plan_params_eq2(double l, double h, double V, double s);
-/* Parameters from the actual tensor shapes (token and position embeddings, per-layer
- * weights, biases and LayerNorms, final LayerNorm; the head is tied), unpadded vocab. */
+/* Parameters from the actual tensor shapes, unpadded vocab: the token embedding, the
+ * position embedding when learned, per layer the Q, K/V (of tpd_config_kv_heads heads),
+ * projection and two (SwiGLU: three) MLP matrices with their biases when add_bias_linear,
+ * and two norms (LayerNorm: weight and bias; RMSNorm: weight); the final norm; the output
+ * layer when untied (tied: the embedding). Llama 3 8B / 70B / 405B: 8.03B / 70.6B / 405.9B. */
 double tpd_plan_params_count(const tpd_config *cfg);
 /* Hardware FLOPs per iteration for `batch` sequences: the model FLOPs
  * (engine/model/model_flops.h) plus what the recompute mode recomputes. */
@@ -202,6 +205,12 @@ double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_
  * one rank (16-bit activations, 1-byte dropout masks). `flash` drops the 5as/h term. */
 double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double a, int tp, int sp,
                                            tpd_recompute r, int flash);
+/* The same for the config's block, term by term (plan/model.c derives each term): GPT-2's
+ * block gives the Table 2 figure above at f = 4h; the Llama block keeps its K/V heads
+ * (4sb*h_kv, h_kv = g*h/a), SwiGLU's gate, up and product (6sbf), and no dropout masks:
+ * sbh(8 + (4 + 4g/a)/t) + 6sbf/t + 2as^2b/t, all over t with SP. */
+double tpd_plan_layer_activation_bytes(const tpd_config *cfg, double b, int tp, int sp,
+                                       tpd_recompute r, int flash);
 /* (Micro-batch, chunk) pairs whose activations a stage holds at the peak of its action list
  * (tpd_pp_schedule_peak_in_flight, in closed form): 1F1B min(p - stage, M); interleaved
  * min(2(p-stage-1) + (v-1)p + 1, M*v) chunks; ZB-H1 min(p, M) on every stage (a micro-batch
@@ -220,14 +229,12 @@ int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay
 double tpd_plan_layout_hw_flops(const tpd_config *cfg, const tpd_plan_layout *lay, double batch,
                                 double vocab);
 
-/* Memory of every stage into res->mem, res->memory_bytes and res->fits (with the reason
- * when it does not). Sets res->num_micro_batches. */
-/* Memory of res->layout under the split the planner would run (see balance_stages):
- * returns the config to time it with, cfg or *scratch holding the balanced
- * parallel.pipeline_layers; NULL on failure. */
-const tpd_config *tpd_plan_memory_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                                        const tpd_plan_options *opt, tpd_plan_result *res,
-                                        tpd_config *scratch);
+/* Memory of res->layout under the split the planner would run (see balance_stages): sets
+ * *cfg_p to the config to time it with, cfg or *scratch holding the balanced
+ * parallel.pipeline_layers. Fails as tpd_plan_memory does. */
+tpd_status tpd_plan_memory_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                 const tpd_plan_options *opt, tpd_plan_result *res,
+                                 tpd_config *scratch, const tpd_config **cfg_p);
 /* tpd_plan_time_evaluate of res under its split; a balanced split is kept only when the
  * full time model, not just its slowest stage, finds it faster than the even one. */
 tpd_status tpd_plan_time_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
@@ -241,11 +248,16 @@ tpd_status tpd_plan_fit_recompute_layers(const tpd_config *cfg, const tpd_plan_c
 /* The config of a result whose split was chosen already (cfg, or *scratch when balanced). */
 const tpd_config *tpd_plan_result_config(const tpd_config *cfg, const tpd_plan_result *res,
                                          tpd_config *scratch);
+/* Memory of every stage into res->mem, res->memory_bytes and res->fits (with the reason
+ * when it does not). Sets res->num_micro_batches. Fails only where the cpu backend's
+ * closed form does (below). */
 tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl, tpd_plan_result *res);
 /* The bytes one rank of `stage` allocates in `tripod train` on the cpu backend, in closed
  * form from the model shape and the layout (the engine's buffer plan is not consulted:
  * a test holds the two equal). optimizer includes fp32 master weights; workspace includes
- * the host staging of one micro-batch's tokens. */
+ * the host staging of one micro-batch's tokens. GPT-2's block only for now:
+ * TPD_ERR_UNSUPPORTED (logged) for a config with any Llama key, until the engine's buffer
+ * plan for that block is settled. */
 tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                                tpd_plan_stage_mem *out);
 
@@ -344,8 +356,13 @@ void tpd_plan_search_free(tpd_plan_search *s);
 void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n);
 void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r);
 void tpd_plan_print_rejections(FILE *f, const tpd_plan_search *s);
-/* "to train it: tripod train CONFIG <tpd_plan_overrides>" */
+/* "to train it: tripod train CONFIG <tpd_plan_overrides>", then what was published about
+ * the preset's training (tpd_plan_print_published), to read beside the prediction. */
 void tpd_plan_print_overrides(FILE *f, const tpd_config *cfg, const tpd_plan_result *r);
+/* The comment lines of the config's file that start with "# published:" (a preset's
+ * published training setups and throughput, with their source), without the "# ". Nothing
+ * when there are none or the file cannot be read. */
+void tpd_plan_print_published(FILE *f, const tpd_config *cfg);
 /* One JSON object per layout; returns a malloc'd string (caller frees) or NULL. With cfg,
  * each has "overrides": tpd_plan_overrides as an array of "key=value". */
 char *tpd_plan_json(const tpd_config *cfg, const tpd_plan_result *r, int n);

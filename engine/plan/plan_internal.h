@@ -4,11 +4,22 @@
 
 #include "engine/plan/plan.h"
 
-/* Per-layer parameters on one TP rank (h hidden, f ffn). */
-double tpd_plan_layer_params(double h, double f, int tp);
+/* Per-layer parameters on one TP rank of the config's block (GPT-2's or Llama's: K/V
+ * projections of the K/V heads, two or three MLP matrices, biases or none, LayerNorm or
+ * RMSNorm). */
+double tpd_plan_layer_params(const tpd_config *cfg, int tp);
+/* Parameters of one norm (LayerNorm: weight and bias; RMSNorm: weight). */
+double tpd_plan_norm_params(const tpd_config *cfg);
 /* Parameters of one rank of `stage`. */
 double tpd_plan_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay, int stage);
 int tpd_plan_uses_flash(const tpd_config *cfg);
+/* 1 when the first and the last stage each hold the tied token embedding and all-reduce its
+ * gradient (Megatron's embedding group): tied and pp > 1. An untied model has no such
+ * group: the input embedding lives on the first stage, the output layer on the last. */
+int tpd_plan_embedding_group(const tpd_config *cfg, const tpd_plan_layout *lay);
+/* 1 for GPT-2's block: every Llama key at its GPT default (LayerNorm, learned positions, no
+ * SwiGLU, one K/V head per query head, tied, biases). */
+int tpd_plan_gpt_block(const tpd_config *cfg);
 
 /* One stage's compute per micro-batch (all its chunks together), s, as each backend's time
  * model predicts it. bwd is the whole backward (recompute included); under zb-h1 it holds
@@ -41,13 +52,15 @@ typedef struct tpd_plan_dp_cost {
     tpd_plan_affine gather; /* one bucket's ZeRO all-gather of the parameters (0 without) */
     double grad_bytes;      /* bytes per gradient element the reduction moves */
     double param_bytes;     /* bytes per parameter element the gather moves */
-    double emb_allreduce;   /* tied-embedding all-reduce between first and last stage, s */
+    double emb_allreduce;   /* tied-embedding all-reduce between first and last stage, s
+                               (0 without an embedding group: untied, or pp == 1) */
 } tpd_plan_dp_cost;
 
 /* Elements of every hook unit of a stage's flat buffer (engine/model/model_layout.h), in
- * buffer order: the embedding (wte, wpe; the last stage's tied wte), each local layer
- * (chunk 0's first), the final LayerNorm; padded to a multiple of DP, the padding with the
- * last unit. n = Ls + 2 units; unit index u + 1 for hook unit u. */
+ * buffer order: the embedding (wte, wpe on the first stage; the last stage's tied wte),
+ * each local layer (chunk 0's first), the final norm and an untied output layer (which the
+ * engine lays out after it, as Megatron's output_layer comes last); padded to a multiple of
+ * DP, the padding with the last unit. n = Ls + 2 units; unit index u + 1 for hook unit u. */
 typedef struct tpd_plan_units {
     int n, Ls;
     double *elems; /* [n] */

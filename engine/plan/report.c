@@ -105,8 +105,8 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
     fprintf(f,
             "  DP: %.3f s of communication on the busiest stage, %.3f s of it hidden "
             "(overlap_grad_reduce %s, overlap_param_gather %s); a stage's reduction ends up to "
-            "%.3f s past its own pipeline (waiting for the tied embedding's other end "
-            "included)\n",
+            "%.3f s past its own pipeline (with a tied embedding over several stages, the "
+            "wait for its other end included)\n",
             t->dp_comm_total, hidden > 0 ? hidden : 0.0,
             r->layout.overlap_grad_reduce ? "on" : "off",
             r->layout.overlap_param_gather ? "on" : "off", t->dp_exposed_max);
@@ -120,12 +120,36 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
             r->tflops_per_gpu, r->hw_tflops_per_gpu, 100 * r->mfu, r->tokens_per_s);
 }
 
-/* The overrides that train r, on one line after "to train it:". */
+/* The overrides that train r, on one line after "to train it:"; then what the preset says
+ * was published, to read beside the prediction. */
 void tpd_plan_print_overrides(FILE *f, const tpd_config *cfg, const tpd_plan_result *r) {
     char buf[4096];
     if (r->stages == 0 || tpd_plan_overrides(cfg, r, buf, sizeof buf) < 0) return;
     fprintf(f, "to train it: tripod train %s %s\n",
             cfg->source_path[0] ? cfg->source_path : "CONFIG.yaml", buf);
+    tpd_plan_print_published(f, cfg);
+}
+
+/* A preset keeps its published figures in its own comments, beside the keys they explain;
+ * the planner reads them from there rather than from a key no run would use. */
+void tpd_plan_print_published(FILE *f, const tpd_config *cfg) {
+    static const char mark[] = "# published:";
+    if (!cfg->source_path[0]) return;
+    FILE *in = fopen(cfg->source_path, "r");
+    if (!in) return;
+    char line[1024];
+    while (fgets(line, sizeof line, in)) {
+        size_t n = strlen(line);
+        int whole = n > 0 && line[n - 1] == '\n';
+        if (strncmp(line, mark, sizeof mark - 1) == 0)
+            fprintf(f, "%s%s", line + 2, whole ? "" : "\n");
+        /* a line longer than the buffer: skip the rest of it */
+        while (!whole && fgets(line, sizeof line, in)) {
+            n = strlen(line);
+            whole = n > 0 && line[n - 1] == '\n';
+        }
+    }
+    fclose(in);
 }
 
 void tpd_plan_print_rejections(FILE *f, const tpd_plan_search *s) {

@@ -97,9 +97,9 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
         if (!divides(tp, cl->gpus_per_node) || !divides(tp, n)) continue;
         tpd_plan_layout base = {tp, 1, 1,         1,        1,        TPD_RECOMPUTE_NONE,
                                 0,  0, one_chunk, ovl_grad, ovl_param};
-        if (m->num_attention_heads % tp != 0) {
-            snprintf(why, sizeof why, "heads %d not divisible by TP %d", m->num_attention_heads,
-                     tp);
+        if (m->num_attention_heads % tp != 0 ||
+            (m->group_query_attention && m->num_query_groups % tp != 0)) {
+            (void)tpd_plan_layout_valid(cfg, cl, &base, 0, why, sizeof why);
             reason_key(why, key, sizeof key);
             reject(&s, key, &base, why);
             continue;
@@ -155,11 +155,9 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                                 }
                                 memset(r, 0, sizeof *r);
                                 r->layout = lay;
-                                const tpd_config *c =
-                                    tpd_plan_memory_split(cfg, cl, opt, r, scratch);
-                                if (!c)
-                                    TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_all,
-                                                  "plan: out of memory");
+                                const tpd_config *c;
+                                TPD_CHECK_GOTO(tpd_plan_memory_split(cfg, cl, opt, r, scratch, &c),
+                                               st, free_all);
                                 s.evaluated++;
                                 if (!r->fits) {
                                     reject(&s, "out of memory", &lay, r->reject_reason);

@@ -3,13 +3,15 @@
  * and the DP communication follows the trainer's engine/optim/grad_sync.c:
  *
  * - The gradient buffer of a stage is layer-major (engine/model/model_layout.h): wte and
- *   wpe, then each local layer (chunk 0's first), then lnfw and lnfb, padded to a multiple
- *   of DP, cut into buckets of parallel.ddp_bucket_size elements.
+ *   wpe, then each local layer (chunk 0's first), then lnfw and lnfb (and an untied output
+ *   layer), padded to a multiple of DP, cut into buckets of parallel.ddp_bucket_size
+ *   elements.
  * - With overlap_grad_reduce, a layer's gradients are final once the step's last backward
  *   of its chunk (BWD of micro-batch M-1; W under zb-h1) has passed it; the layers run in
  *   reverse inside the action, so the time inside is split by each part's share of it. A
  *   bucket starts when all its units are final. The buckets holding the embedding wait for
- *   the pipeline's end and the tied-embedding all-reduce between the first and last stage.
+ *   the pipeline's end and, when tied over pp > 1 stages, the embedding all-reduce between
+ *   the first and last stage.
  *   Without overlap every bucket starts there.
  * - Buckets run one after another on the DP link, in the order they start (the higher
  *   bucket first on a tie, as the engine walks them). A stage's exposed time is how far the
@@ -107,16 +109,19 @@ tpd_status tpd_plan_units_init(const tpd_config *cfg, const tpd_plan_layout *lay
         tpd_log_error("plan: out of memory");
         return TPD_ERR_NOMEM;
     }
-    double h = m->hidden_size, f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
+    double h = m->hidden_size;
     double pos = m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length;
     double vl = (double)tpd_config_padded_vocab(cfg, lay->tp) / lay->tp;
     int first = stage == 0, last = stage == lay->pp - 1;
-    if (first) u->elems[0] = vl * h + pos * h;
-    if (last && !first) u->elems[0] = vl * h;
-    double layer = tpd_plan_layer_params(h, f, lay->tp), n = u->elems[0];
+    int untied = m->untie_embeddings_and_output_weights;
+    if (first) u->elems[0] = vl * h + (m->position_embedding_type == TPD_POS_LEARNED ? pos * h : 0);
+    if (last && !first && !untied) u->elems[0] = vl * h; /* the tied head's copy of wte */
+    double layer = tpd_plan_layer_params(cfg, lay->tp), n = u->elems[0];
     for (int l = 0; l < Ls; l++)
         u->elems[1 + l] = layer;
-    if (last) u->elems[Ls + 1] = 2.0 * h;
+    /* the final norm, and after it an untied output layer: final once the head's backward
+     * is done, read first by the head's forward */
+    if (last) u->elems[Ls + 1] = tpd_plan_norm_params(cfg) + (untied ? vl * h : 0.0);
     n += Ls * layer + u->elems[Ls + 1];
     double dp = lay->dp;
     u->padded = ceil(n / dp) * dp;
@@ -190,7 +195,7 @@ static void unit_times(const tpd_config *cfg, const tpd_plan_layout *lay, int st
                 use_t[1 + l0 + i] = t0 + k * (e_f + i * lf);
             if (has_head) {
                 use_t[u->Ls + 1] = t0 + k * (e_f + Lc * lf);
-                if (!first) use_t[0] = use_t[u->Ls + 1]; /* the tied head reads wte */
+                if (!first) use_t[0] = use_t[u->Ls + 1]; /* a tied head reads wte */
             }
         }
         /* the last backward of this chunk: the head first (B), then the layers in reverse */
@@ -303,7 +308,7 @@ static tpd_status stage_comm(const tpd_plan_layout *lay, const tpd_plan_units *u
 double tpd_plan_dp_unhidden(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                             const tpd_plan_dp_cost *dpc) {
     tpd_plan_units u;
-    int ends = lay->pp > 1 && (stage == 0 || stage == lay->pp - 1);
+    int ends = tpd_plan_embedding_group(cfg, lay) && (stage == 0 || stage == lay->pp - 1);
     if (tpd_plan_units_init(cfg, lay, stage, &u) != TPD_OK) return 0.0;
     double *use_t = malloc((size_t)u.n * sizeof *use_t), *final_t = NULL;
     stage_dp sd = {0};
@@ -327,9 +332,10 @@ tpd_status tpd_plan_step_finish(const tpd_config *cfg, const tpd_plan_layout *la
     tpd_status st = TPD_OK;
     int p = lay->pp;
     tpd_plan_time *t = &res->time;
-    /* the tied embedding's sum: both ends wait for each other */
+    /* the tied embedding's sum: both ends wait for each other (untied: no such sum) */
+    int group = tpd_plan_embedding_group(cfg, lay);
     double emb_end = 0.0;
-    if (p > 1) {
+    if (group) {
         emb_end = pipe->end[0] > pipe->end[p - 1] ? pipe->end[0] : pipe->end[p - 1];
         emb_end += dpc->emb_allreduce;
     }
@@ -347,7 +353,7 @@ tpd_status tpd_plan_step_finish(const tpd_config *cfg, const tpd_plan_layout *la
             return TPD_ERR_NOMEM;
         }
         unit_times(cfg, lay, s, pipe, &cost[s], &u, final_t, use_t);
-        int ends = p > 1 && (s == 0 || s == p - 1);
+        int ends = group && (s == 0 || s == p - 1);
         double finish = ends ? emb_end : pipe->end[s];
         stage_dp sd;
         st = stage_comm(lay, &u, dpc, ends ? dpc->emb_allreduce : 0.0, pipe->end[s], finish,

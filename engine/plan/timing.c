@@ -2,12 +2,14 @@
  *
  * Per micro-batch and stage: every GEMM under a roofline (FLOPs at peak times an
  * efficiency that depends on the GEMM's size, or its bytes at HBM bandwidth, whichever
- * is slower); memory-bound kernels (LayerNorm, GELU, softmax, dropout, residual adds)
- * from the bytes they move at HBM bandwidth; TP collectives as ring algorithms on the
- * link the TP group sits on. The pipeline is the simulation of the schedule's action
- * lists with each stage's per-chunk times (step.c); DP gradient reduction is ring over the
- * DP group's link, bucket by bucket, each started when the simulated last backward has
- * made it final (step.c); the optimizer step is memory bound. */
+ * is slower), with the block's shapes (K/V projections of the K/V heads, SwiGLU's gate
+ * and up as one GEMM); memory-bound kernels (LayerNorm or RMSNorm, GELU or SwiGLU, RoPE,
+ * softmax, dropout, residual adds) from the bytes they move at HBM bandwidth; TP
+ * collectives as ring algorithms on the link the TP group sits on. The pipeline is the
+ * simulation of the schedule's action lists with each stage's per-chunk times (step.c);
+ * DP gradient reduction is ring over the DP group's link, bucket by bucket, each started
+ * when the simulated last backward has made it final (step.c); the optimizer step is
+ * memory bound. */
 #include "engine/plan/plan.h"
 #include "engine/model/model_flops.h"
 #include "engine/plan/plan_internal.h"
@@ -65,6 +67,27 @@ static void group_link(const tpd_plan_cluster *cl, int n, int stride, double *bw
     *lat_p = cl->inter_latency;
 }
 
+/* The shapes of a layer's block that the time model needs. */
+typedef struct block_shape {
+    double qkv;     /* output columns of the QKV GEMM, all ranks: h + 2*h_kv */
+    double kv;      /* h_kv = g*h/a, the width of the K (or V) heads */
+    double fc1;     /* output columns of the first MLP GEMM: f, or 2f for [gate; up] */
+    double dropout; /* 1: GPT-2's block, with Megatron's dropout; 0: Llama's, without */
+    int bias;       /* the linear layers have biases */
+} block_shape;
+
+static block_shape block_of(const tpd_config *cfg) {
+    const tpd_config_model *m = &cfg->model;
+    double h = m->hidden_size, f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
+    block_shape b;
+    b.kv = (double)tpd_config_kv_heads(cfg) / m->num_attention_heads * h;
+    b.qkv = h + 2.0 * b.kv;
+    b.fc1 = m->swiglu ? 2.0 * f : f;
+    b.dropout = tpd_plan_gpt_block(cfg) ? 1.0 : 0.0;
+    b.bias = m->add_bias_linear;
+    return b;
+}
+
 /* One transformer layer, one micro-batch, forward. `attn_only` returns just the
  * attention core (what selective recomputation repeats). */
 static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
@@ -76,10 +99,11 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double e =
         (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0; /* activation element, bytes */
     double tok = s * b, sbh = s * b * h, d = h / a;
-    double rep = lay->sequence_parallel ? 1.0 / t : 1.0; /* LN/dropout share per rank */
+    double rep = lay->sequence_parallel ? 1.0 / t : 1.0; /* norm/residual share per rank */
+    block_shape k = block_of(cfg);
     op_time o = {0.0, 0.0};
 
-    /* Attention core. */
+    /* Attention core: every query head attends over the s keys of its group's K/V head. */
     if (tpd_plan_uses_flash(cfg)) {
         /* Fused kernel: QK^T and AV with the causal half skipped, no s x s tensor. */
         double flops = 0.5 * 4.0 * b * s * s * h / t;
@@ -88,24 +112,31 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
         double heads = b * a / t;
         o.compute += gemm_time(cl, s, s, d, heads, e); /* scores = Q K^T */
         o.compute += gemm_time(cl, s, d, s, heads, e); /* context = probs V */
-        /* Fused scale-mask-softmax (read + write) and dropout on the probabilities
-         * (read, write, 1-byte mask) over b*a/t*s*s elements; head transposes of Q, K,
-         * V and the context (read + write of 4*s*b*h/t). */
+        /* Fused scale-mask-softmax (read + write) and, in GPT-2's block, dropout on the
+         * probabilities (read, write, 1-byte mask) over b*a/t*s*s elements; head transposes
+         * of Q, K, V and the context (read + write of (2h + 2h_kv)*s*b/t). */
         o.compute += mem_time(cl, e * 2.0 * heads * s * s);
-        o.compute += mem_time(cl, (2.0 * e + 1.0) * heads * s * s);
-        o.compute += mem_time(cl, e * 8.0 * sbh / t);
+        if (k.dropout) o.compute += mem_time(cl, (2.0 * e + 1.0) * heads * s * s);
+        o.compute += mem_time(cl, e * 2.0 * tok * (2.0 * h + 2.0 * k.kv) / t);
     }
     if (attn_only) return o;
 
-    o.compute += gemm_time(cl, tok, 3.0 * h / t, h, 1, e); /* QKV */
-    o.compute += gemm_time(cl, tok, h, h / t, 1, e);       /* attention projection */
-    o.compute += gemm_time(cl, tok, f / t, h, 1, e);       /* FC1 */
-    o.compute += gemm_time(cl, tok, h, f / t, 1, e);       /* FC2 */
-    /* Two LayerNorms (read + write), two bias-dropout-residual adds (read input and
-     * residual, write output, 1-byte mask), bias-GELU on the f-wide hidden (read + write). */
+    o.compute += gemm_time(cl, tok, k.qkv / t, h, 1, e); /* QKV (K and V of h_kv each) */
+    o.compute += gemm_time(cl, tok, h, h / t, 1, e);     /* attention projection */
+    o.compute += gemm_time(cl, tok, k.fc1 / t, h, 1, e); /* FC1, or [gate; up] */
+    o.compute += gemm_time(cl, tok, h, f / t, 1, e);     /* FC2, or down */
+    /* Two norms, LayerNorm or RMSNorm (read + write); two residual adds (read input and
+     * residual, write output; GPT-2's fuse bias and dropout, with a 1-byte mask). GPT-2:
+     * bias-GELU on the f-wide hidden (read + write). Llama: RoPE on Q and K (read + write of
+     * (h + h_kv)*s*b/t) and SwiGLU (read gate and up, write their product). */
     o.compute += 2.0 * mem_time(cl, 2.0 * e * sbh * rep);
-    o.compute += 2.0 * mem_time(cl, (3.0 * e + 1.0) * sbh * rep);
-    o.compute += mem_time(cl, 2.0 * e * s * b * f / t);
+    o.compute += 2.0 * mem_time(cl, (3.0 * e + k.dropout) * sbh * rep);
+    if (m->swiglu)
+        o.compute += mem_time(cl, 3.0 * e * s * b * f / t);
+    else
+        o.compute += mem_time(cl, 2.0 * e * s * b * f / t);
+    if (m->position_embedding_type == TPD_POS_ROPE)
+        o.compute += mem_time(cl, 2.0 * e * tok * (h + k.kv) / t);
 
     /* Two all-reduces (or reduce-scatter + all-gather pairs with SP: same volume) of the
      * s*b*h activations. */
@@ -124,10 +155,10 @@ static op_time layer_backward(op_time fwd) {
 
 /* W of one layer under a split backward (what tpd_model_weight_grad runs): the weight
  * gradient GEMM of each linear layer, dW (out, in) = dY^T (out, tok) X (tok, in), and its
- * bias gradient (a column sum over the tokens); under SP the gathers of their inputs and
- * output gradients (ln1, ln2, d(out), d(x1)). `extra_b` gets what the split adds to B: the
- * copies of the output gradients W needs (d(out), d(x1), dqkv), and under SP two more
- * gathers in W than the unsplit backward does. */
+ * bias gradient when it has one (a column sum over the tokens); under SP the gathers of
+ * their inputs and output gradients (ln1, ln2, d(out), d(x1)). `extra_b` gets what the
+ * split adds to B: the copies of the output gradients W needs (d(out), d(x1), dqkv), and
+ * under SP two more gathers in W than the unsplit backward does. */
 static op_time layer_wgrad(const tpd_config *cfg, const tpd_plan_cluster *cl,
                            const tpd_plan_layout *lay, op_time *extra_b) {
     const tpd_config_model *m = &cfg->model;
@@ -135,13 +166,14 @@ static op_time layer_wgrad(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
     double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     double tok = s * b, sbh = s * b * h, rep = lay->sequence_parallel ? 1.0 / t : 1.0;
+    block_shape k = block_of(cfg);
     op_time w = {0.0, 0.0};
-    const double out_in[4][2] = {{3.0 * h / t, h}, {h, h / t}, {f / t, h}, {h, f / t}};
+    const double out_in[4][2] = {{k.qkv / t, h}, {h, h / t}, {k.fc1 / t, h}, {h, f / t}};
     for (int i = 0; i < 4; i++) {
         w.compute += gemm_time(cl, out_in[i][0], out_in[i][1], tok, 1, e);
-        w.compute += mem_time(cl, e * tok * out_in[i][0]);
+        if (k.bias) w.compute += mem_time(cl, e * tok * out_in[i][0]);
     }
-    extra_b->compute = mem_time(cl, 2.0 * e * (2.0 * sbh * rep + tok * 3.0 * h / t));
+    extra_b->compute = mem_time(cl, 2.0 * e * (2.0 * sbh * rep + tok * k.qkv / t));
     extra_b->comm = 0.0;
     if (lay->sequence_parallel && lay->tp > 1) {
         double bw, lat;
@@ -163,14 +195,17 @@ static void ends_time(const tpd_config *cfg, const tpd_plan_cluster *cl, const t
     double bw, lat;
     group_link(cl, lay->tp, 1, &bw, &lat);
     if (embed) {
-        /* Gather rows, add positions, dropout; vocab-parallel embedding all-reduce. */
-        fwd->compute += mem_time(cl, (5.0 * e + 1.0) * sbh);
+        /* Gather rows (read + write), add learned positions (read both, write), GPT-2's
+         * dropout (1-byte mask); vocab-parallel embedding all-reduce. */
+        double learned = m->position_embedding_type == TPD_POS_LEARNED ? 3.0 * e : 0.0;
+        fwd->compute += mem_time(cl, (2.0 * e + learned + block_of(cfg).dropout) * sbh);
         fwd->comm += allreduce_time(e * sbh, lay->tp, bw, lat);
         bwd->compute += mem_time(cl, 4.0 * e * sbh);
     }
     if (head) {
-        /* Final LayerNorm, logits GEMM (s*b, V/t, h), vocab-parallel cross-entropy in fp32
-         * (about four passes over the s*b*V/t logits forward, three backward). */
+        /* Final norm, logits GEMM (s*b, V/t, h) of the tied embedding or the untied output
+         * layer (the same shapes), vocab-parallel cross-entropy in fp32 (about four passes
+         * over the s*b*V/t logits forward, three backward). */
         double rep = lay->sequence_parallel ? 1.0 / t : 1.0;
         double lg = gemm_time(cl, s * b, vp / t, h, 1, e);
         fwd->compute +=
@@ -253,7 +288,7 @@ static tpd_plan_affine ring_cost(int n, double bw, double lat, int full) {
 
 /* DP gradient reduction per bucket (fp32 main grads, Megatron's; ZeRO-1 reduce-scatters
  * them and all-gathers the updated parameters), and the tied-embedding gradient all-reduce
- * between the first and last stage. */
+ * between the first and last stage (none when untied). */
 void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                           const tpd_plan_layout *lay, tpd_plan_dp_cost *out) {
     double bw, lat;
@@ -264,7 +299,7 @@ void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     out->grad_bytes = 4.0;
     out->param_bytes = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     out->emb_allreduce = 0.0;
-    if (lay->pp > 1) {
+    if (tpd_plan_embedding_group(cfg, lay)) {
         double ebw, elat;
         group_link(cl, 2, lay->tp * lay->dp * (lay->pp - 1), &ebw, &elat);
         double emb = 4.0 * tpd_config_padded_vocab(cfg, lay->tp) * cfg->model.hidden_size / lay->tp;

@@ -137,6 +137,14 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double F = md->ffn_hidden_size > 0 ? md->ffn_hidden_size : 4.0 * C;
     double NHl = (double)md->num_attention_heads / t, HS = C / md->num_attention_heads;
     double N = B * T, Cl = C / t, Fl = F / t, Vl = tpd_config_padded_vocab(cfg, t) / (double)t;
+    /* the block's shapes: QKVl local QKV columns (K and V of the K/V heads), FCl the first
+     * MLP GEMM's (SwiGLU: [gate; up]); GPT-2's are 3*Cl and Fl. The Llama block's
+     * elementwise kernels are priced at their GPT-2 counterparts' measured rates until
+     * calibration measures them: RMSNorm as LayerNorm, SwiGLU as GELU, RoPE as an add. */
+    double KVl = (double)tpd_config_kv_heads(cfg) / t * HS, QKVl = Cl + 2 * KVl;
+    double FCl = md->swiglu ? 2 * Fl : Fl;
+    double bias = md->add_bias_linear ? 1.0 : 0.0;
+    double rope = md->position_embedding_type == TPD_POS_ROPE ? 1.0 : 0.0;
     double act = 4.0 * N * C; /* bytes of one (N,C) fp32 activation */
     double ar = allreduce(c, act, t, 1);
     /* Sequence parallel: LayerNorms, residual adds and the stage input hold N/t rows;
@@ -148,34 +156,37 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double NC = N * C / (sp ? t : 1); /* elements of the row-split (N,C) regions */
     double layer_comm_f = sp ? 4 * hr : 2 * ar, layer_comm_b = sp ? 6 * hr : 2 * ar;
 
-    /* One layer forward (model_step.c): LN, QKV (bias seeded), attention, projection +
-     * all-reduce + bias, residual; LN, FC1 + bias + GELU, FC2 + all-reduce + bias,
-     * residual. */
-    double lf = 2 * ew(&m, c->ew_layernorm_fwd, 8, NC) + gemm_fwd(&m, N, C, 3 * Cl) +
-                ew(&m, c->ew_add, 8, N * 3 * Cl) + attention_fwd(&m, B, T, NHl, HS) +
-                gemm_fwd(&m, N, Cl, C) + 2 * ew(&m, c->ew_add, 12, NC) + gemm_fwd(&m, N, C, Fl) +
-                ew(&m, c->ew_add, 8, N * Fl) + ew(&m, c->ew_gelu_fwd, 8, N * Fl) +
+    /* One layer forward (model_step.c): norm, QKV (bias seeded), RoPE, attention,
+     * projection + all-reduce + bias, residual; norm, FC1 + bias + GELU (or [gate; up] and
+     * SwiGLU), FC2 + all-reduce + bias, residual. */
+    double lf = 2 * ew(&m, c->ew_layernorm_fwd, 8, NC) + gemm_fwd(&m, N, C, QKVl) +
+                bias * ew(&m, c->ew_add, 8, N * QKVl) +
+                rope * ew(&m, c->ew_add, 8, N * (Cl + KVl)) + attention_fwd(&m, B, T, NHl, HS) +
+                gemm_fwd(&m, N, Cl, C) + 2 * ew(&m, c->ew_add, 12, NC) + gemm_fwd(&m, N, C, FCl) +
+                bias * ew(&m, c->ew_add, 8, N * FCl) + ew(&m, c->ew_gelu_fwd, 8, N * Fl) +
                 gemm_fwd(&m, N, Fl, C) + 2 * ew(&m, c->ew_add, 12, NC);
-    /* Backward: the four linear backwards (each with its bias column sums), GELU, two LN
-     * backwards and two residual adds; all-reduces of the column-parallel input
-     * gradients. */
-    double lb = gemm_bwd(&m, N, Fl, C) + ew(&m, c->ew_add, 4, N * C) +
-                ew(&m, c->ew_gelu_bwd, 12, N * Fl) + gemm_bwd(&m, N, C, Fl) +
-                ew(&m, c->ew_add, 4, N * Fl) + 2 * ew(&m, c->ew_layernorm_bwd, 16, NC) +
+    /* Backward: the four linear backwards (each with its bias column sums), GELU or
+     * SwiGLU, RoPE's transposed rotation, two norm backwards and two residual adds;
+     * all-reduces of the column-parallel input gradients. */
+    double lb = gemm_bwd(&m, N, Fl, C) + bias * ew(&m, c->ew_add, 4, N * C) +
+                ew(&m, c->ew_gelu_bwd, 12, N * Fl) + gemm_bwd(&m, N, C, FCl) +
+                bias * ew(&m, c->ew_add, 4, N * FCl) + 2 * ew(&m, c->ew_layernorm_bwd, 16, NC) +
                 2 * ew(&m, c->ew_add, 12, NC) + gemm_bwd(&m, N, Cl, C) +
-                ew(&m, c->ew_add, 4, N * C) + c->attn_bwd_ratio * attention_fwd(&m, B, T, NHl, HS) +
-                gemm_bwd(&m, N, C, 3 * Cl) + ew(&m, c->ew_add, 4, N * 3 * Cl);
+                bias * ew(&m, c->ew_add, 4, N * C) +
+                c->attn_bwd_ratio * attention_fwd(&m, B, T, NHl, HS) +
+                rope * ew(&m, c->ew_add, 8, N * (Cl + KVl)) + gemm_bwd(&m, N, C, QKVl) +
+                bias * ew(&m, c->ew_add, 4, N * QKVl);
     /* W's share of it (tpd_model_weight_grad): the weight half of each linear backward (dW
      * has the FLOPs of dX) and the bias sums; under SP it gathers ln1, ln2, d(out), d(x1).
      * A split backward (zb-h1) also copies W's output gradients in B (two (Nl,C) rows,
      * dqkv), and gathers twice more under SP than the unsplit one. */
-    double lw = 0.5 * (gemm_bwd(&m, N, Fl, C) + gemm_bwd(&m, N, C, Fl) + gemm_bwd(&m, N, Cl, C) +
-                       gemm_bwd(&m, N, C, 3 * Cl)) +
-                2 * ew(&m, c->ew_add, 4, N * C) + ew(&m, c->ew_add, 4, N * Fl) +
-                ew(&m, c->ew_add, 4, N * 3 * Cl) + (sp ? 4 * hr : 0);
+    double lw = 0.5 * (gemm_bwd(&m, N, Fl, C) + gemm_bwd(&m, N, C, FCl) + gemm_bwd(&m, N, Cl, C) +
+                       gemm_bwd(&m, N, C, QKVl)) +
+                bias * 2 * ew(&m, c->ew_add, 4, N * C) + bias * ew(&m, c->ew_add, 4, N * FCl) +
+                bias * ew(&m, c->ew_add, 4, N * QKVl) + (sp ? 4 * hr : 0);
     int split = tpd_plan_layout_schedule(lay) == TPD_SCHEDULE_ZB_H1;
     double split_extra =
-        split ? 2 * ew(&m, c->ew_add, 8, NC) + ew(&m, c->ew_add, 8, N * 3 * Cl) + (sp ? 2 * hr : 0)
+        split ? 2 * ew(&m, c->ew_add, 8, NC) + ew(&m, c->ew_add, 8, N * QKVl) + (sp ? 2 * hr : 0)
               : 0.0;
     double layers = tpd_plan_stage_layers(cfg, lay, stage);
     /* full recompute: each layer's forward runs again, with its two all-reduces, right
@@ -193,8 +204,9 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     if (stage == 0) {
         /* Vocab-parallel lookup + all-reduce + positions (whole rows; SP keeps its share);
          * backward scatters both (SP: after gathering d(x0)). */
-        out->embed_fwd = 2 * ew(&m, c->ew_add, 8, N * C) + ar;
-        out->embed_bwd = 2 * ew(&m, c->ew_add, 8, N * C) + (sp ? hr : 0);
+        double wpe = md->position_embedding_type == TPD_POS_LEARNED ? 1.0 : 0.0;
+        out->embed_fwd = (1 + wpe) * ew(&m, c->ew_add, 8, N * C) + ar;
+        out->embed_bwd = (1 + wpe) * ew(&m, c->ew_add, 8, N * C) + (sp ? hr : 0);
         comm += ar + (sp ? hr : 0);
     }
     if (stage == lay->pp - 1) {
@@ -216,7 +228,8 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
 
 /* DP communication of the cpu engine: all-reduce of fp32 gradient buckets (ZeRO:
  * reduce-scatter, then the all-gather of fp32 parameters), each collective paying the sync
- * wait of ranks that share cores; the tied embedding's all-reduce between the ends. */
+ * wait of ranks that share cores; the tied embedding's all-reduce between the ends (none
+ * when untied). */
 void tpd_plan_cpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                           const tpd_plan_layout *lay, tpd_plan_dp_cost *out) {
     memset(out, 0, sizeof *out);
@@ -233,7 +246,7 @@ void tpd_plan_cpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
             out->gather.fixed = out->reduce.fixed;
         }
     }
-    if (lay->pp > 1)
+    if (tpd_plan_embedding_group(cfg, lay))
         out->emb_allreduce = allreduce(
             cl, 4.0 * tpd_config_padded_vocab(cfg, lay->tp) / lay->tp * cfg->model.hidden_size, 2,
             lay->tp * lay->dp * (lay->pp - 1));

@@ -85,6 +85,16 @@ void ExpectSameConfig(const tpd_config &a, const tpd_config &b) {
     SAME(model.max_position_embeddings);
     SAME(model.init_method_std);
     SAME(model.make_vocab_size_divisible_by);
+    SAME(model.normalization);
+    SAME(model.norm_epsilon);
+    SAME(model.position_embedding_type);
+    SAME(model.rotary_base);
+    SAME(model.rotary_percent);
+    SAME(model.swiglu);
+    SAME(model.group_query_attention);
+    SAME(model.num_query_groups);
+    SAME(model.untie_embeddings_and_output_weights);
+    SAME(model.add_bias_linear);
     SAME(parallel.tensor_model_parallel_size);
     SAME(parallel.pipeline_model_parallel_size);
     SAME(parallel.data_parallel_size);
@@ -261,6 +271,52 @@ const BadCase kBadCases[] = {
      ":15:24: parallel.overlap_grad_reduce: '1' is not a boolean (expected true or false)"},
     {"overlap_param_type.yaml", ":16:25: parallel.overlap_param_gather: 'sometimes' is not a "
                                 "boolean (expected true or false)"},
+    // the Llama block: relations
+    {"gqa_heads_groups.yaml",
+     ":9:21: model.num_query_groups: num_attention_heads (8) must be a multiple of "
+     "num_query_groups (3) (each K/V head serves an equal group of query heads)"},
+    {"gqa_groups_tp.yaml",
+     ":9:21: model.num_query_groups: num_query_groups (2) must be a multiple of "
+     "tensor_model_parallel_size (4): the K/V heads are split over the TP ranks by whole groups "
+     "and never replicated (use tensor_model_parallel_size 2, or more query groups)"},
+    {"gqa_groups_without_gqa.yaml",
+     ":8:21: model.num_query_groups: 2 needs group_query_attention true; without it every query "
+     "head has its own K/V head (8 of them) (set model.group_query_attention: true, or leave "
+     "num_query_groups out)"},
+    {"rope_odd_head.yaml",
+     ":8:28: model.position_embedding_type: rope needs an even head size, but hidden_size / "
+     "num_attention_heads = 72 / 8 = 9 (RoPE rotates pairs of a head's dimensions)"},
+    {"rotary_percent.yaml",
+     ":9:19: model.rotary_percent: 0.5 is not supported: RoPE rotates whole heads here (1.0, as "
+     "in Llama); partial rotary (GPT-NeoX's, Megatron's --rotary-percent below 1) is not "
+     "implemented"},
+    {"swiglu_ffn_unset.yaml",
+     ":8:11: model.ffn_hidden_size: swiglu needs ffn_hidden_size set: 0 means 4*hidden_size "
+     "(1024), GPT's MLP width, but a SwiGLU MLP has three matrices and Llama's width is about "
+     "8/3*hidden_size (e.g. 14336 at hidden_size 4096)"},
+    {"rope_seq_max_pos.yaml",
+     ":7:15: model.seq_length: seq_length (4096) must be <= max_position_embeddings (2048) "
+     "(with rope it bounds the positions the model trains and generates at, as in Megatron)"},
+    // the Llama block: each key's type or enum
+    {"enum_normalization.yaml", ":8:18: model.normalization: 'rmsnorm' is not allowed (expected "
+                                "one of LayerNorm, RMSNorm)"},
+    {"range_norm_epsilon.yaml",
+     ":8:17: model.norm_epsilon: 0 is out of range (expected a number > 0)"},
+    {"enum_position_embedding.yaml", ":8:28: model.position_embedding_type: 'rotary' is not "
+                                     "allowed (expected one of learned_absolute, rope)"},
+    {"type_rotary_base.yaml",
+     ":8:16: model.rotary_base: '500k' is not a number (expected a number > 0)"},
+    {"type_rotary_percent.yaml",
+     ":8:19: model.rotary_percent: 'half' is not a number (expected a number > 0)"},
+    {"type_swiglu.yaml", ":8:11: model.swiglu: 'yes' is not a boolean (expected true or false)"},
+    {"type_group_query_attention.yaml", ":8:26: model.group_query_attention: '1' is not a "
+                                        "boolean (expected true or false)"},
+    {"range_num_query_groups.yaml",
+     ":8:21: model.num_query_groups: 0 is out of range (expected an integer >= 1)"},
+    {"type_untie.yaml", ":8:40: model.untie_embeddings_and_output_weights: 'on' is not a boolean "
+                        "(expected true or false)"},
+    {"type_add_bias_linear.yaml",
+     ":8:20: model.add_bias_linear: 'none' is not a boolean (expected true or false)"},
 };
 
 TEST(Config, DefaultsAreMegatronLike) {
@@ -270,6 +326,20 @@ TEST(Config, DefaultsAreMegatronLike) {
     EXPECT_EQ(c.model.max_position_embeddings, 0);
     EXPECT_DOUBLE_EQ(c.model.init_method_std, 0.02);
     EXPECT_EQ(c.model.make_vocab_size_divisible_by, 128);
+    // GPT-2's block unless a config asks for Llama's; Megatron's defaults for each key
+    EXPECT_STREQ(tpd_config_choice("model.normalization", c.model.normalization), "LayerNorm");
+    EXPECT_DOUBLE_EQ(c.model.norm_epsilon, 1e-5);
+    EXPECT_STREQ(
+        tpd_config_choice("model.position_embedding_type", c.model.position_embedding_type),
+        "learned_absolute");
+    EXPECT_DOUBLE_EQ(c.model.rotary_base, 10000.0);
+    EXPECT_DOUBLE_EQ(c.model.rotary_percent, 1.0);
+    EXPECT_EQ(c.model.swiglu, 0);
+    EXPECT_EQ(c.model.group_query_attention, 0);
+    EXPECT_EQ(c.model.num_query_groups, 1);
+    EXPECT_EQ(c.model.untie_embeddings_and_output_weights, 0);
+    EXPECT_EQ(c.model.add_bias_linear, 1);
+    EXPECT_EQ(tpd_config_kv_heads(&c), c.model.num_attention_heads);
     EXPECT_EQ(c.parallel.tensor_model_parallel_size, 1);
     EXPECT_EQ(c.parallel.pipeline_model_parallel_size, 1);
     EXPECT_EQ(c.parallel.data_parallel_size, 0);
@@ -334,7 +404,8 @@ TEST(Config, DefaultsOnlyLoadPassesEveryCheckAndResolves) {
 TEST(Config, EveryShippedConfigLoadsAndIsTrainable) {
     std::vector<std::string> names = YamlFilesIn(kSource + "/configs");
     for (const char *want : {"demo.yaml", "gpt2-124m.yaml", "gpt2-350m.yaml", "gpt2-1.5b.yaml",
-                             "gpt3-175b.yaml", "gpt-1t.yaml"})
+                             "gpt3-175b.yaml", "gpt-1t.yaml", "demo-llama.yaml", "llama3-8b.yaml",
+                             "llama3-70b.yaml", "llama3-405b.yaml"})
         EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
     for (const std::string &n : names) {
         Loaded r = Load(ConfigPath(n));
@@ -380,6 +451,153 @@ TEST(Config, DemoRunsOnEightRanksAsTwoByTwoByTwo) {
     EXPECT_EQ(tpd_config_num_micro_batches(&t.cfg, 2), 8);
     EXPECT_EQ(tpd_config_check_world(&r.cfg, 1, err, sizeof err), TPD_OK) << err;
     EXPECT_EQ(tpd_config_num_micro_batches(&r.cfg, tpd_config_dp(&r.cfg, 1)), 16);
+}
+
+// Llama 3's published shapes (REFERENCES.md, "Llama family"; Dubey et al. 2024, Table 3).
+TEST(Config, Llama3PresetsHaveThePublishedShapes) {
+    const struct {
+        const char *file;
+        int layers, hidden, heads, ffn;
+    } presets[] = {
+        {"llama3-8b.yaml", 32, 4096, 32, 14336},
+        {"llama3-70b.yaml", 80, 8192, 64, 28672},
+        {"llama3-405b.yaml", 126, 16384, 128, 53248},
+    };
+    for (const auto &p : presets) {
+        SCOPED_TRACE(p.file);
+        Loaded r = Load(ConfigPath(p.file));
+        ASSERT_EQ(r.st, TPD_OK) << r.err;
+        const tpd_config_model &m = r.cfg.model;
+        EXPECT_EQ(m.num_layers, p.layers);
+        EXPECT_EQ(m.hidden_size, p.hidden);
+        EXPECT_EQ(m.num_attention_heads, p.heads);
+        EXPECT_EQ(m.ffn_hidden_size, p.ffn);
+        EXPECT_EQ(m.vocab_size, 128256);
+        EXPECT_EQ(m.seq_length, 8192);
+        EXPECT_EQ(m.max_position_embeddings, 8192);
+        EXPECT_EQ(m.hidden_size / m.num_attention_heads, 128);
+        EXPECT_TRUE(m.group_query_attention);
+        EXPECT_EQ(tpd_config_kv_heads(&r.cfg), 8);
+        EXPECT_TRUE(m.swiglu);
+        EXPECT_EQ(m.normalization, TPD_NORM_RMSNORM);
+        EXPECT_DOUBLE_EQ(m.norm_epsilon, 1e-5);
+        EXPECT_EQ(m.position_embedding_type, TPD_POS_ROPE);
+        EXPECT_DOUBLE_EQ(m.rotary_base, 500000.0);
+        EXPECT_DOUBLE_EQ(m.rotary_percent, 1.0);
+        EXPECT_TRUE(m.untie_embeddings_and_output_weights);
+        EXPECT_FALSE(m.add_bias_linear);
+        EXPECT_EQ(r.cfg.training.precision, TPD_PRECISION_BF16);
+        EXPECT_EQ(r.cfg.training.device, TPD_DEVICE_CUDA);
+        // 16M tokens per step: Table 4's batch (published for 405B; assumed for 8B and 70B)
+        EXPECT_EQ((long)r.cfg.training.global_batch_size * m.seq_length, 16777216L);
+    }
+}
+
+// The Llama demo trains what the GPT-2 demo trains (data, steps, batch, context, schedule),
+// with the Llama block at about the same parameter count, and runs TP2 x PP2 on 8 ranks.
+TEST(Config, DemoLlamaTrainsWhatTheDemoTrains) {
+    Loaded g = Load(ConfigPath("demo.yaml"));
+    Loaded l = Load(ConfigPath("demo-llama.yaml"));
+    ASSERT_EQ(g.st, TPD_OK) << g.err;
+    ASSERT_EQ(l.st, TPD_OK) << l.err;
+    EXPECT_STREQ(l.cfg.data.data_path, g.cfg.data.data_path);
+    EXPECT_STREQ(l.cfg.data.split, g.cfg.data.split);
+    EXPECT_EQ(l.cfg.training.train_iters, g.cfg.training.train_iters);
+    EXPECT_EQ(l.cfg.training.global_batch_size, g.cfg.training.global_batch_size);
+    EXPECT_EQ(l.cfg.training.micro_batch_size, g.cfg.training.micro_batch_size);
+    EXPECT_EQ(l.cfg.training.seed, g.cfg.training.seed);
+    EXPECT_EQ(l.cfg.model.seq_length, g.cfg.model.seq_length);
+    EXPECT_EQ(l.cfg.model.vocab_size, g.cfg.model.vocab_size);
+    EXPECT_EQ(l.cfg.model.hidden_size, g.cfg.model.hidden_size);
+    EXPECT_EQ(l.cfg.model.num_layers, g.cfg.model.num_layers);
+    EXPECT_DOUBLE_EQ(l.cfg.optimizer.lr, g.cfg.optimizer.lr);
+    EXPECT_DOUBLE_EQ(l.cfg.optimizer.min_lr, g.cfg.optimizer.min_lr);
+    EXPECT_EQ(l.cfg.optimizer.lr_warmup_iters, g.cfg.optimizer.lr_warmup_iters);
+    EXPECT_EQ(l.cfg.logging.eval_interval, g.cfg.logging.eval_interval);
+    EXPECT_EQ(l.cfg.logging.eval_iters, g.cfg.logging.eval_iters);
+    // 2 K/V groups of 4 query heads
+    const tpd_config_model &m = l.cfg.model;
+    EXPECT_TRUE(m.group_query_attention);
+    EXPECT_EQ(m.num_attention_heads, 8);
+    EXPECT_EQ(tpd_config_kv_heads(&l.cfg), 2);
+    EXPECT_EQ(m.normalization, TPD_NORM_RMSNORM);
+    EXPECT_EQ(m.position_embedding_type, TPD_POS_ROPE);
+    EXPECT_TRUE(m.swiglu);
+    EXPECT_TRUE(m.untie_embeddings_and_output_weights);
+    EXPECT_FALSE(m.add_bias_linear);
+    // its own run directory
+    EXPECT_STRNE(l.cfg.checkpoint.save, g.cfg.checkpoint.save);
+    EXPECT_STRNE(l.cfg.logging.metrics_file, g.cfg.logging.metrics_file);
+
+    Loaded t = Load(ConfigPath("demo-llama.yaml"), {"parallel.tensor_model_parallel_size=2",
+                                                    "parallel.pipeline_model_parallel_size=2"});
+    ASSERT_EQ(t.st, TPD_OK) << t.err;
+    char err[512] = "";
+    EXPECT_EQ(tpd_config_check_world(&t.cfg, 8, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_check_trainable(&t.cfg, err, sizeof err), TPD_OK) << err;
+    // TP 4 would need K/V heads replicated: a config error that names the file's line
+    Loaded tp4 = Load(ConfigPath("demo-llama.yaml"), {"parallel.tensor_model_parallel_size=4"});
+    EXPECT_EQ(tp4.st, TPD_ERR_INVALID);
+    EXPECT_NE(tp4.err.find("demo-llama.yaml:"), std::string::npos) << tp4.err;
+    EXPECT_NE(tp4.err.find("model.num_query_groups: num_query_groups (2) must be a multiple of "
+                           "tensor_model_parallel_size (4)"),
+              std::string::npos)
+        << tp4.err;
+}
+
+// What the Llama rules allow at their edges, and where their messages point.
+TEST(Config, LlamaRulesAtTheirEdges) {
+    // MHA spelled as grouped-query attention with one group per head
+    Loaded mha = Load("", {"model.group_query_attention=true", "model.num_query_groups=4"});
+    ASSERT_EQ(mha.st, TPD_OK) << mha.err;
+    EXPECT_EQ(tpd_config_kv_heads(&mha.cfg), 4);
+    // one group for all heads (multi-query attention) splits over no more than one TP rank
+    Loaded mqa = Load("", {"model.group_query_attention=true"});
+    ASSERT_EQ(mqa.st, TPD_OK) << mqa.err;
+    EXPECT_EQ(tpd_config_kv_heads(&mqa.cfg), 1);
+    Loaded mqa2 =
+        Load("", {"model.group_query_attention=true", "parallel.tensor_model_parallel_size=2"});
+    EXPECT_EQ(mqa2.st, TPD_ERR_INVALID);
+    EXPECT_EQ(mqa2.err, "<override>: model.num_query_groups: num_query_groups (1) must be a "
+                        "multiple of tensor_model_parallel_size (2): the K/V heads are split "
+                        "over the TP ranks by whole groups and never replicated (use "
+                        "tensor_model_parallel_size 1, or more query groups)");
+    // without group_query_attention, a count equal to the heads says nothing new: allowed
+    Loaded same = Load("", {"model.num_query_groups=4"});
+    ASSERT_EQ(same.st, TPD_OK) << same.err;
+    EXPECT_EQ(tpd_config_kv_heads(&same.cfg), 4);
+    // the groups' line in the file is named though an override broke the relation
+    std::string path = kBadDir + "gqa_groups_tp.yaml";
+    Loaded ok = Load(path, {"parallel.tensor_model_parallel_size=2"});
+    ASSERT_EQ(ok.st, TPD_OK) << ok.err;
+    Loaded f = Load(path, {"parallel.tensor_model_parallel_size=8"});
+    EXPECT_EQ(f.st, TPD_ERR_INVALID);
+    EXPECT_EQ(f.err.rfind(path + ":9:21: model.num_query_groups: num_query_groups (2) must be a "
+                                 "multiple of tensor_model_parallel_size (8)",
+                          0),
+              0u)
+        << f.err;
+    // SwiGLU with its width stated; stated rotary_percent 1.0; an even head size
+    Loaded glu = Load("", {"model.swiglu=true", "model.ffn_hidden_size=172",
+                           "model.position_embedding_type=rope", "model.rotary_percent=1.0"});
+    ASSERT_EQ(glu.st, TPD_OK) << glu.err;
+    EXPECT_EQ(glu.cfg.model.ffn_hidden_size, 172);
+    // an explicit 0 is the unset width: refused, pointing at it
+    Loaded zero = Load("", {"model.swiglu=true", "model.ffn_hidden_size=0"});
+    EXPECT_EQ(zero.st, TPD_ERR_INVALID);
+    EXPECT_EQ(zero.err.rfind("<override>: model.ffn_hidden_size: swiglu needs ffn_hidden_size set: "
+                             "0 means 4*hidden_size (256)",
+                             0),
+              0u)
+        << zero.err;
+    // rope with a head size of 16 + 1: odd
+    Loaded odd = Load("", {"model.position_embedding_type=rope", "model.hidden_size=68"});
+    EXPECT_EQ(odd.st, TPD_ERR_INVALID);
+    EXPECT_EQ(odd.err, "<override>: model.position_embedding_type: rope needs an even head size, "
+                       "but hidden_size / num_attention_heads = 68 / 4 = 17 (RoPE rotates pairs "
+                       "of a head's dimensions)");
+    // learned positions: the head size may be odd
+    EXPECT_EQ(Load("", {"model.hidden_size=68"}).st, TPD_OK);
 }
 
 TEST(Config, OverridesApplyAfterTheFileInOrder) {

@@ -1,7 +1,7 @@
 // Planner reports, label `bench` (run with `ctest -L bench`; left out of tools/test.sh):
 // figures printed for a reader, with no bound held. The planner's speed (the full search
-// for the 1T model on 3072 A100s, one GPT-3 175B layout), and how close the A100
-// constants come to Korthikanti et al.'s published MFU.
+// for the 1T model on 3072 A100s, one GPT-3 175B layout), how close the A100 constants come
+// to Korthikanti et al.'s published MFU, and the H100 constants to Llama 3 405B's.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -9,6 +9,10 @@
 #include <cstring>
 
 #include "plan_test_util.h"
+
+extern "C" {
+#include "base/file.h"
+}
 
 using namespace plan_test;
 
@@ -93,6 +97,50 @@ TEST(PlanThroughput, KorthikantiMfuReport) {
                     res.memory_bytes / 1073741824.0, res.fits);
         EXPECT_GT(res.mfu, 0.0);
     }
+}
+
+// Llama 3 405B, the two sequence-8192 rows of Dubey et al. (2024) Table 4 on H100-80GB
+// (configs/llama3-405b.yaml: TP 8, PP 16, SP, ZeRO-1, mbs 1). The schedule and recompute
+// Meta used are not in the table, so 1F1B (7 + 14 x 8 + 7 layers) and the interleaved
+// schedule with 2 chunks a stage (3 + 30 x 4 + 3) are each shown under every recompute.
+// Printed only: predicted TFLOP/s and MFU beside the published ones, and whether the layout
+// fits 80 GB.
+TEST(PlanThroughput, Llama3Table4Report) {
+    std::string path = std::string(tpd_source_dir()) + "/configs/llama3-405b.yaml";
+    tpd_config cfg;
+    char err[1024];
+    ASSERT_EQ(tpd_config_load(path.c_str(), 0, nullptr, &cfg, err, sizeof err), TPD_OK) << err;
+    tpd_config il = cfg; // two chunks a stage: one layer fewer on the very first and last
+    il.parallel.virtual_pipeline_model_parallel_size = 2;
+    il.parallel.num_pipeline_layers = 32;
+    for (int i = 0; i < 32; i++)
+        il.parallel.pipeline_layers[i] = i == 0 || i == 31 ? 3 : 4;
+    tpd_plan_cluster cl;
+    ASSERT_EQ(tpd_plan_cluster_load("dgx-h100", &cl), TPD_OK);
+    const struct {
+        int gpus;
+        double tflops, mfu;
+    } rows[] = {{8192, 430, 0.43}, {16384, 400, 0.41}};
+    for (const auto &row : rows)
+        for (const tpd_config *c : {(const tpd_config *)&cfg, (const tpd_config *)&il})
+            for (int rc = 0; rc <= 2; rc++) {
+                tpd_plan_layout lay;
+                tpd_plan_layout_from_config(c, row.gpus, &lay);
+                lay.recompute = (tpd_recompute)rc;
+                tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
+                opt.gpus = row.gpus;
+                tpd_plan_result res;
+                ASSERT_EQ(tpd_plan_evaluate(c, &cl, &lay, &opt, &res), TPD_OK);
+                ASSERT_GT(res.step_time_s, 0.0) << res.reject_reason;
+                std::printf("  Llama 3 405B on %5d H100s (TP 8, PP 16, DP %3d, v %d, recompute "
+                            "%-9s): predicted %5.1f TFLOP/s/GPU, MFU %4.1f%%; published %3.0f, "
+                            "%2.0f%% (mem %.1f GiB, fits %d)\n",
+                            row.gpus, lay.dp, lay.virtual_stages,
+                            tpd_config_choice("training.recompute", rc), res.tflops_per_gpu,
+                            100 * res.mfu, row.tflops, 100 * row.mfu,
+                            res.memory_bytes / 1073741824.0, res.fits);
+                EXPECT_GT(res.mfu, 0.0);
+            }
 }
 
 } // namespace

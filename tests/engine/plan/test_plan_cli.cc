@@ -12,6 +12,7 @@
 extern "C" {
 #include <cjson/cJSON.h>
 
+#include "base/file.h"
 #include "base/status.h"
 #include "engine/cli/cli.h"
 #include "engine/plan/plan.h"
@@ -276,6 +277,90 @@ TEST(PlanCli, OverlapFollowsTheConfigAndTheReportSaysHowToTrain) {
          {"zb-h1", "idle", "DP comm (exposed)", "param gather (exposed)",
           "to train it: tripod train", "parallel.pipeline_schedule=zb-h1", "(of which W"})
         EXPECT_NE(out.find(k), std::string::npos) << k << " in\n" << out;
+}
+
+// `tripod plan configs/llama3-70b.yaml --gpus 1024`: layouts of the Llama block that fit
+// H200s, ranked, the best one's breakdown and, after it, what the preset says Meta
+// published, to read beside the prediction.
+TEST(PlanCli, Llama70bOn1024Gpus) {
+    std::string cfg = std::string(tpd_source_dir()) + "/configs/llama3-70b.yaml";
+    std::string out;
+    ASSERT_EQ(run({"plan", cfg, "--gpus", "1024"}, &out), 0) << out;
+    for (const char *k : {"cluster h200", "best layout:", "fits: yes", "to train it: tripod train",
+                          "published: Llama 3 70B", "not published", "6.4M"})
+        EXPECT_NE(out.find(k), std::string::npos) << k << " in\n" << out;
+    EXPECT_LT(out.find("throughput:"), out.find("published:"));
+    // every comment line of the preset marked "# published:", and no other line
+    std::ifstream f(cfg);
+    int marked = 0;
+    for (std::string line; std::getline(f, line);)
+        if (line.rfind("# published:", 0) == 0) {
+            marked++;
+            EXPECT_NE(out.find("\n" + line.substr(2) + "\n"), std::string::npos) << line;
+        }
+    EXPECT_GE(marked, 3);
+    size_t printed = 0;
+    for (size_t at = out.find("\npublished:"); at != std::string::npos;
+         at = out.find("\npublished:", at + 1))
+        printed++;
+    EXPECT_EQ(printed, (size_t)marked);
+
+    ASSERT_EQ(run({"plan", cfg, "--gpus", "1024", "--top", "5", "--json"}, &out), 0);
+    cJSON *arr = cJSON_Parse(out.c_str());
+    ASSERT_NE(arr, nullptr) << out;
+    ASSERT_EQ(cJSON_GetArraySize(arr), 5);
+    cJSON *o;
+    cJSON_ArrayForEach(o, arr) {
+        int tp = cJSON_GetObjectItem(o, "tp")->valueint,
+            pp = cJSON_GetObjectItem(o, "pp")->valueint,
+            dp = cJSON_GetObjectItem(o, "dp")->valueint;
+        EXPECT_EQ(tp * pp * dp, 1024);
+        EXPECT_EQ(8 % tp, 0) << "the 8 K/V groups split whole over TP";
+        EXPECT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(o, "fits")));
+        EXPECT_LE(cJSON_GetObjectItem(o, "memory_bytes_per_rank")->valuedouble,
+                  0.92 * 131 * 1073741824.0);
+        double step = cJSON_GetObjectItem(o, "step_time_s")->valuedouble;
+        EXPECT_NEAR(cJSON_GetObjectItem(o, "tokens_per_s")->valuedouble * step, 2048 * 8192.0,
+                    1e-6 * 2048 * 8192.0);
+        // model FLOPs of a step at its TP's padded vocabulary over the step: MFU
+        double mfu = cJSON_GetObjectItem(o, "mfu")->valuedouble;
+        EXPECT_GT(mfu, 0.2);
+        EXPECT_LT(mfu, 0.8);
+    }
+    cJSON_Delete(arr);
+}
+
+// A preset's published lines, whatever their length, and nothing for a config without them.
+TEST(PlanCli, PublishedLinesComeFromTheConfigFile) {
+    const std::string path = plan_test::scratch_path("published.yaml");
+    std::string longline = "# published: " + std::string(1500, 'x');
+    {
+        std::ofstream f(path);
+        f << "# published: first\n#published: not this one\n  # published: nor this\n"
+          << longline << "\n# published: last, without a newline";
+    }
+    tpd_config c;
+    tpd_config_defaults(&c);
+    std::snprintf(c.source_path, sizeof c.source_path, "%s", path.c_str());
+    char *buf = nullptr;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    tpd_plan_print_published(mem, &c);
+    fclose(mem);
+    std::string got(buf, len);
+    free(buf);
+    EXPECT_EQ(got.find("published: first\n"), 0u) << got;
+    EXPECT_EQ(got.find("not this"), std::string::npos);
+    EXPECT_EQ(got.find("nor this"), std::string::npos);
+    EXPECT_NE(got.find("published: xxxx"), std::string::npos);
+    EXPECT_NE(got.find("\npublished: last, without a newline\n"), std::string::npos) << got;
+    std::remove(path.c_str());
+    c.source_path[0] = '\0';
+    mem = open_memstream(&buf, &len);
+    tpd_plan_print_published(mem, &c);
+    fclose(mem);
+    EXPECT_EQ(len, 0u);
+    free(buf);
 }
 
 } // namespace

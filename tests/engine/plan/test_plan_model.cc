@@ -299,7 +299,8 @@ TEST_F(Gpt3Recompute, SearchFitsTheFewestRecomputedLayers) {
     tpd_plan_result r;
     memset(&r, 0, sizeof r);
     r.layout = l;
-    const tpd_config *c = tpd_plan_memory_split(&g, &cl, &opt, &r, &scratch);
+    const tpd_config *c = nullptr;
+    ASSERT_EQ(tpd_plan_memory_split(&g, &cl, &opt, &r, &scratch, &c), TPD_OK);
     ASSERT_NE(c, nullptr);
     ASSERT_TRUE(r.fits) << r.reject_reason;
     ASSERT_EQ(tpd_plan_fit_recompute_layers(&g, &cl, &r, &scratch), TPD_OK);
