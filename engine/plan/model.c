@@ -288,15 +288,6 @@ static uint64_t up(uint64_t bytes) {
 tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                                tpd_plan_stage_mem *out) {
     const tpd_config_model *m = &cfg->model;
-    if (!tpd_plan_gpt_block(cfg)) {
-        /* The closed form mirrors the engine's buffer plan region by region; the Llama
-         * block's regions (RMSNorm, RoPE, SwiGLU, K/V heads, lmhead, no biases) are the
-         * engine's to define first. */
-        tpd_log_error("plan: the cpu backend's memory of the Llama block (RMSNorm, RoPE, SwiGLU, "
-                      "grouped-query attention, untied output layer, no linear biases) is not "
-                      "modeled yet; plan it on a cuda cluster (e.g. --cluster h200)");
-        return TPD_ERR_UNSUPPORTED;
-    }
     uint64_t t = (uint64_t)lay->tp, dp = (uint64_t)lay->dp;
     uint64_t B = (uint64_t)lay->micro_batch_size, T = (uint64_t)m->seq_length;
     uint64_t C = (uint64_t)m->hidden_size, NH = (uint64_t)m->num_attention_heads;
@@ -311,17 +302,27 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     }
     uint64_t Ls = (uint64_t)layers, Vl = (uint64_t)tpd_config_padded_vocab(cfg, lay->tp) / t;
     uint64_t Cl = C / t, Fl = F / t, NHl = NH / t, N = B * T;
+    /* the block: K/V heads (grouped-query attention), SwiGLU's [gate; up], RMSNorm without
+     * b or mean, linear biases, learned positions, tied or separate output layer */
+    uint64_t HS = C / NH, KVl = (uint64_t)tpd_config_kv_heads(cfg) / t;
+    uint64_t QKVl = (NHl + 2 * KVl) * HS, FCl = m->swiglu ? 2 * Fl : Fl;
+    int rms = m->normalization == TPD_NORM_RMSNORM, bias = m->add_bias_linear;
+    int learned = m->position_embedding_type == TPD_POS_LEARNED;
+    int tied = !m->untie_embeddings_and_output_weights;
+    uint64_t nb = rms ? 0 : 1; /* LayerNorm's b and mean, per norm */
     int first = stage == 0, last = stage == lay->pp - 1;
     int sp = lay->sequence_parallel && lay->tp > 1;
     uint64_t NL = sp ? N / t : N; /* rows of the LayerNorm, residual and p2p regions */
     uint64_t e = cfg->training.precision == TPD_PRECISION_BF16 ? 2 : 4; /* element bytes */
 
     /* parameters: the stage's layers sliced over TP, the embeddings on the first stage,
-     * the final LayerNorm and (when not already there) the tied embedding on the last */
-    uint64_t n = Ls * (4 * C + 3 * Cl * C + 3 * Cl + C * Cl + C + Fl * C + Fl + C * Fl + C);
-    if (first || last) n += Vl * C;
-    if (first) n += maxT * C;
-    if (last) n += 2 * C;
+     * the final norm and the output layer on the last (the tied wte unless already there) */
+    uint64_t n = Ls * (2 * (1 + nb) * C + QKVl * C + C * Cl + FCl * C + C * Fl +
+                       (bias ? QKVl + C + FCl + C : 0));
+    if (first || (last && tied)) n += Vl * C;
+    if (last && !tied) n += Vl * C;
+    if (first && learned) n += maxT * C;
+    if (last) n += (1 + nb) * C;
     uint64_t padded = (n + dp - 1) / dp * dp; /* ZeRO-1 shards are equal */
     uint64_t shard = lay->distributed_optimizer && dp > 1 ? padded / dp : padded;
     out->params = (double)(padded * e);
@@ -335,8 +336,8 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
         att = cfg->training.attention == TPD_ATTENTION_FUSED && e == 2 ? NHl * B * T * 4
                                                                        : NHl * B * T * T * e;
     int selective = lay->recompute == TPD_RECOMPUTE_SELECTIVE;
-    uint64_t layer = 4 * up(NL * C * e) + 4 * up(NL * 4) + up(N * 3 * Cl * e) + up(N * Cl * e) +
-                     (selective ? 0 : up(att)) + 2 * up(N * Fl * e);
+    uint64_t layer = 4 * up(NL * C * e) + 2 * (1 + nb) * up(NL * 4) + up(N * QKVl * e) +
+                     up(N * Cl * e) + (selective ? 0 : up(att)) + up(N * FCl * e) + up(N * Fl * e);
     /* fully recomputed layers (the first k of each chunk) keep only their output */
     uint64_t R = 0, kept = 0;
     for (int c = 0; c < v; c++) {
@@ -350,7 +351,8 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
         if (lc > 0 && (uint64_t)lc - r > kept) kept = (uint64_t)lc - r;
     }
     uint64_t slot = 2 * up(N * 4) + up(NL * C * e) + R * up(NL * C * e) + kept * layer;
-    uint64_t head = up(NL * C * e) + 2 * up(NL * 4) + up(N * Vl * e) + up(3 * N * 4) + up(N * 4);
+    uint64_t head =
+        up(NL * C * e) + (1 + nb) * up(NL * 4) + up(N * Vl * e) + up(3 * N * 4) + up(N * 4);
     int M = cfg->training.global_batch_size / (lay->micro_batch_size * lay->dp);
     uint64_t slots = (uint64_t)tpd_plan_in_flight(lay->pp, stage, M, v, lay->schedule);
     /* the head's last chunk holds a micro-batch from its forward to its backward, which
@@ -362,7 +364,8 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
      * very first sends its input's gradient), recompute and SP scratch, and the host
      * staging of one micro-batch's inputs and targets */
     uint64_t ws =
-        2 * up(NL * C * e) + up(N * C * e) + up(N * 3 * Cl * e) + up(N * Cl * e) + up(N * Fl * e);
+        2 * up(NL * C * e) + up(N * C * e) + up(N * QKVl * e) + up(N * Cl * e) + up(N * Fl * e);
+    if (m->swiglu) ws += up(N * FCl * e); /* d[gate | up] */
     if (!(first && v == 1)) ws += up(NL * C * e);
     if (R) ws += layer;
     if (selective) ws += up(att);

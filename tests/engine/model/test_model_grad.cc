@@ -331,62 +331,69 @@ void ExpectViewsInsideBlocks(const tpd_model *m, const std::string &where) {
 TEST(ModelMemory, AllocationEqualsPlan) {
     // The bytes the model allocates (counted by the cpu backend) are the bytes that
     // tripod plan predicts, which the planner computes in closed form without the
-    // engine's buffer plan: an independent computation of the same memory.
-    tpd_config cfg = tiny::config("");
+    // engine's buffer plan: an independent computation of the same memory. GPT-2 and the
+    // Llama block (2 K/V groups: TP up to 2).
     tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
     tpd_kern_backend *kb = nullptr;
     ASSERT_EQ(tpd_kern_cpu_create(&kc, &kb), TPD_OK);
     int checked = 0;
-    for (int tp : {1, 2, 4})
-        for (int pp : {1, 2, 4})
-            for (int dp : {1, 2}) {
-                cfg.parallel.tensor_model_parallel_size = tp;
-                cfg.parallel.pipeline_model_parallel_size = pp;
-                for (int zero : {0, 1})
-                    for (int sp : {0, 1})
-                        for (const char *rc : {"none", "selective", "full", "full-1"}) {
-                            if (sp && tp == 1) continue;
-                            cfg.training.recompute_num_layers = strcmp(rc, "full-1") == 0;
-                            cfg.parallel.use_distributed_optimizer = zero;
-                            cfg.parallel.sequence_parallel = sp;
-                            tiny::set(cfg.training.recompute, "training.recompute",
-                                      std::string(rc, strcspn(rc, "-")).c_str());
-                            tpd_plan_layout lay;
-                            tpd_plan_layout_from_config(&cfg, tp * pp * dp, &lay);
-                            for (int stage = 0; stage < pp; stage++) {
-                                std::string where =
-                                    "tp " + std::to_string(tp) + " pp " + std::to_string(pp) +
-                                    " dp " + std::to_string(dp) + " stage " +
-                                    std::to_string(stage) + " zero " + std::to_string(zero) +
-                                    " sp " + std::to_string(sp) + " recompute " + rc;
-                                tpd_plan_stage_mem pred;
-                                ASSERT_EQ(tpd_plan_cpu_memory(&cfg, &lay, stage, &pred), TPD_OK);
-                                size_t before = tpd_kern_cpu_bytes_allocated(kb);
-                                tpd_model *m = nullptr;
-                                ASSERT_EQ(
-                                    tpd_model_create(&cfg, kb, nullptr, tp, 0, pp, dp, stage, &m),
-                                    TPD_OK);
-                                size_t device = tpd_kern_cpu_bytes_allocated(kb) - before;
-                                size_t host = 2 * (size_t)cfg.training.micro_batch_size *
-                                              cfg.model.seq_length * 4; // token staging
-                                EXPECT_EQ((double)(device + host), pred.total) << where;
-                                EXPECT_EQ((double)m->bytes_allocated, pred.total) << where;
-                                // category by category, for a message that says which one moved
-                                EXPECT_EQ((double)m->plan.mem.params, pred.params) << where;
-                                EXPECT_EQ((double)m->plan.mem.grads, pred.grads) << where;
-                                EXPECT_EQ((double)(m->plan.mem.optimizer + m->plan.mem.master),
-                                          pred.optimizer)
-                                    << where;
-                                EXPECT_EQ((double)m->plan.mem.activations, pred.activations)
-                                    << where;
-                                EXPECT_EQ((double)m->plan.mem.workspace, pred.workspace) << where;
-                                ExpectViewsInsideBlocks(m, where);
-                                tpd_model_destroy(m);
-                                checked++;
+    for (bool llama : {false, true})
+        for (int tp : {1, 2, 4})
+            for (int pp : {1, 2, 4})
+                for (int dp : {1, 2}) {
+                    if (llama && tp == 4) continue;
+                    tpd_config cfg = tiny::config("");
+                    if (llama) tiny::llama(cfg);
+                    cfg.parallel.tensor_model_parallel_size = tp;
+                    cfg.parallel.pipeline_model_parallel_size = pp;
+                    for (int zero : {0, 1})
+                        for (int sp : {0, 1})
+                            for (const char *rc : {"none", "selective", "full", "full-1"}) {
+                                if (sp && tp == 1) continue;
+                                cfg.training.recompute_num_layers = strcmp(rc, "full-1") == 0;
+                                cfg.parallel.use_distributed_optimizer = zero;
+                                cfg.parallel.sequence_parallel = sp;
+                                tiny::set(cfg.training.recompute, "training.recompute",
+                                          std::string(rc, strcspn(rc, "-")).c_str());
+                                tpd_plan_layout lay;
+                                tpd_plan_layout_from_config(&cfg, tp * pp * dp, &lay);
+                                for (int stage = 0; stage < pp; stage++) {
+                                    std::string where =
+                                        "tp " + std::to_string(tp) + " pp " + std::to_string(pp) +
+                                        " dp " + std::to_string(dp) + " stage " +
+                                        std::to_string(stage) + " zero " + std::to_string(zero) +
+                                        " sp " + std::to_string(sp) + " recompute " + rc +
+                                        (llama ? " Llama" : "");
+                                    tpd_plan_stage_mem pred;
+                                    ASSERT_EQ(tpd_plan_cpu_memory(&cfg, &lay, stage, &pred),
+                                              TPD_OK);
+                                    size_t before = tpd_kern_cpu_bytes_allocated(kb);
+                                    tpd_model *m = nullptr;
+                                    ASSERT_EQ(tpd_model_create(&cfg, kb, nullptr, tp, 0, pp, dp,
+                                                               stage, &m),
+                                              TPD_OK);
+                                    size_t device = tpd_kern_cpu_bytes_allocated(kb) - before;
+                                    size_t host = 2 * (size_t)cfg.training.micro_batch_size *
+                                                  cfg.model.seq_length * 4; // token staging
+                                    EXPECT_EQ((double)(device + host), pred.total) << where;
+                                    EXPECT_EQ((double)m->bytes_allocated, pred.total) << where;
+                                    // category by category, for a message that says which one moved
+                                    EXPECT_EQ((double)m->plan.mem.params, pred.params) << where;
+                                    EXPECT_EQ((double)m->plan.mem.grads, pred.grads) << where;
+                                    EXPECT_EQ((double)(m->plan.mem.optimizer + m->plan.mem.master),
+                                              pred.optimizer)
+                                        << where;
+                                    EXPECT_EQ((double)m->plan.mem.activations, pred.activations)
+                                        << where;
+                                    EXPECT_EQ((double)m->plan.mem.workspace, pred.workspace)
+                                        << where;
+                                    ExpectViewsInsideBlocks(m, where);
+                                    tpd_model_destroy(m);
+                                    checked++;
+                                }
                             }
-                        }
-            }
-    EXPECT_GT(checked, 200);
+                }
+    EXPECT_GT(checked, 350);
     tpd_kern_backend_destroy(kb);
 }
 
