@@ -120,7 +120,7 @@ tpd_status tpd_kern_pos_bwd(const tpd_kern_backend *kb, void *dwpe, const void *
 
 tpd_status tpd_kern_layernorm_fwd(const tpd_kern_backend *kb, void *out, float *mean, float *rstd,
                                   const void *inp, const void *w, const void *b, int N, int C,
-                                  float eps) {
+                                  double eps) {
     return kb->ops->layernorm_fwd(kb->ctx, out, mean, rstd, inp, w, b, N, C, eps);
 }
 
@@ -192,7 +192,7 @@ static tpd_status missing(const tpd_kern_backend *kb, const char *op) {
 }
 
 tpd_status tpd_kern_rmsnorm_fwd(const tpd_kern_backend *kb, void *out, float *rstd, const void *inp,
-                                const void *w, int N, int C, float eps) {
+                                const void *w, int N, int C, double eps) {
     if (!kb->ops->rmsnorm_fwd) return missing(kb, "rmsnorm_fwd");
     return kb->ops->rmsnorm_fwd(kb->ctx, out, rstd, inp, w, N, C, eps);
 }

@@ -107,10 +107,11 @@ tpd_status tpd_kern_pos_bwd(const tpd_kern_backend *kb, void *dwpe, const void *
 
 /* ---- layernorm (biased variance) ---- */
 /* out(N,C) = (inp - mean) * rstd * w + b with rstd = 1/sqrt(var + eps) (model.norm_epsilon;
- * GPT-2's is 1e-5); mean(N), rstd(N) fp32. Overwrites. */
+ * GPT-2's is 1e-5: a double, since the cpu backend adds it in double); mean(N), rstd(N)
+ * fp32. Overwrites. */
 tpd_status tpd_kern_layernorm_fwd(const tpd_kern_backend *kb, void *out, float *mean, float *rstd,
                                   const void *inp, const void *w, const void *b, int N, int C,
-                                  float eps);
+                                  double eps);
 /* dinp(N,C) overwritten; dw(C), db(C) accumulated. */
 tpd_status tpd_kern_layernorm_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, void *db,
                                   const void *dout, const void *inp, const void *w,
@@ -169,7 +170,7 @@ tpd_status tpd_kern_attention_bwd(const tpd_kern_backend *kb, void *dqkv, const 
 /* out(N,C) = inp * rstd * w with rstd = 1/sqrt(mean over C of inp^2 + eps); rstd(N) fp32.
  * Overwrites. */
 tpd_status tpd_kern_rmsnorm_fwd(const tpd_kern_backend *kb, void *out, float *rstd, const void *inp,
-                                const void *w, int N, int C, float eps);
+                                const void *w, int N, int C, double eps);
 /* dinp(N,C) overwritten; dw(C) accumulated. */
 tpd_status tpd_kern_rmsnorm_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, const void *dout,
                                 const void *inp, const void *w, const float *rstd, int N, int C);

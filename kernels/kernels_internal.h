@@ -33,7 +33,7 @@ typedef struct tpd_kern_ops {
     /* ---- layernorm (biased variance) ---- */
     tpd_status (*layernorm_fwd)(tpd_kern_ctx *ctx, void *out, float *mean, float *rstd,
                                 const void *inp, const void *w, const void *b, int N, int C,
-                                float eps);
+                                double eps);
     tpd_status (*layernorm_bwd)(tpd_kern_ctx *ctx, void *dinp, void *dw, void *db, const void *dout,
                                 const void *inp, const void *w, const float *mean,
                                 const float *rstd, int N, int C);
@@ -95,7 +95,7 @@ typedef struct tpd_kern_ops {
     /* ---- Llama's block (kernels.h); after destroy so that positional tables that end
      * there still compile ---- */
     tpd_status (*rmsnorm_fwd)(tpd_kern_ctx *ctx, void *out, float *rstd, const void *inp,
-                              const void *w, int N, int C, float eps);
+                              const void *w, int N, int C, double eps);
     tpd_status (*rmsnorm_bwd)(tpd_kern_ctx *ctx, void *dinp, void *dw, const void *dout,
                               const void *inp, const void *w, const float *rstd, int N, int C);
     tpd_status (*rope_fwd)(tpd_kern_ctx *ctx, void *qkv, int B, int T, int NH, int NKV, int HS,

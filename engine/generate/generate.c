@@ -91,7 +91,8 @@ static const float *kv_param(const kv_state *s, tpd_param p, int l) {
 /* The block's norm of one row. */
 static tpd_status kv_norm(const kv_state *s, float *out, const float *x, tpd_param w, tpd_param b,
                           int l) {
-    float mean, rstd, eps = (float)s->m->cfg.model.norm_epsilon;
+    float mean, rstd;
+    double eps = s->m->cfg.model.norm_epsilon;
     if (s->m->d.rms)
         return tpd_kern_rmsnorm_fwd(s->m->kb, out, &rstd, x, kv_param(s, w, l), 1, s->C, eps);
     return tpd_kern_layernorm_fwd(s->m->kb, out, &mean, &rstd, x, kv_param(s, w, l),

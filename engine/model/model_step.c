@@ -68,7 +68,7 @@ static tpd_status hook(tpd_model *m, int unit, int backward) {
  * kept, mean unused), with model.norm_epsilon. */
 static tpd_status norm_fwd(const tpd_model *m, void *out, float *mean, float *rstd, const void *inp,
                            const void *w, const void *b) {
-    float eps = (float)m->cfg.model.norm_epsilon;
+    double eps = m->cfg.model.norm_epsilon;
     if (m->d.rms) return tpd_kern_rmsnorm_fwd(m->kb, out, rstd, inp, w, m->d.Nl, m->d.C, eps);
     return tpd_kern_layernorm_fwd(m->kb, out, mean, rstd, inp, w, b, m->d.Nl, m->d.C, eps);
 }

@@ -52,7 +52,7 @@ tpd_status tpd_kern_cpu_pos_bwd(tpd_kern_ctx *ctx, void *dwpe, const void *dout,
 /* ---- layernorm (cpu_layernorm.c) ---- */
 tpd_status tpd_kern_cpu_layernorm_fwd(tpd_kern_ctx *ctx, void *out, float *mean, float *rstd,
                                       const void *inp, const void *w, const void *b, int N, int C,
-                                      float eps);
+                                      double eps);
 tpd_status tpd_kern_cpu_layernorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, void *db,
                                       const void *dout, const void *inp, const void *w,
                                       const float *mean, const float *rstd, int N, int C);
@@ -84,7 +84,7 @@ tpd_status tpd_kern_cpu_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void 
 
 /* ---- Llama's block: RMSNorm, RoPE, SwiGLU (cpu_llama.c) ---- */
 tpd_status tpd_kern_cpu_rmsnorm_fwd(tpd_kern_ctx *ctx, void *out, float *rstd, const void *inp,
-                                    const void *w, int N, int C, float eps);
+                                    const void *w, int N, int C, double eps);
 tpd_status tpd_kern_cpu_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, const void *dout,
                                     const void *inp, const void *w, const float *rstd, int N,
                                     int C);

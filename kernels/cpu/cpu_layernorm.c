@@ -9,7 +9,7 @@
  * the reference backend and the extra precision costs little next to the matmuls. */
 tpd_status tpd_kern_cpu_layernorm_fwd(tpd_kern_ctx *ctx, void *out_v, float *mean, float *rstd,
                                       const void *inp_v, const void *w_v, const void *b_v, int N,
-                                      int C, float eps) {
+                                      int C, double eps) {
     TPD_CPU_REQUIRE(N >= 0 && C > 0, "layernorm_fwd: bad shape N=%d C=%d", N, C);
     float *out = out_v;       /* (N,C) */
     const float *inp = inp_v; /* (N,C) */
@@ -28,7 +28,7 @@ tpd_status tpd_kern_cpu_layernorm_fwd(tpd_kern_ctx *ctx, void *out_v, float *mea
             double d = x[c] - mu;
             ss += d * d;
         }
-        double rs = 1.0 / sqrt(ss / C + (double)eps);
+        double rs = 1.0 / sqrt(ss / C + eps);
         float muf = (float)mu, rsf = (float)rs;
         float *o = out + (size_t)n * C;
         for (int c = 0; c < C; c++)

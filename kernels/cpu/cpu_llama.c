@@ -18,9 +18,9 @@
 
 /* out = inp * rstd * w, rstd = 1/sqrt(mean_c(inp^2) + eps). */
 tpd_status tpd_kern_cpu_rmsnorm_fwd(tpd_kern_ctx *ctx, void *out_v, float *rstd, const void *inp_v,
-                                    const void *w_v, int N, int C, float eps) {
+                                    const void *w_v, int N, int C, double eps) {
     TPD_CPU_REQUIRE(N >= 0 && C > 0, "rmsnorm_fwd: bad shape N=%d C=%d", N, C);
-    TPD_CPU_REQUIRE(eps >= 0.0f, "rmsnorm_fwd: eps (%g) must be >= 0", (double)eps);
+    TPD_CPU_REQUIRE(eps >= 0.0, "rmsnorm_fwd: eps (%g) must be >= 0", eps);
     float *out = out_v;       /* (N,C) */
     const float *inp = inp_v; /* (N,C) */
     const float *w = w_v;     /* (C) */
@@ -31,7 +31,7 @@ tpd_status tpd_kern_cpu_rmsnorm_fwd(tpd_kern_ctx *ctx, void *out_v, float *rstd,
         double ss = 0.0;
         for (int c = 0; c < C; c++)
             ss += (double)x[c] * x[c];
-        float rsf = (float)(1.0 / sqrt(ss / C + (double)eps));
+        float rsf = (float)(1.0 / sqrt(ss / C + eps));
         float *o = out + (size_t)n * C;
         for (int c = 0; c < C; c++)
             o[c] = x[c] * rsf * w[c];

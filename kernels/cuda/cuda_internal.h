@@ -157,7 +157,7 @@ tpd_status tpd_kern_cuda_pos_bwd(tpd_kern_ctx *ctx, void *dwpe, const void *dout
 
 tpd_status tpd_kern_cuda_layernorm_fwd(tpd_kern_ctx *ctx, void *out, float *mean, float *rstd,
                                        const void *inp, const void *w, const void *b, int N, int C,
-                                       float eps);
+                                       double eps);
 tpd_status tpd_kern_cuda_layernorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, void *db,
                                        const void *dout, const void *inp, const void *w,
                                        const float *mean, const float *rstd, int N, int C);
@@ -217,7 +217,7 @@ void tpd_cuda_attention_cache_destroy(tpd_kern_ctx *ctx);
 
 /* ---- Llama's block (cuda_rmsnorm.cu, cuda_rope.cu, cuda_swiglu.cu) ---- */
 tpd_status tpd_kern_cuda_rmsnorm_fwd(tpd_kern_ctx *ctx, void *out, float *rstd, const void *inp,
-                                     const void *w, int N, int C, float eps);
+                                     const void *w, int N, int C, double eps);
 tpd_status tpd_kern_cuda_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, const void *dout,
                                      const void *inp, const void *w, const float *rstd, int N,
                                      int C);

@@ -70,7 +70,7 @@ __global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *
 
 extern "C" tpd_status tpd_kern_cuda_layernorm_fwd(tpd_kern_ctx *ctx, void *out, float *mean,
                                                   float *rstd, const void *inp, const void *w,
-                                                  const void *b, int N, int C, float eps) {
+                                                  const void *b, int N, int C, double eps) {
     TPD_CUDA_REQUIRE(N >= 0 && C > 0, "layernorm_fwd: bad shape N=%d C=%d", N, C);
     if (N == 0) return TPD_OK;
     unsigned grid = (unsigned)((N + LN_WARPS - 1) / LN_WARPS);
@@ -78,7 +78,8 @@ extern "C" tpd_status tpd_kern_cuda_layernorm_fwd(tpd_kern_ctx *ctx, void *out, 
         int vec = C % tpd_pack<T>::N == 0 && tpd_aligned16(out) && tpd_aligned16(inp) &&
                   tpd_aligned16(w) && tpd_aligned16(b);
         layernorm_fwd_kernel<T><<<grid, LN_WARPS * 32, 0, ctx->stream>>>(
-            (T *)out, mean, rstd, (const T *)inp, (const T *)w, (const T *)b, N, C, vec, eps);
+            (T *)out, mean, rstd, (const T *)inp, (const T *)w, (const T *)b, N, C, vec,
+            (float)eps);
     });
     return TPD_CUDA_LAUNCHED("layernorm_fwd");
 }

@@ -63,7 +63,7 @@ __global__ void rmsnorm_fwd_kernel(T *out, float *rstd, const T *inp, const T *w
 
 extern "C" tpd_status tpd_kern_cuda_rmsnorm_fwd(tpd_kern_ctx *ctx, void *out, float *rstd,
                                                 const void *inp, const void *w, int N, int C,
-                                                float eps) {
+                                                double eps) {
     TPD_CUDA_REQUIRE(N >= 0 && C > 0, "rmsnorm_fwd: bad shape N=%d C=%d", N, C);
     if (N == 0) return TPD_OK;
     unsigned grid = (unsigned)((N + RMS_WARPS - 1) / RMS_WARPS);
@@ -71,7 +71,7 @@ extern "C" tpd_status tpd_kern_cuda_rmsnorm_fwd(tpd_kern_ctx *ctx, void *out, fl
         int vec =
             C % tpd_pack<T>::N == 0 && tpd_aligned16(out) && tpd_aligned16(inp) && tpd_aligned16(w);
         rmsnorm_fwd_kernel<T><<<grid, RMS_WARPS * 32, 0, ctx->stream>>>(
-            (T *)out, rstd, (const T *)inp, (const T *)w, N, C, vec, eps);
+            (T *)out, rstd, (const T *)inp, (const T *)w, N, C, vec, (float)eps);
     });
     return TPD_CUDA_LAUNCHED("rmsnorm_fwd");
 }
