@@ -103,6 +103,10 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
  * (the simulator has one time per stage; the chunks of a stage share it). */
 void tpd_plan_sim_times(const tpd_plan_layout *lay, const tpd_plan_stage_cost *cost, double p2p,
                         tpd_pp_sim_times *times);
+/* The simulator's inputs into res: the slowest stage's per-chunk times (t_*_chunk), the
+ * p2p time, and every stage's times (stage_times). */
+void tpd_plan_set_times(const tpd_plan_layout *lay, const tpd_plan_stage_cost *cost, int slowest,
+                        double p2p, tpd_plan_result *res);
 /* Throughput fields of res from its step time. */
 void tpd_plan_rates(const tpd_config *cfg, const tpd_plan_cluster *cl, tpd_plan_result *res);
 

@@ -357,6 +357,17 @@ void tpd_plan_sim_times(const tpd_plan_layout *lay, const tpd_plan_stage_cost *c
                                       split ? cost[s].wgrad / v : 0.0, p2p};
 }
 
+void tpd_plan_set_times(const tpd_plan_layout *lay, const tpd_plan_stage_cost *cost, int slowest,
+                        double p2p, tpd_plan_result *res) {
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
+    const tpd_plan_stage_cost *sc = &cost[slowest];
+    res->t_fwd_chunk = sc->fwd / v;
+    res->t_bwd_chunk = sc->bwd / v;
+    res->t_wgrad_chunk = tpd_plan_layout_schedule(lay) == TPD_SCHEDULE_ZB_H1 ? sc->wgrad / v : 0.0;
+    res->t_p2p = p2p;
+    tpd_plan_sim_times(lay, cost, p2p, res->stage_times);
+}
+
 void tpd_plan_rates(const tpd_config *cfg, const tpd_plan_cluster *cl, tpd_plan_result *res) {
     const tpd_plan_layout *lay = &res->layout;
     double gbs = cfg->training.global_batch_size;
@@ -378,7 +389,7 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     tpd_status st = TPD_OK;
     const tpd_plan_layout *lay = &res->layout;
     const tpd_config_model *mdl = &cfg->model;
-    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1, p = lay->pp;
+    int p = lay->pp;
     int m = res->num_micro_batches, slowest = 0;
     tpd_plan_stage_cost *cost = calloc((size_t)p, sizeof *cost);
     if (!cost) {
@@ -405,11 +416,7 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
             lat;
     }
     const tpd_plan_stage_cost *sc = &cost[slowest];
-    res->t_fwd_chunk = sc->fwd / v;
-    res->t_bwd_chunk = sc->bwd / v;
-    res->t_wgrad_chunk = tpd_plan_layout_schedule(lay) == TPD_SCHEDULE_ZB_H1 ? sc->wgrad / v : 0.0;
-    res->t_p2p = p2p;
-    tpd_plan_sim_times(lay, cost, p2p, res->stage_times);
+    tpd_plan_set_times(lay, cost, slowest, p2p, res);
     double ideal = m * (sc->fwd + sc->bwd);
     tpd_plan_pipe pipe, free_p2p;
     memset(&pipe, 0, sizeof pipe);

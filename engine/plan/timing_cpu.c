@@ -274,7 +274,7 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
     const tpd_config_model *md = &cfg->model;
     cpu_model mm = model_of(cl, lay);
     int p = lay->pp, m = res->num_micro_batches, gpus = lay->tp * lay->pp * lay->dp;
-    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1, slowest = 0;
+    int slowest = 0;
     tpd_plan_stage_cost cost[TPD_CONFIG_MAX_STAGES];
     memset(cost, 0, sizeof cost);
     for (int s = 0; s < p; s++) {
@@ -287,11 +287,7 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
                                           md->hidden_size / (lay->sequence_parallel ? lay->tp : 1))
                        : 0.0;
     const tpd_plan_stage_cost *sc = &cost[slowest];
-    res->t_fwd_chunk = sc->fwd / v;
-    res->t_bwd_chunk = sc->bwd / v;
-    res->t_wgrad_chunk = tpd_plan_layout_schedule(lay) == TPD_SCHEDULE_ZB_H1 ? sc->wgrad / v : 0.0;
-    res->t_p2p = p2p;
-    tpd_plan_sim_times(lay, cost, p2p, res->stage_times);
+    tpd_plan_set_times(lay, cost, slowest, p2p, res);
     double ideal = m * (sc->fwd + sc->bwd);
     tpd_plan_pipe pipe, probe;
     memset(&pipe, 0, sizeof pipe);

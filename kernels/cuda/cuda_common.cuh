@@ -37,6 +37,21 @@ template <typename T> __device__ __forceinline__ tpd_pack<T> tpd_load_pack(const
     *reinterpret_cast<int4 *>(&r) = *reinterpret_cast<const int4 *>(p);
     return r;
 }
+
+/* The norm kernels' row reader: elements [c, c+V) (vec) or the single element c of row x
+ * into f. */
+template <typename T, int V>
+__device__ __forceinline__ void tpd_load_row(float *f, const T *x, int c, int vec) {
+    if (vec) {
+        tpd_pack<T> p = tpd_load_pack(x + c);
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            f[k] = tpd_to_f(p.v[k]);
+    } else {
+        f[0] = tpd_to_f(x[c]);
+    }
+}
+
 /* Read-only, streaming through the non-coherent cache. */
 template <typename T> __device__ __forceinline__ tpd_pack<T> tpd_ldg_pack(const T *p) {
     tpd_pack<T> r;

@@ -7,19 +7,6 @@
 
 #define LN_WARPS 8 /* rows per block */
 
-/* Load elements [c, c+V) (vec) or the single element c of row x into f. */
-template <typename T, int V>
-__device__ __forceinline__ void ln_load(float *f, const T *x, int c, int vec) {
-    if (vec) {
-        tpd_pack<T> p = tpd_load_pack(x + c);
-#pragma unroll
-        for (int k = 0; k < V; k++)
-            f[k] = tpd_to_f(p.v[k]);
-    } else {
-        f[0] = tpd_to_f(x[c]);
-    }
-}
-
 template <typename T>
 __global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *inp, const T *w,
                                      const T *b, int N, int C, int vec, float eps) {
@@ -33,14 +20,14 @@ __global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *
 
     float s = 0.0f;
     for (int c = lane * width; c < C; c += step) {
-        ln_load<T, V>(f, x, c, vec);
+        tpd_load_row<T, V>(f, x, c, vec);
         for (int k = 0; k < width; k++)
             s += f[k];
     }
     float m = tpd_warp_sum(s) / (float)C;
     float ss = 0.0f;
     for (int c = lane * width; c < C; c += step) {
-        ln_load<T, V>(f, x, c, vec);
+        tpd_load_row<T, V>(f, x, c, vec);
         for (int k = 0; k < width; k++) {
             float d = f[k] - m;
             ss += d * d;
@@ -49,9 +36,9 @@ __global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *
     float r = rsqrtf(tpd_warp_sum(ss) / (float)C + eps);
     for (int c = lane * width; c < C; c += step) {
         float fw[V], fb[V];
-        ln_load<T, V>(f, x, c, vec);
-        ln_load<T, V>(fw, w, c, vec);
-        ln_load<T, V>(fb, b, c, vec);
+        tpd_load_row<T, V>(f, x, c, vec);
+        tpd_load_row<T, V>(fw, w, c, vec);
+        tpd_load_row<T, V>(fb, b, c, vec);
         if (vec) {
             tpd_pack<T> p;
 #pragma unroll

@@ -12,19 +12,6 @@
 #define RMS_DW_COLS 32  /* columns per block of the weight gradient */
 #define RMS_DW_LANES 8  /* row lanes per block of the weight gradient */
 
-/* Load elements [c, c+V) (vec) or the single element c of row x into f. */
-template <typename T, int V>
-__device__ __forceinline__ void rms_load(float *f, const T *x, int c, int vec) {
-    if (vec) {
-        tpd_pack<T> p = tpd_load_pack(x + c);
-#pragma unroll
-        for (int k = 0; k < V; k++)
-            f[k] = tpd_to_f(p.v[k]);
-    } else {
-        f[0] = tpd_to_f(x[c]);
-    }
-}
-
 /* out = x * r * w, r = 1/sqrt(mean_c(x^2) + eps); rstd[row] = r. */
 template <typename T>
 __global__ void rmsnorm_fwd_kernel(T *out, float *rstd, const T *inp, const T *w, int N, int C,
@@ -39,15 +26,15 @@ __global__ void rmsnorm_fwd_kernel(T *out, float *rstd, const T *inp, const T *w
 
     float ss = 0.0f;
     for (int c = lane * width; c < C; c += step) {
-        rms_load<T, V>(f, x, c, vec);
+        tpd_load_row<T, V>(f, x, c, vec);
         for (int k = 0; k < width; k++)
             ss += f[k] * f[k];
     }
     float r = rsqrtf(tpd_warp_sum(ss) / (float)C + eps);
     for (int c = lane * width; c < C; c += step) {
         float fw[V];
-        rms_load<T, V>(f, x, c, vec);
-        rms_load<T, V>(fw, w, c, vec);
+        tpd_load_row<T, V>(f, x, c, vec);
+        tpd_load_row<T, V>(fw, w, c, vec);
         if (vec) {
             tpd_pack<T> p;
 #pragma unroll
@@ -95,17 +82,17 @@ __global__ void rmsnorm_bwd_dinp_kernel(T *dinp, const T *dout, const T *inp, co
 
     float sgx = 0.0f;
     for (int c = lane * width; c < C; c += step) {
-        rms_load<T, V>(fx, x, c, vec);
-        rms_load<T, V>(fd, dy, c, vec);
-        rms_load<T, V>(fw, w, c, vec);
+        tpd_load_row<T, V>(fx, x, c, vec);
+        tpd_load_row<T, V>(fd, dy, c, vec);
+        tpd_load_row<T, V>(fw, w, c, vec);
         for (int k = 0; k < width; k++)
             sgx += fd[k] * fw[k] * fx[k] * r;
     }
     sgx = tpd_warp_sum(sgx) / (float)C;
     for (int c = lane * width; c < C; c += step) {
-        rms_load<T, V>(fx, x, c, vec);
-        rms_load<T, V>(fd, dy, c, vec);
-        rms_load<T, V>(fw, w, c, vec);
+        tpd_load_row<T, V>(fx, x, c, vec);
+        tpd_load_row<T, V>(fd, dy, c, vec);
+        tpd_load_row<T, V>(fw, w, c, vec);
         if (vec) {
             tpd_pack<T> p;
 #pragma unroll
