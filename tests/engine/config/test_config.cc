@@ -288,8 +288,8 @@ const BadCase kBadCases[] = {
      "num_attention_heads = 72 / 8 = 9 (RoPE rotates pairs of a head's dimensions)"},
     {"rotary_percent.yaml",
      ":9:19: model.rotary_percent: 0.5 is not supported: RoPE rotates whole heads here (1.0, as "
-     "in Llama); partial rotary (GPT-NeoX's, Megatron's --rotary-percent below 1) is not "
-     "implemented"},
+     "in Llama); partial rotary (GPT-NeoX's, Megatron's --rotary-percent below 1) is "
+     "refused"},
     {"swiglu_ffn_unset.yaml",
      ":8:11: model.ffn_hidden_size: swiglu needs ffn_hidden_size set: 0 means 4*hidden_size "
      "(1024), GPT's MLP width, but a SwiGLU MLP has three matrices and Llama's width is about "

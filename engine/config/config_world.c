@@ -1,0 +1,149 @@
+/* What follows a load: the checks against the world size and the trainer's abilities, and
+ * the quantities derived from a config (DP degree, micro-batches, K/V heads, padded
+ * vocabulary, the stage and chunk splits, the schedule). */
+#include "engine/config/config.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+/* Messages of the checks after load start with the file they came from. */
+static tpd_status cfg_fail_after(const tpd_config *cfg, char *err, size_t errlen, const char *fmt,
+                                 ...) __attribute__((format(printf, 4, 5)));
+
+static tpd_status cfg_fail_after(const tpd_config *cfg, char *err, size_t errlen, const char *fmt,
+                                 ...) {
+    if (!err || errlen == 0) return TPD_ERR_INVALID;
+    int n = cfg->source_path[0] ? snprintf(err, errlen, "%s: ", cfg->source_path) : 0;
+    if (n < 0 || (size_t)n >= errlen) return TPD_ERR_INVALID;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+    return TPD_ERR_INVALID;
+}
+
+tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size, char *err, size_t errlen) {
+    const int tp = cfg->parallel.tensor_model_parallel_size;
+    const int pp = cfg->parallel.pipeline_model_parallel_size;
+    const int mbs = cfg->training.micro_batch_size, gbs = cfg->training.global_batch_size;
+    if (tp < 1 || pp < 1 || mbs < 1)
+        return cfg_fail_after(cfg, err, errlen,
+                              "the config was not loaded (TP, PP or micro "
+                              "batch size below 1)");
+    if (world_size < 1)
+        return cfg_fail_after(cfg, err, errlen, "world size (%d) must be at least 1", world_size);
+    const int64_t mp = (int64_t)tp * pp;
+    if (world_size % mp)
+        return cfg_fail_after(cfg, err, errlen,
+                              "world size (%d) is not divisible by total_model_size (%" PRId64 ")",
+                              world_size, mp);
+    int dp = (int)(world_size / mp);
+    if (cfg->parallel.data_parallel_size != 0 && cfg->parallel.data_parallel_size != dp)
+        return cfg_fail_after(cfg, err, errlen,
+                              "parallel.data_parallel_size (%d) does not match world size (%d) "
+                              "/ (tensor_model_parallel_size %d * pipeline_model_parallel_size "
+                              "%d) = %d",
+                              cfg->parallel.data_parallel_size, world_size, tp, pp, dp);
+    if (gbs % ((int64_t)mbs * dp))
+        return cfg_fail_after(cfg, err, errlen,
+                              "global batch size (%d) is not divisible by micro batch size "
+                              "(%d) times data parallel size (%d)",
+                              gbs, mbs, dp);
+    int M = tpd_config_num_micro_batches(cfg, dp);
+    if (tpd_config_schedule(cfg) == TPD_SCHEDULE_INTERLEAVED && M % pp)
+        return cfg_fail_after(cfg, err, errlen,
+                              "training.global_batch_size: the interleaved schedule needs the "
+                              "micro-batches of a step (global_batch_size / (micro_batch_size * "
+                              "data parallel size) = %d / (%d * %d) = %d) to be a multiple of "
+                              "pipeline_model_parallel_size (%d): each group of %d micro-batches "
+                              "walks the model chunks together (Megatron's rule)",
+                              gbs, mbs, dp, M, pp, pp);
+    return TPD_OK;
+}
+
+tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t errlen) {
+    const tpd_config_training *t = &cfg->training;
+    if (t->precision == TPD_PRECISION_BF16 && t->device == TPD_DEVICE_CPU)
+        return cfg_fail_after(cfg, err, errlen,
+                              "training.precision bf16 needs training.device cuda; the cpu "
+                              "backend computes in fp32");
+    return TPD_OK;
+}
+
+int tpd_config_dp(const tpd_config *cfg, int world_size) {
+    if (cfg->parallel.data_parallel_size > 0) return cfg->parallel.data_parallel_size;
+    int64_t mp = (int64_t)cfg->parallel.tensor_model_parallel_size *
+                 cfg->parallel.pipeline_model_parallel_size;
+    return mp > 0 ? (int)(world_size / mp) : 0;
+}
+
+int tpd_config_num_micro_batches(const tpd_config *cfg, int dp) {
+    int64_t per_step = (int64_t)cfg->training.micro_batch_size * dp;
+    return per_step > 0 ? (int)(cfg->training.global_batch_size / per_step) : 0;
+}
+
+int tpd_config_kv_heads(const tpd_config *cfg) {
+    return cfg->model.group_query_attention ? cfg->model.num_query_groups
+                                            : cfg->model.num_attention_heads;
+}
+
+int tpd_config_padded_vocab(const tpd_config *cfg, int tp) {
+    int64_t mult = (int64_t)cfg->model.make_vocab_size_divisible_by * (tp > 0 ? tp : 1);
+    int64_t v = cfg->model.vocab_size;
+    return (int)((v + mult - 1) / mult * mult);
+}
+
+/* The rule behind both: floor(L/pp) layers each, and the L%pp extra layers go to the
+ * middle stages first, then to the first stage (the embedding is cheap), the last stage
+ * (head and loss) last. */
+static int split_rule(int L, int pp, int stage) {
+    int base = L / pp, extra = L % pp;
+    /* rank of this stage in the order that receives the extra layers */
+    int order = stage >= 1 && stage <= pp - 2 ? stage - 1 : (stage == 0 ? pp - 2 : pp - 1);
+    if (pp == 1) order = 0;
+    return base + (order < extra);
+}
+
+int tpd_config_split_layers(const tpd_config *cfg, int pp, int stage, int *first_layer_p) {
+    const tpd_config_parallel *par = &cfg->parallel;
+    int L = cfg->model.num_layers;
+    int listed = par->num_pipeline_layers == pp && pp > 0;
+    if (stage < 0 || stage >= pp || (!listed && pp > L)) return -1;
+    int first = 0;
+    for (int i = 0; i < stage; i++)
+        first += listed ? par->pipeline_layers[i] : split_rule(L, pp, i);
+    if (first_layer_p) *first_layer_p = first;
+    return listed ? par->pipeline_layers[stage] : split_rule(L, pp, stage);
+}
+
+int tpd_config_chunk_layers(const tpd_config *cfg, int stage, int chunk, int *first_layer_p) {
+    int pp = cfg->parallel.pipeline_model_parallel_size;
+    int v = cfg->parallel.virtual_pipeline_model_parallel_size;
+    if (chunk < 0 || chunk >= v || stage < 0 || stage >= pp) return 0;
+    int n = tpd_config_split_layers(cfg, pp * v, chunk * pp + stage, first_layer_p);
+    return n < 0 ? 0 : n;
+}
+
+int tpd_config_layers_of_stage(const tpd_config *cfg, int pp, int v, int stage) {
+    int n = 0;
+    for (int c = 0; c < v; c++) {
+        int k = tpd_config_split_layers(cfg, pp * v, c * pp + stage, NULL);
+        if (k < 0) return -1;
+        n += k;
+    }
+    return n;
+}
+
+int tpd_config_stage_layers(const tpd_config *cfg, int stage, int *first_layer_p) {
+    int pp = cfg->parallel.pipeline_model_parallel_size;
+    int n = tpd_config_layers_of_stage(cfg, pp, cfg->parallel.virtual_pipeline_model_parallel_size,
+                                       stage);
+    if (n >= 0 && first_layer_p) tpd_config_chunk_layers(cfg, stage, 0, first_layer_p);
+    return n < 0 ? 0 : n;
+}
+
+tpd_schedule tpd_config_schedule(const tpd_config *cfg) {
+    if (cfg->parallel.virtual_pipeline_model_parallel_size > 1) return TPD_SCHEDULE_INTERLEAVED;
+    return cfg->parallel.pipeline_schedule;
+}
