@@ -21,6 +21,8 @@ extern "C" {
 #include "parallel/comm.h"
 }
 
+#include "common/mpi_tests.h"
+
 namespace {
 
 tpd_comm *g_world = nullptr;
@@ -424,13 +426,7 @@ int main(int argc, char **argv) {
     ::testing::InitGoogleTest(&argc, argv);
     if (tpd_comm_mpi_start(&g_world) != TPD_OK) return 1;
     tpd_comm_mpi_set_timeout(120); // a hang ends the job instead of the CTest timeout
-    if (tpd_comm_rank(g_world) != 0) {
-        // only rank 0 prints gtest output
-        auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
-        delete listeners.Release(listeners.default_result_printer());
-        listeners.Append(new RankFailures(tpd_comm_rank(g_world)));
-    }
-    int rc = RUN_ALL_TESTS();
+    int rc = tiny::mpi_run_all_tests(g_world, new RankFailures(tpd_comm_rank(g_world)));
     tpd_comm_mpi_finish(g_world);
     return rc;
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "common/mpi_tests.h"
 #include "common/tiny.h"
 
 extern "C" {
@@ -442,14 +443,7 @@ int main(int argc, char **argv) {
     tpd_comm_broadcast(g_world, &g_cores, 1, TPD_DTYPE_I32, 0, nullptr);
     g_dir = path;
     g_data = g_dir + "/corpus";
-    if (tpd_comm_rank(g_world) != 0) {
-        auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
-        delete listeners.Release(listeners.default_result_printer());
-    }
-    int rc = RUN_ALL_TESTS();
-    // Every rank's verdict: a failure on any rank fails the job.
-    int all = rc;
-    tpd_comm_allreduce(g_world, &rc, &all, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX, nullptr);
+    int all = tiny::mpi_run_all_tests(g_world);
     tpd_comm_mpi_finish(g_world);
 
     return all;

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "ckpt_test_util.h"
+#include "common/mpi_tests.h"
 
 extern "C" {
 #include "engine/generate/generate.h"
@@ -188,11 +189,7 @@ int main(int argc, char **argv) {
     tpd_comm_broadcast(g_world, path, sizeof path, TPD_DTYPE_U8, 0, nullptr);
     g_root = path;
     g_data = g_root + "_corpus";
-    if (tpd_comm_rank(g_world) != 0) {
-        auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
-        delete listeners.Release(listeners.default_result_printer());
-    }
-    int rc = RUN_ALL_TESTS();
+    int rc = tiny::mpi_run_all_tests(g_world);
     tpd_comm_mpi_finish(g_world);
 
     return rc;

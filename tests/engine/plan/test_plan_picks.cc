@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mpi_tests.h"
 #include "common/tiny.h"
 
 extern "C" {
@@ -158,13 +159,7 @@ int main(int argc, char **argv) {
     }
     tpd_comm_broadcast(g_world, path, sizeof path, TPD_DTYPE_U8, 0, nullptr);
     g_data = path;
-    if (tpd_comm_rank(g_world) != 0) {
-        auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
-        delete listeners.Release(listeners.default_result_printer());
-    }
-    int rc = RUN_ALL_TESTS();
-    int all = rc;
-    tpd_comm_allreduce(g_world, &rc, &all, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX, nullptr);
+    int all = tiny::mpi_run_all_tests(g_world);
     tpd_comm_mpi_finish(g_world);
     return all;
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/tiny.h"
+#include "common/mpi_tests.h"
 
 extern "C" {
 #include "engine/train/train.h"
@@ -417,13 +418,7 @@ int main(int argc, char **argv) {
     }
     tpd_comm_broadcast(g_world, path, sizeof path, TPD_DTYPE_U8, 0, nullptr);
     g_data = path;
-    if (tpd_comm_rank(g_world) != 0) {
-        // only rank 0 prints gtest output
-        auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
-        delete listeners.Release(listeners.default_result_printer());
-    }
-    int rc = RUN_ALL_TESTS();
-    tpd_comm_barrier(g_world);
+    int rc = tiny::mpi_run_all_tests(g_world);
     if (tpd_comm_rank(g_world) == 0) tiny::remove_corpus(g_data);
     tpd_comm_mpi_finish(g_world);
 
