@@ -2,7 +2,7 @@
  * narrowing rounds to nearest, ties to even (add 0x7fff plus the lowest kept bit, then
  * truncate), and keeps a NaN a NaN (quiet bit set) instead of rounding it into an
  * infinity. The one definition used by the cpu kernels, the host-side communicators and
- * the tests. */
+ * the tests. IEEE fp16 widens exactly too (for reading fp16 safetensors). */
 #ifndef TPD_BASE_BF16_H
 #define TPD_BASE_BF16_H
 
@@ -22,6 +22,30 @@ static inline uint16_t tpd_bf16_from_f32(float f) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
+}
+
+/* fp16 (1 sign, 5 exponent, 10 mantissa bits) -> fp32, exact: subnormals are normalised,
+ * infinities and NaNs keep their class. */
+static inline float tpd_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+        u = sign | ((exp + 112u) << 23) | (man << 13); /* rebias 15 -> 127 */
+    } else if (man == 0) {
+        u = sign;
+    } else { /* subnormal: shift the leading one into the implicit bit */
+        int e = -1;
+        do {
+            man <<= 1;
+            e++;
+        } while (!(man & 0x400u));
+        u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
 }
 
 #endif

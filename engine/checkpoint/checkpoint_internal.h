@@ -171,6 +171,12 @@ tpd_status tpd_ckpt_fsync_dir(const char *dir);
 tpd_status tpd_ckpt_mkdirs(const char *dir);
 /* rm -r of a directory of plain files (checkpoints hold no subdirectories). */
 tpd_status tpd_ckpt_remove_dir(const char *dir);
+
+/* Interchange: the global fp32 tensors of cfg's model, zeroed (g gets the global layout);
+ * NULL when the model has GPT-2's block and shapes, else what it has instead. */
+tpd_status tpd_ckpt_alloc_weights(const tpd_config *cfg, float *global[TPD_P_COUNT],
+                                  tpd_model_layout *g);
+const char *tpd_ckpt_gpt2_only(const tpd_config *cfg);
 int tpd_ckpt_is_dir(const char *path);
 int tpd_ckpt_is_file(const char *path);
 /* Full pread; a short read is an error naming the file. */

@@ -101,6 +101,7 @@ static void add_model(cJSON *o, const tpd_config *cfg) {
     cJSON_AddBoolToObject(j, "untie_embeddings_and_output_weights",
                           m->untie_embeddings_and_output_weights);
     cJSON_AddBoolToObject(j, "add_bias_linear", m->add_bias_linear);
+    cJSON_AddBoolToObject(j, "add_qkv_bias", m->add_qkv_bias);
 }
 
 /* The block's keys of the manifest's "model" (absent in checkpoints of GPT-2 written before
@@ -140,7 +141,8 @@ static int read_block(const cJSON *mo, tpd_config_model *m) {
         int *dst;
     } flags[] = {{"swiglu", &m->swiglu},
                  {"untie_embeddings_and_output_weights", &m->untie_embeddings_and_output_weights},
-                 {"add_bias_linear", &m->add_bias_linear}};
+                 {"add_bias_linear", &m->add_bias_linear},
+                 {"add_qkv_bias", &m->add_qkv_bias}};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if ((v = cJSON_GetObjectItemCaseSensitive(mo, flags[i].key))) {
             if (!cJSON_IsBool(v)) return 0;
@@ -521,6 +523,7 @@ tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg
         {"untie_embeddings_and_output_weights", a->untie_embeddings_and_output_weights,
          b->untie_embeddings_and_output_weights},
         {"add_bias_linear", a->add_bias_linear, b->add_bias_linear},
+        {"add_qkv_bias", tpd_config_qkv_bias(&info->cfg), tpd_config_qkv_bias(cfg)},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (keys[i].ckpt != keys[i].conf)
@@ -528,6 +531,22 @@ tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg
                                  "checkpoint %s: model.%s is %d in the checkpoint but %d in "
                                  "the config",
                                  info->dir, keys[i].key, keys[i].ckpt, keys[i].conf);
+    /* values that change the function without changing a shape: a mismatch would train a
+     * different model silently */
+    struct {
+        const char *key;
+        double ckpt, conf;
+    } vals[] = {
+        {"norm_epsilon", a->norm_epsilon, b->norm_epsilon},
+        {"rotary_base", a->position_embedding_type == TPD_POS_ROPE ? a->rotary_base : 0,
+         b->position_embedding_type == TPD_POS_ROPE ? b->rotary_base : 0},
+    };
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
+        if (vals[i].ckpt != vals[i].conf)
+            return tpd_ckpt_fail(TPD_ERR_INVALID,
+                                 "checkpoint %s: model.%s is %.17g in the checkpoint but %.17g "
+                                 "in the config",
+                                 info->dir, vals[i].key, vals[i].ckpt, vals[i].conf);
     return TPD_OK;
 }
 

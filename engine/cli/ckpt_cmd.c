@@ -14,9 +14,15 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage:\n"
             "  tripod export CHECKPOINT --format hf|llmc --output PATH\n"
-            "      hf: PATH is a directory (model.safetensors + config.json); llmc: a file\n"
+            "                [--dtype fp32|bf16] [--max-shard-size SIZE]\n"
+            "      hf: PATH is a new directory (config.json and safetensors: GPT-2 as\n"
+            "      GPT2LMHeadModel, the Llama block as LlamaForCausalLM or Qwen2ForCausalLM);\n"
+            "      sharded with model.safetensors.index.json above SIZE (bytes, or with\n"
+            "      KB/MB/GB/KiB/MiB/GiB; default 5GB); llmc: a file\n"
             "  tripod import PATH --format hf|llmc --output CHECKPOINT_DIR [--layout TP,PP,DP]\n"
             "      writes a weights-only tripod checkpoint sharded for the layout (default 1,1,1)\n"
+            "      hf: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM (no sliding\n"
+            "      window), Qwen2ForCausalLM; prints the model section for a training config\n"
             "  tripod generate CHECKPOINT [--prompt TEXT] [--max-new-tokens N]\n"
             "                  [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
             "                  [--stop-at-eod] [--no-kv-cache]\n"
@@ -29,7 +35,8 @@ static void usage(FILE *f) {
 }
 
 typedef struct opts {
-    const char *pos, *format, *output, *layout, *prompt, *vocab_file, *merge_file;
+    const char *pos, *format, *output, *layout, *prompt, *vocab_file, *merge_file, *dtype,
+        *max_shard;
     int max_new, top_k, no_kv_cache, stop_at_eod;
     double temperature, top_p;
     unsigned long long seed;
@@ -72,6 +79,10 @@ static int parse(int argc, char **argv, opts *o) {
             o->output = v;
         else if (!strcmp(a, "--layout"))
             o->layout = v;
+        else if (!strcmp(a, "--dtype"))
+            o->dtype = v;
+        else if (!strcmp(a, "--max-shard-size"))
+            o->max_shard = v;
         else if (!strcmp(a, "--prompt"))
             o->prompt = v;
         else if (!strcmp(a, "--max-new-tokens"))
@@ -104,10 +115,53 @@ static int exit_of(tpd_status st) {
     return st == TPD_OK ? TPD_EXIT_OK : st == TPD_ERR_INVALID ? TPD_EXIT_CONFIG : TPD_EXIT_FAILURE;
 }
 
+/* "5GB", "500MiB", "1000000": bytes; 0 when malformed. */
+static uint64_t parse_size(const char *s) {
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"KB", 1e3},
+                 {"MB", 1e6},
+                 {"GB", 1e9},
+                 {"TB", 1e12},
+                 {"KiB", 1024.0},
+                 {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0},
+                 {"TiB", 1099511627776.0}};
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || !(v > 0)) return 0;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(end, units[i].suffix)) {
+            double b = v * units[i].mult;
+            return b >= 1 && b < 1.8e19 ? (uint64_t)b : 0;
+        }
+    return 0;
+}
+
 static int cmd_export(const opts *o) {
     int hf = o->format && !strcmp(o->format, "hf"), llmc = o->format && !strcmp(o->format, "llmc");
     if ((!hf && !llmc) || !o->output) {
         fprintf(stderr, "tripod: error: export needs --format hf|llmc and --output PATH\n");
+        return TPD_EXIT_CONFIG;
+    }
+    tpd_hf_export xo = TPD_HF_EXPORT_INIT;
+    if (o->dtype && strcmp(o->dtype, "fp32") && strcmp(o->dtype, "bf16")) {
+        fprintf(stderr, "tripod: error: --dtype '%s': expected fp32 or bf16\n", o->dtype);
+        return TPD_EXIT_CONFIG;
+    }
+    xo.bf16 = o->dtype && !strcmp(o->dtype, "bf16");
+    if (o->max_shard && !(xo.max_shard_bytes = parse_size(o->max_shard))) {
+        fprintf(stderr,
+                "tripod: error: --max-shard-size '%s': expected a positive size such as "
+                "5GB, 500MiB or 1000000\n",
+                o->max_shard);
+        return TPD_EXIT_CONFIG;
+    }
+    if (llmc && (o->dtype || o->max_shard)) {
+        fprintf(stderr, "tripod: error: --dtype and --max-shard-size apply to --format hf\n");
         return TPD_EXIT_CONFIG;
     }
     tpd_ckpt_info info;
@@ -116,16 +170,36 @@ static int cmd_export(const opts *o) {
     if (st != TPD_OK) return exit_of(st);
     st = tpd_ckpt_read_weights(&info, w);
     if (st == TPD_OK) {
-        st = hf ? tpd_ckpt_export_hf(&info.cfg, w, o->output)
+        st = hf ? tpd_ckpt_export_hf(&info.cfg, w, o->output, &xo)
                 : tpd_ckpt_export_llmc(&info.cfg, w, o->output);
         tpd_ckpt_free_weights(w);
     }
     if (st == TPD_OK)
         printf("exported %s (iteration %d, %d layers, hidden %d) to %s%s\n", info.dir,
                info.iteration, info.cfg.model.num_layers, info.cfg.model.hidden_size, o->output,
-               hf ? " (model.safetensors, config.json)" : " (llm.c model file)");
+               hf ? " (config.json and safetensors)" : " (llm.c model file)");
     tpd_ckpt_close(&info);
     return exit_of(st);
+}
+
+/* The model section a training config needs to load the import (checkpoint.load with
+ * checkpoint.finetune), as YAML. */
+static void print_model_section(const tpd_config *cfg) {
+    const tpd_config_model *m = &cfg->model;
+    int rope = m->position_embedding_type == TPD_POS_ROPE;
+    printf("model section for a training config (set seq_length to the length you train at):\n"
+           "model:\n  num_layers: %d\n  hidden_size: %d\n  num_attention_heads: %d\n"
+           "  ffn_hidden_size: %d\n  vocab_size: %d\n  max_position_embeddings: %d\n",
+           m->num_layers, m->hidden_size, m->num_attention_heads, m->ffn_hidden_size, m->vocab_size,
+           m->max_position_embeddings);
+    if (m->normalization == TPD_NORM_LAYERNORM && !rope) return; /* GPT-2: the defaults */
+    printf("  normalization: RMSNorm\n  norm_epsilon: %.17g\n  position_embedding_type: rope\n"
+           "  rotary_base: %.17g\n  swiglu: true\n  group_query_attention: %s\n"
+           "  num_query_groups: %d\n  untie_embeddings_and_output_weights: %s\n"
+           "  add_bias_linear: %s\n  add_qkv_bias: %s\n",
+           m->norm_epsilon, m->rotary_base, m->group_query_attention ? "true" : "false",
+           tpd_config_kv_heads(cfg), m->untie_embeddings_and_output_weights ? "true" : "false",
+           m->add_bias_linear ? "true" : "false", m->add_qkv_bias ? "true" : "false");
 }
 
 static int cmd_import(const opts *o) {
@@ -147,11 +221,11 @@ static int cmd_import(const opts *o) {
         hf ? tpd_ckpt_import_hf(o->pos, &cfg, w) : tpd_ckpt_import_llmc(o->pos, &cfg, w);
     if (st != TPD_OK) return exit_of(st);
     const tpd_config_model *m = &cfg.model;
-    if (m->num_attention_heads % tp || m->num_layers % pp) {
-        fprintf(
-            stderr,
-            "tripod: error: --layout %d,%d,%d: %d heads and %d layers must divide by TP and PP\n",
-            tp, pp, dp, m->num_attention_heads, m->num_layers);
+    if (m->num_attention_heads % tp || tpd_config_kv_heads(&cfg) % tp || m->num_layers % pp) {
+        fprintf(stderr,
+                "tripod: error: --layout %d,%d,%d: %d heads, %d K/V heads and %d layers must "
+                "divide by TP and PP\n",
+                tp, pp, dp, m->num_attention_heads, tpd_config_kv_heads(&cfg), m->num_layers);
         tpd_ckpt_free_weights(w);
         return TPD_EXIT_CONFIG;
     }
@@ -162,6 +236,7 @@ static int cmd_import(const opts *o) {
                "(weights only, layout TP %d PP %d DP %d)\n",
                o->pos, m->num_layers, m->hidden_size, m->num_attention_heads, m->vocab_size,
                m->max_position_embeddings, o->output, tp, pp, dp);
+    if (st == TPD_OK) print_model_section(&cfg);
     return exit_of(st);
 }
 

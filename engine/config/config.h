@@ -75,6 +75,7 @@ typedef struct tpd_config_model {
     int num_query_groups;                    /* K/V heads: tpd_config_kv_heads */
     int untie_embeddings_and_output_weights; /* a separate output layer */
     int add_bias_linear;                     /* biases in the linear layers */
+    int add_qkv_bias;                        /* a bias on QKV alone (Qwen2): tpd_config_qkv_bias */
 } tpd_config_model;
 
 typedef struct tpd_config_parallel {
@@ -201,6 +202,8 @@ int tpd_config_num_micro_batches(const tpd_config *cfg, int dp);
 /* Key/value heads of the attention: num_query_groups under group_query_attention, else one
  * per query head (num_attention_heads). */
 int tpd_config_kv_heads(const tpd_config *cfg);
+/* 1 when the QKV layer has a bias: add_bias_linear or add_qkv_bias. */
+int tpd_config_qkv_bias(const tpd_config *cfg);
 /* Vocab padded to a multiple of make_vocab_size_divisible_by * tp. */
 int tpd_config_padded_vocab(const tpd_config *cfg, int tp);
 /* Layers of stage `stage` of a pp-stage pipeline, and the first global layer of it: the

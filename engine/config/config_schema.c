@@ -94,6 +94,8 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      "a separate output layer instead of the tied embedding"},
     {"model.add_bias_linear", TPD_CFG_BOOL, TPD_CFG_FIELD(model.add_bias_linear), "true",
      TPD_CFG_NOBOUND, NULL, 0, "biases in the QKV, projection and MLP layers (Llama: false)"},
+    {"model.add_qkv_bias", TPD_CFG_BOOL, TPD_CFG_FIELD(model.add_qkv_bias), "false",
+     TPD_CFG_NOBOUND, NULL, 0, "a bias in the QKV layer even without add_bias_linear (Qwen2)"},
 
     /* parallel */
     {"parallel.tensor_model_parallel_size", TPD_CFG_INT,

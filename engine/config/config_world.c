@@ -88,6 +88,10 @@ int tpd_config_kv_heads(const tpd_config *cfg) {
                                             : cfg->model.num_attention_heads;
 }
 
+int tpd_config_qkv_bias(const tpd_config *cfg) {
+    return cfg->model.add_bias_linear || cfg->model.add_qkv_bias;
+}
+
 int tpd_config_padded_vocab(const tpd_config *cfg, int tp) {
     int64_t mult = (int64_t)cfg->model.make_vocab_size_divisible_by * (tp > 0 ? tp : 1);
     int64_t v = cfg->model.vocab_size;

@@ -36,6 +36,7 @@ int tpd_model_has_param(const tpd_config *cfg, tpd_param p) {
     case TPD_P_LNFB:
         return m->normalization == TPD_NORM_LAYERNORM;
     case TPD_P_QKVB:
+        return tpd_config_qkv_bias(cfg);
     case TPD_P_ATTPROJB:
     case TPD_P_FCB:
     case TPD_P_FCPROJB:

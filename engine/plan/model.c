@@ -47,10 +47,11 @@ double tpd_plan_layer_params(const tpd_config *cfg, int tp) {
     double t = tp, h = m->hidden_size, f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
     double kv = (double)tpd_config_kv_heads(cfg) / m->num_attention_heads * h;
     double bias = m->add_bias_linear ? 1.0 : 0.0, glu = m->swiglu ? 2.0 : 1.0;
-    return (h + 2.0 * kv) * (h + bias) / t /* qkv ((h + 2h_kv)/t, h) + bias */
-           + h * h / t + bias * h          /* attention projection (h, h/t) + bias */
-           + glu * f * (h + bias) / t      /* fc1 or [gate; up] (glu*f/t, h) + bias */
-           + h * f / t + bias * h          /* fc2 or down (h, f/t) + bias */
+    double qkv_bias = tpd_config_qkv_bias(cfg) ? 1.0 : 0.0;
+    return (h + 2.0 * kv) * (h + qkv_bias) / t /* qkv ((h + 2h_kv)/t, h) + bias */
+           + h * h / t + bias * h              /* attention projection (h, h/t) + bias */
+           + glu * f * (h + bias) / t          /* fc1 or [gate; up] (glu*f/t, h) + bias */
+           + h * f / t + bias * h              /* fc2 or down (h, f/t) + bias */
            + 2.0 * tpd_plan_norm_params(cfg);
 }
 
@@ -318,7 +319,7 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     /* parameters: the stage's layers sliced over TP, the embeddings on the first stage,
      * the final norm and the output layer on the last (the tied wte unless already there) */
     uint64_t n = Ls * (2 * (1 + nb) * C + QKVl * C + C * Cl + FCl * C + C * Fl +
-                       (bias ? QKVl + C + FCl + C : 0));
+                       (bias ? C + FCl + C : 0) + (tpd_config_qkv_bias(cfg) ? QKVl : 0));
     if (first || (last && tied)) n += Vl * C;
     if (last && !tied) n += Vl * C;
     if (first && learned) n += maxT * C;

@@ -351,15 +351,33 @@ INSTANTIATE_TEST_SUITE_P(Model, Generate, ::testing::Values(false, true),
                              return std::string(i.param ? "Llama" : "Gpt2");
                          });
 
-// The Hugging Face and llm.c layouts are GPT-2's: a Llama checkpoint is refused by name.
-TEST(Interchange, LlamaExportIsRefusedWithTheReason) {
-    Weights w;
-    load_weights(checkpoint(true), &w);
+// A trained Llama (grouped-query attention, untied head) goes out as LlamaForCausalLM and
+// comes back exactly, at another layout; llm.c's layout is GPT-2's and refuses it by name.
+TEST(Interchange, LlamaHuggingFaceRoundTripIsExactAndLlmcRefuses) {
+    Weights orig, back;
+    load_weights(checkpoint(true), &orig);
     std::string out = ckt::fresh_dir(tiny::temp_prefix("llama_export"));
-    EXPECT_EQ(tpd_ckpt_export_hf(&w.cfg, w.w, (out + "/hf").c_str()), TPD_ERR_UNSUPPORTED);
+    ASSERT_EQ(run_cli({"export", checkpoint(true), "--format", "hf", "--output", out + "/hf",
+                       "--max-shard-size", "20KB"}),
+              0);
+    cJSON *c = cJSON_Parse(ckt::slurp(out + "/hf/config.json").c_str());
+    EXPECT_STREQ(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "architectures"), 0)->valuestring,
+                 "LlamaForCausalLM");
+    EXPECT_EQ(cJSON_GetObjectItem(c, "num_key_value_heads")->valueint, 2);
+    EXPECT_TRUE(cJSON_IsFalse(cJSON_GetObjectItem(c, "tie_word_embeddings")));
+    cJSON_Delete(c);
+    EXPECT_FALSE(ckt::slurp(out + "/hf/model.safetensors.index.json").empty());
+    ASSERT_EQ(run_cli({"import", out + "/hf", "--format", "hf", "--output", out + "/ck", "--layout",
+                       "2,2,1"}),
+              0);
+    load_weights(out + "/ck", &back);
+    expect_same(orig, back);
+    EXPECT_EQ(back.cfg.model.num_query_groups, 2);
+    EXPECT_TRUE(back.cfg.model.untie_embeddings_and_output_weights);
+    EXPECT_EQ(tpd_ckpt_export_llmc(&orig.cfg, orig.w, (out + "/model.bin").c_str()),
+              TPD_ERR_UNSUPPORTED);
     EXPECT_NE(std::string(tpd_ckpt_last_error()).find("this model has RMSNorm"), std::string::npos)
         << tpd_ckpt_last_error();
-    EXPECT_EQ(tpd_ckpt_export_llmc(&w.cfg, w.w, (out + "/model.bin").c_str()), TPD_ERR_UNSUPPORTED);
 }
 
 TEST(GenerateSampling, SamplingIsReproducibleAndRespectsTopK) {
