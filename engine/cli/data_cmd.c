@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/cli/cli.h"
+#include "engine/cli/tokenizer_opts.h"
 #include "engine/data/data.h"
 
 static void usage_data(FILE *f) {
@@ -23,18 +24,27 @@ static void usage_prepare(FILE *f) {
     fputs("usage: tripod data prepare --input FILE... --output PREFIX\n"
           "                           [--records file|blank|percent|jsonl] [--json-key K]\n"
           "                           [--vocab-file vocab.json --merge-file merges.txt]\n"
+          "                           [--tokenizer-type HuggingFaceTokenizer\n"
+          "                            --tokenizer-model tokenizer.json] [--append-eod]\n"
           "\n"
           "Tokenizes text byte by byte (vocab 257: bytes 0..255, end of document 256) and\n"
-          "writes a Megatron indexed data set, PREFIX.idx + PREFIX.bin, with uint16 tokens.\n"
-          "Every document ends with the end-of-document token 256. With --vocab-file and\n"
-          "--merge-file (GPT-2's files, as Megatron takes them) it uses GPT-2's byte-level\n"
-          "BPE instead, and ends every document with <|endoftext|>.\n"
+          "writes a Megatron indexed data set, PREFIX.idx + PREFIX.bin, with uint16 tokens\n"
+          "(int32 for vocabularies of 65500 or more). Every document ends with the\n"
+          "end-of-document token 256. With --vocab-file and --merge-file (GPT-2's files,\n"
+          "as Megatron takes them) it uses GPT-2's byte-level BPE instead, and ends every\n"
+          "document with <|endoftext|>.\n"
+          "With a Hugging Face tokenizer.json (Megatron's HuggingFaceTokenizer) every\n"
+          "document is encoded as Hugging Face's tokenizer(text) does (with its BOS, if its\n"
+          "post-processor adds one), and ends with the end-of-document token only with\n"
+          "--append-eod (as Megatron's preprocess_data.py).\n"
           "\n"
           "options:\n"
           "  --input FILE...   one or more text files; may be repeated\n"
-          "  --output PREFIX   where to write PREFIX.idx and PREFIX.bin\n"
-          "  --vocab-file F    GPT-2 BPE vocabulary (vocab.json); needs --merge-file\n"
-          "  --merge-file F    GPT-2 BPE merges (merges.txt); needs --vocab-file\n"
+          "  --output PREFIX   where to write PREFIX.idx and PREFIX.bin\n" TPD_CLI_TOK_USAGE
+          "  --append-eod      end every document with the tokenizer's end-of-document token\n"
+          "                    (tokenizer.json: the eos_token of a tokenizer_config.json\n"
+          "                    beside it, else <|end_of_text|>, <|endoftext|>, </s> or <eos>);\n"
+          "                    bytes and GPT-2's files always end documents so\n"
           "  --records MODE    how the inputs split into documents:\n"
           "                      file     each input file is one document (the default)\n"
           "                      blank    every blank-line separated record is a document\n"
@@ -82,13 +92,15 @@ static int cli_prepare(int argc, char **argv) {
     int n_inputs = 0;
     const char *output = NULL;
     tpd_records records = TPD_RECORDS_FILE;
-    const char *vocab_file = NULL, *merge_file = NULL, *json_key = NULL;
+    const char *json_key = NULL;
+    tpd_cli_tok tok = {0};
+    int append_eod = 0;
     tpd_bpe *bpe = NULL;
     if (!inputs) {
         tpd_data_log_error("out of memory");
         return TPD_EXIT_FAILURE;
     }
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1, took; i < argc; i++) {
         const char *a = argv[i];
         if (is_help(a)) {
             usage_prepare(stdout);
@@ -115,12 +127,10 @@ static int cli_prepare(int argc, char **argv) {
                 goto usage;
             }
             json_key = argv[++i];
-        } else if (!strcmp(a, "--vocab-file") || !strcmp(a, "--merge-file")) {
-            if (i + 1 >= argc) {
-                tpd_data_log_error("data prepare: %s needs a file", a);
-                goto usage;
-            }
-            *(a[2] == 'v' ? &vocab_file : &merge_file) = argv[++i];
+        } else if (!strcmp(a, "--append-eod")) {
+            append_eod = 1;
+        } else if ((took = tpd_cli_tok_arg(&tok, "data prepare", argc, argv, &i)) != 0) {
+            if (took < 0) goto usage;
         } else if (!strcmp(a, "--records")) {
             if (i + 1 >= argc || !parse_records(argv[i + 1], &records)) {
                 tpd_data_log_error("data prepare: --records takes file, blank or percent (got "
@@ -138,24 +148,41 @@ static int cli_prepare(int argc, char **argv) {
         tpd_data_log_error("data prepare: --input and --output are required");
         goto usage;
     }
-    if (!vocab_file != !merge_file) {
-        tpd_data_log_error("data prepare: --vocab-file and --merge-file go together (GPT-2 BPE)");
-        goto usage;
+    tpd_status st = tpd_cli_tok_load(&tok, "data prepare", &bpe);
+    if (st == TPD_ERR_INVALID) goto usage;
+    if (st != TPD_OK) {
+        rc = TPD_EXIT_CONFIG;
+        goto free_inputs;
     }
-    if (vocab_file && tpd_bpe_load(vocab_file, merge_file, &bpe) != TPD_OK) goto free_inputs;
+    /* bytes and GPT-2's files always end documents with EOD; tokenizer.json as asked */
+    int hf = !strcmp(tpd_cli_tok_name(&tok), "tokenizer.json");
+    if (!hf) append_eod = 1;
+    int32_t eod = bpe ? tpd_bpe_eod(bpe) : TPD_BYTE_EOD;
+    if (hf && append_eod && eod < 0) {
+        tpd_data_log_error("data prepare: --append-eod: %s has no end-of-document token (an "
+                           "eos_token in a tokenizer_config.json beside it, or one of "
+                           "<|end_of_text|>, <|endoftext|>, </s>, <eos>)",
+                           tok.model);
+        goto free_inputs;
+    }
     uint64_t docs = 0, tokens = 0;
     tpd_prepare_opts po = TPD_PREPARE_OPTS_INIT;
     po.records = records;
     po.bpe = bpe;
+    po.omit_eod = !append_eod;
     if (json_key) po.json_key = json_key;
     if (tpd_data_prepare(inputs, n_inputs, &po, output, &docs, &tokens) != TPD_OK) {
         rc = TPD_EXIT_FAILURE;
         goto free_inputs;
     }
+    char eod_note[600] = "";
+    if (hf && append_eod)
+        snprintf(eod_note, sizeof eod_note, ", each ended by EOD %s (id %d)",
+                 tpd_bpe_token(bpe, eod), (int)eod);
     printf("prepared %s.idx + %s.bin: %d input file(s), %llu documents, %llu tokens (%s, "
-           "vocab %d)\n",
+           "vocab %d%s)\n",
            output, output, n_inputs, (unsigned long long)docs, (unsigned long long)tokens,
-           bpe ? "GPT-2 BPE" : "bytes", bpe ? tpd_bpe_vocab_size(bpe) : TPD_BYTE_VOCAB);
+           tpd_cli_tok_name(&tok), bpe ? tpd_bpe_vocab_size(bpe) : TPD_BYTE_VOCAB, eod_note);
     rc = TPD_EXIT_OK;
     goto free_inputs;
 usage:

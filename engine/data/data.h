@@ -175,12 +175,14 @@ typedef enum tpd_records {
 
 typedef struct tpd_prepare_opts {
     tpd_records records;
-    const tpd_bpe *bpe;   /* NULL: bytes */
+    const tpd_bpe *bpe;   /* NULL: bytes; else encoded with its special tokens (a BOS) */
     const char *json_key; /* JSONL: the field holding a document's text */
+    int omit_eod;         /* 1: documents do not end with the end-of-document token (Megatron
+                           * without --append-eod); 0: they do */
 } tpd_prepare_opts;
 
 #define TPD_PREPARE_OPTS_INIT                                                                      \
-    { TPD_RECORDS_FILE, NULL, "text" }
+    { TPD_RECORDS_FILE, NULL, "text", 0 }
 
 tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, const tpd_prepare_opts *opts,
                             const char *output_prefix, uint64_t *num_docs_p,

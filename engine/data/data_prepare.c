@@ -3,7 +3,9 @@
  *
  * By default bytes are the vocabulary (0..255) plus one end-of-document token (256), so
  * the demo needs no tokenizer files and any text, in any encoding, round-trips exactly.
- * With GPT-2's BPE files the documents are BPE ids, each ended by "<|endoftext|>". */
+ * With a BPE tokenizer (GPT-2's files or a tokenizer.json) the documents are its ids, as
+ * its encode with special tokens gives them (a BOS when its post-processor adds one),
+ * each ended by its end-of-document token when asked. */
 #include "engine/data/data.h"
 
 #include "base/file.h"
@@ -51,7 +53,8 @@ typedef struct pending_record {
 
 typedef struct prepare_state {
     tpd_indexed_builder *builder;
-    const tpd_bpe *bpe;      /* NULL: bytes */
+    const tpd_bpe *bpe; /* NULL: bytes */
+    int append_eod;
     pending_record *pending; /* BPE: the current file's records, encoded in parallel */
     size_t npending, pending_cap;
     int32_t *scratch; /* (scratch_cap) tokens of the current document */
@@ -80,6 +83,7 @@ static tpd_status emit_record(prepare_state *ps, const unsigned char *p, size_t 
         ps->pending[ps->npending++] = (pending_record){.p = p, .n = n};
         return TPD_OK;
     }
+    size_t eod = ps->append_eod ? 1 : 0;
     if (n + 1 > ps->scratch_cap) {
         int32_t *s = realloc(ps->scratch, (n + 1) * sizeof *s);
         if (!s) {
@@ -92,21 +96,22 @@ static tpd_status emit_record(prepare_state *ps, const unsigned char *p, size_t 
     for (i = 0; i < n; i++)
         ps->scratch[i] = p[i];
     ps->scratch[n] = TPD_BYTE_EOD;
-    TPD_CHECK(tpd_indexed_builder_add(ps->builder, ps->scratch, n + 1));
+    TPD_CHECK(tpd_indexed_builder_add(ps->builder, ps->scratch, n + eod));
     ps->docs++;
-    ps->tokens += n + 1;
+    ps->tokens += n + eod;
     return TPD_OK;
 }
 
 /* BPE: encodes the pending records on every thread (each record alone, so the ids do not
- * depend on the thread count), then appends them in order, each ended by <|endoftext|>. */
+ * depend on the thread count), then appends them in order, each ended by EOD if asked. */
 static tpd_status flush_bpe(prepare_state *ps) {
     long n = (long)ps->npending;
     int32_t eod = tpd_bpe_eod(ps->bpe);
 #pragma omp parallel for schedule(dynamic, 16)
     for (long i = 0; i < n; i++) {
         pending_record *r = &ps->pending[i];
-        r->st = tpd_bpe_encode(ps->bpe, (const char *)r->p, r->n, &r->ids, &r->nids, &r->cap);
+        r->st = tpd_bpe_encode_ex(ps->bpe, (const char *)r->p, r->n, 1, &r->ids, &r->nids, &r->cap);
+        if (!ps->append_eod) continue;
         if (r->st == TPD_OK && r->nids == r->cap) {
             int32_t *ids = realloc(r->ids, (r->nids + 1) * sizeof *ids);
             if (ids)
@@ -232,13 +237,14 @@ tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, const tpd_p
         tpd_data_log_error("data prepare: unknown records mode %d", (int)records);
         return TPD_ERR_INVALID;
     }
-    if (bpe && tpd_bpe_eod(bpe) < 0) {
-        tpd_data_log_error("data prepare: the BPE vocabulary has no <|endoftext|> token to end "
-                           "documents with");
+    if (bpe && !opts->omit_eod && tpd_bpe_eod(bpe) < 0) {
+        tpd_data_log_error("data prepare: the tokenizer has no end-of-document token to end "
+                           "documents with (GPT-2's files: <|endoftext|>)");
         return TPD_ERR_INVALID;
     }
     prepare_state ps = {0};
     ps.bpe = bpe;
+    ps.append_eod = !opts->omit_eod;
     TPD_CHECK(tpd_indexed_builder_create(
         output_prefix, bpe ? tpd_bpe_vocab_size(bpe) : TPD_BYTE_VOCAB, &ps.builder));
     /* One file in memory at a time; documents stream to PREFIX.bin. */

@@ -350,7 +350,9 @@ tpd_status tpd_generate(const char *checkpoint, const tpd_gen_opts *o, int32_t *
     int V = g.V, T = g.T;
     int32_t *out = NULL, *ctx = NULL;
     size_t plen = strlen(o->prompt), n = 0, made = 0, cap = 0;
-    if (o->bpe) TPD_CHECK_GOTO(tpd_bpe_encode(o->bpe, o->prompt, plen, &ctx, &n, &cap), st, done);
+    /* with the tokenizer's special tokens: a Llama 3 prompt starts with its BOS */
+    if (o->bpe)
+        TPD_CHECK_GOTO(tpd_bpe_encode_ex(o->bpe, o->prompt, plen, 1, &ctx, &n, &cap), st, done);
     int32_t *grown = realloc(ctx, (n + plen + (size_t)o->max_new_tokens + 1) * sizeof *ctx);
     out = malloc(((size_t)o->max_new_tokens + 1) * sizeof *out);
     if (!grown || !out) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, done, "generate: out of memory");

@@ -1,6 +1,7 @@
 /* Text generation from a checkpoint: byte-level tokens, temperature and top-k sampling.
  *
- * Text is bytes (vocab_size 257 models), or GPT-2 BPE ids when a tokenizer is given.
+ * Text is bytes (vocab_size 257 models), or BPE ids when a tokenizer is given (GPT-2's
+ * files or a tokenizer.json; the prompt is encoded with its special tokens, a BOS).
  * The checkpoint (saved under any TP/PP/DP layout) is loaded into one single-rank model
  * (TP = PP = DP = 1) on the cpu backend with micro-batch 1. Tokens are sampled from the
  * last position's logits (the first vocab_size of them: padded columns are never drawn).
@@ -31,7 +32,7 @@ typedef struct tpd_gen_opts {
     uint64_t seed;      /* draw i uses tpd_rng_uniform(seed, stream, i) */
     int num_threads;    /* cpu OpenMP threads, 0 = runtime default */
     int kv_cache;       /* 1: incremental decoding with a key/value cache */
-    const tpd_bpe *bpe; /* GPT-2 BPE for the prompt; NULL: bytes */
+    const tpd_bpe *bpe; /* BPE for the prompt; NULL: bytes */
     double top_p;       /* nucleus: the fewest top tokens holding this probability; 1 = all */
     int stop_at_eod;    /* 1: stop before an end-of-document token (it is not returned) */
 } tpd_gen_opts;
