@@ -7,6 +7,7 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/interchange.h"
 #include "engine/cli/cli.h"
+#include "engine/cli/tokenizer_opts.h"
 #include "engine/data/data.h"
 #include "engine/generate/generate.h"
 
@@ -27,7 +28,11 @@ static void usage(FILE *f) {
             "                  [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
             "                  [--stop-at-eod] [--no-kv-cache]\n"
             "                  [--vocab-file vocab.json --merge-file merges.txt]\n"
-            "      --vocab-file/--merge-file: GPT-2 BPE text (bytes without them)\n"
+            "                  [--tokenizer-type HuggingFaceTokenizer\n"
+            "                   --tokenizer-model tokenizer.json]\n"
+            "      --vocab-file/--merge-file: GPT-2 BPE text; --tokenizer-model: a Hugging\n"
+            "      Face tokenizer.json (byte-level BPE; the prompt gets its BOS); bytes\n"
+            "      without them\n"
             "      --no-kv-cache: a full forward over the last seq_length tokens per token\n"
             "  tripod inspect CHECKPOINT\n"
             "      what it holds (iteration, layout, model, files), every file verified\n"
@@ -35,8 +40,8 @@ static void usage(FILE *f) {
 }
 
 typedef struct opts {
-    const char *pos, *format, *output, *layout, *prompt, *vocab_file, *merge_file, *dtype,
-        *max_shard;
+    const char *pos, *format, *output, *layout, *prompt, *dtype, *max_shard;
+    tpd_cli_tok tok;
     int max_new, top_k, no_kv_cache, stop_at_eod;
     double temperature, top_p;
     unsigned long long seed;
@@ -68,6 +73,11 @@ static int parse(int argc, char **argv, opts *o) {
             *(a[2] == 'n' ? &o->no_kv_cache : &o->stop_at_eod) = 1;
             continue;
         }
+        int took = tpd_cli_tok_arg(&o->tok, argv[0], argc, argv, &i);
+        if (took) {
+            if (took < 0) return -1;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "tripod: error: %s needs a value\n", a);
             return -1;
@@ -95,10 +105,6 @@ static int parse(int argc, char **argv, opts *o) {
             o->top_p = atof(v);
         else if (!strcmp(a, "--seed"))
             o->seed = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--vocab-file"))
-            o->vocab_file = v;
-        else if (!strcmp(a, "--merge-file"))
-            o->merge_file = v;
         else {
             fprintf(stderr, "tripod: error: unknown option '%s'\n", a);
             return -1;
@@ -255,13 +261,8 @@ static int cmd_generate(const opts *o) {
                         "0, and --top-p in (0, 1]\n");
         return TPD_EXIT_CONFIG;
     }
-    if (!o->vocab_file != !o->merge_file) {
-        fprintf(stderr, "tripod: error: --vocab-file and --merge-file go together (GPT-2 BPE)\n");
-        return TPD_EXIT_CONFIG;
-    }
     tpd_bpe *bpe = NULL;
-    if (o->vocab_file && tpd_bpe_load(o->vocab_file, o->merge_file, &bpe) != TPD_OK)
-        return TPD_EXIT_CONFIG;
+    if (tpd_cli_tok_load(&o->tok, "generate", &bpe) != TPD_OK) return TPD_EXIT_CONFIG;
     g.bpe = bpe;
     int32_t *toks = NULL;
     size_t n = 0, len = 0;

@@ -5,7 +5,8 @@
 # gives its text with the BOS (the fixture's golden set) and then the end-of-document
 # token; without --append-eod no EOD. GPT2BPETokenizer still takes GPT-2's files. A
 # SentencePiece tokenizer.model, and --append-eod with a tokenizer that has no
-# end-of-document token, are refused with messages that say so.
+# end-of-document token, are refused with messages that say so. A tiny model trained on
+# those ids generates text through `tripod generate` with the same options.
 #
 # usage: hf_tokenizer_flow.sh TRIPOD HF_TOKENIZER_DIR BPE_DIR
 set -euo pipefail
@@ -74,4 +75,25 @@ mkdir "$work/noeod"
 sed 's/<|end_of_text|>/<|eot|>/g' "$tok" >"$work/noeod/tokenizer.json"
 expect_error "has no end-of-document token" \
   --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$work/noeod/tokenizer.json" --append-eod
+
+# `tripod generate` with the same tokenizer.json: train a tiny model on its ids, then the
+# greedy text after a prompt (encoded with its BOS) comes back as text
+for i in $(seq 1 300); do printf '{"text": "The quick brown fox %d jumps over the lazy dog."}\n' "$i"; done >"$work/fox.jsonl"
+"$tripod" data prepare --input "$work/fox.jsonl" --output "$work/fox" --records jsonl \
+  --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$tok" --append-eod >/dev/null
+cat >"$work/tiny.yaml" <<YAML
+model: {num_layers: 2, hidden_size: 32, num_attention_heads: 2, vocab_size: 403, seq_length: 16,
+        make_vocab_size_divisible_by: 8}
+training: {micro_batch_size: 2, global_batch_size: 8, train_iters: 60, num_threads: 1}
+optimizer: {lr: 1.0e-2, lr_warmup_iters: 2}
+data: {data_path: $work/fox}
+logging: {log_interval: 20, metrics_file: "", eval_interval: 0}
+checkpoint: {save: $work/ck}
+YAML
+"$tripod" train "$work/tiny.yaml" >"$work/train.log" 2>&1 || { cat "$work/train.log"; fail "train"; }
+text=$("$tripod" generate "$work/ck" --prompt "The quick" --max-new-tokens 12 --temperature 0 \
+  --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$tok")
+echo "hf_tokenizer_flow: generated: $text"
+[[ $text == "The quick"* ]] || fail "generate output does not start with the prompt"
+[[ $text == *"brown"* || $text == *"fox"* ]] || fail "greedy text after 'The quick' has neither 'brown' nor 'fox'"
 echo "hf_tokenizer_flow: OK"
