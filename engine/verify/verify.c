@@ -214,9 +214,19 @@ static tpd_status rehearse(const tpd_verify_options *opt, tpd_comm *world, tpd_v
             char when[64];
             snprintf(when, sizeof when, "after step %d", K);
             tpd_verify_cmp_params(c, small, lay.at_save, ref.at_save, when);
+            if (lay.tied_differ)
+                tpd_verify_fail(c,
+                                "the tied embedding's copies on stage 0 and stage %d differ in "
+                                "%d elements after step %d",
+                                small->parallel.pipeline_model_parallel_size - 1,
+                                (int)lay.tied_differ, K);
             if (c && c->verdict == TPD_VERIFY_PASS)
                 snprintf(c->detail, sizeof c->detail,
-                         "every tensor of every layer after step %d, against one rank", K);
+                         "every tensor of every layer after step %d, against one rank%s", K,
+                         small->model.untie_embeddings_and_output_weights ||
+                                 small->parallel.pipeline_model_parallel_size == 1
+                             ? ""
+                             : "; both copies of the tied embedding bit-identical");
         }
         tpd_verify_job_free(&ref);
         st = resume_check("checkpoint: same layout", small, rep->ranks, dir, &lay, world, 0, rep);

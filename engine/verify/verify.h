@@ -19,6 +19,7 @@
 #include <stdio.h>
 
 #include "engine/config/config.h"
+#include "engine/train/train.h"
 #include "parallel/comm.h"
 
 #ifdef __cplusplus
@@ -44,7 +45,8 @@ typedef struct tpd_verify_options {
  * hidden (a multiple of TP), vocabulary the real one's remainder against
  * make_vocab_size_divisible_by x TP (so padding stays), sequence 8 rounded up to TP under
  * SP; micro-batches per step PP (at least 2); DP buckets as many per stage as the real
- * model's. data.data_path is left to the caller. Fails with a line in err when `real`
+ * model's; a constant learning rate and adam_eps at least 1e-6 (see shrink.c).
+ * data.data_path is left to the caller. Fails with a line in err when `real`
  * cannot be shrunk (e.g. dp < 1). */
 tpd_status tpd_verify_shrink(const tpd_config *real, int dp, int steps, tpd_config *small,
                              char *err, size_t errlen);
@@ -91,6 +93,15 @@ tpd_status tpd_verify_check_machine(const tpd_config *small, int ranks, int worl
  * rehearsal itself could not run; failed checks are in the report. */
 tpd_status tpd_verify_run(const tpd_config *real, const tpd_verify_options *opt, tpd_comm *world,
                           tpd_verify_report *rep);
+
+/* ||a - b|| / ||b|| over n elements in double (||a - b|| when b is 0; +inf for NaN): the
+ * parameter measure of `verify` and of the equivalence tests. */
+double tpd_verify_rel_diff(const float *a, const float *b, size_t n);
+/* Elements where the tied embedding's two copies (wte on the first and on the last stage)
+ * differ, summed over the trainer's world: 0 when they are bit-identical, as the embedding
+ * group's gradient sum must keep them (0 too when untied or PP = 1). Collective over the
+ * trainer's world. */
+tpd_status tpd_verify_tied_copies_differ(tpd_trainer *tr, int32_t *differ_p);
 
 /* The shrunken config beside the real one's widths, then the table of checks. */
 void tpd_verify_print(FILE *f, const tpd_verify_report *rep);

@@ -48,6 +48,23 @@ void tpd_verify_cmp_series(tpd_verify_check *c, const char *what, const double *
     }
 }
 
+/* sum of (a - b)^2 over n elements; adds sum of b^2 to *den */
+static double sq_diff(const float *a, const float *b, size_t n, double *den) {
+    double num = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        *den += (double)b[i] * b[i];
+    }
+    return num;
+}
+
+double tpd_verify_rel_diff(const float *a, const float *b, size_t n) {
+    double den = 0, num = sq_diff(a, b, n, &den);
+    double e = sqrt(num / (den > 0 ? den : 1));
+    return isnan(e) ? INFINITY : e;
+}
+
 /* Where global layer l lives in cfg's layout: its stage and chunk; -1 when nowhere. */
 static int stage_of_layer(const tpd_config *cfg, int l, int *chunk_p) {
     int pp = cfg->parallel.pipeline_model_parallel_size;
@@ -130,13 +147,8 @@ void tpd_verify_cmp_params(tpd_verify_check *c, const tpd_config *cfg, float *co
         double num = 0, den = 0, worst_layer = -1, big = -1;
         int layer = 0;
         for (int l = 0; l < s->g_layers; l++) {
-            const float *a = got[p] + (size_t)l * piece, *b = ref[p] + (size_t)l * piece;
-            double lnum = 0;
-            for (size_t i = 0; i < piece; i++) {
-                double d = (double)a[i] - b[i];
-                lnum += d * d;
-                den += (double)b[i] * b[i];
-            }
+            double lnum =
+                sq_diff(got[p] + (size_t)l * piece, ref[p] + (size_t)l * piece, piece, &den);
             num += lnum;
             if (lnum > worst_layer || isnan(lnum)) {
                 worst_layer = isnan(lnum) ? INFINITY : lnum;

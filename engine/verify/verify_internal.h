@@ -20,6 +20,7 @@ typedef struct tpd_verify_job {
     float *loaded[TPD_P_COUNT];  /* after create, when load */
     float *at_save[TPD_P_COUNT]; /* after `steps` */
     float *final_[TPD_P_COUNT];  /* after steps + more, when more > 0 */
+    int32_t tied_differ;         /* after `steps`: tpd_verify_tied_copies_differ */
     int structure_ok;            /* every rank: the structure check passed (1 when not run) */
 } tpd_verify_job;
 

@@ -8,6 +8,7 @@
 #include "engine/plan/plan.h"
 #include "engine/train/train.h"
 #include "engine/verify/verify_internal.h"
+#include "kernels/cpu/cpu.h"
 
 void tpd_verify_job_free(tpd_verify_job *j) {
     free(j->loss);
@@ -21,6 +22,39 @@ void tpd_verify_job_free(tpd_verify_job *j) {
     memset(j->loaded, 0, sizeof j->loaded);
     memset(j->at_save, 0, sizeof j->at_save);
     memset(j->final_, 0, sizeof j->final_);
+}
+
+tpd_status tpd_verify_tied_copies_differ(tpd_trainer *tr, int32_t *differ_p) {
+    const tpd_model *m = tpd_trainer_model(tr);
+    tpd_comm *emb = tpd_trainer_host_comms(tr)->emb;
+    int32_t diff = 0;
+    tpd_status st = TPD_OK;
+    if (emb && tpd_comm_size(emb) == 2 && m->d.tied) {
+        /* elementwise max of w and of -w over the two copies agree only where they are equal;
+         * wte is one block of the flat buffer (not per layer) */
+        const tpd_param_slice *s = &m->plan.lay.p[TPD_P_WTE];
+        float *all = malloc((m->plan.numel_padded + 1) * sizeof *all);
+        float *lo = malloc((s->numel + 1) * sizeof *lo);
+        if (!all || !lo) st = TPD_ERR_NOMEM;
+        if (st == TPD_OK) st = tpd_model_params_f32(m, all);
+        float *hi = all ? all + s->offset : NULL;
+        for (size_t i = 0; st == TPD_OK && i < s->numel; i++)
+            lo[i] = -hi[i];
+        if (st == TPD_OK)
+            st = tpd_comm_allreduce(emb, hi, hi, s->numel, TPD_DTYPE_F32, TPD_COMM_OP_MAX, NULL);
+        if (st == TPD_OK)
+            st = tpd_comm_allreduce(emb, lo, lo, s->numel, TPD_DTYPE_F32, TPD_COMM_OP_MAX, NULL);
+        for (size_t i = 0; st == TPD_OK && i < s->numel; i++)
+            diff += hi[i] != -lo[i];
+        free(all);
+        free(lo);
+        if (st == TPD_ERR_NOMEM) tpd_log_error("verify: out of memory");
+    }
+    TPD_CHECK(st);
+    TPD_CHECK(tpd_comm_allreduce(tpd_trainer_host_comms(tr)->world, &diff, &diff, 1, TPD_DTYPE_I32,
+                                 TPD_COMM_OP_SUM, NULL));
+    *differ_p = diff;
+    return TPD_OK;
 }
 
 /* Every global parameter tensor onto world rank 0 (out[p] malloc'd there, NULL elsewhere).
@@ -142,8 +176,10 @@ static tpd_status check_structure(tpd_verify_job *j, tpd_trainer *tr, tpd_comm *
     return st;
 }
 
-/* Each rank's allocation (the bytes the model allocated, counted by the model as it
- * allocates them) against the planner's cpu figure for its stage. Collective over jc. */
+/* Each rank's allocation against the planner's cpu figure for its stage: the bytes the
+ * cpu backend counts as allocated once the trainer is built (every device buffer, the
+ * model's and any other) plus the model's host staging, and the model's own count. Both
+ * must equal the plan to the byte. Collective over jc. */
 static tpd_status check_memory(tpd_verify_job *j, tpd_trainer *tr, tpd_comm *jc,
                                tpd_verify_report *rep) {
     const tpd_model *m = tpd_trainer_model(tr);
@@ -154,27 +190,29 @@ static tpd_status check_memory(tpd_verify_job *j, tpd_trainer *tr, tpd_comm *jc,
     tpd_plan_stage_mem pm;
     memset(&pm, 0, sizeof pm);
     tpd_status pst = tpd_plan_cpu_memory(&j->cfg, &lay, ms->pp, &pm);
-    double row[4] = {(double)m->bytes_allocated, pst == TPD_OK ? pm.total : -1, ms->pp, ms->tp};
-    double *all = me == 0 ? calloc((size_t)n * 4, sizeof *all) : NULL;
+    double host = (double)(m->plan.mem.workspace - m->plan.ws_bytes);
+    double row[5] = {(double)tpd_kern_cpu_bytes_allocated(m->kb) + host, (double)m->bytes_allocated,
+                     pst == TPD_OK ? pm.total : -1, ms->pp, ms->tp};
+    double *all = me == 0 ? calloc((size_t)n * 5, sizeof *all) : NULL;
     if (me == 0 && !all) {
         tpd_log_error("verify: out of memory");
         return TPD_ERR_NOMEM;
     }
-    tpd_status st = tpd_comm_gather(jc, row, all, 4, TPD_DTYPE_F64, 0);
+    tpd_status st = tpd_comm_gather(jc, row, all, 5, TPD_DTYPE_F64, 0);
     if (st == TPD_OK && me == 0) {
         tpd_verify_check *c = tpd_verify_add(rep, "memory", 0);
         double worst = 0, lo = INFINITY, hi = 0;
         for (int r = 0; r < n; r++) {
-            const double *w = all + 4 * r;
-            double diff = fabs(w[0] - w[1]);
+            const double *w = all + 5 * r;
+            double diff = fmax(fabs(w[0] - w[2]), fabs(w[1] - w[2]));
             lo = w[0] < lo ? w[0] : lo;
             hi = w[0] > hi ? w[0] : hi;
             if (diff > worst) {
                 if (worst == 0)
                     tpd_verify_fail(c,
-                                    "rank %d (stage %d, TP %d) allocated %.0f bytes, the planner "
-                                    "says %.0f (%+.0f)",
-                                    r, (int)w[2], (int)w[3], w[0], w[1], w[0] - w[1]);
+                                    "rank %d (stage %d, TP %d) allocated %.0f bytes (the model "
+                                    "counts %.0f), the planner says %.0f (%+.0f)",
+                                    r, (int)w[3], (int)w[4], w[0], w[1], w[2], w[0] - w[2]);
                 worst = diff;
             }
         }
@@ -208,6 +246,7 @@ static tpd_status run_member(tpd_verify_job *j, tpd_comm *jc, int root, tpd_veri
     for (int i = 0; i < total; i++) {
         if (i == j->steps && j->steps > 0) {
             TPD_CHECK_GOTO(gather_params(tr, root, j->at_save), st, out);
+            TPD_CHECK_GOTO(tpd_verify_tied_copies_differ(tr, &j->tied_differ), st, out);
             if (j->save) TPD_CHECK_GOTO(tpd_trainer_save(tr, j->save), st, out);
         }
         tpd_step_stats s;
