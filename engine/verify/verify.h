@@ -79,7 +79,7 @@ typedef struct tpd_verify_report {
     tpd_verify_check checks[TPD_VERIFY_MAX_CHECKS];
     int n_checks;
     double wall_s;
-    int passed; /* 1 when every check passed */
+    int passed; /* 1 when no check failed (a check that does not apply is skipped) */
 } tpd_verify_report;
 
 /* Refuses (TPD_ERR_INVALID, logged with the figures) a rehearsal whose ranks would not fit

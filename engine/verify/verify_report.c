@@ -105,11 +105,15 @@ void tpd_verify_print(FILE *f, const tpd_verify_report *r) {
         fprintf(f, "  %-28s %-6s %-10s %-10s %s\n", c->name, k_verdict[c->verdict], worst, tol,
                 c->detail);
     }
-    int pass = 0;
-    for (int i = 0; i < r->n_checks; i++)
+    int pass = 0, skipped = 0;
+    for (int i = 0; i < r->n_checks; i++) {
         pass += r->checks[i].verdict == TPD_VERIFY_PASS;
-    fprintf(f, "\nverify: %s (%d of %d checks passed) in %.1f s\n", r->passed ? "PASS" : "FAIL",
-            pass, r->n_checks, r->wall_s);
+        skipped += r->checks[i].verdict == TPD_VERIFY_SKIP;
+    }
+    fprintf(f, "\nverify: %s (%d of %d checks passed", r->passed ? "PASS" : "FAIL", pass,
+            r->n_checks);
+    if (skipped) fprintf(f, ", %d not run", skipped);
+    fprintf(f, ") in %.1f s\n", r->wall_s);
 }
 
 char *tpd_verify_json(const tpd_verify_report *r) {

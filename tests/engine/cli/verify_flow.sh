@@ -93,4 +93,11 @@ fi
 expect_pass "DP 100000 shrunk by --ranks 4" 4 demo.yaml "${tp2pp2[@]}" \
   parallel.data_parallel_size=100000 --ranks 4
 grep -q "DP 100000 of the config shrunk to 1" <<<"$out" || fail "the shrunk DP is not stated"
+# one rank: no other layout to reshard into, so that check is not run, and it still passes
+verify 1 demo.yaml
+if [ "$rc" -ne 0 ] || ! grep -qE '^  checkpoint: other layout +SKIP +- .*not run: no other layout' <<<"$out" ||
+   ! grep -q '^verify: PASS (7 of 8 checks passed, 1 not run)' <<<"$out"; then
+  printf '%s\n' "$out" | head -30
+  fail "one rank: exit $rc"
+fi
 echo "verify_flow: PASS"
