@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `tripod verify` end to end under mpirun:
 #  1. it passes on the README's layouts (the demo at TP 2 x PP 2 x DP 2, interleaved v 2,
-#     ZB-H1 on 4 stages, and the Llama demo at TP 2 x PP 2), every check PASS, exit 0, and
-#     --out writes the JSON report and the shrunken config;
+#     ZB-H1 on 4 stages, and the Llama demo at TP 2 x PP 2, also with SP, ZeRO-1 and
+#     recompute), every check PASS, exit 0, and --out writes the JSON report and the
+#     shrunken config; on one rank the resharding check is not run and it still passes;
 #  2. it fails loudly, naming the fault, on each fault planted through TRIPOD_TEST_FAULT
 #     (base/fault.h): a dropped layer in one stage, a skipped DP bucket reduction, a resume
 #     that loads the wrong shard;
@@ -67,6 +68,10 @@ expect_pass "demo interleaved v 2" 8 demo.yaml "${tp2pp2[@]}" \
 expect_pass "demo ZB-H1 PP 4" 8 demo.yaml parallel.pipeline_model_parallel_size=4 \
   parallel.pipeline_schedule=zb-h1
 expect_pass "Llama demo TP 2 PP 2" 8 demo-llama.yaml "${tp2pp2[@]}"
+# and the keys the README's layouts leave at their defaults: SP, ZeRO-1, recompute
+expect_pass "Llama demo v 2, SP, ZeRO-1, selective recompute" 8 demo-llama.yaml "${tp2pp2[@]}" \
+  parallel.virtual_pipeline_model_parallel_size=2 parallel.sequence_parallel=true \
+  parallel.use_distributed_optimizer=true training.recompute=selective
 
 # 2. planted faults
 expect_fault "dropped layer" drop-layer:1 structure \
