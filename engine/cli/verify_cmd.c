@@ -114,23 +114,27 @@ int tpd_cli_verify(int argc, char **argv) {
     tpd_comm_mpi_set_timeout(cfg.comm.timeout_s);
     tpd_verify_report *rep = calloc(1, sizeof *rep);
     tpd_status st = rep ? tpd_verify_run(&cfg, &o, world, rep) : TPD_ERR_NOMEM;
+    int32_t verdict[2] = {0, 0}; /* rank 0's: passed, and the report written */
     if (st == TPD_OK && me == 0) {
         tpd_verify_print(stdout, rep);
         fflush(stdout);
+        verdict[0] = rep->passed;
+        verdict[1] = 1;
         if (out) {
             char *json = tpd_verify_json(rep);
             if (!json || write_out(out, "verify.json", NULL, json) ||
                 write_out(out, "verify-config.yaml", &rep->small, NULL))
-                st = TPD_ERR_IO;
+                verdict[1] = 0;
             free(json);
         }
     }
-    rc = st != TPD_OK ? tpd_cli_code(st) : TPD_EXIT_OK;
-    if (st == TPD_OK) {
-        int32_t passed = me == 0 ? rep->passed : 0;
-        tpd_comm_broadcast(world, &passed, 1, TPD_DTYPE_I32, 0, NULL);
-        rc = passed ? TPD_EXIT_OK : TPD_EXIT_FAILURE;
-    }
+    /* every rank leaves with rank 0's verdict */
+    if (st == TPD_OK && tpd_comm_broadcast(world, verdict, 2, TPD_DTYPE_I32, 0, NULL) != TPD_OK)
+        st = TPD_ERR_COMM;
+    rc = st != TPD_OK  ? tpd_cli_code(st)
+         : !verdict[1] ? TPD_EXIT_FAILURE
+         : verdict[0]  ? TPD_EXIT_OK
+                       : TPD_EXIT_FAILURE;
     free(rep);
     tpd_cli_args_free(&a);
     if (st != TPD_OK && st != TPD_ERR_INVALID && tpd_comm_size(world) > 1)
