@@ -2,6 +2,7 @@
  * protocol is described in checkpoint.h. */
 #include "engine/checkpoint/checkpoint.h"
 #include "base/clock.h"
+#include "base/fault.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -475,7 +476,11 @@ tpd_status tpd_ckpt_load(const tpd_ckpt_view *v, const char *path, tpd_ckpt_coun
     if (st == TPD_OK) {
         fresh = info.weights_only || v->cfg->checkpoint.finetune;
         tpd_ckpt_rank r = rank_of(v);
-        st = tpd_ckpt_load_local(&info, &r, v->model, fresh);
+        /* test-only (base/fault.h): a resume that reads another rank's slice */
+        if (r.tp_size > 1 && tpd_fault("wrong-shard", 0, NULL))
+            st = tpd_model_layout_init(v->cfg, r.tp_size, (r.tp + 1) % r.tp_size, r.pp_size, r.pp,
+                                       &r.lay);
+        if (st == TPD_OK) st = tpd_ckpt_load_local(&info, &r, v->model, fresh);
     }
     /* every rank learns whether any rank failed */
     int32_t bad = st != TPD_OK;

@@ -26,6 +26,8 @@ int tpd_cli_plan(int argc, char **argv);
 int tpd_cli_sweep(int argc, char **argv);
 /* tripod bench --calibrate --out PROFILE.yaml [CONFIG.yaml] [overrides] ... (MPI) */
 int tpd_cli_calibrate(int argc, char **argv);
+/* tripod verify CONFIG.yaml [overrides] [--ranks N] [--steps K] [--out DIR] (MPI) */
+int tpd_cli_verify(int argc, char **argv);
 /* tripod data prepare|info ... */
 int tpd_cli_data(int argc, char **argv);
 /* tripod export|import|generate|inspect ... (single process) */

@@ -25,6 +25,8 @@ static void usage(FILE *f) {
             "  sweep CONFIG.yaml [key=value ...] --tp 1,2 --pp 1,2 [--mbs ..] [--zero 0,1]\n"
             "        [--steps N] [--warmup W] [--cluster P] [--out DIR]\n"
             "                                      measure many layouts beside the planner\n"
+            "  verify CONFIG.yaml [key=value ...] [--ranks N] [--steps K] [--out DIR]\n"
+            "                                      rehearse the layout on cpu ranks (mpirun)\n"
             "  config show CONFIG.yaml [key=value ...]\n"
             "                                      print the resolved configuration\n"
             "  data prepare|info ...               prepare or inspect token data sets\n"
@@ -65,7 +67,7 @@ static void on_fatal(int code, const char *why) {
  * loads. A caller's own OPENBLAS_CORETYPE is left alone. Runs before MPI_Init. */
 static void pick_blas_kernels(int argc, char **argv) {
     /* only the commands that run the model's kernels */
-    static const char *const heavy[] = {"train", "bench", "sweep", "eval", "generate"};
+    static const char *const heavy[] = {"train", "bench", "sweep", "eval", "generate", "verify"};
     int runs_kernels = 0;
     for (size_t i = 0; argc > 1 && i < sizeof heavy / sizeof heavy[0]; i++)
         runs_kernels |= !strcmp(argv[1], heavy[i]);
@@ -94,6 +96,7 @@ int main(int argc, char **argv) {
         return tpd_cli_run(sub_argc, sub_argv, TPD_CLI_BENCH);
     }
     if (!strcmp(cmd, "sweep")) return tpd_cli_sweep(sub_argc, sub_argv);
+    if (!strcmp(cmd, "verify")) return tpd_cli_verify(sub_argc, sub_argv);
     if (!strcmp(cmd, "config")) return tpd_cli_config(sub_argc, sub_argv);
     if (!strcmp(cmd, "data")) return tpd_cli_data(sub_argc, sub_argv);
     if (!strcmp(cmd, "plan")) return tpd_cli_plan(sub_argc, sub_argv);

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/fault.h"
 #include "base/rng.h"
 
 /* Table order is the buffer order and llm.c's file order. */
@@ -106,6 +107,16 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
         d.chunk_layers[k] = tpd_config_chunk_layers(&c, stage, k, &d.chunk_g0[k]);
         d.Ls += d.chunk_layers[k];
     }
+    /* test-only (base/fault.h): a stage split that loses a layer, as `tripod verify` must
+     * catch */
+    int drop_stage;
+    if (pp_size > 1 && tpd_fault("drop-layer", 1, &drop_stage) && drop_stage == stage)
+        for (int k = d.v - 1; k >= 0; k--)
+            if (d.chunk_layers[k] > 0) {
+                d.chunk_layers[k]--;
+                d.Ls--;
+                break;
+            }
     d.sp = cfg->parallel.sequence_parallel && tp_size > 1;
     d.Nl = d.B * d.T;
     if (d.sp) {

@@ -255,9 +255,9 @@ tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl, tp
 /* The bytes one rank of `stage` allocates in `tripod train` on the cpu backend, in closed
  * form from the model shape and the layout (the engine's buffer plan is not consulted:
  * a test holds the two equal). optimizer includes fp32 master weights; workspace includes
- * the host staging of one micro-batch's tokens. GPT-2's block only for now:
- * TPD_ERR_UNSUPPORTED (logged) for a config with any Llama key, until the engine's buffer
- * plan for that block is settled. */
+ * the host staging of one micro-batch's tokens. GPT-2's block and the Llama block (K/V
+ * heads, SwiGLU, RMSNorm, no biases, rotary positions, an untied output layer) alike;
+ * `tripod verify` holds it equal to every rank's allocation. */
 tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                                tpd_plan_stage_mem *out);
 

@@ -6,7 +6,7 @@
 #   - an #include points the wrong way: base <- kernels <- parallel <- engine (a folder
 #     includes only itself and the folders to its right in DESIGN.md's diagram), and inside
 #     engine/: config <- data <- model <- optim <- trace <- plan <- checkpoint <- train
-#     <- bench <- generate <- cli;
+#     <- bench <- generate <- verify <- cli;
 #   - a file includes another folder's *_internal.h (tests/X/ counts as folder X);
 #   - a file outside parallel/ includes <mpi.h>;
 #   - library code (base, kernels, parallel, engine) ends the process: exit(), _exit() or
@@ -16,7 +16,7 @@
 set -uo pipefail
 
 layers=(base kernels parallel engine)
-engine_order=(config data model optim trace plan checkpoint train bench generate cli)
+engine_order=(config data model optim trace plan checkpoint train bench generate verify cli)
 
 index_of() { # index_of NAME LIST... -> index, or -1
     local name=$1 i=0

@@ -19,6 +19,7 @@
 
 extern "C" {
 #include "engine/train/train.h"
+#include "engine/verify/verify.h"
 #include "kernels/kernels.h"
 #include "parallel/comm.h"
 }
@@ -66,30 +67,11 @@ Layout with(Layout L, int v, const char *schedule, int layers) {
 }
 
 // The tied embedding lives on the first and the last stage; after training both copies
-// must be bit-identical. Compares them over the embedding group (elementwise max and min
-// agree only where the copies are equal); returns the count of differing elements, summed
-// over the world. Collective over the trainer's world.
+// must be bit-identical (tpd_verify_tied_copies_differ: the count of differing elements,
+// summed over the world). Collective over the trainer's world.
 int tied_copies_differ(tpd_trainer *tr) {
-    int diff = 0;
-    tpd_comm *emb = tpd_trainer_host_comms(tr)->emb;
-    if (emb && tpd_comm_size(emb) == 2 && tpd_trainer_model(tr)->d.tied) {
-        const tpd_param_slice &s = tpd_trainer_model(tr)->plan.lay.p[TPD_P_WTE];
-        const float *w = (const float *)tpd_model_param(tpd_trainer_model(tr), TPD_P_WTE);
-        std::vector<float> hi(w, w + s.numel), lo(s.numel);
-        for (size_t i = 0; i < s.numel; i++)
-            lo[i] = -w[i];
-        EXPECT_EQ(tpd_comm_allreduce(emb, hi.data(), hi.data(), s.numel, TPD_DTYPE_F32,
-                                     TPD_COMM_OP_MAX, nullptr),
-                  TPD_OK);
-        EXPECT_EQ(tpd_comm_allreduce(emb, lo.data(), lo.data(), s.numel, TPD_DTYPE_F32,
-                                     TPD_COMM_OP_MAX, nullptr),
-                  TPD_OK);
-        for (size_t i = 0; i < s.numel; i++)
-            diff += hi[i] != -lo[i];
-    }
-    EXPECT_EQ(tpd_comm_allreduce(tpd_trainer_host_comms(tr)->world, &diff, &diff, 1, TPD_DTYPE_I32,
-                                 TPD_COMM_OP_SUM, nullptr),
-              TPD_OK);
+    int32_t diff = -1;
+    EXPECT_EQ(tpd_verify_tied_copies_differ(tr, &diff), TPD_OK);
     return diff;
 }
 
@@ -149,15 +131,6 @@ Result run(const Layout &L) {
     return r;
 }
 
-double rel_norm_diff(const std::vector<float> &a, const std::vector<float> &b) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return std::sqrt(num / (den > 0 ? den : 1));
-}
-
 // Checks one layout's run against the reference run (world rank 0 only; 1 when it was).
 int check_layout(const Result &ref, const Layout &L) {
     Result r = run(L);
@@ -192,7 +165,8 @@ int check_layout(const Result &ref, const Layout &L) {
     }
     EXPECT_EQ(r.tied_mismatch, 0) << "the first and last stage's wte copies differ";
     for (int p = 0; p < TPD_P_COUNT; p++) {
-        double e = rel_norm_diff(r.params[p], ref.params[p]);
+        double e =
+            tpd_verify_rel_diff(r.params[p].data(), ref.params[p].data(), ref.params[p].size());
         EXPECT_LE(e, 1e-4) << "parameter " << tpd_param_get_info((tpd_param)p)->name;
         worst_param = std::max(worst_param, e);
     }
@@ -398,7 +372,9 @@ TEST(Equivalence, CudaLayoutMatchesCpuSingleRank) {
             EXPECT_LE(std::fabs(r.norm[i] - ref.norm[i]) / ref.norm[i], 1e-3) << "step " << i + 1;
         }
         for (int p = 0; p < TPD_P_COUNT; p++)
-            EXPECT_LE(rel_norm_diff(r.params[p], ref.params[p]), 1e-3)
+            EXPECT_LE(
+                tpd_verify_rel_diff(r.params[p].data(), ref.params[p].data(), ref.params[p].size()),
+                1e-3)
                 << tpd_param_get_info((tpd_param)p)->name;
     }
 }

@@ -1,0 +1,174 @@
+/* The rehearsal config of `tripod verify` (tiny widths, the real structure) and the check
+ * that its ranks fit in this machine. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/plan/plan.h"
+#include "engine/verify/verify.h"
+
+static tpd_status fail(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return TPD_ERR_INVALID;
+}
+
+static int round_up(int x, int unit) {
+    return unit > 1 ? (x + unit - 1) / unit * unit : x;
+}
+
+/* Parameters one rank of a stage holds, roughly (embedding share included): for keeping
+ * the number of DP buckets per stage. */
+static double stage_params(const tpd_config *c) {
+    int tp = c->parallel.tensor_model_parallel_size, pp = c->parallel.pipeline_model_parallel_size;
+    return tpd_plan_params_count(c) / ((double)tp * pp);
+}
+
+tpd_status tpd_verify_shrink(const tpd_config *real, int dp, int steps, tpd_config *small,
+                             char *err, size_t errlen) {
+    const tpd_config_model *rm = &real->model;
+    int tp = real->parallel.tensor_model_parallel_size;
+    int pp = real->parallel.pipeline_model_parallel_size;
+    if (dp < 1 || steps < 1 || tp < 1 || pp < 1 || rm->num_attention_heads < 1)
+        return fail(err, errlen, "verify: cannot shrink a layout of DP %d for %d steps", dp, steps);
+    tpd_config c = *real;
+    tpd_config_model *m = &c.model;
+
+    /* widths: the head count (and K/V groups) stay, so every head split over TP stays */
+    int nh = rm->num_attention_heads, real_hs = rm->hidden_size / nh;
+    int hs = 64 / nh;
+    hs = hs < 2 ? 2 : hs + (hs & 1);
+    if (hs > real_hs && real_hs >= 2) hs = real_hs - (real_hs & 1);
+    m->hidden_size = nh * hs;
+    int real_f = rm->ffn_hidden_size > 0 ? rm->ffn_hidden_size : 4 * rm->hidden_size;
+    int f = round_up(m->hidden_size / 2 > 8 ? m->hidden_size / 2 : 8, tp);
+    m->ffn_hidden_size = f < real_f ? f : round_up(real_f, tp);
+    /* vocabulary: the real one's remainder against the padding unit, so the padded rows
+     * (and their absence) stay */
+    int unit = (m->make_vocab_size_divisible_by > 0 ? m->make_vocab_size_divisible_by : 1) * tp;
+    int rem = rm->vocab_size % unit;
+    int vocab = rem == 0 ? round_up(64, unit) : (rem >= 16 ? rem : rem + unit);
+    m->vocab_size = vocab < rm->vocab_size ? vocab : rm->vocab_size;
+    /* sequence: 8, a multiple of TP under sequence parallelism */
+    int seq = c.parallel.sequence_parallel ? round_up(8, tp) : 8;
+    m->seq_length = seq < rm->seq_length ? seq : rm->seq_length;
+    m->max_position_embeddings = m->seq_length;
+
+    /* the layout; every structural key of parallel.* stays */
+    c.parallel.data_parallel_size = dp;
+    int M = pp > 2 ? pp : 2;
+    c.training.global_batch_size = c.training.micro_batch_size * dp * M;
+    /* as many DP buckets per stage as the real model has */
+    double real_buckets = stage_params(real) / (double)real->parallel.ddp_bucket_size;
+    if (real_buckets < 1) real_buckets = 1;
+    double b = stage_params(&c) / real_buckets;
+    c.parallel.ddp_bucket_size = b < 64 ? 64 : (int64_t)b;
+
+    /* cpu, fp32, short: the run itself */
+    c.training.train_iters = steps + 1;
+    c.training.precision = TPD_PRECISION_FP32;
+    c.training.device = TPD_DEVICE_CPU;
+    c.training.num_threads = 1;
+    c.training.exit_interval = 0;
+    c.training.exit_duration_in_mins = 0;
+    c.optimizer.lr_decay_style = TPD_LR_DECAY_CONSTANT; /* no warmup: every step moves */
+    c.optimizer.lr_warmup_iters = 0;
+    c.optimizer.lr_decay_iters = 0;
+    c.optimizer.lr_wsd_decay_iters = 0;
+    /* The key bias gets no gradient in exact arithmetic (softmax ignores it): Adam's first
+     * steps turn its rounding noise, which differs between layouts, into steps of about
+     * lr x noise / eps. At eps 1e-6 those stay far below the parameter tolerance, while the
+     * gradients that carry signal are orders of magnitude above eps. */
+    if (c.optimizer.adam_eps < 1e-6) c.optimizer.adam_eps = 1e-6;
+    c.data.data_path[0] = 0;
+    snprintf(c.data.split, sizeof c.data.split, "1,0,0");
+    c.logging.log_interval = 1000000;
+    c.logging.metrics_file[0] = 0;
+    c.logging.eval_interval = 0;
+    c.logging.trace_file[0] = 0;
+    c.logging.log_params_norm = 1;
+    c.logging.log_timers = 0;
+    c.checkpoint.save[0] = 0;
+    c.checkpoint.load[0] = 0;
+    c.checkpoint.save_interval = 0;
+    c.checkpoint.keep_last = 0;
+    c.checkpoint.async_save = 0;
+    c.checkpoint.finetune = 0;
+    *small = c;
+    return TPD_OK;
+}
+
+/* MemAvailable of /proc/meminfo, bytes; 0 when unknown */
+static double mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024.0;
+}
+
+/* this process's resident bytes: what each rank costs before its model */
+static double resident_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    double size = 0, rss = 0;
+    if (f) {
+        if (fscanf(f, "%lf %lf", &size, &rss) != 2) rss = 0;
+        fclose(f);
+    }
+    return rss * (double)sysconf(_SC_PAGESIZE);
+}
+
+static double gib(double b) {
+    return b / (1024.0 * 1024.0 * 1024.0);
+}
+
+tpd_status tpd_verify_check_machine(const tpd_config *small, int ranks, int world, char *err,
+                                    size_t errlen) {
+    int tp = small->parallel.tensor_model_parallel_size;
+    int pp = small->parallel.pipeline_model_parallel_size, dp = ranks / (tp * pp);
+    /* the planner's bytes of the largest rank of the layout, and of the one-rank run */
+    tpd_plan_layout lay, one;
+    tpd_plan_layout_from_config(small, ranks, &lay);
+    double per_rank = 0;
+    for (int s = 0; s < pp; s++) {
+        tpd_plan_stage_mem mem;
+        TPD_CHECK(tpd_plan_cpu_memory(small, &lay, s, &mem));
+        if (mem.total > per_rank) per_rank = mem.total;
+    }
+    tpd_config c1 = *small;
+    c1.parallel.tensor_model_parallel_size = c1.parallel.pipeline_model_parallel_size = 1;
+    c1.parallel.data_parallel_size = 1;
+    c1.parallel.virtual_pipeline_model_parallel_size = 1;
+    c1.parallel.num_pipeline_layers = 0;
+    c1.parallel.sequence_parallel = 0;
+    c1.parallel.pipeline_schedule = TPD_SCHEDULE_1F1B;
+    tpd_plan_layout_from_config(&c1, 1, &one);
+    tpd_plan_stage_mem ref;
+    TPD_CHECK(tpd_plan_cpu_memory(&c1, &one, 0, &ref));
+    /* rank 0 also holds a few global copies of the parameters to compare */
+    double copies = 6.0 * 4.0 * tpd_plan_params_count(small);
+    double rss = resident_bytes();
+    double need = ranks * (rss + per_rank) + ref.total + copies;
+    double avail = mem_available() + world * rss; /* the launched ranks are already in */
+    if (avail > 0 && need > avail)
+        return fail(err, errlen,
+                    "verify: the layout TP %d x PP %d x DP %d needs %d ranks, about %d x "
+                    "(%.0f MiB per process + %.1f MiB of model) + %.1f MiB for the one-rank run "
+                    "= %.2f GiB, and this machine has %.2f GiB available: pass --ranks N (a "
+                    "multiple of TP x PP = %d) to shrink DP",
+                    tp, pp, dp, ranks, ranks, rss / 1048576.0, per_rank / 1048576.0,
+                    (ref.total + copies) / 1048576.0, gib(need), gib(avail), tp * pp);
+    if (ranks > world)
+        return fail(err, errlen,
+                    "verify: the layout TP %d x PP %d x DP %d needs %d ranks and this job has "
+                    "%d: launch it with mpirun -np %d, or pass --ranks N (a multiple of TP x PP "
+                    "= %d) to shrink DP",
+                    tp, pp, dp, ranks, world, ranks, tp * pp);
+    return TPD_OK;
+}
