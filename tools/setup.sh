@@ -10,7 +10,8 @@
 #   demo corpus:          the English text of the fortunes packages
 #   plots:                gnuplot (sweep plots)
 #   scripts and tests:    procps (pgrep), openssh-client (Open MPI's launcher looks for it),
-#                         clang-format (the layout check of the test suite)
+#                         clang-format (the layout check of the test suite), iproute2
+#                         (`ip netns`: the multi-node test's namespaces)
 # The CUDA toolkit, cuDNN and NCCL are optional: when nvcc is on the PATH the cuda backend
 # is built too.
 set -euo pipefail
@@ -23,7 +24,7 @@ packages=(
   libgtest-dev
   fortunes fortunes-min
   gnuplot-nox
-  procps openssh-client
+  procps openssh-client iproute2
   clang-format
 )
 

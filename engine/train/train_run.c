@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
@@ -13,6 +14,7 @@
 #include "engine/train/signals.h"
 #include "engine/train/train_internal.h"
 #include "kernels/cpu/cpu.h"
+#include "parallel/placement.h"
 
 static tpd_status open_metrics(tpd_trainer *tr) {
     const char *path = tr->cfg.logging.metrics_file;
@@ -72,6 +74,28 @@ static void log_startup(const tpd_trainer *tr) {
     }
 }
 
+static void emit_placement(void *user, int warn, const char *line) {
+    (void)user;
+    if (warn)
+        tpd_log_warn("placement: %s", line);
+    else
+        tpd_log_info("placement: %s", line);
+}
+
+/* Which host runs which ranks, and whether the launcher's node-local numbers match
+ * (collective over the world; the logging rank prints). */
+static tpd_status log_placement(const tpd_trainer *tr) {
+    tpd_comm *world = tr->hcomms.world;
+    if (tpd_comm_size(world) < 2) return TPD_OK;
+    int lr, lw, local_rank;
+    tpd_mesh_launcher_env(&lr, &lw, &local_rank);
+    tpd_rank_place *places = NULL;
+    TPD_CHECK(tpd_placement_gather(world, local_rank, tpd_trainer_ranks_on_node(world), &places));
+    if (tr->is_logger) tpd_placement_describe(&tr->mesh, places, emit_placement, NULL);
+    free(places);
+    return TPD_OK;
+}
+
 tpd_status tpd_trainer_save(tpd_trainer *tr, const char *save_dir) {
     TPD_CHECK(tpd_trainer_sync_params(tr));
     return tpd_ckpt_save(tr->saver, &tr->counters, save_dir);
@@ -120,8 +144,9 @@ static tpd_status on_boundary(tpd_trainer *tr, int final, int *stop_p) {
 
 tpd_status tpd_trainer_run(tpd_trainer *tr) {
     const tpd_config *cfg = &tr->cfg;
-    TPD_CHECK(open_metrics(tr));
     log_startup(tr);
+    TPD_CHECK(log_placement(tr)); /* collective: before anything that fails on one rank */
+    TPD_CHECK(open_metrics(tr));
     double flops = tpd_trainer_flops_per_iteration(tr);
     double tokens = (double)cfg->training.global_batch_size * cfg->model.seq_length;
     tpd_signals_install();
