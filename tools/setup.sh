@@ -6,6 +6,7 @@
 #   math:                 OpenBLAS built on OpenMP (shares the thread pool with our loops)
 #   launch / collectives: Open MPI
 #   config, JSON, hashes: libyaml, cJSON, OpenSSL's libcrypto (SHA-256)
+#   TensorBoard files:    protobuf-c (records), ISA-L (CRC32C of the record framing)
 #   tests:                GoogleTest
 #   demo corpus:          the English text of the fortunes packages
 #   plots:                gnuplot (sweep plots)
@@ -21,6 +22,7 @@ packages=(
   libopenblas-openmp-dev
   libopenmpi-dev openmpi-bin
   libyaml-dev libcjson-dev libssl-dev libpcre2-dev
+  libprotobuf-c-dev protobuf-c-compiler libisal-dev
   libgtest-dev
   fortunes fortunes-min
   gnuplot-nox

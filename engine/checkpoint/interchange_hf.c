@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/progress.h"
 #include "engine/checkpoint/checkpoint_internal.h"
 #include "engine/checkpoint/interchange.h"
 #include "engine/checkpoint/safetensors.h"
@@ -557,8 +558,15 @@ tpd_status tpd_ckpt_import_hf(const char *path, tpd_config *cfg, float *global[T
         n = ts && seen ? hf_tensors(&g, fam, ts) : -1;
         if (n < 0) st = tpd_ckpt_fail(TPD_ERR_NOMEM, "interchange: out of memory");
     }
+    tpd_progress prog;
+    double total = 0, done = 0;
+    for (int k = 0; k < tpd_st_count(set); k++)
+        total += (double)(tpd_st_get(set, k)->end - tpd_st_get(set, k)->begin);
+    tpd_progress_begin(&prog, "import", total, "MB", 1e6);
     for (int k = 0; st == TPD_OK && k < tpd_st_count(set); k++) {
         const tpd_st_tensor *e = tpd_st_get(set, k);
+        done += (double)(e->end - e->begin);
+        tpd_progress_update(&prog, done);
         int i = find_hf(ts, n, e->name, fam);
         if (i < 0 && skipped(e->name, &g)) continue;
         if (i < 0) {
@@ -572,6 +580,7 @@ tpd_status tpd_ckpt_import_hf(const char *path, tpd_config *cfg, float *global[T
         st = import_tensor(set, e, &ts[i], hf_data(&g, global, &ts[i]));
         seen[i] = 1;
     }
+    tpd_progress_end(&prog, done);
     for (int i = 0; i < n && st == TPD_OK; i++)
         if (!seen[i])
             st = tpd_ckpt_fail(TPD_ERR_FORMAT, "interchange %s: tensor '%s' is missing",

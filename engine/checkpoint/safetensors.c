@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/bf16.h"
+#include "base/progress.h"
 #include "engine/checkpoint/checkpoint_internal.h"
 
 #define ST_MAX_HEADER (100u << 20) /* the format's own limit on the JSON header: 100 MB */
@@ -355,7 +356,7 @@ static uint64_t out_bytes(const tpd_st_out *t, unsigned es) {
 
 /* One shard: tensors [a, b) into path. */
 static tpd_status write_shard(const char *path, const tpd_st_out *t, int a, int b,
-                              tpd_st_dtype dtype) {
+                              tpd_st_dtype dtype, tpd_progress *prog, double *done) {
     unsigned es = dtype == TPD_ST_BF16 ? 2 : 4;
     cJSON *hdr = cJSON_CreateObject();
     cJSON *meta = cJSON_AddObjectToObject(hdr, "__metadata__");
@@ -390,6 +391,8 @@ static tpd_status write_shard(const char *path, const tpd_st_out *t, int a, int 
     TPD_CHECK_GOTO(tpd_ckpt_writer_put(w, "        ", padded - hlen), st, out);
     for (int i = a; i < b; i++) {
         size_t numel = out_bytes(&t[i], 1);
+        *done += (double)(numel * es);
+        tpd_progress_update(prog, *done);
         if (dtype == TPD_ST_F32) {
             TPD_CHECK_GOTO(tpd_ckpt_writer_put(w, t[i].data, numel * 4), st, out);
             continue;
@@ -434,9 +437,12 @@ tpd_status tpd_st_write(const char *dir, const tpd_st_out *t, int n, tpd_st_dtyp
     first[shards] = n;
     tpd_status st = TPD_OK;
     char path[TPD_CONFIG_STR + 64], name[64];
+    tpd_progress prog;
+    double done = 0;
+    tpd_progress_begin(&prog, "export", (double)total, "MB", 1e6);
     if (shards <= 1) {
         tpd_ckpt_join(path, sizeof path, dir, "model.safetensors");
-        st = write_shard(path, t, 0, n, dtype);
+        st = write_shard(path, t, 0, n, dtype, &prog, &done);
     } else {
         cJSON *index = cJSON_CreateObject();
         cJSON *meta = cJSON_AddObjectToObject(index, "metadata");
@@ -445,7 +451,7 @@ tpd_status tpd_st_write(const char *dir, const tpd_st_out *t, int n, tpd_st_dtyp
         for (int k = 0; k < shards && st == TPD_OK; k++) {
             snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, shards);
             tpd_ckpt_join(path, sizeof path, dir, name);
-            st = write_shard(path, t, first[k], first[k + 1], dtype);
+            st = write_shard(path, t, first[k], first[k + 1], dtype, &prog, &done);
             for (int i = first[k]; i < first[k + 1]; i++)
                 cJSON_AddStringToObject(map, t[i].name, name);
         }
@@ -456,6 +462,7 @@ tpd_status tpd_st_write(const char *dir, const tpd_st_out *t, int n, tpd_st_dtyp
         if (st == TPD_OK) st = tpd_ckpt_write_file(path, text, strlen(text));
         free(text);
     }
+    tpd_progress_end(&prog, done);
     free(first);
     if (st == TPD_OK && files_p) *files_p = shards;
     return st;

@@ -32,6 +32,8 @@ int tpd_cli_verify(int argc, char **argv);
 int tpd_cli_data(int argc, char **argv);
 /* tripod export|import|generate|inspect ... (single process) */
 int tpd_cli_ckpt(int argc, char **argv);
+/* tripod report METRICS.jsonl|RUN_DIR [--out DIR] */
+int tpd_cli_report(int argc, char **argv);
 
 /* The exit code of a library status: 2 for a configuration error, 3 for a failed
  * collective, 1 otherwise. */

@@ -42,6 +42,9 @@ static void usage(FILE *f) {
             "  generate CHECKPOINT --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
             "           [--top-k K] [--top-p P] [--seed S]\n"
             "                                      sample text from a trained model\n"
+            "  report METRICS.jsonl|RUN_DIR [--out DIR]\n"
+            "                                      draw a run's loss, lr, grad norm and\n"
+            "                                      throughput (gnuplot)\n"
             "\n"
             "Overrides use the YAML section names: model.num_layers=4 training.train_iters=20\n");
 }
@@ -100,6 +103,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "config")) return tpd_cli_config(sub_argc, sub_argv);
     if (!strcmp(cmd, "data")) return tpd_cli_data(sub_argc, sub_argv);
     if (!strcmp(cmd, "plan")) return tpd_cli_plan(sub_argc, sub_argv);
+    if (!strcmp(cmd, "report")) return tpd_cli_report(sub_argc, sub_argv);
     if (!strcmp(cmd, "export") || !strcmp(cmd, "import") || !strcmp(cmd, "generate") ||
         !strcmp(cmd, "inspect"))
         return tpd_cli_ckpt(sub_argc, sub_argv);

@@ -134,8 +134,9 @@ typedef struct tpd_config_data {
 
 typedef struct tpd_config_logging {
     int log_interval;
-    char metrics_file[TPD_CONFIG_STR]; /* JSONL; empty = none */
-    int eval_interval;                 /* 0 = never */
+    char metrics_file[TPD_CONFIG_STR];    /* JSONL; empty = none */
+    char tensorboard_dir[TPD_CONFIG_STR]; /* TensorBoard event files; empty = none */
+    int eval_interval;                    /* 0 = never */
     int eval_iters;
     char trace_file[TPD_CONFIG_STR]; /* Chrome trace JSON of real steps; empty = none */
     int log_params_norm;             /* log the weights' global norm (one more collective) */

@@ -199,6 +199,8 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      NULL, 0, "iterations between log lines"},
     {"logging.metrics_file", TPD_CFG_STRING, TPD_CFG_FIELD(logging.metrics_file), "",
      TPD_CFG_NOBOUND, NULL, 0, "JSONL, one object per iteration; empty = none"},
+    {"logging.tensorboard_dir", TPD_CFG_STRING, TPD_CFG_FIELD(logging.tensorboard_dir), "",
+     TPD_CFG_NOBOUND, NULL, 0, "TensorBoard event files of the logged scalars; empty = none"},
     {"logging.eval_interval", TPD_CFG_INT, TPD_CFG_FIELD(logging.eval_interval), "0",
      TPD_CFG_MIN(0), NULL, 0, "iterations between validation runs; 0 = never"},
     {"logging.eval_iters", TPD_CFG_INT, TPD_CFG_FIELD(logging.eval_iters), "10", TPD_CFG_MIN(0),

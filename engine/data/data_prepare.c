@@ -9,6 +9,7 @@
 #include "engine/data/data.h"
 
 #include "base/file.h"
+#include "base/progress.h"
 
 #include <cjson/cJSON.h>
 
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static tpd_status read_file(const char *path, unsigned char **buf_p, size_t *len_p) {
     int err;
@@ -60,7 +62,17 @@ typedef struct prepare_state {
     int32_t *scratch; /* (scratch_cap) tokens of the current document */
     size_t scratch_cap;
     uint64_t docs, tokens;
+    size_t pending_bytes; /* BPE: bytes of the pending records */
+    double done_bytes;    /* input bytes written out, for the progress line */
+    tpd_progress progress;
 } prepare_state;
+
+static tpd_status flush_bpe(prepare_state *ps);
+
+/* BPE records are encoded in batches of this many input bytes, so a large file shows
+ * progress and does not hold all its ids at once; each record is still encoded alone and
+ * appended in order, so the output does not depend on it. */
+#define PREPARE_BPE_BATCH (8u << 20)
 
 /* Appends one record as a document: its bytes, then EOD. Whitespace-only records carry
  * nothing to learn and are skipped. */
@@ -81,7 +93,8 @@ static tpd_status emit_record(prepare_state *ps, const unsigned char *p, size_t 
             ps->pending_cap = cap;
         }
         ps->pending[ps->npending++] = (pending_record){.p = p, .n = n};
-        return TPD_OK;
+        ps->pending_bytes += n;
+        return ps->pending_bytes >= PREPARE_BPE_BATCH ? flush_bpe(ps) : TPD_OK;
     }
     size_t eod = ps->append_eod ? 1 : 0;
     if (n + 1 > ps->scratch_cap) {
@@ -99,6 +112,8 @@ static tpd_status emit_record(prepare_state *ps, const unsigned char *p, size_t 
     TPD_CHECK(tpd_indexed_builder_add(ps->builder, ps->scratch, n + eod));
     ps->docs++;
     ps->tokens += n + eod;
+    ps->done_bytes += (double)n;
+    tpd_progress_update(&ps->progress, ps->done_bytes);
     return TPD_OK;
 }
 
@@ -129,10 +144,13 @@ static tpd_status flush_bpe(prepare_state *ps) {
         if (st == TPD_OK) {
             ps->docs++;
             ps->tokens += r->nids;
+            ps->done_bytes += (double)r->n;
         }
         free(r->ids);
     }
     ps->npending = 0;
+    ps->pending_bytes = 0;
+    tpd_progress_update(&ps->progress, ps->done_bytes);
     if (st == TPD_ERR_NOMEM) tpd_data_log_error("data prepare: out of memory encoding records");
     return st;
 }
@@ -248,6 +266,12 @@ tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, const tpd_p
     TPD_CHECK(tpd_indexed_builder_create(
         output_prefix, bpe ? tpd_bpe_vocab_size(bpe) : TPD_BYTE_VOCAB, &ps.builder));
     /* One file in memory at a time; documents stream to PREFIX.bin. */
+    double total = 0, files_done = 0;
+    for (int i = 0; i < n_inputs; i++) {
+        struct stat sb;
+        if (stat(inputs[i], &sb) == 0) total += (double)sb.st_size;
+    }
+    tpd_progress_begin(&ps.progress, "data prepare", total, "MB", 1e6);
     for (int i = 0; i < n_inputs; i++) {
         unsigned char *buf = NULL;
         size_t len = 0;
@@ -260,10 +284,15 @@ tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, const tpd_p
                  : split_records(&ps, buf, len, records);
         if (ps.bpe && st == TPD_OK) st = flush_bpe(&ps);
         ps.npending = 0; /* records point into buf or arena */
+        ps.pending_bytes = 0;
         free(arena);
         free(buf);
         if (st != TPD_OK) goto destroy_builder;
+        files_done += (double)len;
+        ps.done_bytes = files_done; /* separators and JSON syntax count as done too */
+        tpd_progress_update(&ps.progress, ps.done_bytes);
     }
+    tpd_progress_end(&ps.progress, ps.done_bytes);
     if (ps.docs == 0) {
         tpd_data_log_error("data prepare: the %d input file(s) hold no non-empty record; "
                            "nothing to write to %s",
@@ -275,6 +304,7 @@ tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, const tpd_p
     if (num_docs_p) *num_docs_p = ps.docs;
     if (num_tokens_p) *num_tokens_p = ps.tokens;
 destroy_builder:
+    if (st != TPD_OK) tpd_progress_end(&ps.progress, ps.done_bytes); /* end the line */
     tpd_indexed_builder_destroy(ps.builder);
     free(ps.scratch);
     free(ps.pending);

@@ -4,12 +4,17 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "base/progress.h"
+
 void tpd_metrics_format_line(const tpd_iter_record *r, char *buf, size_t cap) {
+    char el[32], eta[32];
+    tpd_progress_hms(el, sizeof el, r->run_elapsed_s);
+    tpd_progress_hms(eta, sizeof eta, r->eta_s);
     int n = snprintf(buf, cap,
-                     " iteration %8d/%8d | consumed samples: %12llu | elapsed time per "
-                     "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.4f | "
-                     "tokens/s: %.0f | ",
-                     r->iteration, r->train_iters, (unsigned long long)r->consumed_samples,
+                     " iteration %8d/%8d | elapsed: %s | ETA: %s | consumed samples: %12llu | "
+                     "elapsed time per iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): "
+                     "%.4f | tokens/s: %.0f | ",
+                     r->iteration, r->train_iters, el, eta, (unsigned long long)r->consumed_samples,
                      r->elapsed_ms, r->tflops_per_gpu, r->tokens_per_s);
     if (r->mfu >= 0 && n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, "MFU: %.1f%% | ", 100.0 * r->mfu);

@@ -26,7 +26,9 @@ typedef struct tpd_iter_record {
     int has_params_norm; /* logging.log_params_norm */
     double params_norm;
     int skipped_iterations;
-    double val_loss; /* NaN when not evaluated this iteration */
+    double val_loss;      /* NaN when not evaluated this iteration */
+    double run_elapsed_s; /* since this run started (a resumed run counts from its start) */
+    double eta_s;         /* to train_iters at this run's mean iteration time; < 0: unknown */
 } tpd_iter_record;
 
 /* Where one step's time went, ms (Megatron's timers line): the largest over the ranks of
@@ -46,7 +48,8 @@ typedef struct tpd_step_timers {
 /* " time (ms) | forward-backward compute: ... | optimizer: ... |". */
 void tpd_metrics_format_timers(const tpd_step_timers *t, char *buf, size_t cap);
 
-/* Megatron's layout: "iteration 50/45776 | consumed samples: 25600 | ...". */
+/* Megatron's layout: "iteration 50/45776 | elapsed: 1:02 | ETA: 2:03:04 | consumed samples:
+ * 25600 | ...". */
 void tpd_metrics_format_line(const tpd_iter_record *r, char *buf, size_t cap);
 
 /* One JSON object (cJSON) and a newline, flushed. Keys: iteration, consumed_samples,

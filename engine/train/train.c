@@ -11,6 +11,7 @@
 #include "engine/model/model_flops.h"
 #include "engine/optim/lr.h"
 #include "engine/optim/optimizer.h"
+#include "engine/train/tensorboard.h"
 #include "engine/train/train_internal.h"
 #ifdef TPD_HAVE_NCCL
 #include "parallel/comm_nccl.h"
@@ -254,6 +255,7 @@ void tpd_trainer_destroy(tpd_trainer *tr) {
     tpd_status st = TPD_OK;
     tpd_ckpt_saver_destroy(tr->saver); /* a save in flight after an error: never committed */
     if (tr->metrics) fclose(tr->metrics);
+    tpd_tb_close(tr->tb);
     free(tr->batch);
     if (tr->has_valid) tpd_blend_sampler_free(&tr->valid_sampler);
     tpd_blend_sampler_free(&tr->train_sampler);

@@ -39,7 +39,8 @@ struct tpd_trainer {
     double run_start_s;      /* tpd_clock_s() then */
     int is_logger;           /* writes the log line and the metrics file */
     FILE *metrics;
-    int32_t *batch; /* (B, T+1) host samples of one micro-batch */
+    struct tpd_tb_writer *tb; /* logging.tensorboard_dir, logging rank */
+    int32_t *batch;           /* (B, T+1) host samples of one micro-batch */
     /* during a step */
     tpd_blend_sampler *cur_sampler;
     uint64_t cur_base; /* first sample index of this DP rank's share */

@@ -12,6 +12,7 @@
 #include "engine/trace/trace_run.h"
 #include "engine/train/metrics.h"
 #include "engine/train/signals.h"
+#include "engine/train/tensorboard.h"
 #include "engine/train/train_internal.h"
 #include "kernels/cpu/cpu.h"
 #include "parallel/placement.h"
@@ -30,6 +31,14 @@ static tpd_status open_metrics(tpd_trainer *tr) {
         tpd_log_error("logging.metrics_file: cannot open '%s' for writing", path);
         return TPD_ERR_IO;
     }
+    return TPD_OK;
+}
+
+static tpd_status open_tensorboard(tpd_trainer *tr) {
+    const char *dir = tr->cfg.logging.tensorboard_dir;
+    if (!tr->is_logger || !dir[0] || tr->tb) return TPD_OK;
+    TPD_CHECK(tpd_tb_open(dir, &tr->tb));
+    tpd_log_info("TensorBoard: %s (tensorboard --logdir %s)", tpd_tb_path(tr->tb), dir);
     return TPD_OK;
 }
 
@@ -147,6 +156,7 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
     log_startup(tr);
     TPD_CHECK(log_placement(tr)); /* collective: before anything that fails on one rank */
     TPD_CHECK(open_metrics(tr));
+    TPD_CHECK(open_tensorboard(tr));
     double flops = tpd_trainer_flops_per_iteration(tr);
     double tokens = (double)cfg->training.global_batch_size * cfg->model.seq_length;
     tpd_signals_install();
@@ -182,8 +192,12 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
         if (log_now && cfg->logging.log_timers)
             TPD_CHECK_GOTO(tpd_trainer_job_timers(tr, &s, &timers), st, out);
         if (!tr->is_logger || !log_now) continue;
+        double run_s = tpd_clock_s() - tr->run_start_s;
+        int done = it - tr->run_start_iteration;
         tpd_iter_record r = {
             .iteration = it,
+            .run_elapsed_s = run_s,
+            .eta_s = done > 0 ? run_s / done * (cfg->training.train_iters - it) : -1,
             .train_iters = cfg->training.train_iters,
             .consumed_samples = tr->counters.consumed_samples,
             .elapsed_ms = 1e3 * s.elapsed_s,
@@ -208,8 +222,13 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
         }
         fflush(stdout);
         if (tr->metrics) TPD_CHECK_GOTO(tpd_metrics_write_jsonl(tr->metrics, &r), st, out);
+        if (tr->tb)
+            TPD_CHECK_GOTO(tpd_tb_record(tr->tb, &r, cfg->logging.log_timers ? &timers : NULL), st,
+                           out);
     }
     TPD_CHECK_GOTO(on_boundary(tr, 1, &stop), st, out);
+    if (tr->is_logger && cfg->logging.metrics_file[0])
+        tpd_log_info("pictures of this run: tripod report %s", cfg->logging.metrics_file);
 out:
     if (rec) {
         /* the trace is written also after an error or a signal: it shows where it stopped */

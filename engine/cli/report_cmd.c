@@ -1,0 +1,58 @@
+/* `tripod report RUN [--out DIR]`: pictures of a run from its metrics file. */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/cli/cli.h"
+#include "engine/train/report.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: tripod report METRICS.jsonl|RUN_DIR [--out DIR]\n"
+               "  draws loss.png (train and validation), lr.png, grad_norm.png and\n"
+               "  throughput.png with gnuplot from a run's logging.metrics_file; a resumed\n"
+               "  run's segments join into one curve. DIR defaults to the metrics file's\n"
+               "  folder + /report.\n");
+}
+
+int tpd_cli_report(int argc, char **argv) {
+    const char *run = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return TPD_EXIT_OK;
+        }
+        if (!strcmp(argv[i], "--out") && i + 1 < argc) {
+            out = argv[++i];
+        } else if (argv[i][0] != '-' && !run) {
+            run = argv[i];
+        } else {
+            fprintf(stderr, "tripod: error: report: unexpected argument '%s'\n", argv[i]);
+            usage(stderr);
+            return TPD_EXIT_CONFIG;
+        }
+    }
+    if (!run) {
+        usage(stderr);
+        return TPD_EXIT_CONFIG;
+    }
+    tpd_report_run r;
+    tpd_status st = tpd_report_load(run, &r);
+    if (st != TPD_OK) return tpd_cli_code(st);
+    char dir[4200];
+    if (out) {
+        snprintf(dir, sizeof dir, "%s", out);
+    } else {
+        const char *slash = strrchr(r.path, '/');
+        if (slash)
+            snprintf(dir, sizeof dir, "%.*s/report", (int)(slash - r.path), r.path);
+        else
+            snprintf(dir, sizeof dir, "report");
+    }
+    st = tpd_report_draw(&r, dir);
+    if (st == TPD_OK)
+        printf("report: %s: %d iterations (%d to %d) from %d record%s in %d segment%s -> "
+               "%s/{loss,lr,grad_norm,throughput}.png\n",
+               r.path, r.n, r.p[0].iteration, r.p[r.n - 1].iteration, r.records,
+               r.records == 1 ? "" : "s", r.segments, r.segments == 1 ? "" : "s", dir);
+    tpd_report_free(&r);
+    return tpd_cli_code(st);
+}

@@ -1,0 +1,200 @@
+/* Run reports: JSONL metrics joined over resumes, drawn by gnuplot. */
+#include "engine/train/report.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/file.h"
+
+#define REPORT_MAX_LINE (1 << 20)
+
+/* The metrics file of a folder: metrics.jsonl, else its only *.jsonl. */
+static tpd_status find_metrics(const char *dir, char *out, size_t cap) {
+    snprintf(out, cap, "%s/metrics.jsonl", dir);
+    struct stat sb;
+    if (stat(out, &sb) == 0 && S_ISREG(sb.st_mode)) return TPD_OK;
+    DIR *d = opendir(dir);
+    if (!d) {
+        tpd_log_error("report: cannot open the folder '%s': %s", dir, strerror(errno));
+        return TPD_ERR_IO;
+    }
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n > 6 && !strcmp(e->d_name + n - 6, ".jsonl")) {
+            if (found++ == 0) snprintf(out, cap, "%s/%s", dir, e->d_name);
+        }
+    }
+    closedir(d);
+    if (found == 1) return TPD_OK;
+    tpd_log_error("report: '%s' holds %s; give the metrics file (logging.metrics_file)", dir,
+                  found ? "several .jsonl files" : "no metrics.jsonl and no .jsonl file");
+    return TPD_ERR_INVALID;
+}
+
+static double num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static int by_iteration_latest(const void *a, const void *b) {
+    const tpd_report_point *x = a, *y = b;
+    if (x->iteration != y->iteration) return (x->iteration > y->iteration) ? 1 : -1;
+    return (x->line < y->line) - (x->line > y->line);
+}
+
+tpd_status tpd_report_load(const char *path, tpd_report_run *run) {
+    memset(run, 0, sizeof *run);
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        tpd_log_error("report: '%s': %s", path, strerror(errno));
+        return TPD_ERR_IO;
+    }
+    if (S_ISDIR(sb.st_mode))
+        TPD_CHECK(find_metrics(path, run->path, sizeof run->path));
+    else
+        snprintf(run->path, sizeof run->path, "%s", path);
+    FILE *f = fopen(run->path, "r");
+    if (!f) {
+        tpd_log_error("report: cannot open '%s': %s", run->path, strerror(errno));
+        return TPD_ERR_IO;
+    }
+    char *line = malloc(REPORT_MAX_LINE);
+    tpd_status st = TPD_OK;
+    int cap = 0, last = -1;
+    run->segments = 1;
+    while (line && fgets(line, REPORT_MAX_LINE, f)) {
+        run->records++;
+        if (line[0] == '\n') continue;
+        cJSON *o = cJSON_Parse(line);
+        double it = num(o, "iteration");
+        if (!cJSON_IsObject(o) || !(it >= 0) || it > 2e9 || it != floor(it)) {
+            cJSON_Delete(o);
+            tpd_log_error("report: %s line %d: not a metrics record (a JSON object with an "
+                          "integer \"iteration\")",
+                          run->path, run->records);
+            st = TPD_ERR_FORMAT;
+            break;
+        }
+        if (run->n == cap) {
+            cap = cap ? 2 * cap : 256;
+            tpd_report_point *p = realloc(run->p, (size_t)cap * sizeof *p);
+            if (!p) {
+                cJSON_Delete(o);
+                st = TPD_ERR_NOMEM;
+                break;
+            }
+            run->p = p;
+        }
+        if ((int)it <= last) run->segments++;
+        last = (int)it;
+        run->p[run->n++] = (tpd_report_point){.iteration = (int)it,
+                                              .lm_loss = num(o, "lm_loss"),
+                                              .val_loss = num(o, "val_loss"),
+                                              .lr = num(o, "lr"),
+                                              .grad_norm = num(o, "grad_norm"),
+                                              .tokens_per_s = num(o, "tokens_per_s"),
+                                              .tflops_per_gpu = num(o, "tflops_per_gpu")};
+        cJSON_Delete(o);
+    }
+    if (!line) st = TPD_ERR_NOMEM;
+    free(line);
+    fclose(f);
+    if (st == TPD_OK && run->n == 0) {
+        tpd_log_error("report: %s holds no metrics records", run->path);
+        st = TPD_ERR_FORMAT;
+    }
+    if (st != TPD_OK) {
+        tpd_report_free(run);
+        return st;
+    }
+    /* later segments win: sort by iteration, the latest line first, and keep the first of
+     * each iteration */
+    for (int i = 0; i < run->n; i++)
+        run->p[i].line = i;
+    qsort(run->p, (size_t)run->n, sizeof *run->p, by_iteration_latest);
+    int k = 0;
+    for (int i = 0; i < run->n; i++)
+        if (k == 0 || run->p[k - 1].iteration != run->p[i].iteration) run->p[k++] = run->p[i];
+    run->n = k;
+    return TPD_OK;
+}
+
+void tpd_report_free(tpd_report_run *run) {
+    free(run->p);
+    run->p = NULL;
+    run->n = 0;
+}
+
+static void put(FILE *f, double v) {
+    if (isfinite(v))
+        fprintf(f, " %.9g", v);
+    else
+        fputs(" NaN", f);
+}
+
+tpd_status tpd_report_draw(const tpd_report_run *run, const char *out_dir) {
+    int e = 0;
+    if (tpd_file_mkdirs(out_dir, &e) != TPD_OK) {
+        tpd_log_error("report: cannot create '%s': %s", out_dir, strerror(e));
+        return TPD_ERR_IO;
+    }
+    char dat[4200];
+    snprintf(dat, sizeof dat, "%s/report.dat", out_dir);
+    FILE *f = fopen(dat, "w");
+    if (!f) {
+        tpd_log_error("report: cannot create '%s': %s", dat, strerror(errno));
+        return TPD_ERR_IO;
+    }
+    fprintf(f, "# iteration lm_loss val_loss lr grad_norm tokens_per_s tflops_per_gpu\n");
+    for (int i = 0; i < run->n; i++) {
+        const tpd_report_point *p = &run->p[i];
+        fprintf(f, "%d", p->iteration);
+        put(f, p->lm_loss);
+        put(f, p->val_loss);
+        put(f, p->lr);
+        put(f, p->grad_norm);
+        put(f, p->tokens_per_s);
+        put(f, p->tflops_per_gpu);
+        fputc('\n', f);
+    }
+    if (fclose(f) != 0) {
+        tpd_log_error("report: writing '%s' failed", dat);
+        return TPD_ERR_IO;
+    }
+    FILE *g = popen("gnuplot", "w");
+    if (!g) {
+        tpd_log_error("report: cannot run gnuplot (Debian: gnuplot-nox)");
+        return TPD_ERR_IO;
+    }
+    /* gnuplot reads NaN as a missing point; validation points are drawn as points */
+    fprintf(g,
+            "set terminal pngcairo size 900,540 noenhanced\n"
+            "set datafile missing 'NaN'\nset grid\nset key top right\n"
+            "set xlabel 'iteration'\n"
+            "set output '%s/loss.png'\nset title 'loss: %s'\nset ylabel 'lm loss'\n"
+            "plot '%s' using 1:2 with lines lw 2 title 'train', "
+            "'' using 1:3 with linespoints pt 7 title 'validation'\n"
+            "set output '%s/lr.png'\nset title 'learning rate'\nset ylabel 'lr'\n"
+            "plot '%s' using 1:4 with lines lw 2 notitle\n"
+            "set output '%s/grad_norm.png'\nset title 'gradient norm'\nset ylabel 'grad norm'\n"
+            "plot '%s' using 1:5 with lines lw 2 notitle\n"
+            "set output '%s/throughput.png'\nset title 'throughput'\n"
+            "set ylabel 'tokens/s'\nset y2label 'TFLOP/s per GPU'\nset ytics nomirror\n"
+            "set y2tics\nplot '%s' using 1:6 with lines lw 2 title 'tokens/s', "
+            "'' using 1:7 axes x1y2 with lines lw 2 dt 2 title 'TFLOP/s per GPU'\n",
+            out_dir, run->path, dat, out_dir, dat, out_dir, dat, out_dir, dat);
+    int rc = pclose(g);
+    if (rc != 0) {
+        tpd_log_error("report: gnuplot exited with status %d (is gnuplot-nox installed?)", rc);
+        return TPD_ERR_IO;
+    }
+    return TPD_OK;
+}
