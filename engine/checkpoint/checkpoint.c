@@ -3,6 +3,7 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "base/clock.h"
 #include "base/fault.h"
+#include "base/progress.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -38,10 +39,13 @@ struct tpd_ckpt_saver {
 };
 
 static tpd_status write_segs(tpd_ckpt_writer *w, const tpd_ckpt_segs *segs, int nsegs,
-                             const float *src) {
+                             const float *src, tpd_progress *prog, double *done) {
     for (int p = 0; p < nsegs; p++)
-        for (size_t i = 0; i < segs[p].n; i++)
+        for (size_t i = 0; i < segs[p].n; i++) {
             TPD_CHECK(tpd_ckpt_writer_put(w, src + segs[p].v[i].local, (size_t)segs[p].v[i].n * 4));
+            *done += (double)segs[p].v[i].n * 4;
+            if (prog) tpd_progress_update(prog, *done);
+        }
     return TPD_OK;
 }
 
@@ -107,11 +111,22 @@ static tpd_status finish_file(tpd_ckpt_writer *w, int32_t *rec, int bytes_at, in
 }
 
 /* Writes this rank's model and optimizer files into tmp; rec gets sizes and hashes. */
+/* show: draw a progress line of this rank's bytes (world rank 0 of a synchronous save; an
+ * asynchronous one writes behind the training log). */
 static tpd_status write_rank_files(const tpd_ckpt_rank *r, size_t ns, shard_source *src,
-                                   const char *tmp, int32_t *rec) {
+                                   const char *tmp, int32_t *rec, int show) {
     tpd_ckpt_rank_plan pl;
     TPD_CHECK(tpd_ckpt_rank_plan_init(r, &pl));
     tpd_status st = TPD_OK;
+    tpd_progress prog, *pr = NULL;
+    double done = 0;
+    if (show) {
+        /* parameters, then m, v and (bf16 training) the master weights */
+        int nstate = src->m && src->m->master ? 3 : 2;
+        double total = 4.0 * ((double)pl.param_numel + nstate * (double)pl.state_numel);
+        tpd_progress_begin(&prog, "checkpoint save (rank 0's files)", total, "MB", 1e6);
+        pr = &prog;
+    }
     char name[64], path[PATH_CAP + 80];
     tpd_ckpt_writer *w = NULL;
     const float *a = NULL;
@@ -120,7 +135,7 @@ static tpd_status write_rank_files(const tpd_ckpt_rank *r, size_t ns, shard_sour
         tpd_ckpt_model_file(r->tp, r->pp, name, sizeof name);
         tpd_ckpt_join(path, sizeof path, tmp, name);
         TPD_CHECK_GOTO(tpd_ckpt_writer_open(path, &w), st, out);
-        TPD_CHECK_GOTO(write_segs(w, pl.param, TPD_P_COUNT, a), st, out);
+        TPD_CHECK_GOTO(write_segs(w, pl.param, TPD_P_COUNT, a, pr, &done), st, out);
         st = finish_file(w, rec, REC_MBYTES, REC_MSHA);
         w = NULL;
         if (st != TPD_OK) goto out;
@@ -132,12 +147,13 @@ static tpd_status write_rank_files(const tpd_ckpt_rank *r, size_t ns, shard_sour
         for (int k = 0; k < 3; k++) {
             TPD_CHECK_GOTO(source_state(src, k, ns, &a), st, out);
             if (!a) break;
-            TPD_CHECK_GOTO(write_segs(w, pl.state, TPD_P_COUNT, a), st, out);
+            TPD_CHECK_GOTO(write_segs(w, pl.state, TPD_P_COUNT, a, pr, &done), st, out);
         }
         st = finish_file(w, rec, REC_OBYTES, REC_OSHA);
         w = NULL;
     }
 out:
+    if (pr) tpd_progress_end(pr, done);
     tpd_ckpt_writer_abort(w);
     tpd_ckpt_rank_plan_free(&pl);
     return st;
@@ -315,7 +331,7 @@ int tpd_ckpt_saver_committed(const tpd_ckpt_saver *s) {
 
 static void *async_writer(void *arg) {
     ckpt_async *a = arg;
-    a->rec[REC_OK] = write_rank_files(&a->rank, a->ns, &a->src, a->tmp, a->rec) == TPD_OK;
+    a->rec[REC_OK] = write_rank_files(&a->rank, a->ns, &a->src, a->tmp, a->rec, 0) == TPD_OK;
     atomic_store(&a->done, 1);
     return NULL;
 }
@@ -415,7 +431,8 @@ tpd_status tpd_ckpt_save(tpd_ckpt_saver *sv, const tpd_ckpt_counters *c, const c
                         NULL,
                         {NULL, NULL, NULL}};
     tpd_ckpt_rank r = rank_of(v);
-    rec[REC_OK] = src.scratch && write_rank_files(&r, ns, &src, tmp, rec) == TPD_OK;
+    rec[REC_OK] = src.scratch &&
+                  write_rank_files(&r, ns, &src, tmp, rec, tpd_comm_rank(v->world) == 0) == TPD_OK;
     if (!src.scratch) tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     free(src.scratch);
     tpd_ckpt_state state = {c->iteration, c->skipped_iterations, 0, c->consumed_samples};

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What a run leaves for people, end to end: a run stopped and resumed writes TensorBoard
 # files and one metrics file whose pictures `tripod report` draws as one curve; the
-# training log says where; progress lines show on a terminal (forced with
-# TRIPOD_PROGRESS=1) and never in a log.
+# training log says where; progress lines (checkpoint save, data prepare, export, import)
+# show on a terminal (forced with TRIPOD_PROGRESS=1) and never in a log.
 #
 # usage: run_output_flow.sh TRIPOD SOURCE_DIR
 set -euo pipefail
@@ -18,8 +18,10 @@ O=(data.data_path="$work/corpus" model.num_layers=2 model.hidden_size=32 model.s
    logging.metrics_file="$work/run/metrics.jsonl" logging.tensorboard_dir="$work/run/tb"
    checkpoint.save="$work/run/ck" checkpoint.save_interval=4 data.split=90,5,5)
 
-"$tripod" train "$src/configs/demo.yaml" "${O[@]}" training.train_iters=6 >"$work/a.log" 2>&1 ||
-  fail "first segment: $(tail -3 "$work/a.log")"
+TRIPOD_PROGRESS=1 "$tripod" train "$src/configs/demo.yaml" "${O[@]}" training.train_iters=6 \
+  >"$work/a.log" 2>&1 || fail "first segment: $(tail -3 "$work/a.log")"
+grep -q "checkpoint save (rank 0's files): 100.0%" "$work/a.log" ||
+  fail "no checkpoint save progress: $(grep -c . "$work/a.log") lines"
 # resumed from its iteration-4 checkpoint: 5 and 6 are logged again, then 7 and 8
 "$tripod" train "$src/configs/demo.yaml" "${O[@]}" training.train_iters=8 \
   checkpoint.load="$work/run/ck/iter_0000004" \
