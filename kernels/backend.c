@@ -203,16 +203,28 @@ tpd_status tpd_kern_rmsnorm_bwd(const tpd_kern_backend *kb, void *dinp, void *dw
     return kb->ops->rmsnorm_bwd(kb->ctx, dinp, dw, dout, inp, w, rstd, N, C);
 }
 
+tpd_status tpd_kern_rope_scaled_fwd(const tpd_kern_backend *kb, void *qkv, int B, int T, int NH,
+                                    int NKV, int HS, const tpd_rope *rope, int pos0) {
+    if (!kb->ops->rope_fwd) return missing(kb, "rope_fwd");
+    return kb->ops->rope_fwd(kb->ctx, qkv, B, T, NH, NKV, HS, rope, pos0);
+}
+
+tpd_status tpd_kern_rope_scaled_bwd(const tpd_kern_backend *kb, void *dqkv, int B, int T, int NH,
+                                    int NKV, int HS, const tpd_rope *rope, int pos0) {
+    if (!kb->ops->rope_bwd) return missing(kb, "rope_bwd");
+    return kb->ops->rope_bwd(kb->ctx, dqkv, B, T, NH, NKV, HS, rope, pos0);
+}
+
 tpd_status tpd_kern_rope_fwd(const tpd_kern_backend *kb, void *qkv, int B, int T, int NH, int NKV,
                              int HS, float base, int pos0) {
-    if (!kb->ops->rope_fwd) return missing(kb, "rope_fwd");
-    return kb->ops->rope_fwd(kb->ctx, qkv, B, T, NH, NKV, HS, base, pos0);
+    tpd_rope r = {base, 0, 0, 0, 0};
+    return tpd_kern_rope_scaled_fwd(kb, qkv, B, T, NH, NKV, HS, &r, pos0);
 }
 
 tpd_status tpd_kern_rope_bwd(const tpd_kern_backend *kb, void *dqkv, int B, int T, int NH, int NKV,
                              int HS, float base, int pos0) {
-    if (!kb->ops->rope_bwd) return missing(kb, "rope_bwd");
-    return kb->ops->rope_bwd(kb->ctx, dqkv, B, T, NH, NKV, HS, base, pos0);
+    tpd_rope r = {base, 0, 0, 0, 0};
+    return tpd_kern_rope_scaled_bwd(kb, dqkv, B, T, NH, NKV, HS, &r, pos0);
 }
 
 tpd_status tpd_kern_swiglu_fwd(const tpd_kern_backend *kb, void *out, const void *inp, int N,

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "kernels/rope_freq.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -185,6 +186,12 @@ tpd_status tpd_kern_rope_fwd(const tpd_kern_backend *kb, void *qkv, int B, int T
 /* The transposed rotation on dqkv in place: d(before) from d(after), V's part untouched. */
 tpd_status tpd_kern_rope_bwd(const tpd_kern_backend *kb, void *dqkv, int B, int T, int NH, int NKV,
                              int HS, float base, int pos0);
+/* The same with theta_i = p * tpd_rope_inv_freq(rope, i, HS) (kernels/rope_freq.h): the
+ * base, and Llama 3.1's frequency scaling when rope->factor > 0. */
+tpd_status tpd_kern_rope_scaled_fwd(const tpd_kern_backend *kb, void *qkv, int B, int T, int NH,
+                                    int NKV, int HS, const tpd_rope *rope, int pos0);
+tpd_status tpd_kern_rope_scaled_bwd(const tpd_kern_backend *kb, void *dqkv, int B, int T, int NH,
+                                    int NKV, int HS, const tpd_rope *rope, int pos0);
 /* inp(N,2F) holds [gate | up] per row; out(N,F) = silu(gate) * up, silu(x) = x/(1+e^-x).
  * Overwrites. */
 tpd_status tpd_kern_swiglu_fwd(const tpd_kern_backend *kb, void *out, const void *inp, int N,

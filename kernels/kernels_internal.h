@@ -99,9 +99,9 @@ typedef struct tpd_kern_ops {
     tpd_status (*rmsnorm_bwd)(tpd_kern_ctx *ctx, void *dinp, void *dw, const void *dout,
                               const void *inp, const void *w, const float *rstd, int N, int C);
     tpd_status (*rope_fwd)(tpd_kern_ctx *ctx, void *qkv, int B, int T, int NH, int NKV, int HS,
-                           float base, int pos0);
+                           const tpd_rope *rope, int pos0);
     tpd_status (*rope_bwd)(tpd_kern_ctx *ctx, void *dqkv, int B, int T, int NH, int NKV, int HS,
-                           float base, int pos0);
+                           const tpd_rope *rope, int pos0);
     tpd_status (*swiglu_fwd)(tpd_kern_ctx *ctx, void *out, const void *inp, int N, int F);
     tpd_status (*swiglu_bwd)(tpd_kern_ctx *ctx, void *dinp, const void *inp, const void *dout,
                              int N, int F);

@@ -7,8 +7,8 @@ Not part of the product or of CI: it needs torch, transformers and tokenizers
 with transformers and compares its logits with fixture NAME's.
 
 For each tiny random model (LlamaForCausalLM with grouped-query attention, an untied head
-and rope_theta != 10000; Qwen2ForCausalLM with its QKV biases and a tied head;
-GPT2LMHeadModel) it writes, under tests/engine/checkpoint/hf/<name>/:
+and rope_theta != 10000; the same with Llama 3.1's "llama3" rope scaling and a tied head;
+Qwen2ForCausalLM with its QKV biases and a tied head; GPT2LMHeadModel) it writes, under tests/engine/checkpoint/hf/<name>/:
   model/          the model folder from save_pretrained (sharded for Llama, with
                   model.safetensors.index.json), in bf16 (Llama), fp32 (Qwen2) or fp16
                   (GPT-2), plus a tokenizer.json trained for its vocabulary (Llama);
@@ -131,6 +131,19 @@ def main():
     perturb(llama, 1)
     write("llama", llama, torch.bfloat16, "60KB")
     tokenizer_json(os.path.join(ROOT, "llama", "model", "tokenizer.json"))
+
+    # Llama 3.1's "llama3" rope scaling, with a short original context so that the head's
+    # 8 frequency pairs fall in all three bands (kept, blended, divided by the factor)
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+    llama31 = LlamaForCausalLM(LlamaConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        rms_norm_eps=1e-5, tie_word_embeddings=True,
+        rope_parameters=dict(scaling, rope_theta=20000.0)))
+    assert llama31.config.rope_parameters["rope_type"] == "llama3"
+    perturb(llama31, 4)
+    write("llama31", llama31, torch.float32, "10MB")
 
     qwen = Qwen2ForCausalLM(Qwen2Config(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -102,6 +102,14 @@ static void add_model(cJSON *o, const tpd_config *cfg) {
                           m->untie_embeddings_and_output_weights);
     cJSON_AddBoolToObject(j, "add_bias_linear", m->add_bias_linear);
     cJSON_AddBoolToObject(j, "add_qkv_bias", m->add_qkv_bias);
+    if (m->rope_scaling) {
+        cJSON *r = cJSON_AddObjectToObject(j, "rope_scaling");
+        cJSON_AddNumberToObject(r, "factor", m->rope_scaling_factor);
+        cJSON_AddNumberToObject(r, "low_freq_factor", m->rope_scaling_low_freq_factor);
+        cJSON_AddNumberToObject(r, "high_freq_factor", m->rope_scaling_high_freq_factor);
+        cJSON_AddNumberToObject(r, "original_max_position_embeddings",
+                                m->rope_scaling_original_max_position_embeddings);
+    }
 }
 
 /* The block's keys of the manifest's "model" (absent in checkpoints of GPT-2 written before
@@ -128,6 +136,22 @@ static int read_block(const cJSON *mo, tpd_config_model *m) {
     if ((v = cJSON_GetObjectItemCaseSensitive(mo, "rotary_base"))) {
         if (!cJSON_IsNumber(v) || !(v->valuedouble > 0)) return 0;
         m->rotary_base = v->valuedouble;
+    }
+    if ((v = cJSON_GetObjectItemCaseSensitive(mo, "rope_scaling"))) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(v, "factor");
+        const cJSON *lo = cJSON_GetObjectItemCaseSensitive(v, "low_freq_factor");
+        const cJSON *hi = cJSON_GetObjectItemCaseSensitive(v, "high_freq_factor");
+        const cJSON *orig = cJSON_GetObjectItemCaseSensitive(v, "original_max_position_embeddings");
+        if (!cJSON_IsNumber(f) || !cJSON_IsNumber(lo) || !cJSON_IsNumber(hi) ||
+            !cJSON_IsNumber(orig) || !(f->valuedouble >= 1) || !(lo->valuedouble > 0) ||
+            !(hi->valuedouble > lo->valuedouble) || !(orig->valuedouble >= 1) ||
+            orig->valuedouble > 1e9)
+            return 0;
+        m->rope_scaling = 1;
+        m->rope_scaling_factor = f->valuedouble;
+        m->rope_scaling_low_freq_factor = lo->valuedouble;
+        m->rope_scaling_high_freq_factor = hi->valuedouble;
+        m->rope_scaling_original_max_position_embeddings = (int)orig->valuedouble;
     }
     if ((v = cJSON_GetObjectItemCaseSensitive(mo, "num_query_groups"))) {
         if (!cJSON_IsNumber(v) || v->valuedouble < 1 ||
@@ -540,6 +564,15 @@ tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg
         {"norm_epsilon", a->norm_epsilon, b->norm_epsilon},
         {"rotary_base", a->position_embedding_type == TPD_POS_ROPE ? a->rotary_base : 0,
          b->position_embedding_type == TPD_POS_ROPE ? b->rotary_base : 0},
+        {"rope_scaling_factor", a->rope_scaling ? a->rope_scaling_factor : 0,
+         b->rope_scaling ? b->rope_scaling_factor : 0},
+        {"rope_scaling_low_freq_factor", a->rope_scaling ? a->rope_scaling_low_freq_factor : 0,
+         b->rope_scaling ? b->rope_scaling_low_freq_factor : 0},
+        {"rope_scaling_high_freq_factor", a->rope_scaling ? a->rope_scaling_high_freq_factor : 0,
+         b->rope_scaling ? b->rope_scaling_high_freq_factor : 0},
+        {"rope_scaling_original_max_position_embeddings",
+         a->rope_scaling ? a->rope_scaling_original_max_position_embeddings : 0,
+         b->rope_scaling ? b->rope_scaling_original_max_position_embeddings : 0},
     };
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
         if (vals[i].ckpt != vals[i].conf)

@@ -214,12 +214,24 @@ static cJSON *config_json(const tpd_config *cfg, hf_family fam, const char *dtyp
     cJSON_AddNumberToObject(o, "max_position_embeddings", maxT);
     cJSON_AddStringToObject(o, "hidden_act", "silu");
     cJSON_AddNumberToObject(o, "rms_norm_eps", m->norm_epsilon);
-    /* both spellings: transformers 4 reads rope_theta, 5 rope_parameters */
+    /* both spellings: transformers 4 reads rope_theta and rope_scaling, 5 rope_parameters */
     cJSON_AddNumberToObject(o, "rope_theta", m->rotary_base);
-    cJSON_AddNullToObject(o, "rope_scaling");
     cJSON *rp = cJSON_AddObjectToObject(o, "rope_parameters");
     cJSON_AddNumberToObject(rp, "rope_theta", m->rotary_base);
-    cJSON_AddStringToObject(rp, "rope_type", "default");
+    if (!m->rope_scaling) {
+        cJSON_AddNullToObject(o, "rope_scaling");
+        cJSON_AddStringToObject(rp, "rope_type", "default");
+    } else {
+        cJSON *rs = cJSON_AddObjectToObject(o, "rope_scaling");
+        for (cJSON *t = rs; t; t = t == rs ? rp : NULL) {
+            cJSON_AddStringToObject(t, "rope_type", "llama3");
+            cJSON_AddNumberToObject(t, "factor", m->rope_scaling_factor);
+            cJSON_AddNumberToObject(t, "low_freq_factor", m->rope_scaling_low_freq_factor);
+            cJSON_AddNumberToObject(t, "high_freq_factor", m->rope_scaling_high_freq_factor);
+            cJSON_AddNumberToObject(t, "original_max_position_embeddings",
+                                    m->rope_scaling_original_max_position_embeddings);
+        }
+    }
     cJSON_AddBoolToObject(o, "tie_word_embeddings", !m->untie_embeddings_and_output_weights);
     cJSON_AddNumberToObject(o, "attention_dropout", 0.0);
     if (fam == HF_QWEN2) {
@@ -298,6 +310,42 @@ static tpd_status read_gpt2(const cJSON *hc, const char *path, tpd_config_model 
     return TPD_OK;
 }
 
+/* Llama 3.1's "llama3" rope scaling is read into the model; any other type (YaRN, linear,
+ * dynamic, longrope) is refused by key. */
+static tpd_status read_rope_scaling(const cJSON *s, const char *kind, const char *path,
+                                    const char *key, tpd_config_model *m) {
+    if (!strcmp(kind, "default")) return TPD_OK;
+    if (strcmp(kind, "llama3") != 0)
+        return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,
+                             "interchange %s: %s has rope_type \"%s\"; tripod reads \"default\" "
+                             "and Llama 3.1's \"llama3\" (YaRN, linear and dynamic scaling would "
+                             "compute something else)",
+                             path, key, kind);
+    const char *names[] = {"factor", "low_freq_factor", "high_freq_factor",
+                           "original_max_position_embeddings"};
+    double v[4];
+    for (int i = 0; i < 4; i++) {
+        const cJSON *j = cJSON_GetObjectItemCaseSensitive(s, names[i]);
+        if (!cJSON_IsNumber(j) || !(j->valuedouble > 0) || j->valuedouble > 1e9)
+            return tpd_ckpt_fail(TPD_ERR_FORMAT,
+                                 "interchange %s: %s.%s must be a positive number (llama3 "
+                                 "scaling)",
+                                 path, key, names[i]);
+        v[i] = j->valuedouble;
+    }
+    if (!(v[0] >= 1) || !(v[2] > v[1]) || v[3] != floor(v[3]))
+        return tpd_ckpt_fail(TPD_ERR_FORMAT,
+                             "interchange %s: %s needs factor >= 1, high_freq_factor > "
+                             "low_freq_factor and an integer original_max_position_embeddings",
+                             path, key);
+    m->rope_scaling = 1;
+    m->rope_scaling_factor = v[0];
+    m->rope_scaling_low_freq_factor = v[1];
+    m->rope_scaling_high_freq_factor = v[2];
+    m->rope_scaling_original_max_position_embeddings = (int)v[3];
+    return TPD_OK;
+}
+
 /* The Llama block's keys; anything that changes the function and is not modelled is
  * refused by name rather than dropped. */
 static tpd_status read_llama(const cJSON *hc, const char *path, hf_family fam,
@@ -337,17 +385,15 @@ static tpd_status read_llama(const cJSON *hc, const char *path, hf_family fam,
      * {"rope_theta", "rope_type"} */
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(hc, "rope_scaling");
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(hc, "rope_parameters");
-    const cJSON *rtype = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
     const cJSON *theta = cJSON_GetObjectItemCaseSensitive(hc, "rope_theta");
     if (!theta) theta = cJSON_GetObjectItemCaseSensitive(rp, "rope_theta");
-    if ((rs && !cJSON_IsNull(rs)) ||
-        (rtype && !(cJSON_IsString(rtype) && !strcmp(rtype->valuestring, "default"))))
-        return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,
-                             "interchange %s: %s sets a rope type other than \"default\"; "
-                             "tripod's rotary embedding has no frequency scaling (Llama 3.1's "
-                             "\"llama3\", YaRN, linear), so the model would compute something "
-                             "else",
-                             path, rs && !cJSON_IsNull(rs) ? "rope_scaling" : "rope_parameters");
+    /* the scaling's parameters: rope_scaling (4), or rope_parameters itself (5) */
+    const cJSON *scal = rs && !cJSON_IsNull(rs) ? rs : rp;
+    const cJSON *stype = cJSON_GetObjectItemCaseSensitive(scal, "rope_type");
+    if (!stype) stype = cJSON_GetObjectItemCaseSensitive(scal, "type");
+    const char *kind = cJSON_IsString(stype) ? stype->valuestring : scal == rs ? "?" : "default";
+    TPD_CHECK(
+        read_rope_scaling(scal, kind, path, scal == rs ? "rope_scaling" : "rope_parameters", m));
     const cJSON *prf = cJSON_GetObjectItemCaseSensitive(hc, "partial_rotary_factor");
     if (prf && !(cJSON_IsNumber(prf) && prf->valuedouble == 1.0))
         return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,

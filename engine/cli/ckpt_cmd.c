@@ -206,6 +206,12 @@ static void print_model_section(const tpd_config *cfg) {
            m->norm_epsilon, m->rotary_base, m->group_query_attention ? "true" : "false",
            tpd_config_kv_heads(cfg), m->untie_embeddings_and_output_weights ? "true" : "false",
            m->add_bias_linear ? "true" : "false", m->add_qkv_bias ? "true" : "false");
+    if (m->rope_scaling)
+        printf("  rope_scaling: true\n  rope_scaling_factor: %.17g\n"
+               "  rope_scaling_low_freq_factor: %.17g\n  rope_scaling_high_freq_factor: %.17g\n"
+               "  rope_scaling_original_max_position_embeddings: %d\n",
+               m->rope_scaling_factor, m->rope_scaling_low_freq_factor,
+               m->rope_scaling_high_freq_factor, m->rope_scaling_original_max_position_embeddings);
 }
 
 static int cmd_import(const opts *o) {

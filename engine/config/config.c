@@ -535,6 +535,16 @@ static tpd_status cfg_check_llama(cfg_loader *ld) {
                         "refused",
                         v);
     }
+    k = "model.rope_scaling_high_freq_factor";
+    if (m->rope_scaling && !(m->rope_scaling_high_freq_factor > m->rope_scaling_low_freq_factor))
+        return cfg_fail(ld, cfg_at(ld, k, "model.rope_scaling"), k,
+                        "must exceed model.rope_scaling_low_freq_factor (%g), or no wavelength "
+                        "lies between the kept and the scaled ones",
+                        m->rope_scaling_low_freq_factor);
+    k = "model.rope_scaling";
+    if (m->rope_scaling && m->position_embedding_type != TPD_POS_ROPE)
+        return cfg_fail(ld, cfg_at(ld, k, NULL), k,
+                        "scales rotary frequencies; it needs position_embedding_type: rope");
     return TPD_OK;
 }
 

@@ -65,11 +65,14 @@ typedef struct tpd_config_model {
     double init_method_std;
     int make_vocab_size_divisible_by;
     /* Llama's block (Megatron's names); the defaults are GPT-2's */
-    tpd_norm normalization;                  /* LayerNorm or RMSNorm */
-    double norm_epsilon;                     /* both norms */
-    tpd_pos_emb position_embedding_type;     /* learned_absolute (wpe) or rope */
-    double rotary_base;                      /* RoPE theta base */
-    double rotary_percent;                   /* share of each head rotated (1.0 only) */
+    tpd_norm normalization;              /* LayerNorm or RMSNorm */
+    double norm_epsilon;                 /* both norms */
+    tpd_pos_emb position_embedding_type; /* learned_absolute (wpe) or rope */
+    double rotary_base;                  /* RoPE theta base */
+    double rotary_percent;               /* share of each head rotated (1.0 only) */
+    int rope_scaling;                    /* Llama 3.1's "llama3" frequency scaling */
+    double rope_scaling_factor, rope_scaling_low_freq_factor, rope_scaling_high_freq_factor;
+    int rope_scaling_original_max_position_embeddings;
     int swiglu;                              /* gated MLP: down(silu(gate(x)) * up(x)) */
     int group_query_attention;               /* K/V heads shared by groups of query heads */
     int num_query_groups;                    /* K/V heads: tpd_config_kv_heads */

@@ -159,8 +159,8 @@ static tpd_status kv_step(kv_state *s, int token, int logits) {
         TPD_CHECK(tpd_kern_matmul_fwd(s->m->kb, s->qkv, s->ln, kv_param(s, TPD_P_QKVW, l),
                                       kv_param(s, TPD_P_QKVB, l), 1, C, QKV));
         if (d->rope)
-            TPD_CHECK(tpd_kern_rope_fwd(s->m->kb, s->qkv, 1, 1, s->NH, s->NKV, HS,
-                                        (float)s->m->cfg.model.rotary_base, pos));
+            TPD_CHECK(tpd_kern_rope_scaled_fwd(s->m->kb, s->qkv, 1, 1, s->NH, s->NKV, HS,
+                                               &s->m->rope, pos));
         float *kc = s->k + (size_t)l * s->T * KV, *vc = s->v + (size_t)l * s->T * KV;
         memcpy(kc + (size_t)pos * KV, s->qkv + C, (size_t)KV * sizeof(float));
         memcpy(vc + (size_t)pos * KV, s->qkv + C + KV, (size_t)KV * sizeof(float));

@@ -25,6 +25,7 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
     TPD_CHECK_GOTO(tpd_buffer_plan_init(cfg, tp_size, tp_rank, pp, dp, stage, &m->plan), st,
                    undo_model);
     m->d = m->plan.lay.d;
+    m->rope = tpd_model_rope(&cfg->model);
     const tpd_buffer_plan *b = &m->plan;
     if (tpd_dtype_size(tpd_kern_act_dtype(kb)) != b->act_size ||
         tpd_dtype_size(tpd_kern_param_dtype(kb)) != b->param_size ||
@@ -167,4 +168,15 @@ tpd_status tpd_model_set_batch(tpd_model *m, const tpd_model_mb *at, const int32
     }
     /* both copies must land before the staging buffer is refilled for the next batch */
     return tpd_kern_synchronize(m->kb);
+}
+
+tpd_rope tpd_model_rope(const tpd_config_model *m) {
+    tpd_rope r = {m->rotary_base, 0, 0, 0, 0};
+    if (m->rope_scaling) {
+        r.factor = m->rope_scaling_factor;
+        r.low_freq_factor = m->rope_scaling_low_freq_factor;
+        r.high_freq_factor = m->rope_scaling_high_freq_factor;
+        r.original_max_positions = m->rope_scaling_original_max_position_embeddings;
+    }
+    return r;
 }

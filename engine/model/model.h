@@ -127,6 +127,7 @@ typedef struct tpd_model {
     tpd_config cfg;
     tpd_buffer_plan plan;
     tpd_model_dims d;
+    tpd_rope rope; /* tpd_model_rope(&cfg.model) */
     const tpd_kern_backend *kb;
     tpd_tp_ctx tp;
     void *params;         /* (numel_padded) param dtype: the flat buffer all views point into */
@@ -180,6 +181,9 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
 tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at);
 /* Sum of the per-token losses of `at`'s head block (last stage, last chunk). */
 tpd_status tpd_model_loss_sum(tpd_model *m, const tpd_model_mb *at, double *sum_p);
+/* The rotary embedding of a model: its base, and Llama 3.1's scaling when configured. */
+tpd_rope tpd_model_rope(const tpd_config_model *m);
+
 /* (N, Vp/tp) logits of `at`'s head block after a forward (device memory). */
 const void *tpd_model_logits(const tpd_model *m, const tpd_model_mb *at);
 

@@ -177,8 +177,8 @@ static tpd_status layer_fwd(tpd_model *m, const views *w, const acts *a, const v
     TPD_CHECK(sp_full(m, &full, a->ln1));
     TPD_CHECK(tpd_tp_column_fwd(tp, a->qkv, full, w->qkvw, w->qkvb, N, C, d->QKVl));
     if (d->rope)
-        TPD_CHECK(tpd_kern_rope_fwd(m->kb, a->qkv, d->B, d->T, d->NHl, d->KVl, d->HS,
-                                    (float)m->cfg.model.rotary_base, 0));
+        TPD_CHECK(tpd_kern_rope_scaled_fwd(m->kb, a->qkv, d->B, d->T, d->NHl, d->KVl, d->HS,
+                                           &m->rope, 0));
     /* atty = causal_attention(qkv) on the local heads */
     TPD_CHECK(
         tpd_kern_attention_fwd(m->kb, a->atty, a->att, a->qkv, d->B, d->T, d->NHl, d->KVl, d->HS));
@@ -399,8 +399,8 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
                                          d->NHl, d->KVl, d->HS));
         /* RoPE rotated the Q and K heads after the projection: rotate their gradients back */
         if (d->rope)
-            TPD_CHECK(tpd_kern_rope_bwd(m->kb, dqkv, d->B, d->T, d->NHl, d->KVl, d->HS,
-                                        (float)m->cfg.model.rotary_base, 0));
+            TPD_CHECK(tpd_kern_rope_scaled_bwd(m->kb, dqkv, d->B, d->T, d->NHl, d->KVl, d->HS,
+                                               &m->rope, 0));
         /* W: dqkv over qkv, which the attention backward has read for the last time */
         if (split)
             TPD_CHECK(tpd_kern_copy(m->kb, a.qkv, dqkv, (size_t)N * d->QKVl * m->plan.act_size));

@@ -89,9 +89,9 @@ tpd_status tpd_kern_cpu_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, con
                                     const void *inp, const void *w, const float *rstd, int N,
                                     int C);
 tpd_status tpd_kern_cpu_rope_fwd(tpd_kern_ctx *ctx, void *qkv, int B, int T, int NH, int NKV,
-                                 int HS, float base, int pos0);
+                                 int HS, const tpd_rope *rope, int pos0);
 tpd_status tpd_kern_cpu_rope_bwd(tpd_kern_ctx *ctx, void *dqkv, int B, int T, int NH, int NKV,
-                                 int HS, float base, int pos0);
+                                 int HS, const tpd_rope *rope, int pos0);
 tpd_status tpd_kern_cpu_swiglu_fwd(tpd_kern_ctx *ctx, void *out, const void *inp, int N, int F);
 tpd_status tpd_kern_cpu_swiglu_bwd(tpd_kern_ctx *ctx, void *dinp, const void *inp, const void *dout,
                                    int N, int F);

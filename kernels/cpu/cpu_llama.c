@@ -93,14 +93,21 @@ tpd_status tpd_kern_cpu_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp_v, void *dw_v,
 
 /* ---- rotary position embedding ---- */
 
-static tpd_status rope_check(const char *op, int B, int T, int NH, int NKV, int HS, float base,
-                             int pos0) {
+static tpd_status rope_check(const char *op, int B, int T, int NH, int NKV, int HS,
+                             const tpd_rope *rope, int pos0) {
+    double base = rope->base;
     TPD_CPU_REQUIRE(B >= 0 && T >= 0 && NH > 0 && NKV > 0 && HS > 0,
                     "%s: bad shape B=%d T=%d NH=%d NKV=%d HS=%d", op, B, T, NH, NKV, HS);
     TPD_CPU_REQUIRE(NH % NKV == 0, "%s: NKV (%d) must divide NH (%d)", op, NKV, NH);
     TPD_CPU_REQUIRE(HS % 2 == 0, "%s: head size HS (%d) must be even (rotate-half pairs)", op, HS);
-    TPD_CPU_REQUIRE(base > 0.0f && isfinite(base), "%s: base (%g) must be a positive number", op,
-                    (double)base);
+    TPD_CPU_REQUIRE(base > 0.0 && isfinite(base), "%s: base (%g) must be a positive number", op,
+                    base);
+    TPD_CPU_REQUIRE(!(rope->factor > 0) ||
+                        (rope->factor >= 1.0 && rope->high_freq_factor > rope->low_freq_factor &&
+                         rope->low_freq_factor > 0 && rope->original_max_positions > 0),
+                    "%s: llama3 scaling needs factor >= 1, 0 < low_freq_factor < high_freq_factor "
+                    "and original positions > 0",
+                    op);
     TPD_CPU_REQUIRE(pos0 >= 0 && (T == 0 || pos0 <= INT_MAX - (T - 1)),
                     "%s: positions pos0=%d .. pos0+T-1 (T=%d) must lie in [0, INT_MAX]", op, pos0,
                     T);
@@ -108,12 +115,12 @@ static tpd_status rope_check(const char *op, int B, int T, int NH, int NKV, int 
 }
 
 /* Rotates pairs (x_i, x_{i+HS/2}) of the first NH+NKV heads (Q and K) of every row by
- * theta_i = p * base^(-2i/HS), p = pos0 + t, or by -theta_i when sign = -1 (the
+ * theta_i = p * inv_freq_i (kernels/rope_freq.h), p = pos0 + t, or by -theta_i when sign = -1 (the
  * transposed rotation: sin(-a) = -sin(a) exactly, so the backward uses the forward's
  * cos and sin). The loop is over positions, so the cos/sin of a position are computed
  * once for the B rows and NH+NKV heads that share it, ROPE_PAIR_BLOCK pairs at a time. */
 static void rope_rotate(tpd_kern_ctx *ctx, float *qkv, int B, int T, int NH, int NKV, int HS,
-                        float base, int pos0, double sign) {
+                        const tpd_rope *rope, int pos0, double sign) {
     const int half = HS / 2, nrot = NH + NKV;
     const size_t ld = (size_t)(NH + 2 * NKV) * HS; /* row stride of qkv */
     int nt = tpd_kern_cpu_threads(ctx);
@@ -124,7 +131,7 @@ static void rope_rotate(tpd_kern_ctx *ctx, float *qkv, int B, int T, int NH, int
         for (int i0 = 0; i0 < half; i0 += ROPE_PAIR_BLOCK) {
             int i1 = i0 + ROPE_PAIR_BLOCK < half ? i0 + ROPE_PAIR_BLOCK : half;
             for (int i = i0; i < i1; i++) {
-                double theta = p * pow((double)base, -2.0 * i / HS);
+                double theta = p * tpd_rope_inv_freq(rope, i, HS);
                 cs[i - i0] = cos(theta);
                 sn[i - i0] = sign * sin(theta);
             }
@@ -144,19 +151,19 @@ static void rope_rotate(tpd_kern_ctx *ctx, float *qkv, int B, int T, int NH, int
 }
 
 tpd_status tpd_kern_cpu_rope_fwd(tpd_kern_ctx *ctx, void *qkv, int B, int T, int NH, int NKV,
-                                 int HS, float base, int pos0) {
-    tpd_status st = rope_check("rope_fwd", B, T, NH, NKV, HS, base, pos0);
+                                 int HS, const tpd_rope *rope, int pos0) {
+    tpd_status st = rope_check("rope_fwd", B, T, NH, NKV, HS, rope, pos0);
     if (st != TPD_OK) return st;
-    rope_rotate(ctx, qkv, B, T, NH, NKV, HS, base, pos0, 1.0); /* (B,T,(NH+2*NKV)*HS) */
+    rope_rotate(ctx, qkv, B, T, NH, NKV, HS, rope, pos0, 1.0); /* (B,T,(NH+2*NKV)*HS) */
     return TPD_OK;
 }
 
 /* Backward of y = R(theta) x: dx = R(theta)^T dy = R(-theta) dy, in place on dqkv. */
 tpd_status tpd_kern_cpu_rope_bwd(tpd_kern_ctx *ctx, void *dqkv, int B, int T, int NH, int NKV,
-                                 int HS, float base, int pos0) {
-    tpd_status st = rope_check("rope_bwd", B, T, NH, NKV, HS, base, pos0);
+                                 int HS, const tpd_rope *rope, int pos0) {
+    tpd_status st = rope_check("rope_bwd", B, T, NH, NKV, HS, rope, pos0);
     if (st != TPD_OK) return st;
-    rope_rotate(ctx, dqkv, B, T, NH, NKV, HS, base, pos0, -1.0); /* (B,T,(NH+2*NKV)*HS) */
+    rope_rotate(ctx, dqkv, B, T, NH, NKV, HS, rope, pos0, -1.0); /* (B,T,(NH+2*NKV)*HS) */
     return TPD_OK;
 }
 

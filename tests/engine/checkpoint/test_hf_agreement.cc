@@ -212,7 +212,7 @@ TEST_P(Agreement, LogitsAndLossMatchTransformersOnOneRankAndTp2Pp2) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Hf, Agreement, testing::Values("llama", "qwen2", "gpt2"),
+INSTANTIATE_TEST_SUITE_P(Hf, Agreement, testing::Values("llama", "llama31", "qwen2", "gpt2"),
                          [](const testing::TestParamInfo<const char *> &i) {
                              return std::string(i.param);
                          });
@@ -231,7 +231,7 @@ std::vector<float> read_tensor(const tpd_st_set *set, const tpd_st_tensor *t) {
 TEST(HfRoundTrip, ExportImportExportIsByteIdenticalAndBf16IsExact) {
     if (tpd_comm_rank(g_world) != 0) return;
     std::string base = ckt::fresh_dir(g_root + "/roundtrip");
-    for (const char *name : {"llama", "qwen2", "gpt2"}) {
+    for (const char *name : {"llama", "llama31", "qwen2", "gpt2"}) {
         std::string b = base + "/" + name;
         import_fixture(name, 2, 1, b + "/a");
         tpd_ckpt_info info;
