@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/progress.h"
 #include "engine/checkpoint/checkpoint_internal.h"
 
 #define PATH_CAP (TPD_CONFIG_STR + 64)
@@ -179,9 +180,21 @@ tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r
         TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
     /* fp32 master weights, when saved, are the exact values behind bf16 parameters */
     tpd_ckpt_kind pk = info->has_kind[TPD_CKPT_MASTER] ? TPD_CKPT_MASTER : TPD_CKPT_PARAM;
+    /* the first rank of the mesh shows its progress (parameters, then optimizer state) */
+    tpd_progress prog;
+    double done = 0;
+    tpd_progress_begin(
+        &prog, "checkpoint load (rank 0's slice)",
+        4.0 * ((double)np + (weights_only ? 0 : !!m->opt_m + !!m->opt_v) * (double)ns +
+               (m->master && !weights_only && info->has_kind[TPD_CKPT_MASTER] ? (double)ns : 0)),
+        "MB", 1e6);
+    if (r->tp || r->pp || r->dp) prog.active = 0;
     for (int p = 0; p < TPD_P_COUNT; p++) {
         TPD_CHECK_GOTO(tpd_ckpt_segs_param(r, (tpd_param)p, 0, &want), st, out);
         TPD_CHECK_GOTO(tpd_ckpt_gather(info, (tpd_param)p, pk, &want, params, fds), st, out);
+        for (size_t i = 0; i < want.n; i++)
+            done += 4.0 * (double)want.v[i].n;
+        tpd_progress_update(&prog, done);
         tpd_ckpt_segs_free(&want);
     }
     TPD_CHECK_GOTO(to_backend(kb, m->params, tpd_kern_param_dtype(kb), params, np), st, out);
@@ -204,6 +217,9 @@ tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r
                 TPD_CHECK_GOTO(
                     tpd_ckpt_gather(info, (tpd_param)p, (tpd_ckpt_kind)k, &want, state, fds), st,
                     out);
+                for (size_t i = 0; i < want.n; i++)
+                    done += 4.0 * (double)want.v[i].n;
+                tpd_progress_update(&prog, done);
                 tpd_ckpt_segs_free(&want);
             }
         }
@@ -211,6 +227,7 @@ tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r
     }
     TPD_CHECK_GOTO(tpd_model_zero_grads(m), st, out);
     TPD_CHECK_GOTO(tpd_kern_synchronize(kb), st, out);
+    tpd_progress_end(&prog, prog.total); /* padding rows are not in the files */
 out:
     tpd_ckpt_segs_free(&want);
     close_fds(info, fds);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What a run leaves for people, end to end: a run stopped and resumed writes TensorBoard
 # files and one metrics file whose pictures `tripod report` draws as one curve; the
-# training log says where; progress lines (checkpoint save, data prepare, export, import)
+# training log says where; progress lines (checkpoint save and load, data prepare, export,
+# import)
 # show on a terminal (forced with TRIPOD_PROGRESS=1) and never in a log.
 #
 # usage: run_output_flow.sh TRIPOD SOURCE_DIR
@@ -23,9 +24,10 @@ TRIPOD_PROGRESS=1 "$tripod" train "$src/configs/demo.yaml" "${O[@]}" training.tr
 grep -q "checkpoint save (rank 0's files): 100.0%" "$work/a.log" ||
   fail "no checkpoint save progress: $(grep -c . "$work/a.log") lines"
 # resumed from its iteration-4 checkpoint: 5 and 6 are logged again, then 7 and 8
-"$tripod" train "$src/configs/demo.yaml" "${O[@]}" training.train_iters=8 \
+TRIPOD_PROGRESS=1 "$tripod" train "$src/configs/demo.yaml" "${O[@]}" training.train_iters=8 \
   checkpoint.load="$work/run/ck/iter_0000004" \
   >"$work/b.log" 2>&1 || fail "resumed segment: $(tail -3 "$work/b.log")"
+grep -q "checkpoint load (rank 0's slice): 100.0%" "$work/b.log" || fail "no checkpoint load progress"
 grep -q "pictures of this run: tripod report $work/run/metrics.jsonl" "$work/b.log" ||
   fail "the log does not say how to draw the run"
 grep -q "ETA: " "$work/b.log" || fail "the log line has no ETA"
