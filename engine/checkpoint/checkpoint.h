@@ -21,6 +21,8 @@
  *   3. rank 0 writes the manifest, fsyncs it and the directory, renames the directory to
  *      iter_NNNNNNN/, then writes latest.tmp, fsyncs it and renames it to `latest`;
  *   4. checkpoint.keep_last prunes older iter_* directories (never the newest).
+ * A save that fails (a rank's write, the commit) removes its .tmp directory at once;
+ * tpd_ckpt_prune_tmp clears those a kill left, before a run's first save.
  *
  * Loading reads the runs of every global tensor that this rank's slice needs, whatever
  * layout wrote them, so TP, PP, DP and ZeRO-1 may all change between save and load. */
