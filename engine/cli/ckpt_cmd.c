@@ -266,9 +266,12 @@ static int cmd_import(const opts *o) {
         fprintf(stderr, "tripod: error: import needs --format hf|llmc and --output DIR\n");
         return TPD_EXIT_CONFIG;
     }
-    if (o->layout &&
-        (sscanf(o->layout, "%d,%d,%d", &tp, &pp, &dp) != 3 || tp < 1 || pp < 1 || dp < 1)) {
-        fprintf(stderr, "tripod: error: --layout '%s': expected TP,PP,DP (e.g. 2,2,1)\n",
+    char extra;
+    if (o->layout && (sscanf(o->layout, "%d,%d,%d%c", &tp, &pp, &dp, &extra) != 3 || tp < 1 ||
+                      pp < 1 || dp < 1 || tp > 4096 || pp > 256 || dp > (1 << 20))) {
+        fprintf(stderr,
+                "tripod: error: --layout '%s': expected TP,PP,DP (e.g. 2,2,1; TP <= 4096, PP "
+                "<= 256, DP <= 1048576)\n",
                 o->layout);
         return TPD_EXIT_CONFIG;
     }
