@@ -8,22 +8,15 @@
 
 #include "engine/checkpoint/checkpoint_internal.h"
 
-/* realpath of the directory that holds `dir` ("a/b/iter_0000004" -> realpath("a/b")). */
+/* realpath of the directory that holds the existing directory `dir`. */
 static int parent_real(const char *dir, char *out) {
-    char parent[TPD_CKPT_PATH];
-    snprintf(parent, sizeof parent, "%s", dir);
-    char *slash = strrchr(parent, '/');
-    while (slash && slash > parent && slash[1] == '\0') { /* "a/b/iter_1/" */
+    if (!realpath(dir, out)) return 0;
+    char *slash = strrchr(out, '/');
+    if (slash == out)
+        out[1] = '\0'; /* a checkpoint directly under / */
+    else if (slash)
         *slash = '\0';
-        slash = strrchr(parent, '/');
-    }
-    if (!slash)
-        snprintf(parent, sizeof parent, ".");
-    else if (slash == parent)
-        parent[1] = '\0';
-    else
-        *slash = '\0';
-    return realpath(parent, out) != NULL;
+    return 1;
 }
 
 static int same_dir(const char *a, const char *b) {
