@@ -6,6 +6,25 @@
 #include <string.h>
 #include <sys/stat.h>
 
+tpd_status tpd_file_check_text(const char *path, uint64_t max_bytes, char *why, size_t n) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        snprintf(why, n, "cannot read: %s", strerror(errno));
+        return TPD_ERR_IO;
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        snprintf(why, n, "is a directory, not a YAML file");
+        return TPD_ERR_INVALID;
+    }
+    if (S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > max_bytes) {
+        /* parsing would only find out later, after gigabytes of YAML nodes */
+        snprintf(why, n, "is %llu bytes, more than the %llu a YAML file here may hold",
+                 (unsigned long long)sb.st_size, (unsigned long long)max_bytes);
+        return TPD_ERR_INVALID;
+    }
+    return TPD_OK;
+}
+
 tpd_status tpd_file_read_all(const char *path, char **data_p, size_t *len_p, int *errno_p) {
     *errno_p = 0;
     FILE *f = fopen(path, "rb");

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include <stdint.h>
+
 #include "base/status.h"
 
 #ifdef __cplusplus
@@ -15,6 +17,11 @@ extern "C" {
  * so pipes work. Returns TPD_ERR_IO with *errno_p set (cannot open or read) or
  * TPD_ERR_NOMEM; logs nothing. len_p may be NULL. */
 tpd_status tpd_file_read_all(const char *path, char **data_p, size_t *len_p, int *errno_p);
+
+/* Checks a small text file (a config, a profile) before it is parsed: TPD_OK for a
+ * regular file of at most max_bytes, or for a pipe (size unknown); else a message in why
+ * (n bytes) saying what it is: a directory, too large, missing. */
+tpd_status tpd_file_check_text(const char *path, uint64_t max_bytes, char *why, size_t n);
 
 /* mkdir -p: creates dir and every missing parent (mode 0755); succeeds when dir already
  * is a directory. Returns TPD_ERR_IO with *errno_p set (ENOTDIR when a component exists

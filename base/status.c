@@ -28,6 +28,8 @@ const char *tpd_status_str(tpd_status st) {
         return "internal error";
     case TPD_ERR_INTERRUPTED:
         return "interrupted";
+    case TPD_ERR_DIVERGED:
+        return "diverged";
     }
     return "unknown status";
 }

@@ -24,6 +24,7 @@ typedef enum tpd_status {
     TPD_ERR_BACKEND = 7,     /* CUDA, cuBLASLt, cuDNN or BLAS failure */
     TPD_ERR_INTERNAL = 8,    /* an invariant broke: a bug */
     TPD_ERR_INTERRUPTED = 9, /* a signal asked the run to stop */
+    TPD_ERR_DIVERGED = 10,   /* training.max_skipped_iterations non-finite steps in a row */
 } tpd_status;
 
 const char *tpd_status_str(tpd_status st);
@@ -34,8 +35,9 @@ enum {
     TPD_EXIT_OK = 0,
     TPD_EXIT_FAILURE = 1,
     TPD_EXIT_CONFIG = 2,
-    TPD_EXIT_COMM = 3,   /* collective failure or timeout: every communicator was aborted */
-    TPD_EXIT_SIGNAL = 4, /* a second SIGTERM/SIGINT: left at once, checkpoints untouched */
+    TPD_EXIT_COMM = 3,     /* collective failure or timeout: every communicator was aborted */
+    TPD_EXIT_SIGNAL = 4,   /* a second SIGTERM/SIGINT: left at once, checkpoints untouched */
+    TPD_EXIT_DIVERGED = 5, /* the loss or gradients stayed non-finite: stopped, not saved */
 };
 
 /* Logging. Messages go to stderr prefixed with "tripod: " and, when the rank is known

@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/build.sh build
 tools/prepare_demo.sh build data/fortunes
-./build/tripod train configs/demo.yaml "$@"
+# The demo trains from scratch each time: a rerun replaces its own runs/demo/ckpt, which a
+# run refuses unless told (checkpoint.overwrite).
+./build/tripod train configs/demo.yaml checkpoint.overwrite=true "$@"
 echo
 echo "== sampling from the trained model: build/tripod generate runs/demo/ckpt --prompt 'The '"
 ./build/tripod generate runs/demo/ckpt --prompt "The " --max-new-tokens 300 --temperature 0.8 \

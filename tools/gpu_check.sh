@@ -87,7 +87,7 @@ if [ "$BUILT" = 1 ]; then
     # token does not depend on the data.
     cat "$ROOT"/README.md "$ROOT"/configs/*.yaml > "$BUILD/bench_text.txt"
     if step bench_data 30 0 "$BUILD/tripod" data prepare --input "$BUILD/bench_text.txt" \
-        --output "$BUILD/bench_data"; then
+        --output "$BUILD/bench_data" --force; then
         for model in gpt2-124m:8 gpt2-350m:4 gpt2-1.5b:2; do
             name=${model%%:*}
             mbs=${model##*:}

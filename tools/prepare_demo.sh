@@ -63,4 +63,4 @@ fi
 
 mkdir -p "$(dirname "$out")"
 echo "prepare_demo: ${#inputs[@]} fortune files from $fortune_dir -> $out"
-"$tripod" data prepare --input "${inputs[@]}" --output "$out" --records percent
+"$tripod" data prepare --input "${inputs[@]}" --output "$out" --records percent --force

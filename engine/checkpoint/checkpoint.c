@@ -285,6 +285,9 @@ static tpd_status agree_and_commit(tpd_ckpt_saver *sv, const tpd_ckpt_state *sta
                           tmp);
         else
             ok = commit(v, state, save_dir, tmp, final, recs) == TPD_OK;
+        /* a failed save's files go at once: on a full disk they would keep it full */
+        if (!ok && tpd_ckpt_is_dir(tmp) && tpd_ckpt_remove_dir(tmp) != TPD_OK)
+            tpd_log_warn("checkpoint %s: could not remove the failed save", tmp);
     }
     free(recs);
     TPD_CHECK(bcast_int(world, &ok));
@@ -469,8 +472,9 @@ static tpd_status choose(const tpd_config *cfg, const char *path, char *dir) {
     return st;
 }
 
-tpd_status tpd_ckpt_load(const tpd_ckpt_view *v, const char *path, tpd_ckpt_counters *c_p,
-                         int *continues_p) {
+/* tpd_ckpt_load; loaded (PATH_CAP bytes, may be NULL) gets the directory it loaded. */
+static tpd_status load_from(const tpd_ckpt_view *v, const char *path, tpd_ckpt_counters *c_p,
+                            int *continues_p, char *loaded) {
     tpd_comm *world = v->world;
     char dir[PATH_CAP];
     memset(dir, 0, sizeof dir);
@@ -516,13 +520,21 @@ tpd_status tpd_ckpt_load(const tpd_ckpt_view *v, const char *path, tpd_ckpt_coun
                      dir, info.iteration, info.tp, info.pp, info.dp, info.zero ? " ZeRO-1" : "",
                      fresh ? ": weights only, starting at iteration 0" : "");
     tpd_ckpt_close(&info);
+    if (loaded) snprintf(loaded, PATH_CAP, "%s", dir);
     return TPD_OK;
 }
 
-tpd_status tpd_ckpt_resume(const tpd_ckpt_view *v, tpd_ckpt_counters *c_p, int *continues_p) {
+tpd_status tpd_ckpt_load(const tpd_ckpt_view *v, const char *path, tpd_ckpt_counters *c_p,
+                         int *continues_p) {
+    return load_from(v, path, c_p, continues_p, NULL);
+}
+
+tpd_status tpd_ckpt_resume(const tpd_ckpt_view *v, tpd_ckpt_counters *c_p, int *continues_p,
+                           char *loaded_dir) {
     const tpd_config_checkpoint *c = &v->cfg->checkpoint;
+    if (loaded_dir) loaded_dir[0] = 0;
     if (!c->load[0]) return TPD_OK;
-    if (strcmp(c->load, "auto") != 0) return tpd_ckpt_load(v, c->load, c_p, continues_p);
+    if (strcmp(c->load, "auto") != 0) return load_from(v, c->load, c_p, continues_p, loaded_dir);
     if (!c->save[0]) {
         tpd_ckpt_fail(TPD_ERR_INVALID, "checkpoint.load: 'auto' needs checkpoint.save");
         return TPD_ERR_INVALID;
@@ -530,9 +542,18 @@ tpd_status tpd_ckpt_resume(const tpd_ckpt_view *v, tpd_ckpt_counters *c_p, int *
     char latest[PATH_CAP + 16];
     snprintf(latest, sizeof latest, "%s/latest", c->save);
     /* every rank sees the same file system: the same answer without a collective */
-    if (!tpd_ckpt_is_file(latest)) {
-        if (v->is_logger) tpd_log_info("checkpoint: no %s, starting fresh", latest);
+    if (tpd_ckpt_is_file(latest)) return load_from(v, c->save, c_p, continues_p, loaded_dir);
+    /* No `latest` (deleted, or lost with its disk): the checkpoints are still the run's,
+     * and starting fresh would overwrite them. Resume from the newest; choose() verifies
+     * it and, with fallback previous, passes over the ones that fail. */
+    char newest[1][PATH_CAP];
+    if (tpd_ckpt_list_older(c->save, "", newest, 1) == 0) {
+        if (v->is_logger) tpd_log_info("checkpoint: no checkpoint in %s, starting fresh", c->save);
         return TPD_OK;
     }
-    return tpd_ckpt_load(v, c->save, c_p, continues_p);
+    if (v->is_logger)
+        tpd_log_warn("checkpoint: %s is missing; resuming from the newest checkpoint there "
+                     "that verifies, from %s down",
+                     latest, newest[0]);
+    return load_from(v, newest[0], c_p, continues_p, loaded_dir);
 }

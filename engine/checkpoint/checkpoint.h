@@ -21,6 +21,8 @@
  *   3. rank 0 writes the manifest, fsyncs it and the directory, renames the directory to
  *      iter_NNNNNNN/, then writes latest.tmp, fsyncs it and renames it to `latest`;
  *   4. checkpoint.keep_last prunes older iter_* directories (never the newest).
+ * A save that fails (a rank's write, the commit) removes its .tmp directory at once;
+ * tpd_ckpt_prune_tmp clears those a kill left, before a run's first save.
  *
  * Loading reads the runs of every global tensor that this rank's slice needs, whatever
  * layout wrote them, so TP, PP, DP and ZeRO-1 may all change between save and load. */
@@ -38,6 +40,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Bytes of a checkpoint directory path (a save directory plus "/iter_NNNNNNN"). */
+#define TPD_CKPT_PATH (TPD_CONFIG_STR + 64)
 
 /* One rank's part in a save or a load: its model's buffers and plans, where it sits in
  * the mesh, and the host (MPI) world communicator. The checkpoint code sees nothing else
@@ -100,10 +105,26 @@ tpd_status tpd_ckpt_load(const tpd_ckpt_view *view, const char *path, tpd_ckpt_c
                          int *continues_p);
 
 /* What a run does with the checkpoint section: checkpoint.load "auto" resumes from
- * checkpoint.save's `latest` when it exists (else starts fresh); another non-empty value
- * loads that path. *c_p and *continues_p as for tpd_ckpt_load; untouched when nothing is
- * loaded. */
-tpd_status tpd_ckpt_resume(const tpd_ckpt_view *view, tpd_ckpt_counters *c_p, int *continues_p);
+ * checkpoint.save's `latest`; when `latest` is missing but iter_NNNNNNN folders are there,
+ * from the newest of them that verifies (with a warning; without checkpoint.fallback
+ * previous a newest one that fails is an error), and with no checkpoint at all it starts
+ * fresh. Another non-empty value loads that path. *c_p and *continues_p as for
+ * tpd_ckpt_load; untouched when nothing is loaded. loaded_dir (TPD_CKPT_PATH bytes, may be
+ * NULL) gets the checkpoint directory loaded, "" when none. */
+tpd_status tpd_ckpt_resume(const tpd_ckpt_view *view, tpd_ckpt_counters *c_p, int *continues_p,
+                           char *loaded_dir);
+
+/* ---- the save directory of a run (not collective: every rank sees the same files) ---- */
+
+/* A run never writes over a checkpoint it did not load from: TPD_ERR_INVALID, with a
+ * message naming checkpoint.save and its newest checkpoint, when that directory holds
+ * iter_NNNNNNN folders and the run neither continues (continues = 1, full state) from one
+ * of them nor is the weights-only start from the only one there. checkpoint.overwrite
+ * lifts the rule. */
+tpd_status tpd_ckpt_check_save_dir(const tpd_config *cfg, const char *loaded_dir, int continues);
+/* Removes the iter_NNNNNNN.tmp folders of saves that never committed (a kill, a full
+ * disk); returns how many. One rank calls it, before its run saves. */
+int tpd_ckpt_prune_tmp(const char *save_dir);
 
 /* ---- reading checkpoints in one process (export, generation, tests) ---- */
 

@@ -310,6 +310,23 @@ static int get_int(const cJSON *o, const char *key, int64_t *v) {
         (dst) = v_;                                                                                \
     } while (0)
 
+/* NEED_INT within [lo, hi]: a manifest re-hashed after an edit is still checked. */
+#define NEED_IN(obj, key, dst, lo, hi)                                                             \
+    do {                                                                                           \
+        int64_t w_;                                                                                \
+        NEED_INT(obj, key, w_);                                                                    \
+        if (w_ < (int64_t)(lo) || w_ > (int64_t)(hi))                                              \
+            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,                                            \
+                               "checkpoint %s: '%s' is %lld, outside [%lld, %lld]", path, (key),   \
+                               (long long)w_, (long long)(lo), (long long)(hi));                   \
+        (dst) = w_;                                                                                \
+    } while (0)
+
+/* Bounds of the manifest's numbers: those of the config keys they come from. */
+#define MAN_MAX_ITERS 1000000000
+_Static_assert(TPD_CKPT_KIND_COUNT == 4, "check_coverage keys spans by p * 4 + kind");
+#define MAN_MAX_ELEMS (INT64_C(1) << 50)
+
 static tpd_status verify_file(const char *dir, const tpd_ckpt_file *f) {
     char path[TPD_CONFIG_STR + 128], hex[65];
     uint64_t bytes = 0;
@@ -330,8 +347,8 @@ static tpd_status verify_file(const char *dir, const tpd_ckpt_file *f) {
     return TPD_OK;
 }
 
-static tpd_status read_runs(const char *path, const cJSON *arr, tpd_ckpt_manifest *m, int p,
-                            int k) {
+static tpd_status read_runs(const char *path, const cJSON *arr, tpd_ckpt_manifest *m, int p, int k,
+                            int64_t numel) {
     int n = cJSON_GetArraySize(arr);
     m->runs[p][k] = calloc((size_t)(n ? n : 1), sizeof(tpd_ckpt_run));
     if (!m->runs[p][k]) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
@@ -348,16 +365,30 @@ static tpd_status read_runs(const char *path, const cJSON *arr, tpd_ckpt_manifes
             TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
                                "checkpoint %s: tensor %s: a run names a file not in 'files'", path,
                                tpd_param_get_info((tpd_param)p)->name);
-        NEED_INT(r, "global_offset", run->g);
-        NEED_INT(r, "count", run->n);
-        NEED_INT(r, "repeat", run->repeat);
-        NEED_INT(r, "global_stride", run->gstride);
-        NEED_INT(r, "file_offset", run->foff);
-        if ((uint64_t)(run->foff + run->n * run->repeat * 4) > m->files[run->file].bytes ||
-            run->n < 0 || run->repeat < 1 || run->g < 0 || run->foff < 0)
+        /* each bounded by the tensor, so the products below fit in 64 bits */
+        NEED_IN(r, "global_offset", run->g, 0, numel);
+        NEED_IN(r, "count", run->n, 1, numel);
+        NEED_IN(r, "repeat", run->repeat, 1, numel);
+        NEED_IN(r, "global_stride", run->gstride, 0, numel);
+        NEED_IN(r, "file_offset", run->foff, 0, MAN_MAX_ELEMS * 4);
+        const char *tname = tpd_param_get_info((tpd_param)p)->name;
+        if (run->foff % 4)
             TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                               "checkpoint %s: tensor %s: a run lies outside file %s", path,
-                               tpd_param_get_info((tpd_param)p)->name, m->files[run->file].name);
+                               "checkpoint %s: tensor %s: file_offset %lld is not a whole number "
+                               "of fp32 elements",
+                               path, tname, (long long)run->foff);
+        if ((uint64_t)(run->foff + run->n * run->repeat * 4) > m->files[run->file].bytes)
+            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                               "checkpoint %s: tensor %s: a run lies outside file %s", path, tname,
+                               m->files[run->file].name);
+        if ((run->repeat > 1 && run->gstride < run->n) ||
+            run->g + (run->repeat - 1) * run->gstride + run->n > numel)
+            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                               "checkpoint %s: tensor %s: a run (global_offset %lld, count %lld, "
+                               "repeat %lld, global_stride %lld) lies outside its %lld elements "
+                               "or overlaps itself",
+                               path, tname, (long long)run->g, (long long)run->n,
+                               (long long)run->repeat, (long long)run->gstride, (long long)numel);
     }
 out:
     return st;
@@ -375,29 +406,30 @@ static tpd_status read_info(const char *path, const cJSON *o, tpd_ckpt_info *inf
         TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
                            "checkpoint %s: version %lld, this build reads %d", path, (long long)v,
                            TPD_CKPT_VERSION);
-    NEED_INT(o, "iteration", info->iteration);
-    NEED_INT(o, "consumed_samples", info->consumed_samples);
-    NEED_INT(o, "skipped_iterations", info->skipped_iterations);
+    NEED_IN(o, "iteration", info->iteration, 0, MAN_MAX_ITERS);
+    NEED_IN(o, "consumed_samples", info->consumed_samples, 0, INT64_MAX);
+    NEED_IN(o, "skipped_iterations", info->skipped_iterations, 0, info->iteration);
     info->weights_only = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "weights_only"));
     const cJSON *rng = cJSON_GetObjectItemCaseSensitive(o, "rng");
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(rng, "seed");
     info->seed = cJSON_IsString(seed) ? strtoull(seed->valuestring, NULL, 10) : 0;
     const cJSON *lay = cJSON_GetObjectItemCaseSensitive(o, "layout");
-    NEED_INT(lay, "tensor_model_parallel_size", info->tp);
-    NEED_INT(lay, "pipeline_model_parallel_size", info->pp);
-    NEED_INT(lay, "data_parallel_size", info->dp);
+    NEED_IN(lay, "tensor_model_parallel_size", info->tp, 1, 4096);
+    NEED_IN(lay, "pipeline_model_parallel_size", info->pp, 1, TPD_CONFIG_MAX_STAGES);
+    NEED_IN(lay, "data_parallel_size", info->dp, 1, 1 << 20);
     info->zero = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(lay, "use_distributed_optimizer"));
     const cJSON *mo = cJSON_GetObjectItemCaseSensitive(o, "model");
     tpd_config *c = &info->cfg;
     tpd_config_defaults(c);
-    NEED_INT(mo, "num_layers", c->model.num_layers);
-    NEED_INT(mo, "hidden_size", c->model.hidden_size);
-    NEED_INT(mo, "num_attention_heads", c->model.num_attention_heads);
-    NEED_INT(mo, "ffn_hidden_size", c->model.ffn_hidden_size);
-    NEED_INT(mo, "vocab_size", c->model.vocab_size);
-    NEED_INT(mo, "seq_length", c->model.seq_length);
-    NEED_INT(mo, "max_position_embeddings", c->model.max_position_embeddings);
-    NEED_INT(mo, "make_vocab_size_divisible_by", c->model.make_vocab_size_divisible_by);
+    /* the bounds of the config keys (engine/config/config_schema.c) */
+    NEED_IN(mo, "num_layers", c->model.num_layers, 1, 1024);
+    NEED_IN(mo, "hidden_size", c->model.hidden_size, 1, 262144);
+    NEED_IN(mo, "num_attention_heads", c->model.num_attention_heads, 1, 4096);
+    NEED_IN(mo, "ffn_hidden_size", c->model.ffn_hidden_size, 1, 1048576);
+    NEED_IN(mo, "vocab_size", c->model.vocab_size, 1, 16777216);
+    NEED_IN(mo, "seq_length", c->model.seq_length, 1, 1048576);
+    NEED_IN(mo, "max_position_embeddings", c->model.max_position_embeddings, 1, 1048576);
+    NEED_IN(mo, "make_vocab_size_divisible_by", c->model.make_vocab_size_divisible_by, 1, 65536);
     if (!read_block(mo, &c->model))
         TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
                            "checkpoint %s: 'model' holds a malformed block key (normalization, "
@@ -412,6 +444,80 @@ static tpd_status read_info(const char *path, const cJSON *o, tpd_ckpt_info *inf
         TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
                            "checkpoint %s: 'model' holds an impossible shape", path);
 out:
+    return st;
+}
+
+/* One run's blocks, or one run's bytes in its file, as [a, b) for the overlap checks. */
+typedef struct span {
+    int64_t key, a, b;
+} span;
+
+static int span_cmp(const void *x, const void *y) {
+    const span *s = x, *t = y;
+    if (s->key != t->key) return s->key < t->key ? -1 : 1;
+    return s->a < t->a ? -1 : s->a > t->a;
+}
+
+/* Sorts the spans; those of one key must not overlap. Returns the index of the first
+ * span that overlaps its predecessor, or -1; *gaps_p gets whether they leave holes in
+ * [0, end of the last). */
+static long spans_overlap(span *v, size_t n, int *gaps_p) {
+    qsort(v, n, sizeof *v, span_cmp);
+    *gaps_p = 0;
+    for (size_t i = 0; i < n; i++) {
+        int first = i == 0 || v[i].key != v[i - 1].key;
+        if (!first && v[i].a < v[i - 1].b) return (long)i;
+        if ((first && v[i].a != 0) || (!first && v[i].a != v[i - 1].b)) *gaps_p = 1;
+    }
+    return -1;
+}
+
+/* The runs of each (tensor, kind) cover it exactly once (their total was checked against
+ * the shape: no overlap means full coverage), and the runs tile each file: the writer
+ * puts them back to back, so an overlap or a hole means an edited offset. */
+static tpd_status check_coverage(const char *path, const tpd_ckpt_manifest *m) {
+    size_t nb = 0, nr = 0;
+    for (int p = 0; p < TPD_P_COUNT; p++)
+        for (int k = 0; k < TPD_CKPT_KIND_COUNT; k++)
+            for (int i = 0; i < m->nruns[p][k]; i++) {
+                nb += (size_t)m->runs[p][k][i].repeat;
+                nr++;
+            }
+    span *b = malloc((nb ? nb : 1) * sizeof *b), *f = malloc((nr ? nr : 1) * sizeof *f);
+    tpd_status st = TPD_OK;
+    if (!b || !f) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
+    nb = nr = 0;
+    for (int p = 0; p < TPD_P_COUNT; p++)
+        for (int k = 0; k < TPD_CKPT_KIND_COUNT; k++)
+            for (int i = 0; i < m->nruns[p][k]; i++) {
+                const tpd_ckpt_run *r = &m->runs[p][k][i];
+                for (int64_t j = 0; j < r->repeat; j++, nb++)
+                    b[nb] = (span){p * 4 + k, r->g + j * r->gstride, r->g + j * r->gstride + r->n};
+                f[nr++] = (span){r->file, r->foff, r->foff + r->n * r->repeat * 4};
+            }
+    int gaps;
+    long at = spans_overlap(b, nb, &gaps);
+    if (at >= 0)
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                           "checkpoint %s: tensor %s %s: runs overlap at element %lld (part of "
+                           "it is not covered)",
+                           path, tpd_param_get_info((tpd_param)(b[at].key / 4))->name,
+                           g_kind_names[b[at].key % 4], (long long)b[at].a);
+    if (spans_overlap(f, nr, &gaps) >= 0 || gaps)
+        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                           "checkpoint %s: the runs' file_offset values overlap or leave holes "
+                           "in the shard files (each file holds its runs back to back)",
+                           path);
+    for (size_t i = 0; i < nr; i++)
+        if ((i + 1 == nr || f[i + 1].key != f[i].key) &&
+            (uint64_t)f[i].b != m->files[f[i].key].bytes)
+            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                               "checkpoint %s: file %s is %llu bytes but its runs end at %lld",
+                               path, m->files[f[i].key].name,
+                               (unsigned long long)m->files[f[i].key].bytes, (long long)f[i].b);
+out:
+    free(b);
+    free(f);
     return st;
 }
 
@@ -455,10 +561,19 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
                                path, i);
         snprintf(m->files[i].name, sizeof m->files[i].name, "%s", name->valuestring);
         snprintf(m->files[i].sha256, sizeof m->files[i].sha256, "%s", sha->valuestring);
-        NEED_INT(f, "bytes", m->files[i].bytes);
-        m->files[i].tp = cJSON_GetArrayItem(rank, 0)->valueint;
-        m->files[i].pp = cJSON_GetArrayItem(rank, 1)->valueint;
-        m->files[i].dp = cJSON_GetArrayItem(rank, 2)->valueint;
+        NEED_IN(f, "bytes", m->files[i].bytes, 0, MAN_MAX_ELEMS * 4);
+        int lim[3] = {info->tp, info->pp, info->dp},
+            *at[3] = {&m->files[i].tp, &m->files[i].pp, &m->files[i].dp};
+        for (int d = 0; d < 3; d++) {
+            const cJSON *x = cJSON_GetArrayItem(rank, d);
+            if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble >= lim[d] ||
+                x->valuedouble != (double)x->valueint)
+                TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                                   "checkpoint %s: files[%d] (%s): rank is not a rank of the "
+                                   "layout TP %d PP %d DP %d",
+                                   path, i, m->files[i].name, info->tp, info->pp, info->dp);
+            *at[d] = x->valueint;
+        }
     }
     tpd_model_layout g;
     TPD_CHECK_GOTO(tpd_model_layout_init(&info->cfg, 1, 0, 1, 0, &g), st, out);
@@ -479,7 +594,9 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
         for (int k = 0; k < TPD_CKPT_KIND_COUNT; k++) {
             const cJSON *arr = cJSON_GetObjectItemCaseSensitive(t, g_kind_names[k]);
             if (!arr) continue;
-            TPD_CHECK_GOTO(read_runs(path, arr, m, p, k), st, out);
+            TPD_CHECK_GOTO(read_runs(path, arr, m, p, k,
+                                     (int64_t)tpd_model_layout_global_numel(&g, (tpd_param)p)),
+                           st, out);
             /* the runs must cover the global tensor exactly once (overlaps are caught
              * when reading) */
             int64_t total = 0;
@@ -495,6 +612,7 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
             if (p == 0) info->has_kind[k] = 1;
         }
     }
+    TPD_CHECK_GOTO(check_coverage(path, m), st, out);
     if (verify) {
         /* WEIGHTS: only the files some run of the weights' kind points into */
         int kw = info->has_kind[TPD_CKPT_MASTER] ? TPD_CKPT_MASTER : TPD_CKPT_PARAM;

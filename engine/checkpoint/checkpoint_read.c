@@ -31,6 +31,11 @@ tpd_status tpd_ckpt_resolve(const char *path, char *dir) {
     }
     snprintf(probe, sizeof probe, "%s/latest", path);
     if (!tpd_ckpt_is_file(probe)) {
+        if (tpd_ckpt_is_file(path))
+            return tpd_ckpt_fail(TPD_ERR_IO,
+                                 "checkpoint %s: is a file; a checkpoint is a directory "
+                                 "(iter_NNNNNNN holding %s) or a save directory holding latest",
+                                 path, TPD_CKPT_MANIFEST);
         if (!tpd_ckpt_is_dir(path))
             return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: no such directory", path);
         return tpd_ckpt_fail(TPD_ERR_IO,

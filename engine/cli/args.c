@@ -67,12 +67,17 @@ void tpd_cli_args_free(tpd_cli_args *a) {
     memset(a, 0, sizeof *a);
 }
 
+/* strto* skip leading blanks; a strict number starts with its sign or a digit. */
+static int starts_number(const char *s) {
+    return (s[0] >= '0' && s[0] <= '9') || ((s[0] == '-' || s[0] == '+' || s[0] == '.') && s[1]);
+}
+
 tpd_status tpd_cli_int(const char *cmd, const char *opt, const char *s, long lo, long hi,
                        int *v_p) {
     char *end = NULL;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (!s[0] || *end || errno == ERANGE || v < lo || v > hi) {
+    if (!starts_number(s) || *end || errno == ERANGE || v < lo || v > hi) {
         tpd_log_error("%s: %s '%s' must be an integer from %ld to %ld", cmd, opt, s, lo, hi);
         return TPD_ERR_INVALID;
     }
@@ -85,10 +90,23 @@ tpd_status tpd_cli_double(const char *cmd, const char *opt, const char *s, doubl
     char *end = NULL;
     errno = 0;
     double v = strtod(s, &end);
-    if (!s[0] || *end || errno == ERANGE || !isfinite(v) || v < lo || v > hi) {
-        tpd_log_error("%s: %s '%s' must be a number from %g to %g", cmd, opt, s, lo, hi);
+    if (!starts_number(s) || *end || errno == ERANGE || !isfinite(v) || v < lo || v > hi) {
+        tpd_log_error("%s: %s '%s' must be a finite number from %g to %g", cmd, opt, s, lo, hi);
         return TPD_ERR_INVALID;
     }
     *v_p = v;
+    return TPD_OK;
+}
+
+tpd_status tpd_cli_u64(const char *cmd, const char *opt, const char *s, uint64_t *v_p) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!(s[0] >= '0' && s[0] <= '9') || *end || errno == ERANGE) {
+        tpd_log_error("%s: %s '%s' must be an integer from 0 to %llu", cmd, opt, s,
+                      (unsigned long long)UINT64_MAX);
+        return TPD_ERR_INVALID;
+    }
+    *v_p = (uint64_t)v;
     return TPD_OK;
 }

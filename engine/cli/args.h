@@ -5,6 +5,8 @@
 #ifndef TPD_ENGINE_CLI_ARGS_H
 #define TPD_ENGINE_CLI_ARGS_H
 
+#include <stdint.h>
+
 #include "base/status.h"
 
 #ifdef __cplusplus
@@ -38,6 +40,8 @@ void tpd_cli_args_free(tpd_cli_args *a);
 tpd_status tpd_cli_int(const char *cmd, const char *opt, const char *s, long lo, long hi, int *v_p);
 tpd_status tpd_cli_double(const char *cmd, const char *opt, const char *s, double lo, double hi,
                           double *v_p);
+/* A non-negative integer that fits 64 bits (seeds). */
+tpd_status tpd_cli_u64(const char *cmd, const char *opt, const char *s, uint64_t *v_p);
 
 #ifdef __cplusplus
 }

@@ -1,29 +1,40 @@
 /* `tripod export`, `tripod import` and `tripod generate`: single-process commands on
  * checkpoints (no MPI). */
+#include <dirent.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/file.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/interchange.h"
+#include "engine/cli/args.h"
 #include "engine/cli/cli.h"
 #include "engine/cli/tokenizer_opts.h"
 #include "engine/data/data.h"
 #include "engine/generate/generate.h"
+#include "engine/train/signals.h"
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage:\n"
-            "  tripod export CHECKPOINT --format hf|llmc --output PATH\n"
+            "  tripod export CHECKPOINT --format hf|llmc --output PATH [--force]\n"
             "                [--dtype fp32|bf16] [--max-shard-size SIZE]\n"
-            "      hf: PATH is a new directory (config.json and safetensors: GPT-2 as\n"
+            "      hf: PATH is a directory (config.json and safetensors: GPT-2 as\n"
             "      GPT2LMHeadModel, the Llama block as LlamaForCausalLM or Qwen2ForCausalLM);\n"
             "      sharded with model.safetensors.index.json above SIZE (bytes, or with\n"
             "      KB/MB/GB/KiB/MiB/GiB; default 5GB); llmc: a file\n"
+            "      never inside CHECKPOINT; existing files are replaced only with --force\n"
             "  tripod import PATH --format hf|llmc --output CHECKPOINT_DIR [--layout TP,PP,DP]\n"
+            "                [--force]\n"
             "      writes a weights-only tripod checkpoint sharded for the layout (default 1,1,1)\n"
             "      hf: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM (no sliding\n"
             "      window), Qwen2ForCausalLM; prints the model section for a training config\n"
+            "      into a directory that holds no checkpoint (--force: even beside some)\n"
             "  tripod generate CHECKPOINT [--prompt TEXT] [--max-new-tokens N]\n"
             "                  [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
             "                  [--stop-at-eod] [--no-kv-cache]\n"
@@ -42,9 +53,9 @@ static void usage(FILE *f) {
 typedef struct opts {
     const char *pos, *format, *output, *layout, *prompt, *dtype, *max_shard;
     tpd_cli_tok tok;
-    int max_new, top_k, no_kv_cache, stop_at_eod;
+    int max_new, top_k, no_kv_cache, stop_at_eod, force;
     double temperature, top_p;
-    unsigned long long seed;
+    uint64_t seed;
 } opts;
 
 static int parse(int argc, char **argv, opts *o) {
@@ -69,8 +80,8 @@ static int parse(int argc, char **argv, opts *o) {
             o->pos = a;
             continue;
         }
-        if (!strcmp(a, "--no-kv-cache") || !strcmp(a, "--stop-at-eod")) {
-            *(a[2] == 'n' ? &o->no_kv_cache : &o->stop_at_eod) = 1;
+        if (!strcmp(a, "--no-kv-cache") || !strcmp(a, "--stop-at-eod") || !strcmp(a, "--force")) {
+            *(a[2] == 'n' ? &o->no_kv_cache : a[2] == 's' ? &o->stop_at_eod : &o->force) = 1;
             continue;
         }
         int took = tpd_cli_tok_arg(&o->tok, argv[0], argc, argv, &i);
@@ -95,17 +106,17 @@ static int parse(int argc, char **argv, opts *o) {
             o->max_shard = v;
         else if (!strcmp(a, "--prompt"))
             o->prompt = v;
-        else if (!strcmp(a, "--max-new-tokens"))
-            o->max_new = atoi(v);
-        else if (!strcmp(a, "--temperature"))
-            o->temperature = atof(v);
-        else if (!strcmp(a, "--top-k"))
-            o->top_k = atoi(v);
-        else if (!strcmp(a, "--top-p"))
-            o->top_p = atof(v);
-        else if (!strcmp(a, "--seed"))
-            o->seed = strtoull(v, NULL, 10);
-        else {
+        else if (!strcmp(a, "--max-new-tokens") || !strcmp(a, "--top-k")) {
+            if (tpd_cli_int(argv[0], a, v, 0, 1 << 24, a[2] == 'm' ? &o->max_new : &o->top_k))
+                return -1;
+        } else if (!strcmp(a, "--temperature") || !strcmp(a, "--top-p")) {
+            /* top-p 0 is refused below, with the rule (0, 1] */
+            if (tpd_cli_double(argv[0], a, v, 0, a[3] == 'e' ? 1e6 : 1,
+                               a[3] == 'e' ? &o->temperature : &o->top_p))
+                return -1;
+        } else if (!strcmp(a, "--seed")) {
+            if (tpd_cli_u64(argv[0], a, v, &o->seed)) return -1;
+        } else {
             fprintf(stderr, "tripod: error: unknown option '%s'\n", a);
             return -1;
         }
@@ -115,6 +126,113 @@ static int parse(int argc, char **argv, opts *o) {
         return -1;
     }
     return 0;
+}
+
+/* ---- destinations of export and import: what they may write over ---- */
+
+static int exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+/* A checkpoint (manifest.json) or a save directory (latest, iter_NNNNNNN). */
+static int holds_checkpoint(const char *dir) {
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    int found = exists(p);
+    snprintf(p, sizeof p, "%s/latest", dir);
+    found |= exists(p);
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && !found && (e = readdir(d));)
+        found = !strncmp(e->d_name, "iter_", 5);
+    if (d) closedir(d);
+    return found;
+}
+
+/* realpath of `path`; for a path that does not exist yet, that of its nearest existing
+ * ancestor followed by the rest (export creates the missing directories). */
+static int real_dest(const char *path, char *out) {
+    char head[PATH_MAX];
+    if (snprintf(head, sizeof head, "%s", path) >= (int)sizeof head) return 0;
+    size_t len = strlen(head);
+    for (;;) {
+        if (realpath(len ? head : ".", out)) {
+            const char *rest = path + len + (path[len] == '/');
+            size_t used = strlen(out);
+            return !rest[0] ||
+                   snprintf(out + used, PATH_MAX - used, "/%s", rest) < (int)(PATH_MAX - used);
+        }
+        char *slash = strrchr(head, '/');
+        if (!slash) {
+            len = 0;
+            head[0] = 0;
+            continue;
+        }
+        if (slash == head) return 0; /* "/" always resolves: not reached */
+        *slash = 0;
+        len = (size_t)(slash - head);
+    }
+}
+
+/* Where export and import may write: never inside `source` (a checkpoint or its save
+ * directory, may be NULL), never over another checkpoint, and over existing files only
+ * with --force. `files` lists the names a directory destination receives (NULL: the
+ * destination is one file). 0 when allowed; else the message is printed. */
+static int check_dest(const char *cmd, const char *dest, const char *source,
+                      const char *const *files, int force) {
+    char rd[PATH_MAX], rs[PATH_MAX];
+    size_t n = source && realpath(source, rs) ? strlen(rs) : 0;
+    if (!real_dest(dest, rd)) {
+        fprintf(stderr, "tripod: error: %s: --output %s: its directory does not exist\n", cmd,
+                dest);
+        return -1;
+    }
+    if (n && !strncmp(rd, rs, n) && (rd[n] == '/' || rd[n] == 0)) {
+        fprintf(stderr,
+                "tripod: error: %s: --output %s is inside %s, which it reads: writing there "
+                "would break it\n",
+                cmd, dest, source);
+        return -1;
+    }
+    if (force) return 0;
+    if (files && holds_checkpoint(dest)) {
+        fprintf(stderr,
+                "tripod: error: %s: --output %s holds a checkpoint (manifest.json, latest or "
+                "iter_*) of another run; choose an empty directory (--force to write beside "
+                "it)\n",
+                cmd, dest);
+        return -1;
+    }
+    for (int i = 0; files ? files[i] != NULL : i == 0; i++) {
+        char p[PATH_MAX + 64];
+        snprintf(p, sizeof p, "%s%s%s", dest, files ? "/" : "", files ? files[i] : "");
+        if (exists(p)) {
+            fprintf(stderr, "tripod: error: %s: %s exists; --force replaces it\n", cmd, p);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Moves what an export wrote under `tmp` into `dest`: a file is renamed, a directory's
+ * files one by one (each rename atomic: a reader sees the old file or the new one). */
+static tpd_status commit_export(const char *tmp, const char *dest, int dir) {
+    if (!dir) return rename(tmp, dest) == 0 ? TPD_OK : TPD_ERR_IO;
+    int e = 0;
+    if (tpd_file_mkdirs(dest, &e) != TPD_OK) return TPD_ERR_IO;
+    DIR *d = opendir(tmp);
+    tpd_status st = d ? TPD_OK : TPD_ERR_IO;
+    for (struct dirent *e; d && st == TPD_OK && (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        char from[PATH_MAX + 256], to[PATH_MAX + 256];
+        if (snprintf(from, sizeof from, "%s/%s", tmp, e->d_name) >= (int)sizeof from ||
+            snprintf(to, sizeof to, "%s/%s", dest, e->d_name) >= (int)sizeof to ||
+            rename(from, to) != 0)
+            st = TPD_ERR_IO;
+    }
+    if (d) closedir(d);
+    if (st == TPD_OK) rmdir(tmp);
+    return st;
 }
 
 static int exit_of(tpd_status st) {
@@ -172,13 +290,27 @@ static int cmd_export(const opts *o) {
     }
     tpd_ckpt_info info;
     float *w[TPD_P_COUNT];
+    static const char *const hf_files[] = {"model.safetensors", "config.json", NULL};
+    if (check_dest("export", o->output, o->pos, hf ? hf_files : NULL, o->force))
+        return TPD_EXIT_CONFIG;
     tpd_status st = tpd_ckpt_open_weights(o->pos, &info);
     if (st != TPD_OK) return exit_of(st);
+    if (check_dest("export", o->output, info.dir, hf ? hf_files : NULL, o->force)) {
+        tpd_ckpt_close(&info);
+        return TPD_EXIT_CONFIG;
+    }
+    char tmp[PATH_MAX + 16];
+    snprintf(tmp, sizeof tmp, "%s.tmp", o->output);
     st = tpd_ckpt_read_weights(&info, w);
     if (st == TPD_OK) {
-        st = hf ? tpd_ckpt_export_hf(&info.cfg, w, o->output, &xo)
-                : tpd_ckpt_export_llmc(&info.cfg, w, o->output);
+        st = hf ? tpd_ckpt_export_hf(&info.cfg, w, tmp, &xo)
+                : tpd_ckpt_export_llmc(&info.cfg, w, tmp);
         tpd_ckpt_free_weights(w);
+        if (st == TPD_OK && commit_export(tmp, o->output, hf) != TPD_OK) {
+            fprintf(stderr, "tripod: error: export: cannot move %s into place as %s\n", tmp,
+                    o->output);
+            st = TPD_ERR_IO;
+        }
     }
     if (st == TPD_OK)
         printf("exported %s (iteration %d, %d layers, hidden %d) to %s%s\n", info.dir,
@@ -221,12 +353,17 @@ static int cmd_import(const opts *o) {
         fprintf(stderr, "tripod: error: import needs --format hf|llmc and --output DIR\n");
         return TPD_EXIT_CONFIG;
     }
-    if (o->layout &&
-        (sscanf(o->layout, "%d,%d,%d", &tp, &pp, &dp) != 3 || tp < 1 || pp < 1 || dp < 1)) {
-        fprintf(stderr, "tripod: error: --layout '%s': expected TP,PP,DP (e.g. 2,2,1)\n",
+    char extra;
+    if (o->layout && (sscanf(o->layout, "%d,%d,%d%c", &tp, &pp, &dp, &extra) != 3 || tp < 1 ||
+                      pp < 1 || dp < 1 || tp > 4096 || pp > 256 || dp > (1 << 20))) {
+        fprintf(stderr,
+                "tripod: error: --layout '%s': expected TP,PP,DP (e.g. 2,2,1; TP <= 4096, PP "
+                "<= 256, DP <= 1048576)\n",
                 o->layout);
         return TPD_EXIT_CONFIG;
     }
+    static const char *const ckpt_files[] = {"manifest.json", NULL};
+    if (check_dest("import", o->output, NULL, ckpt_files, o->force)) return TPD_EXIT_CONFIG;
     tpd_config cfg;
     float *w[TPD_P_COUNT];
     tpd_status st =
@@ -252,6 +389,27 @@ static int cmd_import(const opts *o) {
     return exit_of(st);
 }
 
+/* generate streams its text: each token is written and flushed as it is drawn, so a
+ * reader (a pipe, a file) has everything made so far, also after a SIGTERM. */
+typedef struct gen_stream {
+    const tpd_bpe *bpe;
+    int failed; /* the output closed (EPIPE, a full disk) */
+} gen_stream;
+
+static int gen_on_token(void *user, int32_t tok) {
+    gen_stream *s = user;
+    char byte[8], *text = byte;
+    size_t len = 0;
+    if (s->bpe) {
+        if (tpd_bpe_decode(s->bpe, &tok, 1, &text, &len) != TPD_OK) return s->failed = 1;
+    } else {
+        len = tpd_bytes_detokenize(&tok, 1, byte, sizeof byte);
+    }
+    if (fwrite(text, 1, len, stdout) != len || fflush(stdout) != 0) s->failed = 1;
+    if (text != byte) free(text);
+    return s->failed || tpd_signal_pending();
+}
+
 static int cmd_generate(const opts *o) {
     tpd_gen_opts g = TPD_GEN_OPTS_INIT;
     g.prompt = o->prompt;
@@ -262,33 +420,43 @@ static int cmd_generate(const opts *o) {
     g.kv_cache = !o->no_kv_cache;
     g.top_p = o->top_p;
     g.stop_at_eod = o->stop_at_eod;
-    if (g.max_new_tokens < 0 || g.temperature < 0 || g.top_k < 0 || !(g.top_p > 0) || g.top_p > 1) {
-        fprintf(stderr, "tripod: error: --max-new-tokens, --temperature and --top-k must be >= "
-                        "0, and --top-p in (0, 1]\n");
+    if (!(g.top_p > 0)) {
+        fprintf(stderr, "tripod: error: generate: --top-p must be in (0, 1]\n");
         return TPD_EXIT_CONFIG;
     }
     tpd_bpe *bpe = NULL;
     if (tpd_cli_tok_load(&o->tok, "generate", &bpe) != TPD_OK) return TPD_EXIT_CONFIG;
     g.bpe = bpe;
+    gen_stream stream = {bpe, 0};
+    g.on_token = gen_on_token;
+    g.on_token_user = &stream;
+    /* SIGTERM/SIGINT end the generation after the current token; a closed pipe is a
+     * failed write, not a silent death */
+    tpd_signals_install();
+    signal(SIGPIPE, SIG_IGN);
     int32_t *toks = NULL;
-    size_t n = 0, len = 0;
+    size_t n = 0;
+    fputs(o->prompt, stdout);
+    fflush(stdout);
     tpd_status st = tpd_generate(o->pos, &g, &toks, &n);
-    char *text = NULL;
-    if (st == TPD_OK && bpe) {
-        st = tpd_bpe_decode(bpe, toks, n, &text, &len);
-    } else if (st == TPD_OK) {
-        text = malloc(n + 1);
-        if (text) len = tpd_bytes_detokenize(toks, n, text, n + 1);
-        st = text ? TPD_OK : TPD_ERR_NOMEM;
-    }
-    if (st == TPD_OK) {
-        fputs(o->prompt, stdout);
-        fwrite(text, 1, len, stdout);
+    if (!stream.failed) {
         fputc('\n', stdout);
+        if (fflush(stdout) != 0) stream.failed = 1;
     }
-    free(text);
     free(toks);
     tpd_bpe_destroy(bpe);
+    if (st == TPD_OK && stream.failed) {
+        fprintf(stderr,
+                "tripod: error: generate: cannot write the output (closed?) after %zu "
+                "tokens\n",
+                n);
+        return TPD_EXIT_FAILURE;
+    }
+    if (st == TPD_OK && tpd_signal_pending()) {
+        fprintf(stderr, "tripod: generate: stopped by a signal after %zu tokens (all written)\n",
+                n);
+        return TPD_EXIT_SIGNAL;
+    }
     return exit_of(st);
 }
 

@@ -36,7 +36,7 @@ int tpd_cli_ckpt(int argc, char **argv);
 int tpd_cli_report(int argc, char **argv);
 
 /* The exit code of a library status: 2 for a configuration error, 3 for a failed
- * collective, 1 otherwise. */
+ * collective, 5 for a diverged run, 1 otherwise. */
 int tpd_cli_code(tpd_status st);
 
 #ifdef __cplusplus

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/cli/cli.h"
 #include "engine/cli/tokenizer_opts.h"
@@ -20,12 +21,27 @@ static void usage_data(FILE *f) {
           f);
 }
 
+/* A data set (either file of the pair) at the output prefix: prepare writes over one only
+ * when told (--force); it may be another run's data, or this run's own input. */
+static int output_exists(const char *prefix) {
+    for (int k = 0; k < 2; k++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s.%s", prefix, k ? "bin" : "idx");
+        if (access(path, F_OK) == 0) {
+            tpd_data_log_error("data prepare: %s exists; --force replaces the data set", path);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void usage_prepare(FILE *f) {
     fputs("usage: tripod data prepare --input FILE... --output PREFIX\n"
           "                           [--records file|blank|percent|jsonl] [--json-key K]\n"
           "                           [--vocab-file vocab.json --merge-file merges.txt]\n"
           "                           [--tokenizer-type HuggingFaceTokenizer\n"
           "                            --tokenizer-model tokenizer.json] [--append-eod]\n"
+          "                           [--force]\n"
           "\n"
           "Tokenizes text byte by byte (vocab 257: bytes 0..255, end of document 256) and\n"
           "writes a Megatron indexed data set, PREFIX.idx + PREFIX.bin, with uint16 tokens\n"
@@ -40,7 +56,8 @@ static void usage_prepare(FILE *f) {
           "\n"
           "options:\n"
           "  --input FILE...   one or more text files; may be repeated\n"
-          "  --output PREFIX   where to write PREFIX.idx and PREFIX.bin\n" TPD_CLI_TOK_USAGE
+          "  --output PREFIX   where to write PREFIX.idx and PREFIX.bin (never over an\n"
+          "                    existing data set without --force)\n" TPD_CLI_TOK_USAGE
           "  --append-eod      end every document with the tokenizer's end-of-document token\n"
           "                    (tokenizer.json: the eos_token of a tokenizer_config.json\n"
           "                    beside it, else <|end_of_text|>, <|endoftext|>, </s> or <eos>);\n"
@@ -94,7 +111,7 @@ static int cli_prepare(int argc, char **argv) {
     tpd_records records = TPD_RECORDS_FILE;
     const char *json_key = NULL;
     tpd_cli_tok tok = {0};
-    int append_eod = 0;
+    int append_eod = 0, force = 0;
     tpd_bpe *bpe = NULL;
     if (!inputs) {
         tpd_data_log_error("out of memory");
@@ -133,12 +150,14 @@ static int cli_prepare(int argc, char **argv) {
             if (took < 0) goto usage;
         } else if (!strcmp(a, "--records")) {
             if (i + 1 >= argc || !parse_records(argv[i + 1], &records)) {
-                tpd_data_log_error("data prepare: --records takes file, blank or percent (got "
-                                   "%s)",
+                tpd_data_log_error("data prepare: --records takes file, blank, percent or "
+                                   "jsonl (got %s)",
                                    i + 1 < argc ? argv[i + 1] : "nothing");
                 goto usage;
             }
             i++;
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
         } else {
             tpd_data_log_error("data prepare: unknown argument '%s'", a);
             goto usage;
@@ -165,6 +184,7 @@ static int cli_prepare(int argc, char **argv) {
                            tok.model);
         goto free_inputs;
     }
+    if (!force && output_exists(output)) goto free_inputs;
     uint64_t docs = 0, tokens = 0;
     tpd_prepare_opts po = TPD_PREPARE_OPTS_INIT;
     po.records = records;

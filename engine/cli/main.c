@@ -45,6 +45,7 @@ static void usage(FILE *f) {
             "  report METRICS.jsonl|RUN_DIR [--out DIR]\n"
             "                                      draw a run's loss, lr, grad norm and\n"
             "                                      throughput (gnuplot)\n"
+            "  --version                           print the version\n"
             "\n"
             "Overrides use the YAML section names: model.num_layers=4 training.train_iters=20\n");
 }
@@ -87,6 +88,10 @@ int main(int argc, char **argv) {
         !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? TPD_EXIT_CONFIG : TPD_EXIT_OK;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("tripod %s\n", TPD_VERSION);
+        return TPD_EXIT_OK;
     }
     const char *cmd = argv[1];
     int sub_argc = argc - 1;

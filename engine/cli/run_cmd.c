@@ -50,6 +50,8 @@ int tpd_cli_code(tpd_status st) {
         return TPD_EXIT_CONFIG;
     case TPD_ERR_COMM:
         return TPD_EXIT_COMM;
+    case TPD_ERR_DIVERGED:
+        return TPD_EXIT_DIVERGED;
     default:
         return TPD_EXIT_FAILURE;
     }
@@ -281,8 +283,10 @@ int tpd_cli_run(int argc, char **argv, tpd_cli_run_mode mode) {
             st = tpd_trainer_run(tr);
     }
     rc = tpd_cli_code(st);
-    /* The other ranks may be inside a collective: take the whole job down. */
-    if (st != TPD_OK && tpd_comm_size(world) > 1) tpd_comm_mpi_abort_job(rc);
+    /* The other ranks may be inside a collective: take the whole job down, unless every
+     * rank stopped on the same verdict (each prints its own message and leaves). */
+    if (st != TPD_OK && tpd_comm_size(world) > 1 && !(tr && tpd_trainer_failed_together(tr)))
+        tpd_comm_mpi_abort_job(rc);
     tpd_trainer_destroy(tr);
     tpd_comm_mpi_finish(world);
     return rc;

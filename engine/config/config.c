@@ -19,6 +19,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "base/file.h"
 #include "engine/config/config_internal.h"
 
 typedef enum cfg_origin { CFG_DEFAULT, CFG_FILE, CFG_OVERRIDE } cfg_origin;
@@ -38,6 +39,11 @@ typedef struct cfg_loader {
 
 /* Longest scalar we quote back in a message; the rest is cut so the line stays a line. */
 #define CFG_SHOW "%.80s"
+/* A config file is a few KiB; one of megabytes is not a config (a list that long would
+ * take seconds and gigabytes to parse before the key's rule refused it). */
+#define CFG_MAX_FILE_BYTES (1u << 20)
+/* Tokens of one micro-batch (micro_batch_size * seq_length): 2^26, far above real runs. */
+#define CFG_MAX_TOKENS (1 << 26)
 
 /* ---- messages ---- */
 
@@ -399,6 +405,12 @@ static tpd_status cfg_fail_syntax(const cfg_loader *ld, const yaml_parser_t *par
 
 static tpd_status cfg_load_file(cfg_loader *ld) {
     tpd_status st = TPD_OK;
+    char why[160];
+    tpd_status ok = tpd_file_check_text(ld->path, CFG_MAX_FILE_BYTES, why, sizeof why);
+    if (ok != TPD_OK) {
+        snprintf(ld->err, ld->errlen, "%s: %s", ld->path, why);
+        return ok;
+    }
     FILE *f = fopen(ld->path, "rb");
     if (!f) {
         snprintf(ld->err, ld->errlen, "%s: cannot read: %s", ld->path, strerror(errno));
@@ -664,6 +676,13 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
         return cfg_fail(ld, cfg_at(ld, k, "training.micro_batch_size"), k,
                         "global_batch_size (%d) must be a multiple of micro_batch_size (%d)",
                         c->training.global_batch_size, c->training.micro_batch_size);
+    k = "training.micro_batch_size";
+    /* B*T rows index every activation (an int): 64-bit product, bounded */
+    if ((int64_t)c->training.micro_batch_size * m->seq_length > CFG_MAX_TOKENS)
+        return cfg_fail(ld, cfg_at(ld, k, "model.seq_length"), k,
+                        "micro_batch_size * seq_length (%d * %d) must be at most %d tokens "
+                        "per micro-batch",
+                        c->training.micro_batch_size, m->seq_length, CFG_MAX_TOKENS);
     k = "optimizer.min_lr";
     if (c->optimizer.min_lr > c->optimizer.lr) {
         char lo[32], hi[32];

@@ -110,6 +110,7 @@ typedef struct tpd_config_training {
     double exit_duration_in_mins; /* stop (saving) once a run has lasted this long; 0 = never */
     tpd_attention attention;      /* cuda */
     int num_threads;              /* cpu OpenMP threads per rank, 0 = runtime default */
+    int max_skipped_iterations;   /* stop after this many non-finite steps in a row; 0 never */
 } tpd_config_training;
 
 typedef struct tpd_config_optimizer {
@@ -153,6 +154,7 @@ typedef struct tpd_config_checkpoint {
     int keep_last;             /* 0 = keep all */
     tpd_fallback fallback;
     int finetune;
+    int overwrite;  /* a run may replace checkpoints in save that it did not load from */
     int async_save; /* write shards in a background thread from a host snapshot */
 } tpd_config_checkpoint;
 

@@ -25,6 +25,13 @@ const tpd_cfg_section tpd_cfg_sections[] = {
 #define TPD_CFG_FIELD(f) offsetof(tpd_config, f), sizeof(((tpd_config *)0)->f)
 #define TPD_CFG_NOBOUND TPD_CFG_ANY, 0, 0
 #define TPD_CFG_MIN(v) TPD_CFG_GE, (v), 0
+/* Every integer key has an upper bound: far above any real run, low enough that the
+ * products the trainer and the planner form from them (padded vocab = V rounded up to
+ * make_vocab_size_divisible_by * TP, tokens per micro-batch, samples per run) stay
+ * well inside their types. */
+#define TPD_CFG_UPTO(lo, hi) TPD_CFG_CLOSED, (lo), (hi)
+#define TPD_CFG_MAX_LAYERS 1024
+#define TPD_CFG_MAX_ITERS 1000000000
 
 /* The choices of the enum keys, in the order of their enums in config.h. */
 static const char *const k_schedule[] = {"1f1b", "interleaved", "zb-h1", NULL};
@@ -50,25 +57,26 @@ _Static_assert(sizeof(tpd_schedule) == sizeof(int) && sizeof(tpd_precision) == s
  * code that builds a config by hand) passes every check. */
 const tpd_cfg_key tpd_cfg_keys[] = {
     /* model */
-    {"model.num_layers", TPD_CFG_INT, TPD_CFG_FIELD(model.num_layers), "2", TPD_CFG_MIN(1), NULL, 1,
-     "transformer layers"},
-    {"model.hidden_size", TPD_CFG_INT, TPD_CFG_FIELD(model.hidden_size), "64", TPD_CFG_MIN(1), NULL,
-     1, "model width h"},
+    {"model.num_layers", TPD_CFG_INT, TPD_CFG_FIELD(model.num_layers), "2",
+     TPD_CFG_UPTO(1, TPD_CFG_MAX_LAYERS), NULL, 1, "transformer layers"},
+    {"model.hidden_size", TPD_CFG_INT, TPD_CFG_FIELD(model.hidden_size), "64",
+     TPD_CFG_UPTO(1, 262144), NULL, 1, "model width h"},
     {"model.num_attention_heads", TPD_CFG_INT, TPD_CFG_FIELD(model.num_attention_heads), "4",
-     TPD_CFG_MIN(1), NULL, 1, "attention heads a; h must be a multiple of a"},
+     TPD_CFG_UPTO(1, 4096), NULL, 1, "attention heads a; h must be a multiple of a"},
     {"model.ffn_hidden_size", TPD_CFG_INT, TPD_CFG_FIELD(model.ffn_hidden_size), "0",
-     TPD_CFG_MIN(0), NULL, 0,
+     TPD_CFG_UPTO(0, 1048576), NULL, 0,
      "MLP width (SwiGLU: of gate and up); 0 means 4*hidden_size, not with swiglu"},
-    {"model.vocab_size", TPD_CFG_INT, TPD_CFG_FIELD(model.vocab_size), "256", TPD_CFG_MIN(1), NULL,
-     1, "tokens in the vocabulary, before padding"},
-    {"model.seq_length", TPD_CFG_INT, TPD_CFG_FIELD(model.seq_length), "64", TPD_CFG_MIN(1), NULL,
-     1, "tokens per sample"},
+    {"model.vocab_size", TPD_CFG_INT, TPD_CFG_FIELD(model.vocab_size), "256",
+     TPD_CFG_UPTO(1, 16777216), NULL, 1, "tokens in the vocabulary, before padding"},
+    {"model.seq_length", TPD_CFG_INT, TPD_CFG_FIELD(model.seq_length), "64",
+     TPD_CFG_UPTO(1, 1048576), NULL, 1, "tokens per sample"},
     {"model.max_position_embeddings", TPD_CFG_INT, TPD_CFG_FIELD(model.max_position_embeddings),
-     "0", TPD_CFG_MIN(0), NULL, 0, "longest sequence (learned: rows of wpe); 0 means seq_length"},
+     "0", TPD_CFG_UPTO(0, 1048576), NULL, 0,
+     "longest sequence (learned: rows of wpe); 0 means seq_length"},
     {"model.init_method_std", TPD_CFG_DOUBLE, TPD_CFG_FIELD(model.init_method_std), "0.02",
      TPD_CFG_MIN(0), NULL, 0, "std of the normal weight init"},
     {"model.make_vocab_size_divisible_by", TPD_CFG_INT,
-     TPD_CFG_FIELD(model.make_vocab_size_divisible_by), "128", TPD_CFG_MIN(1), NULL, 0,
+     TPD_CFG_FIELD(model.make_vocab_size_divisible_by), "128", TPD_CFG_UPTO(1, 65536), NULL, 0,
      "vocab is padded to a multiple of this times TP"},
     {"model.normalization", TPD_CFG_ENUM, TPD_CFG_FIELD(model.normalization), "LayerNorm",
      TPD_CFG_NOBOUND, k_norm, 0, "LayerNorm (GPT-2) or RMSNorm (Llama)"},
@@ -101,7 +109,7 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      "false", TPD_CFG_NOBOUND, NULL, 0,
      "num_query_groups K/V heads; false: one per query head (MHA)"},
     {"model.num_query_groups", TPD_CFG_INT, TPD_CFG_FIELD(model.num_query_groups), "1",
-     TPD_CFG_MIN(1), NULL, 0,
+     TPD_CFG_UPTO(1, 4096), NULL, 0,
      "K/V heads with group_query_attention; divides the heads, a multiple of TP"},
     {"model.untie_embeddings_and_output_weights", TPD_CFG_BOOL,
      TPD_CFG_FIELD(model.untie_embeddings_and_output_weights), "false", TPD_CFG_NOBOUND, NULL, 0,
@@ -113,21 +121,22 @@ const tpd_cfg_key tpd_cfg_keys[] = {
 
     /* parallel */
     {"parallel.tensor_model_parallel_size", TPD_CFG_INT,
-     TPD_CFG_FIELD(parallel.tensor_model_parallel_size), "1", TPD_CFG_MIN(1), NULL, 0,
+     TPD_CFG_FIELD(parallel.tensor_model_parallel_size), "1", TPD_CFG_UPTO(1, 4096), NULL, 0,
      "TP degree: ranks that split each layer"},
     {"parallel.pipeline_model_parallel_size", TPD_CFG_INT,
-     TPD_CFG_FIELD(parallel.pipeline_model_parallel_size), "1", TPD_CFG_MIN(1), NULL, 0,
+     TPD_CFG_FIELD(parallel.pipeline_model_parallel_size), "1",
+     TPD_CFG_UPTO(1, TPD_CONFIG_MAX_STAGES), NULL, 0,
      "PP degree: stages that split the layer stack"},
     {"parallel.data_parallel_size", TPD_CFG_INT, TPD_CFG_FIELD(parallel.data_parallel_size), "0",
-     TPD_CFG_MIN(0), NULL, 0, "DP degree; 0 means world / (TP*PP)"},
+     TPD_CFG_UPTO(0, 1048576), NULL, 0, "DP degree; 0 means world / (TP*PP)"},
     {"parallel.pipeline_layers", TPD_CFG_INTLIST, TPD_CFG_FIELD(parallel.pipeline_layers), "[]",
-     TPD_CFG_MIN(1), NULL, 0,
+     TPD_CFG_UPTO(1, TPD_CFG_MAX_LAYERS), NULL, 0,
      "layers per stage (per virtual stage, chunk-major, when v > 1); [] = even split"},
     {"parallel.use_distributed_optimizer", TPD_CFG_BOOL,
      TPD_CFG_FIELD(parallel.use_distributed_optimizer), "false", TPD_CFG_NOBOUND, NULL, 0,
      "shard the optimizer state over DP (ZeRO-1)"},
     {"parallel.ddp_bucket_size", TPD_CFG_INT64, TPD_CFG_FIELD(parallel.ddp_bucket_size), "40000000",
-     TPD_CFG_MIN(1), NULL, 0, "gradient elements per DP bucket"},
+     TPD_CFG_UPTO(1, 1099511627776.0), NULL, 0, "gradient elements per DP bucket"},
     {"parallel.overlap_grad_reduce", TPD_CFG_BOOL, TPD_CFG_FIELD(parallel.overlap_grad_reduce),
      "true", TPD_CFG_NOBOUND, NULL, 0,
      "start each bucket's DP reduction during the last backward, once its gradients are final"},
@@ -138,7 +147,8 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      TPD_CFG_NOBOUND, NULL, 0,
      "Megatron sequence parallelism: LayerNorm and residual rows split over TP"},
     {"parallel.virtual_pipeline_model_parallel_size", TPD_CFG_INT,
-     TPD_CFG_FIELD(parallel.virtual_pipeline_model_parallel_size), "1", TPD_CFG_MIN(1), NULL, 0,
+     TPD_CFG_FIELD(parallel.virtual_pipeline_model_parallel_size), "1",
+     TPD_CFG_UPTO(1, TPD_CONFIG_MAX_STAGES), NULL, 0,
      "model chunks per stage; > 1 runs Megatron's interleaved schedule"},
     {"parallel.pipeline_schedule", TPD_CFG_ENUM, TPD_CFG_FIELD(parallel.pipeline_schedule), "1f1b",
      TPD_CFG_NOBOUND, k_schedule, 0,
@@ -146,11 +156,11 @@ const tpd_cfg_key tpd_cfg_keys[] = {
 
     /* training */
     {"training.micro_batch_size", TPD_CFG_INT, TPD_CFG_FIELD(training.micro_batch_size), "1",
-     TPD_CFG_MIN(1), NULL, 1, "samples per micro-batch per DP rank"},
+     TPD_CFG_UPTO(1, 65536), NULL, 1, "samples per micro-batch per DP rank"},
     {"training.global_batch_size", TPD_CFG_INT, TPD_CFG_FIELD(training.global_batch_size), "1",
-     TPD_CFG_MIN(1), NULL, 1, "samples per iteration over all DP ranks"},
-    {"training.train_iters", TPD_CFG_INT, TPD_CFG_FIELD(training.train_iters), "1", TPD_CFG_MIN(1),
-     NULL, 1, "iterations of the whole run"},
+     TPD_CFG_UPTO(1, 1048576), NULL, 1, "samples per iteration over all DP ranks"},
+    {"training.train_iters", TPD_CFG_INT, TPD_CFG_FIELD(training.train_iters), "1",
+     TPD_CFG_UPTO(1, TPD_CFG_MAX_ITERS), NULL, 1, "iterations of the whole run"},
     {"training.seed", TPD_CFG_UINT64, TPD_CFG_FIELD(training.seed), "1234", TPD_CFG_NOBOUND, NULL,
      0, "fixes the init and the samples of every iteration"},
     {"training.precision", TPD_CFG_ENUM, TPD_CFG_FIELD(training.precision), "fp32", TPD_CFG_NOBOUND,
@@ -160,18 +170,23 @@ const tpd_cfg_key tpd_cfg_keys[] = {
     {"training.recompute", TPD_CFG_ENUM, TPD_CFG_FIELD(training.recompute), "none", TPD_CFG_NOBOUND,
      k_recompute, 0, "activation recomputation: selective = attention only, full = whole layers"},
     {"training.exit_interval", TPD_CFG_INT, TPD_CFG_FIELD(training.exit_interval), "0",
-     TPD_CFG_MIN(0), NULL, 0, "save and stop when the iteration is a multiple of this (0: never)"},
+     TPD_CFG_UPTO(0, TPD_CFG_MAX_ITERS), NULL, 0,
+     "save and stop when the iteration is a multiple of this (0: never)"},
     {"training.exit_duration_in_mins", TPD_CFG_DOUBLE,
      TPD_CFG_FIELD(training.exit_duration_in_mins), "0", TPD_CFG_MIN(0), NULL, 0,
      "save and stop after this many minutes of training (0: never)"},
     {"training.recompute_num_layers", TPD_CFG_INT, TPD_CFG_FIELD(training.recompute_num_layers),
-     "0", TPD_CFG_MIN(0), NULL, 0,
+     "0", TPD_CFG_UPTO(0, TPD_CFG_MAX_LAYERS), NULL, 0,
      "recompute full: only the first N layers of each stage (0 = all)"},
     {"training.attention", TPD_CFG_ENUM, TPD_CFG_FIELD(training.attention), "fused",
      TPD_CFG_NOBOUND, k_attention, 0, "cuda attention: cuDNN fused or cuBLASLt+softmax"},
-    {"training.num_threads", TPD_CFG_INT, TPD_CFG_FIELD(training.num_threads), "0", TPD_CFG_MIN(0),
-     NULL, 0,
+    {"training.num_threads", TPD_CFG_INT, TPD_CFG_FIELD(training.num_threads), "0",
+     TPD_CFG_UPTO(0, 4096), NULL, 0,
      "cpu threads per rank; 0 = OMP_NUM_THREADS if set, else the node's cores / its ranks"},
+    {"training.max_skipped_iterations", TPD_CFG_INT, TPD_CFG_FIELD(training.max_skipped_iterations),
+     "10", TPD_CFG_UPTO(0, TPD_CFG_MAX_ITERS), NULL, 0,
+     "stop (exit code 5, nothing saved) after this many steps in a row with a non-finite loss "
+     "or gradient; 0 = never"},
 
     /* optimizer */
     {"optimizer.lr", TPD_CFG_DOUBLE, TPD_CFG_FIELD(optimizer.lr), "3e-4", TPD_CFG_MIN(0), NULL, 0,
@@ -182,13 +197,15 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      TPD_CFG_NOBOUND, k_lr_decay, 0,
      "decay from lr to min_lr (WSD: warmup, stable, then lr_wsd_decay_iters of anneal)"},
     {"optimizer.lr_wsd_decay_iters", TPD_CFG_INT, TPD_CFG_FIELD(optimizer.lr_wsd_decay_iters), "0",
-     TPD_CFG_MIN(0), NULL, 0, "WSD: iterations of the final anneal, ending at lr_decay_iters"},
+     TPD_CFG_UPTO(0, TPD_CFG_MAX_ITERS), NULL, 0,
+     "WSD: iterations of the final anneal, ending at lr_decay_iters"},
     {"optimizer.lr_wsd_decay_style", TPD_CFG_ENUM, TPD_CFG_FIELD(optimizer.lr_wsd_decay_style),
      "exponential", TPD_CFG_NOBOUND, k_wsd_decay, 0, "WSD: shape of the anneal"},
     {"optimizer.lr_warmup_iters", TPD_CFG_INT, TPD_CFG_FIELD(optimizer.lr_warmup_iters), "0",
-     TPD_CFG_MIN(0), NULL, 0, "linear warmup from 0 to lr"},
+     TPD_CFG_UPTO(0, TPD_CFG_MAX_ITERS), NULL, 0, "linear warmup from 0 to lr"},
     {"optimizer.lr_decay_iters", TPD_CFG_INT, TPD_CFG_FIELD(optimizer.lr_decay_iters), "0",
-     TPD_CFG_MIN(0), NULL, 0, "iteration where decay ends; 0 means train_iters"},
+     TPD_CFG_UPTO(0, TPD_CFG_MAX_ITERS), NULL, 0,
+     "iteration where decay ends; 0 means train_iters"},
     {"optimizer.weight_decay", TPD_CFG_DOUBLE, TPD_CFG_FIELD(optimizer.weight_decay), "0.1",
      TPD_CFG_MIN(0), NULL, 0, "decoupled weight decay of 2-D weights"},
     {"optimizer.adam_beta1", TPD_CFG_DOUBLE, TPD_CFG_FIELD(optimizer.adam_beta1), "0.9",
@@ -209,16 +226,16 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      "train,valid,test weights"},
 
     /* logging */
-    {"logging.log_interval", TPD_CFG_INT, TPD_CFG_FIELD(logging.log_interval), "1", TPD_CFG_MIN(1),
-     NULL, 0, "iterations between log lines"},
+    {"logging.log_interval", TPD_CFG_INT, TPD_CFG_FIELD(logging.log_interval), "1",
+     TPD_CFG_UPTO(1, TPD_CFG_MAX_ITERS), NULL, 0, "iterations between log lines"},
     {"logging.metrics_file", TPD_CFG_STRING, TPD_CFG_FIELD(logging.metrics_file), "",
      TPD_CFG_NOBOUND, NULL, 0, "JSONL, one object per iteration; empty = none"},
     {"logging.tensorboard_dir", TPD_CFG_STRING, TPD_CFG_FIELD(logging.tensorboard_dir), "",
      TPD_CFG_NOBOUND, NULL, 0, "TensorBoard event files of the logged scalars; empty = none"},
     {"logging.eval_interval", TPD_CFG_INT, TPD_CFG_FIELD(logging.eval_interval), "0",
-     TPD_CFG_MIN(0), NULL, 0, "iterations between validation runs; 0 = never"},
-    {"logging.eval_iters", TPD_CFG_INT, TPD_CFG_FIELD(logging.eval_iters), "10", TPD_CFG_MIN(0),
-     NULL, 0, "global batches per validation run"},
+     TPD_CFG_UPTO(0, TPD_CFG_MAX_ITERS), NULL, 0, "iterations between validation runs; 0 = never"},
+    {"logging.eval_iters", TPD_CFG_INT, TPD_CFG_FIELD(logging.eval_iters), "10",
+     TPD_CFG_UPTO(0, 1000000), NULL, 0, "global batches per validation run"},
     {"logging.trace_file", TPD_CFG_STRING, TPD_CFG_FIELD(logging.trace_file), "", TPD_CFG_NOBOUND,
      NULL, 0, "Chrome trace JSON of real steps; empty = none"},
     {"logging.log_params_norm", TPD_CFG_BOOL, TPD_CFG_FIELD(logging.log_params_norm), "false",
@@ -232,13 +249,17 @@ const tpd_cfg_key tpd_cfg_keys[] = {
     {"checkpoint.load", TPD_CFG_STRING, TPD_CFG_FIELD(checkpoint.load), "", TPD_CFG_NOBOUND, NULL,
      0, "\"\", \"auto\" (latest in save) or a checkpoint path"},
     {"checkpoint.save_interval", TPD_CFG_INT, TPD_CFG_FIELD(checkpoint.save_interval), "0",
-     TPD_CFG_MIN(0), NULL, 0, "iterations between saves; 0 = at the end or on a signal"},
-    {"checkpoint.keep_last", TPD_CFG_INT, TPD_CFG_FIELD(checkpoint.keep_last), "0", TPD_CFG_MIN(0),
-     NULL, 0, "checkpoints kept; 0 = all"},
+     TPD_CFG_UPTO(0, TPD_CFG_MAX_ITERS), NULL, 0,
+     "iterations between saves; 0 = at the end or on a signal"},
+    {"checkpoint.keep_last", TPD_CFG_INT, TPD_CFG_FIELD(checkpoint.keep_last), "0",
+     TPD_CFG_UPTO(0, 1000000), NULL, 0, "checkpoints kept; 0 = all"},
     {"checkpoint.fallback", TPD_CFG_ENUM, TPD_CFG_FIELD(checkpoint.fallback), "none",
      TPD_CFG_NOBOUND, k_fallback, 0, "on a corrupt checkpoint: fail or load the one before"},
     {"checkpoint.finetune", TPD_CFG_BOOL, TPD_CFG_FIELD(checkpoint.finetune), "false",
      TPD_CFG_NOBOUND, NULL, 0, "load weights only; restart iteration and optimizer"},
+    {"checkpoint.overwrite", TPD_CFG_BOOL, TPD_CFG_FIELD(checkpoint.overwrite), "false",
+     TPD_CFG_NOBOUND, NULL, 0,
+     "let this run replace checkpoints in save that it did not load from (another run's)"},
     {"checkpoint.async_save", TPD_CFG_BOOL, TPD_CFG_FIELD(checkpoint.async_save), "false",
      TPD_CFG_NOBOUND, NULL, 0,
      "write shards in the background from a host snapshot; commit at a later boundary"},
@@ -365,8 +386,10 @@ void tpd_cfg_rule(const tpd_cfg_key *k, char *buf, size_t n) {
         return;
     }
     char lo[32], hi[32];
-    snprintf(lo, sizeof lo, "%g", k->lo);
-    snprintf(hi, sizeof hi, "%g", k->hi);
+    /* integer bounds in full ("16777216", not "1.67772e+07") */
+    const char *fmt = k->type == TPD_CFG_DOUBLE ? "%g" : "%.0f";
+    snprintf(lo, sizeof lo, fmt, k->lo);
+    snprintf(hi, sizeof hi, fmt, k->hi);
     const char *tail = k->type == TPD_CFG_INTLIST ? ", e.g. [3, 5]" : "";
     snprintf(buf, n, bounds[k->range], what, lo, hi, tail);
 }

@@ -4,6 +4,7 @@
 #include "engine/config/config.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -93,9 +94,14 @@ int tpd_config_qkv_bias(const tpd_config *cfg) {
 }
 
 int tpd_config_padded_vocab(const tpd_config *cfg, int tp) {
+    /* In 64 bits: the schema's bounds (vocab_size <= 2^24, the multiple <= 2^16, heads and
+     * so TP <= 2^12) keep the result below 2^29; a config built by hand past them gets -1,
+     * which every caller refuses, rather than a wrapped vocabulary. */
     int64_t mult = (int64_t)cfg->model.make_vocab_size_divisible_by * (tp > 0 ? tp : 1);
     int64_t v = cfg->model.vocab_size;
-    return (int)((v + mult - 1) / mult * mult);
+    if (mult < 1 || v < 1) return -1;
+    int64_t vp = (v + mult - 1) / mult * mult;
+    return vp > INT_MAX ? -1 : (int)vp;
 }
 
 /* The rule behind both: floor(L/pp) layers each, and the L%pp extra layers go to the

@@ -65,6 +65,7 @@ struct tpd_dataset {
     uint64_t num_tokens;
     uint64_t num_docs;
     int32_t max_token;
+    char *path; /* as opened, for messages */
 };
 
 static uint64_t load_u64(const uint8_t *p) {
@@ -256,6 +257,17 @@ static tpd_status parse_index(const char *idx_path, const uint8_t *p, size_t len
             return TPD_ERR_FORMAT;
         }
         if (ptr < 0 || (uint64_t)ptr != tokens * (uint64_t)dt->size) {
+            /* pointers that fit another integer dtype: the header's code is the wrong one */
+            for (size_t k = 0; tokens > 0 && k < sizeof k_dtypes / sizeof k_dtypes[0]; k++)
+                if (!k_dtypes[k].is_float && k_dtypes[k].size != dt->size &&
+                    (uint64_t)ptr == tokens * (uint64_t)k_dtypes[k].size) {
+                    tpd_data_log_error("%s: the dtype code at byte offset 17 says %s (code %d, "
+                                       "%d bytes a token), but the sequence pointers are those "
+                                       "of %d-byte tokens: the dtype code does not match the "
+                                       "data",
+                                       idx_path, dt->name, dt->code, dt->size, k_dtypes[k].size);
+                    return TPD_ERR_FORMAT;
+                }
             tpd_data_log_error("%s: sequence %llu points at .bin byte %lld (byte offset %llu), "
                                "expected %llu: sequences must be stored back to back",
                                idx_path, (unsigned long long)i, (long long)ptr,
@@ -402,6 +414,12 @@ tpd_status tpd_dataset_open(const char *path, int vocab_size, tpd_dataset **ds_p
     free(idx);
     free(stripped);
     free(stripped_idx);
+    ds->path = strdup(path);
+    if (!ds->path) {
+        tpd_dataset_close(ds);
+        tpd_data_log_error("out of memory");
+        return TPD_ERR_NOMEM;
+    }
     *ds_p = ds;
     return TPD_OK;
 free_ds:
@@ -415,6 +433,7 @@ free_ds:
 void tpd_dataset_close(tpd_dataset *ds) {
     if (!ds) return;
     unmap(ds->map, ds->map_len);
+    free(ds->path);
     free(ds);
 }
 
@@ -522,10 +541,11 @@ tpd_status tpd_sampler_init(const tpd_dataset *ds, const char *split, tpd_split 
     bound[3] = total;
     uint64_t begin = bound[which], end = bound[which + 1];
     if (end - begin < (uint64_t)seq_length + 1) {
-        tpd_data_log_error("split \"%s\": the %s split holds %llu tokens (of %llu in the data "
-                           "set), fewer than seq_length+1 = %d needed for one sample",
-                           split, k_split_names[which], (unsigned long long)(end - begin),
-                           (unsigned long long)total, seq_length + 1);
+        tpd_data_log_error("%s: split \"%s\": the %s split holds %llu tokens (of %llu in the "
+                           "data set), fewer than seq_length+1 = %d needed for one sample",
+                           ds->path ? ds->path : "data set", split, k_split_names[which],
+                           (unsigned long long)(end - begin), (unsigned long long)total,
+                           seq_length + 1);
         return TPD_ERR_INVALID;
     }
     tpd_sampler s = {0};

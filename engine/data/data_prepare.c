@@ -176,6 +176,17 @@ static tpd_status split_records(prepare_state *ps, const unsigned char *buf, siz
     return emit_record(ps, buf + start, len - start);
 }
 
+/* Whether a JSON text holds the escape \u0000 (its backslash not itself escaped): cJSON
+ * decodes it into a C string, which would end the document there. */
+static int has_nul_escape(const unsigned char *s, size_t n) {
+    for (size_t i = 0; i + 6 <= n; i++) {
+        if (s[i] != '\\') continue;
+        if (s[i + 1] == 'u' && !memcmp(s + i + 2, "0000", 4)) return 1;
+        i++; /* the escaped character, maybe a backslash */
+    }
+    return 0;
+}
+
 /* JSON Lines: the documents are the `key` strings of the file's objects, decoded into
  * *arena_p (which the caller frees after the records are written) and emitted in order.
  * Blank lines are skipped; anything else that is not an object with that string is an
@@ -208,6 +219,12 @@ static tpd_status jsonl_records(prepare_state *ps, const char *path, const unsig
                                    : v                  ? "the field is not a string"
                                                         : "no such field",
                                    key);
+                st = TPD_ERR_FORMAT;
+            } else if (has_nul_escape(buf + pos, end - pos)) {
+                /* never a silently shorter document */
+                tpd_data_log_error("%s:%zu: the line holds a NUL character (\\u0000), which "
+                                   "would cut the document's text short; remove it",
+                                   path, line);
                 st = TPD_ERR_FORMAT;
             } else {
                 size_t n = strlen(v->valuestring);

@@ -163,8 +163,19 @@ tpd_status tpd_indexed_builder_finish(tpd_indexed_builder *b) {
 close_idx:
     TPD_CHECK_KEEP(close_file(f, b->idx_tmp), st);
     if (st != TPD_OK) return st;
+    /* The pair commits as: old .idx gone, new .bin in place, new .idx in place. A failure
+     * at any step leaves either the old pair or a .bin without its .idx (which no reader
+     * takes for a data set), never a new .bin beside an old .idx. */
+    if (unlink(b->idx_path) != 0 && errno != ENOENT) {
+        tpd_data_log_error("%s: cannot replace it: %s (the old data set is unchanged)", b->idx_path,
+                           strerror(errno));
+        return TPD_ERR_IO;
+    }
     TPD_CHECK(rename_into_place(b->bin_tmp, b->bin_path));
-    TPD_CHECK(rename_into_place(b->idx_tmp, b->idx_path));
+    if (rename_into_place(b->idx_tmp, b->idx_path) != TPD_OK) {
+        unlink(b->bin_path); /* its index is lost: the .bin alone is no data set */
+        return TPD_ERR_IO;
+    }
     b->finished = 1;
     return TPD_OK;
 }

@@ -374,6 +374,7 @@ tpd_status tpd_generate(const char *checkpoint, const tpd_gen_opts *o, int32_t *
             if (o->stop_at_eod && tok == eod) break;
             ctx[n++] = tok;
             out[made++] = tok;
+            if (o->on_token && o->on_token(o->on_token_user, tok) != 0) break;
             if (step + 1 == o->max_new_tokens) break;
             st = kv.len < T ? kv_step(&kv, tok, 1) : kv_fill(&kv, ctx, n - keep, n);
         }
@@ -386,6 +387,7 @@ tpd_status tpd_generate(const char *checkpoint, const tpd_gen_opts *o, int32_t *
         if (o->stop_at_eod && tok == eod) break;
         ctx[n++] = tok;
         out[made++] = tok;
+        if (o->on_token && o->on_token(o->on_token_user, tok) != 0) break;
     }
     *tokens_p = out;
     *n_p = made;

@@ -35,10 +35,15 @@ typedef struct tpd_gen_opts {
     const tpd_bpe *bpe; /* BPE for the prompt; NULL: bytes */
     double top_p;       /* nucleus: the fewest top tokens holding this probability; 1 = all */
     int stop_at_eod;    /* 1: stop before an end-of-document token (it is not returned) */
+    /* Called with each new token as it is drawn (may be NULL): a caller that streams the
+     * text writes it here. A non-zero return ends the generation there (a signal, a
+     * closed output); the tokens so far are returned. */
+    int (*on_token)(void *user, int32_t token);
+    void *on_token_user;
 } tpd_gen_opts;
 
 #define TPD_GEN_OPTS_INIT                                                                          \
-    { "", 64, 1.0, 0, 1234, 0, 1, NULL, 1.0, 0 }
+    { "", 64, 1.0, 0, 1234, 0, 1, NULL, 1.0, 0, NULL, NULL }
 
 /* Generates up to max_new_tokens tokens after the prompt; *tokens_p (malloc'd) gets the
  * new tokens only and *n_p their count. */

@@ -1,6 +1,7 @@
 #include "engine/model/model_layout.h"
 
 #include <math.h>
+#include <limits.h>
 #include <string.h>
 
 #include "base/fault.h"
@@ -91,6 +92,12 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     d.QKVl = (d.NHl + 2 * d.KVl) * d.HS;
     d.FCl = d.glu ? 2 * d.Fl : d.Fl;
     d.Vp = tpd_config_padded_vocab(cfg, tp_size);
+    if (d.Vp < 1 || (int64_t)d.B * d.T > INT_MAX) {
+        tpd_log_error("model: vocab %d padded to a multiple of %d * TP %d, or micro-batch %d * "
+                      "seq_length %d tokens, does not fit in 32 bits",
+                      d.V, m->make_vocab_size_divisible_by, tp_size, d.B, d.T);
+        return TPD_ERR_INVALID;
+    }
     d.Vl = d.Vp / tp_size;
     d.v0 = tp_rank * d.Vl;
     d.Vvalid = d.V - d.v0 < 0 ? 0 : (d.V - d.v0 > d.Vl ? d.Vl : d.V - d.v0);

@@ -350,6 +350,12 @@ tpd_status tpd_plan_cluster_load(const char *name_or_path, tpd_plan_cluster *clu
     tpd_plan_cluster c;
     cluster_defaults(&c);
     TPD_CHECK(resolve_path(name_or_path, c.path, sizeof c.path));
+    char why[160];
+    tpd_status ok = tpd_file_check_text(c.path, 1u << 20, why, sizeof why);
+    if (ok != TPD_OK) {
+        tpd_log_error("cluster profile %s: %s", c.path, why);
+        return ok;
+    }
     FILE *f = fopen(c.path, "rb");
     if (!f) {
         tpd_log_error("cluster profile %s: cannot open: %s", c.path, strerror(errno));

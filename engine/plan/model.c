@@ -354,7 +354,9 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     uint64_t slot = 2 * up(N * 4) + up(NL * C * e) + R * up(NL * C * e) + kept * layer;
     uint64_t head =
         up(NL * C * e) + (1 + nb) * up(NL * 4) + up(N * Vl * e) + up(3 * N * 4) + up(N * 4);
-    int M = cfg->training.global_batch_size / (lay->micro_batch_size * lay->dp);
+    /* in 64 bits: mbs * dp of a layout searched for 2^30 GPUs does not fit an int */
+    int64_t mbdp = (int64_t)lay->micro_batch_size * lay->dp;
+    int M = mbdp > 0 ? (int)(cfg->training.global_batch_size / mbdp) : 0;
     uint64_t slots = (uint64_t)tpd_plan_in_flight(lay->pp, stage, M, v, lay->schedule);
     /* the head's last chunk holds a micro-batch from its forward to its backward, which
      * follows it at once under every schedule here: one block */
@@ -379,8 +381,8 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
 tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
                            tpd_plan_result *res) {
     const tpd_plan_layout *lay = &res->layout;
-    int denom = lay->micro_batch_size * lay->dp;
-    res->num_micro_batches = denom > 0 ? cfg->training.global_batch_size / denom : 0;
+    int64_t denom = (int64_t)lay->micro_batch_size * lay->dp;
+    res->num_micro_batches = denom > 0 ? (int)(cfg->training.global_batch_size / denom) : 0;
     res->stages = lay->pp;
     res->memory_bytes = 0.0;
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;

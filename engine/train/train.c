@@ -28,6 +28,10 @@ int tpd_trainer_ranks_on_node(tpd_comm *world) {
 }
 
 int tpd_trainer_cpu_threads(const tpd_config *cfg, int ranks_on_node) {
+    /* more threads than the cores this process may run on only queue on them: a step
+     * 1000 threads wide runs about 1000 times slower (log_startup warns) */
+    int cores = tpd_cpu_usable_cores();
+    if (cfg->training.num_threads > cores) return cores;
     if (cfg->training.num_threads > 0 || getenv("OMP_NUM_THREADS"))
         return cfg->training.num_threads;
     return ranks_on_node > 1 ? tpd_cpu_threads_per_rank(ranks_on_node) : 0;
@@ -218,7 +222,9 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     TPD_CHECK_GOTO(tpd_ckpt_saver_create(&view, &tr->saver), st, undo_batch);
     /* checkpoint.load: parameters, optimizer state and counters replace the fresh ones */
     int continues = 0;
-    TPD_CHECK_GOTO(tpd_ckpt_resume(&view, &tr->counters, &continues), st, undo_saver);
+    TPD_CHECK_GOTO(tpd_ckpt_resume(&view, &tr->counters, &continues, tr->loaded_dir), st,
+                   undo_saver);
+    tr->continues = continues;
     if (continues) tr->saved_iteration = tr->counters.iteration;
     *tr_p = tr;
     return TPD_OK;
@@ -409,11 +415,17 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     double t2 = tpd_clock_s();
     (void)tpd_grad_sync_take_exposed(tr->gsync); /* = t2 - t1 */
     TPD_CHECK(tpd_optim_grad_norm(m, &tr->dpp, &tr->hcomms, &s.grad_norm));
+    /* the loss is known on every rank before the update, so that both checks agree */
+    TPD_CHECK(finish_loss(tr, tr->M, &s.lm_loss));
     s.lr = tpd_lr_at(&tr->cfg, it);
-    if (!isfinite(s.grad_norm)) {
+    /* Megatron's check: a non-finite loss or gradient norm skips the update (the same
+     * verdict on every rank: both values are global) */
+    if (!isfinite(s.grad_norm) || !isfinite(s.lm_loss)) {
         s.skipped = 1;
         tr->counters.skipped_iterations++;
+        tr->skipped_in_a_row++;
     } else {
+        tr->skipped_in_a_row = 0;
         double clip = tr->cfg.optimizer.clip_grad, scale = 1.0;
         if (clip > 0 && s.grad_norm > clip) scale = clip / (s.grad_norm + 1e-6);
         TPD_CHECK(
@@ -429,7 +441,6 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
         TPD_CHECK(tpd_optim_params_norm(m, &tr->dpp, &tr->hcomms, &s.params_norm));
     TPD_CHECK(tpd_kern_synchronize(tr->kb));
     double t3 = tpd_clock_s();
-    TPD_CHECK(finish_loss(tr, tr->M, &s.lm_loss));
     tr->counters.iteration++;
     tr->counters.consumed_samples += (uint64_t)GB;
     s.iteration = tr->counters.iteration;
@@ -591,6 +602,10 @@ int tpd_trainer_is_logger(const tpd_trainer *tr) {
 
 int tpd_trainer_interrupted(const tpd_trainer *tr) {
     return tr->interrupted;
+}
+
+int tpd_trainer_failed_together(const tpd_trainer *tr) {
+    return tr->failed_together;
 }
 
 int tpd_trainer_save_in_flight(const tpd_trainer *tr) {

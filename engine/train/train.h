@@ -31,7 +31,7 @@ typedef struct tpd_step_stats {
     double params_norm; /* after the update (logging.log_params_norm), else NaN */
     double lr;
     double elapsed_s;
-    int skipped;            /* 1 when the update was skipped (non-finite gradients) */
+    int skipped;            /* 1 when the update was skipped (non-finite loss or gradients) */
     tpd_pp_exec_stats pipe; /* this rank's compute / wait split */
     double t_tp_comm_s;     /* inside compute: TP collectives */
     double t_reduce_s;      /* after the pipeline: embedding + DP gradient reduction not
@@ -42,9 +42,9 @@ typedef struct tpd_step_stats {
 
 typedef struct tpd_trainer tpd_trainer;
 
-/* cpu kernel threads per rank: training.num_threads when set, else 0 (OpenMP's default)
- * when OMP_NUM_THREADS is set or the rank is alone on its node, else the node's cores
- * shared among its ranks. */
+/* cpu kernel threads per rank: training.num_threads when set (at most the cores this
+ * process may run on), else 0 (OpenMP's default) when OMP_NUM_THREADS is set or the rank
+ * is alone on its node, else the node's cores shared among its ranks. */
 int tpd_trainer_cpu_threads(const tpd_config *cfg, int ranks_on_node);
 
 /* Builds everything for this rank: validates the config against the world (the same
@@ -65,7 +65,9 @@ tpd_status tpd_trainer_evaluate_split(tpd_trainer *tr, tpd_split split, int iter
 /* The whole run: train_iters iterations with logging, evaluation, metrics and
  * checkpoints. On SIGTERM/SIGINT (handlers installed here) every rank stops at the next
  * iteration boundary, saves when checkpoint.save is set, and returns TPD_OK with
- * tpd_trainer_interrupted set: a run stopped by a signal has ended cleanly. */
+ * tpd_trainer_interrupted set: a run stopped by a signal has ended cleanly. After
+ * training.max_skipped_iterations non-finite steps in a row every rank says so and
+ * returns TPD_ERR_DIVERGED without saving. */
 tpd_status tpd_trainer_run(tpd_trainer *tr);
 /* Saves a checkpoint of the current iteration into save_dir (collective). */
 tpd_status tpd_trainer_save(tpd_trainer *tr, const char *save_dir);
@@ -104,6 +106,9 @@ int tpd_trainer_is_logger(const tpd_trainer *tr);
 /* 1 when tpd_trainer_run stopped early on a signal or at training.exit_interval /
  * exit_duration_in_mins (after saving). */
 int tpd_trainer_interrupted(const tpd_trainer *tr);
+/* 1 when tpd_trainer_run failed on a verdict every rank reached together (a diverged
+ * run, a save directory it may not write): no rank is left inside a collective. */
+int tpd_trainer_failed_together(const tpd_trainer *tr);
 /* 1 while a checkpoint.async_save is written in the background, not yet committed. */
 int tpd_trainer_save_in_flight(const tpd_trainer *tr);
 /* Model FLOPs of one iteration (tpd_model_flops of the global batch), for throughput. */

@@ -33,11 +33,15 @@ struct tpd_trainer {
     tpd_ckpt_counters counters; /* iteration, consumed samples, skipped iterations */
     int saved_iteration;        /* iteration of the checkpoint this run resumed; -1: none */
     tpd_ckpt_saver *saver;
-    int interrupted;         /* tpd_trainer_run stopped early on SIGTERM/SIGINT, or at
-                                training.exit_interval / exit_duration_in_mins (after saving) */
-    int run_start_iteration; /* iteration when tpd_trainer_run began */
-    double run_start_s;      /* tpd_clock_s() then */
-    int is_logger;           /* writes the log line and the metrics file */
+    char loaded_dir[TPD_CKPT_PATH]; /* the checkpoint this run loaded; "" when none */
+    int continues;                  /* it continues that checkpoint's run (full state) */
+    int skipped_in_a_row;           /* non-finite steps since the last good one */
+    int failed_together;            /* tpd_trainer_failed_together */
+    int interrupted;                /* tpd_trainer_run stopped early on SIGTERM/SIGINT, or at
+                                       training.exit_interval / exit_duration_in_mins (after saving) */
+    int run_start_iteration;        /* iteration when tpd_trainer_run began */
+    double run_start_s;             /* tpd_clock_s() then */
+    int is_logger;                  /* writes the log line and the metrics file */
     FILE *metrics;
     struct tpd_tb_writer *tb; /* logging.tensorboard_dir, logging rank */
     int32_t *batch;           /* (B, T+1) host samples of one micro-batch */

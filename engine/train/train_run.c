@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/cpu.h"
 #include "base/file.h"
+#include "engine/optim/optimizer.h"
 #include "engine/trace/trace_run.h"
 #include "engine/train/metrics.h"
 #include "engine/train/signals.h"
@@ -48,7 +50,17 @@ static void log_startup(const tpd_trainer *tr) {
     const double MiB = 1024.0 * 1024.0;
     char threads[96] = "";
     if (!tpd_kern_device_memory(tr->kb)) {
-        int n = tpd_trainer_cpu_threads(&tr->cfg, tpd_trainer_ranks_on_node(tr->hcomms.world));
+        int ranks = tpd_trainer_ranks_on_node(tr->hcomms.world);
+        int n = tpd_trainer_cpu_threads(&tr->cfg, ranks), want = tr->cfg.training.num_threads;
+        int share = tpd_cpu_threads_per_rank(ranks);
+        if (want > n)
+            tpd_log_warn("training.num_threads %d: this rank may run on %d cores; using %d "
+                         "threads (more would only wait for a core)",
+                         want, n, n);
+        else if (want > share)
+            tpd_log_warn("training.num_threads %d is more than this rank's share of the node's "
+                         "cores (%d cores, %d ranks): the ranks' threads will compete for cores",
+                         want, tpd_cpu_online_cores(), ranks);
         snprintf(threads, sizeof threads, ", OpenBLAS %s", tpd_kern_cpu_blas_corename());
         if (n > 0)
             snprintf(threads + strlen(threads), sizeof threads - strlen(threads),
@@ -107,7 +119,40 @@ static tpd_status log_placement(const tpd_trainer *tr) {
 
 tpd_status tpd_trainer_save(tpd_trainer *tr, const char *save_dir) {
     TPD_CHECK(tpd_trainer_sync_params(tr));
+    /* a checkpoint of non-finite weights would only ever generate garbage: never saved
+     * (the norm is global, so every rank refuses together) */
+    double norm = 0;
+    TPD_CHECK(tpd_optim_params_norm(tr->model, &tr->dpp, &tr->hcomms, &norm));
+    if (!isfinite(norm)) {
+        tpd_log_error("checkpoint: not saving iteration %d to %s: the parameters are not "
+                      "finite (norm %g)",
+                      tr->counters.iteration, save_dir, norm);
+        tr->failed_together = 1;
+        return TPD_ERR_DIVERGED;
+    }
     return tpd_ckpt_save(tr->saver, &tr->counters, save_dir);
+}
+
+/* After a step: a skipped one is said (logging rank), and max_skipped_iterations of them
+ * in a row end the run on every rank with TPD_ERR_DIVERGED, before any save. */
+static tpd_status check_skipped(tpd_trainer *tr, const tpd_step_stats *s) {
+    if (!s->skipped) return TPD_OK;
+    int max = tr->cfg.training.max_skipped_iterations, n = tr->skipped_in_a_row;
+    if (max > 0 && n >= max) {
+        tpd_log_error("iteration %d: the loss (%g) or the gradient norm (%g) has not been "
+                      "finite for %d iterations in a row (training.max_skipped_iterations "
+                      "%d): the run diverged; stopping without saving (lower optimizer.lr, "
+                      "or resume from an earlier checkpoint)",
+                      s->iteration, s->lm_loss, s->grad_norm, n, max);
+        tr->failed_together = 1;
+        return TPD_ERR_DIVERGED;
+    }
+    if (tr->is_logger)
+        tpd_log_warn("iteration %d: loss %g, gradient norm %g: not finite, update skipped (%d in "
+                     "a row%s)",
+                     s->iteration, s->lm_loss, s->grad_norm, n,
+                     max > 0 ? "; the run stops at training.max_skipped_iterations" : "");
+    return TPD_OK;
 }
 
 /* The run loop's iteration boundary (collective): agrees over the world on a pending
@@ -155,6 +200,13 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
     const tpd_config *cfg = &tr->cfg;
     log_startup(tr);
     TPD_CHECK(log_placement(tr)); /* collective: before anything that fails on one rank */
+    if (cfg->checkpoint.save[0]) {
+        /* before any step: refused here, every rank says so (the same files for all) */
+        tpd_status guard = tpd_ckpt_check_save_dir(cfg, tr->loaded_dir, tr->continues);
+        tr->failed_together = guard != TPD_OK;
+        TPD_CHECK(guard);
+        if (tr->mesh.rank == 0) tpd_ckpt_prune_tmp(cfg->checkpoint.save);
+    }
     TPD_CHECK(open_metrics(tr));
     TPD_CHECK(open_tensorboard(tr));
     double flops = tpd_trainer_flops_per_iteration(tr);
@@ -181,6 +233,7 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
         tpd_step_stats s;
         TPD_CHECK_GOTO(tpd_trainer_step(tr, &s), st, out);
         if (rec) tpd_trace_run_step_end(rec, s.t_reduce_s, s.t_optim_s);
+        TPD_CHECK_GOTO(check_skipped(tr, &s), st, out);
         double val = NAN;
         int it = tr->counters.iteration;
         if (cfg->logging.eval_interval > 0 &&

@@ -188,24 +188,25 @@ const BadCase kBadCases[] = {
     {"yaml_syntax.yaml", ":16:29: YAML syntax error: did not find expected ',' or ']' (while "
                          "parsing a flow sequence at 15:20)"},
     {"type_int.yaml",
-     ":3:15: model.num_layers: 'twelve' is not an integer (expected an integer >= 1)"},
+     ":3:15: model.num_layers: 'twelve' is not an integer (expected an integer in [1, 1024])"},
     {"type_int_fraction.yaml",
-     ":4:16: model.hidden_size: '768.5' is not an integer (expected an integer >= 1)"},
-    {"type_int_overflow.yaml",
-     ":6:15: model.vocab_size: '99999999999' does not fit in 32 bits (expected an integer >= 1)"},
+     ":4:16: model.hidden_size: '768.5' is not an integer (expected an integer in [1, 262144])"},
+    {"type_int_overflow.yaml", ":6:15: model.vocab_size: '99999999999' does not fit in 32 bits "
+                               "(expected an integer in [1, 16777216])"},
     {"type_number.yaml", ":15:7: optimizer.lr: 'fast' is not a number (expected a number >= 0)"},
     {"type_bool.yaml", ":15:12: data.shuffle: 'yes' is not a boolean (expected true or false)"},
-    {"type_sequence.yaml", ":7:15: model.seq_length: got a sequence (expected an integer >= 1)"},
+    {"type_sequence.yaml",
+     ":7:15: model.seq_length: got a sequence (expected an integer in [1, 1048576])"},
     {"type_list_entry.yaml", ":16:24: parallel.pipeline_layers: 'six' is not an integer "
-                             "(expected a list of integers >= 1, e.g. [3, 5])"},
+                             "(expected a list of integers in [1, 1024], e.g. [3, 5])"},
     {"no_value.yaml", ":15:6: optimizer.lr: has no value (expected a number >= 0)"},
     {"range_num_layers.yaml",
-     ":3:15: model.num_layers: 0 is out of range (expected an integer >= 1)"},
+     ":3:15: model.num_layers: 0 is out of range (expected an integer in [1, 1024])"},
     {"range_beta1.yaml",
      ":15:15: optimizer.adam_beta1: 1.0 is out of range (expected a number in [0, 1))"},
     {"range_lr.yaml", ":15:7: optimizer.lr: -1.0e-3 is out of range (expected a number >= 0)"},
     {"range_pipeline_layers.yaml", ":16:25: parallel.pipeline_layers: 0 is out of range "
-                                   "(expected a list of integers >= 1, e.g. [3, 5])"},
+                                   "(expected a list of integers in [1, 1024], e.g. [3, 5])"},
     {"enum_decay.yaml", ":15:19: optimizer.lr_decay_style: 'cosin' is not allowed (expected "
                         "one of cosine, linear, constant, inverse-square-root, WSD)"},
     {"enum_precision.yaml",
@@ -312,7 +313,7 @@ const BadCase kBadCases[] = {
     {"type_group_query_attention.yaml", ":8:26: model.group_query_attention: '1' is not a "
                                         "boolean (expected true or false)"},
     {"range_num_query_groups.yaml",
-     ":8:21: model.num_query_groups: 0 is out of range (expected an integer >= 1)"},
+     ":8:21: model.num_query_groups: 0 is out of range (expected an integer in [1, 4096])"},
     {"type_untie.yaml", ":8:40: model.untie_embeddings_and_output_weights: 'on' is not a boolean "
                         "(expected true or false)"},
     {"type_add_bias_linear.yaml",
@@ -639,8 +640,8 @@ TEST(Config, OverrideErrorsUseTheSameRulesAsTheFile) {
         const char *override_;
         const char *message;
     } cases[] = {
-        {"model.num_layers=abc",
-         "<override>: model.num_layers: 'abc' is not an integer (expected an integer >= 1)"},
+        {"model.num_layers=abc", "<override>: model.num_layers: 'abc' is not an integer (expected "
+                                 "an integer in [1, 1024])"},
         {"model.num_layer=3",
          "<override>: model.num_layer: unknown key (did you mean 'model.num_layers'?)"},
         {"num_layers=3", "<override>: num_layers: unknown key (did you mean 'model.num_layers'?)"},
@@ -649,7 +650,7 @@ TEST(Config, OverrideErrorsUseTheSameRulesAsTheFile) {
         {"model.num_layers", "<override>: 'model.num_layers' is not of the form section.key=value"},
         {"parallel.pipeline_layers=[3,x]",
          "<override>: parallel.pipeline_layers: 'x' is not an integer (expected a list of "
-         "integers >= 1, e.g. [3, 5])"},
+         "integers in [1, 1024], e.g. [3, 5])"},
         {"optimizer.adam_beta2=1",
          "<override>: optimizer.adam_beta2: 1 is out of range (expected a number in [0, 1))"},
         {"training.device=gpu",
@@ -657,7 +658,7 @@ TEST(Config, OverrideErrorsUseTheSameRulesAsTheFile) {
         {"training.seed=-1", "<override>: training.seed: '-1' is not a non-negative integer "
                              "(expected an integer)"},
         {"model.vocab_size=", "<override>: model.vocab_size: has no value (expected an integer "
-                              ">= 1)"},
+                              "in [1, 16777216])"},
     };
     for (const auto &c : cases) {
         Loaded r = Load(ConfigPath("demo.yaml"), {c.override_});
@@ -670,7 +671,7 @@ TEST(Config, FileErrorsComeBeforeOverrideErrors) {
     Loaded r = Load(kBadDir + "type_int.yaml", {"model.num_layers=abc"});
     EXPECT_EQ(r.st, TPD_ERR_INVALID);
     EXPECT_EQ(r.err, kBadDir + "type_int.yaml:3:15: model.num_layers: 'twelve' is not an "
-                               "integer (expected an integer >= 1)");
+                               "integer (expected an integer in [1, 1024])");
 }
 
 TEST(Config, RelationErrorsPointAtWhereTheValueWasSet) {

@@ -1,0 +1,127 @@
+// Sizes: every integer key has an upper bound, the products formed from the keys stay in
+// their types (the padded vocabulary, tokens per micro-batch), values past the bounds are
+// config errors naming the key and the bound, and files that are no config (a directory,
+// megabytes of YAML) are refused before parsing.
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "engine/config/config.h"
+#include "engine/config/config_internal.h"
+
+namespace {
+
+struct Loaded {
+    tpd_status st;
+    std::string err;
+    tpd_config cfg;
+};
+
+Loaded load(const char *path, const std::vector<std::string> &ov) {
+    std::vector<const char *> argv;
+    for (const auto &o : ov)
+        argv.push_back(o.c_str());
+    Loaded r;
+    char err[1024] = "";
+    r.st = tpd_config_load(path, (int)argv.size(), argv.data(), &r.cfg, err, sizeof err);
+    r.err = err;
+    return r;
+}
+
+TEST(ConfigLimits, EveryIntegerKeyHasAnUpperBoundThatFitsItsType) {
+    for (int i = 0; i < tpd_cfg_nkeys; i++) {
+        const tpd_cfg_key &k = tpd_cfg_keys[i];
+        if (k.type != TPD_CFG_INT && k.type != TPD_CFG_INT64 && k.type != TPD_CFG_INTLIST) continue;
+        EXPECT_EQ(k.range, TPD_CFG_CLOSED) << k.name << " has no upper bound";
+        if (k.type != TPD_CFG_INT64) EXPECT_LE(k.hi, (double)INT_MAX) << k.name;
+        EXPECT_LE(k.lo, k.hi) << k.name;
+    }
+}
+
+TEST(ConfigLimits, ValuesPastTheBoundsNameTheKeyAndTheBound) {
+    const struct {
+        const char *override_;
+        const char *message;
+    } cases[] = {
+        // a padded vocabulary that wrapped to 4 in 32 bits trained a wrong model
+        {"model.make_vocab_size_divisible_by=1073741825",
+         "model.make_vocab_size_divisible_by: 1073741825 is out of range (expected an integer "
+         "in [1, 65536])"},
+        {"model.vocab_size=2147483647",
+         "model.vocab_size: 2147483647 is out of range (expected an integer in [1, 16777216])"},
+        {"training.global_batch_size=1073741824",
+         "training.global_batch_size: 1073741824 is out of range (expected an integer in [1, "
+         "1048576])"},
+        {"training.num_threads=100000",
+         "training.num_threads: 100000 is out of range (expected an integer in [0, 4096])"},
+        {"parallel.tensor_model_parallel_size=5000",
+         "parallel.tensor_model_parallel_size: 5000 is out of range (expected an integer in [1, "
+         "4096])"},
+        {"training.max_skipped_iterations=-1",
+         "training.max_skipped_iterations: -1 is out of range (expected an integer in [0, "
+         "1000000000])"},
+    };
+    for (const auto &c : cases) {
+        Loaded r = load(nullptr, {c.override_});
+        EXPECT_EQ(r.st, TPD_ERR_INVALID) << c.override_;
+        EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    }
+}
+
+TEST(ConfigLimits, TokensPerMicroBatchAreBounded) {
+    Loaded r = load(nullptr, {"training.micro_batch_size=65536", "training.global_batch_size=65536",
+                              "model.seq_length=65536", "model.max_position_embeddings=65536"});
+    EXPECT_EQ(r.st, TPD_ERR_INVALID);
+    EXPECT_NE(r.err.find("training.micro_batch_size: micro_batch_size * seq_length (65536 * "
+                         "65536) must be at most 67108864"),
+              std::string::npos)
+        << r.err;
+}
+
+TEST(ConfigLimits, PaddedVocabFitsAtTheBoundsAndNeverWraps) {
+    tpd_config c;
+    tpd_config_defaults(&c);
+    c.model.vocab_size = 16777216;
+    c.model.make_vocab_size_divisible_by = 65536;
+    int vp = tpd_config_padded_vocab(&c, 4096); // the largest TP a config allows
+    EXPECT_GE(vp, c.model.vocab_size);
+    EXPECT_EQ(vp % (65536 * 4096), 0);
+    // past the bounds (a config built by hand): refused with -1, never a wrapped value
+    c.model.vocab_size = 257;
+    c.model.make_vocab_size_divisible_by = 1073741825;
+    EXPECT_EQ(tpd_config_padded_vocab(&c, 4), -1);
+    c.model.make_vocab_size_divisible_by = 128;
+    c.model.vocab_size = INT_MAX;
+    EXPECT_EQ(tpd_config_padded_vocab(&c, 1), -1);
+}
+
+TEST(ConfigLimits, NewKeysHaveTheirDefaults) {
+    Loaded r = load(nullptr, {});
+    ASSERT_EQ(r.st, TPD_OK) << r.err;
+    EXPECT_EQ(r.cfg.training.max_skipped_iterations, 10);
+    EXPECT_EQ(r.cfg.checkpoint.overwrite, 0);
+}
+
+TEST(ConfigLimits, ADirectoryOrMegabytesOfYamlAreRefusedBeforeParsing) {
+    Loaded d = load("/tmp", {});
+    EXPECT_EQ(d.st, TPD_ERR_INVALID);
+    EXPECT_EQ(d.err, "/tmp: is a directory, not a YAML file");
+    std::string path = testing::TempDir() + "tripod_huge_config.yaml";
+    FILE *f = fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs("parallel:\n  pipeline_layers: [", f);
+    for (int i = 0; i < 400000; i++)
+        fputs("1, ", f);
+    fputs("1]\n", f);
+    fclose(f);
+    Loaded h = load(path.c_str(), {});
+    EXPECT_EQ(h.st, TPD_ERR_INVALID);
+    EXPECT_NE(h.err.find("more than the 1048576 a YAML file here may hold"), std::string::npos)
+        << h.err;
+    remove(path.c_str());
+}
+
+} // namespace
