@@ -11,6 +11,8 @@
 #   plots:                gnuplot (sweep plots)
 #   scripts and tests:    procps (pgrep), openssh-client (Open MPI's launcher looks for it),
 #                         clang-format (the layout check of the test suite)
+#   sanitizers, fuzzing:  clang with its runtimes (ASan, UBSan, libFuzzer) and OpenMP
+#                         (tools/test_sanitize.sh)
 # The CUDA toolkit, cuDNN and NCCL are optional: when nvcc is on the PATH the cuda backend
 # is built too.
 set -euo pipefail
@@ -25,6 +27,7 @@ packages=(
   gnuplot-nox
   procps openssh-client
   clang-format
+  clang libclang-rt-14-dev libomp-14-dev
 )
 
 missing=()
