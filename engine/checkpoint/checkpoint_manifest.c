@@ -3,6 +3,7 @@
  * Also the reader that assembles any rank's slice from those runs. */
 #include <cjson/cJSON.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,10 +269,14 @@ out:
 
 /* ---- reading ---- */
 
+/* A whole number within +-2^53 (exact in a double); a cast of any other value (1e300, a
+ * fraction) would be undefined or lossy. */
 static int get_int(const cJSON *o, const char *key, int64_t *v) {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(j)) return 0;
-    *v = (int64_t)j->valuedouble;
+    if (!cJSON_IsNumber(j) || !(fabs(j->valuedouble) <= 9007199254740992.0)) return 0;
+    int64_t w = (int64_t)j->valuedouble;
+    if ((double)w != j->valuedouble) return 0;
+    *v = w;
     return 1;
 }
 
@@ -327,8 +332,11 @@ static tpd_status read_runs(const char *path, const cJSON *arr, tpd_ckpt_manifes
         NEED_INT(r, "repeat", run->repeat);
         NEED_INT(r, "global_stride", run->gstride);
         NEED_INT(r, "file_offset", run->foff);
-        if ((uint64_t)(run->foff + run->n * run->repeat * 4) > m->files[run->file].bytes ||
-            run->n < 0 || run->repeat < 1 || run->g < 0 || run->foff < 0)
+        int64_t end; /* byte after the run's last element: bounded before it is formed */
+        if (run->n < 0 || run->repeat < 1 || run->g < 0 || run->foff < 0 ||
+            __builtin_mul_overflow(run->n, run->repeat, &end) ||
+            __builtin_mul_overflow(end, 4, &end) || __builtin_add_overflow(end, run->foff, &end) ||
+            (uint64_t)end > m->files[run->file].bytes)
             TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
                                "checkpoint %s: tensor %s: a run lies outside file %s", path,
                                tpd_param_get_info((tpd_param)p)->name, m->files[run->file].name);
