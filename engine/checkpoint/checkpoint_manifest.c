@@ -269,15 +269,16 @@ out:
 
 /* ---- reading ---- */
 
-/* A whole number within +-2^53 (exact in a double); a cast of any other value (1e300, a
- * fraction) would be undefined or lossy. */
-static int get_int(const cJSON *o, const char *key, int64_t *v) {
-    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+int tpd_ckpt_json_whole(const cJSON *j, int64_t *v) {
     if (!cJSON_IsNumber(j) || !(fabs(j->valuedouble) <= 9007199254740992.0)) return 0;
     int64_t w = (int64_t)j->valuedouble;
     if ((double)w != j->valuedouble) return 0;
     *v = w;
     return 1;
+}
+
+static int get_int(const cJSON *o, const char *key, int64_t *v) {
+    return tpd_ckpt_json_whole(cJSON_GetObjectItemCaseSensitive(o, key), v);
 }
 
 #define NEED_INT(obj, key, dst)                                                                    \

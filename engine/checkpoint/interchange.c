@@ -227,13 +227,10 @@ static int json_int(const cJSON *o, const char *key, int *v) {
     return 1;
 }
 
-/* A JSON number that is a whole number in [0, 2^53] (exact in a double), else -1: a cast
- * of any other value (negative, fractional, past int64) is lossy or undefined. */
-static int64_t json_whole(const cJSON *j) {
-    if (!cJSON_IsNumber(j)) return -1;
-    double v = j->valuedouble;
-    if (!(v >= 0 && v <= 9007199254740992.0)) return -1;
-    return v == (double)(int64_t)v ? (int64_t)v : -1;
+/* A JSON number that is a whole number in [0, 2^53], else -1. */
+static int64_t json_index(const cJSON *j) {
+    int64_t v;
+    return tpd_ckpt_json_whole(j, &v) && v >= 0 ? v : -1;
 }
 
 /* The tensor name without "transformer."; NULL for entries that are skipped. */
@@ -327,9 +324,9 @@ tpd_status tpd_ckpt_import_hf(const char *path, tpd_config *cfg, float *global[T
         int ok = cJSON_IsString(dt) && !strcmp(dt->valuestring, "F32") &&
                  cJSON_GetArraySize(sh) == ts[i].ndim && cJSON_GetArraySize(of) == 2;
         for (int d = 0; ok && d < ts[i].ndim; d++)
-            ok = json_whole(cJSON_GetArrayItem(sh, d)) == ts[i].shape[d];
-        int64_t b = ok ? json_whole(cJSON_GetArrayItem(of, 0)) : -1;
-        int64_t en = ok ? json_whole(cJSON_GetArrayItem(of, 1)) : -1;
+            ok = json_index(cJSON_GetArrayItem(sh, d)) == ts[i].shape[d];
+        int64_t b = ok ? json_index(cJSON_GetArrayItem(of, 0)) : -1;
+        int64_t en = ok ? json_index(cJSON_GetArrayItem(of, 1)) : -1;
         ok = ok && b >= 0 && en >= 0;
         const tpd_param_slice *s = &g.p[ts[i].p];
         size_t count = (size_t)s->g_rows * s->g_cols;
