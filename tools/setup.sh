@@ -13,6 +13,8 @@
 #   scripts and tests:    procps (pgrep), openssh-client (Open MPI's launcher looks for it),
 #                         clang-format (the layout check of the test suite), iproute2
 #                         (`ip netns`: the multi-node test's namespaces)
+#   sanitizers, fuzzing:  clang with its runtimes (ASan, UBSan, libFuzzer) and OpenMP
+#                         (tools/test_sanitize.sh)
 # The CUDA toolkit, cuDNN and NCCL are optional: when nvcc is on the PATH the cuda backend
 # is built too.
 set -euo pipefail
@@ -28,6 +30,7 @@ packages=(
   gnuplot-nox
   procps openssh-client iproute2
   clang-format
+  clang libclang-rt-14-dev libomp-14-dev
 )
 
 missing=()

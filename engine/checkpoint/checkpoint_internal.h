@@ -101,6 +101,11 @@ typedef struct tpd_ckpt_manifest {
 
 void tpd_ckpt_manifest_free(tpd_ckpt_manifest *m);
 
+/* 1 with *v when the cJSON item j is a whole number within +-2^53 (exact in a double); 0
+ * otherwise, where a cast (of 1e300, -1e30, 0.5) would be undefined or lossy. */
+struct cJSON;
+int tpd_ckpt_json_whole(const struct cJSON *j, int64_t *v);
+
 /* The run state written beside the tensors. */
 typedef struct tpd_ckpt_state {
     int iteration, skipped_iterations, weights_only;

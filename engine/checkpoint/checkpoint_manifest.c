@@ -3,6 +3,7 @@
  * Also the reader that assembles any rank's slice from those runs. */
 #include <cjson/cJSON.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -294,11 +295,16 @@ out:
 
 /* ---- reading ---- */
 
-static int get_int(const cJSON *o, const char *key, int64_t *v) {
-    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(j)) return 0;
-    *v = (int64_t)j->valuedouble;
+int tpd_ckpt_json_whole(const cJSON *j, int64_t *v) {
+    if (!cJSON_IsNumber(j) || !(fabs(j->valuedouble) <= 9007199254740992.0)) return 0;
+    int64_t w = (int64_t)j->valuedouble;
+    if ((double)w != j->valuedouble) return 0;
+    *v = w;
     return 1;
+}
+
+static int get_int(const cJSON *o, const char *key, int64_t *v) {
+    return tpd_ckpt_json_whole(cJSON_GetObjectItemCaseSensitive(o, key), v);
 }
 
 #define NEED_INT(obj, key, dst)                                                                    \
@@ -377,12 +383,16 @@ static tpd_status read_runs(const char *path, const cJSON *arr, tpd_ckpt_manifes
                                "checkpoint %s: tensor %s: file_offset %lld is not a whole number "
                                "of fp32 elements",
                                path, tname, (long long)run->foff);
-        if ((uint64_t)(run->foff + run->n * run->repeat * 4) > m->files[run->file].bytes)
+        int64_t end, last; /* the byte after the run, its last element: no overflow */
+        if (__builtin_mul_overflow(run->n, run->repeat, &end) ||
+            __builtin_mul_overflow(end, 4, &end) || __builtin_add_overflow(end, run->foff, &end) ||
+            (uint64_t)end > m->files[run->file].bytes)
             TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
                                "checkpoint %s: tensor %s: a run lies outside file %s", path, tname,
                                m->files[run->file].name);
         if ((run->repeat > 1 && run->gstride < run->n) ||
-            run->g + (run->repeat - 1) * run->gstride + run->n > numel)
+            __builtin_mul_overflow(run->repeat - 1, run->gstride, &last) ||
+            __builtin_add_overflow(last, run->g + run->n, &last) || last > numel)
             TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
                                "checkpoint %s: tensor %s: a run (global_offset %lld, count %lld, "
                                "repeat %lld, global_stride %lld) lies outside its %lld elements "

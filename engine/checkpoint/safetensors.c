@@ -91,12 +91,11 @@ const char *tpd_st_file_path(const tpd_st_set *set, int file) {
     return file >= 0 && file < set->nfiles ? set->files[file].path : "?";
 }
 
-/* A JSON number that is a non-negative integer below 2^53 (exact in a double). */
+/* A JSON number that is a whole, non-negative integer within 2^53 (exact in a double). */
 static int json_u64(const cJSON *j, uint64_t *v) {
-    if (!cJSON_IsNumber(j) || !(j->valuedouble >= 0) || j->valuedouble > 9007199254740992.0 ||
-        j->valuedouble != floor(j->valuedouble))
-        return 0;
-    *v = (uint64_t)j->valuedouble;
+    int64_t w;
+    if (!tpd_ckpt_json_whole(j, &w) || w < 0) return 0;
+    *v = (uint64_t)w;
     return 1;
 }
 

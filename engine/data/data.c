@@ -465,6 +465,7 @@ tpd_status tpd_dataset_read(const tpd_dataset *ds, uint64_t begin, uint64_t n, i
                            (unsigned long long)ds->num_tokens);
         return TPD_ERR_INVALID;
     }
+    if (n == 0) return TPD_OK;             /* an empty data set maps no tokens (NULL) */
     if (ds->dtype->code == DTYPE_UINT16) { /* the common case, without the switch */
         const uint8_t *p = ds->tokens + 2 * begin;
         for (uint64_t i = 0; i < n; i++) {

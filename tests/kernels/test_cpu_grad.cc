@@ -47,7 +47,7 @@ TEST(CpuGrad, LayerNorm) {
         FVec inp = ref::randn((size_t)N * C, 55), w = ref::randn(C, 56), b = ref::randn(C, 57);
         FVec R = ref::randn(inp.size(), 58);
         Vec xd = ref::to_d(inp), wd = ref::to_d(w), bd = ref::to_d(b), Rd = ref::to_d(R);
-        auto loss = [&] { return ref::dot(ref::layernorm(xd, wd, bd, N, C), Rd); };
+        auto loss = [&, N = N, C = C] { return ref::dot(ref::layernorm(xd, wd, bd, N, C), Rd); };
         Vec fdx = ref::fd_grad(xd, loss), fdw = ref::fd_grad(wd, loss),
             fdb = ref::fd_grad(bd, loss);
 
@@ -139,7 +139,7 @@ TEST(CpuGrad, RmsNorm) {
             FVec inp = ref::randn((size_t)N * C, 110), w = ref::randn(C, 111);
             FVec R = ref::randn(inp.size(), 112);
             Vec xd = ref::to_d(inp), wd = ref::to_d(w), Rd = ref::to_d(R);
-            auto loss = [&] { return ref::dot(ref::rmsnorm(xd, wd, N, C, eps), Rd); };
+            auto loss = [&, N = N, C = C] { return ref::dot(ref::rmsnorm(xd, wd, N, C, eps), Rd); };
             Vec fdx = ref::fd_grad(xd, loss), fdw = ref::fd_grad(wd, loss);
 
             FVec out(inp.size()), rstd(N);
