@@ -18,7 +18,8 @@ pass=0
 for i in $(seq 1 300); do echo "the quick brown fox jumps over the lazy dog $i."; done > "$work/text"
 "$bin" data prepare --input "$work/text" --output "$work/corpus" >/dev/null || exit 1
 common=(data.data_path="$work/corpus" model.num_layers=4 model.hidden_size=32
-        model.seq_length=16 training.micro_batch_size=1 logging.metrics_file= logging.eval_interval=0)
+        model.seq_length=16 training.micro_batch_size=1 logging.metrics_file= logging.eval_interval=0
+        checkpoint.save=)
 
 expect_error() { # np, expected message, overrides...
   local np=$1 msg=$2
