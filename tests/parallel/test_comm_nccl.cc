@@ -11,6 +11,8 @@
 #include <cstring>
 #include <vector>
 
+#include "common/gpu.h"
+
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -28,7 +30,8 @@ tpd_comm *g_mpi = nullptr; // the MPI world
 
 #define SKIP_WITHOUT_GPU()                                                                         \
     do {                                                                                           \
-        if (!tpd_kern_cuda_available() || !g_mpi_ready) GTEST_SKIP() << "no CUDA device";          \
+        TPD_SKIP_WITHOUT_GPU();                                                                    \
+        if (!g_mpi_ready) TPD_GPU_SKIP("MPI did not start");                                       \
     } while (0)
 
 struct Dev {
