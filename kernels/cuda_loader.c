@@ -31,13 +31,21 @@ static struct {
     why_fn why;           /* the CUDA runtime's reason for no device */
     set_rank_fn set_rank; /* the module's own copy of tpd_log_set_rank */
     char error[1024];
-} g_mod = {PTHREAD_ONCE_INIT, NULL, NULL, NULL, NULL, NULL, NULL, ""};
+    int error_is_real; /* error came from a file that exists but did not load */
+} g_mod = {PTHREAD_ONCE_INIT, NULL, NULL, NULL, NULL, NULL, NULL, "", 0};
 
+/* Opens one candidate. The message kept is the loader's for the first candidate that
+ * exists (a missing libcudnn.so.9 or libcudart.so.13 behind it), not "no such file" from
+ * the candidates tried after it. */
 static void *try_open(const char *path) {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
-        snprintf(g_mod.error, sizeof g_mod.error, "%.1000s", e ? e : "not found");
+        int exists = strchr(path, '/') != NULL && access(path, F_OK) == 0;
+        if (!g_mod.error_is_real || g_mod.error[0] == 0) {
+            snprintf(g_mod.error, sizeof g_mod.error, "%.1000s", e ? e : "not found");
+            g_mod.error_is_real = exists;
+        }
     }
     return h;
 }

@@ -41,7 +41,9 @@ ARCH=${CMAKE_CUDA_ARCHITECTURES:-90a}
 NPROC=$(nproc 2>/dev/null || echo 4)
 JOBS=${JOBS:-$((NPROC < 16 ? NPROC : 16))}
 BUDGET_S=${GPU_CHECK_BUDGET_S:-450}
-TEST_TIMEOUT=120 # seconds, the most any single test may take here
+# The most any single test may take, in seconds: 120 in the default budget (16 cores), more
+# when a longer budget is given for a smaller machine.
+TEST_TIMEOUT=$((120 * BUDGET_S / 450))
 START=$(date +%s)
 LOGS=$(mktemp -d "${TMPDIR:-/tmp}/tripod-gpu-check.XXXXXX")
 export TRIPOD_REQUIRE_GPU=1
@@ -57,7 +59,8 @@ note() { SUMMARY+=("$*"); }
 
 # first_error LOG: the first line of LOG that reads like an error, for the summary.
 first_error() {
-    grep -m1 -E '(error|Error|ERROR|FAIL|Failed|failed|fatal|cannot|No such)' "$1" |
+    { grep -m1 -E 'error:|Error( |:)|ERROR' "$1" ||
+        grep -m1 -E 'FAILED|FAIL |Failed|failed|cannot|No such' "$1" || tail -1 "$1"; } |
         cut -c1-200
 }
 
@@ -181,6 +184,9 @@ else
         export PATH=$PREFIX/usr/bin:$PATH
         export LD_LIBRARY_PATH=$L:$L/openmpi/lib:$L/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
         export LIBRARY_PATH=$L:$L/openblas-openmp${LIBRARY_PATH:+:$LIBRARY_PATH}
+        # Debian's multiarch headers (openssl/opensslconf.h) are where the compiler looks only
+        # under /usr: give it the prefix's as well.
+        export CPATH=$PREFIX/usr/include/$TRIPLET:$PREFIX/usr/include${CPATH:+:$CPATH}
         export PKG_CONFIG_PATH=$L/openblas-openmp/pkgconfig:$L/pkgconfig:$PREFIX/usr/share/pkgconfig:$PKG_CONFIG_PATH
         export CMAKE_PREFIX_PATH=$PREFIX/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
         export OPAL_PREFIX=$PREFIX/usr # Open MPI finds its help files and plugins from it
@@ -193,7 +199,7 @@ else
             -DGTest_DIR="$L/cmake/GTest")
         {
             echo "unpacked $n packages into $PREFIX"
-            env | grep -E '^(PATH|LD_LIBRARY_PATH|LIBRARY_PATH|PKG_CONFIG_PATH|CMAKE_PREFIX_PATH|OPAL_PREFIX|OMPI_)='
+            env | grep -E '^(PATH|LD_LIBRARY_PATH|LIBRARY_PATH|PKG_CONFIG_PATH|CMAKE_PREFIX_PATH|CPATH|OPAL_PREFIX|OMPI_)='
             echo "cmake: ${CMAKE_DEPS[*]}"
             pkg-config --modversion $PC_MODULES 2>&1 | paste -sd' ' -
         } >>"$LOGS/deps.log" 2>&1
@@ -221,8 +227,9 @@ if [ "$FAILED" = 0 ] && step configure 150 cmake -S "$ROOT" -B "$BUILD" "${GEN[@
     cache() { sed -n "s/^$1:[A-Z]*=//p" "$BUILD/CMakeCache.txt"; }
     note "      cuDNN $(cache CUDNN_LIBRARY), NCCL $(cache NCCL_LIBRARY)"
     # cuDNN opens its sub-libraries (libcudnn_graph.so.9, ...) by soname at run time: the
-    # folder of the library that was linked goes on the loader's path.
-    for lib in "$(cache CUDNN_LIBRARY)" "$(cache NCCL_LIBRARY)"; do
+    # folder of the library that was linked goes on the loader's path (and the toolkit's,
+    # where no ld.so.conf entry names it).
+    for lib in "$(cache CUDNN_LIBRARY)" "$(cache NCCL_LIBRARY)" "$(cache CUDA_cudart_LIBRARY)"; do
         [ -n "$lib" ] && export LD_LIBRARY_PATH=$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     done
     if step build 330 cmake --build "$BUILD" -j "$JOBS"; then
@@ -254,7 +261,7 @@ run_tests() {
 
 # ---- the GPU ----
 if [ "$BUILT" != 0 ]; then
-    if step gpu_probe 30 "$BUILD/tripod_bench_cuda" --probe; then
+    if step gpu_probe 30 "$BUILD/kernels/cuda/tripod_bench_cuda" --probe; then
         GPU=1
         note "      $(grep -m1 '^device' "$LOGS/gpu_probe.log")"
     else
@@ -266,7 +273,7 @@ if [ "$GPU" = 1 ]; then
     run_tests gpu_tests 240 -L gpu || FAILED=1
     grep -h 'relative gradient error\|loss step' "$LOGS/gpu_tests.log" | head -12 |
         sed 's/^/      /' >"$LOGS/figures.txt"
-    step bench_kernels 60 "$BUILD/tripod_bench_cuda" || FAILED=1
+    step bench_kernels 60 "$BUILD/kernels/cuda/tripod_bench_cuda" || FAILED=1
     # Model-level throughput and MFU on one GPU at seq_length 1024. The tokens come from the
     # repository's own text (byte-level): the work per token does not depend on the data.
     cat "$ROOT"/README.md "$ROOT"/configs/*.yaml >"$BUILD/bench_text.txt"

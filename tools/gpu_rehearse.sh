@@ -29,6 +29,7 @@ fi
 mountpoint -q "$BARE/proc" || mount -t proc proc "$BARE/proc"
 mountpoint -q "$BARE/dev" || mount --bind /dev "$BARE/dev"
 mountpoint -q "$BARE/dev/shm" || mount -t tmpfs tmpfs "$BARE/dev/shm"
+mountpoint -q "$BARE/sys" || mount --bind /sys "$BARE/sys"
 
 # The GPU machine's own tools.
 if [ ! -x "$BARE/usr/bin/cmake" ]; then
@@ -62,11 +63,12 @@ fi
 
 # The source tree as the GPU machine receives it.
 SRC=$BARE/src/tripod
-rm -rf "$SRC"
 mkdir -p "$SRC"
+# (build-gpu/ stays, as ignored build outputs stay on the GPU machine between runs)
+find "$SRC" -mindepth 1 -maxdepth 1 ! -name build-gpu -exec rm -rf {} +
 (cd "$ROOT" && git ls-files --cached --others --exclude-standard -z | xargs -0 cp --parents -t "$SRC")
 cp -a "$ROOT/gpu-bundle" "$SRC/"
-du -sh --apparent-size "$SRC" "$SRC/gpu-bundle"
+du -sh --apparent-size --exclude=build-gpu "$SRC" "$SRC/gpu-bundle"
 
 rm -rf "$BARE/tmp/gpu-check-logs"
 rc=0

@@ -37,7 +37,7 @@ static void log_startup(const tpd_trainer *tr) {
     const double MiB = 1024.0 * 1024.0;
     char threads[96] = "";
     if (!tpd_kern_device_memory(tr->kb)) {
-        int n = tpd_trainer_cpu_threads(&tr->cfg, tpd_trainer_ranks_on_node(tr->hcomms.world));
+        int n = tpd_trainer_cpu_threads(&tr->cfg, tr->local_size);
         snprintf(threads, sizeof threads, ", OpenBLAS %s", tpd_kern_cpu_blas_corename());
         if (n > 0)
             snprintf(threads + strlen(threads), sizeof threads - strlen(threads),
