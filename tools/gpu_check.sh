@@ -261,12 +261,18 @@ run_tests() {
 
 # ---- the GPU ----
 if [ "$BUILT" != 0 ]; then
-    if step gpu_probe 30 "$BUILD/kernels/cuda/tripod_bench_cuda" --probe; then
+    step gpu_probe 30 "$BUILD/kernels/cuda/tripod_bench_cuda" --probe
+    case $? in
+    0)
         GPU=1
         note "      $(grep -m1 '^device' "$LOGS/gpu_probe.log")"
-    else
-        note "      $(grep -m1 'no usable CUDA device' "$LOGS/gpu_probe.log" || tail -1 "$LOGS/gpu_probe.log")"
-    fi
+        ;;
+    2) # no usable device: the probe names the reason (the loader's or the runtime's)
+        SUMMARY[-1]="NO GPU gpu_probe: $(grep -m1 'no usable CUDA device' "$LOGS/gpu_probe.log" |
+            sed 's/.*no usable CUDA device: //')"
+        ;;
+    *) FAILED=1 ;;
+    esac
 fi
 
 if [ "$GPU" = 1 ]; then
