@@ -39,6 +39,11 @@ void tpd_log_set_rank(int rank, int print_info) {
     g_log_info = print_info;
 }
 
+void tpd_log_get_rank(int *rank_p, int *print_info_p) {
+    *rank_p = g_log_rank;
+    *print_info_p = g_log_info;
+}
+
 static void vlog(FILE *f, const char *kind, const char *fmt, va_list ap) {
     char buf[4096];
     vsnprintf(buf, sizeof buf, fmt, ap);

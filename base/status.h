@@ -44,6 +44,9 @@ enum {
  * (tpd_log_set_rank), "[rank R] ". tpd_log_info prints only where enabled (the logging
  * rank); errors always print. */
 void tpd_log_set_rank(int rank, int print_info);
+/* The values last given to tpd_log_set_rank (-1 and 1 before any): the cuda module, which
+ * links its own copy of this library, is handed them so that its messages carry the rank. */
+void tpd_log_get_rank(int *rank_p, int *print_info_p);
 void tpd_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tpd_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tpd_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -1,39 +1,16 @@
 # FindNCCL: locates NCCL (2.18 or newer, for ncclCommSplit) and defines the imported target
 # NCCL::NCCL.
 #
-# Searched in NCCL_ROOT / $ENV{NCCL_ROOT} / $ENV{NCCL_HOME}, next to the CUDA toolkit (some
-# installs put libnccl in <cuda>/lib rather than lib64), then in the system paths.
+# Looks in NCCL_ROOT / $ENV{NCCL_ROOT} / $ENV{NCCL_HOME}, next to the CUDA toolkit (some
+# installs put libnccl in <cuda>/lib rather than lib64), in the system paths, then in
+# Python's nvidia-nccl wheel, which has only the versioned libnccl.so.2 (see
+# TripodNvidiaPip.cmake).
 #
 # Result variables: NCCL_FOUND, NCCL_INCLUDE_DIR, NCCL_LIBRARY, NCCL_VERSION.
+include(${CMAKE_CURRENT_LIST_DIR}/TripodNvidiaPip.cmake)
 
-set(_nccl_hints ${NCCL_ROOT} $ENV{NCCL_ROOT} $ENV{NCCL_HOME})
-if(CUDAToolkit_LIBRARY_ROOT)
-  list(APPEND _nccl_hints ${CUDAToolkit_LIBRARY_ROOT})
-endif()
-if(CUDAToolkit_INCLUDE_DIRS)
-  foreach(_d ${CUDAToolkit_INCLUDE_DIRS})
-    get_filename_component(_p "${_d}/.." ABSOLUTE)
-    list(APPEND _nccl_hints ${_p})
-  endforeach()
-endif()
-
-find_path(NCCL_INCLUDE_DIR nccl.h
-  HINTS ${_nccl_hints} ${CUDAToolkit_INCLUDE_DIRS}
-  PATH_SUFFIXES include)
-find_library(NCCL_LIBRARY nccl
-  HINTS ${_nccl_hints} ${CUDAToolkit_LIBRARY_DIR}
-  PATH_SUFFIXES lib64 lib lib/x86_64-linux-gnu)
-
-if(NCCL_INCLUDE_DIR AND EXISTS "${NCCL_INCLUDE_DIR}/nccl.h")
-  file(READ "${NCCL_INCLUDE_DIR}/nccl.h" _nccl_h)
-  string(REGEX MATCH "define NCCL_MAJOR ([0-9]+)" _ "${_nccl_h}")
-  set(_nccl_major ${CMAKE_MATCH_1})
-  string(REGEX MATCH "define NCCL_MINOR ([0-9]+)" _ "${_nccl_h}")
-  set(_nccl_minor ${CMAKE_MATCH_1})
-  string(REGEX MATCH "define NCCL_PATCH ([0-9]+)" _ "${_nccl_h}")
-  set(_nccl_patch ${CMAKE_MATCH_1})
-  set(NCCL_VERSION "${_nccl_major}.${_nccl_minor}.${_nccl_patch}")
-endif()
+tpd_find_nvidia_lib(NCCL nccl.h nccl NAMES nccl libnccl.so.2 HINTS $ENV{NCCL_HOME})
+tpd_header_version(NCCL_VERSION "${NCCL_INCLUDE_DIR}/nccl.h" NCCL_MAJOR NCCL_MINOR NCCL_PATCH)
 
 include(FindPackageHandleStandardArgs)
 find_package_handle_standard_args(NCCL

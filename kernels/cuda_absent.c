@@ -18,3 +18,7 @@ int tpd_kern_cuda_available(void) {
 int tpd_kern_cuda_device_count(void) {
     return 0;
 }
+
+const char *tpd_kern_cuda_unavailable_reason(void) {
+    return "this build of tripod has no cuda backend";
+}

@@ -63,6 +63,10 @@ tpd_status tpd_kern_cuda_create(const tpd_kern_config *cfg, tpd_kern_backend **b
 int tpd_kern_cuda_available(void);
 /* Visible CUDA devices (0 without the cuda backend or a driver). */
 int tpd_kern_cuda_device_count(void);
+/* Why tpd_kern_cuda_available() is 0, in words: the loader's message when libtripod_cuda.so
+ * could not be opened (a missing libcudnn.so.9, say), the CUDA runtime's error, or that the
+ * build has no cuda backend. "" when a device is available. */
+const char *tpd_kern_cuda_unavailable_reason(void);
 /* Frees the backend and its context. NULL is a no-op. */
 void tpd_kern_backend_destroy(tpd_kern_backend *backend);
 

@@ -29,16 +29,11 @@ extern "C" {
 
 /* World communicator over NCCL. mpi_world: the MPI communicator whose ranks form the world
  * (NULL = MPI_COMM_WORLD; MPI must be initialized). Rank 0 creates the unique id and
- * broadcasts it over MPI; every rank then selects device local_rank and joins with a
+ * broadcasts it over MPI; every rank then selects `device` (tpd_mesh_choose_gpu) and joins with a
  * non-blocking ncclCommInitRankConfig, polled until it completes, fails, or timeout_s
  * passes. timeout_s also bounds every later operation (<= 0: no timeout, errors only). */
-tpd_status tpd_comm_nccl_world(tpd_comm *mpi_world, int local_rank, double timeout_s,
+tpd_status tpd_comm_nccl_world(tpd_comm *mpi_world, int device, double timeout_s,
                                tpd_comm **world_p);
-
-/* 1 when NCCL can serve this node: NCCL refuses two ranks of one communicator on the same
- * GPU, so with more ranks per node than visible devices the engine must use the staged
- * backend instead. */
-int tpd_comm_nccl_usable(int local_ranks_on_node, int devices);
 
 /* A GPU-pointer communicator over an MPI one (from tpd_comm_mpi_world or a split of it):
  * every call copies device data into pinned host buffers on the given stream, runs the

@@ -1,6 +1,7 @@
 #include "parallel/mesh.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 tpd_status tpd_mesh_init(int world_size, int rank, int tp, int pp, int dp, tpd_mesh *mesh_p) {
     if (tp < 1 || pp < 1 || dp < 1 || world_size != tp * pp * dp || rank < 0 ||
@@ -134,6 +135,42 @@ void tpd_mesh_comms_abort(tpd_mesh_comms *c) {
     tpd_comm *all[] = {c->mp, c->emb, c->pp, c->dp, c->tp, c->world};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) tpd_comm_abort(all[i]);
+}
+
+/* 1 when the comma-separated device lists a and b name a device in common. */
+static int lists_overlap(const char *a, const char *b) {
+    for (const char *p = a; *p;) {
+        size_t n = strcspn(p, ",");
+        for (const char *q = b; *q;) {
+            size_t m = strcspn(q, ",");
+            if (n > 0 && n == m && strncmp(p, q, n) == 0) return 1;
+            q += m + (q[m] == ',');
+        }
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
+tpd_mesh_gpu tpd_mesh_choose_gpu(int local_rank, int local_size, int devices,
+                                 const char *const *visible) {
+    tpd_mesh_gpu g = {-1, 0};
+    if (devices <= 0) return g;
+    int own = visible != NULL && local_size > 1;
+    for (int i = 0; own && i < local_size; i++) {
+        if (visible[i] == NULL || visible[i][0] == 0) own = 0;
+        for (int j = 0; own && j < i; j++)
+            if (lists_overlap(visible[i], visible[j])) own = 0;
+    }
+    if (own) {
+        g.device = 0;
+        g.nccl = 1;
+    } else if (devices >= local_size) {
+        g.device = local_rank;
+        g.nccl = 1;
+    } else {
+        g.device = local_rank % devices;
+    }
+    return g;
 }
 
 const char *tpd_mesh_launcher_env(int *rank_p, int *world_p, int *local_rank_p) {

@@ -60,6 +60,24 @@ void tpd_mesh_comms_abort(tpd_mesh_comms *comms);
  * launcher's name ("openmpi", "slurm", "torchrun", "none"). */
 const char *tpd_mesh_launcher_env(int *rank_p, int *world_p, int *local_rank_p);
 
+/* The GPU of one rank, and whether NCCL can serve its node (NCCL refuses two ranks of one
+ * communicator on the same GPU; the engine then stages through host memory). */
+typedef struct tpd_mesh_gpu {
+    int device; /* index among this rank's visible devices; -1: none visible */
+    int nccl;   /* 1: every rank of the node has a GPU of its own */
+} tpd_mesh_gpu;
+
+/* Chooses this rank's GPU. local_rank, local_size: its place among the ranks of its node
+ * (MPI_Comm_split_type SHARED, so no launcher variable is needed); devices: the CUDA
+ * devices it sees; visible: local_size entries, each node rank's CUDA_VISIBLE_DEVICES (""
+ * when unset), or NULL.
+ * - Each rank given devices of its own (CUDA_VISIBLE_DEVICES set per task, pairwise
+ *   disjoint, as Slurm's --gpus-per-task does): device 0, NCCL.
+ * - Otherwise the ranks see the same devices: device local_rank when there are enough
+ *   (NCCL), else local_rank % devices and the ranks share GPUs (no NCCL). */
+tpd_mesh_gpu tpd_mesh_choose_gpu(int local_rank, int local_size, int devices,
+                                 const char *const *visible);
+
 #ifdef __cplusplus
 }
 #endif

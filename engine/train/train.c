@@ -19,12 +19,50 @@
 
 /* ---- construction ---- */
 
-int tpd_trainer_ranks_on_node(tpd_comm *world) {
-    const char *env = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    if (!env) env = getenv("SLURM_NTASKS_PER_NODE");
-    if (!env) env = getenv("LOCAL_WORLD_SIZE");
-    if (env && atoi(env) > 0) return atoi(env);
-    return tpd_comm_size(world); /* one node unless told otherwise */
+/* This rank's place among the ranks of its node, by MPI_Comm_split_type over the host
+ * world (so a launcher that sets no local-rank variable is fine), and on cuda its GPU
+ * (tpd_mesh_choose_gpu, from every node rank's CUDA_VISIBLE_DEVICES). Collective over
+ * world. */
+static tpd_status locate_on_node(tpd_trainer *tr, tpd_comm *world) {
+    enum { VIS = 128 }; /* bytes of one rank's CUDA_VISIBLE_DEVICES */
+    tpd_status st = TPD_OK;
+    tpd_comm *node = NULL;
+    tr->local_rank = 0;
+    tr->local_size = 1;
+    tr->gpu.device = -1;
+    tr->gpu.nccl = 0;
+    if (strcmp(tpd_comm_backend(world), "mpi") == 0 && tpd_comm_size(world) > 1) {
+        TPD_CHECK(tpd_comm_mpi_split_node(world, &node));
+        tr->local_rank = tpd_comm_rank(node);
+        tr->local_size = tpd_comm_size(node);
+    }
+    if (tr->cfg.training.device == TPD_DEVICE_CUDA) {
+        char mine[VIS] = "";
+        const char *env = getenv("CUDA_VISIBLE_DEVICES");
+        if (env) snprintf(mine, sizeof mine, "%s", env);
+        char *all = calloc((size_t)tr->local_size, VIS);
+        const char **vis = calloc((size_t)tr->local_size, sizeof *vis);
+        if (!all || !vis) {
+            tpd_log_error("train: out of memory");
+            st = TPD_ERR_NOMEM;
+        } else if (node) {
+            st = tpd_comm_allgather(node, mine, all, VIS, TPD_DTYPE_U8, NULL);
+        } else {
+            memcpy(all, mine, VIS);
+        }
+        if (st == TPD_OK) {
+            for (int i = 0; i < tr->local_size; i++) {
+                all[(size_t)i * VIS + VIS - 1] = 0;
+                vis[i] = all + (size_t)i * VIS;
+            }
+            tr->gpu = tpd_mesh_choose_gpu(tr->local_rank, tr->local_size,
+                                          tpd_kern_cuda_device_count(), vis);
+        }
+        free(vis);
+        free(all);
+    }
+    if (node) tpd_comm_destroy(node);
+    return st;
 }
 
 int tpd_trainer_cpu_threads(const tpd_config *cfg, int ranks_on_node) {
@@ -42,12 +80,9 @@ int tpd_trainer_cpu_threads(const tpd_config *cfg, int ranks_on_node) {
  * communicator on the same device). */
 static tpd_status create_device_comms(tpd_trainer *tr, tpd_comm *world) {
 #ifdef TPD_HAVE_NCCL
-    int lr, lw, local_rank;
-    tpd_mesh_launcher_env(&lr, &lw, &local_rank);
-    int devices = tpd_kern_cuda_device_count();
     tpd_comm *dworld = NULL;
-    if (tpd_comm_nccl_usable(tpd_trainer_ranks_on_node(world), devices)) {
-        TPD_CHECK(tpd_comm_nccl_world(world, local_rank, tr->cfg.comm.timeout_s, &dworld));
+    if (tr->gpu.nccl) {
+        TPD_CHECK(tpd_comm_nccl_world(world, tr->gpu.device, tr->cfg.comm.timeout_s, &dworld));
     } else {
         tpd_comm *dup = NULL;
         TPD_CHECK(tpd_comm_split(world, 0, tpd_comm_rank(world), "world", &dup));
@@ -56,8 +91,8 @@ static tpd_status create_device_comms(tpd_trainer *tr, tpd_comm *world) {
             tpd_comm_destroy(dup); /* the staged communicator owns it only on success */
             return sst;
         }
-        tpd_log_info("%d ranks share %d GPU(s): communicating through host memory",
-                     tpd_trainer_ranks_on_node(world), devices);
+        tpd_log_info("%d ranks of this node share %d GPU(s): communicating through host memory",
+                     tr->local_size, tpd_kern_cuda_device_count());
     }
     tpd_status st = tpd_mesh_comms_create(&tr->mesh, dworld, &tr->comms);
     if (st != TPD_OK) {
@@ -83,15 +118,14 @@ static void destroy_device_comms(tpd_trainer *tr) {
     tr->device_comms = 0;
 }
 
-static tpd_status create_backend(const tpd_config *cfg, tpd_comm *world, int local_rank,
+static tpd_status create_backend(const tpd_config *cfg, const tpd_trainer *tr,
                                  tpd_kern_backend **kb) {
     tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
-    kc.num_threads = tpd_trainer_cpu_threads(cfg, tpd_trainer_ranks_on_node(world));
+    kc.num_threads = tpd_trainer_cpu_threads(cfg, tr->local_size);
     kc.dtype = cfg->training.precision == TPD_PRECISION_BF16 ? TPD_DTYPE_BF16 : TPD_DTYPE_F32;
     kc.fused_attention = cfg->training.attention == TPD_ATTENTION_FUSED;
     if (cfg->training.device == TPD_DEVICE_CUDA) {
-        int devices = tpd_kern_cuda_device_count();
-        kc.device = devices > 0 ? local_rank % devices : 0;
+        kc.device = tr->gpu.device > 0 ? tr->gpu.device : 0;
         return tpd_kern_cuda_create(&kc, kb);
     }
     return tpd_kern_cpu_create(&kc, kb);
@@ -171,9 +205,8 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
                    st, undo_tr);
     TPD_CHECK_GOTO(tpd_mesh_comms_create(&tr->mesh, world, &tr->hcomms), st, undo_tr);
     tr->comms = tr->hcomms;
-    int lr_rank, lr_world, local_rank;
-    tpd_mesh_launcher_env(&lr_rank, &lr_world, &local_rank);
-    TPD_CHECK_GOTO(create_backend(cfg, world, local_rank, &tr->kb), st, undo_comms);
+    TPD_CHECK_GOTO(locate_on_node(tr, world), st, undo_comms);
+    TPD_CHECK_GOTO(create_backend(cfg, tr, &tr->kb), st, undo_comms);
     if (tpd_kern_device_memory(tr->kb))
         TPD_CHECK_GOTO(create_device_comms(tr, world), st, undo_backend);
     const tpd_mesh *ms = &tr->mesh;

@@ -16,10 +16,12 @@
 struct tpd_trainer {
     tpd_config cfg;
     tpd_mesh mesh;
-    tpd_mesh_comms comms;  /* for backend memory: MPI on cpu, NCCL (or MPI staged through
-                              host memory when ranks share a GPU) on cuda */
-    tpd_mesh_comms hcomms; /* MPI, for host scalars (losses, norms, flags) */
-    int device_comms;      /* 1 when comms differ from hcomms and must be destroyed */
+    tpd_mesh_comms comms;       /* for backend memory: MPI on cpu, NCCL (or MPI staged through
+                                   host memory when ranks share a GPU) on cuda */
+    tpd_mesh_comms hcomms;      /* MPI, for host scalars (losses, norms, flags) */
+    int device_comms;           /* 1 when comms differ from hcomms and must be destroyed */
+    int local_rank, local_size; /* this rank among the ranks of its node (MPI shared split) */
+    tpd_mesh_gpu gpu;           /* on cuda: its device, and whether NCCL serves the node */
     tpd_kern_backend *kb;
     tpd_model *model;
     tpd_dp_plan dpp;
@@ -55,8 +57,5 @@ struct tpd_trainer {
     tpd_trainer_observer observer;
     void *observer_user;
 };
-
-/* Ranks on this node, as the launcher states it. */
-int tpd_trainer_ranks_on_node(tpd_comm *world);
 
 #endif

@@ -50,7 +50,7 @@ static void log_startup(const tpd_trainer *tr) {
     const double MiB = 1024.0 * 1024.0;
     char threads[96] = "";
     if (!tpd_kern_device_memory(tr->kb)) {
-        int ranks = tpd_trainer_ranks_on_node(tr->hcomms.world);
+        int ranks = tr->local_size;
         int n = tpd_trainer_cpu_threads(&tr->cfg, ranks), want = tr->cfg.training.num_threads;
         int share = tpd_cpu_threads_per_rank(ranks);
         if (want > n)
@@ -108,10 +108,9 @@ static void emit_placement(void *user, int warn, const char *line) {
 static tpd_status log_placement(const tpd_trainer *tr) {
     tpd_comm *world = tr->hcomms.world;
     if (tpd_comm_size(world) < 2) return TPD_OK;
-    int lr, lw, local_rank;
-    tpd_mesh_launcher_env(&lr, &lw, &local_rank);
     tpd_rank_place *places = NULL;
-    TPD_CHECK(tpd_placement_gather(world, local_rank, tpd_trainer_ranks_on_node(world), &places));
+    /* node-local numbers from MPI_Comm_split_type(SHARED), as the trainer uses them */
+    TPD_CHECK(tpd_placement_gather(world, tr->local_rank, tr->local_size, &places));
     if (tr->is_logger) tpd_placement_describe(&tr->mesh, places, emit_placement, NULL);
     free(places);
     return TPD_OK;

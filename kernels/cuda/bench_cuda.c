@@ -111,16 +111,24 @@ static void gemm_line(bench *b, const char *model, const char *name, int N, int 
            ms_b > 0 ? 2.0 * f / (ms_b * 1e9) : 0.0);
 }
 
+/* Usage: tripod_bench_cuda [DEVICE] | --probe. Without a usable device it says why (the
+ * loader's or the CUDA runtime's message) and exits 2, so that a check built on it cannot
+ * mistake "nothing measured" for a pass. --probe stops after naming the device. */
 int main(int argc, char **argv) {
-    int device = argc > 1 ? atoi(argv[1]) : 0;
+    int probe = argc > 1 && strcmp(argv[1], "--probe") == 0;
+    int device = argc > 1 && !probe ? atoi(argv[1]) : 0;
     if (!tpd_kern_cuda_available()) {
-        printf("tripod_bench_cuda: no CUDA device is visible; nothing to measure\n");
-        return 0;
+        printf("tripod_bench_cuda: no usable CUDA device: %s\n",
+               tpd_kern_cuda_unavailable_reason());
+        return 2;
     }
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
-        printf("device %d: %s, %d SMs, %.1f GiB\n", device, prop.name, prop.multiProcessorCount,
-               prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+        printf("device %d: %s, %d SMs, %.1f GiB, sm_%d%d, %d device(s) visible\n", device,
+               prop.name, prop.multiProcessorCount,
+               prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), prop.major, prop.minor,
+               tpd_kern_cuda_device_count());
+    if (probe) return 0;
 
     tpd_kern_config cfg = TPD_KERN_CONFIG_INIT;
     cfg.device = device;

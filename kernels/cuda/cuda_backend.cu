@@ -197,6 +197,23 @@ TPD_CUDA_EXPORT int tpd_kern_cuda_module_available(void) {
     return n > 0;
 }
 
+/* The runtime's words for why there is no device ("no CUDA-capable device is detected",
+ * "CUDA driver version is insufficient", ...), "" when there is one. */
+TPD_CUDA_EXPORT const char *tpd_kern_cuda_module_unavailable_reason(void) {
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        return cudaGetErrorString(err);
+    }
+    return n > 0 ? "" : "the CUDA runtime reports 0 devices";
+}
+
+/* The module links its own copy of base/: the loader hands it the program's log rank. */
+TPD_CUDA_EXPORT void tpd_kern_cuda_module_set_log_rank(int rank, int print_info) {
+    tpd_log_set_rank(rank, print_info);
+}
+
 TPD_CUDA_EXPORT int tpd_kern_cuda_module_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -189,15 +189,28 @@ static tpd_status gemm_impl(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, int 
                               key.align_a, key.align_b, key.align_d);
             }
             slot->used = 1;
+            slot->unsupported = 0;
             slot->key = key;
             slot->algo = res.algo;
         }
 
-        TPD_CHECK_GOTO(
-            TPD_CUBLAS(cublasLtMatmul(ctx->lt, desc, &g->alpha, g->B, la, g->A, lb, &g->beta, g->D,
-                                      ld, g->D, ld, &slot->algo, ctx->gemm_workspace,
-                                      TPD_CUDA_GEMM_WORKSPACE_BYTES, ctx->stream)),
-            st, done);
+        /* The heuristic can return an algorithm that cublasLtMatmul then refuses (an
+         * epilogue with these alignments, say). Under _try that is the same answer as "no
+         * algorithm": the caller falls back to the plain GEMM, and the shape is remembered so
+         * the refusal is not asked for again each step. */
+        if (slot->unsupported && quiet) {
+            st = TPD_ERR_UNSUPPORTED;
+            goto done;
+        }
+        cublasStatus_t cs = cublasLtMatmul(ctx->lt, desc, &g->alpha, g->B, la, g->A, lb, &g->beta,
+                                           g->D, ld, g->D, ld, &slot->algo, ctx->gemm_workspace,
+                                           TPD_CUDA_GEMM_WORKSPACE_BYTES, ctx->stream);
+        if (cs == CUBLAS_STATUS_NOT_SUPPORTED && quiet) {
+            slot->unsupported = 1;
+            st = TPD_ERR_UNSUPPORTED;
+            goto done;
+        }
+        TPD_CHECK_GOTO(TPD_CUBLAS(cs), st, done);
     }
 
 done:

@@ -14,6 +14,8 @@
 #include <random>
 #include <vector>
 
+#include "common/gpu.h"
+
 extern "C" {
 #include "base/bf16.h"
 #include "kernels/kernels.h"
@@ -27,10 +29,7 @@ using IVec = std::vector<int32_t>;
 constexpr float kRtolBf16 = 2e-2f;
 constexpr float kRtolF32 = 1e-4f;
 
-#define SKIP_WITHOUT_GPU()                                                                         \
-    do {                                                                                           \
-        if (!tpd_kern_cuda_available()) GTEST_SKIP() << "no CUDA device";                          \
-    } while (0)
+#define SKIP_WITHOUT_GPU() TPD_SKIP_WITHOUT_GPU()
 
 FVec round_bf16(const FVec &v) {
     FVec r(v.size());

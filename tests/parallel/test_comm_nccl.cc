@@ -11,6 +11,8 @@
 #include <cstring>
 #include <vector>
 
+#include "common/gpu.h"
+
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -28,7 +30,8 @@ tpd_comm *g_mpi = nullptr; // the MPI world
 
 #define SKIP_WITHOUT_GPU()                                                                         \
     do {                                                                                           \
-        if (!tpd_kern_cuda_available() || !g_mpi_ready) GTEST_SKIP() << "no CUDA device";          \
+        TPD_SKIP_WITHOUT_GPU();                                                                    \
+        if (!g_mpi_ready) TPD_GPU_SKIP("MPI did not start");                                       \
     } while (0)
 
 struct Dev {
@@ -272,13 +275,6 @@ TEST(CudaNccl, StagedSingleRankWorldAndSplits) {
     EXPECT_STREQ(tpd_comm_backend(world), "staged");
     check_world_and_splits(world);
     tpd_comm_destroy(world);
-}
-
-TEST(CudaNccl, UsableOnlyWithAGpuPerLocalRank) {
-    EXPECT_TRUE(tpd_comm_nccl_usable(8, 8));
-    EXPECT_TRUE(tpd_comm_nccl_usable(1, 8));
-    EXPECT_FALSE(tpd_comm_nccl_usable(8, 1));
-    EXPECT_FALSE(tpd_comm_nccl_usable(1, 0));
 }
 
 } // namespace

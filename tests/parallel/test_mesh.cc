@@ -115,3 +115,58 @@ TEST(DataParallelPlan, ZeroShardsCoverEveryElementOnce) {
         }
     }
 }
+
+// GPU choice per rank (tpd_mesh_choose_gpu): the node's ranks from MPI_Comm_split_type,
+// the devices each rank sees, and each rank's CUDA_VISIBLE_DEVICES.
+TEST(MeshGpu, RanksSeeingEveryGpuTakeTheirLocalRank) {
+    for (int r = 0; r < 8; r++) {
+        tpd_mesh_gpu g = tpd_mesh_choose_gpu(r, 8, 8, nullptr);
+        EXPECT_EQ(g.device, r);
+        EXPECT_EQ(g.nccl, 1);
+    }
+}
+
+TEST(MeshGpu, OneVisibleGpuPerRankIsDeviceZeroWithNccl) {
+    // CUDA_VISIBLE_DEVICES set per task: each rank sees one GPU, a different one.
+    const char *vis[4] = {"0", "1", "2", "3"};
+    for (int r = 0; r < 4; r++) {
+        tpd_mesh_gpu g = tpd_mesh_choose_gpu(r, 4, 1, vis);
+        EXPECT_EQ(g.device, 0) << r;
+        EXPECT_EQ(g.nccl, 1) << r;
+    }
+    const char *uuids[2] = {"GPU-aaaa", "GPU-bbbb"};
+    EXPECT_EQ(tpd_mesh_choose_gpu(1, 2, 1, uuids).nccl, 1);
+    const char *pairs[2] = {"0,1", "2,3"};
+    EXPECT_EQ(tpd_mesh_choose_gpu(1, 2, 2, pairs).device, 0);
+}
+
+TEST(MeshGpu, SharedGpuMeansNoNccl) {
+    // Four ranks, one GPU that all of them see (same or unset CUDA_VISIBLE_DEVICES).
+    const char *same[4] = {"0", "0", "0", "0"};
+    const char *unset[4] = {"", "", "", ""};
+    for (int r = 0; r < 4; r++) {
+        for (const char *const *vis : {(const char *const *)same, (const char *const *)unset,
+                                       (const char *const *)nullptr}) {
+            tpd_mesh_gpu g = tpd_mesh_choose_gpu(r, 4, 1, vis);
+            EXPECT_EQ(g.device, 0);
+            EXPECT_EQ(g.nccl, 0);
+        }
+    }
+    // Overlapping lists are not GPUs of their own.
+    const char *overlap[2] = {"0,1", "1,2"};
+    tpd_mesh_gpu g = tpd_mesh_choose_gpu(1, 2, 1, overlap);
+    EXPECT_EQ(g.nccl, 0);
+    // Eight ranks on two GPUs: round robin, staged.
+    EXPECT_EQ(tpd_mesh_choose_gpu(5, 8, 2, nullptr).device, 1);
+    EXPECT_EQ(tpd_mesh_choose_gpu(5, 8, 2, nullptr).nccl, 0);
+}
+
+TEST(MeshGpu, NoDeviceIsMinusOne) {
+    tpd_mesh_gpu g = tpd_mesh_choose_gpu(0, 1, 0, nullptr);
+    EXPECT_EQ(g.device, -1);
+    EXPECT_EQ(g.nccl, 0);
+    // A single rank alone on its node with one GPU.
+    g = tpd_mesh_choose_gpu(0, 1, 1, nullptr);
+    EXPECT_EQ(g.device, 0);
+    EXPECT_EQ(g.nccl, 1);
+}

@@ -14,6 +14,7 @@
 #include <map>
 #include <vector>
 
+#include "common/gpu.h"
 #include "common/tiny.h"
 #include "common/mpi_tests.h"
 
@@ -347,7 +348,7 @@ TEST(Equivalence, OverlapAndZbH1AreBitIdentical) {
 // the reductions take other paths.
 TEST(Equivalence, CudaLayoutMatchesCpuSingleRank) {
     if (!g_cuda) GTEST_SKIP() << "run with --device=cuda";
-    if (!tpd_kern_cuda_available()) GTEST_SKIP() << "no CUDA device";
+    TPD_SKIP_WITHOUT_GPU();
     if (tpd_comm_size(g_world) < 8) GTEST_SKIP() << "needs 8 ranks";
     Result ref = run({1, 1, 1, 0});
     Layout gpu = {2, 2, 2, 1, true};

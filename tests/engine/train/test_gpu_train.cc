@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/gpu.h"
 #include "common/tiny.h"
 
 extern "C" {
@@ -58,7 +59,7 @@ std::vector<float> host_grad(tpd_trainer *tr, tpd_param p) {
 }
 
 TEST(GpuTrain, OneStepBf16AgainstCpuFp32) {
-    if (!tpd_kern_cuda_available()) GTEST_SKIP() << "no CUDA device";
+    TPD_SKIP_WITHOUT_GPU();
     tpd_config ccpu = gpu_config("cpu", "fp32"), cgpu = gpu_config("cuda", "bf16");
     tpd_trainer *a = nullptr, *b = nullptr;
     ASSERT_EQ(tpd_trainer_create(&ccpu, g_world, &a), TPD_OK);
@@ -84,7 +85,7 @@ TEST(GpuTrain, OneStepBf16AgainstCpuFp32) {
 }
 
 TEST(GpuTrain, FiftyStepsTrackCpuLoss) {
-    if (!tpd_kern_cuda_available()) GTEST_SKIP() << "no CUDA device";
+    TPD_SKIP_WITHOUT_GPU();
     tpd_config ccpu = gpu_config("cpu", "fp32"), cgpu = gpu_config("cuda", "bf16");
     ccpu.training.train_iters = cgpu.training.train_iters = 50;
     tpd_trainer *a = nullptr, *b = nullptr;
