@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -122,6 +124,14 @@ struct TempRoot {
         }
     }
 };
+
+// A whole file's bytes ("" when it cannot be read).
+inline std::string slurp(const std::string &path) {
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
 
 inline std::string temp_prefix(const char *name) {
     static TempRoot root;

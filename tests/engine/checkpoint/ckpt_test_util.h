@@ -26,12 +26,7 @@ inline std::string fresh_dir(const std::string &path) {
     return path;
 }
 
-inline std::string slurp(const std::string &path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+using tiny::slurp;
 
 inline void spit(const std::string &path, const std::string &data) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);

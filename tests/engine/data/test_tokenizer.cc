@@ -29,12 +29,7 @@ namespace {
 
 const std::string kDir = TPD_BPE_DIR;
 
-std::string slurp(const std::string &path) {
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
+using tiny::slurp;
 
 struct Bpe {
     tpd_bpe *b = nullptr;

@@ -30,12 +30,7 @@ namespace {
 
 const std::string kDir = TPD_HF_TOKENIZER_DIR;
 
-std::string slurp(const std::string &path) {
-    std::ifstream f(path, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
+using tiny::slurp;
 
 std::string unhex(const std::string &h) {
     std::string s;
