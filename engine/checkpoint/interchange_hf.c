@@ -96,6 +96,16 @@ static void add(hf_tensor *out, int *n, const tpd_model_layout *g, tpd_param p, 
     t->shape[1] = t->cols;
 }
 
+/* GPT-2's file order: embeddings, then layer by layer, then ln_f. */
+static int gpt2_order_cmp(const void *a, const void *b) {
+    const hf_tensor *x = a, *y = b;
+    int gx = tpd_param_get_info(x->p)->per_layer ? 1 : (x->p <= TPD_P_WPE ? 0 : 2);
+    int gy = tpd_param_get_info(y->p)->per_layer ? 1 : (y->p <= TPD_P_WPE ? 0 : 2);
+    if (gx != gy) return gx - gy;
+    if (x->layer != y->layer) return x->layer - y->layer;
+    return (int)x->p - (int)y->p;
+}
+
 /* The HF tensors of a model, in HF's file order: embeddings, layer by layer, final norm,
  * output layer. out holds 16 + 16 L entries. */
 static int hf_tensors(const tpd_model_layout *g, hf_family fam, hf_tensor *out) {
@@ -116,19 +126,8 @@ static int hf_tensors(const tpd_model_layout *g, hf_family fam, hf_tensor *out) 
                 }
             }
         }
-        /* embeddings, then layer by layer, then ln_f */
-        hf_tensor *tmp = malloc((size_t)n * sizeof *tmp);
-        if (!tmp) return -1;
-        int k = 0;
-        for (int pass = 0; pass < 3; pass++)
-            for (int l = 0; l <= d->L; l++)
-                for (int i = 0; i < n; i++) {
-                    int per = tpd_param_get_info(out[i].p)->per_layer;
-                    int group = per ? 1 : out[i].p <= TPD_P_WPE ? 0 : 2;
-                    if (group == pass && (per ? out[i].layer == l : l == 0)) tmp[k++] = out[i];
-                }
-        memcpy(out, tmp, (size_t)n * sizeof *tmp);
-        free(tmp);
+        /* embeddings, then layer by layer, then ln_f (each (tensor, layer) is unique) */
+        qsort(out, (size_t)n, sizeof *out, gpt2_order_cmp);
         return n;
     }
     int q = d->NH * d->HS, kv = d->NKV * d->HS, F = d->F;

@@ -24,6 +24,7 @@ extern "C" {
 }
 
 #include "common/tiny.h"
+#include "engine/data/bpe_test_util.h"
 
 namespace {
 
@@ -31,30 +32,10 @@ const std::string kDir = TPD_BPE_DIR;
 
 using tiny::slurp;
 
-struct Bpe {
-    tpd_bpe *b = nullptr;
+struct Bpe : BpeHandle {
     Bpe() {
         EXPECT_EQ(tpd_bpe_load((kDir + "/vocab.json").c_str(), (kDir + "/merges.txt").c_str(), &b),
                   TPD_OK);
-    }
-    ~Bpe() {
-        tpd_bpe_destroy(b);
-    }
-    std::vector<int32_t> encode(const std::string &text) const {
-        int32_t *ids = nullptr;
-        size_t n = 0, cap = 0;
-        EXPECT_EQ(tpd_bpe_encode(b, text.data(), text.size(), &ids, &n, &cap), TPD_OK);
-        std::vector<int32_t> v(ids, ids + n);
-        free(ids);
-        return v;
-    }
-    std::string decode(const std::vector<int32_t> &ids) const {
-        char *text = nullptr;
-        size_t len = 0;
-        EXPECT_EQ(tpd_bpe_decode(b, ids.data(), ids.size(), &text, &len), TPD_OK);
-        std::string s(text, len);
-        free(text);
-        return s;
     }
 };
 

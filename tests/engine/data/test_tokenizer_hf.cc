@@ -25,6 +25,7 @@ extern "C" {
 }
 
 #include "common/tiny.h"
+#include "engine/data/bpe_test_util.h"
 
 namespace {
 
@@ -46,29 +47,9 @@ std::vector<int32_t> id_list(const cJSON *arr) {
     return v;
 }
 
-struct Hf {
-    tpd_bpe *b = nullptr;
+struct Hf : BpeHandle {
     explicit Hf(const std::string &path) {
         EXPECT_EQ(tpd_bpe_load_hf(path.c_str(), &b), TPD_OK) << path;
-    }
-    ~Hf() {
-        tpd_bpe_destroy(b);
-    }
-    std::vector<int32_t> encode(const std::string &text, int special = 0) const {
-        int32_t *ids = nullptr;
-        size_t n = 0, cap = 0;
-        EXPECT_EQ(tpd_bpe_encode_ex(b, text.data(), text.size(), special, &ids, &n, &cap), TPD_OK);
-        std::vector<int32_t> v(ids, ids + n);
-        free(ids);
-        return v;
-    }
-    std::string decode(const std::vector<int32_t> &ids) const {
-        char *text = nullptr;
-        size_t len = 0;
-        EXPECT_EQ(tpd_bpe_decode(b, ids.data(), ids.size(), &text, &len), TPD_OK);
-        std::string s(text, len);
-        free(text);
-        return s;
     }
 };
 
