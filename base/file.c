@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 tpd_status tpd_file_check_text(const char *path, uint64_t max_bytes, char *why, size_t n) {
     struct stat sb;
@@ -105,4 +106,19 @@ const char *tpd_source_dir(void) {
 #else
     return ".";
 #endif
+}
+
+int tpd_file_on_path(const char *exe) {
+    const char *path = getenv("PATH");
+    if (!path) return 0;
+    char buf[1024];
+    for (const char *p = path; *p;) {
+        const char *e = strchr(p, ':');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        snprintf(buf, sizeof buf, "%.*s/%s", (int)n, p, exe);
+        if (n > 0 && access(buf, X_OK) == 0) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
 }

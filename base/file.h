@@ -30,6 +30,9 @@ tpd_status tpd_file_mkdirs(const char *dir, int *errno_p);
 /* tpd_file_mkdirs of the directory that holds `path` (nothing when path has no '/'). */
 tpd_status tpd_file_mkdirs_parent(const char *path, int *errno_p);
 
+/* 1 when an executable named `exe` is in one of PATH's folders (what the shell would run). */
+int tpd_file_on_path(const char *exe);
+
 /* The source tree (configs/, tools/), as configured at build time. */
 const char *tpd_source_dir(void);
 

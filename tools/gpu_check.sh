@@ -59,7 +59,8 @@ note() { SUMMARY+=("$*"); }
 
 # first_error LOG: the first line of LOG that reads like an error, for the summary.
 first_error() {
-    { grep -m1 -E 'error:|Error( |:)|ERROR' "$1" ||
+    { grep -m1 -E '\*\*\*(Failed|Exception|Timeout)|Not Run' "$1" ||
+        grep -m1 -E '(^|[^[:alnum:]_])(error:|Error[ :])|ERROR' "$1" ||
         grep -m1 -E 'FAILED|FAIL |Failed|failed|cannot|No such' "$1" || tail -1 "$1"; } |
         cut -c1-200
 }

@@ -247,21 +247,6 @@ static tpd_status write_json(const tpd_sweep_result *r, const tpd_sweep_options 
     return st;
 }
 
-static int on_path(const char *exe) {
-    const char *path = getenv("PATH");
-    if (!path) return 0;
-    char buf[1024];
-    for (const char *p = path; *p;) {
-        const char *e = strchr(p, ':');
-        size_t n = e ? (size_t)(e - p) : strlen(p);
-        snprintf(buf, sizeof buf, "%.*s/%s", (int)n, p, exe);
-        if (n > 0 && access(buf, X_OK) == 0) return 1;
-        if (!e) break;
-        p = e + 1;
-    }
-    return 0;
-}
-
 /* tools/plot_sweep.sh: under the current directory, else the source tree. */
 static void plot_script(char *buf, size_t len) {
     snprintf(buf, len, "tools/plot_sweep.sh");
@@ -277,7 +262,7 @@ tpd_status tpd_sweep_write(const tpd_sweep_result *r, const tpd_sweep_options *o
     plot_script(script, sizeof script);
     snprintf(cmd, sizeof cmd, "bash '%s' '%s'", script, opt->out_dir);
     if (!opt->plot) return TPD_OK;
-    if (!on_path("gnuplot")) {
+    if (!tpd_file_on_path("gnuplot")) {
         printf("sweep: gnuplot is not on PATH; draw the plot later with: %s\n", cmd);
         return TPD_OK;
     }

@@ -47,12 +47,19 @@ int tpd_cli_report(int argc, char **argv) {
         else
             snprintf(dir, sizeof dir, "report");
     }
-    st = tpd_report_draw(&r, dir);
-    if (st == TPD_OK)
-        printf("report: %s: %d iterations (%d to %d) from %d record%s in %d segment%s -> "
-               "%s/{loss,lr,grad_norm,throughput}.png\n",
-               r.path, r.n, r.p[0].iteration, r.p[r.n - 1].iteration, r.records,
-               r.records == 1 ? "" : "s", r.segments, r.segments == 1 ? "" : "s", dir);
+    int drawn = 0;
+    st = tpd_report_draw(&r, dir, &drawn);
+    if (st == TPD_OK) {
+        printf("report: %s: %d iterations (%d to %d) from %d record%s in %d segment%s -> ", r.path,
+               r.n, r.p[0].iteration, r.p[r.n - 1].iteration, r.records, r.records == 1 ? "" : "s",
+               r.segments, r.segments == 1 ? "" : "s");
+        if (drawn)
+            printf("%s/{loss,lr,grad_norm,throughput}.png\n", dir);
+        else
+            printf("%s/report.dat; gnuplot is not on PATH (Debian: gnuplot-nox), draw the "
+                   "pictures with: gnuplot %s/report.gp\n",
+                   dir, dir);
+    }
     tpd_report_free(&r);
     return tpd_cli_code(st);
 }

@@ -1,4 +1,4 @@
-/* Run reports: JSONL metrics joined over resumes, drawn by gnuplot. */
+/* Run reports: JSONL metrics joined over resumes, drawn by gnuplot when it is installed. */
 #include "engine/train/report.h"
 
 #include <cjson/cJSON.h>
@@ -140,7 +140,7 @@ static void put(FILE *f, double v) {
         fputs(" NaN", f);
 }
 
-tpd_status tpd_report_draw(const tpd_report_run *run, const char *out_dir) {
+tpd_status tpd_report_draw(const tpd_report_run *run, const char *out_dir, int *drawn_p) {
     int e = 0;
     if (tpd_file_mkdirs(out_dir, &e) != TPD_OK) {
         tpd_log_error("report: cannot create '%s': %s", out_dir, strerror(e));
@@ -169,9 +169,13 @@ tpd_status tpd_report_draw(const tpd_report_run *run, const char *out_dir) {
         tpd_log_error("report: writing '%s' failed", dat);
         return TPD_ERR_IO;
     }
-    FILE *g = popen("gnuplot", "w");
+    /* The script is kept beside the data, so the pictures can be drawn (or restyled)
+     * where gnuplot is installed. */
+    char gp[4200];
+    snprintf(gp, sizeof gp, "%s/report.gp", out_dir);
+    FILE *g = fopen(gp, "w");
     if (!g) {
-        tpd_log_error("report: cannot run gnuplot (Debian: gnuplot-nox)");
+        tpd_log_error("report: cannot create '%s': %s", gp, strerror(errno));
         return TPD_ERR_IO;
     }
     /* gnuplot reads NaN as a missing point; validation points are drawn as points */
@@ -191,10 +195,19 @@ tpd_status tpd_report_draw(const tpd_report_run *run, const char *out_dir) {
             "set y2tics\nplot '%s' using 1:6 with lines lw 2 title 'tokens/s', "
             "'' using 1:7 axes x1y2 with lines lw 2 dt 2 title 'TFLOP/s per GPU'\n",
             out_dir, run->path, dat, out_dir, dat, out_dir, dat, out_dir, dat);
-    int rc = pclose(g);
-    if (rc != 0) {
-        tpd_log_error("report: gnuplot exited with status %d (is gnuplot-nox installed?)", rc);
+    if (fclose(g) != 0) {
+        tpd_log_error("report: writing '%s' failed", gp);
         return TPD_ERR_IO;
     }
+    *drawn_p = 0;
+    if (!tpd_file_on_path("gnuplot")) return TPD_OK;
+    char cmd[4300];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s'", gp);
+    int rc = system(cmd);
+    if (rc != 0) {
+        tpd_log_error("report: '%s' exited with status %d", cmd, rc);
+        return TPD_ERR_IO;
+    }
+    *drawn_p = 1;
     return TPD_OK;
 }
