@@ -199,14 +199,12 @@ inline tpd_plan_layout layout_of(const PubRow &r) {
 // The planner's figure for a row, in the row's kind; 0 when the kind is unknown.
 // tflops_8nt (8 x parameters x tokens per second per GPU) is turned into the step time it
 // implies (parameters: the planner's count), so the planner's own FLOP count does not enter.
-inline double predicted_in_kind(const PubRow &r, const tpd_config &cfg,
-                                const tpd_plan_result &res) {
+inline double predicted_in_kind(const PubRow &r, const tpd_plan_result &res) {
     if (r.kind == "step_s" || r.kind == "tflops_8nt") return res.step_time_s;
     if (r.kind == "hw_tflops_per_gpu") return res.hw_tflops_per_gpu;
     if (r.kind == "model_tflops_per_gpu") return res.tflops_per_gpu;
     if (r.kind == "mfu") return res.mfu;
     if (r.kind == "tokens_per_s") return res.tokens_per_s;
-    (void)cfg;
     return 0;
 }
 
@@ -240,7 +238,7 @@ inline bool evaluate_published(const PubRow &r, const tpd_plan_cluster &cl, tpd_
     if (tpd_plan_evaluate(&cfg, &cl, &lay, &opt, res) != TPD_OK || res->stages == 0 ||
         !(res->step_time_s > 0))
         return false;
-    *pred = predicted_in_kind(r, cfg, *res);
+    *pred = predicted_in_kind(r, *res);
     *pub = published_in_kind(r, cfg);
     if (!(*pred > 0)) return false;
     *err = speed_error(r, *pred, *pub);
