@@ -242,6 +242,81 @@ static int run_search(const tpd_config *cfg, const tpd_plan_cluster *cl,
     return rc;
 }
 
+/* --layout wins over the file: its TP, PP and DP go in as overrides after the user's, and
+ * the config is validated with them (a file's PP that does not divide an overridden
+ * num_layers is no error when --layout replaces that PP). The file's virtual stages and
+ * parallel.pipeline_layers are dropped where they no longer fit the new PP. When the file (with
+ * the user's overrides, or alone when those no longer validate without the layout) says
+ * another TP/PP/DP, note gets one line saying which was used; "" otherwise. */
+static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *err, size_t errlen,
+                              char *note, size_t notelen) {
+    const tpd_cli_args *cl = &a->cl;
+    note[0] = '\0';
+    if (!a->have_layout)
+        return tpd_config_load(cl->config, cl->n_overrides, cl->overrides, cfg, err, errlen);
+    enum { MAX_EXTRA = 6 };
+    tpd_config *was = malloc(sizeof *was);
+    const char **ov = malloc((size_t)(cl->n_overrides + MAX_EXTRA) * sizeof *ov);
+    if (!was || !ov) {
+        free(was);
+        free(ov);
+        snprintf(err, errlen, "plan: out of memory");
+        return TPD_ERR_NOMEM;
+    }
+    int with_overrides =
+        tpd_config_load(cl->config, cl->n_overrides, cl->overrides, was, NULL, 0) == TPD_OK;
+    int known = with_overrides || tpd_config_load(cl->config, 0, NULL, was, NULL, 0) == TPD_OK;
+    char extra[MAX_EXTRA][80], dropped[96] = "";
+    int n = 0;
+    snprintf(extra[n++], sizeof extra[0], "parallel.tensor_model_parallel_size=%d", a->tp);
+    snprintf(extra[n++], sizeof extra[0], "parallel.pipeline_model_parallel_size=%d", a->pp);
+    snprintf(extra[n++], sizeof extra[0], "parallel.data_parallel_size=%d", a->dp);
+    if (known) {
+        const tpd_config_parallel *p = &was->parallel;
+        int v = p->virtual_pipeline_model_parallel_size;
+        if (v > 1 && (a->pp < 2 || (was->model.num_layers % (a->pp * v) != 0 &&
+                                    p->num_pipeline_layers != a->pp * v))) {
+            snprintf(extra[n++], sizeof extra[0],
+                     "parallel.virtual_pipeline_model_parallel_size=1");
+            if (p->pipeline_schedule == TPD_SCHEDULE_INTERLEAVED)
+                snprintf(extra[n++], sizeof extra[0], "parallel.pipeline_schedule=1f1b");
+            snprintf(dropped, sizeof dropped, "; its %d virtual stages are dropped", v);
+            v = 1;
+        }
+        if (p->num_pipeline_layers > 0 && p->num_pipeline_layers != a->pp * v) {
+            snprintf(extra[n++], sizeof extra[0], "parallel.pipeline_layers=[]");
+            size_t used = strlen(dropped);
+            snprintf(dropped + used, sizeof dropped - used,
+                     "; its pipeline_layers (%d entries) are dropped", p->num_pipeline_layers);
+        }
+        int dp_was = p->data_parallel_size;
+        if (p->tensor_model_parallel_size != a->tp || p->pipeline_model_parallel_size != a->pp ||
+            (dp_was > 0 && dp_was != a->dp)) {
+            char dps[24] = "";
+            if (dp_was > 0) snprintf(dps, sizeof dps, " DP=%d", dp_was);
+            snprintf(note, notelen, "layout: TP=%d PP=%d DP=%d from --layout (%s TP=%d PP=%d%s%s)",
+                     a->tp, a->pp, a->dp,
+                     with_overrides && cl->n_overrides > 0 ? "the file and its overrides say"
+                                                           : "the file says",
+                     p->tensor_model_parallel_size, p->pipeline_model_parallel_size, dps, dropped);
+        }
+    }
+    for (int i = 0; i < cl->n_overrides; i++)
+        ov[i] = cl->overrides[i];
+    for (int i = 0; i < n; i++)
+        ov[cl->n_overrides + i] = extra[i];
+    tpd_status st = tpd_config_load(cl->config, cl->n_overrides + n, ov, cfg, err, errlen);
+    if (st != TPD_OK) { /* say where the sizes came from: the message names only the keys */
+        char *why = strdup(err);
+        if (why)
+            snprintf(err, errlen, "plan: with --layout %d,%d,%d: %s", a->tp, a->pp, a->dp, why);
+        free(why);
+    }
+    free(ov);
+    free(was);
+    return st;
+}
+
 int tpd_cli_plan(int argc, char **argv) {
     plan_args a;
     int pr = parse_args(argc, argv, &a);
@@ -258,13 +333,14 @@ int tpd_cli_plan(int argc, char **argv) {
         rc = TPD_EXIT_FAILURE;
         goto free_all;
     }
-    char err[1024];
-    if (tpd_config_load(a.cl.config, a.cl.n_overrides, a.cl.overrides, cfg, err, sizeof err) !=
-        TPD_OK) {
+    char err[1024], note[256];
+    if (load_config(&a, cfg, err, sizeof err, note, sizeof note) != TPD_OK) {
         tpd_log_error("%s", err);
         rc = TPD_EXIT_CONFIG;
         goto free_all;
     }
+    /* JSON on stdout stays JSON: the note goes to stderr there */
+    if (note[0]) fprintf(a.json ? stderr : stdout, "%s\n", note);
     const char *cluster = a.cluster                                ? a.cluster
                           : cfg->training.device == TPD_DEVICE_CPU ? "cpu"
                                                                    : "h200";

@@ -43,6 +43,33 @@ inline tpd_config gpt(int heads, int hidden, int layers, int gbs, int mbs) {
     return c;
 }
 
+// A Llama-block config built in code (bf16, cuda, flash attention, s = 8192).
+inline tpd_config llama(int layers, int hidden, int heads, int groups, int ffn) {
+    tpd_config c;
+    tpd_config_defaults(&c);
+    c.model.num_layers = layers;
+    c.model.hidden_size = hidden;
+    c.model.num_attention_heads = heads;
+    c.model.group_query_attention = 1;
+    c.model.num_query_groups = groups;
+    c.model.ffn_hidden_size = ffn;
+    c.model.swiglu = 1;
+    c.model.normalization = TPD_NORM_RMSNORM;
+    c.model.position_embedding_type = TPD_POS_ROPE;
+    c.model.rotary_base = 500000;
+    c.model.untie_embeddings_and_output_weights = 1;
+    c.model.add_bias_linear = 0;
+    c.model.vocab_size = 128256;
+    c.model.seq_length = c.model.max_position_embeddings = 8192;
+    c.model.make_vocab_size_divisible_by = 128;
+    c.training.global_batch_size = 2048;
+    c.training.micro_batch_size = 1;
+    c.training.precision = TPD_PRECISION_BF16;
+    c.training.device = TPD_DEVICE_CUDA;
+    c.training.attention = TPD_ATTENTION_FUSED;
+    return c;
+}
+
 // The A100 profile every published-run check uses.
 inline tpd_plan_cluster a100() {
     tpd_plan_cluster c;

@@ -1,7 +1,8 @@
 // Planner reports, label `bench` (run with `ctest -L bench`; left out of tools/test.sh):
 // figures printed for a reader, with no bound held. The planner's speed (the full search
-// for the 1T model on 3072 A100s, one GPT-3 175B layout), how close the A100 constants come
-// to Korthikanti et al.'s published MFU, and the H100 constants to Llama 3 405B's.
+// for the 1T model on 3072 A100s, one GPT-3 175B layout), and how close the H100 constants
+// come to Llama 3 405B's under each schedule and recompute (Korthikanti et al.'s runs are a
+// bounded check in test_plan_throughput.cc).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -58,45 +59,6 @@ TEST(PlanBench, OneLayoutGpt3) {
     double dt = seconds_since(t0);
     std::printf("  GPT-3 175B, one layout (TP=8 PP=16 DP=8): %.2f ms\n", 1e3 * dt);
     EXPECT_GT(r.step_time_s, 0.0);
-}
-
-// Korthikanti et al. (2022) Table 4: selective recompute + SP, A100. Printed only (no
-// assertion): how close the same constants get to their MFU.
-TEST(PlanThroughput, KorthikantiMfuReport) {
-    tpd_plan_cluster cl = a100();
-    struct Run {
-        const char *name;
-        int heads, hidden, layers, tp, pp, gpus, batch;
-        double mfu;
-    } runs[] = {
-        {"22B", 64, 6144, 48, 8, 1, 8, 4, 0.415},
-        {"175B", 96, 12288, 96, 8, 8, 64, 64, 0.514},
-        {"530B", 128, 20480, 105, 8, 35, 280, 280, 0.560},
-        {"1T", 160, 25600, 128, 8, 64, 512, 512, 0.563},
-    };
-    for (const Run &r : runs) {
-        tpd_config cfg = gpt(r.heads, r.hidden, r.layers, r.batch, 1);
-        cfg.training.attention = TPD_ATTENTION_UNFUSED;
-        tpd_plan_layout lay;
-        std::memset(&lay, 0, sizeof lay);
-        lay.tp = r.tp;
-        lay.pp = r.pp;
-        lay.dp = r.gpus / (r.tp * r.pp);
-        lay.micro_batch_size = 1;
-        lay.virtual_stages = 1;
-        lay.recompute = TPD_RECOMPUTE_SELECTIVE;
-        lay.sequence_parallel = 1;
-        tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
-        opt.gpus = r.gpus;
-        tpd_plan_result res;
-        ASSERT_EQ(tpd_plan_evaluate(&cfg, &cl, &lay, &opt, &res), TPD_OK);
-        ASSERT_GT(res.step_time_s, 0.0) << res.reject_reason;
-        std::printf("  Korthikanti %-5s MFU predicted %.1f%%, published %.1f%% (%+.1f points; "
-                    "mem %.1f GiB, fits %d)\n",
-                    r.name, 100 * res.mfu, 100 * r.mfu, 100 * (res.mfu - r.mfu),
-                    res.memory_bytes / 1073741824.0, res.fits);
-        EXPECT_GT(res.mfu, 0.0);
-    }
 }
 
 // Llama 3 405B, the two sequence-8192 rows of Dubey et al. (2024) Table 4 on H100-80GB

@@ -240,7 +240,12 @@ TEST(PlanCli, BadArgumentsAreConfigErrors) {
               0)
         << out;
     std::string err = testing::internal::GetCapturedStderr();
-    EXPECT_NE(err.find("heads 16 not divisible by TP 3"), std::string::npos) << err;
+    // --layout is validated as the config it makes
+    EXPECT_NE(err.find("with --layout 3,4,1"), std::string::npos) << err;
+    EXPECT_NE(err.find("num_attention_heads (16) must be a multiple of "
+                       "tensor_model_parallel_size (3)"),
+              std::string::npos)
+        << err;
     EXPECT_NE(err.find("--dp-overlap 'yes' must be on or off"), std::string::npos) << err;
     EXPECT_NE(err.find("--param-gather-overlap '1' must be on or off"), std::string::npos) << err;
 }
@@ -361,6 +366,50 @@ TEST(PlanCli, PublishedLinesComeFromTheConfigFile) {
     fclose(mem);
     EXPECT_EQ(len, 0u);
     free(buf);
+}
+
+// --layout wins over the file: the config is validated with the layout's sizes, and a line
+// says which sizes were used. GPT-3 175B's file says TP 8, PP 16, which does not divide 24
+// layers; --layout 1,1,32 has PP 1.
+TEST(PlanCli, LayoutWinsOverTheFile) {
+    const std::string gpt3 = std::string(tpd_source_dir()) + "/configs/gpt3-175b.yaml";
+    std::string out;
+    ASSERT_EQ(run({"plan", gpt3, "model.num_layers=24", "--layout", "1,1,32", "--gpus", "32",
+                   "--cluster", "dgx-a100-80g"},
+                  &out),
+              0)
+        << out;
+    EXPECT_NE(out.find("layout: TP=1 PP=1 DP=32 from --layout (the file says TP=8 PP=16)\n"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("TP=1 PP=1 DP=32"), std::string::npos) << out;
+    EXPECT_NE(out.find("parallel.pipeline_model_parallel_size=1"), std::string::npos) << out;
+    // the file's own layout: nothing to say
+    ASSERT_EQ(run({"plan", gpt3, "--layout", "8,16,8", "--cluster", "dgx-a100-80g"}, &out), 0)
+        << out;
+    EXPECT_EQ(out.find("from --layout"), std::string::npos) << out;
+    // a pipeline_layers list for 16 stages does not fit 2: dropped, and said so
+    const std::string llama = std::string(tpd_source_dir()) + "/configs/llama3-405b.yaml";
+    ASSERT_EQ(
+        run({"plan", llama, "model.num_layers=32", "--layout", "8,2,4", "--cluster", "dgx-h100"},
+            &out),
+        0)
+        << out;
+    EXPECT_NE(out.find("layout: TP=8 PP=2 DP=4 from --layout (the file says TP=8 PP=16; its "
+                       "pipeline_layers (16 entries) are dropped)"),
+              std::string::npos)
+        << out;
+    // JSON stays JSON: the line goes to stderr
+    testing::internal::CaptureStderr();
+    ASSERT_EQ(run({"plan", gpt3, "model.num_layers=24", "--layout", "1,1,32", "--cluster",
+                   "dgx-a100-80g", "--json"},
+                  &out),
+              0);
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("from --layout"), std::string::npos) << err;
+    cJSON *js = cJSON_Parse(out.c_str());
+    EXPECT_NE(js, nullptr) << out;
+    cJSON_Delete(js);
 }
 
 } // namespace

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "plan_test_util.h"
+#include "plan_published.h"
 
 using namespace plan_test;
 
@@ -46,6 +46,37 @@ TEST(PlanThroughput, Sc21Table1WithinTenPercentEveryRow) {
         worst = std::fmax(worst, std::fabs(err));
     }
     std::printf("  SC21 Table 1: mean |error| %.1f%%, worst %.1f%%\n", 10 * sum, 100 * worst);
+}
+
+// Korthikanti et al. (2022) Table 5 with the paper's settings (Table 3 and Section 6: 22B at
+// micro-batch 4 and batch 4, 175B and 530B on the interleaved schedule with 3 chunks a stage,
+// no data parallelism; "present work" = sequence parallelism + selective recompute, "full
+// recompute" without sequence parallelism) and its 530B run at DP 8 (Section 6.3), from
+// tests/engine/plan/published/korthikanti2022.csv, with the profile as the file says (no
+// fitting). Every row within kKorthikantiMax of the published iteration time.
+constexpr double kKorthikantiMax = 0.10;
+
+TEST(PlanThroughput, Korthikanti2022Table5WithinBound) {
+    std::vector<PubRow> rows;
+    ASSERT_EQ(read_published("korthikanti2022", &rows), "");
+    ASSERT_EQ(rows.size(), 9u);
+    tpd_plan_cluster cl = a100();
+    tpd_plan_result res;
+    double sum = 0, worst = 0;
+    for (const PubRow &r : rows) {
+        double pred, pub, err;
+        ASSERT_TRUE(evaluate_published(r, cl, &res, &pred, &pub, &err))
+            << r.model << ": " << res.reject_reason;
+        std::printf("  %-10s TP%d PP%-2d DP%d v%d mbs%d %-9s SP%d: step predicted %6.2f s, "
+                    "published %6.2f s, speed error %+5.1f%% (MFU %.1f%%; mem %.1f GiB, fits %d)\n",
+                    r.model.c_str(), r.tp, r.pp, r.dp, r.vpp, r.mbs, r.recompute.c_str(), r.sp,
+                    pred, pub, 100 * err, 100 * res.mfu, res.memory_bytes / 1073741824.0, res.fits);
+        EXPECT_LT(std::fabs(err), kKorthikantiMax) << r.model;
+        sum += std::fabs(err);
+        worst = std::fmax(worst, std::fabs(err));
+    }
+    std::printf("  Korthikanti 2022: mean |error| %.1f%%, worst %.1f%%\n", 100 * sum / rows.size(),
+                100 * worst);
 }
 
 } // namespace
