@@ -60,21 +60,16 @@ double tpd_plan_grad_wire_bytes(const tpd_config *cfg, const tpd_plan_cluster *c
     return c->grad_wire_bytes > 0.0 ? c->grad_wire_bytes : 4.0;
 }
 
-/* Standard normal CDF. */
-static double phi_cdf(double x) {
-    return 0.5 * erfc(-x / sqrt(2.0));
-}
-
 double tpd_plan_expected_max_normal(int n) {
     if (n <= 1) return 0.0;
-    double p = (n - 0.375) / (n + 0.25);
-    /* Phi^-1(p) by Newton from the large-n form; Phi is convex above 0, so from above the
-     * steps fall monotonically onto the root. */
-    double x = sqrt(2.0 * log((double)n)) + 0.5;
-    for (int i = 0; i < 60; i++) {
-        double d = (phi_cdf(x) - p) / (exp(-0.5 * x * x) / 2.5066282746310002) /* sqrt(2 pi) */;
-        x -= d;
-        if (fabs(d) < 1e-12) break;
+    /* Solve Q(x) = q for the upper tail Q = 1 - Phi (erfc keeps q = 0.625/(n + 0.25) exact
+     * for large n) by Newton from x = 0: Q - q is convex and decreasing above 0, so the
+     * steps rise monotonically onto the root. */
+    double q = 0.625 / (n + 0.25), x = 0.0;
+    for (int i = 0; i < 200; i++) {
+        double d = (0.5 * erfc(x / sqrt(2.0)) - q) / (exp(-0.5 * x * x) / 2.5066282746310002);
+        x += d; /* Q' = -phi: x - (Q - q) / Q' */
+        if (fabs(d) < 1e-12 * (1.0 + x)) break;
     }
     return x;
 }

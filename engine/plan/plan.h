@@ -132,6 +132,11 @@ tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path, co
 /* Bytes per gradient element on the wire of the DP reduction: the profile's
  * grad_reduce_dtype under bf16 training, 4 under fp32. */
 double tpd_plan_grad_wire_bytes(const tpd_config *cfg, const tpd_plan_cluster *c);
+/* Megatron-Core's TP communication overlap of one collective of `comm` s with its GEMM of
+ * `gemm` s, both split in `tp` ring-exchange chunks: hidden = min(tp_overlap_share * comm,
+ * max(0, gemm - tp * tp_overlap_chunk_us)), exposed = comm - hidden (never below 0). */
+void tpd_plan_tp_overlap(const tpd_plan_cluster *c, double gemm, double comm, int tp,
+                         double *exposed_p, double *hidden_p);
 /* Expected maximum of n independent standard normal draws, Blom's approximation
  * Phi^-1((n - 0.375) / (n + 0.25)): 0 for n = 1, 0.59 for 2, 3.61 for 4096. */
 double tpd_plan_expected_max_normal(int n);

@@ -107,11 +107,6 @@ double tpd_plan_net_bw(const tpd_plan_cluster *cl, long span);
 double tpd_plan_straggler_time(const tpd_plan_cluster *cl, double compute, int world);
 /* global_syncs small all-reduces over `world` ranks (tree or ring latency), s. */
 double tpd_plan_global_sync_time(const tpd_plan_cluster *cl, int world);
-/* A TP collective of `comm` s overlapped with its GEMM of `gemm` s, split in `tp` chunks:
- * hidden = min(tp_overlap_share * comm, max(0, gemm - tp * tp_overlap_chunk_s)),
- * exposed = comm - hidden (never below 0). */
-void tpd_plan_tp_overlap(const tpd_plan_cluster *cl, double gemm, double comm, int tp,
-                         double *exposed_p, double *hidden_p);
 
 /* The GPU model's and the cpu model's DP prices for a layout. */
 void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
