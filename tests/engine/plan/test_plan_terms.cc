@@ -322,6 +322,18 @@ TEST(PlanTerms, NewTermsAreInTheReportAndTheJson) {
     for (const char *k : {"\"tp_comm_hidden\"", "\"host_overhead\"", "\"straggler\"",
                           "\"global_sync\"", "\"step_host\"", "\"tp_comm_overlap\":\ttrue"})
         EXPECT_NE(js.find(k), std::string::npos) << k;
+    // and in the predicted timeline
+    const std::string trace = scratch_path("terms_trace.json");
+    ASSERT_EQ(tpd_plan_write_trace(&r, trace.c_str()), TPD_OK);
+    FILE *tf = std::fopen(trace.c_str(), "r");
+    ASSERT_NE(tf, nullptr);
+    std::string tt;
+    for (int ch; (ch = std::fgetc(tf)) != EOF;)
+        tt.push_back((char)ch);
+    std::fclose(tf);
+    std::remove(trace.c_str());
+    for (const char *k : {"STRAGGLER_WAIT", "GLOBAL_SYNC", "STEP_HOST"})
+        EXPECT_NE(tt.find(k), std::string::npos) << k;
 }
 
 TEST(PlanCluster, NewKeysRoundTripAndDefaultToTheOldModel) {
