@@ -40,6 +40,30 @@ double tpd_plan_net_bw(const tpd_plan_cluster *cl, long span) {
     return bw;
 }
 
+tpd_plan_hop tpd_plan_group_hop(const tpd_plan_cluster *cl, int n, long stride) {
+    long span = (long)n * stride;
+    if (n <= 1) return TPD_PLAN_HOP_NONE;
+    if (span <= tpd_plan_nvlink_domain(cl)) return TPD_PLAN_HOP_NVLINK;
+    if (cl->leaf_switch_nodes > 0 && cl->oversubscription > 1.0 &&
+        span > (long)cl->leaf_switch_nodes * cl->gpus_per_node)
+        return TPD_PLAN_HOP_CROSS_LEAF;
+    return TPD_PLAN_HOP_NETWORK;
+}
+
+const char *tpd_plan_hop_name(tpd_plan_hop h) {
+    switch (h) {
+    case TPD_PLAN_HOP_NVLINK:
+        return "nvlink";
+    case TPD_PLAN_HOP_NETWORK:
+        return "network";
+    case TPD_PLAN_HOP_CROSS_LEAF:
+        return "cross-leaf";
+    case TPD_PLAN_HOP_NONE:
+        break;
+    }
+    return "none";
+}
+
 void tpd_plan_group_link(const tpd_plan_cluster *cl, int n, long stride, double *bw_p,
                          double *lat_p) {
     long dom = tpd_plan_nvlink_domain(cl), span = (long)n * stride;

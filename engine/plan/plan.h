@@ -199,6 +199,19 @@ typedef struct tpd_plan_time {
                                 fraction (tpd_trainer_job_timers, bench, sweep) */
 } tpd_plan_time;
 
+/* The slowest hop a group's collectives cross (engine/plan/network.c). */
+typedef enum tpd_plan_hop {
+    TPD_PLAN_HOP_NONE = 0,   /* a group of one rank, or not modelled (cpu backend) */
+    TPD_PLAN_HOP_NVLINK,     /* inside one NVLink domain */
+    TPD_PLAN_HOP_NETWORK,    /* over the NICs, under one leaf switch */
+    TPD_PLAN_HOP_CROSS_LEAF, /* over oversubscribed leaf uplinks */
+} tpd_plan_hop;
+/* Of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP TP, a pipeline
+ * boundary's pair TP*DP). */
+tpd_plan_hop tpd_plan_group_hop(const tpd_plan_cluster *c, int n, long stride);
+/* "nvlink", "network", "cross-leaf", "none". */
+const char *tpd_plan_hop_name(tpd_plan_hop h);
+
 typedef struct tpd_plan_result {
     int stage_layers[TPD_CONFIG_MAX_STAGES]; /* transformer layers of each stage (all chunks) */
     int chunk_layers[TPD_CONFIG_MAX_STAGES]; /* layers of each virtual stage, PP*v entries in
@@ -225,6 +238,8 @@ typedef struct tpd_plan_result {
     tpd_pp_sim_times stage_times[TPD_CONFIG_MAX_STAGES]; /* the simulator's inputs, per stage
                                                             and (micro-batch, chunk) */
     double dp_exposed[TPD_CONFIG_MAX_STAGES]; /* per stage: reduction past its pipeline end */
+    tpd_plan_hop hop_tp, hop_dp, hop_pp;      /* where the TP and DP groups and the pipeline
+                                                 sends run */
     double model_flops, hw_flops;             /* per iteration, all GPUs */
     double tflops_per_gpu, hw_tflops_per_gpu, mfu, tokens_per_s;
 } tpd_plan_result;

@@ -120,6 +120,10 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
             t->dp_comm_total, hidden > 0 ? hidden : 0.0,
             r->layout.overlap_grad_reduce ? "on" : "off",
             r->layout.overlap_param_gather ? "on" : "off", t->dp_exposed_max);
+    if (r->hop_tp || r->hop_dp || r->hop_pp)
+        fprintf(f, "  links (rank order TP fastest, then DP, then PP): TP %s, DP %s, PP %s\n",
+                tpd_plan_hop_name(r->hop_tp), tpd_plan_hop_name(r->hop_dp),
+                tpd_plan_hop_name(r->hop_pp));
     fprintf(f, "  per chunk (slowest stage): fwd %.3f ms, bwd %.3f ms", 1e3 * r->t_fwd_chunk,
             1e3 * r->t_bwd_chunk);
     if (r->t_wgrad_chunk > 0) fprintf(f, " (of which W %.3f ms)", 1e3 * r->t_wgrad_chunk);
@@ -240,6 +244,12 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
         cJSON_AddNumberToObject(tb, "dp_comm_total", r->time.dp_comm_total);
         cJSON_AddNumberToObject(tb, "dp_exposed_max", r->time.dp_exposed_max);
         cJSON_AddNumberToObject(tb, "pp_idle_fraction", r->time.pp_idle_fraction);
+    }
+    cJSON *ln = cJSON_AddObjectToObject(o, "links");
+    if (ln) {
+        cJSON_AddStringToObject(ln, "tp", tpd_plan_hop_name(r->hop_tp));
+        cJSON_AddStringToObject(ln, "dp", tpd_plan_hop_name(r->hop_dp));
+        cJSON_AddStringToObject(ln, "pp", tpd_plan_hop_name(r->hop_pp));
     }
     char buf[4096];
     if (cfg && r->stages > 0 && tpd_plan_overrides(cfg, r, buf, sizeof buf) >= 0) {

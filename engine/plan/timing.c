@@ -429,6 +429,7 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     /* terms only the GPU model prices (the cpu model's are inside its optimizer step) */
     res->time.tp_comm_hidden = res->time.host_overhead = 0.0;
     res->time.straggler = res->time.global_sync = res->time.step_host = 0.0;
+    res->hop_tp = res->hop_dp = res->hop_pp = TPD_PLAN_HOP_NONE;
     if (cl->backend == TPD_PLAN_BACKEND_CPU)
         return tpd_plan_cpu_time_evaluate(cfg, cl, opt, split_bubble, res);
     tpd_status st = TPD_OK;
@@ -483,6 +484,9 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     res->time.pp_p2p = pipe.makespan - makespan0;
     res->time.optimizer = optimizer_time(cfg, cl, lay, max_stage_params(cfg, lay));
     int world = lay->tp * lay->pp * lay->dp;
+    res->hop_tp = tpd_plan_group_hop(cl, lay->tp, 1);
+    res->hop_dp = tpd_plan_group_hop(cl, lay->dp, lay->tp);
+    res->hop_pp = p > 1 ? tpd_plan_group_hop(cl, 2, (long)lay->tp * lay->dp) : TPD_PLAN_HOP_NONE;
     res->time.straggler = tpd_plan_straggler_time(cl, ideal, world);
     res->time.global_sync = tpd_plan_global_sync_time(cl, world);
     res->time.step_host = cl->step_host_s;

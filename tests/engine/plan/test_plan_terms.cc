@@ -230,8 +230,9 @@ TEST(PlanTerms, TpGroupCrossingTheNvlinkDomainIsSlower) {
     double in_domain = eval(c, cl, l).time.tp_comm;
     EXPECT_EQ(cl.nvlink_domain_gpus, 8); // the shipped profile states it
     cl.nvlink_domain_gpus = 4;           // NVLink pairs of 4 inside a node of 8
-    double crossing = eval(c, cl, l).time.tp_comm;
-    EXPECT_GT(crossing, 1.5 * in_domain);
+    tpd_plan_result cr = eval(c, cl, l);
+    EXPECT_EQ(cr.hop_tp, TPD_PLAN_HOP_NETWORK);
+    EXPECT_GT(cr.time.tp_comm, 1.5 * in_domain);
     // NVL72: nodes of 4 on one NVLink fabric of 72; TP 8 spans two nodes at NVLink speed
     cl.gpus_per_node = 4;
     cl.nics_per_node = 4;
@@ -252,6 +253,10 @@ TEST(PlanTerms, OversubscriptionSlowsOnlyCrossLeafCollectives) {
     EXPECT_NEAR(a1.time.dp_comm_total, a0.time.dp_comm_total, 1e-12); // 4 nodes: one leaf
     EXPECT_GT(b1.time.dp_comm_total, 2.0 * b0.time.dp_comm_total);    // 8 nodes: two leaves
     EXPECT_NEAR(b1.time.tp_comm, b0.time.tp_comm, 1e-12);             // TP stays in the node
+    EXPECT_EQ(a1.hop_dp, TPD_PLAN_HOP_NETWORK);
+    EXPECT_EQ(b1.hop_dp, TPD_PLAN_HOP_CROSS_LEAF);
+    EXPECT_EQ(b1.hop_tp, TPD_PLAN_HOP_NVLINK);
+    EXPECT_EQ(b1.hop_pp, TPD_PLAN_HOP_NONE);
     // fewer NICs than GPUs: each GPU gets its share of them
     cl.leaf_switch_nodes = 0;
     cl.nics_per_node = 4;
@@ -313,14 +318,15 @@ TEST(PlanTerms, NewTermsAreInTheReportAndTheJson) {
     std::string text(buf, len);
     std::free(buf);
     for (const char *k : {"stragglers", "global syncs", "host per step", "pipeline p2p (unhidden)",
-                          "hidden behind the GEMMs"})
+                          "hidden behind the GEMMs", "TP nvlink, DP network, PP none"})
         EXPECT_NE(text.find(k), std::string::npos) << k << "\n" << text;
     char *json = tpd_plan_json(&c, &r, 1);
     ASSERT_NE(json, nullptr);
     std::string js(json);
     std::free(json);
-    for (const char *k : {"\"tp_comm_hidden\"", "\"host_overhead\"", "\"straggler\"",
-                          "\"global_sync\"", "\"step_host\"", "\"tp_comm_overlap\":\ttrue"})
+    for (const char *k :
+         {"\"tp_comm_hidden\"", "\"host_overhead\"", "\"straggler\"", "\"global_sync\"",
+          "\"step_host\"", "\"tp_comm_overlap\":\ttrue", "\"tp\":\t\"nvlink\""})
         EXPECT_NE(js.find(k), std::string::npos) << k;
     // and in the predicted timeline
     const std::string trace = scratch_path("terms_trace.json");
