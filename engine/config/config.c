@@ -671,6 +671,14 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
                         "(sequence parallel splits the sequence over the TP ranks)",
                         m->seq_length, tp);
     }
+    if (p->tp_comm_overlap && (!p->sequence_parallel || tp < 2)) {
+        k = "parallel.tp_comm_overlap";
+        return cfg_fail(ld, cfg_at(ld, k, "parallel.sequence_parallel"), k,
+                        "needs sequence_parallel true and tensor_model_parallel_size > 1 (TP "
+                        "%d, sequence_parallel %s): it overlaps SP's all-gathers and "
+                        "reduce-scatters with the GEMMs",
+                        tp, p->sequence_parallel ? "true" : "false");
+    }
     k = "training.global_batch_size";
     if (c->training.global_batch_size % c->training.micro_batch_size)
         return cfg_fail(ld, cfg_at(ld, k, "training.micro_batch_size"), k,

@@ -87,11 +87,13 @@ typedef struct tpd_config_parallel {
     int data_parallel_size;  /* 0 = derived from the world size */
     int num_pipeline_layers; /* entries in pipeline_layers; 0 = even split */
     int pipeline_layers[TPD_CONFIG_MAX_STAGES];
-    int use_distributed_optimizer;            /* ZeRO-1 */
-    int64_t ddp_bucket_size;                  /* gradient elements per DP bucket */
-    int overlap_grad_reduce;                  /* DP reduction during the last backward */
-    int overlap_param_gather;                 /* ZeRO-1 all-gather during the next forward */
-    int sequence_parallel;                    /* Megatron SP: needs seq_length % TP == 0 */
+    int use_distributed_optimizer; /* ZeRO-1 */
+    int64_t ddp_bucket_size;       /* gradient elements per DP bucket */
+    int overlap_grad_reduce;       /* DP reduction during the last backward */
+    int overlap_param_gather;      /* ZeRO-1 all-gather during the next forward */
+    int sequence_parallel;         /* Megatron SP: needs seq_length % TP == 0 */
+    int tp_comm_overlap;           /* Megatron-Core's TP communication overlap with the GEMMs: the
+                                      planner models it (needs SP and TP > 1); `tripod train` refuses */
     int virtual_pipeline_model_parallel_size; /* model chunks per stage (interleaved) */
     tpd_schedule pipeline_schedule;
 } tpd_config_parallel;
@@ -199,7 +201,7 @@ tpd_status tpd_config_load(const char *path, int n_overrides, const char *const 
 tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size, char *err, size_t errlen);
 
 /* Rejects what `tripod train` cannot run although the planner models it (bf16 on the
- * cpu backend), naming the key. */
+ * cpu backend, parallel.tp_comm_overlap), naming the key. */
 tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t errlen);
 
 /* Derived quantities. */

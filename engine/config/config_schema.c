@@ -147,6 +147,10 @@ const tpd_cfg_key tpd_cfg_keys[] = {
     {"parallel.sequence_parallel", TPD_CFG_BOOL, TPD_CFG_FIELD(parallel.sequence_parallel), "false",
      TPD_CFG_NOBOUND, NULL, 0,
      "Megatron sequence parallelism: LayerNorm and residual rows split over TP"},
+    {"parallel.tp_comm_overlap", TPD_CFG_BOOL, TPD_CFG_FIELD(parallel.tp_comm_overlap), "false",
+     TPD_CFG_NOBOUND, NULL, 0,
+     "overlap TP communication with the GEMMs (Megatron-Core's --tp-comm-overlap; needs "
+     "sequence_parallel): planned, not trained"},
     {"parallel.virtual_pipeline_model_parallel_size", TPD_CFG_INT,
      TPD_CFG_FIELD(parallel.virtual_pipeline_model_parallel_size), "1",
      TPD_CFG_UPTO(1, TPD_CONFIG_MAX_STAGES), NULL, 0,

@@ -69,6 +69,12 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t e
         return cfg_fail_after(cfg, err, errlen,
                               "training.precision bf16 needs training.device cuda; the cpu "
                               "backend computes in fp32");
+    if (cfg->parallel.tp_comm_overlap)
+        return cfg_fail_after(cfg, err, errlen,
+                              "parallel.tp_comm_overlap true: `tripod train` does not overlap "
+                              "tensor-parallel communication with the GEMMs (only `tripod plan` "
+                              "models it, as Megatron-Core's --tp-comm-overlap); set it to "
+                              "false to train");
     return TPD_OK;
 }
 

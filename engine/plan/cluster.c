@@ -24,7 +24,9 @@ typedef struct key_spec {
 #define OFF(f) offsetof(tpd_plan_cluster, f)
 /* Whole-number keys stored as int. */
 static int is_int_key(size_t off) {
-    return off == OFF(gpus_per_node) || off == OFF(calibrated);
+    return off == OFF(gpus_per_node) || off == OFF(calibrated) || off == OFF(nvlink_domain_gpus) ||
+           off == OFF(nics_per_node) || off == OFF(leaf_switch_nodes) ||
+           off == OFF(tp_overlap_available) || off == OFF(global_syncs);
 }
 
 static const key_spec k_keys[] = {
@@ -51,6 +53,22 @@ static const key_spec k_keys[] = {
     {"flash_attention_efficiency", 0, 0.01, 1.0, 1, OFF(flash_efficiency)},
     {"workspace_mib", 0, 0, 1e6, 1048576.0, OFF(workspace_bytes)},
     {"kernel_overhead_us", 0, 0, 1e6, 1e-6, OFF(kernel_overhead_s)},
+    /* network topology (docs/planner-profiles.md) */
+    {"nvlink_domain_gpus", 0, 1, 1048576, 1, OFF(nvlink_domain_gpus)},
+    {"nics_per_node", 0, 1, 1024, 1, OFF(nics_per_node)},
+    {"leaf_switch_nodes", 0, 0, 1048576, 1, OFF(leaf_switch_nodes)},
+    {"fabric_oversubscription", 0, 1, 64, 1, OFF(oversubscription)},
+    /* the framework's costs */
+    {"tp_overlap_available", 0, 0, 1, 1, OFF(tp_overlap_available)},
+    {"tp_overlap_share", 0, 0, 1, 1, OFF(tp_overlap_share)},
+    {"tp_overlap_chunk_us", 0, 0, 1e6, 1e-6, OFF(tp_overlap_chunk_s)},
+    {"tp_overlap_gemm_slowdown", 0, 0, 1, 1, OFF(tp_overlap_slowdown)},
+    {"host_launch_us", 0, 0, 1e6, 1e-6, OFF(host_launch_s)},
+    {"micro_batch_host_us", 0, 0, 1e9, 1e-6, OFF(micro_batch_host_s)},
+    {"step_host_ms", 0, 0, 1e7, 1e-3, OFF(step_host_s)},
+    {"optimizer_fixed_ms", 0, 0, 1e7, 1e-3, OFF(optimizer_fixed_s)},
+    {"straggler_cv", 0, 0, 1, 1, OFF(straggler_cv)},
+    {"global_syncs", 0, 0, 1000, 1, OFF(global_syncs)},
 };
 #define N_KEYS (sizeof k_keys / sizeof k_keys[0])
 
@@ -73,6 +91,16 @@ static void cluster_defaults(tpd_plan_cluster *c) {
     c->gemm_bwd_ratio = 2.0; /* two GEMMs of the forward's size */
     c->attn_bwd_ratio = 2.5; /* four products and the softmax gradient vs two + softmax */
     c->p2p_latency = -1.0;
+    /* Topology: 0 = the node (nvlink_domain_gpus, nics_per_node), one leaf switch. The
+     * framework: fp32 gradients on the wire, the TP overlap available and hiding up to its
+     * GEMM (less 2 us a chunk) at a 5% GEMM slowdown; nothing else added. Together: the
+     * model as it was before these keys. */
+    c->oversubscription = 1.0;
+    c->grad_wire_bytes = 4.0;
+    c->tp_overlap_available = 1;
+    c->tp_overlap_share = 1.0;
+    c->tp_overlap_chunk_s = 2e-6;
+    c->tp_overlap_slowdown = 0.05;
 }
 
 /* elementwise_ns: per-element seconds of the cpu kernels, by kernel name. */
@@ -246,6 +274,26 @@ static tpd_status parse_elementwise(yaml_document_t *doc, yaml_node_t *map, cons
     return TPD_OK;
 }
 
+/* The keys whose values are names: grad_reduce_dtype (fp32, bf16: bytes per gradient
+ * element the DP reduction moves) and global_sync_algorithm (tree, ring). */
+static tpd_status parse_choice(const char *path, int line, const char *key, const char *val,
+                               tpd_plan_cluster *c) {
+    if (strcmp(key, "grad_reduce_dtype") == 0) {
+        if (strcmp(val, "fp32") == 0 || strcmp(val, "bf16") == 0) {
+            c->grad_wire_bytes = val[0] == 'f' ? 4.0 : 2.0;
+            return TPD_OK;
+        }
+        tpd_log_error("%s:%d: grad_reduce_dtype: '%s' must be fp32 or bf16", path, line, val);
+        return TPD_ERR_INVALID;
+    }
+    if (strcmp(val, "tree") == 0 || strcmp(val, "ring") == 0) {
+        c->sync_ring = val[0] == 'r';
+        return TPD_OK;
+    }
+    tpd_log_error("%s:%d: global_sync_algorithm: '%s' must be tree or ring", path, line, val);
+    return TPD_ERR_INVALID;
+}
+
 static tpd_status parse_root(yaml_document_t *doc, const char *path, tpd_plan_cluster *c) {
     yaml_node_t *root = yaml_document_get_root_node(doc);
     if (!root || root->type != YAML_MAPPING_NODE) {
@@ -286,6 +334,10 @@ static tpd_status parse_root(yaml_document_t *doc, const char *path, tpd_plan_cl
             if (key[0] == 'n') snprintf(c->name, sizeof c->name, "%s", val);
             continue;
         }
+        if (strcmp(key, "grad_reduce_dtype") == 0 || strcmp(key, "global_sync_algorithm") == 0) {
+            TPD_CHECK(parse_choice(path, line, key, val, c));
+            continue;
+        }
         if (strcmp(key, "backend") == 0) {
             if (strcmp(val, "cuda") == 0) {
                 c->backend = TPD_PLAN_BACKEND_CUDA;
@@ -301,17 +353,14 @@ static tpd_status parse_root(yaml_document_t *doc, const char *path, tpd_plan_cl
         while (i < N_KEYS && strcmp(k_keys[i].key, key) != 0)
             i++;
         if (i == N_KEYS) {
-            tpd_log_error("%s:%d: unknown key '%s' (known: name, description, backend, "
-                          "gpus_per_node, peak_tflops, hbm_gib, hbm_bw_gbs, "
-                          "usable_memory_fraction, memory_efficiency, intra_node_bw_gbs, "
-                          "intra_node_latency_us, inter_node_bw_gbs, inter_node_latency_us, "
-                          "collective_efficiency, flash_attention_efficiency, workspace_mib, "
-                          "kernel_overhead_us, gemm_efficiency, calibrated, cpu_cores, "
-                          "calibration_ranks, gemm_backward_ratio, attention_backward_ratio, "
-                          "p2p_bw_gbs, p2p_latency_us, sync_latency_us, sync_latency_all_us, "
-                          "attention_efficiency, "
-                          "elementwise_ns)",
-                          path, line, key);
+            char known[2048];
+            size_t at = (size_t)snprintf(known, sizeof known,
+                                         "name, description, backend, grad_reduce_dtype, "
+                                         "global_sync_algorithm, gemm_efficiency, "
+                                         "attention_efficiency, elementwise_ns");
+            for (size_t j = 0; j < N_KEYS && at < sizeof known; j++)
+                at += (size_t)snprintf(known + at, sizeof known - at, ", %s", k_keys[j].key);
+            tpd_log_error("%s:%d: unknown key '%s' (known: %s)", path, line, key, known);
             return TPD_ERR_INVALID;
         }
         double v;
@@ -334,13 +383,24 @@ static tpd_status parse_root(yaml_document_t *doc, const char *path, tpd_plan_cl
         } else {
             *(double *)field = v * k_keys[i].scale;
         }
-        seen[i] = 1;
+        seen[i] = line;
     }
     for (size_t i = 0; i < N_KEYS; i++) {
         if (k_keys[i].required && !seen[i]) {
             tpd_log_error("%s: missing required key '%s'", path, k_keys[i].key);
             return TPD_ERR_INVALID;
         }
+    }
+    /* an NVLink domain is whole nodes (NVL72: 18 trays of 4) or splits a node evenly */
+    int d = c->nvlink_domain_gpus, g = c->gpus_per_node;
+    if (d > 0 && d % g != 0 && g % d != 0) {
+        size_t i = 0;
+        while (k_keys[i].offset != OFF(nvlink_domain_gpus))
+            i++;
+        tpd_log_error("%s:%d: nvlink_domain_gpus: %d must be a multiple or a divisor of "
+                      "gpus_per_node (%d)",
+                      path, seen[i], d, g);
+        return TPD_ERR_INVALID;
     }
     return TPD_OK;
 }

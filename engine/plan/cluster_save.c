@@ -60,6 +60,25 @@ tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path, co
     fprintf(f, "gemm_backward_ratio: %.4g       # linear backward / forward time\n",
             c->gemm_bwd_ratio);
     fprintf(f, "attention_backward_ratio: %.4g\n", c->attn_bwd_ratio);
+    /* topology and the framework's costs (docs/planner-profiles.md) */
+    fprintf(f, "nvlink_domain_gpus: %d       # GPUs on one NVLink fabric\n",
+            c->nvlink_domain_gpus > 0 ? c->nvlink_domain_gpus : c->gpus_per_node);
+    fprintf(f, "nics_per_node: %d\n", c->nics_per_node > 0 ? c->nics_per_node : c->gpus_per_node);
+    fprintf(f, "leaf_switch_nodes: %d        # 0: one leaf switch\n", c->leaf_switch_nodes);
+    fprintf(f, "fabric_oversubscription: %.6g\n",
+            c->oversubscription >= 1.0 ? c->oversubscription : 1.0);
+    fprintf(f, "grad_reduce_dtype: %s\n", c->grad_wire_bytes == 2.0 ? "bf16" : "fp32");
+    fprintf(f, "tp_overlap_available: %d\n", c->tp_overlap_available);
+    fprintf(f, "tp_overlap_share: %.6g\n", c->tp_overlap_share);
+    fprintf(f, "tp_overlap_chunk_us: %.6g\n", c->tp_overlap_chunk_s * 1e6);
+    fprintf(f, "tp_overlap_gemm_slowdown: %.6g\n", c->tp_overlap_slowdown);
+    fprintf(f, "host_launch_us: %.6g\n", c->host_launch_s * 1e6);
+    fprintf(f, "micro_batch_host_us: %.6g\n", c->micro_batch_host_s * 1e6);
+    fprintf(f, "step_host_ms: %.6g\n", c->step_host_s * 1e3);
+    fprintf(f, "optimizer_fixed_ms: %.6g\n", c->optimizer_fixed_s * 1e3);
+    fprintf(f, "straggler_cv: %.6g\n", c->straggler_cv);
+    fprintf(f, "global_syncs: %d\n", c->global_syncs);
+    fprintf(f, "global_sync_algorithm: %s\n", c->sync_ring ? "ring" : "tree");
     put_curve(f, "gemm_efficiency", c->gemm_curve_len, c->gemm_curve_flops, c->gemm_curve_eff);
     put_curve(f, "attention_efficiency", c->attn_curve_len, c->attn_curve_flops, c->attn_curve_eff);
     fprintf(f, "elementwise_ns:                  # nanoseconds per element\n");

@@ -40,17 +40,19 @@ void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layou
     l.distributed_optimizer = p->use_distributed_optimizer;
     l.overlap_grad_reduce = p->overlap_grad_reduce;
     l.overlap_param_gather = p->overlap_param_gather;
+    l.tp_comm_overlap = p->tp_comm_overlap && l.sequence_parallel;
     *lay_p = l;
 }
 
 void tpd_plan_layout_str(const tpd_plan_layout *l, char *buf, size_t len) {
     const char *ovl = l->overlap_grad_reduce ? (l->overlap_param_gather ? "grad+param" : "grad")
                                              : (l->overlap_param_gather ? "param" : "off");
-    snprintf(buf, len, "TP=%d PP=%d DP=%d mbs=%d v=%d %s recompute=%s SP=%s ZeRO=%s overlap=%s",
+    snprintf(buf, len, "TP=%d PP=%d DP=%d mbs=%d v=%d %s recompute=%s SP=%s ZeRO=%s overlap=%s%s",
              l->tp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages,
              tpd_config_choice("parallel.pipeline_schedule", tpd_plan_layout_schedule(l)),
              tpd_config_choice("training.recompute", l->recompute),
-             l->sequence_parallel ? "on" : "off", l->distributed_optimizer ? "on" : "off", ovl);
+             l->sequence_parallel ? "on" : "off", l->distributed_optimizer ? "on" : "off", ovl,
+             l->tp_comm_overlap ? " tp-comm-overlap" : "");
 }
 
 /* Appends "key=value " to buf at *at; 0 when it does not fit. */
@@ -96,6 +98,8 @@ int tpd_plan_overrides(const tpd_config *cfg, const tpd_plan_result *res, char *
     PUT(" parallel.use_distributed_optimizer=%s", l->distributed_optimizer ? "true" : "false");
     PUT(" parallel.overlap_grad_reduce=%s", l->overlap_grad_reduce ? "true" : "false");
     PUT(" parallel.overlap_param_gather=%s", l->overlap_param_gather ? "true" : "false");
+    /* only when on: the search never turns it on, and `tripod train` refuses it */
+    if (l->tp_comm_overlap) PUT(" parallel.tp_comm_overlap=true");
     PUT(" training.micro_batch_size=%d", l->micro_batch_size);
     PUT(" training.recompute=%s", tpd_config_choice("training.recompute", l->recompute));
     int rl = l->recompute != TPD_RECOMPUTE_FULL ? 0
@@ -111,7 +115,6 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
     const tpd_config_model *m = &cfg->model;
     int v = l->virtual_stages;
     long total = (long)l->tp * l->pp * l->dp;
-    (void)cl;
     if (l->tp < 1 || l->pp < 1 || l->dp < 1 || l->micro_batch_size < 1 || v < 1) {
         snprintf(why, whylen, "sizes must be >= 1 (TP %d, PP %d, DP %d, mbs %d, v %d)", l->tp,
                  l->pp, l->dp, l->micro_batch_size, v);
@@ -185,6 +188,16 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
     }
     if (l->sequence_parallel && l->tp < 2) {
         snprintf(why, whylen, "sequence parallel needs TP > 1");
+        return 0;
+    }
+    if (l->tp_comm_overlap && !l->sequence_parallel) {
+        snprintf(why, whylen, "tp_comm_overlap needs sequence parallel and TP > 1");
+        return 0;
+    }
+    if (l->tp_comm_overlap && cl && !cl->tp_overlap_available) {
+        snprintf(why, whylen,
+                 "tp_comm_overlap: the cluster profile's framework has no TP communication "
+                 "overlap (tp_overlap_available: 0)");
         return 0;
     }
     if (l->sequence_parallel && cfg->model.seq_length % l->tp) {

@@ -82,6 +82,39 @@ typedef struct tpd_plan_cluster {
      * group of 2, and for a group of calibration_ranks; between them, linear in log2 of
      * the group size. */
     double sync_latency, sync_latency_all;
+
+    /* ---- network topology (all optional; the defaults are one NVLink domain per node, a
+     * NIC per GPU and a non-blocking fabric, the model before these keys) ---- */
+    int nvlink_domain_gpus;  /* GPUs on one NVLink fabric at intra_bw (8 DGX, 72 NVL72);
+                                0 = gpus_per_node */
+    int nics_per_node;       /* network cards per node, inter_bw each; 0 = gpus_per_node */
+    int leaf_switch_nodes;   /* nodes under one leaf switch; 0 = every node (one leaf) */
+    double oversubscription; /* leaf uplinks : downlinks (>= 1; 1 = rail-optimized or
+                                non-blocking): a group spanning more than leaf_switch_nodes
+                                nodes gets inter_bw / oversubscription */
+    /* ---- the framework's costs (all optional; the defaults add nothing) ---- */
+    double grad_wire_bytes;     /* bytes per gradient element the DP reduction moves under
+                                   bf16 training: 4 (fp32 main grads, Megatron's
+                                   accumulate_allreduce_grads_in_fp32) or 2 (bf16) */
+    int tp_overlap_available;   /* 1: the framework can overlap TP communication with the
+                                   GEMMs (parallel.tp_comm_overlap); 0: refused */
+    double tp_overlap_share;    /* most of a TP collective the overlap can hide, 0..1 */
+    double tp_overlap_chunk_s;  /* cost of one ring-exchange chunk, s (TP chunks a GEMM) */
+    double tp_overlap_slowdown; /* GEMM time added while the overlap's kernels share the
+                                   SMs, as a share of the GEMM time */
+    double host_launch_s;       /* host time to launch a kernel: no kernel takes less when
+                                   the host cannot run ahead of the device; 0 = it can */
+    double micro_batch_host_s;  /* host work per micro-batch per stage (batch slicing,
+                                   schedule bookkeeping), s */
+    double step_host_s;         /* per step: data loading, logging, timers, s */
+    double optimizer_fixed_s;   /* per step, beyond the optimizer's bytes (unfused launches,
+                                   the grad-norm's host sync), s */
+    double straggler_cv;        /* per-rank compute time variation: the coefficient of
+                                   variation of a normal distribution (0 = none) */
+    int global_syncs;           /* small all-reduces over every rank per step (grad norm,
+                                   inf check, ...) */
+    int sync_ring;              /* 1: those run as rings (latency 2(N-1) steps); 0: trees
+                                   (2 ceil(log2 N) steps, NCCL's choice for small sizes) */
 } tpd_plan_cluster;
 
 /* Loads NAME (configs/clusters/NAME.yaml under the source tree, then under the current
@@ -96,6 +129,17 @@ double tpd_plan_attention_efficiency(const tpd_plan_cluster *c, double flops);
  * written by hand: TFLOP/s, GiB, GB/s, us, ns). `header` is a comment block (lines
  * without '#', may be NULL). */
 tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path, const char *header);
+/* Bytes per gradient element on the wire of the DP reduction: the profile's
+ * grad_reduce_dtype under bf16 training, 4 under fp32. */
+double tpd_plan_grad_wire_bytes(const tpd_config *cfg, const tpd_plan_cluster *c);
+/* Megatron-Core's TP communication overlap of one collective of `comm` s with its GEMM of
+ * `gemm` s, both split in `tp` ring-exchange chunks: hidden = min(tp_overlap_share * comm,
+ * max(0, gemm - tp * tp_overlap_chunk_us)), exposed = comm - hidden (never below 0). */
+void tpd_plan_tp_overlap(const tpd_plan_cluster *c, double gemm, double comm, int tp,
+                         double *exposed_p, double *hidden_p);
+/* Expected maximum of n independent standard normal draws, Blom's approximation
+ * Phi^-1((n - 0.375) / (n + 0.25)): 0 for n = 1, 0.59 for 2, 3.61 for 4096. */
+double tpd_plan_expected_max_normal(int n);
 
 typedef struct tpd_plan_layout {
     int tp, pp, dp;
@@ -108,6 +152,8 @@ typedef struct tpd_plan_layout {
                                   virtual_stages > 1, as tpd_config_schedule says) */
     int overlap_grad_reduce;   /* parallel.overlap_grad_reduce */
     int overlap_param_gather;  /* parallel.overlap_param_gather (ZeRO-1 only) */
+    int tp_comm_overlap;       /* parallel.tp_comm_overlap (SP and TP > 1 only); the search
+                                  turns it on only where the config does */
 } tpd_plan_layout;
 
 /* The schedule the layout runs: interleaved when virtual_stages > 1, else its schedule. */
@@ -121,16 +167,25 @@ typedef struct tpd_plan_stage_mem {
 } tpd_plan_stage_mem;
 
 /* Where one step's time goes, s. step_time_s = compute + pp_bubble + pp_p2p +
- * dp_comm_exposed + optimizer + dp_gather_exposed. */
+ * dp_comm_exposed + optimizer + dp_gather_exposed + straggler + global_sync + step_host. */
 typedef struct tpd_plan_time {
     double compute;           /* M x (fwd + bwd incl. recompute) of the slowest stage */
-    double tp_comm;           /* the TP collectives inside that */
+    double tp_comm;           /* the TP collectives inside that (what the overlap left exposed) */
+    double tp_comm_hidden;    /* beside it, not inside: what parallel.tp_comm_overlap hid */
+    double host_overhead;     /* inside compute: the host's share (host_launch_us floors, the
+                                 per-micro-batch host work) */
     double pp_bubble;         /* simulated pipeline idle with free p2p */
-    double pp_p2p;            /* what p2p latency and bandwidth add to the pipeline */
+    double pp_p2p;            /* the p2p the schedule does not hide: the simulated pipeline with
+                                 each send's latency and transfer on its receiver's path, less
+                                 the same with free sends (interleaving: v times the sends) */
+    double straggler;         /* compute x straggler_cv x E[max of N standard normals], N the
+                                 world: the slowest rank sets the step at its global sync */
+    double global_sync;       /* the profile's global_syncs small all-reduces over every rank */
+    double step_host;         /* per-step host work (data loading, ...), step_host_ms */
     double dp_comm_exposed;   /* the embedding and DP gradient reduction past the pipeline,
                                  on the step's critical path: max over stages of (pipeline end
                                  + exposed) - the pipeline's makespan */
-    double optimizer;         /* norm, clipping, AdamW (memory bound) */
+    double optimizer;         /* norm, clipping, AdamW (memory bound) + optimizer_fixed_ms */
     double dp_gather_exposed; /* ZeRO-1 parameter all-gather that the next step's forward
                                  waits for (all of it without overlap_param_gather) */
     /* Reported beside the step, not part of the sum: */
@@ -143,6 +198,19 @@ typedef struct tpd_plan_time {
                                 from the step's start to its own end): the trainer's idle
                                 fraction (tpd_trainer_job_timers, bench, sweep) */
 } tpd_plan_time;
+
+/* The slowest hop a group's collectives cross (engine/plan/network.c). */
+typedef enum tpd_plan_hop {
+    TPD_PLAN_HOP_NONE = 0,   /* a group of one rank, or not modelled (cpu backend) */
+    TPD_PLAN_HOP_NVLINK,     /* inside one NVLink domain */
+    TPD_PLAN_HOP_NETWORK,    /* over the NICs, under one leaf switch */
+    TPD_PLAN_HOP_CROSS_LEAF, /* over oversubscribed leaf uplinks */
+} tpd_plan_hop;
+/* Of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP TP, a pipeline
+ * boundary's pair TP*DP). */
+tpd_plan_hop tpd_plan_group_hop(const tpd_plan_cluster *c, int n, long stride);
+/* "nvlink", "network", "cross-leaf", "none". */
+const char *tpd_plan_hop_name(tpd_plan_hop h);
 
 typedef struct tpd_plan_result {
     int stage_layers[TPD_CONFIG_MAX_STAGES]; /* transformer layers of each stage (all chunks) */
@@ -170,6 +238,8 @@ typedef struct tpd_plan_result {
     tpd_pp_sim_times stage_times[TPD_CONFIG_MAX_STAGES]; /* the simulator's inputs, per stage
                                                             and (micro-batch, chunk) */
     double dp_exposed[TPD_CONFIG_MAX_STAGES]; /* per stage: reduction past its pipeline end */
+    tpd_plan_hop hop_tp, hop_dp, hop_pp;      /* where the TP and DP groups and the pipeline
+                                                 sends run */
     double model_flops, hw_flops;             /* per iteration, all GPUs */
     double tflops_per_gpu, hw_tflops_per_gpu, mfu, tokens_per_s;
 } tpd_plan_result;

@@ -28,7 +28,8 @@ int tpd_plan_gpt_block(const tpd_config *cfg);
  * an action can be placed at a layer. */
 typedef struct tpd_plan_stage_cost {
     double fwd, bwd, wgrad;
-    double tp_comm;              /* TP collectives inside fwd + bwd */
+    double tp_comm;              /* TP collectives inside fwd + bwd (exposed) */
+    double tp_comm_hidden;       /* TP collectives the overlap hid behind GEMMs */
     double embed_fwd, embed_bwd; /* first stage */
     double head_fwd, head_bwd;   /* last stage */
 } tpd_plan_stage_cost;
@@ -79,7 +80,8 @@ void tpd_plan_units_bucket(const tpd_plan_units *u, int b, double *begin_p, doub
  * and run one after another; the ZeRO all-gathers of the next step's parameters, bucket by
  * bucket after the optimizer, against the first forward that needs each. Fills the dp_*
  * fields of res->time, res->dp_exposed, pp_idle_fraction, and res->step_time_s from
- * pipe (with p2p) and res->time.{compute, pp_bubble, pp_p2p, optimizer}. */
+ * pipe (with p2p) and res->time.{compute, pp_bubble, pp_p2p, optimizer, straggler,
+ * global_sync, step_host}. */
 tpd_status tpd_plan_step_finish(const tpd_config *cfg, const tpd_plan_layout *lay,
                                 const tpd_plan_pipe *pipe, const tpd_plan_stage_cost *cost,
                                 const tpd_plan_dp_cost *dpc, tpd_plan_result *res);
@@ -88,6 +90,23 @@ tpd_status tpd_plan_step_finish(const tpd_config *cfg, const tpd_plan_layout *la
  * same for the gathers. For the search's lower bound. */
 double tpd_plan_dp_unhidden(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                             const tpd_plan_dp_cost *dpc);
+
+/* ---- the network and the terms that grow with scale (plan/network.c) ---- */
+
+/* Link of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP TP, a
+ * pipeline boundary TP*DP): the slowest hop it crosses, bandwidth (collective efficiency
+ * applied) and latency per ring step. */
+void tpd_plan_group_link(const tpd_plan_cluster *cl, int n, long stride, double *bw_p,
+                         double *lat_p);
+/* GPUs of one NVLink domain: nvlink_domain_gpus, or the node. */
+int tpd_plan_nvlink_domain(const tpd_plan_cluster *cl);
+/* One GPU's network bandwidth for traffic within `span` consecutive ranks: its share of
+ * the node's NICs, divided by the oversubscription when the span crosses leaf switches. */
+double tpd_plan_net_bw(const tpd_plan_cluster *cl, long span);
+/* compute x straggler_cv x E[max of `world` standard normals], s. */
+double tpd_plan_straggler_time(const tpd_plan_cluster *cl, double compute, int world);
+/* global_syncs small all-reduces over `world` ranks (tree or ring latency), s. */
+double tpd_plan_global_sync_time(const tpd_plan_cluster *cl, int world);
 
 /* The GPU model's and the cpu model's DP prices for a layout. */
 void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,

@@ -85,17 +85,27 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
     const tpd_plan_time *t = &r->time;
     double st = r->step_time_s;
     fprintf(f, "time per step: %.3f s\n", st);
-    fprintf(f, "  compute (slowest stage) %9.3f s  %5.1f%%  (of which TP comm %.3f s)\n",
-            t->compute, 100 * t->compute / st, t->tp_comm);
+    fprintf(f,
+            "  compute (slowest stage) %9.3f s  %5.1f%%  (of which TP comm %.3f s, host %.3f s)\n",
+            t->compute, 100 * t->compute / st, t->tp_comm, t->host_overhead);
+    if (r->layout.tp_comm_overlap)
+        fprintf(f, "    TP comm hidden behind the GEMMs (tp_comm_overlap) %.3f s\n",
+                t->tp_comm_hidden);
     fprintf(f, "  pipeline bubble         %9.3f s  %5.1f%%\n", t->pp_bubble,
             100 * t->pp_bubble / st);
-    fprintf(f, "  pipeline p2p            %9.3f s  %5.1f%%\n", t->pp_p2p, 100 * t->pp_p2p / st);
+    fprintf(f, "  pipeline p2p (unhidden) %9.3f s  %5.1f%%\n", t->pp_p2p, 100 * t->pp_p2p / st);
     fprintf(f, "  DP comm (exposed)       %9.3f s  %5.1f%%\n", t->dp_comm_exposed,
             100 * t->dp_comm_exposed / st);
     fprintf(f, "  optimizer step          %9.3f s  %5.1f%%\n", t->optimizer,
             100 * t->optimizer / st);
     fprintf(f, "  param gather (exposed)  %9.3f s  %5.1f%%\n", t->dp_gather_exposed,
             100 * t->dp_gather_exposed / st);
+    fprintf(f, "  stragglers              %9.3f s  %5.1f%%\n", t->straggler,
+            100 * t->straggler / st);
+    fprintf(f, "  global syncs            %9.3f s  %5.1f%%\n", t->global_sync,
+            100 * t->global_sync / st);
+    fprintf(f, "  host per step           %9.3f s  %5.1f%%\n", t->step_host,
+            100 * t->step_host / st);
     double hidden = t->dp_comm_total - t->dp_comm_exposed - t->dp_gather_exposed;
     fprintf(f,
             "  pipeline: %s schedule, idle %.1f%% of the stages' time (1 - busy/time, as the "
@@ -110,6 +120,10 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
             t->dp_comm_total, hidden > 0 ? hidden : 0.0,
             r->layout.overlap_grad_reduce ? "on" : "off",
             r->layout.overlap_param_gather ? "on" : "off", t->dp_exposed_max);
+    if (r->hop_tp || r->hop_dp || r->hop_pp)
+        fprintf(f, "  links (rank order TP fastest, then DP, then PP): TP %s, DP %s, PP %s\n",
+                tpd_plan_hop_name(r->hop_tp), tpd_plan_hop_name(r->hop_dp),
+                tpd_plan_hop_name(r->hop_pp));
     fprintf(f, "  per chunk (slowest stage): fwd %.3f ms, bwd %.3f ms", 1e3 * r->t_fwd_chunk,
             1e3 * r->t_bwd_chunk);
     if (r->t_wgrad_chunk > 0) fprintf(f, " (of which W %.3f ms)", 1e3 * r->t_wgrad_chunk);
@@ -181,6 +195,7 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
     cJSON_AddStringToObject(o, "recompute", tpd_config_choice("training.recompute", l->recompute));
     cJSON_AddBoolToObject(o, "sequence_parallel", l->sequence_parallel);
     cJSON_AddBoolToObject(o, "distributed_optimizer", l->distributed_optimizer);
+    cJSON_AddBoolToObject(o, "tp_comm_overlap", l->tp_comm_overlap);
     cJSON_AddBoolToObject(o, "fits", r->fits);
     if (r->reject_reason[0])
         cJSON_AddStringToObject(o, "reject_reason", r->reject_reason);
@@ -216,14 +231,25 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
     if (tb) {
         cJSON_AddNumberToObject(tb, "compute", r->time.compute);
         cJSON_AddNumberToObject(tb, "tp_comm", r->time.tp_comm);
+        cJSON_AddNumberToObject(tb, "tp_comm_hidden", r->time.tp_comm_hidden);
+        cJSON_AddNumberToObject(tb, "host_overhead", r->time.host_overhead);
         cJSON_AddNumberToObject(tb, "pp_bubble", r->time.pp_bubble);
         cJSON_AddNumberToObject(tb, "pp_p2p", r->time.pp_p2p);
         cJSON_AddNumberToObject(tb, "dp_comm_exposed", r->time.dp_comm_exposed);
         cJSON_AddNumberToObject(tb, "optimizer", r->time.optimizer);
         cJSON_AddNumberToObject(tb, "dp_gather_exposed", r->time.dp_gather_exposed);
+        cJSON_AddNumberToObject(tb, "straggler", r->time.straggler);
+        cJSON_AddNumberToObject(tb, "global_sync", r->time.global_sync);
+        cJSON_AddNumberToObject(tb, "step_host", r->time.step_host);
         cJSON_AddNumberToObject(tb, "dp_comm_total", r->time.dp_comm_total);
         cJSON_AddNumberToObject(tb, "dp_exposed_max", r->time.dp_exposed_max);
         cJSON_AddNumberToObject(tb, "pp_idle_fraction", r->time.pp_idle_fraction);
+    }
+    cJSON *ln = cJSON_AddObjectToObject(o, "links");
+    if (ln) {
+        cJSON_AddStringToObject(ln, "tp", tpd_plan_hop_name(r->hop_tp));
+        cJSON_AddStringToObject(ln, "dp", tpd_plan_hop_name(r->hop_dp));
+        cJSON_AddStringToObject(ln, "pp", tpd_plan_hop_name(r->hop_pp));
     }
     char buf[4096];
     if (cfg && r->stages > 0 && tpd_plan_overrides(cfg, r, buf, sizeof buf) >= 0) {

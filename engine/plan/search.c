@@ -95,8 +95,8 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
     char why[192], key[sizeof s.reasons[0].key];
     for (int tp = 1; tp <= cl->gpus_per_node && tp <= n; tp++) {
         if (!divides(tp, cl->gpus_per_node) || !divides(tp, n)) continue;
-        tpd_plan_layout base = {tp, 1, 1,         1,        1,        TPD_RECOMPUTE_NONE,
-                                0,  0, one_chunk, ovl_grad, ovl_param};
+        tpd_plan_layout base = {tp, 1, 1,         1,        1,         TPD_RECOMPUTE_NONE,
+                                0,  0, one_chunk, ovl_grad, ovl_param, 0};
         if (m->num_attention_heads % tp != 0 ||
             (m->group_query_attention && m->num_query_groups % tp != 0)) {
             (void)tpd_plan_layout_valid(cfg, cl, &base, 0, why, sizeof why);
@@ -148,6 +148,8 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                                 lay.recompute = (tpd_recompute)rc;
                                 lay.sequence_parallel = sp;
                                 lay.distributed_optimizer = zero;
+                                /* TP overlap only where the config asks for it */
+                                lay.tp_comm_overlap = cfg->parallel.tp_comm_overlap && sp;
                                 if (!tpd_plan_layout_valid(cfg, cl, &lay, n, why, sizeof why)) {
                                     reason_key(why, key, sizeof key);
                                     reject(&s, key, &lay, why);

@@ -21,7 +21,8 @@
  *   units in the next step (the simulation's start times); the wait is the largest lateness.
  *   Without it all of them are waited for at once.
  * The step is the slowest stage's pipeline end plus its exposed reduction, then the
- * optimizer, then the exposed gathers. */
+ * optimizer, then the exposed gathers; and the terms of scale and of the host that the
+ * backend's model set (straggler, global_sync, step_host). */
 #include "engine/plan/plan.h"
 #include "engine/plan/plan_internal.h"
 
@@ -374,6 +375,6 @@ tpd_status tpd_plan_step_finish(const tpd_config *cfg, const tpd_plan_layout *la
     t->dp_comm_total = total;
     t->pp_idle_fraction = pipe->idle_fraction;
     res->step_time_s = t->compute + t->pp_bubble + t->pp_p2p + t->dp_comm_exposed + t->optimizer +
-                       t->dp_gather_exposed;
+                       t->dp_gather_exposed + t->straggler + t->global_sync + t->step_host;
     return TPD_OK;
 }

@@ -1,6 +1,7 @@
 /* The predicted timeline of one step as a Chrome trace: the simulator's start and end of
  * every action of every stage (each stage with its own times, under the layout's schedule),
- * then each stage's exposed DP reduction, the optimizer step and the exposed ZeRO gathers. */
+ * then each stage's exposed DP reduction, the optimizer step and the exposed ZeRO gathers,
+ * and the straggler wait, global syncs and per-step host work. */
 #include "engine/plan/plan.h"
 #include "engine/trace/trace.h"
 
@@ -56,6 +57,22 @@ tpd_status tpd_plan_write_trace(const tpd_plan_result *r, const char *path) {
                                               1e6 * (opt0 + r->time.optimizer),
                                               1e6 * r->time.dp_gather_exposed, NULL),
                            st, close_trace);
+        /* the terms of scale and of the host, after the rest of the step: the trace shows
+         * how long each is, not where in the step it falls */
+        const struct {
+            const char *name;
+            double dur;
+        } tail[] = {{"STRAGGLER_WAIT", r->time.straggler},
+                    {"GLOBAL_SYNC", r->time.global_sync},
+                    {"STEP_HOST", r->time.step_host}};
+        double at = opt0 + r->time.optimizer + r->time.dp_gather_exposed;
+        for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++) {
+            if (tail[i].dur <= 0.0) continue;
+            TPD_CHECK_GOTO(tpd_trace_complete(tr, s, 1, tail[i].name, "step", 1e6 * at,
+                                              1e6 * tail[i].dur, NULL),
+                           st, close_trace);
+            at += tail[i].dur;
+        }
     }
 close_trace:
     TPD_CHECK_KEEP(tpd_trace_close(tr), st);

@@ -22,8 +22,16 @@
 
 typedef struct op_time {
     double compute; /* s */
-    double comm;    /* s, TP collectives */
+    double comm;    /* s, TP collectives (exposed) */
+    double hidden;  /* s, TP collectives the overlap hid (not in compute or comm) */
 } op_time;
+
+/* A kernel of `t` s on the device: its launch gap, and never less than the host takes to
+ * launch it (host_launch_us, when the host cannot run ahead). */
+static double kernel_time(const tpd_plan_cluster *cl, double t) {
+    t += cl->kernel_overhead_s;
+    return t > cl->host_launch_s ? t : cl->host_launch_s;
+}
 
 static double gemm_time(const tpd_plan_cluster *cl, double m, double n, double k, double batch,
                         double elem) {
@@ -31,11 +39,11 @@ static double gemm_time(const tpd_plan_cluster *cl, double m, double n, double k
     double bytes = elem * (m * k + k * n + m * n) * batch;
     double t_flops = flops / (cl->peak_flops * tpd_plan_gemm_efficiency(cl, flops));
     double t_bytes = bytes / (cl->hbm_bw * cl->mem_efficiency);
-    return (t_flops > t_bytes ? t_flops : t_bytes) + cl->kernel_overhead_s;
+    return kernel_time(cl, t_flops > t_bytes ? t_flops : t_bytes);
 }
 
 static double mem_time(const tpd_plan_cluster *cl, double bytes) {
-    return bytes / (cl->hbm_bw * cl->mem_efficiency) + cl->kernel_overhead_s;
+    return kernel_time(cl, bytes / (cl->hbm_bw * cl->mem_efficiency));
 }
 
 /* Ring all-reduce of `bytes` over n ranks: 2(n-1)/n of the data crosses each link. */
@@ -50,21 +58,9 @@ static double half_ring_time(double bytes, int n, double bw, double lat) {
     return (double)(n - 1) / n * bytes / bw + (n - 1) * lat;
 }
 
-/* Link of a group of n ranks whose world ranks are `stride` apart (TP 1, DP TP, PP
- * TP*DP): intra-node when the whole group sits in one node. A group spread over nodes
- * with k members per node runs k rings side by side, one per NIC. */
-static void group_link(const tpd_plan_cluster *cl, int n, int stride, double *bw_p, double *lat_p) {
-    int gpn = cl->gpus_per_node;
-    if ((long)n * stride <= gpn) {
-        *bw_p = cl->intra_bw * cl->coll_efficiency;
-        *lat_p = cl->intra_latency;
-        return;
-    }
-    int per_node = stride >= gpn ? 1 : gpn / stride;
-    double bw = per_node * cl->inter_bw;
-    if (bw > cl->intra_bw) bw = cl->intra_bw;
-    *bw_p = bw * cl->coll_efficiency;
-    *lat_p = cl->inter_latency;
+static void group_link(const tpd_plan_cluster *cl, int n, long stride, double *bw_p,
+                       double *lat_p) {
+    tpd_plan_group_link(cl, n, stride, bw_p, lat_p);
 }
 
 /* The shapes of a layer's block that the time model needs. */
@@ -101,13 +97,13 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double tok = s * b, sbh = s * b * h, d = h / a;
     double rep = lay->sequence_parallel ? 1.0 / t : 1.0; /* norm/residual share per rank */
     block_shape k = block_of(cfg);
-    op_time o = {0.0, 0.0};
+    op_time o = {0.0, 0.0, 0.0};
 
     /* Attention core: every query head attends over the s keys of its group's K/V head. */
     if (tpd_plan_uses_flash(cfg)) {
         /* Fused kernel: QK^T and AV with the causal half skipped, no s x s tensor. */
         double flops = 0.5 * 4.0 * b * s * s * h / t;
-        o.compute += flops / (cl->peak_flops * cl->flash_efficiency) + cl->kernel_overhead_s;
+        o.compute += kernel_time(cl, flops / (cl->peak_flops * cl->flash_efficiency));
     } else {
         double heads = b * a / t;
         o.compute += gemm_time(cl, s, s, d, heads, e); /* scores = Q K^T */
@@ -121,10 +117,16 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
     }
     if (attn_only) return o;
 
-    o.compute += gemm_time(cl, tok, k.qkv / t, h, 1, e); /* QKV (K and V of h_kv each) */
-    o.compute += gemm_time(cl, tok, h, h / t, 1, e);     /* attention projection */
-    o.compute += gemm_time(cl, tok, k.fc1 / t, h, 1, e); /* FC1, or [gate; up] */
-    o.compute += gemm_time(cl, tok, h, f / t, 1, e);     /* FC2, or down */
+    /* the four TP GEMMs, each beside the collective SP puts next to it: all-gather before
+     * QKV and FC1, reduce-scatter after the projection and FC2 */
+    double g[4] = {
+        gemm_time(cl, tok, k.qkv / t, h, 1, e), /* QKV (K and V of h_kv each) */
+        gemm_time(cl, tok, h, h / t, 1, e),     /* attention projection */
+        gemm_time(cl, tok, k.fc1 / t, h, 1, e), /* FC1, or [gate; up] */
+        gemm_time(cl, tok, h, f / t, 1, e),     /* FC2, or down */
+    };
+    for (int i = 0; i < 4; i++)
+        o.compute += g[i];
     /* Two norms, LayerNorm or RMSNorm (read + write); two residual adds (read input and
      * residual, write output; GPT-2's fuse bias and dropout, with a 1-byte mask). GPT-2:
      * bias-GELU on the f-wide hidden (read + write). Llama: RoPE on Q and K (read + write of
@@ -142,14 +144,31 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
      * s*b*h activations. */
     double bw, lat;
     group_link(cl, lay->tp, 1, &bw, &lat);
-    o.comm += 2.0 * allreduce_time(e * sbh, lay->tp, bw, lat);
+    if (!lay->tp_comm_overlap || !lay->sequence_parallel || lay->tp < 2) {
+        o.comm += 2.0 * allreduce_time(e * sbh, lay->tp, bw, lat);
+        return o;
+    }
+    /* Megatron-Core's userbuffer overlap (parallel.tp_comm_overlap): each gather or scatter
+     * runs chunk by chunk behind its GEMM (tpd_plan_tp_overlap), and the GEMMs slow down by
+     * tp_overlap_slowdown while the communication kernels share the SMs. */
+    double hr = half_ring_time(e * sbh, lay->tp, bw, lat);
+    for (int i = 0; i < 4; i++) {
+        double exposed, hidden;
+        tpd_plan_tp_overlap(cl, g[i], hr, lay->tp, &exposed, &hidden);
+        o.comm += exposed;
+        o.hidden += hidden;
+        o.compute += cl->tp_overlap_slowdown * g[i];
+    }
     return o;
 }
 
 /* Backward of one layer from its forward: GEMMs and attention twice (data and weight
- * gradients), memory-bound kernels read about twice what forward did, same collectives. */
+ * gradients), memory-bound kernels read about twice what forward did, same collectives;
+ * under tp_comm_overlap each collective hides behind the data-gradient GEMM of its forward
+ * GEMM's size (the same share), and both backward GEMMs pay the slowdown (the weight
+ * gradient's runs beside the bulk overlap of the input's all-gather). */
 static op_time layer_backward(op_time fwd) {
-    op_time o = {2.0 * fwd.compute, fwd.comm};
+    op_time o = {2.0 * fwd.compute, fwd.comm, fwd.hidden};
     return o;
 }
 
@@ -167,7 +186,7 @@ static op_time layer_wgrad(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     double tok = s * b, sbh = s * b * h, rep = lay->sequence_parallel ? 1.0 / t : 1.0;
     block_shape k = block_of(cfg);
-    op_time w = {0.0, 0.0};
+    op_time w = {0.0, 0.0, 0.0};
     const double out_in[4][2] = {{k.qkv / t, h}, {h, h / t}, {k.fc1 / t, h}, {h, f / t}};
     for (int i = 0; i < 4; i++) {
         w.compute += gemm_time(cl, out_in[i][0], out_in[i][1], tok, 1, e);
@@ -221,34 +240,37 @@ void tpd_plan_gpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out) {
     op_time lf = layer_forward(cfg, cl, lay, 0);
     op_time lb = layer_backward(lf);
-    op_time rc = {0.0, 0.0};
+    op_time rc = {0.0, 0.0, 0.0};
     if (lay->recompute == TPD_RECOMPUTE_FULL) rc = lf;
     if (lay->recompute == TPD_RECOMPUTE_SELECTIVE) rc = layer_forward(cfg, cl, lay, 1);
     double layers = tpd_plan_stage_layers(cfg, lay, stage);
     /* full recompute runs on the block method's layers only */
     double rl =
         lay->recompute == TPD_RECOMPUTE_FULL ? tpd_plan_recomputed_layers(cfg, lay, stage) : layers;
-    op_time f = {layers * lf.compute, layers * lf.comm};
-    op_time b = {layers * lb.compute + rl * rc.compute, layers * lb.comm + rl * rc.comm};
+    op_time f = {layers * lf.compute, layers * lf.comm, layers * lf.hidden};
+    op_time b = {layers * lb.compute + rl * rc.compute, layers * lb.comm + rl * rc.comm,
+                 layers * lb.hidden + rl * rc.hidden};
     /* W's share: inside the backward, or split from it (zb-h1), which costs B a little */
     op_time extra;
     op_time lw = layer_wgrad(cfg, cl, lay, &extra);
-    op_time w = {layers * lw.compute, layers * lw.comm};
+    op_time w = {layers * lw.compute, layers * lw.comm, 0.0};
     if (tpd_plan_layout_schedule(lay) == TPD_SCHEDULE_ZB_H1) {
         b.compute += layers * extra.compute;
         b.comm += layers * extra.comm;
     }
-    op_time ef = {0.0, 0.0}, eb = {0.0, 0.0}, hf = {0.0, 0.0}, hb = {0.0, 0.0};
+    op_time ef = {0.0, 0.0, 0.0}, eb = {0.0, 0.0, 0.0}, hf = {0.0, 0.0, 0.0}, hb = {0.0, 0.0, 0.0};
     if (stage == 0) ends_time(cfg, cl, lay, 1, 0, &ef, &eb);
     if (stage == lay->pp - 1) ends_time(cfg, cl, lay, 0, 1, &hf, &hb);
     out->embed_fwd = ef.compute + ef.comm;
     out->embed_bwd = eb.compute + eb.comm;
     out->head_fwd = hf.compute + hf.comm;
     out->head_bwd = hb.compute + hb.comm;
-    out->fwd = f.compute + f.comm + out->embed_fwd + out->head_fwd;
+    /* the host's per-micro-batch work, before the forward's kernels */
+    out->fwd = f.compute + f.comm + out->embed_fwd + out->head_fwd + cl->micro_batch_host_s;
     out->bwd = b.compute + b.comm + out->embed_bwd + out->head_bwd;
     out->wgrad = w.compute + w.comm;
     out->tp_comm = f.comm + b.comm + ef.comm + eb.comm + hf.comm + hb.comm;
+    out->tp_comm_hidden = f.hidden + b.hidden;
 }
 
 void tpd_plan_stage_cost_of(const tpd_config *cfg, const tpd_plan_cluster *cl,
@@ -286,9 +308,11 @@ static tpd_plan_affine ring_cost(int n, double bw, double lat, int full) {
     return a;
 }
 
-/* DP gradient reduction per bucket (fp32 main grads, Megatron's; ZeRO-1 reduce-scatters
- * them and all-gathers the updated parameters), and the tied-embedding gradient all-reduce
- * between the first and last stage (none when untied). */
+/* DP gradient reduction per bucket (tpd_plan_grad_wire_bytes per element: fp32 main grads
+ * by default, Megatron's; ZeRO-1 reduce-scatters them, (DP-1)/DP of the bytes, and
+ * all-gathers the updated parameters, (DP-1)/DP of the parameter bytes, where plain DP
+ * all-reduces 2(DP-1)/DP), and the tied-embedding gradient all-reduce between the first
+ * and last stage (none when untied). */
 void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                           const tpd_plan_layout *lay, tpd_plan_dp_cost *out) {
     double bw, lat;
@@ -296,24 +320,26 @@ void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     int zero = lay->distributed_optimizer && lay->dp > 1;
     out->reduce = ring_cost(lay->dp, bw, lat, !zero);
     out->gather = zero ? ring_cost(lay->dp, bw, lat, 0) : (tpd_plan_affine){0.0, 0.0};
-    out->grad_bytes = 4.0;
+    out->grad_bytes = tpd_plan_grad_wire_bytes(cfg, cl);
     out->param_bytes = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     out->emb_allreduce = 0.0;
     if (tpd_plan_embedding_group(cfg, lay)) {
         double ebw, elat;
         group_link(cl, 2, lay->tp * lay->dp * (lay->pp - 1), &ebw, &elat);
-        double emb = 4.0 * tpd_config_padded_vocab(cfg, lay->tp) * cfg->model.hidden_size / lay->tp;
+        double emb = out->grad_bytes * tpd_config_padded_vocab(cfg, lay->tp) *
+                     cfg->model.hidden_size / lay->tp;
         out->emb_allreduce = allreduce_time(emb, 2, ebw, elat);
     }
 }
 
 /* AdamW over this rank's shard: read the fp32 grad, read/write master, m and v, write the
- * bf16 weight (30 bytes per parameter; fp32 28), plus one read of the grads for the norm. */
+ * bf16 weight (30 bytes per parameter; fp32 28), plus one read of the grads for the norm;
+ * and the framework's fixed cost per step (optimizer_fixed_ms). */
 static double optimizer_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, double params) {
     double shard = lay->distributed_optimizer ? params / lay->dp : params;
     double per = (cfg->training.precision == TPD_PRECISION_BF16) ? 30.0 : 28.0;
-    return mem_time(cl, shard * per + params * 4.0);
+    return mem_time(cl, shard * per + params * 4.0) + cl->optimizer_fixed_s;
 }
 
 static double max_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay) {
@@ -381,9 +407,29 @@ void tpd_plan_rates(const tpd_config *cfg, const tpd_plan_cluster *cl, tpd_plan_
     res->tokens_per_s = gbs * cfg->model.seq_length / res->step_time_s;
 }
 
+/* The host's share of a stage's fwd + bwd per micro-batch: the same stage priced with a
+ * host that runs ahead and does no per-micro-batch work, subtracted. */
+static double host_share(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                         const tpd_plan_layout *lay, int stage, const tpd_plan_stage_cost *c) {
+    if (cl->host_launch_s <= 0.0 && cl->micro_batch_host_s <= 0.0) return 0.0;
+    tpd_plan_cluster *bare = malloc(sizeof *bare);
+    if (!bare) return 0.0; /* a report's detail; the step itself does not depend on it */
+    *bare = *cl;
+    bare->host_launch_s = 0.0;
+    bare->micro_batch_host_s = 0.0;
+    tpd_plan_stage_cost b;
+    tpd_plan_gpu_stage_cost(cfg, bare, lay, stage, &b);
+    free(bare);
+    return (c->fwd + c->bwd) - (b.fwd + b.bwd);
+}
+
 tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
                                   const tpd_plan_options *opt, int split_bubble,
                                   tpd_plan_result *res) {
+    /* terms only the GPU model prices (the cpu model's are inside its optimizer step) */
+    res->time.tp_comm_hidden = res->time.host_overhead = 0.0;
+    res->time.straggler = res->time.global_sync = res->time.step_host = 0.0;
+    res->hop_tp = res->hop_dp = res->hop_pp = TPD_PLAN_HOP_NONE;
     if (cl->backend == TPD_PLAN_BACKEND_CPU)
         return tpd_plan_cpu_time_evaluate(cfg, cl, opt, split_bubble, res);
     tpd_status st = TPD_OK;
@@ -408,9 +454,9 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     if (p > 1) {
         double bw, lat;
         group_link(cl, 2, lay->tp * lay->dp, &bw, &lat);
-        /* Each TP rank sends its own shard over its own link: no sharing. */
-        if ((long)2 * lay->tp * lay->dp > cl->gpus_per_node)
-            bw = cl->inter_bw * cl->coll_efficiency;
+        /* Each TP rank sends its own shard over its own share of the NICs. */
+        long span = (long)2 * lay->tp * lay->dp;
+        if (span > tpd_plan_nvlink_domain(cl)) bw = tpd_plan_net_bw(cl, span) * cl->coll_efficiency;
         p2p =
             e * mdl->seq_length * (double)lay->micro_batch_size * mdl->hidden_size / lay->tp / bw +
             lat;
@@ -431,10 +477,19 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     }
     res->time.compute = ideal;
     res->time.tp_comm = m * sc->tp_comm;
+    res->time.tp_comm_hidden = m * sc->tp_comm_hidden;
+    res->time.host_overhead = m * host_share(cfg, cl, lay, slowest, sc);
     /* >= 0 but for rounding: a single stage's makespan is the sum of its actions */
     res->time.pp_bubble = makespan0 > ideal ? makespan0 - ideal : 0.0;
     res->time.pp_p2p = pipe.makespan - makespan0;
     res->time.optimizer = optimizer_time(cfg, cl, lay, max_stage_params(cfg, lay));
+    int world = lay->tp * lay->pp * lay->dp;
+    res->hop_tp = tpd_plan_group_hop(cl, lay->tp, 1);
+    res->hop_dp = tpd_plan_group_hop(cl, lay->dp, lay->tp);
+    res->hop_pp = p > 1 ? tpd_plan_group_hop(cl, 2, (long)lay->tp * lay->dp) : TPD_PLAN_HOP_NONE;
+    res->time.straggler = tpd_plan_straggler_time(cl, ideal, world);
+    res->time.global_sync = tpd_plan_global_sync_time(cl, world);
+    res->time.step_host = cl->step_host_s;
     tpd_plan_dp_cost dpc;
     tpd_plan_gpu_dp_cost(cfg, cl, lay, &dpc);
     TPD_CHECK_GOTO(tpd_plan_step_finish(cfg, lay, &pipe, cost, &dpc, res), st, out);

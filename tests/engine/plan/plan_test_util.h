@@ -104,6 +104,26 @@ inline tpd_plan_cluster sample_cpu_profile() {
     return c;
 }
 
+// One layout's prediction: its stages split as given (no balancing), the DP reduction's
+// overlap as asked.
+inline tpd_plan_result evaluate(const tpd_config &c, const tpd_plan_cluster &cl,
+                                const tpd_plan_layout &lay, int overlap, int gpus) {
+    tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
+    opt.gpus = gpus;
+    opt.balance_stages = 0;
+    opt.dp_overlap = overlap;
+    tpd_plan_result r;
+    EXPECT_EQ(tpd_plan_evaluate(&c, &cl, &lay, &opt, &r), TPD_OK);
+    EXPECT_GT(r.step_time_s, 0.0) << r.reject_reason;
+    return r;
+}
+
+// The terms whose sum is the step (tpd_plan_time).
+inline double step_sum(const tpd_plan_time &t) {
+    return t.compute + t.pp_bubble + t.pp_p2p + t.dp_comm_exposed + t.optimizer +
+           t.dp_gather_exposed + t.straggler + t.global_sync + t.step_host;
+}
+
 struct Sc21Row {
     double params_b;
     int heads, hidden, layers, tp, pp, dp, gpus, batch, mbs, v;

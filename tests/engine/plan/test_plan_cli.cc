@@ -133,7 +133,7 @@ TEST(PlanCli, JsonHasEveryField) {
         cJSON *tb = cJSON_GetObjectItem(o, "time_breakdown");
         double parts = 0.0;
         for (const char *k : {"compute", "pp_bubble", "pp_p2p", "dp_comm_exposed", "optimizer",
-                              "dp_gather_exposed"}) {
+                              "dp_gather_exposed", "straggler", "global_sync", "step_host"}) {
             ASSERT_TRUE(cJSON_HasObjectItem(tb, k)) << k;
             parts += cJSON_GetObjectItem(tb, k)->valuedouble;
         }
