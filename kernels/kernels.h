@@ -50,10 +50,15 @@ typedef struct tpd_kern_config {
     int device;          /* cuda: device ordinal */
     tpd_dtype dtype;     /* F32 or BF16 compute (cpu accepts F32 only) */
     int fused_attention; /* cuda: 1 = cuDNN flash attention, 0 = cuBLASLt + softmax */
+    /* 1: fp32 gradients under a BF16 dtype (Megatron's fp32 main gradients): the ops that
+     * accumulate parameter gradients (matmul_bwd's dw and dbias, the norms' dw and db, the
+     * embeddings' dwte and dwpe) read and write fp32, adamw reads fp32; grad_dtype says F32.
+     * 0: gradients in `dtype`. No effect under F32. */
+    int fp32_grads;
 } tpd_kern_config;
 
 #define TPD_KERN_CONFIG_INIT                                                                       \
-    { 0, 0, TPD_DTYPE_F32, 1 }
+    { 0, 0, TPD_DTYPE_F32, 1, 0 }
 
 /* Backend constructors: *backend_p gets a new handle on success. */
 tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend **backend_p);

@@ -286,9 +286,10 @@ static tpd_plan_affine ring_cost(int n, double bw, double lat, int full) {
     return a;
 }
 
-/* DP gradient reduction per bucket (fp32 main grads, Megatron's; ZeRO-1 reduce-scatters
- * them and all-gathers the updated parameters), and the tied-embedding gradient all-reduce
- * between the first and last stage (none when untied). */
+/* DP gradient reduction per bucket (in the gradients' dtype, tpd_plan_grad_wire_bytes:
+ * fp32 main grads, Megatron's, unless bf16 ones are kept; ZeRO-1 reduce-scatters them and
+ * all-gathers the updated parameters), and the tied-embedding gradient all-reduce between
+ * the first and last stage (none when untied). */
 void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                           const tpd_plan_layout *lay, tpd_plan_dp_cost *out) {
     double bw, lat;
@@ -296,13 +297,14 @@ void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     int zero = lay->distributed_optimizer && lay->dp > 1;
     out->reduce = ring_cost(lay->dp, bw, lat, !zero);
     out->gather = zero ? ring_cost(lay->dp, bw, lat, 0) : (tpd_plan_affine){0.0, 0.0};
-    out->grad_bytes = 4.0;
+    out->grad_bytes = tpd_plan_grad_wire_bytes(cfg);
     out->param_bytes = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     out->emb_allreduce = 0.0;
     if (tpd_plan_embedding_group(cfg, lay)) {
         double ebw, elat;
         group_link(cl, 2, lay->tp * lay->dp * (lay->pp - 1), &ebw, &elat);
-        double emb = 4.0 * tpd_config_padded_vocab(cfg, lay->tp) * cfg->model.hidden_size / lay->tp;
+        double emb = out->grad_bytes * tpd_config_padded_vocab(cfg, lay->tp) *
+                     cfg->model.hidden_size / lay->tp;
         out->emb_allreduce = allreduce_time(emb, 2, ebw, elat);
     }
 }
