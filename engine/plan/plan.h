@@ -199,9 +199,9 @@ double tpd_plan_params_eq2(double l, double h, double V, double s);
  * layer when untied (tied: the embedding). Llama 3 8B / 70B / 405B: 8.03B / 70.6B / 405.9B. */
 double tpd_plan_params_count(const tpd_config *cfg);
 /* Bytes per gradient element that the DP gradient reduction and the tied-embedding
- * all-reduce move on a GPU cluster: those of the gradient buffer (tpd_config_grad_bytes),
- * 4 with fp32 main gradients, 2 under bf16 with training.accumulate_allreduce_grads_in_fp32
- * false. */
+ * all-reduce move on a GPU cluster (and AdamW reads): those of the gradient buffer
+ * (tpd_config_grad_bytes), 4 with fp32 main gradients, 2 under bf16 with
+ * training.accumulate_allreduce_grads_in_fp32 false. */
 double tpd_plan_grad_wire_bytes(const tpd_config *cfg);
 /* Hardware FLOPs per iteration for `batch` sequences: the model FLOPs
  * (engine/model/model_flops.h) plus what the recompute mode recomputes. */

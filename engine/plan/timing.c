@@ -309,13 +309,15 @@ void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     }
 }
 
-/* AdamW over this rank's shard: read the fp32 grad, read/write master, m and v, write the
- * bf16 weight (30 bytes per parameter; fp32 28), plus one read of the grads for the norm. */
+/* AdamW over this rank's shard: read the grad (g = 4 bytes, fp32 main grads; 2 for bf16
+ * ones), read/write master, m and v, write the bf16 weight (26 + g bytes per parameter;
+ * fp32 24 + g), plus one read of the grads for the norm. */
 static double optimizer_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, double params) {
     double shard = lay->distributed_optimizer ? params / lay->dp : params;
-    double per = (cfg->training.precision == TPD_PRECISION_BF16) ? 30.0 : 28.0;
-    return mem_time(cl, shard * per + params * 4.0);
+    double g = tpd_plan_grad_wire_bytes(cfg);
+    double per = (cfg->training.precision == TPD_PRECISION_BF16 ? 26.0 : 24.0) + g;
+    return mem_time(cl, shard * per + params * g);
 }
 
 static double max_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay) {

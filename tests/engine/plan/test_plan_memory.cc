@@ -173,7 +173,7 @@ TEST(PlanMemoryGrads, Fp32MainGradientsAreFourBytesPerParameter) {
     tiny::set(c.training.device, "training.device", "cuda");
     const int tp = 2, pp = 4, dp = 4;
     double bytes_per_param[2][2]; // [key][zero]
-    double grads[2];
+    double grads[2], emb[2];
     for (int key : {1, 0})
         for (int zero : {0, 1}) {
             std::string what =
@@ -194,7 +194,15 @@ TEST(PlanMemoryGrads, Fp32MainGradientsAreFourBytesPerParameter) {
             bytes_per_param[key][zero] = (m.params + m.grads + m.optimizer) / n;
             grads[key] = m.grads;
             EXPECT_EQ(tpd_plan_grad_wire_bytes(&k), key ? 4.0 : 2.0) << what;
+            // the DP reduction moves the gradient buffer's elements
+            tpd_plan_dp_cost dpc;
+            tpd_plan_gpu_dp_cost(&k, &cl, &r.layout, &dpc);
+            EXPECT_EQ(dpc.grad_bytes, key ? 4.0 : 2.0) << what;
+            EXPECT_EQ(dpc.param_bytes, 2.0) << what;
+            emb[key] = dpc.emb_allreduce;
         }
+    // the tied embedding's all-reduce between the first and last stage moves them too
+    EXPECT_GT(emb[1], emb[0]);
     EXPECT_DOUBLE_EQ(grads[1], 2.0 * grads[0]);
     EXPECT_DOUBLE_EQ(bytes_per_param[1][0], 18.0);
     EXPECT_DOUBLE_EQ(bytes_per_param[1][1], 6.0 + 12.0 / dp);
