@@ -50,10 +50,15 @@ typedef struct tpd_kern_config {
     int device;          /* cuda: device ordinal */
     tpd_dtype dtype;     /* F32 or BF16 compute (cpu accepts F32 only) */
     int fused_attention; /* cuda: 1 = cuDNN flash attention, 0 = cuBLASLt + softmax */
+    /* 1: fp32 gradients under a BF16 dtype (Megatron's fp32 main gradients): the ops that
+     * accumulate parameter gradients (matmul_bwd's dw and dbias, the norms' dw and db, the
+     * embeddings' dwte and dwpe) read and write fp32, adamw reads fp32; grad_dtype says F32.
+     * 0: gradients in `dtype`. No effect under F32. */
+    int fp32_grads;
 } tpd_kern_config;
 
 #define TPD_KERN_CONFIG_INIT                                                                       \
-    { 0, 0, TPD_DTYPE_F32, 1 }
+    { 0, 0, TPD_DTYPE_F32, 1, 0 }
 
 /* Backend constructors: *backend_p gets a new handle on success. */
 tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend **backend_p);
@@ -75,7 +80,8 @@ const char *tpd_kern_name(const tpd_kern_backend *kb);      /* "cpu" or "cuda" *
 tpd_dtype tpd_kern_act_dtype(const tpd_kern_backend *kb);   /* activations */
 tpd_dtype tpd_kern_param_dtype(const tpd_kern_backend *kb); /* the working copy of
                                                                parameters (matmuls) */
-tpd_dtype tpd_kern_grad_dtype(const tpd_kern_backend *kb);  /* gradients */
+tpd_dtype tpd_kern_grad_dtype(const tpd_kern_backend *kb);  /* gradients (F32 under
+                                                               fp32_grads) */
 int tpd_kern_has_master(const tpd_kern_backend *kb);        /* fp32 master weights beside param */
 int tpd_kern_device_memory(const tpd_kern_backend *kb);     /* pointers not host-addressable */
 /* cuda: the compute stream (cudaStream_t) that ops are queued on, handed to the
@@ -234,7 +240,8 @@ tpd_status tpd_kern_sum_f32(const tpd_kern_backend *kb, const float *x, size_t n
  *   mhat = m / (1 - b1^step);  vhat = v / (1 - b2^step)
  *   w -= lr * (mhat / (sqrt(vhat) + eps) + wd * w)
  * w is `master` (fp32) when master != NULL, and param is then written as the cast of
- * the new master; otherwise param itself (must be fp32) is updated. step >= 1. */
+ * the new master; otherwise param itself (must be fp32) is updated. grad is in grad_dtype.
+ * step >= 1. */
 tpd_status tpd_kern_adamw(const tpd_kern_backend *kb, void *param, float *master, const void *grad,
                           float *m, float *v, size_t n, float lr, float beta1, float beta2,
                           float eps, float weight_decay, int step, float grad_scale);

@@ -113,6 +113,11 @@ typedef struct tpd_config_training {
     tpd_attention attention;      /* cuda */
     int num_threads;              /* cpu OpenMP threads per rank, 0 = runtime default */
     int max_skipped_iterations;   /* stop after this many non-finite steps in a row; 0 never */
+    /* Megatron's --accumulate-allreduce-grads-in-fp32: under bf16, fp32 main gradients (the
+     * weight-gradient GEMMs accumulate into fp32, the DP and embedding reductions move
+     * fp32). Default true; false keeps bf16 gradients (half the gradient bytes and wire
+     * bytes). A no-op under fp32, whose gradients are fp32 either way: tpd_config_grad_bytes */
+    int accumulate_allreduce_grads_in_fp32;
 } tpd_config_training;
 
 typedef struct tpd_config_optimizer {
@@ -212,6 +217,10 @@ int tpd_config_num_micro_batches(const tpd_config *cfg, int dp);
 int tpd_config_kv_heads(const tpd_config *cfg);
 /* 1 when the QKV layer has a bias: add_bias_linear or add_qkv_bias. */
 int tpd_config_qkv_bias(const tpd_config *cfg);
+/* Bytes of one gradient element, in the gradient buffer and on the wire of the DP and
+ * embedding reductions: 2 under bf16 with training.accumulate_allreduce_grads_in_fp32
+ * false, else 4 (fp32 main gradients; fp32 precision has nothing else). */
+int tpd_config_grad_bytes(const tpd_config *cfg);
 /* Vocab padded to a multiple of make_vocab_size_divisible_by * tp. */
 int tpd_config_padded_vocab(const tpd_config *cfg, int tp);
 /* Layers of stage `stage` of a pp-stage pipeline, and the first global layer of it: the

@@ -192,6 +192,10 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      "10", TPD_CFG_UPTO(0, TPD_CFG_MAX_ITERS), NULL, 0,
      "stop (exit code 5, nothing saved) after this many steps in a row with a non-finite loss "
      "or gradient; 0 = never"},
+    {"training.accumulate_allreduce_grads_in_fp32", TPD_CFG_BOOL,
+     TPD_CFG_FIELD(training.accumulate_allreduce_grads_in_fp32), "true", TPD_CFG_NOBOUND, NULL, 0,
+     "bf16: fp32 main gradients (fp32 accumulation and DP reduction); false keeps bf16 "
+     "gradients, half the bytes; no effect under fp32"},
 
     /* optimizer */
     {"optimizer.lr", TPD_CFG_DOUBLE, TPD_CFG_FIELD(optimizer.lr), "3e-4", TPD_CFG_MIN(0), NULL, 0,

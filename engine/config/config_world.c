@@ -99,6 +99,11 @@ int tpd_config_qkv_bias(const tpd_config *cfg) {
     return cfg->model.add_bias_linear || cfg->model.add_qkv_bias;
 }
 
+int tpd_config_grad_bytes(const tpd_config *cfg) {
+    int bf16 = cfg->training.precision == TPD_PRECISION_BF16;
+    return bf16 && !cfg->training.accumulate_allreduce_grads_in_fp32 ? 2 : 4;
+}
+
 int tpd_config_padded_vocab(const tpd_config *cfg, int tp) {
     /* In 64 bits: the schema's bounds (vocab_size <= 2^24, the multiple <= 2^16, heads and
      * so TP <= 2^12) keep the result below 2^29; a config built by hand past them gets -1,

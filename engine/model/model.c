@@ -29,11 +29,14 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
     const tpd_buffer_plan *b = &m->plan;
     if (tpd_dtype_size(tpd_kern_act_dtype(kb)) != b->act_size ||
         tpd_dtype_size(tpd_kern_param_dtype(kb)) != b->param_size ||
+        tpd_dtype_size(tpd_kern_grad_dtype(kb)) != b->grad_size ||
         tpd_kern_has_master(kb) != b->has_master) {
         TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, undo_model,
-                      "model: backend %s dtypes disagree with training.precision %s",
-                      tpd_kern_name(kb),
-                      tpd_config_choice("training.precision", cfg->training.precision));
+                      "model: backend %s dtypes (gradients %s) disagree with training.precision "
+                      "%s and training.accumulate_allreduce_grads_in_fp32 %s",
+                      tpd_kern_name(kb), tpd_dtype_name(tpd_kern_grad_dtype(kb)),
+                      tpd_config_choice("training.precision", cfg->training.precision),
+                      cfg->training.accumulate_allreduce_grads_in_fp32 ? "true" : "false");
     }
     size_t saved = tpd_kern_attention_saved_bytes(kb, m->d.B, m->d.T, m->d.NHl, m->d.HS);
     if (saved != b->att_saved) {

@@ -47,7 +47,9 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     TPD_CHECK(tpd_model_layout_init(cfg, tp, tp_rank, pp, stage, &b.lay));
     const tpd_model_dims *d = &b.lay.d;
     int bf16 = cfg->training.precision == TPD_PRECISION_BF16;
-    b.act_size = b.param_size = b.grad_size = bf16 ? 2 : 4;
+    b.act_size = b.param_size = bf16 ? 2 : 4;
+    /* fp32 main gradients unless training.accumulate_allreduce_grads_in_fp32 is false */
+    b.grad_size = (size_t)tpd_config_grad_bytes(cfg);
     b.has_master = bf16;
     int zero = cfg->parallel.use_distributed_optimizer && dp > 1;
     b.numel_padded = tpd_dp_padded_numel(b.lay.numel, dp);

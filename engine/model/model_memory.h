@@ -28,7 +28,8 @@ typedef struct tpd_mem_breakdown {
 /* Memory of the rank at pipeline stage `stage` (0..pp-1) of a (tp, pp, dp) layout.
  * Every TP and DP rank of a stage allocates the same bytes (buffers are padded so that
  * ZeRO-1 shards are equal). The dtypes follow cfg->training.precision: fp32 keeps one
- * fp32 copy of the weights; bf16 keeps bf16 weights and grads plus fp32 master weights. */
+ * fp32 copy of the weights; bf16 keeps bf16 weights plus fp32 master weights, and fp32
+ * gradients (bf16 ones when training.accumulate_allreduce_grads_in_fp32 is false). */
 tpd_status tpd_model_memory(const tpd_config *cfg, int tp, int pp, int dp, int stage,
                             tpd_mem_breakdown *mem_p);
 

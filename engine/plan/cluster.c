@@ -96,7 +96,6 @@ static void cluster_defaults(tpd_plan_cluster *c) {
      * GEMM (less 2 us a chunk) at a 5% GEMM slowdown; nothing else added. Together: the
      * model as it was before these keys. */
     c->oversubscription = 1.0;
-    c->grad_wire_bytes = 4.0;
     c->tp_overlap_available = 1;
     c->tp_overlap_share = 1.0;
     c->tp_overlap_chunk_s = 2e-6;
@@ -274,18 +273,10 @@ static tpd_status parse_elementwise(yaml_document_t *doc, yaml_node_t *map, cons
     return TPD_OK;
 }
 
-/* The keys whose values are names: grad_reduce_dtype (fp32, bf16: bytes per gradient
- * element the DP reduction moves) and global_sync_algorithm (tree, ring). */
-static tpd_status parse_choice(const char *path, int line, const char *key, const char *val,
+/* The keys whose values are names: global_sync_algorithm (tree, ring). The gradients' dtype
+ * on the wire is the run's (training.accumulate_allreduce_grads_in_fp32), not the cluster's. */
+static tpd_status parse_choice(const char *path, int line, const char *val,
                                tpd_plan_cluster *c) {
-    if (strcmp(key, "grad_reduce_dtype") == 0) {
-        if (strcmp(val, "fp32") == 0 || strcmp(val, "bf16") == 0) {
-            c->grad_wire_bytes = val[0] == 'f' ? 4.0 : 2.0;
-            return TPD_OK;
-        }
-        tpd_log_error("%s:%d: grad_reduce_dtype: '%s' must be fp32 or bf16", path, line, val);
-        return TPD_ERR_INVALID;
-    }
     if (strcmp(val, "tree") == 0 || strcmp(val, "ring") == 0) {
         c->sync_ring = val[0] == 'r';
         return TPD_OK;
@@ -334,8 +325,8 @@ static tpd_status parse_root(yaml_document_t *doc, const char *path, tpd_plan_cl
             if (key[0] == 'n') snprintf(c->name, sizeof c->name, "%s", val);
             continue;
         }
-        if (strcmp(key, "grad_reduce_dtype") == 0 || strcmp(key, "global_sync_algorithm") == 0) {
-            TPD_CHECK(parse_choice(path, line, key, val, c));
+        if (strcmp(key, "global_sync_algorithm") == 0) {
+            TPD_CHECK(parse_choice(path, line, val, c));
             continue;
         }
         if (strcmp(key, "backend") == 0) {
@@ -355,8 +346,7 @@ static tpd_status parse_root(yaml_document_t *doc, const char *path, tpd_plan_cl
         if (i == N_KEYS) {
             char known[2048];
             size_t at = (size_t)snprintf(known, sizeof known,
-                                         "name, description, backend, grad_reduce_dtype, "
-                                         "global_sync_algorithm, gemm_efficiency, "
+                                         "name, description, backend, global_sync_algorithm, gemm_efficiency, "
                                          "attention_efficiency, elementwise_ns");
             for (size_t j = 0; j < N_KEYS && at < sizeof known; j++)
                 at += (size_t)snprintf(known + at, sizeof known - at, ", %s", k_keys[j].key);

@@ -67,7 +67,6 @@ tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path, co
     fprintf(f, "leaf_switch_nodes: %d        # 0: one leaf switch\n", c->leaf_switch_nodes);
     fprintf(f, "fabric_oversubscription: %.6g\n",
             c->oversubscription >= 1.0 ? c->oversubscription : 1.0);
-    fprintf(f, "grad_reduce_dtype: %s\n", c->grad_wire_bytes == 2.0 ? "bf16" : "fp32");
     fprintf(f, "tp_overlap_available: %d\n", c->tp_overlap_available);
     fprintf(f, "tp_overlap_share: %.6g\n", c->tp_overlap_share);
     fprintf(f, "tp_overlap_chunk_us: %.6g\n", c->tp_overlap_chunk_s * 1e6);

@@ -65,6 +65,10 @@ double tpd_plan_params_count(const tpd_config *cfg) {
     return n;
 }
 
+double tpd_plan_grad_wire_bytes(const tpd_config *cfg) {
+    return (double)tpd_config_grad_bytes(cfg);
+}
+
 double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_recompute r) {
     double tokens = batch * cfg->model.seq_length, h = cfg->model.hidden_size;
     double s = cfg->model.seq_length, l = cfg->model.num_layers;
@@ -238,10 +242,14 @@ static void analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl
     double n = tpd_plan_stage_params(cfg, lay, stage);
     int bf16 = (cfg->training.precision == TPD_PRECISION_BF16);
     double d = lay->distributed_optimizer ? lay->dp : 1.0;
-    /* Megatron: bf16 weights + fp32 main grads + fp32 master + Adam m, v = 18 bytes per
-     * parameter, 6 + 12/d under ZeRO-1; fp32: 16, 8 + 8/d. */
+    /* Megatron's: bf16 weights + fp32 main grads + fp32 master + Adam m, v = 18 bytes per
+     * parameter, 6 + 12/d under ZeRO-1 (the distributed optimizer shards master, m and v;
+     * the gradient buffer stays whole, the reduce-scatter lands each shard in place); fp32:
+     * 16, 8 + 8/d. bf16 gradients (training.accumulate_allreduce_grads_in_fp32 false): 16,
+     * 4 + 12/d. Megatron's table has 20 and 4 + 16/d there, as its optimizer copies the
+     * gradient shard to fp32; tripod's AdamW reads the bf16 gradients as they are. */
     out->params = n * (bf16 ? 2.0 : 4.0);
-    out->grads = n * 4.0;
+    out->grads = n * tpd_config_grad_bytes(cfg);
     out->optimizer = n * (bf16 ? 12.0 : 8.0) / d;
 
     double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size, t = lay->tp;
@@ -327,8 +335,8 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     uint64_t padded = (n + dp - 1) / dp * dp; /* ZeRO-1 shards are equal */
     uint64_t shard = lay->distributed_optimizer && dp > 1 ? padded / dp : padded;
     out->params = (double)(padded * e);
-    out->grads = (double)(padded * e);
-    out->optimizer = (double)(2 * shard * 4 + (e == 2 ? shard * 4 : 0)); /* m, v, masters */
+    out->grads = (double)(padded * (uint64_t)tpd_config_grad_bytes(cfg)); /* main gradients */
+    out->optimizer = (double)(2 * shard * 4 + (e == 2 ? shard * 4 : 0));  /* m, v, masters */
 
     /* activations: one slot per (micro-batch, chunk) the schedule holds at its peak, each
      * sized for the largest chunk (the chunks share them); the last stage's head blocks */

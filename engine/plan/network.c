@@ -79,11 +79,6 @@ void tpd_plan_group_link(const tpd_plan_cluster *cl, int n, long stride, double 
     *lat_p = cl->inter_latency;
 }
 
-double tpd_plan_grad_wire_bytes(const tpd_config *cfg, const tpd_plan_cluster *c) {
-    if (cfg->training.precision != TPD_PRECISION_BF16) return 4.0;
-    return c->grad_wire_bytes > 0.0 ? c->grad_wire_bytes : 4.0;
-}
-
 double tpd_plan_expected_max_normal(int n) {
     if (n <= 1) return 0.0;
     /* Solve Q(x) = q for the upper tail Q = 1 - Phi (erfc keeps q = 0.625/(n + 0.25) exact

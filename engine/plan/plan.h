@@ -93,9 +93,6 @@ typedef struct tpd_plan_cluster {
                                 non-blocking): a group spanning more than leaf_switch_nodes
                                 nodes gets inter_bw / oversubscription */
     /* ---- the framework's costs (all optional; the defaults add nothing) ---- */
-    double grad_wire_bytes;     /* bytes per gradient element the DP reduction moves under
-                                   bf16 training: 4 (fp32 main grads, Megatron's
-                                   accumulate_allreduce_grads_in_fp32) or 2 (bf16) */
     int tp_overlap_available;   /* 1: the framework can overlap TP communication with the
                                    GEMMs (parallel.tp_comm_overlap); 0: refused */
     double tp_overlap_share;    /* most of a TP collective the overlap can hide, 0..1 */
@@ -129,9 +126,6 @@ double tpd_plan_attention_efficiency(const tpd_plan_cluster *c, double flops);
  * written by hand: TFLOP/s, GiB, GB/s, us, ns). `header` is a comment block (lines
  * without '#', may be NULL). */
 tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path, const char *header);
-/* Bytes per gradient element on the wire of the DP reduction: the profile's
- * grad_reduce_dtype under bf16 training, 4 under fp32. */
-double tpd_plan_grad_wire_bytes(const tpd_config *cfg, const tpd_plan_cluster *c);
 /* Megatron-Core's TP communication overlap of one collective of `comm` s with its GEMM of
  * `gemm` s, both split in `tp` ring-exchange chunks: hidden = min(tp_overlap_share * comm,
  * max(0, gemm - tp * tp_overlap_chunk_us)), exposed = comm - hidden (never below 0). */
@@ -268,6 +262,11 @@ double tpd_plan_params_eq2(double l, double h, double V, double s);
  * and two norms (LayerNorm: weight and bias; RMSNorm: weight); the final norm; the output
  * layer when untied (tied: the embedding). Llama 3 8B / 70B / 405B: 8.03B / 70.6B / 405.9B. */
 double tpd_plan_params_count(const tpd_config *cfg);
+/* Bytes per gradient element that the DP gradient reduction and the tied-embedding
+ * all-reduce move on a GPU cluster (and AdamW reads): those of the gradient buffer
+ * (tpd_config_grad_bytes), 4 with fp32 main gradients, 2 under bf16 with
+ * training.accumulate_allreduce_grads_in_fp32 false. */
+double tpd_plan_grad_wire_bytes(const tpd_config *cfg);
 /* Hardware FLOPs per iteration for `batch` sequences: the model FLOPs
  * (engine/model/model_flops.h) plus what the recompute mode recomputes. */
 double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_recompute r);

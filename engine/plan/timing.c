@@ -308,11 +308,10 @@ static tpd_plan_affine ring_cost(int n, double bw, double lat, int full) {
     return a;
 }
 
-/* DP gradient reduction per bucket (tpd_plan_grad_wire_bytes per element: fp32 main grads
- * by default, Megatron's; ZeRO-1 reduce-scatters them, (DP-1)/DP of the bytes, and
- * all-gathers the updated parameters, (DP-1)/DP of the parameter bytes, where plain DP
- * all-reduces 2(DP-1)/DP), and the tied-embedding gradient all-reduce between the first
- * and last stage (none when untied). */
+/* DP gradient reduction per bucket (in the gradients' dtype, tpd_plan_grad_wire_bytes:
+ * fp32 main grads, Megatron's, unless bf16 ones are kept; ZeRO-1 reduce-scatters them and
+ * all-gathers the updated parameters), and the tied-embedding gradient all-reduce between
+ * the first and last stage (none when untied). */
 void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                           const tpd_plan_layout *lay, tpd_plan_dp_cost *out) {
     double bw, lat;
@@ -320,7 +319,7 @@ void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     int zero = lay->distributed_optimizer && lay->dp > 1;
     out->reduce = ring_cost(lay->dp, bw, lat, !zero);
     out->gather = zero ? ring_cost(lay->dp, bw, lat, 0) : (tpd_plan_affine){0.0, 0.0};
-    out->grad_bytes = tpd_plan_grad_wire_bytes(cfg, cl);
+    out->grad_bytes = tpd_plan_grad_wire_bytes(cfg);
     out->param_bytes = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     out->emb_allreduce = 0.0;
     if (tpd_plan_embedding_group(cfg, lay)) {
@@ -332,14 +331,16 @@ void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     }
 }
 
-/* AdamW over this rank's shard: read the fp32 grad, read/write master, m and v, write the
- * bf16 weight (30 bytes per parameter; fp32 28), plus one read of the grads for the norm;
- * and the framework's fixed cost per step (optimizer_fixed_ms). */
+/* AdamW over this rank's shard: read the grad (g = 4 bytes, fp32 main grads; 2 for bf16
+ * ones), read/write master, m and v, write the bf16 weight (26 + g bytes per parameter;
+ * fp32 24 + g), plus one read of the grads for the norm; and the framework's fixed cost
+ * per step (optimizer_fixed_ms). */
 static double optimizer_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, double params) {
     double shard = lay->distributed_optimizer ? params / lay->dp : params;
-    double per = (cfg->training.precision == TPD_PRECISION_BF16) ? 30.0 : 28.0;
-    return mem_time(cl, shard * per + params * 4.0) + cl->optimizer_fixed_s;
+    double g = tpd_plan_grad_wire_bytes(cfg);
+    double per = (cfg->training.precision == TPD_PRECISION_BF16 ? 26.0 : 24.0) + g;
+    return mem_time(cl, shard * per + params * g) + cl->optimizer_fixed_s;
 }
 
 static double max_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay) {

@@ -124,6 +124,7 @@ static tpd_status create_backend(const tpd_config *cfg, const tpd_trainer *tr,
     kc.num_threads = tpd_trainer_cpu_threads(cfg, tr->local_size);
     kc.dtype = cfg->training.precision == TPD_PRECISION_BF16 ? TPD_DTYPE_BF16 : TPD_DTYPE_F32;
     kc.fused_attention = cfg->training.attention == TPD_ATTENTION_FUSED;
+    kc.fp32_grads = tpd_config_grad_bytes(cfg) == 4; /* fp32 main gradients */
     if (cfg->training.device == TPD_DEVICE_CUDA) {
         kc.device = tr->gpu.device > 0 ? tr->gpu.device : 0;
         return tpd_kern_cuda_create(&kc, kb);

@@ -78,6 +78,10 @@ static void log_startup(const tpd_trainer *tr) {
                  m->plan.lay.numel, mem->total / MiB, mem->params / MiB, mem->grads / MiB,
                  mem->optimizer / MiB, mem->master / MiB, mem->activations / MiB, m->plan.nslots,
                  mem->workspace / MiB);
+    if (tr->cfg.training.precision == TPD_PRECISION_FP32 &&
+        !tr->cfg.training.accumulate_allreduce_grads_in_fp32)
+        tpd_log_info("training.accumulate_allreduce_grads_in_fp32: false has no effect under "
+                     "training.precision fp32 (its gradients are fp32 either way)");
     if (tr->data.n > 1) {
         char blend[512] = "";
         size_t at = 0;

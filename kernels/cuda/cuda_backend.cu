@@ -254,6 +254,7 @@ TPD_CUDA_EXPORT tpd_status tpd_kern_cuda_module_create(const tpd_kern_config *cf
     }
     ctx->device = cfg->device;
     ctx->dtype = cfg->dtype;
+    ctx->grad_dtype = cfg->fp32_grads ? TPD_DTYPE_F32 : cfg->dtype;
     ctx->fused_attention = cfg->fused_attention;
     /* An escape hatch, not a setting: TRIPOD_CUDNN_GQA=0 sends grouped-query shapes of the
      * fused path to the unfused one (cuda_attention_cudnn.cu), as when cuDNN rejects them. */
@@ -278,7 +279,7 @@ TPD_CUDA_EXPORT tpd_status tpd_kern_cuda_module_create(const tpd_kern_config *cf
     backend_p->name = "cuda";
     backend_p->act_dtype = cfg->dtype;
     backend_p->param_dtype = cfg->dtype;
-    backend_p->grad_dtype = cfg->dtype;
+    backend_p->grad_dtype = ctx->grad_dtype;
     backend_p->has_master = cfg->dtype == TPD_DTYPE_BF16;
     backend_p->device_memory = 1;
     backend_p->stream = (void *)ctx->stream;

@@ -134,4 +134,17 @@ static inline unsigned tpd_grid_for(size_t work, int block) {
         }                                                                                          \
     } while (0)
 
+/* The same for ops that accumulate parameter gradients: T = the context dtype, G = the
+ * gradient element (float under fp32 main gradients, ctx->grad_dtype F32; else T). */
+#define TPD_CUDA_DISPATCH_GRAD(ctx, T, G, ...)                                                     \
+    do {                                                                                           \
+        if ((ctx)->dtype == TPD_DTYPE_BF16 && (ctx)->grad_dtype == TPD_DTYPE_F32) {                \
+            typedef tpd_bf16 T;                                                                    \
+            typedef float G;                                                                       \
+            __VA_ARGS__;                                                                           \
+        } else {                                                                                   \
+            TPD_CUDA_DISPATCH((ctx)->dtype, T, typedef T G; __VA_ARGS__);                          \
+        }                                                                                          \
+    } while (0)
+
 #endif

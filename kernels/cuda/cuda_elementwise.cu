@@ -143,7 +143,9 @@ extern "C" tpd_status tpd_kern_cuda_bias_add(tpd_kern_ctx *ctx, void *out, const
 /* dbias(OC) += sum over rows of dout(N,OC). Block (32 x 8) owns 32 columns; its 8 row
  * lanes stride the rows in a fixed pattern and are combined in a fixed order, so the sum
  * is the same on every run. */
-template <typename T> __global__ void colsum_acc_kernel(T *dbias, const T *dout, int N, int OC) {
+/* G: the gradient element (float under fp32 main gradients) */
+template <typename T, typename G>
+__global__ void colsum_acc_kernel(G *dbias, const T *dout, int N, int OC) {
     __shared__ float part[8][33];
     int col = blockIdx.x * 32 + threadIdx.x;
     float acc = 0.0f;
@@ -156,7 +158,7 @@ template <typename T> __global__ void colsum_acc_kernel(T *dbias, const T *dout,
         float s = 0.0f;
         for (int k = 0; k < 8; k++)
             s += part[k][threadIdx.x];
-        dbias[col] = tpd_from_f<T>(tpd_to_f(dbias[col]) + s);
+        dbias[col] = tpd_from_f<G>(tpd_to_f(dbias[col]) + s);
     }
 }
 
@@ -165,8 +167,9 @@ extern "C" tpd_status tpd_kern_cuda_colsum_acc(tpd_kern_ctx *ctx, void *dbias, c
     if (N <= 0 || OC <= 0) return TPD_OK;
     dim3 block(32, 8);
     dim3 grid((unsigned)((OC + 31) / 32));
-    TPD_CUDA_DISPATCH(ctx->dtype, T, {
-        colsum_acc_kernel<T><<<grid, block, 0, ctx->stream>>>((T *)dbias, (const T *)dout, N, OC);
+    TPD_CUDA_DISPATCH_GRAD(ctx, T, G, {
+        colsum_acc_kernel<T, G>
+            <<<grid, block, 0, ctx->stream>>>((G *)dbias, (const T *)dout, N, OC);
     });
     return TPD_CUDA_LAUNCHED("matmul_bwd dbias");
 }

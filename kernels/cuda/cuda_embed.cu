@@ -61,8 +61,9 @@ __global__ void embed_keys_kernel(int32_t *keys, int32_t *vals, const int32_t *t
     vals[n] = n;
 }
 
-template <typename T>
-__global__ void embed_bwd_kernel(T *dwte, const T *dout, const int32_t *keys, const int32_t *vals,
+/* G: the gradient element (float under fp32 main gradients) */
+template <typename T, typename G>
+__global__ void embed_bwd_kernel(G *dwte, const T *dout, const int32_t *keys, const int32_t *vals,
                                  int N, int C, int Vl) {
     int warps_per_block = blockDim.x / 32;
     int i = blockIdx.x * warps_per_block + threadIdx.x / 32; /* sorted position */
@@ -74,12 +75,12 @@ __global__ void embed_bwd_kernel(T *dwte, const T *dout, const int32_t *keys, co
     int end = i + 1;
     while (end < N && keys[end] == row)
         end++;
-    T *dw = dwte + (size_t)row * C;
+    G *dw = dwte + (size_t)row * C;
     for (int c = lane; c < C; c += 32) {
         float acc = 0.0f;
         for (int j = i; j < end; j++)
             acc += tpd_to_f(dout[(size_t)vals[j] * C + c]);
-        dw[c] = tpd_from_f<T>(tpd_to_f(dw[c]) + acc);
+        dw[c] = tpd_from_f<G>(tpd_to_f(dw[c]) + acc);
     }
 }
 
@@ -112,9 +113,9 @@ extern "C" tpd_status tpd_kern_cuda_embed_bwd(tpd_kern_ctx *ctx, void *dwte, con
     TPD_CHECK(TPD_CUDA(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in,
                                                        vals_out, N, 0, end_bit, ctx->stream)));
     const int block = 256, wpb = block / 32;
-    TPD_CUDA_DISPATCH(ctx->dtype, T, {
-        embed_bwd_kernel<T><<<(N + wpb - 1) / wpb, block, 0, ctx->stream>>>(
-            (T *)dwte, (const T *)dout, keys_out, vals_out, N, C, Vl);
+    TPD_CUDA_DISPATCH_GRAD(ctx, T, G, {
+        embed_bwd_kernel<T, G><<<(N + wpb - 1) / wpb, block, 0, ctx->stream>>>(
+            (G *)dwte, (const T *)dout, keys_out, vals_out, N, C, Vl);
     });
     return TPD_CUDA_LAUNCHED("embed_bwd");
 }
@@ -140,13 +141,14 @@ extern "C" tpd_status tpd_kern_cuda_pos_fwd(tpd_kern_ctx *ctx, void *out, const 
 
 /* Backward of out[b,t] += wpe[t]: dwpe[t,c] += sum_b dout[b,t,c], summed over b in order
  * by the one thread that owns (t,c). */
-template <typename T> __global__ void pos_bwd_kernel(T *dwpe, const T *dout, int B, size_t TC) {
+template <typename T, typename G>
+__global__ void pos_bwd_kernel(G *dwpe, const T *dout, int B, size_t TC) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < TC;
          i += (size_t)gridDim.x * blockDim.x) {
         float acc = 0.0f;
         for (int b = 0; b < B; b++)
             acc += tpd_to_f(dout[(size_t)b * TC + i]);
-        dwpe[i] = tpd_from_f<T>(tpd_to_f(dwpe[i]) + acc);
+        dwpe[i] = tpd_from_f<G>(tpd_to_f(dwpe[i]) + acc);
     }
 }
 
@@ -155,9 +157,9 @@ extern "C" tpd_status tpd_kern_cuda_pos_bwd(tpd_kern_ctx *ctx, void *dwpe, const
     TPD_CUDA_REQUIRE(B >= 0 && T_ >= 0 && C >= 0, "pos_bwd: bad shape B=%d T=%d C=%d", B, T_, C);
     size_t TC = (size_t)T_ * C;
     if (TC == 0 || B == 0) return TPD_OK;
-    TPD_CUDA_DISPATCH(ctx->dtype, T, {
-        pos_bwd_kernel<T><<<tpd_grid_for(TC, EMB_BLOCK), EMB_BLOCK, 0, ctx->stream>>>(
-            (T *)dwpe, (const T *)dout, B, TC);
+    TPD_CUDA_DISPATCH_GRAD(ctx, T, G, {
+        pos_bwd_kernel<T, G><<<tpd_grid_for(TC, EMB_BLOCK), EMB_BLOCK, 0, ctx->stream>>>(
+            (G *)dwpe, (const T *)dout, B, TC);
     });
     return TPD_CUDA_LAUNCHED("pos_bwd");
 }

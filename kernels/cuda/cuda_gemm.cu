@@ -4,8 +4,9 @@
  * cuBLASLt is column-major. A row-major (r, c) matrix with row stride ld is the
  * column-major (c, r) matrix with the same ld, so row-major D = op(A) op(B) is computed
  * as column-major D^T = op(B)^T op(A)^T: the operands swap places and keep their
- * transpose flags. Inputs and outputs are in the context dtype; the compute type is always
- * fp32 (CUBLAS_COMPUTE_32F). */
+ * transpose flags. Inputs and outputs are in the context dtype, weight gradients in the
+ * gradient dtype (fp32 C and D from bf16 A and B with fp32 main gradients); the compute
+ * type is always fp32 (CUBLAS_COMPUTE_32F). */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <string.h>
@@ -48,6 +49,8 @@ static tpd_status gemm_impl(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, int 
     if (g->M == 0 || g->N == 0) return TPD_OK;
     tpd_status st = TPD_OK;
     cudaDataType_t dt = lt_dtype(g->dt);
+    /* C = D: fp32 from bf16 operands is one of cuBLASLt's mixed-precision combinations */
+    cudaDataType_t dt_d = g->d_fp32 ? CUDA_R_32F : dt;
 
     /* Column-major problem: D'(N, M) = opA'(N, K) @ opB'(K, M), A' = B, B' = A. */
     cublasOperation_t op_a = g->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -99,8 +102,8 @@ static tpd_status gemm_impl(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, int 
     TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatrixLayoutCreate(&lb, dt, b_rows, b_cols, g->lda)), st,
                    done);
     TPD_CHECK_GOTO(
-        TPD_CUBLAS(cublasLtMatrixLayoutCreate(&ld, dt, (uint64_t)g->N, (uint64_t)g->M, g->ldd)), st,
-        done);
+        TPD_CUBLAS(cublasLtMatrixLayoutCreate(&ld, dt_d, (uint64_t)g->N, (uint64_t)g->M, g->ldd)),
+        st, done);
     TPD_CHECK_GOTO(set_layout_batch(la, g->batch, g->stride_b), st, done);
     TPD_CHECK_GOTO(set_layout_batch(lb, g->batch, g->stride_a), st, done);
     TPD_CHECK_GOTO(set_layout_batch(ld, g->batch, g->stride_d), st, done);
@@ -121,13 +124,14 @@ static tpd_status gemm_impl(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, int 
         key.stride_d = g->stride_d;
         key.batch = g->batch;
         key.dtype = (int)g->dt;
+        key.d_fp32 = g->d_fp32 != 0;
         key.epilogue = (int)g->epilogue;
         key.beta_nonzero = g->beta != 0.0f;
         size_t es = tpd_cuda_dtype_size(g->dt);
         int64_t batched = g->batch > 1;
         key.align_a = align_class(g->A, batched ? g->stride_a : 0, es);
         key.align_b = align_class(g->B, batched ? g->stride_b : 0, es);
-        key.align_d = align_class(g->D, batched ? g->stride_d : 0, es);
+        key.align_d = align_class(g->D, batched ? g->stride_d : 0, g->d_fp32 ? 4 : es);
         key.align_bias = align_class(g->bias, 0, es);
         key.align_aux = align_class(g->aux, 0, es);
 
@@ -183,10 +187,12 @@ static tpd_status gemm_impl(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, int 
             if (found == 0) {
                 TPD_FAIL_GOTO(TPD_ERR_UNSUPPORTED, st, done,
                               "cuBLASLt: no algorithm for GEMM M=%lld N=%lld K=%lld batch=%d "
-                              "transa=%d transb=%d dtype=%s epilogue=%d alignment A=%d B=%d D=%d",
+                              "transa=%d transb=%d dtype=%s%s epilogue=%d alignment A=%d B=%d "
+                              "D=%d",
                               (long long)g->M, (long long)g->N, (long long)g->K, g->batch,
-                              g->transa, g->transb, tpd_dtype_name(g->dt), (int)g->epilogue,
-                              key.align_a, key.align_b, key.align_d);
+                              g->transa, g->transb, tpd_dtype_name(g->dt),
+                              g->d_fp32 ? " (D f32)" : "", (int)g->epilogue, key.align_a,
+                              key.align_b, key.align_d);
             }
             slot->used = 1;
             slot->unsupported = 0;
@@ -300,7 +306,9 @@ extern "C" tpd_status tpd_kern_cuda_matmul_gelu_fwd(tpd_kern_ctx *ctx, void *out
 
 /* Backward of out = inp @ w^T + bias:
  *   dinp(N,C)  = dout(N,OC) @ w(OC,C)          (overwritten)
- *   dw(OC,C)  += dout^T(OC,N) @ inp(N,C)       (beta = 1 accumulates)
+ *   dw(OC,C)  += dout^T(OC,N) @ inp(N,C)       (beta = 1 accumulates, into ctx->grad_dtype:
+ *                                               fp32 D from bf16 dout and inp with fp32
+ *                                               main gradients)
  *   dbias(OC) += colsum(dout)                  (a reduction kernel: the BGRADB epilogue
  *                                               overwrites, and the contract accumulates) */
 extern "C" tpd_status tpd_kern_cuda_matmul_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, void *dbias,
@@ -336,6 +344,7 @@ extern "C" tpd_status tpd_kern_cuda_matmul_bwd(tpd_kern_ctx *ctx, void *dinp, vo
         g.ldd = C;
         g.beta = 1.0f;
         g.dt = ctx->dtype;
+        g.d_fp32 = ctx->grad_dtype == TPD_DTYPE_F32; /* fp32 main gradients */
         TPD_CHECK(tpd_cuda_gemm(ctx, &g));
     }
     if (dbias != NULL) TPD_CHECK(tpd_kern_cuda_colsum_acc(ctx, dbias, dout, N, OC));

@@ -3,7 +3,8 @@
  *
  * Every op is queued on ctx->stream and returns without waiting, except those whose
  * result lands in host memory (sum_f32, sumsq). Tensors are in ctx->dtype (BF16 with fp32
- * master weights, or F32 throughout); statistics, losses and optimizer state are fp32.
+ * master weights, or F32 throughout), parameter gradients in ctx->grad_dtype (F32 under
+ * BF16 with fp32 main gradients); statistics, losses and optimizer state are fp32.
  *
  * Kernels are templates over the element type (float or __nv_bfloat16) and compute in
  * fp32; the entry points are C-linkage functions with the ops-table signatures. */
@@ -31,7 +32,8 @@ typedef struct tpd_cuda_gemm_key {
     int64_t m, n, k, lda, ldb, ldd;
     int64_t stride_a, stride_b, stride_d;
     int batch;
-    int dtype;    /* tpd_dtype of A, B, C and D */
+    int dtype;    /* tpd_dtype of A and B (and of C and D unless d_fp32) */
+    int d_fp32;   /* C and D are fp32 */
     int epilogue; /* cublasLtEpilogue_t */
     int beta_nonzero;
     /* Byte alignment (a power of two up to 256) of every batch item of A, B and D (which
@@ -61,7 +63,8 @@ typedef struct tpd_cuda_attn_plan {
 
 struct tpd_kern_ctx {
     int device;
-    tpd_dtype dtype; /* act = param = grad dtype */
+    tpd_dtype dtype;      /* act = param dtype */
+    tpd_dtype grad_dtype; /* parameter gradients: dtype, or F32 (fp32 main gradients) */
     int fused_attention;
     /* Grouped-query shapes (NKV < NH) on the fused path: 1 = cuDNN (default), 0 = the
      * unfused path with softmax statistics (TRIPOD_CUDNN_GQA=0 at create time). */
@@ -116,8 +119,10 @@ tpd_status tpd_cuda_scratch(tpd_kern_ctx *ctx, size_t bytes, void **ptr_p);
 /* ---- GEMM (cuda_gemm.cu) ----
  * Row-major D(M,N) = alpha * op(A)(M,K) @ op(B)(K,N) + beta * D, batched with element
  * strides. op(A) = A stored (M,K) with row stride lda, or (K,M) when transa. Likewise B:
- * (K,N), or (N,K) when transb. A, B and D are in `dt`. epilogue BIAS adds bias(N) to every
- * row; GELU_AUX_BIAS also stores the pre-activation into aux (M,N) with row stride ldd. */
+ * (K,N), or (N,K) when transb. A, B and D are in `dt`, except D (which is also C) when
+ * d_fp32: then fp32, so that a weight gradient accumulates (beta = 1) in fp32 from bf16
+ * operands (fp32 main gradients). epilogue BIAS adds bias(N) to every row; GELU_AUX_BIAS
+ * also stores the pre-activation into aux (M,N) with row stride ldd. */
 typedef struct tpd_cuda_gemm_args {
     int transa, transb;
     int64_t M, N, K;
@@ -133,12 +138,13 @@ typedef struct tpd_cuda_gemm_args {
     cublasLtEpilogue_t epilogue;
     const void *bias; /* (N) */
     void *aux;        /* (M,N) */
+    int d_fp32;       /* 1: C and D are fp32 whatever dt (no epilogue) */
 } tpd_cuda_gemm_args;
 
 #define TPD_CUDA_GEMM_ARGS_INIT                                                                    \
     {                                                                                              \
         0, 0, 0, 0, 0, NULL, 0, 0, NULL, 0, 0, NULL, 0, 0, 1, 1.0f, 0.0f, TPD_DTYPE_F32,           \
-            CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL                                                  \
+            CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0                                               \
     }
 
 tpd_status tpd_cuda_gemm(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g);
@@ -171,7 +177,8 @@ tpd_status tpd_kern_cuda_matmul_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, voi
 tpd_status tpd_kern_cuda_bias_add(tpd_kern_ctx *ctx, void *out, const void *bias, int N, int OC);
 tpd_status tpd_kern_cuda_matmul_gelu_fwd(tpd_kern_ctx *ctx, void *out, void *pre, const void *inp,
                                          const void *w, const void *bias, int N, int C, int OC);
-/* dbias(OC) += colsum(dout(N,OC)), fp32 sums in a fixed order (cuda_elementwise.cu). */
+/* dbias(OC) += colsum(dout(N,OC)), fp32 sums in a fixed order (cuda_elementwise.cu);
+ * dbias in ctx->grad_dtype. */
 tpd_status tpd_kern_cuda_colsum_acc(tpd_kern_ctx *ctx, void *dbias, const void *dout, int N,
                                     int OC);
 

@@ -127,8 +127,9 @@ __global__ void layernorm_bwd_kernel(T *dinp, float *partial, const T *dout, con
     }
 }
 
-template <typename T>
-__global__ void layernorm_bwd_reduce_kernel(T *dw, T *db, const float *partial, int nblocks,
+/* G: the gradient element (float under fp32 main gradients) */
+template <typename G>
+__global__ void layernorm_bwd_reduce_kernel(G *dw, G *db, const float *partial, int nblocks,
                                             int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= 2 * C) return;
@@ -136,9 +137,9 @@ __global__ void layernorm_bwd_reduce_kernel(T *dw, T *db, const float *partial, 
     for (int k = 0; k < nblocks; k++)
         s += partial[(size_t)k * 2 * C + c];
     if (c < C)
-        dw[c] = tpd_from_f<T>(tpd_to_f(dw[c]) + s);
+        dw[c] = tpd_from_f<G>(tpd_to_f(dw[c]) + s);
     else
-        db[c - C] = tpd_from_f<T>(tpd_to_f(db[c - C]) + s);
+        db[c - C] = tpd_from_f<G>(tpd_to_f(db[c - C]) + s);
 }
 
 extern "C" tpd_status tpd_kern_cuda_layernorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, void *db,
@@ -155,15 +156,15 @@ extern "C" tpd_status tpd_kern_cuda_layernorm_bwd(tpd_kern_ctx *ctx, void *dinp,
     void *scratch = NULL;
     TPD_CHECK(tpd_cuda_scratch(ctx, (size_t)nblocks * 2 * (size_t)C * sizeof(float), &scratch));
     float *partial = (float *)scratch;
-    TPD_CUDA_DISPATCH(ctx->dtype, T, {
+    TPD_CUDA_DISPATCH_GRAD(ctx, T, G, {
         if (shmem > 48 * 1024)
             TPD_CHECK(TPD_CUDA(cudaFuncSetAttribute(
                 layernorm_bwd_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem)));
         layernorm_bwd_kernel<T><<<nblocks, LN_WARPS * 32, shmem, ctx->stream>>>(
             (T *)dinp, partial, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
         TPD_CHECK(TPD_CUDA_LAUNCHED("layernorm_bwd"));
-        layernorm_bwd_reduce_kernel<T>
-            <<<(2 * C + 255) / 256, 256, 0, ctx->stream>>>((T *)dw, (T *)db, partial, nblocks, C);
+        layernorm_bwd_reduce_kernel<G>
+            <<<(2 * C + 255) / 256, 256, 0, ctx->stream>>>((G *)dw, (G *)db, partial, nblocks, C);
     });
     return TPD_CUDA_LAUNCHED("layernorm_bwd reduce");
 }

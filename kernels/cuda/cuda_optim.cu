@@ -1,4 +1,5 @@
-/* AdamW on flat ranges (with fp32 master weights under bf16) and the host-result
+/* AdamW on flat ranges (with fp32 master weights under bf16, reading the gradients in
+ * ctx->grad_dtype: fp32 main gradients or bf16 ones) and the host-result
  * reductions (sum of the loss, sum of squares for the gradient norm).
  *
  * The reductions are deterministic: a fixed grid reduces fixed slices into per-block
@@ -46,9 +47,10 @@ extern "C" tpd_status tpd_kern_cuda_adamw(tpd_kern_ctx *ctx, void *param, float 
     float inv_bc1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)step)));
     float inv_bc2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)step)));
     unsigned grid = tpd_grid_for(n, ADAM_BLOCK);
-    TPD_CUDA_DISPATCH(ctx->dtype, T, {
-        adamw_kernel<T, T><<<grid, ADAM_BLOCK, 0, ctx->stream>>>(
-            (T *)param, master, (const T *)grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
+    /* grad in ctx->grad_dtype: fp32 main gradients under bf16 parameters */
+    TPD_CUDA_DISPATCH_GRAD(ctx, T, G, {
+        adamw_kernel<T, G><<<grid, ADAM_BLOCK, 0, ctx->stream>>>(
+            (T *)param, master, (const G *)grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
             inv_bc1, inv_bc2, grad_scale);
     });
     return TPD_CUDA_LAUNCHED("adamw");

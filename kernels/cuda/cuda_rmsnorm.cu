@@ -132,14 +132,14 @@ __global__ void rmsnorm_bwd_dw_partial_kernel(float *partial, const T *dout, con
 }
 
 /* dw[c] += sum of the partials in block order. */
-template <typename T>
-__global__ void rmsnorm_bwd_dw_reduce_kernel(T *dw, const float *partial, int nblocks, int C) {
+template <typename G> /* the gradient element: float under fp32 main gradients */
+__global__ void rmsnorm_bwd_dw_reduce_kernel(G *dw, const float *partial, int nblocks, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float s = 0.0f;
     for (int k = 0; k < nblocks; k++)
         s += partial[(size_t)k * C + c];
-    dw[c] = tpd_from_f<T>(tpd_to_f(dw[c]) + s);
+    dw[c] = tpd_from_f<G>(tpd_to_f(dw[c]) + s);
 }
 
 extern "C" tpd_status tpd_kern_cuda_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw,
@@ -155,7 +155,7 @@ extern "C" tpd_status tpd_kern_cuda_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp, v
     unsigned grid = (unsigned)((N + RMS_WARPS - 1) / RMS_WARPS);
     dim3 dw_block(RMS_DW_COLS, RMS_DW_LANES);
     dim3 dw_grid((unsigned)((C + RMS_DW_COLS - 1) / RMS_DW_COLS), (unsigned)nblocks);
-    TPD_CUDA_DISPATCH(ctx->dtype, T, {
+    TPD_CUDA_DISPATCH_GRAD(ctx, T, G, {
         int vec = C % tpd_pack<T>::N == 0 && tpd_aligned16(dinp) && tpd_aligned16(dout) &&
                   tpd_aligned16(inp) && tpd_aligned16(w);
         /* dw first: it reads dout, which dinp may then overwrite (each row of dinp is
@@ -163,8 +163,8 @@ extern "C" tpd_status tpd_kern_cuda_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp, v
         rmsnorm_bwd_dw_partial_kernel<T><<<dw_grid, dw_block, 0, ctx->stream>>>(
             partial, (const T *)dout, (const T *)inp, rstd, N, C);
         TPD_CHECK(TPD_CUDA_LAUNCHED("rmsnorm_bwd dw partials"));
-        rmsnorm_bwd_dw_reduce_kernel<T>
-            <<<(C + 255) / 256, 256, 0, ctx->stream>>>((T *)dw, partial, nblocks, C);
+        rmsnorm_bwd_dw_reduce_kernel<G>
+            <<<(C + 255) / 256, 256, 0, ctx->stream>>>((G *)dw, partial, nblocks, C);
         TPD_CHECK(TPD_CUDA_LAUNCHED("rmsnorm_bwd dw"));
         rmsnorm_bwd_dinp_kernel<T><<<grid, RMS_WARPS * 32, 0, ctx->stream>>>(
             (T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, rstd, N, C, vec);

@@ -105,6 +105,39 @@ TEST(ConfigLimits, NewKeysHaveTheirDefaults) {
     EXPECT_EQ(r.cfg.checkpoint.overwrite, 0);
 }
 
+// Megatron's accumulate_allreduce_grads_in_fp32: on by default, so bf16 keeps fp32 main
+// gradients (4 bytes); false keeps bf16 ones (2 bytes); fp32 precision has 4 bytes either
+// way (the key is a no-op there, not an error). Only true/false are booleans.
+TEST(ConfigLimits, Fp32MainGradientsAreTheDefaultUnderBf16) {
+    const char *key = "training.accumulate_allreduce_grads_in_fp32";
+    Loaded d = load(nullptr, {});
+    ASSERT_EQ(d.st, TPD_OK) << d.err;
+    EXPECT_EQ(d.cfg.training.accumulate_allreduce_grads_in_fp32, 1);
+    EXPECT_EQ(tpd_config_grad_bytes(&d.cfg), 4); // fp32 precision
+    const struct {
+        const char *precision, *value;
+        int on, bytes;
+    } cases[] = {{"bf16", nullptr, 1, 4},
+                 {"bf16", "true", 1, 4},
+                 {"bf16", "false", 0, 2},
+                 {"fp32", "false", 0, 4},
+                 {"fp32", "true", 1, 4}};
+    for (const auto &c : cases) {
+        std::vector<std::string> ov = {std::string("training.precision=") + c.precision};
+        if (c.value) ov.push_back(std::string(key) + "=" + c.value);
+        Loaded r = load(nullptr, ov);
+        ASSERT_EQ(r.st, TPD_OK) << r.err;
+        std::string what = std::string(c.precision) + " " + (c.value ? c.value : "(default)");
+        EXPECT_EQ(r.cfg.training.accumulate_allreduce_grads_in_fp32, c.on) << what;
+        EXPECT_EQ(tpd_config_grad_bytes(&r.cfg), c.bytes) << what;
+    }
+    Loaded bad = load(nullptr, {std::string(key) + "=yes"});
+    EXPECT_EQ(bad.st, TPD_ERR_INVALID);
+    EXPECT_NE(bad.err.find(std::string(key) + ": 'yes' is not a boolean (expected true or false)"),
+              std::string::npos)
+        << bad.err;
+}
+
 TEST(ConfigLimits, ADirectoryOrMegabytesOfYamlAreRefusedBeforeParsing) {
     Loaded d = load("/tmp", {});
     EXPECT_EQ(d.st, TPD_ERR_INVALID);

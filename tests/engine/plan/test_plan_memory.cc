@@ -15,6 +15,7 @@
 extern "C" {
 #include "engine/model/model.h"
 #include "engine/plan/plan.h"
+#include "engine/plan/plan_internal.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/kernels.h"
 }
@@ -151,6 +152,102 @@ TEST_F(PlanMemory, ZbH1AllocationEqualsPlan) {
     ASSERT_EQ(tpd_plan_cpu_memory(&cfg, &one, 3, &m1), TPD_OK);
     EXPECT_GT(mz.activations, 3 * m1.activations);
     EXPECT_EQ(mz.params, m1.params);
+}
+
+// fp32 main gradients (training.accumulate_allreduce_grads_in_fp32, the default) on a GPU
+// cluster: a middle stage's gradient buffer is 4 bytes per parameter of its TP/PP share,
+// twice the bf16 gradients kept with the key false; weights and optimizer state do not
+// change. Bytes per parameter of model and optimizer state: 18 and, under ZeRO-1 over d
+// (Megatron's distributed optimizer: master, m and v sharded, the gradient buffer whole),
+// 6 + 12/d; 16 and 4 + 12/d with bf16 gradients. The DP wire bytes follow.
+TEST(PlanMemoryGrads, Fp32MainGradientsAreFourBytesPerParameter) {
+    tpd_plan_cluster cl;
+    ASSERT_EQ(tpd_plan_cluster_load("h200", &cl), TPD_OK);
+    tpd_config c = tiny::config("");
+    c.model.num_layers = 8;
+    c.model.hidden_size = 256;
+    c.model.num_attention_heads = 8;
+    c.model.ffn_hidden_size = 1024;
+    c.training.global_batch_size = 16;
+    tiny::set(c.training.precision, "training.precision", "bf16");
+    tiny::set(c.training.device, "training.device", "cuda");
+    const int tp = 2, pp = 4, dp = 4;
+    double bytes_per_param[2][2]; // [key][zero]
+    double grads[2], emb[2];
+    for (int key : {1, 0})
+        for (int zero : {0, 1}) {
+            std::string what =
+                std::string("key ") + (key ? "on" : "off") + " zero " + std::to_string(zero);
+            tpd_config k = c;
+            k.training.accumulate_allreduce_grads_in_fp32 = key;
+            tpd_plan_result r;
+            memset(&r, 0, sizeof r);
+            r.layout = {tp, pp, dp, 1, 1, TPD_RECOMPUTE_NONE, 0, zero};
+            ASSERT_EQ(tpd_plan_memory(&k, &cl, &r), TPD_OK) << what;
+            // stage 1 holds 8/4 layers of TP-sharded weights and no embeddings
+            double n = (double)c.model.num_layers / pp * tpd_plan_layer_params(&c, tp);
+            ASSERT_DOUBLE_EQ(tpd_plan_stage_params(&k, &r.layout, 1), n) << what;
+            const tpd_plan_stage_mem &m = r.mem[1];
+            EXPECT_DOUBLE_EQ(m.grads, (key ? 4.0 : 2.0) * n) << what;
+            EXPECT_DOUBLE_EQ(m.params, 2.0 * n) << what;
+            EXPECT_DOUBLE_EQ(m.optimizer, 12.0 * n / (zero ? dp : 1)) << what;
+            bytes_per_param[key][zero] = (m.params + m.grads + m.optimizer) / n;
+            grads[key] = m.grads;
+            EXPECT_EQ(tpd_plan_grad_wire_bytes(&k), key ? 4.0 : 2.0) << what;
+            // the DP reduction moves the gradient buffer's elements
+            tpd_plan_dp_cost dpc;
+            tpd_plan_gpu_dp_cost(&k, &cl, &r.layout, &dpc);
+            EXPECT_EQ(dpc.grad_bytes, key ? 4.0 : 2.0) << what;
+            EXPECT_EQ(dpc.param_bytes, 2.0) << what;
+            emb[key] = dpc.emb_allreduce;
+        }
+    // the tied embedding's all-reduce between the first and last stage moves them too
+    EXPECT_GT(emb[1], emb[0]);
+    EXPECT_DOUBLE_EQ(grads[1], 2.0 * grads[0]);
+    EXPECT_DOUBLE_EQ(bytes_per_param[1][0], 18.0);
+    EXPECT_DOUBLE_EQ(bytes_per_param[1][1], 6.0 + 12.0 / dp);
+    EXPECT_DOUBLE_EQ(bytes_per_param[0][0], 16.0);
+    EXPECT_DOUBLE_EQ(bytes_per_param[0][1], 4.0 + 12.0 / dp);
+    // fp32 precision: 4-byte gradients whatever the key says
+    tiny::set(c.training.precision, "training.precision", "fp32");
+    for (int key : {1, 0}) {
+        c.training.accumulate_allreduce_grads_in_fp32 = key;
+        EXPECT_EQ(tpd_plan_grad_wire_bytes(&c), 4.0);
+    }
+}
+
+// The engine's buffer plan (what `tripod train` allocates) and the planner's closed form
+// agree on the gradient buffer under both settings of the key, bf16 on the cuda backend and
+// fp32 (where the key does nothing) on the cpu one, whose allocation is counted.
+TEST_F(PlanMemory, GradientBufferFollowsTheKeyInPlanAndEngine) {
+    for (const char *precision : {"bf16", "fp32"})
+        for (int key : {1, 0})
+            for (int zero : {0, 1}) {
+                tpd_config cfg = tiny::config("");
+                cfg.parallel.tensor_model_parallel_size = 2;
+                cfg.parallel.pipeline_model_parallel_size = 2;
+                cfg.parallel.use_distributed_optimizer = zero;
+                cfg.training.accumulate_allreduce_grads_in_fp32 = key;
+                tiny::set(cfg.training.precision, "training.precision", precision);
+                int bf16 = strcmp(precision, "bf16") == 0;
+                if (bf16) tiny::set(cfg.training.device, "training.device", "cuda");
+                std::string what = std::string(precision) + " key " + std::to_string(key) +
+                                   " zero " + std::to_string(zero);
+                tpd_plan_layout lay;
+                tpd_plan_layout_from_config(&cfg, 8, &lay);
+                for (int stage = 0; stage < 2; stage++) {
+                    tpd_plan_stage_mem pred;
+                    ASSERT_EQ(tpd_plan_cpu_memory(&cfg, &lay, stage, &pred), TPD_OK) << what;
+                    tpd_mem_breakdown mb;
+                    ASSERT_EQ(tpd_model_memory(&cfg, 2, 2, 2, stage, &mb), TPD_OK) << what;
+                    EXPECT_EQ((double)mb.grads, pred.grads) << what;
+                    EXPECT_EQ((double)mb.total, pred.total) << what;
+                    // 4 bytes per element unless bf16 keeps bf16 gradients
+                    EXPECT_EQ(mb.grads, mb.params / (bf16 ? 2 : 4) * (bf16 && !key ? 2 : 4))
+                        << what;
+                }
+                if (!bf16) EXPECT_EQ(check_layout(kb, cfg, 2, 2, 2, what), 2);
+            }
 }
 
 } // namespace

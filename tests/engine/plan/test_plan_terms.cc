@@ -155,11 +155,11 @@ TEST(PlanTerms, Bf16GradientsOnTheWireHalveTheDpBytes) {
     tpd_plan_cluster cl = a100();
     tpd_config c = gpt(16, 2048, 24, 512, 4);
     c.parallel.ddp_bucket_size = INT64_MAX; // one bucket: bytes/bw + 2(n-1) latencies
-    EXPECT_EQ(tpd_plan_grad_wire_bytes(&c, &cl), 4.0);
+    EXPECT_EQ(tpd_plan_grad_wire_bytes(&c), 4.0); // fp32 main grads by default
     tpd_plan_layout l = layout(1, 1, 8, 4, 1, 0);
     tpd_plan_result fp32 = eval(c, cl, l);
-    cl.grad_wire_bytes = 2.0;
-    EXPECT_EQ(tpd_plan_grad_wire_bytes(&c, &cl), 2.0);
+    c.training.accumulate_allreduce_grads_in_fp32 = 0;
+    EXPECT_EQ(tpd_plan_grad_wire_bytes(&c), 2.0);
     tpd_plan_result bf16 = eval(c, cl, l);
     double fixed = 2.0 * 7 * cl.intra_latency; // DP 8 in one node
     EXPECT_NEAR(fp32.time.dp_comm_total - fixed, 2.0 * (bf16.time.dp_comm_total - fixed),
@@ -167,14 +167,14 @@ TEST(PlanTerms, Bf16GradientsOnTheWireHalveTheDpBytes) {
     // ZeRO: the reduce-scatter halves too; the parameter all-gather does not change
     l.distributed_optimizer = 1;
     tpd_plan_result z16 = eval(c, cl, l);
-    cl.grad_wire_bytes = 4.0;
+    c.training.accumulate_allreduce_grads_in_fp32 = 1;
     tpd_plan_result z32 = eval(c, cl, l);
     EXPECT_LT(z16.time.dp_comm_total, z32.time.dp_comm_total);
     EXPECT_NEAR(z16.time.dp_gather_exposed, z32.time.dp_gather_exposed, 1e-12);
-    // fp32 training moves fp32 gradients whatever the profile says
+    // fp32 training moves fp32 gradients whatever the key says
     c.training.precision = TPD_PRECISION_FP32;
-    cl.grad_wire_bytes = 2.0;
-    EXPECT_EQ(tpd_plan_grad_wire_bytes(&c, &cl), 4.0);
+    c.training.accumulate_allreduce_grads_in_fp32 = 0;
+    EXPECT_EQ(tpd_plan_grad_wire_bytes(&c), 4.0);
 }
 
 TEST(PlanTerms, ExpectedMaximumGrowsWithTheRanks) {
@@ -348,7 +348,6 @@ TEST(PlanCluster, NewKeysRoundTripAndDefaultToTheOldModel) {
     // the defaults: the model before these keys
     EXPECT_EQ(c.leaf_switch_nodes, 0);
     EXPECT_EQ(c.oversubscription, 1.0);
-    EXPECT_EQ(c.grad_wire_bytes, 4.0);
     EXPECT_EQ(c.straggler_cv, 0.0);
     EXPECT_EQ(c.global_syncs, 0);
     EXPECT_EQ(c.host_launch_s, 0.0);
@@ -357,7 +356,6 @@ TEST(PlanCluster, NewKeysRoundTripAndDefaultToTheOldModel) {
     c.nics_per_node = 4;
     c.leaf_switch_nodes = 16;
     c.oversubscription = 2.5;
-    c.grad_wire_bytes = 2.0;
     c.tp_overlap_available = 0;
     c.tp_overlap_share = 0.7;
     c.tp_overlap_chunk_s = 4e-6;
@@ -378,7 +376,6 @@ TEST(PlanCluster, NewKeysRoundTripAndDefaultToTheOldModel) {
     EXPECT_EQ(d.nics_per_node, 4);
     EXPECT_EQ(d.leaf_switch_nodes, 16);
     EXPECT_DOUBLE_EQ(d.oversubscription, 2.5);
-    EXPECT_EQ(d.grad_wire_bytes, 2.0);
     EXPECT_EQ(d.tp_overlap_available, 0);
     EXPECT_DOUBLE_EQ(d.tp_overlap_share, 0.7);
     EXPECT_NEAR(d.tp_overlap_chunk_s, 4e-6, 1e-15);
@@ -401,7 +398,7 @@ TEST(PlanCluster, BadNewKeysNameFileLineKeyAndRule) {
         const char *line, *key, *rule;
     } cases[] = {
         {"fabric_oversubscription: 0.5", "fabric_oversubscription", "outside [1, 64]"},
-        {"grad_reduce_dtype: fp16", "grad_reduce_dtype", "must be fp32 or bf16"},
+        {"grad_reduce_dtype: bf16", "grad_reduce_dtype", "unknown key"}, // the run's, not the cluster's
         {"global_sync_algorithm: star", "global_sync_algorithm", "must be tree or ring"},
         {"straggler_cv: -0.1", "straggler_cv", "outside [0, 1]"},
         {"global_syncs: 1.5", "global_syncs", "whole number"},
