@@ -4,8 +4,8 @@
  * cuBLASLt is column-major. A row-major (r, c) matrix with row stride ld is the
  * column-major (c, r) matrix with the same ld, so row-major D = op(A) op(B) is computed
  * as column-major D^T = op(B)^T op(A)^T: the operands swap places and keep their
- * transpose flags. Inputs and outputs are in the context dtype; the compute type is always
- * fp32 (CUBLAS_COMPUTE_32F). */
+ * transpose flags. Inputs and outputs are in the context dtype (D in fp32 when out_f32);
+ * the compute type is always fp32 (CUBLAS_COMPUTE_32F). */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <string.h>
@@ -48,6 +48,7 @@ static tpd_status gemm_impl(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, int 
     if (g->M == 0 || g->N == 0) return TPD_OK;
     tpd_status st = TPD_OK;
     cudaDataType_t dt = lt_dtype(g->dt);
+    cudaDataType_t dt_d = g->out_f32 ? CUDA_R_32F : dt; /* C and D */
 
     /* Column-major problem: D'(N, M) = opA'(N, K) @ opB'(K, M), A' = B, B' = A. */
     cublasOperation_t op_a = g->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -99,8 +100,8 @@ static tpd_status gemm_impl(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, int 
     TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatrixLayoutCreate(&lb, dt, b_rows, b_cols, g->lda)), st,
                    done);
     TPD_CHECK_GOTO(
-        TPD_CUBLAS(cublasLtMatrixLayoutCreate(&ld, dt, (uint64_t)g->N, (uint64_t)g->M, g->ldd)), st,
-        done);
+        TPD_CUBLAS(cublasLtMatrixLayoutCreate(&ld, dt_d, (uint64_t)g->N, (uint64_t)g->M, g->ldd)),
+        st, done);
     TPD_CHECK_GOTO(set_layout_batch(la, g->batch, g->stride_b), st, done);
     TPD_CHECK_GOTO(set_layout_batch(lb, g->batch, g->stride_a), st, done);
     TPD_CHECK_GOTO(set_layout_batch(ld, g->batch, g->stride_d), st, done);
@@ -120,14 +121,14 @@ static tpd_status gemm_impl(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, int 
         key.stride_b = g->stride_b;
         key.stride_d = g->stride_d;
         key.batch = g->batch;
-        key.dtype = (int)g->dt;
+        key.dtype = (int)g->dt + (g->out_f32 ? 16 : 0); /* fp32 D: another algorithm */
         key.epilogue = (int)g->epilogue;
         key.beta_nonzero = g->beta != 0.0f;
         size_t es = tpd_cuda_dtype_size(g->dt);
         int64_t batched = g->batch > 1;
         key.align_a = align_class(g->A, batched ? g->stride_a : 0, es);
         key.align_b = align_class(g->B, batched ? g->stride_b : 0, es);
-        key.align_d = align_class(g->D, batched ? g->stride_d : 0, es);
+        key.align_d = align_class(g->D, batched ? g->stride_d : 0, g->out_f32 ? sizeof(float) : es);
         key.align_bias = align_class(g->bias, 0, es);
         key.align_aux = align_class(g->aux, 0, es);
 
