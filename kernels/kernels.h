@@ -167,8 +167,10 @@ tpd_status tpd_kern_scale(const tpd_kern_backend *kb, void *x, float s, size_t n
  * h*HS..h*HS+HS-1, K head g at (NH+g)*HS, V head g at (NH+NKV+g)*HS. NKV divides NH; query
  * head h attends with K/V head h / (NH/NKV) (NKV == NH: multi-head attention).
  * out(B,T,NH*HS). `saved` holds what the backward needs, of attention_saved_bytes() bytes
- * (cpu: softmax probabilities (B,NH,T,T) fp32; cuda fused: softmax statistics (B,NH,T)
- * fp32). Overwrites out and saved. */
+ * (cpu: softmax probabilities (B,NH,T,T) fp32; cuda: the path of the shape is decided at the
+ * first call, kernels/attention_choice.h, and saves softmax statistics (B,NH,T) fp32 when
+ * cuDNN runs it, the probabilities in the compute dtype when unfused). Overwrites out and
+ * saved. */
 size_t tpd_kern_attention_saved_bytes(const tpd_kern_backend *kb, int B, int T, int NH, int HS);
 tpd_status tpd_kern_attention_fwd(const tpd_kern_backend *kb, void *out, void *saved,
                                   const void *qkv, int B, int T, int NH, int NKV, int HS);

@@ -275,8 +275,7 @@ static tpd_status parse_elementwise(yaml_document_t *doc, yaml_node_t *map, cons
 
 /* The keys whose values are names: global_sync_algorithm (tree, ring). The gradients' dtype
  * on the wire is the run's (training.accumulate_allreduce_grads_in_fp32), not the cluster's. */
-static tpd_status parse_choice(const char *path, int line, const char *val,
-                               tpd_plan_cluster *c) {
+static tpd_status parse_choice(const char *path, int line, const char *val, tpd_plan_cluster *c) {
     if (strcmp(val, "tree") == 0 || strcmp(val, "ring") == 0) {
         c->sync_ring = val[0] == 'r';
         return TPD_OK;
@@ -345,9 +344,10 @@ static tpd_status parse_root(yaml_document_t *doc, const char *path, tpd_plan_cl
             i++;
         if (i == N_KEYS) {
             char known[2048];
-            size_t at = (size_t)snprintf(known, sizeof known,
-                                         "name, description, backend, global_sync_algorithm, gemm_efficiency, "
-                                         "attention_efficiency, elementwise_ns");
+            size_t at = (size_t)snprintf(
+                known, sizeof known,
+                "name, description, backend, global_sync_algorithm, gemm_efficiency, "
+                "attention_efficiency, elementwise_ns");
             for (size_t j = 0; j < N_KEYS && at < sizeof known; j++)
                 at += (size_t)snprintf(known + at, sizeof known - at, ", %s", k_keys[j].key);
             tpd_log_error("%s:%d: unknown key '%s' (known: %s)", path, line, key, known);

@@ -9,22 +9,27 @@
  * g*G + j are a strided batch (Q stride G*HS, K/V stride HS, P stride G*T*T): one GEMM
  * covers them without a permute. With NKV == NH that is one GEMM per b over all NH heads.
  * The unfused path saves the probabilities P(B,NH,T,T) in the activation dtype; it is the
- * reference the fused path is checked against, and the only path in f32. Its
- * softmax-statistics form (the *_stats functions) keeps P in scratch and saves what the
- * fused path saves: the fused path's fallback for grouped-query shapes. */
+ * reference the fused path is checked against, and the only path in f32. In bf16 the scores
+ * S = scale * Q K^T come out of the GEMM in fp32 (bf16 operands, fp32 accumulation and
+ * output), the softmax reads them in fp32, and only P is rounded to bf16 for the P V GEMM,
+ * as Megatron's and FlashAttention's kernels do; the fp32 scores of one batch index at a
+ * time live in scratch (NH*T*T*4 bytes). Its softmax-statistics form (the *_stats
+ * functions) keeps P in scratch and saves what the fused path saves: the fused path's
+ * fallback for grouped-query shapes. Which path a shape takes is decided once, at plan
+ * time (tpd_cuda_attention_decide, kernels/attention_choice.h). */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <math.h>
 
-int tpd_cuda_attention_fused(const tpd_kern_ctx *ctx) {
-    return ctx->fused_attention && ctx->dtype == TPD_DTYPE_BF16;
-}
-
+/* Plan time: the path of the shape is decided here (cuDNN graphs built, fallback logged),
+ * so the model allocates what that path saves. */
 extern "C" size_t tpd_kern_cuda_attention_saved_bytes(tpd_kern_ctx *ctx, int B, int T, int NH,
                                                       int HS) {
-    (void)HS;
-    if (tpd_cuda_attention_fused(ctx)) return (size_t)B * NH * T * sizeof(float); /* stats */
-    return (size_t)B * NH * T * T * tpd_cuda_dtype_size(ctx->dtype);              /* probs */
+    return tpd_cuda_attention_decide(ctx, B, T, NH, HS)->saved_bytes;
+}
+
+static int fused_path(tpd_kern_ctx *ctx, int B, int T, int NH, int HS) {
+    return tpd_cuda_attention_decide(ctx, B, T, NH, HS)->path != TPD_ATTN_PATH_UNFUSED;
 }
 
 extern "C" tpd_status tpd_kern_cuda_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved,
@@ -34,7 +39,7 @@ extern "C" tpd_status tpd_kern_cuda_attention_fwd(tpd_kern_ctx *ctx, void *out, 
                      "attention_fwd: bad shape B=%d T=%d NH=%d NKV=%d HS=%d (NKV must divide NH)",
                      B, T, NH, NKV, HS);
     if (B == 0) return TPD_OK;
-    if (tpd_cuda_attention_fused(ctx))
+    if (fused_path(ctx, B, T, NH, HS))
         return tpd_cuda_attention_cudnn_fwd(ctx, out, (float *)saved, qkv, B, T, NH, NKV, HS);
     return tpd_cuda_attention_gemm_fwd(ctx, out, saved, qkv, B, T, NH, NKV, HS);
 }
@@ -47,7 +52,7 @@ extern "C" tpd_status tpd_kern_cuda_attention_bwd(tpd_kern_ctx *ctx, void *dqkv,
                      "attention_bwd: bad shape B=%d T=%d NH=%d NKV=%d HS=%d (NKV must divide NH)",
                      B, T, NH, NKV, HS);
     if (B == 0) return TPD_OK;
-    if (tpd_cuda_attention_fused(ctx))
+    if (fused_path(ctx, B, T, NH, HS))
         return tpd_cuda_attention_cudnn_bwd(ctx, dqkv, dout, qkv, out, (const float *)saved, B, T,
                                             NH, NKV, HS);
     return tpd_cuda_attention_gemm_bwd(ctx, dqkv, dout, qkv, saved, B, T, NH, NKV, HS);
@@ -57,16 +62,18 @@ extern "C" tpd_status tpd_kern_cuda_attention_bwd(tpd_kern_ctx *ctx, void *dqkv,
 
 #define SM_WARPS 8 /* rows per block */
 
-/* In place over p(rows, T): row r is query t = r % T; p[t, j] = softmax over j <= t of the
- * (already scaled) scores, 0 for j > t. fp32 arithmetic. With stats != NULL, also
+/* From the (already scaled) scores s(rows, T) into p(rows, T), which may be s itself: row r
+ * is query t = r % T; p[t, j] = softmax over j <= t of s[t, :], 0 for j > t. fp32
+ * arithmetic on S_ (fp32 scores) or T_ (in place). With stats != NULL, also
  * stats[r] = max + log(sum of exp(score - max)), the statistics the fused path saves. */
-template <typename T_>
-__global__ void causal_softmax_kernel(T_ *p, float *stats, size_t rows, int T) {
+template <typename S_, typename T_>
+__global__ void causal_softmax_kernel(const S_ *s_in, T_ *p, float *stats, size_t rows, int T) {
     size_t r = (size_t)blockIdx.x * SM_WARPS + threadIdx.x / 32;
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
     int t = (int)(r % (size_t)T);
-    T_ *row = p + r * (size_t)T;
+    const S_ *row = s_in + r * (size_t)T;
+    T_ *prow = p + r * (size_t)T; /* each lane reads its j before writing it */
     float m = -INFINITY;
     for (int j = lane; j <= t; j += 32)
         m = fmaxf(m, tpd_to_f(row[j]));
@@ -77,22 +84,23 @@ __global__ void causal_softmax_kernel(T_ *p, float *stats, size_t rows, int T) {
     float sum = tpd_warp_sum(s);
     float inv = 1.0f / sum;
     for (int j = lane; j < T; j += 32)
-        row[j] = tpd_from_f<T_>(j <= t ? expf(tpd_to_f(row[j]) - m) * inv : 0.0f);
+        prow[j] = tpd_from_f<T_>(j <= t ? expf(tpd_to_f(row[j]) - m) * inv : 0.0f);
     if (stats != NULL && lane == 0) stats[r] = m + logf(sum);
 }
 
-/* In place over p(rows, T) holding the scaled scores again: P[t, j] = exp(score - stats[r])
- * for j <= t, else 0 (the softmax rebuilt from the saved statistics). */
-template <typename T_>
-__global__ void causal_exp_kernel(T_ *p, const float *stats, size_t rows, int T) {
+/* From the scaled scores s(rows, T) again (fp32, or p itself): P[t, j] = exp(score -
+ * stats[r]) for j <= t, else 0 (the softmax rebuilt from the saved statistics). */
+template <typename S_, typename T_>
+__global__ void causal_exp_kernel(const S_ *s_in, T_ *p, const float *stats, size_t rows, int T) {
     size_t r = (size_t)blockIdx.x * SM_WARPS + threadIdx.x / 32;
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
     int t = (int)(r % (size_t)T);
-    T_ *row = p + r * (size_t)T;
+    const S_ *row = s_in + r * (size_t)T;
+    T_ *prow = p + r * (size_t)T;
     float st = stats[r];
     for (int j = lane; j < T; j += 32)
-        row[j] = tpd_from_f<T_>(j <= t ? expf(tpd_to_f(row[j]) - st) : 0.0f);
+        prow[j] = tpd_from_f<T_>(j <= t ? expf(tpd_to_f(row[j]) - st) : 0.0f);
 }
 
 /* Backward of P = softmax(S) per row, in place over dp:
@@ -142,7 +150,7 @@ typedef struct attn_geom {
     size_t es;  /* bytes per element */
 } attn_geom;
 
-static attn_geom geom_of(const tpd_kern_ctx *ctx, int B, int T, int NH, int NKV, int HS) {
+static attn_geom geom_of_dtype(tpd_dtype dt, int B, int T, int NH, int NKV, int HS) {
     attn_geom a;
     a.B = B;
     a.T = T;
@@ -154,8 +162,11 @@ static attn_geom geom_of(const tpd_kern_ctx *ctx, int B, int T, int NH, int NKV,
     a.KV = (int64_t)NKV * HS;
     a.W = a.C + 2 * a.KV;
     a.TT = (int64_t)T * T;
-    a.es = tpd_cuda_dtype_size(ctx->dtype);
+    a.es = tpd_cuda_dtype_size(dt);
     return a;
+}
+static attn_geom geom_of(const tpd_kern_ctx *ctx, int B, int T, int NH, int NKV, int HS) {
+    return geom_of_dtype(ctx->dtype, B, T, NH, NKV, HS);
 }
 
 static size_t align256(size_t x) {
@@ -165,31 +176,44 @@ static size_t probs_bytes(const attn_geom *a) {
     return align256((size_t)a->B * a->NH * a->TT * a->es);
 }
 
-/* s(B,NH,T,T) = scale * Q_h(T,HS) @ K_g(T,HS)^T for every head h = g*G + j. */
-static tpd_status qk_gemms(tpd_kern_ctx *ctx, const attn_geom *a, void *s, const void *qkv) {
-    for (int b = 0; b < a->B; b++)
-        for (int j = 0; j < a->G; j++) {
-            const char *row0 = (const char *)qkv + (size_t)b * a->T * a->W * a->es;
-            tpd_cuda_gemm_args g = TPD_CUDA_GEMM_ARGS_INIT;
-            g.M = a->T;
-            g.N = a->T;
-            g.K = a->HS;
-            g.A = row0 + (size_t)j * a->HS * a->es;
-            g.lda = a->W;
-            g.stride_a = (int64_t)a->G * a->HS;
-            g.B = row0 + (size_t)a->C * a->es;
-            g.transb = 1;
-            g.ldb = a->W;
-            g.stride_b = a->HS;
-            g.D = (char *)s + ((size_t)b * a->NH + j) * a->TT * a->es;
-            g.ldd = a->T;
-            g.stride_d = (int64_t)a->G * a->TT;
-            g.batch = a->NKV;
-            g.alpha = 1.0f / sqrtf((float)a->HS);
-            g.dt = ctx->dtype;
-            TPD_CHECK(tpd_cuda_gemm(ctx, &g));
-        }
+/* The fp32 scores of one batch index, (NH,T,T): none in f32, where they are P's own buffer. */
+static size_t scores_bytes(const attn_geom *a) {
+    return a->es == sizeof(float) ? 0 : align256((size_t)a->NH * a->TT * sizeof(float));
+}
+
+/* s(NH,T,T) = scale * Q_h(T,HS) @ K_g(T,HS)^T for batch index b and every head h = g*G + j,
+ * in fp32 (bf16 operands, fp32 accumulation and output). */
+static tpd_status qk_gemms(tpd_kern_ctx *ctx, const attn_geom *a, float *s, const void *qkv,
+                           int b) {
+    const char *row0 = (const char *)qkv + (size_t)b * a->T * a->W * a->es;
+    for (int j = 0; j < a->G; j++) {
+        tpd_cuda_gemm_args g = TPD_CUDA_GEMM_ARGS_INIT;
+        g.M = a->T;
+        g.N = a->T;
+        g.K = a->HS;
+        g.A = row0 + (size_t)j * a->HS * a->es;
+        g.lda = a->W;
+        g.stride_a = (int64_t)a->G * a->HS;
+        g.B = row0 + (size_t)a->C * a->es;
+        g.transb = 1;
+        g.ldb = a->W;
+        g.stride_b = a->HS;
+        g.D = s + (size_t)j * a->TT;
+        g.ldd = a->T;
+        g.stride_d = (int64_t)a->G * a->TT;
+        g.batch = a->NKV;
+        g.alpha = 1.0f / sqrtf((float)a->HS);
+        g.dt = ctx->dtype;
+        g.d_fp32 = 1;
+        TPD_CHECK(tpd_cuda_gemm(ctx, &g));
+    }
     return TPD_OK;
+}
+
+/* The fp32 scores of batch index b: in scratch s32 (bf16), or P's own rows (f32). */
+static float *scores_of(const attn_geom *a, void *p, char *s32, int b) {
+    if (s32 == NULL) return (float *)((char *)p + (size_t)b * a->NH * a->TT * sizeof(float));
+    return (float *)s32;
 }
 
 /* out_h(T,HS) = P_h @ V_g for every head h = g*G + j, into out rows of stride C. */
@@ -223,24 +247,32 @@ static unsigned rows_grid(const attn_geom *a) {
     return (unsigned)((rows + SM_WARPS - 1) / SM_WARPS);
 }
 
-/* Forward: S = scale * Q K^T -> p; P = causal softmax(S) in place (stats when asked);
- * out = P V. */
+/* Forward, per batch index b: S = scale * Q K^T in fp32 (scratch s32 of scores_bytes(), NULL
+ * in f32: P's rows); P = causal softmax(S) into p in the activation dtype (stats when
+ * asked); then out = P V. */
 static tpd_status fwd_into(tpd_kern_ctx *ctx, const attn_geom *a, void *out, void *p, float *stats,
-                           const void *qkv) {
-    TPD_CHECK(qk_gemms(ctx, a, p, qkv));
-    size_t rows = (size_t)a->B * a->NH * a->T;
-    TPD_CUDA_DISPATCH(ctx->dtype, E, {
-        causal_softmax_kernel<E>
-            <<<rows_grid(a), SM_WARPS * 32, 0, ctx->stream>>>((E *)p, stats, rows, a->T);
-    });
-    TPD_CHECK(TPD_CUDA_LAUNCHED("attention_fwd softmax"));
+                           const void *qkv, char *s32) {
+    const size_t rows = (size_t)a->NH * a->T; /* one batch index */
+    const unsigned grid = (unsigned)((rows + SM_WARPS - 1) / SM_WARPS);
+    for (int b = 0; b < a->B; b++) {
+        float *s = scores_of(a, p, s32, b);
+        TPD_CHECK(qk_gemms(ctx, a, s, qkv, b));
+        float *st = stats != NULL ? stats + (size_t)b * rows : NULL;
+        TPD_CUDA_DISPATCH(ctx->dtype, E, {
+            causal_softmax_kernel<float, E><<<grid, SM_WARPS * 32, 0, ctx->stream>>>(
+                s, (E *)((char *)p + (size_t)b * a->NH * a->TT * a->es), st, rows, a->T);
+        });
+        TPD_CHECK(TPD_CUDA_LAUNCHED("attention_fwd softmax"));
+    }
     return pv_gemms(ctx, a, out, p, qkv);
 }
 
 tpd_status tpd_cuda_attention_gemm_fwd(tpd_kern_ctx *ctx, void *out, void *probs, const void *qkv,
                                        int B, int T, int NH, int NKV, int HS) {
     attn_geom a = geom_of(ctx, B, T, NH, NKV, HS);
-    return fwd_into(ctx, &a, out, probs, NULL, qkv);
+    void *s32 = NULL;
+    if (scores_bytes(&a) > 0) TPD_CHECK(tpd_cuda_scratch(ctx, scores_bytes(&a), &s32));
+    return fwd_into(ctx, &a, out, probs, NULL, qkv, (char *)s32);
 }
 
 tpd_status tpd_cuda_attention_gemm_fwd_stats(tpd_kern_ctx *ctx, void *out, float *stats,
@@ -248,8 +280,9 @@ tpd_status tpd_cuda_attention_gemm_fwd_stats(tpd_kern_ctx *ctx, void *out, float
                                              int HS) {
     attn_geom a = geom_of(ctx, B, T, NH, NKV, HS);
     void *p = NULL;
-    TPD_CHECK(tpd_cuda_scratch(ctx, probs_bytes(&a), &p));
-    return fwd_into(ctx, &a, out, p, stats, qkv);
+    TPD_CHECK(tpd_cuda_scratch(ctx, probs_bytes(&a) + scores_bytes(&a), &p));
+    char *s32 = scores_bytes(&a) > 0 ? (char *)p + probs_bytes(&a) : NULL;
+    return fwd_into(ctx, &a, out, p, stats, qkv, s32);
 }
 
 /* Scratch the backward needs beside P: dS (B,NH,T,T), and with G > 1 the per-query-head
@@ -363,21 +396,46 @@ tpd_status tpd_cuda_attention_gemm_bwd(tpd_kern_ctx *ctx, void *dqkv, const void
     return bwd_from_probs(ctx, &a, dqkv, dout, qkv, probs, (char *)work);
 }
 
-/* P is rebuilt in scratch from the saved statistics: S = scale * Q K^T again, then
- * P = exp(S - stats) under the causal mask. Scratch: [P | bwd_work_bytes()]. */
+/* P is rebuilt in scratch from the saved statistics: S = scale * Q K^T again in fp32, then
+ * P = exp(S - stats) under the causal mask. Scratch: [P | bwd_work_bytes() | fp32 scores]. */
 tpd_status tpd_cuda_attention_gemm_bwd_stats(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
                                              const void *qkv, const float *stats, int B, int T,
                                              int NH, int NKV, int HS) {
     attn_geom a = geom_of(ctx, B, T, NH, NKV, HS);
     void *scratch = NULL;
-    TPD_CHECK(tpd_cuda_scratch(ctx, probs_bytes(&a) + bwd_work_bytes(&a), &scratch));
+    TPD_CHECK(
+        tpd_cuda_scratch(ctx, probs_bytes(&a) + bwd_work_bytes(&a) + scores_bytes(&a), &scratch));
     char *p = (char *)scratch;
-    TPD_CHECK(qk_gemms(ctx, &a, p, qkv));
-    size_t rows = (size_t)a.B * a.NH * a.T;
-    TPD_CUDA_DISPATCH(ctx->dtype, E, {
-        causal_exp_kernel<E>
-            <<<rows_grid(&a), SM_WARPS * 32, 0, ctx->stream>>>((E *)p, stats, rows, a.T);
-    });
-    TPD_CHECK(TPD_CUDA_LAUNCHED("attention_bwd softmax from statistics"));
+    char *s32 = scores_bytes(&a) > 0 ? p + probs_bytes(&a) + bwd_work_bytes(&a) : NULL;
+    const size_t rows = (size_t)a.NH * a.T;
+    const unsigned grid = (unsigned)((rows + SM_WARPS - 1) / SM_WARPS);
+    for (int b = 0; b < a.B; b++) {
+        float *s = scores_of(&a, p, s32, b);
+        TPD_CHECK(qk_gemms(ctx, &a, s, qkv, b));
+        TPD_CUDA_DISPATCH(ctx->dtype, E, {
+            causal_exp_kernel<float, E><<<grid, SM_WARPS * 32, 0, ctx->stream>>>(
+                s, (E *)(p + (size_t)b * a.NH * a.TT * a.es), stats + (size_t)b * rows, rows, a.T);
+        });
+        TPD_CHECK(TPD_CUDA_LAUNCHED("attention_bwd softmax from statistics"));
+    }
     return bwd_from_probs(ctx, &a, dqkv, dout, qkv, p, p + probs_bytes(&a));
+}
+
+size_t tpd_cuda_attention_unfused_scratch_bytes(tpd_dtype dt, int B, int T, int NH, int NKV, int HS,
+                                                int stats_form) {
+    attn_geom a = geom_of_dtype(dt, B, T, NH, NKV, HS);
+    size_t p = stats_form ? probs_bytes(&a) : 0; /* P in scratch, not saved */
+    size_t fwd = p + scores_bytes(&a);
+    size_t bwd = p + bwd_work_bytes(&a) + (stats_form ? scores_bytes(&a) : 0);
+    return fwd > bwd ? fwd : bwd;
+}
+
+size_t tpd_cuda_attention_scratch_bytes(tpd_kern_ctx *ctx, int B, int T, int NH, int NKV, int HS) {
+    if (tpd_cuda_attention_decide(ctx, B, T, NH, HS)->path == TPD_ATTN_PATH_UNFUSED)
+        return tpd_cuda_attention_unfused_scratch_bytes(ctx->dtype, B, T, NH, NKV, HS, 0);
+    size_t fused = tpd_cuda_attention_cudnn_scratch_bytes(ctx, B, T, NH, NKV, HS);
+    /* a grouped-query shape cuDNN refuses runs the statistics form instead */
+    size_t gqa =
+        NKV != NH ? tpd_cuda_attention_unfused_scratch_bytes(ctx->dtype, B, T, NH, NKV, HS, 1) : 0;
+    return fused > gqa ? fused : gqa;
 }

@@ -1,15 +1,23 @@
 /* Fused causal flash attention through cuDNN's graph (backend descriptor) API, forward and
- * backward, with one finalized execution plan cached per shape.
+ * backward, with one finalized execution plan cached per shape, direction and pattern.
  *
  * cuDNN 9 recognizes flash attention as a pattern of primitive operations and runs it as
- * one fused kernel; we build that pattern (the same one cudnn-frontend's SDPA nodes lower
- * to) directly from backend descriptors:
+ * one fused kernel; we build that pattern (the one cudnn-frontend's composite SDPA nodes
+ * lower to) directly from backend descriptors:
  *   forward:  S = Q @ K^T; S *= scale; causal mask (gen_index row >= col, else lowest);
  *             softmax with stats = max + log(sum exp) saved (B,NH,T) fp32; O = P @ V
- *   backward: D = rowsum(dO * O) (virtual); S recomputed and masked as above, minus stats,
- *             P = exp(S); dV = P^T @ dO; dS = P * (dO @ V^T - D) * scale; dK = dS^T @ Q;
- *             dQ = dS @ K into a zeroed fp32 F16x16 accumulator, then converted
- * (the lowering of cudnn-frontend's SDPA nodes for cuDNN 9 before 9.21, op for op).
+ *   backward, two patterns, tried in this order at plan time (tpd_cuda_attention_decide):
+ *   current   (cudnn-frontend 1.x for cuDNN 9, SDPABackwardNode):
+ *             softmax_sum = rowsum(dO * O) * 1 into a packed fp32 workspace tensor (B,NH,T,1);
+ *             S = scale * Q K^T - stats, then the causal mask, P = exp(S);
+ *             dV = P^T @ dO; dS = P * (dO @ V^T - softmax_sum) * scale; dK = dS^T @ Q;
+ *             dQ = dS @ K into a packed fp32 workspace accumulator (B,NH,T,HS), converted
+ *   older     (cudnn-frontend's first cuDNN 9 lowering): softmax_sum virtual; the mask
+ *             before the statistics; dP * 1 before the subtraction; the dQ accumulator in
+ *             the F16x16 reordered layout
+ * The unified SDPA_BWD backend operation of cuDNN 9.13+ takes no causal mask in 9.19, so it
+ * is not one of the patterns. When neither backward builds (or the forward does not), the
+ * shape takes the unfused path with one warning (kernels/attention_choice.h).
  * Q, K and V are views into qkv(B,T,W), W = (NH+2*NKV)*HS, given by strides (no copies):
  * Q[b,h,t,d] = qkv[b*T*W + t*W + h*HS + d], K[b,g,t,d] at + C + g*HS (C = NH*HS) and V at
  * + C + NKV*HS + g*HS.
@@ -25,6 +33,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,7 +51,8 @@ enum {
     UID_DV = 11,
     UID_DQ_ACCUM = 13,
     UID_ONE = 14,
-    UID_VIRTUAL = 100, /* virtual tensors count up from here */
+    UID_SOFTMAX_SUM = 15, /* current backward pattern: rowsum(dO * O), in our workspace */
+    UID_VIRTUAL = 100,    /* virtual tensors count up from here */
 };
 
 #define GRAPH_MAX_DESCS 160
@@ -213,22 +223,23 @@ static void gb_reshape(graph_builder *g, cudnnBackendDescriptor_t x, cudnnBacken
 /* Causal mask over scores s(B,H,T,T): row >= col keeps the score, else the lowest float. */
 static cudnnBackendDescriptor_t gb_causal_mask(graph_builder *g, cudnnBackendDescriptor_t s,
                                                cudnnBackendDescriptor_t neg_inf, int64_t B,
-                                               int64_t H, int64_t T) {
+                                               int64_t H, int64_t T, cudnnDataType_t index_prec) {
     cudnnBackendDescriptor_t row = gb_virtual(g, CUDNN_DATA_INT32, B, H, T, T);
     cudnnBackendDescriptor_t col = gb_virtual(g, CUDNN_DATA_INT32, B, H, T, T);
     cudnnBackendDescriptor_t keep = gb_virtual(g, CUDNN_DATA_BOOLEAN, B, H, T, T);
     cudnnBackendDescriptor_t out = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
-    gb_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, 2, s, NULL, NULL, row);
-    gb_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, 3, s, NULL, NULL, col);
+    gb_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, index_prec, 2, s, NULL, NULL, row);
+    gb_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, index_prec, 3, s, NULL, NULL, col);
     gb_pointwise(g, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, -1, row, col, NULL, keep);
     gb_pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, -1, s, neg_inf, keep, out);
     return out;
 }
 
 /* Builds the forward (bwd = 0) or backward (bwd = 1) operation list for H query heads and
- * HKV key/value heads (HKV divides H). */
-static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t H, int64_t HKV,
-                        int64_t D) {
+ * HKV key/value heads (HKV divides H); pattern (TPD_ATTN_PATH_FUSED or _FUSED_OLD) picks the
+ * backward's form. */
+static void build_graph(graph_builder *g, int bwd, int pattern, int64_t B, int64_t T, int64_t H,
+                        int64_t HKV, int64_t D) {
     const cudnnDataType_t io = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
     const int64_t C = H * D, W = (H + 2 * HKV) * D; /* rows of out and of qkv */
     int64_t qkv_dims[4] = {B, H, T, D}, qkv_strides[4] = {T * W, D, W, 1};
@@ -251,7 +262,7 @@ static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t
         gb_matmul(g, q, kt, s);
         cudnnBackendDescriptor_t s2 = gb_virtual(g, f32, B, H, T, T);
         gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, s, scale, NULL, s2);
-        cudnnBackendDescriptor_t s3 = gb_causal_mask(g, s2, neg_inf, B, H, T);
+        cudnnBackendDescriptor_t s3 = gb_causal_mask(g, s2, neg_inf, B, H, T, CUDNN_DATA_INT32);
         cudnnBackendDescriptor_t mx = gb_virtual(g, f32, B, H, T, 1);
         gb_reduction(g, CUDNN_REDUCE_TENSOR_MAX, s3, mx);
         cudnnBackendDescriptor_t sub = gb_virtual(g, f32, B, H, T, T);
@@ -274,31 +285,43 @@ static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t
         cudnnBackendDescriptor_t dk = gb_tensor(g, UID_DK, io, kv_dims, qkv_strides, false, false);
         cudnnBackendDescriptor_t dv = gb_tensor(g, UID_DV, io, kv_dims, qkv_strides, false, false);
         cudnnBackendDescriptor_t one = gb_scalar(g, UID_ONE);
-        /* The fp32 dQ accumulator lives in our workspace, in the F16x16 reordered layout the
-         * kernels expect, and must be zeroed before every execution (the kernels add into
-         * it). A non-virtual dQ accumulator is also how the backend is told to use the
-         * accumulating (not the dP-workspace) backward. */
+        const int cur = pattern == TPD_ATTN_PATH_FUSED;
+        /* The fp32 dQ accumulator lives in our workspace and is zeroed before every execution
+         * (cuDNN before 9.6 adds into it). A non-virtual dQ accumulator is also how the
+         * backend is told to use the accumulating (not the dP-workspace) backward. The older
+         * pattern declares it in the F16x16 reordered layout, the current one packed. */
         int64_t acc_strides[4] = {H * T * D, T * D, D, 1};
-        cudnnBackendDescriptor_t dq_acc = gb_tensor_r(g, UID_DQ_ACCUM, f32, qkv_dims, acc_strides,
-                                                      false, false, CUDNN_TENSOR_REORDERING_F16x16);
+        cudnnBackendDescriptor_t dq_acc =
+            gb_tensor_r(g, UID_DQ_ACCUM, f32, qkv_dims, acc_strides, false, false,
+                        cur ? CUDNN_TENSOR_REORDERING_NONE : CUDNN_TENSOR_REORDERING_F16x16);
 
-        /* softmax_sum = rowsum(dO * O) * 1 (virtual: the engine keeps it in its workspace) */
+        /* softmax_sum = rowsum(dO * O) * 1: in our workspace (current), or virtual (older) */
         cudnnBackendDescriptor_t doo = gb_virtual(g, f32, B, H, T, D);
         gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, dout, o, NULL, doo);
         cudnnBackendDescriptor_t red = gb_virtual(g, f32, B, H, T, 1);
         gb_reduction(g, CUDNN_REDUCE_TENSOR_ADD, doo, red);
-        cudnnBackendDescriptor_t ssum = gb_virtual(g, f32, B, H, T, 1);
+        cudnnBackendDescriptor_t ssum =
+            cur ? gb_tensor(g, UID_SOFTMAX_SUM, f32, st_dims, st_strides, false, false)
+                : gb_virtual(g, f32, B, H, T, 1);
         gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, red, one, NULL, ssum);
 
-        /* P = exp(mask(scale * Q K^T) - stats): the mask comes before the stats subtraction,
-         * as in the pattern cudnn-frontend emits */
+        /* P = exp(mask(scale * Q K^T - stats)) (current) or exp(mask(scale * Q K^T) - stats)
+         * (older). The current pattern's index generators take the graph's fp32 math
+         * precision, as cudnn-frontend leaves them. */
         cudnnBackendDescriptor_t s = gb_virtual(g, f32, B, H, T, T);
         gb_matmul(g, q, kt, s);
         cudnnBackendDescriptor_t s2 = gb_virtual(g, f32, B, H, T, T);
         gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, s, scale, NULL, s2);
-        cudnnBackendDescriptor_t s3 = gb_causal_mask(g, s2, neg_inf, B, H, T);
-        cudnnBackendDescriptor_t s4 = gb_virtual(g, f32, B, H, T, T);
-        gb_pointwise(g, CUDNN_POINTWISE_SUB, f32, -1, s3, stats, NULL, s4);
+        cudnnBackendDescriptor_t s4;
+        if (cur) {
+            cudnnBackendDescriptor_t s3 = gb_virtual(g, f32, B, H, T, T);
+            gb_pointwise(g, CUDNN_POINTWISE_SUB, f32, -1, s2, stats, NULL, s3);
+            s4 = gb_causal_mask(g, s3, neg_inf, B, H, T, f32);
+        } else {
+            cudnnBackendDescriptor_t s3 = gb_causal_mask(g, s2, neg_inf, B, H, T, CUDNN_DATA_INT32);
+            s4 = gb_virtual(g, f32, B, H, T, T);
+            gb_pointwise(g, CUDNN_POINTWISE_SUB, f32, -1, s3, stats, NULL, s4);
+        }
         cudnnBackendDescriptor_t p = gb_virtual(g, f32, B, H, T, T);
         gb_pointwise(g, CUDNN_POINTWISE_EXP, f32, -1, s4, NULL, NULL, p);
 
@@ -314,11 +337,14 @@ static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t
             gb_reduction(g, CUDNN_REDUCE_TENSOR_ADD, dv_full, dv);
         }
 
-        /* dS = P * (dO @ V^T * 1 - softmax_sum) * scale */
+        /* dS = P * (dO @ V^T [* 1, older] - softmax_sum) * scale */
         cudnnBackendDescriptor_t dp = gb_virtual(g, f32, B, H, T, T);
         gb_matmul(g, dout, vt, dp);
-        cudnnBackendDescriptor_t dp1 = gb_virtual(g, f32, B, H, T, T);
-        gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, dp, one, NULL, dp1);
+        cudnnBackendDescriptor_t dp1 = dp;
+        if (!cur) {
+            dp1 = gb_virtual(g, f32, B, H, T, T);
+            gb_pointwise(g, CUDNN_POINTWISE_MUL, f32, -1, dp, one, NULL, dp1);
+        }
         cudnnBackendDescriptor_t dp2 = gb_virtual(g, f32, B, H, T, T);
         gb_pointwise(g, CUDNN_POINTWISE_SUB, f32, -1, dp1, ssum, NULL, dp2);
         cudnnBackendDescriptor_t ds = gb_virtual(g, f32, B, H, T, T);
@@ -345,29 +371,13 @@ static void build_graph(graph_builder *g, int bwd, int64_t B, int64_t T, int64_t
     }
 }
 
-/* A graph without a plan. For multi-head attention that is an error. A grouped-query shape
- * is not: it returns TPD_ERR_UNSUPPORTED, the op runs unfused, and the first such shape
- * of each direction on a context says why, once. */
-static tpd_status cudnn_fail(tpd_kern_ctx *ctx, graph_builder *g, int bwd, int B, int T, int NH,
-                             int NKV, int HS) {
-    const char *dir = bwd ? "backward" : "forward";
-    char detail[512];
+/* Why a graph has no plan, in words, into why (n bytes): the step that failed, cuDNN's
+ * status and its last error string. */
+static void graph_why(graph_builder *g, char *why, size_t n) {
+    char detail[256];
     cudnnGetLastErrorString(detail, sizeof detail);
-    if (NKV != NH) {
-        if (!(ctx->gqa_fallback_logged & (1 << bwd)))
-            tpd_log_warn("cuDNN fused attention %s has no engine for grouped-query attention "
-                         "(B=%d T=%d NH=%d NKV=%d HS=%d: %s failed: %s (%s)); grouped-query "
-                         "shapes take the unfused cuBLASLt path",
-                         dir, B, T, NH, NKV, HS, g->failed_at ? g->failed_at : "?",
-                         cudnnGetErrorString(g->st), detail);
-        ctx->gqa_fallback_logged |= 1 << bwd;
-        return TPD_ERR_UNSUPPORTED;
-    }
-    tpd_log_error("cuDNN fused attention %s (B=%d T=%d NH=%d HS=%d): %s failed: %s (%s); "
-                  "set training.attention: unfused to use the cuBLASLt path",
-                  dir, B, T, NH, HS, g->failed_at ? g->failed_at : "?", cudnnGetErrorString(g->st),
-                  detail);
-    return TPD_ERR_BACKEND;
+    snprintf(why, n, "%s failed: %s (%s)", g->failed_at ? g->failed_at : "?",
+             cudnnGetErrorString(g->st), detail);
 }
 
 static void destroy_descs(cudnnBackendDescriptor_t *d, int n) {
@@ -383,9 +393,10 @@ static void graph_free(void *p) {
 }
 
 /* Builds the graph, asks the heuristics (mode A) for engine configs and keeps the first
- * one that finalizes into an execution plan. */
-static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, int NKV, int HS,
-                             tpd_cuda_attn_plan *slot) {
+ * one that finalizes into an execution plan. Logs nothing: a graph cuDNN does not take is
+ * TPD_ERR_UNSUPPORTED with the reason in why (n bytes), for the caller to report. */
+static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int pattern, int B, int T, int NH, int NKV,
+                             int HS, tpd_cuda_attn_plan *slot, char *why, size_t n) {
     graph_builder *g = (graph_builder *)calloc(1, sizeof *g);
     if (g == NULL) {
         tpd_log_error("cuDNN fused attention: out of memory building the graph");
@@ -393,7 +404,7 @@ static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, i
     }
     g->st = CUDNN_STATUS_SUCCESS;
     g->next_virtual = UID_VIRTUAL;
-    build_graph(g, bwd, B, T, NH, NKV, HS);
+    build_graph(g, bwd, pattern, B, T, NH, NKV, HS);
 
     cudnnBackendDescriptor_t graph = gb_make(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     gb_set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &ctx->cudnn,
@@ -408,18 +419,15 @@ static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, i
            "heuristics graph");
     gb_set(g, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics mode");
     gb_fin(g, heur, "heuristics finalize");
-    if (g->st != CUDNN_STATUS_SUCCESS) {
-        tpd_status st = cudnn_fail(ctx, g, bwd, B, T, NH, NKV, HS);
-        graph_free(g);
-        return st;
-    }
 
     int64_t count = 0;
-    g->st = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL);
-    if (g->st != CUDNN_STATUS_SUCCESS) g->failed_at = "heuristics result count";
-    if (count > MAX_ENGINE_CONFIGS) count = MAX_ENGINE_CONFIGS;
     cudnnBackendDescriptor_t cfgs[MAX_ENGINE_CONFIGS];
+    if (g->st == CUDNN_STATUS_SUCCESS) {
+        g->st = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL);
+        if (g->st != CUDNN_STATUS_SUCCESS) g->failed_at = "heuristics result count";
+    }
+    if (count > MAX_ENGINE_CONFIGS) count = MAX_ENGINE_CONFIGS;
     for (int64_t i = 0; i < count; i++)
         cfgs[i] = gb_make(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
     if (g->st == CUDNN_STATUS_SUCCESS && count > 0) {
@@ -427,15 +435,10 @@ static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, i
                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &count, cfgs);
         if (g->st != CUDNN_STATUS_SUCCESS) g->failed_at = "heuristics results";
     }
-    if (g->st != CUDNN_STATUS_SUCCESS) {
-        tpd_status st = cudnn_fail(ctx, g, bwd, B, T, NH, NKV, HS);
-        graph_free(g);
-        return st;
-    }
 
     cudnnBackendDescriptor_t plan = NULL;
     cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
-    for (int64_t i = 0; i < count && plan == NULL; i++) {
+    for (int64_t i = 0; g->st == CUDNN_STATUS_SUCCESS && i < count && plan == NULL; i++) {
         cudnnBackendDescriptor_t cand = NULL;
         last = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &cand);
         if (last != CUDNN_STATUS_SUCCESS) break;
@@ -450,27 +453,26 @@ static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, i
         else
             cudnnBackendDestroyDescriptor(cand);
     }
-    if (plan == NULL) {
+    if (g->st == CUDNN_STATUS_SUCCESS && plan == NULL) {
         g->st = count == 0 ? CUDNN_STATUS_NOT_SUPPORTED : last;
         g->failed_at = count == 0 ? "heuristics (no engine supports this graph)"
                                   : "execution plan finalize (every engine config)";
-        tpd_status st = cudnn_fail(ctx, g, bwd, B, T, NH, NKV, HS);
-        graph_free(g);
-        return st;
     }
     int64_t ws = 0;
-    cudnnStatus_t wst = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                                 CUDNN_TYPE_INT64, 1, NULL, &ws);
-    if (wst != CUDNN_STATUS_SUCCESS) {
-        g->st = wst;
-        g->failed_at = "plan workspace size";
-        tpd_status st = cudnn_fail(ctx, g, bwd, B, T, NH, NKV, HS);
-        cudnnBackendDestroyDescriptor(plan);
+    if (g->st == CUDNN_STATUS_SUCCESS) {
+        g->st = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                         CUDNN_TYPE_INT64, 1, NULL, &ws);
+        if (g->st != CUDNN_STATUS_SUCCESS) g->failed_at = "plan workspace size";
+    }
+    if (g->st != CUDNN_STATUS_SUCCESS) {
+        graph_why(g, why, n);
+        if (plan != NULL) cudnnBackendDestroyDescriptor(plan);
         graph_free(g);
-        return st;
+        return TPD_ERR_UNSUPPORTED;
     }
     slot->used = 1;
     slot->bwd = bwd;
+    slot->pattern = bwd ? pattern : TPD_ATTN_PATH_FUSED;
     slot->B = B;
     slot->T = T;
     slot->NH = NH;
@@ -492,22 +494,25 @@ static void plan_release(tpd_cuda_attn_plan *p) {
 void tpd_cuda_attention_cache_destroy(tpd_kern_ctx *ctx) {
     for (int i = 0; i < TPD_CUDA_ATTN_CACHE_SLOTS; i++)
         plan_release(&ctx->attn_cache[i]);
+    memset(ctx->attn_decisions, 0, sizeof ctx->attn_decisions);
 }
 
-/* The cached plan of a shape and direction, built on first use. A grouped-query shape that
- * cuDNN does not take comes back as a slot marked unsupported (remembered like a plan). */
-static tpd_status get_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, int NKV, int HS,
-                           tpd_cuda_attn_plan **plan_p) {
+/* The cached slot of a shape, direction and pattern (the forward has one pattern), or a
+ * free (or evicted) slot to build it in, with *found_p saying which. */
+static tpd_cuda_attn_plan *plan_slot(tpd_kern_ctx *ctx, int bwd, int pattern, int B, int T, int NH,
+                                     int NKV, int HS, int *found_p) {
     tpd_cuda_attn_plan *free_slot = NULL;
+    if (!bwd) pattern = TPD_ATTN_PATH_FUSED;
     for (int i = 0; i < TPD_CUDA_ATTN_CACHE_SLOTS; i++) {
         tpd_cuda_attn_plan *p = &ctx->attn_cache[i];
-        if (p->used && p->bwd == bwd && p->B == B && p->T == T && p->NH == NH && p->NKV == NKV &&
-            p->HS == HS) {
-            *plan_p = p;
-            return TPD_OK;
+        if (p->used && p->bwd == bwd && p->pattern == pattern && p->B == B && p->T == T &&
+            p->NH == NH && p->NKV == NKV && p->HS == HS) {
+            *found_p = 1;
+            return p;
         }
         if (!p->used && free_slot == NULL) free_slot = p;
     }
+    *found_p = 0;
     if (free_slot == NULL) {
         /* Full: the shapes of a run are few, so evicting any one is fine. The plan may
          * still be referenced by queued work only through its kernels, which do not need
@@ -515,21 +520,112 @@ static tpd_status get_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, int
         free_slot = &ctx->attn_cache[(B + T + NH + NKV + HS + bwd) % TPD_CUDA_ATTN_CACHE_SLOTS];
         plan_release(free_slot);
     }
-    tpd_status st = build_plan(ctx, bwd, B, T, NH, NKV, HS, free_slot);
-    if (st == TPD_ERR_UNSUPPORTED && NKV != NH) {
-        free_slot->used = 1;
-        free_slot->bwd = bwd;
-        free_slot->B = B;
-        free_slot->T = T;
-        free_slot->NH = NH;
-        free_slot->NKV = NKV;
-        free_slot->HS = HS;
-        free_slot->unsupported = 1;
-        st = TPD_OK;
+    return free_slot;
+}
+
+/* The cached plan of a shape, direction and pattern, built on first use. A grouped-query
+ * shape that cuDNN does not take comes back as a slot marked unsupported (remembered like a
+ * plan), noted once per direction. A multi-head shape was built when its path was decided;
+ * failing to rebuild it after an eviction is an error. */
+static tpd_status get_plan(tpd_kern_ctx *ctx, int bwd, int pattern, int B, int T, int NH, int NKV,
+                           int HS, tpd_cuda_attn_plan **plan_p) {
+    int found = 0;
+    tpd_cuda_attn_plan *slot = plan_slot(ctx, bwd, pattern, B, T, NH, NKV, HS, &found);
+    if (found) {
+        *plan_p = slot;
+        return TPD_OK;
     }
-    TPD_CHECK(st);
-    *plan_p = free_slot;
+    char why[384];
+    tpd_status st = build_plan(ctx, bwd, pattern, B, T, NH, NKV, HS, slot, why, sizeof why);
+    if (st == TPD_ERR_UNSUPPORTED && NKV != NH) {
+        if (!(ctx->gqa_fallback_logged & (1 << bwd)))
+            tpd_log_warn("cuDNN fused attention %s has no engine for grouped-query attention "
+                         "(B=%d T=%d NH=%d NKV=%d HS=%d: %s); grouped-query shapes take the "
+                         "unfused cuBLASLt path",
+                         bwd ? "backward" : "forward", B, T, NH, NKV, HS, why);
+        ctx->gqa_fallback_logged |= 1 << bwd;
+        slot->used = 1;
+        slot->bwd = bwd;
+        slot->pattern = bwd ? pattern : TPD_ATTN_PATH_FUSED;
+        slot->B = B;
+        slot->T = T;
+        slot->NH = NH;
+        slot->NKV = NKV;
+        slot->HS = HS;
+        slot->unsupported = 1;
+        *plan_p = slot;
+        return TPD_OK;
+    }
+    if (st == TPD_ERR_UNSUPPORTED)
+        tpd_log_error("cuDNN fused attention %s (B=%d T=%d NH=%d HS=%d): %s",
+                      bwd ? "backward" : "forward", B, T, NH, HS, why);
+    if (st != TPD_OK) return st == TPD_ERR_UNSUPPORTED ? TPD_ERR_BACKEND : st;
+    *plan_p = slot;
     return TPD_OK;
+}
+
+/* Tries one graph for the decision: its plan stays cached when it builds. */
+static tpd_attn_build try_build(tpd_kern_ctx *ctx, int bwd, int pattern, int B, int T, int NH,
+                                int HS, char *why, size_t n) {
+    int found = 0;
+    tpd_cuda_attn_plan *slot = plan_slot(ctx, bwd, pattern, B, T, NH, NH, HS, &found);
+    if (found) return slot->unsupported ? TPD_ATTN_BUILD_FAILED : TPD_ATTN_BUILD_OK;
+    tpd_status st = build_plan(ctx, bwd, pattern, B, T, NH, NH, HS, slot, why, n);
+    return st == TPD_OK ? TPD_ATTN_BUILD_OK : TPD_ATTN_BUILD_FAILED;
+}
+
+const tpd_attn_choice *tpd_cuda_attention_decide(tpd_kern_ctx *ctx, int B, int T, int NH, int HS) {
+    tpd_cuda_attn_decision *d = NULL;
+    for (int i = 0; i < TPD_CUDA_ATTN_CACHE_SLOTS; i++) {
+        tpd_cuda_attn_decision *e = &ctx->attn_decisions[i];
+        if (e->used && e->B == B && e->T == T && e->NH == NH && e->HS == HS) return &e->choice;
+        if (!e->used && d == NULL) d = e;
+    }
+    if (d == NULL) d = &ctx->attn_decisions[(B + T + NH + HS) % TPD_CUDA_ATTN_CACHE_SLOTS];
+
+    tpd_attn_choice_in in;
+    memset(&in, 0, sizeof in);
+    in.B = B;
+    in.T = T;
+    in.NH = NH;
+    in.HS = HS;
+    in.dtype = ctx->dtype;
+    in.fused_requested = ctx->fused_attention;
+    in.force = ctx->attn_force;
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx->device) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ctx->device) !=
+            cudaSuccess)
+        major = minor = 0; /* reads as too old: unfused, with the reason */
+    in.sm = major * 10 + minor;
+    in.cudnn_version = (int)cudnnGetVersion();
+
+    char why[384] = "", why_new[384] = "", why_old[384] = "";
+    if (tpd_attn_fused_eligible(&in, why, sizeof why)) {
+        in.fwd = try_build(ctx, 0, TPD_ATTN_PATH_FUSED, B, T, NH, HS, why, sizeof why);
+        if (in.fwd == TPD_ATTN_BUILD_OK && in.force != TPD_ATTN_FORCE_OLD)
+            in.bwd_new =
+                try_build(ctx, 1, TPD_ATTN_PATH_FUSED, B, T, NH, HS, why_new, sizeof why_new);
+        if (in.fwd == TPD_ATTN_BUILD_OK && in.bwd_new != TPD_ATTN_BUILD_OK)
+            in.bwd_old =
+                try_build(ctx, 1, TPD_ATTN_PATH_FUSED_OLD, B, T, NH, HS, why_old, sizeof why_old);
+    }
+    memset(d, 0, sizeof *d);
+    tpd_attn_choose(&in, &d->choice);
+    d->used = 1;
+    d->B = B;
+    d->T = T;
+    d->NH = NH;
+    d->HS = HS;
+    tpd_attn_choice_log(&d->choice);
+    /* cuDNN's own words for each graph that failed, beside the decision */
+    if (in.fwd == TPD_ATTN_BUILD_FAILED) tpd_log_info("  cuDNN attention forward: %s", why);
+    if (in.bwd_new == TPD_ATTN_BUILD_FAILED)
+        tpd_log_info("  cuDNN attention backward (current pattern): %s", why_new);
+    if (in.bwd_old == TPD_ATTN_BUILD_FAILED)
+        tpd_log_info("  cuDNN attention backward (older pattern): %s", why_old);
+    return &d->choice;
 }
 
 /* 1 when cuDNN is turned off for grouped-query shapes on this context (TRIPOD_CUDNN_GQA=0,
@@ -571,15 +667,29 @@ static size_t align256(size_t x) {
     return (x + 255) / 256 * 256;
 }
 
-static tpd_status check_shape(int T, int NH, int HS, const char *dir) {
-    /* Head dims the Hopper kernels take, and 16-byte aligned rows for every view. */
-    if (HS % 8 != 0 || HS > 256 || ((int64_t)NH * HS) % 8 != 0) {
-        tpd_log_error("cuDNN fused attention %s: head size %d (NH=%d, T=%d) is unsupported; it "
-                      "must be a multiple of 8 and at most 256 (use training.attention: unfused)",
-                      dir, HS, NH, T);
-        return TPD_ERR_UNSUPPORTED;
-    }
-    return TPD_OK;
+/* The backward's workspace: [plan workspace | dQ accumulator (B,NH,T,HS) fp32 | softmax_sum
+ * (B,NH,T) fp32, current pattern only]. */
+static size_t bwd_acc_bytes(int B, int T, int NH, int HS) {
+    return align256((size_t)B * NH * T * HS * sizeof(float));
+}
+static size_t bwd_ssum_bytes(int pattern, int B, int T, int NH) {
+    return pattern == TPD_ATTN_PATH_FUSED ? align256((size_t)B * NH * T * sizeof(float)) : 0;
+}
+
+size_t tpd_cuda_attention_cudnn_scratch_bytes(tpd_kern_ctx *ctx, int B, int T, int NH, int NKV,
+                                              int HS) {
+    const tpd_attn_choice *c = tpd_cuda_attention_decide(ctx, B, T, NH, HS);
+    if (c->path == TPD_ATTN_PATH_UNFUSED) return 0;
+    tpd_cuda_attn_plan *f = NULL, *b = NULL;
+    if (get_plan(ctx, 0, c->path, B, T, NH, NKV, HS, &f) != TPD_OK ||
+        get_plan(ctx, 1, c->path, B, T, NH, NKV, HS, &b) != TPD_OK)
+        return 0;
+    size_t fwd = f->unsupported ? 0 : align256((size_t)f->workspace_bytes) + 256;
+    size_t bwd = b->unsupported
+                     ? 0
+                     : align256((size_t)b->workspace_bytes) + bwd_acc_bytes(B, T, NH, HS) +
+                           bwd_ssum_bytes(c->path, B, T, NH);
+    return fwd > bwd ? fwd : bwd;
 }
 
 /* The graph declares every tensor 16-byte aligned. */
@@ -595,12 +705,12 @@ static tpd_status check_aligned(const void *p, const char *name, const char *dir
 
 tpd_status tpd_cuda_attention_cudnn_fwd(tpd_kern_ctx *ctx, void *out, float *stats, const void *qkv,
                                         int B, int T, int NH, int NKV, int HS) {
-    TPD_CHECK(check_shape(T, NH, HS, "forward"));
     TPD_CHECK(check_aligned(qkv, "qkv", "forward"));
     TPD_CHECK(check_aligned(out, "out", "forward"));
     TPD_CHECK(check_aligned(stats, "stats", "forward"));
     tpd_cuda_attn_plan *p = NULL;
-    if (!gqa_unfused(ctx, 0, NH, NKV)) TPD_CHECK(get_plan(ctx, 0, B, T, NH, NKV, HS, &p));
+    if (!gqa_unfused(ctx, 0, NH, NKV))
+        TPD_CHECK(get_plan(ctx, 0, TPD_ATTN_PATH_FUSED, B, T, NH, NKV, HS, &p));
     if (p == NULL || p->unsupported)
         return tpd_cuda_attention_gemm_fwd_stats(ctx, out, stats, qkv, B, T, NH, NKV, HS);
     void *ws = NULL;
@@ -618,21 +728,21 @@ tpd_status tpd_cuda_attention_cudnn_fwd(tpd_kern_ctx *ctx, void *out, float *sta
 tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
                                         const void *qkv, const void *out, const float *stats, int B,
                                         int T, int NH, int NKV, int HS) {
-    TPD_CHECK(check_shape(T, NH, HS, "backward"));
     TPD_CHECK(check_aligned(qkv, "qkv", "backward"));
     TPD_CHECK(check_aligned(out, "out", "backward"));
     TPD_CHECK(check_aligned(stats, "stats", "backward"));
     TPD_CHECK(check_aligned(dout, "dout", "backward"));
     TPD_CHECK(check_aligned(dqkv, "dqkv", "backward"));
+    const int pattern = tpd_cuda_attention_decide(ctx, B, T, NH, HS)->path;
     tpd_cuda_attn_plan *p = NULL;
-    if (!gqa_unfused(ctx, 1, NH, NKV)) TPD_CHECK(get_plan(ctx, 1, B, T, NH, NKV, HS, &p));
+    if (!gqa_unfused(ctx, 1, NH, NKV)) TPD_CHECK(get_plan(ctx, 1, pattern, B, T, NH, NKV, HS, &p));
     if (p == NULL || p->unsupported)
         return tpd_cuda_attention_gemm_bwd_stats(ctx, dqkv, dout, qkv, stats, B, T, NH, NKV, HS);
-    /* Workspace: [plan workspace | dQ accumulator (B,NH,T,HS) f32, zeroed] */
     size_t ws_plan = align256((size_t)p->workspace_bytes);
-    size_t ws_acc = align256((size_t)B * NH * T * HS * sizeof(float));
+    size_t ws_acc = bwd_acc_bytes(B, T, NH, HS);
+    size_t ws_ssum = bwd_ssum_bytes(pattern, B, T, NH);
     void *ws = NULL;
-    TPD_CHECK(tpd_cuda_scratch(ctx, ws_plan + ws_acc, &ws));
+    TPD_CHECK(tpd_cuda_scratch(ctx, ws_plan + ws_acc + ws_ssum, &ws));
     char *base = (char *)ws;
     TPD_CHECK(TPD_CUDA(cudaMemsetAsync(base + ws_plan, 0, ws_acc, ctx->stream)));
     const size_t C = (size_t)NH * HS, KV = (size_t)NKV * HS;
@@ -641,8 +751,9 @@ tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const voi
     float scale = 1.0f / sqrtf((float)HS);
     float neg_inf = -FLT_MAX;
     float one = 1.0f;
-    int64_t uids[] = {UID_Q,  UID_K,  UID_V,        UID_O,     UID_DO,      UID_STATS, UID_DQ,
-                      UID_DK, UID_DV, UID_DQ_ACCUM, UID_SCALE, UID_NEG_INF, UID_ONE};
+    int64_t uids[] = {UID_Q,     UID_K,       UID_V,   UID_O,          UID_DO,
+                      UID_STATS, UID_DQ,      UID_DK,  UID_DV,         UID_DQ_ACCUM,
+                      UID_SCALE, UID_NEG_INF, UID_ONE, UID_SOFTMAX_SUM};
     void *ptrs[] = {(void *)q,
                     (void *)(q + C),
                     (void *)(q + C + KV),
@@ -655,6 +766,8 @@ tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const voi
                     (void *)(base + ws_plan),
                     &scale,
                     &neg_inf,
-                    &one};
-    return execute(ctx, p, 13, uids, ptrs, base);
+                    &one,
+                    (void *)(base + ws_plan + ws_acc)};
+    /* the older pattern has no softmax_sum tensor: the pack leaves its entry out */
+    return execute(ctx, p, pattern == TPD_ATTN_PATH_FUSED ? 14 : 13, uids, ptrs, base);
 }

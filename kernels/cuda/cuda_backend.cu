@@ -260,6 +260,8 @@ TPD_CUDA_EXPORT tpd_status tpd_kern_cuda_module_create(const tpd_kern_config *cf
      * fused path to the unfused one (cuda_attention_cudnn.cu), as when cuDNN rejects them. */
     const char *gqa_env = getenv("TRIPOD_CUDNN_GQA");
     ctx->cudnn_gqa = !(gqa_env != NULL && strcmp(gqa_env, "0") == 0);
+    /* TRIPOD_CUDNN_ATTN=old|unfused forces a path of kernels/attention_choice.h (tests). */
+    TPD_CHECK_GOTO(tpd_attn_force_parse(getenv("TRIPOD_CUDNN_ATTN"), &ctx->attn_force), st, fail);
 
     TPD_CHECK_GOTO(TPD_CUDA(cudaSetDevice(ctx->device)), st, fail);
     TPD_CHECK_GOTO(TPD_CUDA(cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking)), st,

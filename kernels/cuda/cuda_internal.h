@@ -19,6 +19,7 @@
 #include <cudnn.h>
 
 #include "base/status.h"
+#include "kernels/attention_choice.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_internal.h"
 
@@ -51,7 +52,8 @@ typedef struct tpd_cuda_gemm_slot {
 /* A finalized cuDNN execution plan for one attention shape and direction. */
 typedef struct tpd_cuda_attn_plan {
     int used;
-    int bwd; /* 0 forward, 1 backward */
+    int bwd;     /* 0 forward, 1 backward */
+    int pattern; /* backward: TPD_ATTN_PATH_FUSED (current cuDNN 9 graph) or _FUSED_OLD */
     int B, T, NH, NKV, HS;
     /* 1 when cuDNN has no engine for this grouped-query shape: remembered so that the
      * graph is not rebuilt on every call, and the op takes the unfused path instead. */
@@ -61,6 +63,13 @@ typedef struct tpd_cuda_attn_plan {
     int64_t workspace_bytes; /* the plan's own workspace */
 } tpd_cuda_attn_plan;
 
+/* The attention path of one shape (kernels/attention_choice.h), decided once at plan time. */
+typedef struct tpd_cuda_attn_decision {
+    int used;
+    int B, T, NH, HS;
+    tpd_attn_choice choice;
+} tpd_cuda_attn_decision;
+
 struct tpd_kern_ctx {
     int device;
     tpd_dtype dtype;      /* act = param dtype */
@@ -69,7 +78,9 @@ struct tpd_kern_ctx {
     /* Grouped-query shapes (NKV < NH) on the fused path: 1 = cuDNN (default), 0 = the
      * unfused path with softmax statistics (TRIPOD_CUDNN_GQA=0 at create time). */
     int cudnn_gqa;
-    int gqa_fallback_logged; /* the one-time note that a GQA shape left cuDNN */
+    int gqa_fallback_logged;   /* the one-time note that a GQA shape left cuDNN */
+    tpd_attn_force attn_force; /* TRIPOD_CUDNN_ATTN at create time */
+    tpd_cuda_attn_decision attn_decisions[TPD_CUDA_ATTN_CACHE_SLOTS];
     cudaStream_t stream;
     cublasLtHandle_t lt;
     void *gemm_workspace; /* TPD_CUDA_GEMM_WORKSPACE_BYTES */
@@ -121,7 +132,8 @@ tpd_status tpd_cuda_scratch(tpd_kern_ctx *ctx, size_t bytes, void **ptr_p);
  * strides. op(A) = A stored (M,K) with row stride lda, or (K,M) when transa. Likewise B:
  * (K,N), or (N,K) when transb. A, B and D are in `dt`, except D (which is also C) when
  * d_fp32: then fp32, so that a weight gradient accumulates (beta = 1) in fp32 from bf16
- * operands (fp32 main gradients). epilogue BIAS adds bias(N) to every row; GELU_AUX_BIAS
+ * operands (fp32 main gradients), or bf16 products are kept in fp32 (the attention scores
+ * before the softmax). epilogue BIAS adds bias(N) to every row; GELU_AUX_BIAS
  * also stores the pre-activation into aux (M,N) with row stride ldd. */
 typedef struct tpd_cuda_gemm_args {
     int transa, transb;
@@ -199,7 +211,23 @@ tpd_status tpd_kern_cuda_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void
 /* The implementations behind the ops above: the fused cuDNN path
  * (cuda_attention_cudnn.cu; BF16 only) and the unfused cuBLASLt + softmax path
  * (cuda_attention.cu). Shapes are checked by the ops. */
-int tpd_cuda_attention_fused(const tpd_kern_ctx *ctx);
+/* The path of a multi-head shape, decided on first call and remembered (plan time: the model
+ * asks the saved-buffer size first): the cuDNN graphs are built, the current backward pattern
+ * first and the older one second, and tpd_attn_choose (kernels/attention_choice.h) picks; a
+ * fallback to the unfused path is logged once per shape. Grouped-query calls of the shape
+ * follow the same path (their graphs are built on first use). */
+const tpd_attn_choice *tpd_cuda_attention_decide(tpd_kern_ctx *ctx, int B, int T, int NH, int HS);
+/* Device scratch (tpd_cuda_scratch) the attention ops take for one shape, forward or backward,
+ * on the decided path: what a plan-time memory model adds for them. */
+size_t tpd_cuda_attention_scratch_bytes(tpd_kern_ctx *ctx, int B, int T, int NH, int NKV, int HS);
+/* The cuDNN part of it: the largest of the forward and backward workspaces of the path
+ * (0 when the shape is unfused). */
+size_t tpd_cuda_attention_cudnn_scratch_bytes(tpd_kern_ctx *ctx, int B, int T, int NH, int NKV,
+                                              int HS);
+/* The unfused part: forward (fp32 scores of one batch index) and backward (dS and the
+ * grouped-query sums; with stats_form, also P rebuilt from the statistics). */
+size_t tpd_cuda_attention_unfused_scratch_bytes(tpd_dtype dt, int B, int T, int NH, int NKV, int HS,
+                                                int stats_form);
 tpd_status tpd_cuda_attention_cudnn_fwd(tpd_kern_ctx *ctx, void *out, float *stats, const void *qkv,
                                         int B, int T, int NH, int NKV, int HS);
 tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,

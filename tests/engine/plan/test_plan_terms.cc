@@ -154,7 +154,7 @@ TEST(PlanTerms, SearchNeverTurnsTpOverlapOnByItself) {
 TEST(PlanTerms, Bf16GradientsOnTheWireHalveTheDpBytes) {
     tpd_plan_cluster cl = a100();
     tpd_config c = gpt(16, 2048, 24, 512, 4);
-    c.parallel.ddp_bucket_size = INT64_MAX; // one bucket: bytes/bw + 2(n-1) latencies
+    c.parallel.ddp_bucket_size = INT64_MAX;       // one bucket: bytes/bw + 2(n-1) latencies
     EXPECT_EQ(tpd_plan_grad_wire_bytes(&c), 4.0); // fp32 main grads by default
     tpd_plan_layout l = layout(1, 1, 8, 4, 1, 0);
     tpd_plan_result fp32 = eval(c, cl, l);
@@ -398,7 +398,8 @@ TEST(PlanCluster, BadNewKeysNameFileLineKeyAndRule) {
         const char *line, *key, *rule;
     } cases[] = {
         {"fabric_oversubscription: 0.5", "fabric_oversubscription", "outside [1, 64]"},
-        {"grad_reduce_dtype: bf16", "grad_reduce_dtype", "unknown key"}, // the run's, not the cluster's
+        {"grad_reduce_dtype: bf16", "grad_reduce_dtype",
+         "unknown key"}, // the run's, not the cluster's
         {"global_sync_algorithm: star", "global_sync_algorithm", "must be tree or ring"},
         {"straggler_cv: -0.1", "straggler_cv", "outside [0, 1]"},
         {"global_syncs: 1.5", "global_syncs", "whole number"},
