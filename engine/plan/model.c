@@ -231,9 +231,44 @@ int tpd_plan_uses_flash(const tpd_config *cfg) {
     return cfg->training.attention == TPD_ATTENTION_FUSED;
 }
 
-static void analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                               const tpd_plan_layout *lay, int m_micro, int stage,
-                               tpd_plan_stage_mem *out) {
+void tpd_plan_kern_shapes(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                          tpd_kern_shapes *s) {
+    const tpd_config_model *m = &cfg->model;
+    int t = lay->tp > 0 ? lay->tp : 1;
+    int C = m->hidden_size, NH = m->num_attention_heads;
+    int F = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4 * C;
+    int HS = NH > 0 ? C / NH : 0, NHl = NH / t, KVl = tpd_config_kv_heads(cfg) / t;
+    int QKVl = (NHl + 2 * KVl) * HS, FCl = (m->swiglu ? 2 : 1) * (F / t);
+    memset(s, 0, sizeof *s);
+    s->B = lay->micro_batch_size;
+    s->T = m->seq_length;
+    s->Nl = lay->sequence_parallel && t > 1 ? s->B * s->T / t : s->B * s->T;
+    s->C = C;
+    if (tpd_plan_stage_layers(cfg, lay, stage) > 0) {
+        s->NH = NHl;
+        s->NKV = KVl;
+        s->HS = HS;
+        int oc = 0;
+        if (m->add_bias_linear) oc = C > FCl ? C : FCl;
+        if ((m->add_bias_linear || tpd_config_qkv_bias(cfg)) && QKVl > oc) oc = QKVl;
+        s->bias_oc = oc;
+    }
+    s->Vl = stage == 0 ? tpd_config_padded_vocab(cfg, lay->tp) / t : 0;
+    s->rmsnorm = m->normalization == TPD_NORM_RMSNORM;
+    s->dtype = cfg->training.precision == TPD_PRECISION_BF16 ? TPD_DTYPE_BF16 : TPD_DTYPE_F32;
+    s->fused_attention = cfg->training.attention == TPD_ATTENTION_FUSED;
+}
+
+tpd_status tpd_plan_scratch(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                            const char *name, tpd_kern_scratch *out) {
+    tpd_kern_shapes s;
+    tpd_plan_kern_shapes(cfg, lay, stage, &s);
+    return tpd_kern_scratch_plan(name, &s, out);
+}
+
+static tpd_status analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                     const tpd_plan_layout *lay, int m_micro, int stage,
+                                     tpd_plan_stage_mem *out) {
     const tpd_config_model *m = &cfg->model;
     double n = tpd_plan_stage_params(cfg, lay, stage);
     int bf16 = (cfg->training.precision == TPD_PRECISION_BF16);
@@ -270,8 +305,12 @@ static void analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl
 
     /* Workspace: cuBLASLt + communicator buffers; p2p send/recv buffers for activations
      * and gradients (2 bytes, s*b*h/t each with the scatter-gather trick); on the last
-     * stage the final norm's output and the logits (tied or untied), fp32 for the loss. */
-    double ws = cl->workspace_bytes;
+     * stage the final norm's output and the logits (tied or untied), fp32 for the loss;
+     * the kernels' scratch, as the cuda backend plans it for these shapes and the engine
+     * reserves it (kernels/scratch.c). */
+    tpd_kern_scratch scratch;
+    TPD_CHECK(tpd_plan_scratch(cfg, lay, stage, "cuda", &scratch));
+    double ws = cl->workspace_bytes + (double)scratch.total;
     if (lay->pp > 1) ws += 4.0 * s * b * h * 2.0 / t;
     if (stage == lay->pp - 1) {
         double vp = tpd_config_padded_vocab(cfg, lay->tp);
@@ -279,6 +318,7 @@ static void analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl
     }
     out->workspace = ws;
     out->total = out->params + out->grads + out->optimizer + out->activations + out->workspace;
+    return TPD_OK;
 }
 
 /* Bytes rounded up to the 256-byte alignment of every region of the cpu engine. */
@@ -364,8 +404,9 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     out->activations = (double)(slots * slot + heads * head);
 
     /* workspace: activation gradients, the p2p send buffer (every virtual stage but the
-     * very first sends its input's gradient), recompute and SP scratch, and the host
-     * staging of one micro-batch's inputs and targets */
+     * very first sends its input's gradient), recompute and SP scratch, the last stage's
+     * loss accumulator (one f64), the backend's scratch (none on cpu) and the host staging
+     * of every slot's inputs and targets */
     uint64_t ws =
         2 * up(NL * C * e) + up(N * C * e) + up(N * QKVl * e) + up(N * Cl * e) + up(N * Fl * e);
     if (m->swiglu) ws += up(N * FCl * e); /* d[gate | up] */
@@ -373,7 +414,10 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     if (R) ws += layer;
     if (selective) ws += up(att);
     if (sp) ws += up(N * C * e) + up(NL * C * e);
-    out->workspace = (double)(ws + 2 * N * 4);
+    if (last) ws += up(8);
+    tpd_kern_scratch scratch;
+    TPD_CHECK(tpd_plan_scratch(cfg, lay, stage, "cpu", &scratch));
+    out->workspace = (double)(ws + scratch.total + slots * 2 * N * 4);
     out->total = out->params + out->grads + out->optimizer + out->activations + out->workspace;
     return TPD_OK;
 }
@@ -395,7 +439,7 @@ tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
         if (cl->backend == TPD_PLAN_BACKEND_CPU) {
             TPD_CHECK(tpd_plan_cpu_memory(cfg, lay, s, &res->mem[s]));
         } else {
-            analytic_stage_mem(cfg, cl, lay, res->num_micro_batches, s, &res->mem[s]);
+            TPD_CHECK(analytic_stage_mem(cfg, cl, lay, res->num_micro_batches, s, &res->mem[s]));
         }
         if (res->mem[s].total > res->memory_bytes) {
             res->memory_bytes = res->mem[s].total;

@@ -22,6 +22,7 @@
 
 #include "base/status.h"
 #include "engine/config/config.h"
+#include "kernels/kernels.h"
 #include "parallel/pipeline/schedule.h"
 
 #ifdef __cplusplus
@@ -255,11 +256,19 @@ tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl, tp
 /* The bytes one rank of `stage` allocates in `tripod train` on the cpu backend, in closed
  * form from the model shape and the layout (the engine's buffer plan is not consulted:
  * a test holds the two equal). optimizer includes fp32 master weights; workspace includes
- * the host staging of one micro-batch's tokens. GPT-2's block and the Llama block (K/V
+ * the host staging of each activation slot's tokens. GPT-2's block and the Llama block (K/V
  * heads, SwiGLU, RMSNorm, no biases, rotary positions, an untied output layer) alike;
  * `tripod verify` holds it equal to every rank's allocation. */
 tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                                tpd_plan_stage_mem *out);
+
+/* The shapes one rank of `stage` runs its ops at under the layout (what the engine's
+ * tpd_model_kern_shapes gives for the same config), and the scratch the kernel backend
+ * `name` ("cpu", "cuda") plans for them (tpd_kern_scratch_plan): part of the workspace. */
+void tpd_plan_kern_shapes(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                          tpd_kern_shapes *s);
+tpd_status tpd_plan_scratch(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                            const char *name, tpd_kern_scratch *out);
 
 /* ---- time (plan/timing.c) ---- */
 

@@ -158,11 +158,8 @@ static attn_geom geom_of(const tpd_kern_ctx *ctx, int B, int T, int NH, int NKV,
     return a;
 }
 
-static size_t align256(size_t x) {
-    return (x + 255) / 256 * 256;
-}
 static size_t probs_bytes(const attn_geom *a) {
-    return align256((size_t)a->B * a->NH * a->TT * a->es);
+    return tpd_kern_attention_probs_bytes(a->B, a->T, a->NH, a->es); /* kernels/scratch.c */
 }
 
 /* s(B,NH,T,T) = scale * Q_h(T,HS) @ K_g(T,HS)^T for every head h = g*G + j. */
@@ -255,8 +252,7 @@ tpd_status tpd_cuda_attention_gemm_fwd_stats(tpd_kern_ctx *ctx, void *out, float
 /* Scratch the backward needs beside P: dS (B,NH,T,T), and with G > 1 the per-query-head
  * gradients of K and V, full(B,T,2,NH,HS). */
 static size_t bwd_work_bytes(const attn_geom *a) {
-    size_t full = a->G > 1 ? (size_t)a->B * a->T * 2 * a->C * a->es : 0;
-    return probs_bytes(a) + align256(full);
+    return tpd_kern_attention_bwd_work_bytes(a->B, a->T, a->NH, a->NKV, a->HS, a->es);
 }
 
 /* Backward from P, per batch index b and head h = g*G + j (scale = 1/sqrt(HS)):

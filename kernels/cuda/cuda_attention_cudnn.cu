@@ -479,6 +479,13 @@ static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int B, int T, int NH, i
     slot->plan = plan;
     slot->graph = g;
     slot->workspace_bytes = ws;
+    /* the scratch was planned with a bound on this (kernels/scratch.c); a larger plan
+     * would make the op outgrow the reservation, so say where it comes from */
+    if ((size_t)ws > tpd_kern_cudnn_plan_workspace_bound(B, T, NH, HS))
+        tpd_log_warn("cuDNN attention %s plan (B=%d T=%d NH=%d HS=%d) wants %lld bytes of "
+                     "workspace, more than the planned bound of %zu",
+                     bwd ? "backward" : "forward", B, T, NH, HS, (long long)ws,
+                     tpd_kern_cudnn_plan_workspace_bound(B, T, NH, HS));
     return TPD_OK;
 }
 

@@ -73,12 +73,16 @@ struct tpd_kern_ctx {
     cudnnHandle_t cudnn;
     tpd_cuda_gemm_slot gemm_cache[TPD_CUDA_GEMM_CACHE_SLOTS];
     tpd_cuda_attn_plan attn_cache[TPD_CUDA_ATTN_CACHE_SLOTS];
-    /* Scratch shared by ops that need temporary device memory (layernorm partial sums,
-     * embedding sort buffers, attention workspaces). Every op runs on ctx->stream, so one
-     * op's use of it has finished before the next op's kernels start; it only grows, with
-     * stream-ordered cudaFreeAsync/cudaMallocAsync so in-flight kernels keep the old one. */
+    /* Scratch shared by ops that need temporary device memory (norm and bias-gradient
+     * partial sums, embedding sort buffers, attention workspaces). Every op runs on
+     * ctx->stream, so one op's use of it has finished before the next op's kernels start.
+     * The engine reserves the planned size once (tpd_kern_scratch_reserve; then
+     * scratch_planned = 1 and growing is an error in debug builds, a warning otherwise);
+     * unplanned, it grows with stream-ordered cudaFreeAsync/cudaMallocAsync so in-flight
+     * kernels keep the old one. */
     void *scratch;
     size_t scratch_bytes;
+    int scratch_planned;
     double *host_result;   /* pinned, 1 double: where host-result ops land their value */
     void *reduce_partials; /* device, TPD_CUDA_REDUCE_BLOCKS doubles + 1 result */
 };
@@ -245,6 +249,8 @@ tpd_status tpd_kern_cuda_adamw(tpd_kern_ctx *ctx, void *param, float *master, co
                                float *m, float *v, size_t n, float lr, float beta1, float beta2,
                                float eps, float weight_decay, int step, float grad_scale);
 tpd_status tpd_kern_cuda_sum_f32(tpd_kern_ctx *ctx, const float *x, size_t n, double *sum_p);
+tpd_status tpd_kern_cuda_sum_f32_acc(tpd_kern_ctx *ctx, double *acc, const float *x, size_t n,
+                                     double div);
 tpd_status tpd_kern_cuda_sumsq(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n,
                                double *sumsq_p);
 

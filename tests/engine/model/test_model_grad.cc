@@ -373,8 +373,10 @@ TEST(ModelMemory, AllocationEqualsPlan) {
                                                                stage, &m),
                                               TPD_OK);
                                     size_t device = tpd_kern_cpu_bytes_allocated(kb) - before;
-                                    size_t host = 2 * (size_t)cfg.training.micro_batch_size *
-                                                  cfg.model.seq_length * 4; // token staging
+                                    // token staging: inputs and targets per slot
+                                    size_t host = (size_t)m->plan.nslots * 2 *
+                                                  cfg.training.micro_batch_size *
+                                                  cfg.model.seq_length * 4;
                                     EXPECT_EQ((double)(device + host), pred.total) << where;
                                     EXPECT_EQ((double)m->bytes_allocated, pred.total) << where;
                                     // category by category, for a message that says which one moved
