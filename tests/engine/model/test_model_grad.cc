@@ -227,6 +227,15 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
     double sum = 0;
     ASSERT_EQ(tpd_model_loss_sum(m, &at, &sum), TPD_OK);
     int N = 2 * 5;
+    // The backend-side accumulator the trainer reads once a step: the same sum, divided and
+    // added in double (the same bits), and zero again once taken.
+    double acc = -1;
+    ASSERT_EQ(tpd_model_loss_acc(m, &at, (double)N), TPD_OK);
+    ASSERT_EQ(tpd_model_loss_acc(m, &at, (double)N), TPD_OK);
+    ASSERT_EQ(tpd_model_loss_take(m, &acc), TPD_OK);
+    EXPECT_EQ(acc, sum / N + sum / N);
+    ASSERT_EQ(tpd_model_loss_take(m, &acc), TPD_OK);
+    EXPECT_EQ(acc, 0.0);
     ASSERT_EQ(tpd_model_backward(m, &at, 1.0f / N), TPD_OK);
 
     std::vector<double> w(pf.begin(), pf.end());
