@@ -77,8 +77,8 @@ extern "C" tpd_status tpd_kern_cuda_layernorm_fwd(tpd_kern_ctx *ctx, void *out, 
  *   dw  += sum_n dout * xhat,  db += sum_n dout                 (accumulated)
  * The parameter sums are deterministic: each block sums a fixed range of rows into its
  * own fp32 partial row of scratch (block-local order fixed), and a second kernel adds the
- * partials in block order. */
-
+ * partials in block order. A block takes TPD_KERN_LN_BWD_ROWS rows (kernels_internal.h, where
+ * the scratch plan reads it). */
 template <typename T>
 __global__ void layernorm_bwd_kernel(T *dinp, float *partial, const T *dout, const T *inp,
                                      const T *w, const float *mean, const float *rstd, int N,

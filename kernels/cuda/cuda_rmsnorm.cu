@@ -104,9 +104,10 @@ __global__ void rmsnorm_bwd_dinp_kernel(T *dinp, const T *dout, const T *inp, co
     }
 }
 
-/* partial[blockIdx.y][c] = sum over rows [y*TPD_KERN_RMS_BWD_ROWS, +TPD_KERN_RMS_BWD_ROWS) of dout
- * * x * rstd. Block (RMS_DW_COLS x RMS_DW_LANES): lane ty takes rows ty, ty+LANES, ... of the
- * block's range, and the lanes are combined in lane order: the same sum on every run. */
+/* partial[blockIdx.y][c] = sum of dout * x * rstd over rows [y*R, y*R + R), R =
+ * TPD_KERN_RMS_BWD_ROWS (kernels_internal.h, where the scratch plan reads it). Block
+ * (RMS_DW_COLS x RMS_DW_LANES): lane ty takes rows ty, ty+LANES, ... of the block's range,
+ * and the lanes are combined in lane order: the same sum on every run. */
 template <typename T>
 __global__ void rmsnorm_bwd_dw_partial_kernel(float *partial, const T *dout, const T *inp,
                                               const float *rstd, int N, int C) {
