@@ -281,3 +281,44 @@ tpd_status tpd_kern_cast(const tpd_kern_backend *kb, void *dst, tpd_dtype dst_dt
                          tpd_dtype src_dt, size_t n) {
     return kb->ops->cast(kb->ctx, dst, dst_dt, src, src_dt, n);
 }
+
+/* ---- scratch reservation, host staging, events, the loss accumulator ---- */
+
+tpd_status tpd_kern_scratch_reserve(const tpd_kern_backend *kb, const tpd_kern_shapes *s,
+                                    size_t *bytes_p) {
+    return kb->ops->scratch_reserve(kb->ctx, s, bytes_p);
+}
+
+tpd_status tpd_kern_host_alloc(const tpd_kern_backend *kb, size_t bytes, void **ptr_p) {
+    return kb->ops->host_alloc(kb->ctx, bytes, ptr_p);
+}
+
+void tpd_kern_host_free(const tpd_kern_backend *kb, void *ptr) {
+    kb->ops->host_free(kb->ctx, ptr);
+}
+
+tpd_status tpd_kern_copy_to_device_async(const tpd_kern_backend *kb, void *dst, const void *src,
+                                         size_t bytes) {
+    return kb->ops->copy_to_device_async(kb->ctx, dst, src, bytes);
+}
+
+tpd_status tpd_kern_event_create(const tpd_kern_backend *kb, void **event_p) {
+    return kb->ops->event_create(kb->ctx, event_p);
+}
+
+void tpd_kern_event_destroy(const tpd_kern_backend *kb, void *event) {
+    kb->ops->event_destroy(kb->ctx, event);
+}
+
+tpd_status tpd_kern_event_record(const tpd_kern_backend *kb, void *event) {
+    return kb->ops->event_record(kb->ctx, event);
+}
+
+tpd_status tpd_kern_event_wait(const tpd_kern_backend *kb, void *event) {
+    return kb->ops->event_wait(kb->ctx, event);
+}
+
+tpd_status tpd_kern_sum_f32_acc(const tpd_kern_backend *kb, double *acc, const float *x, size_t n,
+                                double div) {
+    return kb->ops->sum_f32_acc(kb->ctx, acc, x, n, div);
+}

@@ -88,6 +88,48 @@ int tpd_kern_device_memory(const tpd_kern_backend *kb);     /* pointers not host
  * communicators; NULL on cpu. */
 void *tpd_kern_stream(const tpd_kern_backend *kb);
 
+/* ---- scratch: planned, not discovered ----
+ * Some ops need temporary backend memory (cuda: norm and bias-gradient partial sums, the
+ * embedding backward's sort buffers, attention workspaces). Its size is a function of the
+ * shapes the model runs, known before anything is allocated: `tripod plan` counts it and
+ * the engine reserves it once at model creation (tpd_kern_scratch_reserve), so that no op
+ * allocates during a step. */
+/* The cuda backend's cuBLASLt workspace, allocated once at creation beside the scratch. */
+#define TPD_KERN_GEMM_WORKSPACE_BYTES ((size_t)32 << 20)
+
+typedef struct tpd_kern_shapes {
+    int B, T;            /* micro-batch; the matmuls, attention and embedding see N = B*T rows */
+    int Nl;              /* rows of the norms (B*T/tp under sequence parallelism) */
+    int C;               /* hidden size */
+    int NH, NKV, HS;     /* this rank's query heads, K/V heads, head size */
+    int bias_oc;         /* widest output of a matmul with a bias (0: no biases) */
+    int Vl;              /* this rank's vocab rows (0: no embedding on this rank) */
+    int rmsnorm;         /* 1: RMSNorm, 0: LayerNorm */
+    tpd_dtype dtype;     /* activation dtype */
+    int fused_attention; /* cuda: cuDNN fused attention requested */
+} tpd_kern_shapes;
+
+/* Scratch bytes per op for given shapes; `total` is their max (one buffer serves them all,
+ * since ops run one after another on the backend's stream). */
+typedef struct tpd_kern_scratch {
+    size_t norm_bwd;      /* LayerNorm/RMSNorm backward: per-block partial dw (and db) rows */
+    size_t bias_grad;     /* matmul backward's bias gradient: per-row-chunk partial rows */
+    size_t embed_bwd;     /* embedding backward: sort keys and values, the sort's temp */
+    size_t attention_fwd; /* attention forward: cuDNN workspace, or P of the stats path */
+    size_t attention_bwd; /* attention backward: cuDNN workspace + dQ accumulator, or the
+                             unfused path's dS (and P, and GQA's per-head dK/dV) */
+    size_t total;
+} tpd_kern_scratch;
+
+/* The plan for backend `name` ("cpu" or "cuda"), without a backend instance or a device:
+ * `tripod plan` calls it. cuda's cuDNN workspace is only known once cuDNN has built its
+ * plan on a device; a documented bound stands in for it (kernels/scratch.c). */
+tpd_status tpd_kern_scratch_plan(const char *name, const tpd_kern_shapes *s, tpd_kern_scratch *out);
+/* Reserves the planned scratch on this backend once (it grows to the largest plan asked
+ * for; several models may share a backend). *bytes_p gets the bytes now reserved. */
+tpd_status tpd_kern_scratch_reserve(const tpd_kern_backend *kb, const tpd_kern_shapes *s,
+                                    size_t *bytes_p);
+
 /* ---- ops ---- */
 /* ---- memory ---- */
 tpd_status tpd_kern_alloc(const tpd_kern_backend *kb, size_t bytes, void **ptr_p);
@@ -99,6 +141,23 @@ tpd_status tpd_kern_copy_to_host(const tpd_kern_backend *kb, void *dst, const vo
                                  size_t bytes);
 tpd_status tpd_kern_copy(const tpd_kern_backend *kb, void *dst, const void *src, size_t bytes);
 tpd_status tpd_kern_synchronize(const tpd_kern_backend *kb);
+
+/* ---- host staging and ordering (uploads that do not stall the host) ---- */
+/* Host memory the backend can copy from asynchronously (cuda: pinned); plain memory on cpu. */
+tpd_status tpd_kern_host_alloc(const tpd_kern_backend *kb, size_t bytes, void **ptr_p);
+void tpd_kern_host_free(const tpd_kern_backend *kb, void *ptr);
+/* Queues a copy from host memory of tpd_kern_host_alloc and returns at once (cpu: copies
+ * now). src must not change until an event recorded after this call has completed. */
+tpd_status tpd_kern_copy_to_device_async(const tpd_kern_backend *kb, void *dst, const void *src,
+                                         size_t bytes);
+/* A point in the backend's stream. Create gives NULL on cpu (everything is complete). */
+tpd_status tpd_kern_event_create(const tpd_kern_backend *kb, void **event_p);
+void tpd_kern_event_destroy(const tpd_kern_backend *kb, void *event);
+/* Marks the work queued so far. */
+tpd_status tpd_kern_event_record(const tpd_kern_backend *kb, void *event);
+/* Waits on the host until the work before the last record has finished (at once when
+ * never recorded). */
+tpd_status tpd_kern_event_wait(const tpd_kern_backend *kb, void *event);
 
 /* ---- embedding (vocab-parallel pieces) ---- */
 /* out(N,C) = wte[tok - v0] when v0 <= tok < v0 + Vl, else 0. wte is (Vl,C): this
@@ -234,6 +293,10 @@ tpd_status tpd_kern_xent_bwd(const tpd_kern_backend *kb, void *logits, const flo
                              int Vl, int Vvalid, int v0);
 /* Host-side sum of loss(N) (synchronizes). */
 tpd_status tpd_kern_sum_f32(const tpd_kern_backend *kb, const float *x, size_t n, double *sum_p);
+/* acc[0] += (sum of x(n)) / div, with acc one double of backend memory: the sum is the
+ * one tpd_kern_sum_f32 computes, and nothing waits for it (the loss is read once a step). */
+tpd_status tpd_kern_sum_f32_acc(const tpd_kern_backend *kb, double *acc, const float *x, size_t n,
+                                double div);
 
 /* ---- optimizer ---- */
 /* AdamW on a flat range of n elements, PyTorch semantics with bias correction:

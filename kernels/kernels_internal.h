@@ -105,7 +105,46 @@ typedef struct tpd_kern_ops {
     tpd_status (*swiglu_fwd)(tpd_kern_ctx *ctx, void *out, const void *inp, int N, int F);
     tpd_status (*swiglu_bwd)(tpd_kern_ctx *ctx, void *dinp, const void *inp, const void *dout,
                              int N, int F);
+
+    /* ---- scratch reservation, host staging, events, the loss accumulator (kernels.h) ---- */
+    tpd_status (*scratch_reserve)(tpd_kern_ctx *ctx, const tpd_kern_shapes *s, size_t *bytes_p);
+    tpd_status (*host_alloc)(tpd_kern_ctx *ctx, size_t bytes, void **ptr_p);
+    void (*host_free)(tpd_kern_ctx *ctx, void *ptr);
+    tpd_status (*copy_to_device_async)(tpd_kern_ctx *ctx, void *dst, const void *src, size_t bytes);
+    tpd_status (*event_create)(tpd_kern_ctx *ctx, void **event_p);
+    void (*event_destroy)(tpd_kern_ctx *ctx, void *event);
+    tpd_status (*event_record)(tpd_kern_ctx *ctx, void *event);
+    tpd_status (*event_wait)(tpd_kern_ctx *ctx, void *event);
+    tpd_status (*sum_f32_acc)(tpd_kern_ctx *ctx, double *acc, const float *x, size_t n, double div);
 } tpd_kern_ops;
+
+/* The per-op scratch sizes behind tpd_kern_scratch_plan (kernels/scratch.c), shared with
+ * the cuda kernels that use them so that the plan and the use cannot drift apart. */
+#define TPD_KERN_LN_BWD_ROWS 32     /* LayerNorm backward: rows per block (one partial row) */
+#define TPD_KERN_RMS_BWD_ROWS 256   /* RMSNorm backward: rows per dw partial row */
+#define TPD_KERN_BIAS_GRAD_ROWS 256 /* bias gradient: rows per partial row */
+size_t tpd_kern_scratch_align(size_t bytes); /* rounded up to 256 bytes */
+size_t tpd_kern_layernorm_bwd_scratch(int N, int C);
+size_t tpd_kern_rmsnorm_bwd_scratch(int N, int C);
+size_t tpd_kern_bias_grad_scratch(int N, int OC);
+/* The embedding backward's four (N) int32 arrays, each 256-byte aligned, then the sort's
+ * temp; the bound on that temp (cub's onesweep radix sort of N int32 pairs: alternate keys
+ * and values, 2 arrays; look-back tiles, at most one array; histograms, under 64 KiB). */
+size_t tpd_kern_embed_sort_array(int N);
+size_t tpd_kern_embed_sort_temp_bound(int N);
+/* Unfused attention: P(B,NH,T,T) in elements of es bytes; the backward's work beside P (dS
+ * of P's size, and with grouped-query heads (G = NH/NKV > 1) full(B,T,2,NH,HS)). */
+size_t tpd_kern_attention_probs_bytes(int B, int T, int NH, size_t es);
+size_t tpd_kern_attention_bwd_work_bytes(int B, int T, int NH, int NKV, int HS, size_t es);
+/* cuDNN's own workspace for a fused attention plan: a bound (scratch.c says why), and the
+ * dQ accumulator (B,NH,T,HS) fp32 that the backward keeps beside it. */
+size_t tpd_kern_cudnn_plan_workspace_bound(int B, int T, int NH, int HS);
+size_t tpd_kern_cudnn_dq_accum_bytes(int B, int T, int NH, int HS);
+/* The current cuDNN backward pattern's softmax_sum workspace, (B,NH,T) fp32. */
+size_t tpd_kern_cudnn_softmax_sum_bytes(int B, int T, int NH);
+/* The unfused path's fp32 scores of one batch index, (NH,T,T), before the softmax: none when
+ * es is 4 (fp32, where they are P's own buffer). */
+size_t tpd_kern_attention_scores_bytes(int T, int NH, size_t es);
 
 struct tpd_kern_backend {
     const tpd_kern_ops *ops;

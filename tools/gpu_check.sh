@@ -239,7 +239,8 @@ if [ "$FAILED" = 0 ] && step configure 150 cmake -S "$ROOT" -B "$BUILD" "${GEN[@
     else
         # Another part of the tree may not build: the GPU targets alone still tell.
         step build_gpu_targets 240 cmake --build "$BUILD" -j "$JOBS" --target tripod \
-            tripod_bench_cuda test_cuda_kernels test_cuda_attention test_comm_nccl test_gpu_train && BUILT=2
+            tripod_bench_cuda test_cuda_kernels test_cuda_attention test_cuda_main_grads \
+            test_cuda_bias_grad test_comm_nccl test_gpu_train test_gpu_memory && BUILT=2
         FAILED=1
     fi
 else

@@ -275,6 +275,9 @@ static tpd_status gen_open(generator *g, const char *checkpoint, int num_threads
     cfg.parallel.use_distributed_optimizer = 0;
     cfg.parallel.sequence_parallel = 0;
     cfg.training.recompute = TPD_RECOMPUTE_NONE;
+    /* sampling runs on the cpu backend whatever the run trained on: its buffer plan (and
+     * the kernels' scratch in it) is the cpu one */
+    cfg.training.device = TPD_DEVICE_CPU;
     if (cfg.model.seq_length > cfg.model.max_position_embeddings)
         cfg.model.seq_length = cfg.model.max_position_embeddings;
     tpd_kern_config kc = TPD_KERN_CONFIG_INIT;

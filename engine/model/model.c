@@ -57,11 +57,28 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
     m->acts = p;
     TPD_CHECK_GOTO(alloc_block(m, b->ws_bytes, &p), st, undo_buffers);
     m->ws = p;
-    /* host staging is plain host memory on every backend */
-    size_t stage_bytes = b->mem.workspace - b->ws_bytes;
-    m->host_tokens = malloc(stage_bytes);
-    if (!m->host_tokens) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, undo_buffers, "model: out of memory");
-    m->bytes_allocated += stage_bytes;
+    /* the backend's scratch, once, at the plan's size: no op allocates during a step */
+    tpd_kern_shapes shapes;
+    tpd_model_kern_shapes(cfg, &m->d, &shapes);
+    size_t reserved = 0;
+    TPD_CHECK_GOTO(tpd_kern_scratch_reserve(kb, &shapes, &reserved), st, undo_buffers);
+    if (reserved < b->scratch_bytes) {
+        TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, undo_buffers,
+                      "model: backend %s reserved %zu bytes of scratch, the memory plan %zu",
+                      tpd_kern_name(kb), reserved, b->scratch_bytes);
+    }
+    m->bytes_allocated += b->scratch_bytes;
+    /* host staging (pinned where the backend copies from it asynchronously), and the
+     * events that say when a slot's staging is free again */
+    TPD_CHECK_GOTO(tpd_kern_host_alloc(kb, b->host_bytes, &p), st, undo_buffers);
+    m->host_tokens = p;
+    m->bytes_allocated += b->host_bytes;
+    m->stage_events = calloc((size_t)b->nslots + 1, sizeof *m->stage_events);
+    if (!m->stage_events) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, undo_buffers, "model: out of memory");
+    for (int i = 0; i < b->nslots; i++)
+        TPD_CHECK_GOTO(tpd_kern_event_create(kb, &m->stage_events[i]), st, undo_buffers);
+    if (m->d.last)
+        TPD_CHECK_GOTO(tpd_kern_zero(kb, m->ws + b->w_loss, sizeof(double)), st, undo_buffers);
     *model_p = m;
     return TPD_OK;
 undo_buffers:
@@ -77,7 +94,12 @@ void tpd_model_destroy(tpd_model *m) {
     void *blocks[] = {m->ws, m->acts, m->master, m->opt_m, m->grads, m->params};
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
         if (blocks[i]) tpd_kern_free(m->kb, blocks[i]);
-    free(m->host_tokens);
+    if (m->stage_events) {
+        for (int i = 0; i < m->plan.nslots; i++)
+            tpd_kern_event_destroy(m->kb, m->stage_events[i]);
+        free(m->stage_events);
+    }
+    if (m->host_tokens) tpd_kern_host_free(m->kb, m->host_tokens);
     free(m);
 }
 
@@ -161,16 +183,19 @@ tpd_status tpd_model_set_batch(tpd_model *m, const tpd_model_mb *at, const int32
     const tpd_model_dims *d = &m->d;
     char *s = m->acts + (size_t)at->slot * m->plan.slot_bytes;
     size_t n = (size_t)d->B * d->T, bytes = n * 4;
+    /* the slot's staging may still feed its previous upload (the host runs ahead of the
+     * device); its event says when that copy has landed, which is almost always long ago */
+    void *ev = m->stage_events[at->slot];
+    TPD_CHECK(tpd_kern_event_wait(m->kb, ev));
     for (int pass = 0; pass < 2; pass++) { /* inputs [:, :T], then targets [:, 1:] */
-        int32_t *stage = m->host_tokens + (size_t)pass * n; /* its own half of the staging */
+        int32_t *stage = m->host_tokens + ((size_t)at->slot * 2 + (size_t)pass) * n;
         for (int b = 0; b < d->B; b++)
             memcpy(stage + (size_t)b * d->T, tokens + (size_t)b * (d->T + 1) + pass,
                    (size_t)d->T * 4);
-        TPD_CHECK(tpd_kern_copy_to_device(m->kb, s + (pass ? m->plan.s_targets : m->plan.s_tokens),
-                                          stage, bytes));
+        TPD_CHECK(tpd_kern_copy_to_device_async(
+            m->kb, s + (pass ? m->plan.s_targets : m->plan.s_tokens), stage, bytes));
     }
-    /* both copies must land before the staging buffer is refilled for the next batch */
-    return tpd_kern_synchronize(m->kb);
+    return tpd_kern_event_record(m->kb, ev);
 }
 
 tpd_rope tpd_model_rope(const tpd_config_model *m) {

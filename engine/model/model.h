@@ -98,7 +98,12 @@ typedef struct tpd_buffer_plan {
     size_t w_gath;         /* SP: (N,C) all-gathered rows, or a row-parallel
                               layer's partial output before its reduce-scatter */
     size_t w_dlnl;         /* SP: (Nl,C) this rank's rows of w_dln, reduced */
+    size_t w_loss;         /* last stage: one f64, the step's loss accumulated on the backend */
     size_t ws_bytes;
+    /* the backend's scratch for these shapes (tpd_kern_scratch_plan; 0 on cpu), reserved
+     * once at creation, and the host staging of tokens: (2, B*T) int32 per slot */
+    size_t scratch_bytes;
+    size_t host_bytes;
     tpd_mem_breakdown mem;
 } tpd_buffer_plan;
 
@@ -136,7 +141,10 @@ typedef struct tpd_model {
     float *opt_m, *opt_v; /* (shard_numel) fp32 */
     char *acts;           /* nslots * slot_bytes, then nheads * head_bytes */
     char *ws;             /* ws_bytes */
-    int32_t *host_tokens; /* (2, B*T) host staging: inputs, then targets */
+    int32_t *host_tokens; /* nslots x (2, B*T) host staging (pinned on cuda): inputs, then
+                             targets, one pair per slot so that an upload still in flight
+                             is never overwritten by the next micro-batch's */
+    void **stage_events;  /* (nslots): recorded after each slot's upload; NULL on cpu */
     size_t bytes_allocated;
     tpd_model_hook hook; /* optional, see tpd_model_hook */
     void *hook_user;
@@ -181,6 +189,14 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
 tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at);
 /* Sum of the per-token losses of `at`'s head block (last stage, last chunk). */
 tpd_status tpd_model_loss_sum(tpd_model *m, const tpd_model_mb *at, double *sum_p);
+/* The same sum divided by div, added to the model's loss accumulator on the backend
+ * without waiting (a no-op off the last chunk of the last stage). */
+tpd_status tpd_model_loss_acc(tpd_model *m, const tpd_model_mb *at, double div);
+/* Reads the accumulator (waits for the work queued so far) and zeroes it; 0 on a stage
+ * other than the last. */
+tpd_status tpd_model_loss_take(tpd_model *m, double *acc_p);
+/* The shapes the model's ops run at on this rank, for the backend's scratch plan. */
+void tpd_model_kern_shapes(const tpd_config *cfg, const tpd_model_dims *d, tpd_kern_shapes *s);
 /* The rotary embedding of a model: its base, and Llama 3.1's scaling when configured. */
 tpd_rope tpd_model_rope(const tpd_config_model *m);
 

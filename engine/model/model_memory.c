@@ -22,6 +22,27 @@ static size_t att_saved_bytes(const tpd_config *cfg, const tpd_model_dims *d, si
     return rows * d->T * act;
 }
 
+void tpd_model_kern_shapes(const tpd_config *cfg, const tpd_model_dims *d, tpd_kern_shapes *s) {
+    memset(s, 0, sizeof *s);
+    s->B = d->B;
+    s->T = d->T;
+    s->Nl = d->Nl;
+    s->C = d->C;
+    if (d->Ls > 0) { /* attention and the linear layers run only where layers are */
+        s->NH = d->NHl;
+        s->NKV = d->KVl;
+        s->HS = d->HS;
+        int oc = 0;
+        if (d->bias) oc = d->C > d->FCl ? d->C : d->FCl;
+        if ((d->bias || tpd_config_qkv_bias(cfg)) && d->QKVl > oc) oc = d->QKVl;
+        s->bias_oc = oc;
+    }
+    s->Vl = d->first ? d->Vl : 0; /* the embedding backward; the tied head is a matmul */
+    s->rmsnorm = d->rms;
+    s->dtype = cfg->training.precision == TPD_PRECISION_BF16 ? TPD_DTYPE_BF16 : TPD_DTYPE_F32;
+    s->fused_attention = cfg->training.attention == TPD_ATTENTION_FUSED;
+}
+
 tpd_status tpd_model_schedule(const tpd_config *cfg, int pp, int stage, int micro_batches,
                               tpd_pp_schedule *sched_p) {
     tpd_pp_kind kind = TPD_PP_KIND_1F1B;
@@ -136,7 +157,15 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
         b.w_gath = take(&w, N * C * a);
         b.w_dlnl = take(&w, NL * C * a);
     }
+    b.w_loss = d->last ? take(&w, sizeof(double)) : 0;
     b.ws_bytes = w;
+    tpd_kern_shapes shapes;
+    tpd_model_kern_shapes(cfg, d, &shapes);
+    tpd_kern_scratch scratch;
+    TPD_CHECK(tpd_kern_scratch_plan(cfg->training.device == TPD_DEVICE_CUDA ? "cuda" : "cpu",
+                                    &shapes, &scratch));
+    b.scratch_bytes = scratch.total;
+    b.host_bytes = (size_t)b.nslots * 2 * N * 4;
 
     tpd_mem_breakdown *mem = &b.mem;
     mem->params = b.numel_padded * b.param_size;
@@ -144,8 +173,9 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     mem->optimizer = 2 * b.shard_numel * 4;
     mem->master = b.has_master ? b.shard_numel * 4 : 0;
     mem->activations = (uint64_t)b.nslots * b.slot_bytes + (uint64_t)b.nheads * b.head_bytes;
-    /* workspace includes the host-side staging of one micro-batch's inputs and targets */
-    mem->workspace = b.ws_bytes + 2 * (size_t)d->B * d->T * 4;
+    /* workspace includes the backend's scratch and the host-side staging of each slot's
+     * inputs and targets */
+    mem->workspace = b.ws_bytes + b.scratch_bytes + b.host_bytes;
     mem->total =
         mem->params + mem->grads + mem->optimizer + mem->master + mem->activations + mem->workspace;
     *plan_p = b;

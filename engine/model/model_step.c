@@ -306,6 +306,21 @@ tpd_status tpd_model_loss_sum(tpd_model *m, const tpd_model_mb *at, double *sum_
     return tpd_kern_sum_f32(m->kb, loss, (size_t)m->d.B * m->d.T, sum_p);
 }
 
+tpd_status tpd_model_loss_acc(tpd_model *m, const tpd_model_mb *at, double div) {
+    if (!is_last(m, at)) return TPD_OK;
+    const float *loss = (const float *)(head_base(m, at->head) + m->plan.h_loss);
+    return tpd_kern_sum_f32_acc(m->kb, (double *)(m->ws + m->plan.w_loss), loss,
+                                (size_t)m->d.B * m->d.T, div);
+}
+
+tpd_status tpd_model_loss_take(tpd_model *m, double *acc_p) {
+    *acc_p = 0;
+    if (!m->d.last) return TPD_OK;
+    double *acc = (double *)(m->ws + m->plan.w_loss);
+    TPD_CHECK(tpd_kern_copy_to_host(m->kb, acc_p, acc, sizeof *acc));
+    return tpd_kern_zero(m->kb, acc, sizeof *acc);
+}
+
 /* Copies an (Nl,C) activation-dtype region: W's saved output gradients. */
 static tpd_status keep_rows(tpd_model *m, void *dst, const void *src) {
     return tpd_kern_copy(m->kb, dst, src, (size_t)m->d.Nl * m->d.C * m->plan.act_size);

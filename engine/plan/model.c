@@ -235,58 +235,39 @@ int tpd_plan_uses_flash(const tpd_config *cfg) {
     return cfg->training.attention == TPD_ATTENTION_FUSED;
 }
 
-static void analytic_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                               const tpd_plan_layout *lay, int m_micro, int stage,
-                               tpd_plan_stage_mem *out) {
+void tpd_plan_kern_shapes(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                          tpd_kern_shapes *s) {
     const tpd_config_model *m = &cfg->model;
-    double n = tpd_plan_stage_params(cfg, lay, stage);
-    int bf16 = (cfg->training.precision == TPD_PRECISION_BF16);
-    double d = lay->distributed_optimizer ? lay->dp : 1.0;
-    /* Megatron's: bf16 weights + fp32 main grads + fp32 master + Adam m, v = 18 bytes per
-     * parameter, 6 + 12/d under ZeRO-1 (the distributed optimizer shards master, m and v;
-     * the gradient buffer stays whole, the reduce-scatter lands each shard in place); fp32:
-     * 16, 8 + 8/d. bf16 gradients (training.accumulate_allreduce_grads_in_fp32 false): 16,
-     * 4 + 12/d. Megatron's table has 20 and 4 + 16/d there, as its optimizer copies the
-     * gradient shard to fp32; tripod's AdamW reads the bf16 gradients as they are. */
-    out->params = n * (bf16 ? 2.0 : 4.0);
-    out->grads = n * tpd_config_grad_bytes(cfg);
-    out->optimizer = n * (bf16 ? 12.0 : 8.0) / d;
-
-    double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size, t = lay->tp;
-    int flash = tpd_plan_uses_flash(cfg), sp = lay->sequence_parallel;
-    /* Korthikanti's constants are for 16-bit activations; fp32 doubles them (masks are a
-     * small share, so this slightly overestimates). */
-    double act_scale = bf16 ? 1.0 : 2.0;
-    double per_layer =
-        act_scale * tpd_plan_layer_activation_bytes(cfg, b, lay->tp, sp, lay->recompute, flash);
-    int layers = tpd_plan_stage_layers(cfg, lay, stage);
-    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
-    double chunks = tpd_plan_in_flight(lay->pp, stage, m_micro, v, lay->schedule);
-    out->activations = per_layer * chunks * layers / v;
-    if (lay->recompute == TPD_RECOMPUTE_FULL) {
-        /* Backward of one layer rebuilds its full activations first. */
-        double whole = act_scale * tpd_plan_layer_activation_bytes(cfg, b, lay->tp, sp,
-                                                                   TPD_RECOMPUTE_NONE, flash);
-        out->activations += whole;
-        /* the block method keeps the layers past the first n whole */
-        int kept = layers - tpd_plan_recomputed_layers(cfg, lay, stage);
-        out->activations += (whole - per_layer) * chunks * kept / v;
+    int t = lay->tp > 0 ? lay->tp : 1;
+    int C = m->hidden_size, NH = m->num_attention_heads;
+    int F = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4 * C;
+    int HS = NH > 0 ? C / NH : 0, NHl = NH / t, KVl = tpd_config_kv_heads(cfg) / t;
+    int QKVl = (NHl + 2 * KVl) * HS, FCl = (m->swiglu ? 2 : 1) * (F / t);
+    memset(s, 0, sizeof *s);
+    s->B = lay->micro_batch_size;
+    s->T = m->seq_length;
+    s->Nl = lay->sequence_parallel && t > 1 ? s->B * s->T / t : s->B * s->T;
+    s->C = C;
+    if (tpd_plan_stage_layers(cfg, lay, stage) > 0) {
+        s->NH = NHl;
+        s->NKV = KVl;
+        s->HS = HS;
+        int oc = 0;
+        if (m->add_bias_linear) oc = C > FCl ? C : FCl;
+        if ((m->add_bias_linear || tpd_config_qkv_bias(cfg)) && QKVl > oc) oc = QKVl;
+        s->bias_oc = oc;
     }
-    /* GPT-2's embedding dropout mask (1 byte) per in-flight micro-batch; Llama has none */
-    if (stage == 0 && tpd_plan_gpt_block(cfg))
-        out->activations += chunks / v * s * b * h / (sp ? t : 1.0);
+    s->Vl = stage == 0 ? tpd_config_padded_vocab(cfg, lay->tp) / t : 0;
+    s->rmsnorm = m->normalization == TPD_NORM_RMSNORM;
+    s->dtype = cfg->training.precision == TPD_PRECISION_BF16 ? TPD_DTYPE_BF16 : TPD_DTYPE_F32;
+    s->fused_attention = cfg->training.attention == TPD_ATTENTION_FUSED;
+}
 
-    /* Workspace: cuBLASLt + communicator buffers; p2p send/recv buffers for activations
-     * and gradients (2 bytes, s*b*h/t each with the scatter-gather trick); on the last
-     * stage the final norm's output and the logits (tied or untied), fp32 for the loss. */
-    double ws = cl->workspace_bytes;
-    if (lay->pp > 1) ws += 4.0 * s * b * h * 2.0 / t;
-    if (stage == lay->pp - 1) {
-        double vp = tpd_config_padded_vocab(cfg, lay->tp);
-        ws += 4.0 * s * b * vp / t + 2.0 * s * b * h * 2.0;
-    }
-    out->workspace = ws;
-    out->total = out->params + out->grads + out->optimizer + out->activations + out->workspace;
+tpd_status tpd_plan_scratch(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                            const char *name, tpd_kern_scratch *out) {
+    tpd_kern_shapes s;
+    tpd_plan_kern_shapes(cfg, lay, stage, &s);
+    return tpd_kern_scratch_plan(name, &s, out);
 }
 
 /* Bytes rounded up to the 256-byte alignment of every region of the cpu engine. */
@@ -372,8 +353,9 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     out->activations = (double)(slots * slot + heads * head);
 
     /* workspace: activation gradients, the p2p send buffer (every virtual stage but the
-     * very first sends its input's gradient), recompute and SP scratch, and the host
-     * staging of one micro-batch's inputs and targets */
+     * very first sends its input's gradient), recompute and SP scratch, the last stage's
+     * loss accumulator (one f64), the backend's scratch (none on cpu) and the host staging
+     * of every slot's inputs and targets */
     uint64_t ws =
         2 * up(NL * C * e) + up(N * C * e) + up(N * QKVl * e) + up(N * Cl * e) + up(N * Fl * e);
     if (m->swiglu) ws += up(N * FCl * e); /* d[gate | up] */
@@ -381,8 +363,29 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     if (R) ws += layer;
     if (selective) ws += up(att);
     if (sp) ws += up(N * C * e) + up(NL * C * e);
-    out->workspace = (double)(ws + 2 * N * 4);
+    if (last) ws += up(8);
+    tpd_kern_scratch scratch;
+    TPD_CHECK(tpd_plan_scratch(cfg, lay, stage,
+                               cfg->training.device == TPD_DEVICE_CUDA ? "cuda" : "cpu", &scratch));
+    out->workspace = (double)(ws + scratch.total + slots * 2 * N * 4);
     out->total = out->params + out->grads + out->optimizer + out->activations + out->workspace;
+    return TPD_OK;
+}
+
+/* A rank of the cuda backend: the bytes `tripod train` allocates there (the engine's buffer
+ * plan in closed form, with the cuda backend's planned scratch, as on the cpu backend), and
+ * beside them the profile's workspace_bytes: the cuBLASLt workspace and the communicators'
+ * buffers. A one-rank layout creates no communicator, so only the cuBLASLt workspace. */
+static tpd_status cuda_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                 const tpd_plan_layout *lay, int stage, tpd_plan_stage_mem *out) {
+    tpd_config dev = *cfg;
+    dev.training.device = TPD_DEVICE_CUDA;
+    TPD_CHECK(tpd_plan_cpu_memory(&dev, lay, stage, out));
+    double lib = cl->workspace_bytes;
+    if ((long)lay->tp * lay->pp * lay->dp == 1 && lib > (double)TPD_KERN_GEMM_WORKSPACE_BYTES)
+        lib = (double)TPD_KERN_GEMM_WORKSPACE_BYTES;
+    out->workspace += lib;
+    out->total += lib;
     return TPD_OK;
 }
 
@@ -403,7 +406,7 @@ tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
         if (cl->backend == TPD_PLAN_BACKEND_CPU) {
             TPD_CHECK(tpd_plan_cpu_memory(cfg, lay, s, &res->mem[s]));
         } else {
-            analytic_stage_mem(cfg, cl, lay, res->num_micro_batches, s, &res->mem[s]);
+            TPD_CHECK(cuda_stage_mem(cfg, cl, lay, s, &res->mem[s]));
         }
         if (res->mem[s].total > res->memory_bytes) {
             res->memory_bytes = res->mem[s].total;

@@ -4,9 +4,11 @@
  *
  * Units: bytes, seconds, FLOPs (not FLOP/s) unless the name says otherwise.
  *
- * The memory model is Korthikanti et al. (2022) per-layer activations plus parameter,
- * gradient and optimizer bytes (REFERENCES.md); on a `backend: cpu` cluster the numbers
- * come from tpd_model_memory, the bytes `tripod train` allocates. The time model is a
+ * The memory is the bytes `tripod train` allocates on the cluster's backend (the engine's
+ * buffer plan in closed form, the backend's planned scratch included; tpd_model_memory is
+ * held equal to it), plus the libraries' workspace on a cuda cluster. Korthikanti et al.'s
+ * (2022) per-layer activation terms (REFERENCES.md) stay as a reference beside it
+ * (tpd_plan_activation_bytes_per_layer). The time model is a
  * roofline per GEMM with an efficiency curve by GEMM size, memory-bound kernels at HBM
  * bandwidth, ring collectives, and the pipeline from simulating the schedule's action
  * lists (parallel/pipeline/schedule.h: the lists the executor walks) with each stage's
@@ -22,6 +24,7 @@
 
 #include "base/status.h"
 #include "engine/config/config.h"
+#include "kernels/kernels.h"
 #include "parallel/pipeline/schedule.h"
 
 #ifdef __cplusplus
@@ -318,17 +321,28 @@ tpd_status tpd_plan_fit_recompute_layers(const tpd_config *cfg, const tpd_plan_c
 const tpd_config *tpd_plan_result_config(const tpd_config *cfg, const tpd_plan_result *res,
                                          tpd_config *scratch);
 /* Memory of every stage into res->mem, res->memory_bytes and res->fits (with the reason
- * when it does not). Sets res->num_micro_batches. Fails only where the cpu backend's
- * closed form does (below). */
+ * when it does not): on either backend the bytes `tripod train` allocates there
+ * (tpd_plan_cpu_memory with the backend's scratch), on a cuda cluster plus the profile's
+ * workspace_bytes (cuBLASLt and communicator buffers; the cuBLASLt workspace alone for one
+ * rank). Sets res->num_micro_batches. Fails only where that closed form does (below). */
 tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl, tpd_plan_result *res);
-/* The bytes one rank of `stage` allocates in `tripod train` on the cpu backend, in closed
+/* The bytes one rank of `stage` allocates in `tripod train` on the backend of
+ * cfg->training.device (cpu, or cuda: its planned scratch), in closed
  * form from the model shape and the layout (the engine's buffer plan is not consulted:
  * a test holds the two equal). optimizer includes fp32 master weights; workspace includes
- * the host staging of one micro-batch's tokens. GPT-2's block and the Llama block (K/V
+ * the host staging of each activation slot's tokens. GPT-2's block and the Llama block (K/V
  * heads, SwiGLU, RMSNorm, no biases, rotary positions, an untied output layer) alike;
  * `tripod verify` holds it equal to every rank's allocation. */
 tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                                tpd_plan_stage_mem *out);
+
+/* The shapes one rank of `stage` runs its ops at under the layout (what the engine's
+ * tpd_model_kern_shapes gives for the same config), and the scratch the kernel backend
+ * `name` ("cpu", "cuda") plans for them (tpd_kern_scratch_plan): part of the workspace. */
+void tpd_plan_kern_shapes(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                          tpd_kern_shapes *s);
+tpd_status tpd_plan_scratch(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                            const char *name, tpd_kern_scratch *out);
 
 /* ---- time (plan/timing.c) ---- */
 

@@ -335,11 +335,8 @@ static tpd_status cb_forward(void *user, int j, int chunk) {
         TPD_CHECK(tpd_model_set_batch(m, &at, tr->batch));
     }
     TPD_CHECK(tpd_model_forward(m, &at));
-    if (m->d.last && chunk == v - 1) {
-        double sum;
-        TPD_CHECK(tpd_model_loss_sum(m, &at, &sum));
-        tr->loss_acc += sum / ((double)B * T);
-    }
+    /* the micro-batch's mean loss is added up on the backend: read once, in finish_loss */
+    if (m->d.last && chunk == v - 1) TPD_CHECK(tpd_model_loss_acc(m, &at, (double)B * T));
     return TPD_OK;
 }
 
@@ -411,6 +408,7 @@ static size_t p2p_count(const tpd_trainer *tr) {
 /* Mean loss over DP of the per-micro-batch means accumulated on the last stage, made
  * known to every rank (broadcast from the last stage over PP). */
 static tpd_status finish_loss(tpd_trainer *tr, int micro_batches, double *loss_p) {
+    TPD_CHECK(tpd_model_loss_take(tr->model, &tr->loss_acc));
     float v = (float)(tr->loss_acc / micro_batches);
     tpd_comm *dp = tr->hcomms.dp, *pp = tr->hcomms.pp;
     if (tpd_comm_size(dp) > 1) {

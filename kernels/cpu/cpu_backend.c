@@ -91,6 +91,61 @@ static tpd_status cpu_synchronize(tpd_kern_ctx *ctx) {
     return TPD_OK;
 }
 
+/* The cpu ops keep no backend scratch (tpd_kern_scratch_plan): there is nothing to
+ * reserve, and the plan says so. */
+static tpd_status cpu_scratch_reserve(tpd_kern_ctx *ctx, const tpd_kern_shapes *s,
+                                      size_t *bytes_p) {
+    (void)ctx;
+    tpd_kern_scratch plan;
+    TPD_CHECK(tpd_kern_scratch_plan("cpu", s, &plan));
+    *bytes_p = plan.total;
+    return TPD_OK;
+}
+
+/* Host staging is plain host memory, outside ->alloc's count (the model counts it). */
+static tpd_status cpu_host_alloc(tpd_kern_ctx *ctx, size_t bytes, void **ptr_p) {
+    (void)ctx;
+    *ptr_p = malloc(bytes > 0 ? bytes : 1);
+    if (*ptr_p == NULL) {
+        tpd_log_error("cpu host alloc: out of memory allocating %zu bytes", bytes);
+        return TPD_ERR_NOMEM;
+    }
+    return TPD_OK;
+}
+
+static void cpu_host_free(tpd_kern_ctx *ctx, void *ptr) {
+    (void)ctx;
+    free(ptr);
+}
+
+/* Every op has finished when it returns: events are NULL and always complete. */
+static tpd_status cpu_event_create(tpd_kern_ctx *ctx, void **event_p) {
+    (void)ctx;
+    *event_p = NULL;
+    return TPD_OK;
+}
+
+static void cpu_event_destroy(tpd_kern_ctx *ctx, void *event) {
+    (void)ctx;
+    (void)event;
+}
+
+static tpd_status cpu_event_noop(tpd_kern_ctx *ctx, void *event) {
+    (void)ctx;
+    (void)event;
+    return TPD_OK;
+}
+
+/* The sum of tpd_kern_cpu_sum_f32, divided and added in double as the trainer did on the
+ * host before the accumulator moved to the backend: the same bits. */
+static tpd_status cpu_sum_f32_acc(tpd_kern_ctx *ctx, double *acc, const float *x, size_t n,
+                                  double div) {
+    double sum = 0.0;
+    TPD_CHECK(tpd_kern_cpu_sum_f32(ctx, x, n, &sum));
+    *acc += sum / div;
+    return TPD_OK;
+}
+
 static void cpu_destroy(tpd_kern_ctx *ctx) {
     if (ctx == NULL) return;
     size_t left = atomic_load(&ctx->bytes_allocated);
@@ -147,6 +202,16 @@ static const tpd_kern_ops cpu_ops = {
     .rope_bwd = tpd_kern_cpu_rope_bwd,
     .swiglu_fwd = tpd_kern_cpu_swiglu_fwd,
     .swiglu_bwd = tpd_kern_cpu_swiglu_bwd,
+
+    .scratch_reserve = cpu_scratch_reserve,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .copy_to_device_async = cpu_copy,
+    .event_create = cpu_event_create,
+    .event_destroy = cpu_event_destroy,
+    .event_record = cpu_event_noop,
+    .event_wait = cpu_event_noop,
+    .sum_f32_acc = cpu_sum_f32_acc,
 };
 
 tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend **backend_p) {

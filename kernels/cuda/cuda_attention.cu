@@ -169,16 +169,13 @@ static attn_geom geom_of(const tpd_kern_ctx *ctx, int B, int T, int NH, int NKV,
     return geom_of_dtype(ctx->dtype, B, T, NH, NKV, HS);
 }
 
-static size_t align256(size_t x) {
-    return (x + 255) / 256 * 256;
-}
 static size_t probs_bytes(const attn_geom *a) {
-    return align256((size_t)a->B * a->NH * a->TT * a->es);
+    return tpd_kern_attention_probs_bytes(a->B, a->T, a->NH, a->es); /* kernels/scratch.c */
 }
 
 /* The fp32 scores of one batch index, (NH,T,T): none in f32, where they are P's own buffer. */
 static size_t scores_bytes(const attn_geom *a) {
-    return a->es == sizeof(float) ? 0 : align256((size_t)a->NH * a->TT * sizeof(float));
+    return tpd_kern_attention_scores_bytes(a->T, a->NH, a->es); /* kernels/scratch.c */
 }
 
 /* s(NH,T,T) = scale * Q_h(T,HS) @ K_g(T,HS)^T for batch index b and every head h = g*G + j,
@@ -288,8 +285,7 @@ tpd_status tpd_cuda_attention_gemm_fwd_stats(tpd_kern_ctx *ctx, void *out, float
 /* Scratch the backward needs beside P: dS (B,NH,T,T), and with G > 1 the per-query-head
  * gradients of K and V, full(B,T,2,NH,HS). */
 static size_t bwd_work_bytes(const attn_geom *a) {
-    size_t full = a->G > 1 ? (size_t)a->B * a->T * 2 * a->C * a->es : 0;
-    return probs_bytes(a) + align256(full);
+    return tpd_kern_attention_bwd_work_bytes(a->B, a->T, a->NH, a->NKV, a->HS, a->es);
 }
 
 /* Backward from P, per batch index b and head h = g*G + j (scale = 1/sqrt(HS)):
@@ -419,23 +415,4 @@ tpd_status tpd_cuda_attention_gemm_bwd_stats(tpd_kern_ctx *ctx, void *dqkv, cons
         TPD_CHECK(TPD_CUDA_LAUNCHED("attention_bwd softmax from statistics"));
     }
     return bwd_from_probs(ctx, &a, dqkv, dout, qkv, p, p + probs_bytes(&a));
-}
-
-size_t tpd_cuda_attention_unfused_scratch_bytes(tpd_dtype dt, int B, int T, int NH, int NKV, int HS,
-                                                int stats_form) {
-    attn_geom a = geom_of_dtype(dt, B, T, NH, NKV, HS);
-    size_t p = stats_form ? probs_bytes(&a) : 0; /* P in scratch, not saved */
-    size_t fwd = p + scores_bytes(&a);
-    size_t bwd = p + bwd_work_bytes(&a) + (stats_form ? scores_bytes(&a) : 0);
-    return fwd > bwd ? fwd : bwd;
-}
-
-size_t tpd_cuda_attention_scratch_bytes(tpd_kern_ctx *ctx, int B, int T, int NH, int NKV, int HS) {
-    if (tpd_cuda_attention_decide(ctx, B, T, NH, HS)->path == TPD_ATTN_PATH_UNFUSED)
-        return tpd_cuda_attention_unfused_scratch_bytes(ctx->dtype, B, T, NH, NKV, HS, 0);
-    size_t fused = tpd_cuda_attention_cudnn_scratch_bytes(ctx, B, T, NH, NKV, HS);
-    /* a grouped-query shape cuDNN refuses runs the statistics form instead */
-    size_t gqa =
-        NKV != NH ? tpd_cuda_attention_unfused_scratch_bytes(ctx->dtype, B, T, NH, NKV, HS, 1) : 0;
-    return fused > gqa ? fused : gqa;
 }

@@ -481,6 +481,13 @@ static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int pattern, int B, int
     slot->plan = plan;
     slot->graph = g;
     slot->workspace_bytes = ws;
+    /* the scratch was planned with a bound on this (kernels/scratch.c); a larger plan
+     * would make the op outgrow the reservation, so say where it comes from */
+    if ((size_t)ws > tpd_kern_cudnn_plan_workspace_bound(B, T, NH, HS))
+        tpd_log_warn("cuDNN attention %s plan (B=%d T=%d NH=%d HS=%d) wants %lld bytes of "
+                     "workspace, more than the planned bound of %zu",
+                     bwd ? "backward" : "forward", B, T, NH, HS, (long long)ws,
+                     tpd_kern_cudnn_plan_workspace_bound(B, T, NH, HS));
     return TPD_OK;
 }
 
@@ -670,26 +677,10 @@ static size_t align256(size_t x) {
 /* The backward's workspace: [plan workspace | dQ accumulator (B,NH,T,HS) fp32 | softmax_sum
  * (B,NH,T) fp32, current pattern only]. */
 static size_t bwd_acc_bytes(int B, int T, int NH, int HS) {
-    return align256((size_t)B * NH * T * HS * sizeof(float));
+    return tpd_kern_cudnn_dq_accum_bytes(B, T, NH, HS); /* kernels/scratch.c */
 }
 static size_t bwd_ssum_bytes(int pattern, int B, int T, int NH) {
-    return pattern == TPD_ATTN_PATH_FUSED ? align256((size_t)B * NH * T * sizeof(float)) : 0;
-}
-
-size_t tpd_cuda_attention_cudnn_scratch_bytes(tpd_kern_ctx *ctx, int B, int T, int NH, int NKV,
-                                              int HS) {
-    const tpd_attn_choice *c = tpd_cuda_attention_decide(ctx, B, T, NH, HS);
-    if (c->path == TPD_ATTN_PATH_UNFUSED) return 0;
-    tpd_cuda_attn_plan *f = NULL, *b = NULL;
-    if (get_plan(ctx, 0, c->path, B, T, NH, NKV, HS, &f) != TPD_OK ||
-        get_plan(ctx, 1, c->path, B, T, NH, NKV, HS, &b) != TPD_OK)
-        return 0;
-    size_t fwd = f->unsupported ? 0 : align256((size_t)f->workspace_bytes) + 256;
-    size_t bwd = b->unsupported
-                     ? 0
-                     : align256((size_t)b->workspace_bytes) + bwd_acc_bytes(B, T, NH, HS) +
-                           bwd_ssum_bytes(c->path, B, T, NH);
-    return fwd > bwd ? fwd : bwd;
+    return pattern == TPD_ATTN_PATH_FUSED ? tpd_kern_cudnn_softmax_sum_bytes(B, T, NH) : 0;
 }
 
 /* The graph declares every tensor 16-byte aligned. */

@@ -35,29 +35,62 @@ size_t tpd_cuda_dtype_size(tpd_dtype dt) {
     return tpd_dtype_size(dt);
 }
 
-tpd_status tpd_cuda_scratch(tpd_kern_ctx *ctx, size_t bytes, void **ptr_p) {
-    if (bytes <= ctx->scratch_bytes && ctx->scratch != NULL) {
-        *ptr_p = ctx->scratch;
-        return TPD_OK;
-    }
-    /* Grow by at least 1.5x so a sequence of slightly larger requests does not reallocate
-     * each time. */
-    size_t want = bytes + bytes / 2;
+/* Replaces the scratch by one of `bytes` (stream-ordered, so kernels still running on the
+ * old one keep it until they finish). */
+static tpd_status scratch_realloc(tpd_kern_ctx *ctx, size_t bytes) {
     if (ctx->scratch != NULL) {
         TPD_CHECK(TPD_CUDA(cudaFreeAsync(ctx->scratch, ctx->stream)));
         ctx->scratch = NULL;
         ctx->scratch_bytes = 0;
     }
     void *p = NULL;
-    cudaError_t err = cudaMallocAsync(&p, want, ctx->stream);
+    cudaError_t err = cudaMallocAsync(&p, bytes, ctx->stream);
     if (err != cudaSuccess) {
-        tpd_log_error("cuda: scratch allocation of %zu bytes failed: %s", want,
+        tpd_log_error("cuda: scratch allocation of %zu bytes failed: %s", bytes,
                       cudaGetErrorString(err));
         return TPD_ERR_NOMEM;
     }
     ctx->scratch = p;
-    ctx->scratch_bytes = want;
-    *ptr_p = p;
+    ctx->scratch_bytes = bytes;
+    return TPD_OK;
+}
+
+tpd_status tpd_cuda_scratch(tpd_kern_ctx *ctx, size_t bytes, void **ptr_p) {
+    if (bytes <= ctx->scratch_bytes && ctx->scratch != NULL) {
+        *ptr_p = ctx->scratch;
+        return TPD_OK;
+    }
+    if (ctx->scratch_planned) {
+        /* The engine reserved the plan's scratch (tpd_kern_scratch_plan) at model creation:
+         * an op asking for more means the plan is wrong, and the memory the planner
+         * reported is short by the difference. Debug builds stop here; release builds
+         * say so and grow. */
+#ifndef NDEBUG
+        tpd_log_error("cuda: an op asks for %zu bytes of scratch, the plan reserved %zu "
+                      "(kernels/scratch.c is out of step with the kernels)",
+                      bytes, ctx->scratch_bytes);
+        return TPD_ERR_INTERNAL;
+#else
+        tpd_log_warn("cuda: an op asks for %zu bytes of scratch, the plan reserved %zu; "
+                     "growing (kernels/scratch.c is out of step with the kernels)",
+                     bytes, ctx->scratch_bytes);
+#endif
+    }
+    /* Unplanned use (a backend without a model, as in the kernel tests): grow by 1.5x so a
+     * sequence of slightly larger requests does not reallocate each time. */
+    TPD_CHECK(scratch_realloc(ctx, ctx->scratch_planned ? bytes : bytes + bytes / 2));
+    *ptr_p = ctx->scratch;
+    return TPD_OK;
+}
+
+static tpd_status cuda_scratch_reserve(tpd_kern_ctx *ctx, const tpd_kern_shapes *s,
+                                       size_t *bytes_p) {
+    tpd_kern_scratch plan;
+    TPD_CHECK(tpd_kern_scratch_plan("cuda", s, &plan));
+    if (plan.total > ctx->scratch_bytes || ctx->scratch == NULL)
+        TPD_CHECK(scratch_realloc(ctx, plan.total > 0 ? plan.total : 256));
+    ctx->scratch_planned = 1;
+    *bytes_p = ctx->scratch_bytes;
     return TPD_OK;
 }
 
@@ -107,6 +140,48 @@ static tpd_status cuda_copy_to_host(tpd_kern_ctx *ctx, void *dst, const void *sr
 static tpd_status cuda_copy(tpd_kern_ctx *ctx, void *dst, const void *src, size_t bytes) {
     if (bytes == 0 || dst == src) return TPD_OK;
     return TPD_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx->stream));
+}
+
+/* ---- host staging and events ---- */
+
+static tpd_status cuda_host_alloc(tpd_kern_ctx *ctx, size_t bytes, void **ptr_p) {
+    (void)ctx;
+    return TPD_CUDA(cudaMallocHost(ptr_p, bytes > 0 ? bytes : 1));
+}
+
+static void cuda_host_free(tpd_kern_ctx *ctx, void *ptr) {
+    (void)ctx;
+    if (ptr != NULL) cudaFreeHost(ptr);
+}
+
+/* From pinned memory: the copy is queued and the host moves on; an event recorded after it
+ * says when the source may be refilled. */
+static tpd_status cuda_copy_to_device_async(tpd_kern_ctx *ctx, void *dst, const void *src,
+                                            size_t bytes) {
+    if (bytes == 0) return TPD_OK;
+    return TPD_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->stream));
+}
+
+static tpd_status cuda_event_create(tpd_kern_ctx *ctx, void **event_p) {
+    (void)ctx;
+    cudaEvent_t ev = NULL;
+    TPD_CHECK(TPD_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)));
+    *event_p = (void *)ev;
+    return TPD_OK;
+}
+
+static void cuda_event_destroy(tpd_kern_ctx *ctx, void *event) {
+    (void)ctx;
+    if (event != NULL) cudaEventDestroy((cudaEvent_t)event);
+}
+
+static tpd_status cuda_event_record(tpd_kern_ctx *ctx, void *event) {
+    return TPD_CUDA(cudaEventRecord((cudaEvent_t)event, ctx->stream));
+}
+
+static tpd_status cuda_event_wait(tpd_kern_ctx *ctx, void *event) {
+    (void)ctx;
+    return TPD_CUDA(cudaEventSynchronize((cudaEvent_t)event));
 }
 
 static tpd_status cuda_synchronize(tpd_kern_ctx *ctx) {
@@ -180,6 +255,16 @@ static const tpd_kern_ops cuda_ops = {
     /* .rope_bwd = */ tpd_kern_cuda_rope_bwd,
     /* .swiglu_fwd = */ tpd_kern_cuda_swiglu_fwd,
     /* .swiglu_bwd = */ tpd_kern_cuda_swiglu_bwd,
+
+    /* .scratch_reserve = */ cuda_scratch_reserve,
+    /* .host_alloc = */ cuda_host_alloc,
+    /* .host_free = */ cuda_host_free,
+    /* .copy_to_device_async = */ cuda_copy_to_device_async,
+    /* .event_create = */ cuda_event_create,
+    /* .event_destroy = */ cuda_event_destroy,
+    /* .event_record = */ cuda_event_record,
+    /* .event_wait = */ cuda_event_wait,
+    /* .sum_f32_acc = */ tpd_kern_cuda_sum_f32_acc,
 };
 
 /* The module's entry points, opened by kernels/cuda_loader.c; everything else is hidden. */

@@ -140,36 +140,61 @@ extern "C" tpd_status tpd_kern_cuda_bias_add(tpd_kern_ctx *ctx, void *out, const
     return TPD_CUDA_LAUNCHED("bias_add");
 }
 
-/* dbias(OC) += sum over rows of dout(N,OC). Block (32 x 8) owns 32 columns; its 8 row
- * lanes stride the rows in a fixed pattern and are combined in a fixed order, so the sum
- * is the same on every run. */
-/* G: the gradient element (float under fp32 main gradients) */
-template <typename T, typename G>
-__global__ void colsum_acc_kernel(G *dbias, const T *dout, int N, int OC) {
-    __shared__ float part[8][33];
+/* dbias(OC) += sum over rows of dout(N,OC), on a 2-D grid: block (x, y) of (32 x 8)
+ * threads owns columns [32x, 32x+32) of the row chunk [yR, yR+R), R =
+ * TPD_KERN_BIAS_GRAD_ROWS; its 8 row lanes stride the chunk in a fixed pattern and are
+ * combined in lane order into the chunk's fp32 partial row. A second kernel adds the
+ * partial rows in chunk order. Every sum has a fixed order, so the result is the same bits
+ * on every run, and N/R x OC/32 blocks keep the device busy where OC/32 blocks of long
+ * loops did not. */
+#define BIAS_LANES 8
+
+template <typename T>
+__global__ void colsum_partial_kernel(float *partial, const T *dout, int N, int OC) {
+    __shared__ float part[BIAS_LANES][33];
     int col = blockIdx.x * 32 + threadIdx.x;
+    int row0 = blockIdx.y * TPD_KERN_BIAS_GRAD_ROWS;
+    int row1 = min(row0 + TPD_KERN_BIAS_GRAD_ROWS, N);
     float acc = 0.0f;
     if (col < OC)
-        for (int r = threadIdx.y; r < N; r += 8)
+        for (int r = row0 + threadIdx.y; r < row1; r += BIAS_LANES)
             acc += tpd_to_f(dout[(size_t)r * OC + col]);
     part[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && col < OC) {
         float s = 0.0f;
-        for (int k = 0; k < 8; k++)
+        for (int k = 0; k < BIAS_LANES; k++)
             s += part[k][threadIdx.x];
-        dbias[col] = tpd_from_f<G>(tpd_to_f(dbias[col]) + s);
+        partial[(size_t)blockIdx.y * OC + col] = s;
     }
+}
+
+template <typename T>
+__global__ void colsum_reduce_kernel(T *dbias, const float *partial, int nchunks, int OC) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= OC) return;
+    float s = 0.0f;
+    for (int k = 0; k < nchunks; k++)
+        s += partial[(size_t)k * OC + col];
+    dbias[col] = tpd_from_f<T>(tpd_to_f(dbias[col]) + s);
 }
 
 extern "C" tpd_status tpd_kern_cuda_colsum_acc(tpd_kern_ctx *ctx, void *dbias, const void *dout,
                                                int N, int OC) {
     if (N <= 0 || OC <= 0) return TPD_OK;
-    dim3 block(32, 8);
-    dim3 grid((unsigned)((OC + 31) / 32));
+    int nchunks = (N + TPD_KERN_BIAS_GRAD_ROWS - 1) / TPD_KERN_BIAS_GRAD_ROWS;
+    TPD_CUDA_REQUIRE(nchunks <= 65535, "matmul_bwd dbias: N=%d rows are too many", N);
+    void *scratch = NULL;
+    TPD_CHECK(tpd_cuda_scratch(ctx, tpd_kern_bias_grad_scratch(N, OC), &scratch));
+    float *partial = (float *)scratch;
+    dim3 block(32, BIAS_LANES);
+    dim3 grid((unsigned)((OC + 31) / 32), (unsigned)nchunks);
+    /* G: the gradient element (float under fp32 main gradients) */
     TPD_CUDA_DISPATCH_GRAD(ctx, T, G, {
-        colsum_acc_kernel<T, G>
-            <<<grid, block, 0, ctx->stream>>>((G *)dbias, (const T *)dout, N, OC);
+        colsum_partial_kernel<T><<<grid, block, 0, ctx->stream>>>(partial, (const T *)dout, N, OC);
+        TPD_CHECK(TPD_CUDA_LAUNCHED("matmul_bwd dbias partials"));
+        colsum_reduce_kernel<G>
+            <<<(OC + 255) / 256, 256, 0, ctx->stream>>>((G *)dbias, partial, nchunks, OC);
     });
     return TPD_CUDA_LAUNCHED("matmul_bwd dbias");
 }

@@ -97,9 +97,16 @@ extern "C" tpd_status tpd_kern_cuda_embed_bwd(tpd_kern_ctx *ctx, void *dwte, con
     TPD_CHECK(TPD_CUDA(cub::DeviceRadixSort::SortPairs(
         NULL, temp_bytes, (const int32_t *)NULL, (int32_t *)NULL, (const int32_t *)NULL,
         (int32_t *)NULL, N, 0, end_bit, ctx->stream)));
-    size_t arr = ((size_t)N * sizeof(int32_t) + 255) / 256 * 256;
+    /* the plan's sizes (kernels/scratch.c): cub's temp must fit the bound planned for it */
+    size_t arr = tpd_kern_embed_sort_array(N), temp_bound = tpd_kern_embed_sort_temp_bound(N);
+    if (temp_bytes > temp_bound) {
+        tpd_log_warn("embed_bwd: cub's radix sort of N=%d wants %zu bytes of temp, the plan's "
+                     "bound is %zu (kernels/scratch.c)",
+                     N, temp_bytes, temp_bound);
+        temp_bound = temp_bytes;
+    }
     void *scratch = NULL;
-    TPD_CHECK(tpd_cuda_scratch(ctx, 4 * arr + temp_bytes, &scratch));
+    TPD_CHECK(tpd_cuda_scratch(ctx, 4 * arr + temp_bound, &scratch));
     char *base = (char *)scratch;
     int32_t *keys_in = (int32_t *)base;
     int32_t *vals_in = (int32_t *)(base + arr);

@@ -23,9 +23,9 @@
 #include "kernels/kernels.h"
 #include "kernels/kernels_internal.h"
 
-#define TPD_CUDA_GEMM_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace, sized once */
-#define TPD_CUDA_GEMM_CACHE_SLOTS 256                    /* distinct GEMM shapes remembered */
-#define TPD_CUDA_ATTN_CACHE_SLOTS 32                     /* distinct cuDNN attention plans */
+#define TPD_CUDA_GEMM_WORKSPACE_BYTES TPD_KERN_GEMM_WORKSPACE_BYTES
+#define TPD_CUDA_GEMM_CACHE_SLOTS 256 /* distinct GEMM shapes remembered */
+#define TPD_CUDA_ATTN_CACHE_SLOTS 32  /* distinct cuDNN attention plans */
 
 /* One remembered cuBLASLt heuristic result, keyed by everything that changes the choice. */
 typedef struct tpd_cuda_gemm_key {
@@ -87,12 +87,16 @@ struct tpd_kern_ctx {
     cudnnHandle_t cudnn;
     tpd_cuda_gemm_slot gemm_cache[TPD_CUDA_GEMM_CACHE_SLOTS];
     tpd_cuda_attn_plan attn_cache[TPD_CUDA_ATTN_CACHE_SLOTS];
-    /* Scratch shared by ops that need temporary device memory (layernorm partial sums,
-     * embedding sort buffers, attention workspaces). Every op runs on ctx->stream, so one
-     * op's use of it has finished before the next op's kernels start; it only grows, with
-     * stream-ordered cudaFreeAsync/cudaMallocAsync so in-flight kernels keep the old one. */
+    /* Scratch shared by ops that need temporary device memory (norm and bias-gradient
+     * partial sums, embedding sort buffers, attention workspaces). Every op runs on
+     * ctx->stream, so one op's use of it has finished before the next op's kernels start.
+     * The engine reserves the planned size once (tpd_kern_scratch_reserve; then
+     * scratch_planned = 1 and growing is an error in debug builds, a warning otherwise);
+     * unplanned, it grows with stream-ordered cudaFreeAsync/cudaMallocAsync so in-flight
+     * kernels keep the old one. */
     void *scratch;
     size_t scratch_bytes;
+    int scratch_planned;
     double *host_result;   /* pinned, 1 double: where host-result ops land their value */
     void *reduce_partials; /* device, TPD_CUDA_REDUCE_BLOCKS doubles + 1 result */
 };
@@ -217,17 +221,6 @@ tpd_status tpd_kern_cuda_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void
  * fallback to the unfused path is logged once per shape. Grouped-query calls of the shape
  * follow the same path (their graphs are built on first use). */
 const tpd_attn_choice *tpd_cuda_attention_decide(tpd_kern_ctx *ctx, int B, int T, int NH, int HS);
-/* Device scratch (tpd_cuda_scratch) the attention ops take for one shape, forward or backward,
- * on the decided path: what a plan-time memory model adds for them. */
-size_t tpd_cuda_attention_scratch_bytes(tpd_kern_ctx *ctx, int B, int T, int NH, int NKV, int HS);
-/* The cuDNN part of it: the largest of the forward and backward workspaces of the path
- * (0 when the shape is unfused). */
-size_t tpd_cuda_attention_cudnn_scratch_bytes(tpd_kern_ctx *ctx, int B, int T, int NH, int NKV,
-                                              int HS);
-/* The unfused part: forward (fp32 scores of one batch index) and backward (dS and the
- * grouped-query sums; with stats_form, also P rebuilt from the statistics). */
-size_t tpd_cuda_attention_unfused_scratch_bytes(tpd_dtype dt, int B, int T, int NH, int NKV, int HS,
-                                                int stats_form);
 tpd_status tpd_cuda_attention_cudnn_fwd(tpd_kern_ctx *ctx, void *out, float *stats, const void *qkv,
                                         int B, int T, int NH, int NKV, int HS);
 tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
@@ -280,6 +273,8 @@ tpd_status tpd_kern_cuda_adamw(tpd_kern_ctx *ctx, void *param, float *master, co
                                float *m, float *v, size_t n, float lr, float beta1, float beta2,
                                float eps, float weight_decay, int step, float grad_scale);
 tpd_status tpd_kern_cuda_sum_f32(tpd_kern_ctx *ctx, const float *x, size_t n, double *sum_p);
+tpd_status tpd_kern_cuda_sum_f32_acc(tpd_kern_ctx *ctx, double *acc, const float *x, size_t n,
+                                     double div);
 tpd_status tpd_kern_cuda_sumsq(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n,
                                double *sumsq_p);
 

@@ -77,17 +77,16 @@ extern "C" tpd_status tpd_kern_cuda_layernorm_fwd(tpd_kern_ctx *ctx, void *out, 
  *   dw  += sum_n dout * xhat,  db += sum_n dout                 (accumulated)
  * The parameter sums are deterministic: each block sums a fixed range of rows into its
  * own fp32 partial row of scratch (block-local order fixed), and a second kernel adds the
- * partials in block order. */
-#define LNB_ROWS_PER_BLOCK 32
-
+ * partials in block order. A block takes TPD_KERN_LN_BWD_ROWS rows (kernels_internal.h, where
+ * the scratch plan reads it). */
 template <typename T>
 __global__ void layernorm_bwd_kernel(T *dinp, float *partial, const T *dout, const T *inp,
                                      const T *w, const float *mean, const float *rstd, int N,
                                      int C) {
     /* blockDim.x = 32 * LN_WARPS; each warp walks rows row0+warp, row0+warp+LN_WARPS, ... */
     int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    int row0 = blockIdx.x * LNB_ROWS_PER_BLOCK;
-    int row1 = min(row0 + LNB_ROWS_PER_BLOCK, N);
+    int row0 = blockIdx.x * TPD_KERN_LN_BWD_ROWS;
+    int row1 = min(row0 + TPD_KERN_LN_BWD_ROWS, N);
     extern __shared__ float sh[]; /* [LN_WARPS][2*C]: per-warp dw, db partials */
     float *my = sh + (size_t)warp * 2 * C;
     for (int c = lane; c < 2 * C; c += 32)
@@ -152,9 +151,9 @@ extern "C" tpd_status tpd_kern_cuda_layernorm_bwd(tpd_kern_ctx *ctx, void *dinp,
     /* LN_WARPS x 2C floats (64*C bytes): up to C = 768 fits the default 48 KiB; wider rows
      * (C = 1600 for GPT-2 1.5B) opt in to more, up to 200 KiB (C = 3200). */
     TPD_CUDA_REQUIRE(shmem <= 200 * 1024, "layernorm_bwd: C=%d is too wide for this kernel", C);
-    int nblocks = (N + LNB_ROWS_PER_BLOCK - 1) / LNB_ROWS_PER_BLOCK;
+    int nblocks = (N + TPD_KERN_LN_BWD_ROWS - 1) / TPD_KERN_LN_BWD_ROWS;
     void *scratch = NULL;
-    TPD_CHECK(tpd_cuda_scratch(ctx, (size_t)nblocks * 2 * (size_t)C * sizeof(float), &scratch));
+    TPD_CHECK(tpd_cuda_scratch(ctx, tpd_kern_layernorm_bwd_scratch(N, C), &scratch));
     float *partial = (float *)scratch;
     TPD_CUDA_DISPATCH_GRAD(ctx, T, G, {
         if (shmem > 48 * 1024)

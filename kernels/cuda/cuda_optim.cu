@@ -73,12 +73,15 @@ __global__ void reduce_partial_kernel(double *partials, const T *x, size_t n) {
     if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-__global__ void reduce_final_kernel(double *result, const double *partials, int nparts) {
+/* *result = the sum of the partials in a fixed order; ACC: *result += that sum / div. */
+template <int ACC>
+__global__ void reduce_final_kernel(double *result, const double *partials, int nparts,
+                                    double div) {
     double acc = 0.0;
     for (int i = threadIdx.x; i < nparts; i += blockDim.x)
         acc += partials[i];
     acc = tpd_block_sum_d(acc);
-    if (threadIdx.x == 0) *result = acc;
+    if (threadIdx.x == 0) *result = ACC ? *result + acc / div : acc;
 }
 
 template <typename T, int SQUARE>
@@ -93,8 +96,8 @@ static tpd_status reduce_to_host(tpd_kern_ctx *ctx, const T *x, size_t n, double
     reduce_partial_kernel<T, SQUARE>
         <<<TPD_CUDA_REDUCE_BLOCKS, RED_THREADS, 0, ctx->stream>>>(partials, x, n);
     TPD_CHECK(TPD_CUDA_LAUNCHED(name));
-    reduce_final_kernel<<<1, RED_THREADS, 0, ctx->stream>>>(result, partials,
-                                                            TPD_CUDA_REDUCE_BLOCKS);
+    reduce_final_kernel<0>
+        <<<1, RED_THREADS, 0, ctx->stream>>>(result, partials, TPD_CUDA_REDUCE_BLOCKS, 1.0);
     TPD_CHECK(TPD_CUDA_LAUNCHED(name));
     TPD_CHECK(TPD_CUDA(cudaMemcpyAsync(ctx->host_result, result, sizeof(double),
                                        cudaMemcpyDeviceToHost, ctx->stream)));
@@ -106,6 +109,21 @@ static tpd_status reduce_to_host(tpd_kern_ctx *ctx, const T *x, size_t n, double
 extern "C" tpd_status tpd_kern_cuda_sum_f32(tpd_kern_ctx *ctx, const float *x, size_t n,
                                             double *sum_p) {
     return reduce_to_host<float, 0>(ctx, x, n, sum_p, "sum_f32");
+}
+
+/* The sum of sum_f32 (the same partials, in the same order), added to a device double
+ * instead of landing on the host: the trainer reads the loss once a step, not once a
+ * micro-batch. */
+extern "C" tpd_status tpd_kern_cuda_sum_f32_acc(tpd_kern_ctx *ctx, double *acc, const float *x,
+                                                size_t n, double div) {
+    if (n == 0) return TPD_OK;
+    double *partials = (double *)ctx->reduce_partials;
+    reduce_partial_kernel<float, 0>
+        <<<TPD_CUDA_REDUCE_BLOCKS, RED_THREADS, 0, ctx->stream>>>(partials, x, n);
+    TPD_CHECK(TPD_CUDA_LAUNCHED("sum_f32_acc"));
+    reduce_final_kernel<1>
+        <<<1, RED_THREADS, 0, ctx->stream>>>(acc, partials, TPD_CUDA_REDUCE_BLOCKS, div);
+    return TPD_CUDA_LAUNCHED("sum_f32_acc");
 }
 
 extern "C" tpd_status tpd_kern_cuda_sumsq(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n,

@@ -7,10 +7,9 @@
  * 256 KiB): fixed row blocks each write an fp32 partial row, added in block order. */
 #include "kernels/cuda/cuda_common.cuh"
 
-#define RMS_WARPS 8     /* rows per block of the row kernels */
-#define RMS_DW_ROWS 256 /* rows per partial of the weight gradient */
-#define RMS_DW_COLS 32  /* columns per block of the weight gradient */
-#define RMS_DW_LANES 8  /* row lanes per block of the weight gradient */
+#define RMS_WARPS 8    /* rows per block of the row kernels */
+#define RMS_DW_COLS 32 /* columns per block of the weight gradient */
+#define RMS_DW_LANES 8 /* row lanes per block of the weight gradient */
 
 /* out = x * r * w, r = 1/sqrt(mean_c(x^2) + eps); rstd[row] = r. */
 template <typename T>
@@ -105,16 +104,17 @@ __global__ void rmsnorm_bwd_dinp_kernel(T *dinp, const T *dout, const T *inp, co
     }
 }
 
-/* partial[blockIdx.y][c] = sum over rows [y*RMS_DW_ROWS, +RMS_DW_ROWS) of dout * x * rstd.
- * Block (RMS_DW_COLS x RMS_DW_LANES): lane ty takes rows ty, ty+LANES, ... of the block's
- * range, and the lanes are combined in lane order: the same sum on every run. */
+/* partial[blockIdx.y][c] = sum of dout * x * rstd over rows [y*R, y*R + R), R =
+ * TPD_KERN_RMS_BWD_ROWS (kernels_internal.h, where the scratch plan reads it). Block
+ * (RMS_DW_COLS x RMS_DW_LANES): lane ty takes rows ty, ty+LANES, ... of the block's range,
+ * and the lanes are combined in lane order: the same sum on every run. */
 template <typename T>
 __global__ void rmsnorm_bwd_dw_partial_kernel(float *partial, const T *dout, const T *inp,
                                               const float *rstd, int N, int C) {
     __shared__ float part[RMS_DW_LANES][RMS_DW_COLS + 1];
     int c = blockIdx.x * RMS_DW_COLS + threadIdx.x;
-    int row0 = blockIdx.y * RMS_DW_ROWS;
-    int row1 = min(row0 + RMS_DW_ROWS, N);
+    int row0 = blockIdx.y * TPD_KERN_RMS_BWD_ROWS;
+    int row1 = min(row0 + TPD_KERN_RMS_BWD_ROWS, N);
     float acc = 0.0f;
     if (c < C)
         for (int n = row0 + threadIdx.y; n < row1; n += RMS_DW_LANES) {
@@ -147,10 +147,10 @@ extern "C" tpd_status tpd_kern_cuda_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp, v
                                                 const float *rstd, int N, int C) {
     TPD_CUDA_REQUIRE(N >= 0 && C > 0, "rmsnorm_bwd: bad shape N=%d C=%d", N, C);
     if (N == 0) return TPD_OK;
-    int nblocks = (N + RMS_DW_ROWS - 1) / RMS_DW_ROWS;
+    int nblocks = (N + TPD_KERN_RMS_BWD_ROWS - 1) / TPD_KERN_RMS_BWD_ROWS;
     TPD_CUDA_REQUIRE(nblocks <= 65535, "rmsnorm_bwd: N=%d rows are too many for this kernel", N);
     void *scratch = NULL;
-    TPD_CHECK(tpd_cuda_scratch(ctx, (size_t)nblocks * (size_t)C * sizeof(float), &scratch));
+    TPD_CHECK(tpd_cuda_scratch(ctx, tpd_kern_rmsnorm_bwd_scratch(N, C), &scratch));
     float *partial = (float *)scratch;
     unsigned grid = (unsigned)((N + RMS_WARPS - 1) / RMS_WARPS);
     dim3 dw_block(RMS_DW_COLS, RMS_DW_LANES);

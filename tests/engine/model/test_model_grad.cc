@@ -227,6 +227,15 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
     double sum = 0;
     ASSERT_EQ(tpd_model_loss_sum(m, &at, &sum), TPD_OK);
     int N = 2 * 5;
+    // The backend-side accumulator the trainer reads once a step: the same sum, divided and
+    // added in double (the same bits), and zero again once taken.
+    double acc = -1;
+    ASSERT_EQ(tpd_model_loss_acc(m, &at, (double)N), TPD_OK);
+    ASSERT_EQ(tpd_model_loss_acc(m, &at, (double)N), TPD_OK);
+    ASSERT_EQ(tpd_model_loss_take(m, &acc), TPD_OK);
+    EXPECT_EQ(acc, sum / N + sum / N);
+    ASSERT_EQ(tpd_model_loss_take(m, &acc), TPD_OK);
+    EXPECT_EQ(acc, 0.0);
     ASSERT_EQ(tpd_model_backward(m, &at, 1.0f / N), TPD_OK);
 
     std::vector<double> w(pf.begin(), pf.end());
@@ -373,8 +382,10 @@ TEST(ModelMemory, AllocationEqualsPlan) {
                                                                stage, &m),
                                               TPD_OK);
                                     size_t device = tpd_kern_cpu_bytes_allocated(kb) - before;
-                                    size_t host = 2 * (size_t)cfg.training.micro_batch_size *
-                                                  cfg.model.seq_length * 4; // token staging
+                                    // token staging: inputs and targets per slot
+                                    size_t host = (size_t)m->plan.nslots * 2 *
+                                                  cfg.training.micro_batch_size *
+                                                  cfg.model.seq_length * 4;
                                     EXPECT_EQ((double)(device + host), pred.total) << where;
                                     EXPECT_EQ((double)m->bytes_allocated, pred.total) << where;
                                     // category by category, for a message that says which one moved

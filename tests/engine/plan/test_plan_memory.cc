@@ -44,7 +44,9 @@ int check_layout(tpd_kern_backend *kb, const tpd_config &cfg, int tp, int pp, in
         EXPECT_EQ(tpd_model_create(&cfg, kb, nullptr, tp, 0, pp, dp, stage, &m), TPD_OK) << where;
         if (!m) continue;
         size_t device = tpd_kern_cpu_bytes_allocated(kb) - before;
-        size_t host = 2 * (size_t)cfg.training.micro_batch_size * cfg.model.seq_length * 4;
+        // token staging: inputs and targets per activation slot
+        size_t host =
+            (size_t)m->plan.nslots * 2 * cfg.training.micro_batch_size * cfg.model.seq_length * 4;
         EXPECT_EQ((double)(device + host), pred.total) << where;
         EXPECT_EQ((double)m->bytes_allocated, pred.total) << where;
         EXPECT_EQ((double)m->plan.mem.params, pred.params) << where;
