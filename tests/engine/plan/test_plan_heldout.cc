@@ -47,7 +47,8 @@ constexpr double kHeldWorstMax = 0.35;  // held-out rows: any one row (today 31.
 constexpr double kSourceMeanMax = 0.32; // held-out rows: mean |error| of each source
 
 const std::set<std::string> kFitSources = {"sc21", "korthikanti2022"};
-const char *const kHeldSources[] = {"mtnlg2022", "bloom2022", "megascale2024", "llama3_2024"};
+const char *const kHeldSources[] = {"mtnlg2022", "bloom2022", "megascale2024", "llama3_2024",
+                                    "megatron_core_h100"};
 
 // A fitted constant: a factor on the double at `offset` in tpd_plan_cluster (curve: on every
 // point of the GEMM efficiency curve there, held <= 1), searched over [lo, hi]. The ranges
