@@ -28,6 +28,7 @@ struct PubRow {
     int layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, seq = 0;
     int gpus = 0, tp = 1, pp = 1, dp = 1, vpp = 1, mbs = 1, gbs = 1;
     int sp = 0, dist_opt = 0, dp_overlap = 0;
+    int tp_comm_overlap = 0; // Megatron-Core's --tp-comm-overlap (column optional: 0 if absent)
     std::vector<int> pipeline_layers; // empty: an even split
     double published = 0;
 };
@@ -85,6 +86,7 @@ inline std::string read_published(const std::string &name, std::vector<PubRow> *
         const struct {
             const char *key;
             int *out;
+            bool optional; // a column older files lack: the field keeps its default
         } ints[] = {{"layers", &r.layers},
                     {"hidden", &r.hidden},
                     {"heads", &r.heads},
@@ -101,8 +103,10 @@ inline std::string read_published(const std::string &name, std::vector<PubRow> *
                     {"gbs", &r.gbs},
                     {"sp", &r.sp},
                     {"dist_opt", &r.dist_opt},
-                    {"dp_overlap", &r.dp_overlap}};
+                    {"dp_overlap", &r.dp_overlap},
+                    {"tp_comm_overlap", &r.tp_comm_overlap, true}};
         for (const auto &n : ints) {
+            if (n.optional && !m.count(n.key)) continue;
             char *end = nullptr;
             const std::string &s = m[n.key];
             long x = std::strtol(s.c_str(), &end, 10);
@@ -173,6 +177,7 @@ inline tpd_config config_of(const PubRow &r) {
     c.parallel.virtual_pipeline_model_parallel_size = r.vpp;
     c.parallel.sequence_parallel = r.sp;
     c.parallel.use_distributed_optimizer = r.dist_opt;
+    c.parallel.tp_comm_overlap = r.tp_comm_overlap;
     c.parallel.num_pipeline_layers = (int)r.pipeline_layers.size();
     for (size_t i = 0; i < r.pipeline_layers.size() && i < TPD_CONFIG_MAX_STAGES; i++)
         c.parallel.pipeline_layers[i] = r.pipeline_layers[i];
@@ -193,6 +198,7 @@ inline tpd_plan_layout layout_of(const PubRow &r) {
     l.distributed_optimizer = r.dist_opt;
     l.overlap_grad_reduce = r.dp_overlap;
     l.overlap_param_gather = r.dp_overlap && r.dist_opt;
+    l.tp_comm_overlap = r.tp_comm_overlap;
     return l;
 }
 

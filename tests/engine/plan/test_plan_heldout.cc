@@ -6,8 +6,10 @@
 // Megatron on Selene (DGX A100 80GB, 8 HDR per node), the cluster configs/clusters/
 // dgx-a100-80g.yaml describes. Held out: MT-NLG 530B (DeepSpeed + Megatron, Selene, 2240 to
 // 3360 GPUs), BLOOM 176B (Megatron-DeepSpeed on Jean Zay, a slower network), MegaScale's
-// Megatron-LM baseline (175B at a fixed batch on 256 to 12288 GPUs) and Llama 3 405B (Meta's
-// stack, H100, 8192 and 16384 GPUs): other frameworks, clusters, GPUs and scales.
+// Megatron-LM baseline (175B at a fixed batch on 256 to 12288 GPUs), Llama 3 405B (Meta's
+// stack, H100, 8192 and 16384 GPUs) and NVIDIA's NeMo/Megatron-Core recipes on DGX H100 (GPT-3
+// 175B, Nemotron-4 15B and 340B, 16 to 2048 GPUs, TP communication overlap on): other
+// frameworks, clusters, GPUs and scales.
 //
 // Fit. Each entry of kFitted scales one value (or a whole curve) of every profile a row uses,
 // so the fitted factors say what the profiles miss, and the held-out rows on other profiles
@@ -48,7 +50,8 @@ constexpr double kSourceMeanMax = 0.32; // held-out rows: mean |error| of each s
 
 const std::set<std::string> kFitSources = {"sc21", "korthikanti2022"};
 const char *const kFitFiles[] = {"korthikanti2022"}; // + kSc21
-const char *const kHeldSources[] = {"mtnlg2022", "bloom2022", "megascale2024", "llama3_2024"};
+const char *const kHeldSources[] = {"mtnlg2022", "bloom2022", "megascale2024", "llama3_2024",
+                                    "megatron_core_h100"};
 
 // A fitted constant: a factor on the double at `offset` in tpd_plan_cluster (curve: on every
 // point of the GEMM efficiency curve there, held <= 1), searched over [lo, hi]; or, when

@@ -79,4 +79,31 @@ TEST(PlanThroughput, Korthikanti2022Table5WithinBound) {
                 100 * worst);
 }
 
+// The optional tp_comm_overlap column: a file without it (korthikanti2022) keeps the overlap
+// off; megatron_core_h100 turns it on in the config and the layout, and the planner then hides
+// TP communication on those rows and predicts a shorter step than with the column at 0.
+TEST(PlanThroughput, TpCommOverlapColumnReachesThePlanner) {
+    std::vector<PubRow> old_rows, rows;
+    ASSERT_EQ(read_published("korthikanti2022", &old_rows), "");
+    for (const PubRow &r : old_rows)
+        EXPECT_EQ(r.tp_comm_overlap, 0) << r.model;
+    ASSERT_EQ(read_published("megatron_core_h100", &rows), "");
+    ASSERT_FALSE(rows.empty());
+    tpd_plan_cluster cl;
+    ASSERT_EQ(tpd_plan_cluster_load("dgx-h100", &cl), TPD_OK);
+    tpd_plan_result res;
+    for (PubRow r : rows) {
+        ASSERT_EQ(r.tp_comm_overlap, 1) << r.model;
+        EXPECT_EQ(config_of(r).parallel.tp_comm_overlap, 1) << r.model;
+        EXPECT_EQ(layout_of(r).tp_comm_overlap, 1) << r.model;
+        double pred_on, pred_off, pub, err;
+        ASSERT_TRUE(evaluate_published(r, cl, &res, &pred_on, &pub, &err)) << res.reject_reason;
+        EXPECT_GT(res.time.tp_comm_hidden, 0.0) << r.model;
+        r.tp_comm_overlap = 0;
+        ASSERT_TRUE(evaluate_published(r, cl, &res, &pred_off, &pub, &err)) << res.reject_reason;
+        EXPECT_EQ(res.time.tp_comm_hidden, 0.0) << r.model;
+        EXPECT_LT(pred_on, pred_off) << r.model; // step_s rows: a shorter step
+    }
+}
+
 } // namespace
