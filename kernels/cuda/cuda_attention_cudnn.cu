@@ -395,6 +395,19 @@ static void graph_free(void *p) {
 /* Builds the graph, asks the heuristics (mode A) for engine configs and keeps the first
  * one that finalizes into an execution plan. Logs nothing: a graph cuDNN does not take is
  * TPD_ERR_UNSUPPORTED with the reason in why (n bytes), for the caller to report. */
+/* Marks a plan-cache slot as the one of this shape, direction and pattern. */
+static void slot_key(tpd_cuda_attn_plan *slot, int bwd, int pattern, int B, int T, int NH, int NKV,
+                     int HS) {
+    slot->used = 1;
+    slot->bwd = bwd;
+    slot->pattern = bwd ? pattern : TPD_ATTN_PATH_FUSED;
+    slot->B = B;
+    slot->T = T;
+    slot->NH = NH;
+    slot->NKV = NKV;
+    slot->HS = HS;
+}
+
 static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int pattern, int B, int T, int NH, int NKV,
                              int HS, tpd_cuda_attn_plan *slot, char *why, size_t n) {
     graph_builder *g = (graph_builder *)calloc(1, sizeof *g);
@@ -470,14 +483,7 @@ static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int pattern, int B, int
         graph_free(g);
         return TPD_ERR_UNSUPPORTED;
     }
-    slot->used = 1;
-    slot->bwd = bwd;
-    slot->pattern = bwd ? pattern : TPD_ATTN_PATH_FUSED;
-    slot->B = B;
-    slot->T = T;
-    slot->NH = NH;
-    slot->NKV = NKV;
-    slot->HS = HS;
+    slot_key(slot, bwd, pattern, B, T, NH, NKV, HS);
     slot->plan = plan;
     slot->graph = g;
     slot->workspace_bytes = ws;
@@ -551,14 +557,7 @@ static tpd_status get_plan(tpd_kern_ctx *ctx, int bwd, int pattern, int B, int T
                          "unfused cuBLASLt path",
                          bwd ? "backward" : "forward", B, T, NH, NKV, HS, why);
         ctx->gqa_fallback_logged |= 1 << bwd;
-        slot->used = 1;
-        slot->bwd = bwd;
-        slot->pattern = bwd ? pattern : TPD_ATTN_PATH_FUSED;
-        slot->B = B;
-        slot->T = T;
-        slot->NH = NH;
-        slot->NKV = NKV;
-        slot->HS = HS;
+        slot_key(slot, bwd, pattern, B, T, NH, NKV, HS);
         slot->unsupported = 1;
         *plan_p = slot;
         return TPD_OK;
