@@ -210,7 +210,7 @@ else
             note "FAIL  deps: still missing after unpacking the bundle:$still"
             FAILED=1
         else
-            note "PASS  deps (bundle: $n packages into $PREFIX; the machine lacked:$MISSING)"
+            note "PASS  deps (bundle: $n packages into $PREFIX; the machine lacked: ${MISSING# })"
         fi
     else
         note "FAIL  deps: unpacking $BUNDLE failed: $(tail -1 "$LOGS/deps.log")"
