@@ -245,7 +245,8 @@ static int run_search(const tpd_config *cfg, const tpd_plan_cluster *cl,
 /* --layout wins over the file: its TP, PP and DP go in as overrides after the user's, and
  * the config is validated with them (a file's PP that does not divide an overridden
  * num_layers is no error when --layout replaces that PP). The file's virtual stages and
- * parallel.pipeline_layers are dropped where they no longer fit the new PP. When the file (with
+ * parallel.pipeline_layers are dropped where they no longer fit the new PP, and its
+ * parallel.tp_comm_overlap at TP 1. When the file (with
  * the user's overrides, or alone when those no longer validate without the layout) says
  * another TP/PP/DP, note gets one line saying which was used; "" otherwise. */
 static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *err, size_t errlen,
@@ -254,7 +255,7 @@ static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *err, si
     note[0] = '\0';
     if (!a->have_layout)
         return tpd_config_load(cl->config, cl->n_overrides, cl->overrides, cfg, err, errlen);
-    enum { MAX_EXTRA = 6 };
+    enum { MAX_EXTRA = 7 };
     tpd_config *was = malloc(sizeof *was);
     const char **ov = malloc((size_t)(cl->n_overrides + MAX_EXTRA) * sizeof *ov);
     if (!was || !ov) {
@@ -266,7 +267,7 @@ static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *err, si
     int with_overrides =
         tpd_config_load(cl->config, cl->n_overrides, cl->overrides, was, NULL, 0) == TPD_OK;
     int known = with_overrides || tpd_config_load(cl->config, 0, NULL, was, NULL, 0) == TPD_OK;
-    char extra[MAX_EXTRA][80], dropped[96] = "";
+    char extra[MAX_EXTRA][80], dropped[192] = "";
     int n = 0;
     snprintf(extra[n++], sizeof extra[0], "parallel.tensor_model_parallel_size=%d", a->tp);
     snprintf(extra[n++], sizeof extra[0], "parallel.pipeline_model_parallel_size=%d", a->pp);
@@ -288,6 +289,12 @@ static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *err, si
             size_t used = strlen(dropped);
             snprintf(dropped + used, sizeof dropped - used,
                      "; its pipeline_layers (%d entries) are dropped", p->num_pipeline_layers);
+        }
+        if (p->tp_comm_overlap && a->tp < 2) { /* it overlaps TP collectives: none at TP 1 */
+            snprintf(extra[n++], sizeof extra[0], "parallel.tp_comm_overlap=false");
+            size_t used = strlen(dropped);
+            snprintf(dropped + used, sizeof dropped - used,
+                     "; its tp_comm_overlap is dropped (TP=1 has no TP communication)");
         }
         int dp_was = p->data_parallel_size;
         if (p->tensor_model_parallel_size != a->tp || p->pipeline_model_parallel_size != a->pp ||

@@ -29,6 +29,7 @@ struct PubRow {
     int gpus = 0, tp = 1, pp = 1, dp = 1, vpp = 1, mbs = 1, gbs = 1;
     int sp = 0, dist_opt = 0, dp_overlap = 0;
     int tp_comm_overlap = 0; // Megatron-Core's --tp-comm-overlap (column optional: 0 if absent)
+    int grads_fp32 = 1;      // accumulate_allreduce_grads_in_fp32 (column optional: 1 if absent)
     std::vector<int> pipeline_layers; // empty: an even split
     double published = 0;
 };
@@ -104,7 +105,8 @@ inline std::string read_published(const std::string &name, std::vector<PubRow> *
                     {"sp", &r.sp},
                     {"dist_opt", &r.dist_opt},
                     {"dp_overlap", &r.dp_overlap},
-                    {"tp_comm_overlap", &r.tp_comm_overlap, true}};
+                    {"tp_comm_overlap", &r.tp_comm_overlap, true},
+                    {"grads_fp32", &r.grads_fp32, true}};
         for (const auto &n : ints) {
             if (n.optional && !m.count(n.key)) continue;
             char *end = nullptr;
@@ -178,6 +180,7 @@ inline tpd_config config_of(const PubRow &r) {
     c.parallel.sequence_parallel = r.sp;
     c.parallel.use_distributed_optimizer = r.dist_opt;
     c.parallel.tp_comm_overlap = r.tp_comm_overlap;
+    c.training.accumulate_allreduce_grads_in_fp32 = r.grads_fp32;
     c.parallel.num_pipeline_layers = (int)r.pipeline_layers.size();
     for (size_t i = 0; i < r.pipeline_layers.size() && i < TPD_CONFIG_MAX_STAGES; i++)
         c.parallel.pipeline_layers[i] = r.pipeline_layers[i];

@@ -399,6 +399,17 @@ TEST(PlanCli, LayoutWinsOverTheFile) {
                        "pipeline_layers (16 entries) are dropped)"),
               std::string::npos)
         << out;
+    // Megatron-Core's TP overlap in the file (with SP) has nothing to overlap at TP 1
+    ASSERT_EQ(run({"plan", gpt3, "parallel.sequence_parallel=true", "parallel.tp_comm_overlap=true",
+                   "--layout", "1,16,8", "--gpus", "128", "--cluster", "dgx-a100-80g"},
+                  &out),
+              0)
+        << out;
+    EXPECT_NE(out.find("layout: TP=1 PP=16 DP=8 from --layout (the file and its overrides say "
+                       "TP=8 PP=16; its tp_comm_overlap is dropped (TP=1 has no TP "
+                       "communication))"),
+              std::string::npos)
+        << out;
     // JSON stays JSON: the line goes to stderr
     testing::internal::CaptureStderr();
     ASSERT_EQ(run({"plan", gpt3, "model.num_layers=24", "--layout", "1,1,32", "--cluster",
