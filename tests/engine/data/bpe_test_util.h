@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -40,5 +41,24 @@ struct BpeHandle {
         std::string s(text, len);
         free(text);
         return s;
+    }
+    // 300 strings of 0-39 pieces, a third of them single random bytes (valid UTF-8 or not),
+    // from a fixed seed: every id is in the vocabulary and decoding gives the string back.
+    void expect_round_trips(const std::vector<std::string> &pieces, const std::string &what) const {
+        std::mt19937 rng(7);
+        for (int k = 0; k < 300; k++) {
+            std::string s;
+            int n = (int)(rng() % 40);
+            for (int i = 0; i < n; i++) {
+                if (rng() % 3 == 0)
+                    s += (char)(rng() % 256);
+                else
+                    s += pieces[rng() % pieces.size()];
+            }
+            std::vector<int32_t> ids = encode(s);
+            for (int32_t id : ids)
+                ASSERT_TRUE(id >= 0 && id < tpd_bpe_vocab_size(b)) << what << " case " << k;
+            ASSERT_EQ(decode(ids), s) << what << " case " << k;
+        }
     }
 };

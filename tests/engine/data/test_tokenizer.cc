@@ -65,23 +65,11 @@ TEST(Tokenizer, MatchesHuggingFaceTokenizers) {
 TEST(Tokenizer, EveryByteStringRoundTrips) {
     Bpe bpe;
     ASSERT_NE(bpe.b, nullptr);
-    std::mt19937 rng(7);
-    const std::string pieces[] = {"the ", "'s", " 42", "é",  "東",       "\xff", "\xc3", "\x80",
-                                  "  ",   "\n", "\t",  "!?", "\xe6\x9d", "\0",   "ing"};
-    for (int k = 0; k < 300; k++) {
-        std::string s;
-        int n = (int)(rng() % 40);
-        for (int i = 0; i < n; i++) {
-            if (rng() % 3 == 0)
-                s += (char)(rng() % 256); // any byte, valid UTF-8 or not
-            else
-                s += pieces[rng() % (sizeof pieces / sizeof pieces[0])];
-        }
-        std::vector<int32_t> ids = bpe.encode(s);
-        for (int32_t id : ids)
-            ASSERT_TRUE(id >= 0 && id < 800);
-        ASSERT_EQ(bpe.decode(ids), s) << "case " << k;
-    }
+    ASSERT_EQ(tpd_bpe_vocab_size(bpe.b), 800);
+    // "\0" as a C string is an empty piece, as it always was here
+    bpe.expect_round_trips({"the ", "'s", " 42", "é", "東", "\xff", "\xc3", "\x80", "  ", "\n",
+                            "\t", "!?", "\xe6\x9d", "\0", "ing"},
+                           "gpt-2 files");
 }
 
 std::string load_error(const std::string &vocab_text, const std::string &merges_text) {
