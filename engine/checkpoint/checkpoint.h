@@ -63,10 +63,6 @@ typedef struct tpd_ckpt_counters {
     uint64_t consumed_samples;
 } tpd_ckpt_counters;
 
-/* Text of the most recent checkpoint error of the calling thread ("" when none). Errors
- * are also logged once; tests and the CLI read the text back. */
-const char *tpd_ckpt_last_error(void);
-
 /* ---- save (collective over the view's world) ---- */
 
 /* A rank's saver: it holds the save in flight (checkpoint.async_save) between the save
