@@ -154,10 +154,7 @@ static int run_ranks(const tpd_plan_layout *lay) {
 static int run_one(const tpd_config *cfg, const tpd_plan_cluster *cl, const tpd_plan_options *opt,
                    const tpd_plan_layout *lay, const plan_args *a) {
     tpd_plan_result *r = malloc(sizeof *r);
-    if (!r) {
-        tpd_log_error("plan: out of memory");
-        return TPD_EXIT_FAILURE;
-    }
+    if (!r) return tpd_status_exit_code(tpd_fail_nomem("the plan", sizeof *r));
     int rc = TPD_EXIT_OK;
     if (tpd_plan_evaluate(cfg, cl, lay, opt, r) != TPD_OK) {
         rc = TPD_EXIT_FAILURE;
@@ -335,8 +332,8 @@ int tpd_cli_plan(int argc, char **argv) {
     tpd_plan_cluster *cl = malloc(sizeof *cl);
     int rc = TPD_EXIT_OK;
     if (!cfg || !cl) {
-        tpd_log_error("plan: out of memory");
-        rc = TPD_EXIT_FAILURE;
+        rc = tpd_status_exit_code(
+            tpd_fail_nomem("the config and the cluster", sizeof *cfg + sizeof *cl));
         goto free_all;
     }
     char note[256];

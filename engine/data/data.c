@@ -291,7 +291,9 @@ static tpd_status open_indexed(const char *prefix, int vocab_size, tpd_dataset *
     size_t idx_len = 0;
     char *idx_path = tpd_data_path_join(prefix, ".idx"),
          *bin_path = tpd_data_path_join(prefix, ".bin");
-    if (!idx_path || !bin_path) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_paths, "out of memory");
+    if (!idx_path || !bin_path)
+        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_paths, "out of memory for the file names of %s",
+                      prefix);
     TPD_CHECK_GOTO(map_file(idx_path, &idx, &idx_len), st, free_paths);
     TPD_CHECK_GOTO(parse_index(idx_path, idx, idx_len, &ds->dtype, &ds->num_tokens, &ds->num_docs),
                    st, unmap_idx);
@@ -369,7 +371,7 @@ tpd_status tpd_dataset_open(const char *path, int vocab_size, tpd_dataset **ds_p
     tpd_dataset *ds = calloc(1, sizeof *ds);
     char *idx = tpd_data_path_join(path, ".idx");
     char *stripped = NULL, *stripped_idx = NULL;
-    if (!ds || !idx) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_ds, "out of memory");
+    if (!ds || !idx) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_ds, "out of memory opening %s", path);
     /* Which Megatron prefix, if any: PATH itself, or PATH less a ".idx"/".bin" that a
      * user typed out of habit. */
     const char *prefix = NULL;
@@ -378,7 +380,8 @@ tpd_status tpd_dataset_open(const char *path, int vocab_size, tpd_dataset **ds_p
     } else if (ends_with(path, ".idx") || ends_with(path, ".bin")) {
         stripped = strndup(path, strlen(path) - 4);
         stripped_idx = stripped ? tpd_data_path_join(stripped, ".idx") : NULL;
-        if (!stripped_idx) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_ds, "out of memory");
+        if (!stripped_idx)
+            TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_ds, "out of memory opening %s", path);
         if (file_exists(stripped_idx)) prefix = stripped;
     }
     if (prefix) {
@@ -399,8 +402,7 @@ tpd_status tpd_dataset_open(const char *path, int vocab_size, tpd_dataset **ds_p
     ds->path = strdup(path);
     if (!ds->path) {
         tpd_dataset_close(ds);
-        tpd_log_error("out of memory");
-        return TPD_ERR_NOMEM;
+        return tpd_fail_nomem("a data set's path", strlen(path) + 1);
     }
     *ds_p = ds;
     return TPD_OK;

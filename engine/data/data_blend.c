@@ -44,7 +44,7 @@ static tpd_status expand_glob(tpd_data_source *src) {
     tpd_data_source_close(src);
     *src = out;
     for (int d = 0; d < src->n; d++)
-        if (!src->prefix[d]) return TPD_ERR_NOMEM;
+        if (!src->prefix[d]) return tpd_fail_nomem("a data path", strlen(g.gl_pathv[d]) + 1);
     return TPD_OK;
 }
 

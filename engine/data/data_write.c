@@ -55,16 +55,13 @@ tpd_status tpd_indexed_builder_create(const char *prefix, int vocab_size,
         return TPD_ERR_INVALID;
     }
     tpd_indexed_builder *b = calloc(1, sizeof *b);
-    if (!b) {
-        tpd_log_error("out of memory");
-        return TPD_ERR_NOMEM;
-    }
+    if (!b) return tpd_fail_nomem("the indexed writer", sizeof *b);
     b->bin_path = tpd_data_path_join(prefix, ".bin");
     b->idx_path = tpd_data_path_join(prefix, ".idx");
     b->bin_tmp = tpd_data_path_join(prefix, ".bin.tmp");
     b->idx_tmp = tpd_data_path_join(prefix, ".idx.tmp");
     if (!b->bin_path || !b->idx_path || !b->bin_tmp || !b->idx_tmp)
-        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, destroy, "out of memory");
+        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, destroy, "out of memory for the file names of %s", prefix);
     b->dtype = tpd_data_dtype_find(vocab_size < 65500 ? DTYPE_UINT16 : DTYPE_INT32);
     b->vocab_size = vocab_size;
     b->bin = fopen(b->bin_tmp, "wb");
@@ -91,10 +88,7 @@ tpd_status tpd_indexed_builder_add(tpd_indexed_builder *b, const int32_t *tokens
     if (b->num_seq == b->cap_seq) {
         uint64_t cap = b->cap_seq ? 2 * b->cap_seq : 1024;
         int32_t *sizes = realloc(b->sizes, cap * sizeof *sizes);
-        if (!sizes) {
-            tpd_log_error("out of memory");
-            return TPD_ERR_NOMEM;
-        }
+        if (!sizes) return tpd_fail_nomem("the sequence lengths", cap * sizeof *sizes);
         b->sizes = sizes;
         b->cap_seq = cap;
     }
@@ -229,10 +223,7 @@ tpd_status tpd_llmc_shard_write(const char *path, const uint16_t *tokens, uint64
         return TPD_ERR_INVALID;
     }
     char *tmp = tpd_data_path_join(path, ".tmp");
-    if (!tmp) {
-        tpd_log_error("out of memory");
-        return TPD_ERR_NOMEM;
-    }
+    if (!tmp) return tpd_fail_nomem("a path", strlen(path) + sizeof ".tmp");
     FILE *f = fopen(tmp, "wb");
     if (!f) TPD_FAIL_GOTO(TPD_ERR_IO, st, free_tmp, "%s: cannot create: %s", tmp, strerror(errno));
     int32_t hdr[256] = {LLMC_MAGIC, 1, (int32_t)ntok};

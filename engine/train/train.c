@@ -192,7 +192,7 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     TPD_CHECK(tpd_config_check_world(cfg, tpd_comm_size(world)));
     TPD_CHECK(tpd_config_check_trainable(cfg));
     tpd_trainer *tr = calloc(1, sizeof *tr);
-    if (!tr) return TPD_ERR_NOMEM;
+    if (!tr) return tpd_fail_nomem("the trainer", sizeof *tr);
     tr->cfg = *cfg;
     int tp = cfg->parallel.tensor_model_parallel_size;
     int pp = cfg->parallel.pipeline_model_parallel_size;
