@@ -1,6 +1,6 @@
-/* The tokenizer options of the commands that take text (`tripod data prepare`), by
- * Megatron's names: --tokenizer-type GPT2BPETokenizer with --vocab-file vocab.json
- * --merge-file merges.txt, or --tokenizer-type HuggingFaceTokenizer with
+/* The tokenizer options of the commands that take text (`tripod data prepare`, `tripod
+ * generate`), by Megatron's names: --tokenizer-type GPT2BPETokenizer with --vocab-file
+ * vocab.json --merge-file merges.txt, or --tokenizer-type HuggingFaceTokenizer with
  * --tokenizer-model (a tokenizer.json, or the model folder holding it). Without any of
  * them text is bytes. */
 #ifndef TPD_ENGINE_CLI_TOKENIZER_OPTS_H

@@ -1,6 +1,8 @@
 /* Run configuration: YAML (libyaml) with Megatron/NeMo key names, Hydra-style
  * command-line overrides (section.key=value), defaults, and checks whose messages name
- * the file, line and column, the key, the bad value and the rule.
+ * the file, line and column, the key, the bad value and the rule. The loader and the
+ * checks log each such message once themselves (tpd_fail, base/status.h), identically on
+ * every rank and before any collective; callers only pass the status on.
  *
  * Sections: model, parallel, training, optimizer, data, logging, checkpoint, comm.
  * `tripod config show FILE [overrides]` prints the resolved config (tpd_config_print). */
