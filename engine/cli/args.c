@@ -75,9 +75,9 @@ tpd_status tpd_cli_args_parse_path(const char *cmd, int argc, char **argv, const
     return parse(cmd, argc, argv, opts, 0, a);
 }
 
-tpd_status tpd_cli_args_load_config(const char *cmd, const tpd_cli_args *a, tpd_config *cfg) {
+tpd_status tpd_cli_args_load_config(const char *cmd, const tpd_cli_args *a, tpd_config *cfg_p) {
     if (!a->config) return tpd_fail(TPD_ERR_INVALID, "%s: missing CONFIG.yaml", cmd);
-    return tpd_config_load(a->config, a->n_overrides, a->overrides, cfg);
+    return tpd_config_load(a->config, a->n_overrides, a->overrides, cfg_p);
 }
 
 void tpd_cli_args_free(tpd_cli_args *a) {

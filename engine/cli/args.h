@@ -48,7 +48,7 @@ void tpd_cli_args_free(tpd_cli_args *a);
 
 /* The config the command line names, with its overrides (tpd_config_load, which logs what
  * is wrong with it). A missing CONFIG.yaml is logged as "CMD: missing CONFIG.yaml". */
-tpd_status tpd_cli_args_load_config(const char *cmd, const tpd_cli_args *a, tpd_config *cfg);
+tpd_status tpd_cli_args_load_config(const char *cmd, const tpd_cli_args *a, tpd_config *cfg_p);
 
 /* Strict numbers: the whole of s, within [lo, hi], finite. On failure prints
  * "tripod: error: CMD: OPT 'S' must be ..." and returns TPD_ERR_INVALID. */
