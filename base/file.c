@@ -42,6 +42,7 @@ tpd_status tpd_file_read_all(const char *path, char **data_p, size_t *len_p, int
             if (!b) {
                 free(buf);
                 fclose(f);
+                *errno_p = ENOMEM;
                 return TPD_ERR_NOMEM;
             }
             buf = b;
@@ -66,7 +67,10 @@ tpd_status tpd_file_read_all(const char *path, char **data_p, size_t *len_p, int
 tpd_status tpd_file_mkdirs(const char *dir, int *errno_p) {
     *errno_p = 0;
     char *buf = strdup(dir);
-    if (!buf) return TPD_ERR_NOMEM;
+    if (!buf) {
+        *errno_p = ENOMEM;
+        return TPD_ERR_NOMEM;
+    }
     tpd_status st = TPD_OK;
     for (char *p = buf + 1;; p++) {
         if (*p != '/' && *p != 0) continue;
@@ -94,7 +98,10 @@ tpd_status tpd_file_mkdirs_parent(const char *path, int *errno_p) {
     const char *slash = strrchr(path, '/');
     if (!slash || slash == path) return TPD_OK;
     char *dir = strndup(path, (size_t)(slash - path));
-    if (!dir) return TPD_ERR_NOMEM;
+    if (!dir) {
+        *errno_p = ENOMEM;
+        return TPD_ERR_NOMEM;
+    }
     tpd_status st = tpd_file_mkdirs(dir, errno_p);
     free(dir);
     return st;

@@ -1,8 +1,12 @@
-/* Status codes, logging and the CHECK macros shared by every layer.
+/* Status codes, logging, the calling thread's last error, the exit-code map and the CHECK
+ * macros shared by every layer.
  *
  * Library code returns a tpd_status and never calls exit(). The first function that
- * detects an error logs it once with context (tpd_log_error); callers above only
- * propagate the code. */
+ * detects an error logs it once with context (tpd_log_error, or tpd_fail, which also
+ * returns the code); callers above only propagate the code. A caller that needs the text
+ * (a test, a fallback that quotes the first failure) reads it back with tpd_last_error
+ * instead of logging it again. The CLI turns the final status into the process's exit
+ * code with tpd_status_exit_code, the one map from status to exit code. */
 #ifndef TPD_BASE_STATUS_H
 #define TPD_BASE_STATUS_H
 
@@ -40,9 +44,14 @@ enum {
     TPD_EXIT_DIVERGED = 5, /* the loss or gradients stayed non-finite: stopped, not saved */
 };
 
+/* The exit code of a final status: TPD_EXIT_CONFIG for TPD_ERR_INVALID (a configuration or
+ * command-line error), TPD_EXIT_COMM for a failed collective, TPD_EXIT_DIVERGED for a
+ * diverged run, TPD_EXIT_FAILURE for any other error. */
+int tpd_status_exit_code(tpd_status st);
+
 /* Logging. Messages go to stderr prefixed with "tripod: " and, when the rank is known
  * (tpd_log_set_rank), "[rank R] ". tpd_log_info prints only where enabled (the logging
- * rank); errors always print. */
+ * rank); errors always print, outside a quiet scope (below). */
 void tpd_log_set_rank(int rank, int print_info);
 /* The values last given to tpd_log_set_rank (-1 and 1 before any): the cuda module, which
  * links its own copy of this library, is handed them so that its messages carry the rank. */
@@ -50,6 +59,26 @@ void tpd_log_get_rank(int *rank_p, int *print_info_p);
 void tpd_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tpd_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void tpd_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The text of the calling thread's latest tpd_log_error (without the "tripod: error: "
+ * prefix), "" before any or after tpd_last_error_clear. It stays valid until that thread's
+ * next error. Per thread, so a save thread's failure never overwrites the main thread's.
+ * The cuda module links its own copy of this library: its errors print, but are kept in
+ * that copy. */
+const char *tpd_last_error(void);
+void tpd_last_error_clear(void);
+
+/* Inside a quiet scope errors are kept (tpd_last_error) but not printed: for a caller that
+ * asks a question whose "no" is no error of the run (does the config load at this layout?)
+ * and reports the reason its own way, or not at all. Scopes nest and are per thread. */
+void tpd_log_quiet_begin(void);
+void tpd_log_quiet_end(void);
+
+/* tpd_log_error, then returns code: `return tpd_fail(TPD_ERR_IO, "%s: cannot read", path);` */
+tpd_status tpd_fail(tpd_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A failed allocation: logs "out of memory for WHAT (BYTES bytes)" and returns
+ * TPD_ERR_NOMEM. `what` names the buffer ("the trainer", "3 bucket tables"). */
+tpd_status tpd_fail_nomem(const char *what, size_t bytes);
 
 /* Return on error: the callee has already logged. */
 #define TPD_CHECK(call)                                                                            \
@@ -72,11 +101,10 @@ void tpd_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
         if ((st) == TPD_OK) (st) = tpd_keep_st_;                                                   \
     } while (0)
 
-/* Fail with a logged message and jump. */
+/* Fail with a logged message (tpd_fail) and jump. */
 #define TPD_FAIL_GOTO(code, st, label, ...)                                                        \
     do {                                                                                           \
-        tpd_log_error(__VA_ARGS__);                                                                \
-        (st) = (code);                                                                             \
+        (st) = tpd_fail((code), __VA_ARGS__);                                                      \
         goto label;                                                                                \
     } while (0)
 

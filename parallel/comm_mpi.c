@@ -38,14 +38,16 @@ struct tpd_comm_req {
     MPI_Request mreq[];
 };
 
-static tpd_comm_req *req_new(const char *what, int n) {
-    tpd_comm_req *r = calloc(1, sizeof *r + (size_t)n * sizeof r->mreq[0]);
-    if (!r) return NULL;
+static tpd_status req_new(const char *what, int n, tpd_comm_req **r_p) {
+    size_t bytes = sizeof(tpd_comm_req) + (size_t)n * sizeof(MPI_Request);
+    tpd_comm_req *r = calloc(1, bytes);
+    if (!r) return tpd_fail_nomem(what, bytes);
     r->what = what;
     r->n = n;
     for (int i = 0; i < n; i++)
         r->mreq[i] = MPI_REQUEST_NULL;
-    return r;
+    *r_p = r;
+    return TPD_OK;
 }
 
 /* The completed operation's last step, run once. */
@@ -251,8 +253,8 @@ static tpd_status m_iallreduce(tpd_comm *c, const void *send, void *recv, size_t
     MPI_Op mop;
     TPD_CHECK(map_types(c, dt, op, &mdt, &mop));
     size_t es = tpd_dtype_size(dt);
-    tpd_comm_req *r = req_new("non-blocking all-reduce", (int)((count + CHUNK - 1) / CHUNK));
-    if (!r) return TPD_ERR_NOMEM;
+    tpd_comm_req *r = NULL;
+    TPD_CHECK(req_new("non-blocking all-reduce", (int)((count + CHUNK - 1) / CHUNK), &r));
     int rc = MPI_SUCCESS;
     for (int i = 0; i < r->n && rc == MPI_SUCCESS; i++) {
         size_t off = (size_t)i * CHUNK;
@@ -273,8 +275,8 @@ static tpd_status m_ireduce_scatter(tpd_comm *c, const void *send, void *recv, s
     TPD_CHECK(map_types(c, dt, op, &mdt, &mop));
     TPD_CHECK(int_count(c, "reduce-scatter block", recvcount));
     size_t bytes = recvcount * tpd_dtype_size(dt);
-    tpd_comm_req *r = req_new("non-blocking reduce-scatter", 1);
-    if (!r) return TPD_ERR_NOMEM;
+    tpd_comm_req *r = NULL;
+    TPD_CHECK(req_new("non-blocking reduce-scatter", 1, &r));
     int rc;
     if ((const char *)recv == (const char *)send + (size_t)c->rank * bytes) {
         /* In place, as in m_reduce_scatter; the move waits for completion. */
@@ -300,8 +302,8 @@ static tpd_status m_iallgather(tpd_comm *c, const void *send, void *recv, size_t
     TPD_CHECK(int_count(c, "all-gather block", sendcount));
     const char *mine = (const char *)recv + (size_t)c->rank * sendcount * tpd_dtype_size(dt);
     const void *s = (const char *)send == mine ? MPI_IN_PLACE : send;
-    tpd_comm_req *r = req_new("non-blocking all-gather", 1);
-    if (!r) return TPD_ERR_NOMEM;
+    tpd_comm_req *r = NULL;
+    TPD_CHECK(req_new("non-blocking all-gather", 1, &r));
     int rc = MPI_Iallgather(s, (int)sendcount, mdt, recv, (int)sendcount, mdt, c->ctx->comm,
                             &r->mreq[0]);
     return posted(c, r, rc, req_p);
@@ -378,8 +380,8 @@ static tpd_status m_isend(tpd_comm *c, const void *buf, size_t count, tpd_dtype 
     MPI_Datatype mdt;
     TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
     TPD_CHECK(int_count(c, "send", count));
-    tpd_comm_req *r = req_new("point-to-point wait", 1);
-    if (!r) return TPD_ERR_NOMEM;
+    tpd_comm_req *r = NULL;
+    TPD_CHECK(req_new("point-to-point wait", 1, &r));
     int rc = MPI_Isend(buf, (int)count, mdt, peer, tag, c->ctx->comm, &r->mreq[0]);
     if (rc != MPI_SUCCESS) {
         free(r);
@@ -395,8 +397,8 @@ static tpd_status m_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, in
     MPI_Datatype mdt;
     TPD_CHECK(map_types(c, dt, TPD_COMM_OP_SUM, &mdt, NULL));
     TPD_CHECK(int_count(c, "receive", count));
-    tpd_comm_req *r = req_new("point-to-point wait", 1);
-    if (!r) return TPD_ERR_NOMEM;
+    tpd_comm_req *r = NULL;
+    TPD_CHECK(req_new("point-to-point wait", 1, &r));
     int rc = MPI_Irecv(buf, (int)count, mdt, peer, tag, c->ctx->comm, &r->mreq[0]);
     if (rc != MPI_SUCCESS) {
         free(r);
@@ -497,7 +499,7 @@ static tpd_status wrap(MPI_Comm mc, tpd_comm **out_p) {
     if (!c || !ctx) {
         free(c);
         free(ctx);
-        return TPD_ERR_NOMEM;
+        return tpd_fail_nomem("a communicator", sizeof *c + sizeof *ctx);
     }
     ctx->comm = mc;
     MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);

@@ -134,7 +134,7 @@ static const tpd_comm_ops g_self_ops = {
 
 tpd_status tpd_comm_self_create(tpd_comm **c_p) {
     tpd_comm *c = calloc(1, sizeof *c);
-    if (!c) return TPD_ERR_NOMEM;
+    if (!c) return tpd_fail_nomem("the self communicator", sizeof *c);
     c->ops = &g_self_ops;
     c->rank = 0;
     c->size = 1;

@@ -162,10 +162,15 @@ static int trial_config(const char *path, int n_ovr, const char *const *ovr, int
     else if (world % (tp * pp) != 0)
         snprintf(why, len, "TP*PP = %d*%d = %d does not divide the world size %d", tp, pp, tp * pp,
                  world);
-    else
-        ok = tpd_config_load(path, n, all, cfg, why, len) == TPD_OK &&
-             tpd_config_check_world(cfg, world, why, len) == TPD_OK &&
-             tpd_config_check_trainable(cfg, why, len) == TPD_OK;
+    else {
+        /* a layout the config rules out is a row of failed.csv, not an error of the sweep */
+        tpd_log_quiet_begin();
+        ok = tpd_config_load(path, n, all, cfg) == TPD_OK &&
+             tpd_config_check_world(cfg, world) == TPD_OK &&
+             tpd_config_check_trainable(cfg) == TPD_OK;
+        tpd_log_quiet_end();
+        if (!ok) snprintf(why, len, "%s", tpd_last_error());
+    }
     free(all);
     return ok;
 }
@@ -332,7 +337,6 @@ static void print_progress(int k, int n, const tpd_sweep_trial *t, double elapse
 tpd_status tpd_sweep_run(const char *config_path, int n_overrides, const char *const *overrides,
                          tpd_comm *world, const tpd_sweep_options *opt, tpd_sweep_result *res_p) {
     tpd_status st = TPD_OK;
-    char err[1024];
     tpd_config base;
     int W = tpd_comm_size(world), me = tpd_comm_rank(world);
     memset(res_p, 0, sizeof *res_p);
@@ -347,10 +351,9 @@ tpd_status tpd_sweep_run(const char *config_path, int n_overrides, const char *c
                       opt->steps, opt->warmup, TPD_SWEEP_MAX_STEPS);
         return TPD_ERR_INVALID;
     }
-    if (tpd_config_load(config_path, n_overrides, overrides, &base, err, sizeof err) != TPD_OK) {
-        tpd_log_error("%s", err);
+    /* an unreadable file is a config error here too (exit code 2) */
+    if (tpd_config_load(config_path, n_overrides, overrides, &base) != TPD_OK)
         return TPD_ERR_INVALID;
-    }
     tpd_plan_cluster cl;
     TPD_CHECK(tpd_plan_cluster_load(opt->cluster, &cl));
     const char *b = config_path ? strrchr(config_path, '/') : NULL;

@@ -215,7 +215,7 @@ static cJSON *trial_json(const tpd_sweep_trial *t) {
 static tpd_status write_json(const tpd_sweep_result *r, const tpd_sweep_options *opt) {
     char path[TPD_CONFIG_STR + 64];
     cJSON *root = cJSON_CreateObject();
-    if (!root) return TPD_ERR_NOMEM;
+    if (!root) return tpd_fail_nomem("summary.json", sizeof(cJSON));
     cJSON_AddStringToObject(root, "model", r->model);
     cJSON_AddStringToObject(root, "cluster", r->cluster);
     cJSON_AddNumberToObject(root, "world", r->n > 0 ? r->trials[0].world : 0);

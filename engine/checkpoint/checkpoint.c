@@ -179,7 +179,7 @@ static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state, co
     tpd_ckpt_file *files = calloc((size_t)world * 2, sizeof *files);
     char *json = NULL, path[PATH_CAP + 80], hex[65];
     tpd_status st = TPD_OK;
-    if (!files) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    if (!files) return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     for (int w = 0; w < world; w++) {
         const int32_t *rec = recs + (size_t)w * REC_WORDS;
         int t, d, s;
@@ -214,11 +214,11 @@ static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state, co
         snprintf(path, sizeof path, "%s.old", final);
         tpd_ckpt_remove_dir(path);
         if (rename(final, path) != 0)
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: cannot move the old one aside",
-                               final);
+            TPD_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: cannot move the old one aside",
+                          final);
     }
     if (rename(tmp, final) != 0)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: cannot rename to %s", tmp, final);
+        TPD_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: cannot rename to %s", tmp, final);
     TPD_CHECK_GOTO(tpd_ckpt_fsync_dir(save_dir), st, out);
     snprintf(path, sizeof path, "%s.old", final);
     if (tpd_ckpt_is_dir(path)) tpd_ckpt_remove_dir(path);
@@ -229,8 +229,8 @@ static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state, co
     snprintf(line, sizeof line, "iter_%07d\n", state->iteration);
     TPD_CHECK_GOTO(tpd_ckpt_write_file(latest_tmp, line, strlen(line)), st, out);
     if (rename(latest_tmp, latest) != 0)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: cannot rename to %s", latest_tmp,
-                           latest);
+        TPD_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: cannot rename to %s", latest_tmp,
+                      latest);
     TPD_CHECK_GOTO(tpd_ckpt_fsync_dir(save_dir), st, out);
     prune(save_dir, final, v->cfg->checkpoint.keep_last);
 out:
@@ -264,7 +264,7 @@ static tpd_status agree_and_commit(tpd_ckpt_saver *sv, const tpd_ckpt_state *sta
     const tpd_ckpt_view *v = &sv->view;
     tpd_comm *world = v->world;
     int32_t *recs = calloc((size_t)tpd_comm_size(world) * REC_WORDS, sizeof *recs);
-    if (!recs) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    if (!recs) return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     tpd_status st = tpd_comm_size(world) > 1
                         ? tpd_comm_allgather(world, rec, recs, REC_WORDS, TPD_DTYPE_I32, NULL)
                         : TPD_OK;
@@ -279,10 +279,10 @@ static tpd_status agree_and_commit(tpd_ckpt_saver *sv, const tpd_ckpt_state *sta
     int ok = all_ok;
     if (tpd_comm_rank(world) == 0) {
         if (!all_ok)
-            tpd_ckpt_fail(TPD_ERR_IO,
-                          "checkpoint %s: a rank failed to write its shard; "
-                          "abandoned (latest unchanged)",
-                          tmp);
+            tpd_fail(TPD_ERR_IO,
+                     "checkpoint %s: a rank failed to write its shard; "
+                     "abandoned (latest unchanged)",
+                     tmp);
         else
             ok = commit(v, state, save_dir, tmp, final, recs) == TPD_OK;
         /* a failed save's files go at once: on a full disk they would keep it full */
@@ -317,7 +317,7 @@ struct ckpt_async {
 
 tpd_status tpd_ckpt_saver_create(const tpd_ckpt_view *view, tpd_ckpt_saver **saver_p) {
     tpd_ckpt_saver *s = calloc(1, sizeof *s);
-    if (!s) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    if (!s) return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     s->view = *view;
     s->committed = -1;
     *saver_p = s;
@@ -384,8 +384,8 @@ static tpd_status save_async(tpd_ckpt_saver *sv, const tpd_ckpt_counters *c, con
     if (a) a->snap = malloc((np + (size_t)nstate * ns) * 4 + 4);
     if (!a || !a->snap) {
         async_free(a);
-        return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory for the snapshot of an "
-                                            "asynchronous save");
+        return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory for the snapshot of an "
+                                       "asynchronous save");
     }
     tpd_status st = tpd_model_params_f32(m, a->snap);
     for (int k = 0; k < nstate && st == TPD_OK; k++) {
@@ -408,7 +408,7 @@ static tpd_status save_async(tpd_ckpt_saver *sv, const tpd_ckpt_counters *c, con
     atomic_init(&a->done, 0);
     if (pthread_create(&a->thread, NULL, async_writer, a) != 0) {
         async_free(a);
-        return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: cannot start the writer thread", tmp);
+        return tpd_fail(TPD_ERR_IO, "checkpoint %s: cannot start the writer thread", tmp);
     }
     sv->async = a;
     return TPD_OK;
@@ -436,7 +436,7 @@ tpd_status tpd_ckpt_save(tpd_ckpt_saver *sv, const tpd_ckpt_counters *c, const c
     tpd_ckpt_rank r = rank_of(v);
     rec[REC_OK] = src.scratch &&
                   write_rank_files(&r, ns, &src, tmp, rec, tpd_comm_rank(v->world) == 0) == TPD_OK;
-    if (!src.scratch) tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    if (!src.scratch) tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     free(src.scratch);
     tpd_ckpt_state state = {c->iteration, c->skipped_iterations, 0, c->consumed_samples};
     return agree_and_commit(sv, &state, save_dir, tmp, final, rec, t0, "");
@@ -452,7 +452,7 @@ static tpd_status choose(const tpd_config *cfg, const char *path, char *dir) {
     if (st == TPD_OK) st = tpd_ckpt_manifest_read(dir, TPD_CKPT_VERIFY_ALL, &info);
     if (st != TPD_OK && cfg->checkpoint.fallback == TPD_FALLBACK_PREVIOUS) {
         char first_error[1024];
-        snprintf(first_error, sizeof first_error, "%s", tpd_ckpt_last_error());
+        snprintf(first_error, sizeof first_error, "%s", tpd_last_error());
         char(*older)[PATH_CAP] = malloc(1024 * sizeof *older);
         int n = older ? tpd_ckpt_list_older(path, dir, older, 1024) : 0;
         for (int i = 0; i < n && st != TPD_OK; i++) {
@@ -463,8 +463,8 @@ static tpd_status choose(const tpd_config *cfg, const char *path, char *dir) {
         }
         free(older);
         if (st != TPD_OK)
-            tpd_ckpt_fail(st, "checkpoint %s: no checkpoint verifies (first error: %s)", path,
-                          first_error);
+            tpd_fail(st, "checkpoint %s: no checkpoint verifies (first error: %s)", path,
+                     first_error);
     }
     if (st != TPD_OK) return st;
     st = tpd_ckpt_check_model(&info, cfg);
@@ -536,7 +536,7 @@ tpd_status tpd_ckpt_resume(const tpd_ckpt_view *v, tpd_ckpt_counters *c_p, int *
     if (!c->load[0]) return TPD_OK;
     if (strcmp(c->load, "auto") != 0) return load_from(v, c->load, c_p, continues_p, loaded_dir);
     if (!c->save[0]) {
-        tpd_ckpt_fail(TPD_ERR_INVALID, "checkpoint.load: 'auto' needs checkpoint.save");
+        tpd_fail(TPD_ERR_INVALID, "checkpoint.load: 'auto' needs checkpoint.save");
         return TPD_ERR_INVALID;
     }
     char latest[PATH_CAP + 16];

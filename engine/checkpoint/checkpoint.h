@@ -25,7 +25,10 @@
  * tpd_ckpt_prune_tmp clears those a kill left, before a run's first save.
  *
  * Loading reads the runs of every global tensor that this rank's slice needs, whatever
- * layout wrote them, so TP, PP, DP and ZeRO-1 may all change between save and load. */
+ * layout wrote them, so TP, PP, DP and ZeRO-1 may all change between save and load.
+ *
+ * Errors are logged once by the function that finds them, naming the file (tpd_fail,
+ * base/status.h); tests and fallbacks read the text back with tpd_last_error. */
 #ifndef TPD_ENGINE_CHECKPOINT_H
 #define TPD_ENGINE_CHECKPOINT_H
 
@@ -62,10 +65,6 @@ typedef struct tpd_ckpt_counters {
     int skipped_iterations;
     uint64_t consumed_samples;
 } tpd_ckpt_counters;
-
-/* Text of the most recent checkpoint error of the calling thread ("" when none). Errors
- * are also logged once; tests and the CLI read the text back. */
-const char *tpd_ckpt_last_error(void);
 
 /* ---- save (collective over the view's world) ---- */
 

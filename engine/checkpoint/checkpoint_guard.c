@@ -28,7 +28,7 @@ tpd_status tpd_ckpt_check_save_dir(const tpd_config *cfg, const char *loaded_dir
     const char *save = cfg->checkpoint.save;
     if (!save[0] || cfg->checkpoint.overwrite) return TPD_OK;
     char(*have)[TPD_CKPT_PATH] = malloc(1024 * sizeof *have);
-    if (!have) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    if (!have) return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     int n = tpd_ckpt_list_older(save, "", have, 1024); /* newest first */
     int loaded = loaded_dir && loaded_dir[0];
     char real_save[PATH_MAX], real_parent[PATH_MAX];
@@ -40,14 +40,14 @@ tpd_status tpd_ckpt_check_save_dir(const tpd_config *cfg, const char *loaded_dir
     int only_loaded = loaded && n == 1 && same_dir(have[0], loaded_dir);
     tpd_status st = TPD_OK;
     if (n > 0 && !owns && !only_loaded)
-        st = tpd_ckpt_fail(TPD_ERR_INVALID,
-                           "checkpoint.save: %s holds %d checkpoint%s of another run (newest "
-                           "%s) that this run did not %s; its saves would replace them. "
-                           "Resume that run with checkpoint.load=auto, save elsewhere, remove "
-                           "them, or set checkpoint.overwrite=true",
-                           save, n, n > 1 ? "s" : "", strrchr(have[0], '/') + 1,
-                           loaded ? "continue (it loaded weights only, or from elsewhere)"
-                                  : "load from");
+        st =
+            tpd_fail(TPD_ERR_INVALID,
+                     "checkpoint.save: %s holds %d checkpoint%s of another run (newest "
+                     "%s) that this run did not %s; its saves would replace them. "
+                     "Resume that run with checkpoint.load=auto, save elsewhere, remove "
+                     "them, or set checkpoint.overwrite=true",
+                     save, n, n > 1 ? "s" : "", strrchr(have[0], '/') + 1,
+                     loaded ? "continue (it loaded weights only, or from elsewhere)" : "load from");
     free(have);
     return st;
 }

@@ -14,17 +14,6 @@
 #define TPD_CKPT_MANIFEST "manifest.json"
 #define TPD_CKPT_MANIFEST_SHA "manifest.sha256"
 
-/* Logs once and keeps the text for tpd_ckpt_last_error; returns code. */
-tpd_status tpd_ckpt_fail(tpd_status code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-/* TPD_FAIL_GOTO that also keeps the text for tpd_ckpt_last_error. */
-#define TPD_CKPT_FAIL_GOTO(code, st, label, ...)                                                   \
-    do {                                                                                           \
-        (st) = tpd_ckpt_fail((code), __VA_ARGS__);                                                 \
-        goto label;                                                                                \
-    } while (0)
-
 /* ---- shard maps (checkpoint_map.c): pure arithmetic on the layout ---- */
 
 /* `n` elements at global element g of a tensor, at element `local` of a rank's array

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,21 +15,6 @@
 #include "base/file.h"
 
 void (*tpd_ckpt_write_hook)(const char *path, uint64_t bytes) = NULL;
-
-static _Thread_local char g_last_error[1024];
-
-const char *tpd_ckpt_last_error(void) {
-    return g_last_error;
-}
-
-tpd_status tpd_ckpt_fail(tpd_status code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g_last_error, sizeof g_last_error, fmt, ap);
-    va_end(ap);
-    tpd_log_error("%s", g_last_error);
-    return code;
-}
 
 int tpd_ckpt_join(char *buf, size_t n, const char *a, const char *b) {
     int k = snprintf(buf, n, "%s/%s", a, b);
@@ -55,20 +39,20 @@ struct tpd_ckpt_writer {
 
 tpd_status tpd_ckpt_writer_open(const char *path, tpd_ckpt_writer **w_p) {
     tpd_ckpt_writer *w = calloc(1, sizeof *w);
-    if (!w) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    if (!w) return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     snprintf(w->path, sizeof w->path, "%s", path);
     w->md = EVP_MD_CTX_new();
     if (!w->md || EVP_DigestInit_ex(w->md, EVP_sha256(), NULL) != 1) {
         EVP_MD_CTX_free(w->md);
         free(w);
-        return tpd_ckpt_fail(TPD_ERR_INTERNAL, "checkpoint %s: SHA-256 unavailable", path);
+        return tpd_fail(TPD_ERR_INTERNAL, "checkpoint %s: SHA-256 unavailable", path);
     }
     w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->fd < 0) {
         int e = errno;
         EVP_MD_CTX_free(w->md);
         free(w);
-        return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: cannot create: %s", path, strerror(e));
+        return tpd_fail(TPD_ERR_IO, "checkpoint %s: cannot create: %s", path, strerror(e));
     }
     *w_p = w;
     return TPD_OK;
@@ -82,9 +66,8 @@ tpd_status tpd_ckpt_writer_put(tpd_ckpt_writer *w, const void *data, size_t byte
         ssize_t k = write(w->fd, p, left < (1u << 20) ? left : (1u << 20));
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0)
-            return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: write failed at byte %llu: %s",
-                                 w->path, (unsigned long long)w->bytes,
-                                 k < 0 ? strerror(errno) : "no progress");
+            return tpd_fail(TPD_ERR_IO, "checkpoint %s: write failed at byte %llu: %s", w->path,
+                            (unsigned long long)w->bytes, k < 0 ? strerror(errno) : "no progress");
         EVP_DigestUpdate(w->md, p, (size_t)k);
         p += k;
         left -= (size_t)k;
@@ -106,9 +89,9 @@ tpd_status tpd_ckpt_writer_finish(tpd_ckpt_writer *w, char *sha_hex, uint64_t *b
     unsigned char d[EVP_MAX_MD_SIZE];
     unsigned n = 0;
     if (fsync(w->fd) != 0)
-        st = tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: fsync failed: %s", w->path, strerror(errno));
+        st = tpd_fail(TPD_ERR_IO, "checkpoint %s: fsync failed: %s", w->path, strerror(errno));
     if (close(w->fd) != 0 && st == TPD_OK)
-        st = tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: close failed: %s", w->path, strerror(errno));
+        st = tpd_fail(TPD_ERR_IO, "checkpoint %s: close failed: %s", w->path, strerror(errno));
     EVP_DigestFinal_ex(w->md, d, &n);
     to_hex(d, n, sha_hex);
     if (bytes_p) *bytes_p = w->bytes;
@@ -132,9 +115,8 @@ tpd_status tpd_ckpt_write_file(const char *path, const void *data, size_t bytes)
 tpd_status tpd_ckpt_read_file(const char *path, char **data_p, size_t *bytes_p) {
     int err;
     tpd_status st = tpd_file_read_all(path, data_p, bytes_p, &err);
-    if (st == TPD_ERR_NOMEM) return tpd_ckpt_fail(st, "checkpoint %s: out of memory", path);
-    if (st != TPD_OK)
-        return tpd_ckpt_fail(st, "checkpoint %s: cannot read: %s", path, strerror(err));
+    if (st == TPD_ERR_NOMEM) return tpd_fail(st, "checkpoint %s: out of memory", path);
+    if (st != TPD_OK) return tpd_fail(st, "checkpoint %s: cannot read: %s", path, strerror(err));
     return TPD_OK;
 }
 
@@ -148,21 +130,21 @@ void tpd_ckpt_sha256_hex(const void *data, size_t bytes, char *hex) {
 tpd_status tpd_ckpt_sha256_file(const char *path, char *hex, uint64_t *bytes_p) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: cannot open: %s", path, strerror(errno));
+        return tpd_fail(TPD_ERR_IO, "checkpoint %s: cannot open: %s", path, strerror(errno));
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     size_t cap = 1 << 20;
     char *buf = malloc(cap);
     tpd_status st = TPD_OK;
     uint64_t total = 0;
     if (!md || !buf || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
-        st = tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint %s: cannot hash", path);
+        st = tpd_fail(TPD_ERR_NOMEM, "checkpoint %s: cannot hash", path);
         goto out;
     }
     for (;;) {
         ssize_t k = read(fd, buf, cap);
         if (k < 0 && errno == EINTR) continue;
         if (k < 0) {
-            st = tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: read failed: %s", path, strerror(errno));
+            st = tpd_fail(TPD_ERR_IO, "checkpoint %s: read failed: %s", path, strerror(errno));
             goto out;
         }
         if (k == 0) break;
@@ -184,13 +166,12 @@ out:
 tpd_status tpd_ckpt_fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: cannot open directory: %s", dir,
-                             strerror(errno));
+        return tpd_fail(TPD_ERR_IO, "checkpoint %s: cannot open directory: %s", dir,
+                        strerror(errno));
     int rc = fsync(fd);
     int e = errno;
     close(fd);
-    if (rc != 0)
-        return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: fsync failed: %s", dir, strerror(e));
+    if (rc != 0) return tpd_fail(TPD_ERR_IO, "checkpoint %s: fsync failed: %s", dir, strerror(e));
     return TPD_OK;
 }
 
@@ -198,18 +179,17 @@ tpd_status tpd_ckpt_mkdirs(const char *dir) {
     int e = 0;
     tpd_status st = tpd_file_mkdirs(dir, &e);
     if (st == TPD_ERR_IO)
-        return tpd_ckpt_fail(st, "checkpoint %s: cannot create directory: %s", dir, strerror(e));
-    if (st != TPD_OK) return tpd_ckpt_fail(st, "checkpoint %s: out of memory", dir);
+        return tpd_fail(st, "checkpoint %s: cannot create directory: %s", dir, strerror(e));
+    if (st != TPD_OK) return tpd_fail(st, "checkpoint %s: out of memory", dir);
     return TPD_OK;
 }
 
 tpd_status tpd_ckpt_remove_dir(const char *dir) {
     DIR *d = opendir(dir);
     if (!d)
-        return errno == ENOENT
-                   ? TPD_OK
-                   : tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: cannot open directory: %s", dir,
-                                   strerror(errno));
+        return errno == ENOENT ? TPD_OK
+                               : tpd_fail(TPD_ERR_IO, "checkpoint %s: cannot open directory: %s",
+                                          dir, strerror(errno));
     struct dirent *e;
     char path[TPD_CONFIG_STR + 320];
     while ((e = readdir(d))) {
@@ -219,7 +199,7 @@ tpd_status tpd_ckpt_remove_dir(const char *dir) {
     }
     closedir(d);
     if (rmdir(dir) != 0)
-        return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: cannot remove: %s", dir, strerror(errno));
+        return tpd_fail(TPD_ERR_IO, "checkpoint %s: cannot remove: %s", dir, strerror(errno));
     return TPD_OK;
 }
 
@@ -239,9 +219,9 @@ tpd_status tpd_ckpt_pread(int fd, const char *path, void *buf, size_t bytes, uin
         ssize_t k = pread(fd, p, bytes, (off_t)off);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0)
-            return tpd_ckpt_fail(TPD_ERR_FORMAT, "checkpoint %s: %s at byte %llu", path,
-                                 k < 0 ? strerror(errno) : "file ends early (truncated)",
-                                 (unsigned long long)off);
+            return tpd_fail(TPD_ERR_FORMAT, "checkpoint %s: %s at byte %llu", path,
+                            k < 0 ? strerror(errno) : "file ends early (truncated)",
+                            (unsigned long long)off);
         p += k;
         bytes -= (size_t)k;
         off += (uint64_t)k;

@@ -213,7 +213,7 @@ tpd_status tpd_ckpt_manifest_build(const tpd_config *cfg, int tp, int pp, int dp
     char *yaml = config_yaml(cfg);
     int nready = 0;
     if (!ranks || !plans || !o || !yaml)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
+        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
     for (; nready < world; nready++) {
         int w = nready, t = w % tp, d = (w / tp) % dp, s = w / (tp * dp);
         TPD_CHECK_GOTO(tpd_ckpt_rank_init(cfg, tp, pp, dp, t, s, d, &ranks[w]), st, out);
@@ -280,7 +280,7 @@ tpd_status tpd_ckpt_manifest_build(const tpd_config *cfg, int tp, int pp, int dp
         cJSON_AddItemToArray(ta, t);
     }
     *json_p = cJSON_Print(o);
-    if (!*json_p) st = tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    if (!*json_p) st = tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
 out:
     for (int w = 0; w < nready; w++) {
         tpd_ckpt_rank_plan_free(&plans[w]);
@@ -311,8 +311,8 @@ static int get_int(const cJSON *o, const char *key, int64_t *v) {
     do {                                                                                           \
         int64_t v_;                                                                                \
         if (!get_int((obj), (key), &v_))                                                           \
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,                                            \
-                               "checkpoint %s: '%s' missing or not a number", path, (key));        \
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: '%s' missing or not a number",  \
+                          path, (key));                                                            \
         (dst) = v_;                                                                                \
     } while (0)
 
@@ -322,9 +322,9 @@ static int get_int(const cJSON *o, const char *key, int64_t *v) {
         int64_t w_;                                                                                \
         NEED_INT(obj, key, w_);                                                                    \
         if (w_ < (int64_t)(lo) || w_ > (int64_t)(hi))                                              \
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,                                            \
-                               "checkpoint %s: '%s' is %lld, outside [%lld, %lld]", path, (key),   \
-                               (long long)w_, (long long)(lo), (long long)(hi));                   \
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,                                                 \
+                          "checkpoint %s: '%s' is %lld, outside [%lld, %lld]", path, (key),        \
+                          (long long)w_, (long long)(lo), (long long)(hi));                        \
         (dst) = w_;                                                                                \
     } while (0)
 
@@ -338,18 +338,18 @@ static tpd_status verify_file(const char *dir, const tpd_ckpt_file *f) {
     uint64_t bytes = 0;
     tpd_ckpt_join(path, sizeof path, dir, f->name);
     if (!tpd_ckpt_is_file(path))
-        return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: shard file is missing", path);
+        return tpd_fail(TPD_ERR_IO, "checkpoint %s: shard file is missing", path);
     TPD_CHECK(tpd_ckpt_sha256_file(path, hex, &bytes));
     if (bytes != f->bytes)
-        return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                             "checkpoint %s: %llu bytes but the manifest says %llu (truncated "
-                             "or overwritten)",
-                             path, (unsigned long long)bytes, (unsigned long long)f->bytes);
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "checkpoint %s: %llu bytes but the manifest says %llu (truncated "
+                        "or overwritten)",
+                        path, (unsigned long long)bytes, (unsigned long long)f->bytes);
     if (strcmp(hex, f->sha256) != 0)
-        return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                             "checkpoint %s: SHA-256 %s does not match the manifest's %s "
-                             "(corrupted)",
-                             path, hex, f->sha256);
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "checkpoint %s: SHA-256 %s does not match the manifest's %s "
+                        "(corrupted)",
+                        path, hex, f->sha256);
     return TPD_OK;
 }
 
@@ -357,7 +357,7 @@ static tpd_status read_runs(const char *path, const cJSON *arr, tpd_ckpt_manifes
                             int64_t numel) {
     int n = cJSON_GetArraySize(arr);
     m->runs[p][k] = calloc((size_t)(n ? n : 1), sizeof(tpd_ckpt_run));
-    if (!m->runs[p][k]) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    if (!m->runs[p][k]) return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     m->nruns[p][k] = n;
     tpd_status st = TPD_OK;
     for (int i = 0; i < n; i++) {
@@ -368,9 +368,9 @@ static tpd_status read_runs(const char *path, const cJSON *arr, tpd_ckpt_manifes
         for (int f = 0; cJSON_IsString(file) && f < m->nfiles; f++)
             if (!strcmp(m->files[f].name, file->valuestring)) run->file = f;
         if (run->file < 0)
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                               "checkpoint %s: tensor %s: a run names a file not in 'files'", path,
-                               tpd_param_get_info((tpd_param)p)->name);
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                          "checkpoint %s: tensor %s: a run names a file not in 'files'", path,
+                          tpd_param_get_info((tpd_param)p)->name);
         /* each bounded by the tensor, so the products below fit in 64 bits */
         NEED_IN(r, "global_offset", run->g, 0, numel);
         NEED_IN(r, "count", run->n, 1, numel);
@@ -379,26 +379,26 @@ static tpd_status read_runs(const char *path, const cJSON *arr, tpd_ckpt_manifes
         NEED_IN(r, "file_offset", run->foff, 0, MAN_MAX_ELEMS * 4);
         const char *tname = tpd_param_get_info((tpd_param)p)->name;
         if (run->foff % 4)
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                               "checkpoint %s: tensor %s: file_offset %lld is not a whole number "
-                               "of fp32 elements",
-                               path, tname, (long long)run->foff);
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                          "checkpoint %s: tensor %s: file_offset %lld is not a whole number "
+                          "of fp32 elements",
+                          path, tname, (long long)run->foff);
         int64_t end, last; /* the byte after the run, its last element: no overflow */
         if (__builtin_mul_overflow(run->n, run->repeat, &end) ||
             __builtin_mul_overflow(end, 4, &end) || __builtin_add_overflow(end, run->foff, &end) ||
             (uint64_t)end > m->files[run->file].bytes)
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                               "checkpoint %s: tensor %s: a run lies outside file %s", path, tname,
-                               m->files[run->file].name);
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                          "checkpoint %s: tensor %s: a run lies outside file %s", path, tname,
+                          m->files[run->file].name);
         if ((run->repeat > 1 && run->gstride < run->n) ||
             __builtin_mul_overflow(run->repeat - 1, run->gstride, &last) ||
             __builtin_add_overflow(last, run->g + run->n, &last) || last > numel)
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                               "checkpoint %s: tensor %s: a run (global_offset %lld, count %lld, "
-                               "repeat %lld, global_stride %lld) lies outside its %lld elements "
-                               "or overlaps itself",
-                               path, tname, (long long)run->g, (long long)run->n,
-                               (long long)run->repeat, (long long)run->gstride, (long long)numel);
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                          "checkpoint %s: tensor %s: a run (global_offset %lld, count %lld, "
+                          "repeat %lld, global_stride %lld) lies outside its %lld elements "
+                          "or overlaps itself",
+                          path, tname, (long long)run->g, (long long)run->n, (long long)run->repeat,
+                          (long long)run->gstride, (long long)numel);
     }
 out:
     return st;
@@ -409,13 +409,12 @@ static tpd_status read_info(const char *path, const cJSON *o, tpd_ckpt_info *inf
     int64_t v;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, TPD_CKPT_FORMAT) != 0)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                           "checkpoint %s: not a tripod checkpoint manifest", path);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: not a tripod checkpoint manifest",
+                      path);
     NEED_INT(o, "version", v);
     if (v != TPD_CKPT_VERSION)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                           "checkpoint %s: version %lld, this build reads %d", path, (long long)v,
-                           TPD_CKPT_VERSION);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: version %lld, this build reads %d",
+                      path, (long long)v, TPD_CKPT_VERSION);
     NEED_IN(o, "iteration", info->iteration, 0, MAN_MAX_ITERS);
     NEED_IN(o, "consumed_samples", info->consumed_samples, 0, INT64_MAX);
     NEED_IN(o, "skipped_iterations", info->skipped_iterations, 0, info->iteration);
@@ -441,18 +440,18 @@ static tpd_status read_info(const char *path, const cJSON *o, tpd_ckpt_info *inf
     NEED_IN(mo, "max_position_embeddings", c->model.max_position_embeddings, 1, 1048576);
     NEED_IN(mo, "make_vocab_size_divisible_by", c->model.make_vocab_size_divisible_by, 1, 65536);
     if (!read_block(mo, &c->model))
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                           "checkpoint %s: 'model' holds a malformed block key (normalization, "
-                           "position_embedding_type, norm_epsilon, rotary_base, num_query_groups, "
-                           "swiglu, untie_embeddings_and_output_weights or add_bias_linear)",
-                           path);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                      "checkpoint %s: 'model' holds a malformed block key (normalization, "
+                      "position_embedding_type, norm_epsilon, rotary_base, num_query_groups, "
+                      "swiglu, untie_embeddings_and_output_weights or add_bias_linear)",
+                      path);
     c->training.seed = info->seed;
     if (c->model.num_layers < 1 || c->model.hidden_size < 1 || c->model.num_attention_heads < 1 ||
         c->model.hidden_size % c->model.num_attention_heads || c->model.vocab_size < 1 ||
         c->model.max_position_embeddings < 1 || c->model.ffn_hidden_size < 1 ||
         c->model.seq_length < 1 || c->model.make_vocab_size_divisible_by < 1)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                           "checkpoint %s: 'model' holds an impossible shape", path);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: 'model' holds an impossible shape",
+                      path);
 out:
     return st;
 }
@@ -495,7 +494,7 @@ static tpd_status check_coverage(const char *path, const tpd_ckpt_manifest *m) {
             }
     span *b = malloc((nb ? nb : 1) * sizeof *b), *f = malloc((nr ? nr : 1) * sizeof *f);
     tpd_status st = TPD_OK;
-    if (!b || !f) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
+    if (!b || !f) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
     nb = nr = 0;
     for (int p = 0; p < TPD_P_COUNT; p++)
         for (int k = 0; k < TPD_CKPT_KIND_COUNT; k++)
@@ -508,23 +507,23 @@ static tpd_status check_coverage(const char *path, const tpd_ckpt_manifest *m) {
     int gaps;
     long at = spans_overlap(b, nb, &gaps);
     if (at >= 0)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                           "checkpoint %s: tensor %s %s: runs overlap at element %lld (part of "
-                           "it is not covered)",
-                           path, tpd_param_get_info((tpd_param)(b[at].key / 4))->name,
-                           g_kind_names[b[at].key % 4], (long long)b[at].a);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                      "checkpoint %s: tensor %s %s: runs overlap at element %lld (part of "
+                      "it is not covered)",
+                      path, tpd_param_get_info((tpd_param)(b[at].key / 4))->name,
+                      g_kind_names[b[at].key % 4], (long long)b[at].a);
     if (spans_overlap(f, nr, &gaps) >= 0 || gaps)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                           "checkpoint %s: the runs' file_offset values overlap or leave holes "
-                           "in the shard files (each file holds its runs back to back)",
-                           path);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                      "checkpoint %s: the runs' file_offset values overlap or leave holes "
+                      "in the shard files (each file holds its runs back to back)",
+                      path);
     for (size_t i = 0; i < nr; i++)
         if ((i + 1 == nr || f[i + 1].key != f[i].key) &&
             (uint64_t)f[i].b != m->files[f[i].key].bytes)
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                               "checkpoint %s: file %s is %llu bytes but its runs end at %lld",
-                               path, m->files[f[i].key].name,
-                               (unsigned long long)m->files[f[i].key].bytes, (long long)f[i].b);
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                          "checkpoint %s: file %s is %llu bytes but its runs end at %lld", path,
+                          m->files[f[i].key].name, (unsigned long long)m->files[f[i].key].bytes,
+                          (long long)f[i].b);
 out:
     free(b);
     free(f);
@@ -542,24 +541,24 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
     cJSON *o = NULL;
     tpd_status st = TPD_OK;
     tpd_ckpt_manifest *m = calloc(1, sizeof *m);
-    if (!m) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    if (!m) return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     if (!tpd_ckpt_is_file(path))
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out,
-                           "checkpoint %s: missing (not a complete checkpoint)", path);
+        TPD_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: missing (not a complete checkpoint)",
+                      path);
     TPD_CHECK_GOTO(tpd_ckpt_read_file(path, &text, &n), st, out);
     TPD_CHECK_GOTO(tpd_ckpt_read_file(spath, &want, NULL), st, out);
     tpd_ckpt_sha256_hex(text, n, hex);
     if (strncmp(want, hex, 64) != 0)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                           "checkpoint %s: SHA-256 does not match %s (corrupted)", path, spath);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                      "checkpoint %s: SHA-256 does not match %s (corrupted)", path, spath);
     o = cJSON_ParseWithLength(text, n);
-    if (!o) TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: not valid JSON", path);
+    if (!o) TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: not valid JSON", path);
     TPD_CHECK_GOTO(read_info(path, o, info), st, out);
 
     const cJSON *fa = cJSON_GetObjectItemCaseSensitive(o, "files");
     m->nfiles = cJSON_GetArraySize(fa);
     m->files = calloc((size_t)(m->nfiles ? m->nfiles : 1), sizeof *m->files);
-    if (!m->files) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
+    if (!m->files) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
     for (int i = 0; i < m->nfiles; i++) {
         const cJSON *f = cJSON_GetArrayItem(fa, i);
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
@@ -567,8 +566,8 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
         const cJSON *rank = cJSON_GetObjectItemCaseSensitive(f, "rank");
         if (!cJSON_IsString(name) || !cJSON_IsString(sha) || strlen(sha->valuestring) != 64 ||
             strchr(name->valuestring, '/') || cJSON_GetArraySize(rank) != 3)
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: files[%d] is malformed",
-                               path, i);
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: files[%d] is malformed", path,
+                          i);
         snprintf(m->files[i].name, sizeof m->files[i].name, "%s", name->valuestring);
         snprintf(m->files[i].sha256, sizeof m->files[i].sha256, "%s", sha->valuestring);
         NEED_IN(f, "bytes", m->files[i].bytes, 0, MAN_MAX_ELEMS * 4);
@@ -578,10 +577,10 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
             const cJSON *x = cJSON_GetArrayItem(rank, d);
             if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble >= lim[d] ||
                 x->valuedouble != (double)x->valueint)
-                TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                                   "checkpoint %s: files[%d] (%s): rank is not a rank of the "
-                                   "layout TP %d PP %d DP %d",
-                                   path, i, m->files[i].name, info->tp, info->pp, info->dp);
+                TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                              "checkpoint %s: files[%d] (%s): rank is not a rank of the "
+                              "layout TP %d PP %d DP %d",
+                              path, i, m->files[i].name, info->tp, info->pp, info->dp);
             *at[d] = x->valueint;
         }
     }
@@ -592,15 +591,15 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
     int ntensors = cJSON_GetArraySize(ta);
     if (ntensors != TPD_P_COUNT &&
         !(ntensors == TPD_P_LMHEAD && tpd_model_layout_global_numel(&g, TPD_P_LMHEAD) == 0))
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: expected %d tensors", path,
-                           TPD_P_COUNT);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: expected %d tensors", path,
+                      TPD_P_COUNT);
     for (int p = 0; p < ntensors; p++) {
         const cJSON *t = cJSON_GetArrayItem(ta, p);
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
         if (!cJSON_IsString(name) ||
             strcmp(name->valuestring, tpd_param_get_info((tpd_param)p)->name) != 0)
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: tensors[%d] should be %s",
-                               path, p, tpd_param_get_info((tpd_param)p)->name);
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: tensors[%d] should be %s", path,
+                          p, tpd_param_get_info((tpd_param)p)->name);
         for (int k = 0; k < TPD_CKPT_KIND_COUNT; k++) {
             const cJSON *arr = cJSON_GetObjectItemCaseSensitive(t, g_kind_names[k]);
             if (!arr) continue;
@@ -613,12 +612,11 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
             for (int i = 0; i < m->nruns[p][k]; i++)
                 total += m->runs[p][k][i].n * m->runs[p][k][i].repeat;
             if (total != (int64_t)tpd_model_layout_global_numel(&g, (tpd_param)p))
-                TPD_CKPT_FAIL_GOTO(
-                    TPD_ERR_FORMAT, st, out,
-                    "checkpoint %s: tensor %s %s: runs hold %lld elements, the shape "
-                    "%zu",
-                    path, name->valuestring, g_kind_names[k], (long long)total,
-                    tpd_model_layout_global_numel(&g, (tpd_param)p));
+                TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                              "checkpoint %s: tensor %s %s: runs hold %lld elements, the shape "
+                              "%zu",
+                              path, name->valuestring, g_kind_names[k], (long long)total,
+                              tpd_model_layout_global_numel(&g, (tpd_param)p));
             if (p == 0) info->has_kind[k] = 1;
         }
     }
@@ -627,7 +625,7 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
         /* WEIGHTS: only the files some run of the weights' kind points into */
         int kw = info->has_kind[TPD_CKPT_MASTER] ? TPD_CKPT_MASTER : TPD_CKPT_PARAM;
         need = calloc((size_t)(m->nfiles ? m->nfiles : 1), 1);
-        if (!need) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
+        if (!need) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
         for (int p = 0; p < TPD_P_COUNT; p++)
             for (int i = 0; i < m->nruns[p][kw]; i++)
                 need[m->runs[p][kw][i].file] = 1;
@@ -679,10 +677,10 @@ tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (keys[i].ckpt != keys[i].conf)
-            return tpd_ckpt_fail(TPD_ERR_INVALID,
-                                 "checkpoint %s: model.%s is %d in the checkpoint but %d in "
-                                 "the config",
-                                 info->dir, keys[i].key, keys[i].ckpt, keys[i].conf);
+            return tpd_fail(TPD_ERR_INVALID,
+                            "checkpoint %s: model.%s is %d in the checkpoint but %d in "
+                            "the config",
+                            info->dir, keys[i].key, keys[i].ckpt, keys[i].conf);
     /* values that change the function without changing a shape: a mismatch would train a
      * different model silently */
     struct {
@@ -704,10 +702,10 @@ tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg
     };
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
         if (vals[i].ckpt != vals[i].conf)
-            return tpd_ckpt_fail(TPD_ERR_INVALID,
-                                 "checkpoint %s: model.%s is %.17g in the checkpoint but %.17g "
-                                 "in the config",
-                                 info->dir, vals[i].key, vals[i].ckpt, vals[i].conf);
+            return tpd_fail(TPD_ERR_INVALID,
+                            "checkpoint %s: model.%s is %.17g in the checkpoint but %.17g "
+                            "in the config",
+                            info->dir, vals[i].key, vals[i].ckpt, vals[i].conf);
     return TPD_OK;
 }
 
@@ -728,13 +726,13 @@ tpd_status tpd_ckpt_gather(const tpd_ckpt_info *info, tpd_param p, tpd_ckpt_kind
     const char *tname = tpd_param_get_info(p)->name;
     if (want->n == 0) return TPD_OK;
     if (!m->runs[p][k])
-        return tpd_ckpt_fail(TPD_ERR_FORMAT, "checkpoint %s: tensor %s has no %s", info->dir, tname,
-                             g_kind_names[k]);
+        return tpd_fail(TPD_ERR_FORMAT, "checkpoint %s: tensor %s has no %s", info->dir, tname,
+                        g_kind_names[k]);
     size_t nb = 0;
     for (int i = 0; i < m->nruns[p][k]; i++)
         nb += (size_t)m->runs[p][k][i].repeat;
     src_block *b = malloc((nb ? nb : 1) * sizeof *b);
-    if (!b) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    if (!b) return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     nb = 0;
     for (int i = 0; i < m->nruns[p][k]; i++) {
         const tpd_ckpt_run *r = &m->runs[p][k][i];
@@ -748,8 +746,8 @@ tpd_status tpd_ckpt_gather(const tpd_ckpt_info *info, tpd_param p, tpd_ckpt_kind
     size_t s = 0;
     for (size_t i = 1; i < nb; i++)
         if (b[i - 1].g + b[i - 1].n > b[i].g)
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: tensor %s %s: runs overlap",
-                               info->dir, tname, g_kind_names[k]);
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: tensor %s %s: runs overlap",
+                          info->dir, tname, g_kind_names[k]);
     for (size_t w = 0; w < want->n; w++) {
         const tpd_ckpt_seg *sg = &want->v[w];
         wanted += sg->n;
@@ -763,8 +761,8 @@ tpd_status tpd_ckpt_gather(const tpd_ckpt_info *info, tpd_param p, tpd_ckpt_kind
             if (fds[b[t].file] < 0) {
                 fds[b[t].file] = open(path, O_RDONLY | O_CLOEXEC);
                 if (fds[b[t].file] < 0)
-                    TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: shard file is missing",
-                                       path);
+                    TPD_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: shard file is missing",
+                                  path);
             }
             TPD_CHECK_GOTO(tpd_ckpt_pread(fds[b[t].file], path, dst + sg->local + (lo - sg->g),
                                           (size_t)(hi - lo) * 4,
@@ -774,10 +772,10 @@ tpd_status tpd_ckpt_gather(const tpd_ckpt_info *info, tpd_param p, tpd_ckpt_kind
         }
     }
     if (covered != wanted)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                           "checkpoint %s: tensor %s %s: %lld of %lld needed elements are missing",
-                           info->dir, tname, g_kind_names[k], (long long)(wanted - covered),
-                           (long long)wanted);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                      "checkpoint %s: tensor %s %s: %lld of %lld needed elements are missing",
+                      info->dir, tname, g_kind_names[k], (long long)(wanted - covered),
+                      (long long)wanted);
 out:
     free(b);
     return st;

@@ -18,7 +18,7 @@ static tpd_status segs_push(tpd_ckpt_segs *s, int64_t g, int64_t n, int64_t loca
     if (s->n == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 64;
         tpd_ckpt_seg *v = realloc(s->v, cap * sizeof *v);
-        if (!v) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+        if (!v) return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
         s->v = v;
         s->cap = cap;
     }

@@ -32,16 +32,16 @@ tpd_status tpd_ckpt_resolve(const char *path, char *dir) {
     snprintf(probe, sizeof probe, "%s/latest", path);
     if (!tpd_ckpt_is_file(probe)) {
         if (tpd_ckpt_is_file(path))
-            return tpd_ckpt_fail(TPD_ERR_IO,
-                                 "checkpoint %s: is a file; a checkpoint is a directory "
-                                 "(iter_NNNNNNN holding %s) or a save directory holding latest",
-                                 path, TPD_CKPT_MANIFEST);
+            return tpd_fail(TPD_ERR_IO,
+                            "checkpoint %s: is a file; a checkpoint is a directory "
+                            "(iter_NNNNNNN holding %s) or a save directory holding latest",
+                            path, TPD_CKPT_MANIFEST);
         if (!tpd_ckpt_is_dir(path))
-            return tpd_ckpt_fail(TPD_ERR_IO, "checkpoint %s: no such directory", path);
-        return tpd_ckpt_fail(TPD_ERR_IO,
-                             "checkpoint %s: neither a checkpoint (no %s) nor a save directory "
-                             "(no latest)",
-                             path, TPD_CKPT_MANIFEST);
+            return tpd_fail(TPD_ERR_IO, "checkpoint %s: no such directory", path);
+        return tpd_fail(TPD_ERR_IO,
+                        "checkpoint %s: neither a checkpoint (no %s) nor a save directory "
+                        "(no latest)",
+                        path, TPD_CKPT_MANIFEST);
     }
     char *text = NULL;
     size_t n = 0;
@@ -58,10 +58,10 @@ tpd_status tpd_ckpt_resolve(const char *path, char *dir) {
         for (; k < n && k + 1 < sizeof shown; k++)
             shown[k] = (text[k] >= 32 && text[k] < 127) ? text[k] : '?';
         shown[k] = 0;
-        st = tpd_ckpt_fail(TPD_ERR_FORMAT,
-                           "checkpoint %s: names '%s', which is not a checkpoint directory "
-                           "(iter_NNNNNNN holding %s)",
-                           probe, shown, TPD_CKPT_MANIFEST);
+        st = tpd_fail(TPD_ERR_FORMAT,
+                      "checkpoint %s: names '%s', which is not a checkpoint directory "
+                      "(iter_NNNNNNN holding %s)",
+                      probe, shown, TPD_CKPT_MANIFEST);
     } else {
         tpd_ckpt_join(dir, PATH_CAP, path, text);
     }
@@ -154,7 +154,7 @@ tpd_status tpd_ckpt_read_global(const tpd_ckpt_info *info, tpd_param p, tpd_ckpt
     tpd_ckpt_seg all = {0, (int64_t)tpd_model_layout_global_numel(&g, p), 0, 0};
     tpd_ckpt_segs want = {&all, 1, 1};
     int *fds = open_fds(info);
-    if (!fds) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    if (!fds) return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     tpd_status st = tpd_ckpt_gather(info, p, k, &want, out, fds);
     close_fds(info, fds);
     return st;
@@ -182,7 +182,7 @@ tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r
     tpd_status st = TPD_OK;
     tpd_ckpt_segs want = {0};
     if (!params || !state || !fds)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
+        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
     /* fp32 master weights, when saved, are the exact values behind bf16 parameters */
     tpd_ckpt_kind pk = info->has_kind[TPD_CKPT_MASTER] ? TPD_CKPT_MASTER : TPD_CKPT_PARAM;
     /* the first rank of the mesh shows its progress (parameters, then optimizer state) */
@@ -257,7 +257,7 @@ tpd_status tpd_ckpt_write_weights(const tpd_config *cfg, int tp, int pp, int dp,
     char path[PATH_CAP + 80];
     tpd_ckpt_join(path, sizeof path, dir, TPD_CKPT_MANIFEST);
     if (tpd_ckpt_is_file(path))
-        return tpd_ckpt_fail(TPD_ERR_INVALID, "checkpoint %s: already holds a checkpoint", dir);
+        return tpd_fail(TPD_ERR_INVALID, "checkpoint %s: already holds a checkpoint", dir);
     TPD_CHECK(tpd_ckpt_mkdirs(dir));
     tpd_config c = *cfg;
     c.parallel.tensor_model_parallel_size = tp;
@@ -269,7 +269,7 @@ tpd_status tpd_ckpt_write_weights(const tpd_config *cfg, int tp, int pp, int dp,
     tpd_ckpt_file *files = calloc((size_t)world * 2, sizeof *files);
     char *json = NULL;
     tpd_status st = TPD_OK;
-    if (!files) return tpd_ckpt_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    if (!files) return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     for (int s = 0; s < pp; s++)
         for (int t = 0; t < tp; t++) {
             tpd_ckpt_rank r;

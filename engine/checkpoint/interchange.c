@@ -23,7 +23,7 @@ tpd_status tpd_ckpt_alloc_weights(const tpd_config *cfg, float *global[TPD_P_COU
         global[p] = calloc(n ? n : 1, 4); /* a tensor the model lacks: an empty one */
         if (!global[p]) {
             tpd_ckpt_free_weights(global);
-            return tpd_ckpt_fail(TPD_ERR_NOMEM, "interchange: out of memory");
+            return tpd_fail(TPD_ERR_NOMEM, "interchange: out of memory");
         }
     }
     return TPD_OK;
@@ -64,16 +64,16 @@ tpd_status tpd_ckpt_export_llmc(const tpd_config *cfg, float *const global[TPD_P
     tpd_model_layout g;
     const char *why = tpd_ckpt_gpt2_only(cfg);
     if (why)
-        return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,
-                             "interchange %s: the llm.c layout is GPT-2's; this model has %s",
-                             out_path, why);
+        return tpd_fail(TPD_ERR_UNSUPPORTED,
+                        "interchange %s: the llm.c layout is GPT-2's; this model has %s", out_path,
+                        why);
     TPD_CHECK(tpd_model_layout_init(cfg, 1, 0, 1, 0, &g));
     const tpd_model_dims *d = &g.d;
     if (d->F != 4 * d->C)
-        return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,
-                             "interchange %s: llm.c models have ffn_hidden_size = 4*hidden_size "
-                             "(%d), this one %d",
-                             out_path, 4 * d->C, d->F);
+        return tpd_fail(TPD_ERR_UNSUPPORTED,
+                        "interchange %s: llm.c models have ffn_hidden_size = 4*hidden_size "
+                        "(%d), this one %d",
+                        out_path, 4 * d->C, d->F);
     int32_t hdr[256] = {TPD_LLMC_MODEL_MAGIC, 3, d->maxT, d->V, d->L, d->NH, d->C, d->Vp};
     tpd_ckpt_writer *w = NULL;
     char hex[65];
@@ -84,7 +84,7 @@ tpd_status tpd_ckpt_export_llmc(const tpd_config *cfg, float *const global[TPD_P
         if (p == TPD_P_WTE && st == TPD_OK) { /* zero rows up to Vp */
             float *zero = calloc((size_t)(d->Vp - d->V) * d->C + 1, 4);
             st = zero ? tpd_ckpt_writer_put(w, zero, (size_t)(d->Vp - d->V) * d->C * 4)
-                      : tpd_ckpt_fail(TPD_ERR_NOMEM, "interchange: out of memory");
+                      : tpd_fail(TPD_ERR_NOMEM, "interchange: out of memory");
             free(zero);
         }
     }
@@ -103,16 +103,16 @@ tpd_status tpd_ckpt_import_llmc(const char *path, tpd_config *cfg, float *global
     tpd_status st = TPD_OK;
     int32_t h[256];
     if (size < sizeof h)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                           "interchange %s: shorter than the 1024-byte header", path);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "interchange %s: shorter than the 1024-byte header",
+                      path);
     memcpy(h, data, sizeof h);
     if (h[0] != TPD_LLMC_MODEL_MAGIC)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                           "interchange %s: magic %d, an llm.c model file has %d", path, h[0],
-                           TPD_LLMC_MODEL_MAGIC);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                      "interchange %s: magic %d, an llm.c model file has %d", path, h[0],
+                      TPD_LLMC_MODEL_MAGIC);
     if (h[1] != 3)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                           "interchange %s: version %d; only 3 (fp32) is read", path, h[1]);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "interchange %s: version %d; only 3 (fp32) is read",
+                      path, h[1]);
     tpd_config_defaults(cfg);
     tpd_config_model *m = &cfg->model;
     m->max_position_embeddings = m->seq_length = h[2];
@@ -123,8 +123,7 @@ tpd_status tpd_ckpt_import_llmc(const char *path, tpd_config *cfg, float *global
     m->ffn_hidden_size = 4 * h[6];
     int Vp = h[7];
     if (h[2] < 1 || h[3] < 1 || h[4] < 1 || h[5] < 1 || h[6] < 1 || h[6] % h[5] || Vp < h[3])
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "interchange %s: impossible header shape",
-                           path);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "interchange %s: impossible header shape", path);
     /* the largest power-of-two padding that reproduces Vp, so an export writes it back */
     m->make_vocab_size_divisible_by = Vp;
     for (int d = 1; d <= Vp; d *= 2)
@@ -135,8 +134,8 @@ tpd_status tpd_ckpt_import_llmc(const char *path, tpd_config *cfg, float *global
     for (int p = 0; p < TPD_P_COUNT; p++)
         need += tpd_model_layout_global_numel(&g, (tpd_param)p) * 4;
     if (size != need)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                           "interchange %s: %zu bytes, the header implies %zu", path, size, need);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "interchange %s: %zu bytes, the header implies %zu",
+                      path, size, need);
     const char *src = data + sizeof h;
     for (int p = 0; p < TPD_P_COUNT; p++) {
         size_t n = tpd_model_layout_global_numel(&g, (tpd_param)p) * 4;

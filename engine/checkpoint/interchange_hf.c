@@ -275,14 +275,14 @@ static tpd_status read_family(const cJSON *hc, const char *path, hf_family *fam)
             *fam = (hf_family)f;
             return TPD_OK;
         }
-    return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,
-                         "interchange %s: architecture '%s' is not supported; tripod reads "
-                         "GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM (no sliding "
-                         "window) and Qwen2ForCausalLM",
-                         path,
-                         a   ? a
-                         : t ? t
-                             : "(none: no \"architectures\" or \"model_type\")");
+    return tpd_fail(TPD_ERR_UNSUPPORTED,
+                    "interchange %s: architecture '%s' is not supported; tripod reads "
+                    "GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM (no sliding "
+                    "window) and Qwen2ForCausalLM",
+                    path,
+                    a   ? a
+                    : t ? t
+                        : "(none: no \"architectures\" or \"model_type\")");
 }
 
 static tpd_status read_gpt2(const cJSON *hc, const char *path, tpd_config_model *m) {
@@ -291,10 +291,10 @@ static tpd_status read_gpt2(const cJSON *hc, const char *path, tpd_config_model 
         json_count(hc, "n_embd", HF_MAX_WIDTH, &m->hidden_size) != 1 ||
         json_count(hc, "vocab_size", HF_MAX_VOCAB, &m->vocab_size) != 1 ||
         json_count(hc, "n_positions", HF_MAX_POSITIONS, &m->max_position_embeddings) != 1)
-        return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                             "interchange %s: needs n_head, n_layer, n_embd, vocab_size and "
-                             "n_positions, positive integers",
-                             path);
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "interchange %s: needs n_head, n_layer, n_embd, vocab_size and "
+                        "n_positions, positive integers",
+                        path);
     if (json_count(hc, "n_inner", 4 * HF_MAX_WIDTH, &m->ffn_hidden_size) != 1)
         m->ffn_hidden_size = 4 * m->hidden_size; /* HF writes null for 4*n_embd */
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(hc, "layer_norm_epsilon");
@@ -302,10 +302,10 @@ static tpd_status read_gpt2(const cJSON *hc, const char *path, tpd_config_model 
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(hc, "activation_function");
     if (cJSON_IsString(act) && strcmp(act->valuestring, "gelu_new") &&
         strcmp(act->valuestring, "gelu_pytorch_tanh"))
-        return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,
-                             "interchange %s: activation_function '%s'; tripod's GPT-2 uses the "
-                             "tanh GELU (gelu_new)",
-                             path, act->valuestring);
+        return tpd_fail(TPD_ERR_UNSUPPORTED,
+                        "interchange %s: activation_function '%s'; tripod's GPT-2 uses the "
+                        "tanh GELU (gelu_new)",
+                        path, act->valuestring);
     return TPD_OK;
 }
 
@@ -315,28 +315,28 @@ static tpd_status read_rope_scaling(const cJSON *s, const char *kind, const char
                                     const char *key, tpd_config_model *m) {
     if (!strcmp(kind, "default")) return TPD_OK;
     if (strcmp(kind, "llama3") != 0)
-        return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,
-                             "interchange %s: %s has rope_type \"%s\"; tripod reads \"default\" "
-                             "and Llama 3.1's \"llama3\" (YaRN, linear and dynamic scaling would "
-                             "compute something else)",
-                             path, key, kind);
+        return tpd_fail(TPD_ERR_UNSUPPORTED,
+                        "interchange %s: %s has rope_type \"%s\"; tripod reads \"default\" "
+                        "and Llama 3.1's \"llama3\" (YaRN, linear and dynamic scaling would "
+                        "compute something else)",
+                        path, key, kind);
     const char *names[] = {"factor", "low_freq_factor", "high_freq_factor",
                            "original_max_position_embeddings"};
     double v[4];
     for (int i = 0; i < 4; i++) {
         const cJSON *j = cJSON_GetObjectItemCaseSensitive(s, names[i]);
         if (!cJSON_IsNumber(j) || !(j->valuedouble > 0) || j->valuedouble > 1e9)
-            return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                                 "interchange %s: %s.%s must be a positive number (llama3 "
-                                 "scaling)",
-                                 path, key, names[i]);
+            return tpd_fail(TPD_ERR_FORMAT,
+                            "interchange %s: %s.%s must be a positive number (llama3 "
+                            "scaling)",
+                            path, key, names[i]);
         v[i] = j->valuedouble;
     }
     if (!(v[0] >= 1) || !(v[2] > v[1]) || v[3] != floor(v[3]))
-        return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                             "interchange %s: %s needs factor >= 1, high_freq_factor > "
-                             "low_freq_factor and an integer original_max_position_embeddings",
-                             path, key);
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "interchange %s: %s needs factor >= 1, high_freq_factor > "
+                        "low_freq_factor and an integer original_max_position_embeddings",
+                        path, key);
     m->rope_scaling = 1;
     m->rope_scaling_factor = v[0];
     m->rope_scaling_low_freq_factor = v[1];
@@ -357,29 +357,29 @@ static tpd_status read_llama(const cJSON *hc, const char *path, hf_family fam,
                  HF_MAX_WIDTH, HF_MAX_VOCAB,     HF_MAX_POSITIONS};
     for (int i = 0; i < 6; i++)
         if (json_count(hc, need[i], max[i], dst[i]) != 1)
-            return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                                 "interchange %s: key '%s' must be an integer in [1, %d]", path,
-                                 need[i], max[i]);
+            return tpd_fail(TPD_ERR_FORMAT,
+                            "interchange %s: key '%s' must be an integer in [1, %d]", path, need[i],
+                            max[i]);
     int NH = m->num_attention_heads, NKV = NH, hd = 0;
     if (json_count(hc, "num_key_value_heads", HF_MAX_WIDTH, &NKV) < 0 || NH % NKV)
-        return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                             "interchange %s: num_key_value_heads must divide "
-                             "num_attention_heads (%d)",
-                             path, NH);
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "interchange %s: num_key_value_heads must divide "
+                        "num_attention_heads (%d)",
+                        path, NH);
     if (m->hidden_size % NH)
-        return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                             "interchange %s: hidden_size %d is not a multiple of "
-                             "num_attention_heads %d",
-                             path, m->hidden_size, NH);
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "interchange %s: hidden_size %d is not a multiple of "
+                        "num_attention_heads %d",
+                        path, m->hidden_size, NH);
     if (json_count(hc, "head_dim", HF_MAX_WIDTH, &hd) < 0 || (hd && hd != m->hidden_size / NH))
-        return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,
-                             "interchange %s: head_dim must be hidden_size / num_attention_heads "
-                             "(%d) in tripod",
-                             path, m->hidden_size / NH);
+        return tpd_fail(TPD_ERR_UNSUPPORTED,
+                        "interchange %s: head_dim must be hidden_size / num_attention_heads "
+                        "(%d) in tripod",
+                        path, m->hidden_size / NH);
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(hc, "hidden_act");
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
-        return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,
-                             "interchange %s: hidden_act must be \"silu\" (SwiGLU)", path);
+        return tpd_fail(TPD_ERR_UNSUPPORTED, "interchange %s: hidden_act must be \"silu\" (SwiGLU)",
+                        path);
     /* transformers 4 writes rope_theta and rope_scaling; 5 writes rope_parameters
      * {"rope_theta", "rope_type"} */
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(hc, "rope_scaling");
@@ -395,8 +395,8 @@ static tpd_status read_llama(const cJSON *hc, const char *path, hf_family fam,
         read_rope_scaling(scal, kind, path, scal == rs ? "rope_scaling" : "rope_parameters", m));
     const cJSON *prf = cJSON_GetObjectItemCaseSensitive(hc, "partial_rotary_factor");
     if (prf && !(cJSON_IsNumber(prf) && prf->valuedouble == 1.0))
-        return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,
-                             "interchange %s: partial_rotary_factor must be 1.0", path);
+        return tpd_fail(TPD_ERR_UNSUPPORTED, "interchange %s: partial_rotary_factor must be 1.0",
+                        path);
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(hc, "sliding_window");
     int windowed = fam == HF_QWEN2
                        ? json_bool(hc, "use_sliding_window", 0)
@@ -406,25 +406,24 @@ static tpd_status read_llama(const cJSON *hc, const char *path, hf_family fam,
     for (const cJSON *t = cJSON_IsArray(types) ? types->child : NULL; t; t = t->next)
         windowed |= !cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0;
     if (windowed)
-        return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,
-                             "interchange %s: sliding-window attention (%s) is not supported; "
-                             "tripod's attention is full causal",
-                             path,
-                             fam == HF_QWEN2 ? "use_sliding_window or layer_types"
-                                             : "sliding_window or layer_types");
+        return tpd_fail(TPD_ERR_UNSUPPORTED,
+                        "interchange %s: sliding-window attention (%s) is not supported; "
+                        "tripod's attention is full causal",
+                        path,
+                        fam == HF_QWEN2 ? "use_sliding_window or layer_types"
+                                        : "sliding_window or layer_types");
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(hc, "rms_norm_eps");
     if ((eps && !(cJSON_IsNumber(eps) && eps->valuedouble > 0 && eps->valuedouble < 1)) ||
         (theta && !(cJSON_IsNumber(theta) && theta->valuedouble > 1)))
-        return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                             "interchange %s: rms_norm_eps must be in (0, 1) and rope_theta > 1",
-                             path);
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "interchange %s: rms_norm_eps must be in (0, 1) and rope_theta > 1", path);
     int attn_bias = json_bool(hc, "attention_bias", 0), mlp_bias = json_bool(hc, "mlp_bias", 0);
     if (fam != HF_QWEN2 && attn_bias != mlp_bias)
-        return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,
-                             "interchange %s: attention_bias %s with mlp_bias %s; tripod has "
-                             "biases on all four linears (add_bias_linear) or on QKV alone "
-                             "(add_qkv_bias)",
-                             path, attn_bias ? "true" : "false", mlp_bias ? "true" : "false");
+        return tpd_fail(TPD_ERR_UNSUPPORTED,
+                        "interchange %s: attention_bias %s with mlp_bias %s; tripod has "
+                        "biases on all four linears (add_bias_linear) or on QKV alone "
+                        "(add_qkv_bias)",
+                        path, attn_bias ? "true" : "false", mlp_bias ? "true" : "false");
     m->normalization = TPD_NORM_RMSNORM;
     m->norm_epsilon = eps ? eps->valuedouble : 1e-6; /* transformers' default */
     m->position_embedding_type = TPD_POS_ROPE;
@@ -449,10 +448,10 @@ tpd_status tpd_ckpt_export_hf(const tpd_config *cfg, float *const global[TPD_P_C
     hf_family fam = HF_GPT2;
     const char *why = family_of(cfg, &fam);
     if (why)
-        return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,
-                             "interchange %s: this model has %s, which no Hugging Face "
-                             "architecture that tripod writes expresses",
-                             out_dir, why);
+        return tpd_fail(TPD_ERR_UNSUPPORTED,
+                        "interchange %s: this model has %s, which no Hugging Face "
+                        "architecture that tripod writes expresses",
+                        out_dir, why);
     tpd_model_layout g;
     TPD_CHECK(tpd_model_layout_init(cfg, 1, 0, 1, 0, &g));
     char tmp[PATH_CAP + 32], path[PATH_CAP + 64];
@@ -464,13 +463,13 @@ tpd_status tpd_ckpt_export_hf(const tpd_config *cfg, float *const global[TPD_P_C
     char *text = NULL;
     tpd_status st = TPD_OK;
     int n = ts && outs ? hf_tensors(&g, fam, ts) : -1, shards = 0;
-    if (n < 0) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "interchange: out of memory");
+    if (n < 0) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "interchange: out of memory");
     /* GPT-2's Conv1D weights are written transposed: one copy of all of them */
     size_t conv_numel = 0;
     for (int i = 0; i < n; i++)
         if (ts[i].conv1d) conv_numel += (size_t)ts[i].rows * ts[i].cols;
     conv = malloc((conv_numel ? conv_numel : 1) * 4);
-    if (!conv) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "interchange: out of memory");
+    if (!conv) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "interchange: out of memory");
     for (int i = 0, off = 0; i < n; i++) {
         outs[i].name = ts[i].name;
         outs[i].ndim = ts[i].ndim;
@@ -489,14 +488,14 @@ tpd_status tpd_ckpt_export_hf(const tpd_config *cfg, float *const global[TPD_P_C
     cJSON *cj = config_json(cfg, fam, o.bf16 ? "bfloat16" : "float32");
     text = cJSON_Print(cj);
     cJSON_Delete(cj);
-    if (!text) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "interchange: out of memory");
+    if (!text) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "interchange: out of memory");
     tpd_ckpt_join(path, sizeof path, tmp, "config.json");
     TPD_CHECK_GOTO(tpd_ckpt_write_file(path, text, strlen(text)), st, out);
     if (rename(tmp, out_dir) != 0)
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_IO, st, out,
-                           "interchange %s: cannot move the finished export into place: %s "
-                           "(it must not exist, or be an empty folder)",
-                           out_dir, strerror(errno));
+        TPD_FAIL_GOTO(TPD_ERR_IO, st, out,
+                      "interchange %s: cannot move the finished export into place: %s "
+                      "(it must not exist, or be an empty folder)",
+                      out_dir, strerror(errno));
 out:
     if (st != TPD_OK) tpd_ckpt_remove_dir(tmp);
     free(text);
@@ -526,7 +525,7 @@ static tpd_status read_config(const char *dir, tpd_config *cfg, hf_family *fam) 
     tpd_status st = TPD_OK;
     tpd_config_defaults(cfg);
     if (!cJSON_IsObject(hc))
-        st = tpd_ckpt_fail(TPD_ERR_FORMAT, "interchange %s: not a JSON object", cfgpath);
+        st = tpd_fail(TPD_ERR_FORMAT, "interchange %s: not a JSON object", cfgpath);
     if (st == TPD_OK) st = read_family(hc, cfgpath, fam);
     if (st == TPD_OK)
         st = *fam == HF_GPT2 ? read_gpt2(hc, cfgpath, &cfg->model)
@@ -536,10 +535,10 @@ static tpd_status read_config(const char *dir, tpd_config *cfg, hf_family *fam) 
     tpd_config_model *m = &cfg->model;
     m->seq_length = m->max_position_embeddings;
     if (m->hidden_size % m->num_attention_heads)
-        return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                             "interchange %s: the hidden size %d is not a multiple of the %d "
-                             "heads",
-                             cfgpath, m->hidden_size, m->num_attention_heads);
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "interchange %s: the hidden size %d is not a multiple of the %d "
+                        "heads",
+                        cfgpath, m->hidden_size, m->num_attention_heads);
     return TPD_OK;
 }
 
@@ -561,17 +560,16 @@ static tpd_status import_tensor(const tpd_st_set *set, const tpd_st_tensor *e, c
     for (int d = 0; ok && d < t->ndim; d++)
         ok = e->shape[d] == t->shape[d];
     if (!ok)
-        return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                             "interchange %s: tensor '%s' has shape [%lld%s%lld] (%d dims), "
-                             "config.json implies [%lld%s%lld]",
-                             file, e->name, (long long)e->shape[0], e->ndim > 1 ? ", " : "",
-                             e->ndim > 1 ? (long long)e->shape[1] : 0LL, e->ndim,
-                             (long long)t->shape[0], t->ndim == 2 ? ", " : "",
-                             t->ndim == 2 ? (long long)t->shape[1] : 0LL);
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "interchange %s: tensor '%s' has shape [%lld%s%lld] (%d dims), "
+                        "config.json implies [%lld%s%lld]",
+                        file, e->name, (long long)e->shape[0], e->ndim > 1 ? ", " : "",
+                        e->ndim > 1 ? (long long)e->shape[1] : 0LL, e->ndim, (long long)t->shape[0],
+                        t->ndim == 2 ? ", " : "", t->ndim == 2 ? (long long)t->shape[1] : 0LL);
     size_t count = (size_t)t->rows * t->cols;
     if (!t->conv1d) return tpd_st_read_f32(set, e, dst, count);
     float *tmp = malloc(count * 4);
-    if (!tmp) return tpd_ckpt_fail(TPD_ERR_NOMEM, "interchange: out of memory");
+    if (!tmp) return tpd_fail(TPD_ERR_NOMEM, "interchange: out of memory");
     tpd_status st = tpd_st_read_f32(set, e, tmp, count);
     if (st == TPD_OK) transpose(dst, tmp, t->cols, t->rows); /* (in, out) -> (out, in) */
     free(tmp);
@@ -601,7 +599,7 @@ tpd_status tpd_ckpt_import_hf(const char *path, tpd_config *cfg, float *global[T
         ts = calloc((size_t)hf_capacity(&g), sizeof *ts);
         seen = calloc((size_t)hf_capacity(&g), 1);
         n = ts && seen ? hf_tensors(&g, fam, ts) : -1;
-        if (n < 0) st = tpd_ckpt_fail(TPD_ERR_NOMEM, "interchange: out of memory");
+        if (n < 0) st = tpd_fail(TPD_ERR_NOMEM, "interchange: out of memory");
     }
     tpd_progress prog;
     double total = 0, done = 0;
@@ -615,11 +613,11 @@ tpd_status tpd_ckpt_import_hf(const char *path, tpd_config *cfg, float *global[T
         int i = find_hf(ts, n, e->name, fam);
         if (i < 0 && skipped(e->name, &g)) continue;
         if (i < 0) {
-            st = tpd_ckpt_fail(TPD_ERR_FORMAT,
-                               "interchange %s: unexpected tensor '%s' for the %d-layer %s that "
-                               "config.json describes",
-                               tpd_st_file_path(set, e->file), e->name, cfg->model.num_layers,
-                               g_arch[fam].arch);
+            st = tpd_fail(TPD_ERR_FORMAT,
+                          "interchange %s: unexpected tensor '%s' for the %d-layer %s that "
+                          "config.json describes",
+                          tpd_st_file_path(set, e->file), e->name, cfg->model.num_layers,
+                          g_arch[fam].arch);
             break;
         }
         st = import_tensor(set, e, &ts[i], hf_data(&g, global, &ts[i]));
@@ -628,8 +626,8 @@ tpd_status tpd_ckpt_import_hf(const char *path, tpd_config *cfg, float *global[T
     tpd_progress_end(&prog, done);
     for (int i = 0; i < n && st == TPD_OK; i++)
         if (!seen[i])
-            st = tpd_ckpt_fail(TPD_ERR_FORMAT, "interchange %s: tensor '%s' is missing",
-                               tpd_st_source(set), ts[i].name);
+            st = tpd_fail(TPD_ERR_FORMAT, "interchange %s: tensor '%s' is missing",
+                          tpd_st_source(set), ts[i].name);
     free(ts);
     free(seen);
     tpd_st_close(set);

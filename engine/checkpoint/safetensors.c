@@ -51,7 +51,7 @@ const char *tpd_st_dtype_name(tpd_st_dtype dt) {
 
 tpd_status tpd_st_create(tpd_st_set **set_p) {
     tpd_st_set *s = calloc(1, sizeof *s);
-    if (!s) return tpd_ckpt_fail(TPD_ERR_NOMEM, "safetensors: out of memory");
+    if (!s) return tpd_fail(TPD_ERR_NOMEM, "safetensors: out of memory");
     *set_p = s;
     return TPD_OK;
 }
@@ -107,9 +107,9 @@ static tpd_status parse_entry(const cJSON *e, const char *path, tpd_st_tensor *t
     const cJSON *of = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     if (!cJSON_IsObject(e) || !cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) ||
         cJSON_GetArraySize(of) != 2)
-        return tpd_ckpt_fail(
-            TPD_ERR_FORMAT,
-            "safetensors %s: tensor '%s' needs dtype, shape and data_offsets [b, e]", path, name);
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "safetensors %s: tensor '%s' needs dtype, shape and data_offsets [b, e]",
+                        path, name);
     unsigned esize = 0;
     for (size_t i = 0; i < sizeof g_dtypes / sizeof g_dtypes[0]; i++)
         if (!strcmp(dt->valuestring, g_dtypes[i].name)) {
@@ -117,32 +117,31 @@ static tpd_status parse_entry(const cJSON *e, const char *path, tpd_st_tensor *t
             esize = g_dtypes[i].size;
         }
     if (!esize)
-        return tpd_ckpt_fail(TPD_ERR_UNSUPPORTED,
-                             "safetensors %s: tensor '%s' has dtype %s; F32, BF16, F16 and F64 "
-                             "are read",
-                             path, name, dt->valuestring);
+        return tpd_fail(TPD_ERR_UNSUPPORTED,
+                        "safetensors %s: tensor '%s' has dtype %s; F32, BF16, F16 and F64 "
+                        "are read",
+                        path, name, dt->valuestring);
     t->ndim = cJSON_GetArraySize(sh);
     if (t->ndim > TPD_ST_MAX_DIMS)
-        return tpd_ckpt_fail(TPD_ERR_FORMAT, "safetensors %s: tensor '%s' has %d dimensions", path,
-                             name, t->ndim);
+        return tpd_fail(TPD_ERR_FORMAT, "safetensors %s: tensor '%s' has %d dimensions", path, name,
+                        t->ndim);
     uint64_t numel = 1;
     for (int d = 0; d < t->ndim; d++) {
         uint64_t v;
         if (!json_u64(cJSON_GetArrayItem(sh, d), &v) || (v && numel > UINT64_MAX / 8 / v))
-            return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                                 "safetensors %s: tensor '%s': shape[%d] is not a size", path, name,
-                                 d);
+            return tpd_fail(TPD_ERR_FORMAT, "safetensors %s: tensor '%s': shape[%d] is not a size",
+                            path, name, d);
         t->shape[d] = (int64_t)v;
         numel *= v;
     }
     if (!json_u64(cJSON_GetArrayItem(of, 0), &t->begin) ||
         !json_u64(cJSON_GetArrayItem(of, 1), &t->end) || t->end < t->begin || t->end > data_bytes ||
         t->end - t->begin != numel * esize)
-        return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                             "safetensors %s: tensor '%s': data_offsets do not hold %llu %s "
-                             "values inside the %llu data bytes",
-                             path, name, (unsigned long long)numel, dt->valuestring,
-                             (unsigned long long)data_bytes);
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "safetensors %s: tensor '%s': data_offsets do not hold %llu %s "
+                        "values inside the %llu data bytes",
+                        path, name, (unsigned long long)numel, dt->valuestring,
+                        (unsigned long long)data_bytes);
     return TPD_OK;
 }
 
@@ -151,17 +150,17 @@ tpd_status tpd_st_parse_header(tpd_st_set *set, int file, const char *path, cons
     cJSON *hdr = cJSON_ParseWithLength(json, len);
     tpd_status st = TPD_OK;
     if (!cJSON_IsObject(hdr))
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                           "safetensors %s: the header is not a JSON object", path);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "safetensors %s: the header is not a JSON object",
+                      path);
     for (const cJSON *e = hdr->child; e; e = e->next) {
         if (!strcmp(e->string, "__metadata__")) continue;
         if (tpd_st_find(set, e->string))
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "safetensors %s: tensor '%s' appears twice",
-                               path, e->string);
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "safetensors %s: tensor '%s' appears twice",
+                          path, e->string);
         if (set->n == set->cap) {
             int cap = set->cap ? 2 * set->cap : 64;
             tpd_st_tensor *t = realloc(set->t, (size_t)cap * sizeof *t);
-            if (!t) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "safetensors: out of memory");
+            if (!t) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "safetensors: out of memory");
             set->t = t;
             set->cap = cap;
         }
@@ -170,7 +169,7 @@ tpd_status tpd_st_parse_header(tpd_st_set *set, int file, const char *path, cons
         TPD_CHECK_GOTO(parse_entry(e, path, &t, data_bytes), st, out);
         t.file = file;
         t.name = strdup(e->string);
-        if (!t.name) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "safetensors: out of memory");
+        if (!t.name) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "safetensors: out of memory");
         set->t[set->n++] = t;
     }
 out:
@@ -181,10 +180,9 @@ out:
 /* Opens one .safetensors file and parses its header. */
 static tpd_status add_file(tpd_st_set *set, const char *path) {
     if (set->nfiles >= ST_MAX_FILES)
-        return tpd_ckpt_fail(TPD_ERR_FORMAT, "safetensors %s: more than %d shards", path,
-                             ST_MAX_FILES);
+        return tpd_fail(TPD_ERR_FORMAT, "safetensors %s: more than %d shards", path, ST_MAX_FILES);
     st_file *fs = realloc(set->files, (size_t)(set->nfiles + 1) * sizeof *fs);
-    if (!fs) return tpd_ckpt_fail(TPD_ERR_NOMEM, "safetensors: out of memory");
+    if (!fs) return tpd_fail(TPD_ERR_NOMEM, "safetensors: out of memory");
     set->files = fs;
     st_file *f = &fs[set->nfiles];
     f->path = strdup(path);
@@ -193,29 +191,29 @@ static tpd_status add_file(tpd_st_set *set, const char *path) {
         int e = errno;
         if (f->fd >= 0) close(f->fd);
         free(f->path);
-        return tpd_ckpt_fail(TPD_ERR_IO, "safetensors %s: cannot open: %s", path, strerror(e));
+        return tpd_fail(TPD_ERR_IO, "safetensors %s: cannot open: %s", path, strerror(e));
     }
     int file = set->nfiles++;
     struct stat sb;
     uint8_t len8[8];
     if (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode))
-        return tpd_ckpt_fail(TPD_ERR_IO, "safetensors %s: not a regular file", path);
+        return tpd_fail(TPD_ERR_IO, "safetensors %s: not a regular file", path);
     uint64_t size = (uint64_t)sb.st_size, hlen = 0;
     if (size < 8)
-        return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                             "safetensors %s: %llu bytes, shorter than the "
-                             "8-byte header length",
-                             path, (unsigned long long)size);
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "safetensors %s: %llu bytes, shorter than the "
+                        "8-byte header length",
+                        path, (unsigned long long)size);
     TPD_CHECK(tpd_ckpt_pread(f->fd, path, len8, 8, 0));
     for (int i = 0; i < 8; i++)
         hlen |= (uint64_t)len8[i] << (8 * i);
     if (hlen > size - 8 || hlen > ST_MAX_HEADER)
-        return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                             "safetensors %s: header length %llu exceeds the file (%llu bytes) "
-                             "or the format's 100 MB",
-                             path, (unsigned long long)hlen, (unsigned long long)size);
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "safetensors %s: header length %llu exceeds the file (%llu bytes) "
+                        "or the format's 100 MB",
+                        path, (unsigned long long)hlen, (unsigned long long)size);
     char *json = malloc(hlen ? hlen : 1);
-    if (!json) return tpd_ckpt_fail(TPD_ERR_NOMEM, "safetensors: out of memory");
+    if (!json) return tpd_fail(TPD_ERR_NOMEM, "safetensors: out of memory");
     tpd_status st = tpd_ckpt_pread(f->fd, path, json, hlen, 8);
     f->data_start = 8 + hlen;
     if (st == TPD_OK) st = tpd_st_parse_header(set, file, path, json, hlen, size - 8 - hlen);
@@ -247,16 +245,16 @@ static tpd_status open_index(tpd_st_set *set, const char *index) {
     tpd_status st = TPD_OK;
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "weight_map");
     if (!cJSON_IsObject(map))
-        TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                           "safetensors %s: not JSON with a \"weight_map\" object", index);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                      "safetensors %s: not JSON with a \"weight_map\" object", index);
     dir_of(index, dir, sizeof dir);
     for (const cJSON *e = map->child; e; e = e->next) {
         if (!cJSON_IsString(e) || strchr(e->valuestring, '/') ||
             !ends_with(e->valuestring, ".safetensors"))
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                               "safetensors %s: weight_map[\"%s\"] is not a .safetensors file "
-                               "name in the same folder",
-                               index, e->string);
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                          "safetensors %s: weight_map[\"%s\"] is not a .safetensors file "
+                          "name in the same folder",
+                          index, e->string);
         snprintf(path, sizeof path, "%s/%s", dir, e->valuestring);
         int known = 0;
         for (int f = 0; f < set->nfiles && !known; f++)
@@ -267,10 +265,10 @@ static tpd_status open_index(tpd_st_set *set, const char *index) {
         const tpd_st_tensor *t = tpd_st_find(set, e->string);
         snprintf(path, sizeof path, "%s/%s", dir, e->valuestring);
         if (!t || strcmp(set->files[t->file].path, path) != 0)
-            TPD_CKPT_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                               "safetensors %s: weight_map puts tensor '%s' in %s, which does "
-                               "not hold it",
-                               index, e->string, path);
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                          "safetensors %s: weight_map puts tensor '%s' in %s, which does "
+                          "not hold it",
+                          index, e->string, path);
     }
 out:
     cJSON_Delete(j);
@@ -323,15 +321,14 @@ tpd_status tpd_st_read_f32(const tpd_st_set *set, const tpd_st_tensor *t, float 
     const st_file *f = &set->files[t->file];
     unsigned es = g_dtypes[t->dtype].size;
     if ((t->end - t->begin) / es != numel)
-        return tpd_ckpt_fail(TPD_ERR_FORMAT,
-                             "safetensors %s: tensor '%s' holds %llu values, %zu "
-                             "expected",
-                             f->path, t->name, (unsigned long long)((t->end - t->begin) / es),
-                             numel);
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "safetensors %s: tensor '%s' holds %llu values, %zu "
+                        "expected",
+                        f->path, t->name, (unsigned long long)((t->end - t->begin) / es), numel);
     if (t->dtype == TPD_ST_F32)
         return tpd_ckpt_pread(f->fd, f->path, dst, numel * 4, f->data_start + t->begin);
     unsigned char *buf = malloc(ST_READ_CHUNK);
-    if (!buf) return tpd_ckpt_fail(TPD_ERR_NOMEM, "safetensors: out of memory");
+    if (!buf) return tpd_fail(TPD_ERR_NOMEM, "safetensors: out of memory");
     tpd_status st = TPD_OK;
     size_t per = ST_READ_CHUNK / es;
     for (size_t i = 0; i < numel && st == TPD_OK; i += per) {
@@ -378,7 +375,7 @@ static tpd_status write_shard(const char *path, const tpd_st_out *t, int a, int 
     tpd_ckpt_writer *w = NULL;
     tpd_status st = TPD_OK;
     char hex[65];
-    if (!json || !half) TPD_CKPT_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "safetensors: out of memory");
+    if (!json || !half) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "safetensors: out of memory");
     /* the header is padded with spaces so that the data starts 8-byte aligned */
     size_t hlen = strlen(json), padded = (hlen + 7) / 8 * 8;
     uint8_t len8[8];
@@ -416,12 +413,12 @@ out:
 tpd_status tpd_st_write(const char *dir, const tpd_st_out *t, int n, tpd_st_dtype dtype,
                         uint64_t max_shard_bytes, int *files_p) {
     if (dtype != TPD_ST_F32 && dtype != TPD_ST_BF16)
-        return tpd_ckpt_fail(TPD_ERR_INVALID, "safetensors %s: only F32 and BF16 are written", dir);
+        return tpd_fail(TPD_ERR_INVALID, "safetensors %s: only F32 and BF16 are written", dir);
     unsigned es = dtype == TPD_ST_BF16 ? 2 : 4;
     /* shard k holds tensors [first[k], first[k+1]); a tensor larger than the limit gets a
      * shard of its own, as in transformers */
     int *first = malloc((size_t)(n + 1) * sizeof *first);
-    if (!first) return tpd_ckpt_fail(TPD_ERR_NOMEM, "safetensors: out of memory");
+    if (!first) return tpd_fail(TPD_ERR_NOMEM, "safetensors: out of memory");
     int shards = 0;
     uint64_t fill = 0, total = 0;
     for (int i = 0; i < n; i++) {
@@ -456,7 +453,7 @@ tpd_status tpd_st_write(const char *dir, const tpd_st_out *t, int n, tpd_st_dtyp
         }
         char *text = cJSON_Print(index);
         cJSON_Delete(index);
-        if (st == TPD_OK && !text) st = tpd_ckpt_fail(TPD_ERR_NOMEM, "safetensors: out of memory");
+        if (st == TPD_OK && !text) st = tpd_fail(TPD_ERR_NOMEM, "safetensors: out of memory");
         tpd_ckpt_join(path, sizeof path, dir, "model.safetensors.index.json");
         if (st == TPD_OK) st = tpd_ckpt_write_file(path, text, strlen(text));
         free(text);

@@ -11,15 +11,20 @@ static const tpd_cli_opt *find(const tpd_cli_opt *opts, const char *name) {
     return NULL;
 }
 
-tpd_status tpd_cli_args_parse(const char *cmd, int argc, char **argv, const tpd_cli_opt *opts,
-                              tpd_cli_args *a) {
+/* An argument that would be taken for an option. */
+static int is_option(const char *s) {
+    return s[0] == '-' && s[1];
+}
+
+static tpd_status parse(const char *cmd, int argc, char **argv, const tpd_cli_opt *opts,
+                        int overrides, tpd_cli_args *a) {
     memset(a, 0, sizeof *a);
     size_t n = (size_t)(argc > 0 ? argc : 0) + 1;
     a->overrides = calloc(n, sizeof *a->overrides);
     a->opt_name = calloc(n, sizeof *a->opt_name);
     a->opt_value = calloc(n, sizeof *a->opt_value);
     if (!a->overrides || !a->opt_name || !a->opt_value) {
-        tpd_log_error("%s: out of memory", cmd);
+        tpd_fail_nomem("the command line", 3 * n * sizeof(char *));
         tpd_cli_args_free(a);
         return TPD_ERR_NOMEM;
     }
@@ -27,30 +32,30 @@ tpd_status tpd_cli_args_parse(const char *cmd, int argc, char **argv, const tpd_
         const char *s = argv[i];
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
             a->help = 1;
-        } else if (s[0] == '-' && s[1]) {
+        } else if (is_option(s)) {
             const tpd_cli_opt *o = find(opts, s);
             if (!o) {
                 tpd_log_error("%s: unknown option '%s' (%s --help lists them)", cmd, s, cmd);
                 goto fail;
             }
-            const char *v = NULL;
-            if (o->takes_value) {
-                if (i + 1 >= argc) {
-                    tpd_log_error("%s: %s needs a value", cmd, s);
-                    goto fail;
-                }
-                v = argv[++i];
+            if (o->takes_value &&
+                (i + 1 >= argc || (o->takes_value == TPD_CLI_VALUES && is_option(argv[i + 1])))) {
+                tpd_log_error("%s: %s needs a value", cmd, s);
+                goto fail;
             }
-            a->opt_name[a->n_opts] = o->name;
-            a->opt_value[a->n_opts++] = v;
-        } else if (strchr(s, '=')) {
+            do {
+                a->opt_name[a->n_opts] = o->name;
+                a->opt_value[a->n_opts++] = o->takes_value ? argv[++i] : NULL;
+            } while (o->takes_value == TPD_CLI_VALUES && i + 1 < argc && !is_option(argv[i + 1]));
+        } else if (overrides && strchr(s, '=')) {
             a->overrides[a->n_overrides++] = s;
         } else if (!a->config) {
             a->config = s;
         } else {
-            tpd_log_error("%s: unexpected argument '%s' (one config file, then "
-                          "section.key=value overrides and options)",
-                          cmd, s);
+            tpd_log_error("%s: unexpected argument '%s' (%s)", cmd, s,
+                          overrides ? "one config file, then section.key=value overrides and "
+                                      "options"
+                                    : "one path, then options");
             goto fail;
         }
     }
@@ -58,6 +63,21 @@ tpd_status tpd_cli_args_parse(const char *cmd, int argc, char **argv, const tpd_
 fail:
     tpd_cli_args_free(a);
     return TPD_ERR_INVALID;
+}
+
+tpd_status tpd_cli_args_parse(const char *cmd, int argc, char **argv, const tpd_cli_opt *opts,
+                              tpd_cli_args *a) {
+    return parse(cmd, argc, argv, opts, 1, a);
+}
+
+tpd_status tpd_cli_args_parse_path(const char *cmd, int argc, char **argv, const tpd_cli_opt *opts,
+                                   tpd_cli_args *a) {
+    return parse(cmd, argc, argv, opts, 0, a);
+}
+
+tpd_status tpd_cli_args_load_config(const char *cmd, const tpd_cli_args *a, tpd_config *cfg_p) {
+    if (!a->config) return tpd_fail(TPD_ERR_INVALID, "%s: missing CONFIG.yaml", cmd);
+    return tpd_config_load(a->config, a->n_overrides, a->overrides, cfg_p);
 }
 
 void tpd_cli_args_free(tpd_cli_args *a) {

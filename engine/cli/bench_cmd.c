@@ -48,18 +48,15 @@ int tpd_cli_calibrate(int argc, char **argv) {
         rc = TPD_EXIT_CONFIG;
     }
     /* Without a config, the demo model's shapes. */
-    char demo[TPD_CONFIG_STR], err[1024];
+    char demo[TPD_CONFIG_STR];
     const char *config = a.config;
     if (!config) {
         snprintf(demo, sizeof demo, "%s/configs/demo.yaml", tpd_source_dir());
         config = demo;
     }
     tpd_config cfg;
-    if (rc == TPD_EXIT_OK &&
-        tpd_config_load(config, a.n_overrides, a.overrides, &cfg, err, sizeof err) != TPD_OK) {
-        tpd_log_error("%s", err);
+    if (rc == TPD_EXIT_OK && tpd_config_load(config, a.n_overrides, a.overrides, &cfg) != TPD_OK)
         rc = TPD_EXIT_CONFIG;
-    }
     tpd_cli_args_free(&a);
     if (rc != TPD_EXIT_OK) return rc;
     if (!o.name[0]) {
@@ -97,5 +94,5 @@ int tpd_cli_calibrate(int argc, char **argv) {
     if (tpd_comm_broadcast(world, &code, 1, TPD_DTYPE_I32, 0, NULL) != TPD_OK) code = TPD_ERR_COMM;
     free(notes);
     tpd_comm_mpi_finish(world);
-    return tpd_cli_code((tpd_status)code);
+    return tpd_status_exit_code((tpd_status)code);
 }

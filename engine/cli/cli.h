@@ -1,6 +1,12 @@
-/* The subcommands of `tripod`. Each parses its own arguments, runs, prints its own usage
- * and errors, and returns a process exit code (TPD_EXIT_*); main() only dispatches.
- * argv[0] is the subcommand's name. */
+/* The subcommands of `tripod`. Each parses its own arguments with engine/cli/args.h, runs,
+ * prints its own usage, and returns a process exit code (TPD_EXIT_*); main() only
+ * dispatches. argv[0] is the subcommand's name.
+ *
+ * Errors take one path: the function that finds one logs it once (tpd_log_error or
+ * tpd_fail, base/status.h; a library call below has already logged its own), and the
+ * subcommand leaves with the exit code of the final status (tpd_status_exit_code, the one
+ * map) or TPD_EXIT_CONFIG for a bad command line. Nothing here prints "tripod: error:"
+ * itself. */
 #ifndef TPD_ENGINE_CLI_CLI_H
 #define TPD_ENGINE_CLI_CLI_H
 
@@ -30,14 +36,12 @@ int tpd_cli_calibrate(int argc, char **argv);
 int tpd_cli_verify(int argc, char **argv);
 /* tripod data prepare|info ... */
 int tpd_cli_data(int argc, char **argv);
-/* tripod export|import|generate|inspect ... (single process) */
+/* tripod export|import|inspect ... (single process) */
 int tpd_cli_ckpt(int argc, char **argv);
+/* tripod generate CHECKPOINT [--prompt TEXT] ... (single process) */
+int tpd_cli_generate(int argc, char **argv);
 /* tripod report METRICS.jsonl|RUN_DIR [--out DIR] */
 int tpd_cli_report(int argc, char **argv);
-
-/* The exit code of a library status: 2 for a configuration error, 3 for a failed
- * collective, 5 for a diverged run, 1 otherwise. */
-int tpd_cli_code(tpd_status st);
 
 #ifdef __cplusplus
 }

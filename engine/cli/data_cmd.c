@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/cli/args.h"
 #include "engine/cli/cli.h"
 #include "engine/cli/tokenizer_opts.h"
 #include "engine/data/data.h"
@@ -28,7 +29,7 @@ static int output_exists(const char *prefix) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s.%s", prefix, k ? "bin" : "idx");
         if (access(path, F_OK) == 0) {
-            tpd_data_log_error("data prepare: %s exists; --force replaces the data set", path);
+            tpd_log_error("data prepare: %s exists; --force replaces the data set", path);
             return 1;
         }
     }
@@ -102,10 +103,21 @@ static int parse_records(const char *s, tpd_records *r_p) {
     return 1;
 }
 
+static const tpd_cli_opt k_prepare_opts[] = {
+    {"--input", TPD_CLI_VALUES}, {"--output", 1}, {"--json-key", 1}, {"--records", 1},
+    {"--append-eod", 0},         {"--force", 0},  TPD_CLI_TOK_OPTS,  {NULL, 0}};
+
 /* argv[0] is "prepare". */
 static int cli_prepare(int argc, char **argv) {
+    const char *cmd = "data prepare";
+    tpd_cli_args a;
+    if (tpd_cli_args_parse_path(cmd, argc - 1, argv + 1, k_prepare_opts, &a) != TPD_OK) {
+        usage_prepare(stderr);
+        return TPD_EXIT_CONFIG;
+    }
     int rc = TPD_EXIT_CONFIG;
-    const char **inputs = calloc((size_t)argc, sizeof *inputs);
+    /* every --input value is an entry of the parsed options: at most n_opts of them */
+    const char **inputs = calloc((size_t)a.n_opts + 1, sizeof *inputs);
     int n_inputs = 0;
     const char *output = NULL;
     tpd_records records = TPD_RECORDS_FILE;
@@ -114,74 +126,56 @@ static int cli_prepare(int argc, char **argv) {
     int append_eod = 0, force = 0;
     tpd_bpe *bpe = NULL;
     if (!inputs) {
-        tpd_data_log_error("out of memory");
-        return TPD_EXIT_FAILURE;
+        tpd_fail_nomem("the input list", ((size_t)a.n_opts + 1) * sizeof *inputs);
+        rc = TPD_EXIT_FAILURE;
+        goto free_inputs;
     }
-    for (int i = 1, took; i < argc; i++) {
-        const char *a = argv[i];
-        if (is_help(a)) {
-            usage_prepare(stdout);
-            rc = TPD_EXIT_OK;
-            goto free_inputs;
-        } else if (!strcmp(a, "--input")) {
-            /* Every following argument up to the next option is an input file. */
-            int before = n_inputs;
-            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
-                inputs[n_inputs++] = argv[++i];
-            if (n_inputs == before) {
-                tpd_data_log_error("data prepare: --input needs at least one file");
-                goto usage;
-            }
-        } else if (!strcmp(a, "--output")) {
-            if (i + 1 >= argc) {
-                tpd_data_log_error("data prepare: --output needs a prefix");
-                goto usage;
-            }
-            output = argv[++i];
-        } else if (!strcmp(a, "--json-key")) {
-            if (i + 1 >= argc) {
-                tpd_data_log_error("data prepare: --json-key needs a field name");
-                goto usage;
-            }
-            json_key = argv[++i];
-        } else if (!strcmp(a, "--append-eod")) {
+    if (a.help) {
+        usage_prepare(stdout);
+        rc = TPD_EXIT_OK;
+        goto free_inputs;
+    }
+    if (a.config) {
+        tpd_log_error("%s: unknown argument '%s'", cmd, a.config);
+        goto usage;
+    }
+    for (int i = 0; i < a.n_opts; i++) {
+        const char *n = a.opt_name[i], *v = a.opt_value[i];
+        if (!strcmp(n, "--input")) {
+            inputs[n_inputs++] = v;
+        } else if (!strcmp(n, "--output")) {
+            output = v;
+        } else if (!strcmp(n, "--json-key")) {
+            json_key = v;
+        } else if (!strcmp(n, "--append-eod")) {
             append_eod = 1;
-        } else if ((took = tpd_cli_tok_arg(&tok, "data prepare", argc, argv, &i)) != 0) {
-            if (took < 0) goto usage;
-        } else if (!strcmp(a, "--records")) {
-            if (i + 1 >= argc || !parse_records(argv[i + 1], &records)) {
-                tpd_data_log_error("data prepare: --records takes file, blank, percent or "
-                                   "jsonl (got %s)",
-                                   i + 1 < argc ? argv[i + 1] : "nothing");
+        } else if (!strcmp(n, "--force")) {
+            force = 1;
+        } else if (!strcmp(n, "--records")) {
+            if (!parse_records(v, &records)) {
+                tpd_log_error("%s: --records takes file, blank, percent or jsonl (got %s)", cmd, v);
                 goto usage;
             }
-            i++;
-        } else if (!strcmp(a, "--force")) {
-            force = 1;
         } else {
-            tpd_data_log_error("data prepare: unknown argument '%s'", a);
-            goto usage;
+            tpd_cli_tok_opt(&tok, n, v);
         }
     }
     if (n_inputs == 0 || !output) {
-        tpd_data_log_error("data prepare: --input and --output are required");
+        tpd_log_error("%s: --input and --output are required", cmd);
         goto usage;
     }
-    tpd_status st = tpd_cli_tok_load(&tok, "data prepare", &bpe);
+    tpd_status st = tpd_cli_tok_load(&tok, cmd, &bpe);
     if (st == TPD_ERR_INVALID) goto usage;
-    if (st != TPD_OK) {
-        rc = TPD_EXIT_CONFIG;
-        goto free_inputs;
-    }
+    if (st != TPD_OK) goto free_inputs;
     /* bytes and GPT-2's files always end documents with EOD; tokenizer.json as asked */
     int hf = !strcmp(tpd_cli_tok_name(&tok), "tokenizer.json");
     if (!hf) append_eod = 1;
     int32_t eod = bpe ? tpd_bpe_eod(bpe) : TPD_BYTE_EOD;
     if (hf && append_eod && eod < 0) {
-        tpd_data_log_error("data prepare: --append-eod: %s has no end-of-document token (an "
-                           "eos_token in a tokenizer_config.json beside it, or one of "
-                           "<|end_of_text|>, <|endoftext|>, </s>, <eos>)",
-                           tok.model);
+        tpd_log_error("%s: --append-eod: %s has no end-of-document token (an eos_token in a "
+                      "tokenizer_config.json beside it, or one of <|end_of_text|>, "
+                      "<|endoftext|>, </s>, <eos>)",
+                      cmd, tok.model);
         goto free_inputs;
     }
     if (!force && output_exists(output)) goto free_inputs;
@@ -210,43 +204,40 @@ usage:
 free_inputs:
     tpd_bpe_destroy(bpe);
     free(inputs);
+    tpd_cli_args_free(&a);
     return rc;
 }
 
+static const tpd_cli_opt k_info_opts[] = {{"--vocab-size", 1}, {NULL, 0}};
+
 /* argv[0] is "info". */
 static int cli_info(int argc, char **argv) {
-    const char *path = NULL;
+    const char *cmd = "data info";
+    tpd_cli_args a;
     int vocab = INT_MAX; /* without --vocab-size only the dtype's own range is checked */
-    for (int i = 1; i < argc; i++) {
-        if (is_help(argv[i])) {
-            usage_info(stdout);
-            return TPD_EXIT_OK;
-        } else if (!strcmp(argv[i], "--vocab-size")) {
-            char *end = NULL;
-            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || *end || v <= 0 || v > INT_MAX) {
-                tpd_data_log_error("data info: --vocab-size takes a positive integer (got %s)",
-                                   i + 1 < argc ? argv[i + 1] : "nothing");
-                usage_info(stderr);
-                return TPD_EXIT_CONFIG;
-            }
-            vocab = (int)v;
-            i++;
-        } else if (!path && strncmp(argv[i], "--", 2) != 0) {
-            path = argv[i];
-        } else {
-            tpd_data_log_error("data info: unexpected argument '%s'", argv[i]);
-            usage_info(stderr);
-            return TPD_EXIT_CONFIG;
-        }
-    }
-    if (!path) {
-        tpd_data_log_error("data info: PATH is required");
+    int rc = TPD_EXIT_CONFIG;
+    if (tpd_cli_args_parse_path(cmd, argc - 1, argv + 1, k_info_opts, &a) != TPD_OK) {
         usage_info(stderr);
-        return TPD_EXIT_CONFIG;
+        return rc;
     }
+    if (a.help) {
+        usage_info(stdout);
+        rc = TPD_EXIT_OK;
+        goto free_args;
+    }
+    for (int i = 0; i < a.n_opts; i++)
+        if (tpd_cli_int(cmd, a.opt_name[i], a.opt_value[i], 1, INT_MAX, &vocab) != TPD_OK)
+            goto usage;
+    if (!a.config) {
+        tpd_log_error("%s: PATH is required", cmd);
+        goto usage;
+    }
+    const char *path = a.config;
     tpd_dataset *ds = NULL;
-    if (tpd_dataset_open(path, vocab, &ds) != TPD_OK) return TPD_EXIT_FAILURE;
+    if (tpd_dataset_open(path, vocab, &ds) != TPD_OK) {
+        rc = TPD_EXIT_FAILURE;
+        goto free_args;
+    }
     printf("path:        %s\n", path);
     printf("format:      %s\n", strcmp(tpd_dataset_format(ds), "megatron") == 0
                                     ? "megatron indexed (PREFIX.idx + PREFIX.bin)"
@@ -256,7 +247,13 @@ static int cli_info(int argc, char **argv) {
     printf("documents:   %llu\n", (unsigned long long)tpd_dataset_num_documents(ds));
     printf("max token:   %d\n", (int)tpd_dataset_max_token(ds));
     tpd_dataset_close(ds);
-    return TPD_EXIT_OK;
+    rc = TPD_EXIT_OK;
+    goto free_args;
+usage:
+    usage_info(stderr);
+free_args:
+    tpd_cli_args_free(&a);
+    return rc;
 }
 
 int tpd_cli_data(int argc, char **argv) {
@@ -271,7 +268,7 @@ int tpd_cli_data(int argc, char **argv) {
     }
     if (!strcmp(cmd, "prepare")) return cli_prepare(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
-    tpd_data_log_error("data: unknown command '%s' (expected prepare or info)", cmd);
+    tpd_log_error("data: unknown command '%s' (expected prepare or info)", cmd);
     usage_data(stderr);
     return TPD_EXIT_CONFIG;
 }

@@ -109,10 +109,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "data")) return tpd_cli_data(sub_argc, sub_argv);
     if (!strcmp(cmd, "plan")) return tpd_cli_plan(sub_argc, sub_argv);
     if (!strcmp(cmd, "report")) return tpd_cli_report(sub_argc, sub_argv);
-    if (!strcmp(cmd, "export") || !strcmp(cmd, "import") || !strcmp(cmd, "generate") ||
-        !strcmp(cmd, "inspect"))
+    if (!strcmp(cmd, "generate")) return tpd_cli_generate(sub_argc, sub_argv);
+    if (!strcmp(cmd, "export") || !strcmp(cmd, "import") || !strcmp(cmd, "inspect"))
         return tpd_cli_ckpt(sub_argc, sub_argv);
-    fprintf(stderr, "tripod: error: unknown command '%s'\n", cmd);
+    tpd_log_error("unknown command '%s'", cmd);
     usage(stderr);
     return TPD_EXIT_CONFIG;
 }

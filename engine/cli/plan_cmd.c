@@ -154,10 +154,7 @@ static int run_ranks(const tpd_plan_layout *lay) {
 static int run_one(const tpd_config *cfg, const tpd_plan_cluster *cl, const tpd_plan_options *opt,
                    const tpd_plan_layout *lay, const plan_args *a) {
     tpd_plan_result *r = malloc(sizeof *r);
-    if (!r) {
-        tpd_log_error("plan: out of memory");
-        return TPD_EXIT_FAILURE;
-    }
+    if (!r) return tpd_status_exit_code(tpd_fail_nomem("the plan", sizeof *r));
     int rc = TPD_EXIT_OK;
     if (tpd_plan_evaluate(cfg, cl, lay, opt, r) != TPD_OK) {
         rc = TPD_EXIT_FAILURE;
@@ -249,24 +246,24 @@ static int run_search(const tpd_config *cfg, const tpd_plan_cluster *cl,
  * parallel.tp_comm_overlap at TP 1. When the file (with
  * the user's overrides, or alone when those no longer validate without the layout) says
  * another TP/PP/DP, note gets one line saying which was used; "" otherwise. */
-static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *err, size_t errlen,
-                              char *note, size_t notelen) {
+static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *note, size_t notelen) {
     const tpd_cli_args *cl = &a->cl;
     note[0] = '\0';
-    if (!a->have_layout)
-        return tpd_config_load(cl->config, cl->n_overrides, cl->overrides, cfg, err, errlen);
+    if (!a->have_layout) return tpd_config_load(cl->config, cl->n_overrides, cl->overrides, cfg);
     enum { MAX_EXTRA = 7 };
     tpd_config *was = malloc(sizeof *was);
     const char **ov = malloc((size_t)(cl->n_overrides + MAX_EXTRA) * sizeof *ov);
     if (!was || !ov) {
         free(was);
         free(ov);
-        snprintf(err, errlen, "plan: out of memory");
-        return TPD_ERR_NOMEM;
+        return tpd_fail_nomem("plan's configs",
+                              sizeof *was + (size_t)(cl->n_overrides + MAX_EXTRA) * sizeof *ov);
     }
-    int with_overrides =
-        tpd_config_load(cl->config, cl->n_overrides, cl->overrides, was, NULL, 0) == TPD_OK;
-    int known = with_overrides || tpd_config_load(cl->config, 0, NULL, was, NULL, 0) == TPD_OK;
+    /* what the file says, where it still loads: only for the note */
+    tpd_log_quiet_begin();
+    int with_overrides = tpd_config_load(cl->config, cl->n_overrides, cl->overrides, was) == TPD_OK;
+    int known = with_overrides || tpd_config_load(cl->config, 0, NULL, was) == TPD_OK;
+    tpd_log_quiet_end();
     char extra[MAX_EXTRA][80], dropped[192] = "";
     int n = 0;
     snprintf(extra[n++], sizeof extra[0], "parallel.tensor_model_parallel_size=%d", a->tp);
@@ -312,13 +309,12 @@ static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *err, si
         ov[i] = cl->overrides[i];
     for (int i = 0; i < n; i++)
         ov[cl->n_overrides + i] = extra[i];
-    tpd_status st = tpd_config_load(cl->config, cl->n_overrides + n, ov, cfg, err, errlen);
-    if (st != TPD_OK) { /* say where the sizes came from: the message names only the keys */
-        char *why = strdup(err);
-        if (why)
-            snprintf(err, errlen, "plan: with --layout %d,%d,%d: %s", a->tp, a->pp, a->dp, why);
-        free(why);
-    }
+    /* on failure say where the sizes came from: the loader's message names only the keys */
+    tpd_log_quiet_begin();
+    tpd_status st = tpd_config_load(cl->config, cl->n_overrides + n, ov, cfg);
+    tpd_log_quiet_end();
+    if (st != TPD_OK)
+        tpd_log_error("plan: with --layout %d,%d,%d: %s", a->tp, a->pp, a->dp, tpd_last_error());
     free(ov);
     free(was);
     return st;
@@ -336,13 +332,12 @@ int tpd_cli_plan(int argc, char **argv) {
     tpd_plan_cluster *cl = malloc(sizeof *cl);
     int rc = TPD_EXIT_OK;
     if (!cfg || !cl) {
-        tpd_log_error("plan: out of memory");
-        rc = TPD_EXIT_FAILURE;
+        rc = tpd_status_exit_code(
+            tpd_fail_nomem("the config and the cluster", sizeof *cfg + sizeof *cl));
         goto free_all;
     }
-    char err[1024], note[256];
-    if (load_config(&a, cfg, err, sizeof err, note, sizeof note) != TPD_OK) {
-        tpd_log_error("%s", err);
+    char note[256];
+    if (load_config(&a, cfg, note, sizeof note) != TPD_OK) {
         rc = TPD_EXIT_CONFIG;
         goto free_all;
     }

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/cli/args.h"
 #include "engine/cli/cli.h"
 #include "engine/train/report.h"
 
@@ -13,30 +14,24 @@ static void usage(FILE *f) {
                "  folder + /report.\n");
 }
 
+static const tpd_cli_opt k_opts[] = {{"--out", 1}, {NULL, 0}};
+
 int tpd_cli_report(int argc, char **argv) {
-    const char *run = NULL, *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return TPD_EXIT_OK;
-        }
-        if (!strcmp(argv[i], "--out") && i + 1 < argc) {
-            out = argv[++i];
-        } else if (argv[i][0] != '-' && !run) {
-            run = argv[i];
-        } else {
-            fprintf(stderr, "tripod: error: report: unexpected argument '%s'\n", argv[i]);
-            usage(stderr);
-            return TPD_EXIT_CONFIG;
-        }
-    }
-    if (!run) {
+    tpd_cli_args a;
+    if (tpd_cli_args_parse_path("report", argc - 1, argv + 1, k_opts, &a) != TPD_OK) {
         usage(stderr);
         return TPD_EXIT_CONFIG;
     }
+    const char *run = a.config, *out = a.n_opts ? a.opt_value[a.n_opts - 1] : NULL;
+    int help = a.help;
+    tpd_cli_args_free(&a); /* run and out point into argv */
+    if (help || !run) {
+        usage(help ? stdout : stderr);
+        return help ? TPD_EXIT_OK : TPD_EXIT_CONFIG;
+    }
     tpd_report_run r;
     tpd_status st = tpd_report_load(run, &r);
-    if (st != TPD_OK) return tpd_cli_code(st);
+    if (st != TPD_OK) return tpd_status_exit_code(st);
     char dir[4200];
     if (out) {
         snprintf(dir, sizeof dir, "%s", out);
@@ -61,5 +56,5 @@ int tpd_cli_report(int argc, char **argv) {
                    dir, dir);
     }
     tpd_report_free(&r);
-    return tpd_cli_code(st);
+    return tpd_status_exit_code(st);
 }

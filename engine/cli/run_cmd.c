@@ -1,5 +1,5 @@
-/* `tripod train`, `tripod bench` (measured steps), `tripod eval` and `tripod config show`:
- * the commands that load a run configuration. */
+/* `tripod train`, `tripod bench` (measured steps) and `tripod eval`: the commands that run
+ * the trainer on a run configuration. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,58 +41,6 @@ static const tpd_cli_opt k_train_opts[] = {{NULL, 0}};
 static const tpd_cli_opt k_bench_opts[] = {
     {"--steps", 1}, {"--warmup", 1}, {"--peak-tflops", 1}, {"--cluster", 1}, {NULL, 0}};
 static const tpd_cli_opt k_eval_opts[] = {{"--split", 1}, {"--iters", 1}, {NULL, 0}};
-
-int tpd_cli_code(tpd_status st) {
-    switch (st) {
-    case TPD_OK:
-        return TPD_EXIT_OK;
-    case TPD_ERR_INVALID:
-        return TPD_EXIT_CONFIG;
-    case TPD_ERR_COMM:
-        return TPD_EXIT_COMM;
-    case TPD_ERR_DIVERGED:
-        return TPD_EXIT_DIVERGED;
-    default:
-        return TPD_EXIT_FAILURE;
-    }
-}
-
-static int load_config(const tpd_cli_args *a, tpd_config *cfg) {
-    char err[1024];
-    if (!a->config) {
-        tpd_log_error("missing CONFIG.yaml");
-        return TPD_EXIT_CONFIG;
-    }
-    if (tpd_config_load(a->config, a->n_overrides, a->overrides, cfg, err, sizeof err) != TPD_OK) {
-        tpd_log_error("%s", err);
-        return TPD_EXIT_CONFIG;
-    }
-    return TPD_EXIT_OK;
-}
-
-int tpd_cli_config(int argc, char **argv) {
-    static const tpd_cli_opt none[] = {{NULL, 0}};
-    if (argc < 2 || strcmp(argv[1], "show") != 0) {
-        fprintf(stderr, "usage: tripod config show CONFIG.yaml [key=value ...]\n");
-        return argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
-                   ? TPD_EXIT_OK
-                   : TPD_EXIT_CONFIG;
-    }
-    tpd_cli_args a;
-    if (tpd_cli_args_parse("config show", argc - 2, argv + 2, none, &a) != TPD_OK)
-        return TPD_EXIT_CONFIG;
-    if (a.help) {
-        printf("usage: tripod config show CONFIG.yaml [key=value ...]\n"
-               "  Prints the resolved configuration: every key, its value and a comment.\n");
-        tpd_cli_args_free(&a);
-        return TPD_EXIT_OK;
-    }
-    tpd_config cfg;
-    int rc = load_config(&a, &cfg);
-    if (rc == TPD_EXIT_OK) tpd_config_print(&cfg, stdout);
-    tpd_cli_args_free(&a);
-    return rc;
-}
 
 /* The options of bench and eval. */
 typedef struct run_opts {
@@ -225,12 +173,11 @@ int tpd_cli_run(int argc, char **argv, tpd_cli_run_mode mode) {
      * message is out before any rank leaves. */
     tpd_config cfg;
     tpd_plan_cluster cluster;
-    if (rc == TPD_EXIT_OK) rc = load_config(&a, &cfg);
+    if (rc == TPD_EXIT_OK && tpd_cli_args_load_config(cmd, &a, &cfg) != TPD_OK)
+        rc = TPD_EXIT_CONFIG;
     if (rc == TPD_EXIT_OK) {
-        char err[1024];
-        if (tpd_config_check_world(&cfg, tpd_comm_size(world), err, sizeof err) != TPD_OK ||
-            tpd_config_check_trainable(&cfg, err, sizeof err) != TPD_OK) {
-            tpd_log_error("%s", err);
+        if (tpd_config_check_world(&cfg, tpd_comm_size(world)) != TPD_OK ||
+            tpd_config_check_trainable(&cfg) != TPD_OK) {
             rc = TPD_EXIT_CONFIG;
         } else if (mode == TPD_CLI_BENCH &&
                    tpd_plan_cluster_load(o.cluster                               ? o.cluster
@@ -282,7 +229,7 @@ int tpd_cli_run(int argc, char **argv, tpd_cli_run_mode mode) {
         else
             st = tpd_trainer_run(tr);
     }
-    rc = tpd_cli_code(st);
+    rc = tpd_status_exit_code(st);
     /* The other ranks may be inside a collective: take the whole job down, unless every
      * rank stopped on the same verdict (each prints its own message and leaves). */
     if (st != TPD_OK && tpd_comm_size(world) > 1 && !(tr && tpd_trainer_failed_together(tr)))

@@ -212,5 +212,5 @@ int tpd_cli_sweep(int argc, char **argv) {
     int32_t code = (int32_t)st;
     if (tpd_comm_broadcast(world, &code, 1, TPD_DTYPE_I32, 0, NULL) != TPD_OK) code = TPD_ERR_COMM;
     tpd_comm_mpi_finish(world);
-    return tpd_cli_code((tpd_status)code);
+    return tpd_status_exit_code((tpd_status)code);
 }

@@ -1,6 +1,6 @@
-/* The tokenizer options of the commands that take text (`tripod data prepare`), by
- * Megatron's names: --tokenizer-type GPT2BPETokenizer with --vocab-file vocab.json
- * --merge-file merges.txt, or --tokenizer-type HuggingFaceTokenizer with
+/* The tokenizer options of the commands that take text (`tripod data prepare`, `tripod
+ * generate`), by Megatron's names: --tokenizer-type GPT2BPETokenizer with --vocab-file
+ * vocab.json --merge-file merges.txt, or --tokenizer-type HuggingFaceTokenizer with
  * --tokenizer-model (a tokenizer.json, or the model folder holding it). Without any of
  * them text is bytes. */
 #ifndef TPD_ENGINE_CLI_TOKENIZER_OPTS_H
@@ -29,9 +29,14 @@ typedef struct tpd_cli_tok {
     "                    Qwen2, GPT-2...), or the model folder holding it; SentencePiece\n"        \
     "                    (tokenizer.model) is not supported\n"
 
-/* 1 when argv[*i] is one of these options (its value taken: *i moves past it), 0 when it
- * is not one, -1 (error printed) when its value is missing. */
-int tpd_cli_tok_arg(tpd_cli_tok *t, const char *cmd, int argc, char **argv, int *i);
+/* Their entries of a command's option table (engine/cli/args.h). */
+#define TPD_CLI_TOK_OPTS                                                                           \
+    {"--tokenizer-type", 1}, {"--tokenizer-model", 1}, {"--vocab-file", 1}, {                      \
+        "--merge-file", 1                                                                          \
+    }
+
+/* 1 when the parsed option `name` is one of them (its value kept in t), else 0. */
+int tpd_cli_tok_opt(tpd_cli_tok *t, const char *name, const char *value);
 
 /* The tokenizer the options name into *bpe_p (NULL: bytes). Options that do not go
  * together, or a type other than those two, print an error and return TPD_ERR_INVALID;

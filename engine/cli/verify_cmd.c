@@ -77,16 +77,9 @@ int tpd_cli_verify(int argc, char **argv) {
     int me = tpd_comm_rank(world);
     tpd_log_set_rank(me, 0);
     tpd_config cfg;
-    char err[1024];
-    if (rc == TPD_EXIT_OK && !a.config) {
-        tpd_log_error("%s: missing CONFIG.yaml", cmd);
+    /* every rank loads and reports the same error before the first collective */
+    if (rc == TPD_EXIT_OK && tpd_cli_args_load_config(cmd, &a, &cfg) != TPD_OK)
         rc = TPD_EXIT_CONFIG;
-    }
-    if (rc == TPD_EXIT_OK &&
-        tpd_config_load(a.config, a.n_overrides, a.overrides, &cfg, err, sizeof err) != TPD_OK) {
-        if (me == 0) tpd_log_error("%s", err);
-        rc = TPD_EXIT_CONFIG;
-    }
     if (rc == TPD_EXIT_OK && out && me == 0) {
         int e = 0;
         if (tpd_file_mkdirs(out, &e) != TPD_OK) {
@@ -131,7 +124,7 @@ int tpd_cli_verify(int argc, char **argv) {
     /* every rank leaves with rank 0's verdict */
     if (st == TPD_OK && tpd_comm_broadcast(world, verdict, 2, TPD_DTYPE_I32, 0, NULL) != TPD_OK)
         st = TPD_ERR_COMM;
-    rc = st != TPD_OK  ? tpd_cli_code(st)
+    rc = st != TPD_OK  ? tpd_status_exit_code(st)
          : !verdict[1] ? TPD_EXIT_FAILURE
          : verdict[0]  ? TPD_EXIT_OK
                        : TPD_EXIT_FAILURE;

@@ -33,8 +33,6 @@ typedef struct cfg_loader {
     const char *path; /* NULL: defaults only */
     tpd_config *cfg;
     cfg_loc set[TPD_CFG_MAX_KEYS]; /* where each key's current value came from */
-    char *err;
-    size_t errlen;
 } cfg_loader;
 
 /* Longest scalar we quote back in a message; the rest is cut so the line stays a line. */
@@ -47,32 +45,25 @@ typedef struct cfg_loader {
 
 /* ---- messages ---- */
 
-/* Writes "WHERE: KEY: message" to the loader's err. WHERE is file:line:col, <override>,
- * or the file alone for a value that nobody stated. */
+/* Logs "WHERE: KEY: message" once (tpd_fail). WHERE is file:line:col, <override>, or the
+ * file alone for a value that nobody stated. */
 static tpd_status cfg_fail(const cfg_loader *ld, const cfg_loc *at, const char *key,
                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 static tpd_status cfg_fail(const cfg_loader *ld, const cfg_loc *at, const char *key,
                            const char *fmt, ...) {
-    if (!ld->err || ld->errlen == 0) return TPD_ERR_INVALID;
-    int n;
+    char where[TPD_CONFIG_STR + 32], what[2048];
     if (at && at->origin == CFG_FILE)
-        n = snprintf(ld->err, ld->errlen, "%s:%d:%d: ", ld->path, at->line, at->col);
+        snprintf(where, sizeof where, "%s:%d:%d", ld->path, at->line, at->col);
     else if (at && at->origin == CFG_OVERRIDE)
-        n = snprintf(ld->err, ld->errlen, "<override>: ");
+        snprintf(where, sizeof where, "<override>");
     else
-        n = snprintf(ld->err, ld->errlen, "%s: ", ld->path ? ld->path : "<defaults>");
-    if (n < 0 || (size_t)n >= ld->errlen) return TPD_ERR_INVALID;
-    if (key) {
-        int k = snprintf(ld->err + n, ld->errlen - (size_t)n, "%s: ", key);
-        if (k < 0 || (size_t)(n + k) >= ld->errlen) return TPD_ERR_INVALID;
-        n += k;
-    }
+        snprintf(where, sizeof where, "%s", ld->path ? ld->path : "<defaults>");
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ld->err + n, ld->errlen - (size_t)n, fmt, ap);
+    vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return TPD_ERR_INVALID;
+    return tpd_fail(TPD_ERR_INVALID, "%s: %s%s%s", where, key ? key : "", key ? ": " : "", what);
 }
 
 /* ---- lookup ---- */
@@ -148,7 +139,7 @@ static tpd_status cfg_set_list_text(cfg_loader *ld, int row, const char *text, i
     tpd_cfg_rule(k, rule, sizeof rule);
     int v[TPD_CONFIG_MAX_STAGES], n = 0;
     char *buf = strdup(text);
-    if (!buf) return TPD_ERR_NOMEM;
+    if (!buf) return tpd_fail_nomem(k->name, strlen(text) + 1);
     tpd_status st = TPD_OK;
     char *s = buf;
     cfg_trim(&s);
@@ -384,16 +375,12 @@ static tpd_status cfg_apply_root(cfg_loader *ld, yaml_document_t *doc, yaml_node
 }
 
 static tpd_status cfg_fail_syntax(const cfg_loader *ld, const yaml_parser_t *parser) {
-    if (parser->error == YAML_MEMORY_ERROR) {
-        snprintf(ld->err, ld->errlen, "%s: out of memory while reading YAML", ld->path);
-        return TPD_ERR_NOMEM;
-    }
+    if (parser->error == YAML_MEMORY_ERROR)
+        return tpd_fail(TPD_ERR_NOMEM, "%s: out of memory while reading YAML", ld->path);
     const char *problem = parser->problem ? parser->problem : "unreadable YAML";
-    if (parser->error == YAML_READER_ERROR) {
-        snprintf(ld->err, ld->errlen, "%s: YAML read error: %s at byte %zu", ld->path, problem,
-                 parser->problem_offset);
-        return TPD_ERR_INVALID;
-    }
+    if (parser->error == YAML_READER_ERROR)
+        return tpd_fail(TPD_ERR_INVALID, "%s: YAML read error: %s at byte %zu", ld->path, problem,
+                        parser->problem_offset);
     cfg_loc at = {CFG_FILE, (int)parser->problem_mark.line + 1,
                   (int)parser->problem_mark.column + 1};
     if (parser->context)
@@ -407,21 +394,13 @@ static tpd_status cfg_load_file(cfg_loader *ld) {
     tpd_status st = TPD_OK;
     char why[160];
     tpd_status ok = tpd_file_check_text(ld->path, CFG_MAX_FILE_BYTES, why, sizeof why);
-    if (ok != TPD_OK) {
-        snprintf(ld->err, ld->errlen, "%s: %s", ld->path, why);
-        return ok;
-    }
+    if (ok != TPD_OK) return tpd_fail(ok, "%s: %s", ld->path, why);
     FILE *f = fopen(ld->path, "rb");
-    if (!f) {
-        snprintf(ld->err, ld->errlen, "%s: cannot read: %s", ld->path, strerror(errno));
-        return TPD_ERR_IO;
-    }
+    if (!f) return tpd_fail(TPD_ERR_IO, "%s: cannot read: %s", ld->path, strerror(errno));
     yaml_parser_t parser;
-    if (!yaml_parser_initialize(&parser)) {
-        snprintf(ld->err, ld->errlen, "%s: out of memory while reading YAML", ld->path);
-        st = TPD_ERR_NOMEM;
-        goto close_file;
-    }
+    if (!yaml_parser_initialize(&parser))
+        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, close_file, "%s: out of memory while reading YAML",
+                      ld->path);
     yaml_parser_set_input_file(&parser, f);
     yaml_document_t doc;
     /* On failure libyaml has already deleted the document. */
@@ -461,7 +440,7 @@ static tpd_status cfg_apply_override(cfg_loader *ld, const char *ov) {
     if (!eq || eq == ov)
         return cfg_fail(ld, &at, NULL, "'" CFG_SHOW "' is not of the form section.key=value", ov);
     char *buf = strdup(ov);
-    if (!buf) return TPD_ERR_NOMEM;
+    if (!buf) return tpd_fail_nomem("an override", strlen(ov) + 1);
     tpd_status st = TPD_OK;
     char *key = buf, *value = buf + (eq - ov) + 1;
     value[-1] = '\0';
@@ -731,8 +710,7 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
 
 void tpd_config_defaults(tpd_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    char scratch[256];
-    cfg_loader ld = {.path = NULL, .cfg = cfg, .err = scratch, .errlen = sizeof scratch};
+    cfg_loader ld = {.path = NULL, .cfg = cfg};
     const cfg_loc at = {CFG_DEFAULT, 0, 0};
     /* The schema's defaults are valid by construction; the tests load them through this
      * same parser and would fail on a bad one. */
@@ -741,13 +719,10 @@ void tpd_config_defaults(tpd_config *cfg) {
 }
 
 tpd_status tpd_config_load(const char *path, int n_overrides, const char *const *overrides,
-                           tpd_config *cfg, char *err, size_t errlen) {
-    char no_err[1];
-    if (!err || errlen == 0) err = no_err, errlen = sizeof no_err;
-    err[0] = '\0';
+                           tpd_config *cfg) {
     tpd_config tmp;
     tpd_config_defaults(&tmp);
-    cfg_loader ld = {.path = path, .cfg = &tmp, .err = err, .errlen = errlen}; /* CFG_DEFAULT */
+    cfg_loader ld = {.path = path, .cfg = &tmp}; /* CFG_DEFAULT */
 
     if (path) TPD_CHECK(cfg_load_file(&ld));
     for (int i = 0; i < n_overrides; i++)

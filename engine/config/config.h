@@ -1,6 +1,8 @@
 /* Run configuration: YAML (libyaml) with Megatron/NeMo key names, Hydra-style
  * command-line overrides (section.key=value), defaults, and checks whose messages name
- * the file, line and column, the key, the bad value and the rule.
+ * the file, line and column, the key, the bad value and the rule. The loader and the
+ * checks log each such message once themselves (tpd_fail, base/status.h), identically on
+ * every rank and before any collective; callers only pass the status on.
  *
  * Sections: model, parallel, training, optimizer, data, logging, checkpoint, comm.
  * `tripod config show FILE [overrides]` prints the resolved config (tpd_config_print). */
@@ -191,23 +193,26 @@ void tpd_config_defaults(tpd_config *cfg);
  * seq_length <= max_position_embeddings; for the Llama block: heads by num_query_groups and
  * num_query_groups by TP under group_query_attention, an even head size under rope,
  * rotary_percent 1.0, ffn_hidden_size stated under swiglu, ...).
- * On failure returns TPD_ERR_INVALID (TPD_ERR_IO when the file can't be read) and writes
- * one line to err, e.g.
+ * On failure returns TPD_ERR_INVALID (TPD_ERR_IO when the file can't be read) and logs
+ * one line (tpd_fail; it is then the thread's tpd_last_error), e.g.
  *   "configs/x.yaml:3:16: model.num_attention_heads: 12 must be a multiple of
  *    parallel.tensor_model_parallel_size (8)"
- * Overrides are reported as "<override>" instead of file:line:col. Nothing is logged. */
+ * Overrides are reported as "<override>" instead of file:line:col. The load needs no
+ * communication and depends on its arguments alone, so every rank of a job logs the same
+ * line before any collective. A caller that only asks whether a config loads (a planner
+ * probe, a sweep's trial) loads inside tpd_log_quiet_begin/end and reads the line back. */
 tpd_status tpd_config_load(const char *path, int n_overrides, const char *const *overrides,
-                           tpd_config *cfg, char *err, size_t errlen);
+                           tpd_config *cfg);
 
 /* Checks against a world size (before any collective; deterministic, so every rank
  * reports the same line): world divisible by TP*PP, data_parallel_size agreeing with
  * the world, global batch divisible by micro_batch*DP. Megatron's wording where it has
- * one. */
-tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size, char *err, size_t errlen);
+ * one. Logged as tpd_config_load's errors are. */
+tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size);
 
 /* Rejects what `tripod train` cannot run although the planner models it (bf16 on the
- * cpu backend, parallel.tp_comm_overlap), naming the key. */
-tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t errlen);
+ * cpu backend, parallel.tp_comm_overlap), naming the key; logged as above. */
+tpd_status tpd_config_check_trainable(const tpd_config *cfg);
 
 /* Derived quantities. */
 int tpd_config_dp(const tpd_config *cfg, int world_size);

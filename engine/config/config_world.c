@@ -9,51 +9,48 @@
 #include <stdio.h>
 
 /* Messages of the checks after load start with the file they came from. */
-static tpd_status cfg_fail_after(const tpd_config *cfg, char *err, size_t errlen, const char *fmt,
-                                 ...) __attribute__((format(printf, 4, 5)));
+static tpd_status cfg_fail_after(const tpd_config *cfg, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
-static tpd_status cfg_fail_after(const tpd_config *cfg, char *err, size_t errlen, const char *fmt,
-                                 ...) {
-    if (!err || errlen == 0) return TPD_ERR_INVALID;
-    int n = cfg->source_path[0] ? snprintf(err, errlen, "%s: ", cfg->source_path) : 0;
-    if (n < 0 || (size_t)n >= errlen) return TPD_ERR_INVALID;
+static tpd_status cfg_fail_after(const tpd_config *cfg, const char *fmt, ...) {
+    char what[2048];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+    vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return TPD_ERR_INVALID;
+    return tpd_fail(TPD_ERR_INVALID, "%s%s%s", cfg->source_path, cfg->source_path[0] ? ": " : "",
+                    what);
 }
 
-tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size, char *err, size_t errlen) {
+tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size) {
     const int tp = cfg->parallel.tensor_model_parallel_size;
     const int pp = cfg->parallel.pipeline_model_parallel_size;
     const int mbs = cfg->training.micro_batch_size, gbs = cfg->training.global_batch_size;
     if (tp < 1 || pp < 1 || mbs < 1)
-        return cfg_fail_after(cfg, err, errlen,
-                              "the config was not loaded (TP, PP or micro "
-                              "batch size below 1)");
+        return cfg_fail_after(cfg, "the config was not loaded (TP, PP or micro "
+                                   "batch size below 1)");
     if (world_size < 1)
-        return cfg_fail_after(cfg, err, errlen, "world size (%d) must be at least 1", world_size);
+        return cfg_fail_after(cfg, "world size (%d) must be at least 1", world_size);
     const int64_t mp = (int64_t)tp * pp;
     if (world_size % mp)
-        return cfg_fail_after(cfg, err, errlen,
+        return cfg_fail_after(cfg,
                               "world size (%d) is not divisible by total_model_size (%" PRId64 ")",
                               world_size, mp);
     int dp = (int)(world_size / mp);
     if (cfg->parallel.data_parallel_size != 0 && cfg->parallel.data_parallel_size != dp)
-        return cfg_fail_after(cfg, err, errlen,
+        return cfg_fail_after(cfg,
                               "parallel.data_parallel_size (%d) does not match world size (%d) "
                               "/ (tensor_model_parallel_size %d * pipeline_model_parallel_size "
                               "%d) = %d",
                               cfg->parallel.data_parallel_size, world_size, tp, pp, dp);
     if (gbs % ((int64_t)mbs * dp))
-        return cfg_fail_after(cfg, err, errlen,
+        return cfg_fail_after(cfg,
                               "global batch size (%d) is not divisible by micro batch size "
                               "(%d) times data parallel size (%d)",
                               gbs, mbs, dp);
     int M = tpd_config_num_micro_batches(cfg, dp);
     if (tpd_config_schedule(cfg) == TPD_SCHEDULE_INTERLEAVED && M % pp)
-        return cfg_fail_after(cfg, err, errlen,
+        return cfg_fail_after(cfg,
                               "training.global_batch_size: the interleaved schedule needs the "
                               "micro-batches of a step (global_batch_size / (micro_batch_size * "
                               "data parallel size) = %d / (%d * %d) = %d) to be a multiple of "
@@ -63,14 +60,13 @@ tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size, char *e
     return TPD_OK;
 }
 
-tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t errlen) {
+tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
     const tpd_config_training *t = &cfg->training;
     if (t->precision == TPD_PRECISION_BF16 && t->device == TPD_DEVICE_CPU)
-        return cfg_fail_after(cfg, err, errlen,
-                              "training.precision bf16 needs training.device cuda; the cpu "
-                              "backend computes in fp32");
+        return cfg_fail_after(cfg, "training.precision bf16 needs training.device cuda; the cpu "
+                                   "backend computes in fp32");
     if (cfg->parallel.tp_comm_overlap)
-        return cfg_fail_after(cfg, err, errlen,
+        return cfg_fail_after(cfg,
                               "parallel.tp_comm_overlap true: `tripod train` does not overlap "
                               "tensor-parallel communication with the GEMMs (only `tripod plan` "
                               "models it, as Megatron-Core's --tp-comm-overlap); set it to "

@@ -11,7 +11,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,22 +21,6 @@
 #include "base/rng.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "data files are little-endian");
-
-/* ---- errors ---- */
-
-static _Thread_local char g_last_error[1024];
-
-const char *tpd_data_last_error(void) {
-    return g_last_error;
-}
-
-void tpd_data_log_error(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g_last_error, sizeof g_last_error, fmt, ap);
-    va_end(ap);
-    tpd_log_error("%s", g_last_error);
-}
 
 /* ---- formats ---- */
 
@@ -128,12 +111,12 @@ static int file_exists(const char *path) {
 static tpd_status map_file(const char *path, void **map_p, size_t *len_p) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        tpd_data_log_error("%s: cannot open: %s", path, strerror(errno));
+        tpd_log_error("%s: cannot open: %s", path, strerror(errno));
         return TPD_ERR_IO;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        tpd_data_log_error("%s: not a regular file", path);
+        tpd_log_error("%s: not a regular file", path);
         close(fd);
         return TPD_ERR_IO;
     }
@@ -142,7 +125,7 @@ static tpd_status map_file(const char *path, void **map_p, size_t *len_p) {
     if (len > 0) {
         map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED) {
-            tpd_data_log_error("%s: mmap of %zu bytes failed: %s", path, len, strerror(errno));
+            tpd_log_error("%s: mmap of %zu bytes failed: %s", path, len, strerror(errno));
             close(fd);
             return TPD_ERR_IO;
         }
@@ -177,11 +160,11 @@ static tpd_status scan_tokens(tpd_dataset *ds, const char *file, uint64_t file_o
         if (v < 0 || v >= vocab_size) {
             unsigned long long at = file_offset + i * (uint64_t)size;
             if (v < 0)
-                tpd_data_log_error("%s: token %lld at byte offset %llu is negative", file,
-                                   (long long)v, at);
+                tpd_log_error("%s: token %lld at byte offset %llu is negative", file, (long long)v,
+                              at);
             else
-                tpd_data_log_error("%s: token %lld at byte offset %llu is >= vocab_size %d", file,
-                                   (long long)v, at, vocab_size);
+                tpd_log_error("%s: token %lld at byte offset %llu is >= vocab_size %d", file,
+                              (long long)v, at, vocab_size);
             return TPD_ERR_FORMAT;
         }
         if (v > max) max = v;
@@ -198,31 +181,31 @@ static tpd_status parse_index(const char *idx_path, const uint8_t *p, size_t len
                               const dtype_info **dtype_p, uint64_t *num_tokens_p,
                               uint64_t *num_docs_p) {
     if (len < IDX_HEADER_BYTES) {
-        tpd_data_log_error("%s: truncated: %zu bytes, shorter than the %d-byte header", idx_path,
-                           len, IDX_HEADER_BYTES);
+        tpd_log_error("%s: truncated: %zu bytes, shorter than the %d-byte header", idx_path, len,
+                      IDX_HEADER_BYTES);
         return TPD_ERR_FORMAT;
     }
     if (memcmp(p, k_idx_magic, sizeof k_idx_magic) != 0) {
-        tpd_data_log_error("%s: bad magic at byte offset 0 (expected \"MMIDIDX\\0\\0\" of a "
-                           "Megatron indexed data set)",
-                           idx_path);
+        tpd_log_error("%s: bad magic at byte offset 0 (expected \"MMIDIDX\\0\\0\" of a "
+                      "Megatron indexed data set)",
+                      idx_path);
         return TPD_ERR_FORMAT;
     }
     uint64_t version = load_u64(p + 9);
     if (version != 1) {
-        tpd_data_log_error("%s: version %llu at byte offset 9 is not supported (expected 1)",
-                           idx_path, (unsigned long long)version);
+        tpd_log_error("%s: version %llu at byte offset 9 is not supported (expected 1)", idx_path,
+                      (unsigned long long)version);
         return TPD_ERR_FORMAT;
     }
     const dtype_info *dt = tpd_data_dtype_find(p[17]);
     if (!dt) {
-        tpd_data_log_error("%s: unknown dtype code %u at byte offset 17", idx_path, p[17]);
+        tpd_log_error("%s: unknown dtype code %u at byte offset 17", idx_path, p[17]);
         return TPD_ERR_FORMAT;
     }
     if (dt->is_float) {
-        tpd_data_log_error("%s: dtype %s (code %d) at byte offset 17 cannot hold token ids; "
-                           "token data sets need an integer dtype (uint16 or int32)",
-                           idx_path, dt->name, dt->code);
+        tpd_log_error("%s: dtype %s (code %d) at byte offset 17 cannot hold token ids; "
+                      "token data sets need an integer dtype (uint16 or int32)",
+                      idx_path, dt->name, dt->code);
         return TPD_ERR_FORMAT;
     }
     uint64_t nseq = load_u64(p + 18), ndoc = load_u64(p + 26);
@@ -231,15 +214,15 @@ static tpd_status parse_index(const char *idx_path, const uint8_t *p, size_t len
     if (nseq <= len / 12 && ndoc <= len / 8) expect = IDX_HEADER_BYTES + 12 * nseq + 8 * ndoc;
     if (len != expect) {
         if (expect == UINT64_MAX)
-            tpd_data_log_error("%s: truncated: %zu bytes cannot hold %llu sequences and %llu "
-                               "document indices",
-                               idx_path, len, (unsigned long long)nseq, (unsigned long long)ndoc);
+            tpd_log_error("%s: truncated: %zu bytes cannot hold %llu sequences and %llu "
+                          "document indices",
+                          idx_path, len, (unsigned long long)nseq, (unsigned long long)ndoc);
         else
-            tpd_data_log_error("%s: %s: %zu bytes, expected %llu for %llu sequences and %llu "
-                               "document indices",
-                               idx_path, len < expect ? "truncated" : "trailing bytes", len,
-                               (unsigned long long)expect, (unsigned long long)nseq,
-                               (unsigned long long)ndoc);
+            tpd_log_error("%s: %s: %zu bytes, expected %llu for %llu sequences and %llu "
+                          "document indices",
+                          idx_path, len < expect ? "truncated" : "trailing bytes", len,
+                          (unsigned long long)expect, (unsigned long long)nseq,
+                          (unsigned long long)ndoc);
         return TPD_ERR_FORMAT;
     }
     const uint64_t sizes_at = IDX_HEADER_BYTES, ptrs_at = sizes_at + 4 * nseq,
@@ -251,9 +234,8 @@ static tpd_status parse_index(const char *idx_path, const uint8_t *p, size_t len
         int32_t n = load_i32(p + sizes_at + 4 * i);
         int64_t ptr = load_i64(p + ptrs_at + 8 * i);
         if (n < 0) {
-            tpd_data_log_error("%s: sequence %llu has negative length %d at byte offset %llu",
-                               idx_path, (unsigned long long)i, n,
-                               (unsigned long long)(sizes_at + 4 * i));
+            tpd_log_error("%s: sequence %llu has negative length %d at byte offset %llu", idx_path,
+                          (unsigned long long)i, n, (unsigned long long)(sizes_at + 4 * i));
             return TPD_ERR_FORMAT;
         }
         if (ptr < 0 || (uint64_t)ptr != tokens * (uint64_t)dt->size) {
@@ -261,26 +243,26 @@ static tpd_status parse_index(const char *idx_path, const uint8_t *p, size_t len
             for (size_t k = 0; tokens > 0 && k < sizeof k_dtypes / sizeof k_dtypes[0]; k++)
                 if (!k_dtypes[k].is_float && k_dtypes[k].size != dt->size &&
                     (uint64_t)ptr == tokens * (uint64_t)k_dtypes[k].size) {
-                    tpd_data_log_error("%s: the dtype code at byte offset 17 says %s (code %d, "
-                                       "%d bytes a token), but the sequence pointers are those "
-                                       "of %d-byte tokens: the dtype code does not match the "
-                                       "data",
-                                       idx_path, dt->name, dt->code, dt->size, k_dtypes[k].size);
+                    tpd_log_error("%s: the dtype code at byte offset 17 says %s (code %d, "
+                                  "%d bytes a token), but the sequence pointers are those "
+                                  "of %d-byte tokens: the dtype code does not match the "
+                                  "data",
+                                  idx_path, dt->name, dt->code, dt->size, k_dtypes[k].size);
                     return TPD_ERR_FORMAT;
                 }
-            tpd_data_log_error("%s: sequence %llu points at .bin byte %lld (byte offset %llu), "
-                               "expected %llu: sequences must be stored back to back",
-                               idx_path, (unsigned long long)i, (long long)ptr,
-                               (unsigned long long)(ptrs_at + 8 * i),
-                               (unsigned long long)(tokens * (uint64_t)dt->size));
+            tpd_log_error("%s: sequence %llu points at .bin byte %lld (byte offset %llu), "
+                          "expected %llu: sequences must be stored back to back",
+                          idx_path, (unsigned long long)i, (long long)ptr,
+                          (unsigned long long)(ptrs_at + 8 * i),
+                          (unsigned long long)(tokens * (uint64_t)dt->size));
             return TPD_ERR_FORMAT;
         }
         tokens += (uint64_t)n;
     }
     if (ndoc < 1) {
-        tpd_data_log_error("%s: document_count is 0; Megatron's document indices start with "
-                           "0 and hold count + 1 entries",
-                           idx_path);
+        tpd_log_error("%s: document_count is 0; Megatron's document indices start with "
+                      "0 and hold count + 1 entries",
+                      idx_path);
         return TPD_ERR_FORMAT;
     }
     int64_t prev = 0;
@@ -289,10 +271,10 @@ static tpd_status parse_index(const char *idx_path, const uint8_t *p, size_t len
         int bad = d == 0 ? v != 0 : (v < prev || (uint64_t)v > nseq);
         if (!bad && d == ndoc - 1 && (uint64_t)v != nseq) bad = 1;
         if (bad) {
-            tpd_data_log_error("%s: document index %llu is %lld at byte offset %llu; the "
-                               "indices must rise from 0 to sequence_count %llu",
-                               idx_path, (unsigned long long)d, (long long)v,
-                               (unsigned long long)(docs_at + 8 * d), (unsigned long long)nseq);
+            tpd_log_error("%s: document index %llu is %lld at byte offset %llu; the "
+                          "indices must rise from 0 to sequence_count %llu",
+                          idx_path, (unsigned long long)d, (long long)v,
+                          (unsigned long long)(docs_at + 8 * d), (unsigned long long)nseq);
             return TPD_ERR_FORMAT;
         }
         prev = v;
@@ -309,18 +291,20 @@ static tpd_status open_indexed(const char *prefix, int vocab_size, tpd_dataset *
     size_t idx_len = 0;
     char *idx_path = tpd_data_path_join(prefix, ".idx"),
          *bin_path = tpd_data_path_join(prefix, ".bin");
-    if (!idx_path || !bin_path) DATA_FAIL_GOTO(TPD_ERR_NOMEM, st, free_paths, "out of memory");
+    if (!idx_path || !bin_path)
+        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_paths, "out of memory for the file names of %s",
+                      prefix);
     TPD_CHECK_GOTO(map_file(idx_path, &idx, &idx_len), st, free_paths);
     TPD_CHECK_GOTO(parse_index(idx_path, idx, idx_len, &ds->dtype, &ds->num_tokens, &ds->num_docs),
                    st, unmap_idx);
     TPD_CHECK_GOTO(map_file(bin_path, &ds->map, &ds->map_len), st, unmap_idx);
     uint64_t expect = ds->num_tokens * (uint64_t)ds->dtype->size;
     if (ds->map_len != expect)
-        DATA_FAIL_GOTO(TPD_ERR_FORMAT, st, unmap_bin,
-                       "%s: %s: %zu bytes, expected %llu (%llu %s tokens listed in %s)", bin_path,
-                       ds->map_len < expect ? "truncated" : "trailing bytes", ds->map_len,
-                       (unsigned long long)expect, (unsigned long long)ds->num_tokens,
-                       ds->dtype->name, idx_path);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, unmap_bin,
+                      "%s: %s: %zu bytes, expected %llu (%llu %s tokens listed in %s)", bin_path,
+                      ds->map_len < expect ? "truncated" : "trailing bytes", ds->map_len,
+                      (unsigned long long)expect, (unsigned long long)ds->num_tokens,
+                      ds->dtype->name, idx_path);
     ds->tokens = ds->map;
     TPD_CHECK_GOTO(scan_tokens(ds, bin_path, 0, vocab_size), st, unmap_bin);
     goto unmap_idx; /* success: the index is no longer needed */
@@ -340,28 +324,28 @@ static tpd_status open_llmc(const char *path, int vocab_size, tpd_dataset *ds) {
     TPD_CHECK(map_file(path, &ds->map, &ds->map_len));
     const uint8_t *p = ds->map;
     if (ds->map_len < LLMC_HEADER_BYTES)
-        DATA_FAIL_GOTO(TPD_ERR_FORMAT, st, unmap_shard,
-                       "%s: truncated: %zu bytes, shorter than the %d-byte llm.c header", path,
-                       ds->map_len, LLMC_HEADER_BYTES);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, unmap_shard,
+                      "%s: truncated: %zu bytes, shorter than the %d-byte llm.c header", path,
+                      ds->map_len, LLMC_HEADER_BYTES);
     int32_t magic = load_i32(p), version = load_i32(p + 4), ntok = load_i32(p + 8);
     if (magic != LLMC_MAGIC)
-        DATA_FAIL_GOTO(TPD_ERR_FORMAT, st, unmap_shard,
-                       "%s: bad magic %d at byte offset 0 (expected %d of an llm.c token "
-                       "shard, or a Megatron prefix with PREFIX.idx)",
-                       path, magic, LLMC_MAGIC);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, unmap_shard,
+                      "%s: bad magic %d at byte offset 0 (expected %d of an llm.c token "
+                      "shard, or a Megatron prefix with PREFIX.idx)",
+                      path, magic, LLMC_MAGIC);
     if (version != 1)
-        DATA_FAIL_GOTO(TPD_ERR_FORMAT, st, unmap_shard,
-                       "%s: version %d at byte offset 4 is not supported (expected 1)", path,
-                       version);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, unmap_shard,
+                      "%s: version %d at byte offset 4 is not supported (expected 1)", path,
+                      version);
     if (ntok < 0)
-        DATA_FAIL_GOTO(TPD_ERR_FORMAT, st, unmap_shard,
-                       "%s: negative token count %d at byte offset 8", path, ntok);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, unmap_shard,
+                      "%s: negative token count %d at byte offset 8", path, ntok);
     uint64_t expect = LLMC_HEADER_BYTES + 2 * (uint64_t)ntok;
     if (ds->map_len != expect)
-        DATA_FAIL_GOTO(TPD_ERR_FORMAT, st, unmap_shard,
-                       "%s: %s: %zu bytes, expected %llu (%d-byte header + %d uint16 tokens)", path,
-                       ds->map_len < expect ? "truncated" : "trailing bytes", ds->map_len,
-                       (unsigned long long)expect, LLMC_HEADER_BYTES, ntok);
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, unmap_shard,
+                      "%s: %s: %zu bytes, expected %llu (%d-byte header + %d uint16 tokens)", path,
+                      ds->map_len < expect ? "truncated" : "trailing bytes", ds->map_len,
+                      (unsigned long long)expect, LLMC_HEADER_BYTES, ntok);
     ds->dtype = tpd_data_dtype_find(DTYPE_UINT16);
     ds->tokens = p + LLMC_HEADER_BYTES;
     ds->num_tokens = (uint64_t)ntok;
@@ -381,13 +365,13 @@ static int ends_with(const char *s, const char *suffix) {
 tpd_status tpd_dataset_open(const char *path, int vocab_size, tpd_dataset **ds_p) {
     tpd_status st = TPD_OK;
     if (!path || !path[0] || !ds_p || vocab_size <= 0) {
-        tpd_data_log_error("tpd_dataset_open: need a path and vocab_size > 0 (got %d)", vocab_size);
+        tpd_log_error("tpd_dataset_open: need a path and vocab_size > 0 (got %d)", vocab_size);
         return TPD_ERR_INVALID;
     }
     tpd_dataset *ds = calloc(1, sizeof *ds);
     char *idx = tpd_data_path_join(path, ".idx");
     char *stripped = NULL, *stripped_idx = NULL;
-    if (!ds || !idx) DATA_FAIL_GOTO(TPD_ERR_NOMEM, st, free_ds, "out of memory");
+    if (!ds || !idx) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_ds, "out of memory opening %s", path);
     /* Which Megatron prefix, if any: PATH itself, or PATH less a ".idx"/".bin" that a
      * user typed out of habit. */
     const char *prefix = NULL;
@@ -396,7 +380,8 @@ tpd_status tpd_dataset_open(const char *path, int vocab_size, tpd_dataset **ds_p
     } else if (ends_with(path, ".idx") || ends_with(path, ".bin")) {
         stripped = strndup(path, strlen(path) - 4);
         stripped_idx = stripped ? tpd_data_path_join(stripped, ".idx") : NULL;
-        if (!stripped_idx) DATA_FAIL_GOTO(TPD_ERR_NOMEM, st, free_ds, "out of memory");
+        if (!stripped_idx)
+            TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_ds, "out of memory opening %s", path);
         if (file_exists(stripped_idx)) prefix = stripped;
     }
     if (prefix) {
@@ -406,10 +391,10 @@ tpd_status tpd_dataset_open(const char *path, int vocab_size, tpd_dataset **ds_p
         ds->format = FORMAT_LLMC;
         TPD_CHECK_GOTO(open_llmc(path, vocab_size, ds), st, free_ds);
     } else {
-        DATA_FAIL_GOTO(TPD_ERR_IO, st, free_ds,
-                       "%s: no such data set (neither %s.idx of a Megatron prefix nor an "
-                       "llm.c shard file %s exists)",
-                       path, path, path);
+        TPD_FAIL_GOTO(TPD_ERR_IO, st, free_ds,
+                      "%s: no such data set (neither %s.idx of a Megatron prefix nor an "
+                      "llm.c shard file %s exists)",
+                      path, path, path);
     }
     free(idx);
     free(stripped);
@@ -417,8 +402,7 @@ tpd_status tpd_dataset_open(const char *path, int vocab_size, tpd_dataset **ds_p
     ds->path = strdup(path);
     if (!ds->path) {
         tpd_dataset_close(ds);
-        tpd_data_log_error("out of memory");
-        return TPD_ERR_NOMEM;
+        return tpd_fail_nomem("a data set's path", strlen(path) + 1);
     }
     *ds_p = ds;
     return TPD_OK;
@@ -460,9 +444,9 @@ int32_t tpd_dataset_token(const tpd_dataset *ds, uint64_t i) {
 
 tpd_status tpd_dataset_read(const tpd_dataset *ds, uint64_t begin, uint64_t n, int32_t *out) {
     if (begin > ds->num_tokens || n > ds->num_tokens - begin) {
-        tpd_data_log_error("token range [%llu, %llu) runs past the %llu tokens of the data set",
-                           (unsigned long long)begin, (unsigned long long)(begin + n),
-                           (unsigned long long)ds->num_tokens);
+        tpd_log_error("token range [%llu, %llu) runs past the %llu tokens of the data set",
+                      (unsigned long long)begin, (unsigned long long)(begin + n),
+                      (unsigned long long)ds->num_tokens);
         return TPD_ERR_INVALID;
     }
     if (n == 0) return TPD_OK;             /* an empty data set maps no tokens (NULL) */
@@ -495,9 +479,9 @@ static tpd_status parse_split(const char *split, double w[3]) {
         errno = 0;
         double v = strtod(s, &end);
         if (end == s || errno || !isfinite(v) || v < 0 || n == 3) {
-            tpd_data_log_error("split \"%s\": expected up to three non-negative weights "
-                               "separated by ',' (e.g. \"949,50,1\")",
-                               split);
+            tpd_log_error("split \"%s\": expected up to three non-negative weights "
+                          "separated by ',' (e.g. \"949,50,1\")",
+                          split);
             return TPD_ERR_INVALID;
         }
         w[n++] = v;
@@ -507,13 +491,12 @@ static tpd_status parse_split(const char *split, double w[3]) {
         if (*s == ',' || *s == '/')
             s++;
         else if (*s) {
-            tpd_data_log_error("split \"%s\": unexpected '%c'; weights are separated by ','", split,
-                               *s);
+            tpd_log_error("split \"%s\": unexpected '%c'; weights are separated by ','", split, *s);
             return TPD_ERR_INVALID;
         }
     }
     if (!(w[0] + w[1] + w[2] > 0)) {
-        tpd_data_log_error("split \"%s\": the weights must not all be 0", split);
+        tpd_log_error("split \"%s\": the weights must not all be 0", split);
         return TPD_ERR_INVALID;
     }
     return TPD_OK;
@@ -523,9 +506,9 @@ tpd_status tpd_sampler_init(const tpd_dataset *ds, const char *split, tpd_split 
                             int seq_length, int shuffle, uint64_t seed, tpd_sampler *s_p) {
     double w[3];
     if (!ds || !s_p || seq_length <= 0 || (int)which < 0 || (int)which > 2) {
-        tpd_data_log_error("tpd_sampler_init: need a data set, a split 0..2 and seq_length > 0 "
-                           "(got %d)",
-                           seq_length);
+        tpd_log_error("tpd_sampler_init: need a data set, a split 0..2 and seq_length > 0 "
+                      "(got %d)",
+                      seq_length);
         return TPD_ERR_INVALID;
     }
     TPD_CHECK(parse_split(split ? split : "", w));
@@ -542,11 +525,10 @@ tpd_status tpd_sampler_init(const tpd_dataset *ds, const char *split, tpd_split 
     bound[3] = total;
     uint64_t begin = bound[which], end = bound[which + 1];
     if (end - begin < (uint64_t)seq_length + 1) {
-        tpd_data_log_error("%s: split \"%s\": the %s split holds %llu tokens (of %llu in the "
-                           "data set), fewer than seq_length+1 = %d needed for one sample",
-                           ds->path ? ds->path : "data set", split, k_split_names[which],
-                           (unsigned long long)(end - begin), (unsigned long long)total,
-                           seq_length + 1);
+        tpd_log_error("%s: split \"%s\": the %s split holds %llu tokens (of %llu in the "
+                      "data set), fewer than seq_length+1 = %d needed for one sample",
+                      ds->path ? ds->path : "data set", split, k_split_names[which],
+                      (unsigned long long)(end - begin), (unsigned long long)total, seq_length + 1);
         return TPD_ERR_INVALID;
     }
     tpd_sampler s = {0};
@@ -561,8 +543,8 @@ tpd_status tpd_sampler_init(const tpd_dataset *ds, const char *split, tpd_split 
     if (s.shuffle) {
         s.perm = malloc(s.num_windows * sizeof *s.perm);
         if (!s.perm) {
-            tpd_data_log_error("sampler: cannot allocate the permutation of %llu windows",
-                               (unsigned long long)s.num_windows);
+            tpd_log_error("sampler: cannot allocate the permutation of %llu windows",
+                          (unsigned long long)s.num_windows);
             return TPD_ERR_NOMEM;
         }
     }

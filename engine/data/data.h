@@ -30,14 +30,8 @@ extern "C" {
 
 typedef struct tpd_dataset tpd_dataset;
 
-/* Errors of this module are logged once (tpd_log_error) and their text is also kept in
- * a thread-local buffer, so that a caller (a test, the CLI) can show or inspect it.
- * tpd_data_last_error returns the most recent error text of the calling thread ("" when
- * none); the text stays valid until the next error of this module on that thread. */
-const char *tpd_data_last_error(void);
-/* Logs an error of the data module and keeps its text for tpd_data_last_error. Used by
- * data.c, data_prepare.c and data_cli.c; not meant for other modules. */
-void tpd_data_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Errors of this module are logged once by the function that finds them, and their text
+ * is the calling thread's tpd_last_error (base/status.h). */
 
 /* `path` is a Megatron prefix (PREFIX.idx exists) or an llm.c shard file. A path ending
  * in ".idx" or ".bin" whose prefix has a PREFIX.idx is taken as that prefix. Every

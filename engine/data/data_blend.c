@@ -24,13 +24,13 @@ static tpd_status expand_glob(tpd_data_source *src) {
     glob_t g;
     int rc = glob(pattern, 0, NULL, &g);
     if (rc != 0 || g.gl_pathc == 0) {
-        tpd_data_log_error("data.data_path: '%s' matches no file", pattern);
+        tpd_log_error("data.data_path: '%s' matches no file", pattern);
         if (rc == 0) globfree(&g);
         return TPD_ERR_IO;
     }
     if (g.gl_pathc > TPD_BLEND_MAX) {
-        tpd_data_log_error("data.data_path: '%s' matches %zu files, more than %d", pattern,
-                           (size_t)g.gl_pathc, TPD_BLEND_MAX);
+        tpd_log_error("data.data_path: '%s' matches %zu files, more than %d", pattern,
+                      (size_t)g.gl_pathc, TPD_BLEND_MAX);
         globfree(&g);
         return TPD_ERR_INVALID;
     }
@@ -44,7 +44,7 @@ static tpd_status expand_glob(tpd_data_source *src) {
     tpd_data_source_close(src);
     *src = out;
     for (int d = 0; d < src->n; d++)
-        if (!src->prefix[d]) return TPD_ERR_NOMEM;
+        if (!src->prefix[d]) return tpd_fail_nomem("a data path", strlen(g.gl_pathv[d]) + 1);
     return TPD_OK;
 }
 
@@ -53,7 +53,7 @@ tpd_status tpd_data_source_open(const char *spec, int vocab_size, tpd_data_sourc
     tpd_data_path parsed;
     char why[512];
     if (!tpd_config_data_path_parse(spec, &parsed, why, sizeof why)) {
-        tpd_data_log_error("data.data_path: %s", why);
+        tpd_log_error("data.data_path: %s", why);
         return TPD_ERR_INVALID;
     }
     memset(&src, 0, sizeof src);
@@ -90,11 +90,14 @@ tpd_status tpd_blend_sampler_init(const tpd_data_source *src, const char *split,
     for (; d < src->n; d++) {
         /* data set 0 keeps the run's seed: one prefix samples as it always did */
         uint64_t sd = seed + (uint64_t)d * 0x9E3779B97F4A7C15ull;
+        /* in a blend the sampler's message is said once, with the entry it is about */
+        if (src->n > 1) tpd_log_quiet_begin();
         st = tpd_sampler_init(src->ds[d], split, which, seq_length, shuffle, sd, &b.s[d]);
+        if (src->n > 1) tpd_log_quiet_end();
         if (st != TPD_OK) {
             if (src->n > 1)
-                tpd_data_log_error("data set %s (blend entry %d of %d): %s", src->prefix[d], d + 1,
-                                   src->n, tpd_data_last_error());
+                tpd_log_error("data set %s (blend entry %d of %d): %s", src->prefix[d], d + 1,
+                              src->n, tpd_last_error());
             goto undo;
         }
     }

@@ -5,14 +5,6 @@
 
 #include "engine/data/data.h"
 
-/* Log (tpd_data_log_error keeps the text for tpd_data_last_error), set st, jump. */
-#define DATA_FAIL_GOTO(code, st, label, ...)                                                       \
-    do {                                                                                           \
-        tpd_data_log_error(__VA_ARGS__);                                                           \
-        (st) = (code);                                                                             \
-        goto label;                                                                                \
-    } while (0)
-
 enum { DTYPE_UINT16 = 8, DTYPE_INT32 = 4 }; /* Megatron dtype codes */
 
 /* ---- formats ---- */

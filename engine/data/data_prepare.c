@@ -23,9 +23,9 @@ static tpd_status read_file(const char *path, unsigned char **buf_p, size_t *len
     int err;
     tpd_status st = tpd_file_read_all(path, (char **)buf_p, len_p, &err);
     if (st == TPD_ERR_NOMEM)
-        tpd_data_log_error("%s: out of memory reading it", path);
+        tpd_log_error("%s: out of memory reading it", path);
     else if (st != TPD_OK)
-        tpd_data_log_error("%s: cannot read: %s", path, strerror(err));
+        tpd_log_error("%s: cannot read: %s", path, strerror(err));
     return st;
 }
 
@@ -86,7 +86,7 @@ static tpd_status emit_record(prepare_state *ps, const unsigned char *p, size_t 
             size_t cap = ps->pending_cap ? 2 * ps->pending_cap : 1024;
             pending_record *r = realloc(ps->pending, cap * sizeof *r);
             if (!r) {
-                tpd_data_log_error("out of memory for %zu records", cap);
+                tpd_log_error("out of memory for %zu records", cap);
                 return TPD_ERR_NOMEM;
             }
             ps->pending = r;
@@ -100,7 +100,7 @@ static tpd_status emit_record(prepare_state *ps, const unsigned char *p, size_t 
     if (n + 1 > ps->scratch_cap) {
         int32_t *s = realloc(ps->scratch, (n + 1) * sizeof *s);
         if (!s) {
-            tpd_data_log_error("out of memory for a document of %zu bytes", n);
+            tpd_log_error("out of memory for a document of %zu bytes", n);
             return TPD_ERR_NOMEM;
         }
         ps->scratch = s;
@@ -151,7 +151,7 @@ static tpd_status flush_bpe(prepare_state *ps) {
     ps->npending = 0;
     ps->pending_bytes = 0;
     tpd_progress_update(&ps->progress, ps->done_bytes);
-    if (st == TPD_ERR_NOMEM) tpd_data_log_error("data prepare: out of memory encoding records");
+    if (st == TPD_ERR_NOMEM) tpd_log_error("data prepare: out of memory encoding records");
     return st;
 }
 
@@ -199,7 +199,7 @@ static tpd_status jsonl_records(prepare_state *ps, const char *path, const unsig
     size_t(*rec)[2] = NULL;    /* offset, length in arena */
     *arena_p = arena;
     if (!arena) {
-        tpd_data_log_error("%s: out of memory", path);
+        tpd_log_error("%s: out of memory", path);
         return TPD_ERR_NOMEM;
     }
     size_t pos = 0, line = 0;
@@ -211,20 +211,20 @@ static tpd_status jsonl_records(prepare_state *ps, const char *path, const unsig
             cJSON *o = cJSON_ParseWithLength((const char *)buf + pos, end - pos);
             const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
             if (!cJSON_IsString(v)) {
-                tpd_data_log_error("%s:%zu: %s (JSON Lines: one object per line, with the "
-                                   "document's text in the string field \"%s\")",
-                                   path, line,
-                                   !o                   ? "not valid JSON"
-                                   : !cJSON_IsObject(o) ? "not a JSON object"
-                                   : v                  ? "the field is not a string"
-                                                        : "no such field",
-                                   key);
+                tpd_log_error("%s:%zu: %s (JSON Lines: one object per line, with the "
+                              "document's text in the string field \"%s\")",
+                              path, line,
+                              !o                   ? "not valid JSON"
+                              : !cJSON_IsObject(o) ? "not a JSON object"
+                              : v                  ? "the field is not a string"
+                                                   : "no such field",
+                              key);
                 st = TPD_ERR_FORMAT;
             } else if (has_nul_escape(buf + pos, end - pos)) {
                 /* never a silently shorter document */
-                tpd_data_log_error("%s:%zu: the line holds a NUL character (\\u0000), which "
-                                   "would cut the document's text short; remove it",
-                                   path, line);
+                tpd_log_error("%s:%zu: the line holds a NUL character (\\u0000), which "
+                              "would cut the document's text short; remove it",
+                              path, line);
                 st = TPD_ERR_FORMAT;
             } else {
                 size_t n = strlen(v->valuestring);
@@ -248,7 +248,7 @@ static tpd_status jsonl_records(prepare_state *ps, const char *path, const unsig
         }
         pos = nl ? end + 1 : len;
     }
-    if (st == TPD_ERR_NOMEM) tpd_data_log_error("%s: out of memory", path);
+    if (st == TPD_ERR_NOMEM) tpd_log_error("%s: out of memory", path);
     for (size_t i = 0; i < nrec && st == TPD_OK; i++)
         st = emit_record(ps, (const unsigned char *)arena + rec[i][0], rec[i][1]);
     free(rec);
@@ -264,17 +264,17 @@ tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, const tpd_p
     tpd_records records = opts->records;
     const tpd_bpe *bpe = opts->bpe;
     if (!inputs || n_inputs <= 0 || !output_prefix || !output_prefix[0]) {
-        tpd_data_log_error("data prepare: need at least one input file and an output prefix");
+        tpd_log_error("data prepare: need at least one input file and an output prefix");
         return TPD_ERR_INVALID;
     }
     if (records != TPD_RECORDS_FILE && records != TPD_RECORDS_BLANK &&
         records != TPD_RECORDS_PERCENT && records != TPD_RECORDS_JSONL) {
-        tpd_data_log_error("data prepare: unknown records mode %d", (int)records);
+        tpd_log_error("data prepare: unknown records mode %d", (int)records);
         return TPD_ERR_INVALID;
     }
     if (bpe && !opts->omit_eod && tpd_bpe_eod(bpe) < 0) {
-        tpd_data_log_error("data prepare: the tokenizer has no end-of-document token to end "
-                           "documents with (GPT-2's files: <|endoftext|>)");
+        tpd_log_error("data prepare: the tokenizer has no end-of-document token to end "
+                      "documents with (GPT-2's files: <|endoftext|>)");
         return TPD_ERR_INVALID;
     }
     prepare_state ps = {0};
@@ -311,9 +311,9 @@ tpd_status tpd_data_prepare(const char *const *inputs, int n_inputs, const tpd_p
     }
     tpd_progress_end(&ps.progress, ps.done_bytes);
     if (ps.docs == 0) {
-        tpd_data_log_error("data prepare: the %d input file(s) hold no non-empty record; "
-                           "nothing to write to %s",
-                           n_inputs, output_prefix);
+        tpd_log_error("data prepare: the %d input file(s) hold no non-empty record; "
+                      "nothing to write to %s",
+                      n_inputs, output_prefix);
         st = TPD_ERR_INVALID;
         goto destroy_builder;
     }

@@ -13,7 +13,7 @@
 
 static tpd_status write_all(FILE *f, const void *p, size_t n, const char *path) {
     if (n && fwrite(p, 1, n, f) != n) {
-        tpd_data_log_error("%s: write failed: %s", path, strerror(errno));
+        tpd_log_error("%s: write failed: %s", path, strerror(errno));
         return TPD_ERR_IO;
     }
     return TPD_OK;
@@ -21,7 +21,7 @@ static tpd_status write_all(FILE *f, const void *p, size_t n, const char *path) 
 
 static tpd_status close_file(FILE *f, const char *path) {
     if (fclose(f) != 0) {
-        tpd_data_log_error("%s: write failed at close: %s", path, strerror(errno));
+        tpd_log_error("%s: write failed at close: %s", path, strerror(errno));
         return TPD_ERR_IO;
     }
     return TPD_OK;
@@ -29,7 +29,7 @@ static tpd_status close_file(FILE *f, const char *path) {
 
 static tpd_status rename_into_place(const char *tmp, const char *path) {
     if (rename(tmp, path) != 0) {
-        tpd_data_log_error("%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
+        tpd_log_error("%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
         return TPD_ERR_IO;
     }
     return TPD_OK;
@@ -50,27 +50,24 @@ tpd_status tpd_indexed_builder_create(const char *prefix, int vocab_size,
                                       tpd_indexed_builder **b_p) {
     tpd_status st = TPD_OK;
     if (!prefix || !prefix[0] || vocab_size <= 0) {
-        tpd_data_log_error("indexed writer: need an output prefix and vocab_size > 0 (got %d)",
-                           vocab_size);
+        tpd_log_error("indexed writer: need an output prefix and vocab_size > 0 (got %d)",
+                      vocab_size);
         return TPD_ERR_INVALID;
     }
     tpd_indexed_builder *b = calloc(1, sizeof *b);
-    if (!b) {
-        tpd_data_log_error("out of memory");
-        return TPD_ERR_NOMEM;
-    }
+    if (!b) return tpd_fail_nomem("the indexed writer", sizeof *b);
     b->bin_path = tpd_data_path_join(prefix, ".bin");
     b->idx_path = tpd_data_path_join(prefix, ".idx");
     b->bin_tmp = tpd_data_path_join(prefix, ".bin.tmp");
     b->idx_tmp = tpd_data_path_join(prefix, ".idx.tmp");
     if (!b->bin_path || !b->idx_path || !b->bin_tmp || !b->idx_tmp)
-        DATA_FAIL_GOTO(TPD_ERR_NOMEM, st, destroy, "out of memory");
+        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, destroy, "out of memory for the file names of %s", prefix);
     b->dtype = tpd_data_dtype_find(vocab_size < 65500 ? DTYPE_UINT16 : DTYPE_INT32);
     b->vocab_size = vocab_size;
     b->bin = fopen(b->bin_tmp, "wb");
     if (!b->bin)
-        DATA_FAIL_GOTO(TPD_ERR_IO, st, destroy, "%s: cannot create: %s", b->bin_tmp,
-                       strerror(errno));
+        TPD_FAIL_GOTO(TPD_ERR_IO, st, destroy, "%s: cannot create: %s", b->bin_tmp,
+                      strerror(errno));
     *b_p = b;
     return TPD_OK;
 destroy:
@@ -80,22 +77,18 @@ destroy:
 
 tpd_status tpd_indexed_builder_add(tpd_indexed_builder *b, const int32_t *tokens, uint64_t n) {
     if (!b->bin || b->finished) {
-        tpd_data_log_error("%s: document added to a finished or failed writer", b->bin_path);
+        tpd_log_error("%s: document added to a finished or failed writer", b->bin_path);
         return TPD_ERR_INVALID;
     }
     if (n > INT32_MAX) {
-        tpd_data_log_error("%s: document %llu has %llu tokens; a sequence holds at most %d",
-                           b->bin_path, (unsigned long long)b->num_seq, (unsigned long long)n,
-                           INT32_MAX);
+        tpd_log_error("%s: document %llu has %llu tokens; a sequence holds at most %d", b->bin_path,
+                      (unsigned long long)b->num_seq, (unsigned long long)n, INT32_MAX);
         return TPD_ERR_INVALID;
     }
     if (b->num_seq == b->cap_seq) {
         uint64_t cap = b->cap_seq ? 2 * b->cap_seq : 1024;
         int32_t *sizes = realloc(b->sizes, cap * sizeof *sizes);
-        if (!sizes) {
-            tpd_data_log_error("out of memory");
-            return TPD_ERR_NOMEM;
-        }
+        if (!sizes) return tpd_fail_nomem("the sequence lengths", cap * sizeof *sizes);
         b->sizes = sizes;
         b->cap_seq = cap;
     }
@@ -109,10 +102,10 @@ tpd_status tpd_indexed_builder_add(tpd_indexed_builder *b, const int32_t *tokens
         for (uint64_t i = 0; i < m; i++) {
             int32_t v = tokens[at + i];
             if (v < 0 || v >= b->vocab_size) {
-                tpd_data_log_error("%s: document %llu: token %d at index %llu is outside "
-                                   "[0, vocab_size %d)",
-                                   b->bin_path, (unsigned long long)b->num_seq, v,
-                                   (unsigned long long)(at + i), b->vocab_size);
+                tpd_log_error("%s: document %llu: token %d at index %llu is outside "
+                              "[0, vocab_size %d)",
+                              b->bin_path, (unsigned long long)b->num_seq, v,
+                              (unsigned long long)(at + i), b->vocab_size);
                 return TPD_ERR_INVALID;
             }
             if (size == 2) {
@@ -132,7 +125,7 @@ tpd_status tpd_indexed_builder_add(tpd_indexed_builder *b, const int32_t *tokens
 tpd_status tpd_indexed_builder_finish(tpd_indexed_builder *b) {
     tpd_status st = TPD_OK;
     if (!b->bin || b->finished) {
-        tpd_data_log_error("%s: writer already finished or failed", b->idx_path);
+        tpd_log_error("%s: writer already finished or failed", b->idx_path);
         return TPD_ERR_INVALID;
     }
     FILE *bin = b->bin;
@@ -140,7 +133,7 @@ tpd_status tpd_indexed_builder_finish(tpd_indexed_builder *b) {
     TPD_CHECK(close_file(bin, b->bin_tmp));
     FILE *f = fopen(b->idx_tmp, "wb");
     if (!f) {
-        tpd_data_log_error("%s: cannot create: %s", b->idx_tmp, strerror(errno));
+        tpd_log_error("%s: cannot create: %s", b->idx_tmp, strerror(errno));
         return TPD_ERR_IO;
     }
     uint8_t hdr[IDX_HEADER_BYTES];
@@ -167,8 +160,8 @@ close_idx:
      * at any step leaves either the old pair or a .bin without its .idx (which no reader
      * takes for a data set), never a new .bin beside an old .idx. */
     if (unlink(b->idx_path) != 0 && errno != ENOENT) {
-        tpd_data_log_error("%s: cannot replace it: %s (the old data set is unchanged)", b->idx_path,
-                           strerror(errno));
+        tpd_log_error("%s: cannot replace it: %s (the old data set is unchanged)", b->idx_path,
+                      strerror(errno));
         return TPD_ERR_IO;
     }
     TPD_CHECK(rename_into_place(b->bin_tmp, b->bin_path));
@@ -201,17 +194,17 @@ tpd_status tpd_indexed_write(const char *prefix, const int32_t *tokens, const ui
     tpd_status st = TPD_OK;
     tpd_indexed_builder *b = NULL;
     if (num_docs && (!tokens || !doc_offsets)) {
-        tpd_data_log_error("tpd_indexed_write: tokens and doc_offsets are required");
+        tpd_log_error("tpd_indexed_write: tokens and doc_offsets are required");
         return TPD_ERR_INVALID;
     }
     TPD_CHECK(tpd_indexed_builder_create(prefix, vocab_size, &b));
     for (uint64_t d = 0; d < num_docs; d++) {
         if (doc_offsets[d + 1] < doc_offsets[d])
-            DATA_FAIL_GOTO(TPD_ERR_INVALID, st, destroy,
-                           "tpd_indexed_write: doc_offsets[%llu] = %llu is below the "
-                           "previous offset %llu",
-                           (unsigned long long)(d + 1), (unsigned long long)doc_offsets[d + 1],
-                           (unsigned long long)doc_offsets[d]);
+            TPD_FAIL_GOTO(TPD_ERR_INVALID, st, destroy,
+                          "tpd_indexed_write: doc_offsets[%llu] = %llu is below the "
+                          "previous offset %llu",
+                          (unsigned long long)(d + 1), (unsigned long long)doc_offsets[d + 1],
+                          (unsigned long long)doc_offsets[d]);
         TPD_CHECK_GOTO(tpd_indexed_builder_add(b, tokens + doc_offsets[d],
                                                doc_offsets[d + 1] - doc_offsets[d]),
                        st, destroy);
@@ -225,17 +218,14 @@ destroy:
 tpd_status tpd_llmc_shard_write(const char *path, const uint16_t *tokens, uint64_t ntok) {
     tpd_status st = TPD_OK;
     if (!path || !path[0] || ntok > INT32_MAX || (ntok && !tokens)) {
-        tpd_data_log_error("tpd_llmc_shard_write: need a path and at most %d tokens (got %llu)",
-                           INT32_MAX, (unsigned long long)ntok);
+        tpd_log_error("tpd_llmc_shard_write: need a path and at most %d tokens (got %llu)",
+                      INT32_MAX, (unsigned long long)ntok);
         return TPD_ERR_INVALID;
     }
     char *tmp = tpd_data_path_join(path, ".tmp");
-    if (!tmp) {
-        tpd_data_log_error("out of memory");
-        return TPD_ERR_NOMEM;
-    }
+    if (!tmp) return tpd_fail_nomem("a path", strlen(path) + sizeof ".tmp");
     FILE *f = fopen(tmp, "wb");
-    if (!f) DATA_FAIL_GOTO(TPD_ERR_IO, st, free_tmp, "%s: cannot create: %s", tmp, strerror(errno));
+    if (!f) TPD_FAIL_GOTO(TPD_ERR_IO, st, free_tmp, "%s: cannot create: %s", tmp, strerror(errno));
     int32_t hdr[256] = {LLMC_MAGIC, 1, (int32_t)ntok};
     TPD_CHECK_GOTO(write_all(f, hdr, sizeof hdr, tmp), st, close_shard);
     TPD_CHECK_GOTO(write_all(f, tokens, ntok * sizeof(uint16_t), tmp), st, close_shard);

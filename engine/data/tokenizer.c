@@ -244,7 +244,7 @@ done:
 
 tpd_status tpd_bpe_load(const char *vocab_json, const char *merges_txt, tpd_bpe **bpe_p) {
     tpd_bpe *b = tpd_bpe_alloc();
-    if (!b) return TPD_ERR_NOMEM;
+    if (!b) return tpd_fail_nomem("the tokenizer", sizeof *b);
     tpd_status st = TPD_OK;
     TPD_CHECK_GOTO(load_vocab(b, vocab_json), st, fail);
     TPD_CHECK_GOTO(load_merges(b, merges_txt), st, fail);
@@ -289,6 +289,8 @@ const char *tpd_bpe_token(const tpd_bpe *b, int32_t id) {
     return id >= 0 && id < b->nspell ? b->spell[id] : NULL;
 }
 
+/* The encoder's buffers grow as a text needs; a failed growth is returned unlogged
+ * (tpd_bpe_encode's caller logs it once). */
 static tpd_status push_id(int32_t id, int32_t **ids_p, size_t *n_p, size_t *cap_p) {
     if (*n_p == *cap_p) {
         size_t cap = *cap_p ? 2 * *cap_p : 1024;
@@ -550,10 +552,11 @@ tpd_status tpd_bpe_encode_ex(const tpd_bpe *b, const char *text, size_t len, int
                              int32_t **ids_p, size_t *n_p, size_t *cap_p) {
     tpd_status st = TPD_OK;
     encoder e = {.b = b, .out = {ids_p, n_p, cap_p}};
-    for (int i = 0; i < b->nsteps; i++)
+    for (int i = 0; i < b->nsteps && st == TPD_OK; i++)
         if (b->steps[i].re &&
             !(e.md[i] = pcre2_match_data_create_from_pattern(b->steps[i].re, NULL)))
-            TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, done, "tokenizer: out of memory");
+            st = TPD_ERR_NOMEM; /* unlogged: see tokenizer.h */
+    if (st != TPD_OK) goto done;
     for (int i = 0; add_special && i < b->nprefix; i++)
         TPD_CHECK_GOTO(push_id(b->prefix[i], ids_p, n_p, cap_p), st, done);
     TPD_CHECK_GOTO(split_added(&e, 0, (const unsigned char *)text, len), st, done);
@@ -583,7 +586,7 @@ tpd_status tpd_bpe_decode(const tpd_bpe *b, const int32_t *ids, size_t n, char *
     for (size_t i = 0; i < n; i++)
         if (ids[i] >= 0 && ids[i] < b->nspell && b->spell[ids[i]]) cap += strlen(b->spell[ids[i]]);
     char *out = malloc(cap);
-    if (!out) return TPD_ERR_NOMEM;
+    if (!out) return tpd_fail_nomem("the decoded text", cap);
     size_t len = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= b->nspell || !b->spell[ids[i]]) continue;

@@ -45,7 +45,9 @@ int32_t tpd_bpe_eod(const tpd_bpe *bpe);
 /* The spelling of id (byte-level alphabet; added tokens as written), NULL when none. */
 const char *tpd_bpe_token(const tpd_bpe *bpe, int32_t id);
 
-/* Appends the ids of text[0..len) to *ids_p (n_p ids held, cap_p allocated; realloc'd). */
+/* Appends the ids of text[0..len) to *ids_p (n_p ids held, cap_p allocated; realloc'd).
+ * Its only failure, TPD_ERR_NOMEM, is returned unlogged: encoding runs on many threads at
+ * once (a record each), so the caller says it once for them all. */
 tpd_status tpd_bpe_encode(const tpd_bpe *bpe, const char *text, size_t len, int32_t **ids_p,
                           size_t *n_p, size_t *cap_p);
 /* tpd_bpe_encode; with add_special, the post-processor's tokens around the text too (a

@@ -90,7 +90,8 @@ static tpd_status read_added(tpd_bpe *b, const char *path, const cJSON *arr, int
     }
     int n = cJSON_GetArraySize(arr), i = 0;
     b->added = calloc((size_t)(n > 0 ? n : 1), sizeof *b->added);
-    if (!b->added) return TPD_ERR_NOMEM;
+    if (!b->added)
+        return tpd_fail_nomem("added_tokens", (size_t)(n > 0 ? n : 1) * sizeof *b->added);
     const cJSON *t;
     cJSON_ArrayForEach(t, arr) {
         char key[64];
@@ -109,7 +110,7 @@ static tpd_status read_added(tpd_bpe *b, const char *path, const cJSON *arr, int
         }
         bpe_added *a = &b->added[b->nadded++];
         a->content = strdup(content->valuestring);
-        if (!a->content) return TPD_ERR_NOMEM;
+        if (!a->content) return tpd_fail_nomem("an added token", strlen(content->valuestring) + 1);
         a->len = strlen(a->content);
         a->id = id->valueint;
         a->normalized = get_bool(t, "normalized", 1);
@@ -359,7 +360,7 @@ static tpd_status choose_eod(tpd_bpe *b, const char *path) {
     const char *slash = strrchr(path, '/');
     size_t dl = slash ? (size_t)(slash - path) + 1 : 0;
     char *cfg_path = malloc(dl + sizeof "tokenizer_config.json");
-    if (!cfg_path) return TPD_ERR_NOMEM;
+    if (!cfg_path) return tpd_fail_nomem("a path", dl + sizeof "tokenizer_config.json");
     memcpy(cfg_path, path, dl);
     strcpy(cfg_path + dl, "tokenizer_config.json");
     char *text = NULL;
@@ -428,7 +429,7 @@ tpd_status tpd_bpe_load_hf(const char *path, tpd_bpe **bpe_p) {
     struct stat sb;
     size_t pl = strlen(path);
     char *file = malloc(pl + sizeof "/tokenizer.model");
-    if (!file) return TPD_ERR_NOMEM;
+    if (!file) return tpd_fail_nomem("a path", pl + sizeof "/tokenizer.model");
     strcpy(file, path);
     /* a model folder: its tokenizer.json (or, refused below, its tokenizer.model) */
     if (!stat(path, &sb) && S_ISDIR(sb.st_mode)) {
@@ -453,7 +454,7 @@ tpd_status tpd_bpe_load_hf(const char *path, tpd_bpe **bpe_p) {
         return st;
     }
     tpd_bpe *b = tpd_bpe_alloc();
-    st = b ? load_json(b, file, text, len) : TPD_ERR_NOMEM;
+    st = b ? load_json(b, file, text, len) : tpd_fail_nomem("the tokenizer", sizeof *b);
     free(text);
     free(file);
     if (st != TPD_OK) {

@@ -18,7 +18,7 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
                             tpd_model **model_p) {
     tpd_status st = TPD_OK;
     tpd_model *m = calloc(1, sizeof *m);
-    if (!m) return TPD_ERR_NOMEM;
+    if (!m) return tpd_fail_nomem("the model", sizeof *m);
     m->cfg = *cfg;
     m->kb = kb;
     m->tp = (tpd_tp_ctx){kb, tp_comm, NULL};
@@ -121,7 +121,7 @@ tpd_status tpd_model_init_params(tpd_model *m, const tpd_dp_plan *dpp) {
     tpd_status st = TPD_OK;
     void *tmp = NULL;
     float *host = calloc(n ? n : 1, sizeof *host); /* (numel_padded) fp32 */
-    if (!host) return TPD_ERR_NOMEM;
+    if (!host) return tpd_fail_nomem("the host copy of the parameters", (n ? n : 1) * sizeof *host);
     for (int p = 0; p < TPD_P_COUNT; p++) {
         const tpd_param_slice *s = &lay->p[p];
         if (!s->present) continue;

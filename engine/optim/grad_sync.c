@@ -31,7 +31,7 @@ tpd_status tpd_grad_sync_create(tpd_model *m, const tpd_dp_plan *dpp, const tpd_
                                 int overlap_grad_reduce, int overlap_param_gather,
                                 tpd_grad_sync **gs_p) {
     tpd_grad_sync *gs = calloc(1, sizeof *gs);
-    if (!gs) return TPD_ERR_NOMEM;
+    if (!gs) return tpd_fail_nomem("the gradient sync", sizeof *gs);
     gs->m = m;
     gs->dpp = dpp;
     gs->dp = comms->dp;

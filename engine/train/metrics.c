@@ -43,7 +43,7 @@ void tpd_metrics_format_timers(const tpd_step_timers *t, char *buf, size_t cap) 
 
 tpd_status tpd_metrics_write_jsonl(FILE *f, const tpd_iter_record *r) {
     cJSON *o = cJSON_CreateObject();
-    if (!o) return TPD_ERR_NOMEM;
+    if (!o) return tpd_fail_nomem("a metrics record", sizeof(cJSON));
     cJSON_AddNumberToObject(o, "iteration", r->iteration);
     cJSON_AddNumberToObject(o, "consumed_samples", (double)r->consumed_samples);
     cJSON_AddNumberToObject(o, "lm_loss", r->lm_loss);
@@ -58,7 +58,9 @@ tpd_status tpd_metrics_write_jsonl(FILE *f, const tpd_iter_record *r) {
     if (!isnan(r->val_loss)) cJSON_AddNumberToObject(o, "val_loss", r->val_loss);
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    if (!text) return TPD_ERR_NOMEM;
+    if (!text)
+        return tpd_fail(TPD_ERR_NOMEM, "out of memory for the metrics line of iteration %d",
+                        r->iteration);
     int ok = fprintf(f, "%s\n", text) > 0 && fflush(f) == 0;
     free(text);
     if (!ok) {

@@ -48,7 +48,7 @@ static tpd_status put_record(tpd_tb_writer *w, const uint8_t *data, size_t n) {
 static tpd_status put_event(tpd_tb_writer *w, const TpdTb__Event *ev) {
     size_t n = tpd_tb__event__get_packed_size(ev);
     uint8_t *buf = malloc(n ? n : 1);
-    if (!buf) return TPD_ERR_NOMEM;
+    if (!buf) return tpd_fail_nomem("a TensorBoard event", n ? n : 1);
     tpd_tb__event__pack(ev, buf);
     tpd_status st = put_record(w, buf, n);
     free(buf);
@@ -68,7 +68,7 @@ tpd_status tpd_tb_open(const char *dir, tpd_tb_writer **w_p) {
         return TPD_ERR_IO;
     }
     tpd_tb_writer *w = calloc(1, sizeof *w);
-    if (!w) return TPD_ERR_NOMEM;
+    if (!w) return tpd_fail_nomem("the TensorBoard writer", sizeof *w);
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
     double now = wall_time();

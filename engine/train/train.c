@@ -188,15 +188,11 @@ static tpd_status model_hook(void *user, int unit, int backward) {
 
 tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_trainer **tr_p) {
     tpd_status st = TPD_OK;
-    char err[1024];
     /* Checks that need no communication come first, identically on every rank. */
-    if (tpd_config_check_world(cfg, tpd_comm_size(world), err, sizeof err) != TPD_OK ||
-        tpd_config_check_trainable(cfg, err, sizeof err) != TPD_OK) {
-        tpd_log_error("%s", err);
-        return TPD_ERR_INVALID;
-    }
+    TPD_CHECK(tpd_config_check_world(cfg, tpd_comm_size(world)));
+    TPD_CHECK(tpd_config_check_trainable(cfg));
     tpd_trainer *tr = calloc(1, sizeof *tr);
-    if (!tr) return TPD_ERR_NOMEM;
+    if (!tr) return tpd_fail_nomem("the trainer", sizeof *tr);
     tr->cfg = *cfg;
     int tp = cfg->parallel.tensor_model_parallel_size;
     int pp = cfg->parallel.pipeline_model_parallel_size;

@@ -83,11 +83,13 @@ static int other_layout(const tpd_config *c, int ranks, tpd_config *o) {
         }
         if (t == 1) o->parallel.sequence_parallel = 0;
         int kv = tpd_config_kv_heads(o);
-        char err[256];
         if (o->model.num_attention_heads % t || kv % t || o->model.ffn_hidden_size % t ||
-            (o->parallel.sequence_parallel && o->model.seq_length % t) ||
-            tpd_config_check_world(o, t * p, err, sizeof err) != TPD_OK)
+            (o->parallel.sequence_parallel && o->model.seq_length % t))
             continue;
+        tpd_log_quiet_begin(); /* a layout that does not fit is only passed over */
+        tpd_status fits = tpd_config_check_world(o, t * p);
+        tpd_log_quiet_end();
+        if (fits != TPD_OK) continue;
         return 1;
     }
     return 0;
@@ -316,7 +318,7 @@ tpd_status tpd_verify_run(const tpd_config *real, const tpd_verify_options *opt,
             tpd_config_print(&rep->small, f);
             fclose(f);
             tpd_config check;
-            st = tpd_config_load(yaml, 0, NULL, &check, err, sizeof err);
+            st = tpd_config_load(yaml, 0, NULL, &check);
         } else if (st == TPD_OK) {
             snprintf(err, sizeof err, "verify: cannot write %s", yaml);
             st = TPD_ERR_IO;

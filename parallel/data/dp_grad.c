@@ -24,7 +24,9 @@ tpd_status tpd_dp_plan_init(size_t numel, size_t bucket_elems, int dp_size, int 
     p.nbuckets = p.bucket ? (int)((p.numel_padded + p.bucket - 1) / p.bucket) : 0;
     p.nranges = p.zero ? p.nbuckets : 1;
     p.ranges = calloc((size_t)(p.nranges ? p.nranges : 1), sizeof *p.ranges);
-    if (!p.ranges) return TPD_ERR_NOMEM;
+    if (!p.ranges)
+        return tpd_fail_nomem("the DP ranges",
+                              (size_t)(p.nranges ? p.nranges : 1) * sizeof *p.ranges);
     if (!p.zero) {
         p.ranges[0] = (tpd_dp_range){0, p.numel_padded, 0};
         p.shard_numel = p.numel_padded;

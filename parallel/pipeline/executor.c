@@ -19,7 +19,7 @@ tpd_status tpd_pp_execute(const tpd_pp_schedule *s, tpd_comm *pp, const tpd_pp_e
     tpd_comm_req *grad_send = NULL;
     tpd_pp_exec_stats stats = {0};
     double t_begin = tpd_clock_s();
-    if (!act_send) return TPD_ERR_NOMEM;
+    if (!act_send) return tpd_fail_nomem("the activation sends", nsend * sizeof *act_send);
     /* neighbours on the ring of virtual stages: the last stage's chunk c feeds stage 0's
      * chunk c+1 */
     int next = (me + 1) % p, prev = (me + p - 1) % p;

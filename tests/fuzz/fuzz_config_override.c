@@ -16,15 +16,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         line = nl ? nl + 1 : NULL;
     }
     static tpd_config cfg;
-    char err[1024];
-    if (tpd_config_load(NULL, n, ov, &cfg, err, sizeof err) == TPD_OK) {
+    tpd_log_quiet_begin(); /* the messages are kept, not printed: millions of inputs */
+    if (tpd_config_load(NULL, n, ov, &cfg) == TPD_OK) {
         FILE *out = fopen("/dev/null", "w");
         if (out) {
             tpd_config_print(&cfg, out);
             fclose(out);
         }
-        tpd_config_check_world(&cfg, 4, err, sizeof err);
+        tpd_config_check_world(&cfg, 4);
     }
+    tpd_log_quiet_end();
     free(text);
     return 0;
 }

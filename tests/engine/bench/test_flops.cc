@@ -35,8 +35,7 @@ TEST(Flops, TrainSweepAndPlannerAgreeForAnyFfnWidth) {
                            "data:\n  data_path: "
                         << data << "\n";
     tpd_config cfg;
-    char err[1024];
-    ASSERT_EQ(tpd_config_load(path.c_str(), 0, nullptr, &cfg, err, sizeof err), TPD_OK) << err;
+    ASSERT_EQ(tpd_config_load(path.c_str(), 0, nullptr, &cfg), TPD_OK) << tpd_last_error();
     double B = cfg.training.global_batch_size, s = cfg.model.seq_length;
     double l = cfg.model.num_layers, h = cfg.model.hidden_size;
     double V = tpd_config_padded_vocab(&cfg, 1);
@@ -87,8 +86,7 @@ TEST(Flops, TrainSweepAndPlannerAgreeForAnyFfnWidth) {
 TEST(Flops, Llama3MatchesShapeCountsAndTheLiterature) {
     std::string path = std::string(tpd_source_dir()) + "/configs/llama3-8b.yaml";
     tpd_config cfg;
-    char err[1024];
-    ASSERT_EQ(tpd_config_load(path.c_str(), 0, nullptr, &cfg, err, sizeof err), TPD_OK) << err;
+    ASSERT_EQ(tpd_config_load(path.c_str(), 0, nullptr, &cfg), TPD_OK) << tpd_last_error();
     const double B = 2048, s = 8192, l = 32, h = 4096, a = 32, g = 8, d = 128, f = 14336;
     const double V = 128256; // a multiple of 128: no padding at TP 1
     ASSERT_EQ(tpd_config_padded_vocab(&cfg, 1), 128256);

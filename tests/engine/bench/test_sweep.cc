@@ -77,11 +77,8 @@ std::vector<double> plain_losses(int tp, int pp, int steps) {
     o.push_back("parallel.pipeline_model_parallel_size=" + std::to_string(pp));
     std::vector<const char *> oc = cstrs(o);
     tpd_config cfg;
-    char err[1024];
-    EXPECT_EQ(
-        tpd_config_load(demo_path().c_str(), (int)oc.size(), oc.data(), &cfg, err, sizeof err),
-        TPD_OK)
-        << err;
+    EXPECT_EQ(tpd_config_load(demo_path().c_str(), (int)oc.size(), oc.data(), &cfg), TPD_OK)
+        << tpd_last_error();
     cfg.logging.eval_interval = 0;
     cfg.logging.metrics_file[0] = 0;
     std::vector<double> loss;
@@ -102,11 +99,8 @@ void calibrate_and_sweep(tpd_sweep_options *opt, tpd_sweep_result *res) {
     std::vector<std::string> o = overrides();
     std::vector<const char *> oc = cstrs(o);
     tpd_config cfg;
-    char err[1024];
-    ASSERT_EQ(
-        tpd_config_load(demo_path().c_str(), (int)oc.size(), oc.data(), &cfg, err, sizeof err),
-        TPD_OK)
-        << err;
+    ASSERT_EQ(tpd_config_load(demo_path().c_str(), (int)oc.size(), oc.data(), &cfg), TPD_OK)
+        << tpd_last_error();
     tpd_calib_options co = TPD_CALIB_OPTIONS_INIT;
     co.budget_s = 0.01;
     snprintf(co.name, sizeof co.name, "test-cpu");

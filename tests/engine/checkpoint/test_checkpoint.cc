@@ -59,7 +59,7 @@ void expect_load_error(tpd_config cfg, const char *load, const std::string &need
     EXPECT_NE(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
     EXPECT_EQ(tr, nullptr);
     if (tr) tpd_trainer_destroy(tr);
-    std::string err = tpd_ckpt_last_error();
+    std::string err = tpd_last_error();
     EXPECT_NE(err.find(needle), std::string::npos) << "error: " << err << "\nexpected: " << needle;
 }
 
@@ -156,7 +156,7 @@ TEST(Checkpoint, AsyncSaveCommitsTheSameShards) {
     // an asynchronous checkpoint verifies and resumes
     tpd_ckpt_info info;
     ASSERT_EQ(tpd_ckpt_open((dirs[1] + "/iter_0000004").c_str(), &info), TPD_OK)
-        << tpd_ckpt_last_error();
+        << tpd_last_error();
     EXPECT_EQ(info.iteration, 4);
     tpd_ckpt_close(&info);
 }
@@ -238,7 +238,7 @@ TEST_F(Corruption, TruncatedShard) {
     std::string f = newest + "/optim_tp00_pp00_dp00.bin", d = ckt::slurp(f);
     ckt::spit(f, d.substr(0, d.size() / 2));
     expect_load_error(cfg, "auto", f);
-    EXPECT_NE(std::string(tpd_ckpt_last_error()).find("truncated"), std::string::npos);
+    EXPECT_NE(std::string(tpd_last_error()).find("truncated"), std::string::npos);
 }
 
 // Readers of the weights alone (generate, export) verify the files that hold them: a
@@ -249,12 +249,12 @@ TEST_F(Corruption, WeightReadersVerifyWhatTheyRead) {
     d[d.size() / 2] ^= 0x01;
     ckt::spit(opt, d);
     tpd_ckpt_info info;
-    ASSERT_EQ(tpd_ckpt_open_weights(newest.c_str(), &info), TPD_OK) << tpd_ckpt_last_error();
+    ASSERT_EQ(tpd_ckpt_open_weights(newest.c_str(), &info), TPD_OK) << tpd_last_error();
     tpd_ckpt_close(&info);
     testing::internal::CaptureStderr();
     EXPECT_NE(tpd_ckpt_open(newest.c_str(), &info), TPD_OK);
     testing::internal::GetCapturedStderr();
-    EXPECT_NE(std::string(tpd_ckpt_last_error()).find(opt), std::string::npos);
+    EXPECT_NE(std::string(tpd_last_error()).find(opt), std::string::npos);
     std::string model = newest + "/model_tp00_pp00.bin";
     d = ckt::slurp(model);
     d[d.size() / 2] ^= 0x01;
@@ -262,7 +262,7 @@ TEST_F(Corruption, WeightReadersVerifyWhatTheyRead) {
     testing::internal::CaptureStderr();
     EXPECT_NE(tpd_ckpt_open_weights(newest.c_str(), &info), TPD_OK);
     testing::internal::GetCapturedStderr();
-    EXPECT_NE(std::string(tpd_ckpt_last_error()).find(model), std::string::npos);
+    EXPECT_NE(std::string(tpd_last_error()).find(model), std::string::npos);
 }
 
 TEST_F(Corruption, FlippedBit) {
@@ -270,7 +270,7 @@ TEST_F(Corruption, FlippedBit) {
     d[d.size() / 3] ^= 0x10;
     ckt::spit(f, d);
     expect_load_error(cfg, "auto", f);
-    EXPECT_NE(std::string(tpd_ckpt_last_error()).find("SHA-256"), std::string::npos);
+    EXPECT_NE(std::string(tpd_last_error()).find("SHA-256"), std::string::npos);
 }
 
 TEST_F(Corruption, MissingShard) {
@@ -293,7 +293,7 @@ TEST_F(Corruption, WrongModelShape) {
     other.model.hidden_size = 64;
     expect_load_error(other, "auto",
                       "model.hidden_size is 32 in the checkpoint but 64 in the config");
-    EXPECT_NE(std::string(tpd_ckpt_last_error()).find(newest), std::string::npos);
+    EXPECT_NE(std::string(tpd_last_error()).find(newest), std::string::npos);
 }
 
 TEST_F(Corruption, GarbageLatest) {

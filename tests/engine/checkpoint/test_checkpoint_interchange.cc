@@ -285,10 +285,10 @@ TEST(Interchange, ImportedCheckpointLoadsAsWeightsOnly) {
     tpd_trainer_destroy(tr);
     cfg.model.num_layers = 2;
     ASSERT_NE(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
-    EXPECT_NE(std::string(tpd_ckpt_last_error())
+    EXPECT_NE(std::string(tpd_last_error())
                   .find("model.num_layers is 4 in the checkpoint but 2 in the config"),
               std::string::npos)
-        << tpd_ckpt_last_error();
+        << tpd_last_error();
     // a directory that holds a checkpoint is never overwritten
     EXPECT_EQ(tpd_ckpt_write_weights(&orig.cfg, 1, 1, 1, orig.w, out.c_str()), TPD_ERR_INVALID);
 }
@@ -376,8 +376,8 @@ TEST(Interchange, LlamaHuggingFaceRoundTripIsExactAndLlmcRefuses) {
     EXPECT_TRUE(back.cfg.model.untie_embeddings_and_output_weights);
     EXPECT_EQ(tpd_ckpt_export_llmc(&orig.cfg, orig.w, (out + "/model.bin").c_str()),
               TPD_ERR_UNSUPPORTED);
-    EXPECT_NE(std::string(tpd_ckpt_last_error()).find("this model has RMSNorm"), std::string::npos)
-        << tpd_ckpt_last_error();
+    EXPECT_NE(std::string(tpd_last_error()).find("this model has RMSNorm"), std::string::npos)
+        << tpd_last_error();
 }
 
 TEST(GenerateSampling, SamplingIsReproducibleAndRespectsTopK) {

@@ -85,9 +85,8 @@ void write_stream(const std::string &path, const std::vector<int32_t> &tokens, i
 tpd_config import_dir(const std::string &dir, int tp, int pp, const std::string &out) {
     tpd_config cfg;
     float *w[TPD_P_COUNT] = {};
-    EXPECT_EQ(tpd_ckpt_import_hf(dir.c_str(), &cfg, w), TPD_OK) << tpd_ckpt_last_error();
-    EXPECT_EQ(tpd_ckpt_write_weights(&cfg, tp, pp, 1, w, out.c_str()), TPD_OK)
-        << tpd_ckpt_last_error();
+    EXPECT_EQ(tpd_ckpt_import_hf(dir.c_str(), &cfg, w), TPD_OK) << tpd_last_error();
+    EXPECT_EQ(tpd_ckpt_write_weights(&cfg, tp, pp, 1, w, out.c_str()), TPD_OK) << tpd_last_error();
     tpd_ckpt_free_weights(w);
     return cfg;
 }
@@ -241,7 +240,7 @@ TEST(HfRoundTrip, ExportImportExportIsByteIdenticalAndBf16IsExact) {
         tpd_hf_export small = TPD_HF_EXPORT_INIT;
         small.max_shard_bytes = 40000; // several shards and an index
         ASSERT_EQ(tpd_ckpt_export_hf(&info.cfg, w, (b + "/x").c_str(), &small), TPD_OK)
-            << tpd_ckpt_last_error();
+            << tpd_last_error();
         tpd_hf_export bf16 = TPD_HF_EXPORT_INIT;
         bf16.bf16 = 1;
         ASSERT_EQ(tpd_ckpt_export_hf(&info.cfg, w, (b + "/h").c_str(), &bf16), TPD_OK);

@@ -57,7 +57,7 @@ TEST(Safetensors, HeaderValidationNamesTheTensor) {
             EXPECT_EQ(tpd_st_count(set), 1);
         } else {
             EXPECT_NE(st, TPD_OK) << c.json;
-            std::string err = tpd_ckpt_last_error();
+            std::string err = tpd_last_error();
             EXPECT_NE(err.find("x.safetensors"), std::string::npos) << err;
             EXPECT_NE(err.find(c.want), std::string::npos) << err;
         }
@@ -105,7 +105,7 @@ void expect_refused(const std::string &dir, const std::string &file, const std::
     tpd_config cfg;
     float *w[TPD_P_COUNT] = {};
     EXPECT_NE(tpd_ckpt_import_hf(dir.c_str(), &cfg, w), TPD_OK) << what;
-    std::string err = tpd_ckpt_last_error();
+    std::string err = tpd_last_error();
     EXPECT_NE(err.find(dir + "/" + file), std::string::npos) << err;
     EXPECT_NE(err.find(what), std::string::npos) << err;
     for (float *p : w)
@@ -117,7 +117,7 @@ TEST(HfImport, TheFixturesImport) {
         tpd_config cfg;
         float *w[TPD_P_COUNT] = {};
         std::string dir = std::string(TPD_HF_FIXTURES) + "/" + name + "/model";
-        ASSERT_EQ(tpd_ckpt_import_hf(dir.c_str(), &cfg, w), TPD_OK) << tpd_ckpt_last_error();
+        ASSERT_EQ(tpd_ckpt_import_hf(dir.c_str(), &cfg, w), TPD_OK) << tpd_last_error();
         tpd_ckpt_free_weights(w);
         EXPECT_EQ(cfg.model.vocab_size, 300) << name;
     }

@@ -42,10 +42,10 @@ Loaded Load(const std::string &path, const std::vector<std::string> &overrides =
         ov.push_back(o.c_str());
     Loaded r;
     std::memset(&r.cfg, 0, sizeof r.cfg);
-    char err[2048] = "unset";
-    r.st = tpd_config_load(path.empty() ? nullptr : path.c_str(), (int)ov.size(), ov.data(), &r.cfg,
-                           err, sizeof err);
-    r.err = err;
+    tpd_last_error_clear(); // what the load logs, and "" when it logs nothing
+    r.st =
+        tpd_config_load(path.empty() ? nullptr : path.c_str(), (int)ov.size(), ov.data(), &r.cfg);
+    r.err = tpd_last_error();
     return r;
 }
 
@@ -397,9 +397,8 @@ TEST(Config, DefaultsOnlyLoadPassesEveryCheckAndResolves) {
     r.cfg.model.ffn_hidden_size = 0;
     r.cfg.model.max_position_embeddings = 0;
     ExpectSameConfig(d, r.cfg);
-    char err[512] = "";
-    EXPECT_EQ(tpd_config_check_world(&r.cfg, 1, err, sizeof err), TPD_OK) << err;
-    EXPECT_EQ(tpd_config_check_trainable(&r.cfg, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_check_world(&r.cfg, 1), TPD_OK) << tpd_last_error();
+    EXPECT_EQ(tpd_config_check_trainable(&r.cfg), TPD_OK) << tpd_last_error();
 }
 
 TEST(Config, EveryShippedConfigLoadsAndIsTrainable) {
@@ -412,8 +411,7 @@ TEST(Config, EveryShippedConfigLoadsAndIsTrainable) {
         Loaded r = Load(ConfigPath(n));
         EXPECT_EQ(r.st, TPD_OK) << n << ": " << r.err;
         EXPECT_EQ(std::string(r.cfg.source_path), ConfigPath(n));
-        char err[512] = "";
-        EXPECT_EQ(tpd_config_check_trainable(&r.cfg, err, sizeof err), TPD_OK) << n << ": " << err;
+        EXPECT_EQ(tpd_config_check_trainable(&r.cfg), TPD_OK) << n << ": " << tpd_last_error();
     }
 }
 
@@ -445,12 +443,11 @@ TEST(Config, DemoRunsOnEightRanksAsTwoByTwoByTwo) {
     Loaded t = Load(ConfigPath("demo.yaml"), {"parallel.tensor_model_parallel_size=2",
                                               "parallel.pipeline_model_parallel_size=2"});
     ASSERT_EQ(t.st, TPD_OK) << t.err;
-    char err[512] = "";
-    EXPECT_EQ(tpd_config_check_world(&t.cfg, 8, err, sizeof err), TPD_OK) << err;
-    EXPECT_EQ(tpd_config_check_trainable(&t.cfg, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_check_world(&t.cfg, 8), TPD_OK) << tpd_last_error();
+    EXPECT_EQ(tpd_config_check_trainable(&t.cfg), TPD_OK) << tpd_last_error();
     EXPECT_EQ(tpd_config_dp(&t.cfg, 8), 2);
     EXPECT_EQ(tpd_config_num_micro_batches(&t.cfg, 2), 8);
-    EXPECT_EQ(tpd_config_check_world(&r.cfg, 1, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_check_world(&r.cfg, 1), TPD_OK) << tpd_last_error();
     EXPECT_EQ(tpd_config_num_micro_batches(&r.cfg, tpd_config_dp(&r.cfg, 1)), 16);
 }
 
@@ -533,9 +530,8 @@ TEST(Config, DemoLlamaTrainsWhatTheDemoTrains) {
     Loaded t = Load(ConfigPath("demo-llama.yaml"), {"parallel.tensor_model_parallel_size=2",
                                                     "parallel.pipeline_model_parallel_size=2"});
     ASSERT_EQ(t.st, TPD_OK) << t.err;
-    char err[512] = "";
-    EXPECT_EQ(tpd_config_check_world(&t.cfg, 8, err, sizeof err), TPD_OK) << err;
-    EXPECT_EQ(tpd_config_check_trainable(&t.cfg, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_check_world(&t.cfg, 8), TPD_OK) << tpd_last_error();
+    EXPECT_EQ(tpd_config_check_trainable(&t.cfg), TPD_OK) << tpd_last_error();
     // TP 4 would need K/V heads replicated: a config error that names the file's line
     Loaded tp4 = Load(ConfigPath("demo-llama.yaml"), {"parallel.tensor_model_parallel_size=4"});
     EXPECT_EQ(tp4.st, TPD_ERR_INVALID);
@@ -704,9 +700,8 @@ TEST(Config, FailedLoadLeavesTheOutputUntouched) {
     std::memset(&c, 0x5a, sizeof c);
     tpd_config before;
     std::memcpy(&before, &c, sizeof c);
-    char err[512];
     const char *ov[] = {"model.num_layers=0"};
-    EXPECT_EQ(tpd_config_load(nullptr, 1, ov, &c, err, sizeof err), TPD_ERR_INVALID);
+    EXPECT_EQ(tpd_config_load(nullptr, 1, ov, &c), TPD_ERR_INVALID);
     EXPECT_EQ(std::memcmp(&c, &before, sizeof c), 0);
 }
 
@@ -813,41 +808,42 @@ TEST(Config, CheckWorldUsesMegatronWording) {
     std::string path = ConfigPath("demo.yaml");
     const std::string tp2pp2[] = {"parallel.tensor_model_parallel_size=2",
                                   "parallel.pipeline_model_parallel_size=2"};
-    char err[512];
 
     Loaded r = Load(path, {tp2pp2[0], tp2pp2[1]});
     ASSERT_EQ(r.st, TPD_OK) << r.err;
-    EXPECT_EQ(tpd_config_check_world(&r.cfg, 6, err, sizeof err), TPD_ERR_INVALID);
-    EXPECT_EQ(std::string(err), path + ": world size (6) is not divisible by total_model_size (4)");
+    EXPECT_EQ(tpd_config_check_world(&r.cfg, 6), TPD_ERR_INVALID);
+    EXPECT_EQ(std::string(tpd_last_error()),
+              path + ": world size (6) is not divisible by total_model_size (4)");
 
     Loaded dp = Load(path, {tp2pp2[0], tp2pp2[1], "parallel.data_parallel_size=4"});
     ASSERT_EQ(dp.st, TPD_OK) << dp.err;
-    EXPECT_EQ(tpd_config_check_world(&dp.cfg, 8, err, sizeof err), TPD_ERR_INVALID);
-    EXPECT_EQ(std::string(err),
+    EXPECT_EQ(tpd_config_check_world(&dp.cfg, 8), TPD_ERR_INVALID);
+    EXPECT_EQ(std::string(tpd_last_error()),
               path + ": parallel.data_parallel_size (4) does not match world size (8) / "
                      "(tensor_model_parallel_size 2 * pipeline_model_parallel_size 2) = 2");
-    EXPECT_EQ(tpd_config_check_world(&dp.cfg, 16, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_check_world(&dp.cfg, 16), TPD_OK) << tpd_last_error();
     EXPECT_EQ(tpd_config_dp(&dp.cfg, 16), 4);
 
     Loaded gbs = Load(path);
     ASSERT_EQ(gbs.st, TPD_OK) << gbs.err;
-    EXPECT_EQ(tpd_config_check_world(&gbs.cfg, 32, err, sizeof err), TPD_ERR_INVALID);
-    EXPECT_EQ(std::string(err), path + ": global batch size (64) is not divisible by micro "
-                                       "batch size (4) times data parallel size (32)");
-    EXPECT_EQ(tpd_config_check_world(&gbs.cfg, 8, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_check_world(&gbs.cfg, 32), TPD_ERR_INVALID);
+    EXPECT_EQ(std::string(tpd_last_error()),
+              path + ": global batch size (64) is not divisible by micro "
+                     "batch size (4) times data parallel size (32)");
+    EXPECT_EQ(tpd_config_check_world(&gbs.cfg, 8), TPD_OK) << tpd_last_error();
 
     // Megatron's rule for the interleaved schedule: micro-batches a multiple of PP
     Loaded il = Load(path, {"parallel.pipeline_model_parallel_size=2",
                             "parallel.virtual_pipeline_model_parallel_size=2"});
     ASSERT_EQ(il.st, TPD_OK) << il.err;
-    EXPECT_EQ(tpd_config_check_world(&il.cfg, 32, err, sizeof err), TPD_ERR_INVALID);
-    EXPECT_EQ(std::string(err),
+    EXPECT_EQ(tpd_config_check_world(&il.cfg, 32), TPD_ERR_INVALID);
+    EXPECT_EQ(std::string(tpd_last_error()),
               path + ": training.global_batch_size: the interleaved schedule needs the "
                      "micro-batches of a step (global_batch_size / (micro_batch_size * data "
                      "parallel size) = 64 / (4 * 16) = 1) to be a multiple of "
                      "pipeline_model_parallel_size (2): each group of 2 micro-batches walks the "
                      "model chunks together (Megatron's rule)");
-    EXPECT_EQ(tpd_config_check_world(&il.cfg, 16, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_check_world(&il.cfg, 16), TPD_OK) << tpd_last_error();
 }
 
 TEST(Config, CheckTrainableRejectsPlannerOnlyKnobs) {
@@ -861,21 +857,20 @@ TEST(Config, CheckTrainableRejectsPlannerOnlyKnobs) {
     for (const auto &c : cases) {
         Loaded r = Load("", c.overrides);
         ASSERT_EQ(r.st, TPD_OK) << r.err;
-        char err[512] = "";
-        EXPECT_EQ(tpd_config_check_trainable(&r.cfg, err, sizeof err), TPD_ERR_INVALID);
-        EXPECT_STREQ(err, c.message);
+        EXPECT_EQ(tpd_config_check_trainable(&r.cfg), TPD_ERR_INVALID);
+        EXPECT_STREQ(tpd_last_error(), c.message);
     }
     // With a file, the message starts with it.
     std::string path = ConfigPath("demo.yaml");
     Loaded f = Load(path, {"training.precision=bf16"});
     ASSERT_EQ(f.st, TPD_OK) << f.err;
-    char err[512] = "";
-    EXPECT_EQ(tpd_config_check_trainable(&f.cfg, err, sizeof err), TPD_ERR_INVALID);
-    EXPECT_EQ(std::string(err), path + ": training.precision bf16 needs training.device cuda; "
-                                       "the cpu backend computes in fp32");
+    EXPECT_EQ(tpd_config_check_trainable(&f.cfg), TPD_ERR_INVALID);
+    EXPECT_EQ(std::string(tpd_last_error()),
+              path + ": training.precision bf16 needs training.device cuda; "
+                     "the cpu backend computes in fp32");
     Loaded cuda = Load(path, {"training.precision=bf16", "training.device=cuda"});
     ASSERT_EQ(cuda.st, TPD_OK) << cuda.err;
-    EXPECT_EQ(tpd_config_check_trainable(&cuda.cfg, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_check_trainable(&cuda.cfg), TPD_OK) << tpd_last_error();
     // every schedule the planner models, the trainer runs
     for (std::vector<std::string> o :
          {std::vector<std::string>{"parallel.pipeline_model_parallel_size=2",
@@ -887,7 +882,7 @@ TEST(Config, CheckTrainableRejectsPlannerOnlyKnobs) {
                                    "parallel.pipeline_schedule=zb-h1"}}) {
         Loaded r = Load(path, o);
         ASSERT_EQ(r.st, TPD_OK) << r.err;
-        EXPECT_EQ(tpd_config_check_trainable(&r.cfg, err, sizeof err), TPD_OK) << err;
+        EXPECT_EQ(tpd_config_check_trainable(&r.cfg), TPD_OK) << tpd_last_error();
         EXPECT_EQ(tpd_config_schedule(&r.cfg), o.size() == 2 && o[1].find("zb") != std::string::npos
                                                    ? TPD_SCHEDULE_ZB_H1
                                                    : TPD_SCHEDULE_INTERLEAVED);

@@ -25,9 +25,9 @@ Loaded load(const char *path, const std::vector<std::string> &ov) {
     for (const auto &o : ov)
         argv.push_back(o.c_str());
     Loaded r;
-    char err[1024] = "";
-    r.st = tpd_config_load(path, (int)argv.size(), argv.data(), &r.cfg, err, sizeof err);
-    r.err = err;
+    tpd_last_error_clear();
+    r.st = tpd_config_load(path, (int)argv.size(), argv.data(), &r.cfg);
+    r.err = tpd_last_error();
     return r;
 }
 

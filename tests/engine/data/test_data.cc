@@ -229,7 +229,7 @@ TEST_F(DataTest, IndexedRejectsFloatDtype) {
     tpd_dataset *ds = nullptr;
     EXPECT_EQ(tpd_dataset_open(prefix.c_str(), 257, &ds), TPD_ERR_FORMAT);
     EXPECT_EQ(ds, nullptr);
-    std::string msg = tpd_data_last_error();
+    std::string msg = tpd_last_error();
     EXPECT_TRUE(contains(msg, prefix + ".idx")) << msg;
     EXPECT_TRUE(contains(msg, "float32")) << msg;
 }
@@ -245,7 +245,7 @@ OpenResult try_open(const std::string &p, int vocab) {
     tpd_dataset *ds = nullptr;
     tpd_status st = tpd_dataset_open(p.c_str(), vocab, &ds);
     if (ds) tpd_dataset_close(ds);
-    return {st, tpd_data_last_error()};
+    return {st, tpd_last_error()};
 }
 
 TEST_F(DataTest, TruncatedIdx) {
@@ -432,7 +432,7 @@ TEST_F(DataTest, WriterRejectsOutOfVocabAndLeavesNothing) {
     std::vector<int32_t> toks = {1, 2, 257};
     std::vector<uint64_t> offs = {0, 3};
     EXPECT_EQ(tpd_indexed_write(prefix.c_str(), toks.data(), offs.data(), 1, 257), TPD_ERR_INVALID);
-    EXPECT_TRUE(contains(tpd_data_last_error(), "token 257 at index 2")) << tpd_data_last_error();
+    EXPECT_TRUE(contains(tpd_last_error(), "token 257 at index 2")) << tpd_last_error();
     EXPECT_FALSE(exists(prefix + ".idx"));
     EXPECT_FALSE(exists(prefix + ".bin"));
     EXPECT_FALSE(exists(prefix + ".bin.tmp"));
@@ -445,7 +445,7 @@ TEST_F(DataTest, WriterRejectsOutOfVocabAndLeavesNothing) {
     EXPECT_FALSE(exists(prefix + ".idx"));
 
     EXPECT_EQ(tpd_indexed_builder_create(path("no/such/dir/x").c_str(), 257, &b), TPD_ERR_IO);
-    EXPECT_TRUE(contains(tpd_data_last_error(), "no/such/dir/x.bin.tmp: cannot create"));
+    EXPECT_TRUE(contains(tpd_last_error(), "no/such/dir/x.bin.tmp: cannot create"));
 }
 
 // ---- sampler ----
@@ -509,7 +509,7 @@ TEST_F(DataTest, SamplerSplitsProportional) {
 
     // The test split holds 10 tokens: too few for seq_length 16.
     EXPECT_EQ(tpd_sampler_init(ds, "949,50,1", TPD_SPLIT_TEST, 16, 0, 1, &s), TPD_ERR_INVALID);
-    std::string msg = tpd_data_last_error();
+    std::string msg = tpd_last_error();
     EXPECT_TRUE(contains(msg, "the test split holds 10 tokens")) << msg;
     EXPECT_TRUE(contains(msg, "seq_length+1 = 17")) << msg;
     for (const char *bad : {"a,b", "0,0,0", "1,2,3,4", "-1,2", "1;2"})
@@ -671,7 +671,7 @@ TEST_F(DataTest, PrepareJsonlRecords) {
                                 "{\"text\": \"   \"}\n"
                                 "{\"text\": \"last, no newline\"}");
     Prepared r = prepare({path("a.jsonl")}, TPD_RECORDS_JSONL, path("out"));
-    ASSERT_EQ(r.st, TPD_OK) << tpd_data_last_error();
+    ASSERT_EQ(r.st, TPD_OK) << tpd_last_error();
     std::vector<int32_t> want =
         bytes_eod({"line one\nline two", "caf\xc3\xa9 \"quoted\"", "last, no newline"});
     EXPECT_EQ(r.docs, 3u);
@@ -696,8 +696,7 @@ TEST_F(DataTest, PrepareJsonlRecords) {
         write_text(path("bad.jsonl"), b.text);
         Prepared e = prepare({path("bad.jsonl")}, TPD_RECORDS_JSONL, path("out3"));
         EXPECT_EQ(e.st, TPD_ERR_FORMAT) << b.text;
-        EXPECT_TRUE(contains(tpd_data_last_error(), path("bad.jsonl") + b.message))
-            << tpd_data_last_error();
+        EXPECT_TRUE(contains(tpd_last_error(), path("bad.jsonl") + b.message)) << tpd_last_error();
         EXPECT_FALSE(exists(path("out3.idx")));
     }
 }
@@ -707,14 +706,14 @@ TEST_F(DataTest, PrepareErrors) {
     write_text(path("ok.txt"), "text");
     Prepared r = prepare({path("ok.txt"), missing}, TPD_RECORDS_FILE, path("out"));
     EXPECT_EQ(r.st, TPD_ERR_IO);
-    EXPECT_TRUE(contains(tpd_data_last_error(), missing + ": cannot read: No such file"));
+    EXPECT_TRUE(contains(tpd_last_error(), missing + ": cannot read: No such file"));
     EXPECT_FALSE(exists(path("out.idx")));
     EXPECT_FALSE(exists(path("out.bin.tmp")));
 
     write_text(path("blank.txt"), "\n \n%\n");
     r = prepare({path("blank.txt")}, TPD_RECORDS_PERCENT, path("out"));
     EXPECT_EQ(r.st, TPD_ERR_INVALID);
-    EXPECT_TRUE(contains(tpd_data_last_error(), "no non-empty record"));
+    EXPECT_TRUE(contains(tpd_last_error(), "no non-empty record"));
     EXPECT_FALSE(exists(path("out.idx")));
 }
 
@@ -760,7 +759,7 @@ TEST_F(DataTest, CliPrepareAndInfo) {
     EXPECT_TRUE(contains(out, "documents:   3")) << out;
 
     EXPECT_EQ(run_cli({"data", "info", prefix, "--vocab-size", "100"}), 1); // EOD is 256
-    EXPECT_TRUE(contains(tpd_data_last_error(), ">= vocab_size 100"));
+    EXPECT_TRUE(contains(tpd_last_error(), ">= vocab_size 100"));
     EXPECT_EQ(run_cli({"data", "info", path("nope")}), 1);
 }
 

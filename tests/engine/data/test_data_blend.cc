@@ -53,7 +53,7 @@ TEST(DataBlend, AssignsLikeMegatronInAnyOrder) {
     tpd_data_source src;
     // weights need not sum to 1
     std::string spec = "2 " + a + " 5 " + b + " 3 " + c;
-    ASSERT_EQ(tpd_data_source_open(spec.c_str(), 100000, &src), TPD_OK) << tpd_data_last_error();
+    ASSERT_EQ(tpd_data_source_open(spec.c_str(), 100000, &src), TPD_OK) << tpd_last_error();
     ASSERT_EQ(src.n, 3);
     EXPECT_DOUBLE_EQ(src.weight[1], 0.5);
     tpd_blend_sampler s;
@@ -131,7 +131,7 @@ TEST(DataBlend, ShardPatternTakesEveryMatchByTokens) {
     }
     tpd_data_source src;
     ASSERT_EQ(tpd_data_source_open((dir + "/train_*.bin").c_str(), 65536, &src), TPD_OK)
-        << tpd_data_last_error();
+        << tpd_last_error();
     ASSERT_EQ(src.n, 3);
     EXPECT_NE(std::string(src.prefix[1]).find("train_000001.bin"), std::string::npos);
     EXPECT_DOUBLE_EQ(src.weight[0], 0.5);
@@ -152,7 +152,7 @@ TEST(DataBlend, ShardPatternTakesEveryMatchByTokens) {
     testing::internal::CaptureStderr();
     EXPECT_EQ(tpd_data_source_open((dir + "/valid_*.bin").c_str(), 65536, &src), TPD_ERR_IO);
     testing::internal::GetCapturedStderr();
-    EXPECT_NE(std::string(tpd_data_last_error()).find("matches no file"), std::string::npos);
+    EXPECT_NE(std::string(tpd_last_error()).find("matches no file"), std::string::npos);
 }
 
 TEST(DataBlend, BadSpecsNameTheKeyAndRule) {
@@ -171,8 +171,8 @@ TEST(DataBlend, BadSpecsNameTheKeyAndRule) {
         testing::internal::CaptureStderr();
         EXPECT_NE(tpd_data_source_open(c.spec.c_str(), 100000, &src), TPD_OK) << c.spec;
         testing::internal::GetCapturedStderr();
-        EXPECT_NE(std::string(tpd_data_last_error()).find(c.message), std::string::npos)
-            << c.spec << ": " << tpd_data_last_error();
+        EXPECT_NE(std::string(tpd_last_error()).find(c.message), std::string::npos)
+            << c.spec << ": " << tpd_last_error();
     }
 }
 

@@ -70,8 +70,7 @@ TEST(PlanBench, OneLayoutGpt3) {
 TEST(PlanThroughput, Llama3Table4Report) {
     std::string path = std::string(tpd_source_dir()) + "/configs/llama3-405b.yaml";
     tpd_config cfg;
-    char err[1024];
-    ASSERT_EQ(tpd_config_load(path.c_str(), 0, nullptr, &cfg, err, sizeof err), TPD_OK) << err;
+    ASSERT_EQ(tpd_config_load(path.c_str(), 0, nullptr, &cfg), TPD_OK) << tpd_last_error();
     tpd_config il = cfg; // two chunks a stage: one layer fewer on the very first and last
     il.parallel.virtual_pipeline_model_parallel_size = 2;
     il.parallel.num_pipeline_layers = 32;

@@ -22,8 +22,7 @@ namespace {
 tpd_config load_preset(const char *name) {
     std::string path = std::string(tpd_source_dir()) + "/configs/" + name;
     tpd_config c;
-    char err[1024] = "";
-    EXPECT_EQ(tpd_config_load(path.c_str(), 0, nullptr, &c, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_load(path.c_str(), 0, nullptr, &c), TPD_OK) << tpd_last_error();
     return c;
 }
 

@@ -49,9 +49,7 @@ tpd_config load(const std::vector<std::string> &ovr) {
     for (const std::string &s : ovr)
         v.push_back(s.c_str());
     tpd_config cfg;
-    char err[1024];
-    EXPECT_EQ(tpd_config_load(nullptr, (int)v.size(), v.data(), &cfg, err, sizeof err), TPD_OK)
-        << err;
+    EXPECT_EQ(tpd_config_load(nullptr, (int)v.size(), v.data(), &cfg), TPD_OK) << tpd_last_error();
     return cfg;
 }
 
@@ -106,8 +104,7 @@ TEST(PlanPicks, TopLayoutIsInterleavedAndTrainsLikeOneRank) {
     }
     EXPECT_GE(parallel_keys, 10); // sizes, schedule, v, split, SP, ZeRO, both overlaps
     tpd_config run = load(picked);
-    char err[1024];
-    ASSERT_EQ(tpd_config_check_world(&run, 8, err, sizeof err), TPD_OK) << err;
+    ASSERT_EQ(tpd_config_check_world(&run, 8), TPD_OK) << tpd_last_error();
     EXPECT_EQ(tpd_config_schedule(&run), TPD_SCHEDULE_INTERLEAVED);
     EXPECT_EQ(run.parallel.virtual_pipeline_model_parallel_size, top.layout.virtual_stages);
     EXPECT_EQ(run.parallel.tensor_model_parallel_size, top.layout.tp);

@@ -272,9 +272,7 @@ TEST(PlanSchedule, OverridesTrainWhatThePlannerTimed) {
     for (auto &x : model)
         mv.push_back(x.c_str());
     tpd_config c;
-    char err[1024];
-    ASSERT_EQ(tpd_config_load(nullptr, (int)mv.size(), mv.data(), &c, err, sizeof err), TPD_OK)
-        << err;
+    ASSERT_EQ(tpd_config_load(nullptr, (int)mv.size(), mv.data(), &c), TPD_OK) << tpd_last_error();
     struct Case {
         tpd_plan_layout l;
         bool balanced;
@@ -301,9 +299,9 @@ TEST(PlanSchedule, OverridesTrainWhatThePlannerTimed) {
         for (auto &x : all)
             av.push_back(x.c_str());
         tpd_config t;
-        ASSERT_EQ(tpd_config_load(nullptr, (int)av.size(), av.data(), &t, err, sizeof err), TPD_OK)
-            << err;
-        ASSERT_EQ(tpd_config_check_world(&t, 32, err, sizeof err), TPD_OK) << err;
+        ASSERT_EQ(tpd_config_load(nullptr, (int)av.size(), av.data(), &t), TPD_OK)
+            << tpd_last_error();
+        ASSERT_EQ(tpd_config_check_world(&t, 32), TPD_OK) << tpd_last_error();
         tpd_plan_layout back;
         tpd_plan_layout_from_config(&t, 32, &back);
         const tpd_plan_layout &l = r.layout;

@@ -88,21 +88,22 @@ TEST(PlanTerms, TpOverlapHidesItsShareAndNeverGoesBelowZero) {
 }
 
 TEST(PlanTerms, TpOverlapIsRefusedWhereItCannotRun) {
-    char err[1024];
     tpd_config c;
     const char *no_sp[] = {"parallel.tensor_model_parallel_size=2",
                            "parallel.tp_comm_overlap=true"};
-    EXPECT_EQ(tpd_config_load(nullptr, 2, no_sp, &c, err, sizeof err), TPD_ERR_INVALID);
-    EXPECT_NE(std::string(err).find("parallel.tp_comm_overlap"), std::string::npos) << err;
-    EXPECT_NE(std::string(err).find("sequence_parallel"), std::string::npos) << err;
+    EXPECT_EQ(tpd_config_load(nullptr, 2, no_sp, &c), TPD_ERR_INVALID);
+    std::string err = tpd_last_error();
+    EXPECT_NE(err.find("parallel.tp_comm_overlap"), std::string::npos) << err;
+    EXPECT_NE(err.find("sequence_parallel"), std::string::npos) << err;
     const char *ok[] = {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
                         "parallel.tp_comm_overlap=true", "training.device=cuda"};
-    ASSERT_EQ(tpd_config_load(nullptr, 4, ok, &c, err, sizeof err), TPD_OK) << err;
+    ASSERT_EQ(tpd_config_load(nullptr, 4, ok, &c), TPD_OK) << tpd_last_error();
     // the planner models it; the trainer refuses it, naming the key
-    EXPECT_EQ(tpd_config_check_trainable(&c, err, sizeof err), TPD_ERR_INVALID);
-    EXPECT_NE(std::string(err).find("parallel.tp_comm_overlap"), std::string::npos) << err;
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
+    err = tpd_last_error();
+    EXPECT_NE(err.find("parallel.tp_comm_overlap"), std::string::npos) << err;
     c.parallel.tp_comm_overlap = 0;
-    EXPECT_EQ(tpd_config_check_trainable(&c, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK) << tpd_last_error();
 
     // a layout without SP, or a framework without the overlap, is invalid
     tpd_config g = gpt8b();

@@ -26,10 +26,9 @@ tpd_config load(const std::string &name, const std::vector<std::string> &ov) {
     for (const auto &s : ov)
         o.push_back(s.c_str());
     tpd_config c;
-    char err[1024];
     std::string path = std::string(tpd_source_dir()) + "/configs/" + name;
-    EXPECT_EQ(tpd_config_load(path.c_str(), (int)o.size(), o.data(), &c, err, sizeof err), TPD_OK)
-        << err;
+    EXPECT_EQ(tpd_config_load(path.c_str(), (int)o.size(), o.data(), &c), TPD_OK)
+        << tpd_last_error();
     return c;
 }
 
@@ -104,7 +103,7 @@ void check(const Case &k) {
     EXPECT_EQ(m.vocab_size % unit != 0, n.vocab_size % unit != 0) << "padding kept or absent";
     int M = tpd_config_num_micro_batches(&c, k.dp);
     EXPECT_GE(M, pp);
-    EXPECT_EQ(tpd_config_check_world(&c, tp * pp * k.dp, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_check_world(&c, tp * pp * k.dp), TPD_OK) << tpd_last_error();
     // as many DP buckets per stage (within one) as the real model
     double rb = buckets(r), sb = buckets(c);
     if (rb >= 1) EXPECT_NEAR(sb, rb, 1.0 + 0.01 * rb);
@@ -116,8 +115,8 @@ void check(const Case &k) {
     tpd_config_print(&c, f);
     fclose(f);
     tpd_config back;
-    EXPECT_EQ(tpd_config_load(path.c_str(), 0, nullptr, &back, err, sizeof err), TPD_OK) << err;
-    EXPECT_EQ(tpd_config_check_trainable(&back, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(tpd_config_load(path.c_str(), 0, nullptr, &back), TPD_OK) << tpd_last_error();
+    EXPECT_EQ(tpd_config_check_trainable(&back), TPD_OK) << tpd_last_error();
     EXPECT_EQ(back.model.hidden_size, m.hidden_size);
 }
 
