@@ -7,7 +7,7 @@
  * The memory is the bytes `tripod train` allocates on the cluster's backend (the engine's
  * buffer plan in closed form, the backend's planned scratch included; tpd_model_memory is
  * held equal to it), plus the libraries' workspace on a cuda cluster. Korthikanti et al.'s
- * (2022) per-layer activation terms (REFERENCES.md) stay as a reference beside it
+ * (2022) per-layer activation terms stay as a reference beside it
  * (tpd_plan_activation_bytes_per_layer). The time model is a
  * roofline per GEMM with an efficiency curve by GEMM size, memory-bound kernels at HBM
  * bandwidth, ring collectives, and the pipeline from simulating the schedule's action
@@ -255,7 +255,7 @@ typedef struct tpd_plan_options {
 #define TPD_PLAN_OPTIONS_INIT                                                                      \
     { 0, 10, -1, 1, 1, -1 }
 
-/* ---- model arithmetic (plan/model.c) ---- */
+/* ---- model arithmetic and memory (plan/memory.c) ---- */
 
 /* SC21 Eq. 2: 12*l*h^2*(1 + 13/(12h) + (V+s)/(12*l*h)). */
 double tpd_plan_params_eq2(double l, double h, double V, double s);
@@ -277,7 +277,7 @@ double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_
  * one rank (16-bit activations, 1-byte dropout masks). `flash` drops the 5as/h term. */
 double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double a, int tp, int sp,
                                            tpd_recompute r, int flash);
-/* The same for the config's block, term by term (plan/model.c derives each term): GPT-2's
+/* The same for the config's block, term by term (plan/memory.c derives each term): GPT-2's
  * block gives the Table 2 figure above at f = 4h; the Llama block keeps its K/V heads
  * (4sb*h_kv, h_kv = g*h/a), SwiGLU's gate, up and product (6sbf), and no dropout masks:
  * sbh(8 + (4 + 4g/a)/t) + 6sbf/t + 2as^2b/t, all over t with SP. */
@@ -449,7 +449,7 @@ void tpd_plan_print_published(FILE *f, const tpd_config *cfg);
 /* One JSON object per layout; returns a malloc'd string (caller frees) or NULL. With cfg,
  * each has "overrides": tpd_plan_overrides as an array of "key=value". */
 char *tpd_plan_json(const tpd_config *cfg, const tpd_plan_result *r, int n);
-/* Predicted timeline of one step as Chrome trace JSON (plan/trace.h), one process per
+/* Predicted timeline of one step as Chrome trace JSON (engine/trace/trace.h), one process per
  * pipeline stage. */
 tpd_status tpd_plan_write_trace(const tpd_plan_result *r, const char *path);
 
