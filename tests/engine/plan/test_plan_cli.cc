@@ -16,6 +16,7 @@ extern "C" {
 #include "base/status.h"
 #include "engine/cli/cli.h"
 #include "engine/plan/plan.h"
+#include "engine/plan/plan_internal.h"
 }
 
 #include "plan_test_util.h"
