@@ -229,8 +229,7 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
                                         cfg->parallel.overlap_grad_reduce,
                                         cfg->parallel.overlap_param_gather, &tr->gsync),
                    st, undo_sched);
-    tr->model->hook = model_hook;
-    tr->model->hook_user = tr;
+    tpd_model_set_hook(tr->model, model_hook, tr);
 
     TPD_CHECK_GOTO(tpd_data_source_open(cfg->data.data_path, cfg->model.vocab_size, &tr->data), st,
                    undo_sched);
@@ -433,7 +432,7 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
 
     TPD_CHECK(tpd_model_zero_grads(m));
     tr->tp_comm_acc = 0;
-    m->tp.comm_s = &tr->tp_comm_acc;
+    tpd_model_set_tp_timer(m, &tr->tp_comm_acc);
     tpd_grad_sync_begin(tr->gsync);
     tpd_pp_exec_ops ops = exec_ops(tr);
     TPD_CHECK(tpd_pp_execute(&tr->sched, tr->comms.pp, &ops, p2p_count(tr),
@@ -441,7 +440,7 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     /* the parameter gathers that the forward waited for (inside the compute time) */
     s.t_param_wait_s = tpd_grad_sync_take_exposed(tr->gsync);
     double t1 = tpd_clock_s();
-    m->tp.comm_s = NULL;
+    tpd_model_set_tp_timer(m, NULL);
     s.t_tp_comm_s = tr->tp_comm_acc;
     TPD_CHECK(tpd_grad_sync_finish(tr->gsync));
     double t2 = tpd_clock_s();
