@@ -43,10 +43,11 @@ static int slurm_tasks_on_node(const char *list, int node) {
 void tpd_placement_from_launcher(tpd_rank_place *place) {
     static const struct {
         const char *rank, *size;
+        int per_node_list; /* size is Slurm's list over the nodes, at SLURM_NODEID */
     } launchers[] = {
-        {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
-        {"SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE"},
-        {"LOCAL_RANK", "LOCAL_WORLD_SIZE"}, /* torchrun */
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", 0},
+        {"SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE", 1},
+        {"LOCAL_RANK", "LOCAL_WORLD_SIZE", 0}, /* torchrun */
     };
     place->local_rank = place->local_size = -1;
     memset(place->rank_var, 0, sizeof place->rank_var);
@@ -55,8 +56,9 @@ void tpd_placement_from_launcher(tpd_rank_place *place) {
         const char *rank = getenv(launchers[i].rank), *size = getenv(launchers[i].size);
         if (rank == NULL) continue;
         place->local_rank = env_count(rank);
-        place->local_size =
-            i == 1 ? slurm_tasks_on_node(size, env_count(getenv("SLURM_NODEID"))) : env_count(size);
+        place->local_size = launchers[i].per_node_list
+                                ? slurm_tasks_on_node(size, env_count(getenv("SLURM_NODEID")))
+                                : env_count(size);
         snprintf(place->rank_var, sizeof place->rank_var, "%s", launchers[i].rank);
         snprintf(place->size_var, sizeof place->size_var, "%s", launchers[i].size);
         return;
