@@ -108,18 +108,6 @@ size_t tpd_attn_saved_bytes(tpd_attn_path path, tpd_dtype dtype, int B, int T, i
     return rows * sizeof(float);
 }
 
-const char *tpd_attn_path_name(tpd_attn_path path) {
-    switch (path) {
-    case TPD_ATTN_PATH_FUSED:
-        return "fused";
-    case TPD_ATTN_PATH_FUSED_OLD:
-        return "fused (older backward pattern)";
-    case TPD_ATTN_PATH_UNFUSED:
-        return "unfused";
-    }
-    return "unknown";
-}
-
 void tpd_attn_choice_log(const tpd_attn_choice *c) {
     if (c->warn)
         tpd_log_warn("%s", c->reason);

@@ -87,8 +87,6 @@ void tpd_attn_choose(const tpd_attn_choice_in *in, tpd_attn_choice *out);
 /* Bytes the forward saves on a path: stats B*NH*T fp32 (fused), P B*NH*T*T (unfused). */
 size_t tpd_attn_saved_bytes(tpd_attn_path path, tpd_dtype dtype, int B, int T, int NH);
 
-const char *tpd_attn_path_name(tpd_attn_path path);
-
 /* Logs the decision once: tpd_log_warn("<reason>") when out->warn, else tpd_log_info. */
 void tpd_attn_choice_log(const tpd_attn_choice *c);
 

@@ -131,12 +131,6 @@ void tpd_mesh_comms_destroy(tpd_mesh_comms *c) {
     }
 }
 
-void tpd_mesh_comms_abort(tpd_mesh_comms *c) {
-    tpd_comm *all[] = {c->mp, c->emb, c->pp, c->dp, c->tp, c->world};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (all[i]) tpd_comm_abort(all[i]);
-}
-
 /* 1 when the comma-separated device lists a and b name a device in common. */
 static int lists_overlap(const char *a, const char *b) {
     for (const char *p = a; *p;) {
@@ -171,28 +165,4 @@ tpd_mesh_gpu tpd_mesh_choose_gpu(int local_rank, int local_size, int devices,
         g.device = local_rank % devices;
     }
     return g;
-}
-
-const char *tpd_mesh_launcher_env(int *rank_p, int *world_p, int *local_rank_p) {
-    static const struct {
-        const char *name, *rank, *world, *local;
-    } envs[] = {
-        {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-        {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
-        {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
-    };
-    for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
-        const char *r = getenv(envs[i].rank), *w = getenv(envs[i].world);
-        if (r && w) {
-            const char *l = getenv(envs[i].local);
-            *rank_p = atoi(r);
-            *world_p = atoi(w);
-            *local_rank_p = l ? atoi(l) : 0;
-            return envs[i].name;
-        }
-    }
-    *rank_p = 0;
-    *world_p = 1;
-    *local_rank_p = 0;
-    return "none";
 }

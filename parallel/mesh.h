@@ -51,14 +51,6 @@ typedef struct tpd_mesh_comms {
 tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_comms *comms_p);
 /* Destroys the sub-communicators (not world). */
 void tpd_mesh_comms_destroy(tpd_mesh_comms *comms);
-/* Aborts every communicator including world. */
-void tpd_mesh_comms_abort(tpd_mesh_comms *comms);
-
-/* Launcher environment: rank, world size and local rank from Open MPI
- * (OMPI_COMM_WORLD_*), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) or torchrun
- * (RANK, WORLD_SIZE, LOCAL_RANK). Without any, a single process: 0, 1, 0. Returns the
- * launcher's name ("openmpi", "slurm", "torchrun", "none"). */
-const char *tpd_mesh_launcher_env(int *rank_p, int *world_p, int *local_rank_p);
 
 /* The GPU of one rank, and whether NCCL can serve its node (NCCL refuses two ranks of one
  * communicator on the same GPU; the engine then stages through host memory). */

@@ -4,7 +4,7 @@
 
 #include "engine/cli/args.h"
 #include "engine/cli/cli.h"
-#include "engine/train/report.h"
+#include "engine/train/metrics_plot.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tripod report METRICS.jsonl|RUN_DIR [--out DIR]\n"

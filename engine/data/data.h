@@ -9,11 +9,11 @@
  * file, a wrong magic or version, or a token >= vocab_size fails with a message that
  * names the file and the byte offset.
  *
- * Sampling (DESIGN.md "Global batch"): a sample is seq_length+1 consecutive tokens of
- * one split. Sample g of a split is the window starting at token g*seq_length (modulo the
- * number of windows, epoch after epoch); with shuffle the window order within each epoch
- * is a permutation seeded by (seed, epoch). The order depends only on the seed and g,
- * never on the parallel layout. */
+ * Sampling (the global batch of README.md's "What each dimension does"): a sample is
+ * seq_length+1 consecutive tokens of one split. Sample g of a split is the window starting
+ * at token g*seq_length (modulo the number of windows, epoch after epoch); with shuffle the
+ * window order within each epoch is a permutation seeded by (seed, epoch). The order
+ * depends only on the seed and g, never on the parallel layout. */
 #ifndef TPD_ENGINE_DATA_H
 #define TPD_ENGINE_DATA_H
 

@@ -103,6 +103,15 @@ void tpd_model_destroy(tpd_model *m) {
     free(m);
 }
 
+void tpd_model_set_hook(tpd_model *m, tpd_model_hook hook, void *user) {
+    m->hook = hook;
+    m->hook_user = user;
+}
+
+void tpd_model_set_tp_timer(tpd_model *m, double *comm_s) {
+    m->tp.comm_s = comm_s;
+}
+
 void *tpd_model_param(const tpd_model *m, tpd_param p) {
     if (!m->plan.lay.p[p].present) return NULL;
     return (char *)m->params + m->plan.lay.p[p].offset * m->plan.param_size;

@@ -146,7 +146,7 @@ typedef struct tpd_model {
                              is never overwritten by the next micro-batch's */
     void **stage_events;  /* (nslots): recorded after each slot's upload; NULL on cpu */
     size_t bytes_allocated;
-    tpd_model_hook hook; /* optional, see tpd_model_hook */
+    tpd_model_hook hook; /* tpd_model_set_hook */
     void *hook_user;
 } tpd_model;
 
@@ -155,6 +155,12 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
                             int tp_size, int tp_rank, int pp, int dp, int stage,
                             tpd_model **model_p);
 void tpd_model_destroy(tpd_model *m);
+/* Installs the hook (see tpd_model_hook; NULL: none) and the user pointer it is called
+ * with. */
+void tpd_model_set_hook(tpd_model *m, tpd_model_hook hook, void *user);
+/* From now on the seconds this rank spends in TP collectives are added to *comm_s (NULL:
+ * not timed). */
+void tpd_model_set_tp_timer(tpd_model *m, double *comm_s);
 
 /* Views into the flat buffers: the tensor (per-layer tensors: local layer 0's piece; the
  * others lie at tpd_model_layout_piece); NULL for a tensor this stage does not hold. */

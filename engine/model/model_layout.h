@@ -1,6 +1,6 @@
-/* Where every parameter of the GPT-2 model lives on a rank.
+/* Where every parameter of the model (GPT-2's block or Llama's) lives on a rank.
  *
- * Global tensors follow llm.c's order and shapes (REFERENCES.md), stacked over all L
+ * Global tensors follow llm.c's order and shapes (train_gpt2.c), stacked over all L
  * layers: wte (V,C), wpe (maxT,C), ln1w (L,C), ln1b (L,C), qkvw (L,3C,C), qkvb (L,3C),
  * attprojw (L,C,C), attprojb (L,C), ln2w (L,C), ln2b (L,C), fcw (L,F,C), fcb (L,F),
  * fcprojw (L,C,F), fcprojb (L,C), lnfw (C), lnfb (C), and for an untied model the output

@@ -9,6 +9,7 @@
  * last stage is worth a layer or more: BLOOM-176B put 5 layers on its end stages and 6 on the
  * others by hand; Megatron leaves the split to the user. */
 #include "engine/plan/plan.h"
+#include "engine/plan/plan_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

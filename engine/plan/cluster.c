@@ -4,6 +4,7 @@
  * to SI here. Every key is checked: an unknown key, a missing required one or a bad
  * value fails with "FILE:LINE: KEY: ...". */
 #include "engine/plan/plan.h"
+#include "engine/plan/plan_internal.h"
 
 #include "base/file.h"
 

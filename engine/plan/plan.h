@@ -7,7 +7,7 @@
  * The memory is the bytes `tripod train` allocates on the cluster's backend (the engine's
  * buffer plan in closed form, the backend's planned scratch included; tpd_model_memory is
  * held equal to it), plus the libraries' workspace on a cuda cluster. Korthikanti et al.'s
- * (2022) per-layer activation terms (REFERENCES.md) stay as a reference beside it
+ * (2022) per-layer activation terms stay as a reference beside it
  * (tpd_plan_activation_bytes_per_layer). The time model is a
  * roofline per GEMM with an efficiency curve by GEMM size, memory-bound kernels at HBM
  * bandwidth, ring collectives, and the pipeline from simulating the schedule's action
@@ -121,22 +121,10 @@ typedef struct tpd_plan_cluster {
  * directory) or a file path. Unknown keys, missing required keys and bad values fail
  * with a message naming the file, the line and the key. */
 tpd_status tpd_plan_cluster_load(const char *name_or_path, tpd_plan_cluster *cluster_p);
-/* GEMM efficiency for a GEMM of `flops` FLOPs. */
-double tpd_plan_gemm_efficiency(const tpd_plan_cluster *c, double flops);
-/* Attention kernel efficiency (cpu model) for a call of `flops` forward FLOPs. */
-double tpd_plan_attention_efficiency(const tpd_plan_cluster *c, double flops);
 /* Writes a profile in the format tpd_plan_cluster_load reads (every key, units as
  * written by hand: TFLOP/s, GiB, GB/s, us, ns). `header` is a comment block (lines
  * without '#', may be NULL). */
 tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path, const char *header);
-/* Megatron-Core's TP communication overlap of one collective of `comm` s with its GEMM of
- * `gemm` s, both split in `tp` ring-exchange chunks: hidden = min(tp_overlap_share * comm,
- * max(0, gemm - tp * tp_overlap_chunk_us)), exposed = comm - hidden (never below 0). */
-void tpd_plan_tp_overlap(const tpd_plan_cluster *c, double gemm, double comm, int tp,
-                         double *exposed_p, double *hidden_p);
-/* Expected maximum of n independent standard normal draws, Blom's approximation
- * Phi^-1((n - 0.375) / (n + 0.25)): 0 for n = 1, 0.59 for 2, 3.61 for 4096. */
-double tpd_plan_expected_max_normal(int n);
 
 typedef struct tpd_plan_layout {
     int tp, pp, dp;
@@ -152,11 +140,6 @@ typedef struct tpd_plan_layout {
     int tp_comm_overlap;       /* parallel.tp_comm_overlap (SP and TP > 1 only); the search
                                   turns it on only where the config does */
 } tpd_plan_layout;
-
-/* The schedule the layout runs: interleaved when virtual_stages > 1, else its schedule. */
-tpd_schedule tpd_plan_layout_schedule(const tpd_plan_layout *lay);
-/* The action-list kind of that schedule (parallel/pipeline/schedule.h). */
-tpd_pp_kind tpd_plan_layout_pp_kind(const tpd_plan_layout *lay);
 
 /* Bytes per rank of one pipeline stage. `optimizer` includes the fp32 master weights. */
 typedef struct tpd_plan_stage_mem {
@@ -203,11 +186,6 @@ typedef enum tpd_plan_hop {
     TPD_PLAN_HOP_NETWORK,    /* over the NICs, under one leaf switch */
     TPD_PLAN_HOP_CROSS_LEAF, /* over oversubscribed leaf uplinks */
 } tpd_plan_hop;
-/* Of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP TP, a pipeline
- * boundary's pair TP*DP). */
-tpd_plan_hop tpd_plan_group_hop(const tpd_plan_cluster *c, int n, long stride);
-/* "nvlink", "network", "cross-leaf", "none". */
-const char *tpd_plan_hop_name(tpd_plan_hop h);
 
 typedef struct tpd_plan_result {
     int stage_layers[TPD_CONFIG_MAX_STAGES]; /* transformer layers of each stage (all chunks) */
@@ -255,71 +233,20 @@ typedef struct tpd_plan_options {
 #define TPD_PLAN_OPTIONS_INIT                                                                      \
     { 0, 10, -1, 1, 1, -1 }
 
-/* ---- model arithmetic (plan/model.c) ---- */
+/* ---- model arithmetic and memory (plan/memory.c) ---- */
 
-/* SC21 Eq. 2: 12*l*h^2*(1 + 13/(12h) + (V+s)/(12*l*h)). */
-double tpd_plan_params_eq2(double l, double h, double V, double s);
 /* Parameters from the actual tensor shapes, unpadded vocab: the token embedding, the
  * position embedding when learned, per layer the Q, K/V (of tpd_config_kv_heads heads),
  * projection and two (SwiGLU: three) MLP matrices with their biases when add_bias_linear,
  * and two norms (LayerNorm: weight and bias; RMSNorm: weight); the final norm; the output
  * layer when untied (tied: the embedding). Llama 3 8B / 70B / 405B: 8.03B / 70.6B / 405.9B. */
 double tpd_plan_params_count(const tpd_config *cfg);
-/* Bytes per gradient element that the DP gradient reduction and the tied-embedding
- * all-reduce move on a GPU cluster (and AdamW reads): those of the gradient buffer
- * (tpd_config_grad_bytes), 4 with fp32 main gradients, 2 under bf16 with
- * training.accumulate_allreduce_grads_in_fp32 false. */
-double tpd_plan_grad_wire_bytes(const tpd_config *cfg);
-/* Hardware FLOPs per iteration for `batch` sequences: the model FLOPs
- * (engine/model/model_flops.h) plus what the recompute mode recomputes. */
-double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_recompute r);
-/* Korthikanti et al. Table 2 activation bytes per transformer layer per micro-batch on
- * one rank (16-bit activations, 1-byte dropout masks). `flash` drops the 5as/h term. */
-double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double a, int tp, int sp,
-                                           tpd_recompute r, int flash);
-/* The same for the config's block, term by term (plan/model.c derives each term): GPT-2's
- * block gives the Table 2 figure above at f = 4h; the Llama block keeps its K/V heads
- * (4sb*h_kv, h_kv = g*h/a), SwiGLU's gate, up and product (6sbf), and no dropout masks:
- * sbh(8 + (4 + 4g/a)/t) + 6sbf/t + 2as^2b/t, all over t with SP. */
-double tpd_plan_layer_activation_bytes(const tpd_config *cfg, double b, int tp, int sp,
-                                       tpd_recompute r, int flash);
-/* (Micro-batch, chunk) pairs whose activations a stage holds at the peak of its action list
- * (tpd_pp_schedule_peak_in_flight, in closed form): 1F1B min(p - stage, M); interleaved
- * min(2(p-stage-1) + (v-1)p + 1, M*v) chunks; ZB-H1 min(p, M) on every stage (a micro-batch
- * is held until its W). */
-int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v, tpd_schedule schedule);
 /* Transformer layers of `stage` of the layout (all its chunks), and of chunk `chunk` of it
  * (virtual stage chunk*PP + stage): the config's parallel.pipeline_layers when it lists
  * PP*v entries, else an even split (balanced uneven when the layers do not divide). */
 int tpd_plan_stage_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage);
 int tpd_plan_chunk_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage, int chunk);
-/* Layers of `stage` whose full recompute runs: all under recompute full, or the first
- * training.recompute_num_layers of each model chunk; 0 otherwise. */
-int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage);
-/* Hardware FLOPs of an iteration with the layout's recompute (the block method recomputes
- * only its share of the layers). */
-double tpd_plan_layout_hw_flops(const tpd_config *cfg, const tpd_plan_layout *lay, double batch,
-                                double vocab);
 
-/* Memory of res->layout under the split the planner would run (see balance_stages): sets
- * *cfg_p to the config to time it with, cfg or *scratch holding the balanced
- * parallel.pipeline_layers. Fails as tpd_plan_memory does. */
-tpd_status tpd_plan_memory_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                                 const tpd_plan_options *opt, tpd_plan_result *res,
-                                 tpd_config *scratch, const tpd_config **cfg_p);
-/* tpd_plan_time_evaluate of res under its split; a balanced split is kept only when the
- * full time model, not just its slowest stage, finds it faster than the even one. */
-tpd_status tpd_plan_time_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                               const tpd_plan_options *opt, int split_bubble, tpd_plan_result *res,
-                               tpd_config *scratch);
-/* Recompute full with training.recompute_num_layers left at 0: the fewest layers per stage
- * whose recompute still fits (Megatron's block method), when fewer than all do; sets
- * res->recompute_layers and res's memory to it. res must fit with all layers. */
-tpd_status tpd_plan_fit_recompute_layers(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                                         tpd_plan_result *res, tpd_config *scratch);
-/* The config of a result whose split was chosen already (cfg, or *scratch when balanced). */
-const tpd_config *tpd_plan_result_config(const tpd_config *cfg, const tpd_plan_result *res,
-                                         tpd_config *scratch);
 /* Memory of every stage into res->mem, res->memory_bytes and res->fits (with the reason
  * when it does not): on either backend the bytes `tripod train` allocates there
  * (tpd_plan_cpu_memory with the backend's scratch), on a cuda cluster plus the profile's
@@ -336,49 +263,8 @@ tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl, tp
 tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                                tpd_plan_stage_mem *out);
 
-/* The shapes one rank of `stage` runs its ops at under the layout (what the engine's
- * tpd_model_kern_shapes gives for the same config), and the scratch the kernel backend
- * `name` ("cpu", "cuda") plans for them (tpd_kern_scratch_plan): part of the workspace. */
-void tpd_plan_kern_shapes(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
-                          tpd_kern_shapes *s);
-tpd_status tpd_plan_scratch(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
-                            const char *name, tpd_kern_scratch *out);
-
-/* ---- time (plan/timing.c) ---- */
-
-/* Per-micro-batch forward and backward time of stage `stage`, seconds, including TP
- * collectives and recomputation; tp_comm_p gets the collective share of fwd+bwd. */
-void tpd_plan_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                         const tpd_plan_layout *lay, int stage, double *fwd_p, double *bwd_p,
-                         double *tp_comm_p);
-/* Per-micro-batch W share of stage `stage`'s backward (the four linear layers' weight and
- * bias gradients that tpd_model_weight_grad computes under zb-h1), seconds; part of bwd. */
-double tpd_plan_stage_wgrad_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                                 const tpd_plan_layout *lay, int stage);
-/* The simulated pipeline of one step: every stage's action list under the layout's schedule
- * (the lists the executor walks) run by tpd_pp_simulate with times[s] for stage s. */
-typedef struct tpd_plan_pipe {
-    int stages;
-    double makespan;                    /* s */
-    double end[TPD_CONFIG_MAX_STAGES];  /* stage s's last action done and its sends arrived */
-    double busy[TPD_CONFIG_MAX_STAGES]; /* FWD + BWD + WGRAD of stage s */
-    double idle_fraction;               /* 1 - sum(busy) / sum(end) */
-    tpd_pp_schedule *sched;             /* [stages], owned */
-    double **t0, **t1;                  /* [stages][sched[s].count] start and end, owned */
-} tpd_plan_pipe;
-tpd_status tpd_plan_pipe_simulate(const tpd_plan_layout *lay, int micro_batches,
-                                  const tpd_pp_sim_times *times, tpd_plan_pipe *pipe_p);
-void tpd_plan_pipe_free(tpd_plan_pipe *p);
-/* Lower bound of the step time (the slowest stage's compute, optimizer, and the DP
- * communication no overlap can hide), s; 0 on the cpu backend (its ranks share cores, so
- * compute alone is no bound). */
-double tpd_plan_time_lower_bound(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                                 const tpd_plan_result *res, const tpd_plan_options *opt);
-/* Full time model; `split_bubble` runs a second simulation to separate the bubble from
- * the p2p share (reports), otherwise all pipeline overhead is put under pp_bubble. */
-tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                                  const tpd_plan_options *opt, int split_bubble,
-                                  tpd_plan_result *res);
+/* ---- layouts and their evaluation (plan/evaluate.c; the cpu attention's FLOPs,
+ * plan/timing_cpu.c) ---- */
 
 /* The layout the config itself states (TP, PP, DP for `gpus`, mbs, v, schedule, recompute,
  * SP, ZeRO, overlap flags). */
@@ -386,11 +272,6 @@ void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layou
 /* "TP=8 PP=4 DP=32 mbs=1 v=2 interleaved recompute=full SP=on ZeRO=on overlap=grad+param"
  * into buf. */
 void tpd_plan_layout_str(const tpd_plan_layout *lay, char *buf, size_t len);
-/* The command-line overrides that make `tripod train CONFIG` run res: every parallel.* key
- * of the layout (sizes, schedule, virtual stages, pipeline_layers, SP, ZeRO, overlap) and
- * training.micro_batch_size, recompute, recompute_num_layers; space-separated key=value.
- * Returns the number of overrides written, or -1 when buf is too small. */
-int tpd_plan_overrides(const tpd_config *cfg, const tpd_plan_result *res, char *buf, size_t len);
 /* Forward FLOPs of one call of the cpu attention kernel (blocked causal: a block of
  * query rows sees the keys up to its end), B x NH heads of T x HS; calibration measures
  * the kernel's rate against it. */
@@ -401,10 +282,6 @@ double tpd_plan_cpu_attention_flops(double B, double T, double NH, double HS);
 tpd_status tpd_plan_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, const tpd_plan_options *opt,
                              tpd_plan_result *res_p);
-/* Checks a layout against the model and world size, writing why it is invalid: what
- * tpd_config_load and tpd_config_check_world would reject for the layout's config. */
-int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                          const tpd_plan_layout *lay, int gpus, char *why, size_t whylen);
 
 /* ---- search (plan/search.c) ---- */
 
@@ -439,17 +316,14 @@ void tpd_plan_search_free(tpd_plan_search *s);
 void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n);
 void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r);
 void tpd_plan_print_rejections(FILE *f, const tpd_plan_search *s);
-/* "to train it: tripod train CONFIG <tpd_plan_overrides>", then what was published about
- * the preset's training (tpd_plan_print_published), to read beside the prediction. */
+/* "to train it: tripod train CONFIG <the overrides>" (every parallel.* key of the layout
+ * and the training.* keys it sets), then what was published about the preset's training
+ * (its file's "# published:" comment lines), to read beside the prediction. */
 void tpd_plan_print_overrides(FILE *f, const tpd_config *cfg, const tpd_plan_result *r);
-/* The comment lines of the config's file that start with "# published:" (a preset's
- * published training setups and throughput, with their source), without the "# ". Nothing
- * when there are none or the file cannot be read. */
-void tpd_plan_print_published(FILE *f, const tpd_config *cfg);
 /* One JSON object per layout; returns a malloc'd string (caller frees) or NULL. With cfg,
- * each has "overrides": tpd_plan_overrides as an array of "key=value". */
+ * each has "overrides": those tpd_plan_print_overrides prints, as an array of "key=value". */
 char *tpd_plan_json(const tpd_config *cfg, const tpd_plan_result *r, int n);
-/* Predicted timeline of one step as Chrome trace JSON (plan/trace.h), one process per
+/* Predicted timeline of one step as Chrome trace JSON (engine/trace/trace.h), one process per
  * pipeline stage. */
 tpd_status tpd_plan_write_trace(const tpd_plan_result *r, const char *path);
 

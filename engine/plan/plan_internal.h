@@ -1,8 +1,141 @@
-/* Helpers shared by the planner's files; not part of its public API. */
+/* The planner's functions that only its own files (and their tests) call; not part of its
+ * public API (plan.h). */
 #ifndef TPD_ENGINE_PLAN_PLAN_INTERNAL_H
 #define TPD_ENGINE_PLAN_PLAN_INTERNAL_H
 
 #include "engine/plan/plan.h"
+
+/* ---- cluster profiles (plan/cluster.c) ---- */
+
+/* GEMM efficiency for a GEMM of `flops` FLOPs. */
+double tpd_plan_gemm_efficiency(const tpd_plan_cluster *c, double flops);
+/* Attention kernel efficiency (cpu model) for a call of `flops` forward FLOPs. */
+double tpd_plan_attention_efficiency(const tpd_plan_cluster *c, double flops);
+
+/* ---- layouts (plan/evaluate.c) ---- */
+
+/* The schedule the layout runs: interleaved when virtual_stages > 1, else its schedule. */
+tpd_schedule tpd_plan_layout_schedule(const tpd_plan_layout *lay);
+/* The action-list kind of that schedule (parallel/pipeline/schedule.h). */
+tpd_pp_kind tpd_plan_layout_pp_kind(const tpd_plan_layout *lay);
+/* Checks a layout against the model and world size, writing why it is invalid: what
+ * tpd_config_load and tpd_config_check_world would reject for the layout's config. */
+int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                          const tpd_plan_layout *lay, int gpus, char *why, size_t whylen);
+/* The command-line overrides that make `tripod train CONFIG` run res: every parallel.* key
+ * of the layout (sizes, schedule, virtual stages, pipeline_layers, SP, ZeRO, overlap) and
+ * training.micro_batch_size, recompute, recompute_num_layers; space-separated key=value.
+ * Returns the number of overrides written, or -1 when buf is too small. */
+int tpd_plan_overrides(const tpd_config *cfg, const tpd_plan_result *res, char *buf, size_t len);
+
+/* ---- model arithmetic and memory (plan/memory.c) ---- */
+
+/* SC21 Eq. 2: 12*l*h^2*(1 + 13/(12h) + (V+s)/(12*l*h)). */
+double tpd_plan_params_eq2(double l, double h, double V, double s);
+/* Bytes per gradient element that the DP gradient reduction and the tied-embedding
+ * all-reduce move on a GPU cluster (and AdamW reads): those of the gradient buffer
+ * (tpd_config_grad_bytes), 4 with fp32 main gradients, 2 under bf16 with
+ * training.accumulate_allreduce_grads_in_fp32 false. */
+double tpd_plan_grad_wire_bytes(const tpd_config *cfg);
+/* Hardware FLOPs per iteration for `batch` sequences: the model FLOPs
+ * (engine/model/model_flops.h) plus what the recompute mode recomputes. */
+double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_recompute r);
+/* Korthikanti et al. Table 2 activation bytes per transformer layer per micro-batch on
+ * one rank (16-bit activations, 1-byte dropout masks). `flash` drops the 5as/h term. */
+double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double a, int tp, int sp,
+                                           tpd_recompute r, int flash);
+/* The same for the config's block, term by term (plan/memory.c derives each term): GPT-2's
+ * block gives the Table 2 figure above at f = 4h; the Llama block keeps its K/V heads
+ * (4sb*h_kv, h_kv = g*h/a), SwiGLU's gate, up and product (6sbf), and no dropout masks:
+ * sbh(8 + (4 + 4g/a)/t) + 6sbf/t + 2as^2b/t, all over t with SP. */
+double tpd_plan_layer_activation_bytes(const tpd_config *cfg, double b, int tp, int sp,
+                                       tpd_recompute r, int flash);
+/* (Micro-batch, chunk) pairs whose activations a stage holds at the peak of its action list
+ * (tpd_pp_schedule_peak_in_flight, in closed form): 1F1B min(p - stage, M); interleaved
+ * min(2(p-stage-1) + (v-1)p + 1, M*v) chunks; ZB-H1 min(p, M) on every stage (a micro-batch
+ * is held until its W). */
+int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v, tpd_schedule schedule);
+/* Layers of `stage` whose full recompute runs: all under recompute full, or the first
+ * training.recompute_num_layers of each model chunk; 0 otherwise. */
+int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage);
+/* Hardware FLOPs of an iteration with the layout's recompute (the block method recomputes
+ * only its share of the layers). */
+double tpd_plan_layout_hw_flops(const tpd_config *cfg, const tpd_plan_layout *lay, double batch,
+                                double vocab);
+/* The shapes one rank of `stage` runs its ops at under the layout (what the engine's
+ * tpd_model_kern_shapes gives for the same config), and the scratch the kernel backend
+ * `name` ("cpu", "cuda") plans for them (tpd_kern_scratch_plan): part of the workspace. */
+void tpd_plan_kern_shapes(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                          tpd_kern_shapes *s);
+tpd_status tpd_plan_scratch(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                            const char *name, tpd_kern_scratch *out);
+
+/* ---- the split of the layers (plan/balance.c) ---- */
+
+/* Memory of res->layout under the split the planner would run (see balance_stages): sets
+ * *cfg_p to the config to time it with, cfg or *scratch holding the balanced
+ * parallel.pipeline_layers. Fails as tpd_plan_memory does. */
+tpd_status tpd_plan_memory_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                 const tpd_plan_options *opt, tpd_plan_result *res,
+                                 tpd_config *scratch, const tpd_config **cfg_p);
+/* tpd_plan_time_evaluate of res under its split; a balanced split is kept only when the
+ * full time model, not just its slowest stage, finds it faster than the even one. */
+tpd_status tpd_plan_time_split(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                               const tpd_plan_options *opt, int split_bubble, tpd_plan_result *res,
+                               tpd_config *scratch);
+/* Recompute full with training.recompute_num_layers left at 0: the fewest layers per stage
+ * whose recompute still fits (Megatron's block method), when fewer than all do; sets
+ * res->recompute_layers and res's memory to it. res must fit with all layers. */
+tpd_status tpd_plan_fit_recompute_layers(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                         tpd_plan_result *res, tpd_config *scratch);
+/* The config of a result whose split was chosen already (cfg, or *scratch when balanced). */
+const tpd_config *tpd_plan_result_config(const tpd_config *cfg, const tpd_plan_result *res,
+                                         tpd_config *scratch);
+
+/* ---- time (plan/timing.c; the simulated pipeline, plan/step.c) ---- */
+
+/* Per-micro-batch forward and backward time of stage `stage`, seconds, including TP
+ * collectives and recomputation; tp_comm_p gets the collective share of fwd+bwd. */
+void tpd_plan_stage_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                         const tpd_plan_layout *lay, int stage, double *fwd_p, double *bwd_p,
+                         double *tp_comm_p);
+/* Per-micro-batch W share of stage `stage`'s backward (the four linear layers' weight and
+ * bias gradients that tpd_model_weight_grad computes under zb-h1), seconds; part of bwd. */
+double tpd_plan_stage_wgrad_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                 const tpd_plan_layout *lay, int stage);
+/* The simulated pipeline of one step: every stage's action list under the layout's schedule
+ * (the lists the executor walks) run by tpd_pp_simulate with times[s] for stage s. */
+typedef struct tpd_plan_pipe {
+    int stages;
+    double makespan;                    /* s */
+    double end[TPD_CONFIG_MAX_STAGES];  /* stage s's last action done and its sends arrived */
+    double busy[TPD_CONFIG_MAX_STAGES]; /* FWD + BWD + WGRAD of stage s */
+    double idle_fraction;               /* 1 - sum(busy) / sum(end) */
+    tpd_pp_schedule *sched;             /* [stages], owned */
+    double **t0, **t1;                  /* [stages][sched[s].count] start and end, owned */
+} tpd_plan_pipe;
+tpd_status tpd_plan_pipe_simulate(const tpd_plan_layout *lay, int micro_batches,
+                                  const tpd_pp_sim_times *times, tpd_plan_pipe *pipe_p);
+void tpd_plan_pipe_free(tpd_plan_pipe *p);
+/* Lower bound of the step time (the slowest stage's compute, optimizer, and the DP
+ * communication no overlap can hide), s; 0 on the cpu backend (its ranks share cores, so
+ * compute alone is no bound). */
+double tpd_plan_time_lower_bound(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                 const tpd_plan_result *res, const tpd_plan_options *opt);
+/* Full time model; `split_bubble` runs a second simulation to separate the bubble from
+ * the p2p share (reports), otherwise all pipeline overhead is put under pp_bubble. */
+tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                  const tpd_plan_options *opt, int split_bubble,
+                                  tpd_plan_result *res);
+
+/* ---- output (plan/report.c) ---- */
+
+/* The comment lines of the config's file that start with "# published:" (a preset's
+ * published training setups and throughput, with their source), without the "# ". Nothing
+ * when there are none or the file cannot be read. */
+void tpd_plan_print_published(FILE *f, const tpd_config *cfg);
+
+/* ---- shared by the models ---- */
 
 /* Per-layer parameters on one TP rank of the config's block (GPT-2's or Llama's: K/V
  * projections of the K/V heads, two or three MLP matrices, biases or none, LayerNorm or
@@ -93,6 +226,19 @@ double tpd_plan_dp_unhidden(const tpd_config *cfg, const tpd_plan_layout *lay, i
 
 /* ---- the network and the terms that grow with scale (plan/network.c) ---- */
 
+/* Megatron-Core's TP communication overlap of one collective of `comm` s with its GEMM of
+ * `gemm` s, both split in `tp` ring-exchange chunks: hidden = min(tp_overlap_share * comm,
+ * max(0, gemm - tp * tp_overlap_chunk_us)), exposed = comm - hidden (never below 0). */
+void tpd_plan_tp_overlap(const tpd_plan_cluster *c, double gemm, double comm, int tp,
+                         double *exposed_p, double *hidden_p);
+/* Expected maximum of n independent standard normal draws, Blom's approximation
+ * Phi^-1((n - 0.375) / (n + 0.25)): 0 for n = 1, 0.59 for 2, 3.61 for 4096. */
+double tpd_plan_expected_max_normal(int n);
+/* Of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP TP, a pipeline
+ * boundary's pair TP*DP). */
+tpd_plan_hop tpd_plan_group_hop(const tpd_plan_cluster *c, int n, long stride);
+/* "nvlink", "network", "cross-leaf", "none". */
+const char *tpd_plan_hop_name(tpd_plan_hop h);
 /* Link of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP TP, a
  * pipeline boundary TP*DP): the slowest hop it crosses, bandwidth (collective efficiency
  * applied) and latency per ring step. */

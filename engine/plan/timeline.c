@@ -3,6 +3,7 @@
  * then each stage's exposed DP reduction, the optimizer step and the exposed ZeRO gathers,
  * and the straggler wait, global syncs and per-step host work. */
 #include "engine/plan/plan.h"
+#include "engine/plan/plan_internal.h"
 #include "engine/trace/trace.h"
 
 #include <stdio.h>

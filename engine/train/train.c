@@ -225,8 +225,7 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
                                         cfg->parallel.overlap_grad_reduce,
                                         cfg->parallel.overlap_param_gather, &tr->gsync),
                    st, undo_sched);
-    tr->model->hook = model_hook;
-    tr->model->hook_user = tr;
+    tpd_model_set_hook(tr->model, model_hook, tr);
 
     TPD_CHECK_GOTO(tpd_data_source_open(cfg->data.data_path, cfg->model.vocab_size, &tr->data), st,
                    undo_sched);
@@ -429,7 +428,7 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
 
     TPD_CHECK(tpd_model_zero_grads(m));
     tr->tp_comm_acc = 0;
-    m->tp.comm_s = &tr->tp_comm_acc;
+    tpd_model_set_tp_timer(m, &tr->tp_comm_acc);
     tpd_grad_sync_begin(tr->gsync);
     tpd_pp_exec_ops ops = exec_ops(tr);
     TPD_CHECK(tpd_pp_execute(&tr->sched, tr->comms.pp, &ops, p2p_count(tr),
@@ -437,7 +436,7 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     /* the parameter gathers that the forward waited for (inside the compute time) */
     s.t_param_wait_s = tpd_grad_sync_take_exposed(tr->gsync);
     double t1 = tpd_clock_s();
-    m->tp.comm_s = NULL;
+    tpd_model_set_tp_timer(m, NULL);
     s.t_tp_comm_s = tr->tp_comm_acc;
     TPD_CHECK(tpd_grad_sync_finish(tr->gsync));
     double t2 = tpd_clock_s();
@@ -497,11 +496,20 @@ static tpd_status evaluate_on(tpd_trainer *tr, tpd_blend_sampler *s, int iters, 
         for (int j = 0; j < tr->M && st == TPD_OK; j++) {
             for (int c = 0; c < v && st == TPD_OK; c++) {
                 int n = 0;
-                if (stage > 0 || c > 0) acts[n++] = (tpd_pp_action){TPD_PP_RECV_ACT, j, c};
-                acts[n++] = (tpd_pp_action){TPD_PP_FWD, j, c};
+                if (stage > 0 || c > 0)
+                    acts[n++] =
+                        (tpd_pp_action){.kind = TPD_PP_RECV_ACT, .micro_batch = j, .chunk = c};
+                acts[n++] = (tpd_pp_action){.kind = TPD_PP_FWD, .micro_batch = j, .chunk = c};
                 if (stage < stages - 1 || c < v - 1)
-                    acts[n++] = (tpd_pp_action){TPD_PP_SEND_ACT, j, c};
-                tpd_pp_schedule one = {stages, stage, tr->M, v, 0, n, acts};
+                    acts[n++] =
+                        (tpd_pp_action){.kind = TPD_PP_SEND_ACT, .micro_batch = j, .chunk = c};
+                tpd_pp_schedule one = {.stages = stages,
+                                       .stage = stage,
+                                       .micro_batches = tr->M,
+                                       .virtual_stages = v,
+                                       .split_backward = 0,
+                                       .count = n,
+                                       .actions = acts};
                 st = tpd_pp_execute(&one, tr->comms.pp, &ops, p2p_count(tr),
                                     tpd_kern_act_dtype(tr->kb), tpd_kern_stream(tr->kb), NULL);
             }
@@ -532,17 +540,29 @@ tpd_status tpd_trainer_evaluate_split(tpd_trainer *tr, tpd_split split, int iter
 }
 
 tpd_status tpd_trainer_job_timers(tpd_trainer *tr, const tpd_step_stats *s, tpd_step_timers *t) {
-    double mx[6] = {s->pipe.compute_s, s->t_tp_comm_s,    s->pipe.wait_s,
-                    s->t_reduce_s,     s->t_param_wait_s, s->t_optim_s};
+    /* the largest of each over the job, s */
+    enum { MX_COMPUTE, MX_TP_COMM, MX_PP_WAIT, MX_REDUCE, MX_PARAM_WAIT, MX_OPTIM, MX_COUNT };
+    double mx[MX_COUNT] = {
+        [MX_COMPUTE] = s->pipe.compute_s,    [MX_TP_COMM] = s->t_tp_comm_s,
+        [MX_PP_WAIT] = s->pipe.wait_s,       [MX_REDUCE] = s->t_reduce_s,
+        [MX_PARAM_WAIT] = s->t_param_wait_s, [MX_OPTIM] = s->t_optim_s,
+    };
+    /* sums over the job of the pipeline's compute and of its whole time, s */
     double sum[2] = {s->pipe.compute_s, s->pipe.total_s};
     tpd_comm *w = tr->hcomms.world;
     if (tpd_comm_size(w) > 1) {
-        TPD_CHECK(tpd_comm_allreduce(w, mx, mx, 6, TPD_DTYPE_F64, TPD_COMM_OP_MAX, NULL));
+        TPD_CHECK(tpd_comm_allreduce(w, mx, mx, MX_COUNT, TPD_DTYPE_F64, TPD_COMM_OP_MAX, NULL));
         TPD_CHECK(tpd_comm_allreduce(w, sum, sum, 2, TPD_DTYPE_F64, TPD_COMM_OP_SUM, NULL));
     }
     *t = (tpd_step_timers){
-        1e3 * mx[0], 1e3 * mx[1], 1e3 * mx[2], sum[1] > 0 ? 1.0 - sum[0] / sum[1] : 0.0,
-        1e3 * mx[3], 1e3 * mx[4], 1e3 * mx[5]};
+        .compute_ms = 1e3 * mx[MX_COMPUTE],
+        .tp_comm_ms = 1e3 * mx[MX_TP_COMM],
+        .pp_wait_ms = 1e3 * mx[MX_PP_WAIT],
+        .idle_fraction = sum[1] > 0 ? 1.0 - sum[0] / sum[1] : 0.0,
+        .reduce_ms = 1e3 * mx[MX_REDUCE],
+        .param_wait_ms = 1e3 * mx[MX_PARAM_WAIT],
+        .optimizer_ms = 1e3 * mx[MX_OPTIM],
+    };
     return TPD_OK;
 }
 

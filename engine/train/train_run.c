@@ -113,8 +113,8 @@ static tpd_status log_placement(const tpd_trainer *tr) {
     tpd_comm *world = tr->hcomms.world;
     if (tpd_comm_size(world) < 2) return TPD_OK;
     tpd_rank_place *places = NULL;
-    /* node-local numbers from MPI_Comm_split_type(SHARED), as the trainer uses them */
-    TPD_CHECK(tpd_placement_gather(world, tr->local_rank, tr->local_size, &places));
+    /* the launcher's node-local numbers, checked against the hosts */
+    TPD_CHECK(tpd_placement_gather(world, &places));
     if (tr->is_logger) tpd_placement_describe(&tr->mesh, places, emit_placement, NULL);
     free(places);
     return TPD_OK;

@@ -45,14 +45,53 @@ static tpd_status set_layout_batch(cublasLtMatrixLayout_t l, int batch, int64_t 
         l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
 }
 
-static tpd_status gemm_impl(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, int quiet) {
-    if (g->M == 0 || g->N == 0) return TPD_OK;
+/* The cuBLASLt descriptors of one GEMM: the operation, and the layouts of A', B' and D
+ * (C = D). */
+typedef struct gemm_descs {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, d;
+} gemm_descs;
+
+static void gemm_descs_destroy(gemm_descs *ds) {
+    if (ds->d != NULL) cublasLtMatrixLayoutDestroy(ds->d);
+    if (ds->b != NULL) cublasLtMatrixLayoutDestroy(ds->b);
+    if (ds->a != NULL) cublasLtMatrixLayoutDestroy(ds->a);
+    if (ds->op != NULL) cublasLtMatmulDescDestroy(ds->op);
+}
+
+/* The epilogue of g and its operands: the bias (in the output dtype dt: bf16 with a bf16 D)
+ * and the aux output (GELU's input, at D's leading dimension). */
+static tpd_status set_epilogue(cublasLtMatmulDesc_t op, const tpd_cuda_gemm_args *g,
+                               cudaDataType_t dt) {
+    cublasLtEpilogue_t epi = g->epilogue;
+    TPD_CHECK(TPD_CUBLAS(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)));
+    if (g->bias != NULL) {
+        TPD_CHECK(TPD_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                            &g->bias, sizeof g->bias)));
+        cudaDataType_t bdt = dt;
+        TPD_CHECK(TPD_CUBLAS(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                            &bdt, sizeof bdt)));
+    }
+    if (g->aux != NULL) {
+        int64_t aux_ld = g->ldd;
+        TPD_CHECK(TPD_CUBLAS(cublasLtMatmulDescSetAttribute(
+            op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux)));
+        TPD_CHECK(TPD_CUBLAS(cublasLtMatmulDescSetAttribute(
+            op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld)));
+    }
+    return TPD_OK;
+}
+
+/* The descriptors of the column-major problem D'(N, M) = opA'(N, K) @ opB'(K, M), A' = B,
+ * B' = A. On failure *ds_p holds nothing. */
+static tpd_status gemm_descs_create(const tpd_cuda_gemm_args *g, gemm_descs *ds_p) {
     tpd_status st = TPD_OK;
+    gemm_descs ds;
+    memset(&ds, 0, sizeof ds);
     cudaDataType_t dt = lt_dtype(g->dt);
     /* C = D: fp32 from bf16 operands is one of cuBLASLt's mixed-precision combinations */
     cudaDataType_t dt_d = g->d_fp32 ? CUDA_R_32F : dt;
-
-    /* Column-major problem: D'(N, M) = opA'(N, K) @ opB'(K, M), A' = B, B' = A. */
     cublasOperation_t op_a = g->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = g->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
     /* Stored column-major shapes (rows, cols) of A' and B'. */
@@ -61,169 +100,151 @@ static tpd_status gemm_impl(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, int 
     uint64_t b_rows = g->transa ? (uint64_t)g->M : (uint64_t)g->K;
     uint64_t b_cols = g->transa ? (uint64_t)g->K : (uint64_t)g->M;
 
-    cublasLtMatmulDesc_t desc = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
-    TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)), st,
-                   done);
-    TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA,
+    TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatmulDescCreate(&ds.op, CUBLAS_COMPUTE_32F, CUDA_R_32F)), st,
+                   destroy_descs);
+    TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSA,
                                                              &op_a, sizeof op_a)),
-                   st, done);
-    TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                   st, destroy_descs);
+    TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSB,
                                                              &op_b, sizeof op_b)),
-                   st, done);
-    if (g->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
-        cublasLtEpilogue_t epi = g->epilogue;
-        TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatmulDescSetAttribute(
-                           desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)),
-                       st, done);
-        if (g->bias != NULL) {
-            TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatmulDescSetAttribute(
-                               desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias)),
-                           st, done);
-            /* The bias is in the output dtype (bf16 with a bf16 D). */
-            cudaDataType_t bdt = dt;
-            TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatmulDescSetAttribute(
-                               desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bdt, sizeof bdt)),
-                           st, done);
-        }
-        if (g->aux != NULL) {
-            int64_t aux_ld = g->ldd;
-            TPD_CHECK_GOTO(
-                TPD_CUBLAS(cublasLtMatmulDescSetAttribute(
-                    desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g->aux, sizeof g->aux)),
-                st, done);
-            TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatmulDescSetAttribute(
-                               desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld)),
-                           st, done);
-        }
-    }
-    TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatrixLayoutCreate(&la, dt, a_rows, a_cols, g->ldb)), st,
-                   done);
-    TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatrixLayoutCreate(&lb, dt, b_rows, b_cols, g->lda)), st,
-                   done);
+                   st, destroy_descs);
+    if (g->epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+        TPD_CHECK_GOTO(set_epilogue(ds.op, g, dt), st, destroy_descs);
+    TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatrixLayoutCreate(&ds.a, dt, a_rows, a_cols, g->ldb)), st,
+                   destroy_descs);
+    TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatrixLayoutCreate(&ds.b, dt, b_rows, b_cols, g->lda)), st,
+                   destroy_descs);
     TPD_CHECK_GOTO(
-        TPD_CUBLAS(cublasLtMatrixLayoutCreate(&ld, dt_d, (uint64_t)g->N, (uint64_t)g->M, g->ldd)),
-        st, done);
-    TPD_CHECK_GOTO(set_layout_batch(la, g->batch, g->stride_b), st, done);
-    TPD_CHECK_GOTO(set_layout_batch(lb, g->batch, g->stride_a), st, done);
-    TPD_CHECK_GOTO(set_layout_batch(ld, g->batch, g->stride_d), st, done);
+        TPD_CUBLAS(cublasLtMatrixLayoutCreate(&ds.d, dt_d, (uint64_t)g->N, (uint64_t)g->M, g->ldd)),
+        st, destroy_descs);
+    TPD_CHECK_GOTO(set_layout_batch(ds.a, g->batch, g->stride_b), st, destroy_descs);
+    TPD_CHECK_GOTO(set_layout_batch(ds.b, g->batch, g->stride_a), st, destroy_descs);
+    TPD_CHECK_GOTO(set_layout_batch(ds.d, g->batch, g->stride_d), st, destroy_descs);
+    *ds_p = ds;
+    return TPD_OK;
+destroy_descs:
+    gemm_descs_destroy(&ds);
+    return st;
+}
 
-    {
-        tpd_cuda_gemm_key key;
-        memset(&key, 0, sizeof key);
-        key.transa = g->transa;
-        key.transb = g->transb;
-        key.m = g->M;
-        key.n = g->N;
-        key.k = g->K;
-        key.lda = g->lda;
-        key.ldb = g->ldb;
-        key.ldd = g->ldd;
-        key.stride_a = g->stride_a;
-        key.stride_b = g->stride_b;
-        key.stride_d = g->stride_d;
-        key.batch = g->batch;
-        key.dtype = (int)g->dt;
-        key.d_fp32 = g->d_fp32 != 0;
-        key.epilogue = (int)g->epilogue;
-        key.beta_nonzero = g->beta != 0.0f;
-        size_t es = tpd_cuda_dtype_size(g->dt);
-        int64_t batched = g->batch > 1;
-        key.align_a = align_class(g->A, batched ? g->stride_a : 0, es);
-        key.align_b = align_class(g->B, batched ? g->stride_b : 0, es);
-        key.align_d = align_class(g->D, batched ? g->stride_d : 0, g->d_fp32 ? 4 : es);
-        key.align_bias = align_class(g->bias, 0, es);
-        key.align_aux = align_class(g->aux, 0, es);
+/* Everything of g that changes cuBLASLt's choice, the operands' alignments included. The
+ * key is zeroed first, so that its padding hashes and compares the same every time. */
+static void gemm_key_of(const tpd_cuda_gemm_args *g, tpd_cuda_gemm_key *key) {
+    memset(key, 0, sizeof *key);
+    key->transa = g->transa;
+    key->transb = g->transb;
+    key->m = g->M;
+    key->n = g->N;
+    key->k = g->K;
+    key->lda = g->lda;
+    key->ldb = g->ldb;
+    key->ldd = g->ldd;
+    key->stride_a = g->stride_a;
+    key->stride_b = g->stride_b;
+    key->stride_d = g->stride_d;
+    key->batch = g->batch;
+    key->dtype = (int)g->dt;
+    key->d_fp32 = g->d_fp32 != 0;
+    key->epilogue = (int)g->epilogue;
+    key->beta_nonzero = g->beta != 0.0f;
+    size_t es = tpd_cuda_dtype_size(g->dt);
+    int64_t batched = g->batch > 1;
+    key->align_a = align_class(g->A, batched ? g->stride_a : 0, es);
+    key->align_b = align_class(g->B, batched ? g->stride_b : 0, es);
+    key->align_d = align_class(g->D, batched ? g->stride_d : 0, g->d_fp32 ? 4 : es);
+    key->align_bias = align_class(g->bias, 0, es);
+    key->align_aux = align_class(g->aux, 0, es);
+}
 
-        uint64_t h = key_hash(&key);
-        tpd_cuda_gemm_slot *slot = NULL;
-        for (int probe = 0; probe < 8; probe++) {
-            tpd_cuda_gemm_slot *s = &ctx->gemm_cache[(h + probe) % TPD_CUDA_GEMM_CACHE_SLOTS];
-            if (s->used && memcmp(&s->key, &key, sizeof key) == 0) {
-                slot = s;
-                break;
-            }
-            if (!s->used) {
-                slot = s;
-                break;
-            }
-        }
-        if (slot == NULL) slot = &ctx->gemm_cache[h % TPD_CUDA_GEMM_CACHE_SLOTS]; /* evict */
+static int slot_holds(const tpd_cuda_gemm_slot *s, const tpd_cuda_gemm_key *key) {
+    return s->used && memcmp(&s->key, key, sizeof *key) == 0;
+}
 
-        if (!slot->used || memcmp(&slot->key, &key, sizeof key) != 0) {
-            cublasLtMatmulPreference_t pref = NULL;
-            cublasLtMatmulHeuristicResult_t res;
-            int found = 0;
-            size_t ws = TPD_CUDA_GEMM_WORKSPACE_BYTES;
-            memset(&res, 0, sizeof res);
-            TPD_CHECK_GOTO(TPD_CUBLAS(cublasLtMatmulPreferenceCreate(&pref)), st, done);
-            st = TPD_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
-                pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-            /* The heuristics assume 256-byte aligned matrices unless told otherwise, and an
-             * algorithm picked under that assumption fails (or faults) on the views into the
-             * flat parameter buffers, which start at any element. Column-major A' is our B,
-             * B' is our A, and C = D. */
-            {
-                uint32_t al[4] = {(uint32_t)key.align_b, (uint32_t)key.align_a,
-                                  (uint32_t)key.align_d, (uint32_t)key.align_d};
-                const cublasLtMatmulPreferenceAttributes_t which[4] = {
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-                for (int i = 0; i < 4 && st == TPD_OK; i++)
-                    st = TPD_CUBLAS(
-                        cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]));
-            }
-            if (st == TPD_OK)
-                st = TPD_CUBLAS(cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, la, lb, ld, ld, pref,
-                                                               1, &res, &found));
-            cublasLtMatmulPreferenceDestroy(pref);
-            if (st != TPD_OK) goto done;
-            if (found == 0 && quiet) {
-                st = TPD_ERR_UNSUPPORTED;
-                goto done;
-            }
-            if (found == 0) {
-                TPD_FAIL_GOTO(TPD_ERR_UNSUPPORTED, st, done,
-                              "cuBLASLt: no algorithm for GEMM M=%lld N=%lld K=%lld batch=%d "
-                              "transa=%d transb=%d dtype=%s%s epilogue=%d alignment A=%d B=%d "
-                              "D=%d",
-                              (long long)g->M, (long long)g->N, (long long)g->K, g->batch,
-                              g->transa, g->transb, tpd_dtype_name(g->dt),
-                              g->d_fp32 ? " (D f32)" : "", (int)g->epilogue, key.align_a,
-                              key.align_b, key.align_d);
-            }
-            slot->used = 1;
-            slot->unsupported = 0;
-            slot->key = key;
-            slot->algo = res.algo;
-        }
-
-        /* The heuristic can return an algorithm that cublasLtMatmul then refuses (an
-         * epilogue with these alignments, say). Under _try that is the same answer as "no
-         * algorithm": the caller falls back to the plain GEMM, and the shape is remembered so
-         * the refusal is not asked for again each step. */
-        if (slot->unsupported && quiet) {
-            st = TPD_ERR_UNSUPPORTED;
-            goto done;
-        }
-        cublasStatus_t cs = cublasLtMatmul(ctx->lt, desc, &g->alpha, g->B, la, g->A, lb, &g->beta,
-                                           g->D, ld, g->D, ld, &slot->algo, ctx->gemm_workspace,
-                                           TPD_CUDA_GEMM_WORKSPACE_BYTES, ctx->stream);
-        if (cs == CUBLAS_STATUS_NOT_SUPPORTED && quiet) {
-            slot->unsupported = 1;
-            st = TPD_ERR_UNSUPPORTED;
-            goto done;
-        }
-        TPD_CHECK_GOTO(TPD_CUBLAS(cs), st, done);
+/* The cache slot for key: the one holding it, else the first free one of its 8 probes,
+ * else the one it evicts. */
+static tpd_cuda_gemm_slot *gemm_cache_slot(tpd_kern_ctx *ctx, const tpd_cuda_gemm_key *key) {
+    uint64_t h = key_hash(key);
+    for (int probe = 0; probe < 8; probe++) {
+        tpd_cuda_gemm_slot *s = &ctx->gemm_cache[(h + probe) % TPD_CUDA_GEMM_CACHE_SLOTS];
+        if (slot_holds(s, key) || !s->used) return s;
     }
+    return &ctx->gemm_cache[h % TPD_CUDA_GEMM_CACHE_SLOTS];
+}
 
-done:
-    if (ld != NULL) cublasLtMatrixLayoutDestroy(ld);
-    if (lb != NULL) cublasLtMatrixLayoutDestroy(lb);
-    if (la != NULL) cublasLtMatrixLayoutDestroy(la);
-    if (desc != NULL) cublasLtMatmulDescDestroy(desc);
+/* cuBLASLt's best algorithm for the GEMM, stored with its key in slot. Without one:
+ * TPD_ERR_UNSUPPORTED, logged unless quiet; the slot is left as it was. */
+static tpd_status gemm_heuristic(tpd_kern_ctx *ctx, const gemm_descs *ds,
+                                 const tpd_cuda_gemm_args *g, const tpd_cuda_gemm_key *key,
+                                 int quiet, tpd_cuda_gemm_slot *slot) {
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    size_t ws = TPD_CUDA_GEMM_WORKSPACE_BYTES;
+    memset(&res, 0, sizeof res);
+    TPD_CHECK(TPD_CUBLAS(cublasLtMatmulPreferenceCreate(&pref)));
+    tpd_status st = TPD_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    /* The heuristics assume 256-byte aligned matrices unless told otherwise, and an
+     * algorithm picked under that assumption fails (or faults) on the views into the flat
+     * parameter buffers, which start at any element. Column-major A' is our B, B' is our A,
+     * and C = D. */
+    uint32_t al[4] = {(uint32_t)key->align_b, (uint32_t)key->align_a, (uint32_t)key->align_d,
+                      (uint32_t)key->align_d};
+    const cublasLtMatmulPreferenceAttributes_t which[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4 && st == TPD_OK; i++)
+        st = TPD_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]));
+    if (st == TPD_OK)
+        st = TPD_CUBLAS(cublasLtMatmulAlgoGetHeuristic(ctx->lt, ds->op, ds->a, ds->b, ds->d, ds->d,
+                                                       pref, 1, &res, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != TPD_OK) return st;
+    if (found == 0 && quiet) return TPD_ERR_UNSUPPORTED;
+    if (found == 0) {
+        tpd_log_error("cuBLASLt: no algorithm for GEMM M=%lld N=%lld K=%lld batch=%d transa=%d "
+                      "transb=%d dtype=%s%s epilogue=%d alignment A=%d B=%d D=%d",
+                      (long long)g->M, (long long)g->N, (long long)g->K, g->batch, g->transa,
+                      g->transb, tpd_dtype_name(g->dt), g->d_fp32 ? " (D f32)" : "",
+                      (int)g->epilogue, key->align_a, key->align_b, key->align_d);
+        return TPD_ERR_UNSUPPORTED;
+    }
+    slot->used = 1;
+    slot->unsupported = 0;
+    memcpy(&slot->key, key, sizeof *key);
+    slot->algo = res.algo;
+    return TPD_OK;
+}
+
+/* Runs the GEMM with the slot's algorithm on the context's stream. The heuristic can return
+ * an algorithm that cublasLtMatmul then refuses (an epilogue with these alignments, say).
+ * Under _try that is the same answer as "no algorithm": the caller falls back to the plain
+ * GEMM, and the shape is remembered so the refusal is not asked for again each step. */
+static tpd_status gemm_launch(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, const gemm_descs *ds,
+                              tpd_cuda_gemm_slot *slot, int quiet) {
+    if (slot->unsupported && quiet) return TPD_ERR_UNSUPPORTED;
+    cublasStatus_t cs = cublasLtMatmul(
+        ctx->lt, ds->op, &g->alpha, g->B, ds->a, g->A, ds->b, &g->beta, g->D, ds->d, g->D, ds->d,
+        &slot->algo, ctx->gemm_workspace, TPD_CUDA_GEMM_WORKSPACE_BYTES, ctx->stream);
+    if (cs == CUBLAS_STATUS_NOT_SUPPORTED && quiet) {
+        slot->unsupported = 1;
+        return TPD_ERR_UNSUPPORTED;
+    }
+    return TPD_CUBLAS(cs);
+}
+
+/* One GEMM: its descriptors, the cached (or newly asked) algorithm for its key, the launch. */
+static tpd_status gemm_impl(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, int quiet) {
+    if (g->M == 0 || g->N == 0) return TPD_OK;
+    gemm_descs ds;
+    TPD_CHECK(gemm_descs_create(g, &ds));
+    tpd_cuda_gemm_key key;
+    gemm_key_of(g, &key);
+    tpd_cuda_gemm_slot *slot = gemm_cache_slot(ctx, &key);
+    tpd_status st = TPD_OK;
+    if (!slot_holds(slot, &key)) st = gemm_heuristic(ctx, &ds, g, &key, quiet, slot);
+    if (st == TPD_OK) st = gemm_launch(ctx, g, &ds, slot, quiet);
+    gemm_descs_destroy(&ds);
     return st;
 }
 

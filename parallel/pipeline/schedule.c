@@ -255,13 +255,9 @@ static double send_done(const double *sent, const double *post, long i, double t
     return post[i] > sent[i] + t_p2p ? post[i] : sent[i] + t_p2p;
 }
 
-tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, const tpd_pp_sim_times *times,
-                           double **start_p, double **end_p, tpd_pp_sim_result *result_p) {
-    tpd_status st = TPD_OK;
-    if (!scheds || !times || stages < 1) {
-        tpd_log_error("pipeline simulation: no schedules");
-        return TPD_ERR_INVALID;
-    }
+/* The schedules of one pipeline: scheds[s] is stage s's, and all share the stage count,
+ * the micro-batches and the chunks. */
+static tpd_status check_pipeline(const tpd_pp_schedule *scheds, int stages) {
     int v = scheds[0].virtual_stages, m = scheds[0].micro_batches;
     for (int s = 0; s < stages; s++) {
         if (scheds[s].stages != stages || scheds[s].stage != s || scheds[s].virtual_stages != v ||
@@ -272,152 +268,230 @@ tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, const tpd_
             return TPD_ERR_INVALID;
         }
     }
-    size_t slots = (size_t)stages * (size_t)v * (size_t)m;
-    sim_sends ss = {stages, v, m, NULL, NULL, NULL, NULL};
-    char *owned = NULL;
-    int *pc = calloc((size_t)stages, sizeof *pc);
-    double *clock = calloc((size_t)stages, sizeof *clock);
-    long *last_grad = malloc((size_t)stages * sizeof *last_grad);
-    double *tables = malloc(4 * slots * sizeof *tables);
-    if (!pc || !clock || !last_grad || !tables)
-        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_work, "pipeline simulation: out of memory");
-    for (size_t i = 0; i < 4 * slots; i++)
-        tables[i] = -1.0;
-    ss.act = tables;
-    ss.grad = tables + slots;
-    ss.act_post = tables + 2 * slots;
-    ss.grad_post = tables + 3 * slots;
-    for (int s = 0; s < stages; s++)
-        last_grad[s] = -1;
-    /* start_p/end_p are arrays of `stages` pointers: a NULL entry is allocated here
-     * (sched[s].count doubles; the caller frees it with free()), a non-NULL one is
-     * caller-sized. `owned` remembers which we allocated so a failure leaves none. */
-    owned = calloc((size_t)stages * 2, sizeof *owned);
-    if (!owned) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_work, "pipeline simulation: out of memory");
-    for (int s = 0; s < stages; s++) {
-        size_t n = scheds[s].count > 0 ? (size_t)scheds[s].count : 1;
-        if (start_p && start_p[s] == NULL) {
-            if (!(start_p[s] = malloc(n * sizeof(double))))
-                TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_times, "pipeline simulation: out of memory");
-            owned[2 * s] = 1;
+    return TPD_OK;
+}
+
+/* The caller's start and end times: arrays of `stages` pointers, a NULL entry allocated
+ * here (sched[s].count doubles; the caller frees it with free()), a non-NULL one
+ * caller-sized. owned[2s] and owned[2s+1] say which were allocated, so that a failure can
+ * leave none (release_times). */
+typedef struct sim_times_out {
+    double **start, **end; /* either may be NULL: not wanted */
+    char *owned;           /* [2 * stages] */
+} sim_times_out;
+
+static void release_times(sim_times_out *o, int stages) {
+    for (int s = 0; o->owned && s < stages; s++) {
+        if (o->owned[2 * s]) {
+            free(o->start[s]);
+            o->start[s] = NULL;
         }
-        if (end_p && end_p[s] == NULL) {
-            if (!(end_p[s] = malloc(n * sizeof(double))))
-                TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_times, "pipeline simulation: out of memory");
-            owned[2 * s + 1] = 1;
+        if (o->owned[2 * s + 1]) {
+            free(o->end[s]);
+            o->end[s] = NULL;
         }
     }
+}
 
-    /* Each stage runs its list in order until it reaches a receive whose send has not
-     * been issued, or a backward whose send completions wait for a receive not yet posted;
-     * sweeping the stages until none moves is enough because every time recorded is a
-     * stage's current clock, which never goes back. */
-    double busy = 0.0, makespan = 0.0;
-    int remaining = 0;
+/* Allocates the NULL entries of o->start and o->end; on failure the caller releases what
+ * was allocated (release_times) and frees o->owned. */
+static tpd_status alloc_times(const tpd_pp_schedule *scheds, int stages, sim_times_out *o) {
+    o->owned = calloc((size_t)stages * 2, sizeof *o->owned);
+    if (!o->owned) {
+        tpd_log_error("pipeline simulation: out of memory");
+        return TPD_ERR_NOMEM;
+    }
+    for (int s = 0; s < stages; s++) {
+        size_t n = scheds[s].count > 0 ? (size_t)scheds[s].count : 1;
+        double **lists[2] = {o->start, o->end};
+        for (int k = 0; k < 2; k++) {
+            if (!lists[k] || lists[k][s] != NULL) continue;
+            if (!(lists[k][s] = malloc(n * sizeof(double)))) {
+                tpd_log_error("pipeline simulation: out of memory");
+                return TPD_ERR_NOMEM;
+            }
+            o->owned[2 * s + k] = 1;
+        }
+    }
+    return TPD_OK;
+}
+
+/* The simulation's state: each stage's next action and clock, and the send tables. */
+typedef struct sim_state {
+    const tpd_pp_schedule *scheds;
+    const tpd_pp_sim_times *times;
+    int stages;
+    int *pc;         /* [stages] next action of each stage */
+    double *clock;   /* [stages] s */
+    long *last_grad; /* [stages] send index of the stage's latest SEND_GRAD; -1: none */
+    double *tables;  /* the four tables of ss, -1 each */
+    sim_sends ss;
+    double busy, makespan; /* s */
+} sim_state;
+
+static void sim_state_free(sim_state *st) {
+    free(st->tables);
+    free(st->last_grad);
+    free(st->clock);
+    free(st->pc);
+}
+
+static tpd_status sim_state_init(const tpd_pp_schedule *scheds, int stages,
+                                 const tpd_pp_sim_times *times, sim_state *st) {
+    int v = scheds[0].virtual_stages, m = scheds[0].micro_batches;
+    size_t slots = (size_t)stages * (size_t)v * (size_t)m;
+    *st = (sim_state){
+        .scheds = scheds, .times = times, .stages = stages, .ss = {.p = stages, .v = v, .m = m}};
+    st->pc = calloc((size_t)stages, sizeof *st->pc);
+    st->clock = calloc((size_t)stages, sizeof *st->clock);
+    st->last_grad = malloc((size_t)stages * sizeof *st->last_grad);
+    st->tables = malloc(4 * slots * sizeof *st->tables);
+    if (!st->pc || !st->clock || !st->last_grad || !st->tables) {
+        sim_state_free(st);
+        tpd_log_error("pipeline simulation: out of memory");
+        return TPD_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < 4 * slots; i++)
+        st->tables[i] = -1.0;
+    st->ss.act = st->tables;
+    st->ss.grad = st->tables + slots;
+    st->ss.act_post = st->tables + 2 * slots;
+    st->ss.grad_post = st->tables + 3 * slots;
     for (int s = 0; s < stages; s++)
-        remaining += scheds[s].count;
+        st->last_grad[s] = -1;
+    return TPD_OK;
+}
+
+/* Runs stage s's next action from its clock: its start and end into *t0_p and *t1_p, or
+ * *blocked_p = 1 when it must wait (a receive whose send has not been issued, a backward
+ * whose send completions wait for a receive not yet posted). */
+static tpd_status sim_action(sim_state *st, int s, double *t0_p, double *t1_p, int *blocked_p) {
+    const tpd_pp_schedule *sc = &st->scheds[s];
+    const tpd_pp_sim_times *tm = &st->times[s];
+    const tpd_pp_action *a = &sc->actions[st->pc[s]];
+    sim_sends *ss = &st->ss;
+    double t0 = st->clock[s], t1 = t0;
+    *blocked_p = 0;
+    if (a->chunk < 0 || a->chunk >= ss->v || a->micro_batch < 0 || a->micro_batch >= ss->m) {
+        tpd_log_error("pipeline simulation: stage %d action %d out of range (mb %d chunk %d)", s,
+                      st->pc[s], a->micro_batch, a->chunk);
+        return TPD_ERR_INTERNAL;
+    }
+    long own = send_index(ss, s, a->chunk, a->micro_batch);
+    switch (a->kind) {
+    case TPD_PP_FWD:
+        t1 = t0 + tm->fwd;
+        st->busy += tm->fwd;
+        break;
+    case TPD_PP_BWD: {
+        double w1 = send_done(ss->act, ss->act_post, own, tm->p2p);
+        double w2 = send_done(ss->grad, ss->grad_post, st->last_grad[s], tm->p2p);
+        if (w1 < 0.0 || w2 < 0.0) { /* a send not yet received */
+            *blocked_p = 1;
+            return TPD_OK;
+        }
+        if (w1 > t0) t0 = w1;
+        if (w2 > t0) t0 = w2;
+        double d = sc->split_backward ? tm->bwd - tm->wgrad : tm->bwd;
+        t1 = t0 + d;
+        st->busy += d;
+        break;
+    }
+    case TPD_PP_WGRAD:
+        t1 = t0 + tm->wgrad;
+        st->busy += tm->wgrad;
+        break;
+    case TPD_PP_SEND_ACT:
+        ss->act[own] = t0;
+        break;
+    case TPD_PP_SEND_GRAD:
+        ss->grad[own] = t0;
+        st->last_grad[s] = own;
+        break;
+    case TPD_PP_RECV_ACT:
+    case TPD_PP_RECV_GRAD: {
+        long i = matching_send(ss, s, a);
+        if (i < 0) {
+            tpd_log_error("pipeline simulation: stage %d %s mb %d chunk %d has no peer", s,
+                          tpd_pp_action_name(a->kind), a->micro_batch, a->chunk);
+            return TPD_ERR_INTERNAL;
+        }
+        int is_act = a->kind == TPD_PP_RECV_ACT;
+        double *post = is_act ? ss->act_post : ss->grad_post;
+        const double *sent = is_act ? ss->act : ss->grad;
+        if (post[i] < 0.0) post[i] = t0;
+        if (sent[i] < 0.0) { /* blocked on the peer */
+            *blocked_p = 1;
+            return TPD_OK;
+        }
+        double arrive = sent[i] + tm->p2p;
+        if (arrive > t1) t1 = arrive;
+        break;
+    }
+    }
+    *t0_p = t0;
+    *t1_p = t1;
+    return TPD_OK;
+}
+
+/* Each stage runs its list in order until it blocks (sim_action); sweeping the stages until
+ * none moves is enough because every time recorded is a stage's current clock, which never
+ * goes back. Fails when a sweep moves no stage with actions left (a deadlock). */
+static tpd_status sim_run(sim_state *st, const sim_times_out *o) {
+    int remaining = 0;
+    for (int s = 0; s < st->stages; s++)
+        remaining += st->scheds[s].count;
     while (remaining > 0) {
         int progressed = 0;
-        for (int s = 0; s < stages; s++) {
-            const tpd_pp_schedule *sc = &scheds[s];
-            const tpd_pp_sim_times *tm = &times[s];
-            while (pc[s] < sc->count) {
-                const tpd_pp_action *a = &sc->actions[pc[s]];
-                double t0 = clock[s], t1 = t0;
-                if (a->chunk < 0 || a->chunk >= v || a->micro_batch < 0 || a->micro_batch >= m)
-                    TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, free_times,
-                                  "pipeline simulation: stage %d action %d out of range "
-                                  "(mb %d chunk %d)",
-                                  s, pc[s], a->micro_batch, a->chunk);
-                long own = send_index(&ss, s, a->chunk, a->micro_batch);
-                switch (a->kind) {
-                case TPD_PP_FWD:
-                    t1 = t0 + tm->fwd;
-                    busy += tm->fwd;
-                    break;
-                case TPD_PP_BWD: {
-                    double w1 = send_done(ss.act, ss.act_post, own, tm->p2p);
-                    double w2 = send_done(ss.grad, ss.grad_post, last_grad[s], tm->p2p);
-                    if (w1 < 0.0 || w2 < 0.0) goto next_stage; /* a send not yet received */
-                    if (w1 > t0) t0 = w1;
-                    if (w2 > t0) t0 = w2;
-                    double d = sc->split_backward ? tm->bwd - tm->wgrad : tm->bwd;
-                    t1 = t0 + d;
-                    busy += d;
-                    break;
-                }
-                case TPD_PP_WGRAD:
-                    t1 = t0 + tm->wgrad;
-                    busy += tm->wgrad;
-                    break;
-                case TPD_PP_SEND_ACT:
-                    ss.act[own] = t0;
-                    break;
-                case TPD_PP_SEND_GRAD:
-                    ss.grad[own] = t0;
-                    last_grad[s] = own;
-                    break;
-                case TPD_PP_RECV_ACT:
-                case TPD_PP_RECV_GRAD: {
-                    long i = matching_send(&ss, s, a);
-                    if (i < 0)
-                        TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, free_times,
-                                      "pipeline simulation: stage %d %s mb %d chunk %d has "
-                                      "no peer",
-                                      s, tpd_pp_action_name(a->kind), a->micro_batch, a->chunk);
-                    int is_act = a->kind == TPD_PP_RECV_ACT;
-                    double *post = is_act ? ss.act_post : ss.grad_post;
-                    const double *sent = is_act ? ss.act : ss.grad;
-                    if (post[i] < 0.0) post[i] = t0;
-                    if (sent[i] < 0.0) goto next_stage; /* blocked on the peer */
-                    double arrive = sent[i] + tm->p2p;
-                    if (arrive > t1) t1 = arrive;
-                    break;
-                }
-                }
-                if (start_p) start_p[s][pc[s]] = t0;
-                if (end_p) end_p[s][pc[s]] = t1;
-                clock[s] = t1;
-                if (t1 > makespan) makespan = t1;
-                pc[s]++;
+        for (int s = 0; s < st->stages; s++) {
+            while (st->pc[s] < st->scheds[s].count) {
+                double t0, t1;
+                int blocked;
+                TPD_CHECK(sim_action(st, s, &t0, &t1, &blocked));
+                if (blocked) break;
+                if (o->start) o->start[s][st->pc[s]] = t0;
+                if (o->end) o->end[s][st->pc[s]] = t1;
+                st->clock[s] = t1;
+                if (t1 > st->makespan) st->makespan = t1;
+                st->pc[s]++;
                 remaining--;
                 progressed = 1;
             }
-        next_stage:;
         }
-        if (!progressed) {
-            for (int s = 0; s < stages; s++) {
-                if (pc[s] < scheds[s].count) {
-                    const tpd_pp_action *a = &scheds[s].actions[pc[s]];
-                    TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, free_times,
-                                  "pipeline simulation: deadlock, stage %d waits at action "
-                                  "%d (%s mb %d chunk %d) and no stage can progress",
-                                  s, pc[s], tpd_pp_action_name(a->kind), a->micro_batch, a->chunk);
-                }
+        if (progressed) continue;
+        for (int s = 0; s < st->stages; s++) {
+            if (st->pc[s] < st->scheds[s].count) {
+                const tpd_pp_action *a = &st->scheds[s].actions[st->pc[s]];
+                tpd_log_error("pipeline simulation: deadlock, stage %d waits at action %d (%s mb "
+                              "%d chunk %d) and no stage can progress",
+                              s, st->pc[s], tpd_pp_action_name(a->kind), a->micro_batch, a->chunk);
+                return TPD_ERR_INTERNAL;
             }
         }
     }
-    if (result_p) {
-        result_p->makespan = makespan;
-        result_p->busy_total = busy;
-        result_p->idle_fraction = makespan > 0.0 ? 1.0 - busy / ((double)stages * makespan) : 0.0;
+    return TPD_OK;
+}
+
+tpd_status tpd_pp_simulate(const tpd_pp_schedule *scheds, int stages, const tpd_pp_sim_times *times,
+                           double **start_p, double **end_p, tpd_pp_sim_result *result_p) {
+    if (!scheds || !times || stages < 1) {
+        tpd_log_error("pipeline simulation: no schedules");
+        return TPD_ERR_INVALID;
     }
-free_times:
-    for (int s = 0; st != TPD_OK && owned && s < stages; s++) {
-        if (owned[2 * s]) {
-            free(start_p[s]);
-            start_p[s] = NULL;
-        }
-        if (owned[2 * s + 1]) {
-            free(end_p[s]);
-            end_p[s] = NULL;
-        }
+    TPD_CHECK(check_pipeline(scheds, stages));
+    sim_state st;
+    TPD_CHECK(sim_state_init(scheds, stages, times, &st));
+    sim_times_out out = {.start = start_p, .end = end_p};
+    tpd_status status = alloc_times(scheds, stages, &out);
+    if (status == TPD_OK) status = sim_run(&st, &out);
+    if (status == TPD_OK && result_p) {
+        result_p->makespan = st.makespan;
+        result_p->busy_total = st.busy;
+        result_p->idle_fraction =
+            st.makespan > 0.0 ? 1.0 - st.busy / ((double)stages * st.makespan) : 0.0;
     }
-free_work:
-    free(owned);
-    free(tables);
-    free(last_grad);
-    free(clock);
-    free(pc);
-    return st;
+    if (status != TPD_OK) release_times(&out, stages);
+    free(out.owned);
+    sim_state_free(&st);
+    return status;
 }

@@ -4,9 +4,9 @@
 #
 # Fails (listing every offence) when, anywhere in the tree:
 #   - an #include points the wrong way: base <- kernels <- parallel <- engine (a folder
-#     includes only itself and the folders to its right in DESIGN.md's diagram), and inside
-#     engine/: config <- data <- model <- optim <- trace <- plan <- checkpoint <- train
-#     <- bench <- generate <- verify <- cli;
+#     includes only itself and the folders to its right in the diagram of README.md's
+#     "Layout of the source"), and inside engine/: config <- data <- model <- optim <-
+#     trace <- plan <- checkpoint <- train <- bench <- generate <- verify <- cli;
 #   - a file includes another folder's *_internal.h (tests/X/ counts as folder X);
 #   - a file outside parallel/ includes <mpi.h>;
 #   - library code (base, kernels, parallel, engine) ends the process: exit(), _exit() or

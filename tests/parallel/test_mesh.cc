@@ -1,5 +1,6 @@
-// Rank layout (Megatron's order: TP fastest, then DP, then PP) against the tables in
-// DESIGN.md and REFERENCES.md, and the data-parallel bucket/shard plan.
+// Rank layout (Megatron's order: TP fastest, then DP, then PP) against the tables of
+// README.md's "Rank layout" and Megatron's 16-rank example, and the data-parallel
+// bucket/shard plan.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -451,7 +451,7 @@ TEST(Config, DemoRunsOnEightRanksAsTwoByTwoByTwo) {
     EXPECT_EQ(tpd_config_num_micro_batches(&r.cfg, tpd_config_dp(&r.cfg, 1)), 16);
 }
 
-// Llama 3's published shapes (REFERENCES.md, "Llama family"; Dubey et al. 2024, Table 3).
+// Llama 3's published shapes (Dubey et al. 2024, Table 3).
 TEST(Config, Llama3PresetsHaveThePublishedShapes) {
     const struct {
         const char *file;

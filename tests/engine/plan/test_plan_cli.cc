@@ -16,6 +16,7 @@ extern "C" {
 #include "base/status.h"
 #include "engine/cli/cli.h"
 #include "engine/plan/plan.h"
+#include "engine/plan/plan_internal.h"
 }
 
 #include "plan_test_util.h"
@@ -215,7 +216,7 @@ TEST(PlanCli, RanksTableMatchesMegatronOrder) {
     write_config();
     std::string out;
     ASSERT_EQ(run({"plan", kConfig, "--ranks", "--layout", "2,4,2"}, &out), 0) << out;
-    // REFERENCES.md: world 16, TP=2, PP=4, DP=2.
+    // Megatron's example: world 16, TP=2, PP=4, DP=2.
     EXPECT_NE(out.find("[0,1] [2,3]"), std::string::npos) << out;
     EXPECT_NE(out.find("[0,2] [1,3] [4,6] [5,7]"), std::string::npos) << out;
     EXPECT_NE(out.find("[0,4,8,12] [1,5,9,13] [2,6,10,14] [3,7,11,15]"), std::string::npos);

@@ -7,6 +7,7 @@
 
 extern "C" {
 #include "engine/plan/plan.h"
+#include "engine/plan/plan_internal.h"
 }
 
 using plan_test::sample_cpu_profile;

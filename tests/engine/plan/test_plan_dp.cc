@@ -17,8 +17,8 @@ using namespace plan_test;
 
 namespace {
 
-// Ring all-reduce of `bytes` over n ranks inside one node of the profile, s (REFERENCES.md:
-// 2(n-1)/n of the data over each link, 2(n-1) steps of latency).
+// Ring all-reduce of `bytes` over n ranks inside one node of the profile, s (a ring moves
+// 2(n-1)/n of the data over each link, in 2(n-1) steps of latency).
 double ring_allreduce(const tpd_plan_cluster &cl, double bytes, int n) {
     double bw = cl.intra_bw * cl.coll_efficiency;
     return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * cl.intra_latency;

@@ -80,7 +80,7 @@ TEST(PlanLlama, GptBlockActivationsAreKorthikantis) {
                 }
 }
 
-// The Llama block's bytes per layer (plan/model.c derives them term by term): without SP
+// The Llama block's bytes per layer (plan/memory.c derives them term by term): without SP
 // sbh(8 + (4 + 4g/a)/t) + 6sbf/t + 2as^2b/t, with SP all of it over t; flash and selective
 // recompute drop the s^2 term, full recompute keeps the layer input.
 TEST(PlanLlama, LlamaActivationsFollowTheirDerivation) {

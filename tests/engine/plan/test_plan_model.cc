@@ -14,6 +14,7 @@
 extern "C" {
 #include "engine/model/model_flops.h"
 #include "engine/model/model_memory.h"
+#include "engine/plan/plan_internal.h"
 }
 
 using namespace plan_test;

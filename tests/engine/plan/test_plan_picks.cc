@@ -16,6 +16,7 @@
 
 extern "C" {
 #include "engine/plan/plan.h"
+#include "engine/plan/plan_internal.h"
 #include "engine/train/train.h"
 #include "parallel/comm.h"
 }

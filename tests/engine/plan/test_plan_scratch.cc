@@ -14,6 +14,7 @@
 extern "C" {
 #include "engine/model/model.h"
 #include "engine/plan/plan.h"
+#include "engine/plan/plan_internal.h"
 #include "kernels/kernels.h"
 }
 

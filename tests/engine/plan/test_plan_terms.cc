@@ -10,6 +10,10 @@
 
 #include "plan_test_util.h"
 
+extern "C" {
+#include "engine/plan/plan_internal.h"
+}
+
 using namespace plan_test;
 
 namespace {

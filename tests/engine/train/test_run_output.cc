@@ -18,7 +18,7 @@
 extern "C" {
 #include "base/progress.h"
 #include "engine/train/metrics.h"
-#include "engine/train/report.h"
+#include "engine/train/metrics_plot.h"
 #include "engine/train/tensorboard.h"
 #include "engine/train/train.h"
 #include "tb_event.pb-c.h"

@@ -1,11 +1,9 @@
-/* The planner's model arithmetic: parameter counts, FLOPs, and memory per rank, for
- * GPT-2's block and Llama's.
- *
- * GPU memory is analytic (Korthikanti et al. 2022 activations, derived for the Llama block
- * the same way; Megatron's bytes per parameter); on a `backend: cpu` cluster it is the cpu
- * engine's allocation in closed form (tpd_plan_cpu_memory), computed here without the
- * engine's buffer plan, and a test holds the two equal byte for byte (GPT-2's block only so
- * far). */
+/* The planner's memory model: the bytes one rank of a layout allocates in `tripod train`
+ * on either backend (tpd_plan_cpu_memory: the engine's buffer plan in closed form, computed
+ * without it, which a test holds equal byte for byte), plus the profile's workspace on a
+ * cuda cluster; and the model arithmetic it rests on and the time model shares: parameter
+ * counts, layers per stage, FLOPs, Korthikanti et al.'s (2022) activation terms (a
+ * reference, derived for the Llama block the same way), in-flight micro-batches. */
 #include "engine/plan/plan.h"
 #include "engine/plan/plan_internal.h"
 

@@ -5,8 +5,8 @@
  * iteration, the latest record of an iteration winning, so the curve is the one the model
  * that exists now went through. gnuplot (gnuplot-nox) draws loss.png (train and
  * validation), lr.png, grad_norm.png and throughput.png (tokens/s and TFLOP/s per GPU). */
-#ifndef TPD_ENGINE_REPORT_H
-#define TPD_ENGINE_REPORT_H
+#ifndef TPD_ENGINE_TRAIN_METRICS_PLOT_H
+#define TPD_ENGINE_TRAIN_METRICS_PLOT_H
 
 #include "base/status.h"
 

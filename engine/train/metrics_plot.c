@@ -1,5 +1,5 @@
 /* Run reports: JSONL metrics joined over resumes, drawn by gnuplot when it is installed. */
-#include "engine/train/report.h"
+#include "engine/train/metrics_plot.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
