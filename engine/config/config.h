@@ -57,11 +57,11 @@ typedef struct tpd_config_model {
     int num_layers;
     int hidden_size;
     int num_attention_heads;
-    int ffn_hidden_size; /* 0 in the file means 4*hidden_size (resolved at load; refused
-                            under swiglu, whose width must be stated) */
+    int ffn_hidden_size; /* 0 means 4*hidden_size (tpd_config_resolve; refused under
+                            swiglu, whose width must be stated) */
     int vocab_size;
     int seq_length;
-    int max_position_embeddings; /* 0 means seq_length (resolved at load) */
+    int max_position_embeddings; /* 0 means seq_length (tpd_config_resolve) */
     double init_method_std;
     int make_vocab_size_divisible_by;
     /* Llama's block (Megatron's names); the defaults are GPT-2's */
@@ -126,7 +126,7 @@ typedef struct tpd_config_optimizer {
     tpd_lr_decay lr_decay_style; /* Megatron's names: cosine, linear, constant,
                                     inverse-square-root, WSD */
     int lr_warmup_iters;
-    int lr_decay_iters;     /* 0 = train_iters */
+    int lr_decay_iters;     /* 0 = train_iters (tpd_config_lr_decay_iters) */
     int lr_wsd_decay_iters; /* WSD: the final anneal's length; before it lr stays at peak */
     tpd_wsd_decay lr_wsd_decay_style; /* the WSD anneal */
     double weight_decay;
@@ -181,16 +181,25 @@ typedef struct tpd_config {
     char source_path[TPD_CONFIG_STR]; /* file it was loaded from ("" for defaults) */
 } tpd_config;
 
-/* Every field at its default (the defaults printed by `tripod config show`). */
+/* Every field at its default (the defaults printed by `tripod config show`), the derived
+ * ones still 0: a config built in code sets its fields, then calls tpd_config_resolve. */
 void tpd_config_defaults(tpd_config *cfg);
 
+/* Fills the fields whose 0 means "derived from others", where they are still 0 (a stated
+ * value is kept): model.ffn_hidden_size (4*hidden_size) and model.max_position_embeddings
+ * (seq_length). The one home of those rules: tpd_config_load calls it after the file and
+ * the overrides, and everything past engine/config reads the fields as resolved. On
+ * failure (ffn_hidden_size left 0 under swiglu, or hidden_size too large for 4x) returns
+ * TPD_ERR_INVALID with one line in err and leaves cfg as it was. */
+tpd_status tpd_config_resolve(tpd_config *cfg, char *err, size_t errlen);
+
 /* Parse `path` (may be NULL: defaults only), apply overrides "section.key=value" in
- * order, resolve 0-means-derived fields, and check types, ranges, enums, unknown keys
- * ("did you mean ..."), and the relations that do not depend on the world size (heads
- * divisible by TP, layers by PP or pipeline_layers summing to num_layers, hidden by heads,
- * seq_length <= max_position_embeddings; for the Llama block: heads by num_query_groups and
- * num_query_groups by TP under group_query_attention, an even head size under rope,
- * rotary_percent 1.0, ffn_hidden_size stated under swiglu, ...).
+ * order, resolve 0-means-derived fields (tpd_config_resolve), and check types, ranges,
+ * enums, unknown keys ("did you mean ..."), and the relations that do not depend on the
+ * world size (heads divisible by TP, layers by PP or pipeline_layers summing to num_layers,
+ * hidden by heads, seq_length <= max_position_embeddings; for the Llama block: heads by
+ * num_query_groups and num_query_groups by TP under group_query_attention, an even head size
+ * under rope, rotary_percent 1.0, ffn_hidden_size stated under swiglu, ...).
  * On failure returns TPD_ERR_INVALID (TPD_ERR_IO when the file can't be read) and writes
  * one line to err, e.g.
  *   "configs/x.yaml:3:16: model.num_attention_heads: 12 must be a multiple of
@@ -212,6 +221,9 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg, char *err, size_t e
 /* Derived quantities. */
 int tpd_config_dp(const tpd_config *cfg, int world_size);
 int tpd_config_num_micro_batches(const tpd_config *cfg, int dp);
+/* Iterations the learning rate decays over: optimizer.lr_decay_iters, or
+ * training.train_iters where it is 0. */
+int tpd_config_lr_decay_iters(const tpd_config *cfg);
 /* Key/value heads of the attention: num_query_groups under group_query_attention, else one
  * per query head (num_attention_heads). */
 int tpd_config_kv_heads(const tpd_config *cfg);

@@ -90,6 +90,11 @@ int tpd_config_num_micro_batches(const tpd_config *cfg, int dp) {
     return per_step > 0 ? (int)(cfg->training.global_batch_size / per_step) : 0;
 }
 
+int tpd_config_lr_decay_iters(const tpd_config *cfg) {
+    return cfg->optimizer.lr_decay_iters ? cfg->optimizer.lr_decay_iters
+                                         : cfg->training.train_iters;
+}
+
 int tpd_config_kv_heads(const tpd_config *cfg) {
     return cfg->model.group_query_attention ? cfg->model.num_query_groups
                                             : cfg->model.num_attention_heads;

@@ -44,9 +44,8 @@ tpd_status tpd_verify_shrink(const tpd_config *real, int dp, int steps, tpd_conf
     hs = hs < 2 ? 2 : hs + (hs & 1);
     if (hs > real_hs && real_hs >= 2) hs = real_hs - (real_hs & 1);
     m->hidden_size = nh * hs;
-    int real_f = rm->ffn_hidden_size > 0 ? rm->ffn_hidden_size : 4 * rm->hidden_size;
     int f = round_up(m->hidden_size / 2 > 8 ? m->hidden_size / 2 : 8, tp);
-    m->ffn_hidden_size = f < real_f ? f : round_up(real_f, tp);
+    m->ffn_hidden_size = f < rm->ffn_hidden_size ? f : round_up(rm->ffn_hidden_size, tp);
     /* vocabulary: the real one's remainder against the padding unit, so the padded rows
      * (and their absence) stay */
     int unit = (m->make_vocab_size_divisible_by > 0 ? m->make_vocab_size_divisible_by : 1) * tp;

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -400,6 +401,76 @@ TEST(Config, DefaultsOnlyLoadPassesEveryCheckAndResolves) {
     char err[512] = "";
     EXPECT_EQ(tpd_config_check_world(&r.cfg, 1, err, sizeof err), TPD_OK) << err;
     EXPECT_EQ(tpd_config_check_trainable(&r.cfg, err, sizeof err), TPD_OK) << err;
+}
+
+// A config built in code resolves its derived fields as a load does: from the fields set
+// after the defaults, and only where they are still 0.
+TEST(Config, ResolveFillsTheDerivedFieldsFromTheFieldsSetInCode) {
+    tpd_config c;
+    tpd_config_defaults(&c);
+    c.model.hidden_size = 96;
+    c.model.num_attention_heads = 6;
+    c.model.seq_length = 48;
+    char err[512] = "unset";
+    ASSERT_EQ(tpd_config_resolve(&c, err, sizeof err), TPD_OK) << err;
+    EXPECT_STREQ(err, "");
+    EXPECT_EQ(c.model.ffn_hidden_size, 4 * 96);
+    EXPECT_EQ(c.model.max_position_embeddings, 48);
+    // resolved fields are stated ones now: a second resolve after a change keeps them
+    c.model.hidden_size = 120;
+    ASSERT_EQ(tpd_config_resolve(&c, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(c.model.ffn_hidden_size, 4 * 96);
+    // values set in code win over the rules
+    tpd_config s;
+    tpd_config_defaults(&s);
+    s.model.hidden_size = 96;
+    s.model.ffn_hidden_size = 200;
+    s.model.max_position_embeddings = 1024;
+    ASSERT_EQ(tpd_config_resolve(&s, err, sizeof err), TPD_OK) << err;
+    EXPECT_EQ(s.model.ffn_hidden_size, 200);
+    EXPECT_EQ(s.model.max_position_embeddings, 1024);
+    // a SwiGLU MLP has no default width: refused, the config untouched
+    tpd_config g;
+    tpd_config_defaults(&g);
+    g.model.swiglu = 1;
+    EXPECT_EQ(tpd_config_resolve(&g, err, sizeof err), TPD_ERR_INVALID);
+    EXPECT_EQ(std::string(err).rfind("<defaults>: model.ffn_hidden_size: swiglu needs "
+                                     "ffn_hidden_size set: 0 means 4*hidden_size (256)",
+                                     0),
+              0u)
+        << err;
+    EXPECT_EQ(g.model.ffn_hidden_size, 0);
+    EXPECT_EQ(g.model.max_position_embeddings, 0);
+    EXPECT_EQ(tpd_config_resolve(&g, nullptr, 0), TPD_ERR_INVALID); // no err buffer
+}
+
+// The same model stated in a file and built in code is the same config after each path.
+TEST(Config, LoadedFromYamlEqualsBuiltInCode) {
+    std::string path =
+        ::testing::TempDir() + "tripod_config_resolve_" + std::to_string(getpid()) + ".yaml";
+    {
+        std::ofstream out(path);
+        out << "model:\n  num_layers: 3\n  hidden_size: 96\n  num_attention_heads: 6\n"
+               "  vocab_size: 300\n  seq_length: 48\ntraining:\n  micro_batch_size: 2\n"
+               "  global_batch_size: 8\n  train_iters: 5\n";
+    }
+    Loaded file = Load(path);
+    std::remove(path.c_str());
+    ASSERT_EQ(file.st, TPD_OK) << file.err;
+    tpd_config code;
+    tpd_config_defaults(&code);
+    code.model.num_layers = 3;
+    code.model.hidden_size = 96;
+    code.model.num_attention_heads = 6;
+    code.model.vocab_size = 300;
+    code.model.seq_length = 48;
+    code.training.micro_batch_size = 2;
+    code.training.global_batch_size = 8;
+    code.training.train_iters = 5;
+    ASSERT_EQ(tpd_config_resolve(&code, nullptr, 0), TPD_OK);
+    EXPECT_EQ(file.cfg.model.ffn_hidden_size, 384);
+    EXPECT_EQ(file.cfg.model.max_position_embeddings, 48);
+    ExpectSameConfig(file.cfg, code);
 }
 
 TEST(Config, EveryShippedConfigLoadsAndIsTrainable) {

@@ -362,6 +362,7 @@ TEST(PlanModel, UnevenStagesWhenLayersDoNotDivide) {
     c.model.max_position_embeddings = 32;
     c.training.global_batch_size = 8;
     c.training.micro_batch_size = 2;
+    ASSERT_EQ(tpd_config_resolve(&c, nullptr, 0), TPD_OK); // ffn_hidden_size 4h
     tpd_plan_layout lay = {1, 3, 1, 2, 1, TPD_RECOMPUTE_NONE, 0, 0};
     tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
     opt.gpus = 3;
