@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/align.h"
 #include "engine/model/model_flops.h"
 
 double tpd_plan_params_eq2(double l, double h, double V, double s) {
@@ -270,9 +271,9 @@ tpd_status tpd_plan_scratch(const tpd_config *cfg, const tpd_plan_layout *lay, i
     return tpd_kern_scratch_plan(name, &s, out);
 }
 
-/* Bytes rounded up to the 256-byte alignment of every region of the cpu engine. */
+/* Bytes rounded up to the alignment of every region of the cpu engine's buffer plan. */
 static uint64_t up(uint64_t bytes) {
-    return (bytes + 255) / 256 * 256;
+    return tpd_align_up(bytes);
 }
 
 tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
