@@ -256,6 +256,35 @@ int tpd_config_stage_layers(const tpd_config *cfg, int stage, int *first_layer_p
  * else parallel.pipeline_schedule. */
 tpd_schedule tpd_config_schedule(const tpd_config *cfg);
 
+/* The parallel layout and batch of a run: the fields that change when the same model runs
+ * on other ranks. TPD_CONFIG_LAYOUT_INIT is one rank (no model or data parallelism, no
+ * sharding, no recompute) at the config's own batch. */
+typedef struct tpd_config_layout {
+    int tp, pp, dp;            /* parallel sizes; dp 0 = derived from the world size */
+    int vpp;                   /* model chunks per stage (virtual stages) */
+    int distributed_optimizer; /* ZeRO-1 */
+    int sequence_parallel;
+    tpd_recompute recompute;
+    int recompute_num_layers;
+    int micro_batch_size, global_batch_size; /* 0 = the config's */
+} tpd_config_layout;
+
+/* Positional, so that C++ (the tests) reads it too: tp, pp, dp, vpp, ZeRO-1, SP, recompute,
+ * its layers, the batch. */
+#define TPD_CONFIG_LAYOUT_INIT                                                                     \
+    { 1, 1, 1, 1, 0, 0, TPD_RECOMPUTE_NONE, 0, 0, 0 }
+
+/* The layout `cfg` runs at. */
+void tpd_config_layout_get(const tpd_config *cfg, tpd_config_layout *lay_p);
+
+/* `src` at layout `to`: every field of `to` set, and the fields that depend on the layout
+ * made to agree with it: parallel.pipeline_layers kept only while PP and the virtual stages
+ * stay (else the even split), virtual stages only with PP > 1, pipeline_schedule 1f1b where
+ * the pipeline or the interleaving is gone, sequence_parallel (and tp_comm_overlap with it)
+ * only with TP > 1, recompute_num_layers only under full recompute. The model and every
+ * other field are src's; out_p may be src. */
+void tpd_config_relayout(const tpd_config *src, const tpd_config_layout *to, tpd_config *out_p);
+
 /* data.data_path: one prefix (a Megatron PREFIX or an llm.c shard file, spaces allowed;
  * engine/data expands * ? [ to every match), or Megatron's weighted blend
  * "W1 PREFIX1 W2 PREFIX2 ...". */

@@ -140,13 +140,9 @@ tpd_status tpd_verify_check_machine(const tpd_config *small, int ranks, int worl
         TPD_CHECK(tpd_plan_cpu_memory(small, &lay, s, &mem));
         if (mem.total > per_rank) per_rank = mem.total;
     }
-    tpd_config c1 = *small;
-    c1.parallel.tensor_model_parallel_size = c1.parallel.pipeline_model_parallel_size = 1;
-    c1.parallel.data_parallel_size = 1;
-    c1.parallel.virtual_pipeline_model_parallel_size = 1;
-    c1.parallel.num_pipeline_layers = 0;
-    c1.parallel.sequence_parallel = 0;
-    c1.parallel.pipeline_schedule = TPD_SCHEDULE_1F1B;
+    const tpd_config_layout one_rank = TPD_CONFIG_LAYOUT_INIT; /* as verify runs it */
+    tpd_config c1;
+    tpd_config_relayout(small, &one_rank, &c1);
     tpd_plan_layout_from_config(&c1, 1, &one);
     tpd_plan_stage_mem ref;
     TPD_CHECK(tpd_plan_cpu_memory(&c1, &one, 0, &ref));
