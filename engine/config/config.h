@@ -235,23 +235,17 @@ int tpd_config_qkv_bias(const tpd_config *cfg);
 int tpd_config_grad_bytes(const tpd_config *cfg);
 /* Vocab padded to a multiple of make_vocab_size_divisible_by * tp. */
 int tpd_config_padded_vocab(const tpd_config *cfg, int tp);
-/* Layers of stage `stage` of a pp-stage pipeline, and the first global layer of it: the
- * config's parallel.pipeline_layers when it lists pp stages, else an even split, else
- * (layers not divisible by pp) a balanced uneven one that `tripod plan` prints as
- * parallel.pipeline_layers. -1 when there is no such stage or pp exceeds the layers. */
-int tpd_config_split_layers(const tpd_config *cfg, int pp, int stage, int *first_layer_p);
-/* With virtual stages (v = virtual_pipeline_model_parallel_size), stage s holds model
- * chunks c = 0..v-1, chunk c being virtual stage c*PP + s of the PP*v (Megatron's
- * assignment; parallel.pipeline_layers then lists PP*v entries in that order). Layers of
- * chunk `chunk` of stage `stage` of the config's pipeline, and its first global layer; 0
- * for no such chunk. */
-int tpd_config_chunk_layers(const tpd_config *cfg, int stage, int chunk, int *first_layer_p);
-/* Layers of all v chunks of stage `stage` of a pp-stage pipeline; -1 when there is no such
- * split. */
-int tpd_config_layers_of_stage(const tpd_config *cfg, int pp, int v, int stage);
-/* The same for the config's own pipeline (and first_layer_p: chunk 0's first layer); 0 for
- * no such stage. */
-int tpd_config_stage_layers(const tpd_config *cfg, int stage, int *first_layer_p);
+/* Layers of stage `stage` of a pipeline of pp stages with v model chunks each (v virtual
+ * stages per stage), and the first global layer of them (first_layer_p may be NULL). Chunk
+ * c of stage s is virtual stage c*pp + s of the pp*v (Megatron's assignment). The split over
+ * the pp*v virtual stages is the config's parallel.pipeline_layers when it lists that many
+ * (in that order), else an even one, else (layers not divisible) a balanced uneven one
+ * that `tripod plan` prints as parallel.pipeline_layers. `chunk` is one chunk (0..v-1), or
+ * TPD_CONFIG_ALL_CHUNKS for all v chunks of the stage (the first layer then is chunk 0's).
+ * -1 when there is no such stage or chunk, or pp*v exceeds the layers. */
+#define TPD_CONFIG_ALL_CHUNKS (-1)
+int tpd_config_stage_layers(const tpd_config *cfg, int pp, int v, int stage, int chunk,
+                            int *first_layer_p);
 /* The schedule a run uses: interleaved whenever there are virtual stages (as in Megatron),
  * else parallel.pipeline_schedule. */
 tpd_schedule tpd_config_schedule(const tpd_config *cfg);

@@ -110,14 +110,13 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     d.first = stage == 0;
     d.last = stage == pp_size - 1;
     /* Megatron's virtual stages: chunk c of this stage is virtual stage c*PP + stage */
-    tpd_config c = *cfg;
-    c.parallel.pipeline_model_parallel_size = pp_size;
     d.v = cfg->parallel.virtual_pipeline_model_parallel_size > 0
               ? cfg->parallel.virtual_pipeline_model_parallel_size
               : 1;
     for (int k = 0; k < d.v; k++) {
+        int n = tpd_config_stage_layers(cfg, pp_size, d.v, stage, k, &d.chunk_g0[k]);
         d.chunk_l0[k] = d.Ls;
-        d.chunk_layers[k] = tpd_config_chunk_layers(&c, stage, k, &d.chunk_g0[k]);
+        d.chunk_layers[k] = n < 0 ? 0 : n; /* no split: a stage without layers */
         d.Ls += d.chunk_layers[k];
     }
     /* test-only (base/fault.h): a stage split that loses a layer, as `tripod verify` must

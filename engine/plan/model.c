@@ -89,15 +89,15 @@ double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_
     return model;
 }
 
-/* The config's split (tpd_config_split_layers over the PP*v virtual stages), with the common
- * cases in O(1): the search asks for it of every stage of thousands of layouts. */
+/* The config's split (tpd_config_stage_layers), with the common cases in O(1): the search
+ * asks for it of every stage of thousands of layouts. */
 int tpd_plan_chunk_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage, int chunk) {
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1, n = lay->pp * v;
     int vs = chunk * lay->pp + stage, L = cfg->model.num_layers;
     if (stage < 0 || stage >= lay->pp || chunk < 0 || chunk >= v) return -1;
     if (cfg->parallel.num_pipeline_layers == n) return cfg->parallel.pipeline_layers[vs];
     if (n <= L && L % n == 0) return L / n;
-    return tpd_config_split_layers(cfg, n, vs, NULL);
+    return tpd_config_stage_layers(cfg, lay->pp, v, stage, chunk, NULL);
 }
 
 int tpd_plan_stage_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage) {

@@ -446,27 +446,37 @@ TEST(Config, ResolveFillsTheDerivedFieldsFromTheFieldsSetInCode) {
 
 // The same model stated in a file and built in code is the same config after each path.
 TEST(Config, LoadedFromYamlEqualsBuiltInCode) {
+    tpd_config code;
+    tpd_config_defaults(&code);
+    // each key as the file states it and the field code sets
+    const struct {
+        const char *section, *key;
+        int value;
+        int *field;
+    } keys[] = {
+        {"model", "num_layers", 3, &code.model.num_layers},
+        {"model", "hidden_size", 96, &code.model.hidden_size},
+        {"model", "num_attention_heads", 6, &code.model.num_attention_heads},
+        {"model", "vocab_size", 300, &code.model.vocab_size},
+        {"model", "seq_length", 48, &code.model.seq_length},
+        {"training", "micro_batch_size", 2, &code.training.micro_batch_size},
+        {"training", "global_batch_size", 8, &code.training.global_batch_size},
+        {"training", "train_iters", 5, &code.training.train_iters},
+    };
     std::string path =
         ::testing::TempDir() + "tripod_config_resolve_" + std::to_string(getpid()) + ".yaml";
     {
         std::ofstream out(path);
-        out << "model:\n  num_layers: 3\n  hidden_size: 96\n  num_attention_heads: 6\n"
-               "  vocab_size: 300\n  seq_length: 48\ntraining:\n  micro_batch_size: 2\n"
-               "  global_batch_size: 8\n  train_iters: 5\n";
+        std::string section;
+        for (const auto &k : keys) {
+            if (section != k.section) out << (section = k.section) << ":\n";
+            out << "  " << k.key << ": " << k.value << "\n";
+            *k.field = k.value;
+        }
     }
     Loaded file = Load(path);
     std::remove(path.c_str());
     ASSERT_EQ(file.st, TPD_OK) << file.err;
-    tpd_config code;
-    tpd_config_defaults(&code);
-    code.model.num_layers = 3;
-    code.model.hidden_size = 96;
-    code.model.num_attention_heads = 6;
-    code.model.vocab_size = 300;
-    code.model.seq_length = 48;
-    code.training.micro_batch_size = 2;
-    code.training.global_batch_size = 8;
-    code.training.train_iters = 5;
     ASSERT_EQ(tpd_config_resolve(&code, nullptr, 0), TPD_OK);
     EXPECT_EQ(file.cfg.model.ffn_hidden_size, 384);
     EXPECT_EQ(file.cfg.model.max_position_embeddings, 48);
@@ -698,7 +708,7 @@ TEST(Config, OverridesApplyAfterTheFileInOrder) {
     EXPECT_EQ(bare.cfg.parallel.pipeline_layers[0], 6);
     EXPECT_EQ(bare.cfg.parallel.pipeline_layers[1], 2);
     int first = -1;
-    EXPECT_EQ(tpd_config_stage_layers(&bare.cfg, 1, &first), 2);
+    EXPECT_EQ(tpd_config_stage_layers(&bare.cfg, 2, 1, 1, TPD_CONFIG_ALL_CHUNKS, &first), 2);
     EXPECT_EQ(first, 6);
 
     Loaded cleared = Load("", {"parallel.pipeline_layers=[2]", "parallel.pipeline_layers=[]"});
@@ -976,13 +986,14 @@ TEST(Config, DerivedQuantities) {
     Loaded even = Load("", {"model.num_layers=12", "parallel.pipeline_model_parallel_size=4"});
     ASSERT_EQ(even.st, TPD_OK) << even.err;
     int first = -1;
-    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 0, &first), 3);
+    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 4, 1, 0, TPD_CONFIG_ALL_CHUNKS, &first), 3);
     EXPECT_EQ(first, 0);
-    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 3, &first), 3);
+    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 4, 1, 3, TPD_CONFIG_ALL_CHUNKS, &first), 3);
     EXPECT_EQ(first, 9);
-    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 2, nullptr), 3);
+    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 4, 1, 2, TPD_CONFIG_ALL_CHUNKS, nullptr), 3);
     first = -1;
-    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 4, &first), 0); // no such stage
+    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 4, 1, 4, TPD_CONFIG_ALL_CHUNKS, &first),
+              -1); // no such stage
     EXPECT_EQ(first, -1);
 
     // Virtual stages: chunk c of stage s is virtual stage c*PP + s (Megatron's order)
@@ -990,37 +1001,47 @@ TEST(Config, DerivedQuantities) {
                           "parallel.virtual_pipeline_model_parallel_size=3"});
     ASSERT_EQ(vs.st, TPD_OK) << vs.err;
     EXPECT_EQ(tpd_config_schedule(&vs.cfg), TPD_SCHEDULE_INTERLEAVED);
-    EXPECT_EQ(tpd_config_chunk_layers(&vs.cfg, 1, 0, &first), 2);
+    EXPECT_EQ(tpd_config_stage_layers(&vs.cfg, 2, 3, 1, 0, &first), 2);
     EXPECT_EQ(first, 2);
-    EXPECT_EQ(tpd_config_chunk_layers(&vs.cfg, 0, 2, &first), 2);
+    EXPECT_EQ(tpd_config_stage_layers(&vs.cfg, 2, 3, 0, 2, &first), 2);
     EXPECT_EQ(first, 8);
-    EXPECT_EQ(tpd_config_chunk_layers(&vs.cfg, 1, 2, &first), 2);
+    EXPECT_EQ(tpd_config_stage_layers(&vs.cfg, 2, 3, 1, 2, &first), 2);
     EXPECT_EQ(first, 10);
-    EXPECT_EQ(tpd_config_chunk_layers(&vs.cfg, 0, 3, nullptr), 0); // no such chunk
-    EXPECT_EQ(tpd_config_stage_layers(&vs.cfg, 1, &first), 6);
+    EXPECT_EQ(tpd_config_stage_layers(&vs.cfg, 2, 3, 0, 3, nullptr), -1); // no such chunk
+    EXPECT_EQ(tpd_config_stage_layers(&vs.cfg, 2, 3, 1, TPD_CONFIG_ALL_CHUNKS, &first), 6);
     EXPECT_EQ(first, 2); // chunk 0's first layer
     // uneven: parallel.pipeline_layers per virtual stage
     Loaded uv = Load("", {"model.num_layers=7", "parallel.pipeline_model_parallel_size=2",
                           "parallel.virtual_pipeline_model_parallel_size=2",
                           "parallel.pipeline_layers=[1,2,3,1]"});
     ASSERT_EQ(uv.st, TPD_OK) << uv.err;
-    EXPECT_EQ(tpd_config_chunk_layers(&uv.cfg, 0, 1, &first), 3);
+    EXPECT_EQ(tpd_config_stage_layers(&uv.cfg, 2, 2, 0, 1, &first), 3);
     EXPECT_EQ(first, 3);
-    EXPECT_EQ(tpd_config_layers_of_stage(&uv.cfg, 2, 2, 0), 4);
-    EXPECT_EQ(tpd_config_layers_of_stage(&uv.cfg, 2, 2, 1), 3);
+    EXPECT_EQ(tpd_config_stage_layers(&uv.cfg, 2, 2, 0, TPD_CONFIG_ALL_CHUNKS, nullptr), 4);
+    EXPECT_EQ(tpd_config_stage_layers(&uv.cfg, 2, 2, 1, TPD_CONFIG_ALL_CHUNKS, nullptr), 3);
 
     Loaded uneven = Load("", {"model.num_layers=10", "parallel.pipeline_model_parallel_size=3",
                               "parallel.pipeline_layers=[4,4,2]"});
     ASSERT_EQ(uneven.st, TPD_OK) << uneven.err;
     int total = 0;
     for (int s = 0; s < 3; s++) {
-        int n = tpd_config_stage_layers(&uneven.cfg, s, &first);
+        int n = tpd_config_stage_layers(&uneven.cfg, 3, 1, s, TPD_CONFIG_ALL_CHUNKS, &first);
         EXPECT_EQ(first, total) << s;
         total += n;
     }
     EXPECT_EQ(total, 10);
-    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 2, &first), 2);
+    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 3, 1, 2, TPD_CONFIG_ALL_CHUNKS, &first), 2);
     EXPECT_EQ(first, 8);
+    // another pipeline than the listed one: the even split of the layers
+    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 2, 1, 1, TPD_CONFIG_ALL_CHUNKS, &first), 5);
+    EXPECT_EQ(first, 5);
+    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 2, 2, 1, 1, &first), 2); // virtual stage 3 of 4
+    EXPECT_EQ(first, 8);
+    // no such pipeline, stage or chunk
+    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 0, 1, 0, 0, nullptr), -1);
+    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 3, 1, -1, 0, nullptr), -1);
+    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 3, 1, 0, -2, nullptr), -1);
+    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 11, 1, 0, 0, nullptr), -1); // PP > layers
 }
 
 } // namespace
