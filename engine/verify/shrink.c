@@ -48,7 +48,7 @@ tpd_status tpd_verify_shrink(const tpd_config *real, int dp, int steps, tpd_conf
     m->ffn_hidden_size = f < rm->ffn_hidden_size ? f : round_up(rm->ffn_hidden_size, tp);
     /* vocabulary: the real one's remainder against the padding unit, so the padded rows
      * (and their absence) stay */
-    int unit = (m->make_vocab_size_divisible_by > 0 ? m->make_vocab_size_divisible_by : 1) * tp;
+    int unit = m->make_vocab_size_divisible_by * tp;
     int rem = rm->vocab_size % unit;
     int vocab = rem == 0 ? round_up(64, unit) : (rem >= 16 ? rem : rem + unit);
     m->vocab_size = vocab < rm->vocab_size ? vocab : rm->vocab_size;
