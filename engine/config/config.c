@@ -726,10 +726,8 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
     return TPD_OK;
 }
 
-/* ---- derived fields ---- */
-
-/* The one home of every 0-means-derived model key: each is filled where it is still 0, so a
- * stated value (in the file, an override, or set in code) is kept. */
+/* Every 0-means-derived key, filled where it is still 0 (a stated value is kept). The checks
+ * come before the first write, so a failure leaves the config as it was. */
 static tpd_status cfg_resolve(cfg_loader *ld) {
     tpd_config_model *m = &ld->cfg->model;
     if (m->ffn_hidden_size == 0) {
@@ -794,16 +792,9 @@ tpd_status tpd_config_load(const char *path, int n_overrides, const char *const 
 }
 
 tpd_status tpd_config_resolve(tpd_config *cfg, char *err, size_t errlen) {
-    char no_err[1];
-    if (!err || errlen == 0) err = no_err, errlen = sizeof no_err;
-    err[0] = '\0';
-    tpd_config tmp = *cfg;
+    if (err && errlen > 0) err[0] = '\0';
     /* every key CFG_DEFAULT: a message names the config's file, or "<defaults>" */
-    cfg_loader ld = {.path = tmp.source_path[0] ? tmp.source_path : NULL,
-                     .cfg = &tmp,
-                     .err = err,
-                     .errlen = errlen};
-    TPD_CHECK(cfg_resolve(&ld));
-    *cfg = tmp;
-    return TPD_OK;
+    const char *path = cfg->source_path[0] ? cfg->source_path : NULL;
+    cfg_loader ld = {.path = path, .cfg = cfg, .err = err, .errlen = errlen};
+    return cfg_resolve(&ld);
 }

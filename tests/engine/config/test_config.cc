@@ -442,6 +442,15 @@ TEST(Config, ResolveFillsTheDerivedFieldsFromTheFieldsSetInCode) {
     EXPECT_EQ(g.model.ffn_hidden_size, 0);
     EXPECT_EQ(g.model.max_position_embeddings, 0);
     EXPECT_EQ(tpd_config_resolve(&g, nullptr, 0), TPD_ERR_INVALID); // no err buffer
+    // a width built in code past what 4x fits in an int
+    tpd_config w;
+    tpd_config_defaults(&w);
+    w.model.hidden_size = INT32_MAX / 4 + 1;
+    EXPECT_EQ(tpd_config_resolve(&w, err, sizeof err), TPD_ERR_INVALID);
+    EXPECT_EQ(std::string(err).rfind("<defaults>: model.hidden_size: 536870912 is too large", 0),
+              0u)
+        << err;
+    EXPECT_EQ(w.model.ffn_hidden_size, 0);
 }
 
 // The same model stated in a file and built in code is the same config after each path.
