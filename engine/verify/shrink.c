@@ -44,8 +44,9 @@ tpd_status tpd_verify_shrink(const tpd_config *real, int dp, int steps, tpd_conf
     hs = hs < 2 ? 2 : hs + (hs & 1);
     if (hs > real_hs && real_hs >= 2) hs = real_hs - (real_hs & 1);
     m->hidden_size = nh * hs;
+    int real_f = rm->ffn_hidden_size;
     int f = round_up(m->hidden_size / 2 > 8 ? m->hidden_size / 2 : 8, tp);
-    m->ffn_hidden_size = f < rm->ffn_hidden_size ? f : round_up(rm->ffn_hidden_size, tp);
+    m->ffn_hidden_size = f < real_f ? f : round_up(real_f, tp);
     /* vocabulary: the real one's remainder against the padding unit, so the padded rows
      * (and their absence) stay */
     int unit = m->make_vocab_size_divisible_by * tp;
