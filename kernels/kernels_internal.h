@@ -123,7 +123,6 @@ typedef struct tpd_kern_ops {
 #define TPD_KERN_LN_BWD_ROWS 32     /* LayerNorm backward: rows per block (one partial row) */
 #define TPD_KERN_RMS_BWD_ROWS 256   /* RMSNorm backward: rows per dw partial row */
 #define TPD_KERN_BIAS_GRAD_ROWS 256 /* bias gradient: rows per partial row */
-size_t tpd_kern_scratch_align(size_t bytes); /* rounded up to 256 bytes */
 size_t tpd_kern_layernorm_bwd_scratch(int N, int C);
 size_t tpd_kern_rmsnorm_bwd_scratch(int N, int C);
 size_t tpd_kern_bias_grad_scratch(int N, int OC);

@@ -8,9 +8,7 @@
 
 #include <string.h>
 
-size_t tpd_kern_scratch_align(size_t bytes) {
-    return (bytes + 255) / 256 * 256;
-}
+#include "base/align.h"
 
 static size_t blocks_of(int N, int rows) {
     return N > 0 ? ((size_t)N + (size_t)rows - 1) / (size_t)rows : 0;
@@ -36,7 +34,7 @@ size_t tpd_kern_bias_grad_scratch(int N, int OC) {
 }
 
 size_t tpd_kern_embed_sort_array(int N) {
-    return tpd_kern_scratch_align((size_t)N * sizeof(int32_t));
+    return tpd_align_up((size_t)N * sizeof(int32_t));
 }
 
 /* cub::DeviceRadixSort::SortPairs (not the DoubleBuffer form) of N (int32, int32) pairs
@@ -50,13 +48,13 @@ size_t tpd_kern_embed_sort_temp_bound(int N) {
 }
 
 size_t tpd_kern_attention_probs_bytes(int B, int T, int NH, size_t es) {
-    return tpd_kern_scratch_align((size_t)B * (size_t)NH * (size_t)T * (size_t)T * es);
+    return tpd_align_up((size_t)B * (size_t)NH * (size_t)T * (size_t)T * es);
 }
 
 size_t tpd_kern_attention_bwd_work_bytes(int B, int T, int NH, int NKV, int HS, size_t es) {
     int G = NKV > 0 ? NH / NKV : 1;
     size_t full = G > 1 ? (size_t)B * (size_t)T * 2 * (size_t)NH * (size_t)HS * es : 0;
-    return tpd_kern_attention_probs_bytes(B, T, NH, es) + tpd_kern_scratch_align(full);
+    return tpd_kern_attention_probs_bytes(B, T, NH, es) + tpd_align_up(full);
 }
 
 /* cuDNN 9's flash attention plans keep in their workspace at most: the softmax row sums of
@@ -67,29 +65,28 @@ size_t tpd_kern_attention_bwd_work_bytes(int B, int T, int NH, int NKV, int HS, 
  * with this bound there and says so when it is larger. */
 size_t tpd_kern_cudnn_plan_workspace_bound(int B, int T, int NH, int HS) {
     size_t rows = (size_t)B * (size_t)NH * (size_t)T;
-    return 2 * tpd_kern_scratch_align(rows * (size_t)HS * sizeof(float)) +
-           2 * tpd_kern_scratch_align(rows * sizeof(float)) + ((size_t)1 << 20);
+    return 2 * tpd_align_up(rows * (size_t)HS * sizeof(float)) +
+           2 * tpd_align_up(rows * sizeof(float)) + ((size_t)1 << 20);
 }
 
 size_t tpd_kern_cudnn_dq_accum_bytes(int B, int T, int NH, int HS) {
-    return tpd_kern_scratch_align((size_t)B * (size_t)NH * (size_t)T * (size_t)HS * sizeof(float));
+    return tpd_align_up((size_t)B * (size_t)NH * (size_t)T * (size_t)HS * sizeof(float));
 }
 
 size_t tpd_kern_cudnn_softmax_sum_bytes(int B, int T, int NH) {
-    return tpd_kern_scratch_align((size_t)B * (size_t)NH * (size_t)T * sizeof(float));
+    return tpd_align_up((size_t)B * (size_t)NH * (size_t)T * sizeof(float));
 }
 
 size_t tpd_kern_attention_scores_bytes(int T, int NH, size_t es) {
-    return es == sizeof(float)
-               ? 0
-               : tpd_kern_scratch_align((size_t)NH * (size_t)T * (size_t)T * sizeof(float));
+    return es == sizeof(float) ? 0
+                               : tpd_align_up((size_t)NH * (size_t)T * (size_t)T * sizeof(float));
 }
 
 /* cuda: each op's take of the one scratch buffer, as the kernels ask for it. Attention
- * takes the fused path's workspace (cudnn_fwd/bwd: the plan's, 256-byte aligned, plus 256
- * bytes in the forward, and the dQ accumulator and the current pattern's softmax_sum in
- * the backward) when the fused path is asked for in bf16; grouped-query shapes may fall
- * back from it to the unfused path with softmax statistics, which keeps P and one batch
+ * takes the fused path's workspace (cudnn_fwd/bwd: the plan's, aligned up to TPD_ALIGN_BYTES,
+ * plus TPD_ALIGN_BYTES more in the forward, and the dQ accumulator and the current pattern's
+ * softmax_sum in the backward) when the fused path is asked for in bf16; grouped-query shapes may
+ * fall back from it to the unfused path with softmax statistics, which keeps P and one batch
  * index's fp32 scores in scratch, so those plan for both. The unfused path (f32, or
  * attention: unfused) saves P as activation state; its scratch is the fp32 scores of one
  * batch index in the forward (bf16) and dS in the backward. A fused shape that cuDNN
@@ -110,7 +107,7 @@ static void cuda_plan(const tpd_kern_shapes *s, tpd_kern_scratch *o) {
     size_t scores = tpd_kern_attention_scores_bytes(s->T, s->NH, es);
     if (s->fused_attention && s->dtype == TPD_DTYPE_BF16) {
         size_t plan = tpd_kern_cudnn_plan_workspace_bound(s->B, s->T, s->NH, s->HS);
-        o->attention_fwd = plan + 256;
+        o->attention_fwd = plan + TPD_ALIGN_BYTES;
         o->attention_bwd = plan + tpd_kern_cudnn_dq_accum_bytes(s->B, s->T, s->NH, s->HS) +
                            tpd_kern_cudnn_softmax_sum_bytes(s->B, s->T, s->NH);
         if (s->NKV < s->NH) { /* the statistics fallback of grouped-query shapes */

@@ -215,7 +215,7 @@ static tpd_status measure_kernels(const tpd_config *cfg, tpd_comm *w, const tpd_
     shapes sh;
     shapes_of(cfg, tpd_comm_size(w), &sh);
     int T = md->seq_length, C = md->hidden_size, NH = md->num_attention_heads;
-    int F = md->ffn_hidden_size > 0 ? md->ffn_hidden_size : 4 * C, HS = C / NH;
+    int F = md->ffn_hidden_size, HS = C / NH;
     int maxmbs = 1;
     for (int i = 0; i < sh.nmbs; i++)
         maxmbs = sh.mbs[i] > maxmbs ? sh.mbs[i] : maxmbs;
@@ -399,7 +399,7 @@ static tpd_status measure_sync(const tpd_config *cfg, tpd_comm *w, const tpd_cal
     sync_arg s = {.kb = kb};
     s.N = cfg->training.micro_batch_size * md->seq_length;
     s.C = md->hidden_size;
-    s.OC = md->ffn_hidden_size > 0 ? md->ffn_hidden_size : 4 * md->hidden_size;
+    s.OC = md->ffn_hidden_size;
     size_t big = (size_t)s.N * (s.OC > s.C ? s.OC : s.C);
     if ((size_t)s.OC * s.C > big) big = (size_t)s.OC * s.C;
     s.a = calloc(big, sizeof(float));

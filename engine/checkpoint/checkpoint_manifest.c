@@ -78,13 +78,10 @@ static void add_model(cJSON *o, const tpd_config *cfg) {
     cJSON_AddNumberToObject(j, "num_layers", m->num_layers);
     cJSON_AddNumberToObject(j, "hidden_size", m->hidden_size);
     cJSON_AddNumberToObject(j, "num_attention_heads", m->num_attention_heads);
-    cJSON_AddNumberToObject(j, "ffn_hidden_size",
-                            m->ffn_hidden_size ? m->ffn_hidden_size : 4 * m->hidden_size);
+    cJSON_AddNumberToObject(j, "ffn_hidden_size", m->ffn_hidden_size);
     cJSON_AddNumberToObject(j, "vocab_size", m->vocab_size);
     cJSON_AddNumberToObject(j, "seq_length", m->seq_length);
-    cJSON_AddNumberToObject(j, "max_position_embeddings",
-                            m->max_position_embeddings ? m->max_position_embeddings
-                                                       : m->seq_length);
+    cJSON_AddNumberToObject(j, "max_position_embeddings", m->max_position_embeddings);
     cJSON_AddNumberToObject(j, "make_vocab_size_divisible_by", m->make_vocab_size_divisible_by);
     cJSON_AddNumberToObject(j, "init_method_std", m->init_method_std);
     /* the block's shape: which tensors exist and how they are laid out */
@@ -96,9 +93,7 @@ static void add_model(cJSON *o, const tpd_config *cfg) {
         tpd_config_choice("model.position_embedding_type", m->position_embedding_type));
     cJSON_AddNumberToObject(j, "rotary_base", m->rotary_base);
     cJSON_AddBoolToObject(j, "swiglu", m->swiglu);
-    cJSON_AddNumberToObject(j, "num_query_groups",
-                            m->group_query_attention ? m->num_query_groups
-                                                     : m->num_attention_heads);
+    cJSON_AddNumberToObject(j, "num_query_groups", tpd_config_kv_heads(cfg));
     cJSON_AddBoolToObject(j, "untie_embeddings_and_output_weights",
                           m->untie_embeddings_and_output_weights);
     cJSON_AddBoolToObject(j, "add_bias_linear", m->add_bias_linear);
@@ -650,8 +645,6 @@ out:
 
 tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg) {
     const tpd_config_model *a = &info->cfg.model, *b = &cfg->model;
-    int bf = b->ffn_hidden_size ? b->ffn_hidden_size : 4 * b->hidden_size;
-    int bt = b->max_position_embeddings ? b->max_position_embeddings : b->seq_length;
     struct {
         const char *key;
         int ckpt, conf;
@@ -659,17 +652,15 @@ tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg
         {"num_layers", a->num_layers, b->num_layers},
         {"hidden_size", a->hidden_size, b->hidden_size},
         {"num_attention_heads", a->num_attention_heads, b->num_attention_heads},
-        {"ffn_hidden_size", a->ffn_hidden_size, bf},
+        {"ffn_hidden_size", a->ffn_hidden_size, b->ffn_hidden_size},
         {"vocab_size", a->vocab_size, b->vocab_size},
-        {"max_position_embeddings", a->max_position_embeddings, bt},
+        {"max_position_embeddings", a->max_position_embeddings, b->max_position_embeddings},
         /* the block's shape (Llama); ranks of the enums */
         {"normalization", (int)a->normalization, (int)b->normalization},
         {"position_embedding_type", (int)a->position_embedding_type,
          (int)b->position_embedding_type},
         {"swiglu", a->swiglu, b->swiglu},
-        {"num_query_groups",
-         a->group_query_attention ? a->num_query_groups : a->num_attention_heads,
-         b->group_query_attention ? b->num_query_groups : b->num_attention_heads},
+        {"num_query_groups", tpd_config_kv_heads(&info->cfg), tpd_config_kv_heads(cfg)},
         {"untie_embeddings_and_output_weights", a->untie_embeddings_and_output_weights,
          b->untie_embeddings_and_output_weights},
         {"add_bias_linear", a->add_bias_linear, b->add_bias_linear},

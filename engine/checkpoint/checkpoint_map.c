@@ -50,11 +50,13 @@ tpd_status tpd_ckpt_rank_init(const tpd_config *cfg, int tp_size, int pp_size, i
                               int pp, int dp, tpd_ckpt_rank *r_p) {
     tpd_ckpt_rank r;
     memset(&r, 0, sizeof r);
-    tpd_config c = *cfg;
-    c.parallel.tensor_model_parallel_size = tp_size;
-    c.parallel.pipeline_model_parallel_size = pp_size;
-    if (c.parallel.num_pipeline_layers != pp_size * c.parallel.virtual_pipeline_model_parallel_size)
-        c.parallel.num_pipeline_layers = 0;
+    tpd_config_layout lay;
+    tpd_config_layout_get(cfg, &lay);
+    lay.tp = tp_size;
+    lay.pp = pp_size;
+    lay.dp = dp_size;
+    tpd_config c;
+    tpd_config_relayout(cfg, &lay, &c);
     r.tp = tp;
     r.pp = pp;
     r.dp = dp;

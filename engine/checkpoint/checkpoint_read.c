@@ -259,12 +259,14 @@ tpd_status tpd_ckpt_write_weights(const tpd_config *cfg, int tp, int pp, int dp,
     if (tpd_ckpt_is_file(path))
         return tpd_fail(TPD_ERR_INVALID, "checkpoint %s: already holds a checkpoint", dir);
     TPD_CHECK(tpd_ckpt_mkdirs(dir));
-    tpd_config c = *cfg;
-    c.parallel.tensor_model_parallel_size = tp;
-    c.parallel.pipeline_model_parallel_size = pp;
-    c.parallel.data_parallel_size = dp;
-    c.parallel.num_pipeline_layers = 0;
-    c.parallel.use_distributed_optimizer = 0;
+    tpd_config_layout lay;
+    tpd_config_layout_get(cfg, &lay);
+    lay.tp = tp;
+    lay.pp = pp;
+    lay.dp = dp;
+    lay.distributed_optimizer = 0; /* weights only: no optimizer state to shard */
+    tpd_config c;
+    tpd_config_relayout(cfg, &lay, &c);
     int world = tp * pp * dp;
     tpd_ckpt_file *files = calloc((size_t)world * 2, sizeof *files);
     char *json = NULL;

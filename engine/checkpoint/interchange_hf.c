@@ -177,8 +177,7 @@ static int hf_capacity(const tpd_model_layout *g) {
 
 static cJSON *config_json(const tpd_config *cfg, hf_family fam, const char *dtype) {
     const tpd_config_model *m = &cfg->model;
-    int maxT = m->max_position_embeddings ? m->max_position_embeddings : m->seq_length;
-    int F = m->ffn_hidden_size ? m->ffn_hidden_size : 4 * m->hidden_size;
+    int maxT = m->max_position_embeddings, F = m->ffn_hidden_size;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToObject(o, "architectures", cJSON_CreateStringArray(&g_arch[fam].arch, 1));
     cJSON_AddStringToObject(o, "model_type", g_arch[fam].model_type);

@@ -327,8 +327,7 @@ static int cmd_inspect(const opts *o) {
            info.has_kind[TPD_CKPT_EXP_AVG] ? ", AdamW state" : "",
            info.has_kind[TPD_CKPT_MASTER] ? ", fp32 master weights" : "");
     printf("  model: %d layers, hidden %d, %d heads, ffn %d, vocab %d, positions %d\n",
-           m->num_layers, m->hidden_size, m->num_attention_heads,
-           m->ffn_hidden_size ? m->ffn_hidden_size : 4 * m->hidden_size, m->vocab_size,
+           m->num_layers, m->hidden_size, m->num_attention_heads, m->ffn_hidden_size, m->vocab_size,
            m->max_position_embeddings);
     printf("  %d files, %.1f MiB, every SHA-256 verified\n", info.nfiles,
            (double)bytes / 1048576.0);

@@ -622,8 +622,7 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
                             : "");
     k = "optimizer.lr_wsd_decay_iters";
     if (c->optimizer.lr_decay_style == TPD_LR_DECAY_WSD) {
-        int decay =
-            c->optimizer.lr_decay_iters ? c->optimizer.lr_decay_iters : c->training.train_iters;
+        int decay = tpd_config_lr_decay_iters(c);
         int wsd = c->optimizer.lr_wsd_decay_iters;
         if (wsd < 1 || wsd > decay - c->optimizer.lr_warmup_iters)
             return cfg_fail(ld, cfg_at(ld, k, "optimizer.lr_decay_style"), k,
@@ -706,6 +705,31 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
     return TPD_OK;
 }
 
+/* Every 0-means-derived key, filled where it is still 0 (a stated value is kept). The checks
+ * come before the first write, so a failure leaves the config as it was. */
+static tpd_status cfg_resolve(cfg_loader *ld) {
+    tpd_config_model *m = &ld->cfg->model;
+    if (m->ffn_hidden_size == 0) {
+        /* 4h is GPT's width; a SwiGLU MLP of the same size is about 8/3 h, and Llama rounds
+         * that up its own way: no default would be right. */
+        if (m->swiglu)
+            return cfg_fail(ld, cfg_at(ld, "model.ffn_hidden_size", "model.swiglu"),
+                            "model.ffn_hidden_size",
+                            "swiglu needs ffn_hidden_size set: 0 means 4*hidden_size (%lld), "
+                            "GPT's MLP width, but a SwiGLU MLP has three matrices and Llama's "
+                            "width is about 8/3*hidden_size (e.g. 14336 at hidden_size 4096)",
+                            4LL * m->hidden_size);
+        if (m->hidden_size > INT_MAX / 4)
+            return cfg_fail(ld, cfg_where(ld, "model.hidden_size"), "model.hidden_size",
+                            "%d is too large for the default ffn_hidden_size 4*hidden_size "
+                            "(set model.ffn_hidden_size)",
+                            m->hidden_size);
+        m->ffn_hidden_size = 4 * m->hidden_size;
+    }
+    if (m->max_position_embeddings == 0) m->max_position_embeddings = m->seq_length;
+    return TPD_OK;
+}
+
 /* ---- public API ---- */
 
 void tpd_config_defaults(tpd_config *cfg) {
@@ -734,28 +758,17 @@ tpd_status tpd_config_load(const char *path, int n_overrides, const char *const 
                                 "required key is missing (every config file must set it)");
     }
 
-    if (tmp.model.ffn_hidden_size == 0) {
-        /* 4h is GPT's width; a SwiGLU MLP of the same size is about 8/3 h, and Llama rounds
-         * that up its own way: no default would be right. */
-        if (tmp.model.swiglu)
-            return cfg_fail(&ld, cfg_at(&ld, "model.ffn_hidden_size", "model.swiglu"),
-                            "model.ffn_hidden_size",
-                            "swiglu needs ffn_hidden_size set: 0 means 4*hidden_size (%lld), "
-                            "GPT's MLP width, but a SwiGLU MLP has three matrices and Llama's "
-                            "width is about 8/3*hidden_size (e.g. 14336 at hidden_size 4096)",
-                            4LL * tmp.model.hidden_size);
-        if (tmp.model.hidden_size > INT_MAX / 4)
-            return cfg_fail(&ld, cfg_where(&ld, "model.hidden_size"), "model.hidden_size",
-                            "%d is too large for the default ffn_hidden_size 4*hidden_size "
-                            "(set model.ffn_hidden_size)",
-                            tmp.model.hidden_size);
-        tmp.model.ffn_hidden_size = 4 * tmp.model.hidden_size;
-    }
-    if (tmp.model.max_position_embeddings == 0)
-        tmp.model.max_position_embeddings = tmp.model.seq_length;
+    TPD_CHECK(cfg_resolve(&ld));
     TPD_CHECK(cfg_check_relations(&ld));
 
     snprintf(tmp.source_path, sizeof tmp.source_path, "%s", path ? path : "");
     *cfg = tmp;
     return TPD_OK;
+}
+
+tpd_status tpd_config_resolve(tpd_config *cfg) {
+    /* every key CFG_DEFAULT: a message names the config's file, or "<defaults>" */
+    const char *path = cfg->source_path[0] ? cfg->source_path : NULL;
+    cfg_loader ld = {.path = path, .cfg = cfg};
+    return cfg_resolve(&ld);
 }

@@ -59,11 +59,11 @@ typedef struct tpd_config_model {
     int num_layers;
     int hidden_size;
     int num_attention_heads;
-    int ffn_hidden_size; /* 0 in the file means 4*hidden_size (resolved at load; refused
-                            under swiglu, whose width must be stated) */
+    int ffn_hidden_size; /* 0 means 4*hidden_size (tpd_config_resolve; refused under
+                            swiglu, whose width must be stated) */
     int vocab_size;
     int seq_length;
-    int max_position_embeddings; /* 0 means seq_length (resolved at load) */
+    int max_position_embeddings; /* 0 means seq_length (tpd_config_resolve) */
     double init_method_std;
     int make_vocab_size_divisible_by;
     /* Llama's block (Megatron's names); the defaults are GPT-2's */
@@ -128,7 +128,7 @@ typedef struct tpd_config_optimizer {
     tpd_lr_decay lr_decay_style; /* Megatron's names: cosine, linear, constant,
                                     inverse-square-root, WSD */
     int lr_warmup_iters;
-    int lr_decay_iters;     /* 0 = train_iters */
+    int lr_decay_iters;     /* 0 = train_iters (tpd_config_lr_decay_iters) */
     int lr_wsd_decay_iters; /* WSD: the final anneal's length; before it lr stays at peak */
     tpd_wsd_decay lr_wsd_decay_style; /* the WSD anneal */
     double weight_decay;
@@ -183,16 +183,25 @@ typedef struct tpd_config {
     char source_path[TPD_CONFIG_STR]; /* file it was loaded from ("" for defaults) */
 } tpd_config;
 
-/* Every field at its default (the defaults printed by `tripod config show`). */
+/* Every field at its default (the defaults printed by `tripod config show`), the derived
+ * ones still 0: a config built in code sets its fields, then calls tpd_config_resolve. */
 void tpd_config_defaults(tpd_config *cfg);
 
+/* Fills the fields whose 0 means "derived from others", where they are still 0 (a stated
+ * value is kept): model.ffn_hidden_size (4*hidden_size) and model.max_position_embeddings
+ * (seq_length). The one home of those rules: tpd_config_load calls it after the file and
+ * the overrides, and everything past engine/config reads the fields as resolved. On
+ * failure (ffn_hidden_size left 0 under swiglu, or hidden_size too large for 4x) returns
+ * TPD_ERR_INVALID, logs one line as tpd_config_load does and leaves cfg as it was. */
+tpd_status tpd_config_resolve(tpd_config *cfg);
+
 /* Parse `path` (may be NULL: defaults only), apply overrides "section.key=value" in
- * order, resolve 0-means-derived fields, and check types, ranges, enums, unknown keys
- * ("did you mean ..."), and the relations that do not depend on the world size (heads
- * divisible by TP, layers by PP or pipeline_layers summing to num_layers, hidden by heads,
- * seq_length <= max_position_embeddings; for the Llama block: heads by num_query_groups and
- * num_query_groups by TP under group_query_attention, an even head size under rope,
- * rotary_percent 1.0, ffn_hidden_size stated under swiglu, ...).
+ * order, resolve 0-means-derived fields (tpd_config_resolve), and check types, ranges,
+ * enums, unknown keys ("did you mean ..."), and the relations that do not depend on the
+ * world size (heads divisible by TP, layers by PP or pipeline_layers summing to num_layers,
+ * hidden by heads, seq_length <= max_position_embeddings; for the Llama block: heads by
+ * num_query_groups and num_query_groups by TP under group_query_attention, an even head size
+ * under rope, rotary_percent 1.0, ffn_hidden_size stated under swiglu, ...).
  * On failure returns TPD_ERR_INVALID (TPD_ERR_IO when the file can't be read) and logs
  * one line (tpd_fail; it is then the thread's tpd_last_error), e.g.
  *   "configs/x.yaml:3:16: model.num_attention_heads: 12 must be a multiple of
@@ -217,6 +226,9 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg);
 /* Derived quantities. */
 int tpd_config_dp(const tpd_config *cfg, int world_size);
 int tpd_config_num_micro_batches(const tpd_config *cfg, int dp);
+/* Iterations the learning rate decays over: optimizer.lr_decay_iters, or
+ * training.train_iters where it is 0. */
+int tpd_config_lr_decay_iters(const tpd_config *cfg);
 /* Key/value heads of the attention: num_query_groups under group_query_attention, else one
  * per query head (num_attention_heads). */
 int tpd_config_kv_heads(const tpd_config *cfg);
@@ -228,26 +240,49 @@ int tpd_config_qkv_bias(const tpd_config *cfg);
 int tpd_config_grad_bytes(const tpd_config *cfg);
 /* Vocab padded to a multiple of make_vocab_size_divisible_by * tp. */
 int tpd_config_padded_vocab(const tpd_config *cfg, int tp);
-/* Layers of stage `stage` of a pp-stage pipeline, and the first global layer of it: the
- * config's parallel.pipeline_layers when it lists pp stages, else an even split, else
- * (layers not divisible by pp) a balanced uneven one that `tripod plan` prints as
- * parallel.pipeline_layers. -1 when there is no such stage or pp exceeds the layers. */
-int tpd_config_split_layers(const tpd_config *cfg, int pp, int stage, int *first_layer_p);
-/* With virtual stages (v = virtual_pipeline_model_parallel_size), stage s holds model
- * chunks c = 0..v-1, chunk c being virtual stage c*PP + s of the PP*v (Megatron's
- * assignment; parallel.pipeline_layers then lists PP*v entries in that order). Layers of
- * chunk `chunk` of stage `stage` of the config's pipeline, and its first global layer; 0
- * for no such chunk. */
-int tpd_config_chunk_layers(const tpd_config *cfg, int stage, int chunk, int *first_layer_p);
-/* Layers of all v chunks of stage `stage` of a pp-stage pipeline; -1 when there is no such
- * split. */
-int tpd_config_layers_of_stage(const tpd_config *cfg, int pp, int v, int stage);
-/* The same for the config's own pipeline (and first_layer_p: chunk 0's first layer); 0 for
- * no such stage. */
-int tpd_config_stage_layers(const tpd_config *cfg, int stage, int *first_layer_p);
+/* Layers of stage `stage` of a pipeline of pp stages with v model chunks each (v virtual
+ * stages per stage), and the first global layer of them (first_layer_p may be NULL). Chunk
+ * c of stage s is virtual stage c*pp + s of the pp*v (Megatron's assignment). The split over
+ * the pp*v virtual stages is the config's parallel.pipeline_layers when it lists that many
+ * (in that order), else an even one, else (layers not divisible) a balanced uneven one
+ * that `tripod plan` prints as parallel.pipeline_layers. `chunk` is one chunk (0..v-1), or
+ * TPD_CONFIG_ALL_CHUNKS for all v chunks of the stage (the first layer then is chunk 0's).
+ * -1 when there is no such stage or chunk, or pp*v exceeds the layers. */
+#define TPD_CONFIG_ALL_CHUNKS (-1)
+int tpd_config_stage_layers(const tpd_config *cfg, int pp, int v, int stage, int chunk,
+                            int *first_layer_p);
 /* The schedule a run uses: interleaved whenever there are virtual stages (as in Megatron),
  * else parallel.pipeline_schedule. */
 tpd_schedule tpd_config_schedule(const tpd_config *cfg);
+
+/* The parallel layout and batch of a run: the fields that change when the same model runs
+ * on other ranks. TPD_CONFIG_LAYOUT_INIT is one rank (no model or data parallelism, no
+ * sharding, no recompute) at the config's own batch. */
+typedef struct tpd_config_layout {
+    int tp, pp, dp;            /* parallel sizes; dp 0 = derived from the world size */
+    int vpp;                   /* model chunks per stage (virtual stages) */
+    int distributed_optimizer; /* ZeRO-1 */
+    int sequence_parallel;
+    tpd_recompute recompute;
+    int recompute_num_layers;
+    int micro_batch_size, global_batch_size; /* 0 = the config's */
+} tpd_config_layout;
+
+/* Positional, so that C++ (the tests) reads it too: tp, pp, dp, vpp, ZeRO-1, SP, recompute,
+ * its layers, the batch. */
+#define TPD_CONFIG_LAYOUT_INIT                                                                     \
+    { 1, 1, 1, 1, 0, 0, TPD_RECOMPUTE_NONE, 0, 0, 0 }
+
+/* The layout `cfg` runs at. */
+void tpd_config_layout_get(const tpd_config *cfg, tpd_config_layout *lay_p);
+
+/* `src` at layout `to`: every field of `to` set, and the fields that depend on the layout
+ * made to agree with it: parallel.pipeline_layers kept only while PP and the virtual stages
+ * stay (else the even split), virtual stages only with PP > 1, pipeline_schedule 1f1b where
+ * the pipeline or the interleaving is gone, sequence_parallel (and tp_comm_overlap with it)
+ * only with TP > 1, recompute_num_layers only under full recompute. The model and every
+ * other field are src's; out_p may be src. */
+void tpd_config_relayout(const tpd_config *src, const tpd_config_layout *to, tpd_config *out_p);
 
 /* data.data_path: one prefix (a Megatron PREFIX or an llm.c shard file, spaces allowed;
  * engine/data expands * ? [ to every match), or Megatron's weighted blend

@@ -86,6 +86,11 @@ int tpd_config_num_micro_batches(const tpd_config *cfg, int dp) {
     return per_step > 0 ? (int)(cfg->training.global_batch_size / per_step) : 0;
 }
 
+int tpd_config_lr_decay_iters(const tpd_config *cfg) {
+    return cfg->optimizer.lr_decay_iters ? cfg->optimizer.lr_decay_iters
+                                         : cfg->training.train_iters;
+}
+
 int tpd_config_kv_heads(const tpd_config *cfg) {
     return cfg->model.group_query_attention ? cfg->model.num_query_groups
                                             : cfg->model.num_attention_heads;
@@ -111,9 +116,9 @@ int tpd_config_padded_vocab(const tpd_config *cfg, int tp) {
     return vp > INT_MAX ? -1 : (int)vp;
 }
 
-/* The rule behind both: floor(L/pp) layers each, and the L%pp extra layers go to the
- * middle stages first, then to the first stage (the embedding is cheap), the last stage
- * (head and loss) last. */
+/* The split of L layers over pp (virtual) stages that no list states: floor(L/pp) layers
+ * each, and the L%pp extra layers go to the middle stages first, then to the first stage
+ * (the embedding is cheap), the last stage (head and loss) last. */
 static int split_rule(int L, int pp, int stage) {
     int base = L / pp, extra = L % pp;
     /* rank of this stage in the order that receives the extra layers */
@@ -122,42 +127,34 @@ static int split_rule(int L, int pp, int stage) {
     return base + (order < extra);
 }
 
-int tpd_config_split_layers(const tpd_config *cfg, int pp, int stage, int *first_layer_p) {
+/* Layers of virtual stage vs of n, and its first layer. */
+static int virtual_stage_layers(const tpd_config *cfg, int n, int vs, int *first_layer_p) {
     const tpd_config_parallel *par = &cfg->parallel;
     int L = cfg->model.num_layers;
-    int listed = par->num_pipeline_layers == pp && pp > 0;
-    if (stage < 0 || stage >= pp || (!listed && pp > L)) return -1;
+    int listed = par->num_pipeline_layers == n;
+    if (!listed && n > L) return -1;
     int first = 0;
-    for (int i = 0; i < stage; i++)
-        first += listed ? par->pipeline_layers[i] : split_rule(L, pp, i);
+    for (int i = 0; i < vs; i++)
+        first += listed ? par->pipeline_layers[i] : split_rule(L, n, i);
     if (first_layer_p) *first_layer_p = first;
-    return listed ? par->pipeline_layers[stage] : split_rule(L, pp, stage);
+    return listed ? par->pipeline_layers[vs] : split_rule(L, n, vs);
 }
 
-int tpd_config_chunk_layers(const tpd_config *cfg, int stage, int chunk, int *first_layer_p) {
-    int pp = cfg->parallel.pipeline_model_parallel_size;
-    int v = cfg->parallel.virtual_pipeline_model_parallel_size;
-    if (chunk < 0 || chunk >= v || stage < 0 || stage >= pp) return 0;
-    int n = tpd_config_split_layers(cfg, pp * v, chunk * pp + stage, first_layer_p);
-    return n < 0 ? 0 : n;
-}
-
-int tpd_config_layers_of_stage(const tpd_config *cfg, int pp, int v, int stage) {
-    int n = 0;
+int tpd_config_stage_layers(const tpd_config *cfg, int pp, int v, int stage, int chunk,
+                            int *first_layer_p) {
+    if (pp < 1 || v < 1 || (int64_t)pp * v > INT_MAX || stage < 0 || stage >= pp ||
+        chunk < TPD_CONFIG_ALL_CHUNKS || chunk >= v)
+        return -1;
+    if (chunk != TPD_CONFIG_ALL_CHUNKS)
+        return virtual_stage_layers(cfg, pp * v, chunk * pp + stage, first_layer_p);
+    int n = 0, first = 0;
     for (int c = 0; c < v; c++) {
-        int k = tpd_config_split_layers(cfg, pp * v, c * pp + stage, NULL);
+        int k = virtual_stage_layers(cfg, pp * v, c * pp + stage, c == 0 ? &first : NULL);
         if (k < 0) return -1;
         n += k;
     }
+    if (first_layer_p) *first_layer_p = first;
     return n;
-}
-
-int tpd_config_stage_layers(const tpd_config *cfg, int stage, int *first_layer_p) {
-    int pp = cfg->parallel.pipeline_model_parallel_size;
-    int n = tpd_config_layers_of_stage(cfg, pp, cfg->parallel.virtual_pipeline_model_parallel_size,
-                                       stage);
-    if (n >= 0 && first_layer_p) tpd_config_chunk_layers(cfg, stage, 0, first_layer_p);
-    return n < 0 ? 0 : n;
 }
 
 tpd_schedule tpd_config_schedule(const tpd_config *cfg) {

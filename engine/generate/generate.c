@@ -265,16 +265,9 @@ static tpd_status gen_open(generator *g, const char *checkpoint, int num_threads
                       "generate %s: the BPE vocabulary has %d tokens but the model's "
                       "vocab_size is %d",
                       g->info.dir, tpd_bpe_vocab_size(bpe), g->V);
-    cfg.training.micro_batch_size = 1;
-    cfg.training.global_batch_size = 1;
-    cfg.parallel.tensor_model_parallel_size = 1;
-    cfg.parallel.pipeline_model_parallel_size = 1;
-    cfg.parallel.virtual_pipeline_model_parallel_size = 1;
-    cfg.parallel.pipeline_schedule = TPD_SCHEDULE_1F1B;
-    cfg.parallel.num_pipeline_layers = 0;
-    cfg.parallel.use_distributed_optimizer = 0;
-    cfg.parallel.sequence_parallel = 0;
-    cfg.training.recompute = TPD_RECOMPUTE_NONE;
+    tpd_config_layout one = TPD_CONFIG_LAYOUT_INIT; /* one rank, one sample */
+    one.micro_batch_size = one.global_batch_size = 1;
+    tpd_config_relayout(&g->info.cfg, &one, &cfg);
     /* sampling runs on the cpu backend whatever the run trained on: its buffer plan (and
      * the kernels' scratch in it) is the cpu one */
     cfg.training.device = TPD_DEVICE_CPU;

@@ -3,7 +3,7 @@
 double tpd_model_layer_fwd_flops_per_token(const tpd_config *cfg) {
     const tpd_config_model *m = &cfg->model;
     double h = m->hidden_size, s = m->seq_length;
-    double f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
+    double f = m->ffn_hidden_size;
     double kv = (double)tpd_config_kv_heads(cfg) / m->num_attention_heads * h; /* g*(h/a) */
     double mlp = m->swiglu ? 3.0 : 2.0;
     return 2.0 * (2.0 * h * h + 2.0 * h * kv + mlp * h * f) + 4.0 * s * h;

@@ -62,16 +62,22 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     d.L = m->num_layers;
     d.C = m->hidden_size;
     d.NH = m->num_attention_heads;
-    d.F = m->ffn_hidden_size ? m->ffn_hidden_size : 4 * m->hidden_size;
+    d.F = m->ffn_hidden_size;
     d.V = m->vocab_size;
-    d.maxT = m->max_position_embeddings ? m->max_position_embeddings : m->seq_length;
+    d.maxT = m->max_position_embeddings;
     d.T = m->seq_length;
     d.B = cfg->training.micro_batch_size;
     d.tp_size = tp_size;
     d.tp_rank = tp_rank;
     d.pp_size = pp_size;
     d.stage = stage;
-    d.NKV = m->group_query_attention ? m->num_query_groups : d.NH;
+    d.NKV = tpd_config_kv_heads(cfg);
+    if (d.F < 1 || d.maxT < 1) {
+        tpd_log_error("model: ffn_hidden_size %d or max_position_embeddings %d is unresolved "
+                      "(tpd_config_resolve fills them)",
+                      d.F, d.maxT);
+        return TPD_ERR_INVALID;
+    }
     if (d.NH < 1 || d.C % d.NH || d.NH % tp_size || d.F % tp_size || d.NKV < 1 || d.NH % d.NKV ||
         d.NKV % tp_size || stage < 0 || stage >= pp_size || tp_rank < 0 || tp_rank >= tp_size) {
         tpd_log_error("model: hidden %d, heads %d, K/V heads %d, ffn %d do not split over TP %d "
@@ -104,14 +110,13 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     d.first = stage == 0;
     d.last = stage == pp_size - 1;
     /* Megatron's virtual stages: chunk c of this stage is virtual stage c*PP + stage */
-    tpd_config c = *cfg;
-    c.parallel.pipeline_model_parallel_size = pp_size;
     d.v = cfg->parallel.virtual_pipeline_model_parallel_size > 0
               ? cfg->parallel.virtual_pipeline_model_parallel_size
               : 1;
     for (int k = 0; k < d.v; k++) {
+        int n = tpd_config_stage_layers(cfg, pp_size, d.v, stage, k, &d.chunk_g0[k]);
         d.chunk_l0[k] = d.Ls;
-        d.chunk_layers[k] = tpd_config_chunk_layers(&c, stage, k, &d.chunk_g0[k]);
+        d.chunk_layers[k] = n < 0 ? 0 : n; /* no split: a stage without layers */
         d.Ls += d.chunk_layers[k];
     }
     /* test-only (base/fault.h): a stage split that loses a layer, as `tripod verify` must

@@ -3,11 +3,11 @@
 
 #include <string.h>
 
-#define ALIGN 256
+#include "base/align.h"
 
 static size_t take(size_t *cursor, size_t bytes) {
     size_t at = *cursor;
-    *cursor += (bytes + ALIGN - 1) / ALIGN * ALIGN;
+    *cursor += tpd_align_up(bytes);
     return at;
 }
 

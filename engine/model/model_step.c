@@ -15,6 +15,8 @@
  * over qkv, d(fch) over fch, d(x1) over x1, d(out) over out). */
 #include "engine/model/model.h"
 
+#include "base/align.h"
+
 typedef struct views {
     /* params and grads of layer l (set by layer_views) */
     void *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
@@ -112,7 +114,7 @@ static void layer_acts(const tpd_model *m, const tpd_model_mb *at, int i, acts *
     a->out = b + o->out;
     if (rc) {
         size_t nc = (size_t)m->d.Nl * m->d.C * m->plan.act_size;
-        size_t stride = (nc + 255) / 256 * 256; /* the buffer plan's alignment */
+        size_t stride = tpd_align_up(nc); /* the buffer plan's alignment */
         a->out = slot_base(m, at->slot) + m->plan.s_outs + (size_t)i * stride;
     }
 }

@@ -6,7 +6,7 @@ double tpd_lr_at(const tpd_config *cfg, int it) {
     const tpd_config_optimizer *o = &cfg->optimizer;
     const double pi = 3.14159265358979323846;
     int warm = o->lr_warmup_iters;
-    int decay = o->lr_decay_iters ? o->lr_decay_iters : cfg->training.train_iters;
+    int decay = tpd_config_lr_decay_iters(cfg);
     if (it < warm) return o->lr * (double)(it + 1) / (double)warm;
     if (o->lr_decay_style == TPD_LR_DECAY_CONSTANT) return o->lr;
     if (o->lr_decay_style == TPD_LR_DECAY_INVERSE_SQRT) {

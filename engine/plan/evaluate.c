@@ -164,7 +164,7 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
                  "recompute drops)");
         return 0;
     }
-    if (tpd_config_split_layers(cfg, l->pp, 0, NULL) < 0) {
+    if (tpd_config_stage_layers(cfg, l->pp, 1, 0, 0, NULL) < 0) {
         snprintf(why, whylen, "layers %d fewer than PP %d", m->num_layers, l->pp);
         return 0;
     }

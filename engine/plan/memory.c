@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/align.h"
 #include "engine/model/model_flops.h"
 
 double tpd_plan_params_eq2(double l, double h, double V, double s) {
@@ -42,7 +43,7 @@ double tpd_plan_norm_params(const tpd_config *cfg) {
  * 2h^2 + 2h*h_kv + 3hf + 2h. */
 double tpd_plan_layer_params(const tpd_config *cfg, int tp) {
     const tpd_config_model *m = &cfg->model;
-    double t = tp, h = m->hidden_size, f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
+    double t = tp, h = m->hidden_size, f = m->ffn_hidden_size;
     double kv = (double)tpd_config_kv_heads(cfg) / m->num_attention_heads * h;
     double bias = m->add_bias_linear ? 1.0 : 0.0, glu = m->swiglu ? 2.0 : 1.0;
     double qkv_bias = tpd_config_qkv_bias(cfg) ? 1.0 : 0.0;
@@ -56,7 +57,7 @@ double tpd_plan_layer_params(const tpd_config *cfg, int tp) {
 double tpd_plan_params_count(const tpd_config *cfg) {
     const tpd_config_model *m = &cfg->model;
     double h = m->hidden_size, vh = (double)m->vocab_size * h;
-    double pos = m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length;
+    double pos = m->max_position_embeddings;
     double n = m->num_layers * tpd_plan_layer_params(cfg, 1) + vh + tpd_plan_norm_params(cfg);
     if (m->position_embedding_type == TPD_POS_LEARNED) n += pos * h;
     if (m->untie_embeddings_and_output_weights) n += vh; /* the output layer */
@@ -86,15 +87,15 @@ double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_
     return model;
 }
 
-/* The config's split (tpd_config_split_layers over the PP*v virtual stages), with the common
- * cases in O(1): the search asks for it of every stage of thousands of layouts. */
+/* The config's split (tpd_config_stage_layers), with the common cases in O(1): the search
+ * asks for it of every stage of thousands of layouts. */
 int tpd_plan_chunk_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage, int chunk) {
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1, n = lay->pp * v;
     int vs = chunk * lay->pp + stage, L = cfg->model.num_layers;
     if (stage < 0 || stage >= lay->pp || chunk < 0 || chunk >= v) return -1;
     if (cfg->parallel.num_pipeline_layers == n) return cfg->parallel.pipeline_layers[vs];
     if (n <= L && L % n == 0) return L / n;
-    return tpd_config_split_layers(cfg, n, vs, NULL);
+    return tpd_config_stage_layers(cfg, lay->pp, v, stage, chunk, NULL);
 }
 
 int tpd_plan_stage_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage) {
@@ -179,7 +180,7 @@ double tpd_plan_layer_activation_bytes(const tpd_config *cfg, double b, int tp, 
                                        tpd_recompute r, int flash) {
     const tpd_config_model *m = &cfg->model;
     double s = m->seq_length, h = m->hidden_size, a = m->num_attention_heads, t = tp;
-    double f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
+    double f = m->ffn_hidden_size;
     double kv = (double)tpd_config_kv_heads(cfg) / a * h;
     double sbh = s * b * h, rep = sp ? 1.0 / t : 1.0;
     double dropout = tpd_plan_gpt_block(cfg) ? 1.0 : 0.0;
@@ -215,7 +216,7 @@ int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v, tpd_schedule
 double tpd_plan_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay, int stage) {
     const tpd_config_model *m = &cfg->model;
     double h = m->hidden_size;
-    double pos = m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length;
+    double pos = m->max_position_embeddings;
     double vocab = (double)tpd_config_padded_vocab(cfg, lay->tp) * h / lay->tp;
     double n = tpd_plan_stage_layers(cfg, lay, stage) * tpd_plan_layer_params(cfg, lay->tp);
     if (stage == 0) {
@@ -238,7 +239,7 @@ void tpd_plan_kern_shapes(const tpd_config *cfg, const tpd_plan_layout *lay, int
     const tpd_config_model *m = &cfg->model;
     int t = lay->tp > 0 ? lay->tp : 1;
     int C = m->hidden_size, NH = m->num_attention_heads;
-    int F = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4 * C;
+    int F = m->ffn_hidden_size;
     int HS = NH > 0 ? C / NH : 0, NHl = NH / t, KVl = tpd_config_kv_heads(cfg) / t;
     int QKVl = (NHl + 2 * KVl) * HS, FCl = (m->swiglu ? 2 : 1) * (F / t);
     memset(s, 0, sizeof *s);
@@ -268,9 +269,9 @@ tpd_status tpd_plan_scratch(const tpd_config *cfg, const tpd_plan_layout *lay, i
     return tpd_kern_scratch_plan(name, &s, out);
 }
 
-/* Bytes rounded up to the 256-byte alignment of every region of the cpu engine. */
+/* Bytes rounded up to the alignment of every region of the cpu engine's buffer plan. */
 static uint64_t up(uint64_t bytes) {
-    return (bytes + 255) / 256 * 256;
+    return tpd_align_up(bytes);
 }
 
 tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
@@ -279,9 +280,7 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     uint64_t t = (uint64_t)lay->tp, dp = (uint64_t)lay->dp;
     uint64_t B = (uint64_t)lay->micro_batch_size, T = (uint64_t)m->seq_length;
     uint64_t C = (uint64_t)m->hidden_size, NH = (uint64_t)m->num_attention_heads;
-    uint64_t F = (uint64_t)(m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4 * m->hidden_size);
-    uint64_t maxT =
-        (uint64_t)(m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length);
+    uint64_t F = (uint64_t)m->ffn_hidden_size, maxT = (uint64_t)m->max_position_embeddings;
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
     int64_t layers = tpd_plan_stage_layers(cfg, lay, stage);
     if (layers < 0 || t < 1 || dp < 1 || lay->micro_batch_size < 1 || v > TPD_CONFIG_MAX_STAGES) {

@@ -110,7 +110,7 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
             base.dp = n / (tp * pp);
             base.micro_batch_size = 1;
             base.virtual_stages = 1;
-            if (tpd_config_split_layers(cfg, pp, 0, NULL) < 0) {
+            if (tpd_config_stage_layers(cfg, pp, 1, 0, 0, NULL) < 0) {
                 snprintf(why, sizeof why, "layers %d fewer than PP %d", m->num_layers, pp);
                 reason_key(why, key, sizeof key);
                 reject(&s, key, &base, why);

@@ -111,7 +111,7 @@ tpd_status tpd_plan_units_init(const tpd_config *cfg, const tpd_plan_layout *lay
         return TPD_ERR_NOMEM;
     }
     double h = m->hidden_size;
-    double pos = m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length;
+    double pos = m->max_position_embeddings;
     double vl = (double)tpd_config_padded_vocab(cfg, lay->tp) / lay->tp;
     int first = stage == 0, last = stage == lay->pp - 1;
     int untied = m->untie_embeddings_and_output_weights;

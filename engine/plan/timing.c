@@ -74,7 +74,7 @@ typedef struct block_shape {
 
 static block_shape block_of(const tpd_config *cfg) {
     const tpd_config_model *m = &cfg->model;
-    double h = m->hidden_size, f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
+    double h = m->hidden_size, f = m->ffn_hidden_size;
     block_shape b;
     b.kv = (double)tpd_config_kv_heads(cfg) / m->num_attention_heads * h;
     b.qkv = h + 2.0 * b.kv;
@@ -91,7 +91,7 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
     const tpd_config_model *m = &cfg->model;
     double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size;
     double a = m->num_attention_heads, t = lay->tp;
-    double f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
+    double f = m->ffn_hidden_size;
     double e =
         (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0; /* activation element, bytes */
     double tok = s * b, sbh = s * b * h, d = h / a;
@@ -182,7 +182,7 @@ static op_time layer_wgrad(const tpd_config *cfg, const tpd_plan_cluster *cl,
                            const tpd_plan_layout *lay, op_time *extra_b) {
     const tpd_config_model *m = &cfg->model;
     double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size, t = lay->tp;
-    double f = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4.0 * h;
+    double f = m->ffn_hidden_size;
     double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     double tok = s * b, sbh = s * b * h, rep = lay->sequence_parallel ? 1.0 / t : 1.0;
     block_shape k = block_of(cfg);

@@ -134,7 +134,7 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     const tpd_plan_cluster *c = cl;
     int t = lay->tp;
     double B = lay->micro_batch_size, T = md->seq_length, C = md->hidden_size;
-    double F = md->ffn_hidden_size > 0 ? md->ffn_hidden_size : 4.0 * C;
+    double F = md->ffn_hidden_size;
     double NHl = (double)md->num_attention_heads / t, HS = C / md->num_attention_heads;
     double N = B * T, Cl = C / t, Fl = F / t, Vl = tpd_config_padded_vocab(cfg, t) / (double)t;
     /* the block's shapes: QKVl local QKV columns (K and V of the K/V heads), FCl the first

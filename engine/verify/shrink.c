@@ -44,12 +44,12 @@ tpd_status tpd_verify_shrink(const tpd_config *real, int dp, int steps, tpd_conf
     hs = hs < 2 ? 2 : hs + (hs & 1);
     if (hs > real_hs && real_hs >= 2) hs = real_hs - (real_hs & 1);
     m->hidden_size = nh * hs;
-    int real_f = rm->ffn_hidden_size > 0 ? rm->ffn_hidden_size : 4 * rm->hidden_size;
+    int real_f = rm->ffn_hidden_size;
     int f = round_up(m->hidden_size / 2 > 8 ? m->hidden_size / 2 : 8, tp);
     m->ffn_hidden_size = f < real_f ? f : round_up(real_f, tp);
     /* vocabulary: the real one's remainder against the padding unit, so the padded rows
      * (and their absence) stay */
-    int unit = (m->make_vocab_size_divisible_by > 0 ? m->make_vocab_size_divisible_by : 1) * tp;
+    int unit = m->make_vocab_size_divisible_by * tp;
     int rem = rm->vocab_size % unit;
     int vocab = rem == 0 ? round_up(64, unit) : (rem >= 16 ? rem : rem + unit);
     m->vocab_size = vocab < rm->vocab_size ? vocab : rm->vocab_size;
@@ -141,13 +141,9 @@ tpd_status tpd_verify_check_machine(const tpd_config *small, int ranks, int worl
         TPD_CHECK(tpd_plan_cpu_memory(small, &lay, s, &mem));
         if (mem.total > per_rank) per_rank = mem.total;
     }
-    tpd_config c1 = *small;
-    c1.parallel.tensor_model_parallel_size = c1.parallel.pipeline_model_parallel_size = 1;
-    c1.parallel.data_parallel_size = 1;
-    c1.parallel.virtual_pipeline_model_parallel_size = 1;
-    c1.parallel.num_pipeline_layers = 0;
-    c1.parallel.sequence_parallel = 0;
-    c1.parallel.pipeline_schedule = TPD_SCHEDULE_1F1B;
+    const tpd_config_layout one_rank = TPD_CONFIG_LAYOUT_INIT; /* as verify runs it */
+    tpd_config c1;
+    tpd_config_relayout(small, &one_rank, &c1);
     tpd_plan_layout_from_config(&c1, 1, &one);
     tpd_plan_stage_mem ref;
     TPD_CHECK(tpd_plan_cpu_memory(&c1, &one, 0, &ref));

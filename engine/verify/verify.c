@@ -49,17 +49,9 @@ static tpd_status write_data(const char *prefix, const tpd_config *c) {
 /* The one-rank form of a layout's config: TP = PP = DP = 1, no virtual stages, 1F1B,
  * nothing that needs more ranks. */
 static tpd_config one_rank(const tpd_config *c) {
-    tpd_config o = *c;
-    o.parallel.tensor_model_parallel_size = 1;
-    o.parallel.pipeline_model_parallel_size = 1;
-    o.parallel.data_parallel_size = 1;
-    o.parallel.virtual_pipeline_model_parallel_size = 1;
-    o.parallel.num_pipeline_layers = 0;
-    o.parallel.sequence_parallel = 0;
-    o.parallel.use_distributed_optimizer = 0;
-    o.parallel.pipeline_schedule = TPD_SCHEDULE_1F1B;
-    o.training.recompute = TPD_RECOMPUTE_NONE;
-    o.training.recompute_num_layers = 0;
+    const tpd_config_layout one = TPD_CONFIG_LAYOUT_INIT;
+    tpd_config o;
+    tpd_config_relayout(c, &one, &o);
     return o;
 }
 
@@ -71,17 +63,13 @@ static int other_layout(const tpd_config *c, int ranks, tpd_config *o) {
     for (int i = 0; i < 3; i++) {
         int t = cand[i][0], p = cand[i][1];
         if ((t == tp && p == pp) || t * p > ranks) continue;
-        *o = *c;
-        o->parallel.tensor_model_parallel_size = t;
-        o->parallel.pipeline_model_parallel_size = p;
-        o->parallel.data_parallel_size = 1;
-        o->parallel.use_distributed_optimizer = 0;
-        if (p == 1) {
-            o->parallel.virtual_pipeline_model_parallel_size = 1;
-            o->parallel.num_pipeline_layers = 0;
-            o->parallel.pipeline_schedule = TPD_SCHEDULE_1F1B;
-        }
-        if (t == 1) o->parallel.sequence_parallel = 0;
+        tpd_config_layout lay;
+        tpd_config_layout_get(c, &lay);
+        lay.tp = t;
+        lay.pp = p;
+        lay.dp = 1;
+        lay.distributed_optimizer = 0;
+        tpd_config_relayout(c, &lay, o);
         int kv = tpd_config_kv_heads(o);
         if (o->model.num_attention_heads % t || kv % t || o->model.ffn_hidden_size % t ||
             (o->parallel.sequence_parallel && o->model.seq_length % t))

@@ -71,7 +71,7 @@ static int stage_of_layer(const tpd_config *cfg, int l, int *chunk_p) {
     int v = cfg->parallel.virtual_pipeline_model_parallel_size;
     for (int s = 0; s < pp; s++)
         for (int c = 0; c < v; c++) {
-            int first = 0, n = tpd_config_chunk_layers(cfg, s, c, &first);
+            int first = 0, n = tpd_config_stage_layers(cfg, pp, v, s, c, &first);
             if (l >= first && l < first + n) {
                 *chunk_p = c;
                 return s;

@@ -31,6 +31,8 @@
  * saves and reads the same statistics, so either direction may fall back alone. */
 #include "kernels/cuda/cuda_common.cuh"
 
+#include "base/align.h"
+
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -669,10 +671,6 @@ done:
     return st;
 }
 
-static size_t align256(size_t x) {
-    return (x + 255) / 256 * 256;
-}
-
 /* The backward's workspace: [plan workspace | dQ accumulator (B,NH,T,HS) fp32 | softmax_sum
  * (B,NH,T) fp32, current pattern only]. */
 static size_t bwd_acc_bytes(int B, int T, int NH, int HS) {
@@ -704,7 +702,8 @@ tpd_status tpd_cuda_attention_cudnn_fwd(tpd_kern_ctx *ctx, void *out, float *sta
     if (p == NULL || p->unsupported)
         return tpd_cuda_attention_gemm_fwd_stats(ctx, out, stats, qkv, B, T, NH, NKV, HS);
     void *ws = NULL;
-    TPD_CHECK(tpd_cuda_scratch(ctx, align256((size_t)p->workspace_bytes) + 256, &ws));
+    TPD_CHECK(
+        tpd_cuda_scratch(ctx, tpd_align_up((size_t)p->workspace_bytes) + TPD_ALIGN_BYTES, &ws));
     const size_t C = (size_t)NH * HS, KV = (size_t)NKV * HS; /* Q to K, K to V in a row */
     const tpd_bf16 *q = (const tpd_bf16 *)qkv;
     float scale = 1.0f / sqrtf((float)HS);
@@ -728,7 +727,7 @@ tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const voi
     if (!gqa_unfused(ctx, 1, NH, NKV)) TPD_CHECK(get_plan(ctx, 1, pattern, B, T, NH, NKV, HS, &p));
     if (p == NULL || p->unsupported)
         return tpd_cuda_attention_gemm_bwd_stats(ctx, dqkv, dout, qkv, stats, B, T, NH, NKV, HS);
-    size_t ws_plan = align256((size_t)p->workspace_bytes);
+    size_t ws_plan = tpd_align_up((size_t)p->workspace_bytes);
     size_t ws_acc = bwd_acc_bytes(B, T, NH, HS);
     size_t ws_ssum = bwd_ssum_bytes(pattern, B, T, NH);
     void *ws = NULL;

@@ -7,15 +7,12 @@
 #include <cstddef>
 
 extern "C" {
+#include "base/align.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_internal.h"
 }
 
 namespace {
-
-size_t up256(size_t b) {
-    return (b + 255) / 256 * 256;
-}
 
 // GPT-2 124M at micro-batch 4, sequence 1024, on one rank.
 tpd_kern_shapes gpt2_small(tpd_dtype dt, int fused) {
@@ -45,7 +42,7 @@ TEST(ScratchPlan, EachOpFollowsItsShapes) {
     // bias gradient: one fp32 row of OC per 256 rows
     EXPECT_EQ(p.bias_grad, (N / 256) * 3072 * 4);
     // embedding: four (N) int32 arrays and the sort's temp bound (three more and 64 KiB)
-    EXPECT_EQ(p.embed_bwd, 7 * up256(N * 4) + (64u << 10));
+    EXPECT_EQ(p.embed_bwd, 7 * tpd_align_up(N * 4) + (64u << 10));
     // unfused attention (bf16, attention: unfused): dS of P's size in the backward; P itself
     // is saved activation state, so the forward takes only one batch index's fp32 scores
     EXPECT_EQ(p.attention_fwd, (size_t)12 * 1024 * 1024 * 4);
@@ -82,10 +79,10 @@ TEST(ScratchPlan, FusedAttentionPlansTheCudnnBoundAndGroupedQueryFallback) {
     tpd_kern_scratch p;
     ASSERT_EQ(tpd_kern_scratch_plan("cuda", &s, &p), TPD_OK);
     size_t rows = (size_t)4 * 12 * 1024, dq = rows * 64 * 4;
-    size_t bound = 2 * dq + 2 * up256(rows * 4) + (1u << 20);
+    size_t bound = 2 * dq + 2 * tpd_align_up(rows * 4) + (1u << 20);
     EXPECT_EQ(tpd_kern_cudnn_plan_workspace_bound(4, 1024, 12, 64), bound);
     EXPECT_EQ(p.attention_fwd, bound + 256);
-    size_t ssum = up256(rows * 4);
+    size_t ssum = tpd_align_up(rows * 4);
     EXPECT_EQ(p.attention_bwd, bound + dq + ssum); // with the dQ accumulator and softmax_sum
     // grouped-query heads may leave cuDNN for the statistics path: P and the backward's
     // work (dS, and the per-query-head dK/dV) are planned too

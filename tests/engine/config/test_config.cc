@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -401,6 +402,97 @@ TEST(Config, DefaultsOnlyLoadPassesEveryCheckAndResolves) {
     EXPECT_EQ(tpd_config_check_trainable(&r.cfg), TPD_OK) << tpd_last_error();
 }
 
+// A config built in code resolves its derived fields as a load does: from the fields set
+// after the defaults, and only where they are still 0.
+TEST(Config, ResolveFillsTheDerivedFieldsFromTheFieldsSetInCode) {
+    tpd_config c;
+    tpd_config_defaults(&c);
+    c.model.hidden_size = 96;
+    c.model.num_attention_heads = 6;
+    c.model.seq_length = 48;
+    tpd_last_error_clear();
+    ASSERT_EQ(tpd_config_resolve(&c), TPD_OK) << tpd_last_error();
+    EXPECT_STREQ(tpd_last_error(), "");
+    EXPECT_EQ(c.model.ffn_hidden_size, 4 * 96);
+    EXPECT_EQ(c.model.max_position_embeddings, 48);
+    // resolved fields are stated ones now: a second resolve after a change keeps them
+    c.model.hidden_size = 120;
+    ASSERT_EQ(tpd_config_resolve(&c), TPD_OK) << tpd_last_error();
+    EXPECT_EQ(c.model.ffn_hidden_size, 4 * 96);
+    // values set in code win over the rules
+    tpd_config s;
+    tpd_config_defaults(&s);
+    s.model.hidden_size = 96;
+    s.model.ffn_hidden_size = 200;
+    s.model.max_position_embeddings = 1024;
+    ASSERT_EQ(tpd_config_resolve(&s), TPD_OK) << tpd_last_error();
+    EXPECT_EQ(s.model.ffn_hidden_size, 200);
+    EXPECT_EQ(s.model.max_position_embeddings, 1024);
+    // a SwiGLU MLP has no default width: refused, the config untouched
+    tpd_config g;
+    tpd_config_defaults(&g);
+    g.model.swiglu = 1;
+    EXPECT_EQ(tpd_config_resolve(&g), TPD_ERR_INVALID);
+    EXPECT_EQ(std::string(tpd_last_error())
+                  .rfind("<defaults>: model.ffn_hidden_size: swiglu needs "
+                         "ffn_hidden_size set: 0 means 4*hidden_size (256)",
+                         0),
+              0u)
+        << tpd_last_error();
+    EXPECT_EQ(g.model.ffn_hidden_size, 0);
+    EXPECT_EQ(g.model.max_position_embeddings, 0);
+    EXPECT_EQ(tpd_config_resolve(&g), TPD_ERR_INVALID); // refused again, logged again
+    // a width built in code past what 4x fits in an int
+    tpd_config w;
+    tpd_config_defaults(&w);
+    w.model.hidden_size = INT32_MAX / 4 + 1;
+    EXPECT_EQ(tpd_config_resolve(&w), TPD_ERR_INVALID);
+    EXPECT_EQ(std::string(tpd_last_error())
+                  .rfind("<defaults>: model.hidden_size: 536870912 is too large", 0),
+              0u)
+        << tpd_last_error();
+    EXPECT_EQ(w.model.ffn_hidden_size, 0);
+}
+
+// The same model stated in a file and built in code is the same config after each path.
+TEST(Config, LoadedFromYamlEqualsBuiltInCode) {
+    tpd_config code;
+    tpd_config_defaults(&code);
+    // each key as the file states it and the field code sets
+    const struct {
+        const char *section, *key;
+        int value;
+        int *field;
+    } keys[] = {
+        {"model", "num_layers", 3, &code.model.num_layers},
+        {"model", "hidden_size", 96, &code.model.hidden_size},
+        {"model", "num_attention_heads", 6, &code.model.num_attention_heads},
+        {"model", "vocab_size", 300, &code.model.vocab_size},
+        {"model", "seq_length", 48, &code.model.seq_length},
+        {"training", "micro_batch_size", 2, &code.training.micro_batch_size},
+        {"training", "global_batch_size", 8, &code.training.global_batch_size},
+        {"training", "train_iters", 5, &code.training.train_iters},
+    };
+    std::string path =
+        ::testing::TempDir() + "tripod_config_resolve_" + std::to_string(getpid()) + ".yaml";
+    {
+        std::ofstream out(path);
+        std::string section;
+        for (const auto &k : keys) {
+            if (section != k.section) out << (section = k.section) << ":\n";
+            out << "  " << k.key << ": " << k.value << "\n";
+            *k.field = k.value;
+        }
+    }
+    Loaded file = Load(path);
+    std::remove(path.c_str());
+    ASSERT_EQ(file.st, TPD_OK) << file.err;
+    ASSERT_EQ(tpd_config_resolve(&code), TPD_OK);
+    EXPECT_EQ(file.cfg.model.ffn_hidden_size, 384);
+    EXPECT_EQ(file.cfg.model.max_position_embeddings, 48);
+    ExpectSameConfig(file.cfg, code);
+}
+
 TEST(Config, EveryShippedConfigLoadsAndIsTrainable) {
     std::vector<std::string> names = YamlFilesIn(kSource + "/configs");
     for (const char *want : {"demo.yaml", "gpt2-124m.yaml", "gpt2-350m.yaml", "gpt2-1.5b.yaml",
@@ -623,7 +715,7 @@ TEST(Config, OverridesApplyAfterTheFileInOrder) {
     EXPECT_EQ(bare.cfg.parallel.pipeline_layers[0], 6);
     EXPECT_EQ(bare.cfg.parallel.pipeline_layers[1], 2);
     int first = -1;
-    EXPECT_EQ(tpd_config_stage_layers(&bare.cfg, 1, &first), 2);
+    EXPECT_EQ(tpd_config_stage_layers(&bare.cfg, 2, 1, 1, TPD_CONFIG_ALL_CHUNKS, &first), 2);
     EXPECT_EQ(first, 6);
 
     Loaded cleared = Load("", {"parallel.pipeline_layers=[2]", "parallel.pipeline_layers=[]"});
@@ -900,13 +992,14 @@ TEST(Config, DerivedQuantities) {
     Loaded even = Load("", {"model.num_layers=12", "parallel.pipeline_model_parallel_size=4"});
     ASSERT_EQ(even.st, TPD_OK) << even.err;
     int first = -1;
-    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 0, &first), 3);
+    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 4, 1, 0, TPD_CONFIG_ALL_CHUNKS, &first), 3);
     EXPECT_EQ(first, 0);
-    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 3, &first), 3);
+    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 4, 1, 3, TPD_CONFIG_ALL_CHUNKS, &first), 3);
     EXPECT_EQ(first, 9);
-    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 2, nullptr), 3);
+    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 4, 1, 2, TPD_CONFIG_ALL_CHUNKS, nullptr), 3);
     first = -1;
-    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 4, &first), 0); // no such stage
+    EXPECT_EQ(tpd_config_stage_layers(&even.cfg, 4, 1, 4, TPD_CONFIG_ALL_CHUNKS, &first),
+              -1); // no such stage
     EXPECT_EQ(first, -1);
 
     // Virtual stages: chunk c of stage s is virtual stage c*PP + s (Megatron's order)
@@ -914,37 +1007,47 @@ TEST(Config, DerivedQuantities) {
                           "parallel.virtual_pipeline_model_parallel_size=3"});
     ASSERT_EQ(vs.st, TPD_OK) << vs.err;
     EXPECT_EQ(tpd_config_schedule(&vs.cfg), TPD_SCHEDULE_INTERLEAVED);
-    EXPECT_EQ(tpd_config_chunk_layers(&vs.cfg, 1, 0, &first), 2);
+    EXPECT_EQ(tpd_config_stage_layers(&vs.cfg, 2, 3, 1, 0, &first), 2);
     EXPECT_EQ(first, 2);
-    EXPECT_EQ(tpd_config_chunk_layers(&vs.cfg, 0, 2, &first), 2);
+    EXPECT_EQ(tpd_config_stage_layers(&vs.cfg, 2, 3, 0, 2, &first), 2);
     EXPECT_EQ(first, 8);
-    EXPECT_EQ(tpd_config_chunk_layers(&vs.cfg, 1, 2, &first), 2);
+    EXPECT_EQ(tpd_config_stage_layers(&vs.cfg, 2, 3, 1, 2, &first), 2);
     EXPECT_EQ(first, 10);
-    EXPECT_EQ(tpd_config_chunk_layers(&vs.cfg, 0, 3, nullptr), 0); // no such chunk
-    EXPECT_EQ(tpd_config_stage_layers(&vs.cfg, 1, &first), 6);
+    EXPECT_EQ(tpd_config_stage_layers(&vs.cfg, 2, 3, 0, 3, nullptr), -1); // no such chunk
+    EXPECT_EQ(tpd_config_stage_layers(&vs.cfg, 2, 3, 1, TPD_CONFIG_ALL_CHUNKS, &first), 6);
     EXPECT_EQ(first, 2); // chunk 0's first layer
     // uneven: parallel.pipeline_layers per virtual stage
     Loaded uv = Load("", {"model.num_layers=7", "parallel.pipeline_model_parallel_size=2",
                           "parallel.virtual_pipeline_model_parallel_size=2",
                           "parallel.pipeline_layers=[1,2,3,1]"});
     ASSERT_EQ(uv.st, TPD_OK) << uv.err;
-    EXPECT_EQ(tpd_config_chunk_layers(&uv.cfg, 0, 1, &first), 3);
+    EXPECT_EQ(tpd_config_stage_layers(&uv.cfg, 2, 2, 0, 1, &first), 3);
     EXPECT_EQ(first, 3);
-    EXPECT_EQ(tpd_config_layers_of_stage(&uv.cfg, 2, 2, 0), 4);
-    EXPECT_EQ(tpd_config_layers_of_stage(&uv.cfg, 2, 2, 1), 3);
+    EXPECT_EQ(tpd_config_stage_layers(&uv.cfg, 2, 2, 0, TPD_CONFIG_ALL_CHUNKS, nullptr), 4);
+    EXPECT_EQ(tpd_config_stage_layers(&uv.cfg, 2, 2, 1, TPD_CONFIG_ALL_CHUNKS, nullptr), 3);
 
     Loaded uneven = Load("", {"model.num_layers=10", "parallel.pipeline_model_parallel_size=3",
                               "parallel.pipeline_layers=[4,4,2]"});
     ASSERT_EQ(uneven.st, TPD_OK) << uneven.err;
     int total = 0;
     for (int s = 0; s < 3; s++) {
-        int n = tpd_config_stage_layers(&uneven.cfg, s, &first);
+        int n = tpd_config_stage_layers(&uneven.cfg, 3, 1, s, TPD_CONFIG_ALL_CHUNKS, &first);
         EXPECT_EQ(first, total) << s;
         total += n;
     }
     EXPECT_EQ(total, 10);
-    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 2, &first), 2);
+    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 3, 1, 2, TPD_CONFIG_ALL_CHUNKS, &first), 2);
     EXPECT_EQ(first, 8);
+    // another pipeline than the listed one: the even split of the layers
+    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 2, 1, 1, TPD_CONFIG_ALL_CHUNKS, &first), 5);
+    EXPECT_EQ(first, 5);
+    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 2, 2, 1, 1, &first), 2); // virtual stage 3 of 4
+    EXPECT_EQ(first, 8);
+    // no such pipeline, stage or chunk
+    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 0, 1, 0, 0, nullptr), -1);
+    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 3, 1, -1, 0, nullptr), -1);
+    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 3, 1, 0, -2, nullptr), -1);
+    EXPECT_EQ(tpd_config_stage_layers(&uneven.cfg, 11, 1, 0, 0, nullptr), -1); // PP > layers
 }
 
 } // namespace

@@ -15,6 +15,7 @@
 #include "common/tiny.h"
 
 extern "C" {
+#include "base/align.h"
 #include "engine/plan/plan.h"
 #include "engine/model/model.h"
 #include "kernels/cpu/cpu.h"
@@ -322,7 +323,7 @@ void ExpectViewsInsideBlocks(const tpd_model *m, const std::string &where) {
         {b.layer.fch_gelu, N * (size_t)d.Fl * a, b.layer.bytes, "fc gelu"},
         {b.layer.out, NL * C * a, b.layer.bytes, "layer out"},
         {b.s_layers, b.layer.bytes * (size_t)kept_max, b.slot_bytes, "layers"},
-        {b.s_outs, ((NL * C * a + 255) / 256 * 256) * (size_t)b.recompute_max, b.slot_bytes,
+        {b.s_outs, tpd_align_up(NL * C * a) * (size_t)b.recompute_max, b.slot_bytes,
          "recomputed outputs"},
         {b.w_dres, NL * C * a, b.ws_bytes, "dres"},
         {b.w_dln, N * C * a, b.ws_bytes, "dln"},

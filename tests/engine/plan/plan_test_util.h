@@ -28,10 +28,8 @@ inline tpd_config gpt(int heads, int hidden, int layers, int gbs, int mbs) {
     c.model.num_attention_heads = heads;
     c.model.hidden_size = hidden;
     c.model.num_layers = layers;
-    c.model.ffn_hidden_size = 4 * hidden;
     c.model.vocab_size = 51200;
     c.model.seq_length = 2048;
-    c.model.max_position_embeddings = 2048;
     c.model.make_vocab_size_divisible_by = 128;
     c.training.global_batch_size = gbs;
     c.training.micro_batch_size = mbs;
@@ -40,6 +38,7 @@ inline tpd_config gpt(int heads, int hidden, int layers, int gbs, int mbs) {
     c.training.recompute = TPD_RECOMPUTE_NONE;
     c.training.attention = TPD_ATTENTION_FUSED;
     c.parallel.num_pipeline_layers = 0;
+    EXPECT_EQ(tpd_config_resolve(&c), TPD_OK); // ffn 4h, positions s
     return c;
 }
 

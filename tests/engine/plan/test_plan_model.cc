@@ -329,14 +329,14 @@ TEST(PlanModel, UnevenStagesWhenLayersDoNotDivide) {
     int want4[] = {7, 8, 8, 7};
     int sum = 0;
     for (int s = 0; s < 4; s++) {
-        EXPECT_EQ(tpd_config_split_layers(&c, 4, s, NULL), want4[s]) << "stage " << s;
-        sum += tpd_config_split_layers(&c, 4, s, NULL);
+        EXPECT_EQ(tpd_config_stage_layers(&c, 4, 1, s, 0, NULL), want4[s]) << "stage " << s;
+        sum += tpd_config_stage_layers(&c, 4, 1, s, 0, NULL);
     }
     EXPECT_EQ(sum, 30);
     for (int pp = 1; pp <= 30; pp++) {
         int total = 0, lo = 30, hi = 0;
         for (int s = 0; s < pp; s++) {
-            int n = tpd_config_split_layers(&c, pp, s, NULL);
+            int n = tpd_config_stage_layers(&c, pp, 1, s, 0, NULL);
             total += n;
             lo = std::min(lo, n);
             hi = std::max(hi, n);
@@ -344,11 +344,11 @@ TEST(PlanModel, UnevenStagesWhenLayersDoNotDivide) {
         EXPECT_EQ(total, 30) << "PP " << pp;
         EXPECT_LE(hi - lo, 1) << "PP " << pp;
     }
-    EXPECT_EQ(tpd_config_split_layers(&c, 31, 0, NULL), -1);
+    EXPECT_EQ(tpd_config_stage_layers(&c, 31, 1, 0, 0, NULL), -1);
     c.parallel.num_pipeline_layers = 2; // an explicit split wins
     c.parallel.pipeline_layers[0] = 10;
     c.parallel.pipeline_layers[1] = 20;
-    EXPECT_EQ(tpd_config_split_layers(&c, 2, 1, NULL), 20);
+    EXPECT_EQ(tpd_config_stage_layers(&c, 2, 1, 1, 0, NULL), 20);
 
     // On the cpu backend the uneven layout's bytes are those the engine allocates when
     // given the same split as parallel.pipeline_layers.
@@ -363,6 +363,7 @@ TEST(PlanModel, UnevenStagesWhenLayersDoNotDivide) {
     c.model.max_position_embeddings = 32;
     c.training.global_batch_size = 8;
     c.training.micro_batch_size = 2;
+    ASSERT_EQ(tpd_config_resolve(&c), TPD_OK); // ffn_hidden_size 4h
     tpd_plan_layout lay = {1, 3, 1, 2, 1, TPD_RECOMPUTE_NONE, 0, 0};
     tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
     opt.gpus = 3;

@@ -318,9 +318,11 @@ TEST(PlanSchedule, OverridesTrainWhatThePlannerTimed) {
         EXPECT_EQ(back.overlap_grad_reduce, l.overlap_grad_reduce);
         EXPECT_EQ(back.overlap_param_gather, l.overlap_param_gather);
         for (int s = 0; s < l.pp; s++) {
-            EXPECT_EQ(tpd_config_layers_of_stage(&t, l.pp, l.virtual_stages, s), r.stage_layers[s]);
+            EXPECT_EQ(tpd_config_stage_layers(&t, l.pp, l.virtual_stages, s, TPD_CONFIG_ALL_CHUNKS,
+                                              nullptr),
+                      r.stage_layers[s]);
             for (int ch = 0; ch < l.virtual_stages; ch++)
-                EXPECT_EQ(tpd_config_chunk_layers(&t, s, ch, nullptr),
+                EXPECT_EQ(tpd_config_stage_layers(&t, l.pp, l.virtual_stages, s, ch, nullptr),
                           r.chunk_layers[ch * l.pp + s]);
         }
         // and the planner, asked about the config that trains it, predicts the same step
