@@ -199,11 +199,29 @@ static tpd_status on_boundary(tpd_trainer *tr, int final, int *stop_p) {
     return TPD_OK;
 }
 
+/* Holds checkpoint.save against a second run (collective): world rank 0, which writes
+ * the directory's top level, takes the lock and every rank learns whether it got it. Taken
+ * before the guard and the .tmp pruning, which would otherwise race the other run. */
+static tpd_status lock_save_dir(tpd_trainer *tr) {
+    int32_t failed = 0;
+    if (tr->mesh.rank == 0 && tr->save_lock_fd < 0)
+        failed = tpd_ckpt_lock_save_dir(tr->cfg.checkpoint.save, &tr->save_lock_fd) != TPD_OK;
+    tpd_comm *w = tr->hcomms.world;
+    if (tpd_comm_size(w) > 1)
+        TPD_CHECK(tpd_comm_allreduce(w, &failed, &failed, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX, NULL));
+    if (!failed) return TPD_OK;
+    tr->failed_together = 1;
+    if (tr->mesh.rank == 0) return TPD_ERR_INVALID; /* it said why */
+    return tpd_fail(TPD_ERR_INVALID, "checkpoint.save: %s could not be held (rank 0 says why)",
+                    tr->cfg.checkpoint.save);
+}
+
 tpd_status tpd_trainer_run(tpd_trainer *tr) {
     const tpd_config *cfg = &tr->cfg;
     log_startup(tr);
     TPD_CHECK(log_placement(tr)); /* collective: before anything that fails on one rank */
     if (cfg->checkpoint.save[0]) {
+        TPD_CHECK(lock_save_dir(tr));
         /* before any step: refused here, every rank says so (the same files for all) */
         tpd_status guard = tpd_ckpt_check_save_dir(cfg, tr->loaded_dir, tr->continues);
         tr->failed_together = guard != TPD_OK;
