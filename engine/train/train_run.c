@@ -82,6 +82,18 @@ static void log_startup(const tpd_trainer *tr) {
         !tr->cfg.training.accumulate_allreduce_grads_in_fp32)
         tpd_log_info("training.accumulate_allreduce_grads_in_fp32: false has no effect under "
                      "training.precision fp32 (its gradients are fp32 either way)");
+    /* settings that this layout ignores: said once (the logging rank), not silently */
+    const tpd_model_dims *d = &m->d;
+    if (tr->is_logger && tr->cfg.parallel.sequence_parallel && tr->mesh.tp_size == 1)
+        tpd_log_warn("parallel.sequence_parallel: true has no effect at "
+                     "tensor_model_parallel_size 1 (it splits activations over TP ranks)");
+    int rn = tr->cfg.training.recompute_num_layers;
+    if (tr->is_logger && tr->cfg.training.recompute == TPD_RECOMPUTE_FULL &&
+        rn > d->chunk_layers[0])
+        tpd_log_warn("training.recompute_num_layers %d is more than the %d layer%s of a model "
+                     "chunk (num_layers / (PP x virtual chunks)): every layer is recomputed, as "
+                     "with 0",
+                     rn, d->chunk_layers[0], d->chunk_layers[0] > 1 ? "s" : "");
     if (tr->data.n > 1) {
         char blend[512] = "";
         size_t at = 0;

@@ -38,11 +38,17 @@ train training.train_iters=6 checkpoint.save=ck checkpoint.load=auto training.se
   >auto.log 2>&1 || bad "load=auto without latest: exit $?: $(tail -3 auto.log)"
 grep -q "loaded checkpoint ck/iter_0000004" auto.log || bad "load=auto without latest did not resume iter_0000004: $(head -5 auto.log)"
 grep -q "starting fresh" auto.log && bad "load=auto without latest started fresh"
+# without fallback=previous only the newest is tried: the message must not promise more
+grep -q "that verifies, from" auto.log && bad "load=auto without latest and fallback promised a fallback: $(grep missing auto.log)"
+grep -q "ck/latest is missing; resuming from the newest checkpoint there, ck/iter_0000004 (checkpoint.fallback: previous" auto.log \
+  || bad "latest-missing message without fallback: $(grep missing auto.log)"
 [ "$(cat ck/latest)" = iter_0000006 ] || bad "latest is '$(cat ck/latest)' after the resumed run"
 rm ck/latest
 train training.train_iters=8 checkpoint.save=ck checkpoint.load=auto checkpoint.fallback=previous \
   >fb.log 2>&1 || bad "fallback=previous without latest: exit $?: $(tail -3 fb.log)"
 grep -q "loaded checkpoint ck/iter_0000006" fb.log || bad "fallback=previous without latest did not resume iter_0000006"
+grep -q "ck/latest is missing; resuming from the newest checkpoint there that verifies, from ck/iter_0000006 down" fb.log \
+  || bad "latest-missing message with fallback: $(grep missing fb.log)"
 
 # 2. a run that did not load from this directory
 before=$(fingerprint ck)
