@@ -215,15 +215,16 @@ static tpd_status on_boundary(tpd_trainer *tr, int final, int *stop_p) {
  * the directory's top level, takes the lock and every rank learns whether it got it. Taken
  * before the guard and the .tmp pruning, which would otherwise race the other run. */
 static tpd_status lock_save_dir(tpd_trainer *tr) {
-    int32_t failed = 0;
+    tpd_status st = TPD_OK;
     if (tr->mesh.rank == 0 && tr->save_lock_fd < 0)
-        failed = tpd_ckpt_lock_save_dir(tr->cfg.checkpoint.save, &tr->save_lock_fd) != TPD_OK;
+        st = tpd_ckpt_lock_save_dir(tr->cfg.checkpoint.save, &tr->save_lock_fd);
+    int32_t failed = st != TPD_OK;
     tpd_comm *w = tr->hcomms.world;
     if (tpd_comm_size(w) > 1)
         TPD_CHECK(tpd_comm_allreduce(w, &failed, &failed, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX, NULL));
     if (!failed) return TPD_OK;
     tr->failed_together = 1;
-    if (tr->mesh.rank == 0) return TPD_ERR_INVALID; /* it said why */
+    if (st != TPD_OK) return st; /* it said why */
     return tpd_fail(TPD_ERR_INVALID, "checkpoint.save: %s could not be held (rank 0 says why)",
                     tr->cfg.checkpoint.save);
 }
