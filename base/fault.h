@@ -1,12 +1,15 @@
-/* Faults planted on purpose, for the tests of `tripod verify` only (never a user option):
+/* Faults planted on purpose, for tests only (never a user option):
  * the environment variable TRIPOD_TEST_FAULT=NAME or NAME:ARG plants one of
  *   drop-layer:S      the model of pipeline stage S (default 1) builds one layer fewer
  *                     (its last chunk's last layer), as a buggy stage split would;
  *   skip-dp-bucket:B  DP gradient bucket B (default 0) is never reduced (at DP > 1 its
  *                     gradients stay each rank's own);
  *   wrong-shard       a resume loads the checkpoint slice of the next TP rank instead
- *                     of its own (at TP > 1).
- * `tripod verify` must report each of them as a failed check. */
+ *                     of its own (at TP > 1);
+ *   stop-rank:R       world rank R (default 1) of `tripod train`/`eval`/`bench` stops
+ *                     itself (SIGSTOP) before start-up's config agreement, as a peer
+ *                     stuck at start-up would (the others must end on comm.timeout_s).
+ * `tripod verify` must report each of the first three as a failed check. */
 #ifndef TPD_BASE_FAULT_H
 #define TPD_BASE_FAULT_H
 

@@ -63,6 +63,7 @@ static struct {
     double timeout_s;
     volatile double busy_since; /* monotonic seconds; 0 when idle */
     volatile const char *busy_what;
+    volatile const char *busy_comm; /* the communicator's name ("world", "tp", ...) */
 } g_wd;
 
 static void *watchdog_main(void *arg) {
@@ -71,9 +72,10 @@ static void *watchdog_main(void *arg) {
         sleep(1);
         double since = g_wd.busy_since;
         if (since > 0 && tpd_clock_s() - since > g_wd.timeout_s) {
-            tpd_log_error("communication: %s did not complete within comm.timeout_s = %.0f s; "
-                          "a peer rank is dead or stuck. Aborting.",
-                          (const char *)g_wd.busy_what, g_wd.timeout_s);
+            tpd_log_error("communication: %s on communicator %s did not complete within "
+                          "comm.timeout_s = %.0f s; a peer rank is dead or stuck. Aborting.",
+                          (const char *)g_wd.busy_what, (const char *)g_wd.busy_comm,
+                          g_wd.timeout_s);
             /* Other ranks are blocked in the same collective: leaving is the only way to
              * let the launcher tear the job down (base/fatal.h). */
             tpd_fatal(TPD_EXIT_COMM, "MPI watchdog");
@@ -92,8 +94,9 @@ void tpd_comm_mpi_set_timeout(double timeout_s) {
     }
 }
 
-static void busy_begin(const char *what) {
+static void busy_begin(const tpd_comm *c, const char *what) {
     g_wd.busy_what = what;
+    g_wd.busy_comm = c->name;
     g_wd.busy_since = tpd_clock_s();
 }
 static void busy_end(void) {
@@ -164,7 +167,7 @@ static tpd_status mpi_fail(tpd_comm *c, const char *what, int rc) {
 
 #define MPI_CALL(c, what, call)                                                                    \
     do {                                                                                           \
-        busy_begin(what);                                                                          \
+        busy_begin((c), what);                                                                     \
         int mpi_rc_ = (call);                                                                      \
         busy_end();                                                                                \
         if (mpi_rc_ != MPI_SUCCESS) return mpi_fail((c), (what), mpi_rc_);                         \
@@ -353,7 +356,7 @@ static tpd_status m_gatherv(tpd_comm *c, const void *send, size_t sendcount, voi
     }
     /* every rank learns whether the root can receive before anyone sends */
     tpd_status st = TPD_OK;
-    busy_begin("gatherv");
+    busy_begin(c, "gatherv");
     int rc = MPI_Bcast(&ok, 1, MPI_INT, root, c->ctx->comm);
     busy_end();
     if (rc != MPI_SUCCESS) {
@@ -364,7 +367,7 @@ static tpd_status m_gatherv(tpd_comm *c, const void *send, size_t sendcount, voi
                           c->name);
         st = TPD_ERR_UNSUPPORTED;
     } else {
-        busy_begin("gatherv");
+        busy_begin(c, "gatherv");
         rc = MPI_Gatherv(send, (int)sendcount, mdt, recv, ic, id, mdt, root, c->ctx->comm);
         busy_end();
         if (rc != MPI_SUCCESS) st = mpi_fail(c, "gatherv", rc);
@@ -410,7 +413,7 @@ static tpd_status m_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, in
 
 static tpd_status m_wait(tpd_comm *c, tpd_comm_req *r) {
     if (!r) return TPD_OK;
-    busy_begin(r->what);
+    busy_begin(c, r->what);
     int rc = MPI_Waitall(r->n, r->mreq, MPI_STATUSES_IGNORE);
     busy_end();
     if (rc == MPI_SUCCESS) req_finish(r);

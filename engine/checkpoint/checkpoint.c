@@ -551,9 +551,14 @@ tpd_status tpd_ckpt_resume(const tpd_ckpt_view *v, tpd_ckpt_counters *c_p, int *
         if (v->is_logger) tpd_log_info("checkpoint: no checkpoint in %s, starting fresh", c->save);
         return TPD_OK;
     }
-    if (v->is_logger)
+    if (v->is_logger && c->fallback == TPD_FALLBACK_PREVIOUS)
         tpd_log_warn("checkpoint: %s is missing; resuming from the newest checkpoint there "
                      "that verifies, from %s down",
+                     latest, newest[0]);
+    else if (v->is_logger)
+        tpd_log_warn("checkpoint: %s is missing; resuming from the newest checkpoint there, %s "
+                     "(checkpoint.fallback: previous would try the older ones should it not "
+                     "verify)",
                      latest, newest[0]);
     return load_from(v, newest[0], c_p, continues_p, loaded_dir);
 }

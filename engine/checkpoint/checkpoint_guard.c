@@ -1,10 +1,15 @@
-/* What a run may do to a save directory before its first save: refuse one that holds
- * another run's checkpoints, and clear the iter_NNNNNNN.tmp folders of failed saves. */
+/* What a run may do to a save directory before its first save: hold it against a second
+ * run, refuse one that holds another run's checkpoints, and clear the iter_NNNNNNN.tmp
+ * folders of failed saves. */
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include "engine/checkpoint/checkpoint_internal.h"
 
@@ -72,4 +77,50 @@ int tpd_ckpt_prune_tmp(const char *save_dir) {
     }
     closedir(d);
     return removed;
+}
+
+tpd_status tpd_ckpt_lock_save_dir(const char *save_dir, int *fd_p) {
+    char path[TPD_CKPT_PATH + 32];
+    if (!tpd_ckpt_join(path, sizeof path, save_dir, ".tripod.lock"))
+        return tpd_fail(TPD_ERR_INVALID, "checkpoint.save: %s: path too long", save_dir);
+    TPD_CHECK(tpd_ckpt_mkdirs(save_dir));
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return tpd_fail(TPD_ERR_IO, "checkpoint.save: cannot open %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        if (err == ENOLCK || err == EOPNOTSUPP || err == EINVAL) {
+            tpd_log_warn("checkpoint.save: %s cannot be locked (%s): nothing stops a second "
+                         "run from saving there too",
+                         save_dir, strerror(err));
+            close(fd);
+            *fd_p = -1;
+            return TPD_OK;
+        }
+        /* the holder wrote "pid P on host H" after it took the lock */
+        char who[128] = "";
+        ssize_t n = pread(fd, who, sizeof who - 1, 0);
+        who[n > 0 ? n : 0] = '\0';
+        who[strcspn(who, "\n")] = '\0';
+        close(fd);
+        if (err != EWOULDBLOCK)
+            return tpd_fail(TPD_ERR_IO, "checkpoint.save: cannot lock %s: %s", path, strerror(err));
+        return tpd_fail(TPD_ERR_INVALID,
+                        "checkpoint.save: %s is in use by another run (%s holds %s); two runs "
+                        "saving into one directory replace each other's checkpoints. Wait "
+                        "for it to end or save elsewhere",
+                        save_dir, who[0] ? who : "a process", path);
+    }
+    char host[64] = "?", line[128];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    int len = snprintf(line, sizeof line, "pid %ld on host %s\n", (long)getpid(), host);
+    /* only a hint for the message above: a failure to write it leaves the lock valid */
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, line, (size_t)len, 0) < 0) line[0] = '\0';
+    *fd_p = fd;
+    return TPD_OK;
+}
+
+void tpd_ckpt_unlock_save_dir(int fd) {
+    if (fd >= 0) close(fd); /* closing the last descriptor of the open releases the flock */
 }

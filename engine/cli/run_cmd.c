@@ -1,11 +1,13 @@
 /* `tripod train`, `tripod bench` (measured steps) and `tripod eval`: the commands that run
  * the trainer on a run configuration. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/fault.h"
 #include "engine/bench/bench.h"
 #include "engine/cli/args.h"
 #include "engine/cli/cli.h"
@@ -193,6 +195,14 @@ int tpd_cli_run(int argc, char **argv, tpd_cli_run_mode mode) {
         }
     }
     tpd_cli_args_free(&a); /* after the cluster: o.cluster points into it */
+    /* Start-up's collectives (this agreement, the mesh split) get the run's deadline: a
+     * peer stopped or stuck here ends the job with TPD_EXIT_COMM instead of a hang. A rank
+     * whose config did not load uses the default comm.timeout_s. */
+    tpd_config dflt;
+    if (rc != TPD_EXIT_OK) tpd_config_defaults(&dflt);
+    tpd_comm_mpi_set_timeout(rc == TPD_EXIT_OK ? cfg.comm.timeout_s : dflt.comm.timeout_s);
+    int stop_rank = 1; /* test-only (base/fault.h): a rank stopped before the agreement */
+    if (tpd_fault("stop-rank", 1, &stop_rank) && tpd_comm_rank(world) == stop_rank) raise(SIGSTOP);
     int32_t worst = rc;
     if (tpd_comm_allreduce(world, &worst, &worst, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX, NULL) !=
         TPD_OK)
@@ -218,7 +228,6 @@ int tpd_cli_run(int argc, char **argv, tpd_cli_run_mode mode) {
     }
 
     tpd_trainer *tr = NULL;
-    tpd_comm_mpi_set_timeout(cfg.comm.timeout_s);
     st = tpd_trainer_create(&cfg, world, &tr);
     if (st == TPD_OK) {
         tpd_log_set_rank(tpd_comm_rank(world), tpd_trainer_is_logger(tr));

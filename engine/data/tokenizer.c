@@ -94,6 +94,15 @@ int tpd_bpe_find(const tpd_bpe *b, const char *spelling) {
     return table_find((struct hsearch_data *)&b->vocab, spelling);
 }
 
+int tpd_bpe_mark_missing_bytes(tpd_bpe *b) {
+    b->nmissing = 0;
+    for (int c = 0; c < 256; c++) {
+        b->byte_missing[c] = tpd_bpe_find(b, b->alpha[c]) < 0;
+        b->nmissing += b->byte_missing[c];
+    }
+    return b->nmissing;
+}
+
 tpd_status tpd_bpe_check_bytes(const tpd_bpe *b, const char *path) {
     /* every byte must spell a token, or some text could not be encoded */
     for (int c = 0; c < 256; c++)
@@ -336,6 +345,24 @@ typedef struct id_sink {
     size_t *n_p, *cap_p;
 } id_sink;
 
+/* Spells the k bytes p as w's symbols, one a byte (without those that have no token when
+ * skip_missing); *m_p gets the symbol count. Returns the spelling's length (bytes). */
+static size_t spell_word(const tpd_bpe *b, word *w, const unsigned char *p, size_t k,
+                         int skip_missing, size_t *m_p) {
+    size_t m = 0, len = 0;
+    for (size_t i = 0; i < k; i++) {
+        if (skip_missing && b->byte_missing[p[i]]) continue;
+        w->bound[m++] = len;
+        size_t l = strlen(b->alpha[p[i]]);
+        memcpy(w->spelled + len, b->alpha[p[i]], l);
+        len += l;
+    }
+    w->bound[m] = len;
+    w->spelled[len] = 0;
+    *m_p = m;
+    return len;
+}
+
 static tpd_status encode_word(const tpd_bpe *b, word *w, const unsigned char *p, size_t k,
                               const id_sink *out) {
     if (k > w->cap) {
@@ -352,17 +379,12 @@ static tpd_status encode_word(const tpd_bpe *b, word *w, const unsigned char *p,
         w->bound = bd;
         w->cap = k;
     }
-    size_t m = k, len = 0;
-    for (size_t i = 0; i < k; i++) {
-        w->bound[i] = len;
-        size_t l = strlen(b->alpha[p[i]]);
-        memcpy(w->spelled + len, b->alpha[p[i]], l);
-        len += l;
-    }
-    w->bound[k] = len;
-    w->spelled[len] = 0;
+    size_t m = 0, len = spell_word(b, w, p, k, 0, &m);
     int whole = b->ignore_merges ? tpd_bpe_find(b, w->spelled) : -1;
     if (whole >= 0) return push_id(whole, out->ids_p, out->n_p, out->cap_p);
+    /* `tokenizers` drops a byte without a token before merging (no byte_fallback, no
+     * unk_token): its neighbours become adjacent */
+    if (b->nmissing) len = spell_word(b, w, p, k, 1, &m);
     /* merge the lowest-ranked adjacent pair everywhere, left to right, until none ranks */
     while (m > 1) {
         int best = -1;

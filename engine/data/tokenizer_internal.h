@@ -63,8 +63,11 @@ struct tpd_bpe {
     int32_t prefix[BPE_MAX_TEMPLATE]; /* post-processor: ids before and after the text */
     int32_t suffix[BPE_MAX_TEMPLATE];
     int nprefix, nsuffix;
-    char alpha[256][3];          /* byte -> UTF-8 of its code point in GPT-2's byte alphabet */
-    int16_t byte_of[BPE_MAX_CP]; /* code point -> byte, -1 for none */
+    char alpha[256][3];              /* byte -> UTF-8 of its code point in GPT-2's byte alphabet */
+    int16_t byte_of[BPE_MAX_CP];     /* code point -> byte, -1 for none */
+    unsigned char byte_missing[256]; /* 1: the byte has no token (tokenizer.json only): it
+                                        is dropped from the text before merging */
+    int nmissing;
 };
 
 /* A new tokenizer with GPT-2's byte alphabet and nothing else (eod -1). */
@@ -77,6 +80,8 @@ tpd_status tpd_bpe_add_token(tpd_bpe *b, const char *path, const char *s, int id
 int tpd_bpe_find(const tpd_bpe *b, const char *spelling);
 /* Fails, naming path, when one of the 256 bytes has no token. */
 tpd_status tpd_bpe_check_bytes(const tpd_bpe *b, const char *path);
+/* Fills b->byte_missing and b->nmissing from the vocabulary; returns nmissing. */
+int tpd_bpe_mark_missing_bytes(tpd_bpe *b);
 /* Sizes the merge table for n merges. */
 tpd_status tpd_bpe_reserve_merges(tpd_bpe *b, const char *path, int n);
 /* Appends the merge of first and second (next rank); where names the merge in errors

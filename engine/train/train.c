@@ -194,6 +194,7 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     tpd_trainer *tr = calloc(1, sizeof *tr);
     if (!tr) return tpd_fail_nomem("the trainer", sizeof *tr);
     tr->cfg = *cfg;
+    tr->save_lock_fd = -1;
     int tp = cfg->parallel.tensor_model_parallel_size;
     int pp = cfg->parallel.pipeline_model_parallel_size;
     int dp = tpd_config_dp(cfg, tpd_comm_size(world));
@@ -289,6 +290,7 @@ void tpd_trainer_destroy(tpd_trainer *tr) {
     if (!tr) return;
     tpd_status st = TPD_OK;
     tpd_ckpt_saver_destroy(tr->saver); /* a save in flight after an error: never committed */
+    tpd_ckpt_unlock_save_dir(tr->save_lock_fd); /* after the last save */
     if (tr->metrics) fclose(tr->metrics);
     tpd_tb_close(tr->tb);
     free(tr->batch);

@@ -37,13 +37,15 @@ struct tpd_trainer {
     tpd_ckpt_saver *saver;
     char loaded_dir[TPD_CKPT_PATH]; /* the checkpoint this run loaded; "" when none */
     int continues;                  /* it continues that checkpoint's run (full state) */
-    int skipped_in_a_row;           /* non-finite steps since the last good one */
-    int failed_together;            /* tpd_trainer_failed_together */
-    int interrupted;                /* tpd_trainer_run stopped early on SIGTERM/SIGINT, or at
-                                       training.exit_interval / exit_duration_in_mins (after saving) */
-    int run_start_iteration;        /* iteration when tpd_trainer_run began */
-    double run_start_s;             /* tpd_clock_s() then */
-    int is_logger;                  /* writes the log line and the metrics file */
+    int save_lock_fd;        /* tpd_ckpt_lock_save_dir of checkpoint.save from tpd_trainer_run on
+                                (world rank 0); -1: not held */
+    int skipped_in_a_row;    /* non-finite steps since the last good one */
+    int failed_together;     /* tpd_trainer_failed_together */
+    int interrupted;         /* tpd_trainer_run stopped early on SIGTERM/SIGINT, or at
+                                training.exit_interval / exit_duration_in_mins (after saving) */
+    int run_start_iteration; /* iteration when tpd_trainer_run began */
+    double run_start_s;      /* tpd_clock_s() then */
+    int is_logger;           /* writes the log line and the metrics file */
     FILE *metrics;
     struct tpd_tb_writer *tb; /* logging.tensorboard_dir, logging rank */
     int32_t *batch;           /* (B, T+1) host samples of one micro-batch */

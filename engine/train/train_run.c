@@ -82,6 +82,18 @@ static void log_startup(const tpd_trainer *tr) {
         !tr->cfg.training.accumulate_allreduce_grads_in_fp32)
         tpd_log_info("training.accumulate_allreduce_grads_in_fp32: false has no effect under "
                      "training.precision fp32 (its gradients are fp32 either way)");
+    /* settings that this layout ignores: said once (the logging rank), not silently */
+    const tpd_model_dims *d = &m->d;
+    if (tr->is_logger && tr->cfg.parallel.sequence_parallel && tr->mesh.tp_size == 1)
+        tpd_log_warn("parallel.sequence_parallel: true has no effect at "
+                     "tensor_model_parallel_size 1 (it splits activations over TP ranks)");
+    int rn = tr->cfg.training.recompute_num_layers;
+    if (tr->is_logger && tr->cfg.training.recompute == TPD_RECOMPUTE_FULL &&
+        rn > d->chunk_layers[0])
+        tpd_log_warn("training.recompute_num_layers %d is more than the %d layer%s of a model "
+                     "chunk (num_layers / (PP x virtual chunks)): every layer is recomputed, as "
+                     "with 0",
+                     rn, d->chunk_layers[0], d->chunk_layers[0] > 1 ? "s" : "");
     if (tr->data.n > 1) {
         char blend[512] = "";
         size_t at = 0;
@@ -199,11 +211,30 @@ static tpd_status on_boundary(tpd_trainer *tr, int final, int *stop_p) {
     return TPD_OK;
 }
 
+/* Holds checkpoint.save against a second run (collective): world rank 0, which writes
+ * the directory's top level, takes the lock and every rank learns whether it got it. Taken
+ * before the guard and the .tmp pruning, which would otherwise race the other run. */
+static tpd_status lock_save_dir(tpd_trainer *tr) {
+    tpd_status st = TPD_OK;
+    if (tr->mesh.rank == 0 && tr->save_lock_fd < 0)
+        st = tpd_ckpt_lock_save_dir(tr->cfg.checkpoint.save, &tr->save_lock_fd);
+    int32_t failed = st != TPD_OK;
+    tpd_comm *w = tr->hcomms.world;
+    if (tpd_comm_size(w) > 1)
+        TPD_CHECK(tpd_comm_allreduce(w, &failed, &failed, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX, NULL));
+    if (!failed) return TPD_OK;
+    tr->failed_together = 1;
+    if (st != TPD_OK) return st; /* it said why */
+    return tpd_fail(TPD_ERR_INVALID, "checkpoint.save: %s could not be held (rank 0 says why)",
+                    tr->cfg.checkpoint.save);
+}
+
 tpd_status tpd_trainer_run(tpd_trainer *tr) {
     const tpd_config *cfg = &tr->cfg;
     log_startup(tr);
     TPD_CHECK(log_placement(tr)); /* collective: before anything that fails on one rank */
     if (cfg->checkpoint.save[0]) {
+        TPD_CHECK(lock_save_dir(tr));
         /* before any step: refused here, every rank says so (the same files for all) */
         tpd_status guard = tpd_ckpt_check_save_dir(cfg, tr->loaded_dir, tr->continues);
         tr->failed_together = guard != TPD_OK;

@@ -338,6 +338,49 @@ TEST_F(Corruption, FinetuneLoadsWeightsOnly) {
     EXPECT_EQ(0, memcmp(wte.data(), g.t[TPD_P_WTE][TPD_CKPT_PARAM].data(), wte.size() * 4));
 }
 
+// ---- one run per save directory ----
+
+TEST(SaveLock, ASecondHolderIsRefusedWithTheFirstOnesPid) {
+    std::string save = ckt::fresh_dir(tiny::temp_prefix("lock")) + "/sub";
+    int a = -1, b = -1;
+    ASSERT_EQ(tpd_ckpt_lock_save_dir(save.c_str(), &a), TPD_OK); // creates the directory
+    ASSERT_GE(a, 0);
+    // another open file description: what a second process would have
+    EXPECT_EQ(tpd_ckpt_lock_save_dir(save.c_str(), &b), TPD_ERR_INVALID);
+    EXPECT_EQ(b, -1);
+    std::string err = tpd_last_error();
+    EXPECT_NE(err.find(save), std::string::npos) << err;
+    EXPECT_NE(err.find("pid " + std::to_string(getpid()) + " "), std::string::npos) << err;
+    tpd_ckpt_unlock_save_dir(a);
+    ASSERT_EQ(tpd_ckpt_lock_save_dir(save.c_str(), &b), TPD_OK); // released
+    tpd_ckpt_unlock_save_dir(b);
+}
+
+TEST(SaveLock, ARunHoldsItsSaveDirectoryUntilDestroyed) {
+    std::string save = ckt::fresh_dir(tiny::temp_prefix("lockrun"));
+    tpd_config cfg = base_config(save);
+    cfg.training.train_iters = 2;
+    tpd_trainer *first = nullptr, *second = nullptr;
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &first), TPD_OK);
+    ASSERT_EQ(tpd_trainer_run(first), TPD_OK);
+    // a second run on the directory, even one that resumes it, is refused before any step
+    snprintf(cfg.checkpoint.load, sizeof cfg.checkpoint.load, "auto");
+    cfg.training.train_iters = 4;
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &second), TPD_OK);
+    EXPECT_EQ(tpd_trainer_run(second), TPD_ERR_INVALID);
+    EXPECT_EQ(tpd_trainer_iteration(second), 2);
+    std::string err = tpd_last_error();
+    EXPECT_NE(err.find(save + " is in use by another run"), std::string::npos) << err;
+    EXPECT_EQ(ckt::slurp(save + "/latest"), "iter_0000002\n");
+    tpd_trainer_destroy(second);
+    tpd_trainer_destroy(first);
+    // the first one gone, the resume goes ahead
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &second), TPD_OK);
+    EXPECT_EQ(tpd_trainer_run(second), TPD_OK);
+    EXPECT_EQ(tpd_trainer_iteration(second), 4);
+    tpd_trainer_destroy(second);
+}
+
 // ---- signals ----
 
 void raise_at_third_step(void *user, const tpd_pp_action *a, double, double) {
@@ -361,6 +404,73 @@ TEST(Signals, SigtermSavesAtTheNextBoundaryAndStops) {
     tpd_signal_clear();
     EXPECT_EQ(ckt::slurp(save + "/latest"), "iter_0000003\n");
     EXPECT_EQ(ckt::read_globals(save).iteration, 3);
+}
+
+// The child of the tests below: a run of 50 iterations whose third step gets two SIGTERMs
+// 1 ms apart (a launcher signalling the process, then its process group); with `later`, a
+// third one past the repeat window, still inside that step. Exits 0 when the run stopped
+// early with success, 20 + its status otherwise. Runs without MPI.
+int g_sig_later = 0;
+void raise_twice_at_third_step(void *, const tpd_pp_action *a, double, double) {
+    static int stage = 0;
+    if (a->micro_batch != 0) return;
+    if (stage == 0 && a->kind == TPD_PP_FWD) {
+        raise(SIGTERM);
+        usleep(1000);
+        raise(SIGTERM);
+        stage = 1;
+    } else if (stage == 1 && g_sig_later && a->kind != TPD_PP_FWD) {
+        usleep(1000 * (TPD_SIGNAL_REPEAT_WINDOW_MS + 200));
+        raise(SIGTERM); // leaves at once: not reached past here
+        stage = 2;
+    }
+}
+
+void at_third_step(void *user, const tpd_pp_action *a, double t0, double t1) {
+    if (tpd_trainer_iteration(static_cast<tpd_trainer *>(user)) == 2)
+        raise_twice_at_third_step(user, a, t0, t1);
+}
+
+int signal_child(const char *data, const char *save, int later) {
+    g_data = data;
+    g_sig_later = later;
+    tpd_comm *world = nullptr;
+    if (tpd_comm_self_create(&world) != TPD_OK) return 9;
+    tpd_config cfg = base_config(save);
+    cfg.training.train_iters = 50;
+    tpd_trainer *tr = nullptr;
+    if (tpd_trainer_create(&cfg, world, &tr) != TPD_OK) return 10;
+    tpd_trainer_set_observer(tr, at_third_step, tr);
+    tpd_status st = tpd_trainer_run(tr);
+    int rc = st != TPD_OK ? 20 + (int)st : tpd_trainer_interrupted(tr) ? 0 : 11;
+    tpd_trainer_destroy(tr);
+    return rc;
+}
+
+// The child's exit status (-1: killed by a signal).
+int run_signal_child(const std::string &save, int later) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(g_self.c_str(), g_self.c_str(), "--signal-child", g_data.c_str(), save.c_str(),
+              later ? "later" : "once", (char *)nullptr);
+        _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return -2;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(Signals, RepeatsWithinTheWindowAreOneRequest) {
+    std::string save = ckt::fresh_dir(tiny::temp_prefix("sigtwice"));
+    EXPECT_EQ(run_signal_child(save, 0), 0) << "two SIGTERMs 1 ms apart must save and stop";
+    EXPECT_EQ(ckt::slurp(save + "/latest"), "iter_0000003\n");
+    EXPECT_EQ(ckt::read_globals(save).iteration, 3);
+}
+
+TEST(Signals, ASignalPastTheWindowLeavesAtOnce) {
+    std::string save = ckt::fresh_dir(tiny::temp_prefix("sigthird"));
+    EXPECT_EQ(run_signal_child(save, 1), TPD_EXIT_SIGNAL);
+    EXPECT_FALSE(ckt::exists(save + "/latest")); // left before the boundary's save
 }
 
 // Megatron's --exit-interval and --exit-duration-in-mins: save at the boundary and stop
@@ -465,6 +575,8 @@ TEST(Signals, SigkillDuringSaveNeverBecomesLatest) {
 
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--writer-child")) return writer_child(argv[2], argv[3]);
+    if (argc == 5 && !strcmp(argv[1], "--signal-child"))
+        return signal_child(argv[2], argv[3], !strcmp(argv[4], "later"));
     ::testing::InitGoogleTest(&argc, argv);
     g_self = "/proc/self/exe";
     char buf[4096];

@@ -9,7 +9,9 @@
 #  4. export refuses an output inside the checkpoint, and an existing file without --force;
 #  5. a stale iter_N.tmp of a failed save is removed when the next run starts;
 #  6. manifest fields edited and re-hashed (file_offset, TP, iteration, a run outside its
-#     tensor) are refused by inspect and by a load.
+#     tensor) are refused by inspect and by a load;
+#  7. a second run on a save directory while another runs there is refused at start-up,
+#     naming the holder's pid; the first one goes on and saves.
 # usage: ckpt_guard.sh TRIPOD_BIN SOURCE_DIR
 set -u
 bin=$1
@@ -38,11 +40,17 @@ train training.train_iters=6 checkpoint.save=ck checkpoint.load=auto training.se
   >auto.log 2>&1 || bad "load=auto without latest: exit $?: $(tail -3 auto.log)"
 grep -q "loaded checkpoint ck/iter_0000004" auto.log || bad "load=auto without latest did not resume iter_0000004: $(head -5 auto.log)"
 grep -q "starting fresh" auto.log && bad "load=auto without latest started fresh"
+# without fallback=previous only the newest is tried: the message must not promise more
+grep -q "that verifies, from" auto.log && bad "load=auto without latest and fallback promised a fallback: $(grep missing auto.log)"
+grep -q "ck/latest is missing; resuming from the newest checkpoint there, ck/iter_0000004 (checkpoint.fallback: previous" auto.log \
+  || bad "latest-missing message without fallback: $(grep missing auto.log)"
 [ "$(cat ck/latest)" = iter_0000006 ] || bad "latest is '$(cat ck/latest)' after the resumed run"
 rm ck/latest
 train training.train_iters=8 checkpoint.save=ck checkpoint.load=auto checkpoint.fallback=previous \
   >fb.log 2>&1 || bad "fallback=previous without latest: exit $?: $(tail -3 fb.log)"
 grep -q "loaded checkpoint ck/iter_0000006" fb.log || bad "fallback=previous without latest did not resume iter_0000006"
+grep -q "ck/latest is missing; resuming from the newest checkpoint there that verifies, from ck/iter_0000006 down" fb.log \
+  || bad "latest-missing message with fallback: $(grep missing fb.log)"
 
 # 2. a run that did not load from this directory
 before=$(fingerprint ck)
@@ -117,5 +125,26 @@ edit iterneg '0,/"iteration":\t8/s//"iteration":\t-7/'
 refused iterneg "'iteration' is -7, outside"
 edit goff '0,/"global_offset":\t0/s//"global_offset":\t32/'
 refused goff "lies outside its"
+
+# 7. two runs at once on one save directory
+"$bin" train "$src/configs/demo.yaml" "${common[@]}" training.train_iters=100000 \
+  checkpoint.save=ck7 >hold.log 2>&1 &
+holder=$!
+for _ in $(seq 1 120); do
+  grep -q '^ iteration' hold.log && break
+  kill -0 $holder 2>/dev/null || break
+  sleep 0.5
+done
+grep -q '^ iteration' hold.log || bad "the first run on ck7 never trained: $(tail -3 hold.log)"
+train training.train_iters=2 checkpoint.save=ck7 checkpoint.load=auto >second.log 2>&1
+rc=$?
+[ $rc -eq 2 ] || bad "a second run on ck7: exit $rc (expected 2): $(tail -3 second.log)"
+grep -q "checkpoint.save: ck7 is in use by another run (pid $holder on host " second.log \
+  || bad "second-run refusal: $(tail -2 second.log)"
+grep -q "^ iteration" second.log && bad "the refused second run trained"
+kill -TERM $holder
+wait $holder || bad "the first run on ck7 exited $? after SIGTERM"
+[ -f ck7/latest ] || bad "the first run on ck7 did not save after the refused one: $(ls -a ck7)"
+
 [ $nbad -eq 0 ] || fail "$nbad checks failed"
 echo "ckpt_guard: PASS"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SIGTERM under mpirun: `tripod train` on 2 ranks (PP=2) gets SIGTERM on one rank only;
 # every rank agrees at the next iteration boundary, saves, and the job exits 0 with a new
-# committed checkpoint. Then a resumed single-process run gets two SIGTERMs: the second
-# exits at once with code 4 (TPD_EXIT_SIGNAL) and `latest` stays where it was.
+# committed checkpoint. Then a resumed single-process run gets two SIGTERMs back to back:
+# one request, so it saves and exits 0 (test_checkpoint's Signals tests hold the later
+# signal that leaves at once with code 4).
 #
 # usage: ckpt_sigterm.sh TRIPOD MPIEXEC
 set -euo pipefail
@@ -52,20 +53,20 @@ it=$((10#$it))
 grep -q "\"iteration\":[[:space:]]*$it," "$work/ck/$latest/manifest.json" || fail "manifest iteration"
 echo "ckpt_sigterm: SIGTERM under mpirun: exit 0, committed $latest"
 
-# ---- part 2: one process resumes; a second SIGTERM leaves at once ----
+# ---- part 2: one process resumes; a SIGTERM repeated within 1 ms is the same request ----
+# (GNU timeout signals the child and then its process group: the run must still save)
 before=$(lines "$work/metrics.jsonl")
-# a bigger global batch makes each step long enough to land the second signal inside it
-"$tripod" train "$work/tiny.yaml" training.global_batch_size=2048 >"$work/run2.log" 2>&1 &
+"$tripod" train "$work/tiny.yaml" >"$work/run2.log" 2>&1 &
 pid=$!
-wait_lines "$work/metrics.jsonl" $((before + 1))
+wait_lines "$work/metrics.jsonl" $((before + 2))
 kill -TERM "$pid"
-sleep 0.05
 kill -TERM "$pid" 2>/dev/null || true
 rc=0
 wait "$pid" || rc=$?
-((rc == 4)) || { cat "$work/run2.log"; fail "second SIGTERM: exit $rc, expected 4"; }
+((rc == 0)) || { cat "$work/run2.log"; fail "two SIGTERMs at once: exit $rc, expected 0 after saving"; }
 grep -q "loaded checkpoint" "$work/run2.log" || fail "the second run did not resume"
-[[ $(cat "$work/ck/latest") == "$latest" ]] || fail "latest moved after a forced exit"
-ls "$work/ck" | grep -q '^iter_.*\.tmp$' && echo "ckpt_sigterm: (a partial .tmp directory is left, never latest)"
-echo "ckpt_sigterm: second SIGTERM: exit 4, latest still $latest"
+# (the kernel may merge the two while the first is pending: no "same request" line then)
+latest2=$(cat "$work/ck/latest")
+[[ $latest2 > $latest ]] || fail "latest did not move after a repeated SIGTERM ($latest2)"
+echo "ckpt_sigterm: two SIGTERMs at once: exit 0, committed $latest2"
 echo "ckpt_sigterm: PASS"

@@ -3,7 +3,9 @@
 #  1. invalid layouts: every rank prints the same one-line error naming the values, before
 #     any collective, and the job exits non-zero (no rank hangs);
 #  2. a dead rank: when one rank is killed mid-run the job ends with a non-zero status
-#     instead of hanging.
+#     instead of hanging;
+#  3. a rank stopped (SIGSTOP) before start-up's config agreement: the other ends on
+#     comm.timeout_s with the communication exit code (3), naming the collective.
 # usage: launch_checks.sh TRIPOD_BIN SOURCE_DIR
 set -u
 bin=$1
@@ -79,6 +81,36 @@ else
     echo "FAIL: dead rank: victim '$victim', job status $rc"
     fail=$((fail + 1))
   fi
+fi
+
+# A rank stopped at start-up: the test-only fault stops rank 1 before the agreement.
+t0=$(date +%s)
+TRIPOD_TEST_FAULT=stop-rank:1 "${mpirun[@]}" -x TRIPOD_TEST_FAULT -np 2 "$bin" train \
+  "$src/configs/demo.yaml" "${common[@]}" training.global_batch_size=8 comm.timeout_s=3 \
+  >"$work/stuck.log" 2>&1 &
+launcher=$!
+sleep 1
+ranks=$(pgrep -P "$launcher" -f "$bin" | tr '\n' ' ')
+waited=0
+while kill -0 "$launcher" 2>/dev/null && [ $waited -lt 60 ]; do sleep 1; waited=$((waited + 1)); done
+if kill -0 "$launcher" 2>/dev/null; then
+  echo "FAIL: stuck start-up: job still running after ${waited}s"
+  kill -9 "$launcher"
+  rc=124
+else
+  wait "$launcher"
+  rc=$?
+fi
+for r in $ranks; do kill -9 "$r" 2>/dev/null; done # the stopped rank, if mpirun left it
+elapsed=$(($(date +%s) - t0))
+if [ "$rc" -eq 3 ] && [ "$elapsed" -le 40 ] &&
+  grep -q "all-reduce on communicator world did not complete within comm.timeout_s = 3 s; a peer rank is dead or stuck" "$work/stuck.log"; then
+  pass=$((pass + 1))
+  echo "stuck start-up: job ended with status $rc after ${elapsed}s"
+else
+  echo "FAIL: stuck start-up: status $rc after ${elapsed}s (expected 3 within 40 s)"
+  head -20 "$work/stuck.log"
+  fail=$((fail + 1))
 fi
 
 echo "$pass passed, $fail failed"

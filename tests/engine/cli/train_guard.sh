@@ -7,7 +7,9 @@
 #     non-finite steps with exit 5 and a message on every rank, saving nothing; with the
 #     limit off, skipped steps only skip, and non-finite weights are never saved;
 #  3. training.num_threads past any machine is a config error; past the cores, a warning;
-#  4. logging.eval_interval with an empty validation split fails before training.
+#  4. logging.eval_interval with an empty validation split fails before training;
+#  5. settings the layout ignores (sequence_parallel at TP 1, a recompute_num_layers past a
+#     model chunk's layers) are said once, by the logging rank, and the run trains.
 # usage: train_guard.sh TRIPOD_BIN MPIEXEC SOURCE_DIR
 set -u
 bin=$1
@@ -57,7 +59,8 @@ expect 2 1 "micro_batch_size * seq_length (65536 * 65536) must be at most" tok.l
 timeout 120 "${mpirun[@]}" -np 2 "$bin" train "$src/configs/demo.yaml" "${O[@]}" training.train_iters=40 \
   optimizer.lr=1e30 checkpoint.save=div >div.log 2>&1
 expect 5 2 "in a row (training.max_skipped_iterations 10): the run diverged; stopping without saving" div.log $?
-[ -e div ] && bad "the diverged run saved: $(ls div)"
+# (div/ itself exists from start-up on: it holds the run's lock, .tripod.lock)
+ls div 2>/dev/null | grep -q . && bad "the diverged run saved: $(ls div)"
 grep -q "^ iteration *40/" div.log && bad "the diverged run ran to the end"
 grep -q "update skipped (1 in a row" div.log || bad "a skipped step was not said"
 "$bin" train "$src/configs/demo.yaml" "${O[@]}" training.train_iters=4 optimizer.lr=1e30 \
@@ -81,5 +84,13 @@ expect 0 1 "training.num_threads 1000: this rank may run on" t2.log $?
   logging.eval_interval=2 >split.log 2>&1
 expect 2 1 "the valid split holds 0 tokens" split.log $?
 grep -q "$work/corpus: split" split.log || bad "the split error does not name the data set: $(cat split.log)"
+# 5. settings without effect at this layout: one warning each for the job (PP 2: 2 ranks)
+timeout 120 "${mpirun[@]}" -np 2 "$bin" train "$src/configs/demo.yaml" "${O[@]}" training.train_iters=1 \
+  parallel.pipeline_model_parallel_size=2 parallel.sequence_parallel=true training.recompute=full \
+  training.recompute_num_layers=5 >noeffect.log 2>&1
+rc=$?
+expect 0 1 "parallel.sequence_parallel: true has no effect at tensor_model_parallel_size 1" noeffect.log $rc
+expect 0 1 "training.recompute_num_layers 5 is more than the 1 layer of a model chunk" noeffect.log $rc
+
 [ $nbad -eq 0 ] || fail "$nbad checks failed"
 echo "train_guard: PASS"

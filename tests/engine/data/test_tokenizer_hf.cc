@@ -308,6 +308,45 @@ TEST(TokenizerHf, UnsupportedTokenizersAreRefusedNamingFileAndKey) {
                "merge 'q nope': 'nope' is not in the vocabulary");
 }
 
+// hf_tokenizer/missing_bytes (tools/hf_tokenizer_missing_bytes.py): a vocabulary without
+// the tokens of bytes 0x04, 0x7f, 'q' and 0xa9 loads (with a warning naming them), and
+// texts holding them encode to the ids `tokenizers` gives: the bytes are dropped before
+// merging ("aqb" is the one token "ab"). The ids decode to the text without them.
+TEST(TokenizerHf, MissingByteTokensAreDroppedAsTokenizersDoes) {
+    const std::string file = kDir + "/missing_bytes/tokenizer.json";
+    tpd_bpe *b = nullptr;
+    testing::internal::CaptureStderr();
+    ASSERT_EQ(tpd_bpe_load_hf(file.c_str(), &b), TPD_OK) << tpd_last_error();
+    std::string warn = testing::internal::GetCapturedStderr();
+    expect_has(warn, file + ": 4 of the 256 bytes have no token in model.vocab (0x04 0x71 "
+                            "0x7f 0xa9)");
+    BpeHandle hf;
+    hf.b = b;
+    std::ifstream f(kDir + "/missing_bytes/golden.jsonl");
+    std::string line;
+    int cases = 0, dropped = 0;
+    while (std::getline(f, line)) {
+        cJSON *o = cJSON_Parse(line.c_str());
+        ASSERT_NE(o, nullptr) << line;
+        std::string text = unhex(cJSON_GetObjectItem(o, "hex")->valuestring);
+        std::string kept = unhex(cJSON_GetObjectItem(o, "decoded_hex")->valuestring);
+        std::vector<int32_t> ids = id_list(cJSON_GetObjectItem(o, "ids"));
+        cJSON_Delete(o);
+        EXPECT_EQ(hf.encode(text), ids) << "text hex " << line;
+        EXPECT_EQ(hf.decode(ids), kept) << "text hex " << line;
+        cases++;
+        dropped += kept.size() < text.size();
+    }
+    EXPECT_GE(cases, 12);
+    EXPECT_GE(dropped, 8);
+    // with an unk_token, `tokenizers` would emit it for those bytes: refused
+    std::string path = rewrite(file, "hf_missing_unk", [](cJSON *r) {
+        cJSON_ReplaceItemInObject(model_of(r), "unk_token", cJSON_CreateString("<|endoftext|>"));
+    });
+    expect_has(load_error(path), path + ": model.unk_token \"<|endoftext|>\" with 4 of the 256 "
+                                        "bytes missing from model.vocab");
+}
+
 // SentencePiece's tokenizer.model, given as a file, found in a folder, or under another
 // name: refused, saying SentencePiece is not supported.
 TEST(TokenizerHf, SentencePieceIsRefused) {
