@@ -37,7 +37,7 @@ static void usage(FILE *f) {
             "      into a directory that holds no checkpoint (--force: even beside some)\n"
             "  tripod generate CHECKPOINT [--prompt TEXT] [--max-new-tokens N]\n"
             "                  [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-            "                  [--stop-at-eod] [--no-kv-cache]\n"
+            "                  [--stop-at-eod] [--no-kv-cache] [--device cpu|cuda]\n"
             "                  [--vocab-file vocab.json --merge-file merges.txt]\n"
             "                  [--tokenizer-type HuggingFaceTokenizer\n"
             "                   --tokenizer-model tokenizer.json]\n"
@@ -45,13 +45,14 @@ static void usage(FILE *f) {
             "      Face tokenizer.json (byte-level BPE; the prompt gets its BOS); bytes\n"
             "      without them\n"
             "      --no-kv-cache: a full forward over the last seq_length tokens per token\n"
+            "      --device: the backend (default cpu; cuda: GPU 0, in the run's precision)\n"
             "  tripod inspect CHECKPOINT\n"
             "      what it holds (iteration, layout, model, files), every file verified\n"
             "CHECKPOINT is a checkpoint directory or a checkpoint.save directory (its latest).\n");
 }
 
 typedef struct opts {
-    const char *pos, *format, *output, *layout, *prompt, *dtype, *max_shard;
+    const char *pos, *format, *output, *layout, *prompt, *dtype, *max_shard, *device;
     tpd_cli_tok tok;
     int max_new, top_k, no_kv_cache, stop_at_eod, force;
     double temperature, top_p;
@@ -104,6 +105,8 @@ static int parse(int argc, char **argv, opts *o) {
             o->dtype = v;
         else if (!strcmp(a, "--max-shard-size"))
             o->max_shard = v;
+        else if (!strcmp(a, "--device"))
+            o->device = v;
         else if (!strcmp(a, "--prompt"))
             o->prompt = v;
         else if (!strcmp(a, "--max-new-tokens") || !strcmp(a, "--top-k")) {
@@ -424,6 +427,13 @@ static int cmd_generate(const opts *o) {
         fprintf(stderr, "tripod: error: generate: --top-p must be in (0, 1]\n");
         return TPD_EXIT_CONFIG;
     }
+    int device = o->device ? tpd_config_choice_value("training.device", o->device) : 0;
+    if (device < 0) {
+        fprintf(stderr, "tripod: error: generate: --device '%s': expected cpu or cuda\n",
+                o->device);
+        return TPD_EXIT_CONFIG;
+    }
+    g.device = (tpd_device)device;
     tpd_bpe *bpe = NULL;
     if (tpd_cli_tok_load(&o->tok, "generate", &bpe) != TPD_OK) return TPD_EXIT_CONFIG;
     g.bpe = bpe;
