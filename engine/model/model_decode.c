@@ -40,9 +40,9 @@ tpd_status tpd_model_decode_create(tpd_model *m, tpd_model_decode **dec_p) {
     size_t cache = (size_t)d->Ls * d->T * KV * a;
     /* offsets first, then one allocation */
     size_t cur = 0, o_k = take(&cur, cache), o_v = take(&cur, cache);
-    size_t o_x0 = take(&cur, C * a), o_x1 = take(&cur, C * a);
+    size_t o_xa = take(&cur, C * a), o_xb = take(&cur, C * a);
     size_t o_ln1 = take(&cur, C * a), o_qkv = take(&cur, (size_t)d->QKVl * a);
-    size_t o_atty = take(&cur, (size_t)d->Cl * a), o_res = take(&cur, C * a);
+    size_t o_atty = take(&cur, (size_t)d->Cl * a), o_x1 = take(&cur, C * a);
     size_t o_ln2 = take(&cur, C * a), o_fch = take(&cur, (size_t)d->FCl * a);
     size_t o_fchg = take(&cur, (size_t)d->Fl * a), o_lnf = take(&cur, C * a);
     size_t o_mean = take(&cur, 4), o_rstd = take(&cur, 4);
@@ -64,12 +64,12 @@ tpd_status tpd_model_decode_create(tpd_model *m, tpd_model_decode **dec_p) {
     dec->m = m;
     dec->k = b + o_k;
     dec->v = b + o_v;
-    dec->x[0] = b + o_x0;
-    dec->x[1] = b + o_x1;
+    dec->x[0] = b + o_xa;
+    dec->x[1] = b + o_xb;
     dec->a.ln1 = b + o_ln1;
     dec->a.qkv = b + o_qkv;
     dec->a.atty = b + o_atty;
-    dec->a.x1 = b + o_res;
+    dec->a.x1 = b + o_x1;
     dec->a.ln2 = b + o_ln2;
     dec->a.fch = b + o_fch;
     dec->a.fch_gelu = b + o_fchg;

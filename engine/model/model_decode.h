@@ -35,7 +35,7 @@ void tpd_model_decode_reset(tpd_model_decode *dec);
 /* Positions held: the next step's position when appending. */
 int tpd_model_decode_len(const tpd_model_decode *dec);
 
-/* Runs `token` at position pos, 0 <= pos <= len < seq_length, attending to positions
+/* Runs `token` at position pos (0 <= pos <= len, pos < seq_length), attending to positions
  * 0 .. pos; the cache then holds positions 0 .. pos (a pos below len drops the positions
  * from pos on). logits, when not NULL, gets the next-token logits: Vp fp32 values in host
  * memory (the padded vocab; entries >= vocab_size are padding). On failure the cache holds
