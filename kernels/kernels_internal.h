@@ -1,8 +1,9 @@
 /* Private to kernels/: the op table a backend fills, and the handle behind
  * tpd_kern_backend. Each op's contract is documented at its tpd_kern_* function in
  * kernels/kernels.h; the table's entries take the backend context instead of the handle.
- * The tables name every entry (designated initializers, C++20 for cuda's): many entries
- * share a signature, so a table filled by position would still compile with two swapped. */
+ * The tables name every entry (designated initializers; C++20's for cuda, which keep this
+ * declaration order): many entries share a signature, so a table filled by position would
+ * still compile with two of them swapped. */
 #ifndef TPD_KERNELS_KERNELS_INTERNAL_H
 #define TPD_KERNELS_KERNELS_INTERNAL_H
 
