@@ -185,6 +185,12 @@ tpd_status tpd_kern_attention_bwd(const tpd_kern_backend *kb, void *dqkv, const 
     return kb->ops->attention_bwd(kb->ctx, dqkv, dout, qkv, out, saved, B, T, NH, NKV, HS);
 }
 
+tpd_status tpd_kern_attention_decode(const tpd_kern_backend *kb, void *out, const void *q,
+                                     const void *kcache, const void *vcache, int len, int NH,
+                                     int NKV, int HS) {
+    return kb->ops->attention_decode(kb->ctx, out, q, kcache, vcache, len, NH, NKV, HS);
+}
+
 /* The Llama ops are optional in a backend's table: one without them says so. */
 static tpd_status missing(const tpd_kern_backend *kb, const char *op) {
     tpd_log_error("backend %s has no %s", tpd_kern_name(kb), op);

@@ -237,6 +237,15 @@ tpd_status tpd_kern_attention_fwd(const tpd_kern_backend *kb, void *out, void *s
 tpd_status tpd_kern_attention_bwd(const tpd_kern_backend *kb, void *dqkv, const void *dout,
                                   const void *qkv, const void *out, const void *saved, int B, int T,
                                   int NH, int NKV, int HS);
+/* One new position over a key/value cache (decoding), scale 1/sqrt(HS), grouped-query:
+ * q(NH*HS) holds the position's query heads; kcache and vcache (len, NKV*HS) its K and V
+ * heads at positions 0..len-1, its own included (so the mask is implicit); query head h
+ * reads K/V head h / (NH/NKV). out(NH*HS) = softmax(q K^T * scale) V per head, the same
+ * as the position's row of attention_fwd over those len positions. len >= 1. Overwrites
+ * out; needs no scratch and saves nothing (no backward). */
+tpd_status tpd_kern_attention_decode(const tpd_kern_backend *kb, void *out, const void *q,
+                                     const void *kcache, const void *vcache, int len, int NH,
+                                     int NKV, int HS);
 
 /* ---- Llama's block: RMSNorm, rotary position embedding, SwiGLU ---- */
 /* out(N,C) = inp * rstd * w with rstd = 1/sqrt(mean over C of inp^2 + eps); rstd(N) fp32.

@@ -1,6 +1,9 @@
 /* Private to kernels/: the op table a backend fills, and the handle behind
  * tpd_kern_backend. Each op's contract is documented at its tpd_kern_* function in
- * kernels/kernels.h; the table's entries take the backend context instead of the handle. */
+ * kernels/kernels.h; the table's entries take the backend context instead of the handle.
+ * The tables name every entry (designated initializers; C++20's for cuda, which keep this
+ * declaration order): many entries share a signature, so a table filled by position would
+ * still compile with two of them swapped. */
 #ifndef TPD_KERNELS_KERNELS_INTERNAL_H
 #define TPD_KERNELS_KERNELS_INTERNAL_H
 
@@ -65,6 +68,8 @@ typedef struct tpd_kern_ops {
     tpd_status (*attention_bwd)(tpd_kern_ctx *ctx, void *dqkv, const void *dout, const void *qkv,
                                 const void *out, const void *saved, int B, int T, int NH, int NKV,
                                 int HS);
+    tpd_status (*attention_decode)(tpd_kern_ctx *ctx, void *out, const void *q, const void *kcache,
+                                   const void *vcache, int len, int NH, int NKV, int HS);
 
     /* ---- softmax cross-entropy, vocab-parallel pieces ----
      * logits(N,Vl) are this rank's vocab columns [v0, v0+Vl); only the first Vvalid of
@@ -92,8 +97,7 @@ typedef struct tpd_kern_ops {
     /* ---- teardown ---- */
     void (*destroy)(tpd_kern_ctx *ctx);
 
-    /* ---- Llama's block (kernels.h); after destroy so that positional tables that end
-     * there still compile ---- */
+    /* ---- Llama's block (kernels.h) ---- */
     tpd_status (*rmsnorm_fwd)(tpd_kern_ctx *ctx, void *out, float *rstd, const void *inp,
                               const void *w, int N, int C, double eps);
     tpd_status (*rmsnorm_bwd)(tpd_kern_ctx *ctx, void *dinp, void *dw, const void *dout,

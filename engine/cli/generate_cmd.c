@@ -16,7 +16,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage:\n"
                "  tripod generate CHECKPOINT [--prompt TEXT] [--max-new-tokens N]\n"
                "                  [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-               "                  [--stop-at-eod] [--no-kv-cache]\n"
+               "                  [--stop-at-eod] [--no-kv-cache] [--device cpu|cuda]\n"
                "                  [--vocab-file vocab.json --merge-file merges.txt]\n"
                "                  [--tokenizer-type HuggingFaceTokenizer\n"
                "                   --tokenizer-model tokenizer.json]\n"
@@ -24,15 +24,22 @@ static void usage(FILE *f) {
                "      Face tokenizer.json (byte-level BPE; the prompt gets its BOS); bytes\n"
                "      without them\n"
                "      --no-kv-cache: a full forward over the last seq_length tokens per token\n"
+               "      --device: the backend (default cpu; cuda: GPU 0, in the run's precision)\n"
                "CHECKPOINT is a checkpoint directory or a checkpoint.save directory (its "
                "latest).\n");
 }
 
-static const tpd_cli_opt k_opts[] = {{"--prompt", 1},      {"--max-new-tokens", 1},
-                                     {"--temperature", 1}, {"--top-k", 1},
-                                     {"--top-p", 1},       {"--seed", 1},
-                                     {"--stop-at-eod", 0}, {"--no-kv-cache", 0},
-                                     TPD_CLI_TOK_OPTS,     {NULL, 0}};
+static const tpd_cli_opt k_opts[] = {{"--prompt", 1},
+                                     {"--max-new-tokens", 1},
+                                     {"--temperature", 1},
+                                     {"--top-k", 1},
+                                     {"--top-p", 1},
+                                     {"--seed", 1},
+                                     {"--stop-at-eod", 0},
+                                     {"--no-kv-cache", 0},
+                                     {"--device", 1},
+                                     TPD_CLI_TOK_OPTS,
+                                     {NULL, 0}};
 
 /* The options into g (from TPD_GEN_OPTS_INIT) and tok. */
 static tpd_status parse_opts(const char *cmd, const tpd_cli_args *a, tpd_gen_opts *g,
@@ -55,7 +62,12 @@ static tpd_status parse_opts(const char *cmd, const tpd_cli_args *a, tpd_gen_opt
             g->stop_at_eod = 1;
         else if (!strcmp(n, "--no-kv-cache"))
             g->kv_cache = 0;
-        else
+        else if (!strcmp(n, "--device")) {
+            int device = tpd_config_choice_value("training.device", v);
+            if (device < 0)
+                return tpd_fail(TPD_ERR_INVALID, "%s: --device '%s': expected cpu or cuda", cmd, v);
+            g->device = (tpd_device)device;
+        } else
             tpd_cli_tok_opt(tok, n, v);
     }
     if (!(g->top_p > 0)) return tpd_fail(TPD_ERR_INVALID, "%s: --top-p must be in (0, 1]", cmd);

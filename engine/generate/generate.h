@@ -3,11 +3,13 @@
  * Text is bytes (vocab_size 257 models), or BPE ids when a tokenizer is given (GPT-2's
  * files or a tokenizer.json; the prompt is encoded with its special tokens, a BOS).
  * The checkpoint (saved under any TP/PP/DP layout) is loaded into one single-rank model
- * (TP = PP = DP = 1) on the cpu backend with micro-batch 1. Tokens are sampled from the
- * last position's logits (the first vocab_size of them: padded columns are never drawn).
+ * (TP = PP = DP = 1) with micro-batch 1, on the cpu backend (fp32; the default) or the cuda
+ * one (in the checkpoint's training.precision). Tokens are sampled from the last position's
+ * logits (the first vocab_size of them: padded columns are never drawn).
  *
  * With the key/value cache (the default) each new token runs one position through the
- * layers, attending to the cached keys and values. When the cache holds seq_length
+ * model's layers, attending to the cached keys and values (engine/model/model_decode.h).
+ * When the cache holds seq_length
  * positions it restarts from the last seq_length/2 tokens. Without it, each new token
  * runs a full forward over the last seq_length tokens. While the text fits in
  * seq_length, both see the same context. */
@@ -18,6 +20,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "engine/config/config.h"
 #include "engine/data/tokenizer.h"
 
 #ifdef __cplusplus
@@ -40,10 +43,11 @@ typedef struct tpd_gen_opts {
      * closed output); the tokens so far are returned. */
     int (*on_token)(void *user, int32_t token);
     void *on_token_user;
+    tpd_device device; /* the backend: TPD_DEVICE_CPU or TPD_DEVICE_CUDA (device 0) */
 } tpd_gen_opts;
 
 #define TPD_GEN_OPTS_INIT                                                                          \
-    { "", 64, 1.0, 0, 1234, 0, 1, NULL, 1.0, 0, NULL, NULL }
+    { "", 64, 1.0, 0, 1234, 0, 1, NULL, 1.0, 0, NULL, NULL, TPD_DEVICE_CPU }
 
 /* Generates up to max_new_tokens tokens after the prompt; *tokens_p (malloc'd) gets the
  * new tokens only and *n_p their count. */
@@ -51,7 +55,8 @@ tpd_status tpd_generate(const char *checkpoint, const tpd_gen_opts *opts, int32_
                         size_t *n_p);
 
 /* The next-token logits (vocab_size floats) after tokens[0..n), 1 <= n <= seq_length,
- * from the key/value cache or from one full forward. For tests and tools. */
+ * from the key/value cache or from one full forward, on the cpu backend. For tests and
+ * tools. */
 tpd_status tpd_generate_logits(const char *checkpoint, const int32_t *tokens, size_t n,
                                int kv_cache, float *logits);
 

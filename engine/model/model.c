@@ -1,4 +1,4 @@
-#include "engine/model/model.h"
+#include "engine/model/model_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -169,17 +169,27 @@ out:
     return st;
 }
 
-tpd_status tpd_model_params_f32(const tpd_model *m, float *out) {
-    const tpd_kern_backend *kb = m->kb;
-    size_t n = m->plan.numel_padded;
-    if (tpd_kern_param_dtype(kb) == TPD_DTYPE_F32)
-        return tpd_kern_copy_to_host(kb, out, m->params, n * 4);
-    void *tmp = NULL;
-    TPD_CHECK(tpd_kern_alloc(kb, n * 4, &tmp));
-    tpd_status st = tpd_kern_cast(kb, tmp, TPD_DTYPE_F32, m->params, tpd_kern_param_dtype(kb), n);
-    if (st == TPD_OK) st = tpd_kern_copy_to_host(kb, out, tmp, n * 4);
-    tpd_kern_free(kb, tmp);
+tpd_status tpd_model_to_host_f32(const tpd_kern_backend *kb, float *dst, const void *src,
+                                 tpd_dtype dt, size_t n, float *f32) {
+    if (dt == TPD_DTYPE_F32) return tpd_kern_copy_to_host(kb, dst, src, n * 4);
+    void *tmp = f32;
+    if (!f32) TPD_CHECK(tpd_kern_alloc(kb, n * 4, &tmp));
+    tpd_status st = tpd_kern_cast(kb, tmp, TPD_DTYPE_F32, src, dt, n);
+    if (st == TPD_OK) st = tpd_kern_copy_to_host(kb, dst, tmp, n * 4);
+    if (!f32) tpd_kern_free(kb, tmp);
     return st;
+}
+
+tpd_status tpd_model_params_f32(const tpd_model *m, float *out) {
+    return tpd_model_to_host_f32(m->kb, out, m->params, tpd_kern_param_dtype(m->kb),
+                                 m->plan.numel_padded, NULL);
+}
+
+tpd_status tpd_model_logits_f32(const tpd_model *m, const tpd_model_mb *at, int row, float *out) {
+    size_t Vl = (size_t)m->d.Vl;
+    const char *logits =
+        (const char *)tpd_model_logits(m, at) + (size_t)row * Vl * m->plan.act_size;
+    return tpd_model_to_host_f32(m->kb, out, logits, tpd_kern_act_dtype(m->kb), Vl, NULL);
 }
 
 tpd_status tpd_model_zero_grads(tpd_model *m) {

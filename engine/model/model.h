@@ -1,5 +1,6 @@
-/* GPT-2 on one rank of a TP x PP x DP mesh: this stage's layers (those of its v model
- * chunks under the interleaved schedule), this TP rank's slices.
+/* The model (GPT-2, or the Llama block: engine/model/model_layout.h) on one rank of a
+ * TP x PP x DP mesh: this stage's layers (those of its v model chunks under the interleaved
+ * schedule), this TP rank's slices.
  *
  * Buffers are allocated once at creation, one block per category, in exactly the sizes
  * of the buffer plan that `tripod plan` also reports (tpd_model_memory): parameters,
@@ -208,6 +209,8 @@ tpd_rope tpd_model_rope(const tpd_config_model *m);
 
 /* (N, Vp/tp) logits of `at`'s head block after a forward (device memory). */
 const void *tpd_model_logits(const tpd_model *m, const tpd_model_mb *at);
+/* Row `row` (0 .. N-1) of them as Vp/tp fp32 values in host memory (waits for the forward). */
+tpd_status tpd_model_logits_f32(const tpd_model *m, const tpd_model_mb *at, int row, float *out);
 
 /* The buffers the pipeline moves between virtual stages, (Nl,C) each: under sequence
  * parallel every TP rank sends and receives only its rows. */

@@ -13,15 +13,9 @@
  * bias gradients: their inputs (ln1, atty, ln2, fch_gelu, kept from the forward) and
  * their output gradients, each written over an activation that B no longer reads (dqkv
  * over qkv, d(fch) over fch, d(x1) over x1, d(out) over out). */
-#include "engine/model/model.h"
+#include "engine/model/model_internal.h"
 
 #include "base/align.h"
-
-typedef struct views {
-    /* params and grads of layer l (set by layer_views) */
-    void *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
-        *fcprojb;
-} views;
 
 /* Layer l's piece of p in `base` (params or grads); NULL for a tensor the model lacks
  * (biases, LayerNorm's b under RMSNorm). */
@@ -30,7 +24,7 @@ static void *pview(const tpd_model *m, void *base, size_t esize, tpd_param p, in
     return (char *)base + tpd_model_layout_piece(&m->plan.lay, p, l) * esize;
 }
 
-static void layer_views(const tpd_model *m, void *base, size_t es, int l, views *v) {
+void tpd_model_layer_views(const tpd_model *m, void *base, size_t es, int l, tpd_model_views *v) {
     v->ln1w = pview(m, base, es, TPD_P_LN1W, l);
     v->ln1b = pview(m, base, es, TPD_P_LN1B, l);
     v->qkvw = pview(m, base, es, TPD_P_QKVW, l);
@@ -66,13 +60,11 @@ static tpd_status hook(tpd_model *m, int unit, int backward) {
     return m->hook ? m->hook(m->hook_user, unit, backward) : TPD_OK;
 }
 
-/* The block's norm over Nl rows: LayerNorm (w, b; mean and rstd kept) or RMSNorm (w; rstd
- * kept, mean unused), with model.norm_epsilon. */
-static tpd_status norm_fwd(const tpd_model *m, void *out, float *mean, float *rstd, const void *inp,
-                           const void *w, const void *b) {
+tpd_status tpd_model_norm_fwd(const tpd_model *m, int rows, void *out, float *mean, float *rstd,
+                              const void *inp, const void *w, const void *b) {
     double eps = m->cfg.model.norm_epsilon;
-    if (m->d.rms) return tpd_kern_rmsnorm_fwd(m->kb, out, rstd, inp, w, m->d.Nl, m->d.C, eps);
-    return tpd_kern_layernorm_fwd(m->kb, out, mean, rstd, inp, w, b, m->d.Nl, m->d.C, eps);
+    if (m->d.rms) return tpd_kern_rmsnorm_fwd(m->kb, out, rstd, inp, w, rows, m->d.C, eps);
+    return tpd_kern_layernorm_fwd(m->kb, out, mean, rstd, inp, w, b, rows, m->d.C, eps);
 }
 
 static tpd_status norm_bwd(const tpd_model *m, void *dinp, void *dw, void *db, const void *dout,
@@ -81,20 +73,14 @@ static tpd_status norm_bwd(const tpd_model *m, void *dinp, void *dw, void *db, c
     return tpd_kern_layernorm_bwd(m->kb, dinp, dw, db, dout, inp, w, mean, rstd, m->d.Nl, m->d.C);
 }
 
-/* The output layer's weight: wte (tied) or lmhead. */
-static tpd_param head_param(const tpd_model *m) {
+tpd_param tpd_model_head_param(const tpd_model *m) {
     return m->d.tied ? TPD_P_WTE : TPD_P_LMHEAD;
 }
-
-typedef struct acts {
-    void *ln1, *qkv, *atty, *att, *x1, *ln2, *fch, *fch_gelu, *out;
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
-} acts;
 
 /* Activations of the chunk's i-th layer in `at`'s slot. For a recomputed layer
  * (i < plan.recompute[chunk]) they live in the one shared layer block, and only the layer
  * output is the slot's own. */
-static void layer_acts(const tpd_model *m, const tpd_model_mb *at, int i, acts *a) {
+static void layer_acts(const tpd_model *m, const tpd_model_mb *at, int i, tpd_model_acts *a) {
     const tpd_act_layer *o = &m->plan.layer;
     int R = m->plan.recompute[at->chunk], rc = i < R;
     char *b = rc ? m->ws + m->plan.w_layer
@@ -120,11 +106,11 @@ static void layer_acts(const tpd_model *m, const tpd_model_mb *at, int i, acts *
 }
 
 /* Weights, gradients and activations of the chunk's i-th layer, for a backward. */
-static void backward_views(const tpd_model *m, const tpd_model_mb *at, int i, views *w, views *g,
-                           acts *a) {
+static void backward_views(const tpd_model *m, const tpd_model_mb *at, int i, tpd_model_views *w,
+                           tpd_model_views *g, tpd_model_acts *a) {
     int l = m->d.chunk_l0[at->chunk] + i;
-    layer_views(m, m->params, m->plan.param_size, l, w);
-    layer_views(m, m->grads, m->plan.grad_size, l, g);
+    tpd_model_layer_views(m, m->params, m->plan.param_size, l, w);
+    tpd_model_layer_views(m, m->grads, m->plan.grad_size, l, g);
     layer_acts(m, at, i, a);
 }
 
@@ -143,8 +129,7 @@ static tpd_status sp_full(tpd_model *m, const void **full, const void *local) {
 /* Row-parallel linear into the residual region: out(Nl,C) = sum over TP of
  * inp(N,Kl) @ w^T, all-reduced, or reduce-scattered to this rank's rows under SP; + b. */
 static tpd_status row_fwd(tpd_model *m, void *out, const void *inp, const void *w, const void *b,
-                          int Kl) {
-    int N = m->d.B * m->d.T;
+                          int N, int Kl) {
     if (m->d.sp)
         return tpd_tp_row_fwd_sp(&m->tp, out, m->ws + m->plan.w_gath, inp, w, b, N, Kl, m->d.C);
     return tpd_tp_row_fwd(&m->tp, out, inp, w, b, N, Kl, m->d.C);
@@ -166,30 +151,35 @@ static tpd_status column_bwd(tpd_model *m, void **dinp_p, void *dw, void *db, co
     return tpd_tp_column_bwd_sp(&m->tp, *dinp_p, dln, dw, db, dout, full, w, N, C, OCl);
 }
 
-/* One transformer layer forward: inp (Nl,C) -> a->out (Nl,C), keeping in `a` what the
- * backward needs. */
-static tpd_status layer_fwd(tpd_model *m, const views *w, const acts *a, const void *inp) {
+tpd_status tpd_model_layer_qkv_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_model_views *w,
+                                   const tpd_model_acts *a, const void *inp) {
     const tpd_model_dims *d = &m->d;
-    const tpd_tp_ctx *tp = &m->tp;
-    int N = d->B * d->T, Nl = d->Nl, C = d->C;
+    int N = r->B * r->T, C = d->C;
     const void *full;
     /* ln1 = norm(inp); qkv = gather(ln1) @ qkvw^T + qkvb (column-parallel, whole heads and
      * K/V groups); RoPE rotates the Q and K heads in place */
-    TPD_CHECK(norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w->ln1w, w->ln1b));
-    TPD_CHECK(sp_full(m, &full, a->ln1));
-    TPD_CHECK(tpd_tp_column_fwd(tp, a->qkv, full, w->qkvw, w->qkvb, N, C, d->QKVl));
-    if (d->rope)
-        TPD_CHECK(tpd_kern_rope_scaled_fwd(m->kb, a->qkv, d->B, d->T, d->NHl, d->KVl, d->HS,
-                                           &m->rope, 0));
-    /* atty = causal_attention(qkv) on the local heads */
     TPD_CHECK(
-        tpd_kern_attention_fwd(m->kb, a->atty, a->att, a->qkv, d->B, d->T, d->NHl, d->KVl, d->HS));
+        tpd_model_norm_fwd(m, r->Nl, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w->ln1w, w->ln1b));
+    TPD_CHECK(sp_full(m, &full, a->ln1));
+    TPD_CHECK(tpd_tp_column_fwd(&m->tp, a->qkv, full, w->qkvw, w->qkvb, N, C, d->QKVl));
+    if (d->rope)
+        TPD_CHECK(tpd_kern_rope_scaled_fwd(m->kb, a->qkv, r->B, r->T, d->NHl, d->KVl, d->HS,
+                                           &m->rope, r->pos0));
+    return TPD_OK;
+}
+
+tpd_status tpd_model_layer_mlp_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_model_views *w,
+                                   const tpd_model_acts *a, const void *inp) {
+    const tpd_model_dims *d = &m->d;
+    const tpd_tp_ctx *tp = &m->tp;
+    int N = r->B * r->T, Nl = r->Nl, C = d->C;
+    const void *full;
     /* x1 = inp + reduce(atty @ attprojw^T) + attprojb (row-parallel) */
-    TPD_CHECK(row_fwd(m, a->x1, a->atty, w->attprojw, w->attprojb, d->Cl));
+    TPD_CHECK(row_fwd(m, a->x1, a->atty, w->attprojw, w->attprojb, N, d->Cl));
     TPD_CHECK(tpd_kern_add(m->kb, a->x1, a->x1, inp, (size_t)Nl * C));
     /* ln2 = norm(x1); fch_gelu = gelu(gather(ln2) @ fcw^T + fcb), or under SwiGLU
      * silu(gate) * up of fch = [gate | up] (column-parallel, matching shards) */
-    TPD_CHECK(norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, w->ln2w, w->ln2b));
+    TPD_CHECK(tpd_model_norm_fwd(m, Nl, a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, w->ln2w, w->ln2b));
     TPD_CHECK(sp_full(m, &full, a->ln2));
     if (d->glu) {
         TPD_CHECK(tpd_tp_column_fwd(tp, a->fch, full, w->fcw, w->fcb, N, C, d->FCl));
@@ -199,8 +189,50 @@ static tpd_status layer_fwd(tpd_model *m, const views *w, const acts *a, const v
             tpd_tp_column_gelu_fwd(tp, a->fch_gelu, a->fch, full, w->fcw, w->fcb, N, C, d->Fl));
     }
     /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb (row-parallel) */
-    TPD_CHECK(row_fwd(m, a->out, a->fch_gelu, w->fcprojw, w->fcprojb, d->Fl));
+    TPD_CHECK(row_fwd(m, a->out, a->fch_gelu, w->fcprojw, w->fcprojb, N, d->Fl));
     return tpd_kern_add(m->kb, a->out, a->out, a->x1, (size_t)Nl * C);
+}
+
+/* The micro-batch's rows. */
+static tpd_model_rows batch_rows(const tpd_model *m) {
+    return (tpd_model_rows){m->d.B, m->d.T, m->d.Nl, 0};
+}
+
+/* One transformer layer forward on the micro-batch: inp (Nl,C) -> a->out (Nl,C), keeping in
+ * `a` what the backward needs. */
+static tpd_status layer_fwd(tpd_model *m, const tpd_model_views *w, const tpd_model_acts *a,
+                            const void *inp) {
+    const tpd_model_dims *d = &m->d;
+    tpd_model_rows r = batch_rows(m);
+    TPD_CHECK(tpd_model_layer_qkv_fwd(m, &r, w, a, inp));
+    /* atty = causal_attention(qkv) on the local heads */
+    TPD_CHECK(
+        tpd_kern_attention_fwd(m->kb, a->atty, a->att, a->qkv, d->B, d->T, d->NHl, d->KVl, d->HS));
+    return tpd_model_layer_mlp_fwd(m, &r, w, a, inp);
+}
+
+tpd_status tpd_model_embed_fwd(tpd_model *m, const tpd_model_rows *r, void *out,
+                               const int32_t *tokens) {
+    const tpd_model_dims *d = &m->d;
+    TPD_CHECK(tpd_tp_vocab_embed_fwd(&m->tp, out, tokens, tpd_model_param(m, TPD_P_WTE),
+                                     r->B * r->T, d->C, d->v0, d->Vl));
+    if (d->rope) return TPD_OK;
+    const char *wpe = tpd_model_param(m, TPD_P_WPE);
+    return tpd_kern_pos_fwd(m->kb, out, wpe + (size_t)r->pos0 * d->C * m->plan.param_size, r->B,
+                            r->T, d->C);
+}
+
+tpd_status tpd_model_head_fwd(tpd_model *m, const tpd_model_rows *r, void *lnf, float *mean,
+                              float *rstd, void *logits, const void *inp) {
+    const tpd_model_dims *d = &m->d;
+    /* lnf = norm_f(inp); logits = gather(lnf) @ head^T (the tied wte or lmhead,
+     * vocab-parallel columns) */
+    TPD_CHECK(tpd_model_norm_fwd(m, r->Nl, lnf, mean, rstd, inp, tpd_model_param(m, TPD_P_LNFW),
+                                 tpd_model_param(m, TPD_P_LNFB)));
+    const void *full;
+    TPD_CHECK(sp_full(m, &full, lnf));
+    return tpd_tp_column_fwd(&m->tp, logits, full, tpd_model_param(m, tpd_model_head_param(m)),
+                             NULL, r->B * r->T, d->C, d->Vl);
 }
 
 void *tpd_model_stage_input(const tpd_model *m, const tpd_model_mb *at) {
@@ -208,7 +240,7 @@ void *tpd_model_stage_input(const tpd_model *m, const tpd_model_mb *at) {
 }
 
 void *tpd_model_stage_output(const tpd_model *m, const tpd_model_mb *at) {
-    acts a;
+    tpd_model_acts a;
     layer_acts(m, at, m->d.chunk_layers[at->chunk] - 1, &a);
     return a.out;
 }
@@ -251,16 +283,14 @@ tpd_status tpd_model_forward(tpd_model *m, const tpd_model_mb *at) {
     void *x0 = s + m->plan.s_x0;
     size_t es = m->plan.param_size;
     int l0 = d->chunk_l0[at->chunk], Lc = d->chunk_layers[at->chunk];
+    tpd_model_rows r = batch_rows(m);
 
     if (is_first(m, at)) {
         TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, 0));
-        /* x0 = wte[tokens] (+ wpe[t] with learned positions) (vocab-parallel lookup, summed
-         * over TP); under SP built whole in w_gath, and this rank keeps its rows */
+        /* x0 = wte[tokens] (+ wpe[t] with learned positions); under SP built whole in
+         * w_gath, and this rank keeps its rows */
         void *emb = d->sp ? m->ws + m->plan.w_gath : x0;
-        TPD_CHECK(tpd_tp_vocab_embed_fwd(tp, emb, tokens, tpd_model_param(m, TPD_P_WTE), N, C,
-                                         d->v0, d->Vl));
-        if (!d->rope)
-            TPD_CHECK(tpd_kern_pos_fwd(m->kb, emb, tpd_model_param(m, TPD_P_WPE), d->B, d->T, C));
+        TPD_CHECK(tpd_model_embed_fwd(m, &r, emb, tokens));
         if (d->sp) {
             size_t rows = (size_t)d->Nl * C * m->plan.act_size;
             TPD_CHECK(tpd_kern_copy(m->kb, x0, (char *)emb + (size_t)d->tp_rank * rows, rows));
@@ -268,10 +298,10 @@ tpd_status tpd_model_forward(tpd_model *m, const tpd_model_mb *at) {
     }
     const void *inp = x0;
     for (int i = 0; i < Lc; i++) {
-        views w;
-        acts a;
+        tpd_model_views w;
+        tpd_model_acts a;
         TPD_CHECK(hook(m, l0 + i, 0));
-        layer_views(m, m->params, es, l0 + i, &w);
+        tpd_model_layer_views(m, m->params, es, l0 + i, &w);
         layer_acts(m, at, i, &a);
         TPD_CHECK(layer_fwd(m, &w, &a, inp));
         inp = a.out;
@@ -283,14 +313,7 @@ tpd_status tpd_model_forward(tpd_model *m, const tpd_model_mb *at) {
         void *lnf = h + m->plan.h_lnf, *logits = h + m->plan.h_logits;
         float *mean = (float *)(h + m->plan.h_lnf_mean), *rstd = (float *)(h + m->plan.h_lnf_rstd);
         const int32_t *targets = (const int32_t *)(s + m->plan.s_targets);
-        /* lnf = norm_f(inp); logits = gather(lnf) @ head^T (the tied wte or lmhead,
-         * vocab-parallel columns) */
-        TPD_CHECK(norm_fwd(m, lnf, mean, rstd, inp, tpd_model_param(m, TPD_P_LNFW),
-                           tpd_model_param(m, TPD_P_LNFB)));
-        const void *full;
-        TPD_CHECK(sp_full(m, &full, lnf));
-        TPD_CHECK(tpd_tp_column_fwd(tp, logits, full, tpd_model_param(m, head_param(m)), NULL, N, C,
-                                    d->Vl));
+        TPD_CHECK(tpd_model_head_fwd(m, &r, lnf, mean, rstd, logits, inp));
         /* loss = -log softmax(logits)[target], padded columns excluded */
         TPD_CHECK(tpd_tp_vocab_xent_fwd(tp, (float *)(h + m->plan.h_loss),
                                         (float *)(h + m->plan.h_xstats), logits, targets, N, d->Vl,
@@ -347,15 +370,15 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
         const float *mean = (const float *)(h + m->plan.h_lnf_mean);
         const float *rstd = (const float *)(h + m->plan.h_lnf_rstd);
         const int32_t *targets = (const int32_t *)(s + m->plan.s_targets);
-        acts last;
+        tpd_model_acts last;
         layer_acts(m, at, Lc - 1, &last);
         /* loss = xent(logits): dlogits = (softmax - onehot) * dloss, in place */
         TPD_CHECK(tpd_tp_vocab_xent_bwd(tp, logits, (const float *)(h + m->plan.h_xstats), targets,
                                         dloss, N, d->Vl, d->Vvalid, d->v0));
         /* logits = gather(lnf) @ head^T: dlnf = reduce(dlogits @ head);
          * dhead += dlogits^T gather(lnf) */
-        TPD_CHECK(column_bwd(m, &dln, tpd_model_grad(m, head_param(m)), NULL, logits, lnf,
-                             tpd_model_param(m, head_param(m)), d->Vl));
+        TPD_CHECK(column_bwd(m, &dln, tpd_model_grad(m, tpd_model_head_param(m)), NULL, logits, lnf,
+                             tpd_model_param(m, tpd_model_head_param(m)), d->Vl));
         /* lnf = norm_f(out_last) */
         TPD_CHECK(norm_bwd(m, dres, tpd_model_grad(m, TPD_P_LNFW), tpd_model_grad(m, TPD_P_LNFB),
                            dln, last.out, tpd_model_param(m, TPD_P_LNFW), mean, rstd));
@@ -364,12 +387,12 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
     /* dres now holds d(chunk output) (received, or from the head above) */
     for (int i = Lc - 1; i >= 0; i--) {
         int l = l0 + i;
-        views w, g;
-        acts a;
+        tpd_model_views w, g;
+        tpd_model_acts a;
         backward_views(m, at, i, &w, &g, &a);
         const void *inp = x0; /* the layer's input */
         if (i > 0) {
-            acts prev;
+            tpd_model_acts prev;
             layer_acts(m, at, i - 1, &prev);
             inp = prev.out;
         }
@@ -457,8 +480,8 @@ tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at) {
     /* the weight and bias halves of the four row/column-parallel backwards of B, from the
      * inputs the forward kept and the output gradients B kept (whole rows under SP) */
     for (int i = Lc - 1; i >= 0; i--) {
-        views w, g;
-        acts a;
+        tpd_model_views w, g;
+        tpd_model_acts a;
         backward_views(m, at, i, &w, &g, &a);
         const void *dfull, *full;
         /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb */

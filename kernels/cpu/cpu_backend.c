@@ -183,6 +183,7 @@ static const tpd_kern_ops cpu_ops = {
     .attention_saved_bytes = tpd_kern_cpu_attention_saved_bytes,
     .attention_fwd = tpd_kern_cpu_attention_fwd,
     .attention_bwd = tpd_kern_cpu_attention_bwd,
+    .attention_decode = tpd_kern_cpu_attention_decode,
 
     .xent_max = tpd_kern_cpu_xent_max,
     .xent_sumexp = tpd_kern_cpu_xent_sumexp,

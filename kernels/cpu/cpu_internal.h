@@ -81,6 +81,10 @@ tpd_status tpd_kern_cpu_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved,
 tpd_status tpd_kern_cpu_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
                                       const void *qkv, const void *out, const void *saved, int B,
                                       int T, int NH, int NKV, int HS);
+/* (cpu_attention_decode.c) */
+tpd_status tpd_kern_cpu_attention_decode(tpd_kern_ctx *ctx, void *out, const void *q,
+                                         const void *kcache, const void *vcache, int len, int NH,
+                                         int NKV, int HS);
 
 /* ---- Llama's block: RMSNorm, RoPE, SwiGLU (cpu_llama.c) ---- */
 tpd_status tpd_kern_cpu_rmsnorm_fwd(tpd_kern_ctx *ctx, void *out, float *rstd, const void *inp,

@@ -212,6 +212,10 @@ tpd_status tpd_kern_cuda_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved
 tpd_status tpd_kern_cuda_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
                                        const void *qkv, const void *out, const void *saved, int B,
                                        int T, int NH, int NKV, int HS);
+/* (cuda_attention_decode.cu) */
+tpd_status tpd_kern_cuda_attention_decode(tpd_kern_ctx *ctx, void *out, const void *q,
+                                          const void *kcache, const void *vcache, int len, int NH,
+                                          int NKV, int HS);
 /* The implementations behind the ops above: the fused cuDNN path
  * (cuda_attention_cudnn.cu; BF16 only) and the unfused cuBLASLt + softmax path
  * (cuda_attention.cu). Shapes are checked by the ops. */

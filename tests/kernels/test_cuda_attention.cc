@@ -304,4 +304,32 @@ TEST(CudaAttention, UnfusedScoresStayFp32BeforeTheSoftmax) {
     expect_close(u.out, r.out, kRtolBf16, "unfused out with large scores vs cpu");
 }
 
+// Decoding attention (one query over a key/value cache, grouped-query) against the cpu
+// backend's: bf16 and f32, a length inside one tile of the kernel, one across three tiles
+// (the tile is 256 positions), and len 1.
+TEST(CudaAttention, DecodeOverTheCacheMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    const int NH = 8, NKV = 2, HS = 64, KV = NKV * HS;
+    Be bf(true, TPD_DTYPE_BF16, 1), f32(true, TPD_DTYPE_F32, 0), cpu(false);
+    for (int len : {1, 37, 700}) {
+        SCOPED_TRACE(len);
+        FVec q = randn((size_t)NH * HS, 60), k = randn((size_t)len * KV, 61),
+             v = randn((size_t)len * KV, 62);
+        FVec want;
+        for (Be *be : {&cpu, &bf, &f32}) {
+            void *o = be->up(randn((size_t)NH * HS, 63)); // overwritten everywhere
+            ASSERT_EQ(tpd_kern_attention_decode(be->b, o, be->up(q), be->up(k), be->up(v), len, NH,
+                                                NKV, HS),
+                      TPD_OK);
+            FVec got = be->down(o, (size_t)NH * HS);
+            if (be == &cpu)
+                want = got;
+            else
+                expect_close(got, want, be == &bf ? kRtolBf16 : kRtolF32, "decode vs cpu");
+        }
+    }
+    EXPECT_EQ(tpd_kern_attention_decode(bf.b, nullptr, nullptr, nullptr, nullptr, 0, NH, NKV, HS),
+              TPD_ERR_INVALID);
+}
+
 } // namespace

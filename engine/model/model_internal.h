@@ -1,0 +1,71 @@
+/* Private to engine/model: the views of a layer and the pieces of the forward that the
+ * training step (model_step.c) and decoding (model_decode.c) share, so that the block is
+ * written once. Each piece runs on the rows it is given: the training step passes its
+ * micro-batch (tpd_model_rows of B, T, Nl, from position 0), decoding one position. Under
+ * sequence parallel only the micro-batch's rows can be given (decoding runs at TP 1). */
+#ifndef TPD_ENGINE_MODEL_MODEL_INTERNAL_H
+#define TPD_ENGINE_MODEL_MODEL_INTERNAL_H
+
+#include "engine/model/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One layer's parameters (or gradients) in the flat buffer; NULL for a tensor the model
+ * lacks (biases, LayerNorm's b under RMSNorm). */
+typedef struct tpd_model_views {
+    void *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
+        *fcprojb;
+} tpd_model_views;
+
+/* One layer's activations (tpd_act_layer's regions, for the rows of a call). */
+typedef struct tpd_model_acts {
+    void *ln1, *qkv, *atty, *att, *x1, *ln2, *fch, *fch_gelu, *out;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+} tpd_model_acts;
+
+/* The rows of one call: B sequences of T positions starting at position pos0 (N = B*T),
+ * Nl of them in the norm and residual regions. */
+typedef struct tpd_model_rows {
+    int B, T, Nl, pos0;
+} tpd_model_rows;
+
+/* Local layer l's views into `base` (params or grads, esize bytes per element). */
+void tpd_model_layer_views(const tpd_model *m, void *base, size_t esize, int l, tpd_model_views *v);
+
+/* The output layer's weight: wte (tied) or lmhead. */
+tpd_param tpd_model_head_param(const tpd_model *m);
+
+/* out(rows,C) = the block's norm of inp: LayerNorm (w, b; mean and rstd kept) or RMSNorm
+ * (w; rstd kept, mean unused), with model.norm_epsilon. */
+tpd_status tpd_model_norm_fwd(const tpd_model *m, int rows, void *out, float *mean, float *rstd,
+                              const void *inp, const void *w, const void *b);
+
+/* out(N,C) = wte[tokens] (+ wpe[pos0 + t] with learned positions): the vocab-parallel lookup,
+ * summed over TP. tokens: (N) int32 in backend memory. */
+tpd_status tpd_model_embed_fwd(tpd_model *m, const tpd_model_rows *r, void *out,
+                               const int32_t *tokens);
+
+/* The layer up to its attention: a->ln1 = norm(inp); a->qkv = ln1 @ qkvw^T + qkvb, its Q and
+ * K heads rotated at positions pos0 + t under RoPE. */
+tpd_status tpd_model_layer_qkv_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_model_views *w,
+                                   const tpd_model_acts *a, const void *inp);
+/* The layer after its attention, from a->atty: a->x1 = inp + attention projection;
+ * a->out = x1 + mlp(norm(x1)). */
+tpd_status tpd_model_layer_mlp_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_model_views *w,
+                                   const tpd_model_acts *a, const void *inp);
+
+/* lnf = norm_f(inp); logits(N,Vl) = lnf @ head^T (vocab-parallel columns). */
+tpd_status tpd_model_head_fwd(tpd_model *m, const tpd_model_rows *r, void *lnf, float *mean,
+                              float *rstd, void *logits, const void *inp);
+
+/* n elements of dtype dt at backend memory src as fp32 in host memory dst: copied, or cast on
+ * the backend into f32 (n floats of backend memory; NULL: allocated for the call) first. */
+tpd_status tpd_model_to_host_f32(const tpd_kern_backend *kb, float *dst, const void *src,
+                                 tpd_dtype dt, size_t n, float *f32);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
