@@ -88,46 +88,17 @@ std::string copy_fixture(const std::string &name, const std::string &tag) {
     return dst;
 }
 
-// Applies `edit` to the header of a single-file folder's model.safetensors.
-template <class F> void edit_header(const std::string &dir, F edit) {
+// Applies `edit(header, data)` to a single-file folder's model.safetensors, then writes
+// it back with the new header's length.
+template <class F> void edit_file(const std::string &dir, F edit) {
     std::string f = ckt::slurp(dir + "/model.safetensors");
     uint64_t n = 0;
     for (int i = 0; i < 8; i++)
         n |= (uint64_t)(uint8_t)f[i] << (8 * i);
     cJSON *h = cJSON_ParseWithLength(f.data() + 8, n);
     ASSERT_NE(h, nullptr);
-    edit(h);
-    char *text = cJSON_PrintUnformatted(h);
-    std::string hdr = text;
-    free(text);
-    cJSON_Delete(h);
-    std::string len(8, '\0');
-    for (int i = 0; i < 8; i++)
-        len[i] = (char)((hdr.size() >> (8 * i)) & 0xff);
-    ckt::spit(dir + "/model.safetensors", len + hdr + f.substr(8 + n));
-}
-
-// Removes tensor `name` from a single-file folder, its bytes with it (the later tensors
-// move down), so the file stays well formed.
-void drop_tensor(const std::string &dir, const std::string &name) {
-    std::string f = ckt::slurp(dir + "/model.safetensors");
-    uint64_t n = 0;
-    for (int i = 0; i < 8; i++)
-        n |= (uint64_t)(uint8_t)f[i] << (8 * i);
-    cJSON *h = cJSON_ParseWithLength(f.data() + 8, n);
-    ASSERT_NE(h, nullptr);
-    cJSON *of = cJSON_GetObjectItem(cJSON_GetObjectItem(h, name.c_str()), "data_offsets");
-    ASSERT_NE(of, nullptr) << name;
-    double b = cJSON_GetArrayItem(of, 0)->valuedouble, e = cJSON_GetArrayItem(of, 1)->valuedouble;
-    cJSON_DeleteItemFromObject(h, name.c_str());
-    for (cJSON *t = h->child; t; t = t->next)
-        if (cJSON *o = cJSON_GetObjectItem(t, "data_offsets"))
-            for (int i = 0; i < 2; i++)
-                if (cJSON_GetArrayItem(o, i)->valuedouble >= e)
-                    cJSON_SetNumberValue(cJSON_GetArrayItem(o, i),
-                                         cJSON_GetArrayItem(o, i)->valuedouble - (e - b));
     std::string data = f.substr(8 + n);
-    data.erase((size_t)b, (size_t)(e - b));
+    edit(h, data);
     char *text = cJSON_PrintUnformatted(h);
     std::string hdr = text;
     free(text);
@@ -136,6 +107,30 @@ void drop_tensor(const std::string &dir, const std::string &name) {
     for (int i = 0; i < 8; i++)
         len[i] = (char)((hdr.size() >> (8 * i)) & 0xff);
     ckt::spit(dir + "/model.safetensors", len + hdr + data);
+}
+
+// Applies `edit` to the header alone.
+template <class F> void edit_header(const std::string &dir, F edit) {
+    edit_file(dir, [&](cJSON *h, std::string &) { edit(h); });
+}
+
+// Removes tensor `name` from a single-file folder, its bytes with it (the later tensors
+// move down), so the file stays well formed.
+void drop_tensor(const std::string &dir, const std::string &name) {
+    edit_file(dir, [&](cJSON *h, std::string &data) {
+        cJSON *of = cJSON_GetObjectItem(cJSON_GetObjectItem(h, name.c_str()), "data_offsets");
+        ASSERT_NE(of, nullptr) << name;
+        double b = cJSON_GetArrayItem(of, 0)->valuedouble;
+        double e = cJSON_GetArrayItem(of, 1)->valuedouble;
+        cJSON_DeleteItemFromObject(h, name.c_str());
+        for (cJSON *t = h->child; t; t = t->next)
+            if (cJSON *o = cJSON_GetObjectItem(t, "data_offsets"))
+                for (int i = 0; i < 2; i++)
+                    if (cJSON_GetArrayItem(o, i)->valuedouble >= e)
+                        cJSON_SetNumberValue(cJSON_GetArrayItem(o, i),
+                                             cJSON_GetArrayItem(o, i)->valuedouble - (e - b));
+        data.erase((size_t)b, (size_t)(e - b));
+    });
 }
 
 template <class F> void edit_config(const std::string &dir, F edit) {
@@ -394,36 +389,31 @@ TEST(HfImport, PrintedModelSectionLoadsBack) {
     }
 }
 
-// Writes the 2-byte or 4-byte NaN of the tensor's dtype at element i of tensor `name`.
-void poison(const std::string &file, const std::string &name, int i) {
-    std::string f = ckt::slurp(file);
-    uint64_t n = 0;
-    for (int b = 0; b < 8; b++)
-        n |= (uint64_t)(uint8_t)f[b] << (8 * b);
-    cJSON *h = cJSON_ParseWithLength(f.data() + 8, n);
-    ASSERT_NE(h, nullptr);
-    cJSON *e = cJSON_GetObjectItem(h, name.c_str());
-    ASSERT_NE(e, nullptr) << name;
-    std::string dt = cJSON_GetObjectItem(e, "dtype")->valuestring;
-    size_t at =
-        8 + n + (size_t)cJSON_GetArrayItem(cJSON_GetObjectItem(e, "data_offsets"), 0)->valuedouble;
-    cJSON_Delete(h);
-    if (dt == "F32") {
-        float nan = NAN;
-        memcpy(&f[at + 4 * i], &nan, 4);
-    } else {
-        ASSERT_TRUE(dt == "F16" || dt == "BF16") << dt;
-        uint16_t nan = dt == "F16" ? 0x7e00 : 0x7fc0;
-        memcpy(&f[at + 2 * i], &nan, 2);
-    }
-    ckt::spit(file, f);
+// Writes the NaN of the tensor's dtype (4 or 2 bytes) at element i of tensor `name` of a
+// single-file folder.
+void poison(const std::string &dir, const std::string &name, int i) {
+    edit_file(dir, [&](cJSON *h, std::string &data) {
+        cJSON *e = cJSON_GetObjectItem(h, name.c_str());
+        ASSERT_NE(e, nullptr) << name;
+        std::string dt = cJSON_GetObjectItem(e, "dtype")->valuestring;
+        size_t at =
+            (size_t)cJSON_GetArrayItem(cJSON_GetObjectItem(e, "data_offsets"), 0)->valuedouble;
+        if (dt == "F32") {
+            float nan = NAN;
+            memcpy(&data[at + 4 * i], &nan, 4);
+        } else {
+            ASSERT_TRUE(dt == "F16" || dt == "BF16") << dt;
+            uint16_t nan = dt == "F16" ? 0x7e00 : 0x7fc0;
+            memcpy(&data[at + 2 * i], &nan, 2);
+        }
+    });
 }
 
 TEST(HfImport, NonFiniteWeightsAreRefusedByTensorAndIndex) {
     // a Conv1D weight (transposed on import) and a plain one: the index is in file order
     for (const char *name : {"transformer.h.1.attn.c_attn.weight", "transformer.wpe.weight"}) {
         std::string dir = copy_fixture("gpt2", "hfnan");
-        poison(dir + "/model.safetensors", name, 37);
+        poison(dir, name, 37);
         expect_refused(dir, "model.safetensors",
                        std::string("tensor '") + name +
                            "' has a non-finite value (nan) at element 37");
