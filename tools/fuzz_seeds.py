@@ -69,17 +69,17 @@ def safetensors(extra=None):
         "h.0.mlp.c_proj.weight": [4 * C, C], "h.0.mlp.c_proj.bias": [C],
         "ln_f.weight": [C], "ln_f.bias": [C],
     }
+    shapes = {"transformer." + name: shape for name, shape in shapes.items()}
+    shapes.update(extra or {})  # more tensors, after these in the data
     header, data = {"__metadata__": {"format": "pt"}}, b""
     for i, (name, shape) in enumerate(shapes.items()):
         n = 1
         for s in shape:
             n *= s
         blob = struct.pack("<%df" % n, *[(i + j % 7) * 0.01 for j in range(n)])
-        header["transformer." + name] = {"dtype": "F32", "shape": shape,
-                                         "data_offsets": [len(data), len(data) + len(blob)]}
+        header[name] = {"dtype": "F32", "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(blob)]}
         data += blob
-    if extra:
-        header.update(extra)
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
     return struct.pack("<Q", len(text)) + text + data
@@ -87,9 +87,21 @@ def safetensors(extra=None):
 
 put("fuzz_safetensors", "gpt2_one_layer", safetensors())
 put("fuzz_safetensors", "with_skipped_entries", safetensors(
-    {"transformer.h.0.attn.bias": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
-     "lm_head.weight": {"dtype": "F32", "shape": [11, 8], "data_offsets": [0, 352]}}))
+    {"transformer.h.0.attn.bias": [1], "lm_head.weight": [11, 8]}))
 put("fuzz_safetensors", "header_only", struct.pack("<Q", 2) + b"{}")
+
+
+# ---- llm.c model file: 256 int32 header [20240326, 3, maxT, V, L, NH, C, Vp], fp32 ----
+def llmc_model(h, floats=None):
+    T, V, L, NH, C, Vp = h
+    n = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C if floats is None else floats
+    hdr = struct.pack("<256i", *([20240326, 3] + h + [0] * 248))
+    return hdr + struct.pack("<%df" % n, *[0.01 * (i % 7) for i in range(n)])
+
+
+put("fuzz_llmc_model", "one_layer", llmc_model([4, 11, 1, 2, 8, 16]))
+put("fuzz_llmc_model", "padded_vocab_2e30", llmc_model([4, 11, 1, 2, 8, 1 << 30], 0))
+put("fuzz_llmc_model", "truncated", llmc_model([4, 11, 1, 2, 8, 16], 100))
 
 # ---- GPT-2 tokenizer files: vocab.json, SEP, merges.txt ----
 with open("tests/engine/data/bpe/vocab.json", "rb") as f:

@@ -166,6 +166,10 @@ tpd_status tpd_ckpt_open(const char *path, tpd_ckpt_info *info_p);
  * that hold them, not the optimizer state of an fp32 run. */
 tpd_status tpd_ckpt_open_weights(const char *path, tpd_ckpt_info *info_p);
 void tpd_ckpt_close(tpd_ckpt_info *info);
+/* A model value (norm_epsilon, rotary_base, ...) as the manifest stores it: a decimal that
+ * reads back as exactly x, so a config holding the printed text matches the checkpoint at
+ * load. buf holds at least 32 bytes. */
+void tpd_ckpt_format_value(double x, char *buf, size_t n);
 
 /* Global fp32 tensor (tpd_model_layout_global_numel elements) of parameter p, kind k,
  * assembled from whatever layout wrote it. Not collective; reads only. */

@@ -171,6 +171,9 @@ tpd_status tpd_ckpt_remove_dir(const char *dir);
 tpd_status tpd_ckpt_alloc_weights(const tpd_config *cfg, float *global[TPD_P_COUNT],
                                   tpd_model_layout *g);
 const char *tpd_ckpt_gpt2_only(const tpd_config *cfg);
+/* Imported weights must be finite (a NaN or infinity would only surface as a NaN loss):
+ * fails naming the file, the tensor and the first bad element's index (in file order). */
+tpd_status tpd_ckpt_check_finite(const float *x, size_t n, const char *file, const char *tensor);
 int tpd_ckpt_is_dir(const char *path);
 int tpd_ckpt_is_file(const char *path);
 /* Full pread; a short read is an error naming the file. */

@@ -72,6 +72,21 @@ static char *config_yaml(const tpd_config *cfg) {
     return buf;
 }
 
+/* A model value as a decimal that reads back as the same double: cJSON's 15 significant
+ * digits where they do (the text cJSON writes), else 17. cJSON alone accepts 15 digits
+ * within a relative 2^-52 and so can store a neighbour of the value, which a config holding
+ * the value itself (as `tripod import` prints it) would then not match at load. */
+void tpd_ckpt_format_value(double x, char *buf, size_t n) {
+    snprintf(buf, n, "%.15g", x);
+    if (strtod(buf, NULL) != x) snprintf(buf, n, "%.17g", x);
+}
+
+static void add_exact(cJSON *o, const char *key, double x) {
+    char buf[32];
+    tpd_ckpt_format_value(x, buf, sizeof buf);
+    if (!isfinite(x) || !cJSON_AddRawToObject(o, key, buf)) cJSON_AddNumberToObject(o, key, x);
+}
+
 static void add_model(cJSON *o, const tpd_config *cfg) {
     const tpd_config_model *m = &cfg->model;
     cJSON *j = cJSON_AddObjectToObject(o, "model");
@@ -83,15 +98,15 @@ static void add_model(cJSON *o, const tpd_config *cfg) {
     cJSON_AddNumberToObject(j, "seq_length", m->seq_length);
     cJSON_AddNumberToObject(j, "max_position_embeddings", m->max_position_embeddings);
     cJSON_AddNumberToObject(j, "make_vocab_size_divisible_by", m->make_vocab_size_divisible_by);
-    cJSON_AddNumberToObject(j, "init_method_std", m->init_method_std);
+    add_exact(j, "init_method_std", m->init_method_std);
     /* the block's shape: which tensors exist and how they are laid out */
     cJSON_AddStringToObject(j, "normalization",
                             tpd_config_choice("model.normalization", m->normalization));
-    cJSON_AddNumberToObject(j, "norm_epsilon", m->norm_epsilon);
+    add_exact(j, "norm_epsilon", m->norm_epsilon);
     cJSON_AddStringToObject(
         j, "position_embedding_type",
         tpd_config_choice("model.position_embedding_type", m->position_embedding_type));
-    cJSON_AddNumberToObject(j, "rotary_base", m->rotary_base);
+    add_exact(j, "rotary_base", m->rotary_base);
     cJSON_AddBoolToObject(j, "swiglu", m->swiglu);
     cJSON_AddNumberToObject(j, "num_query_groups", tpd_config_kv_heads(cfg));
     cJSON_AddBoolToObject(j, "untie_embeddings_and_output_weights",
@@ -100,9 +115,9 @@ static void add_model(cJSON *o, const tpd_config *cfg) {
     cJSON_AddBoolToObject(j, "add_qkv_bias", m->add_qkv_bias);
     if (m->rope_scaling) {
         cJSON *r = cJSON_AddObjectToObject(j, "rope_scaling");
-        cJSON_AddNumberToObject(r, "factor", m->rope_scaling_factor);
-        cJSON_AddNumberToObject(r, "low_freq_factor", m->rope_scaling_low_freq_factor);
-        cJSON_AddNumberToObject(r, "high_freq_factor", m->rope_scaling_high_freq_factor);
+        add_exact(r, "factor", m->rope_scaling_factor);
+        add_exact(r, "low_freq_factor", m->rope_scaling_low_freq_factor);
+        add_exact(r, "high_freq_factor", m->rope_scaling_high_freq_factor);
         cJSON_AddNumberToObject(r, "original_max_position_embeddings",
                                 m->rope_scaling_original_max_position_embeddings);
     }
@@ -643,6 +658,15 @@ out:
     return st;
 }
 
+/* Equal, or equal to the 15 significant digits that manifests written before add_exact
+ * hold (their value is a neighbour of the config's, not another setting). */
+static int same_value(double ckpt, double conf) {
+    char a[32], b[32];
+    snprintf(a, sizeof a, "%.15g", ckpt);
+    snprintf(b, sizeof b, "%.15g", conf);
+    return ckpt == conf || !strcmp(a, b);
+}
+
 tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg) {
     const tpd_config_model *a = &info->cfg.model, *b = &cfg->model;
     struct {
@@ -692,7 +716,7 @@ tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg
          b->rope_scaling ? b->rope_scaling_original_max_position_embeddings : 0},
     };
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
-        if (vals[i].ckpt != vals[i].conf)
+        if (!same_value(vals[i].ckpt, vals[i].conf))
             return tpd_fail(TPD_ERR_INVALID,
                             "checkpoint %s: model.%s is %.17g in the checkpoint but %.17g "
                             "in the config",

@@ -284,20 +284,36 @@ static tpd_status read_family(const cJSON *hc, const char *path, hf_family *fam)
                         : "(none: no \"architectures\" or \"model_type\")");
 }
 
+/* An optional number key in (0, 1): *v keeps its default when the key is absent or null. */
+static tpd_status json_fraction(const cJSON *o, const char *path, const char *key, double *v) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!j || cJSON_IsNull(j)) return TPD_OK;
+    if (!cJSON_IsNumber(j) || !(j->valuedouble > 0 && j->valuedouble < 1))
+        return tpd_fail(TPD_ERR_FORMAT, "interchange %s: key '%s' must be a number in (0, 1)%s",
+                        path, key, cJSON_IsNumber(j) ? "" : " (it is not a number)");
+    *v = j->valuedouble;
+    return TPD_OK;
+}
+
 static tpd_status read_gpt2(const cJSON *hc, const char *path, tpd_config_model *m) {
-    if (json_count(hc, "n_head", HF_MAX_WIDTH, &m->num_attention_heads) != 1 ||
-        json_count(hc, "n_layer", HF_MAX_LAYERS, &m->num_layers) != 1 ||
-        json_count(hc, "n_embd", HF_MAX_WIDTH, &m->hidden_size) != 1 ||
-        json_count(hc, "vocab_size", HF_MAX_VOCAB, &m->vocab_size) != 1 ||
-        json_count(hc, "n_positions", HF_MAX_POSITIONS, &m->max_position_embeddings) != 1)
+    const char *need[] = {"n_head", "n_layer", "n_embd", "vocab_size", "n_positions"};
+    int *dst[] = {&m->num_attention_heads, &m->num_layers, &m->hidden_size, &m->vocab_size,
+                  &m->max_position_embeddings};
+    int max[] = {HF_MAX_WIDTH, HF_MAX_LAYERS, HF_MAX_WIDTH, HF_MAX_VOCAB, HF_MAX_POSITIONS};
+    for (int i = 0; i < 5; i++)
+        if (json_count(hc, need[i], max[i], dst[i]) != 1)
+            return tpd_fail(TPD_ERR_FORMAT,
+                            "interchange %s: key '%s' must be an integer in [1, %d]", path, need[i],
+                            max[i]);
+    int inner = json_count(hc, "n_inner", 4 * HF_MAX_WIDTH, &m->ffn_hidden_size);
+    if (inner < 0)
         return tpd_fail(TPD_ERR_FORMAT,
-                        "interchange %s: needs n_head, n_layer, n_embd, vocab_size and "
-                        "n_positions, positive integers",
-                        path);
-    if (json_count(hc, "n_inner", 4 * HF_MAX_WIDTH, &m->ffn_hidden_size) != 1)
-        m->ffn_hidden_size = 4 * m->hidden_size; /* HF writes null for 4*n_embd */
-    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(hc, "layer_norm_epsilon");
-    if (cJSON_IsNumber(eps) && eps->valuedouble > 0) m->norm_epsilon = eps->valuedouble;
+                        "interchange %s: key 'n_inner' must be null (4 * n_embd) or an integer "
+                        "in [1, %d]",
+                        path, 4 * HF_MAX_WIDTH);
+    if (inner == 0) m->ffn_hidden_size = 4 * m->hidden_size; /* HF writes null for 4*n_embd */
+    m->norm_epsilon = 1e-5;                                  /* transformers' default */
+    TPD_CHECK(json_fraction(hc, path, "layer_norm_epsilon", &m->norm_epsilon));
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(hc, "activation_function");
     if (cJSON_IsString(act) && strcmp(act->valuestring, "gelu_new") &&
         strcmp(act->valuestring, "gelu_pytorch_tanh"))
@@ -411,11 +427,11 @@ static tpd_status read_llama(const cJSON *hc, const char *path, hf_family fam,
                         path,
                         fam == HF_QWEN2 ? "use_sliding_window or layer_types"
                                         : "sliding_window or layer_types");
-    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(hc, "rms_norm_eps");
-    if ((eps && !(cJSON_IsNumber(eps) && eps->valuedouble > 0 && eps->valuedouble < 1)) ||
-        (theta && !(cJSON_IsNumber(theta) && theta->valuedouble > 1)))
-        return tpd_fail(TPD_ERR_FORMAT,
-                        "interchange %s: rms_norm_eps must be in (0, 1) and rope_theta > 1", path);
+    m->norm_epsilon = 1e-6; /* transformers' default */
+    TPD_CHECK(json_fraction(hc, path, "rms_norm_eps", &m->norm_epsilon));
+    if (theta && !(cJSON_IsNumber(theta) && theta->valuedouble > 1 && theta->valuedouble < 1e30))
+        return tpd_fail(TPD_ERR_FORMAT, "interchange %s: key 'rope_theta' must be a number > 1",
+                        path);
     int attn_bias = json_bool(hc, "attention_bias", 0), mlp_bias = json_bool(hc, "mlp_bias", 0);
     if (fam != HF_QWEN2 && attn_bias != mlp_bias)
         return tpd_fail(TPD_ERR_UNSUPPORTED,
@@ -424,7 +440,6 @@ static tpd_status read_llama(const cJSON *hc, const char *path, hf_family fam,
                         "(add_qkv_bias)",
                         path, attn_bias ? "true" : "false", mlp_bias ? "true" : "false");
     m->normalization = TPD_NORM_RMSNORM;
-    m->norm_epsilon = eps ? eps->valuedouble : 1e-6; /* transformers' default */
     m->position_embedding_type = TPD_POS_ROPE;
     m->rotary_base = theta ? theta->valuedouble : 10000.0;
     m->rotary_percent = 1.0;
@@ -515,16 +530,38 @@ static int skipped(const char *name, const tpd_model_layout *g) {
     return dot && !strcmp(dot, ".bias") && strstr(name, ".attn.bias") == dot - 5;
 }
 
+/* Where a JSON text stops parsing: line, column and the text there, with the usual cause
+ * named (Python's json writes NaN and Infinity, which JSON does not have). */
+static tpd_status json_syntax_error(const char *path, const char *text, const char *at) {
+    if (!at || at < text || at > text + strlen(text)) at = text;
+    int line = 1, col = 1;
+    for (const char *p = text; p < at; p++, col++)
+        if (*p == '\n') line++, col = 0;
+    const char *q = at + strspn(at, " \t\r\n:,");
+    int nonfinite = !strncmp(q, "NaN", 3) || !strncmp(q, "Infinity", 8) ||
+                    !strncmp(q, "-Infinity", 9) || !strncmp(q, "nan", 3) || !strncmp(q, "inf", 3);
+    int n = (int)strcspn(q, "\r\n");
+    return tpd_fail(
+        TPD_ERR_FORMAT, "interchange %s: not valid JSON at line %d, column %d (near '%.*s')%s",
+        path, line, col, n > 40 ? 40 : n, q,
+        nonfinite ? ": NaN and Infinity are not JSON numbers; every value must be finite"
+        : *q      ? ""
+                  : ": the text ends early");
+}
+
 static tpd_status read_config(const char *dir, tpd_config *cfg, hf_family *fam) {
     char cfgpath[PATH_CAP + 32], *ctext = NULL;
     tpd_ckpt_join(cfgpath, sizeof cfgpath, dir, "config.json");
     TPD_CHECK(tpd_ckpt_read_file(cfgpath, &ctext, NULL));
-    cJSON *hc = cJSON_Parse(ctext);
-    free(ctext);
+    const char *end = NULL;
+    cJSON *hc = cJSON_ParseWithOpts(ctext, &end, 1);
     tpd_status st = TPD_OK;
     tpd_config_defaults(cfg);
-    if (!cJSON_IsObject(hc))
-        st = tpd_fail(TPD_ERR_FORMAT, "interchange %s: not a JSON object", cfgpath);
+    if (!hc)
+        st = json_syntax_error(cfgpath, ctext, end ? end : cJSON_GetErrorPtr());
+    else if (!cJSON_IsObject(hc))
+        st = tpd_fail(TPD_ERR_FORMAT, "interchange %s: valid JSON, but not an object", cfgpath);
+    free(ctext);
     if (st == TPD_OK) st = read_family(hc, cfgpath, fam);
     if (st == TPD_OK)
         st = *fam == HF_GPT2 ? read_gpt2(hc, cfgpath, &cfg->model)
@@ -566,10 +603,14 @@ static tpd_status import_tensor(const tpd_st_set *set, const tpd_st_tensor *e, c
                         e->ndim > 1 ? (long long)e->shape[1] : 0LL, e->ndim, (long long)t->shape[0],
                         t->ndim == 2 ? ", " : "", t->ndim == 2 ? (long long)t->shape[1] : 0LL);
     size_t count = (size_t)t->rows * t->cols;
-    if (!t->conv1d) return tpd_st_read_f32(set, e, dst, count);
+    if (!t->conv1d) {
+        TPD_CHECK(tpd_st_read_f32(set, e, dst, count));
+        return tpd_ckpt_check_finite(dst, count, file, e->name);
+    }
     float *tmp = malloc(count * 4);
     if (!tmp) return tpd_fail(TPD_ERR_NOMEM, "interchange: out of memory");
     tpd_status st = tpd_st_read_f32(set, e, tmp, count);
+    if (st == TPD_OK) st = tpd_ckpt_check_finite(tmp, count, file, e->name);
     if (st == TPD_OK) transpose(dst, tmp, t->cols, t->rows); /* (in, out) -> (out, in) */
     free(tmp);
     return st;
@@ -579,7 +620,12 @@ tpd_status tpd_ckpt_import_hf(const char *path, tpd_config *cfg, float *global[T
     char dir[PATH_CAP];
     struct stat sb;
     memset(global, 0, sizeof(float *) * TPD_P_COUNT);
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    if (stat(path, &sb) != 0)
+        return tpd_fail(TPD_ERR_IO,
+                        "interchange %s: %s; give a Hugging Face model folder, or its "
+                        "model.safetensors or index .json",
+                        path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) {
         snprintf(dir, sizeof dir, "%s", path);
     } else { /* a file in the folder (model.safetensors or the index): config.json beside */
         const char *slash = strrchr(path, '/');

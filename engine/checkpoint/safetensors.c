@@ -145,10 +145,58 @@ static tpd_status parse_entry(const cJSON *e, const char *path, tpd_st_tensor *t
     return TPD_OK;
 }
 
+static int by_begin(const void *a, const void *b) {
+    const tpd_st_tensor *x = *(const tpd_st_tensor *const *)a,
+                        *y = *(const tpd_st_tensor *const *)b;
+    return x->begin != y->begin ? (x->begin < y->begin ? -1 : 1)
+                                : (x->end != y->end ? (x->end < y->end ? -1 : 1) : 0);
+}
+
+/* The format's layout rule: the tensors of one file tile its data bytes exactly, from 0,
+ * in some order, with no overlap and no hole (a shared or stray byte range would be read
+ * as two tensors, or hide bytes nothing reads). */
+static tpd_status check_tiling(const tpd_st_set *set, int first, const char *path,
+                               uint64_t data_bytes) {
+    int n = set->n - first;
+    const tpd_st_tensor **order = malloc((size_t)(n ? n : 1) * sizeof *order);
+    if (!order) return tpd_fail(TPD_ERR_NOMEM, "safetensors: out of memory");
+    for (int i = 0; i < n; i++)
+        order[i] = &set->t[first + i];
+    qsort(order, (size_t)n, sizeof *order, by_begin);
+    tpd_status st = TPD_OK;
+    uint64_t at = 0;
+    for (int i = 0; i < n && st == TPD_OK; i++) {
+        const tpd_st_tensor *t = order[i];
+        if (t->begin < at)
+            st = tpd_fail(TPD_ERR_FORMAT,
+                          "safetensors %s: tensor '%s': data_offsets [%llu, %llu] overlap "
+                          "tensor '%s' (which ends at %llu); tensors may not share bytes",
+                          path, t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
+                          order[i - 1]->name, (unsigned long long)at);
+        else if (t->begin > at)
+            st = tpd_fail(TPD_ERR_FORMAT,
+                          "safetensors %s: tensor '%s': data_offsets start at %llu, leaving "
+                          "bytes [%llu, %llu) that no tensor holds; the data must be contiguous "
+                          "from 0",
+                          path, t->name, (unsigned long long)t->begin, (unsigned long long)at,
+                          (unsigned long long)t->begin);
+        at = t->end;
+    }
+    if (st == TPD_OK && at != data_bytes)
+        st = tpd_fail(TPD_ERR_FORMAT,
+                      "safetensors %s: %llu bytes after the last tensor (which ends at %llu of "
+                      "%llu data bytes); the data must end with the last tensor",
+                      path, (unsigned long long)(data_bytes - at), (unsigned long long)at,
+                      (unsigned long long)data_bytes);
+    free(order);
+    return st;
+}
+
 tpd_status tpd_st_parse_header(tpd_st_set *set, int file, const char *path, const char *json,
                                size_t len, uint64_t data_bytes) {
     cJSON *hdr = cJSON_ParseWithLength(json, len);
     tpd_status st = TPD_OK;
+    int first = set->n;
     if (!cJSON_IsObject(hdr))
         TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "safetensors %s: the header is not a JSON object",
                       path);
@@ -172,6 +220,7 @@ tpd_status tpd_st_parse_header(tpd_st_set *set, int file, const char *path, cons
         if (!t.name) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "safetensors: out of memory");
         set->t[set->n++] = t;
     }
+    st = check_tiling(set, first, path, data_bytes);
 out:
     cJSON_Delete(hdr);
     return st;

@@ -1,6 +1,7 @@
 /* `tripod export`, `tripod import` and `tripod inspect`: single-process commands on
  * checkpoints (no MPI). */
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,12 +146,43 @@ static tpd_status check_dest(const char *cmd, const char *dest, const char *sour
     return TPD_OK;
 }
 
+/* The files a Hugging Face export writes besides config.json: model.safetensors, or the
+ * index and its model-NNNNN-of-NNNNN.safetensors shards. */
+static int hf_weight_file(const char *name) {
+    size_t n = strlen(name);
+    return !strcmp(name, "model.safetensors") || !strcmp(name, "model.safetensors.index.json") ||
+           (!strncmp(name, "model-", 6) && strstr(name, "-of-") && n > 12 &&
+            !strcmp(name + n - 12, ".safetensors"));
+}
+
+/* Removes from `dest` the weight files of an earlier export that the new one (in `tmp`)
+ * does not replace: a single file after a sharded export, or its index and shards, would
+ * otherwise sit beside the new weights and be read instead of them. */
+static tpd_status remove_stale_export(const char *tmp, const char *dest) {
+    DIR *d = opendir(dest);
+    if (!d) return TPD_OK; /* nothing there yet */
+    tpd_status st = TPD_OK;
+    for (struct dirent *e; st == TPD_OK && (e = readdir(d));) {
+        char mine[PATH_MAX + 256], old[PATH_MAX + 256];
+        if (!hf_weight_file(e->d_name) ||
+            snprintf(mine, sizeof mine, "%s/%s", tmp, e->d_name) >= (int)sizeof mine ||
+            snprintf(old, sizeof old, "%s/%s", dest, e->d_name) >= (int)sizeof old)
+            continue;
+        if (!exists(mine) && unlink(old) != 0)
+            st = tpd_fail(TPD_ERR_IO, "export: cannot remove %s of the earlier export: %s", old,
+                          strerror(errno));
+    }
+    closedir(d);
+    return st;
+}
+
 /* Moves what an export wrote under `tmp` into `dest`: a file is renamed, a directory's
  * files one by one (each rename atomic: a reader sees the old file or the new one). */
 static tpd_status commit_export(const char *tmp, const char *dest, int dir) {
     if (!dir) return rename(tmp, dest) == 0 ? TPD_OK : TPD_ERR_IO;
     int e = 0;
     if (tpd_file_mkdirs(dest, &e) != TPD_OK) return TPD_ERR_IO;
+    TPD_CHECK(remove_stale_export(tmp, dest));
     DIR *d = opendir(tmp);
     tpd_status st = d ? TPD_OK : TPD_ERR_IO;
     for (struct dirent *e; d && st == TPD_OK && (e = readdir(d));) {
@@ -164,6 +196,46 @@ static tpd_status commit_export(const char *tmp, const char *dest, int dir) {
     if (d) closedir(d);
     if (st == TPD_OK) rmdir(tmp);
     return st;
+}
+
+/* Removes an export's private temporary folder and what is left in it (the llm.c file,
+ * or the Hugging Face folder's files), so a failed export leaves nothing behind. */
+static void remove_export_tmp(const char *tmp) {
+    char p[PATH_MAX + 256];
+    snprintf(p, sizeof p, "%s/out", tmp);
+    DIR *d = opendir(p);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char f[2 * PATH_MAX + 256];
+        if (e->d_name[0] == '.') continue;
+        if (snprintf(f, sizeof f, "%s/%s", p, e->d_name) < (int)sizeof f) unlink(f);
+    }
+    if (d) closedir(d);
+    if (rmdir(p) != 0) unlink(p);
+    rmdir(tmp);
+}
+
+/* An export never lands among a checkpoint's own files: the nearest existing folder above
+ * the output must not be a checkpoint or a save folder (SAVE/latest, SAVE/iter_N/...),
+ * --force or not. */
+static tpd_status check_not_in_checkpoint(const char *dest) {
+    char rd[PATH_MAX];
+    if (!real_dest(dest, rd)) return TPD_OK; /* check_dest reports it */
+    for (char *slash; (slash = strrchr(rd, '/')) != NULL;) {
+        if (slash == rd)
+            slash[1] = 0;
+        else
+            *slash = 0;
+        struct stat sb;
+        if (stat(rd, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
+        if (holds_checkpoint(rd))
+            return tpd_fail(TPD_ERR_INVALID,
+                            "export: --output %s is inside %s, which holds a checkpoint "
+                            "(manifest.json, latest or iter_*): the export would land among "
+                            "its files; choose a folder outside it",
+                            dest, rd);
+        break;
+    }
+    return TPD_OK;
 }
 
 /* "5GB", "500MiB", "1000000": bytes; 0 when malformed. */
@@ -218,6 +290,7 @@ static int cmd_export(const opts *o) {
     float *w[TPD_P_COUNT];
     static const char *const hf_files[] = {"model.safetensors", "config.json", NULL};
     tpd_status st = check_dest("export", o->output, o->pos, hf ? hf_files : NULL, o->force);
+    if (st == TPD_OK) st = check_not_in_checkpoint(o->output);
     if (st != TPD_OK) return tpd_status_exit_code(st);
     st = tpd_ckpt_open_weights(o->pos, &info);
     if (st != TPD_OK) return tpd_status_exit_code(st);
@@ -226,16 +299,27 @@ static int cmd_export(const opts *o) {
         tpd_ckpt_close(&info);
         return tpd_status_exit_code(st);
     }
-    char tmp[PATH_MAX + 16];
-    snprintf(tmp, sizeof tmp, "%s.tmp", o->output);
+    /* written in a folder of its own beside the output (a unique name: never a user's
+     * file) and moved into place when complete */
+    char tmp[PATH_MAX + 16], out[PATH_MAX + 32];
+    int err = 0;
+    snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", o->output);
+    if (tpd_file_mkdirs_parent(o->output, &err) != TPD_OK || !mkdtemp(tmp)) {
+        st = tpd_fail(TPD_ERR_IO, "export: cannot create a temporary folder beside %s: %s",
+                      o->output, strerror(err ? err : errno));
+        tpd_ckpt_close(&info);
+        return tpd_status_exit_code(st);
+    }
+    snprintf(out, sizeof out, "%s/out", tmp);
     st = tpd_ckpt_read_weights(&info, w);
     if (st == TPD_OK) {
-        st = hf ? tpd_ckpt_export_hf(&info.cfg, w, tmp, &xo)
-                : tpd_ckpt_export_llmc(&info.cfg, w, tmp);
+        st = hf ? tpd_ckpt_export_hf(&info.cfg, w, out, &xo)
+                : tpd_ckpt_export_llmc(&info.cfg, w, out);
         tpd_ckpt_free_weights(w);
-        if (st == TPD_OK && commit_export(tmp, o->output, hf) != TPD_OK)
-            st = tpd_fail(TPD_ERR_IO, "export: cannot move %s into place as %s", tmp, o->output);
+        if (st == TPD_OK && commit_export(out, o->output, hf) != TPD_OK)
+            st = tpd_fail(TPD_ERR_IO, "export: cannot move %s into place as %s", out, o->output);
     }
+    remove_export_tmp(tmp);
     if (st == TPD_OK)
         printf("exported %s (iteration %d, %d layers, hidden %d) to %s%s\n", info.dir,
                info.iteration, info.cfg.model.num_layers, info.cfg.model.hidden_size, o->output,
@@ -249,25 +333,31 @@ static int cmd_export(const opts *o) {
 static void print_model_section(const tpd_config *cfg) {
     const tpd_config_model *m = &cfg->model;
     int rope = m->position_embedding_type == TPD_POS_ROPE;
+    char eps[32], base[32], f[3][32];
+    tpd_ckpt_format_value(m->norm_epsilon, eps, sizeof eps);
+    tpd_ckpt_format_value(m->rotary_base, base, sizeof base);
+    tpd_ckpt_format_value(m->rope_scaling_factor, f[0], sizeof f[0]);
+    tpd_ckpt_format_value(m->rope_scaling_low_freq_factor, f[1], sizeof f[1]);
+    tpd_ckpt_format_value(m->rope_scaling_high_freq_factor, f[2], sizeof f[2]);
     printf("model section for a training config (set seq_length to the length you train at):\n"
            "model:\n  num_layers: %d\n  hidden_size: %d\n  num_attention_heads: %d\n"
-           "  ffn_hidden_size: %d\n  vocab_size: %d\n  max_position_embeddings: %d\n",
+           "  ffn_hidden_size: %d\n  vocab_size: %d\n  max_position_embeddings: %d\n"
+           "  norm_epsilon: %s\n",
            m->num_layers, m->hidden_size, m->num_attention_heads, m->ffn_hidden_size, m->vocab_size,
-           m->max_position_embeddings);
+           m->max_position_embeddings, eps);
     if (m->normalization == TPD_NORM_LAYERNORM && !rope) return; /* GPT-2: the defaults */
-    printf("  normalization: RMSNorm\n  norm_epsilon: %.17g\n  position_embedding_type: rope\n"
-           "  rotary_base: %.17g\n  swiglu: true\n  group_query_attention: %s\n"
+    printf("  normalization: RMSNorm\n  position_embedding_type: rope\n"
+           "  rotary_base: %s\n  swiglu: true\n  group_query_attention: %s\n"
            "  num_query_groups: %d\n  untie_embeddings_and_output_weights: %s\n"
            "  add_bias_linear: %s\n  add_qkv_bias: %s\n",
-           m->norm_epsilon, m->rotary_base, m->group_query_attention ? "true" : "false",
-           tpd_config_kv_heads(cfg), m->untie_embeddings_and_output_weights ? "true" : "false",
+           base, m->group_query_attention ? "true" : "false", tpd_config_kv_heads(cfg),
+           m->untie_embeddings_and_output_weights ? "true" : "false",
            m->add_bias_linear ? "true" : "false", m->add_qkv_bias ? "true" : "false");
     if (m->rope_scaling)
-        printf("  rope_scaling: true\n  rope_scaling_factor: %.17g\n"
-               "  rope_scaling_low_freq_factor: %.17g\n  rope_scaling_high_freq_factor: %.17g\n"
+        printf("  rope_scaling: true\n  rope_scaling_factor: %s\n"
+               "  rope_scaling_low_freq_factor: %s\n  rope_scaling_high_freq_factor: %s\n"
                "  rope_scaling_original_max_position_embeddings: %d\n",
-               m->rope_scaling_factor, m->rope_scaling_low_freq_factor,
-               m->rope_scaling_high_freq_factor, m->rope_scaling_original_max_position_embeddings);
+               f[0], f[1], f[2], m->rope_scaling_original_max_position_embeddings);
 }
 
 static int cmd_import(const opts *o) {

@@ -1,5 +1,6 @@
 /* `tripod train`, `tripod bench` (measured steps) and `tripod eval`: the commands that run
  * the trainer on a run configuration. */
+#include <dirent.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -131,6 +132,20 @@ static tpd_status run_bench(tpd_trainer *tr, const run_opts *o, const tpd_plan_c
     return TPD_OK;
 }
 
+/* Whether checkpoint.load=auto finds something in a save folder: its `latest`, or a
+ * checkpoint folder iter_* (not a save's unfinished iter_*.tmp). */
+static int save_dir_has_checkpoint(const char *save) {
+    DIR *d = opendir(save);
+    int found = 0;
+    for (struct dirent *e; d && !found && (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        found = !strcmp(e->d_name, "latest") ||
+                (!strncmp(e->d_name, "iter_", 5) && !(n > 4 && !strcmp(e->d_name + n - 4, ".tmp")));
+    }
+    if (d) closedir(d);
+    return found;
+}
+
 /* `tripod eval`: the loss of checkpoint.load over global batches of a split, printed by
  * the logging rank. */
 static tpd_status run_eval(tpd_trainer *tr, const run_opts *o) {
@@ -191,6 +206,13 @@ int tpd_cli_run(int argc, char **argv, tpd_cli_run_mode mode) {
             tpd_log_error("%s: eval needs checkpoint.load (a checkpoint, or auto with "
                           "checkpoint.save)",
                           cfg.source_path[0] ? cfg.source_path : "<overrides>");
+            rc = TPD_EXIT_CONFIG;
+        } else if (mode == TPD_CLI_EVAL && !strcmp(cfg.checkpoint.load, "auto") &&
+                   cfg.checkpoint.save[0] && !save_dir_has_checkpoint(cfg.checkpoint.save)) {
+            /* training starts fresh there; eval would score random weights */
+            tpd_log_error("eval: checkpoint.load=auto: no checkpoint in %s (no latest, no "
+                          "iter_*); nothing to evaluate",
+                          cfg.checkpoint.save);
             rc = TPD_EXIT_CONFIG;
         }
     }

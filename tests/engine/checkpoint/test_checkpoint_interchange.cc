@@ -209,8 +209,15 @@ TEST(Interchange, HubNamesBuffersAndHeadAreAccepted) {
     double offs[2] = {(double)data.size(), (double)data.size() + 1024};
     cJSON_AddItemToObject(mask, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
     data += std::string(1024, '\0');
-    cJSON_AddItemToObject(hub, "lm_head.weight",
-                          cJSON_Duplicate(cJSON_GetObjectItem(h, "transformer.wte.weight"), 1));
+    // the head copy has bytes of its own: safetensors tensors never share bytes
+    cJSON *head = cJSON_Duplicate(cJSON_GetObjectItem(h, "transformer.wte.weight"), 1);
+    cJSON *hoff = cJSON_GetObjectItem(head, "data_offsets");
+    size_t b = (size_t)cJSON_GetArrayItem(hoff, 0)->valuedouble;
+    size_t e = (size_t)cJSON_GetArrayItem(hoff, 1)->valuedouble;
+    cJSON_SetNumberValue(cJSON_GetArrayItem(hoff, 0), (double)data.size());
+    cJSON_SetNumberValue(cJSON_GetArrayItem(hoff, 1), (double)(data.size() + e - b));
+    data += data.substr(b, e - b);
+    cJSON_AddItemToObject(hub, "lm_head.weight", head);
     char *text = cJSON_PrintUnformatted(hub);
     std::string hdr = text;
     free(text);
