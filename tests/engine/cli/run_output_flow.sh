@@ -43,7 +43,7 @@ if command -v gnuplot >/dev/null; then
     head -c 4 "$work/run/report/$png.png" | grep -q PNG || fail "$png.png is not a PNG"
   done
 else # a machine with the build tools only: the data and the script to draw them later
-  grep -q "gnuplot is not on PATH .* gnuplot $work/run/report/report.gp" "$work/report.out" ||
+  grep -q "gnuplot is not on PATH .* gnuplot -c $work/run/report/report.gp" "$work/report.out" ||
     fail "no gnuplot, and the report does not say how to draw: $(cat "$work/report.out")"
 fi
 

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 #include <vector>
 
 extern "C" {
+#include "base/spawn.h"
 #include "engine/config/config.h"
 }
 
@@ -859,19 +859,14 @@ TEST(Config, BadConfigsReportTheExactError) {
 TEST(Config, TripodConfigShowExitsTwoOnEachBadConfig) {
     for (const BadCase &b : kBadCases) {
         std::string path = kBadDir + b.file;
-        // stderr only: stdout goes to /dev/null.
-        std::string cmd =
-            std::string("'") + TPD_TRIPOD_BIN + "' config show '" + path + "' 2>&1 >/dev/null";
-        FILE *p = popen(cmd.c_str(), "r");
-        ASSERT_NE(p, nullptr);
-        std::string out;
-        char buf[1024];
-        size_t n;
-        while ((n = fread(buf, 1, sizeof buf, p)) > 0)
-            out.append(buf, n);
-        int status = pclose(p);
-        ASSERT_TRUE(WIFEXITED(status)) << b.file;
-        EXPECT_EQ(WEXITSTATUS(status), 2) << b.file << ": " << out;
+        // stderr only (a bad config prints nothing to stdout)
+        const char *argv[] = {TPD_TRIPOD_BIN, "config", "show", path.c_str(), nullptr};
+        char *text = nullptr;
+        int code = -1;
+        ASSERT_EQ(tpd_spawn_capture(argv, TPD_SPAWN_STDERR, &text, nullptr, &code), TPD_OK);
+        std::string out = text;
+        free(text);
+        EXPECT_EQ(code, 2) << b.file << ": " << out;
         std::string want = std::string("tripod: error: ") + path + b.message;
         EXPECT_NE(out.find(want), std::string::npos) << b.file << ":\n"
                                                      << out << "\nwant\n"
@@ -880,18 +875,16 @@ TEST(Config, TripodConfigShowExitsTwoOnEachBadConfig) {
 }
 
 TEST(Config, TripodConfigShowPrintsAGoodConfig) {
-    std::string cmd = std::string("'") + TPD_TRIPOD_BIN + "' config show '" +
-                      ConfigPath("demo.yaml") + "' model.num_layers=6 2>&1";
-    FILE *p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string out;
-    char buf[1024];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0)
-        out.append(buf, n);
-    int status = pclose(p);
-    ASSERT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+    std::string demo = ConfigPath("demo.yaml");
+    const char *argv[] = {TPD_TRIPOD_BIN,       "config", "show", demo.c_str(),
+                          "model.num_layers=6", nullptr};
+    char *text = nullptr;
+    int code = -1;
+    ASSERT_EQ(tpd_spawn_capture(argv, TPD_SPAWN_STDOUT | TPD_SPAWN_STDERR, &text, nullptr, &code),
+              TPD_OK);
+    std::string out = text;
+    free(text);
+    EXPECT_EQ(code, 0) << out;
     EXPECT_NE(out.find("num_layers: 6"), std::string::npos) << out;
     EXPECT_NE(out.find("data_path: data/fortunes"), std::string::npos) << out;
 }

@@ -10,6 +10,7 @@
 #include "common/tiny.h"
 
 extern "C" {
+#include "base/spawn.h"
 #include "engine/optim/lr.h"
 #include "kernels/cpu/cpu.h"
 #include "engine/train/metrics.h"
@@ -230,14 +231,14 @@ TEST(Train, BinaryRunsTheFastestBlasKernels) {
     ASSERT_NE(f, nullptr);
     tpd_config_print(&cfg, f);
     fclose(f);
-    std::string cmd = std::string("'") + TPD_TRIPOD_BIN + "' train '" + path + "' 2>&1";
-    FILE *p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string out;
-    char buf[512];
-    while (fgets(buf, sizeof buf, p))
-        out += buf;
-    EXPECT_EQ(pclose(p), 0) << out;
+    const char *argv[] = {TPD_TRIPOD_BIN, "train", path.c_str(), nullptr};
+    char *text = nullptr;
+    int code = -1;
+    ASSERT_EQ(tpd_spawn_capture(argv, TPD_SPAWN_STDOUT | TPD_SPAWN_STDERR, &text, nullptr, &code),
+              TPD_OK);
+    std::string out = text;
+    free(text);
+    EXPECT_EQ(code, 0) << out;
     EXPECT_NE(out.find("OpenBLAS " + want), std::string::npos) << "want " << want << "\n" << out;
 }
 
