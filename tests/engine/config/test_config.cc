@@ -141,6 +141,7 @@ void ExpectSameConfig(const tpd_config &a, const tpd_config &b) {
     SAME(logging.eval_interval);
     SAME(logging.eval_iters);
     SAME_STR(logging.trace_file);
+    SAME(logging.overwrite);
     SAME_STR(checkpoint.save);
     SAME_STR(checkpoint.load);
     SAME(checkpoint.save_interval);
