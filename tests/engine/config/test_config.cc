@@ -16,8 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "common/run.h"
+
 extern "C" {
-#include "base/spawn.h"
 #include "engine/config/config.h"
 }
 
@@ -861,12 +862,9 @@ TEST(Config, TripodConfigShowExitsTwoOnEachBadConfig) {
     for (const BadCase &b : kBadCases) {
         std::string path = kBadDir + b.file;
         // stderr only (a bad config prints nothing to stdout)
-        const char *argv[] = {TPD_TRIPOD_BIN, "config", "show", path.c_str(), nullptr};
-        char *text = nullptr;
-        int code = -1;
-        ASSERT_EQ(tpd_spawn_capture(argv, TPD_SPAWN_STDERR, &text, nullptr, &code), TPD_OK);
-        std::string out = text;
-        free(text);
+        std::string out;
+        int code =
+            tpdtest::run({TPD_TRIPOD_BIN, "config", "show", path.c_str()}, TPD_SPAWN_STDERR, &out);
         EXPECT_EQ(code, 2) << b.file << ": " << out;
         std::string want = std::string("tripod: error: ") + path + b.message;
         EXPECT_NE(out.find(want), std::string::npos) << b.file << ":\n"
@@ -877,14 +875,9 @@ TEST(Config, TripodConfigShowExitsTwoOnEachBadConfig) {
 
 TEST(Config, TripodConfigShowPrintsAGoodConfig) {
     std::string demo = ConfigPath("demo.yaml");
-    const char *argv[] = {TPD_TRIPOD_BIN,       "config", "show", demo.c_str(),
-                          "model.num_layers=6", nullptr};
-    char *text = nullptr;
-    int code = -1;
-    ASSERT_EQ(tpd_spawn_capture(argv, TPD_SPAWN_STDOUT | TPD_SPAWN_STDERR, &text, nullptr, &code),
-              TPD_OK);
-    std::string out = text;
-    free(text);
+    std::string out;
+    int code = tpdtest::run({TPD_TRIPOD_BIN, "config", "show", demo.c_str(), "model.num_layers=6"},
+                            TPD_SPAWN_STDOUT | TPD_SPAWN_STDERR, &out);
     EXPECT_EQ(code, 0) << out;
     EXPECT_NE(out.find("num_layers: 6"), std::string::npos) << out;
     EXPECT_NE(out.find("data_path: data/fortunes"), std::string::npos) << out;

@@ -7,10 +7,10 @@
 #include <fstream>
 #include <vector>
 
+#include "common/run.h"
 #include "common/tiny.h"
 
 extern "C" {
-#include "base/spawn.h"
 #include "engine/optim/lr.h"
 #include "kernels/cpu/cpu.h"
 #include "engine/train/metrics.h"
@@ -231,13 +231,9 @@ TEST(Train, BinaryRunsTheFastestBlasKernels) {
     ASSERT_NE(f, nullptr);
     tpd_config_print(&cfg, f);
     fclose(f);
-    const char *argv[] = {TPD_TRIPOD_BIN, "train", path.c_str(), nullptr};
-    char *text = nullptr;
-    int code = -1;
-    ASSERT_EQ(tpd_spawn_capture(argv, TPD_SPAWN_STDOUT | TPD_SPAWN_STDERR, &text, nullptr, &code),
-              TPD_OK);
-    std::string out = text;
-    free(text);
+    std::string out;
+    int code = tpdtest::run({TPD_TRIPOD_BIN, "train", path.c_str()},
+                            TPD_SPAWN_STDOUT | TPD_SPAWN_STDERR, &out);
     EXPECT_EQ(code, 0) << out;
     EXPECT_NE(out.find("OpenBLAS " + want), std::string::npos) << "want " << want << "\n" << out;
 }
