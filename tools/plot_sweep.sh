@@ -55,11 +55,15 @@ ymax=$(awk '{ s = 0; for (i = 6; i <= 10; i++) if ($i != "NaN") s += $i
               for (i = 2; i <= 5; i++) if ($i != "NaN" && $i > s) s = $i
               if (s > m) m = s } END { print (m > 0 ? 1.15 * m : 1) }' "$data")
 
-gnuplot <<EOF
+# No path or CSV text goes into the script: gnuplot gets them as ARG1..ARG4 of -c, so a
+# quote in a folder's name (or in the model column) cannot end a string and run a command.
+script=$(mktemp)
+trap 'rm -f "$data" "$script"' EXIT
+cat >"$script" <<'EOF'
 set terminal pngcairo size 1400,560 font ",10"
-set output "$out"
+set output ARG1
 set datafile missing "NaN"
-set multiplot layout 1,2 title "tripod sweep: $title"
+set multiplot layout 1,2 title "tripod sweep: ".ARG3
 set style data histograms
 set style fill solid 0.85 border -1
 set boxwidth 0.8
@@ -67,16 +71,16 @@ set grid ytics
 set xtics rotate by -30 left
 set key outside bottom center horizontal
 set ylabel "step time (ms)"
-set yrange [0:$ymax]
+set yrange [0:real(ARG4)]
 
 set title "Measured (median, min..max) vs predicted"
 set style histogram errorbars gap 2 lw 1
-plot "$data" using 2:3:4:xtic(1) title "measured" lc rgb "#4477aa", \
+plot ARG2 using 2:3:4:xtic(1) title "measured" lc rgb "#4477aa", \
      "" using 5:5:5 title "predicted" lc rgb "#ee6677"
 
 set title "Measured split of a step"
 set style histogram rowstacked
-plot "$data" using 6:xtic(1) title "compute" lc rgb "#4477aa", \
+plot ARG2 using 6:xtic(1) title "compute" lc rgb "#4477aa", \
      "" using 7 title "TP comm" lc rgb "#66ccee", \
      "" using 8 title "pipeline wait" lc rgb "#ccbb44", \
      "" using 9 title "DP comm" lc rgb "#ee6677", \
@@ -84,4 +88,5 @@ plot "$data" using 6:xtic(1) title "compute" lc rgb "#4477aa", \
      "" using 0:5 with points pt 7 ps 1.5 lc rgb "black" title "predicted total"
 unset multiplot
 EOF
+gnuplot -c "$script" "$out" "$data" "$title" "$ymax"
 echo "plot_sweep: wrote $out"

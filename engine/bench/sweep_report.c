@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/file.h"
+#include "base/spawn.h"
 #include "engine/plan/plan.h"
 
 /* The CSV's columns, in order; tools/plot_sweep.sh and the tests read them by name. */
@@ -258,18 +259,30 @@ tpd_status tpd_sweep_write(const tpd_sweep_result *r, const tpd_sweep_options *o
     TPD_CHECK(write_csv(r, opt->out_dir));
     TPD_CHECK(write_failed(r, opt->out_dir));
     TPD_CHECK(write_json(r, opt));
-    char script[TPD_CONFIG_STR + 64], cmd[3 * TPD_CONFIG_STR];
-    plot_script(script, sizeof script);
-    snprintf(cmd, sizeof cmd, "bash '%s' '%s'", script, opt->out_dir);
     if (!opt->plot) return TPD_OK;
+    char script[TPD_CONFIG_STR + 64];
+    plot_script(script, sizeof script);
     if (!tpd_file_on_path("gnuplot")) {
-        printf("sweep: gnuplot is not on PATH; draw the plot later with: %s\n", cmd);
+        printf("sweep: gnuplot is not on PATH; draw the plot later with: bash %s %s\n", script,
+               opt->out_dir);
         return TPD_OK;
     }
-    int rc = system(cmd);
-    if (rc != 0) {
-        /* The data files are written; a missing plot is not worth failing the sweep. */
-        tpd_log_warn("sweep: '%s' exited with %d; the data files are complete", cmd, rc);
+    /* bash runs the script with the folder as its argument: no shell reads the folder's
+     * name, so quotes or ';' in it stay part of the path. */
+    const char *argv[] = {"bash", script, opt->out_dir, NULL};
+    int code = 0;
+    /* The data files are written; a missing plot is not worth failing the sweep. */
+    if (tpd_spawn_run(argv, &code) != TPD_OK) return TPD_OK; /* logged, naming bash */
+    if (code != 0) {
+        tpd_log_warn("sweep: bash %s '%s' exited with %d; the data files are complete", script,
+                     opt->out_dir, code);
+        return TPD_OK;
+    }
+    char png[TPD_CONFIG_STR + 16];
+    snprintf(png, sizeof png, "%s/sweep.png", opt->out_dir);
+    if (access(png, R_OK) != 0) {
+        tpd_log_warn("sweep: bash %s exited 0 but wrote no '%s'; the data files are complete",
+                     script, png);
         return TPD_OK;
     }
     printf("sweep: plot written to %s/sweep.png\n", opt->out_dir);

@@ -8,11 +8,12 @@
 #include "engine/bench/calibrate.h"
 #include "engine/cli/args.h"
 #include "engine/cli/cli.h"
+#include "engine/cli/overwrite.h"
 #include "engine/plan/plan.h"
 #include "parallel/comm.h"
 
-static const tpd_cli_opt k_opts[] = {
-    {"--calibrate", 0}, {"--out", 1}, {"--name", 1}, {"--budget-ms", 1}, {NULL, 0}};
+static const tpd_cli_opt k_opts[] = {{"--calibrate", 0}, {"--out", 1},   {"--name", 1},
+                                     {"--budget-ms", 1}, {"--force", 0}, {NULL, 0}};
 
 int tpd_cli_calibrate(int argc, char **argv) {
     const char *cmd = "bench --calibrate";
@@ -21,11 +22,14 @@ int tpd_cli_calibrate(int argc, char **argv) {
     if (tpd_cli_args_parse(cmd, argc - 1, argv + 1, k_opts, &a) != TPD_OK) return TPD_EXIT_CONFIG;
     int rc = TPD_EXIT_OK;
     const char *out = NULL;
+    int force = 0;
     for (int i = 0; i < a.n_opts && rc == TPD_EXIT_OK; i++) {
         const char *n = a.opt_name[i], *v = a.opt_value[i];
         double ms;
         if (!strcmp(n, "--out"))
             out = v;
+        else if (!strcmp(n, "--force"))
+            force = 1;
         else if (!strcmp(n, "--name"))
             snprintf(o.name, sizeof o.name, "%s", v);
         else if (!strcmp(n, "--budget-ms")) {
@@ -37,9 +41,10 @@ int tpd_cli_calibrate(int argc, char **argv) {
     }
     if (a.help) {
         printf("usage: tripod bench --calibrate --out PROFILE.yaml [CONFIG.yaml] [key=value ...]\n"
-               "                    [--name NAME] [--budget-ms MS]\n"
+               "                    [--name NAME] [--budget-ms MS] [--force]\n"
                "  Measures kernels at the model's shapes, collectives and p2p on every rank\n"
-               "  of the job, and writes a cpu cluster profile for tripod plan and sweep.\n");
+               "  of the job, and writes a cpu cluster profile for tripod plan and sweep (an\n"
+               "  existing PROFILE.yaml is kept unless --force).\n");
         tpd_cli_args_free(&a);
         return TPD_EXIT_OK;
     }
@@ -73,6 +78,12 @@ int tpd_cli_calibrate(int argc, char **argv) {
     int me = tpd_comm_rank(world);
     tpd_log_set_rank(me, me == 0);
     o.verbose = me == 0;
+    /* Before the measurement: an earlier profile is kept unless --force. */
+    st = tpd_cli_refuse_overwrite(world, cmd, &out, 1, force, "--out PROFILE.yaml");
+    if (st != TPD_OK) {
+        tpd_comm_mpi_finish(world);
+        return tpd_status_exit_code(st);
+    }
     double t0 = tpd_clock_s();
     st = tpd_calib_run(&cfg, world, &o, &c, &notes);
     if (st == TPD_OK && me == 0) {

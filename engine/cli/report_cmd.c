@@ -48,12 +48,13 @@ int tpd_cli_report(int argc, char **argv) {
         printf("report: %s: %d iterations (%d to %d) from %d record%s in %d segment%s -> ", r.path,
                r.n, r.p[0].iteration, r.p[r.n - 1].iteration, r.records, r.records == 1 ? "" : "s",
                r.segments, r.segments == 1 ? "" : "s");
+        /* drawn is 1 only when gnuplot exited 0 and every picture is on disk */
         if (drawn)
-            printf("%s/{loss,lr,grad_norm,throughput}.png\n", dir);
+            printf("drew %s/{loss,lr,grad_norm,throughput}.png\n", dir);
         else
             printf("%s/report.dat; gnuplot is not on PATH (Debian: gnuplot-nox), draw the "
-                   "pictures with: gnuplot %s/report.gp\n",
-                   dir, dir);
+                   "pictures with: gnuplot -c %s/report.gp %s\n",
+                   dir, dir, dir);
     }
     tpd_report_free(&r);
     return tpd_status_exit_code(st);

@@ -6,6 +6,7 @@
 #include "engine/bench/sweep.h"
 #include "engine/cli/args.h"
 #include "engine/cli/cli.h"
+#include "engine/cli/overwrite.h"
 #include "parallel/comm.h"
 
 static void usage(FILE *f) {
@@ -13,7 +14,7 @@ static void usage(FILE *f) {
                "           --tp 1,2,4 --pp 1,2,4 [--mbs 1,2,4] [--zero 0,1] [--sp 0,1]\n"
                "           [--recompute none,selective,full] [--vp 1,2] [--schedule 1f1b,zb-h1]\n"
                "           [--overlap 0,1] [--steps N] [--warmup W]\n"
-               "           [--out DIR] [--cluster NAME|FILE] [--no-plot] [--no-traces]\n"
+               "           [--out DIR [--force]] [--cluster NAME|FILE] [--no-plot] [--no-traces]\n"
                "  Every TP x PP (x mbs x ZeRO x SP x recompute x vp x schedule x overlap) layout\n"
                "  runs on the whole world, DP = WORLD/(TP*PP); sequence parallel applies where\n"
                "  TP > 1. --vp: virtual stages (> 1 runs interleaved); --schedule: 1f1b,\n"
@@ -22,7 +23,9 @@ static void usage(FILE *f) {
                "  beside the planner's prediction (--cluster, default cpu; a profile from\n"
                "  `tripod bench --calibrate` makes it predict this machine). Writes\n"
                "  DIR/summary.csv, failed.csv, summary.json, sweep.png and per-layout real and\n"
-               "  predicted traces (default DIR: sweep_out). Defaults: --steps 5 --warmup 2.\n");
+               "  predicted traces (default DIR: sweep_out; an earlier sweep's files there are\n"
+               "  kept unless --force). Defaults: --steps 5 --warmup 2. Exits non-zero when no\n"
+               "  layout runs.\n");
 }
 
 /* "1,2,4" into v (positive, at most TPD_SWEEP_MAX_VALUES); allow0 lets 0 through. */
@@ -112,13 +115,13 @@ static int parse_schedule(const char *s, tpd_schedule *v, int *n_p) {
 }
 
 static const tpd_cli_opt k_opts[] = {
-    {"--no-plot", 0}, {"--no-traces", 0}, {"--tp", 1},      {"--pp", 1},
-    {"--mbs", 1},     {"--zero", 1},      {"--sp", 1},      {"--recompute", 1},
-    {"--steps", 1},   {"--warmup", 1},    {"--out", 1},     {"--cluster", 1},
-    {"--vp", 1},      {"--schedule", 1},  {"--overlap", 1}, {NULL, 0}};
+    {"--no-plot", 0}, {"--no-traces", 0}, {"--tp", 1},        {"--pp", 1},       {"--mbs", 1},
+    {"--zero", 1},    {"--sp", 1},        {"--recompute", 1}, {"--steps", 1},    {"--warmup", 1},
+    {"--out", 1},     {"--cluster", 1},   {"--vp", 1},        {"--schedule", 1}, {"--overlap", 1},
+    {"--force", 0},   {NULL, 0}};
 
 /* The options into o. Returns 1 to run, 0 for --help, -1 on a bad argument. */
-static int parse_opts(const tpd_cli_args *a, tpd_sweep_options *o) {
+static int parse_opts(const tpd_cli_args *a, tpd_sweep_options *o, int *force) {
     if (a->help) {
         usage(stdout);
         return 0;
@@ -128,6 +131,8 @@ static int parse_opts(const tpd_cli_args *a, tpd_sweep_options *o) {
         int ok = 1;
         if (!strcmp(s, "--no-plot"))
             o->plot = 0;
+        else if (!strcmp(s, "--force"))
+            *force = 1;
         else if (!strcmp(s, "--no-traces"))
             o->traces = 0;
         else if (!strcmp(s, "--tp"))
@@ -171,7 +176,8 @@ int tpd_cli_sweep(int argc, char **argv) {
     tpd_cli_args a;
     if (tpd_cli_args_parse("sweep", argc - 1, argv + 1, k_opts, &a) != TPD_OK)
         return TPD_EXIT_CONFIG;
-    int rc = parse_opts(&a, &o);
+    int force = 0;
+    int rc = parse_opts(&a, &o, &force);
     if (rc <= 0) {
         tpd_cli_args_free(&a);
         return rc == 0 ? TPD_EXIT_OK : TPD_EXIT_CONFIG;
@@ -187,6 +193,20 @@ int tpd_cli_sweep(int argc, char **argv) {
     int me = tpd_comm_rank(world);
     tpd_log_set_rank(me, me == 0);
     o.verbose = me == 0;
+    /* Before any trial runs: an earlier sweep's results are kept unless --force. */
+    char outs[4][TPD_CONFIG_STR + 16];
+    const char *names[4] = {"summary.csv", "failed.csv", "summary.json", "sweep.png"};
+    const char *out_paths[4];
+    for (int i = 0; i < 4; i++) {
+        snprintf(outs[i], sizeof outs[i], "%s/%s", o.out_dir, names[i]);
+        out_paths[i] = outs[i];
+    }
+    st = tpd_cli_refuse_overwrite(world, "sweep", out_paths, 4, force, "--out DIR");
+    if (st != TPD_OK) {
+        tpd_cli_args_free(&a);
+        tpd_comm_mpi_finish(world);
+        return tpd_status_exit_code(st);
+    }
     if (me == 0)
         printf("sweep: %d layouts x %d steps (+%d warm-up) on %d ranks, planner profile "
                "'%s'\n",
@@ -199,6 +219,12 @@ int tpd_cli_sweep(int argc, char **argv) {
     tpd_cli_args_free(&a);
     if (st == TPD_OK && me == 0) {
         st = tpd_sweep_write(&res, &o);
+        /* A sweep that measured nothing is no result, whatever it wrote. */
+        if (st == TPD_OK && res.best < 0)
+            st = tpd_fail(TPD_ERR_INVALID,
+                          "sweep: none of the %d layouts ran successfully; the reasons are in "
+                          "%s/failed.csv",
+                          res.n, o.out_dir);
         char line[512];
         tpd_sweep_best_line(&res, line, sizeof line);
         printf("%s\n", line);

@@ -154,6 +154,7 @@ typedef struct tpd_config_logging {
     char trace_file[TPD_CONFIG_STR]; /* Chrome trace JSON of real steps; empty = none */
     int log_params_norm;             /* log the weights' global norm (one more collective) */
     int log_timers;                  /* a second log line: where the step's time went */
+    int overwrite; /* a fresh run may replace a metrics_file that another run wrote */
 } tpd_config_logging;
 
 typedef struct tpd_config_checkpoint {

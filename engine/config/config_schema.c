@@ -251,6 +251,10 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      TPD_CFG_NOBOUND, NULL, 0, "log the global norm of the weights after each update"},
     {"logging.log_timers", TPD_CFG_BOOL, TPD_CFG_FIELD(logging.log_timers), "false",
      TPD_CFG_NOBOUND, NULL, 0, "log where each logged step's time went (this rank)"},
+    {"logging.overwrite", TPD_CFG_BOOL, TPD_CFG_FIELD(logging.overwrite), "false", TPD_CFG_NOBOUND,
+     NULL, 0,
+     "a run that starts at iteration 0 may replace the metrics_file of another run (a "
+     "resumed run appends to its own)"},
 
     /* checkpoint */
     {"checkpoint.save", TPD_CFG_STRING, TPD_CFG_FIELD(checkpoint.save), "", TPD_CFG_NOBOUND, NULL,

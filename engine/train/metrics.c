@@ -1,8 +1,10 @@
 #include "engine/train/metrics.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/progress.h"
 
@@ -41,7 +43,7 @@ void tpd_metrics_format_timers(const tpd_step_timers *t, char *buf, size_t cap) 
              t->param_wait_ms, t->optimizer_ms);
 }
 
-tpd_status tpd_metrics_write_jsonl(FILE *f, const tpd_iter_record *r) {
+tpd_status tpd_metrics_write_jsonl(FILE *f, const char *path, const tpd_iter_record *r) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return tpd_fail_nomem("a metrics record", sizeof(cJSON));
     cJSON_AddNumberToObject(o, "iteration", r->iteration);
@@ -61,11 +63,12 @@ tpd_status tpd_metrics_write_jsonl(FILE *f, const tpd_iter_record *r) {
     if (!text)
         return tpd_fail(TPD_ERR_NOMEM, "out of memory for the metrics line of iteration %d",
                         r->iteration);
+    errno = 0;
     int ok = fprintf(f, "%s\n", text) > 0 && fflush(f) == 0;
+    int e = errno;
     free(text);
-    if (!ok) {
-        tpd_log_error("metrics: write failed");
-        return TPD_ERR_IO;
-    }
+    if (!ok)
+        return tpd_fail(TPD_ERR_IO, "logging.metrics_file: writing iteration %d to '%s' failed: %s",
+                        r->iteration, path, e ? strerror(e) : "short write");
     return TPD_OK;
 }

@@ -54,8 +54,9 @@ void tpd_metrics_format_line(const tpd_iter_record *r, char *buf, size_t cap);
 
 /* One JSON object (cJSON) and a newline, flushed. Keys: iteration, consumed_samples,
  * lm_loss, lr, grad_norm, elapsed_ms, tokens_per_s, tflops_per_gpu, skipped_iterations,
- * params_norm when logged, and val_loss when evaluated. */
-tpd_status tpd_metrics_write_jsonl(FILE *f, const tpd_iter_record *r);
+ * params_norm when logged, and val_loss when evaluated. A failed write is TPD_ERR_IO,
+ * logged with path (the file) and the reason. */
+tpd_status tpd_metrics_write_jsonl(FILE *f, const char *path, const tpd_iter_record *r);
 
 #ifdef __cplusplus
 }

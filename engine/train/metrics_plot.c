@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "base/file.h"
+#include "base/spawn.h"
 
 #define REPORT_MAX_LINE (1 << 20)
 
@@ -170,7 +171,9 @@ tpd_status tpd_report_draw(const tpd_report_run *run, const char *out_dir, int *
         return TPD_ERR_IO;
     }
     /* The script is kept beside the data, so the pictures can be drawn (or restyled)
-     * where gnuplot is installed. */
+     * where gnuplot is installed. It holds no path: the folder and the title come in as
+     * ARG1 and ARG2 of `gnuplot -c`, so a quote or a ';' in a folder's name stays text
+     * (gnuplot runs shell commands of its own: `!cmd`, system(), backquotes). */
     char gp[4200];
     snprintf(gp, sizeof gp, "%s/report.gp", out_dir);
     FILE *g = fopen(gp, "w");
@@ -179,34 +182,50 @@ tpd_status tpd_report_draw(const tpd_report_run *run, const char *out_dir, int *
         return TPD_ERR_IO;
     }
     /* gnuplot reads NaN as a missing point; validation points are drawn as points */
-    fprintf(g,
-            "set terminal pngcairo size 900,540 noenhanced\n"
-            "set datafile missing 'NaN'\nset grid\nset key top right\n"
-            "set xlabel 'iteration'\n"
-            "set output '%s/loss.png'\nset title 'loss: %s'\nset ylabel 'lm loss'\n"
-            "plot '%s' using 1:2 with lines lw 2 title 'train', "
-            "'' using 1:3 with linespoints pt 7 title 'validation'\n"
-            "set output '%s/lr.png'\nset title 'learning rate'\nset ylabel 'lr'\n"
-            "plot '%s' using 1:4 with lines lw 2 notitle\n"
-            "set output '%s/grad_norm.png'\nset title 'gradient norm'\nset ylabel 'grad norm'\n"
-            "plot '%s' using 1:5 with lines lw 2 notitle\n"
-            "set output '%s/throughput.png'\nset title 'throughput'\n"
-            "set ylabel 'tokens/s'\nset y2label 'TFLOP/s per GPU'\nset ytics nomirror\n"
-            "set y2tics\nplot '%s' using 1:6 with lines lw 2 title 'tokens/s', "
-            "'' using 1:7 axes x1y2 with lines lw 2 dt 2 title 'TFLOP/s per GPU'\n",
-            out_dir, run->path, dat, out_dir, dat, out_dir, dat, out_dir, dat);
+    fputs("# gnuplot -c report.gp DIR [TITLE]; without arguments DIR is the current folder\n"
+          "dir = ARGC >= 1 ? ARG1 : '.'\n"
+          "run = ARGC >= 2 ? ARG2 : dir\n"
+          "dat = dir.'/report.dat'\n"
+          "set terminal pngcairo size 900,540 noenhanced\n"
+          "set datafile missing 'NaN'\nset grid\nset key top right\n"
+          "set xlabel 'iteration'\n"
+          "set output dir.'/loss.png'\nset title 'loss: '.run\nset ylabel 'lm loss'\n"
+          "plot dat using 1:2 with lines lw 2 title 'train', "
+          "'' using 1:3 with linespoints pt 7 title 'validation'\n"
+          "set output dir.'/lr.png'\nset title 'learning rate'\nset ylabel 'lr'\n"
+          "plot dat using 1:4 with lines lw 2 notitle\n"
+          "set output dir.'/grad_norm.png'\nset title 'gradient norm'\nset ylabel 'grad norm'\n"
+          "plot dat using 1:5 with lines lw 2 notitle\n"
+          "set output dir.'/throughput.png'\nset title 'throughput'\n"
+          "set ylabel 'tokens/s'\nset y2label 'TFLOP/s per GPU'\nset ytics nomirror\n"
+          "set y2tics\nplot dat using 1:6 with lines lw 2 title 'tokens/s', "
+          "'' using 1:7 axes x1y2 with lines lw 2 dt 2 title 'TFLOP/s per GPU'\n"
+          "unset output\n",
+          g);
     if (fclose(g) != 0) {
         tpd_log_error("report: writing '%s' failed", gp);
         return TPD_ERR_IO;
     }
     *drawn_p = 0;
     if (!tpd_file_on_path("gnuplot")) return TPD_OK;
-    char cmd[4300];
-    snprintf(cmd, sizeof cmd, "gnuplot '%s'", gp);
-    int rc = system(cmd);
-    if (rc != 0) {
-        tpd_log_error("report: '%s' exited with status %d", cmd, rc);
+    const char *argv[] = {"gnuplot", "-c", gp, out_dir, run->path, NULL};
+    int code = 0;
+    TPD_CHECK(tpd_spawn_run(argv, &code));
+    if (code != 0) {
+        tpd_log_error("report: gnuplot -c '%s' exited with status %d; no picture was drawn", gp,
+                      code);
         return TPD_ERR_IO;
+    }
+    /* A zero exit is not proof: each picture must be there before it is announced. */
+    static const char *const k_png[] = {"loss", "lr", "grad_norm", "throughput"};
+    for (size_t i = 0; i < sizeof k_png / sizeof k_png[0]; i++) {
+        char png[4200];
+        snprintf(png, sizeof png, "%s/%s.png", out_dir, k_png[i]);
+        struct stat sb;
+        if (stat(png, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0) {
+            tpd_log_error("report: gnuplot -c '%s' exited 0 but did not write '%s'", gp, png);
+            return TPD_ERR_IO;
+        }
     }
     *drawn_p = 1;
     return TPD_OK;

@@ -34,8 +34,10 @@ tpd_status tpd_report_load(const char *path, tpd_report_run *run);
 void tpd_report_free(tpd_report_run *run);
 
 /* Writes out_dir/report.dat and its gnuplot script out_dir/report.gp, and, when gnuplot is
- * on PATH, runs it for the four PNGs (*drawn_p = 1). Without gnuplot *drawn_p = 0 and the
- * pictures can be drawn later with `gnuplot out_dir/report.gp`. */
+ * on PATH, runs it (no shell) for the four PNGs: *drawn_p = 1 only when gnuplot exited 0
+ * and every PNG is there; a failed or silent gnuplot is TPD_ERR_IO. Without gnuplot
+ * *drawn_p = 0 and the pictures can be drawn later with `gnuplot -c out_dir/report.gp
+ * out_dir`. */
 tpd_status tpd_report_draw(const tpd_report_run *run, const char *out_dir, int *drawn_p);
 
 #ifdef __cplusplus

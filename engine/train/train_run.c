@@ -2,10 +2,12 @@
  * the iteration boundary where ranks agree on signals and save checkpoints. */
 #include "engine/train/train.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/clock.h"
 #include "base/cpu.h"
@@ -19,6 +21,22 @@
 #include "kernels/cpu/cpu.h"
 #include "parallel/placement.h"
 
+/* A run that starts at iteration 0 would truncate the file: when it holds records, they
+ * are another run's (a resumed run appends to its own), kept unless logging.overwrite.
+ * Every rank checks the same path, so all of them stop together. */
+static tpd_status check_metrics_file(const tpd_trainer *tr) {
+    const char *path = tr->cfg.logging.metrics_file;
+    if (!path[0] || tr->counters.iteration > 0 || tr->cfg.logging.overwrite) return TPD_OK;
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0) return TPD_OK;
+    return tpd_fail(TPD_ERR_INVALID,
+                    "logging.metrics_file: '%s' already holds %lld bytes of another run's "
+                    "metrics and this run starts at iteration 0; resume that run "
+                    "(checkpoint.load) to append to it, set logging.overwrite=true to replace "
+                    "it, or choose another logging.metrics_file",
+                    path, (long long)sb.st_size);
+}
+
 static tpd_status open_metrics(tpd_trainer *tr) {
     const char *path = tr->cfg.logging.metrics_file;
     if (!tr->is_logger || !path[0]) return TPD_OK;
@@ -30,7 +48,8 @@ static tpd_status open_metrics(tpd_trainer *tr) {
     }
     tr->metrics = fopen(path, tr->counters.iteration > 0 ? "a" : "w");
     if (!tr->metrics) {
-        tpd_log_error("logging.metrics_file: cannot open '%s' for writing", path);
+        tpd_log_error("logging.metrics_file: cannot open '%s' for writing: %s", path,
+                      strerror(errno));
         return TPD_ERR_IO;
     }
     return TPD_OK;
@@ -241,6 +260,9 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
         TPD_CHECK(guard);
         if (tr->mesh.rank == 0) tpd_ckpt_prune_tmp(cfg->checkpoint.save);
     }
+    tpd_status kept = check_metrics_file(tr);
+    tr->failed_together = kept != TPD_OK;
+    TPD_CHECK(kept);
     TPD_CHECK(open_metrics(tr));
     TPD_CHECK(open_tensorboard(tr));
     double flops = tpd_trainer_flops_per_iteration(tr);
@@ -308,7 +330,9 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
             printf("%s\n", line);
         }
         fflush(stdout);
-        if (tr->metrics) TPD_CHECK_GOTO(tpd_metrics_write_jsonl(tr->metrics, &r), st, out);
+        if (tr->metrics)
+            TPD_CHECK_GOTO(tpd_metrics_write_jsonl(tr->metrics, cfg->logging.metrics_file, &r), st,
+                           out);
         if (tr->tb)
             TPD_CHECK_GOTO(tpd_tb_record(tr->tb, &r, cfg->logging.log_timers ? &timers : NULL), st,
                            out);

@@ -206,8 +206,7 @@ TEST(Sweep, CalibratedSweepWritesEverythingAndPredictsItsTrials) {
         char best[512];
         tpd_sweep_best_line(&res, best, sizeof best);
         printf("%s\n", best);
-        if (system("command -v gnuplot > /dev/null 2>&1") == 0)
-            EXPECT_TRUE(exists(dir + "/sweep.png"));
+        if (tpd_file_on_path("gnuplot")) EXPECT_TRUE(exists(dir + "/sweep.png"));
         // Real and predicted traces of the same layout, with the same event names.
         std::string real = slurp(dir + "/trace_tp1_pp2_dp2_mbs1_zero0.json");
         std::string pred = slurp(dir + "/trace_tp1_pp2_dp2_mbs1_zero0_predicted.json");

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -21,8 +22,9 @@ extern "C" {
 namespace ckt {
 
 inline std::string fresh_dir(const std::string &path) {
-    std::string cmd = "rm -rf '" + path + "'";
-    if (system(cmd.c_str()) != 0) fprintf(stderr, "could not clean %s\n", path.c_str());
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+    if (ec) fprintf(stderr, "could not clean %s: %s\n", path.c_str(), ec.message().c_str());
     return path;
 }
 

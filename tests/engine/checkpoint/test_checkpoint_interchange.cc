@@ -238,7 +238,7 @@ TEST(Interchange, LlmcRoundTripIsExact) {
     Weights orig, back;
     load_weights(checkpoint(), &orig);
     std::string out = ckt::fresh_dir(tiny::temp_prefix("llmc"));
-    ASSERT_EQ(system(("mkdir -p " + out).c_str()), 0);
+    ASSERT_TRUE(std::filesystem::create_directories(out));
     ASSERT_EQ(run_cli({"export", checkpoint(), "--format", "llmc", "--output", out + "/m.bin"}), 0);
     std::string f = ckt::slurp(out + "/m.bin");
     const int32_t *hd = reinterpret_cast<const int32_t *>(f.data());

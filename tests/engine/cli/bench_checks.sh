@@ -4,7 +4,10 @@
 #     --cluster for bench (every rank says so, before any step), --vp / --schedule /
 #     --overlap lists for sweep;
 #  2. a bench of an interleaved pipeline prints the measured idle fraction and exposed DP
-#     time beside the planner's, each a number in its range.
+#     time beside the planner's, each a number in its range;
+#  3. results are kept: sweep --out and bench --calibrate --out refuse (exit 2, naming the
+#     file) to write over an earlier result unless --force; a sweep where no layout runs
+#     exits non-zero saying so.
 # usage: bench_checks.sh TRIPOD_BIN SOURCE_DIR
 set -u
 bin=$1
@@ -67,6 +70,27 @@ else
   echo "FAIL: bench DP line: $line"
   fail=$((fail + 1))
 fi
+
+# 3. earlier results are kept unless --force; a sweep of no successful layout fails
+tiny=("${common[@]}" model.num_layers=1 training.global_batch_size=2 training.num_threads=1)
+mkdir -p "$work/old"
+echo "keep me" >"$work/old/summary.csv"
+check "sweep over a result" 2 "'$work/old/summary.csv' exists (an earlier result); pass --force" \
+  "$bin" sweep "$src/configs/demo.yaml" "${tiny[@]}" --steps 1 --warmup 0 --no-plot --no-traces \
+  --out "$work/old"
+if grep -qx "keep me" "$work/old/summary.csv"; then pass=$((pass + 1)); else
+  echo "FAIL: sweep wrote over $work/old/summary.csv without --force"; fail=$((fail + 1)); fi
+check "sweep --force" 0 "Best layout:" \
+  "$bin" sweep "$src/configs/demo.yaml" "${tiny[@]}" --steps 1 --warmup 0 --no-plot --no-traces \
+  --out "$work/old" --force
+check "sweep of no layout that runs" 2 "sweep: none of the 1 layouts ran successfully" \
+  "$bin" sweep "$src/configs/demo.yaml" "${tiny[@]}" --tp 3 --steps 1 --warmup 0 --no-plot \
+  --no-traces --out "$work/none"
+echo "old profile" >"$work/profile.yaml"
+check "calibrate over a profile" 2 "'$work/profile.yaml' exists (an earlier result); pass --force" \
+  "$bin" bench --calibrate --out "$work/profile.yaml" "$src/configs/demo.yaml" "${tiny[@]}"
+if grep -qx "old profile" "$work/profile.yaml"; then pass=$((pass + 1)); else
+  echo "FAIL: calibrate wrote over $work/profile.yaml without --force"; fail=$((fail + 1)); fi
 
 echo "bench_checks: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -43,7 +43,7 @@ if command -v gnuplot >/dev/null; then
     head -c 4 "$work/run/report/$png.png" | grep -q PNG || fail "$png.png is not a PNG"
   done
 else # a machine with the build tools only: the data and the script to draw them later
-  grep -q "gnuplot is not on PATH .* gnuplot $work/run/report/report.gp" "$work/report.out" ||
+  grep -q "gnuplot is not on PATH .* gnuplot -c $work/run/report/report.gp" "$work/report.out" ||
     fail "no gnuplot, and the report does not say how to draw: $(cat "$work/report.out")"
 fi
 
@@ -62,4 +62,30 @@ grep -q "export: 100.0%" "$work/x.err" || fail "no export progress: $(cat "$work
 TRIPOD_PROGRESS=1 "$tripod" import "$work/hf" --format hf --output "$work/imp" \
   >/dev/null 2>"$work/i.err" || fail "import: $(cat "$work/i.err")"
 grep -q "import: 100.0%" "$work/i.err" || fail "no import progress: $(cat "$work/i.err")"
+# another run's metrics are kept: a run from iteration 0 on the resumed run's file stops
+# (exit 2) naming the file and the ways on; logging.overwrite=true replaces them
+cp "$work/run/metrics.jsonl" "$work/metrics.before"
+F=("${O[@]}" training.train_iters=2 checkpoint.save= logging.tensorboard_dir=)
+if "$tripod" train "$src/configs/demo.yaml" "${F[@]}" >"$work/c.log" 2>&1; then
+  fail "a fresh run truncated another run's metrics"
+else
+  [[ $? == 2 ]] || fail "refusing the metrics file: exit $? (want 2): $(tail -3 "$work/c.log")"
+fi
+grep -qF "logging.metrics_file: '$work/run/metrics.jsonl' already holds" "$work/c.log" &&
+  grep -qF "set logging.overwrite=true" "$work/c.log" ||
+  fail "the refusal does not name the file and the way on: $(tail -3 "$work/c.log")"
+cmp -s "$work/run/metrics.jsonl" "$work/metrics.before" || fail "the refused run changed the metrics"
+"$tripod" train "$src/configs/demo.yaml" "${F[@]}" logging.overwrite=true >"$work/d.log" 2>&1 ||
+  fail "logging.overwrite=true: $(tail -3 "$work/d.log")"
+[[ $(grep -c . "$work/run/metrics.jsonl") == 2 ]] || fail "logging.overwrite=true did not replace"
+
+# a metrics file that cannot take a write: exit 1, naming the file and the reason
+if [[ -w /dev/full ]]; then
+  if "$tripod" train "$src/configs/demo.yaml" "${F[@]}" logging.metrics_file=/dev/full \
+    >"$work/e.log" 2>&1; then
+    fail "a run whose metrics could not be written succeeded"
+  fi
+  grep -qF "writing iteration 1 to '/dev/full' failed: No space left on device" "$work/e.log" ||
+    fail "the write error does not name the file and errno: $(tail -3 "$work/e.log")"
+fi
 echo "run_output_flow: PASS"

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +15,8 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include "common/run.h"
 
 extern "C" {
 #include "engine/config/config.h"
@@ -141,6 +142,7 @@ void ExpectSameConfig(const tpd_config &a, const tpd_config &b) {
     SAME(logging.eval_interval);
     SAME(logging.eval_iters);
     SAME_STR(logging.trace_file);
+    SAME(logging.overwrite);
     SAME_STR(checkpoint.save);
     SAME_STR(checkpoint.load);
     SAME(checkpoint.save_interval);
@@ -859,19 +861,11 @@ TEST(Config, BadConfigsReportTheExactError) {
 TEST(Config, TripodConfigShowExitsTwoOnEachBadConfig) {
     for (const BadCase &b : kBadCases) {
         std::string path = kBadDir + b.file;
-        // stderr only: stdout goes to /dev/null.
-        std::string cmd =
-            std::string("'") + TPD_TRIPOD_BIN + "' config show '" + path + "' 2>&1 >/dev/null";
-        FILE *p = popen(cmd.c_str(), "r");
-        ASSERT_NE(p, nullptr);
+        // stderr only (a bad config prints nothing to stdout)
         std::string out;
-        char buf[1024];
-        size_t n;
-        while ((n = fread(buf, 1, sizeof buf, p)) > 0)
-            out.append(buf, n);
-        int status = pclose(p);
-        ASSERT_TRUE(WIFEXITED(status)) << b.file;
-        EXPECT_EQ(WEXITSTATUS(status), 2) << b.file << ": " << out;
+        int code =
+            tpdtest::run({TPD_TRIPOD_BIN, "config", "show", path.c_str()}, TPD_SPAWN_STDERR, &out);
+        EXPECT_EQ(code, 2) << b.file << ": " << out;
         std::string want = std::string("tripod: error: ") + path + b.message;
         EXPECT_NE(out.find(want), std::string::npos) << b.file << ":\n"
                                                      << out << "\nwant\n"
@@ -880,18 +874,11 @@ TEST(Config, TripodConfigShowExitsTwoOnEachBadConfig) {
 }
 
 TEST(Config, TripodConfigShowPrintsAGoodConfig) {
-    std::string cmd = std::string("'") + TPD_TRIPOD_BIN + "' config show '" +
-                      ConfigPath("demo.yaml") + "' model.num_layers=6 2>&1";
-    FILE *p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
+    std::string demo = ConfigPath("demo.yaml");
     std::string out;
-    char buf[1024];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0)
-        out.append(buf, n);
-    int status = pclose(p);
-    ASSERT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+    int code = tpdtest::run({TPD_TRIPOD_BIN, "config", "show", demo.c_str(), "model.num_layers=6"},
+                            TPD_SPAWN_STDOUT | TPD_SPAWN_STDERR, &out);
+    EXPECT_EQ(code, 0) << out;
     EXPECT_NE(out.find("num_layers: 6"), std::string::npos) << out;
     EXPECT_NE(out.find("data_path: data/fortunes"), std::string::npos) << out;
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -33,8 +34,9 @@ class DataTest : public ::testing::Test {
         dir_ = buf.data();
     }
     void TearDown() override {
-        std::string cmd = "rm -rf '" + dir_ + "'";
-        ASSERT_EQ(system(cmd.c_str()), 0);
+        std::error_code ec;
+        std::filesystem::remove_all(dir_, ec);
+        ASSERT_FALSE(ec) << dir_ << ": " << ec.message();
     }
     std::string path(const std::string &name) const {
         return dir_ + "/" + name;

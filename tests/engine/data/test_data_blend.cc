@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -119,7 +120,8 @@ TEST(DataBlend, OnePrefixSamplesAsBefore) {
 // llm.c's shards by pattern: every match, in name order, weighted by its tokens.
 TEST(DataBlend, ShardPatternTakesEveryMatchByTokens) {
     std::string dir = tiny::temp_prefix("shards");
-    ASSERT_EQ(system(("mkdir -p '" + dir + "'").c_str()), 0);
+    std::filesystem::create_directories(dir);
+    ASSERT_TRUE(std::filesystem::is_directory(dir)) << dir;
     const int sizes[] = {3000, 1000, 2000};
     for (int i = 0; i < 3; i++) {
         std::vector<uint16_t> t(sizes[i]);

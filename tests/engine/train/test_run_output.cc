@@ -16,6 +16,7 @@
 #include <sstream>
 
 extern "C" {
+#include "base/file.h"
 #include "base/progress.h"
 #include "engine/train/metrics.h"
 #include "engine/train/metrics_plot.h"
@@ -205,7 +206,7 @@ TEST(Report, ResumedSegmentsJoinWithTheLatestRecordWinning) {
     EXPECT_NE(ckt::slurp(dir + "/pics/report.dat").find("# iteration"), std::string::npos);
     // The pictures need gnuplot; without it (a machine with only the build tools) the
     // script is what a user draws them from later.
-    ASSERT_EQ(drawn, system("command -v gnuplot > /dev/null 2>&1") == 0 ? 1 : 0);
+    ASSERT_EQ(drawn, tpd_file_on_path("gnuplot"));
     for (const char *png : {"loss", "lr", "grad_norm", "throughput"}) {
         if (!drawn) break;
         std::string f = ckt::slurp(dir + "/pics/" + png + ".png");

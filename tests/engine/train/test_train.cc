@@ -7,6 +7,7 @@
 #include <fstream>
 #include <vector>
 
+#include "common/run.h"
 #include "common/tiny.h"
 
 extern "C" {
@@ -230,14 +231,10 @@ TEST(Train, BinaryRunsTheFastestBlasKernels) {
     ASSERT_NE(f, nullptr);
     tpd_config_print(&cfg, f);
     fclose(f);
-    std::string cmd = std::string("'") + TPD_TRIPOD_BIN + "' train '" + path + "' 2>&1";
-    FILE *p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
     std::string out;
-    char buf[512];
-    while (fgets(buf, sizeof buf, p))
-        out += buf;
-    EXPECT_EQ(pclose(p), 0) << out;
+    int code = tpdtest::run({TPD_TRIPOD_BIN, "train", path.c_str()},
+                            TPD_SPAWN_STDOUT | TPD_SPAWN_STDERR, &out);
+    EXPECT_EQ(code, 0) << out;
     EXPECT_NE(out.find("OpenBLAS " + want), std::string::npos) << "want " << want << "\n" << out;
 }
 
