@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "base/rng.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "data files are little-endian");
@@ -102,21 +103,22 @@ char *tpd_data_path_join(const char *a, const char *b) {
     return s;
 }
 
+/* Any kind but a directory: a FIFO or a device is refused when opened, by name. */
 static int file_exists(const char *path) {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return stat(path, &st) == 0 && !S_ISDIR(st.st_mode);
 }
 
 /* Maps a whole file read-only; an empty file maps to (NULL, 0). */
 static tpd_status map_file(const char *path, void **map_p, size_t *len_p) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int err, fd = tpd_file_open_read(path, &err);
     if (fd < 0) {
-        tpd_log_error("%s: cannot open: %s", path, strerror(errno));
+        tpd_log_error("%s: cannot open: %s", path, tpd_file_strerror(err));
         return TPD_ERR_IO;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        tpd_log_error("%s: not a regular file", path);
+    if (fstat(fd, &st) != 0) {
+        tpd_log_error("%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return TPD_ERR_IO;
     }

@@ -25,7 +25,7 @@ static tpd_status read_file(const char *path, unsigned char **buf_p, size_t *len
     if (st == TPD_ERR_NOMEM)
         tpd_log_error("%s: out of memory reading it", path);
     else if (st != TPD_OK)
-        tpd_log_error("%s: cannot read: %s", path, strerror(err));
+        tpd_log_error("%s: cannot read: %s", path, tpd_file_strerror(err));
     return st;
 }
 

@@ -61,9 +61,10 @@ tpd_status tpd_report_load(const char *path, tpd_report_run *run) {
         TPD_CHECK(find_metrics(path, run->path, sizeof run->path));
     else
         snprintf(run->path, sizeof run->path, "%s", path);
-    FILE *f = fopen(run->path, "r");
+    int err;
+    FILE *f = tpd_file_fopen_read(run->path, &err);
     if (!f) {
-        tpd_log_error("report: cannot open '%s': %s", run->path, strerror(errno));
+        tpd_log_error("report: cannot open '%s': %s", run->path, tpd_file_strerror(err));
         return TPD_ERR_IO;
     }
     char *line = malloc(REPORT_MAX_LINE);
