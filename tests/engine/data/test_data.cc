@@ -162,6 +162,26 @@ TEST_F(DataTest, IndexedRoundTripUint16) {
     tpd_dataset_close(ds);
 }
 
+// The token file is memory-mapped: cut short underneath, a read past its new end would
+// be SIGBUS. Every read checks the open file first and names it instead.
+TEST_F(DataTest, ATokenFileTruncatedWhileOpenIsAnErrorNotASignal) {
+    std::string prefix = path("cut");
+    std::vector<int32_t> tokens = write_docs(prefix, {{1, 2, 3}, {4, 5}}, 257);
+    tpd_dataset *ds = nullptr;
+    ASSERT_EQ(tpd_dataset_open(prefix.c_str(), 257, &ds), TPD_OK);
+    std::vector<int32_t> got(tokens.size());
+    ASSERT_EQ(tpd_dataset_read(ds, 0, got.size(), got.data()), TPD_OK);
+    ASSERT_EQ(truncate((prefix + ".bin").c_str(), 0), 0);
+    tpd_log_quiet_begin();
+    EXPECT_EQ(tpd_dataset_read(ds, 0, got.size(), got.data()), TPD_ERR_IO);
+    tpd_log_quiet_end();
+    EXPECT_TRUE(contains(tpd_last_error(), prefix + ".bin: changed while in use (" +
+                                               std::to_string(2 * tokens.size()) +
+                                               " bytes at open, 0 now, truncated)"))
+        << tpd_last_error();
+    tpd_dataset_close(ds);
+}
+
 TEST_F(DataTest, IndexedRoundTripInt32) {
     std::string prefix = path("i32");
     std::vector<int32_t> tokens =
