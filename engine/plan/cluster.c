@@ -413,6 +413,7 @@ tpd_status tpd_plan_cluster_load(const char *name_or_path, tpd_plan_cluster *clu
         tpd_log_error("cluster profile %s: cannot open: %s", c.path, tpd_file_strerror(err));
         return TPD_ERR_IO;
     }
+    TPD_CHECK_GOTO(tpd_config_yaml_depth_check(c.path, f), st, close_file);
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser))
