@@ -1,11 +1,80 @@
 #include "base/file.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* The negative code of a file of kind `mode` (its S_IFMT bits; errno values are positive). */
+static int kind_code(unsigned mode) {
+    return -(int)(mode & S_IFMT) - 1;
+}
+
+/* The rule, after what the file is instead. */
+#define NOT_REGULAR(kind)                                                                          \
+    "it is " kind ", and only regular files are read (a FIFO, socket or device could block "       \
+    "forever)"
+
+const char *tpd_file_strerror(int err) {
+    if (err >= 0) return strerror(err);
+    switch ((unsigned)(-err - 1)) {
+    case S_IFIFO:
+        return NOT_REGULAR("a FIFO");
+    case S_IFSOCK:
+        return NOT_REGULAR("a socket");
+    case S_IFCHR:
+        return NOT_REGULAR("a character device");
+    case S_IFBLK:
+        return NOT_REGULAR("a block device");
+    case S_IFDIR:
+        return NOT_REGULAR("a directory");
+    default:
+        return NOT_REGULAR("not a regular file");
+    }
+}
+
+int tpd_file_open_read(const char *path, int *errno_p) {
+    *errno_p = 0;
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        *errno_p = errno;
+        return -1;
+    }
+    struct stat sb;
+    int flags;
+    if (fstat(fd, &sb) != 0 || (flags = fcntl(fd, F_GETFL)) < 0) {
+        *errno_p = errno;
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        *errno_p = kind_code(sb.st_mode);
+        close(fd);
+        return -1;
+    }
+    /* regular files never block, but clear it anyway: the fd is the caller's now */
+    if (fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        *errno_p = errno;
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+FILE *tpd_file_fopen_read(const char *path, int *errno_p) {
+    int fd = tpd_file_open_read(path, errno_p);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        *errno_p = errno;
+        close(fd);
+    }
+    return f;
+}
 
 tpd_status tpd_file_check_text(const char *path, uint64_t max_bytes, char *why, size_t n) {
     struct stat sb;
@@ -17,7 +86,11 @@ tpd_status tpd_file_check_text(const char *path, uint64_t max_bytes, char *why, 
         snprintf(why, n, "is a directory, not a YAML file");
         return TPD_ERR_INVALID;
     }
-    if (S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > max_bytes) {
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(why, n, "%s", tpd_file_strerror(kind_code((unsigned)sb.st_mode)));
+        return TPD_ERR_INVALID;
+    }
+    if ((uint64_t)sb.st_size > max_bytes) {
         /* parsing would only find out later, after gigabytes of YAML nodes */
         snprintf(why, n, "is %llu bytes, more than the %llu a YAML file here may hold",
                  (unsigned long long)sb.st_size, (unsigned long long)max_bytes);
@@ -27,12 +100,8 @@ tpd_status tpd_file_check_text(const char *path, uint64_t max_bytes, char *why, 
 }
 
 tpd_status tpd_file_read_all(const char *path, char **data_p, size_t *len_p, int *errno_p) {
-    *errno_p = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *errno_p = errno;
-        return TPD_ERR_IO;
-    }
+    FILE *f = tpd_file_fopen_read(path, errno_p);
+    if (!f) return TPD_ERR_IO;
     char *buf = NULL;
     size_t n = 0, cap = 0;
     for (;;) {

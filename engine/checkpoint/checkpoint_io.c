@@ -116,7 +116,8 @@ tpd_status tpd_ckpt_read_file(const char *path, char **data_p, size_t *bytes_p) 
     int err;
     tpd_status st = tpd_file_read_all(path, data_p, bytes_p, &err);
     if (st == TPD_ERR_NOMEM) return tpd_fail(st, "checkpoint %s: out of memory", path);
-    if (st != TPD_OK) return tpd_fail(st, "checkpoint %s: cannot read: %s", path, strerror(err));
+    if (st != TPD_OK)
+        return tpd_fail(st, "checkpoint %s: cannot read: %s", path, tpd_file_strerror(err));
     return TPD_OK;
 }
 
@@ -128,9 +129,9 @@ void tpd_ckpt_sha256_hex(const void *data, size_t bytes, char *hex) {
 }
 
 tpd_status tpd_ckpt_sha256_file(const char *path, char *hex, uint64_t *bytes_p) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int err, fd = tpd_file_open_read(path, &err);
     if (fd < 0)
-        return tpd_fail(TPD_ERR_IO, "checkpoint %s: cannot open: %s", path, strerror(errno));
+        return tpd_fail(TPD_ERR_IO, "checkpoint %s: cannot open: %s", path, tpd_file_strerror(err));
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     size_t cap = 1 << 20;
     char *buf = malloc(cap);

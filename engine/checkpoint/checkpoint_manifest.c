@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "engine/checkpoint/checkpoint_internal.h"
 #include "engine/optim/lr.h"
 
@@ -774,10 +775,11 @@ tpd_status tpd_ckpt_gather(const tpd_ckpt_info *info, tpd_param p, tpd_ckpt_kind
             const tpd_ckpt_file *f = &m->files[b[t].file];
             tpd_ckpt_join(path, sizeof path, info->dir, f->name);
             if (fds[b[t].file] < 0) {
-                fds[b[t].file] = open(path, O_RDONLY | O_CLOEXEC);
+                int err;
+                fds[b[t].file] = tpd_file_open_read(path, &err);
                 if (fds[b[t].file] < 0)
-                    TPD_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: shard file is missing",
-                                  path);
+                    TPD_FAIL_GOTO(TPD_ERR_IO, st, out, "checkpoint %s: shard file: %s", path,
+                                  tpd_file_strerror(err));
             }
             TPD_CHECK_GOTO(tpd_ckpt_pread(fds[b[t].file], path, dst + sg->local + (lo - sg->g),
                                           (size_t)(hi - lo) * 4,

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/bf16.h"
+#include "base/file.h"
 #include "base/progress.h"
 #include "engine/checkpoint/checkpoint_internal.h"
 
@@ -235,12 +236,12 @@ static tpd_status add_file(tpd_st_set *set, const char *path) {
     set->files = fs;
     st_file *f = &fs[set->nfiles];
     f->path = strdup(path);
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    int e = ENOMEM;
+    f->fd = f->path ? tpd_file_open_read(path, &e) : -1;
     if (!f->path || f->fd < 0) {
-        int e = errno;
         if (f->fd >= 0) close(f->fd);
         free(f->path);
-        return tpd_fail(TPD_ERR_IO, "safetensors %s: cannot open: %s", path, strerror(e));
+        return tpd_fail(TPD_ERR_IO, "safetensors %s: cannot open: %s", path, tpd_file_strerror(e));
     }
     int file = set->nfiles++;
     struct stat sb;

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,17 +93,48 @@ static int starts_number(const char *s) {
     return (s[0] >= '0' && s[0] <= '9') || ((s[0] == '-' || s[0] == '+' || s[0] == '.') && s[1]);
 }
 
-tpd_status tpd_cli_int(const char *cmd, const char *opt, const char *s, long lo, long hi,
-                       int *v_p) {
+/* One strict integer in [lo, hi] at s, ending at *end_p (NUL or the list's ','). */
+static int strict_long(const char *s, long lo, long hi, char stop, long *v_p, const char **end_p) {
     char *end = NULL;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (!starts_number(s) || *end || errno == ERANGE || v < lo || v > hi) {
+    if (!starts_number(s) || (*end && *end != stop) || errno == ERANGE || v < lo || v > hi)
+        return 0;
+    *v_p = v;
+    *end_p = end;
+    return 1;
+}
+
+tpd_status tpd_cli_int(const char *cmd, const char *opt, const char *s, long lo, long hi,
+                       int *v_p) {
+    long v;
+    const char *end;
+    if (!strict_long(s, lo, hi, 0, &v, &end)) {
         tpd_log_error("%s: %s '%s' must be an integer from %ld to %ld", cmd, opt, s, lo, hi);
         return TPD_ERR_INVALID;
     }
     *v_p = (int)v;
     return TPD_OK;
+}
+
+tpd_status tpd_cli_int_list(const char *cmd, const char *opt, const char *s, long lo, long hi,
+                            int min_n, int max_n, int *v, int *n_p) {
+    int n = 0;
+    for (const char *p = s;; p++) {
+        long x;
+        if (n == max_n || !strict_long(p, lo, hi, ',', &x, &p)) break;
+        v[n++] = (int)x;
+        if (!*p) {
+            if (n < min_n) break;
+            *n_p = n;
+            return TPD_OK;
+        }
+    }
+    char count[32];
+    snprintf(count, sizeof count, min_n == max_n ? "%d" : "%d to %d", min_n, max_n);
+    tpd_log_error("%s: %s '%s' must be a comma-separated list of %s integers, each from %ld to %ld",
+                  cmd, opt, s, count, lo, hi);
+    return TPD_ERR_INVALID;
 }
 
 tpd_status tpd_cli_double(const char *cmd, const char *opt, const char *s, double lo, double hi,

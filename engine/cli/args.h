@@ -55,6 +55,11 @@ tpd_status tpd_cli_args_load_config(const char *cmd, const tpd_cli_args *a, tpd_
 tpd_status tpd_cli_int(const char *cmd, const char *opt, const char *s, long lo, long hi, int *v_p);
 tpd_status tpd_cli_double(const char *cmd, const char *opt, const char *s, double lo, double hi,
                           double *v_p);
+/* A comma-separated list of min_n to max_n strict integers, each within [lo, hi], into
+ * v[0..*n_p) (`--layout 8,8,16`, `--tp 1,2,4`). On failure prints "tripod: error: CMD:
+ * OPT 'S' must be ..." and returns TPD_ERR_INVALID. */
+tpd_status tpd_cli_int_list(const char *cmd, const char *opt, const char *s, long lo, long hi,
+                            int min_n, int max_n, int *v, int *n_p);
 /* A non-negative integer that fits 64 bits (seeds). */
 tpd_status tpd_cli_u64(const char *cmd, const char *opt, const char *s, uint64_t *v_p);
 

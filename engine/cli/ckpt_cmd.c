@@ -367,9 +367,11 @@ static int cmd_import(const opts *o) {
         tpd_log_error("import needs --format hf|llmc and --output DIR");
         return TPD_EXIT_CONFIG;
     }
-    char extra;
-    if (o->layout && (sscanf(o->layout, "%d,%d,%d%c", &tp, &pp, &dp, &extra) != 3 || tp < 1 ||
-                      pp < 1 || dp < 1 || tp > 4096 || pp > 256 || dp > (1 << 20))) {
+    int v[3] = {1, 1, 1}, n;
+    if (o->layout && tpd_cli_int_list("import", "--layout", o->layout, 1, 1 << 20, 3, 3, v, &n))
+        return TPD_EXIT_CONFIG;
+    tp = v[0], pp = v[1], dp = v[2];
+    if (tp > 4096 || pp > 256) {
         tpd_log_error("--layout '%s': expected TP,PP,DP (e.g. 2,2,1; TP <= 4096, PP <= 256, "
                       "DP <= 1048576)",
                       o->layout);

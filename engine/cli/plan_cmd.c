@@ -89,12 +89,10 @@ static int parse_args(int argc, char **argv, plan_args *a) {
             *(strcmp(s, "--dp-overlap") == 0 ? &a->dp_overlap : &a->param_overlap) =
                 strcmp(val, "on") == 0;
         } else if (strcmp(s, "--layout") == 0) {
-            char extra;
-            if (sscanf(val, "%d,%d,%d%c", &a->tp, &a->pp, &a->dp, &extra) != 3 || a->tp < 1 ||
-                a->pp < 1 || a->dp < 1) {
-                tpd_log_error("plan: --layout '%s' must be TP,PP,DP (e.g. 8,8,16)", val);
-                return -1;
-            }
+            /* 2^20 each: TP*PP*DP stays inside 64 bits; the config's bounds come after */
+            int v[3], n;
+            if (tpd_cli_int_list("plan", s, val, 1, 1 << 20, 3, 3, v, &n) != TPD_OK) return -1;
+            a->tp = v[0], a->pp = v[1], a->dp = v[2];
             a->have_layout = 1;
         }
     }

@@ -30,27 +30,8 @@ static void usage(FILE *f) {
 
 /* "1,2,4" into v (positive, at most TPD_SWEEP_MAX_VALUES); allow0 lets 0 through. */
 static int parse_list(const char *flag, const char *s, int *v, int *n_p, int allow0) {
-    int n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end = NULL;
-        long x = strtol(p, &end, 10);
-        if (end == p || x < (allow0 ? 0 : 1) || x > 1 << 20 || n == TPD_SWEEP_MAX_VALUES ||
-            (*end != ',' && *end != '\0')) {
-            tpd_log_error("sweep: %s '%s' must be a comma-separated list of at most %d %s "
-                          "integers",
-                          flag, s, TPD_SWEEP_MAX_VALUES, allow0 ? "non-negative" : "positive");
-            return 0;
-        }
-        v[n++] = (int)x;
-        p = *end == ',' ? end + 1 : end;
-    }
-    if (n == 0) {
-        tpd_log_error("sweep: %s needs at least one value", flag);
-        return 0;
-    }
-    *n_p = n;
-    return 1;
+    return tpd_cli_int_list("sweep", flag, s, allow0 ? 0 : 1, 1 << 20, 1, TPD_SWEEP_MAX_VALUES, v,
+                            n_p) == TPD_OK;
 }
 
 /* "0", "1" or "0,1" into v (2 entries). */

@@ -390,13 +390,45 @@ static tpd_status cfg_fail_syntax(const cfg_loader *ld, const yaml_parser_t *par
     return cfg_fail(ld, &at, NULL, "YAML syntax error: %s", problem);
 }
 
+/* libyaml's scanner walks every open flow level for each token, so 1 MiB of '[' would
+ * take minutes in yaml_parser_load. One event pass first refuses deeper nesting at its
+ * first node past the cap, long before the cost grows; syntax errors are left to the
+ * load, which words them. */
+tpd_status tpd_config_yaml_depth_check(const char *path, FILE *f) {
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser))
+        return tpd_fail(TPD_ERR_NOMEM, "%s: out of memory while reading YAML", path);
+    yaml_parser_set_input_file(&parser, f);
+    tpd_status st = TPD_OK;
+    yaml_event_t ev;
+    for (int depth = 0, done = 0; !done && yaml_parser_parse(&parser, &ev);) {
+        int opens = ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT;
+        depth += opens - (ev.type == YAML_SEQUENCE_END_EVENT || ev.type == YAML_MAPPING_END_EVENT);
+        done = ev.type == YAML_STREAM_END_EVENT;
+        if (opens && depth > TPD_CONFIG_YAML_MAX_DEPTH) {
+            st = tpd_fail(TPD_ERR_INVALID,
+                          "%s:%d:%d: YAML nested deeper than %d lists or mappings; a config "
+                          "or a cluster profile needs a few levels",
+                          path, (int)ev.start_mark.line + 1, (int)ev.start_mark.column + 1,
+                          TPD_CONFIG_YAML_MAX_DEPTH);
+            done = 1;
+        }
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&parser);
+    rewind(f);
+    return st;
+}
+
 static tpd_status cfg_load_file(cfg_loader *ld) {
     tpd_status st = TPD_OK;
     char why[160];
     tpd_status ok = tpd_file_check_text(ld->path, CFG_MAX_FILE_BYTES, why, sizeof why);
     if (ok != TPD_OK) return tpd_fail(ok, "%s: %s", ld->path, why);
-    FILE *f = fopen(ld->path, "rb");
-    if (!f) return tpd_fail(TPD_ERR_IO, "%s: cannot read: %s", ld->path, strerror(errno));
+    int err;
+    FILE *f = tpd_file_fopen_read(ld->path, &err);
+    if (!f) return tpd_fail(TPD_ERR_IO, "%s: cannot read: %s", ld->path, tpd_file_strerror(err));
+    TPD_CHECK_GOTO(tpd_config_yaml_depth_check(ld->path, f), st, close_file);
     yaml_parser_t parser;
     if (!yaml_parser_initialize(&parser))
         TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, close_file, "%s: out of memory while reading YAML",

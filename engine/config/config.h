@@ -214,6 +214,13 @@ tpd_status tpd_config_resolve(tpd_config *cfg);
 tpd_status tpd_config_load(const char *path, int n_overrides, const char *const *overrides,
                            tpd_config *cfg);
 
+/* The YAML at f (path, for the message) nests at most this many lists or mappings; a
+ * config or a cluster profile needs a few. Deeper is TPD_ERR_INVALID, logged as
+ * "PATH:LINE:COL: YAML nested deeper than 16 ...", at once: libyaml's cost per token
+ * grows with the depth. f is rewound either way; a syntax error is left to the load. */
+#define TPD_CONFIG_YAML_MAX_DEPTH 16
+tpd_status tpd_config_yaml_depth_check(const char *path, FILE *f);
+
 /* Checks against a world size (before any collective; deterministic, so every rank
  * reports the same line): world divisible by TP*PP, data_parallel_size agreeing with
  * the world, global batch divisible by micro_batch*DP. Megatron's wording where it has

@@ -3,7 +3,14 @@
  *
  * Both formats are little-endian; so are the hosts we build for (x86-64, aarch64), so
  * fields are loaded with memcpy, which also copes with the .idx arrays that start at
- * the unaligned offset 34. */
+ * the unaligned offset 34.
+ *
+ * The token file stays memory-mapped, and a mapped file cut short underneath kills the
+ * process with SIGBUS at the first page past its new end. So the file stays open, and
+ * every read of tokens (a sample, a range) first compares the open file's size and
+ * modification time (fstat) with those at open: a data set rewritten or truncated while
+ * a run reads it is an error naming the file, not a signal. (A truncation in the
+ * microseconds between that check and the copy is not caught.) */
 #include "engine/data/data.h"
 #include "engine/data/data_internal.h"
 
@@ -18,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "base/rng.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "data files are little-endian");
@@ -44,11 +52,14 @@ struct tpd_dataset {
     const dtype_info *dtype;
     void *map; /* the mapped token file (.bin or the whole shard) */
     size_t map_len;
+    int fd;                /* that file, open, for the check before each read */
+    struct stat at_open;   /* its size and mtime when opened */
     const uint8_t *tokens; /* first token inside map */
     uint64_t num_tokens;
     uint64_t num_docs;
     int32_t max_token;
     char *path; /* as opened, for messages */
+    char *file; /* the token file (the .bin, or the shard), for messages */
 };
 
 static uint64_t load_u64(const uint8_t *p) {
@@ -102,21 +113,24 @@ char *tpd_data_path_join(const char *a, const char *b) {
     return s;
 }
 
+/* Any kind but a directory: a FIFO or a device is refused when opened, by name. */
 static int file_exists(const char *path) {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return stat(path, &st) == 0 && !S_ISDIR(st.st_mode);
 }
 
-/* Maps a whole file read-only; an empty file maps to (NULL, 0). */
-static tpd_status map_file(const char *path, void **map_p, size_t *len_p) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+/* Maps a whole file read-only; an empty file maps to (NULL, 0). fd_p: the file is kept
+ * open there (with its fstat in *st_p); NULL: closed. */
+static tpd_status map_file(const char *path, void **map_p, size_t *len_p, int *fd_p,
+                           struct stat *st_p) {
+    int err, fd = tpd_file_open_read(path, &err);
     if (fd < 0) {
-        tpd_log_error("%s: cannot open: %s", path, strerror(errno));
+        tpd_log_error("%s: cannot open: %s", path, tpd_file_strerror(err));
         return TPD_ERR_IO;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        tpd_log_error("%s: not a regular file", path);
+    if (fstat(fd, &st) != 0) {
+        tpd_log_error("%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return TPD_ERR_IO;
     }
@@ -130,7 +144,12 @@ static tpd_status map_file(const char *path, void **map_p, size_t *len_p) {
             return TPD_ERR_IO;
         }
     }
-    close(fd); /* the mapping keeps the file alive */
+    if (fd_p) {
+        *fd_p = fd;
+        *st_p = st;
+    } else {
+        close(fd); /* the mapping keeps the file alive */
+    }
     *map_p = map;
     *len_p = len;
     return TPD_OK;
@@ -294,10 +313,11 @@ static tpd_status open_indexed(const char *prefix, int vocab_size, tpd_dataset *
     if (!idx_path || !bin_path)
         TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_paths, "out of memory for the file names of %s",
                       prefix);
-    TPD_CHECK_GOTO(map_file(idx_path, &idx, &idx_len), st, free_paths);
+    TPD_CHECK_GOTO(map_file(idx_path, &idx, &idx_len, NULL, NULL), st, free_paths);
     TPD_CHECK_GOTO(parse_index(idx_path, idx, idx_len, &ds->dtype, &ds->num_tokens, &ds->num_docs),
                    st, unmap_idx);
-    TPD_CHECK_GOTO(map_file(bin_path, &ds->map, &ds->map_len), st, unmap_idx);
+    TPD_CHECK_GOTO(map_file(bin_path, &ds->map, &ds->map_len, &ds->fd, &ds->at_open), st,
+                   unmap_idx);
     uint64_t expect = ds->num_tokens * (uint64_t)ds->dtype->size;
     if (ds->map_len != expect)
         TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, unmap_bin,
@@ -311,6 +331,8 @@ static tpd_status open_indexed(const char *prefix, int vocab_size, tpd_dataset *
 unmap_bin:
     unmap(ds->map, ds->map_len);
     ds->map = NULL;
+    close(ds->fd);
+    ds->fd = -1;
 unmap_idx:
     unmap(idx, idx_len);
 free_paths:
@@ -321,7 +343,7 @@ free_paths:
 
 static tpd_status open_llmc(const char *path, int vocab_size, tpd_dataset *ds) {
     tpd_status st = TPD_OK;
-    TPD_CHECK(map_file(path, &ds->map, &ds->map_len));
+    TPD_CHECK(map_file(path, &ds->map, &ds->map_len, &ds->fd, &ds->at_open));
     const uint8_t *p = ds->map;
     if (ds->map_len < LLMC_HEADER_BYTES)
         TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, unmap_shard,
@@ -354,6 +376,8 @@ static tpd_status open_llmc(const char *path, int vocab_size, tpd_dataset *ds) {
 unmap_shard:
     unmap(ds->map, ds->map_len);
     ds->map = NULL;
+    close(ds->fd);
+    ds->fd = -1;
     return st;
 }
 
@@ -372,6 +396,7 @@ tpd_status tpd_dataset_open(const char *path, int vocab_size, tpd_dataset **ds_p
     char *idx = tpd_data_path_join(path, ".idx");
     char *stripped = NULL, *stripped_idx = NULL;
     if (!ds || !idx) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_ds, "out of memory opening %s", path);
+    ds->fd = -1;
     /* Which Megatron prefix, if any: PATH itself, or PATH less a ".idx"/".bin" that a
      * user typed out of habit. */
     const char *prefix = NULL;
@@ -396,11 +421,12 @@ tpd_status tpd_dataset_open(const char *path, int vocab_size, tpd_dataset **ds_p
                       "llm.c shard file %s exists)",
                       path, path, path);
     }
+    ds->path = strdup(path);
+    ds->file = prefix ? tpd_data_path_join(prefix, ".bin") : strdup(path);
     free(idx);
     free(stripped);
     free(stripped_idx);
-    ds->path = strdup(path);
-    if (!ds->path) {
+    if (!ds->path || !ds->file) {
         tpd_dataset_close(ds);
         return tpd_fail_nomem("a data set's path", strlen(path) + 1);
     }
@@ -417,7 +443,9 @@ free_ds:
 void tpd_dataset_close(tpd_dataset *ds) {
     if (!ds) return;
     unmap(ds->map, ds->map_len);
+    if (ds->fd >= 0) close(ds->fd);
     free(ds->path);
+    free(ds->file);
     free(ds);
 }
 
@@ -442,6 +470,21 @@ int32_t tpd_dataset_token(const tpd_dataset *ds, uint64_t i) {
     return (int32_t)load_token(ds->tokens + i * (uint64_t)ds->dtype->size, ds->dtype->code);
 }
 
+/* The token file as it was at open (see the header comment), or an error naming it. */
+static tpd_status check_unchanged(const tpd_dataset *ds) {
+    struct stat now;
+    if (fstat(ds->fd, &now) != 0)
+        return tpd_fail(TPD_ERR_IO, "%s: cannot stat: %s", ds->file, strerror(errno));
+    if (now.st_size != ds->at_open.st_size || now.st_mtim.tv_sec != ds->at_open.st_mtim.tv_sec ||
+        now.st_mtim.tv_nsec != ds->at_open.st_mtim.tv_nsec)
+        return tpd_fail(TPD_ERR_IO,
+                        "%s: changed while in use (%lld bytes at open, %lld now, %s): a data "
+                        "set must stay as it is while a run reads it",
+                        ds->file, (long long)ds->at_open.st_size, (long long)now.st_size,
+                        now.st_size < ds->at_open.st_size ? "truncated" : "rewritten");
+    return TPD_OK;
+}
+
 tpd_status tpd_dataset_read(const tpd_dataset *ds, uint64_t begin, uint64_t n, int32_t *out) {
     if (begin > ds->num_tokens || n > ds->num_tokens - begin) {
         tpd_log_error("token range [%llu, %llu) runs past the %llu tokens of the data set",
@@ -449,7 +492,8 @@ tpd_status tpd_dataset_read(const tpd_dataset *ds, uint64_t begin, uint64_t n, i
                       (unsigned long long)ds->num_tokens);
         return TPD_ERR_INVALID;
     }
-    if (n == 0) return TPD_OK;             /* an empty data set maps no tokens (NULL) */
+    if (n == 0) return TPD_OK; /* an empty data set maps no tokens (NULL) */
+    TPD_CHECK(check_unchanged(ds));
     if (ds->dtype->code == DTYPE_UINT16) { /* the common case, without the switch */
         const uint8_t *p = ds->tokens + 2 * begin;
         for (uint64_t i = 0; i < n; i++) {

@@ -10,6 +10,7 @@
 
 #include "base/file.h"
 #include "base/progress.h"
+#include "engine/data/jsonl.h"
 
 #include <cjson/cJSON.h>
 
@@ -25,7 +26,7 @@ static tpd_status read_file(const char *path, unsigned char **buf_p, size_t *len
     if (st == TPD_ERR_NOMEM)
         tpd_log_error("%s: out of memory reading it", path);
     else if (st != TPD_OK)
-        tpd_log_error("%s: cannot read: %s", path, strerror(err));
+        tpd_log_error("%s: cannot read: %s", path, tpd_file_strerror(err));
     return st;
 }
 
@@ -208,16 +209,17 @@ static tpd_status jsonl_records(prepare_state *ps, const char *path, const unsig
         size_t end = nl ? (size_t)(nl - buf) : len;
         line++;
         if (!is_blank_line(buf + pos, end - pos)) {
-            cJSON *o = cJSON_ParseWithLength((const char *)buf + pos, end - pos);
-            const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
-            if (!cJSON_IsString(v)) {
+            cJSON *o = NULL; /* a line that is no JSON is logged there, with its column */
+            st = tpd_jsonl_parse(path, line, (const char *)buf + pos, end - pos, &o);
+            const cJSON *v = st == TPD_OK ? tpd_jsonl_get(o, key) : NULL;
+            if (st != TPD_OK) {
+            } else if (!cJSON_IsString(v)) {
                 tpd_log_error("%s:%zu: %s (JSON Lines: one object per line, with the "
                               "document's text in the string field \"%s\")",
                               path, line,
-                              !o                   ? "not valid JSON"
-                              : !cJSON_IsObject(o) ? "not a JSON object"
-                              : v                  ? "the field is not a string"
-                                                   : "no such field",
+                              !cJSON_IsObject(o) ? "not a JSON object"
+                              : v                ? "the field is not a string"
+                                                 : "no such field",
                               key);
                 st = TPD_ERR_FORMAT;
             } else if (has_nul_escape(buf + pos, end - pos)) {

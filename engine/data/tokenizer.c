@@ -42,7 +42,7 @@ static char *read_text(const char *path) {
     tpd_status st = tpd_file_read_all(path, &text, NULL, &err);
     if (st != TPD_OK)
         tpd_log_error("%s: cannot read: %s", path,
-                      st == TPD_ERR_NOMEM ? "out of memory" : strerror(err));
+                      st == TPD_ERR_NOMEM ? "out of memory" : tpd_file_strerror(err));
     return text;
 }
 

@@ -480,7 +480,7 @@ tpd_status tpd_bpe_load_hf(const char *path, tpd_bpe **bpe_p) {
     tpd_status st = tpd_file_read_all(file, &text, &len, &err);
     if (st != TPD_OK) {
         tpd_log_error("%s: cannot read: %s", file,
-                      st == TPD_ERR_NOMEM ? "out of memory" : strerror(err));
+                      st == TPD_ERR_NOMEM ? "out of memory" : tpd_file_strerror(err));
         free(file);
         return st;
     }

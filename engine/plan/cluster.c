@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
 typedef struct key_spec {
@@ -145,11 +146,10 @@ double tpd_plan_gemm_efficiency(const tpd_plan_cluster *c, double flops) {
     return curve_at(c->gemm_curve_len, c->gemm_curve_flops, c->gemm_curve_eff, flops);
 }
 
+/* stat, not open: opening a FIFO would wait for its writer */
 static int file_exists(const char *p) {
-    FILE *f = fopen(p, "r");
-    if (!f) return 0;
-    fclose(f);
-    return 1;
+    struct stat sb;
+    return stat(p, &sb) == 0;
 }
 
 /* NAME or FILE to a readable path. */
@@ -407,11 +407,13 @@ tpd_status tpd_plan_cluster_load(const char *name_or_path, tpd_plan_cluster *clu
         tpd_log_error("cluster profile %s: %s", c.path, why);
         return ok;
     }
-    FILE *f = fopen(c.path, "rb");
+    int err;
+    FILE *f = tpd_file_fopen_read(c.path, &err);
     if (!f) {
-        tpd_log_error("cluster profile %s: cannot open: %s", c.path, strerror(errno));
+        tpd_log_error("cluster profile %s: cannot open: %s", c.path, tpd_file_strerror(err));
         return TPD_ERR_IO;
     }
+    TPD_CHECK_GOTO(tpd_config_yaml_depth_check(c.path, f), st, close_file);
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser))

@@ -3,6 +3,8 @@
 #include "engine/plan/plan.h"
 #include "engine/plan/plan_internal.h"
 
+#include "base/file.h"
+
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,7 +151,8 @@ void tpd_plan_print_overrides(FILE *f, const tpd_config *cfg, const tpd_plan_res
 void tpd_plan_print_published(FILE *f, const tpd_config *cfg) {
     static const char mark[] = "# published:";
     if (!cfg->source_path[0]) return;
-    FILE *in = fopen(cfg->source_path, "r");
+    int err;
+    FILE *in = tpd_file_fopen_read(cfg->source_path, &err);
     if (!in) return;
     char line[1024];
     while (fgets(line, sizeof line, in)) {

@@ -1,4 +1,5 @@
-/* Run reports: JSONL metrics joined over resumes, drawn by gnuplot when it is installed. */
+/* Run reports: JSONL metrics joined over resumes, drawn by gnuplot when it is installed.
+ * Each line is read whole, as engine/data/jsonl.h says. */
 #include "engine/train/metrics_plot.h"
 
 #include <cjson/cJSON.h>
@@ -12,6 +13,7 @@
 
 #include "base/file.h"
 #include "base/spawn.h"
+#include "engine/data/jsonl.h"
 
 #define REPORT_MAX_LINE (1 << 20)
 
@@ -41,7 +43,7 @@ static tpd_status find_metrics(const char *dir, char *out, size_t cap) {
 }
 
 static double num(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    const cJSON *v = tpd_jsonl_get(o, key);
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
@@ -62,23 +64,33 @@ tpd_status tpd_report_load(const char *path, tpd_report_run *run) {
         TPD_CHECK(find_metrics(path, run->path, sizeof run->path));
     else
         snprintf(run->path, sizeof run->path, "%s", path);
-    FILE *f = fopen(run->path, "r");
+    int err;
+    FILE *f = tpd_file_fopen_read(run->path, &err);
     if (!f) {
-        tpd_log_error("report: cannot open '%s': %s", run->path, strerror(errno));
+        tpd_log_error("report: cannot open '%s': %s", run->path, tpd_file_strerror(err));
         return TPD_ERR_IO;
     }
-    char *line = malloc(REPORT_MAX_LINE);
+    char *line = NULL;
+    size_t line_cap = 0;
+    ssize_t len;
     tpd_status st = TPD_OK;
     int cap = 0, last = -1;
     run->segments = 1;
-    while (line && fgets(line, REPORT_MAX_LINE, f)) {
+    while ((len = getline(&line, &line_cap, f)) >= 0) {
         run->records++;
         if (line[0] == '\n') continue;
-        cJSON *o = cJSON_Parse(line);
+        if (len > REPORT_MAX_LINE) {
+            st = tpd_fail(TPD_ERR_FORMAT, "report: %s:%d: a line of %zd bytes, more than %d",
+                          run->path, run->records, len, REPORT_MAX_LINE);
+            break;
+        }
+        cJSON *o = NULL;
+        st = tpd_jsonl_parse(run->path, (size_t)run->records, line, (size_t)len, &o);
+        if (st != TPD_OK) break;
         double it = num(o, "iteration");
         if (!cJSON_IsObject(o) || !(it >= 0) || it > 2e9 || it != floor(it)) {
             cJSON_Delete(o);
-            tpd_log_error("report: %s line %d: not a metrics record (a JSON object with an "
+            tpd_log_error("report: %s:%d: not a metrics record (a JSON object with an "
                           "integer \"iteration\")",
                           run->path, run->records);
             st = TPD_ERR_FORMAT;
@@ -105,7 +117,9 @@ tpd_status tpd_report_load(const char *path, tpd_report_run *run) {
                                               .tflops_per_gpu = num(o, "tflops_per_gpu")};
         cJSON_Delete(o);
     }
-    if (!line) st = TPD_ERR_NOMEM;
+    if (st == TPD_OK && ferror(f))
+        st = tpd_fail(errno == ENOMEM ? TPD_ERR_NOMEM : TPD_ERR_IO, "report: reading %s: %s",
+                      run->path, strerror(errno));
     free(line);
     fclose(f);
     if (st == TPD_OK && run->n == 0) {

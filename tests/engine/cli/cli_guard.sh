@@ -55,7 +55,7 @@ refused "--top-p '0.5abc' must be a finite number" "$bin" generate ck --top-p 0.
 refused "--top-k ' 3' must be an integer" "$bin" generate ck --top-k " 3"
 refused "--seed 'abc' must be an integer" "$bin" generate ck --seed abc
 refused "--device 'gpu': expected cpu or cuda" "$bin" generate ck --device gpu
-refused "--layout '1,1,1x': expected TP,PP,DP" "$bin" import ck --format hf --output imp --layout 1,1,1x
+refused "--layout '1,1,1x' must be a comma-separated list of 3 integers" "$bin" import ck --format hf --output imp --layout 1,1,1x
 refused "--gpus '2147483647' must be an integer from 1 to" "$bin" plan "$src/configs/demo.yaml" --gpus 2147483647
 out=$("$bin" generate ck --max-new-tokens 3 --seed 5 --temperature 0.5 --top-p 0.9 --top-k 5 \
   --device cpu 2>&1) || bad "generate with valid options: $out"

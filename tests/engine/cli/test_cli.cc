@@ -7,6 +7,7 @@
 #include <vector>
 
 extern "C" {
+#include "base/file.h"
 #include "base/status.h"
 #include "engine/cli/args.h"
 #include "engine/cli/cli.h"
@@ -103,6 +104,43 @@ TEST(CliArgs, ErrorsNameTheOptionAndAreLoggedOnce) {
         EXPECT_STREQ(tpd_last_error(), c.message);
         EXPECT_EQ(err, std::string("tripod: error: ") + c.message + "\n");
     }
+}
+
+TEST(CliArgs, IntegerListsAreStrictAndInRange) {
+    int v[4], n = 0;
+    tpd_log_quiet_begin();
+    EXPECT_EQ(tpd_cli_int_list("plan", "--layout", "8,8,16", 1, 1 << 20, 3, 3, v, &n), TPD_OK);
+    EXPECT_EQ(n, 3);
+    EXPECT_EQ(v[0] * 10000 + v[1] * 100 + v[2], 80816);
+    EXPECT_EQ(tpd_cli_int_list("sweep", "--tp", "0", 0, 4, 1, 4, v, &n), TPD_OK);
+    EXPECT_EQ(n, 1);
+    // 4294967298 is 2^32 + 2: a %d would have read TP 2
+    for (const char *bad :
+         {"4294967298,1,1", "1,1", "1,1,1,1", "1,,1", "1,1,", ",1,1", " 1,1,1", "1, 1,1", "1,1,1x",
+          "0,1,1", "1,1,1048577", "99999999999999999999,1,1", ""})
+        EXPECT_EQ(tpd_cli_int_list("plan", "--layout", bad, 1, 1 << 20, 3, 3, v, &n),
+                  TPD_ERR_INVALID)
+            << bad;
+    tpd_log_quiet_end();
+    EXPECT_STREQ(tpd_last_error(), "plan: --layout '' must be a comma-separated list of 3 "
+                                   "integers, each from 1 to 1048576");
+}
+
+TEST(CliErrors, LayoutsAndListsThatWouldWrapAreRefusedNamingTheOption) {
+    std::string demo = std::string(tpd_source_dir()) + "/configs/demo.yaml";
+    CliRun r = RunCli(tpd_cli_plan, {"plan", demo, "--layout", "4294967298,1,1"});
+    EXPECT_EQ(r.rc, TPD_EXIT_CONFIG);
+    EXPECT_EQ(Count(r.err, "--layout '4294967298,1,1' must be a comma-separated list of 3"), 1u)
+        << r.err;
+    r = RunCli(tpd_cli_ckpt, {"import", "hf", "--format", "hf", "--output", "/nonexistent/x",
+                              "--layout", "1,4294967298,1"});
+    EXPECT_EQ(r.rc, TPD_EXIT_CONFIG);
+    EXPECT_EQ(Count(r.err, "--layout '1,4294967298,1' must be a comma-separated list of 3"), 1u)
+        << r.err;
+    r = RunCli(tpd_cli_sweep, {"sweep", demo, "--tp", "1,4294967298"});
+    EXPECT_EQ(r.rc, TPD_EXIT_CONFIG);
+    EXPECT_EQ(Count(r.err, "--tp '1,4294967298' must be a comma-separated list of 1 to 16"), 1u)
+        << r.err;
 }
 
 TEST(CliErrors, CheckpointCommandsTakeOnlyTheirOwnOptions) {

@@ -1,9 +1,10 @@
 // Sizes: every integer key has an upper bound, the products formed from the keys stay in
 // their types (the padded vocabulary, tokens per micro-batch), values past the bounds are
 // config errors naming the key and the bound, and files that are no config (a directory,
-// megabytes of YAML) are refused before parsing.
+// megabytes of YAML) are refused before parsing, as is nesting past 16 levels.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <string>
@@ -154,6 +155,42 @@ TEST(ConfigLimits, ADirectoryOrMegabytesOfYamlAreRefusedBeforeParsing) {
     EXPECT_EQ(h.st, TPD_ERR_INVALID);
     EXPECT_NE(h.err.find("more than the 1048576 a YAML file here may hold"), std::string::npos)
         << h.err;
+    remove(path.c_str());
+}
+
+std::string write_file(const char *name, const std::string &text) {
+    std::string path = testing::TempDir() + name;
+    FILE *f = fopen(path.c_str(), "w");
+    if (f) {
+        fwrite(text.data(), 1, text.size(), f);
+        fclose(f);
+    }
+    return path;
+}
+
+// libyaml's scanner costs O(depth) a token: a megabyte of '[' took minutes to refuse.
+TEST(ConfigLimits, DeepNestingIsRefusedAtOnceWithItsPlace) {
+    std::string path = write_file("tripod_deep_config.yaml", std::string(1u << 20, '['));
+    auto t0 = std::chrono::steady_clock::now();
+    Loaded r = load(path.c_str(), {});
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 0.5);
+    EXPECT_EQ(r.st, TPD_ERR_INVALID);
+    EXPECT_NE(r.err.find(path + ":1:17: YAML nested deeper than 16 lists or mappings"),
+              std::string::npos)
+        << r.err;
+    // block mappings count the same, at the line of the 17th
+    std::string block;
+    for (int i = 0; i < 40; i++)
+        block += std::string(2 * i, ' ') + "k" + std::to_string(i) + ":\n";
+    path = write_file("tripod_deep_block.yaml", block);
+    r = load(path.c_str(), {});
+    EXPECT_NE(r.err.find(path + ":17:33: YAML nested deeper than 16"), std::string::npos) << r.err;
+    // 16 levels are no nesting error (whatever else is wrong with them)
+    path = write_file("tripod_deep16.yaml", std::string(16, '[') + std::string(16, ']'));
+    r = load(path.c_str(), {});
+    EXPECT_NE(r.st, TPD_OK);
+    EXPECT_EQ(r.err.find("nested deeper"), std::string::npos) << r.err;
     remove(path.c_str());
 }
 

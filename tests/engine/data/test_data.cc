@@ -164,6 +164,26 @@ TEST_F(DataTest, IndexedRoundTripUint16) {
     tpd_dataset_close(ds);
 }
 
+// The token file is memory-mapped: cut short underneath, a read past its new end would
+// be SIGBUS. Every read checks the open file first and names it instead.
+TEST_F(DataTest, ATokenFileTruncatedWhileOpenIsAnErrorNotASignal) {
+    std::string prefix = path("cut");
+    std::vector<int32_t> tokens = write_docs(prefix, {{1, 2, 3}, {4, 5}}, 257);
+    tpd_dataset *ds = nullptr;
+    ASSERT_EQ(tpd_dataset_open(prefix.c_str(), 257, &ds), TPD_OK);
+    std::vector<int32_t> got(tokens.size());
+    ASSERT_EQ(tpd_dataset_read(ds, 0, got.size(), got.data()), TPD_OK);
+    ASSERT_EQ(truncate((prefix + ".bin").c_str(), 0), 0);
+    tpd_log_quiet_begin();
+    EXPECT_EQ(tpd_dataset_read(ds, 0, got.size(), got.data()), TPD_ERR_IO);
+    tpd_log_quiet_end();
+    EXPECT_TRUE(contains(tpd_last_error(), prefix + ".bin: changed while in use (" +
+                                               std::to_string(2 * tokens.size()) +
+                                               " bytes at open, 0 now, truncated)"))
+        << tpd_last_error();
+    tpd_dataset_close(ds);
+}
+
 TEST_F(DataTest, IndexedRoundTripInt32) {
     std::string prefix = path("i32");
     std::vector<int32_t> tokens =
@@ -688,19 +708,30 @@ TEST_F(DataTest, PrepareJsonlRecords) {
     EXPECT_EQ(docs, 2u);
     EXPECT_EQ(tokens, 5u); // x EOD y z EOD
     // errors name the file, the line and the rule; nothing is written
+    // a line is one whole object: a raw NUL or a second object is never cut off or dropped
     struct {
-        const char *text, *message;
-    } bad[] = {{"{\"text\": \"ok\"}\n[1, 2]\n", ":2: not a JSON object"},
-               {"{\"text\": \"ok\"}\n\n{\"txt\": \"x\"}\n", ":3: no such field"},
-               {"{\"text\": 7}\n", ":1: the field is not a string"},
-               {"{\"text\": \"unterminated}\n", ":1: not valid JSON"}};
+        std::string text;
+        const char *message, *why;
+    } bad[] = {{"{\"text\": \"ok\"}\n[1, 2]\n", ":2: not a JSON object", ""},
+               {"{\"text\": \"ok\"}\n\n{\"txt\": \"x\"}\n", ":3: no such field", ""},
+               {"{\"text\": 7}\n", ":1: the field is not a string", ""},
+               {"{\"text\": \"unterminated}\n", ":1:", "not valid JSON"},
+               {std::string("{\"text\": \"a\0b\"}\n", 16), ":1:12: a NUL byte", ""},
+               {"{\"text\": \"a\"}{\"text\": \"b\"}\n", ":1:14: text after the record", ""},
+               {"{\"text\": \"a\"} junk\n", ":1:15: text after the record", ""}};
     for (const auto &b : bad) {
         write_text(path("bad.jsonl"), b.text);
         Prepared e = prepare({path("bad.jsonl")}, TPD_RECORDS_JSONL, path("out3"));
         EXPECT_EQ(e.st, TPD_ERR_FORMAT) << b.text;
         EXPECT_TRUE(contains(tpd_last_error(), path("bad.jsonl") + b.message)) << tpd_last_error();
+        EXPECT_TRUE(contains(tpd_last_error(), b.why)) << tpd_last_error();
         EXPECT_FALSE(exists(path("out3.idx")));
     }
+    // a key given twice: its last value, as Python's json.loads
+    write_text(path("dup.jsonl"), "{\"text\": \"first\", \"text\": \"zz\"}\n");
+    r = prepare({path("dup.jsonl")}, TPD_RECORDS_JSONL, path("out4"));
+    ASSERT_EQ(r.st, TPD_OK) << tpd_last_error();
+    EXPECT_EQ(r.stream, bytes_eod({"zz"}));
 }
 
 TEST_F(DataTest, PrepareErrors) {

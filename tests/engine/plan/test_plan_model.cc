@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include <cmath>
 #include <cstdio>
@@ -402,6 +403,27 @@ TEST(PlanCluster, ProfilesLoadWithPhysicalNumbers) {
            e3 = tpd_plan_gemm_efficiency(&c, 1e10);
     EXPECT_LT(e1, e2);
     EXPECT_LT(e2, e3);
+}
+
+// libyaml's cost per token grows with the nesting depth: a megabyte of '[' took minutes.
+TEST(PlanCluster, DeepNestingIsRefusedAtOnce) {
+    const std::string path = plan_test::scratch_path("deep_cluster.yaml");
+    FILE *f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("gpus_per_node: ", f);
+    for (int i = 0; i < (1 << 20) - 64; i++)
+        std::fputc('[', f);
+    std::fclose(f);
+    tpd_plan_cluster c;
+    auto t0 = std::chrono::steady_clock::now();
+    tpd_log_quiet_begin();
+    EXPECT_EQ(tpd_plan_cluster_load(path.c_str(), &c), TPD_ERR_INVALID);
+    tpd_log_quiet_end();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.5);
+    EXPECT_NE(std::string(tpd_last_error()).find(path + ":1:31: YAML nested deeper than 16"),
+              std::string::npos)
+        << tpd_last_error();
+    std::remove(path.c_str());
 }
 
 TEST(PlanCluster, BadProfilesNameFileAndKey) {

@@ -219,6 +219,43 @@ TEST(Report, ResumedSegmentsJoinWithTheLatestRecordWinning) {
     EXPECT_EQ(tpd_report_load((dir + "/bad.jsonl").c_str(), &r), TPD_ERR_FORMAT);
 }
 
+// One JSON object a line, read whole: what a line holds past its object, or a raw NUL,
+// is an error at its line and column, never a record cut short or one dropped; a key given
+// twice takes its last value (Python's json.loads).
+TEST(Report, EachLineIsOneWholeObjectAndTheLastDuplicateKeyWins) {
+    std::string dir = ckt::fresh_dir(tiny::temp_prefix("report_lines"));
+    std::filesystem::create_directories(dir);
+    const std::string good = "{\"iteration\":1,\"lm_loss\":5}\n";
+    const struct {
+        std::string line;
+        const char *message; // column: why
+    } bad[] = {
+        {std::string("{\"iteration\":2,\"note\":\"a\0b\",\"lm_loss\":1}\n", 41),
+         ":2:25: a NUL byte"},
+        {"{\"iteration\":2}{\"iteration\":3}\n", ":2:16: text after the record"},
+        {"{\"iteration\":2} x\n", ":2:17: text after the record"},
+        {"{\"iteration\":2,}\n", "not valid JSON"}, // cJSON places its errors loosely
+    };
+    tpd_report_run r;
+    for (const auto &b : bad) {
+        std::string path = dir + "/m.jsonl";
+        ckt::spit(path, good + b.line + good);
+        tpd_log_quiet_begin();
+        EXPECT_EQ(tpd_report_load(path.c_str(), &r), TPD_ERR_FORMAT) << b.message;
+        tpd_log_quiet_end();
+        std::string err = tpd_last_error();
+        EXPECT_EQ(err.find(path + ":2:"), 0u) << err;
+        EXPECT_NE(err.find(b.message), std::string::npos) << err;
+    }
+    std::string path = dir + "/dup.jsonl";
+    ckt::spit(path, "{\"iteration\":1,\"lm_loss\":5,\"lm_loss\":7,\"iteration\":3}\n");
+    ASSERT_EQ(tpd_report_load(path.c_str(), &r), TPD_OK);
+    ASSERT_EQ(r.n, 1);
+    EXPECT_EQ(r.p[0].iteration, 3);
+    EXPECT_EQ(r.p[0].lm_loss, 7);
+    tpd_report_free(&r);
+}
+
 TEST(Progress, TheLineHasRateElapsedAndEta) {
     char buf[256];
     tpd_progress_format(buf, sizeof buf, "export", 50e6, 200e6, "MB", 1e6, 10.0);
