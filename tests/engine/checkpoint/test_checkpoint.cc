@@ -439,11 +439,15 @@ int signal_child(const char *data, const char *save, int later) {
     tpd_config cfg = base_config(save);
     cfg.training.train_iters = 50;
     tpd_trainer *tr = nullptr;
-    if (tpd_trainer_create(&cfg, world, &tr) != TPD_OK) return 10;
+    if (tpd_trainer_create(&cfg, world, &tr) != TPD_OK) {
+        tpd_comm_destroy(world);
+        return 10;
+    }
     tpd_trainer_set_observer(tr, at_third_step, tr);
     tpd_status st = tpd_trainer_run(tr);
     int rc = st != TPD_OK ? 20 + (int)st : tpd_trainer_interrupted(tr) ? 0 : 11;
     tpd_trainer_destroy(tr);
+    tpd_comm_destroy(world);
     return rc;
 }
 

@@ -427,8 +427,9 @@ std::string llmc_file(const std::string &path, std::vector<int32_t> h) {
     hdr[1] = 3;
     for (size_t i = 0; i < h.size(); i++)
         hdr[2 + i] = h[i];
-    int64_t T = hdr[2], L = hdr[4], C = hdr[6], Vp = hdr[7];
-    int64_t floats = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+    // in double: the bad headers' products overflow any integer type
+    double T = hdr[2], L = hdr[4], C = hdr[6], Vp = hdr[7];
+    double floats = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
     std::string data((const char *)hdr.data(), 1024);
     if (floats > 0 && floats < (1 << 20)) data += std::string((size_t)floats * 4, '\0');
     ckt::spit(path, data);
