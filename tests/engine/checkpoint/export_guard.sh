@@ -16,13 +16,7 @@ src=$2
 flow_begin export_guard
 flow_corpus "$bin" 200
 cd "$work" || exit 1
-nbad=0
-bad() { echo "export_guard: FAIL: $*" >&2; nbad=$((nbad + 1)); }
-common=(data.data_path="$work/corpus" model.num_layers=2 model.hidden_size=32
-        model.num_attention_heads=4 model.seq_length=16 training.micro_batch_size=2
-        training.global_batch_size=4 logging.metrics_file= logging.eval_interval=0
-        training.num_threads=1 checkpoint.save_interval=2)
-train() { "$bin" train "$src/configs/demo.yaml" "${common[@]}" "$@"; }
+flow_tiny_run "$bin" "$src"
 train training.train_iters=4 checkpoint.save=ck >train.log 2>&1 || fail "train: $(tail -3 train.log)"
 
 # 1. the temporary is the export's own

@@ -18,7 +18,6 @@ flow_corpus "$bin" 200
 cd "$work" || exit 1
 # every check runs (a failure is counted, not fatal), so one run shows each that fails
 nbad=0
-bad() { echo "cli_guard: FAIL: $*" >&2; nbad=$((nbad + 1)); }
 O=(data.data_path="$work/corpus" model.num_layers=2 model.hidden_size=32 model.num_attention_heads=4
    model.seq_length=16 training.micro_batch_size=2 training.global_batch_size=4
    logging.metrics_file= logging.eval_interval=0 training.num_threads=1)

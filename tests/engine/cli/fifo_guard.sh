@@ -12,7 +12,6 @@ flow_begin fifo_guard
 flow_corpus "$bin" 20
 cd "$work" || exit 1
 nbad=0
-bad() { echo "fifo_guard: FAIL: $*" >&2; nbad=$((nbad + 1)); }
 
 refused() { # FIFO COMMAND...: fails within 20 s, naming FIFO and saying it is a FIFO
   local fifo=$1

@@ -21,7 +21,6 @@ flow_corpus "$bin" 200
 cd "$work" || exit 1
 # every check runs (a failure is counted, not fatal), so one run shows each that fails
 nbad=0
-bad() { echo "train_guard: FAIL: $*" >&2; nbad=$((nbad + 1)); }
 mpirun=("$mpiexec" --oversubscribe --allow-run-as-root --bind-to none -x OMP_NUM_THREADS=1)
 O=(data.data_path="$work/corpus" model.num_layers=2 model.hidden_size=64
    model.num_attention_heads=4 model.seq_length=32 training.micro_batch_size=2
