@@ -126,8 +126,8 @@ tpd_status tpd_ckpt_check_save_dir(const tpd_config *cfg, const char *loaded_dir
 int tpd_ckpt_prune_tmp(const char *save_dir);
 /* One run per save directory: an exclusive, non-blocking flock(2) on SAVE/.tripod.lock
  * (created with SAVE), taken by the rank that writes the directory's top level and held
- * until tpd_ckpt_unlock_save_dir (the trainer holds it from the start of its run until it
- * is destroyed). Two runs on one directory would otherwise both pass the check above, and
+ * until tpd_ckpt_unlock_save_dir (the trainer holds it from its creation, before
+ * checkpoint.load=auto reads the directory, until it is destroyed). Two runs on one directory would otherwise both pass the check above, and
  * one would remove the other's iter_NNNNNNN.tmp and replace its checkpoints. A directory
  * held by another open of the file (another process, or another open in this one): TPD_ERR_INVALID
  * naming the directory and the holder's pid and host (the file's content). A file system

@@ -250,6 +250,7 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     tpd_ckpt_view view = {&tr->cfg,  tr->model,        &tr->dpp,
                           &tr->mesh, tr->hcomms.world, tr->is_logger};
     TPD_CHECK_GOTO(tpd_ckpt_saver_create(&view, &tr->saver), st, undo_batch);
+    if (cfg->checkpoint.save[0]) TPD_CHECK_GOTO(tpd_trainer_lock_save_dir(tr), st, undo_saver);
     /* checkpoint.load: parameters, optimizer state and counters replace the fresh ones */
     int continues = 0;
     TPD_CHECK_GOTO(tpd_ckpt_resume(&view, &tr->counters, &continues, tr->loaded_dir), st,
@@ -259,6 +260,7 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     *tr_p = tr;
     return TPD_OK;
 undo_saver:
+    tpd_ckpt_unlock_save_dir(tr->save_lock_fd);
     tpd_ckpt_saver_destroy(tr->saver);
 undo_batch:
     free(tr->batch);

@@ -60,4 +60,7 @@ struct tpd_trainer {
     void *observer_user;
 };
 
+/* train_run.c: takes checkpoint.save's lock (collective); tpd_trainer_create calls it */
+tpd_status tpd_trainer_lock_save_dir(tpd_trainer *tr);
+
 #endif

@@ -232,8 +232,9 @@ static tpd_status on_boundary(tpd_trainer *tr, int final, int *stop_p) {
 
 /* Holds checkpoint.save against a second run (collective): world rank 0, which writes
  * the directory's top level, takes the lock and every rank learns whether it got it. Taken
- * before the guard and the .tmp pruning, which would otherwise race the other run. */
-static tpd_status lock_save_dir(tpd_trainer *tr) {
+ * by tpd_trainer_create before checkpoint.load=auto reads the directory (the other run may
+ * be committing a checkpoint there), so before the guard and the .tmp pruning too. */
+tpd_status tpd_trainer_lock_save_dir(tpd_trainer *tr) {
     tpd_status st = TPD_OK;
     if (tr->mesh.rank == 0 && tr->save_lock_fd < 0)
         st = tpd_ckpt_lock_save_dir(tr->cfg.checkpoint.save, &tr->save_lock_fd);
@@ -253,8 +254,7 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
     log_startup(tr);
     TPD_CHECK(log_placement(tr)); /* collective: before anything that fails on one rank */
     if (cfg->checkpoint.save[0]) {
-        TPD_CHECK(lock_save_dir(tr));
-        /* before any step: refused here, every rank says so (the same files for all) */
+        /* held since tpd_trainer_create; before any step: refused here, every rank says so (the same files for all) */
         tpd_status guard = tpd_ckpt_check_save_dir(cfg, tr->loaded_dir, tr->continues);
         tr->failed_together = guard != TPD_OK;
         TPD_CHECK(guard);
