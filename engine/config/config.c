@@ -541,6 +541,27 @@ static tpd_status cfg_check_llama(cfg_loader *ld) {
     return TPD_OK;
 }
 
+/* The diloco section's relations (read only under parallel.dp_sync: diloco). */
+static tpd_status cfg_check_diloco(cfg_loader *ld) {
+    const tpd_config_diloco *d = &ld->cfg->diloco;
+    if (ld->cfg->parallel.dp_sync != TPD_DP_SYNC_DILOCO) return TPD_OK;
+    const char *k = "diloco.fragments";
+    if (d->sync_interval % d->fragments)
+        return cfg_fail(ld, cfg_at(ld, k, "diloco.sync_interval"), k,
+                        "%d must divide sync_interval (%d): Streaming DiLoCo syncs the fragments "
+                        "sync_interval / fragments steps apart",
+                        d->fragments, d->sync_interval);
+    k = "diloco.overlap_steps";
+    if (d->overlap_steps >= d->sync_interval / d->fragments)
+        return cfg_fail(ld, cfg_at(ld, k, "diloco.sync_interval"), k,
+                        "%d must be below sync_interval / fragments (%d / %d = %d): a "
+                        "fragment's outer all-reduce is applied before the next fragment's "
+                        "starts",
+                        d->overlap_steps, d->sync_interval, d->fragments,
+                        d->sync_interval / d->fragments);
+    return TPD_OK;
+}
+
 static tpd_status cfg_check_relations(cfg_loader *ld) {
     const tpd_config *c = ld->cfg;
     const tpd_config_model *m = &c->model;
@@ -659,6 +680,7 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
                         "reduce-scatters with the GEMMs",
                         tp, p->sequence_parallel ? "true" : "false");
     }
+    TPD_CHECK(cfg_check_diloco(ld));
     k = "training.global_batch_size";
     if (c->training.global_batch_size % c->training.micro_batch_size)
         return cfg_fail(ld, cfg_at(ld, k, "training.micro_batch_size"), k,

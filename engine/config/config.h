@@ -54,6 +54,15 @@ typedef enum tpd_schedule {
 typedef enum tpd_fallback { TPD_FALLBACK_NONE = 0, TPD_FALLBACK_PREVIOUS = 1 } tpd_fallback;
 typedef enum tpd_norm { TPD_NORM_LAYERNORM = 0, TPD_NORM_RMSNORM = 1 } tpd_norm;
 typedef enum tpd_pos_emb { TPD_POS_LEARNED = 0, TPD_POS_ROPE = 1 } tpd_pos_emb;
+/* parallel.dp_sync: how DP replicas synchronize */
+typedef enum tpd_dp_sync {
+    TPD_DP_SYNC_EVERY_STEP = 0, /* every step's gradients are summed over DP */
+    TPD_DP_SYNC_DILOCO = 1,     /* DiLoCo: inner steps inside a replica, an outer step over
+                                   the replicas every diloco.sync_interval steps */
+} tpd_dp_sync;
+/* What a reduction moves on the wire; the receiver accumulates in fp32 either way. */
+typedef enum tpd_reduce_dtype { TPD_REDUCE_FP32 = 0, TPD_REDUCE_BF16 = 1 } tpd_reduce_dtype;
+typedef enum tpd_optimizer_type { TPD_OPTIM_ADAMW = 0, TPD_OPTIM_SGD = 1 } tpd_optimizer_type;
 
 typedef struct tpd_config_model {
     int num_layers;
@@ -98,7 +107,25 @@ typedef struct tpd_config_parallel {
                                       planner models it (needs SP and TP > 1); `tripod train` refuses */
     int virtual_pipeline_model_parallel_size; /* model chunks per stage (interleaved) */
     tpd_schedule pipeline_schedule;
+    tpd_dp_sync dp_sync;                /* every_step, or diloco (the diloco section) */
+    tpd_reduce_dtype grad_reduce_dtype; /* every-step DP gradient reductions on the wire */
 } tpd_config_parallel;
+
+/* DiLoCo (Douillard et al. 2023) and Streaming DiLoCo (Douillard et al. 2025), read
+ * under parallel.dp_sync: diloco. DP is split into `replicas` replicas of DP/replicas
+ * ranks each; inside a replica every step is an ordinary DP step, across replicas only
+ * the outer step communicates. */
+typedef struct tpd_config_diloco {
+    int sync_interval;     /* H: inner steps between two outer steps of a fragment */
+    double outer_lr;       /* Nesterov outer optimizer's learning rate */
+    double outer_momentum; /* and momentum */
+    int replicas;          /* 0 = DP (one replica per DP rank) */
+    int fragments;         /* Streaming DiLoCo: parameter fragments synced at staggered steps
+                              (H/fragments apart); 1 = the whole model at once */
+    int overlap_steps;     /* a fragment's outer all-reduce overlaps this many inner steps
+                              before it is applied; 0 = applied at once */
+    tpd_reduce_dtype reduce_dtype; /* the outer all-reduce on the wire */
+} tpd_config_diloco;
 
 typedef struct tpd_config_training {
     int micro_batch_size;
@@ -135,7 +162,9 @@ typedef struct tpd_config_optimizer {
     double adam_beta1;
     double adam_beta2;
     double adam_eps;
-    double clip_grad; /* 0 disables clipping */
+    double clip_grad;        /* 0 disables clipping */
+    tpd_optimizer_type type; /* adamw, or sgd (plain SGD: p -= lr * g, decoupled weight
+                                decay on 2-D weights; no state) */
 } tpd_config_optimizer;
 
 typedef struct tpd_config_data {
@@ -175,6 +204,7 @@ typedef struct tpd_config_comm {
 typedef struct tpd_config {
     tpd_config_model model;
     tpd_config_parallel parallel;
+    tpd_config_diloco diloco;
     tpd_config_training training;
     tpd_config_optimizer optimizer;
     tpd_config_data data;
@@ -233,6 +263,12 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg);
 
 /* Derived quantities. */
 int tpd_config_dp(const tpd_config *cfg, int world_size);
+/* DP split into replicas (parallel.dp_sync: diloco): how many (diloco.replicas, 0 meaning
+ * one per DP rank; 1 under every_step), and the ranks of one replica, DP / replicas: the
+ * DP group a step's gradients are summed over and the ZeRO-1 state is sharded over. The
+ * one home of the split: mesh, buffer plan, memory model and planner read it here. */
+int tpd_config_dp_replicas(const tpd_config *cfg, int dp);
+int tpd_config_dp_inner(const tpd_config *cfg, int dp);
 int tpd_config_num_micro_batches(const tpd_config *cfg, int dp);
 /* Iterations the learning rate decays over: optimizer.lr_decay_iters, or
  * training.train_iters where it is 0. */

@@ -14,6 +14,7 @@
 const tpd_cfg_section tpd_cfg_sections[] = {
     {"model", "the network"},
     {"parallel", "TP, PP and DP layout"},
+    {"diloco", "DiLoCo: infrequent synchronization of DP replicas (parallel.dp_sync: diloco)"},
     {"training", "batch, length of the run, numerics"},
     {"optimizer", "AdamW and the learning-rate schedule"},
     {"data", "token data set"},
@@ -45,12 +46,17 @@ static const char *const k_wsd_decay[] = {"exponential", "linear", "cosine", "mi
 static const char *const k_fallback[] = {"none", "previous", NULL};
 static const char *const k_norm[] = {"LayerNorm", "RMSNorm", NULL};
 static const char *const k_pos_emb[] = {"learned_absolute", "rope", NULL};
+static const char *const k_dp_sync[] = {"every_step", "diloco", NULL};
+static const char *const k_reduce_dtype[] = {"fp32", "bf16", NULL};
+static const char *const k_optimizer[] = {"adamw", "sgd", NULL};
 /* The parser stores an enum key as an int. */
 _Static_assert(sizeof(tpd_schedule) == sizeof(int) && sizeof(tpd_precision) == sizeof(int) &&
                    sizeof(tpd_device) == sizeof(int) && sizeof(tpd_recompute) == sizeof(int) &&
                    sizeof(tpd_attention) == sizeof(int) && sizeof(tpd_lr_decay) == sizeof(int) &&
                    sizeof(tpd_wsd_decay) == sizeof(int) && sizeof(tpd_fallback) == sizeof(int) &&
-                   sizeof(tpd_norm) == sizeof(int) && sizeof(tpd_pos_emb) == sizeof(int),
+                   sizeof(tpd_norm) == sizeof(int) && sizeof(tpd_pos_emb) == sizeof(int) &&
+                   sizeof(tpd_dp_sync) == sizeof(int) && sizeof(tpd_reduce_dtype) == sizeof(int) &&
+                   sizeof(tpd_optimizer_type) == sizeof(int),
                "enum keys are stored as int");
 
 /* The required keys default to a tiny model so that a defaults-only load (tests, or
@@ -158,6 +164,31 @@ const tpd_cfg_key tpd_cfg_keys[] = {
     {"parallel.pipeline_schedule", TPD_CFG_ENUM, TPD_CFG_FIELD(parallel.pipeline_schedule), "1f1b",
      TPD_CFG_NOBOUND, k_schedule, 0,
      "1f1b, interleaved (virtual stages > 1) or zb-h1 (backward split in B and W)"},
+    {"parallel.dp_sync", TPD_CFG_ENUM, TPD_CFG_FIELD(parallel.dp_sync), "every_step",
+     TPD_CFG_NOBOUND, k_dp_sync, 0,
+     "every_step: sum gradients over DP each step; diloco: DiLoCo replicas (diloco.*)"},
+    {"parallel.grad_reduce_dtype", TPD_CFG_ENUM, TPD_CFG_FIELD(parallel.grad_reduce_dtype), "fp32",
+     TPD_CFG_NOBOUND, k_reduce_dtype, 0,
+     "DP gradient reductions on the wire: fp32, or bf16 with fp32 accumulation at the receiver"},
+
+    /* diloco */
+    {"diloco.sync_interval", TPD_CFG_INT, TPD_CFG_FIELD(diloco.sync_interval), "20",
+     TPD_CFG_UPTO(1, TPD_CFG_MAX_ITERS), NULL, 0, "H: inner steps between outer steps"},
+    {"diloco.outer_lr", TPD_CFG_DOUBLE, TPD_CFG_FIELD(diloco.outer_lr), "0.7", TPD_CFG_GT, 0, 0,
+     NULL, 0, "outer Nesterov learning rate"},
+    {"diloco.outer_momentum", TPD_CFG_DOUBLE, TPD_CFG_FIELD(diloco.outer_momentum), "0.9",
+     TPD_CFG_CLOSED, 0, 0.999999, NULL, 0, "outer Nesterov momentum, in [0, 1)"},
+    {"diloco.replicas", TPD_CFG_INT, TPD_CFG_FIELD(diloco.replicas), "0", TPD_CFG_UPTO(0, 1048576),
+     NULL, 0, "replicas (divides DP; each DP/replicas ranks with per-step sync inside); 0 = DP"},
+    {"diloco.fragments", TPD_CFG_INT, TPD_CFG_FIELD(diloco.fragments), "1", TPD_CFG_UPTO(1, 1024),
+     NULL, 0, "Streaming DiLoCo: fragments synced H/fragments steps apart (divides sync_interval)"},
+    {"diloco.overlap_steps", TPD_CFG_INT, TPD_CFG_FIELD(diloco.overlap_steps), "0",
+     TPD_CFG_UPTO(0, TPD_CFG_MAX_ITERS), NULL, 0,
+     "inner steps a fragment's outer all-reduce overlaps before it is applied "
+     "(< sync_interval / fragments)"},
+    {"diloco.reduce_dtype", TPD_CFG_ENUM, TPD_CFG_FIELD(diloco.reduce_dtype), "fp32",
+     TPD_CFG_NOBOUND, k_reduce_dtype, 0,
+     "outer all-reduce on the wire: fp32, or bf16 with fp32 accumulation"},
 
     /* training */
     {"training.micro_batch_size", TPD_CFG_INT, TPD_CFG_FIELD(training.micro_batch_size), "1",
@@ -225,6 +256,8 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      0, NULL, 0, "Adam denominator epsilon"},
     {"optimizer.clip_grad", TPD_CFG_DOUBLE, TPD_CFG_FIELD(optimizer.clip_grad), "1.0",
      TPD_CFG_MIN(0), NULL, 0, "global gradient-norm clip; 0 disables"},
+    {"optimizer.type", TPD_CFG_ENUM, TPD_CFG_FIELD(optimizer.type), "adamw", TPD_CFG_NOBOUND,
+     k_optimizer, 0, "adamw, or sgd (plain SGD with decoupled weight decay; no state)"},
 
     /* data */
     {"data.data_path", TPD_CFG_STRING, TPD_CFG_FIELD(data.data_path), "", TPD_CFG_NOBOUND, NULL, 0,

@@ -48,6 +48,12 @@ tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size) {
                               "global batch size (%d) is not divisible by micro batch size "
                               "(%d) times data parallel size (%d)",
                               gbs, mbs, dp);
+    if (cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO && cfg->diloco.replicas > 0 &&
+        dp % cfg->diloco.replicas)
+        return cfg_fail_after(cfg,
+                              "diloco.replicas (%d) must divide the data parallel size (%d): "
+                              "every replica is DP / replicas ranks",
+                              cfg->diloco.replicas, dp);
     int M = tpd_config_num_micro_batches(cfg, dp);
     if (tpd_config_schedule(cfg) == TPD_SCHEDULE_INTERLEAVED && M % pp)
         return cfg_fail_after(cfg,
@@ -79,6 +85,16 @@ int tpd_config_dp(const tpd_config *cfg, int world_size) {
     int64_t mp = (int64_t)cfg->parallel.tensor_model_parallel_size *
                  cfg->parallel.pipeline_model_parallel_size;
     return mp > 0 ? (int)(world_size / mp) : 0;
+}
+
+int tpd_config_dp_replicas(const tpd_config *cfg, int dp) {
+    if (cfg->parallel.dp_sync != TPD_DP_SYNC_DILOCO) return 1;
+    return cfg->diloco.replicas > 0 ? cfg->diloco.replicas : dp;
+}
+
+int tpd_config_dp_inner(const tpd_config *cfg, int dp) {
+    int r = tpd_config_dp_replicas(cfg, dp);
+    return r > 0 && dp % r == 0 ? dp / r : dp;
 }
 
 int tpd_config_num_micro_batches(const tpd_config *cfg, int dp) {

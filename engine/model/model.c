@@ -53,6 +53,12 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
     m->opt_v = p ? (float *)p + b->shard_numel : NULL;
     TPD_CHECK_GOTO(alloc_block(m, b->mem.master, &p), st, undo_buffers);
     m->master = p;
+    TPD_CHECK_GOTO(alloc_block(m, b->mem.outer, &p), st, undo_buffers);
+    if (p) {
+        m->outer_sync = p;
+        m->outer_mom = m->outer_sync + b->shard_numel;
+        m->outer_delta = m->outer_mom + b->shard_numel;
+    }
     TPD_CHECK_GOTO(alloc_block(m, b->mem.activations, &p), st, undo_buffers);
     m->acts = p;
     TPD_CHECK_GOTO(alloc_block(m, b->ws_bytes, &p), st, undo_buffers);
@@ -91,7 +97,7 @@ undo_model:
 
 void tpd_model_destroy(tpd_model *m) {
     if (!m) return;
-    void *blocks[] = {m->ws, m->acts, m->master, m->opt_m, m->grads, m->params};
+    void *blocks[] = {m->ws, m->acts, m->outer_sync, m->master, m->opt_m, m->grads, m->params};
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
         if (blocks[i]) tpd_kern_free(m->kb, blocks[i]);
     if (m->stage_events) {
@@ -124,6 +130,16 @@ void *tpd_model_grad(const tpd_model *m, tpd_param p) {
 
 /* ---- initialization ---- */
 
+/* dst (shard_numel fp32, device) = the owned ranges of host (numel_padded fp32) */
+static tpd_status copy_owned(tpd_model *m, const tpd_dp_plan *dpp, float *dst, const float *host) {
+    for (int r = 0; r < dpp->nranges; r++) {
+        const tpd_dp_range *rg = &dpp->ranges[r];
+        TPD_CHECK(tpd_kern_copy_to_device(m->kb, dst + rg->state, host + rg->begin,
+                                          (rg->end - rg->begin) * 4));
+    }
+    return TPD_OK;
+}
+
 tpd_status tpd_model_init_params(tpd_model *m, const tpd_dp_plan *dpp) {
     const tpd_model_layout *lay = &m->plan.lay;
     size_t n = m->plan.numel_padded;
@@ -151,16 +167,14 @@ tpd_status tpd_model_init_params(tpd_model *m, const tpd_dp_plan *dpp) {
             tpd_kern_cast(m->kb, m->params, tpd_kern_param_dtype(m->kb), tmp, TPD_DTYPE_F32, n), st,
             out);
     }
-    if (m->master) {
-        /* master weights hold this rank's owned ranges, in optimizer-state order */
-        for (int r = 0; r < dpp->nranges; r++) {
-            const tpd_dp_range *rg = &dpp->ranges[r];
-            TPD_CHECK_GOTO(tpd_kern_copy_to_device(m->kb, m->master + rg->state, host + rg->begin,
-                                                   (rg->end - rg->begin) * 4),
-                           st, out);
-        }
+    /* master weights hold this rank's owned ranges, in optimizer-state order */
+    if (m->master) TPD_CHECK_GOTO(copy_owned(m, dpp, m->master, host), st, out);
+    if (m->opt_m) TPD_CHECK_GOTO(tpd_kern_zero(m->kb, m->opt_m, m->plan.mem.optimizer), st, out);
+    /* DiLoCo: the outer state starts at the initial weights, with no momentum */
+    if (m->outer_sync) {
+        TPD_CHECK_GOTO(tpd_kern_zero(m->kb, m->outer_sync, m->plan.mem.outer), st, out);
+        TPD_CHECK_GOTO(copy_owned(m, dpp, m->outer_sync, host), st, out);
     }
-    TPD_CHECK_GOTO(tpd_kern_zero(m->kb, m->opt_m, 2 * m->plan.shard_numel * 4), st, out);
     TPD_CHECK_GOTO(tpd_model_zero_grads(m), st, out);
     TPD_CHECK_GOTO(tpd_kern_synchronize(m->kb), st, out);
 out:

@@ -139,7 +139,10 @@ typedef struct tpd_model {
     void *params;         /* (numel_padded) param dtype: the flat buffer all views point into */
     void *grads;          /* (numel_padded) grad dtype, mirrors params */
     float *master;        /* (shard_numel) fp32 or NULL */
-    float *opt_m, *opt_v; /* (shard_numel) fp32 */
+    float *opt_m, *opt_v; /* (shard_numel) fp32; NULL under plain SGD */
+    float *outer_sync;    /* DiLoCo (shard_numel) fp32: the parameters at the last sync */
+    float *outer_mom;     /* (shard_numel) fp32: the outer Nesterov momentum */
+    float *outer_delta;   /* (tpd_diloco_fragment_numel) fp32: a fragment's pseudo-gradient */
     char *acts;           /* nslots * slot_bytes, then nheads * head_bytes */
     char *ws;             /* ws_bytes */
     int32_t *host_tokens; /* nslots x (2, B*T) host staging (pinned on cuda): inputs, then

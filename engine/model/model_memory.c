@@ -72,9 +72,12 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     /* fp32 main gradients unless training.accumulate_allreduce_grads_in_fp32 is false */
     b.grad_size = (size_t)tpd_config_grad_bytes(cfg);
     b.has_master = bf16;
-    int zero = cfg->parallel.use_distributed_optimizer && dp > 1;
-    b.numel_padded = tpd_dp_padded_numel(b.lay.numel, dp);
-    b.shard_numel = tpd_dp_shard_numel(b.lay.numel, dp, zero);
+    /* DP padding and the ZeRO-1 shard are over the ranks whose gradients are summed each
+     * step: all of DP, or one DiLoCo replica's */
+    int dp_inner = tpd_config_dp_inner(cfg, dp);
+    int zero = cfg->parallel.use_distributed_optimizer && dp_inner > 1;
+    b.numel_padded = tpd_dp_padded_numel(b.lay.numel, dp_inner);
+    b.shard_numel = tpd_dp_shard_numel(b.lay.numel, dp_inner, zero);
     /* slots and head blocks: the peaks of the action list this stage runs */
     tpd_pp_schedule sched;
     TPD_CHECK(tpd_model_schedule(cfg, pp, stage, tpd_config_num_micro_batches(cfg, dp), &sched));
@@ -170,16 +173,27 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     tpd_mem_breakdown *mem = &b.mem;
     mem->params = b.numel_padded * b.param_size;
     mem->grads = b.numel_padded * b.grad_size;
-    mem->optimizer = 2 * b.shard_numel * 4;
+    /* AdamW's m and v; plain SGD keeps no state */
+    mem->optimizer = cfg->optimizer.type == TPD_OPTIM_SGD ? 0 : 2 * b.shard_numel * 4;
     mem->master = b.has_master ? b.shard_numel * 4 : 0;
+    mem->outer = cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO
+                     ? (2 * (uint64_t)b.shard_numel +
+                        tpd_diloco_fragment_numel(b.shard_numel, cfg->diloco.fragments)) *
+                           4
+                     : 0;
     mem->activations = (uint64_t)b.nslots * b.slot_bytes + (uint64_t)b.nheads * b.head_bytes;
     /* workspace includes the backend's scratch and the host-side staging of each slot's
      * inputs and targets */
     mem->workspace = b.ws_bytes + b.scratch_bytes + b.host_bytes;
-    mem->total =
-        mem->params + mem->grads + mem->optimizer + mem->master + mem->activations + mem->workspace;
+    mem->total = mem->params + mem->grads + mem->optimizer + mem->master + mem->outer +
+                 mem->activations + mem->workspace;
     *plan_p = b;
     return TPD_OK;
+}
+
+size_t tpd_diloco_fragment_numel(size_t shard_numel, int fragments) {
+    size_t f = fragments > 0 ? (size_t)fragments : 1;
+    return (shard_numel + f - 1) / f;
 }
 
 tpd_status tpd_model_memory(const tpd_config *cfg, int tp, int pp, int dp, int stage,
