@@ -269,6 +269,18 @@ int tpd_config_dp(const tpd_config *cfg, int world_size);
  * one home of the split: mesh, buffer plan, memory model and planner read it here. */
 int tpd_config_dp_replicas(const tpd_config *cfg, int dp);
 int tpd_config_dp_inner(const tpd_config *cfg, int dp);
+/* DiLoCo's schedule (the one home of it). Fragment f (0 .. diloco.fragments-1) starts its
+ * outer step after every completed inner step t with t % H == ((f+1) * H/fragments) % H
+ * (the whole model at multiples of H for one fragment): its pseudo-gradient is taken
+ * then, all-reduced over the replicas, and applied after step t + diloco.overlap_steps.
+ * tpd_diloco_sync_fragment: the fragment that starts after `iteration` completed steps,
+ * or -1 (always -1 under every_step). tpd_diloco_pending_fragment: the fragment whose
+ * all-reduce is in flight after `iteration` completed steps (started at an earlier step,
+ * applied at a later one), or -1; overlap_steps < H/fragments makes it at most one. At
+ * the boundary after step t the trainer first applies the fragment due then, then starts
+ * the one that syncs at t (applied at once without overlap), then saves. */
+int tpd_diloco_sync_fragment(const tpd_config *cfg, int iteration);
+int tpd_diloco_pending_fragment(const tpd_config *cfg, int iteration);
 int tpd_config_num_micro_batches(const tpd_config *cfg, int dp);
 /* Iterations the learning rate decays over: optimizer.lr_decay_iters, or
  * training.train_iters where it is 0. */

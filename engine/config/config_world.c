@@ -97,6 +97,27 @@ int tpd_config_dp_inner(const tpd_config *cfg, int dp) {
     return r > 0 && dp % r == 0 ? dp / r : dp;
 }
 
+int tpd_diloco_sync_fragment(const tpd_config *cfg, int iteration) {
+    const tpd_config_diloco *d = &cfg->diloco;
+    if (cfg->parallel.dp_sync != TPD_DP_SYNC_DILOCO || iteration < 1 || d->fragments < 1 ||
+        d->sync_interval < d->fragments)
+        return -1;
+    int step = d->sync_interval / d->fragments, r = iteration % d->sync_interval;
+    /* fragment f at r == (f + 1) * step (mod H): the last one at multiples of H */
+    if (r % step) return -1;
+    int f = r / step - 1;
+    return f < 0 ? d->fragments - 1 : f;
+}
+
+int tpd_diloco_pending_fragment(const tpd_config *cfg, int iteration) {
+    /* started after step s = iteration - k, applied after step s + overlap_steps */
+    for (int k = 0; k < cfg->diloco.overlap_steps && iteration - k >= 1; k++) {
+        int f = tpd_diloco_sync_fragment(cfg, iteration - k);
+        if (f >= 0) return f;
+    }
+    return -1;
+}
+
 int tpd_config_num_micro_batches(const tpd_config *cfg, int dp) {
     int64_t per_step = (int64_t)cfg->training.micro_batch_size * dp;
     return per_step > 0 ? (int)(cfg->training.global_batch_size / per_step) : 0;
