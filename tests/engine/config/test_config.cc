@@ -321,6 +321,13 @@ const BadCase kBadCases[] = {
                         "(expected true or false)"},
     {"type_add_bias_linear.yaml",
      ":8:20: model.add_bias_linear: 'none' is not a boolean (expected true or false)"},
+    // DiLoCo's fragment schedule
+    {"diloco_fragments.yaml", ":16:14: diloco.fragments: 4 must divide sync_interval (10): "
+                              "Streaming DiLoCo syncs the fragments sync_interval / fragments "
+                              "steps apart"},
+    {"diloco_overlap.yaml", ":17:18: diloco.overlap_steps: 5 must be below sync_interval / "
+                            "fragments (20 / 4 = 5): a fragment's outer all-reduce is applied "
+                            "before the next fragment's starts"},
 };
 
 TEST(Config, DefaultsAreMegatronLike) {
