@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 
 extern "C" {
 #include "base/status.h"
@@ -97,4 +98,14 @@ TEST(ConfigDiloco, PendingCoversTheOverlapWindow) {
     EXPECT_EQ(tpd_diloco_pending_fragment(&c, 5), 0);  // started now
     EXPECT_EQ(tpd_diloco_pending_fragment(&c, 6), 0);  // still in flight
     EXPECT_EQ(tpd_diloco_pending_fragment(&c, 7), -1); // applied after step 7
+}
+
+TEST(ConfigDiloco, TrainRefusesDilocoUntilItRunsTheOuterStep) {
+    tpd_config c = Diloco(20, 1, 0, 0);
+    tpd_last_error_clear();
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
+    EXPECT_NE(std::string(tpd_last_error()).find("parallel.dp_sync diloco"), std::string::npos)
+        << tpd_last_error();
+    c.parallel.dp_sync = TPD_DP_SYNC_EVERY_STEP;
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK) << tpd_last_error();
 }
