@@ -13,6 +13,10 @@ tpd_status tpd_mesh_init(int world_size, int rank, int tp, int pp, int dp, tpd_m
     tpd_mesh m = {
         .tp_size = tp, .pp_size = pp, .dp_size = dp, .world_size = world_size, .rank = rank};
     tpd_mesh_coords_of(&m, rank, &m.tp, &m.dp, &m.pp);
+    m.replicas = 1;
+    m.dp_inner_size = dp;
+    m.replica = 0;
+    m.dp_inner = m.dp;
     *mesh_p = m;
     return TPD_OK;
 }
@@ -27,8 +31,20 @@ void tpd_mesh_coords_of(const tpd_mesh *m, int rank, int *tp_p, int *dp_p, int *
     *pp_p = rank / (m->tp_size * m->dp_size);
 }
 
+tpd_status tpd_mesh_set_replicas(tpd_mesh *m, int replicas) {
+    if (replicas < 1 || m->dp_size % replicas != 0) {
+        tpd_log_error("mesh: diloco.replicas %d must divide DP %d", replicas, m->dp_size);
+        return TPD_ERR_INVALID;
+    }
+    m->replicas = replicas;
+    m->dp_inner_size = m->dp_size / replicas;
+    m->replica = m->dp / m->dp_inner_size;
+    m->dp_inner = m->dp % m->dp_inner_size;
+    return TPD_OK;
+}
+
 const char *tpd_mesh_group_name(tpd_mesh_group g) {
-    static const char *names[] = {"tp", "dp", "pp", "emb", "mp"};
+    static const char *names[] = {"tp", "dp", "pp", "emb", "mp", "dp_outer"};
     return (g >= 0 && g < TPD_MESH_GROUP_COUNT) ? names[g] : "?";
 }
 
@@ -45,9 +61,15 @@ int tpd_mesh_group_members(const tpd_mesh *m, tpd_mesh_group g, int rank, int *o
         for (int i = 0; i < m->tp_size; i++)
             PUSH(tpd_mesh_rank_of(m, i, dp, pp));
         break;
-    case TPD_MESH_GROUP_DP:
-        for (int i = 0; i < m->dp_size; i++)
-            PUSH(tpd_mesh_rank_of(m, tp, i, pp));
+    case TPD_MESH_GROUP_DP: {
+        int base = (dp / m->dp_inner_size) * m->dp_inner_size;
+        for (int i = 0; i < m->dp_inner_size; i++)
+            PUSH(tpd_mesh_rank_of(m, tp, base + i, pp));
+        break;
+    }
+    case TPD_MESH_GROUP_DP_OUTER:
+        for (int r = 0; r < m->replicas; r++)
+            PUSH(tpd_mesh_rank_of(m, tp, r * m->dp_inner_size + dp % m->dp_inner_size, pp));
         break;
     case TPD_MESH_GROUP_PP:
         for (int i = 0; i < m->pp_size; i++)
@@ -81,9 +103,13 @@ void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *co
         color = dp + m->dp_size * pp;
         key = tp;
         break;
-    case TPD_MESH_GROUP_DP:
-        color = tp + m->tp_size * pp;
-        key = dp;
+    case TPD_MESH_GROUP_DP: /* replicas = 1: color tp + TP*pp, as before the split */
+        color = tp + m->tp_size * (pp + m->pp_size * (dp / m->dp_inner_size));
+        key = dp % m->dp_inner_size;
+        break;
+    case TPD_MESH_GROUP_DP_OUTER:
+        color = tp + m->tp_size * (pp + m->pp_size * (dp % m->dp_inner_size));
+        key = dp / m->dp_inner_size;
         break;
     case TPD_MESH_GROUP_PP:
         color = tp + m->tp_size * dp;
@@ -107,9 +133,10 @@ void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *co
 tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_comms *comms_p) {
     tpd_status st = TPD_OK;
     tpd_mesh_comms c = {.world = world};
-    tpd_comm **slots[TPD_MESH_GROUP_COUNT] = {&c.tp, &c.dp, &c.pp, &c.emb, &c.mp};
+    tpd_comm **slots[TPD_MESH_GROUP_COUNT] = {&c.tp, &c.dp, &c.pp, &c.emb, &c.mp, &c.dp_outer};
     for (int g = 0; g < TPD_MESH_GROUP_COUNT; g++) {
         int color, key;
+        if (g == TPD_MESH_GROUP_DP_OUTER && m->replicas == 1) continue; /* same on all ranks */
         tpd_mesh_group_color(m, (tpd_mesh_group)g, m->rank, &color, &key);
         /* every rank takes part in every split (collective), non-members pass color -1 */
         TPD_CHECK_GOTO(
@@ -124,7 +151,7 @@ undo_splits:
 }
 
 void tpd_mesh_comms_destroy(tpd_mesh_comms *c) {
-    tpd_comm **slots[] = {&c->mp, &c->emb, &c->pp, &c->dp, &c->tp};
+    tpd_comm **slots[] = {&c->dp_outer, &c->mp, &c->emb, &c->pp, &c->dp, &c->tp};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
         if (*slots[i]) tpd_comm_destroy(*slots[i]);
         *slots[i] = NULL;

@@ -3,7 +3,13 @@
  *
  * Groups (8 ranks, TP=PP=DP=2): TP {0,1}{2,3}{4,5}{6,7}; DP {0,2}{1,3}{4,6}{5,7};
  * PP {0,4}{1,5}{2,6}{3,7}; embedding = first and last stage of each PP group;
- * model-parallel = the TP*PP ranks sharing a dp index. Pure arithmetic: no MPI here. */
+ * model-parallel = the TP*PP ranks sharing a dp index. Pure arithmetic: no MPI here.
+ *
+ * DiLoCo replicas: DP splits into R replicas of S = DP/R consecutive dp indices (replica =
+ * dp / S, inner index = dp % S). Group DP is then the inner group (same tp, pp, replica),
+ * the one a step's gradients are summed over; DP_OUTER joins the ranks of equal tp, pp and
+ * inner index across the replicas (the outer step's all-reduce). R = 1 (the default): DP is
+ * the whole DP dimension, DP_OUTER is each rank alone and tpd_mesh_comms.dp_outer is NULL. */
 #ifndef TPD_PARALLEL_MESH_H
 #define TPD_PARALLEL_MESH_H
 
@@ -16,21 +22,27 @@ extern "C" {
 
 typedef struct tpd_mesh {
     int tp_size, pp_size, dp_size, world_size;
-    int rank, tp, pp, dp; /* this rank's coordinates */
+    int rank, tp, pp, dp;        /* this rank's coordinates; dp is the full DP coordinate */
+    int replicas, dp_inner_size; /* R and S = dp_size / R (1 and dp_size by default) */
+    int replica, dp_inner;       /* dp / S and dp % S */
 } tpd_mesh;
 
 /* Fails (logged, TPD_ERR_INVALID) when world != tp*pp*dp or any size < 1. */
 tpd_status tpd_mesh_init(int world_size, int rank, int tp, int pp, int dp, tpd_mesh *mesh_p);
 int tpd_mesh_rank_of(const tpd_mesh *m, int tp, int dp, int pp);
 void tpd_mesh_coords_of(const tpd_mesh *m, int rank, int *tp_p, int *dp_p, int *pp_p);
+/* Splits DP into `replicas` replicas (after tpd_mesh_init). Fails (TPD_ERR_INVALID) unless
+ * replicas >= 1 divides dp_size. */
+tpd_status tpd_mesh_set_replicas(tpd_mesh *m, int replicas);
 
 typedef enum tpd_mesh_group {
     TPD_MESH_GROUP_TP = 0,
     TPD_MESH_GROUP_DP = 1,
     TPD_MESH_GROUP_PP = 2,
-    TPD_MESH_GROUP_EMB = 3, /* first and last stage of this rank's PP group */
-    TPD_MESH_GROUP_MP = 4,  /* model parallel: TP x PP at fixed dp */
-    TPD_MESH_GROUP_COUNT = 5,
+    TPD_MESH_GROUP_EMB = 3,      /* first and last stage of this rank's PP group */
+    TPD_MESH_GROUP_MP = 4,       /* model parallel: TP x PP at fixed dp */
+    TPD_MESH_GROUP_DP_OUTER = 5, /* DiLoCo: same tp, pp, inner dp index across replicas */
+    TPD_MESH_GROUP_COUNT = 6,
 } tpd_mesh_group;
 
 const char *tpd_mesh_group_name(tpd_mesh_group g);
@@ -46,6 +58,7 @@ void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *co
 /* One communicator per dimension, split from the world. */
 typedef struct tpd_mesh_comms {
     tpd_comm *world, *tp, *dp, *pp, *emb, *mp; /* emb NULL when not first/last stage */
+    tpd_comm *dp_outer;                        /* across DiLoCo replicas; NULL when replicas = 1 */
 } tpd_mesh_comms;
 
 tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_comms *comms_p);

@@ -82,6 +82,48 @@ TEST(Mesh, SplitColorsMatchMembers) {
     }
 }
 
+TEST(Mesh, DilocoReplicaGroups) {
+    // TP=2, DP=4, PP=2 (16 ranks), 2 replicas of 2 consecutive dp indices each.
+    tpd_mesh m;
+    ASSERT_EQ(tpd_mesh_init(16, 0, 2, 2, 4, &m), TPD_OK);
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 0), (V{0, 2, 4, 6}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP_OUTER, 0), (V{0}));
+    EXPECT_EQ(tpd_mesh_set_replicas(&m, 3), TPD_ERR_INVALID);
+    EXPECT_EQ(tpd_mesh_set_replicas(&m, 0), TPD_ERR_INVALID);
+    ASSERT_EQ(tpd_mesh_set_replicas(&m, 2), TPD_OK);
+    EXPECT_EQ(m.dp_inner_size, 2);
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 0), (V{0, 2}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 5), (V{5, 7}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 13), (V{13, 15}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP_OUTER, 0), (V{0, 4}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP_OUTER, 3), (V{3, 7}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP_OUTER, 10), (V{10, 14}));
+    tpd_mesh r6;
+    ASSERT_EQ(tpd_mesh_init(16, 6, 2, 2, 4, &r6), TPD_OK);
+    ASSERT_EQ(tpd_mesh_set_replicas(&r6, 2), TPD_OK);
+    EXPECT_EQ(r6.dp, 3);
+    EXPECT_EQ(r6.replica, 1);
+    EXPECT_EQ(r6.dp_inner, 1);
+    // colors agree with members for both groups, every rank
+    for (int g : {(int)TPD_MESH_GROUP_DP, (int)TPD_MESH_GROUP_DP_OUTER}) {
+        for (int r = 0; r < 16; r++) {
+            int color, key;
+            tpd_mesh_group_color(&m, (tpd_mesh_group)g, r, &color, &key);
+            std::vector<std::pair<int, int>> same;
+            for (int q = 0; q < 16; q++) {
+                int c2, k2;
+                tpd_mesh_group_color(&m, (tpd_mesh_group)g, q, &c2, &k2);
+                if (c2 == color) same.push_back({k2, q});
+            }
+            std::sort(same.begin(), same.end());
+            V ordered;
+            for (auto &p : same)
+                ordered.push_back(p.second);
+            EXPECT_EQ(ordered, members(m, (tpd_mesh_group)g, r)) << "group " << g << " rank " << r;
+        }
+    }
+}
+
 TEST(Mesh, RejectsWorldMismatch) {
     tpd_mesh m;
     EXPECT_EQ(tpd_mesh_init(6, 0, 2, 2, 2, &m), TPD_ERR_INVALID);
