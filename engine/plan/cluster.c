@@ -27,7 +27,7 @@ typedef struct key_spec {
 /* Whole-number keys stored as int. */
 static int is_int_key(size_t off) {
     return off == OFF(gpus_per_node) || off == OFF(calibrated) || off == OFF(nvlink_domain_gpus) ||
-           off == OFF(nics_per_node) || off == OFF(leaf_switch_nodes) ||
+           off == OFF(nics_per_node) || off == OFF(leaf_switch_nodes) || off == OFF(island_nodes) ||
            off == OFF(tp_overlap_available) || off == OFF(global_syncs);
 }
 
@@ -60,6 +60,9 @@ static const key_spec k_keys[] = {
     {"nics_per_node", 0, 1, 1024, 1, OFF(nics_per_node)},
     {"leaf_switch_nodes", 0, 0, 1048576, 1, OFF(leaf_switch_nodes)},
     {"fabric_oversubscription", 0, 1, 64, 1, OFF(oversubscription)},
+    {"island_nodes", 0, 0, 1048576, 1, OFF(island_nodes)},
+    {"inter_island_gbs", 0, 1e-6, 1e6, 1e9, OFF(inter_island_bw)},
+    {"inter_island_latency_us", 0, 0, 1e7, 1e-6, OFF(inter_island_latency)},
     /* the framework's costs */
     {"tp_overlap_available", 0, 0, 1, 1, OFF(tp_overlap_available)},
     {"tp_overlap_share", 0, 0, 1, 1, OFF(tp_overlap_share)},
@@ -98,6 +101,7 @@ static void cluster_defaults(tpd_plan_cluster *c) {
      * GEMM (less 2 us a chunk) at a 5% GEMM slowdown; nothing else added. Together: the
      * model as it was before these keys. */
     c->oversubscription = 1.0;
+    c->inter_island_latency = -1.0; /* inter_latency */
     c->tp_overlap_available = 1;
     c->tp_overlap_share = 1.0;
     c->tp_overlap_chunk_s = 2e-6;
@@ -391,6 +395,16 @@ static tpd_status parse_root(yaml_document_t *doc, const char *path, tpd_plan_cl
         tpd_log_error("%s:%d: nvlink_domain_gpus: %d must be a multiple or a divisor of "
                       "gpus_per_node (%d)",
                       path, seen[i], d, g);
+        return TPD_ERR_INVALID;
+    }
+    /* islands need the link between them */
+    if (c->island_nodes > 0 && c->inter_island_bw <= 0.0) {
+        size_t i = 0;
+        while (k_keys[i].offset != OFF(island_nodes))
+            i++;
+        tpd_log_error("%s:%d: island_nodes: %d needs inter_island_gbs (the per-GPU bandwidth "
+                      "between islands, > 0)",
+                      path, seen[i], c->island_nodes);
         return TPD_ERR_INVALID;
     }
     return TPD_OK;

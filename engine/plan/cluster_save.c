@@ -67,6 +67,13 @@ tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path, co
     fprintf(f, "leaf_switch_nodes: %d        # 0: one leaf switch\n", c->leaf_switch_nodes);
     fprintf(f, "fabric_oversubscription: %.6g\n",
             c->oversubscription >= 1.0 ? c->oversubscription : 1.0);
+    fprintf(f, "island_nodes: %d             # 0: one island\n", c->island_nodes);
+    if (c->island_nodes > 0) {
+        fprintf(f, "inter_island_gbs: %.6g       # per GPU\n", c->inter_island_bw / 1e9);
+        fprintf(f, "inter_island_latency_us: %.6g\n",
+                (c->inter_island_latency >= 0.0 ? c->inter_island_latency : c->inter_latency) *
+                    1e6);
+    }
     fprintf(f, "tp_overlap_available: %d\n", c->tp_overlap_available);
     fprintf(f, "tp_overlap_share: %.6g\n", c->tp_overlap_share);
     fprintf(f, "tp_overlap_chunk_us: %.6g\n", c->tp_overlap_chunk_s * 1e6);

@@ -14,6 +14,7 @@
 
 #include "base/align.h"
 #include "engine/model/model_flops.h"
+#include "engine/model/model_memory.h"
 
 double tpd_plan_params_eq2(double l, double h, double V, double s) {
     return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * l * h));
@@ -66,6 +67,15 @@ double tpd_plan_params_count(const tpd_config *cfg) {
 
 double tpd_plan_grad_wire_bytes(const tpd_config *cfg) {
     return (double)tpd_config_grad_bytes(cfg);
+}
+
+double tpd_plan_dp_wire_bytes(const tpd_config *cfg) {
+    double g = tpd_plan_grad_wire_bytes(cfg);
+    return cfg->parallel.grad_reduce_dtype == TPD_REDUCE_BF16 && g > 2.0 ? 2.0 : g;
+}
+
+double tpd_plan_outer_wire_bytes(const tpd_config *cfg) {
+    return cfg->diloco.reduce_dtype == TPD_REDUCE_BF16 ? 2.0 : 4.0;
 }
 
 double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_recompute r) {
@@ -277,7 +287,9 @@ static uint64_t up(uint64_t bytes) {
 tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                                tpd_plan_stage_mem *out) {
     const tpd_config_model *m = &cfg->model;
-    uint64_t t = (uint64_t)lay->tp, dp = (uint64_t)lay->dp;
+    /* DP padding and the ZeRO-1 shard are over the ranks that sum each step's gradients:
+     * all of DP, or one DiLoCo replica's (tpd_config_dp_inner) */
+    uint64_t t = (uint64_t)lay->tp, dp = (uint64_t)tpd_config_dp_inner(cfg, lay->dp);
     uint64_t B = (uint64_t)lay->micro_batch_size, T = (uint64_t)m->seq_length;
     uint64_t C = (uint64_t)m->hidden_size, NH = (uint64_t)m->num_attention_heads;
     uint64_t F = (uint64_t)m->ffn_hidden_size, maxT = (uint64_t)m->max_position_embeddings;
@@ -314,7 +326,15 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     uint64_t shard = lay->distributed_optimizer && dp > 1 ? padded / dp : padded;
     out->params = (double)(padded * e);
     out->grads = (double)(padded * (uint64_t)tpd_config_grad_bytes(cfg)); /* main gradients */
-    out->optimizer = (double)(2 * shard * 4 + (e == 2 ? shard * 4 : 0));  /* m, v, masters */
+    /* AdamW's m and v (plain SGD keeps none) and the fp32 masters */
+    uint64_t mv = cfg->optimizer.type == TPD_OPTIM_SGD ? 0 : 2 * shard * 4;
+    out->optimizer = (double)(mv + (e == 2 ? shard * 4 : 0));
+    /* DiLoCo: the parameters at the last sync, the outer momentum, one fragment's
+     * pseudo-gradient (fp32) */
+    out->outer =
+        cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO
+            ? (double)((2 * shard + tpd_diloco_fragment_numel(shard, cfg->diloco.fragments)) * 4)
+            : 0.0;
 
     /* activations: one slot per (micro-batch, chunk) the schedule holds at its peak, each
      * sized for the largest chunk (the chunks share them); the last stage's head blocks */
@@ -365,7 +385,8 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     TPD_CHECK(tpd_plan_scratch(cfg, lay, stage,
                                cfg->training.device == TPD_DEVICE_CUDA ? "cuda" : "cpu", &scratch));
     out->workspace = (double)(ws + scratch.total + slots * 2 * N * 4);
-    out->total = out->params + out->grads + out->optimizer + out->activations + out->workspace;
+    out->total =
+        out->params + out->grads + out->optimizer + out->outer + out->activations + out->workspace;
     return TPD_OK;
 }
 

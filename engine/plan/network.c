@@ -10,8 +10,11 @@
  *     one per NIC), at most intra_bw; at inter_latency;
  *   - span > leaf_switch_nodes * gpus_per_node: the group crosses leaf switches, and the
  *     network share is divided by the fabric's oversubscription.
- * With the defaults (domain = node, a NIC per GPU, one leaf) this is the model the profiles
- * were fitted with.
+ *   - span > island_nodes * gpus_per_node: the group crosses islands, and runs at the
+ *     inter-island link: inter_island_gbs per GPU times k (as the NICs), at most the network
+ *     share, at inter_island_latency_us (the slowest hop, whatever the leaves give).
+ * With the defaults (domain = node, a NIC per GPU, one leaf, one island) this is the model
+ * the profiles were fitted with.
  *
  * Scale. Per-rank compute times of a step are modelled as independent normal draws with
  * mean mu and standard deviation straggler_cv * mu; every rank waits for the slowest at the
@@ -40,10 +43,17 @@ double tpd_plan_net_bw(const tpd_plan_cluster *cl, long span) {
     return bw;
 }
 
+/* 1 when `span` consecutive ranks cross an island boundary. */
+static int crosses_islands(const tpd_plan_cluster *cl, long span) {
+    return cl->island_nodes > 0 && cl->inter_island_bw > 0.0 &&
+           span > (long)cl->island_nodes * cl->gpus_per_node;
+}
+
 tpd_plan_hop tpd_plan_group_hop(const tpd_plan_cluster *cl, int n, long stride) {
     long span = (long)n * stride;
     if (n <= 1) return TPD_PLAN_HOP_NONE;
     if (span <= tpd_plan_nvlink_domain(cl)) return TPD_PLAN_HOP_NVLINK;
+    if (crosses_islands(cl, span)) return TPD_PLAN_HOP_ISLAND;
     if (cl->leaf_switch_nodes > 0 && cl->oversubscription > 1.0 &&
         span > (long)cl->leaf_switch_nodes * cl->gpus_per_node)
         return TPD_PLAN_HOP_CROSS_LEAF;
@@ -58,6 +68,8 @@ const char *tpd_plan_hop_name(tpd_plan_hop h) {
         return "network";
     case TPD_PLAN_HOP_CROSS_LEAF:
         return "cross-leaf";
+    case TPD_PLAN_HOP_ISLAND:
+        return "inter-island";
     case TPD_PLAN_HOP_NONE:
         break;
     }
@@ -73,10 +85,16 @@ void tpd_plan_group_link(const tpd_plan_cluster *cl, int n, long stride, double 
         return;
     }
     long per_domain = stride >= dom ? 1 : dom / stride;
-    double bw = per_domain * tpd_plan_net_bw(cl, span);
+    double net = tpd_plan_net_bw(cl, span);
+    double lat = cl->inter_latency;
+    if (crosses_islands(cl, span)) {
+        if (cl->inter_island_bw < net) net = cl->inter_island_bw;
+        if (cl->inter_island_latency >= 0.0) lat = cl->inter_island_latency;
+    }
+    double bw = per_domain * net;
     if (bw > cl->intra_bw) bw = cl->intra_bw;
     *bw_p = bw * cl->coll_efficiency;
-    *lat_p = cl->inter_latency;
+    *lat_p = lat;
 }
 
 double tpd_plan_expected_max_normal(int n) {

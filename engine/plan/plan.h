@@ -95,6 +95,12 @@ typedef struct tpd_plan_cluster {
     double oversubscription; /* leaf uplinks : downlinks (>= 1; 1 = rail-optimized or
                                 non-blocking): a group spanning more than leaf_switch_nodes
                                 nodes gets inter_bw / oversubscription */
+    /* Islands: groups of nodes joined by a slower link (two sites, two clusters, a
+     * partitioned fabric). A group whose span of consecutive ranks exceeds an island's
+     * GPUs crosses it: each GPU's share of the inter-island link, at its latency. */
+    int island_nodes;            /* nodes per island; 0 = one island (no such link) */
+    double inter_island_bw;      /* per-GPU, per-direction bandwidth between islands, bytes/s */
+    double inter_island_latency; /* seconds per ring step; < 0 = inter_latency */
     /* ---- the framework's costs (all optional; the defaults add nothing) ---- */
     int tp_overlap_available;   /* 1: the framework can overlap TP communication with the
                                    GEMMs (parallel.tp_comm_overlap); 0: refused */
@@ -141,13 +147,15 @@ typedef struct tpd_plan_layout {
                                   turns it on only where the config does */
 } tpd_plan_layout;
 
-/* Bytes per rank of one pipeline stage. `optimizer` includes the fp32 master weights. */
+/* Bytes per rank of one pipeline stage. `optimizer` includes the fp32 master weights;
+ * `outer` is DiLoCo's outer state (tpd_mem_breakdown.outer; 0 under every_step). */
 typedef struct tpd_plan_stage_mem {
-    double params, grads, optimizer, activations, workspace, total;
+    double params, grads, optimizer, outer, activations, workspace, total;
 } tpd_plan_stage_mem;
 
 /* Where one step's time goes, s. step_time_s = compute + pp_bubble + pp_p2p +
- * dp_comm_exposed + optimizer + dp_gather_exposed + straggler + global_sync + step_host. */
+ * dp_comm_exposed + optimizer + dp_gather_exposed + straggler + global_sync + step_host +
+ * dp_outer + outer_update. */
 typedef struct tpd_plan_time {
     double compute;           /* M x (fwd + bwd incl. recompute) of the slowest stage */
     double tp_comm;           /* the TP collectives inside that (what the overlap left exposed) */
@@ -168,6 +176,11 @@ typedef struct tpd_plan_time {
     double optimizer;         /* norm, clipping, AdamW (memory bound) + optimizer_fixed_ms */
     double dp_gather_exposed; /* ZeRO-1 parameter all-gather that the next step's forward
                                  waits for (all of it without overlap_param_gather) */
+    double dp_outer;          /* DiLoCo: the outer all-reduce of the pseudo-gradients, per
+                                 step: F fragments every H steps, each exposed for what its
+                                 overlap_steps of compute do not hide (0 under every_step) */
+    double outer_update;      /* DiLoCo: the outer Nesterov step's memory-bound passes over
+                                 the shard, per step (1/H of one) */
     /* Reported beside the step, not part of the sum: */
     double dp_comm_total;    /* every DP and embedding collective of a stage back to back
                                 (the most of any stage): exposed + hidden */
@@ -185,6 +198,7 @@ typedef enum tpd_plan_hop {
     TPD_PLAN_HOP_NVLINK,     /* inside one NVLink domain */
     TPD_PLAN_HOP_NETWORK,    /* over the NICs, under one leaf switch */
     TPD_PLAN_HOP_CROSS_LEAF, /* over oversubscribed leaf uplinks */
+    TPD_PLAN_HOP_ISLAND,     /* over the link between islands (island_nodes) */
 } tpd_plan_hop;
 
 typedef struct tpd_plan_result {
@@ -217,6 +231,18 @@ typedef struct tpd_plan_result {
                                                  sends run */
     double model_flops, hw_flops;             /* per iteration, all GPUs */
     double tflops_per_gpu, hw_tflops_per_gpu, mfu, tokens_per_s;
+    /* DP wire bytes one rank sends per step (its busiest stage): the every-step reduction
+     * over its DP group, plus under DiLoCo the outer all-reduce over 1/H of it */
+    double dp_bytes_step;
+    /* ---- DiLoCo (parallel.dp_sync: diloco; all 0 otherwise) ---- */
+    int diloco;                /* 1: the layout was timed with DiLoCo */
+    int dp_replicas, dp_inner; /* R replicas of dp_inner ranks (consecutive DP indices) */
+    tpd_plan_hop hop_outer;    /* the outer group: R ranks dp_inner*TP apart */
+    double outer_comm_s;       /* one whole outer all-reduce (every fragment), s */
+    double outer_frag_bytes;   /* bytes per rank of one fragment's all-reduce: the peak */
+    /* the same layout with every-step synchronization, for the report beside DiLoCo's
+     * (filled on the reports' pass, split_bubble, where 0 means not timed) */
+    double every_step_time_s, every_step_tokens_per_s, every_step_mfu, every_step_dp_bytes;
 } tpd_plan_result;
 
 typedef struct tpd_plan_options {

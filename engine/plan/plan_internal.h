@@ -37,6 +37,13 @@ double tpd_plan_params_eq2(double l, double h, double V, double s);
  * (tpd_config_grad_bytes), 4 with fp32 main gradients, 2 under bf16 with
  * training.accumulate_allreduce_grads_in_fp32 false. */
 double tpd_plan_grad_wire_bytes(const tpd_config *cfg);
+/* Bytes per gradient element on the wire of the every-step DP reduction: those of the
+ * gradient buffer, at most 2 under parallel.grad_reduce_dtype: bf16 (bf16 on the wire, the
+ * sum accumulated in fp32). */
+double tpd_plan_dp_wire_bytes(const tpd_config *cfg);
+/* Bytes per element of DiLoCo's outer all-reduce of the fp32 pseudo-gradient: 4, 2 under
+ * diloco.reduce_dtype: bf16. */
+double tpd_plan_outer_wire_bytes(const tpd_config *cfg);
 /* Hardware FLOPs per iteration for `batch` sequences: the model FLOPs
  * (engine/model/model_flops.h) plus what the recompute mode recomputes. */
 double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_recompute r);
@@ -237,7 +244,7 @@ double tpd_plan_expected_max_normal(int n);
 /* Of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP TP, a pipeline
  * boundary's pair TP*DP). */
 tpd_plan_hop tpd_plan_group_hop(const tpd_plan_cluster *c, int n, long stride);
-/* "nvlink", "network", "cross-leaf", "none". */
+/* "nvlink", "network", "cross-leaf", "inter-island", "none". */
 const char *tpd_plan_hop_name(tpd_plan_hop h);
 /* Link of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP TP, a
  * pipeline boundary TP*DP): the slowest hop it crosses, bandwidth (collective efficiency
@@ -272,6 +279,14 @@ void tpd_plan_sim_times(const tpd_plan_layout *lay, const tpd_plan_stage_cost *c
  * p2p time, and every stage's times (stage_times). */
 void tpd_plan_set_times(const tpd_plan_layout *lay, const tpd_plan_stage_cost *cost, int slowest,
                         double p2p, tpd_plan_result *res);
+/* DiLoCo's outer synchronization of res->layout (parallel.dp_sync: diloco; zeros and
+ * res->diloco = 0 otherwise): per fragment (1/F of this rank's fp32 shard, the ZeRO-1 shard
+ * over dp_inner or the whole stage) a ring all-reduce over the R replicas, dp_inner*TP
+ * ranks apart, in diloco.reduce_dtype; each runs beside overlap_steps steps of `compute`
+ * (s per step) and F of them every H steps: time.dp_outer = F max(0, t_frag - tau compute)
+ * / H; time.outer_update = the outer step's memory-bound passes over the shard / H. */
+void tpd_plan_diloco_outer(const tpd_config *cfg, const tpd_plan_cluster *cl, double compute,
+                           tpd_plan_result *res);
 /* Throughput fields of res from its step time. */
 void tpd_plan_rates(const tpd_config *cfg, const tpd_plan_cluster *cl, tpd_plan_result *res);
 

@@ -314,12 +314,14 @@ static tpd_plan_affine ring_cost(int n, double bw, double lat, int full) {
  * the first and last stage (none when untied). */
 void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                           const tpd_plan_layout *lay, tpd_plan_dp_cost *out) {
+    /* the every-step group: all of DP, or one DiLoCo replica's dp_inner ranks */
+    int S = tpd_config_dp_inner(cfg, lay->dp);
     double bw, lat;
-    group_link(cl, lay->dp, lay->tp, &bw, &lat);
-    int zero = lay->distributed_optimizer && lay->dp > 1;
-    out->reduce = ring_cost(lay->dp, bw, lat, !zero);
-    out->gather = zero ? ring_cost(lay->dp, bw, lat, 0) : (tpd_plan_affine){0.0, 0.0};
-    out->grad_bytes = tpd_plan_grad_wire_bytes(cfg);
+    group_link(cl, S, lay->tp, &bw, &lat);
+    int zero = lay->distributed_optimizer && S > 1;
+    out->reduce = ring_cost(S, bw, lat, !zero);
+    out->gather = zero ? ring_cost(S, bw, lat, 0) : (tpd_plan_affine){0.0, 0.0};
+    out->grad_bytes = tpd_plan_dp_wire_bytes(cfg);
     out->param_bytes = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     out->emb_allreduce = 0.0;
     if (tpd_plan_embedding_group(cfg, lay)) {
@@ -337,7 +339,7 @@ void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
  * per step (optimizer_fixed_ms). */
 static double optimizer_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, double params) {
-    double shard = lay->distributed_optimizer ? params / lay->dp : params;
+    double shard = lay->distributed_optimizer ? params / tpd_config_dp_inner(cfg, lay->dp) : params;
     double g = tpd_plan_grad_wire_bytes(cfg);
     double per = (cfg->training.precision == TPD_PRECISION_BF16 ? 26.0 : 24.0) + g;
     return mem_time(cl, shard * per + params * g) + cl->optimizer_fixed_s;
@@ -350,6 +352,63 @@ static double max_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay
         if (n > nmax) nmax = n;
     }
     return nmax;
+}
+
+/* DP wire bytes one rank of the busiest stage sends per step: the every-step reduction
+ * over its S = dp_inner ranks ((S-1)/S of the gradients twice, or under ZeRO-1 once and the
+ * parameters once), and under DiLoCo 1/H of the outer all-reduce of its shard over the R
+ * replicas (2(R-1)/R of it). */
+static double dp_step_bytes(const tpd_config *cfg, const tpd_plan_layout *lay) {
+    double n = max_stage_params(cfg, lay);
+    int S = tpd_config_dp_inner(cfg, lay->dp), R = tpd_config_dp_replicas(cfg, lay->dp);
+    int zero = lay->distributed_optimizer && S > 1;
+    double g = tpd_plan_dp_wire_bytes(cfg);
+    double p = cfg->training.precision == TPD_PRECISION_BF16 ? 2.0 : 4.0;
+    double bytes = S > 1 ? (S - 1.0) / S * n * (zero ? g + p : 2.0 * g) : 0.0;
+    if (cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO && R > 1) {
+        double shard = zero ? n / S : n;
+        bytes += 2.0 * (R - 1.0) / R * shard * tpd_plan_outer_wire_bytes(cfg) /
+                 cfg->diloco.sync_interval;
+    }
+    return bytes;
+}
+
+void tpd_plan_diloco_outer(const tpd_config *cfg, const tpd_plan_cluster *cl, double compute,
+                           tpd_plan_result *res) {
+    const tpd_plan_layout *lay = &res->layout;
+    res->time.dp_outer = res->time.outer_update = 0.0;
+    res->diloco = cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO;
+    res->dp_replicas = tpd_config_dp_replicas(cfg, lay->dp);
+    res->dp_inner = tpd_config_dp_inner(cfg, lay->dp);
+    res->hop_outer = TPD_PLAN_HOP_NONE;
+    res->outer_comm_s = res->outer_frag_bytes = 0.0;
+    if (!res->diloco) return;
+    int S = res->dp_inner, R = res->dp_replicas;
+    int H = cfg->diloco.sync_interval > 0 ? cfg->diloco.sync_interval : 1;
+    int F = cfg->diloco.fragments > 0 ? cfg->diloco.fragments : 1;
+    int zero = lay->distributed_optimizer && S > 1;
+    double n = max_stage_params(cfg, lay);
+    double shard = zero ? ceil(n / S) : n;
+    double frag = ceil(shard / F); /* tpd_diloco_fragment_numel */
+    res->outer_frag_bytes = frag * tpd_plan_outer_wire_bytes(cfg);
+    if (R > 1) {
+        double bw, lat;
+        long stride = (long)S * lay->tp;
+        group_link(cl, R, stride, &bw, &lat);
+        res->hop_outer = tpd_plan_group_hop(cl, R, stride);
+        tpd_plan_affine a = ring_cost(R, bw, lat, 1);
+        double t_frag = a.per_byte * res->outer_frag_bytes + a.fixed;
+        res->outer_comm_s = F * t_frag;
+        /* each fragment's all-reduce runs beside overlap_steps inner steps of compute */
+        double exposed = t_frag - cfg->diloco.overlap_steps * compute;
+        res->time.dp_outer = exposed > 0.0 ? F * exposed / H : 0.0;
+    }
+    /* the outer step over the shard: the pseudo-gradient (read master and the last sync,
+     * write the delta), Nesterov momentum (read delta and momentum, write momentum), the
+     * new parameters (read the last sync, momentum and delta, write the sync copy and the
+     * master), fp32, and the working weights written once */
+    double w = cfg->training.precision == TPD_PRECISION_BF16 ? 2.0 : 0.0;
+    res->time.outer_update = mem_time(cl, shard * (10.0 * 4.0 + w)) / H;
 }
 
 double tpd_plan_time_lower_bound(const tpd_config *cfg, const tpd_plan_cluster *cl,
@@ -430,6 +489,7 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     /* terms only the GPU model prices (the cpu model's are inside its optimizer step) */
     res->time.tp_comm_hidden = res->time.host_overhead = 0.0;
     res->time.straggler = res->time.global_sync = res->time.step_host = 0.0;
+    res->time.dp_outer = res->time.outer_update = 0.0;
     res->hop_tp = res->hop_dp = res->hop_pp = TPD_PLAN_HOP_NONE;
     if (cl->backend == TPD_PLAN_BACKEND_CPU)
         return tpd_plan_cpu_time_evaluate(cfg, cl, opt, split_bubble, res);
@@ -484,17 +544,46 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     res->time.pp_bubble = makespan0 > ideal ? makespan0 - ideal : 0.0;
     res->time.pp_p2p = pipe.makespan - makespan0;
     res->time.optimizer = optimizer_time(cfg, cl, lay, max_stage_params(cfg, lay));
-    int world = lay->tp * lay->pp * lay->dp;
+    /* the ranks that wait for one another every step: the world, or under DiLoCo one
+     * replica (the outer step is what joins the replicas) */
+    int S = tpd_config_dp_inner(cfg, lay->dp);
+    int world = lay->tp * lay->pp * S;
     res->hop_tp = tpd_plan_group_hop(cl, lay->tp, 1);
-    res->hop_dp = tpd_plan_group_hop(cl, lay->dp, lay->tp);
+    res->hop_dp = tpd_plan_group_hop(cl, S, lay->tp);
     res->hop_pp = p > 1 ? tpd_plan_group_hop(cl, 2, (long)lay->tp * lay->dp) : TPD_PLAN_HOP_NONE;
     res->time.straggler = tpd_plan_straggler_time(cl, ideal, world);
     res->time.global_sync = tpd_plan_global_sync_time(cl, world);
     res->time.step_host = cl->step_host_s;
     tpd_plan_dp_cost dpc;
     tpd_plan_gpu_dp_cost(cfg, cl, lay, &dpc);
+    tpd_plan_diloco_outer(cfg, cl, ideal, res);
     TPD_CHECK_GOTO(tpd_plan_step_finish(cfg, lay, &pipe, cost, &dpc, res), st, out);
     tpd_plan_rates(cfg, cl, res);
+    res->dp_bytes_step = dp_step_bytes(cfg, lay);
+    res->every_step_time_s = res->every_step_tokens_per_s = 0.0;
+    res->every_step_mfu = res->every_step_dp_bytes = 0.0;
+    if (res->diloco && split_bubble) {
+        /* the same layout with every step's gradients summed over all of DP */
+        tpd_config *every = malloc(sizeof *every);
+        tpd_plan_result *r = malloc(sizeof *r);
+        if (every && r) {
+            *every = *cfg;
+            every->parallel.dp_sync = TPD_DP_SYNC_EVERY_STEP;
+            *r = *res;
+            st = tpd_plan_time_evaluate(every, cl, opt, 1, r);
+            if (st == TPD_OK) {
+                res->every_step_time_s = r->step_time_s;
+                res->every_step_tokens_per_s = r->tokens_per_s;
+                res->every_step_mfu = r->mfu;
+                res->every_step_dp_bytes = r->dp_bytes_step;
+            }
+        } else {
+            tpd_log_error("plan: out of memory");
+            st = TPD_ERR_NOMEM;
+        }
+        free(every);
+        free(r);
+    }
 out:
     tpd_plan_pipe_free(&free_p2p);
     tpd_plan_pipe_free(&pipe);

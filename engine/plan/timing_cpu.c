@@ -233,7 +233,7 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
 void tpd_plan_cpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                           const tpd_plan_layout *lay, tpd_plan_dp_cost *out) {
     memset(out, 0, sizeof *out);
-    int n = lay->dp, zero = lay->distributed_optimizer && n > 1;
+    int n = tpd_config_dp_inner(cfg, lay->dp), zero = lay->distributed_optimizer && n > 1;
     out->grad_bytes = out->param_bytes = 4.0;
     if (n > 1) {
         double bw, lat;
@@ -352,6 +352,7 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
     res->time.optimizer = optim;
     tpd_plan_dp_cost dpc;
     tpd_plan_cpu_dp_cost(cfg, cl, lay, &dpc);
+    tpd_plan_diloco_outer(cfg, cl, ideal, res);
     TPD_CHECK_GOTO(tpd_plan_step_finish(cfg, lay, &pipe, cost, &dpc, res), st, out);
     tpd_plan_rates(cfg, cl, res);
 out:
