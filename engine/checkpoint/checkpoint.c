@@ -54,26 +54,51 @@ static tpd_ckpt_rank rank_of(const tpd_ckpt_view *v) {
     const tpd_mesh *ms = v->mesh;
     tpd_ckpt_rank r;
     memset(&r, 0, sizeof r);
+    /* DiLoCo: a replica's state is sharded over its own inner DP group */
+    int inner = tpd_config_dp_inner(v->cfg, ms->dp_size);
     r.tp = ms->tp;
     r.pp = ms->pp;
-    r.dp = ms->dp;
+    r.dp = ms->dp % inner;
+    r.replica = ms->dp / inner;
     r.tp_size = ms->tp_size;
     r.pp_size = ms->pp_size;
-    r.dp_size = ms->dp_size;
+    r.dp_size = inner;
     r.lay = v->model->plan.lay;
     r.dpp = *v->dpp;
     r.zero = v->dpp->zero;
     return r;
 }
 
+/* The state arrays of a model, kind k = TPD_CKPT_EXP_AVG + i; NULL where it keeps none. */
+static void state_arrays(const tpd_model *m, const float *a[TPD_CKPT_KIND_COUNT]) {
+    a[TPD_CKPT_PARAM] = NULL;
+    a[TPD_CKPT_EXP_AVG] = m->opt_m;
+    a[TPD_CKPT_EXP_AVG_SQ] = m->opt_v;
+    a[TPD_CKPT_MASTER] = m->master;
+    a[TPD_CKPT_OUTER_SYNC] = m->outer_sync;
+    a[TPD_CKPT_OUTER_MOM] = m->outer_mom;
+}
+
+/* The kinds a rank's optimizer file holds: what its model keeps, the outer state (equal
+ * on every replica) from replica 0 only. */
+static int kinds_of(const tpd_model *m, int replica) {
+    const float *a[TPD_CKPT_KIND_COUNT];
+    state_arrays(m, a);
+    int kinds = 0;
+    for (int k = TPD_CKPT_EXP_AVG; k < TPD_CKPT_KIND_COUNT; k++)
+        if (a[k] && (replica == 0 || k < TPD_CKPT_OUTER_SYNC)) kinds |= TPD_CKPT_KIND_BIT(k);
+    return kinds;
+}
+
 /* Where a rank's arrays come from when its files are written: copied from the backend
  * into one scratch buffer, one array at a time (a synchronous save), or a host snapshot
  * taken at the save point (an asynchronous one, written by its thread). */
 typedef struct shard_source {
-    const tpd_model *m;    /* sync: read now */
-    float *scratch;        /* sync: (max(numel_padded, shard)) */
-    const float *params;   /* async: fp32 parameters (numel_padded) */
-    const float *state[3]; /* async: AdamW m, v and master weights (shard each) or NULL */
+    const tpd_model *m;                      /* sync: read now */
+    float *scratch;                          /* sync: (max(numel_padded, shard)) */
+    const float *params;                     /* async: fp32 parameters (numel_padded) */
+    const float *state[TPD_CKPT_KIND_COUNT]; /* async: the kinds' arrays (shard each) or NULL */
+    int kinds;                               /* what the optimizer file holds */
 } shard_source;
 
 static tpd_status source_params(shard_source *s, const float **out) {
@@ -86,13 +111,14 @@ static tpd_status source_params(shard_source *s, const float **out) {
     return TPD_OK;
 }
 
-/* State array k (0 m, 1 v, 2 master); *out NULL when the rank keeps none. */
+/* State array of kind k; *out NULL when the rank keeps none. */
 static tpd_status source_state(shard_source *s, int k, size_t ns, const float **out) {
     if (!s->m) {
         *out = s->state[k];
         return TPD_OK;
     }
-    const float *arrays[3] = {s->m->opt_m, s->m->opt_v, s->m->master};
+    const float *arrays[TPD_CKPT_KIND_COUNT];
+    state_arrays(s->m, arrays);
     *out = NULL;
     if (!arrays[k]) return TPD_OK;
     TPD_CHECK(tpd_kern_copy_to_host(s->m->kb, s->scratch, arrays[k], ns * 4));
@@ -121,8 +147,8 @@ static tpd_status write_rank_files(const tpd_ckpt_rank *r, size_t ns, shard_sour
     tpd_progress prog, *pr = NULL;
     double done = 0;
     if (show) {
-        /* parameters, then m, v and (bf16 training) the master weights */
-        int nstate = src->m && src->m->master ? 3 : 2;
+        /* parameters, then m, v, (bf16 training) the master weights, the outer state */
+        int nstate = __builtin_popcount((unsigned)src->kinds);
         double total = 4.0 * ((double)pl.param_numel + nstate * (double)pl.state_numel);
         tpd_progress_begin(&prog, "checkpoint save (rank 0's files)", total, "MB", 1e6);
         pr = &prog;
@@ -132,7 +158,7 @@ static tpd_status write_rank_files(const tpd_ckpt_rank *r, size_t ns, shard_sour
     const float *a = NULL;
     if (pl.param_numel > 0) {
         TPD_CHECK_GOTO(source_params(src, &a), st, out);
-        tpd_ckpt_model_file(r->tp, r->pp, name, sizeof name);
+        tpd_ckpt_model_file_r(r->tp, r->pp, r->replica, name, sizeof name);
         tpd_ckpt_join(path, sizeof path, tmp, name);
         TPD_CHECK_GOTO(tpd_ckpt_writer_open(path, &w), st, out);
         TPD_CHECK_GOTO(write_segs(w, pl.param, TPD_P_COUNT, a, pr, &done), st, out);
@@ -140,13 +166,16 @@ static tpd_status write_rank_files(const tpd_ckpt_rank *r, size_t ns, shard_sour
         w = NULL;
         if (st != TPD_OK) goto out;
     }
-    if (pl.state_numel > 0) {
-        tpd_ckpt_optim_file(r->tp, r->pp, r->dp, name, sizeof name);
+    if (pl.state_numel > 0 && src->kinds) {
+        tpd_ckpt_optim_file_r(r->tp, r->pp, r->dp, r->replica, name, sizeof name);
         tpd_ckpt_join(path, sizeof path, tmp, name);
         TPD_CHECK_GOTO(tpd_ckpt_writer_open(path, &w), st, out);
-        for (int k = 0; k < 3; k++) {
+        for (int k = TPD_CKPT_EXP_AVG; k < TPD_CKPT_KIND_COUNT; k++) {
+            if (!(src->kinds & TPD_CKPT_KIND_BIT(k))) continue;
             TPD_CHECK_GOTO(source_state(src, k, ns, &a), st, out);
-            if (!a) break;
+            if (!a)
+                TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, out, "checkpoint %s: no state of kind %d", path,
+                              k);
             TPD_CHECK_GOTO(write_segs(w, pl.state, TPD_P_COUNT, a, pr, &done), st, out);
         }
         st = finish_file(w, rec, REC_OBYTES, REC_OSHA);
@@ -180,6 +209,7 @@ static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state, co
     char *json = NULL, path[PATH_CAP + 80], hex[65];
     tpd_status st = TPD_OK;
     if (!files) return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
+    int inner = tpd_config_dp_inner(v->cfg, ms->dp_size);
     for (int w = 0; w < world; w++) {
         const int32_t *rec = recs + (size_t)w * REC_WORDS;
         int t, d, s;
@@ -188,19 +218,20 @@ static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state, co
             tpd_ckpt_file *f = &files[2 * w + k];
             f->tp = t;
             f->pp = s;
-            f->dp = d;
+            f->dp = d % inner;
+            f->replica = d / inner;
             f->bytes = get_u64(rec + (k ? REC_OBYTES : REC_MBYTES));
             if (!f->bytes) continue;
             memcpy(f->sha256, rec + (k ? REC_OSHA : REC_MSHA), 64);
             if (k)
-                tpd_ckpt_optim_file(t, s, d, f->name, sizeof f->name);
+                tpd_ckpt_optim_file_r(t, s, f->dp, f->replica, f->name, sizeof f->name);
             else
-                tpd_ckpt_model_file(t, s, f->name, sizeof f->name);
+                tpd_ckpt_model_file_r(t, s, f->replica, f->name, sizeof f->name);
         }
     }
-    TPD_CHECK_GOTO(tpd_ckpt_manifest_build(v->cfg, ms->tp_size, ms->pp_size, ms->dp_size,
-                                           v->model->master != NULL, state, world * 2, files,
-                                           &json),
+    TPD_CHECK_GOTO(tpd_ckpt_manifest_build(v->cfg, ms->tp_size, ms->pp_size, inner,
+                                           ms->dp_size / inner, kinds_of(v->model, 0), state,
+                                           world * 2, files, &json),
                    st, out);
     tpd_ckpt_sha256_hex(json, strlen(json), hex);
     tpd_ckpt_join(path, sizeof path, tmp, TPD_CKPT_MANIFEST_SHA);
@@ -377,10 +408,11 @@ static tpd_status save_async(tpd_ckpt_saver *sv, const tpd_ckpt_counters *c, con
     const tpd_model *m = sv->view.model;
     ckpt_async *a = calloc(1, sizeof *a);
     size_t np = m->plan.numel_padded, ns = m->plan.shard_numel;
-    const float *arrays[3] = {m->opt_m, m->opt_v, m->master};
-    int nstate = 0;
-    while (nstate < 3 && arrays[nstate])
-        nstate++;
+    const float *arrays[TPD_CKPT_KIND_COUNT];
+    state_arrays(m, arrays);
+    tpd_ckpt_rank r = rank_of(&sv->view);
+    int kinds = kinds_of(m, r.replica);
+    int nstate = __builtin_popcount((unsigned)kinds);
     if (a) a->snap = malloc((np + (size_t)nstate * ns) * 4 + 4);
     if (!a || !a->snap) {
         async_free(a);
@@ -388,17 +420,19 @@ static tpd_status save_async(tpd_ckpt_saver *sv, const tpd_ckpt_counters *c, con
                                        "asynchronous save");
     }
     tpd_status st = tpd_model_params_f32(m, a->snap);
-    for (int k = 0; k < nstate && st == TPD_OK; k++) {
-        float *dst = a->snap + np + (size_t)k * ns;
+    for (int k = TPD_CKPT_EXP_AVG, i = 0; k < TPD_CKPT_KIND_COUNT && st == TPD_OK; k++) {
+        if (!(kinds & TPD_CKPT_KIND_BIT(k))) continue;
+        float *dst = a->snap + np + (size_t)i++ * ns;
         st = tpd_kern_copy_to_host(m->kb, dst, arrays[k], ns * 4);
         a->src.state[k] = dst;
     }
+    a->src.kinds = kinds;
     if (st != TPD_OK) {
         async_free(a);
         return st;
     }
     a->src.params = a->snap;
-    a->rank = rank_of(&sv->view);
+    a->rank = r;
     a->ns = ns;
     a->state = (tpd_ckpt_state){c->iteration, c->skipped_iterations, 0, c->consumed_samples};
     snprintf(a->save_dir, sizeof a->save_dir, "%s", save_dir);
@@ -418,6 +452,17 @@ tpd_status tpd_ckpt_save(tpd_ckpt_saver *sv, const tpd_ckpt_counters *c, const c
     /* one save at a time: a previous asynchronous one commits first */
     TPD_CHECK(tpd_ckpt_saver_finish(sv, 1));
     const tpd_ckpt_view *v = &sv->view;
+    const tpd_config_diloco *dl = &v->cfg->diloco;
+    /* an outer all-reduce in flight: its averaged pseudo-gradient (outer_delta) is not part
+     * of a checkpoint yet, and a resume without it would not be bit-exact */
+    if (v->model->outer_delta && dl->overlap_steps > 0 &&
+        tpd_diloco_pending_fragment(v->cfg, c->iteration) >= 0)
+        return tpd_fail(TPD_ERR_INVALID,
+                        "checkpoint %s: iteration %d has fragment %d's outer step in flight "
+                        "(diloco.overlap_steps %d); checkpoints are taken only where no outer "
+                        "step is pending (diloco.overlap_steps 0, or another iteration)",
+                        save_dir, c->iteration, tpd_diloco_pending_fragment(v->cfg, c->iteration),
+                        dl->overlap_steps);
     char tmp[PATH_CAP + 8], final[PATH_CAP];
     snprintf(final, sizeof final, "%s/iter_%07d", save_dir, c->iteration);
     snprintf(tmp, sizeof tmp, "%s.tmp", final);
@@ -432,8 +477,10 @@ tpd_status tpd_ckpt_save(tpd_ckpt_saver *sv, const tpd_ckpt_counters *c, const c
     shard_source src = {m,
                         malloc((m->plan.numel_padded > ns ? m->plan.numel_padded : ns) * 4 + 4),
                         NULL,
-                        {NULL, NULL, NULL}};
+                        {NULL},
+                        0};
     tpd_ckpt_rank r = rank_of(v);
+    src.kinds = kinds_of(m, r.replica);
     rec[REC_OK] = src.scratch &&
                   write_rank_files(&r, ns, &src, tmp, rec, tpd_comm_rank(v->world) == 0) == TPD_OK;
     if (!src.scratch) tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
@@ -501,7 +548,28 @@ static tpd_status load_from(const tpd_ckpt_view *v, const char *path, tpd_ckpt_c
         if (r.tp_size > 1 && tpd_fault("wrong-shard", 0, NULL))
             st = tpd_model_layout_init(v->cfg, r.tp_size, (r.tp + 1) % r.tp_size, r.pp_size, r.pp,
                                        &r.lay);
-        if (st == TPD_OK) st = tpd_ckpt_load_local(&info, &r, v->model, fresh);
+        /* DiLoCo with the checkpoint's replica count: each replica its own state; any other
+         * run replica 0's */
+        int diloco = v->cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO;
+        int replicas = v->mesh->dp_size / r.dp_size;
+        int own = diloco && info.dp_sync == TPD_DP_SYNC_DILOCO && info.replicas == replicas;
+        if (st == TPD_OK)
+            st = tpd_ckpt_load_local(&info, &r, v->model, fresh, own ? r.replica : 0, diloco);
+        if (st == TPD_OK && v->is_logger) {
+            if (info.replicas > 1 && !own)
+                tpd_log_warn("checkpoint %s: holds %d DiLoCo replicas; this run (%s, %d "
+                             "replica%s) loads replica 0's parameters and optimizer state",
+                             dir, info.replicas, diloco ? "diloco" : "every_step", replicas,
+                             replicas == 1 ? "" : "s");
+            if (v->model->outer_sync && (fresh || !info.has_kind[TPD_CKPT_OUTER_SYNC]))
+                tpd_log_info("checkpoint %s: %s; the DiLoCo outer state starts at the loaded "
+                             "parameters with zero outer momentum",
+                             dir, fresh ? "weights only" : "holds no outer state");
+            if (v->model->opt_m && !fresh && !info.has_kind[TPD_CKPT_EXP_AVG])
+                tpd_log_info("checkpoint %s: holds no AdamW m, v (optimizer.type sgd wrote it); "
+                             "they start at zero",
+                             dir);
+        }
     }
     /* every rank learns whether any rank failed */
     int32_t bad = st != TPD_OK;

@@ -6,7 +6,13 @@
  *   model_tpTT_ppPP.bin    fp32 parameter rows of one TP/PP slice (written by dp == 0)
  *   optim_tpTT_ppPP_dpDD.bin  fp32 AdamW m, v (and master weights) of one rank's owned
  *                          optimizer-state ranges (its ZeRO-1 shard, or dp == 0's full
- *                          state without ZeRO)
+ *                          state without ZeRO), then under DiLoCo the outer state (the
+ *                          parameters at the last sync, the outer momentum) of the same
+ *                          ranges; plain SGD has no m, v
+ *   model_..._rRR.bin, optim_..._rRR.bin  parallel.dp_sync diloco: replica r > 0's own
+ *                          parameters and inner optimizer state (replicas differ between
+ *                          two syncs); DD is then the rank in the replica's inner DP group,
+ *                          and the outer state (equal on all replicas) is replica 0's only
  * Each global element (of the unpadded, llm.c-ordered global tensors wte ... lnfb) is
  * stored exactly once: replicated copies (over DP, over TP for LayerNorms and row-parallel
  * biases, the tied wte of the last stage) are not written. The manifest maps each global
@@ -26,6 +32,13 @@
  *
  * Loading reads the runs of every global tensor that this rank's slice needs, whatever
  * layout wrote them, so TP, PP, DP and ZeRO-1 may all change between save and load.
+ * DiLoCo: a run with the checkpoint's replica count loads each replica's own parameters
+ * and inner state (a bit-exact resume, also between two syncs); any other run (another
+ * replica count, every_step, one rank) loads replica 0's, with a warning when there were
+ * more. A DiLoCo run loading a checkpoint without outer state (every_step, finetune,
+ * weights only) starts it at the loaded parameters with zero momentum; an every_step run
+ * ignores it. Optimizer state: an AdamW run loading a plain-SGD checkpoint starts m, v at
+ * zero (a line says so); an SGD run ignores a checkpoint's m, v.
  *
  * Errors are logged once by the function that finds them, naming the file (tpd_fail,
  * base/status.h); tests and fallbacks read the text back with tpd_last_error. */
@@ -127,11 +140,12 @@ int tpd_ckpt_prune_tmp(const char *save_dir);
 /* One run per save directory: an exclusive, non-blocking flock(2) on SAVE/.tripod.lock
  * (created with SAVE), taken by the rank that writes the directory's top level and held
  * until tpd_ckpt_unlock_save_dir (the trainer holds it from its creation, before
- * checkpoint.load=auto reads the directory, until it is destroyed). Two runs on one directory would otherwise both pass the check above, and
- * one would remove the other's iter_NNNNNNN.tmp and replace its checkpoints. A directory
- * held by another open of the file (another process, or another open in this one): TPD_ERR_INVALID
- * naming the directory and the holder's pid and host (the file's content). A file system
- * without flock support (ENOLCK, EOPNOTSUPP): a warning, and *fd_p = -1. */
+ * checkpoint.load=auto reads the directory, until it is destroyed). Two runs on one directory would
+ * otherwise both pass the check above, and one would remove the other's iter_NNNNNNN.tmp and
+ * replace its checkpoints. A directory held by another open of the file (another process, or
+ * another open in this one): TPD_ERR_INVALID naming the directory and the holder's pid and host
+ * (the file's content). A file system without flock support (ENOLCK, EOPNOTSUPP): a warning, and
+ * *fd_p = -1. */
 tpd_status tpd_ckpt_lock_save_dir(const char *save_dir, int *fd_p);
 /* Releases the lock (closes fd); fd < 0 is a no-op. */
 void tpd_ckpt_unlock_save_dir(int fd);
@@ -143,15 +157,21 @@ typedef enum tpd_ckpt_kind {
     TPD_CKPT_EXP_AVG = 1,    /* AdamW m */
     TPD_CKPT_EXP_AVG_SQ = 2, /* AdamW v */
     TPD_CKPT_MASTER = 3,     /* fp32 master weights */
-    TPD_CKPT_KIND_COUNT = 4
+    TPD_CKPT_OUTER_SYNC = 4, /* DiLoCo: the parameters at the last outer sync */
+    TPD_CKPT_OUTER_MOM = 5,  /* DiLoCo: the outer momentum */
+    TPD_CKPT_KIND_COUNT = 6
 } tpd_ckpt_kind;
 
 typedef struct tpd_ckpt_info {
     char dir[TPD_CONFIG_STR]; /* the resolved checkpoint directory */
     int iteration, skipped_iterations, weights_only;
     uint64_t consumed_samples, seed;
-    int tp, pp, dp, zero; /* layout that wrote it */
-    int has_kind[TPD_CKPT_KIND_COUNT];
+    int tp, pp, dp, zero;              /* layout that wrote it */
+    int has_kind[TPD_CKPT_KIND_COUNT]; /* replica 0's */
+    /* the DP synchronization that wrote it: parallel.dp_sync, and under diloco the replica
+     * count (replica r > 0's files carry the suffix _rRR), diloco.fragments, overlap_steps
+     * and sync_interval; dp above is then the DP size of one replica */
+    int dp_sync, replicas, fragments, overlap_steps, sync_interval;
     tpd_config cfg;      /* defaults with the checkpoint's model section (and, for checkpoints
                             written by training, the training seed and seq_length) */
     int nfiles;          /* files the manifest lists (manifest excluded) */

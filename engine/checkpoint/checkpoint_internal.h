@@ -32,7 +32,8 @@ void tpd_ckpt_segs_free(tpd_ckpt_segs *s);
 
 /* The coordinates and plans of one rank of a layout. */
 typedef struct tpd_ckpt_rank {
-    int tp, pp, dp;
+    int tp, pp, dp; /* dp: the rank in its replica's DP group (all of DP without DiLoCo) */
+    int replica;    /* DiLoCo replica (0 otherwise); its files carry the suffix _rRR */
     int tp_size, pp_size, dp_size, zero;
     tpd_model_layout lay;
     tpd_dp_plan dpp;
@@ -53,6 +54,15 @@ tpd_status tpd_ckpt_segs_state(const tpd_ckpt_rank *r, tpd_param p, int writer, 
 /* File names of a rank's shards. */
 void tpd_ckpt_model_file(int tp, int pp, char *buf, size_t n);
 void tpd_ckpt_optim_file(int tp, int pp, int dp, char *buf, size_t n);
+/* The same for DiLoCo replica `replica` (0: the names above). */
+void tpd_ckpt_model_file_r(int tp, int pp, int replica, char *buf, size_t n);
+void tpd_ckpt_optim_file_r(int tp, int pp, int dp, int replica, char *buf, size_t n);
+
+/* Bit k set: the optimizer file holds kind k (TPD_CKPT_EXP_AVG ... TPD_CKPT_OUTER_MOM),
+ * block after block in kind order, each state_numel elements. */
+#define TPD_CKPT_KIND_BIT(k) (1 << (k))
+/* The block of kind k in a file holding `kinds`. */
+int tpd_ckpt_kind_slot(int kinds, int k);
 
 /* What a rank writes: per tensor, the writer segments with `file` set to the element
  * offset in the rank's model file (params) and optimizer file (state block; kind k lives
@@ -76,7 +86,7 @@ typedef struct tpd_ckpt_run {
 
 typedef struct tpd_ckpt_file {
     char name[64];
-    int tp, pp, dp;
+    int tp, pp, dp, replica;
     uint64_t bytes;
     char sha256[65]; /* hex */
 } tpd_ckpt_file;
@@ -86,6 +96,10 @@ typedef struct tpd_ckpt_manifest {
     tpd_ckpt_file *files;
     tpd_ckpt_run *runs[TPD_P_COUNT][TPD_CKPT_KIND_COUNT];
     int nruns[TPD_P_COUNT][TPD_CKPT_KIND_COUNT];
+    /* DiLoCo: the runs of replicas 1 .. nrep (their files are in `files` above, which these
+     * share) */
+    int nrep;
+    struct tpd_ckpt_manifest *rep;
 } tpd_ckpt_manifest;
 
 void tpd_ckpt_manifest_free(tpd_ckpt_manifest *m);
@@ -101,11 +115,14 @@ typedef struct tpd_ckpt_state {
     uint64_t consumed_samples;
 } tpd_ckpt_state;
 
-/* Builds manifest.json for cfg's layout (tp, pp, dp sizes, ZeRO from cfg) from the
+/* Builds manifest.json for cfg's layout (tp, pp, dp sizes, ZeRO from cfg; dp is one
+ * replica's DP size, of `replicas` replicas under DiLoCo, else replicas = 1) from the
  * per-file hashes and sizes (files in rank order: world rank w's model file, then its
- * optimizer file; an empty name means the rank wrote none). Returns a malloc'd string. */
-tpd_status tpd_ckpt_manifest_build(const tpd_config *cfg, int tp, int pp, int dp, int has_master,
-                                   const tpd_ckpt_state *state, int nfiles,
+ * optimizer file; an empty name means the rank wrote none). kinds: the state kinds of
+ * replica 0's optimizer files (TPD_CKPT_KIND_BIT); replicas r > 0 hold those but the outer
+ * state. Returns a malloc'd string. */
+tpd_status tpd_ckpt_manifest_build(const tpd_config *cfg, int tp, int pp, int dp, int replicas,
+                                   int kinds, const tpd_ckpt_state *state, int nfiles,
                                    const tpd_ckpt_file *files, char **json_p);
 
 /* Parses dir/manifest.json (after checking it against manifest.sha256) into info and its
@@ -141,10 +158,13 @@ int tpd_ckpt_list_older(const char *save_dir, const char *dir, char (*out)[TPD_C
                         int cap);
 
 /* Fills model (parameters; with !weights_only also m, v and master) of rank r from a
- * checkpoint. Master weights absent from the checkpoint, or a weights-only load, start
- * from the parameters; fresh optimizer state is zero. */
+ * checkpoint, from the files of replica `replica` (0 .. info->replicas - 1). Master
+ * weights absent from the checkpoint, or a weights-only load, start from the parameters;
+ * fresh optimizer state is zero, as is m, v of a checkpoint without them (plain SGD).
+ * A model with DiLoCo outer state gets the checkpoint's (replica 0's) when `outer` and the
+ * checkpoint holds it, else the loaded parameters and zero momentum. */
 tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r, tpd_model *m,
-                               int weights_only);
+                               int weights_only, int replica, int outer);
 
 /* ---- files (checkpoint_io.c) ---- */
 

@@ -13,14 +13,21 @@
 #include "engine/checkpoint/checkpoint_internal.h"
 #include "engine/optim/lr.h"
 
-static const char *const g_kind_names[TPD_CKPT_KIND_COUNT] = {"param", "exp_avg", "exp_avg_sq",
-                                                              "master"};
+static const char *const g_kind_names[TPD_CKPT_KIND_COUNT] = {
+    "param", "exp_avg", "exp_avg_sq", "master", "outer_sync", "outer_momentum"};
 
-void tpd_ckpt_manifest_free(tpd_ckpt_manifest *m) {
-    if (!m) return;
+static void free_runs(tpd_ckpt_manifest *m) {
     for (int p = 0; p < TPD_P_COUNT; p++)
         for (int k = 0; k < TPD_CKPT_KIND_COUNT; k++)
             free(m->runs[p][k]);
+}
+
+void tpd_ckpt_manifest_free(tpd_ckpt_manifest *m) {
+    if (!m) return;
+    free_runs(m);
+    for (int r = 0; m->rep && r < m->nrep; r++)
+        free_runs(&m->rep[r]); /* they share m->files */
+    free(m->rep);
     free(m->files);
     free(m);
 }
@@ -213,9 +220,45 @@ static void add_state(cJSON *o, const tpd_config *cfg, const tpd_ckpt_state *sta
     cJSON_AddNumberToObject(lr, "train_iters", cfg->training.train_iters);
 }
 
-tpd_status tpd_ckpt_manifest_build(const tpd_config *cfg, int tp, int pp, int dp, int has_master,
-                                   const tpd_ckpt_state *state, int nfiles,
+/* The tensor table of replica rr: per tensor, its runs of every kind in `kinds`. */
+static tpd_status add_tensors(cJSON *ta, const tpd_config *cfg, const tpd_ckpt_rank *ranks,
+                              const tpd_ckpt_rank_plan *plans, int world, int rr, int kinds) {
+    tpd_model_layout g;
+    TPD_CHECK(tpd_model_layout_init(cfg, 1, 0, 1, 0, &g));
+    for (int p = 0; p < TPD_P_COUNT; p++) {
+        cJSON *t = cJSON_CreateObject();
+        char hf[128];
+        tpd_ckpt_hf_name((tpd_param)p, 0, 1, hf, sizeof hf, NULL);
+        cJSON_AddStringToObject(t, "name", tpd_param_get_info((tpd_param)p)->name);
+        cJSON_AddStringToObject(t, "hf_name", hf);
+        cJSON_AddItemToObject(t, "shape", shape_json(&g, (tpd_param)p));
+        cJSON_AddStringToObject(t, "dtype", "F32");
+        for (int k = 0; k < TPD_CKPT_KIND_COUNT; k++) {
+            if (k != TPD_CKPT_PARAM && !(kinds & TPD_CKPT_KIND_BIT(k))) continue;
+            cJSON *arr = cJSON_AddArrayToObject(t, g_kind_names[k]);
+            for (int w = 0; w < world; w++) {
+                const tpd_ckpt_rank *r = &ranks[w];
+                char name[64];
+                if (k == TPD_CKPT_PARAM) {
+                    tpd_ckpt_model_file_r(r->tp, r->pp, rr, name, sizeof name);
+                    add_runs(arr, &plans[w].param[p], name, r->tp, r->pp, r->dp, 0);
+                } else {
+                    tpd_ckpt_optim_file_r(r->tp, r->pp, r->dp, rr, name, sizeof name);
+                    add_runs(arr, &plans[w].state[p], name, r->tp, r->pp, r->dp,
+                             (int64_t)tpd_ckpt_kind_slot(kinds, k) * plans[w].state_numel * 4);
+                }
+            }
+        }
+        cJSON_AddItemToArray(ta, t);
+    }
+    return TPD_OK;
+}
+
+tpd_status tpd_ckpt_manifest_build(const tpd_config *cfg, int tp, int pp, int dp, int replicas,
+                                   int kinds, const tpd_ckpt_state *state, int nfiles,
                                    const tpd_ckpt_file *files, char **json_p) {
+    if (state->weights_only) kinds = 0;
+    int has_master = !!(kinds & TPD_CKPT_KIND_BIT(TPD_CKPT_MASTER));
     tpd_status st = TPD_OK;
     int world = tp * pp * dp;
     tpd_ckpt_rank *ranks = calloc((size_t)world, sizeof *ranks);
@@ -246,6 +289,13 @@ tpd_status tpd_ckpt_manifest_build(const tpd_config *cfg, int tp, int pp, int dp
     cJSON_AddStringToObject(o, "precision",
                             tpd_config_choice("training.precision", cfg->training.precision));
     cJSON_AddBoolToObject(o, "has_master", has_master);
+    cJSON *ds = cJSON_AddObjectToObject(o, "dp_sync");
+    int diloco = cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO;
+    cJSON_AddStringToObject(ds, "mode", diloco ? "diloco" : "every_step");
+    cJSON_AddNumberToObject(ds, "replicas", replicas);
+    cJSON_AddNumberToObject(ds, "fragments", diloco ? cfg->diloco.fragments : 1);
+    cJSON_AddNumberToObject(ds, "overlap_steps", diloco ? cfg->diloco.overlap_steps : 0);
+    cJSON_AddNumberToObject(ds, "sync_interval", diloco ? cfg->diloco.sync_interval : 0);
     add_model(o, cfg);
     cJSON_AddStringToObject(o, "config_yaml", yaml);
 
@@ -256,39 +306,24 @@ tpd_status tpd_ckpt_manifest_build(const tpd_config *cfg, int tp, int pp, int dp
         cJSON_AddStringToObject(f, "name", files[i].name);
         int c[3] = {files[i].tp, files[i].pp, files[i].dp};
         cJSON_AddItemToObject(f, "rank", cJSON_CreateIntArray(c, 3));
+        if (files[i].replica) cJSON_AddNumberToObject(f, "replica", files[i].replica);
         cJSON_AddNumberToObject(f, "bytes", (double)files[i].bytes);
         cJSON_AddStringToObject(f, "sha256", files[i].sha256);
         cJSON_AddItemToArray(fa, f);
     }
     cJSON *ta = cJSON_AddArrayToObject(o, "tensors");
-    for (int p = 0; p < TPD_P_COUNT; p++) {
-        cJSON *t = cJSON_CreateObject();
-        char hf[128];
-        tpd_ckpt_hf_name((tpd_param)p, 0, 1, hf, sizeof hf, NULL);
-        cJSON_AddStringToObject(t, "name", tpd_param_get_info((tpd_param)p)->name);
-        cJSON_AddStringToObject(t, "hf_name", hf);
-        tpd_model_layout g;
-        TPD_CHECK_GOTO(tpd_model_layout_init(cfg, 1, 0, 1, 0, &g), st, out);
-        cJSON_AddItemToObject(t, "shape", shape_json(&g, (tpd_param)p));
-        cJSON_AddStringToObject(t, "dtype", "F32");
-        for (int k = 0; k < TPD_CKPT_KIND_COUNT; k++) {
-            if (k == TPD_CKPT_MASTER && !has_master) continue;
-            if (k != TPD_CKPT_PARAM && state->weights_only) continue;
-            cJSON *arr = cJSON_AddArrayToObject(t, g_kind_names[k]);
-            for (int w = 0; w < world; w++) {
-                const tpd_ckpt_rank *r = &ranks[w];
-                char name[64];
-                if (k == TPD_CKPT_PARAM) {
-                    tpd_ckpt_model_file(r->tp, r->pp, name, sizeof name);
-                    add_runs(arr, &plans[w].param[p], name, r->tp, r->pp, r->dp, 0);
-                } else {
-                    tpd_ckpt_optim_file(r->tp, r->pp, r->dp, name, sizeof name);
-                    add_runs(arr, &plans[w].state[p], name, r->tp, r->pp, r->dp,
-                             (int64_t)(k - 1) * plans[w].state_numel * 4);
-                }
-            }
-        }
-        cJSON_AddItemToArray(ta, t);
+    TPD_CHECK_GOTO(add_tensors(ta, cfg, ranks, plans, world, 0, kinds), st, out);
+    /* replicas r > 0: their own parameters and inner state, not the outer state */
+    int inner_kinds =
+        kinds & ~(TPD_CKPT_KIND_BIT(TPD_CKPT_OUTER_SYNC) | TPD_CKPT_KIND_BIT(TPD_CKPT_OUTER_MOM));
+    cJSON *ra = cJSON_AddArrayToObject(o, "replicas");
+    for (int rr = 1; rr < replicas; rr++) {
+        cJSON *rt = cJSON_CreateObject();
+        cJSON_AddNumberToObject(rt, "replica", rr);
+        cJSON_AddItemToArray(ra, rt);
+        TPD_CHECK_GOTO(add_tensors(cJSON_AddArrayToObject(rt, "tensors"), cfg, ranks, plans, world,
+                                   rr, inner_kinds),
+                       st, out);
     }
     *json_p = cJSON_Print(o);
     if (!*json_p) st = tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
@@ -341,7 +376,6 @@ static int get_int(const cJSON *o, const char *key, int64_t *v) {
 
 /* Bounds of the manifest's numbers: those of the config keys they come from. */
 #define MAN_MAX_ITERS 1000000000
-_Static_assert(TPD_CKPT_KIND_COUNT == 4, "check_coverage keys spans by p * 4 + kind");
 #define MAN_MAX_ELEMS (INT64_C(1) << 50)
 
 static tpd_status verify_file(const char *dir, const tpd_ckpt_file *f) {
@@ -438,6 +472,28 @@ static tpd_status read_info(const char *path, const cJSON *o, tpd_ckpt_info *inf
     NEED_IN(lay, "pipeline_model_parallel_size", info->pp, 1, TPD_CONFIG_MAX_STAGES);
     NEED_IN(lay, "data_parallel_size", info->dp, 1, 1 << 20);
     info->zero = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(lay, "use_distributed_optimizer"));
+    /* checkpoints written before parallel.dp_sync: every_step */
+    info->dp_sync = TPD_DP_SYNC_EVERY_STEP;
+    info->replicas = info->fragments = 1;
+    const cJSON *ds = cJSON_GetObjectItemCaseSensitive(o, "dp_sync");
+    if (ds) {
+        const cJSON *mode = cJSON_GetObjectItemCaseSensitive(ds, "mode");
+        if (!cJSON_IsString(mode) || (strcmp(mode->valuestring, "every_step") != 0 &&
+                                      strcmp(mode->valuestring, "diloco") != 0))
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                          "checkpoint %s: dp_sync.mode is not every_step or diloco", path);
+        info->dp_sync =
+            strcmp(mode->valuestring, "diloco") ? TPD_DP_SYNC_EVERY_STEP : TPD_DP_SYNC_DILOCO;
+        NEED_IN(ds, "replicas", info->replicas, 1, 1 << 20);
+        NEED_IN(ds, "fragments", info->fragments, 1, 1 << 20);
+        NEED_IN(ds, "overlap_steps", info->overlap_steps, 0, MAN_MAX_ITERS);
+        NEED_IN(ds, "sync_interval", info->sync_interval, 0, MAN_MAX_ITERS);
+        if (info->dp_sync == TPD_DP_SYNC_EVERY_STEP && info->replicas != 1)
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                          "checkpoint %s: dp_sync every_step with %d replicas (only diloco "
+                          "has more than one)",
+                          path, info->replicas);
+    }
     const cJSON *mo = cJSON_GetObjectItemCaseSensitive(o, "model");
     tpd_config *c = &info->cfg;
     tpd_config_defaults(c);
@@ -512,7 +568,8 @@ static tpd_status check_coverage(const char *path, const tpd_ckpt_manifest *m) {
             for (int i = 0; i < m->nruns[p][k]; i++) {
                 const tpd_ckpt_run *r = &m->runs[p][k][i];
                 for (int64_t j = 0; j < r->repeat; j++, nb++)
-                    b[nb] = (span){p * 4 + k, r->g + j * r->gstride, r->g + j * r->gstride + r->n};
+                    b[nb] = (span){p * TPD_CKPT_KIND_COUNT + k, r->g + j * r->gstride,
+                                   r->g + j * r->gstride + r->n};
                 f[nr++] = (span){r->file, r->foff, r->foff + r->n * r->repeat * 4};
             }
     int gaps;
@@ -521,8 +578,8 @@ static tpd_status check_coverage(const char *path, const tpd_ckpt_manifest *m) {
         TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
                       "checkpoint %s: tensor %s %s: runs overlap at element %lld (part of "
                       "it is not covered)",
-                      path, tpd_param_get_info((tpd_param)(b[at].key / 4))->name,
-                      g_kind_names[b[at].key % 4], (long long)b[at].a);
+                      path, tpd_param_get_info((tpd_param)(b[at].key / TPD_CKPT_KIND_COUNT))->name,
+                      g_kind_names[b[at].key % TPD_CKPT_KIND_COUNT], (long long)b[at].a);
     if (spans_overlap(f, nr, &gaps) >= 0 || gaps)
         TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
                       "checkpoint %s: the runs' file_offset values overlap or leave holes "
@@ -538,6 +595,48 @@ static tpd_status check_coverage(const char *path, const tpd_ckpt_manifest *m) {
 out:
     free(b);
     free(f);
+    return st;
+}
+
+/* One tensor table (replica 0's "tensors", or a replica's) into m's runs; has_kind[k]
+ * gets 1 for the kinds it holds. */
+static tpd_status read_tensors(const char *path, const cJSON *ta, const tpd_model_layout *g,
+                               tpd_ckpt_manifest *m, int *has_kind) {
+    tpd_status st = TPD_OK;
+    /* a checkpoint written before lmhead joined the table lacks it: fine for a tied model */
+    int ntensors = cJSON_GetArraySize(ta);
+    if (ntensors != TPD_P_COUNT &&
+        !(ntensors == TPD_P_LMHEAD && tpd_model_layout_global_numel(g, TPD_P_LMHEAD) == 0))
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: expected %d tensors", path,
+                      TPD_P_COUNT);
+    for (int p = 0; p < ntensors; p++) {
+        const cJSON *t = cJSON_GetArrayItem(ta, p);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+        if (!cJSON_IsString(name) ||
+            strcmp(name->valuestring, tpd_param_get_info((tpd_param)p)->name) != 0)
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: tensors[%d] should be %s", path,
+                          p, tpd_param_get_info((tpd_param)p)->name);
+        for (int k = 0; k < TPD_CKPT_KIND_COUNT; k++) {
+            const cJSON *arr = cJSON_GetObjectItemCaseSensitive(t, g_kind_names[k]);
+            if (!arr) continue;
+            TPD_CHECK_GOTO(read_runs(path, arr, m, p, k,
+                                     (int64_t)tpd_model_layout_global_numel(g, (tpd_param)p)),
+                           st, out);
+            /* the runs must cover the global tensor exactly once (overlaps are caught
+             * when reading) */
+            int64_t total = 0;
+            for (int i = 0; i < m->nruns[p][k]; i++)
+                total += m->runs[p][k][i].n * m->runs[p][k][i].repeat;
+            if (total != (int64_t)tpd_model_layout_global_numel(g, (tpd_param)p))
+                TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                              "checkpoint %s: tensor %s %s: runs hold %lld elements, the shape "
+                              "%zu",
+                              path, name->valuestring, g_kind_names[k], (long long)total,
+                              tpd_model_layout_global_numel(g, (tpd_param)p));
+            if (p == 0) has_kind[k] = 1;
+        }
+    }
+out:
     return st;
 }
 
@@ -594,44 +693,43 @@ tpd_status tpd_ckpt_manifest_read(const char *dir, int verify, tpd_ckpt_info *in
                               path, i, m->files[i].name, info->tp, info->pp, info->dp);
             *at[d] = x->valueint;
         }
+        const cJSON *rep = cJSON_GetObjectItemCaseSensitive(f, "replica");
+        if (rep && (!cJSON_IsNumber(rep) || rep->valuedouble < 0 ||
+                    rep->valuedouble >= info->replicas || rep->valuedouble != rep->valueint))
+            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                          "checkpoint %s: files[%d] (%s): replica is not one of the %d replicas",
+                          path, i, m->files[i].name, info->replicas);
+        m->files[i].replica = rep ? rep->valueint : 0;
     }
     tpd_model_layout g;
     TPD_CHECK_GOTO(tpd_model_layout_init(&info->cfg, 1, 0, 1, 0, &g), st, out);
     const cJSON *ta = cJSON_GetObjectItemCaseSensitive(o, "tensors");
-    /* a checkpoint written before lmhead joined the table lacks it: fine for a tied model */
-    int ntensors = cJSON_GetArraySize(ta);
-    if (ntensors != TPD_P_COUNT &&
-        !(ntensors == TPD_P_LMHEAD && tpd_model_layout_global_numel(&g, TPD_P_LMHEAD) == 0))
-        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: expected %d tensors", path,
-                      TPD_P_COUNT);
-    for (int p = 0; p < ntensors; p++) {
-        const cJSON *t = cJSON_GetArrayItem(ta, p);
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
-        if (!cJSON_IsString(name) ||
-            strcmp(name->valuestring, tpd_param_get_info((tpd_param)p)->name) != 0)
-            TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: tensors[%d] should be %s", path,
-                          p, tpd_param_get_info((tpd_param)p)->name);
-        for (int k = 0; k < TPD_CKPT_KIND_COUNT; k++) {
-            const cJSON *arr = cJSON_GetObjectItemCaseSensitive(t, g_kind_names[k]);
-            if (!arr) continue;
-            TPD_CHECK_GOTO(read_runs(path, arr, m, p, k,
-                                     (int64_t)tpd_model_layout_global_numel(&g, (tpd_param)p)),
-                           st, out);
-            /* the runs must cover the global tensor exactly once (overlaps are caught
-             * when reading) */
-            int64_t total = 0;
-            for (int i = 0; i < m->nruns[p][k]; i++)
-                total += m->runs[p][k][i].n * m->runs[p][k][i].repeat;
-            if (total != (int64_t)tpd_model_layout_global_numel(&g, (tpd_param)p))
+    TPD_CHECK_GOTO(read_tensors(path, ta, &g, m, info->has_kind), st, out);
+    TPD_CHECK_GOTO(check_coverage(path, m), st, out);
+    const cJSON *ra = cJSON_GetObjectItemCaseSensitive(o, "replicas");
+    if (cJSON_GetArraySize(ra) != info->replicas - 1)
+        TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
+                      "checkpoint %s: dp_sync.replicas is %d but 'replicas' lists %d more", path,
+                      info->replicas, cJSON_GetArraySize(ra));
+    if (info->replicas > 1) {
+        m->nrep = info->replicas - 1;
+        m->rep = calloc((size_t)m->nrep, sizeof *m->rep);
+        if (!m->rep) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "checkpoint: out of memory");
+        for (int r = 0; r < m->nrep; r++) {
+            int has[TPD_CKPT_KIND_COUNT] = {0};
+            tpd_ckpt_manifest *rm = &m->rep[r];
+            rm->nfiles = m->nfiles;
+            rm->files = m->files;
+            const cJSON *rt = cJSON_GetArrayItem(ra, r);
+            TPD_CHECK_GOTO(
+                read_tensors(path, cJSON_GetObjectItemCaseSensitive(rt, "tensors"), &g, rm, has),
+                st, out);
+            TPD_CHECK_GOTO(check_coverage(path, rm), st, out);
+            if (!has[TPD_CKPT_PARAM])
                 TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
-                              "checkpoint %s: tensor %s %s: runs hold %lld elements, the shape "
-                              "%zu",
-                              path, name->valuestring, g_kind_names[k], (long long)total,
-                              tpd_model_layout_global_numel(&g, (tpd_param)p));
-            if (p == 0) info->has_kind[k] = 1;
+                              "checkpoint %s: replica %d holds no parameters", path, r + 1);
         }
     }
-    TPD_CHECK_GOTO(check_coverage(path, m), st, out);
     if (verify) {
         /* WEIGHTS: only the files some run of the weights' kind points into */
         int kw = info->has_kind[TPD_CKPT_MASTER] ? TPD_CKPT_MASTER : TPD_CKPT_PARAM;

@@ -140,6 +140,27 @@ void tpd_ckpt_optim_file(int tp, int pp, int dp, char *buf, size_t n) {
     snprintf(buf, n, "optim_tp%02d_pp%02d_dp%02d.bin", tp, pp, dp);
 }
 
+void tpd_ckpt_model_file_r(int tp, int pp, int replica, char *buf, size_t n) {
+    if (replica == 0)
+        tpd_ckpt_model_file(tp, pp, buf, n);
+    else
+        snprintf(buf, n, "model_tp%02d_pp%02d_r%02d.bin", tp, pp, replica);
+}
+
+void tpd_ckpt_optim_file_r(int tp, int pp, int dp, int replica, char *buf, size_t n) {
+    if (replica == 0)
+        tpd_ckpt_optim_file(tp, pp, dp, buf, n);
+    else
+        snprintf(buf, n, "optim_tp%02d_pp%02d_dp%02d_r%02d.bin", tp, pp, dp, replica);
+}
+
+int tpd_ckpt_kind_slot(int kinds, int k) {
+    int slot = 0;
+    for (int j = TPD_CKPT_EXP_AVG; j < k; j++)
+        slot += (kinds >> j) & 1;
+    return slot;
+}
+
 tpd_status tpd_ckpt_rank_plan_init(const tpd_ckpt_rank *r, tpd_ckpt_rank_plan *plan_p) {
     tpd_ckpt_rank_plan pl;
     memset(&pl, 0, sizeof pl);

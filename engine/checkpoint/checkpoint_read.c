@@ -174,7 +174,16 @@ static tpd_status to_backend(const tpd_kern_backend *kb, void *dst, tpd_dtype dt
 }
 
 tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r, tpd_model *m,
-                               int weights_only) {
+                               int weights_only, int replica, int outer) {
+    /* replica r > 0: its own runs over the shared files; the outer state is replica 0's */
+    const tpd_ckpt_info *base = info;
+    tpd_ckpt_info rinfo = *info;
+    if (replica > 0 && (!info->man || replica > info->man->nrep))
+        return tpd_fail(TPD_ERR_FORMAT, "checkpoint %s: holds no replica %d", info->dir, replica);
+    if (replica > 0) {
+        rinfo.man = &info->man->rep[replica - 1];
+        info = &rinfo;
+    }
     const tpd_kern_backend *kb = m->kb;
     size_t np = m->plan.numel_padded, ns = m->plan.shard_numel;
     float *params = calloc(np ? np : 1, 4), *state = calloc(ns ? ns : 1, 4);
@@ -203,24 +212,31 @@ tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r
         tpd_ckpt_segs_free(&want);
     }
     TPD_CHECK_GOTO(to_backend(kb, m->params, tpd_kern_param_dtype(kb), params, np), st, out);
-    /* m, v, then master; each a full pass over the shard */
-    for (int k = TPD_CKPT_EXP_AVG; k <= TPD_CKPT_MASTER; k++) {
+    /* m, v, master, then the outer state; each a full pass over the shard */
+    for (int k = TPD_CKPT_EXP_AVG; k < TPD_CKPT_KIND_COUNT; k++) {
         float *dst = k == TPD_CKPT_EXP_AVG      ? m->opt_m
                      : k == TPD_CKPT_EXP_AVG_SQ ? m->opt_v
-                                                : m->master;
+                     : k == TPD_CKPT_MASTER     ? m->master
+                     : k == TPD_CKPT_OUTER_SYNC ? m->outer_sync
+                                                : m->outer_mom;
         if (!dst || ns == 0) continue;
         memset(state, 0, ns * 4);
-        if (k == TPD_CKPT_MASTER && (weights_only || !info->has_kind[TPD_CKPT_MASTER])) {
+        /* the outer state lives in replica 0's runs (has_kind is replica 0's) */
+        const tpd_ckpt_info *src = k >= TPD_CKPT_OUTER_SYNC ? base : info;
+        int have = !weights_only && base->has_kind[k] && (k < TPD_CKPT_OUTER_SYNC || outer);
+        if (k == TPD_CKPT_OUTER_MOM && !have) {
+            /* no outer state: no momentum yet */
+        } else if ((k == TPD_CKPT_MASTER || k == TPD_CKPT_OUTER_SYNC) && !have) {
             /* master weights restart from the parameters of the owned ranges */
             for (int i = 0; i < r->dpp.nranges; i++) {
                 const tpd_dp_range *rg = &r->dpp.ranges[i];
                 memcpy(state + rg->state, params + rg->begin, (rg->end - rg->begin) * 4);
             }
-        } else if (!weights_only) {
+        } else if (have) { /* else m, v absent (plain SGD wrote it) start at zero */
             for (int p = 0; p < TPD_P_COUNT; p++) {
                 TPD_CHECK_GOTO(tpd_ckpt_segs_state(r, (tpd_param)p, 0, &want), st, out);
                 TPD_CHECK_GOTO(
-                    tpd_ckpt_gather(info, (tpd_param)p, (tpd_ckpt_kind)k, &want, state, fds), st,
+                    tpd_ckpt_gather(src, (tpd_param)p, (tpd_ckpt_kind)k, &want, state, fds), st,
                     out);
                 for (size_t i = 0; i < want.n; i++)
                     done += 4.0 * (double)want.v[i].n;
@@ -249,7 +265,7 @@ tpd_status tpd_ckpt_load_model(const tpd_ckpt_info *info, tpd_model *m, const tp
     r.dpp = *dpp;
     r.zero = dpp->zero;
     TPD_CHECK(tpd_ckpt_check_model(info, &m->cfg));
-    return tpd_ckpt_load_local(info, &r, m, 1);
+    return tpd_ckpt_load_local(info, &r, m, 1, 0, 0);
 }
 
 tpd_status tpd_ckpt_write_weights(const tpd_config *cfg, int tp, int pp, int dp,
@@ -299,8 +315,8 @@ tpd_status tpd_ckpt_write_weights(const tpd_config *cfg, int tp, int pp, int dp,
             if (st != TPD_OK) goto out;
         }
     tpd_ckpt_state state = {0, 0, 1, 0};
-    TPD_CHECK_GOTO(tpd_ckpt_manifest_build(&c, tp, pp, dp, 0, &state, world * 2, files, &json), st,
-                   out);
+    TPD_CHECK_GOTO(tpd_ckpt_manifest_build(&c, tp, pp, dp, 1, 0, &state, world * 2, files, &json),
+                   st, out);
     char hex[65];
     tpd_ckpt_sha256_hex(json, strlen(json), hex);
     tpd_ckpt_join(path, sizeof path, dir, TPD_CKPT_MANIFEST_SHA);
