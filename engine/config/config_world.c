@@ -75,6 +75,10 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
         return cfg_fail_after(cfg, "parallel.dp_sync diloco: `tripod train` does not run DiLoCo's "
                                    "outer steps yet (the config keys, the memory plan and `tripod "
                                    "plan` know it); set parallel.dp_sync: every_step to train");
+    if (cfg->optimizer.type == TPD_OPTIM_SGD)
+        return cfg_fail_after(cfg, "optimizer.type sgd: `tripod train` updates with AdamW only "
+                                   "(the memory plan and the checkpoints know plain SGD); set "
+                                   "optimizer.type: adamw to train");
     if (cfg->parallel.tp_comm_overlap)
         return cfg_fail_after(cfg,
                               "parallel.tp_comm_overlap true: `tripod train` does not overlap "

@@ -109,3 +109,14 @@ TEST(ConfigDiloco, TrainRefusesDilocoUntilItRunsTheOuterStep) {
     c.parallel.dp_sync = TPD_DP_SYNC_EVERY_STEP;
     EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK) << tpd_last_error();
 }
+
+TEST(ConfigDiloco, TrainRefusesPlainSgdUntilTheOptimizerRunsIt) {
+    tpd_config c;
+    std::memset(&c, 0, sizeof c);
+    tpd_config_defaults(&c);
+    c.optimizer.type = TPD_OPTIM_SGD;
+    tpd_last_error_clear();
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
+    EXPECT_NE(std::string(tpd_last_error()).find("optimizer.type sgd"), std::string::npos)
+        << tpd_last_error();
+}
