@@ -27,8 +27,11 @@ struct tpd_comm_ctx {
 
 /* A point-to-point transfer (one MPI request) or a non-blocking collective (one per chunk
  * of a large all-reduce). */
+typedef struct wire_op wire_op;
+
 struct tpd_comm_req {
     const char *what; /* for the watchdog and error messages */
+    wire_op *wire;    /* a compressed reduction's later stages (wire_step), or NULL */
     /* In-place reduce-scatter: MPI leaves the result at the start of the buffer; it moves
      * to this rank's block when the operation is first seen complete. */
     void *move_to;
@@ -312,6 +315,133 @@ static tpd_status m_iallgather(tpd_comm *c, const void *send, void *recv, size_t
     return posted(c, r, rc, req_p);
 }
 
+/* ---- compressed reductions: bf16 on the wire, fp32 sums (tpd_comm_iallreduce_wire) ----
+ * Stage 1, posted by the call: this rank's contribution rounded to bf16 once, chunk r sent
+ * to rank r (MPI_Ialltoallv of 16-bit words). Stage 2, run by test or wait once stage 1
+ * completed: the owner sums its chunk's contributions in fp32; the reduce-scatter writes
+ * that sum and is done, the all-reduce rounds it to bf16 and posts the all-gather
+ * (MPI_Iallgatherv). Stage 3 (all-reduce): the gathered words widened into recv. */
+struct wire_op {
+    int stage; /* the MPI operation in flight: 1 all-to-all, 2 all-gather; 0 done */
+    int allreduce;
+    size_t count; /* all-reduce: elements of recv */
+    size_t mine;  /* elements of this rank's chunk */
+    float *recv;
+    int *cnt, *dsp;   /* per rank: chunk length and offset in the buffer (elements) */
+    int *rcnt, *rdsp; /* the all-to-all's receive side: `mine` from rank r at r*mine */
+    uint16_t *out;    /* count words: the contribution; later the gathered result */
+    uint16_t *in;     /* size*mine words: the contributions to this rank's chunk */
+};
+
+static void wire_free(wire_op *w) {
+    if (!w) return;
+    free(w->cnt);
+    free(w->dsp);
+    free(w->rcnt);
+    free(w->rdsp);
+    free(w->out);
+    free(w->in);
+    free(w);
+}
+
+/* Runs the stage after the one that completed, posting the next MPI operation if any. */
+static tpd_status wire_step(tpd_comm *c, tpd_comm_req *r) {
+    wire_op *w = r->wire;
+    size_t n = w->mine, size = (size_t)c->size;
+    if (w->stage == 1) {
+        for (size_t i = 0; i < n; i++) {
+            float acc = 0.0f;
+            for (size_t k = 0; k < size; k++)
+                acc += tpd_bf16_to_f32(w->in[k * n + i]);
+            if (w->allreduce)
+                w->in[i] = tpd_bf16_from_f32(acc); /* in[i] is read for i only */
+            else
+                w->recv[i] = acc;
+        }
+        if (!w->allreduce) {
+            w->stage = 0;
+            return TPD_OK;
+        }
+        w->stage = 2;
+        int rc = MPI_Iallgatherv(w->in, (int)n, MPI_UINT16_T, w->out, w->cnt, w->dsp, MPI_UINT16_T,
+                                 c->ctx->comm, &r->mreq[0]);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, r->what, rc);
+        return TPD_OK;
+    }
+    if (w->stage == 2) {
+        for (size_t i = 0; i < w->count; i++)
+            w->recv[i] = tpd_bf16_to_f32(w->out[i]);
+        w->stage = 0;
+    }
+    return TPD_OK;
+}
+
+/* total elements in send; chunk r is [dsp[r], dsp[r] + cnt[r]). */
+static tpd_status wire_post(tpd_comm *c, int allreduce, const float *send, float *recv,
+                            size_t total, size_t recvcount, tpd_comm_req **req_p) {
+    const char *what = allreduce ? "all-reduce (bf16 wire)" : "reduce-scatter (bf16 wire)";
+    TPD_CHECK(int_count(c, what, total));
+    size_t size = (size_t)c->size;
+    size_t mine = allreduce ? total / size + ((size_t)c->rank < total % size) : recvcount;
+    wire_op *w = calloc(1, sizeof *w);
+    tpd_comm_req *r = NULL;
+    if (w) {
+        w->allreduce = allreduce;
+        w->count = total;
+        w->mine = mine;
+        w->recv = recv;
+        w->cnt = malloc(size * sizeof(int));
+        w->dsp = malloc(size * sizeof(int));
+        w->rcnt = malloc(size * sizeof(int));
+        w->rdsp = malloc(size * sizeof(int));
+        w->out = malloc((total ? total : 1) * sizeof(uint16_t));
+        w->in = malloc((mine ? size * mine : 1) * sizeof(uint16_t));
+    }
+    if (!w || !w->cnt || !w->dsp || !w->rcnt || !w->rdsp || !w->out || !w->in) {
+        wire_free(w);
+        return tpd_fail_nomem("a compressed reduction's buffers", total * 4);
+    }
+    tpd_status st = req_new(what, 1, &r);
+    if (st != TPD_OK) {
+        wire_free(w);
+        return st;
+    }
+    r->wire = w;
+    size_t off = 0;
+    for (size_t k = 0; k < size; k++) {
+        size_t len = allreduce ? total / size + (k < total % size) : recvcount;
+        w->cnt[k] = (int)len;
+        w->dsp[k] = (int)off;
+        w->rcnt[k] = (int)mine;
+        w->rdsp[k] = (int)(k * mine);
+        off += len;
+    }
+    for (size_t i = 0; i < total; i++)
+        w->out[i] = tpd_bf16_from_f32(send[i]);
+    w->stage = 1;
+    int rc = MPI_Ialltoallv(w->out, w->cnt, w->dsp, MPI_UINT16_T, w->in, w->rcnt, w->rdsp,
+                            MPI_UINT16_T, c->ctx->comm, &r->mreq[0]);
+    if (rc != MPI_SUCCESS) {
+        wire_free(w);
+        free(r);
+        return mpi_fail(c, what, rc);
+    }
+    *req_p = r;
+    return TPD_OK;
+}
+
+static tpd_status m_iallreduce_wire(tpd_comm *c, const float *send, float *recv, size_t count,
+                                    void *stream, tpd_comm_req **req_p) {
+    (void)stream;
+    return wire_post(c, 1, send, recv, count, 0, req_p);
+}
+
+static tpd_status m_ireduce_scatter_wire(tpd_comm *c, const float *send, float *recv,
+                                         size_t recvcount, void *stream, tpd_comm_req **req_p) {
+    (void)stream;
+    return wire_post(c, 0, send, recv, recvcount * (size_t)c->size, recvcount, req_p);
+}
+
 static tpd_status m_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int root,
                               void *stream) {
     (void)stream;
@@ -413,12 +543,21 @@ static tpd_status m_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, in
 
 static tpd_status m_wait(tpd_comm *c, tpd_comm_req *r) {
     if (!r) return TPD_OK;
-    busy_begin(c, r->what);
-    int rc = MPI_Waitall(r->n, r->mreq, MPI_STATUSES_IGNORE);
-    busy_end();
-    if (rc == MPI_SUCCESS) req_finish(r);
+    tpd_status st = TPD_OK;
+    int rc;
+    for (;;) {
+        busy_begin(c, r->what);
+        rc = MPI_Waitall(r->n, r->mreq, MPI_STATUSES_IGNORE);
+        busy_end();
+        if (rc != MPI_SUCCESS || !r->wire || r->wire->stage == 0) break;
+        st = wire_step(c, r);
+        if (st != TPD_OK || r->wire->stage == 0) break;
+    }
+    if (rc == MPI_SUCCESS && st == TPD_OK) req_finish(r);
+    wire_free(r->wire);
     free(r);
-    return rc == MPI_SUCCESS ? TPD_OK : mpi_fail(c, "wait", rc);
+    if (rc != MPI_SUCCESS) return mpi_fail(c, "wait", rc);
+    return st;
 }
 
 /* MPI_Testall enters the progress engine, which moves every outstanding operation of the
@@ -428,6 +567,10 @@ static tpd_status m_test(tpd_comm *c, tpd_comm_req *r, int *done_p) {
     int flag = 0;
     int rc = MPI_Testall(r->n, r->mreq, &flag, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) return mpi_fail(c, "test", rc);
+    if (flag && r->wire && r->wire->stage != 0) {
+        TPD_CHECK(wire_step(c, r));
+        flag = r->wire->stage == 0;
+    }
     if (flag) req_finish(r);
     *done_p = flag;
     return TPD_OK;
@@ -485,6 +628,8 @@ static const tpd_comm_ops g_mpi_ops = {
     .iallreduce = m_iallreduce,
     .ireduce_scatter = m_ireduce_scatter,
     .iallgather = m_iallgather,
+    .iallreduce_wire = m_iallreduce_wire,
+    .ireduce_scatter_wire = m_ireduce_scatter_wire,
     .wait = m_wait,
     .test = m_test,
     .group_start = m_noop,
