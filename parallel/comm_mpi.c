@@ -23,6 +23,8 @@
 
 struct tpd_comm_ctx {
     MPI_Comm comm;
+    MPI_Comm wire_comm; /* the compressed all-reduce's messages (wire_post); NULL until then */
+    unsigned wire_seq;  /* compressed all-reduces posted: their tags */
 };
 
 /* A point-to-point transfer (one MPI request) or a non-blocking collective (one per chunk
@@ -317,20 +319,26 @@ static tpd_status m_iallgather(tpd_comm *c, const void *send, void *recv, size_t
 
 /* ---- compressed reductions: bf16 on the wire, fp32 sums (tpd_comm_iallreduce_wire) ----
  * Stage 1, posted by the call: this rank's contribution rounded to bf16 once, chunk r sent
- * to rank r (MPI_Ialltoallv of 16-bit words). Stage 2, run by test or wait once stage 1
- * completed: the owner sums its chunk's contributions in fp32; the reduce-scatter writes
- * that sum and is done, the all-reduce rounds it to bf16 and posts the all-gather
- * (MPI_Iallgatherv). Stage 3 (all-reduce): the gathered words widened into recv. */
+ * to rank r (MPI_Ialltoallv of 16-bit words, mreq[0]). Stage 2, run by test or wait once
+ * the all-to-all completed: the owner sums its chunk's contributions in fp32; the
+ * reduce-scatter writes that sum and is done, the all-reduce rounds it to bf16 and sends
+ * it to every other rank. That all-gather is point-to-point on a duplicate of the
+ * communicator (wire_comm), tagged with the operation's sequence number, and its receives
+ * are posted with stage 1: a collective posted from test or wait would start in the order
+ * each rank happens to see operations complete, which MPI forbids across ranks. */
 struct wire_op {
-    int stage; /* the MPI operation in flight: 1 all-to-all, 2 all-gather; 0 done */
+    int stage; /* 1: all-to-all in flight, 2: the all-gather's messages; 0: done */
     int allreduce;
     size_t count; /* all-reduce: elements of recv */
     size_t mine;  /* elements of this rank's chunk */
     float *recv;
     int *cnt, *dsp;   /* per rank: chunk length and offset in the buffer (elements) */
     int *rcnt, *rdsp; /* the all-to-all's receive side: `mine` from rank r at r*mine */
-    uint16_t *out;    /* count words: the contribution; later the gathered result */
-    uint16_t *in;     /* size*mine words: the contributions to this rank's chunk */
+    int tag;
+    uint16_t *out;  /* count words: this rank's contribution */
+    uint16_t *in;   /* size*mine words: the contributions to this rank's chunk; then its
+                       first `mine` hold the reduced chunk */
+    uint16_t *gath; /* all-reduce, count words: every rank's reduced chunk */
 };
 
 static void wire_free(wire_op *w) {
@@ -341,14 +349,26 @@ static void wire_free(wire_op *w) {
     free(w->rdsp);
     free(w->out);
     free(w->in);
+    free(w->gath);
     free(w);
 }
 
-/* Runs the stage after the one that completed, posting the next MPI operation if any. */
-static tpd_status wire_step(tpd_comm *c, tpd_comm_req *r) {
+/* Moves r on: block waits for its current stage, else only tests it. */
+static tpd_status wire_progress(tpd_comm *c, tpd_comm_req *r, int block) {
     wire_op *w = r->wire;
     size_t n = w->mine, size = (size_t)c->size;
+    int flag = 0, rc;
     if (w->stage == 1) {
+        if (block) {
+            busy_begin(c, r->what);
+            rc = MPI_Wait(&r->mreq[0], MPI_STATUS_IGNORE);
+            busy_end();
+            flag = 1;
+        } else {
+            rc = MPI_Test(&r->mreq[0], &flag, MPI_STATUS_IGNORE);
+        }
+        if (rc != MPI_SUCCESS) return mpi_fail(c, r->what, rc);
+        if (!flag) return TPD_OK;
         for (size_t i = 0; i < n; i++) {
             float acc = 0.0f;
             for (size_t k = 0; k < size; k++)
@@ -362,15 +382,28 @@ static tpd_status wire_step(tpd_comm *c, tpd_comm_req *r) {
             w->stage = 0;
             return TPD_OK;
         }
+        if (n) memcpy(w->gath + w->dsp[c->rank], w->in, n * sizeof(uint16_t));
+        for (int k = 0; k < c->size; k++) {
+            if (k == c->rank) continue;
+            rc = MPI_Isend(w->in, (int)n, MPI_UINT16_T, k, w->tag, c->ctx->wire_comm,
+                           &r->mreq[1 + c->size + k]);
+            if (rc != MPI_SUCCESS) return mpi_fail(c, r->what, rc);
+        }
         w->stage = 2;
-        int rc = MPI_Iallgatherv(w->in, (int)n, MPI_UINT16_T, w->out, w->cnt, w->dsp, MPI_UINT16_T,
-                                 c->ctx->comm, &r->mreq[0]);
-        if (rc != MPI_SUCCESS) return mpi_fail(c, r->what, rc);
-        return TPD_OK;
     }
     if (w->stage == 2) {
+        if (block) {
+            busy_begin(c, r->what);
+            rc = MPI_Waitall(r->n, r->mreq, MPI_STATUSES_IGNORE);
+            busy_end();
+            flag = 1;
+        } else {
+            rc = MPI_Testall(r->n, r->mreq, &flag, MPI_STATUSES_IGNORE);
+        }
+        if (rc != MPI_SUCCESS) return mpi_fail(c, r->what, rc);
+        if (!flag) return TPD_OK;
         for (size_t i = 0; i < w->count; i++)
-            w->recv[i] = tpd_bf16_to_f32(w->out[i]);
+            w->recv[i] = tpd_bf16_to_f32(w->gath[i]);
         w->stage = 0;
     }
     return TPD_OK;
@@ -381,6 +414,11 @@ static tpd_status wire_post(tpd_comm *c, int allreduce, const float *send, float
                             size_t total, size_t recvcount, tpd_comm_req **req_p) {
     const char *what = allreduce ? "all-reduce (bf16 wire)" : "reduce-scatter (bf16 wire)";
     TPD_CHECK(int_count(c, what, total));
+    if (allreduce && c->ctx->wire_comm == MPI_COMM_NULL) {
+        /* first compressed all-reduce: every rank is here, in the same order */
+        MPI_CALL(c, what, MPI_Comm_dup(c->ctx->comm, &c->ctx->wire_comm));
+        MPI_Comm_set_errhandler(c->ctx->wire_comm, MPI_ERRORS_RETURN);
+    }
     size_t size = (size_t)c->size;
     size_t mine = allreduce ? total / size + ((size_t)c->rank < total % size) : recvcount;
     wire_op *w = calloc(1, sizeof *w);
@@ -396,12 +434,15 @@ static tpd_status wire_post(tpd_comm *c, int allreduce, const float *send, float
         w->rdsp = malloc(size * sizeof(int));
         w->out = malloc((total ? total : 1) * sizeof(uint16_t));
         w->in = malloc((mine ? size * mine : 1) * sizeof(uint16_t));
+        w->gath = allreduce ? malloc((total ? total : 1) * sizeof(uint16_t)) : NULL;
     }
-    if (!w || !w->cnt || !w->dsp || !w->rcnt || !w->rdsp || !w->out || !w->in) {
+    if (!w || !w->cnt || !w->dsp || !w->rcnt || !w->rdsp || !w->out || !w->in ||
+        (allreduce && !w->gath)) {
         wire_free(w);
-        return tpd_fail_nomem("a compressed reduction's buffers", total * 4);
+        return tpd_fail_nomem("a compressed reduction's buffers", total * 6);
     }
-    tpd_status st = req_new(what, 1, &r);
+    /* mreq[0]: the all-to-all; [1 + k]: the receive from rank k; [1 + size + k]: the send */
+    tpd_status st = req_new(what, allreduce ? 1 + 2 * c->size : 1, &r);
     if (st != TPD_OK) {
         wire_free(w);
         return st;
@@ -421,7 +462,15 @@ static tpd_status wire_post(tpd_comm *c, int allreduce, const float *send, float
     w->stage = 1;
     int rc = MPI_Ialltoallv(w->out, w->cnt, w->dsp, MPI_UINT16_T, w->in, w->rcnt, w->rdsp,
                             MPI_UINT16_T, c->ctx->comm, &r->mreq[0]);
+    if (allreduce) {
+        w->tag = c->ctx->wire_seq++ % 32768; /* MPI guarantees tags up to 32767 */
+        for (int k = 0; k < c->size && rc == MPI_SUCCESS; k++)
+            if (k != c->rank)
+                rc = MPI_Irecv(w->gath + w->dsp[k], w->cnt[k], MPI_UINT16_T, k, w->tag,
+                               c->ctx->wire_comm, &r->mreq[1 + k]);
+    }
     if (rc != MPI_SUCCESS) {
+        /* as posted(): a communicator that fails a post is aborted, not reused */
         wire_free(w);
         free(r);
         return mpi_fail(c, what, rc);
@@ -543,34 +592,32 @@ static tpd_status m_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, in
 
 static tpd_status m_wait(tpd_comm *c, tpd_comm_req *r) {
     if (!r) return TPD_OK;
-    tpd_status st = TPD_OK;
-    int rc;
-    for (;;) {
-        busy_begin(c, r->what);
-        rc = MPI_Waitall(r->n, r->mreq, MPI_STATUSES_IGNORE);
-        busy_end();
-        if (rc != MPI_SUCCESS || !r->wire || r->wire->stage == 0) break;
-        st = wire_step(c, r);
-        if (st != TPD_OK || r->wire->stage == 0) break;
+    if (r->wire) {
+        tpd_status st = wire_progress(c, r, 1);
+        wire_free(r->wire);
+        free(r);
+        return st;
     }
-    if (rc == MPI_SUCCESS && st == TPD_OK) req_finish(r);
-    wire_free(r->wire);
+    busy_begin(c, r->what);
+    int rc = MPI_Waitall(r->n, r->mreq, MPI_STATUSES_IGNORE);
+    busy_end();
+    if (rc == MPI_SUCCESS) req_finish(r);
     free(r);
-    if (rc != MPI_SUCCESS) return mpi_fail(c, "wait", rc);
-    return st;
+    return rc == MPI_SUCCESS ? TPD_OK : mpi_fail(c, "wait", rc);
 }
 
 /* MPI_Testall enters the progress engine, which moves every outstanding operation of the
  * process on, not only r's. Requests it completes become MPI_REQUEST_NULL, so a later
  * wait returns at once. */
 static tpd_status m_test(tpd_comm *c, tpd_comm_req *r, int *done_p) {
+    if (r->wire) {
+        TPD_CHECK(wire_progress(c, r, 0));
+        *done_p = r->wire->stage == 0;
+        return TPD_OK;
+    }
     int flag = 0;
     int rc = MPI_Testall(r->n, r->mreq, &flag, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) return mpi_fail(c, "test", rc);
-    if (flag && r->wire && r->wire->stage != 0) {
-        TPD_CHECK(wire_step(c, r));
-        flag = r->wire->stage == 0;
-    }
     if (flag) req_finish(r);
     *done_p = flag;
     return TPD_OK;
@@ -610,6 +657,7 @@ static void m_abort(tpd_comm *c) {
 
 static void m_destroy(tpd_comm *c) {
     if (!c) return;
+    if (c->ctx->wire_comm != MPI_COMM_NULL) MPI_Comm_free(&c->ctx->wire_comm);
     if (c->ctx->comm != MPI_COMM_WORLD) MPI_Comm_free(&c->ctx->comm);
     free(c->ctx);
     free(c);
@@ -650,6 +698,7 @@ static tpd_status wrap(MPI_Comm mc, tpd_comm **out_p) {
         return tpd_fail_nomem("a communicator", sizeof *c + sizeof *ctx);
     }
     ctx->comm = mc;
+    ctx->wire_comm = MPI_COMM_NULL;
     MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
     MPI_Comm_rank(mc, &c->rank);
     MPI_Comm_size(mc, &c->size);
