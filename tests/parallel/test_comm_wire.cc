@@ -26,6 +26,7 @@ extern "C" {
 #include "base/bf16.h"
 #include "base/clock.h"
 #include "parallel/comm.h"
+#include "parallel/data/dp.h"
 }
 
 #include "common/mpi_tests.h"
@@ -316,6 +317,50 @@ TEST(CommWire, SelfBackendRoundsOnce) {
     EXPECT_EQ(y[1], 3.0f);
     EXPECT_TRUE(std::isnan(y[2]));
     tpd_comm_destroy(s);
+}
+
+// parallel.grad_reduce_dtype: bf16 through the DP plan: every bucket's reduction (the
+// all-reduce, ZeRO-1's reduce-scatter) within the bounds above of the fp32 plan's, and the
+// key named when the gradients are not fp32.
+TEST(CommWire, DataParallelBucketsOnTheBf16Wire) {
+    tpd_comm *c = nullptr;
+    int wr = tpd_comm_rank(g_world);
+    ASSERT_EQ(tpd_comm_split(g_world, wr / 4, wr, "dp", &c), TPD_OK);
+    int rank = tpd_comm_rank(c), n = tpd_comm_size(c);
+    const size_t numel = 1000; // padded to 1000, buckets of 256: the last one shorter
+    for (int zero = 0; zero < 2; zero++) {
+        SCOPED_TRACE(zero ? "ZeRO-1" : "all-reduce");
+        tpd_dp_plan p32, p16;
+        ASSERT_EQ(tpd_dp_plan_init(numel, 256, n, rank, zero, &p32), TPD_OK);
+        ASSERT_EQ(tpd_dp_plan_init(numel, 256, n, rank, zero, &p16), TPD_OK);
+        EXPECT_EQ(tpd_dp_plan_set_reduce_dtype(&p16, TPD_DTYPE_BF16, TPD_DTYPE_BF16),
+                  TPD_ERR_INVALID);
+        ASSERT_EQ(tpd_dp_plan_set_reduce_dtype(&p16, TPD_DTYPE_BF16, TPD_DTYPE_F32), TPD_OK);
+        std::vector<float> g32(p32.numel_padded), g16(p32.numel_padded);
+        for (size_t i = 0; i < g32.size(); i++)
+            g32[i] = g16[i] = val(rank, i);
+        for (int b = 0; b < p32.nbuckets; b++) {
+            tpd_comm_req *r32 = nullptr, *r16 = nullptr;
+            ASSERT_EQ(tpd_dp_reduce_bucket(&p32, c, b, g32.data(), TPD_DTYPE_F32, nullptr, &r32),
+                      TPD_OK);
+            ASSERT_EQ(tpd_dp_reduce_bucket(&p16, c, b, g16.data(), TPD_DTYPE_F32, nullptr, &r16),
+                      TPD_OK);
+            ASSERT_EQ(tpd_comm_wait(c, r32), TPD_OK);
+            ASSERT_EQ(tpd_comm_wait(c, r16), TPD_OK);
+        }
+        double err = 0, bound = zero ? reduce_scatter_bound(n) : allreduce_bound(n);
+        int differ = 0;
+        for (int k = 0; k < p32.nranges; k++)
+            for (size_t i = p32.ranges[k].begin; i < p32.ranges[k].end; i++) {
+                err = std::max(err, std::fabs((double)g16[i] - g32[i]) / g32[i]);
+                differ += g16[i] != g32[i];
+            }
+        EXPECT_LE(err, bound);
+        EXPECT_GT(differ, 0) << "the bf16 wire must round something";
+        tpd_dp_plan_free(&p32);
+        tpd_dp_plan_free(&p16);
+    }
+    tpd_comm_destroy(c);
 }
 
 } // namespace
