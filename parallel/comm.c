@@ -90,6 +90,50 @@ tpd_status tpd_comm_iallgather(tpd_comm *c, const void *send, void *recv, size_t
     return c->ops->iallgather(c, send, recv, sendcount, dt, stream, req_p);
 }
 
+/* 1: the plain call (wire == dt); 0: the compressed one; < 0: invalid (logged). */
+static int wire_kind(const tpd_comm *c, const char *what, tpd_dtype dt, tpd_dtype wire,
+                     tpd_comm_op op) {
+    if (wire == dt) return 1;
+    if (dt != TPD_DTYPE_F32 || wire != TPD_DTYPE_BF16 || op != TPD_COMM_OP_SUM) {
+        tpd_log_error("comm %s (%s): %s carries a bf16 wire for fp32 sums only (dtype %d, "
+                      "wire %d, op %d)",
+                      c->name, c->ops->name, what, (int)dt, (int)wire, (int)op);
+        return -1;
+    }
+    return 0;
+}
+
+static tpd_status no_wire(const tpd_comm *c, const char *what) {
+    tpd_log_error("comm %s (%s): %s with a bf16 wire is not implemented on this backend "
+                  "(parallel.grad_reduce_dtype / diloco.reduce_dtype: fp32)",
+                  c->name, c->ops->name, what);
+    return TPD_ERR_UNSUPPORTED;
+}
+
+tpd_status tpd_comm_iallreduce_wire(tpd_comm *c, const void *send, void *recv, size_t count,
+                                    tpd_dtype dt, tpd_dtype wire, tpd_comm_op op, void *stream,
+                                    tpd_comm_req **req_p) {
+    *req_p = NULL;
+    int k = wire_kind(c, "all-reduce", dt, wire, op);
+    if (k < 0) return TPD_ERR_INVALID;
+    if (k == 1) return tpd_comm_iallreduce(c, send, recv, count, dt, op, stream, req_p);
+    if (!c->ops->iallreduce_wire) return no_wire(c, "all-reduce");
+    if (count == 0) return TPD_OK;
+    return c->ops->iallreduce_wire(c, send, recv, count, stream, req_p);
+}
+
+tpd_status tpd_comm_ireduce_scatter_wire(tpd_comm *c, const void *send, void *recv,
+                                         size_t recvcount, tpd_dtype dt, tpd_dtype wire,
+                                         tpd_comm_op op, void *stream, tpd_comm_req **req_p) {
+    *req_p = NULL;
+    int k = wire_kind(c, "reduce-scatter", dt, wire, op);
+    if (k < 0) return TPD_ERR_INVALID;
+    if (k == 1) return tpd_comm_ireduce_scatter(c, send, recv, recvcount, dt, op, stream, req_p);
+    if (!c->ops->ireduce_scatter_wire) return no_wire(c, "reduce-scatter");
+    if (recvcount == 0) return TPD_OK;
+    return c->ops->ireduce_scatter_wire(c, send, recv, recvcount, stream, req_p);
+}
+
 tpd_status tpd_comm_wait(tpd_comm *c, tpd_comm_req *req) {
     return c->ops->wait(c, req);
 }

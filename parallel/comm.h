@@ -92,6 +92,40 @@ tpd_status tpd_comm_ireduce_scatter(tpd_comm *c, const void *send, void *recv, s
                                     tpd_comm_req **req_p);
 tpd_status tpd_comm_iallgather(tpd_comm *c, const void *send, void *recv, size_t sendcount,
                                tpd_dtype dt, void *stream, tpd_comm_req **req_p);
+/* Compressed reductions: the sum of fp32 data (dt TPD_DTYPE_F32, op TPD_COMM_OP_SUM) with
+ * `wire` TPD_DTYPE_BF16 on the wire and every sum accumulated in fp32 at the receiver; the
+ * same arguments, in-place rules and completion (tpd_comm_wait, tpd_comm_test) as
+ * tpd_comm_iallreduce and tpd_comm_ireduce_scatter. wire == dt is the plain call.
+ *
+ * What the wire carries: each rank rounds its contribution to bf16 once (round to
+ * nearest even, NaN kept a NaN) and sends chunk r of it to rank r (an all-to-all: the
+ * all-reduce cuts count into size chunks of count/size, the first count%size one longer;
+ * the reduce-scatter's chunks are the recvcount blocks). The owner widens every rank's
+ * chunk to fp32 and sums them in rank order in fp32; the reduce-scatter ends there (recv
+ * is that fp32 sum), the all-reduce rounds the sum to bf16 once and all-gathers it, so
+ * every rank gets the same bits. Bytes on the wire: half the fp32 all-reduce's
+ * ((size-1)/size * count * 2 bytes each way per rank for the all-reduce, the ring's
+ * ratio), with no reduction step in bf16.
+ *
+ * Error bound (independent of the number of ranks, unlike a bf16 ring whose partial sum
+ * is rounded at each of its size-1 hops): with u = 2^-8 (half a bf16 ulp, relative: 8
+ * significant bits),
+ *   |result - exact| <= u * sum_r |x_r| (the inputs' rounding)
+ *                     + (size-1) * 2^-24 * sum_r |x_r| (the fp32 sum)
+ *                     + u * |result| (the all-reduce's final rounding),
+ * so about 2^-7 relative for inputs of one sign, 2^-8 for the reduce-scatter (measured on
+ * 2/4/8 ranks by tests/parallel/test_comm_wire.cc: max 0.0069/0.0065/0.0054, rms
+ * 0.0024/0.0020/0.0017, where a simulated bf16 ring reaches 0.0069/0.0096/0.0105, rms
+ * 0.0024/0.0026/0.0031). Infinities
+ * and NaNs pass through as in an fp32 sum. On 1 rank the result is the input rounded
+ * through bf16 (the same numerics). Backends: MPI (host), self, and staged (host-staged,
+ * complete on return, NULL request); the NCCL backend reports TPD_ERR_UNSUPPORTED. */
+tpd_status tpd_comm_iallreduce_wire(tpd_comm *c, const void *send, void *recv, size_t count,
+                                    tpd_dtype dt, tpd_dtype wire, tpd_comm_op op, void *stream,
+                                    tpd_comm_req **req_p);
+tpd_status tpd_comm_ireduce_scatter_wire(tpd_comm *c, const void *send, void *recv,
+                                         size_t recvcount, tpd_dtype dt, tpd_dtype wire,
+                                         tpd_comm_op op, void *stream, tpd_comm_req **req_p);
 /* Completes and frees a request. NULL is a no-op. */
 tpd_status tpd_comm_wait(tpd_comm *c, tpd_comm_req *req);
 /* Progresses outstanding communication and sets *done_p to 1 when req has completed (it

@@ -37,6 +37,12 @@ typedef struct tpd_comm_ops {
                                   tpd_dtype dt, tpd_comm_op op, void *stream, tpd_comm_req **req_p);
     tpd_status (*iallgather)(tpd_comm *c, const void *send, void *recv, size_t sendcount,
                              tpd_dtype dt, void *stream, tpd_comm_req **req_p);
+    /* fp32 data, bf16 wire, fp32 sums (tpd_comm_iallreduce_wire; arguments checked there,
+     * count > 0); NULL where the backend has none */
+    tpd_status (*iallreduce_wire)(tpd_comm *c, const float *send, float *recv, size_t count,
+                                  void *stream, tpd_comm_req **req_p);
+    tpd_status (*ireduce_scatter_wire)(tpd_comm *c, const float *send, float *recv,
+                                       size_t recvcount, void *stream, tpd_comm_req **req_p);
     tpd_status (*wait)(tpd_comm *c, tpd_comm_req *req);
     tpd_status (*test)(tpd_comm *c, tpd_comm_req *req, int *done_p); /* req is not NULL */
     tpd_status (*group_start)(tpd_comm *c);

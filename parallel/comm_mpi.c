@@ -23,12 +23,17 @@
 
 struct tpd_comm_ctx {
     MPI_Comm comm;
+    MPI_Comm wire_comm; /* the compressed all-reduce's messages (wire_post); NULL until then */
+    unsigned wire_seq;  /* compressed all-reduces posted: their tags */
 };
 
 /* A point-to-point transfer (one MPI request) or a non-blocking collective (one per chunk
  * of a large all-reduce). */
+typedef struct wire_op wire_op;
+
 struct tpd_comm_req {
     const char *what; /* for the watchdog and error messages */
+    wire_op *wire;    /* a compressed reduction's later stages (wire_step), or NULL */
     /* In-place reduce-scatter: MPI leaves the result at the start of the buffer; it moves
      * to this rank's block when the operation is first seen complete. */
     void *move_to;
@@ -312,6 +317,180 @@ static tpd_status m_iallgather(tpd_comm *c, const void *send, void *recv, size_t
     return posted(c, r, rc, req_p);
 }
 
+/* ---- compressed reductions: bf16 on the wire, fp32 sums (tpd_comm_iallreduce_wire) ----
+ * Stage 1, posted by the call: this rank's contribution rounded to bf16 once, chunk r sent
+ * to rank r (MPI_Ialltoallv of 16-bit words, mreq[0]). Stage 2, run by test or wait once
+ * the all-to-all completed: the owner sums its chunk's contributions in fp32; the
+ * reduce-scatter writes that sum and is done, the all-reduce rounds it to bf16 and sends
+ * it to every other rank. That all-gather is point-to-point on a duplicate of the
+ * communicator (wire_comm), tagged with the operation's sequence number, and its receives
+ * are posted with stage 1: a collective posted from test or wait would start in the order
+ * each rank happens to see operations complete, which MPI forbids across ranks. */
+struct wire_op {
+    int stage; /* 1: all-to-all in flight, 2: the all-gather's messages; 0: done */
+    int allreduce;
+    size_t count; /* all-reduce: elements of recv */
+    size_t mine;  /* elements of this rank's chunk */
+    float *recv;
+    int *cnt, *dsp;   /* per rank: chunk length and offset in the buffer (elements) */
+    int *rcnt, *rdsp; /* the all-to-all's receive side: `mine` from rank r at r*mine */
+    int tag;
+    uint16_t *out;  /* count words: this rank's contribution */
+    uint16_t *in;   /* size*mine words: the contributions to this rank's chunk; then its
+                       first `mine` hold the reduced chunk */
+    uint16_t *gath; /* all-reduce, count words: every rank's reduced chunk */
+};
+
+static void wire_free(wire_op *w) {
+    if (!w) return;
+    free(w->cnt);
+    free(w->dsp);
+    free(w->rcnt);
+    free(w->rdsp);
+    free(w->out);
+    free(w->in);
+    free(w->gath);
+    free(w);
+}
+
+/* Moves r on: block waits for its current stage, else only tests it. */
+static tpd_status wire_progress(tpd_comm *c, tpd_comm_req *r, int block) {
+    wire_op *w = r->wire;
+    size_t n = w->mine, size = (size_t)c->size;
+    int flag = 0, rc;
+    if (w->stage == 1) {
+        if (block) {
+            busy_begin(c, r->what);
+            rc = MPI_Wait(&r->mreq[0], MPI_STATUS_IGNORE);
+            busy_end();
+            flag = 1;
+        } else {
+            rc = MPI_Test(&r->mreq[0], &flag, MPI_STATUS_IGNORE);
+        }
+        if (rc != MPI_SUCCESS) return mpi_fail(c, r->what, rc);
+        if (!flag) return TPD_OK;
+        for (size_t i = 0; i < n; i++) {
+            float acc = 0.0f;
+            for (size_t k = 0; k < size; k++)
+                acc += tpd_bf16_to_f32(w->in[k * n + i]);
+            if (w->allreduce)
+                w->in[i] = tpd_bf16_from_f32(acc); /* in[i] is read for i only */
+            else
+                w->recv[i] = acc;
+        }
+        if (!w->allreduce) {
+            w->stage = 0;
+            return TPD_OK;
+        }
+        if (n) memcpy(w->gath + w->dsp[c->rank], w->in, n * sizeof(uint16_t));
+        for (int k = 0; k < c->size; k++) {
+            if (k == c->rank) continue;
+            rc = MPI_Isend(w->in, (int)n, MPI_UINT16_T, k, w->tag, c->ctx->wire_comm,
+                           &r->mreq[1 + c->size + k]);
+            if (rc != MPI_SUCCESS) return mpi_fail(c, r->what, rc);
+        }
+        w->stage = 2;
+    }
+    if (w->stage == 2) {
+        if (block) {
+            busy_begin(c, r->what);
+            rc = MPI_Waitall(r->n, r->mreq, MPI_STATUSES_IGNORE);
+            busy_end();
+            flag = 1;
+        } else {
+            rc = MPI_Testall(r->n, r->mreq, &flag, MPI_STATUSES_IGNORE);
+        }
+        if (rc != MPI_SUCCESS) return mpi_fail(c, r->what, rc);
+        if (!flag) return TPD_OK;
+        for (size_t i = 0; i < w->count; i++)
+            w->recv[i] = tpd_bf16_to_f32(w->gath[i]);
+        w->stage = 0;
+    }
+    return TPD_OK;
+}
+
+/* total elements in send; chunk r is [dsp[r], dsp[r] + cnt[r]). */
+static tpd_status wire_post(tpd_comm *c, int allreduce, const float *send, float *recv,
+                            size_t total, size_t recvcount, tpd_comm_req **req_p) {
+    const char *what = allreduce ? "all-reduce (bf16 wire)" : "reduce-scatter (bf16 wire)";
+    TPD_CHECK(int_count(c, what, total));
+    if (allreduce && c->ctx->wire_comm == MPI_COMM_NULL) {
+        /* first compressed all-reduce: every rank is here, in the same order */
+        MPI_CALL(c, what, MPI_Comm_dup(c->ctx->comm, &c->ctx->wire_comm));
+        MPI_Comm_set_errhandler(c->ctx->wire_comm, MPI_ERRORS_RETURN);
+    }
+    size_t size = (size_t)c->size;
+    size_t mine = allreduce ? total / size + ((size_t)c->rank < total % size) : recvcount;
+    wire_op *w = calloc(1, sizeof *w);
+    tpd_comm_req *r = NULL;
+    if (w) {
+        w->allreduce = allreduce;
+        w->count = total;
+        w->mine = mine;
+        w->recv = recv;
+        w->cnt = malloc(size * sizeof(int));
+        w->dsp = malloc(size * sizeof(int));
+        w->rcnt = malloc(size * sizeof(int));
+        w->rdsp = malloc(size * sizeof(int));
+        w->out = malloc((total ? total : 1) * sizeof(uint16_t));
+        w->in = malloc((mine ? size * mine : 1) * sizeof(uint16_t));
+        w->gath = allreduce ? malloc((total ? total : 1) * sizeof(uint16_t)) : NULL;
+    }
+    if (!w || !w->cnt || !w->dsp || !w->rcnt || !w->rdsp || !w->out || !w->in ||
+        (allreduce && !w->gath)) {
+        wire_free(w);
+        return tpd_fail_nomem("a compressed reduction's buffers", total * 6);
+    }
+    /* mreq[0]: the all-to-all; [1 + k]: the receive from rank k; [1 + size + k]: the send */
+    tpd_status st = req_new(what, allreduce ? 1 + 2 * c->size : 1, &r);
+    if (st != TPD_OK) {
+        wire_free(w);
+        return st;
+    }
+    r->wire = w;
+    size_t off = 0;
+    for (size_t k = 0; k < size; k++) {
+        size_t len = allreduce ? total / size + (k < total % size) : recvcount;
+        w->cnt[k] = (int)len;
+        w->dsp[k] = (int)off;
+        w->rcnt[k] = (int)mine;
+        w->rdsp[k] = (int)(k * mine);
+        off += len;
+    }
+    for (size_t i = 0; i < total; i++)
+        w->out[i] = tpd_bf16_from_f32(send[i]);
+    w->stage = 1;
+    int rc = MPI_Ialltoallv(w->out, w->cnt, w->dsp, MPI_UINT16_T, w->in, w->rcnt, w->rdsp,
+                            MPI_UINT16_T, c->ctx->comm, &r->mreq[0]);
+    if (allreduce) {
+        w->tag = c->ctx->wire_seq++ % 32768; /* MPI guarantees tags up to 32767 */
+        for (int k = 0; k < c->size && rc == MPI_SUCCESS; k++)
+            if (k != c->rank)
+                rc = MPI_Irecv(w->gath + w->dsp[k], w->cnt[k], MPI_UINT16_T, k, w->tag,
+                               c->ctx->wire_comm, &r->mreq[1 + k]);
+    }
+    if (rc != MPI_SUCCESS) {
+        /* as posted(): a communicator that fails a post is aborted, not reused */
+        wire_free(w);
+        free(r);
+        return mpi_fail(c, what, rc);
+    }
+    *req_p = r;
+    return TPD_OK;
+}
+
+static tpd_status m_iallreduce_wire(tpd_comm *c, const float *send, float *recv, size_t count,
+                                    void *stream, tpd_comm_req **req_p) {
+    (void)stream;
+    return wire_post(c, 1, send, recv, count, 0, req_p);
+}
+
+static tpd_status m_ireduce_scatter_wire(tpd_comm *c, const float *send, float *recv,
+                                         size_t recvcount, void *stream, tpd_comm_req **req_p) {
+    (void)stream;
+    return wire_post(c, 0, send, recv, recvcount * (size_t)c->size, recvcount, req_p);
+}
+
 static tpd_status m_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int root,
                               void *stream) {
     (void)stream;
@@ -413,6 +592,12 @@ static tpd_status m_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, in
 
 static tpd_status m_wait(tpd_comm *c, tpd_comm_req *r) {
     if (!r) return TPD_OK;
+    if (r->wire) {
+        tpd_status st = wire_progress(c, r, 1);
+        wire_free(r->wire);
+        free(r);
+        return st;
+    }
     busy_begin(c, r->what);
     int rc = MPI_Waitall(r->n, r->mreq, MPI_STATUSES_IGNORE);
     busy_end();
@@ -425,6 +610,11 @@ static tpd_status m_wait(tpd_comm *c, tpd_comm_req *r) {
  * process on, not only r's. Requests it completes become MPI_REQUEST_NULL, so a later
  * wait returns at once. */
 static tpd_status m_test(tpd_comm *c, tpd_comm_req *r, int *done_p) {
+    if (r->wire) {
+        TPD_CHECK(wire_progress(c, r, 0));
+        *done_p = r->wire->stage == 0;
+        return TPD_OK;
+    }
     int flag = 0;
     int rc = MPI_Testall(r->n, r->mreq, &flag, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) return mpi_fail(c, "test", rc);
@@ -467,6 +657,7 @@ static void m_abort(tpd_comm *c) {
 
 static void m_destroy(tpd_comm *c) {
     if (!c) return;
+    if (c->ctx->wire_comm != MPI_COMM_NULL) MPI_Comm_free(&c->ctx->wire_comm);
     if (c->ctx->comm != MPI_COMM_WORLD) MPI_Comm_free(&c->ctx->comm);
     free(c->ctx);
     free(c);
@@ -485,6 +676,8 @@ static const tpd_comm_ops g_mpi_ops = {
     .iallreduce = m_iallreduce,
     .ireduce_scatter = m_ireduce_scatter,
     .iallgather = m_iallgather,
+    .iallreduce_wire = m_iallreduce_wire,
+    .ireduce_scatter_wire = m_ireduce_scatter_wire,
     .wait = m_wait,
     .test = m_test,
     .group_start = m_noop,
@@ -505,6 +698,7 @@ static tpd_status wrap(MPI_Comm mc, tpd_comm **out_p) {
         return tpd_fail_nomem("a communicator", sizeof *c + sizeof *ctx);
     }
     ctx->comm = mc;
+    ctx->wire_comm = MPI_COMM_NULL;
     MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
     MPI_Comm_rank(mc, &c->rank);
     MPI_Comm_size(mc, &c->size);

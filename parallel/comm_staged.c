@@ -166,6 +166,40 @@ static tpd_status staged_iallgather(tpd_comm *c, const void *send, void *recv, s
     return TPD_OK;
 }
 
+/* bf16 wire: the fp32 data staged through the host, the MPI backend's compressed
+ * reduction on it (waited for here), the fp32 result back. */
+static tpd_status staged_wire(tpd_comm *c, int allreduce, const float *send, float *recv,
+                              size_t in_count, size_t out_count, void *stream,
+                              tpd_comm_req **req_p) {
+    tpd_comm *m = CTX(c)->mpi;
+    void *h_in = NULL, *h_out = NULL;
+    tpd_comm_req *r = NULL;
+    TPD_CHECK(host_buf(c, 0, in_count * sizeof(float), &h_in));
+    TPD_CHECK(host_buf(c, 1, out_count * sizeof(float), &h_out));
+    TPD_CHECK(to_host(c, h_in, send, in_count * sizeof(float), stream));
+    if (allreduce)
+        TPD_CHECK(tpd_comm_iallreduce_wire(m, h_in, h_out, out_count, TPD_DTYPE_F32, TPD_DTYPE_BF16,
+                                           TPD_COMM_OP_SUM, NULL, &r));
+    else
+        TPD_CHECK(tpd_comm_ireduce_scatter_wire(m, h_in, h_out, out_count, TPD_DTYPE_F32,
+                                                TPD_DTYPE_BF16, TPD_COMM_OP_SUM, NULL, &r));
+    TPD_CHECK(tpd_comm_wait(m, r));
+    TPD_CHECK(to_device(c, recv, h_out, out_count * sizeof(float), stream));
+    *req_p = NULL;
+    return TPD_OK;
+}
+
+static tpd_status staged_iallreduce_wire(tpd_comm *c, const float *send, float *recv, size_t count,
+                                         void *stream, tpd_comm_req **req_p) {
+    return staged_wire(c, 1, send, recv, count, count, stream, req_p);
+}
+
+static tpd_status staged_ireduce_scatter_wire(tpd_comm *c, const float *send, float *recv,
+                                              size_t recvcount, void *stream,
+                                              tpd_comm_req **req_p) {
+    return staged_wire(c, 0, send, recv, recvcount * (size_t)c->size, recvcount, stream, req_p);
+}
+
 static tpd_status staged_broadcast(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int root,
                                    void *stream) {
     tpd_comm *m = CTX(c)->mpi;
@@ -299,6 +333,8 @@ static const tpd_comm_ops staged_ops = {
     .iallreduce = staged_iallreduce,
     .ireduce_scatter = staged_ireduce_scatter,
     .iallgather = staged_iallgather,
+    .iallreduce_wire = staged_iallreduce_wire,
+    .ireduce_scatter_wire = staged_ireduce_scatter_wire,
     .wait = staged_wait,
     .test = staged_test,
     .group_start = staged_group_start,

@@ -31,6 +31,8 @@ typedef struct tpd_dp_plan {
     int nranges;
     tpd_dp_range *ranges; /* owned: one per bucket with ZeRO, [0, numel_padded) without */
     size_t shard_numel;   /* optimizer-state elements on this rank */
+    tpd_dtype wire;       /* what the gradient reductions carry (tpd_dp_plan_set_reduce_dtype);
+                             TPD_DTYPE_F32 after init: the gradients' own dtype */
 } tpd_dp_plan;
 
 size_t tpd_dp_padded_numel(size_t numel, int dp_size);
@@ -40,6 +42,12 @@ size_t tpd_dp_shard_numel(size_t numel, int dp_size, int zero);
 tpd_status tpd_dp_plan_init(size_t numel, size_t bucket_elems, int dp_size, int dp_rank, int zero,
                             tpd_dp_plan *plan_p);
 void tpd_dp_plan_free(tpd_dp_plan *plan);
+/* parallel.grad_reduce_dtype: wire TPD_DTYPE_BF16 sends the gradient reductions of
+ * tpd_dp_reduce_bucket (the all-reduce, and ZeRO-1's reduce-scatter) as bf16 with fp32 sums
+ * at the receiver (tpd_comm_iallreduce_wire: about 2^-7 relative error, 2^-8 under
+ * ZeRO-1, whatever DP is); TPD_DTYPE_F32 is the gradients' own dtype. bf16 needs fp32
+ * gradients (grad_dt), else a config error naming the key. */
+tpd_status tpd_dp_plan_set_reduce_dtype(tpd_dp_plan *plan, tpd_dtype wire, tpd_dtype grad_dt);
 
 /* Element range [begin, begin + len) of bucket b (0 .. nbuckets-1). */
 void tpd_dp_bucket(const tpd_dp_plan *plan, int b, size_t *begin_p, size_t *len_p);

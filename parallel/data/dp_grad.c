@@ -51,6 +51,18 @@ void tpd_dp_plan_free(tpd_dp_plan *plan) {
     plan->ranges = NULL;
 }
 
+tpd_status tpd_dp_plan_set_reduce_dtype(tpd_dp_plan *plan, tpd_dtype wire, tpd_dtype grad_dt) {
+    if (wire != TPD_DTYPE_F32 && wire != TPD_DTYPE_BF16)
+        return tpd_fail(TPD_ERR_INVALID, "parallel.grad_reduce_dtype: must be fp32 or bf16");
+    if (wire == TPD_DTYPE_BF16 && grad_dt != TPD_DTYPE_F32)
+        return tpd_fail(TPD_ERR_INVALID,
+                        "parallel.grad_reduce_dtype: bf16 (bf16 on the wire, fp32 sums) needs "
+                        "fp32 gradients; these are %s (set it to fp32)",
+                        grad_dt == TPD_DTYPE_BF16 ? "bf16" : "not fp32");
+    plan->wire = wire;
+    return TPD_OK;
+}
+
 void tpd_dp_bucket(const tpd_dp_plan *plan, int b, size_t *begin_p, size_t *len_p) {
     size_t b0 = (size_t)b * plan->bucket;
     *begin_p = b0;
@@ -64,12 +76,14 @@ tpd_status tpd_dp_reduce_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, vo
     size_t b0, len, es = tpd_dtype_size(dt);
     tpd_dp_bucket(plan, b, &b0, &len);
     char *base = (char *)grads + b0 * es;
+    /* the plain reduction unless the plan puts bf16 on the wire for fp32 gradients */
+    tpd_dtype wire = plan->wire == TPD_DTYPE_BF16 ? TPD_DTYPE_BF16 : dt;
     if (plan->zero) {
         size_t part = len / (size_t)plan->dp_size;
-        return tpd_comm_ireduce_scatter(dp, base, base + part * (size_t)tpd_comm_rank(dp) * es,
-                                        part, dt, TPD_COMM_OP_SUM, stream, req_p);
+        return tpd_comm_ireduce_scatter_wire(dp, base, base + part * (size_t)tpd_comm_rank(dp) * es,
+                                             part, dt, wire, TPD_COMM_OP_SUM, stream, req_p);
     }
-    return tpd_comm_iallreduce(dp, base, base, len, dt, TPD_COMM_OP_SUM, stream, req_p);
+    return tpd_comm_iallreduce_wire(dp, base, base, len, dt, wire, TPD_COMM_OP_SUM, stream, req_p);
 }
 
 tpd_status tpd_dp_gather_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, void *params,
