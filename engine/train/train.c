@@ -215,6 +215,13 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
                                     (size_t)cfg->parallel.ddp_bucket_size, dp, ms->dp,
                                     cfg->parallel.use_distributed_optimizer, &tr->dpp),
                    st, undo_model);
+    /* parallel.grad_reduce_dtype: bf16 on the wire, fp32 sums (fp32 gradients only) */
+    TPD_CHECK_GOTO(tpd_dp_plan_set_reduce_dtype(&tr->dpp,
+                                                cfg->parallel.grad_reduce_dtype == TPD_REDUCE_BF16
+                                                    ? TPD_DTYPE_BF16
+                                                    : TPD_DTYPE_F32,
+                                                tpd_kern_grad_dtype(tr->kb)),
+                   st, undo_dpp);
     if (tr->dpp.shard_numel != tr->model->plan.shard_numel ||
         tr->dpp.numel_padded != tr->model->plan.numel_padded)
         TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, undo_dpp,

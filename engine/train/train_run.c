@@ -254,7 +254,8 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
     log_startup(tr);
     TPD_CHECK(log_placement(tr)); /* collective: before anything that fails on one rank */
     if (cfg->checkpoint.save[0]) {
-        /* held since tpd_trainer_create; before any step: refused here, every rank says so (the same files for all) */
+        /* held since tpd_trainer_create; before any step: refused here, every rank says so (the
+         * same files for all) */
         tpd_status guard = tpd_ckpt_check_save_dir(cfg, tr->loaded_dir, tr->continues);
         tr->failed_together = guard != TPD_OK;
         TPD_CHECK(guard);
