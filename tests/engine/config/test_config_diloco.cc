@@ -120,3 +120,17 @@ TEST(ConfigDiloco, TrainRefusesPlainSgdUntilTheOptimizerRunsIt) {
     EXPECT_NE(std::string(tpd_last_error()).find("optimizer.type sgd"), std::string::npos)
         << tpd_last_error();
 }
+
+TEST(ConfigDiloco, TrainRefusesTheBf16WireOnCuda) {
+    tpd_config c;
+    std::memset(&c, 0, sizeof c);
+    tpd_config_defaults(&c);
+    c.parallel.grad_reduce_dtype = TPD_REDUCE_BF16;
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK) << tpd_last_error(); // cpu: MPI
+    c.training.device = TPD_DEVICE_CUDA;
+    tpd_last_error_clear();
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
+    EXPECT_NE(std::string(tpd_last_error()).find("parallel.grad_reduce_dtype bf16"),
+              std::string::npos)
+        << tpd_last_error();
+}
