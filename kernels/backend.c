@@ -278,6 +278,23 @@ tpd_status tpd_kern_adamw(const tpd_kern_backend *kb, void *param, float *master
                           weight_decay, step, grad_scale);
 }
 
+tpd_status tpd_kern_sgd(const tpd_kern_backend *kb, void *param, float *master, const void *grad,
+                        size_t n, float lr, float weight_decay, float grad_scale) {
+    return kb->ops->sgd(kb->ctx, param, master, grad, n, lr, weight_decay, grad_scale);
+}
+
+tpd_status tpd_kern_outer_delta(const tpd_kern_backend *kb, float *delta, const float *sync,
+                                const float *w, size_t n) {
+    return kb->ops->outer_delta(kb->ctx, delta, sync, w, n);
+}
+
+tpd_status tpd_kern_outer_nesterov(const tpd_kern_backend *kb, void *param, float *master,
+                                   float *sync, float *mom, const float *delta, size_t n, float lr,
+                                   float momentum, float scale) {
+    return kb->ops->outer_nesterov(kb->ctx, param, master, sync, mom, delta, n, lr, momentum,
+                                   scale);
+}
+
 tpd_status tpd_kern_sumsq(const tpd_kern_backend *kb, const void *x, tpd_dtype dt, size_t n,
                           double *sumsq_p) {
     return kb->ops->sumsq(kb->ctx, x, dt, n, sumsq_p);

@@ -319,6 +319,23 @@ tpd_status tpd_kern_sum_f32_acc(const tpd_kern_backend *kb, double *acc, const f
 tpd_status tpd_kern_adamw(const tpd_kern_backend *kb, void *param, float *master, const void *grad,
                           float *m, float *v, size_t n, float lr, float beta1, float beta2,
                           float eps, float weight_decay, int step, float grad_scale);
+/* Plain SGD on a flat range of n elements (torch.optim.SGD without momentum; weight decay
+ * as L2 on the gradient):  g = grad * grad_scale + weight_decay * w;  w -= lr * g.
+ * w, master and param as in tpd_kern_adamw (master != NULL: the fp32 master is updated and
+ * param receives its cast; else param, which must be fp32). grad is in grad_dtype. */
+tpd_status tpd_kern_sgd(const tpd_kern_backend *kb, void *param, float *master, const void *grad,
+                        size_t n, float lr, float weight_decay, float grad_scale);
+/* DiLoCo's pseudo-gradient of n fp32 elements: delta = sync - w (w: the fp32 master weights,
+ * or the fp32 parameters where no master is kept). */
+tpd_status tpd_kern_outer_delta(const tpd_kern_backend *kb, float *delta, const float *sync,
+                                const float *w, size_t n);
+/* DiLoCo's outer Nesterov step on n elements, delta the summed pseudo-gradient:
+ *   d = delta * scale;  mom = momentum * mom + d;  sync -= lr * (d + momentum * mom)
+ * then the weights continue from sync: master (when != NULL) = sync and param = its cast
+ * to the parameter dtype; without master, param (fp32) = sync. */
+tpd_status tpd_kern_outer_nesterov(const tpd_kern_backend *kb, void *param, float *master,
+                                   float *sync, float *mom, const float *delta, size_t n, float lr,
+                                   float momentum, float scale);
 /* Host-side sum of squares of x (n elements of dtype dt), in double (synchronizes). */
 tpd_status tpd_kern_sumsq(const tpd_kern_backend *kb, const void *x, tpd_dtype dt, size_t n,
                           double *sumsq_p);

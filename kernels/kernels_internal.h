@@ -90,6 +90,13 @@ typedef struct tpd_kern_ops {
     tpd_status (*adamw)(tpd_kern_ctx *ctx, void *param, float *master, const void *grad, float *m,
                         float *v, size_t n, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int step, float grad_scale);
+    tpd_status (*sgd)(tpd_kern_ctx *ctx, void *param, float *master, const void *grad, size_t n,
+                      float lr, float weight_decay, float grad_scale);
+    tpd_status (*outer_delta)(tpd_kern_ctx *ctx, float *delta, const float *sync, const float *w,
+                              size_t n);
+    tpd_status (*outer_nesterov)(tpd_kern_ctx *ctx, void *param, float *master, float *sync,
+                                 float *mom, const float *delta, size_t n, float lr, float momentum,
+                                 float scale);
     tpd_status (*sumsq)(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n, double *sumsq_p);
     tpd_status (*cast)(tpd_kern_ctx *ctx, void *dst, tpd_dtype dst_dt, const void *src,
                        tpd_dtype src_dt, size_t n);

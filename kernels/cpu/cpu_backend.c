@@ -192,6 +192,9 @@ static const tpd_kern_ops cpu_ops = {
     .sum_f32 = tpd_kern_cpu_sum_f32,
 
     .adamw = tpd_kern_cpu_adamw,
+    .sgd = tpd_kern_cpu_sgd,
+    .outer_delta = tpd_kern_cpu_outer_delta,
+    .outer_nesterov = tpd_kern_cpu_outer_nesterov,
     .sumsq = tpd_kern_cpu_sumsq,
     .cast = tpd_kern_cpu_cast,
 

@@ -122,6 +122,15 @@ tpd_status tpd_kern_cpu_sumsq(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, si
 tpd_status tpd_kern_cpu_cast(tpd_kern_ctx *ctx, void *dst, tpd_dtype dst_dt, const void *src,
                              tpd_dtype src_dt, size_t n);
 
+/* ---- plain SGD and DiLoCo's outer step (cpu_sgd.c) ---- */
+tpd_status tpd_kern_cpu_sgd(tpd_kern_ctx *ctx, void *param, float *master, const void *grad,
+                            size_t n, float lr, float weight_decay, float grad_scale);
+tpd_status tpd_kern_cpu_outer_delta(tpd_kern_ctx *ctx, float *delta, const float *sync,
+                                    const float *w, size_t n);
+tpd_status tpd_kern_cpu_outer_nesterov(tpd_kern_ctx *ctx, void *param, float *master, float *sync,
+                                       float *mom, const float *delta, size_t n, float lr,
+                                       float momentum, float scale);
+
 /* Deterministic reductions to double: fixed-size chunks are reduced in parallel and the
  * partial results combined in order, so the bits depend neither on the thread count nor
  * on scheduling. */

@@ -245,6 +245,9 @@ static const tpd_kern_ops cuda_ops = {
     .sum_f32 = tpd_kern_cuda_sum_f32,
 
     .adamw = tpd_kern_cuda_adamw,
+    .sgd = tpd_kern_cuda_sgd,
+    .outer_delta = tpd_kern_cuda_outer_delta,
+    .outer_nesterov = tpd_kern_cuda_outer_nesterov,
     .sumsq = tpd_kern_cuda_sumsq,
     .cast = tpd_kern_cuda_cast,
 

@@ -276,6 +276,13 @@ tpd_status tpd_kern_cuda_xent_bwd(tpd_kern_ctx *ctx, void *logits, const float *
 tpd_status tpd_kern_cuda_adamw(tpd_kern_ctx *ctx, void *param, float *master, const void *grad,
                                float *m, float *v, size_t n, float lr, float beta1, float beta2,
                                float eps, float weight_decay, int step, float grad_scale);
+tpd_status tpd_kern_cuda_sgd(tpd_kern_ctx *ctx, void *param, float *master, const void *grad,
+                             size_t n, float lr, float weight_decay, float grad_scale);
+tpd_status tpd_kern_cuda_outer_delta(tpd_kern_ctx *ctx, float *delta, const float *sync,
+                                     const float *w, size_t n);
+tpd_status tpd_kern_cuda_outer_nesterov(tpd_kern_ctx *ctx, void *param, float *master, float *sync,
+                                        float *mom, const float *delta, size_t n, float lr,
+                                        float momentum, float scale);
 tpd_status tpd_kern_cuda_sum_f32(tpd_kern_ctx *ctx, const float *x, size_t n, double *sum_p);
 tpd_status tpd_kern_cuda_sum_f32_acc(tpd_kern_ctx *ctx, double *acc, const float *x, size_t n,
                                      double div);

@@ -1,5 +1,6 @@
-/* AdamW on flat ranges (with fp32 master weights under bf16, reading the gradients in
- * ctx->grad_dtype: fp32 main gradients or bf16 ones) and the host-result
+/* AdamW and plain SGD on flat ranges (with fp32 master weights under bf16, reading the
+ * gradients in ctx->grad_dtype: fp32 main gradients or bf16 ones), DiLoCo's outer step
+ * (pseudo-gradient and Nesterov update) and the host-result
  * reductions (sum of the loss, sum of squares for the gradient norm).
  *
  * The reductions are deterministic: a fixed grid reduces fixed slices into per-block
@@ -54,6 +55,86 @@ extern "C" tpd_status tpd_kern_cuda_adamw(tpd_kern_ctx *ctx, void *param, float 
             inv_bc1, inv_bc2, grad_scale);
     });
     return TPD_CUDA_LAUNCHED("adamw");
+}
+
+/* g = grad * grad_scale + wd * w;  w -= lr * g. w is master when present (then param is
+ * written as its cast), else param (fp32) itself. */
+template <typename P, typename G>
+__global__ void sgd_kernel(P *param, float *master, const G *grad, size_t n, float lr, float wd,
+                           float grad_scale) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float w = master != NULL ? master[i] : tpd_to_f(param[i]);
+        float g = tpd_to_f(grad[i]) * grad_scale + wd * w;
+        w -= lr * g;
+        if (master != NULL) master[i] = w;
+        param[i] = tpd_from_f<P>(w);
+    }
+}
+
+extern "C" tpd_status tpd_kern_cuda_sgd(tpd_kern_ctx *ctx, void *param, float *master,
+                                        const void *grad, size_t n, float lr, float weight_decay,
+                                        float grad_scale) {
+    TPD_CUDA_REQUIRE(master != NULL || ctx->dtype == TPD_DTYPE_F32,
+                     "sgd: a %s parameter needs fp32 master weights", tpd_dtype_name(ctx->dtype));
+    if (n == 0) return TPD_OK;
+    unsigned grid = tpd_grid_for(n, ADAM_BLOCK);
+    TPD_CUDA_DISPATCH_GRAD(ctx, T, G, {
+        sgd_kernel<T, G><<<grid, ADAM_BLOCK, 0, ctx->stream>>>((T *)param, master, (const G *)grad,
+                                                               n, lr, weight_decay, grad_scale);
+    });
+    return TPD_CUDA_LAUNCHED("sgd");
+}
+
+/* ---- DiLoCo's outer step ---- */
+
+/* delta = sync - w, all fp32. */
+__global__ void outer_delta_kernel(float *delta, const float *sync, const float *w, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        delta[i] = sync[i] - w[i];
+}
+
+extern "C" tpd_status tpd_kern_cuda_outer_delta(tpd_kern_ctx *ctx, float *delta, const float *sync,
+                                                const float *w, size_t n) {
+    if (n == 0) return TPD_OK;
+    unsigned grid = tpd_grid_for(n, ADAM_BLOCK);
+    outer_delta_kernel<<<grid, ADAM_BLOCK, 0, ctx->stream>>>(delta, sync, w, n);
+    return TPD_CUDA_LAUNCHED("outer_delta");
+}
+
+/* d = delta * scale;  mom = momentum * mom + d;  sync -= lr * (d + momentum * mom);
+ * master (when present) = sync and param = its cast. */
+template <typename P>
+__global__ void outer_nesterov_kernel(P *param, float *master, float *sync, float *mom,
+                                      const float *delta, size_t n, float lr, float momentum,
+                                      float scale) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float d = delta[i] * scale;
+        float mi = momentum * mom[i] + d;
+        mom[i] = mi;
+        float s = sync[i] - lr * (d + momentum * mi);
+        sync[i] = s;
+        if (master != NULL) master[i] = s;
+        param[i] = tpd_from_f<P>(s);
+    }
+}
+
+extern "C" tpd_status tpd_kern_cuda_outer_nesterov(tpd_kern_ctx *ctx, void *param, float *master,
+                                                   float *sync, float *mom, const float *delta,
+                                                   size_t n, float lr, float momentum,
+                                                   float scale) {
+    TPD_CUDA_REQUIRE(master != NULL || ctx->dtype == TPD_DTYPE_F32,
+                     "outer_nesterov: a %s parameter needs fp32 master weights",
+                     tpd_dtype_name(ctx->dtype));
+    if (n == 0) return TPD_OK;
+    unsigned grid = tpd_grid_for(n, ADAM_BLOCK);
+    TPD_CUDA_DISPATCH(ctx->dtype, T, {
+        outer_nesterov_kernel<T><<<grid, ADAM_BLOCK, 0, ctx->stream>>>(
+            (T *)param, master, sync, mom, delta, n, lr, momentum, scale);
+    });
+    return TPD_CUDA_LAUNCHED("outer_nesterov");
 }
 
 /* ---- host-result reductions ---- */

@@ -1,5 +1,6 @@
 // The cpu backend: construction, memory, every forward op against a naive double
-// reference, accumulate/overwrite semantics, determinism, AdamW, sumsq and casts.
+// reference, accumulate/overwrite semantics, determinism, AdamW, SGD, DiLoCo's outer step,
+// sumsq and casts.
 //
 // Forward tolerance: |kernel - reference| <= 1e-5 * |reference| + 1e-5 unless a test says
 // otherwise (fp32 with double accumulation where it matters, on O(1) inputs).
@@ -831,6 +832,126 @@ TEST(CpuAdamW, ThreeStepsMatchTheDoubleReference) {
     EXPECT_EQ(tpd_kern_adamw(be.b, w.data(), nullptr, grads[0].data(), m.data(), v.data(), n, lr,
                              b1, b2, eps, wd, 0, gscale),
               TPD_ERR_INVALID);
+}
+
+// ---- plain SGD and DiLoCo's outer step ----
+
+// Double reference of kernels.h's SGD, one step per gradient.
+Vec sgd_ref(const FVec &w0, const std::vector<FVec> &grads, double lr, double wd, double gscale) {
+    Vec w = ref::to_d(w0);
+    for (const FVec &gr : grads)
+        for (size_t i = 0; i < w.size(); i++)
+            w[i] -= lr * (gr[i] * gscale + wd * w[i]);
+    return w;
+}
+
+TEST(CpuSgd, TwoStepsMatchTheDoubleReferenceWithAndWithoutMaster) {
+    ref::CpuBackend be;
+    const size_t n = 1037; // not a multiple of 8
+    const float lr = 0.05f, wd = 0.1f, gscale = 0.5f;
+    FVec w0 = ref::randn(n, 300);
+    std::vector<FVec> grads = {ref::randn(n, 301), ref::randn(n, 302)};
+    Vec want = sgd_ref(w0, grads, lr, wd, gscale);
+
+    // Without master: param itself is updated.
+    FVec w = w0;
+    for (const FVec &gr : grads)
+        ASSERT_EQ(tpd_kern_sgd(be.b, w.data(), nullptr, gr.data(), n, lr, wd, gscale), TPD_OK);
+    ref::expect_close(w.data(), want, 1e-6, 1e-6, "sgd param");
+
+    // With master: master is updated and param becomes a copy of it.
+    FVec param(n, NAN), master = w0;
+    for (const FVec &gr : grads)
+        ASSERT_EQ(tpd_kern_sgd(be.b, param.data(), master.data(), gr.data(), n, lr, wd, gscale),
+                  TPD_OK);
+    ref::expect_close(master.data(), want, 1e-6, 1e-6, "sgd master");
+    EXPECT_EQ(std::memcmp(param.data(), master.data(), n * 4), 0);
+    EXPECT_EQ(std::memcmp(master.data(), w.data(), n * 4), 0); // same arithmetic either way
+
+    // Weight decay alone (zero gradient): w *= 1 - lr*wd, as L2 on the gradient.
+    FVec wz = {2.0f}, gz = {0.0f};
+    ASSERT_EQ(tpd_kern_sgd(be.b, wz.data(), nullptr, gz.data(), 1, lr, wd, gscale), TPD_OK);
+    EXPECT_NEAR(wz[0], 2.0 * (1 - 0.05 * 0.1), 1e-7);
+}
+
+TEST(CpuOuterStep, DeltaIsSyncMinusW) {
+    ref::CpuBackend be;
+    const size_t n = 1037;
+    FVec sync = ref::randn(n, 310), w = ref::randn(n, 311), delta(n, NAN);
+    ASSERT_EQ(tpd_kern_outer_delta(be.b, delta.data(), sync.data(), w.data(), n), TPD_OK);
+    Vec want(n);
+    for (size_t i = 0; i < n; i++)
+        want[i] = (double)sync[i] - w[i];
+    ref::expect_close(delta.data(), want, 1e-7, 1e-12, "outer_delta");
+}
+
+// Double reference of kernels.h's outer Nesterov step, one step per delta.
+struct NesterovRef {
+    Vec sync, mom;
+};
+NesterovRef nesterov_ref(const FVec &sync0, const FVec &mom0, const std::vector<FVec> &deltas,
+                         double lr, double momentum, double scale) {
+    NesterovRef r{ref::to_d(sync0), ref::to_d(mom0)};
+    for (const FVec &dl : deltas)
+        for (size_t i = 0; i < r.sync.size(); i++) {
+            double d = dl[i] * scale;
+            r.mom[i] = momentum * r.mom[i] + d;
+            r.sync[i] -= lr * (d + momentum * r.mom[i]);
+        }
+    return r;
+}
+
+TEST(CpuOuterStep, NesterovTwoStepsCarryTheMomentumWithAndWithoutMaster) {
+    ref::CpuBackend be;
+    const size_t n = 1037;
+    const float lr = 0.7f, momentum = 0.9f, scale = 0.5f;
+    FVec sync0 = ref::randn(n, 320), mom0 = ref::randn(n, 321, 0.1f);
+    std::vector<FVec> deltas = {ref::randn(n, 322, 0.05f), ref::randn(n, 323, 0.05f)};
+    NesterovRef want = nesterov_ref(sync0, mom0, deltas, lr, momentum, scale);
+
+    // Without master: param (fp32) follows sync.
+    FVec sync = sync0, mom = mom0, param(n, NAN);
+    for (const FVec &dl : deltas)
+        ASSERT_EQ(tpd_kern_outer_nesterov(be.b, param.data(), nullptr, sync.data(), mom.data(),
+                                          dl.data(), n, lr, momentum, scale),
+                  TPD_OK);
+    ref::expect_close(sync.data(), want.sync, 1e-6, 1e-6, "outer_nesterov sync");
+    ref::expect_close(mom.data(), want.mom, 1e-6, 1e-6, "outer_nesterov mom");
+    EXPECT_EQ(std::memcmp(param.data(), sync.data(), n * 4), 0);
+
+    // With master: master and param both continue from sync.
+    FVec sync2 = sync0, mom2 = mom0, param2(n, NAN), master(n, NAN);
+    for (const FVec &dl : deltas)
+        ASSERT_EQ(tpd_kern_outer_nesterov(be.b, param2.data(), master.data(), sync2.data(),
+                                          mom2.data(), dl.data(), n, lr, momentum, scale),
+                  TPD_OK);
+    EXPECT_EQ(std::memcmp(sync2.data(), sync.data(), n * 4), 0); // same arithmetic either way
+    EXPECT_EQ(std::memcmp(mom2.data(), mom.data(), n * 4), 0);
+    EXPECT_EQ(std::memcmp(master.data(), sync2.data(), n * 4), 0);
+    EXPECT_EQ(std::memcmp(param2.data(), sync2.data(), n * 4), 0);
+}
+
+// lr 1, momentum 0 and scale 1/R turn the outer step into averaging: with delta the sum
+// over R replicas of sync - w_r, sync becomes the mean of the w_r.
+TEST(CpuOuterStep, UnitStepWithoutMomentumAveragesTheReplicas) {
+    ref::CpuBackend be;
+    const size_t n = 1037;
+    const int R = 2;
+    FVec sync = ref::randn(n, 330), mom(n, 0.0f), param(n, NAN), sum(n, 0.0f), delta(n);
+    std::vector<FVec> ws = {ref::randn(n, 331), ref::randn(n, 332)};
+    for (const FVec &w : ws) {
+        ASSERT_EQ(tpd_kern_outer_delta(be.b, delta.data(), sync.data(), w.data(), n), TPD_OK);
+        for (size_t i = 0; i < n; i++)
+            sum[i] += delta[i];
+    }
+    ASSERT_EQ(tpd_kern_outer_nesterov(be.b, param.data(), nullptr, sync.data(), mom.data(),
+                                      sum.data(), n, 1.0f, 0.0f, 1.0f / R),
+              TPD_OK);
+    Vec mean(n);
+    for (size_t i = 0; i < n; i++)
+        mean[i] = ((double)ws[0][i] + ws[1][i]) / R;
+    ref::expect_close(sync.data(), mean, 1e-5, 1e-5, "outer step with lr 1, momentum 0");
+    ref::expect_close(param.data(), mean, 1e-5, 1e-5, "param after the averaging step");
 }
 
 // ---- backward semantics: parameter grads accumulate, input grads are overwritten ----
