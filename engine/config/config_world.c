@@ -71,18 +71,15 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
     if (t->precision == TPD_PRECISION_BF16 && t->device == TPD_DEVICE_CPU)
         return cfg_fail_after(cfg, "training.precision bf16 needs training.device cuda; the cpu "
                                    "backend computes in fp32");
-    if (cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
-        return cfg_fail_after(cfg, "parallel.dp_sync diloco: `tripod train` does not run DiLoCo's "
-                                   "outer steps yet (the config keys, the memory plan and `tripod "
-                                   "plan` know it); set parallel.dp_sync: every_step to train");
     if (cfg->parallel.grad_reduce_dtype == TPD_REDUCE_BF16 && t->device == TPD_DEVICE_CUDA)
         return cfg_fail_after(cfg, "parallel.grad_reduce_dtype bf16: the bf16-wire reductions run "
                                    "on the cpu backend's MPI communicators only, not on NCCL; set "
                                    "it to fp32 under training.device cuda");
-    if (cfg->optimizer.type == TPD_OPTIM_SGD)
-        return cfg_fail_after(cfg, "optimizer.type sgd: `tripod train` updates with AdamW only "
-                                   "(the memory plan and the checkpoints know plain SGD); set "
-                                   "optimizer.type: adamw to train");
+    if (cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO &&
+        cfg->diloco.reduce_dtype == TPD_REDUCE_BF16 && t->device == TPD_DEVICE_CUDA)
+        return cfg_fail_after(cfg, "diloco.reduce_dtype bf16: the bf16-wire reductions run on the "
+                                   "cpu backend's MPI communicators only, not on NCCL; set it to "
+                                   "fp32 under training.device cuda");
     if (cfg->parallel.tp_comm_overlap)
         return cfg_fail_after(cfg,
                               "parallel.tp_comm_overlap true: `tripod train` does not overlap "

@@ -59,6 +59,12 @@ static tpd_status global_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_me
      * model-parallel group only. With ZeRO each DP rank owns a disjoint shard: sum over
      * the world. The partial sums stay in double on the wire too. */
     tpd_comm *c = dpp->zero ? comms->world : comms->mp;
+    /* DiLoCo: a replica's own norm, its ZeRO shards summed over its inner DP group first */
+    if (dpp->zero && comms->dp_outer) {
+        TPD_CHECK(
+            tpd_comm_allreduce(comms->dp, &sum, &sum, 1, TPD_DTYPE_F64, TPD_COMM_OP_SUM, NULL));
+        c = comms->mp;
+    }
     if (tpd_comm_size(c) > 1)
         TPD_CHECK(tpd_comm_allreduce(c, &sum, &sum, 1, TPD_DTYPE_F64, TPD_COMM_OP_SUM, NULL));
     *norm_p = sqrt(sum);
@@ -80,11 +86,16 @@ typedef struct adamw_arg {
     int step;
 } adamw_arg;
 
-static tpd_status apply_adamw(tpd_model *m, tpd_param p, size_t b, size_t e, size_t state,
-                              void *argp) {
+static tpd_status apply_update(tpd_model *m, tpd_param p, size_t b, size_t e, size_t state,
+                               void *argp) {
     const adamw_arg *a = argp;
     const tpd_config_optimizer *o = &m->cfg.optimizer;
     double wd = tpd_param_get_info(p)->is_matrix ? o->weight_decay : 0.0;
+    if (o->type == TPD_OPTIM_SGD)
+        return tpd_kern_sgd(m->kb, (char *)m->params + b * m->plan.param_size,
+                            m->master ? m->master + state : NULL,
+                            (char *)m->grads + b * m->plan.grad_size, e - b, (float)a->lr,
+                            (float)wd, (float)a->grad_scale);
     return tpd_kern_adamw(
         m->kb, (char *)m->params + b * m->plan.param_size, m->master ? m->master + state : NULL,
         (char *)m->grads + b * m->plan.grad_size, m->opt_m + state, m->opt_v + state, e - b,
@@ -95,5 +106,5 @@ static tpd_status apply_adamw(tpd_model *m, tpd_param p, size_t b, size_t e, siz
 tpd_status tpd_optim_update(tpd_model *m, const tpd_dp_plan *dpp, double lr, double grad_scale,
                             int step) {
     adamw_arg a = {lr, grad_scale, step};
-    return for_each_owned(m, dpp, apply_adamw, &a);
+    return for_each_owned(m, dpp, apply_update, &a);
 }

@@ -22,7 +22,9 @@ tpd_status tpd_optim_grad_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_m
 tpd_status tpd_optim_params_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
                                  double *norm_p);
 
-/* AdamW on the owned ranges with gradients scaled by grad_scale. step is 1-based. */
+/* The inner update on the owned ranges with gradients scaled by grad_scale: AdamW, or
+ * plain SGD under optimizer.type sgd (weight decay on 2-D weights either way). step is
+ * 1-based. */
 tpd_status tpd_optim_update(tpd_model *m, const tpd_dp_plan *dpp, double lr, double grad_scale,
                             int step);
 

@@ -30,6 +30,15 @@ void tpd_metrics_format_line(const tpd_iter_record *r, char *buf, size_t cap) {
     if (n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, "number of skipped iterations: %3d |",
                       r->skipped_iterations);
+    /* DiLoCo: when the outer step ran and what it moved */
+    if (r->diloco && r->outer_steps > 0 && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n,
+                      " outer steps: %d (last: fragment %d/%d after iteration %d) | outer "
+                      "all-reduce: %.3f MiB per rank |",
+                      r->outer_steps, r->outer_last_fragment + 1, r->fragments,
+                      r->outer_last_iteration, r->outer_rank_bytes / (1024.0 * 1024.0));
+    else if (r->diloco && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, " outer steps: 0 |");
     if (!isnan(r->val_loss) && n > 0 && (size_t)n < cap)
         snprintf(buf + n, cap - (size_t)n, " validation lm loss: %.6E |", r->val_loss);
 }
@@ -57,6 +66,11 @@ tpd_status tpd_metrics_write_jsonl(FILE *f, const char *path, const tpd_iter_rec
     cJSON_AddNumberToObject(o, "tflops_per_gpu", r->tflops_per_gpu);
     if (r->mfu >= 0) cJSON_AddNumberToObject(o, "mfu", r->mfu);
     cJSON_AddNumberToObject(o, "skipped_iterations", r->skipped_iterations);
+    cJSON_AddNumberToObject(o, "dp_bytes", r->dp_bytes);
+    if (r->diloco) {
+        cJSON_AddNumberToObject(o, "dp_outer_bytes", r->dp_outer_bytes);
+        cJSON_AddNumberToObject(o, "outer_steps", r->outer_steps);
+    }
     if (!isnan(r->val_loss)) cJSON_AddNumberToObject(o, "val_loss", r->val_loss);
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

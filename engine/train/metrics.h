@@ -29,6 +29,14 @@ typedef struct tpd_iter_record {
     double val_loss;      /* NaN when not evaluated this iteration */
     double run_elapsed_s; /* since this run started (a resumed run counts from its start) */
     double eta_s;         /* to train_iters at this run's mean iteration time; < 0: unknown */
+    /* DP communication since the previous record: the job's wire bytes (all ranks, the
+     * ring's count), inner reductions and DiLoCo's outer all-reduces */
+    double dp_bytes, dp_outer_bytes;
+    int diloco;               /* parallel.dp_sync diloco: the outer-step fields below are set */
+    int outer_steps;          /* outer all-reduces started since the previous record */
+    int outer_last_iteration; /* and the last one's iteration and fragment */
+    int outer_last_fragment, fragments;
+    double outer_rank_bytes; /* the logging rank's bytes of those all-reduces */
 } tpd_iter_record;
 
 /* Where one step's time went, ms (Megatron's timers line): the largest over the ranks of
@@ -54,7 +62,8 @@ void tpd_metrics_format_line(const tpd_iter_record *r, char *buf, size_t cap);
 
 /* One JSON object (cJSON) and a newline, flushed. Keys: iteration, consumed_samples,
  * lm_loss, lr, grad_norm, elapsed_ms, tokens_per_s, tflops_per_gpu, skipped_iterations,
- * params_norm when logged, and val_loss when evaluated. A failed write is TPD_ERR_IO,
+ * dp_bytes, dp_outer_bytes, outer_steps under DiLoCo, params_norm when logged, and
+ * val_loss when evaluated. A failed write is TPD_ERR_IO,
  * logged with path (the file) and the reason. */
 tpd_status tpd_metrics_write_jsonl(FILE *f, const char *path, const tpd_iter_record *r);
 

@@ -186,6 +186,28 @@ static tpd_status model_hook(void *user, int unit, int backward) {
     return tpd_grad_sync_poll(tr->gsync);
 }
 
+/* The job's DP wire bytes (all ranks, the ring's count): a step's inner reductions and
+ * each DiLoCo fragment's outer all-reduce, summed over the world once (stages differ). */
+static tpd_status count_dp_bytes(tpd_trainer *tr) {
+    int F = tr->diloco ? (tr->cfg.diloco.fragments > 0 ? tr->cfg.diloco.fragments : 1) : 0;
+    double *b = calloc((size_t)F + 1, sizeof *b);
+    if (!b) return tpd_fail_nomem("the DP byte counts", ((size_t)F + 1) * sizeof *b);
+    b[0] = tpd_dp_plan_step_bytes(&tr->dpp, tr->model->plan.grad_size, tr->model->plan.param_size);
+    for (int f = 0; f < F; f++)
+        b[f + 1] = tpd_diloco_fragment_bytes(tr->diloco, f);
+    tpd_comm *w = tr->hcomms.world;
+    tpd_status st = TPD_OK;
+    if (tpd_comm_size(w) > 1)
+        st = tpd_comm_allreduce(w, b, b, (size_t)F + 1, TPD_DTYPE_F64, TPD_COMM_OP_SUM, NULL);
+    if (st != TPD_OK) {
+        free(b);
+        return st;
+    }
+    tr->dp_bytes_step = b[0];
+    tr->outer_bytes_job = b; /* fragment f at b[f + 1] */
+    return TPD_OK;
+}
+
 tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_trainer **tr_p) {
     tpd_status st = TPD_OK;
     /* Checks that need no communication come first, identically on every rank. */
@@ -201,6 +223,9 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     tr->M = tpd_config_num_micro_batches(cfg, dp);
     TPD_CHECK_GOTO(tpd_mesh_init(tpd_comm_size(world), tpd_comm_rank(world), tp, pp, dp, &tr->mesh),
                    st, undo_tr);
+    /* DiLoCo: DP is a replica's inner group; the replicas meet in the outer step only */
+    TPD_CHECK_GOTO(tpd_mesh_set_replicas(&tr->mesh, tpd_config_dp_replicas(cfg, dp)), st, undo_tr);
+    tr->sample_stride = (uint64_t)cfg->training.global_batch_size;
     TPD_CHECK_GOTO(tpd_mesh_comms_create(&tr->mesh, world, &tr->hcomms), st, undo_tr);
     tr->comms = tr->hcomms;
     TPD_CHECK_GOTO(locate_on_node(tr, world), st, undo_comms);
@@ -212,8 +237,9 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
         tpd_model_create(cfg, tr->kb, tr->comms.tp, tp, ms->tp, pp, dp, ms->pp, &tr->model), st,
         undo_backend);
     TPD_CHECK_GOTO(tpd_dp_plan_init(tr->model->plan.lay.numel,
-                                    (size_t)cfg->parallel.ddp_bucket_size, dp, ms->dp,
-                                    cfg->parallel.use_distributed_optimizer, &tr->dpp),
+                                    (size_t)cfg->parallel.ddp_bucket_size, ms->dp_inner_size,
+                                    ms->dp_inner, cfg->parallel.use_distributed_optimizer,
+                                    &tr->dpp),
                    st, undo_model);
     /* parallel.grad_reduce_dtype: bf16 on the wire, fp32 sums (fp32 gradients only) */
     TPD_CHECK_GOTO(tpd_dp_plan_set_reduce_dtype(&tr->dpp,
@@ -234,6 +260,10 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
                                         cfg->parallel.overlap_param_gather, &tr->gsync),
                    st, undo_sched);
     tpd_model_set_hook(tr->model, model_hook, tr);
+    if (cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
+        TPD_CHECK_GOTO(tpd_diloco_create(tr->model, &tr->dpp, cfg, tr->comms.dp_outer, &tr->diloco),
+                       st, undo_sched);
+    TPD_CHECK_GOTO(count_dp_bytes(tr), st, undo_sched);
 
     TPD_CHECK_GOTO(tpd_data_source_open(cfg->data.data_path, cfg->model.vocab_size, &tr->data), st,
                    undo_sched);
@@ -278,6 +308,8 @@ undo_train_sampler:
 undo_data:
     tpd_data_source_close(&tr->data);
 undo_sched:
+    free(tr->outer_bytes_job);
+    (void)tpd_diloco_destroy(tr->diloco);
     (void)tpd_grad_sync_destroy(tr->gsync);
     free(tr->where);
     tpd_pp_schedule_free(&tr->sched);
@@ -306,6 +338,8 @@ void tpd_trainer_destroy(tpd_trainer *tr) {
     if (tr->has_valid) tpd_blend_sampler_free(&tr->valid_sampler);
     tpd_blend_sampler_free(&tr->train_sampler);
     tpd_data_source_close(&tr->data);
+    free(tr->outer_bytes_job);
+    TPD_CHECK_KEEP(tpd_diloco_destroy(tr->diloco), st);
     TPD_CHECK_KEEP(tpd_grad_sync_destroy(tr->gsync), st);
     free(tr->where);
     tpd_pp_schedule_free(&tr->sched);
@@ -349,9 +383,10 @@ static tpd_status cb_forward(void *user, int j, int chunk) {
 static tpd_status cb_backward(void *user, int j, int chunk) {
     tpd_trainer *tr = user;
     tpd_model_mb at = at_of(tr, j, chunk);
-    /* mean over the micro-batch's tokens, scaled by 1/(M*DP): the DP reduction is a sum */
+    /* mean over the micro-batch's tokens, scaled by 1/(M*DP): the DP reduction is a sum
+     * (over a replica's inner group under DiLoCo) */
     double N = (double)tr->model->d.B * tr->model->d.T;
-    float dloss = (float)(1.0 / (N * tr->M * tr->mesh.dp_size));
+    float dloss = (float)(1.0 / (N * tr->M * tr->mesh.dp_inner_size));
     /* every list runs a chunk's micro-batches in order: M-1 is its last */
     tr->final_mb = j == tr->M - 1;
     tpd_status st = tpd_model_backward(tr->model, &at, dloss);
@@ -416,10 +451,15 @@ static size_t p2p_count(const tpd_trainer *tr) {
 static tpd_status finish_loss(tpd_trainer *tr, int micro_batches, double *loss_p) {
     TPD_CHECK(tpd_model_loss_take(tr->model, &tr->loss_acc));
     float v = (float)(tr->loss_acc / micro_batches);
-    tpd_comm *dp = tr->hcomms.dp, *pp = tr->hcomms.pp;
+    tpd_comm *dp = tr->hcomms.dp, *pp = tr->hcomms.pp, *outer = tr->hcomms.dp_outer;
     if (tpd_comm_size(dp) > 1) {
         TPD_CHECK(tpd_comm_allreduce(dp, &v, &v, 1, TPD_DTYPE_F32, TPD_COMM_OP_SUM, NULL));
         v /= (float)tpd_comm_size(dp);
+    }
+    /* DiLoCo: the replicas' means (inner, then across them) */
+    if (outer && tpd_comm_size(outer) > 1) {
+        TPD_CHECK(tpd_comm_allreduce(outer, &v, &v, 1, TPD_DTYPE_F32, TPD_COMM_OP_SUM, NULL));
+        v /= (float)tpd_comm_size(outer);
     }
     if (tpd_comm_size(pp) > 1)
         TPD_CHECK(tpd_comm_broadcast(pp, &v, 1, TPD_DTYPE_F32, tpd_comm_size(pp) - 1, NULL));
@@ -434,9 +474,11 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     int it = tr->counters.iteration;
     int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.dp_size;
     tr->cur_sampler = &tr->train_sampler;
-    tr->cur_base = (uint64_t)it * GB + (uint64_t)tr->mesh.dp * (GB / dp);
+    tr->cur_base =
+        (uint64_t)it * tr->sample_stride + tr->sample_offset + (uint64_t)tr->mesh.dp * (GB / dp);
     tr->loss_acc = 0;
 
+    TPD_CHECK(tpd_diloco_poll(tr->diloco));
     TPD_CHECK(tpd_model_zero_grads(m));
     tr->tp_comm_acc = 0;
     tpd_model_set_tp_timer(m, &tr->tp_comm_acc);
@@ -458,7 +500,12 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     s.lr = tpd_lr_at(&tr->cfg, it);
     /* Megatron's check: a non-finite loss or gradient norm skips the update (the same
      * verdict on every rank: both values are global) */
-    if (!isfinite(s.grad_norm) || !isfinite(s.lm_loss)) {
+    /* DiLoCo: each replica has its own norm; the replicas skip together */
+    int32_t bad = !isfinite(s.grad_norm) || !isfinite(s.lm_loss);
+    tpd_comm *outer = tr->hcomms.dp_outer;
+    if (outer && tpd_comm_size(outer) > 1)
+        TPD_CHECK(tpd_comm_allreduce(outer, &bad, &bad, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX, NULL));
+    if (bad) {
         s.skipped = 1;
         tr->counters.skipped_iterations++;
         tr->skipped_in_a_row++;
@@ -469,6 +516,19 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
         TPD_CHECK(
             tpd_optim_update(m, &tr->dpp, s.lr, scale, it + 1 - tr->counters.skipped_iterations));
     }
+    /* DiLoCo: the outer step of the fragment due now, before the parameters go out */
+    s.outer_started = s.outer_applied = -1;
+    if (tr->diloco) {
+        tpd_diloco_stats ds;
+        TPD_CHECK(
+            tpd_diloco_after_step(tr->diloco, it + 1, it + 1 == tr->cfg.training.train_iters, &ds));
+        s.outer_started = ds.started;
+        s.outer_applied = ds.applied;
+        s.outer_rank_bytes = ds.bytes_sent;
+        s.t_outer_s = ds.wait_s;
+        if (ds.started >= 0) s.dp_outer_bytes = tr->outer_bytes_job[ds.started + 1];
+    }
+    s.dp_bytes = tr->dp_bytes_step + s.dp_outer_bytes;
     /* ZeRO-1: the updated parts go out to the other DP ranks (waited for here, or by the
      * next step's forward under overlap_param_gather) */
     TPD_CHECK(tpd_grad_sync_gather_params(tr->gsync));
@@ -617,6 +677,11 @@ out:
 }
 
 /* ---- accessors ---- */
+
+void tpd_trainer_set_samples(tpd_trainer *tr, uint64_t stride, uint64_t offset) {
+    tr->sample_stride = stride;
+    tr->sample_offset = offset;
+}
 
 void tpd_trainer_set_observer(tpd_trainer *tr, tpd_trainer_observer fn, void *user) {
     tr->observer = fn;

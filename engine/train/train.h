@@ -1,7 +1,8 @@
 /* The training loop of one rank: data, the pipeline schedule (1F1B, interleaved or
  * ZB-H1), gradient reduction over the embedding and DP groups (overlapped with the last
- * backward or not), the global gradient norm, clipping, AdamW (ZeRO-1 aware), evaluation,
- * the log line, the metrics file and checkpoints.
+ * backward or not), the global gradient norm, clipping, AdamW or SGD (ZeRO-1 aware),
+ * DiLoCo's outer step across replicas (parallel.dp_sync diloco), evaluation, the log line, the
+ * metrics file and checkpoints.
  *
  * Every rank of the job runs the same calls in the same order; only the logging rank (the
  * last stage's first TP and DP rank, as in Megatron) prints and writes files.
@@ -38,6 +39,13 @@ typedef struct tpd_step_stats {
                                hidden behind the backward (the exposed part) */
     double t_param_wait_s;  /* ZeRO-1 parameter all-gather waited for (exposed) */
     double t_optim_s;       /* norm, clipping, AdamW, starting the ZeRO all-gather */
+    /* DP communication of the step (the job's wire bytes by the ring's count, all ranks) */
+    double dp_bytes;         /* inner reductions plus the outer all-reduce started */
+    double dp_outer_bytes;   /* of which DiLoCo's outer all-reduce */
+    int outer_started;       /* DiLoCo: fragment whose outer all-reduce started; -1: none */
+    int outer_applied;       /* fragment whose outer step was applied; -1: none */
+    double outer_rank_bytes; /* this rank's bytes of that all-reduce */
+    double t_outer_s;        /* blocked on the outer all-reduce */
 } tpd_step_stats;
 
 typedef struct tpd_trainer tpd_trainer;
@@ -86,6 +94,12 @@ tpd_status tpd_trainer_sync_params(tpd_trainer *tr);
  * tpd_model_layout_global_numel elements); other ranks pass out = NULL. Collective over
  * the world. */
 tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out);
+
+/* The samples a step reads: step i's global batch starts at sample i * stride + offset
+ * of the train split (by default stride = training.global_batch_size, offset = 0). A
+ * one-rank reference of one DiLoCo replica reads that replica's share of a larger global
+ * batch this way (verify, tests). */
+void tpd_trainer_set_samples(tpd_trainer *tr, uint64_t stride, uint64_t offset);
 
 /* Observer of every pipeline action (traces, tests): called with its wall-clock
  * interval in seconds of tpd_clock_s(). NULL removes it. */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/optim/diloco.h"
 #include "engine/optim/grad_sync.h"
 #include "engine/train/train.h"
 #include "kernels/kernels.h"
@@ -28,7 +29,16 @@ struct tpd_trainer {
     tpd_pp_schedule sched;
     tpd_model_mb *where; /* (M, v): slot and head block of each (micro-batch, chunk) */
     tpd_grad_sync *gsync;
-    tpd_data_source data; /* data.data_path: one data set or a weighted blend */
+    tpd_diloco *diloco;      /* parallel.dp_sync diloco: the outer step; NULL otherwise */
+    double dp_bytes_step;    /* the job's DP wire bytes of a step's inner reductions (all ranks) */
+    double *outer_bytes_job; /* (diloco.fragments) the job's bytes of each fragment's all-reduce */
+    uint64_t sample_stride; /* samples between two steps' first samples (tpd_trainer_set_samples) */
+    uint64_t sample_offset; /* first sample of step 0 */
+    /* since the last logged iteration: DP bytes of the job and the outer steps */
+    double acc_dp_bytes, acc_outer_bytes, acc_outer_rank_bytes;
+    int acc_outer_steps, last_outer_iteration, last_outer_fragment;
+    int held_save, held_flag; /* a save (and a stop's flags) waiting for an outer step */
+    tpd_data_source data;     /* data.data_path: one data set or a weighted blend */
     tpd_blend_sampler train_sampler, valid_sampler;
     int has_valid;
     int M;                      /* micro-batches per step per pipeline */

@@ -121,12 +121,22 @@ static void log_startup(const tpd_trainer *tr) {
                                    tr->data.weight[d], tr->data.prefix[d]);
         tpd_log_info("data: a blend of %d data sets: %s", tr->data.n, blend);
     }
+    if (tr->diloco && tr->is_logger) {
+        const tpd_config_diloco *dl = &tr->cfg.diloco;
+        tpd_log_info("DiLoCo: %d replicas of DP %d | outer step every %d steps (%d fragment%s, "
+                     "overlap %d steps) | outer Nesterov lr %g momentum %g | %s all-reduce of "
+                     "%.2f MiB per rank per fragment | outer state %.2f MiB",
+                     tr->mesh.replicas, tr->mesh.dp_inner_size, dl->sync_interval, dl->fragments,
+                     dl->fragments > 1 ? "s" : "", dl->overlap_steps, dl->outer_lr,
+                     dl->outer_momentum, dl->reduce_dtype == TPD_REDUCE_BF16 ? "bf16-wire" : "fp32",
+                     tpd_diloco_fragment_bytes(tr->diloco, 0) / MiB, mem->outer / MiB);
+    }
     if (tr->dpp.zero) {
         uint64_t full = (uint64_t)m->plan.numel_padded * 4 * (2 + m->plan.has_master);
         uint64_t now = mem->optimizer + mem->master;
         tpd_log_info("distributed optimizer (ZeRO-1) over DP %d: optimizer state %.2f MiB "
                      "instead of %.2f MiB, saving %.2f MiB per rank",
-                     tr->mesh.dp_size, now / MiB, full / MiB, (full - now) / MiB);
+                     tr->dpp.dp_size, now / MiB, full / MiB, (full - now) / MiB);
     }
 }
 
@@ -212,8 +222,25 @@ static tpd_status on_boundary(tpd_trainer *tr, int final, int *stop_p) {
         tpd_comm *w = tr->hcomms.world;
         if (tpd_comm_size(w) > 1)
             TPD_CHECK(tpd_comm_allreduce(w, &flag, &flag, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX, NULL));
+        save = flag != 0 || (c->save_interval > 0 && it > 0 && it % c->save_interval == 0);
+        /* DiLoCo with overlap: while a fragment's outer all-reduce is in flight the state
+         * is not checkpointable (tpd_ckpt_save); the save, and a stop, wait for it to land
+         * (at most diloco.overlap_steps iterations; the same on every rank) */
+        int pending = tpd_diloco_in_flight(tr->diloco);
+        if (pending >= 0 && (save || tr->held_save)) {
+            if (save && !tr->held_save && tr->is_logger)
+                tpd_log_info("iteration %d: fragment %d's outer all-reduce is in flight; the "
+                             "checkpoint%s waits until it is applied",
+                             it, pending, flag ? " and the stop" : "");
+            tr->held_save |= save;
+            tr->held_flag |= flag;
+            save = flag = 0;
+        } else if (pending < 0 && tr->held_save) {
+            save = 1;
+            flag |= tr->held_flag;
+            tr->held_save = tr->held_flag = 0;
+        }
         *stop_p = flag != 0;
-        save = *stop_p || (c->save_interval > 0 && it > 0 && it % c->save_interval == 0);
     } else {
         save = 1;
     }
@@ -291,6 +318,14 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
         TPD_CHECK_GOTO(tpd_trainer_step(tr, &s), st, out);
         if (rec) tpd_trace_run_step_end(rec, s.t_reduce_s, s.t_optim_s);
         TPD_CHECK_GOTO(check_skipped(tr, &s), st, out);
+        tr->acc_dp_bytes += s.dp_bytes;
+        tr->acc_outer_bytes += s.dp_outer_bytes;
+        if (s.outer_started >= 0) {
+            tr->acc_outer_steps++;
+            tr->acc_outer_rank_bytes += s.outer_rank_bytes;
+            tr->last_outer_iteration = s.iteration;
+            tr->last_outer_fragment = s.outer_started;
+        }
         double val = NAN;
         int it = tr->counters.iteration;
         if (cfg->logging.eval_interval > 0 &&
@@ -322,7 +357,17 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
             .params_norm = s.params_norm,
             .skipped_iterations = tr->counters.skipped_iterations,
             .val_loss = val,
+            .dp_bytes = tr->acc_dp_bytes,
+            .dp_outer_bytes = tr->acc_outer_bytes,
+            .diloco = tr->diloco != NULL,
+            .outer_steps = tr->acc_outer_steps,
+            .outer_last_iteration = tr->last_outer_iteration,
+            .outer_last_fragment = tr->last_outer_fragment,
+            .fragments = cfg->diloco.fragments,
+            .outer_rank_bytes = tr->acc_outer_rank_bytes,
         };
+        tr->acc_dp_bytes = tr->acc_outer_bytes = tr->acc_outer_rank_bytes = 0;
+        tr->acc_outer_steps = 0;
         char line[1024];
         tpd_metrics_format_line(&r, line, sizeof line);
         printf("%s\n", line);

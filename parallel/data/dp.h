@@ -49,6 +49,12 @@ void tpd_dp_plan_free(tpd_dp_plan *plan);
  * gradients (grad_dt), else a config error naming the key. */
 tpd_status tpd_dp_plan_set_reduce_dtype(tpd_dp_plan *plan, tpd_dtype wire, tpd_dtype grad_dt);
 
+/* Wire bytes one rank sends for a step's DP communication under this plan, by the ring's
+ * count: the all-reduce 2 (DP-1)/DP of the buffer, or under ZeRO-1 the reduce-scatter and
+ * the parameters' all-gather (DP-1)/DP each. grad_size, param_size: the dtypes' bytes (the
+ * gradient reduction carries `wire` where it is bf16). */
+double tpd_dp_plan_step_bytes(const tpd_dp_plan *plan, size_t grad_size, size_t param_size);
+
 /* Element range [begin, begin + len) of bucket b (0 .. nbuckets-1). */
 void tpd_dp_bucket(const tpd_dp_plan *plan, int b, size_t *begin_p, size_t *len_p);
 /* Starts the sum over DP of bucket b of the gradients: a non-blocking all-reduce, or under

@@ -97,3 +97,10 @@ tpd_status tpd_dp_gather_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, vo
     return tpd_comm_iallgather(dp, base + part * (size_t)tpd_comm_rank(dp) * es, base, part, dt,
                                stream, req_p);
 }
+
+double tpd_dp_plan_step_bytes(const tpd_dp_plan *plan, size_t grad_size, size_t param_size) {
+    if (plan->dp_size < 2) return 0.0;
+    double n = plan->dp_size, ring = (n - 1.0) / n * (double)plan->numel_padded;
+    double wire = plan->wire == TPD_DTYPE_BF16 ? 2.0 : (double)grad_size;
+    return plan->zero ? ring * (wire + (double)param_size) : 2.0 * ring * wire;
+}

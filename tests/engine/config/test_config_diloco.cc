@@ -100,25 +100,19 @@ TEST(ConfigDiloco, PendingCoversTheOverlapWindow) {
     EXPECT_EQ(tpd_diloco_pending_fragment(&c, 7), -1); // applied after step 7
 }
 
-TEST(ConfigDiloco, TrainRefusesDilocoUntilItRunsTheOuterStep) {
+TEST(ConfigDiloco, TrainRunsDilocoAndSgdButNotTheBf16OuterWireOnCuda) {
     tpd_config c = Diloco(20, 1, 0, 0);
-    tpd_last_error_clear();
-    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
-    EXPECT_NE(std::string(tpd_last_error()).find("parallel.dp_sync diloco"), std::string::npos)
-        << tpd_last_error();
-    c.parallel.dp_sync = TPD_DP_SYNC_EVERY_STEP;
-    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK) << tpd_last_error();
-}
-
-TEST(ConfigDiloco, TrainRefusesPlainSgdUntilTheOptimizerRunsIt) {
-    tpd_config c;
-    std::memset(&c, 0, sizeof c);
-    tpd_config_defaults(&c);
     c.optimizer.type = TPD_OPTIM_SGD;
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK) << tpd_last_error();
+    c.diloco.reduce_dtype = TPD_REDUCE_BF16;
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK) << tpd_last_error(); // cpu: MPI
+    c.training.device = TPD_DEVICE_CUDA;
     tpd_last_error_clear();
     EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
-    EXPECT_NE(std::string(tpd_last_error()).find("optimizer.type sgd"), std::string::npos)
+    EXPECT_NE(std::string(tpd_last_error()).find("diloco.reduce_dtype bf16"), std::string::npos)
         << tpd_last_error();
+    c.diloco.reduce_dtype = TPD_REDUCE_FP32;
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK) << tpd_last_error();
 }
 
 TEST(ConfigDiloco, TrainRefusesTheBf16WireOnCuda) {
