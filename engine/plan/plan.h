@@ -237,12 +237,16 @@ typedef struct tpd_plan_result {
     /* ---- DiLoCo (parallel.dp_sync: diloco; all 0 otherwise) ---- */
     int diloco;                /* 1: the layout was timed with DiLoCo */
     int dp_replicas, dp_inner; /* R replicas of dp_inner ranks (consecutive DP indices) */
+    int diloco_h;              /* diloco.sync_interval: inner steps between a fragment's syncs */
+    int diloco_fragments;      /* diloco.fragments (Streaming DiLoCo) */
+    int diloco_overlap_steps;  /* diloco.overlap_steps */
     tpd_plan_hop hop_outer;    /* the outer group: R ranks dp_inner*TP apart */
     double outer_comm_s;       /* one whole outer all-reduce (every fragment), s */
     double outer_frag_bytes;   /* bytes per rank of one fragment's all-reduce: the peak */
     /* the same layout with every-step synchronization, for the report beside DiLoCo's
      * (filled on the reports' pass, split_bubble, where 0 means not timed) */
     double every_step_time_s, every_step_tokens_per_s, every_step_mfu, every_step_dp_bytes;
+    tpd_plan_hop every_step_hop_dp; /* its DP group: all DP ranks, TP apart */
 } tpd_plan_result;
 
 typedef struct tpd_plan_options {

@@ -55,6 +55,55 @@ void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {
     }
 }
 
+/* Bytes in the unit that reads best: GiB, MiB or KiB. */
+static void bytes_str(double b, char *buf, size_t len) {
+    if (b >= GIB)
+        snprintf(buf, len, "%.2f GiB", b / GIB);
+    else if (b >= 1048576.0)
+        snprintf(buf, len, "%.1f MiB", b / 1048576.0);
+    else
+        snprintf(buf, len, "%.1f KiB", b / 1024.0);
+}
+
+/* DiLoCo beside every-step sync, for the same layout: what the slow link costs each way. */
+static void print_diloco(FILE *f, const tpd_plan_result *r) {
+    const tpd_plan_time *t = &r->time;
+    int timed = r->every_step_time_s > 0.0; /* 0 off the reports' pass and on the cpu model */
+    char es[32], dl[32], frag[32];
+    fprintf(f,
+            "DP sync, the same layout both ways (DiLoCo: H=%d, %d fragment(s), overlap_steps "
+            "%d, %d replicas x DP %d):\n",
+            r->diloco_h, r->diloco_fragments, r->diloco_overlap_steps, r->dp_replicas, r->dp_inner);
+    fprintf(f, "  %-26s %14s %14s\n", "", "every step", "DiLoCo");
+    if (timed) {
+        fprintf(f, "  %-26s %14.3f %14.3f\n", "step time (s)", r->every_step_time_s,
+                r->step_time_s);
+        fprintf(f, "  %-26s %14.0f %14.0f\n", "tokens/s", r->every_step_tokens_per_s,
+                r->tokens_per_s);
+        fprintf(f, "  %-26s %13.1f%% %13.1f%%\n", "MFU", 100 * r->every_step_mfu, 100 * r->mfu);
+        bytes_str(r->every_step_dp_bytes, es, sizeof es);
+    } else {
+        fprintf(f, "  %-26s %14s %14.3f\n", "step time (s)", "not timed", r->step_time_s);
+        fprintf(f, "  %-26s %14s %14.0f\n", "tokens/s", "-", r->tokens_per_s);
+        fprintf(f, "  %-26s %14s %13.1f%%\n", "MFU", "-", 100 * r->mfu);
+        snprintf(es, sizeof es, "-");
+    }
+    bytes_str(r->dp_bytes_step, dl, sizeof dl);
+    fprintf(f, "  %-26s %14s %14s\n", "DP bytes per rank per step", es, dl);
+    fprintf(f, "  %-26s %14s %14s\n", "gradient reduction link",
+            timed ? tpd_plan_hop_name(r->every_step_hop_dp) : "-", tpd_plan_hop_name(r->hop_dp));
+    bytes_str(r->outer_frag_bytes, frag, sizeof frag);
+    fprintf(f,
+            "  outer all-reduce over the %d replicas: link %s, %.3f s per sync (every fragment), "
+            "%.3f s exposed per step; outer update %.3f s per step; peak %s per rank (one "
+            "fragment)\n",
+            r->dp_replicas, tpd_plan_hop_name(r->hop_outer), r->outer_comm_s, t->dp_outer,
+            t->outer_update, frag);
+    if (timed)
+        fprintf(f, "  DiLoCo / every step: %.3f of the step time\n",
+                r->step_time_s / r->every_step_time_s);
+}
+
 void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
     char l[224];
     tpd_plan_layout_str(&r->layout, l, sizeof l);
@@ -134,6 +183,7 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
             "throughput: %.1f TFLOP/s/GPU model, %.1f with recomputation, MFU %.1f%%, "
             "%.0f tokens/s\n",
             r->tflops_per_gpu, r->hw_tflops_per_gpu, 100 * r->mfu, r->tokens_per_s);
+    if (r->diloco) print_diloco(f, r);
 }
 
 /* The overrides that train r, on one line after "to train it:"; then what the preset says
@@ -178,6 +228,43 @@ void tpd_plan_print_rejections(FILE *f, const tpd_plan_search *s) {
         for (int e = 0; e < rc->n_examples; e++)
             fprintf(f, "            e.g. %s\n", rc->examples[e]);
     }
+}
+
+/* "diloco": the DiLoCo timing of the layout and, under "every_step", the same layout with
+ * every step's gradients summed over all of DP (null where it was not timed). */
+static void diloco_json(cJSON *o, const tpd_plan_result *r) {
+    cJSON *d = cJSON_AddObjectToObject(o, "diloco");
+    if (!d) return;
+    cJSON_AddNumberToObject(d, "sync_interval", r->diloco_h);
+    cJSON_AddNumberToObject(d, "fragments", r->diloco_fragments);
+    cJSON_AddNumberToObject(d, "overlap_steps", r->diloco_overlap_steps);
+    cJSON_AddNumberToObject(d, "replicas", r->dp_replicas);
+    cJSON_AddNumberToObject(d, "inner_dp", r->dp_inner);
+    cJSON_AddNumberToObject(d, "step_time_s", r->step_time_s);
+    cJSON_AddNumberToObject(d, "tokens_per_s", r->tokens_per_s);
+    cJSON_AddNumberToObject(d, "mfu", r->mfu);
+    cJSON_AddNumberToObject(d, "dp_bytes_per_rank_step", r->dp_bytes_step);
+    cJSON_AddStringToObject(d, "dp_link", tpd_plan_hop_name(r->hop_dp));
+    cJSON_AddStringToObject(d, "outer_link", tpd_plan_hop_name(r->hop_outer));
+    cJSON_AddNumberToObject(d, "outer_comm_s", r->outer_comm_s);
+    cJSON_AddNumberToObject(d, "outer_exposed_s", r->time.dp_outer);
+    cJSON_AddNumberToObject(d, "outer_update_s", r->time.outer_update);
+    cJSON_AddNumberToObject(d, "outer_fragment_bytes", r->outer_frag_bytes);
+    if (r->every_step_time_s <= 0.0) {
+        cJSON_AddNullToObject(d, "every_step");
+        cJSON_AddNullToObject(d, "step_time_ratio");
+        return;
+    }
+    cJSON *e = cJSON_AddObjectToObject(d, "every_step");
+    if (e) {
+        cJSON_AddNumberToObject(e, "step_time_s", r->every_step_time_s);
+        cJSON_AddNumberToObject(e, "tokens_per_s", r->every_step_tokens_per_s);
+        cJSON_AddNumberToObject(e, "mfu", r->every_step_mfu);
+        cJSON_AddNumberToObject(e, "dp_bytes_per_rank_step", r->every_step_dp_bytes);
+        cJSON_AddStringToObject(e, "dp_link", tpd_plan_hop_name(r->every_step_hop_dp));
+    }
+    /* DiLoCo's step over every-step's: below 1 when DiLoCo is faster */
+    cJSON_AddNumberToObject(d, "step_time_ratio", r->step_time_s / r->every_step_time_s);
 }
 
 static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
@@ -265,6 +352,7 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
     cJSON_AddNumberToObject(o, "hw_tflops_per_gpu", r->hw_tflops_per_gpu);
     cJSON_AddNumberToObject(o, "mfu", r->mfu);
     cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
+    if (r->diloco) diloco_json(o, r);
     return o;
 }
 

@@ -382,10 +382,14 @@ void tpd_plan_diloco_outer(const tpd_config *cfg, const tpd_plan_cluster *cl, do
     res->dp_inner = tpd_config_dp_inner(cfg, lay->dp);
     res->hop_outer = TPD_PLAN_HOP_NONE;
     res->outer_comm_s = res->outer_frag_bytes = 0.0;
+    res->diloco_h = res->diloco_fragments = res->diloco_overlap_steps = 0;
     if (!res->diloco) return;
     int S = res->dp_inner, R = res->dp_replicas;
     int H = cfg->diloco.sync_interval > 0 ? cfg->diloco.sync_interval : 1;
     int F = cfg->diloco.fragments > 0 ? cfg->diloco.fragments : 1;
+    res->diloco_h = H;
+    res->diloco_fragments = F;
+    res->diloco_overlap_steps = cfg->diloco.overlap_steps;
     int zero = lay->distributed_optimizer && S > 1;
     double n = max_stage_params(cfg, lay);
     double shard = zero ? ceil(n / S) : n;
@@ -562,6 +566,7 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     res->dp_bytes_step = dp_step_bytes(cfg, lay);
     res->every_step_time_s = res->every_step_tokens_per_s = 0.0;
     res->every_step_mfu = res->every_step_dp_bytes = 0.0;
+    res->every_step_hop_dp = TPD_PLAN_HOP_NONE;
     if (res->diloco && split_bubble) {
         /* the same layout with every step's gradients summed over all of DP */
         tpd_config *every = malloc(sizeof *every);
@@ -576,6 +581,7 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
                 res->every_step_tokens_per_s = r->tokens_per_s;
                 res->every_step_mfu = r->mfu;
                 res->every_step_dp_bytes = r->dp_bytes_step;
+                res->every_step_hop_dp = r->hop_dp;
             }
         } else {
             tpd_log_error("plan: out of memory");
