@@ -539,6 +539,150 @@ TEST(CudaKernels, AdamWF32WithoutMaster) {
     expect_close(g.down(gp, n), c.down(cp, n), 1e-5f, "adamw f32");
 }
 
+// ---- plain SGD and DiLoCo's outer step, against double reference loops ----
+// dt is the parameter dtype: fp32 (with and without master) or bf16 (fp32 master required).
+
+FVec to_f(const std::vector<double> &v) {
+    return FVec(v.begin(), v.end());
+}
+
+// The parameter as it must read after an update that left `w` in the fp32 master.
+FVec param_of(const FVec &w, tpd_dtype dt) {
+    return dt == TPD_DTYPE_BF16 ? round_bf16(w) : w;
+}
+
+void sgd_case(tpd_dtype dt, bool with_master) {
+    Be g(true, dt);
+    const size_t n = 1037; // not a multiple of 8
+    const float lr = 0.05f, wd = 0.1f, gscale = 0.5f;
+    FVec w0 = randn(n, 400);
+    std::vector<FVec> grads = {randn(n, 401), randn(n, 402)};
+    std::vector<double> want(w0.begin(), w0.end());
+    for (const FVec &gr : grads)
+        for (size_t i = 0; i < n; i++)
+            want[i] -= lr * (gr[i] * (double)gscale + wd * want[i]);
+
+    void *gp = g.up(w0, dt);
+    float *gmw = with_master ? g.upf(w0) : nullptr;
+    for (const FVec &gr : grads)
+        ASSERT_EQ(tpd_kern_sgd(g.b, gp, gmw, g.up(gr, tpd_kern_grad_dtype(g.b)), n, lr, wd, gscale),
+                  TPD_OK);
+    if (with_master) {
+        FVec mw = g.downf(gmw, n);
+        expect_close(mw, to_f(want), 1e-5f, "sgd master");
+        expect_close(g.down(gp, n, dt), param_of(mw, dt), 0.0f, "sgd param = cast(master)");
+    } else {
+        expect_close(g.down(gp, n, dt), to_f(want), 1e-5f, "sgd param");
+    }
+}
+
+TEST(CudaKernels, SgdF32WithAndWithoutMaster) {
+    SKIP_WITHOUT_GPU();
+    sgd_case(TPD_DTYPE_F32, false);
+    sgd_case(TPD_DTYPE_F32, true);
+}
+
+TEST(CudaKernels, SgdBf16WithMasterWeights) {
+    SKIP_WITHOUT_GPU();
+    sgd_case(TPD_DTYPE_BF16, true);
+    Be g(true, TPD_DTYPE_BF16);
+    FVec w = randn(16, 403);
+    EXPECT_EQ(tpd_kern_sgd(g.b, g.up(w), nullptr, g.up(w, tpd_kern_grad_dtype(g.b)), 16, 0.1f, 0.0f,
+                           1.0f),
+              TPD_ERR_INVALID); // a bf16 parameter needs its fp32 master
+}
+
+TEST(CudaKernels, OuterDeltaIsSyncMinusW) {
+    SKIP_WITHOUT_GPU();
+    Be g(true, TPD_DTYPE_BF16);
+    const size_t n = 1037;
+    FVec sync = randn(n, 410), w = randn(n, 411);
+    std::vector<double> want(n);
+    for (size_t i = 0; i < n; i++)
+        want[i] = (double)sync[i] - w[i];
+    float *gd = (float *)g.zeros(n, TPD_DTYPE_F32);
+    ASSERT_EQ(tpd_kern_outer_delta(g.b, gd, g.upf(sync), g.upf(w), n), TPD_OK);
+    expect_close(g.downf(gd, n), to_f(want), 1e-6f, "outer_delta");
+}
+
+void outer_nesterov_case(tpd_dtype dt, bool with_master) {
+    Be g(true, dt);
+    const size_t n = 1037;
+    const float lr = 0.7f, momentum = 0.9f, scale = 0.5f;
+    FVec sync0 = randn(n, 420), mom0 = randn(n, 421, 0.1f);
+    std::vector<FVec> deltas = {randn(n, 422, 0.05f), randn(n, 423, 0.05f)};
+    std::vector<double> ws(sync0.begin(), sync0.end()), wm(mom0.begin(), mom0.end());
+    for (const FVec &dl : deltas)
+        for (size_t i = 0; i < n; i++) {
+            double d = dl[i] * (double)scale;
+            wm[i] = momentum * wm[i] + d;
+            ws[i] -= lr * (d + momentum * wm[i]);
+        }
+
+    float *gs = g.upf(sync0), *gm = g.upf(mom0);
+    void *gp = g.zeros(n, dt);
+    float *gmw = with_master ? (float *)g.zeros(n, TPD_DTYPE_F32) : nullptr;
+    for (const FVec &dl : deltas) // two calls: the momentum carries from the first
+        ASSERT_EQ(tpd_kern_outer_nesterov(g.b, gp, gmw, gs, gm, g.upf(dl), n, lr, momentum, scale),
+                  TPD_OK);
+    FVec s = g.downf(gs, n);
+    expect_close(s, to_f(ws), 1e-5f, "outer_nesterov sync");
+    expect_close(g.downf(gm, n), to_f(wm), 1e-5f, "outer_nesterov mom");
+    if (with_master) expect_close(g.downf(gmw, n), s, 0.0f, "outer_nesterov master = sync");
+    expect_close(g.down(gp, n, dt), param_of(s, dt), 0.0f, "outer_nesterov param = cast(sync)");
+}
+
+TEST(CudaKernels, OuterNesterovF32WithAndWithoutMaster) {
+    SKIP_WITHOUT_GPU();
+    outer_nesterov_case(TPD_DTYPE_F32, false);
+    outer_nesterov_case(TPD_DTYPE_F32, true);
+}
+
+TEST(CudaKernels, OuterNesterovBf16WithMasterWeights) {
+    SKIP_WITHOUT_GPU();
+    outer_nesterov_case(TPD_DTYPE_BF16, true);
+    Be g(true, TPD_DTYPE_BF16);
+    FVec z(16, 0.0f);
+    EXPECT_EQ(tpd_kern_outer_nesterov(g.b, g.up(z), nullptr, g.upf(z), g.upf(z), g.upf(z), 16, 0.7f,
+                                      0.9f, 0.5f),
+              TPD_ERR_INVALID); // a bf16 parameter needs its fp32 master
+}
+
+// lr 1, momentum 0, scale 1/R: sync becomes the mean of the R replicas' w (the master
+// under bf16), from delta = the sum of their pseudo-gradients.
+void outer_average_case(tpd_dtype dt) {
+    Be g(true, dt);
+    const size_t n = 1037;
+    const int R = 2;
+    FVec sync0 = randn(n, 430);
+    std::vector<FVec> ws = {randn(n, 431), randn(n, 432)};
+    float *gs = g.upf(sync0), *gm = (float *)g.zeros(n, TPD_DTYPE_F32);
+    float *gd = (float *)g.zeros(n, TPD_DTYPE_F32);
+    FVec sum(n, 0.0f);
+    for (const FVec &w : ws) {
+        ASSERT_EQ(tpd_kern_outer_delta(g.b, gd, gs, g.upf(w), n), TPD_OK);
+        FVec d = g.downf(gd, n);
+        for (size_t i = 0; i < n; i++)
+            sum[i] += d[i];
+    }
+    void *gp = g.zeros(n, dt);
+    float *gmw = dt == TPD_DTYPE_BF16 ? (float *)g.zeros(n, TPD_DTYPE_F32) : nullptr;
+    ASSERT_EQ(tpd_kern_outer_nesterov(g.b, gp, gmw, gs, gm, g.upf(sum), n, 1.0f, 0.0f, 1.0f / R),
+              TPD_OK);
+    FVec mean(n);
+    for (size_t i = 0; i < n; i++)
+        mean[i] = (float)(((double)ws[0][i] + ws[1][i]) / R);
+    FVec s = g.downf(gs, n);
+    expect_close(s, mean, 1e-5f, "outer step with lr 1, momentum 0");
+    expect_close(g.down(gp, n, dt), param_of(s, dt), 0.0f, "param after the averaging step");
+}
+
+TEST(CudaKernels, OuterUnitStepAveragesTheReplicas) {
+    SKIP_WITHOUT_GPU();
+    outer_average_case(TPD_DTYPE_F32);
+    outer_average_case(TPD_DTYPE_BF16);
+}
+
 TEST(CudaKernels, SumOfSquaresIsExactAndDeterministic) {
     SKIP_WITHOUT_GPU();
     Be g(true);
