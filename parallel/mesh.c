@@ -10,25 +10,33 @@ tpd_status tpd_mesh_init(int world_size, int rank, int tp, int pp, int dp, tpd_m
                       world_size, tp, pp, dp, rank);
         return TPD_ERR_INVALID;
     }
-    tpd_mesh m = {
-        .tp_size = tp, .pp_size = pp, .dp_size = dp, .world_size = world_size, .rank = rank};
+    tpd_mesh m = {.tp_size = tp,
+                  .pp_size = pp,
+                  .dp_size = dp,
+                  .world_size = world_size,
+                  .rank = rank,
+                  .replicas = 1,
+                  .dp_inner_size = dp};
     tpd_mesh_coords_of(&m, rank, &m.tp, &m.dp, &m.pp);
-    m.replicas = 1;
-    m.dp_inner_size = dp;
     m.replica = 0;
     m.dp_inner = m.dp;
     *mesh_p = m;
     return TPD_OK;
 }
 
+/* rank = tp + TP (inner + S (pp + PP replica)) with dp = replica S + inner: Megatron's
+ * order inside a replica, the replicas outermost (one replica = one run of consecutive
+ * ranks); with one replica, tp + TP (dp + DP pp) */
 int tpd_mesh_rank_of(const tpd_mesh *m, int tp, int dp, int pp) {
-    return tp + m->tp_size * (dp + m->dp_size * pp);
+    int S = m->dp_inner_size;
+    return tp + m->tp_size * (dp % S + S * (pp + m->pp_size * (dp / S)));
 }
 
 void tpd_mesh_coords_of(const tpd_mesh *m, int rank, int *tp_p, int *dp_p, int *pp_p) {
+    int S = m->dp_inner_size, q = rank / m->tp_size;
     *tp_p = rank % m->tp_size;
-    *dp_p = (rank / m->tp_size) % m->dp_size;
-    *pp_p = rank / (m->tp_size * m->dp_size);
+    *pp_p = (q / S) % m->pp_size;
+    *dp_p = (q / S / m->pp_size) * S + q % S;
 }
 
 tpd_status tpd_mesh_set_replicas(tpd_mesh *m, int replicas) {
@@ -38,6 +46,7 @@ tpd_status tpd_mesh_set_replicas(tpd_mesh *m, int replicas) {
     }
     m->replicas = replicas;
     m->dp_inner_size = m->dp_size / replicas;
+    tpd_mesh_coords_of(m, m->rank, &m->tp, &m->dp, &m->pp); /* the replicas move outermost */
     m->replica = m->dp / m->dp_inner_size;
     m->dp_inner = m->dp % m->dp_inner_size;
     return TPD_OK;

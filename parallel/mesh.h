@@ -6,10 +6,14 @@
  * model-parallel = the TP*PP ranks sharing a dp index. Pure arithmetic: no MPI here.
  *
  * DiLoCo replicas: DP splits into R replicas of S = DP/R consecutive dp indices (replica =
- * dp / S, inner index = dp % S). Group DP is then the inner group (same tp, pp, replica),
- * the one a step's gradients are summed over; DP_OUTER joins the ranks of equal tp, pp and
- * inner index across the replicas (the outer step's all-reduce). R = 1 (the default): DP is
- * the whole DP dimension, DP_OUTER is each rank alone and tpd_mesh_comms.dp_outer is NULL. */
+ * dp / S, inner index = dp % S), and the replica becomes the outermost coordinate:
+ * rank = tp + TP*(inner + S*(pp + PP*replica)), so each replica is one run of world/R
+ * consecutive ranks (one island of nodes, where the launcher fills nodes in rank order) and
+ * only the outer step's all-reduce crosses between them. Group DP is then the inner group
+ * (same tp, pp, replica), the one a step's gradients are summed over; DP_OUTER joins the
+ * ranks of equal tp, pp and inner index across the replicas. R = 1 (the default): DP is
+ * the whole DP dimension, the order above is Megatron's, DP_OUTER is each rank alone and
+ * tpd_mesh_comms.dp_outer is NULL. */
 #ifndef TPD_PARALLEL_MESH_H
 #define TPD_PARALLEL_MESH_H
 

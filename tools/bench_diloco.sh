@@ -53,7 +53,7 @@ for cfg in "${configs[@]}"; do
     val=$(values "$m" val_loss | tail -n 1)
     bpt=$(values "$m" dp_bytes | awk -v t="$tokens" '{ s += $1 } END { printf "%.1f", s / t }')
     peak=$(grep -o 'all-reduce of [0-9.]* MiB per rank per fragment' "$out/$tag.log" | head -n 1 |
-      awk '{ print $3 }')
+      awk '{ print $3 }' || true)
     ms=$(values "$m" elapsed_ms | tail -n +3 | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
     [ -n "$base_ms" ] || base_ms=$ms
     printf '%-10s | %-10s | %-10.4f | %-14s | %-16s | %7.1f (%.2f)\n' "$s" "$train" "$val" \

@@ -583,10 +583,14 @@ static tpd_status load_from(const tpd_ckpt_view *v, const char *path, tpd_ckpt_c
     c_p->consumed_samples = fresh ? 0 : info.consumed_samples;
     c_p->skipped_iterations = fresh ? 0 : info.skipped_iterations;
     if (continues_p) *continues_p = !fresh;
-    if (v->is_logger)
-        tpd_log_info("loaded checkpoint %s (saved at iteration %d under TP %d PP %d DP %d%s)%s",
-                     dir, info.iteration, info.tp, info.pp, info.dp, info.zero ? " ZeRO-1" : "",
+    if (v->is_logger) {
+        char reps[48] = ""; /* DiLoCo: the DP of a replica, times the replicas */
+        if (info.replicas > 1) snprintf(reps, sizeof reps, " x %d DiLoCo replicas", info.replicas);
+        tpd_log_info("loaded checkpoint %s (saved at iteration %d under TP %d PP %d DP %d%s%s)%s",
+                     dir, info.iteration, info.tp, info.pp, info.dp, reps,
+                     info.zero ? " ZeRO-1" : "",
                      fresh ? ": weights only, starting at iteration 0" : "");
+    }
     tpd_ckpt_close(&info);
     if (loaded) snprintf(loaded, PATH_CAP, "%s", dir);
     return TPD_OK;

@@ -43,8 +43,7 @@ double tpd_plan_net_bw(const tpd_plan_cluster *cl, long span) {
     return bw;
 }
 
-/* 1 when `span` consecutive ranks cross an island boundary. */
-static int crosses_islands(const tpd_plan_cluster *cl, long span) {
+int tpd_plan_crosses_islands(const tpd_plan_cluster *cl, long span) {
     return cl->island_nodes > 0 && cl->inter_island_bw > 0.0 &&
            span > (long)cl->island_nodes * cl->gpus_per_node;
 }
@@ -53,7 +52,7 @@ tpd_plan_hop tpd_plan_group_hop(const tpd_plan_cluster *cl, int n, long stride) 
     long span = (long)n * stride;
     if (n <= 1) return TPD_PLAN_HOP_NONE;
     if (span <= tpd_plan_nvlink_domain(cl)) return TPD_PLAN_HOP_NVLINK;
-    if (crosses_islands(cl, span)) return TPD_PLAN_HOP_ISLAND;
+    if (tpd_plan_crosses_islands(cl, span)) return TPD_PLAN_HOP_ISLAND;
     if (cl->leaf_switch_nodes > 0 && cl->oversubscription > 1.0 &&
         span > (long)cl->leaf_switch_nodes * cl->gpus_per_node)
         return TPD_PLAN_HOP_CROSS_LEAF;
@@ -87,7 +86,7 @@ void tpd_plan_group_link(const tpd_plan_cluster *cl, int n, long stride, double 
     long per_domain = stride >= dom ? 1 : dom / stride;
     double net = tpd_plan_net_bw(cl, span);
     double lat = cl->inter_latency;
-    if (crosses_islands(cl, span)) {
+    if (tpd_plan_crosses_islands(cl, span)) {
         if (cl->inter_island_bw < net) net = cl->inter_island_bw;
         if (cl->inter_island_latency >= 0.0) lat = cl->inter_island_latency;
     }
@@ -131,4 +130,24 @@ void tpd_plan_tp_overlap(const tpd_plan_cluster *cl, double gemm, double comm, i
     if (hidden < 0.0) hidden = 0.0;
     *hidden_p = hidden;
     *exposed_p = comm - hidden;
+}
+
+void tpd_plan_pipe_link(const tpd_plan_cluster *cl, int pp, long stride, double *bw_p,
+                        double *lat_p, tpd_plan_hop *hop_p) {
+    double bw, lat;
+    tpd_plan_group_link(cl, 2, stride, &bw, &lat);
+    /* each TP rank sends its own shard over its own share of the NICs */
+    long span = 2 * stride;
+    if (span > tpd_plan_nvlink_domain(cl)) bw = tpd_plan_net_bw(cl, span) * cl->coll_efficiency;
+    tpd_plan_hop hop = tpd_plan_group_hop(cl, 2, stride);
+    if (tpd_plan_crosses_islands(cl, (long)pp * stride)) {
+        if (cl->inter_island_bw * cl->coll_efficiency < bw)
+            bw = cl->inter_island_bw * cl->coll_efficiency;
+        if (cl->inter_island_latency >= 0.0 && cl->inter_island_latency > lat)
+            lat = cl->inter_island_latency;
+        hop = TPD_PLAN_HOP_ISLAND;
+    }
+    *bw_p = bw;
+    *lat_p = lat;
+    *hop_p = pp > 1 ? hop : TPD_PLAN_HOP_NONE;
 }

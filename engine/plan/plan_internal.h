@@ -244,6 +244,17 @@ double tpd_plan_expected_max_normal(int n);
 /* Of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP TP, a pipeline
  * boundary's pair TP*DP). */
 tpd_plan_hop tpd_plan_group_hop(const tpd_plan_cluster *c, int n, long stride);
+/* 1 when `span` consecutive ranks cross an island boundary (island_nodes). */
+int tpd_plan_crosses_islands(const tpd_plan_cluster *cl, long span);
+/* The pipeline's sends between neighbouring stages `stride` ranks apart (TP x the DP a
+ * replica holds: tpd_plan_pp_stride): a pair's link, each TP rank on its share of the
+ * NICs, except that a pipeline of pp stages spanning islands is as slow as its hop between
+ * them, the inter-island link. */
+void tpd_plan_pipe_link(const tpd_plan_cluster *cl, int pp, long stride, double *bw_p,
+                        double *lat_p, tpd_plan_hop *hop_p);
+/* Ranks between neighbouring stages: TP x DP, or under DiLoCo TP x a replica's DP (the
+ * replicas are the outermost coordinate of the rank order, parallel/mesh.h). */
+long tpd_plan_pp_stride(const tpd_config *cfg, const tpd_plan_layout *lay);
 /* "nvlink", "network", "cross-leaf", "inter-island", "none". */
 const char *tpd_plan_hop_name(tpd_plan_hop h);
 /* Link of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP TP, a

@@ -171,7 +171,13 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
             t->dp_comm_total, hidden > 0 ? hidden : 0.0,
             r->layout.overlap_grad_reduce ? "on" : "off",
             r->layout.overlap_param_gather ? "on" : "off", t->dp_exposed_max);
-    if (r->hop_tp || r->hop_dp || r->hop_pp)
+    if ((r->hop_tp || r->hop_dp || r->hop_pp) && r->diloco && r->dp_replicas > 1)
+        fprintf(f,
+                "  links (rank order TP fastest, then a replica's DP, then PP, then the %d "
+                "replicas): TP %s, DP %s, PP %s, outer %s\n",
+                r->dp_replicas, tpd_plan_hop_name(r->hop_tp), tpd_plan_hop_name(r->hop_dp),
+                tpd_plan_hop_name(r->hop_pp), tpd_plan_hop_name(r->hop_outer));
+    else if (r->hop_tp || r->hop_dp || r->hop_pp)
         fprintf(f, "  links (rank order TP fastest, then DP, then PP): TP %s, DP %s, PP %s\n",
                 tpd_plan_hop_name(r->hop_tp), tpd_plan_hop_name(r->hop_dp),
                 tpd_plan_hop_name(r->hop_pp));

@@ -326,7 +326,7 @@ void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     out->emb_allreduce = 0.0;
     if (tpd_plan_embedding_group(cfg, lay)) {
         double ebw, elat;
-        group_link(cl, 2, lay->tp * lay->dp * (lay->pp - 1), &ebw, &elat);
+        group_link(cl, 2, tpd_plan_pp_stride(cfg, lay) * (lay->pp - 1), &ebw, &elat);
         double emb = out->grad_bytes * tpd_config_padded_vocab(cfg, lay->tp) *
                      cfg->model.hidden_size / lay->tp;
         out->emb_allreduce = allreduce_time(emb, 2, ebw, elat);
@@ -373,6 +373,10 @@ static double dp_step_bytes(const tpd_config *cfg, const tpd_plan_layout *lay) {
     return bytes;
 }
 
+long tpd_plan_pp_stride(const tpd_config *cfg, const tpd_plan_layout *lay) {
+    return (long)lay->tp * tpd_config_dp_inner(cfg, lay->dp);
+}
+
 void tpd_plan_diloco_outer(const tpd_config *cfg, const tpd_plan_cluster *cl, double compute,
                            tpd_plan_result *res) {
     const tpd_plan_layout *lay = &res->layout;
@@ -397,7 +401,7 @@ void tpd_plan_diloco_outer(const tpd_config *cfg, const tpd_plan_cluster *cl, do
     res->outer_frag_bytes = frag * tpd_plan_outer_wire_bytes(cfg);
     if (R > 1) {
         double bw, lat;
-        long stride = (long)S * lay->tp;
+        long stride = (long)S * lay->tp * lay->pp; /* a replica's ranks: world / R */
         group_link(cl, R, stride, &bw, &lat);
         res->hop_outer = tpd_plan_group_hop(cl, R, stride);
         tpd_plan_affine a = ring_cost(R, bw, lat, 1);
@@ -516,12 +520,10 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
      * neighbouring stages, TP*DP ranks apart. */
     double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     double p2p = 0.0;
+    tpd_plan_hop hop_pp = TPD_PLAN_HOP_NONE;
     if (p > 1) {
         double bw, lat;
-        group_link(cl, 2, lay->tp * lay->dp, &bw, &lat);
-        /* Each TP rank sends its own shard over its own share of the NICs. */
-        long span = (long)2 * lay->tp * lay->dp;
-        if (span > tpd_plan_nvlink_domain(cl)) bw = tpd_plan_net_bw(cl, span) * cl->coll_efficiency;
+        tpd_plan_pipe_link(cl, p, tpd_plan_pp_stride(cfg, lay), &bw, &lat, &hop_pp);
         p2p =
             e * mdl->seq_length * (double)lay->micro_batch_size * mdl->hidden_size / lay->tp / bw +
             lat;
@@ -554,7 +556,7 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     int world = lay->tp * lay->pp * S;
     res->hop_tp = tpd_plan_group_hop(cl, lay->tp, 1);
     res->hop_dp = tpd_plan_group_hop(cl, S, lay->tp);
-    res->hop_pp = p > 1 ? tpd_plan_group_hop(cl, 2, (long)lay->tp * lay->dp) : TPD_PLAN_HOP_NONE;
+    res->hop_pp = hop_pp;
     res->time.straggler = tpd_plan_straggler_time(cl, ideal, world);
     res->time.global_sync = tpd_plan_global_sync_time(cl, world);
     res->time.step_host = cl->step_host_s;

@@ -158,6 +158,28 @@ static tpd_status agree(tpd_comm *world, tpd_status st, const char *err) {
     return (tpd_status)v;
 }
 
+/* DiLoCo's reference (tpd_verify_diloco_reference) on world rank 0 alone, into the job
+ * record the comparisons read. Collective over world. */
+static tpd_status diloco_reference(const tpd_config *small, const tpd_verify_report *rep,
+                                   tpd_comm *world, tpd_verify_job *ref) {
+    int me = tpd_comm_rank(world) == 0;
+    tpd_comm *one = NULL;
+    TPD_CHECK(tpd_comm_split(world, me ? 0 : -1, 0, "verify", &one));
+    tpd_status st = TPD_OK;
+    if (me) {
+        ref->loss = calloc((size_t)rep->steps + 1, sizeof *ref->loss);
+        ref->norm = calloc((size_t)rep->steps + 1, sizeof *ref->norm);
+        st = ref->loss && ref->norm
+                 ? tpd_verify_diloco_reference(small, rep->dp, rep->steps, one, ref->loss,
+                                               ref->norm, ref->at_save)
+                 : tpd_fail_nomem("the reference's losses", 16 * rep->steps);
+        tpd_comm_destroy(one);
+    }
+    int32_t bad = st != TPD_OK;
+    TPD_CHECK(tpd_comm_allreduce(world, &bad, &bad, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX, NULL));
+    return bad ? (st != TPD_OK ? st : TPD_ERR_INTERNAL) : TPD_OK;
+}
+
 static tpd_status rehearse(const tpd_verify_options *opt, tpd_comm *world, tpd_verify_report *rep,
                            const char *data) {
     int me = tpd_comm_rank(world), K = rep->steps;
@@ -169,7 +191,12 @@ static tpd_status rehearse(const tpd_verify_options *opt, tpd_comm *world, tpd_v
     ref.cfg = one_rank(small);
     ref.ranks = 1;
     ref.steps = K;
-    tpd_status st = tpd_verify_job_run(&ref, world, rep);
+    int diloco = small->parallel.dp_sync == TPD_DP_SYNC_DILOCO;
+    int noref = diloco && !tpd_verify_diloco_has_reference(small, rep->dp);
+    const char *ref_name = diloco ? "the one-rank DiLoCo reference" : "one rank";
+    tpd_status st = noref    ? TPD_OK
+                    : diloco ? diloco_reference(small, rep, world, &ref)
+                             : tpd_verify_job_run(&ref, world, rep);
     /* the layout: structure, memory, K steps, save, one more */
     char ckpt[TPD_CONFIG_STR + 32], dir[TPD_CONFIG_STR + 48];
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", opt->scratch);
@@ -191,15 +218,21 @@ static tpd_status rehearse(const tpd_verify_options *opt, tpd_comm *world, tpd_v
                 skip(rep, names[i], "the structure check failed");
             }
     } else if (st == TPD_OK) {
-        if (me == 0) {
+        if (me == 0 && noref) {
+            static const char why[] = "fragments are spans of each rank's own shard: a one-rank "
+                                      "reference of them exists at TP = PP = 1 without ZeRO-1";
+            skip(rep, "train: loss", why);
+            skip(rep, "train: grad norm", why);
+            skip(rep, "train: params", why);
+        } else if (me == 0) {
             tpd_verify_check *c = tpd_verify_add(rep, "train: loss", TPD_VERIFY_TOL_LOSS);
-            tpd_verify_cmp_series(c, "loss", lay.loss, ref.loss, K, 1, "one rank");
+            tpd_verify_cmp_series(c, "loss", lay.loss, ref.loss, K, 1, ref_name);
             if (c && c->verdict == TPD_VERIFY_PASS)
-                snprintf(c->detail, sizeof c->detail, "%d steps against one rank", K);
+                snprintf(c->detail, sizeof c->detail, "%d steps against %s", K, ref_name);
             c = tpd_verify_add(rep, "train: grad norm", TPD_VERIFY_TOL_NORM);
-            tpd_verify_cmp_series(c, "grad norm", lay.norm, ref.norm, K, 1, "one rank");
+            tpd_verify_cmp_series(c, "grad norm", lay.norm, ref.norm, K, 1, ref_name);
             if (c && c->verdict == TPD_VERIFY_PASS)
-                snprintf(c->detail, sizeof c->detail, "%d steps against one rank", K);
+                snprintf(c->detail, sizeof c->detail, "%d steps against %s", K, ref_name);
             c = tpd_verify_add(rep, "train: params", TPD_VERIFY_TOL_PARAM);
             char when[64];
             snprintf(when, sizeof when, "after step %d", K);
@@ -212,7 +245,7 @@ static tpd_status rehearse(const tpd_verify_options *opt, tpd_comm *world, tpd_v
                                 (int)lay.tied_differ, K);
             if (c && c->verdict == TPD_VERIFY_PASS)
                 snprintf(c->detail, sizeof c->detail,
-                         "every tensor of every layer after step %d, against one rank%s", K,
+                         "every tensor of every layer after step %d, against %s%s", K, ref_name,
                          small->model.untie_embeddings_and_output_weights ||
                                  small->parallel.pipeline_model_parallel_size == 1
                              ? ""
@@ -221,19 +254,28 @@ static tpd_status rehearse(const tpd_verify_options *opt, tpd_comm *world, tpd_v
         tpd_verify_job_free(&ref);
         st = resume_check("checkpoint: same layout", small, rep->ranks, dir, &lay, world, 0, rep);
         tpd_config one = one_rank(small), other;
-        if (st == TPD_OK)
-            st = resume_check("checkpoint: one rank", &one, 1, dir, &lay, world,
-                              TPD_VERIFY_TOL_PARAM, rep);
-        if (st == TPD_OK && other_layout(small, rep->ranks, &other)) {
-            char name[96];
-            layout_name(&other, rep->other_layout, sizeof rep->other_layout);
-            snprintf(name, sizeof name, "checkpoint: %s", rep->other_layout);
-            st = resume_check(name, &other,
-                              other.parallel.tensor_model_parallel_size *
-                                  other.parallel.pipeline_model_parallel_size,
-                              dir, &lay, world, TPD_VERIFY_TOL_PARAM, rep);
-        } else if (st == TPD_OK && me == 0) {
-            skip(rep, "checkpoint: other layout", "no other layout fits these ranks");
+        if (diloco) {
+            /* another replica count trains another algorithm: nothing to continue against */
+            if (st == TPD_OK && me == 0) {
+                skip(rep, "checkpoint: one rank", "a DiLoCo checkpoint continues at its replicas");
+                skip(rep, "checkpoint: other layout",
+                     "a DiLoCo checkpoint continues at its replicas");
+            }
+        } else {
+            if (st == TPD_OK)
+                st = resume_check("checkpoint: one rank", &one, 1, dir, &lay, world,
+                                  TPD_VERIFY_TOL_PARAM, rep);
+            if (st == TPD_OK && other_layout(small, rep->ranks, &other)) {
+                char name[96];
+                layout_name(&other, rep->other_layout, sizeof rep->other_layout);
+                snprintf(name, sizeof name, "checkpoint: %s", rep->other_layout);
+                st = resume_check(name, &other,
+                                  other.parallel.tensor_model_parallel_size *
+                                      other.parallel.pipeline_model_parallel_size,
+                                  dir, &lay, world, TPD_VERIFY_TOL_PARAM, rep);
+            } else if (st == TPD_OK && me == 0) {
+                skip(rep, "checkpoint: other layout", "no other layout fits these ranks");
+            }
         }
     }
     (void)data;
@@ -253,6 +295,29 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
 static void remove_scratch(const char *dir) {
     if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
         tpd_log_warn("verify: could not remove %s", dir);
+}
+
+/* DiLoCo: an outer step inside the rehearsal's steps. H shrinks to the least the
+ * fragments and overlap allow (at least 2, so that inner steps differ between replicas),
+ * the steps cover every fragment's first outer step, and the save falls where no outer
+ * all-reduce is in flight. */
+static void diloco_steps(tpd_verify_report *rep) {
+    tpd_config *c = &rep->small;
+    if (c->parallel.dp_sync != TPD_DP_SYNC_DILOCO) return;
+    tpd_config_diloco *d = &c->diloco;
+    int F = d->fragments > 0 ? d->fragments : 1, H = F * (d->overlap_steps + 1);
+    if (H < 2) H = F * 2;
+    if (H < d->sync_interval) {
+        tpd_log_info("verify: DiLoCo rehearsed with diloco.sync_interval %d (the config's %d): "
+                     "outer steps inside the rehearsal",
+                     H, d->sync_interval);
+        d->sync_interval = H;
+    }
+    if (rep->steps < d->sync_interval + d->overlap_steps)
+        rep->steps = d->sync_interval + d->overlap_steps;
+    while (tpd_diloco_pending_fragment(c, rep->steps) >= 0)
+        rep->steps++;
+    if (c->training.train_iters < rep->steps + 1) c->training.train_iters = rep->steps + 1;
 }
 
 tpd_status tpd_verify_run(const tpd_config *real, const tpd_verify_options *opt, tpd_comm *world,
@@ -285,6 +350,7 @@ tpd_status tpd_verify_run(const tpd_config *real, const tpd_verify_options *opt,
     rep->v = real->parallel.virtual_pipeline_model_parallel_size;
     if (st == TPD_OK)
         st = tpd_verify_shrink(real, rep->dp, rep->steps, &rep->small, err, sizeof err);
+    if (st == TPD_OK) diloco_steps(rep);
     if (st == TPD_OK && me == 0)
         st = tpd_verify_check_machine(&rep->small, ranks, rep->world, err, sizeof err);
     TPD_CHECK(agree(world, st, err));

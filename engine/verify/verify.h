@@ -103,6 +103,24 @@ double tpd_verify_rel_diff(const float *a, const float *b, size_t n);
  * trainer's world. */
 tpd_status tpd_verify_tied_copies_differ(tpd_trainer *tr, int32_t *differ_p);
 
+/* The one-rank reference of DiLoCo (parallel.dp_sync diloco), the algorithm written out to
+ * hold a parallel run to (verify's train checks, tests). cfg: the parallel run's config at
+ * DP `dp`, so R = tpd_config_dp_replicas(cfg, dp) replicas. On this rank alone (`one`, a
+ * communicator of one rank): one single-rank every-step trainer per replica, with global
+ * batch GB/R reading that replica's share of each global batch (tpd_trainer_set_samples),
+ * and after each step the outer step in plain loops on their fp32 weights, on the schedule
+ * of tpd_diloco_sync_fragment, summing the replicas' pseudo-gradients in replica order.
+ * Fragments are spans of the parallel run's state shard, which is the one-rank flat buffer
+ * (padded to the inner DP) only at TP = PP = 1 without ZeRO-1: fragments > 1 at any other
+ * layout is TPD_ERR_UNSUPPORTED. Fills loss[i] (the replicas' mean, rounded to fp32 as the
+ * run's log is) and norm[i] (replica 0's) for i < steps, and params[p]: replica 0's global
+ * tensors after `steps`, malloc'd. */
+/* 1 when that reference exists for cfg at DP `dp` (one fragment, or TP = PP = 1 without
+ * ZeRO-1 inside a replica). */
+int tpd_verify_diloco_has_reference(const tpd_config *cfg, int dp);
+tpd_status tpd_verify_diloco_reference(const tpd_config *cfg, int dp, int steps, tpd_comm *one,
+                                       double *loss, double *norm, float *params[TPD_P_COUNT]);
+
 /* The shrunken config beside the real one's widths, then the table of checks. */
 void tpd_verify_print(FILE *f, const tpd_verify_report *rep);
 /* The report as JSON (malloc'd, caller frees), or NULL. */

@@ -25,6 +25,9 @@ typedef struct tpd_verify_job {
 } tpd_verify_job;
 
 void tpd_verify_job_free(tpd_verify_job *j);
+/* Every global parameter tensor onto world rank 0 of the trainer (out[p] malloc'd there
+ * when root, NULL elsewhere). Collective over the trainer's world. */
+tpd_status tpd_verify_gather_params(tpd_trainer *tr, int root, float *out[TPD_P_COUNT]);
 /* Runs the job; collective over world. */
 tpd_status tpd_verify_job_run(tpd_verify_job *j, tpd_comm *world, tpd_verify_report *rep);
 

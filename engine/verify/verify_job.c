@@ -57,9 +57,7 @@ tpd_status tpd_verify_tied_copies_differ(tpd_trainer *tr, int32_t *differ_p) {
     return TPD_OK;
 }
 
-/* Every global parameter tensor onto world rank 0 (out[p] malloc'd there, NULL elsewhere).
- * Collective over the trainer's world. */
-static tpd_status gather_params(tpd_trainer *tr, int root, float *out[TPD_P_COUNT]) {
+tpd_status tpd_verify_gather_params(tpd_trainer *tr, int root, float *out[TPD_P_COUNT]) {
     const tpd_model_layout *lay = &tpd_trainer_model(tr)->plan.lay;
     for (int p = 0; p < TPD_P_COUNT; p++) {
         size_t n = tpd_model_layout_global_numel(lay, (tpd_param)p);
@@ -242,10 +240,11 @@ static tpd_status run_member(tpd_verify_job *j, tpd_comm *jc, int root, tpd_veri
         TPD_CHECK_GOTO(check_memory(j, tr, jc, rep), st, out);
         if (!j->structure_ok) goto out; /* a broken model is not trained or compared */
     }
-    if (j->load && j->load[0]) TPD_CHECK_GOTO(gather_params(tr, root, j->loaded), st, out);
+    if (j->load && j->load[0])
+        TPD_CHECK_GOTO(tpd_verify_gather_params(tr, root, j->loaded), st, out);
     for (int i = 0; i < total; i++) {
         if (i == j->steps && j->steps > 0) {
-            TPD_CHECK_GOTO(gather_params(tr, root, j->at_save), st, out);
+            TPD_CHECK_GOTO(tpd_verify_gather_params(tr, root, j->at_save), st, out);
             TPD_CHECK_GOTO(tpd_verify_tied_copies_differ(tr, &j->tied_differ), st, out);
             if (j->save) TPD_CHECK_GOTO(tpd_trainer_save(tr, j->save), st, out);
         }
@@ -257,10 +256,10 @@ static tpd_status run_member(tpd_verify_job *j, tpd_comm *jc, int root, tpd_veri
         }
     }
     if (j->more == 0) {
-        TPD_CHECK_GOTO(gather_params(tr, root, j->at_save), st, out);
+        TPD_CHECK_GOTO(tpd_verify_gather_params(tr, root, j->at_save), st, out);
         if (j->save) TPD_CHECK_GOTO(tpd_trainer_save(tr, j->save), st, out);
     } else {
-        TPD_CHECK_GOTO(gather_params(tr, root, j->final_), st, out);
+        TPD_CHECK_GOTO(tpd_verify_gather_params(tr, root, j->final_), st, out);
     }
 out:
     tpd_trainer_destroy(tr);

@@ -83,7 +83,8 @@ TEST(Mesh, SplitColorsMatchMembers) {
 }
 
 TEST(Mesh, DilocoReplicaGroups) {
-    // TP=2, DP=4, PP=2 (16 ranks), 2 replicas of 2 consecutive dp indices each.
+    // TP=2, DP=4, PP=2 (16 ranks), 2 replicas of 2 consecutive dp indices each, each
+    // replica a run of 8 consecutive ranks.
     tpd_mesh m;
     ASSERT_EQ(tpd_mesh_init(16, 0, 2, 2, 4, &m), TPD_OK);
     EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 0), (V{0, 2, 4, 6}));
@@ -95,15 +96,35 @@ TEST(Mesh, DilocoReplicaGroups) {
     EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 0), (V{0, 2}));
     EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 5), (V{5, 7}));
     EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 13), (V{13, 15}));
-    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP_OUTER, 0), (V{0, 4}));
-    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP_OUTER, 3), (V{3, 7}));
-    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP_OUTER, 10), (V{10, 14}));
+    // the replicas are outermost: replica 0 is ranks 0-7, replica 1 ranks 8-15
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP_OUTER, 0), (V{0, 8}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP_OUTER, 3), (V{3, 11}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP_OUTER, 10), (V{2, 10}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_PP, 0), (V{0, 4}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_PP, 9), (V{9, 13}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_TP, 12), (V{12, 13}));
+    for (int r = 0; r < 16; r++) {
+        int t, d, p;
+        tpd_mesh_coords_of(&m, r, &t, &d, &p);
+        EXPECT_EQ(tpd_mesh_rank_of(&m, t, d, p), r);
+        EXPECT_EQ(d / m.dp_inner_size, r / 8) << "rank " << r << " outside its replica's run";
+    }
     tpd_mesh r6;
     ASSERT_EQ(tpd_mesh_init(16, 6, 2, 2, 4, &r6), TPD_OK);
     ASSERT_EQ(tpd_mesh_set_replicas(&r6, 2), TPD_OK);
-    EXPECT_EQ(r6.dp, 3);
-    EXPECT_EQ(r6.replica, 1);
+    EXPECT_EQ(r6.dp, 1);
+    EXPECT_EQ(r6.pp, 1);
+    EXPECT_EQ(r6.replica, 0);
     EXPECT_EQ(r6.dp_inner, 1);
+    tpd_mesh r10;
+    ASSERT_EQ(tpd_mesh_init(16, 10, 2, 2, 4, &r10), TPD_OK);
+    EXPECT_EQ(r10.dp, 1); // Megatron's order before the split
+    EXPECT_EQ(r10.pp, 1);
+    ASSERT_EQ(tpd_mesh_set_replicas(&r10, 2), TPD_OK);
+    EXPECT_EQ(r10.dp, 3);
+    EXPECT_EQ(r10.pp, 0);
+    EXPECT_EQ(r10.replica, 1);
+    EXPECT_EQ(r10.dp_inner, 1);
     // colors agree with members for both groups, every rank
     for (int g : {(int)TPD_MESH_GROUP_DP, (int)TPD_MESH_GROUP_DP_OUTER}) {
         for (int r = 0; r < 16; r++) {

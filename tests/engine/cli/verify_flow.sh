@@ -73,6 +73,29 @@ expect_pass "Llama demo v 2, SP, ZeRO-1, selective recompute" 8 demo-llama.yaml 
   parallel.virtual_pipeline_model_parallel_size=2 parallel.sequence_parallel=true \
   parallel.use_distributed_optimizer=true training.recompute=selective
 
+# DiLoCo (2 replicas): the train checks against the one-rank DiLoCo reference, the same-layout
+# resume bit-exact; another replica count is another algorithm, so those resumes are not run
+expect_diloco() { # what, what the train checks say, then verify's arguments
+  local what=$1 train=$2
+  shift 2
+  verify "$@"
+  if [ "$rc" -ne 0 ] || ! grep -qE '^  checkpoint: same layout +PASS' <<<"$out" ||
+     ! grep -qE "^  train: params +$train" <<<"$out" ||
+     ! grep -qE '^  checkpoint: one rank +SKIP .*continues at its replicas' <<<"$out"; then
+    printf '%s\n' "$out" | head -40
+    fail "$what: exit $rc"
+  fi
+  echo "$what: $(grep -E '^verify:' <<<"$out" | tail -1)"
+}
+expect_diloco "demo DiLoCo TP 2 PP 2, 2 replicas" "PASS .*DiLoCo reference" 8 demo.yaml \
+  "${tp2pp2[@]}" parallel.dp_sync=diloco diloco.sync_interval=20
+expect_diloco "demo streaming DiLoCo DP 4, 2 fragments, overlap 1" "PASS .*DiLoCo reference" 4 \
+  demo.yaml parallel.dp_sync=diloco diloco.sync_interval=20 diloco.fragments=2 \
+  diloco.overlap_steps=1
+expect_diloco "Llama demo streaming DiLoCo, ZeRO-1 pairs" "SKIP .*spans of each rank" 4 \
+  demo-llama.yaml parallel.dp_sync=diloco diloco.replicas=2 diloco.fragments=2 \
+  parallel.use_distributed_optimizer=true
+
 # 2. planted faults
 expect_fault "dropped layer" drop-layer:1 structure \
   "stage 1 of 2 holds 1 layers, expected 2 .*layer 3 by none" 8 demo.yaml "${tp2pp2[@]}"

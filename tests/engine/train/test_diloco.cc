@@ -1,9 +1,10 @@
 // DiLoCo (parallel.dp_sync diloco) in the trainer, on 4 ranks:
 //  - with H = 1, outer lr 1, momentum 0 and plain SGD (no clipping, no weight decay) it is
 //    every-step data parallelism, so it matches the single-rank every-step run;
-//  - under AdamW, with H > 1, fragments and an overlapped all-reduce, it matches a one-rank
-//    reference of the algorithm written here: one single-rank trainer per replica on that
-//    replica's share of each global batch, and the outer Nesterov step on their weights;
+//  - under AdamW, with H > 1, fragments and an overlapped all-reduce, it matches the one-rank
+//    reference of the algorithm (tpd_verify_diloco_reference: one single-rank trainer per
+//    replica on that replica's share of each global batch, and the outer Nesterov step in
+//    plain loops on their weights, apart from the trainer's kernels and communicators);
 //  - it resumes bit-exactly from a checkpoint taken between two outer steps, and a
 //    checkpoint is refused while an outer all-reduce is in flight.
 // Tolerances as the equivalence matrix's: loss and gradient norm relative 1e-5 per step,
@@ -117,79 +118,30 @@ Result run(const Plan &S, int save_at = 0, const std::string &load_dir = "") {
     return r;
 }
 
-// The one-rank reference: R single-rank trainers (world rank 0 alone), trainer r on
-// replica r's share of every global batch, and DiLoCo's outer step written out here on
-// their flat fp32 weights. Fragments are spans of the replica's state shard, which for
-// TP = PP = 1 without ZeRO is the flat buffer padded to the inner DP size.
+// The one-rank reference (tpd_verify_diloco_reference, the algorithm in plain loops on
+// one single-rank trainer per replica), on world rank 0 alone.
 Result reference(const Plan &S) {
     Result r;
     tpd_comm *one = nullptr;
     int me = tpd_comm_rank(g_world) == 0;
     EXPECT_EQ(tpd_comm_split(g_world, me ? 0 : -1, 0, "reference", &one), TPD_OK);
     if (me) {
-        tpd_config full = config_of(S);
-        int R = S.replicas ? S.replicas : S.dp, inner = S.dp / R;
-        int GB = full.training.global_batch_size;
-        Plan one_rank;
-        one_rank.dp = 1, one_rank.diloco = 0, one_rank.sgd = S.sgd, one_rank.steps = S.steps;
-        tpd_config cfg = config_of(one_rank);
-        cfg.training.global_batch_size = GB / R;
-        std::vector<tpd_trainer *> tr(R, nullptr);
-        for (int k = 0; k < R; k++) {
-            EXPECT_EQ(tpd_trainer_create(&cfg, one, &tr[k]), TPD_OK);
-            if (!tr[k]) return r;
-            tpd_trainer_set_samples(tr[k], (uint64_t)GB, (uint64_t)k * (GB / R));
+        tpd_config cfg = config_of(S);
+        r.loss.resize(S.steps);
+        r.norm.resize(S.steps);
+        float *params[TPD_P_COUNT] = {};
+        EXPECT_EQ(tpd_verify_diloco_reference(&cfg, S.dp, S.steps, one, r.loss.data(),
+                                              r.norm.data(), params),
+                  TPD_OK);
+        for (int c = 1; c <= S.steps; c++)
+            r.outer.push_back(tpd_diloco_sync_fragment(&cfg, c));
+        tpd_model_layout lay;
+        tpd_model_layout_init(&cfg, 1, 0, 1, 0, &lay);
+        for (int p = 0; p < TPD_P_COUNT; p++) {
+            size_t n = tpd_model_layout_global_numel(&lay, (tpd_param)p);
+            r.params.emplace_back(params[p], params[p] + (params[p] ? n : 0));
+            free(params[p]);
         }
-        tpd_model *m0 = tpd_trainer_model(tr[0]);
-        size_t numel = m0->plan.lay.numel;
-        size_t shard = tpd_dp_padded_numel(numel, inner); // the parallel run's state shard
-        size_t fn = tpd_diloco_fragment_numel(shard, full.diloco.fragments);
-        auto weights = [&](int k) { return (float *)tpd_trainer_model(tr[k])->params; };
-        std::vector<float> sync(weights(0), weights(0) + numel), mom(numel, 0.0f), delta(numel);
-        int flight = -1, started = 0;
-        auto apply = [&]() {
-            size_t b = (size_t)flight * fn, e = std::min(b + fn, numel);
-            for (size_t i = b; i < e; i++) {
-                float d = delta[i] * (1.0f / (float)R);
-                mom[i] = (float)S.outer_momentum * mom[i] + d;
-                sync[i] -= (float)S.outer_lr * (d + (float)S.outer_momentum * mom[i]);
-                for (int k = 0; k < R; k++) {
-                    weights(k)[i] = sync[i];
-                    if (tpd_trainer_model(tr[k])->master)
-                        tpd_trainer_model(tr[k])->master[i] = sync[i];
-                }
-            }
-            flight = -1;
-        };
-        for (int c = 1; c <= S.steps; c++) {
-            double loss = 0, norm0 = 0;
-            for (int k = 0; k < R; k++) {
-                tpd_step_stats s;
-                EXPECT_EQ(tpd_trainer_step(tr[k], &s), TPD_OK);
-                loss += s.lm_loss;
-                if (k == 0) norm0 = s.grad_norm;
-            }
-            r.loss.push_back((double)(float)(loss / R));
-            r.norm.push_back(norm0);
-            if (flight >= 0 && (c >= started + S.overlap || c == S.steps)) apply();
-            int f = tpd_diloco_sync_fragment(&full, c);
-            r.outer.push_back(f);
-            if (f >= 0) {
-                size_t b = (size_t)f * fn, e = std::min(b + fn, numel);
-                for (size_t i = b; i < e; i++) {
-                    float sum = 0;
-                    for (int k = 0; k < R; k++)
-                        sum += sync[i] - weights(k)[i];
-                    delta[i] = sum;
-                }
-                flight = f;
-                started = c;
-                if (S.overlap == 0 || c == S.steps) apply();
-            }
-        }
-        gather_all(tr[0], one, r);
-        for (tpd_trainer *t : tr)
-            tpd_trainer_destroy(t);
         tpd_comm_destroy(one);
     }
     tpd_comm_barrier(g_world);
