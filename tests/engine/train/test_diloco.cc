@@ -70,6 +70,7 @@ struct Result {
     std::vector<double> loss, norm;
     std::vector<int> outer; // fragment started after each step, -1: none
     std::vector<std::vector<float>> params;
+    std::vector<std::vector<float>> saved; // replica 0's when the checkpoint was taken
 };
 
 void gather_all(tpd_trainer *tr, tpd_comm *c, Result &r) {
@@ -105,8 +106,13 @@ Result run(const Plan &S, int save_at = 0, const std::string &load_dir = "") {
                 r.loss.push_back(s.lm_loss);
                 r.norm.push_back(s.grad_norm);
                 r.outer.push_back(s.outer_started);
-                if (save_at && s.iteration == save_at)
+                if (save_at && s.iteration == save_at) {
                     EXPECT_EQ(tpd_trainer_save(tr, g_dir.c_str()), TPD_OK);
+                    EXPECT_EQ(tpd_trainer_sync_params(tr), TPD_OK);
+                    Result at;
+                    gather_all(tr, sub, at);
+                    r.saved = at.params;
+                }
             }
             EXPECT_EQ(tpd_trainer_sync_params(tr), TPD_OK);
             gather_all(tr, sub, r);
@@ -282,6 +288,36 @@ TEST(Diloco, ResumesBitExactlyBetweenTwoOuterSteps) {
         for (size_t p = 0; p < whole.params.size(); p++)
             EXPECT_EQ(whole.params[p], resumed.params[p])
                 << "parameter " << tpd_param_get_info((tpd_param)p)->name;
+    }
+}
+
+TEST(Diloco, ACheckpointLoadsIntoOtherLayoutsAsReplicaZero) {
+    // every replica's files are saved; a run at another replica count (every-step DP, one
+    // rank, or DiLoCo with fewer replicas) loads replica 0's parameters byte for byte
+    Plan s;
+    s.tp = 2, s.dp = 2, s.H = 4, s.steps = 6;
+    std::error_code ec;
+    if (tpd_comm_rank(g_world) == 0) std::filesystem::remove_all(g_dir, ec);
+    tpd_comm_barrier(g_world);
+    Result saved = run(s, 6);
+    // after step 6 the replicas differ (the last outer step was after step 4)
+    Plan every = s;
+    every.diloco = 0, every.tp = 1, every.dp = 1, every.steps = 6;
+    Plan two = s;
+    two.tp = 1, two.dp = 2, two.replicas = 2;
+    Plan four = s;
+    four.tp = 1, four.dp = 4, four.replicas = 2;
+    for (const Plan &p : {every, two, four}) {
+        Result loaded = run(p, 0, g_dir + "/iter_0000006");
+        if (tpd_comm_rank(g_world) != 0) continue;
+        // no step runs (steps == the checkpoint's iteration): the gathered weights are
+        // what was loaded
+        EXPECT_TRUE(loaded.loss.empty());
+        ASSERT_EQ(loaded.params.size(), saved.saved.size());
+        for (size_t t = 0; t < saved.saved.size(); t++)
+            EXPECT_EQ(loaded.params[t], saved.saved[t])
+                << "parameter " << tpd_param_get_info((tpd_param)t)->name << " at DP " << p.dp
+                << (p.diloco ? " DiLoCo" : " every-step");
     }
 }
 
