@@ -276,7 +276,8 @@ int tpd_config_dp_inner(const tpd_config *cfg, int dp);
  * tpd_diloco_sync_fragment: the fragment that starts after `iteration` completed steps,
  * or -1 (always -1 under every_step). tpd_diloco_pending_fragment: the fragment whose
  * all-reduce is in flight after `iteration` completed steps (started at an earlier step,
- * applied at a later one), or -1; overlap_steps < H/fragments makes it at most one. At
+ * applied at a later one), or -1; overlap_steps < H/fragments makes it at most one; none
+ * after training.train_iters steps (the run's last step applies it at once). At
  * the boundary after step t the trainer first applies the fragment due then, then starts
  * the one that syncs at t (applied at once without overlap), then saves. */
 int tpd_diloco_sync_fragment(const tpd_config *cfg, int iteration);

@@ -119,6 +119,8 @@ int tpd_diloco_sync_fragment(const tpd_config *cfg, int iteration) {
 }
 
 int tpd_diloco_pending_fragment(const tpd_config *cfg, int iteration) {
+    /* the run's last step applies what is in flight */
+    if (iteration == cfg->training.train_iters) return -1;
     /* started after step s = iteration - k, applied after step s + overlap_steps */
     for (int k = 0; k < cfg->diloco.overlap_steps && iteration - k >= 1; k++) {
         int f = tpd_diloco_sync_fragment(cfg, iteration - k);

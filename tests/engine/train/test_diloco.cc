@@ -321,6 +321,43 @@ TEST(Diloco, ACheckpointLoadsIntoOtherLayoutsAsReplicaZero) {
     }
 }
 
+TEST(Diloco, ARunDefersItsSaveUntilTheOuterStepInFlightLands) {
+    // fragments start after steps 2, 4, 6 and land a step later; checkpoint.save_interval
+    // 2 falls on each of them, so the run saves after 3, 5, 7 instead, and after its last
+    // step (which applies what is in flight)
+    Plan s;
+    s.H = 4, s.fragments = 2, s.overlap = 1, s.steps = 8;
+    std::string dir = g_dir + "_deferred";
+    std::error_code ec;
+    if (tpd_comm_rank(g_world) == 0) std::filesystem::remove_all(dir, ec);
+    tpd_comm_barrier(g_world);
+    tpd_comm *sub = nullptr;
+    int member = tpd_comm_rank(g_world) < s.dp;
+    ASSERT_EQ(tpd_comm_split(g_world, member ? 0 : -1, tpd_comm_rank(g_world), "layout", &sub),
+              TPD_OK);
+    if (member) {
+        tpd_config cfg = config_of(s);
+        snprintf(cfg.checkpoint.save, sizeof cfg.checkpoint.save, "%s", dir.c_str());
+        cfg.checkpoint.save_interval = 2;
+        cfg.logging.log_interval = 100;
+        tpd_trainer *tr = nullptr;
+        EXPECT_EQ(tpd_trainer_create(&cfg, sub, &tr), TPD_OK);
+        if (tr) {
+            EXPECT_EQ(tpd_trainer_run(tr), TPD_OK);
+            tpd_trainer_destroy(tr);
+        }
+        tpd_comm_destroy(sub);
+    }
+    tpd_comm_barrier(g_world);
+    if (tpd_comm_rank(g_world) != 0) return;
+    for (int it = 1; it <= s.steps; it++) {
+        char name[32];
+        snprintf(name, sizeof name, "/iter_%07d", it);
+        bool want = it == 3 || it == 5 || it == 7 || it == 8;
+        EXPECT_EQ(std::filesystem::exists(dir + name), want) << name;
+    }
+}
+
 TEST(Diloco, NoCheckpointWhileAnOuterAllReduceIsInFlight) {
     Plan s; // fragment 0's all-reduce starts after step 2 and lands after step 3
     s.H = 4, s.fragments = 2, s.overlap = 1;
