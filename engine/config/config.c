@@ -21,19 +21,7 @@
 
 #include "base/file.h"
 #include "engine/config/config_internal.h"
-
-typedef enum cfg_origin { CFG_DEFAULT, CFG_FILE, CFG_OVERRIDE } cfg_origin;
-
-typedef struct cfg_loc {
-    cfg_origin origin;
-    int line, col; /* 1-based; CFG_FILE only */
-} cfg_loc;
-
-typedef struct cfg_loader {
-    const char *path; /* NULL: defaults only */
-    tpd_config *cfg;
-    cfg_loc set[TPD_CFG_MAX_KEYS]; /* where each key's current value came from */
-} cfg_loader;
+#include "engine/config/config_loader.h"
 
 /* Longest scalar we quote back in a message; the rest is cut so the line stays a line. */
 #define CFG_SHOW "%.80s"
@@ -47,11 +35,8 @@ typedef struct cfg_loader {
 
 /* Logs "WHERE: KEY: message" once (tpd_fail). WHERE is file:line:col, <override>, or the
  * file alone for a value that nobody stated. */
-static tpd_status cfg_fail(const cfg_loader *ld, const cfg_loc *at, const char *key,
-                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static tpd_status cfg_fail(const cfg_loader *ld, const cfg_loc *at, const char *key,
-                           const char *fmt, ...) {
+tpd_status tpd_cfg_fail(const cfg_loader *ld, const cfg_loc *at, const char *key, const char *fmt,
+                        ...) {
     char where[TPD_CONFIG_STR + 32], what[2048];
     if (at && at->origin == CFG_FILE)
         snprintf(where, sizeof where, "%s:%d:%d", ld->path, at->line, at->col);
@@ -70,7 +55,7 @@ static tpd_status cfg_fail(const cfg_loader *ld, const cfg_loc *at, const char *
 
 /* Where the value of a key this file names itself came from. A miss is a bug in this
  * file (the tests load every relation's key); it points at the file as a whole. */
-static const cfg_loc *cfg_where(const cfg_loader *ld, const char *name) {
+const cfg_loc *tpd_cfg_where(const cfg_loader *ld, const char *name) {
     static const cfg_loc nowhere = {CFG_DEFAULT, 0, 0};
     int row = tpd_cfg_find_key(name);
     assert(row >= 0);
@@ -83,17 +68,17 @@ static void *cfg_field(tpd_config *cfg, int row) {
 
 static tpd_status cfg_fail_unknown_key(const cfg_loader *ld, const cfg_loc *at, const char *name) {
     const char *s = tpd_cfg_suggest_key(name);
-    if (s) return cfg_fail(ld, at, name, "unknown key (did you mean '%s'?)", s);
-    return cfg_fail(ld, at, name, "unknown key ('tripod config show' lists the keys)");
+    if (s) return tpd_cfg_fail(ld, at, name, "unknown key (did you mean '%s'?)", s);
+    return tpd_cfg_fail(ld, at, name, "unknown key ('tripod config show' lists the keys)");
 }
 
 static tpd_status cfg_fail_unknown_section(const cfg_loader *ld, const cfg_loc *at,
                                            const char *name) {
     const char *s = tpd_cfg_suggest_section(name);
-    if (s) return cfg_fail(ld, at, name, "unknown section (did you mean '%s'?)", s);
-    return cfg_fail(ld, at, name,
-                    "unknown section (sections are model, parallel, training, optimizer, "
-                    "data, logging, checkpoint, comm)");
+    if (s) return tpd_cfg_fail(ld, at, name, "unknown section (did you mean '%s'?)", s);
+    return tpd_cfg_fail(ld, at, name,
+                        "unknown section (sections are model, parallel, training, optimizer, "
+                        "data, logging, checkpoint, comm)");
 }
 
 /* ---- scalar parsing ---- */
@@ -104,12 +89,13 @@ static tpd_status cfg_list_entry(const cfg_loader *ld, const tpd_cfg_key *k, con
     int64_t v;
     int rc = tpd_cfg_parse_int64(s, &v);
     if (rc == 1)
-        return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not an integer (expected %s)", s, rule);
+        return tpd_cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not an integer (expected %s)", s,
+                            rule);
     if (rc == 2 || v < INT_MIN || v > INT_MAX)
-        return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' does not fit in 32 bits (expected %s)", s,
-                        rule);
+        return tpd_cfg_fail(ld, at, k->name, "'" CFG_SHOW "' does not fit in 32 bits (expected %s)",
+                            s, rule);
     if (!tpd_cfg_in_range(k, (double)v))
-        return cfg_fail(ld, at, k->name, CFG_SHOW " is out of range (expected %s)", s, rule);
+        return tpd_cfg_fail(ld, at, k->name, CFG_SHOW " is out of range (expected %s)", s, rule);
     *v_p = (int)v;
     return TPD_OK;
 }
@@ -155,8 +141,8 @@ static tpd_status cfg_set_list_text(cfg_loader *ld, int row, const char *text, i
             if (comma) *comma = '\0';
             cfg_trim(&item);
             if (n == TPD_CONFIG_MAX_STAGES) {
-                st = cfg_fail(ld, at, k->name, "has more than %d entries (expected %s)",
-                              TPD_CONFIG_MAX_STAGES, rule);
+                st = tpd_cfg_fail(ld, at, k->name, "has more than %d entries (expected %s)",
+                                  TPD_CONFIG_MAX_STAGES, rule);
                 goto free_buf;
             }
             TPD_CHECK_GOTO(cfg_list_entry(ld, k, item, at, rule, &v[n]), st, free_buf);
@@ -181,7 +167,7 @@ static tpd_status cfg_set_scalar(cfg_loader *ld, int row, const char *text, int 
     tpd_cfg_rule(k, rule, sizeof rule);
     if (k->type == TPD_CFG_INTLIST) return cfg_set_list_text(ld, row, text, plain, at);
     if (k->type != TPD_CFG_STRING && tpd_cfg_is_null(text, plain))
-        return cfg_fail(ld, at, k->name, "has no value (expected %s)", rule);
+        return tpd_cfg_fail(ld, at, k->name, "has no value (expected %s)", rule);
 
     switch (k->type) {
     case TPD_CFG_INT:
@@ -190,13 +176,15 @@ static tpd_status cfg_set_scalar(cfg_loader *ld, int row, const char *text, int 
         int rc = tpd_cfg_parse_int64(text, &v);
         int bits = k->type == TPD_CFG_INT ? 32 : 64;
         if (rc == 1)
-            return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not an integer (expected %s)", text,
-                            rule);
+            return tpd_cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not an integer (expected %s)",
+                                text, rule);
         if (rc == 2 || (k->type == TPD_CFG_INT && (v < INT_MIN || v > INT_MAX)))
-            return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' does not fit in %d bits (expected %s)",
-                            text, bits, rule);
+            return tpd_cfg_fail(ld, at, k->name,
+                                "'" CFG_SHOW "' does not fit in %d bits (expected %s)", text, bits,
+                                rule);
         if (!tpd_cfg_in_range(k, (double)v))
-            return cfg_fail(ld, at, k->name, CFG_SHOW " is out of range (expected %s)", text, rule);
+            return tpd_cfg_fail(ld, at, k->name, CFG_SHOW " is out of range (expected %s)", text,
+                                rule);
         if (k->type == TPD_CFG_INT)
             *(int *)field = (int)v;
         else
@@ -207,22 +195,23 @@ static tpd_status cfg_set_scalar(cfg_loader *ld, int row, const char *text, int 
         uint64_t v;
         int rc = tpd_cfg_parse_uint64(text, &v);
         if (rc == 1)
-            return cfg_fail(ld, at, k->name,
-                            "'" CFG_SHOW "' is not a non-negative integer (expected %s)", text,
-                            rule);
+            return tpd_cfg_fail(ld, at, k->name,
+                                "'" CFG_SHOW "' is not a non-negative integer (expected %s)", text,
+                                rule);
         if (rc == 2)
-            return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' does not fit in 64 bits (expected %s)",
-                            text, rule);
+            return tpd_cfg_fail(ld, at, k->name,
+                                "'" CFG_SHOW "' does not fit in 64 bits (expected %s)", text, rule);
         *(uint64_t *)field = v;
         break;
     }
     case TPD_CFG_DOUBLE: {
         double v;
         if (tpd_cfg_parse_double(text, &v))
-            return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not a number (expected %s)", text,
-                            rule);
+            return tpd_cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not a number (expected %s)",
+                                text, rule);
         if (!tpd_cfg_in_range(k, v))
-            return cfg_fail(ld, at, k->name, CFG_SHOW " is out of range (expected %s)", text, rule);
+            return tpd_cfg_fail(ld, at, k->name, CFG_SHOW " is out of range (expected %s)", text,
+                                rule);
         *(double *)field = v;
         break;
     }
@@ -234,8 +223,8 @@ static tpd_status cfg_set_scalar(cfg_loader *ld, int row, const char *text, int 
         else if (!strcmp(text, "false") || !strcmp(text, "False") || !strcmp(text, "FALSE"))
             v = 0;
         else
-            return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not a boolean (expected %s)", text,
-                            rule);
+            return tpd_cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not a boolean (expected %s)",
+                                text, rule);
         *(int *)field = v;
         break;
     }
@@ -243,24 +232,24 @@ static tpd_status cfg_set_scalar(cfg_loader *ld, int row, const char *text, int 
         const char *s = tpd_cfg_is_null(text, plain) ? "" : text;
         size_t len = strlen(s);
         if (len >= k->size)
-            return cfg_fail(ld, at, k->name,
-                            "is %zu characters long (expected a string of at most %zu)", len,
-                            k->size - 1);
+            return tpd_cfg_fail(ld, at, k->name,
+                                "is %zu characters long (expected a string of at most %zu)", len,
+                                k->size - 1);
         memcpy(field, s, len + 1);
         break;
     }
     case TPD_CFG_ENUM: {
         int v = tpd_cfg_enum_index(k->choices, text);
         if (v < 0)
-            return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not allowed (expected %s)", text,
-                            rule);
+            return tpd_cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not allowed (expected %s)",
+                                text, rule);
         *(int *)field = v;
         break;
     }
     case TPD_CFG_SPLIT:
         if (tpd_cfg_parse_split(text, field, k->size))
-            return cfg_fail(ld, at, k->name, "'" CFG_SHOW "' is not a valid split (expected %s)",
-                            text, rule);
+            return tpd_cfg_fail(ld, at, k->name,
+                                "'" CFG_SHOW "' is not a valid split (expected %s)", text, rule);
         break;
     case TPD_CFG_INTLIST:
         break; /* handled above */
@@ -295,7 +284,7 @@ static tpd_status cfg_apply_node(cfg_loader *ld, int row, yaml_document_t *doc, 
         return cfg_set_scalar(ld, row, (const char *)node->data.scalar.value,
                               node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE, &at);
     if (node->type != YAML_SEQUENCE_NODE || k->type != TPD_CFG_INTLIST)
-        return cfg_fail(ld, &at, k->name, "got %s (expected %s)", cfg_kind(node), rule);
+        return tpd_cfg_fail(ld, &at, k->name, "got %s (expected %s)", cfg_kind(node), rule);
 
     int v[TPD_CONFIG_MAX_STAGES], n = 0;
     for (yaml_node_item_t *it = node->data.sequence.items.start; it < node->data.sequence.items.top;
@@ -303,11 +292,11 @@ static tpd_status cfg_apply_node(cfg_loader *ld, int row, yaml_document_t *doc, 
         yaml_node_t *item = yaml_document_get_node(doc, *it);
         cfg_loc item_at = cfg_mark(item);
         if (item->type != YAML_SCALAR_NODE)
-            return cfg_fail(ld, &item_at, k->name, "got %s as an entry (expected %s)",
-                            cfg_kind(item), rule);
+            return tpd_cfg_fail(ld, &item_at, k->name, "got %s as an entry (expected %s)",
+                                cfg_kind(item), rule);
         if (n == TPD_CONFIG_MAX_STAGES)
-            return cfg_fail(ld, &item_at, k->name, "has more than %d entries (expected %s)",
-                            TPD_CONFIG_MAX_STAGES, rule);
+            return tpd_cfg_fail(ld, &item_at, k->name, "has more than %d entries (expected %s)",
+                                TPD_CONFIG_MAX_STAGES, rule);
         TPD_CHECK(
             cfg_list_entry(ld, k, (const char *)item->data.scalar.value, &item_at, rule, &v[n]));
         n++;
@@ -326,15 +315,15 @@ static tpd_status cfg_apply_section(cfg_loader *ld, int sec, yaml_document_t *do
         yaml_node_t *vnode = yaml_document_get_node(doc, p->value);
         cfg_loc kat = cfg_mark(knode);
         if (knode->type != YAML_SCALAR_NODE)
-            return cfg_fail(ld, &kat, sname, "got %s as a key (keys are plain names)",
-                            cfg_kind(knode));
+            return tpd_cfg_fail(ld, &kat, sname, "got %s as a key (keys are plain names)",
+                                cfg_kind(knode));
         char full[160];
         snprintf(full, sizeof full, "%s.%s", sname, (const char *)knode->data.scalar.value);
         int row = tpd_cfg_find_key(full);
         if (row < 0) return cfg_fail_unknown_key(ld, &kat, full);
         if (ld->set[row].origin == CFG_FILE)
-            return cfg_fail(ld, &kat, full, "duplicate key (first set on line %d)",
-                            ld->set[row].line);
+            return tpd_cfg_fail(ld, &kat, full, "duplicate key (first set on line %d)",
+                                ld->set[row].line);
         TPD_CHECK(cfg_apply_node(ld, row, doc, vnode));
     }
     return TPD_OK;
@@ -344,8 +333,8 @@ static tpd_status cfg_apply_root(cfg_loader *ld, yaml_document_t *doc, yaml_node
     if (cfg_node_is_null(root)) return TPD_OK; /* an empty file */
     if (root->type != YAML_MAPPING_NODE) {
         cfg_loc at = cfg_mark(root);
-        return cfg_fail(ld, &at, NULL,
-                        "the top level must be a mapping of sections (model, parallel, ...)");
+        return tpd_cfg_fail(ld, &at, NULL,
+                            "the top level must be a mapping of sections (model, parallel, ...)");
     }
     int first_line[TPD_CFG_MAX_SECTIONS] = {0};
     for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
@@ -354,20 +343,20 @@ static tpd_status cfg_apply_root(cfg_loader *ld, yaml_document_t *doc, yaml_node
         yaml_node_t *vnode = yaml_document_get_node(doc, p->value);
         cfg_loc kat = cfg_mark(knode);
         if (knode->type != YAML_SCALAR_NODE)
-            return cfg_fail(ld, &kat, NULL, "got %s as a section name (names are plain)",
-                            cfg_kind(knode));
+            return tpd_cfg_fail(ld, &kat, NULL, "got %s as a section name (names are plain)",
+                                cfg_kind(knode));
         const char *name = (const char *)knode->data.scalar.value;
         int sec = tpd_cfg_find_section(name);
         if (sec < 0) return cfg_fail_unknown_section(ld, &kat, name);
         if (first_line[sec])
-            return cfg_fail(ld, &kat, name, "duplicate section (first on line %d)",
-                            first_line[sec]);
+            return tpd_cfg_fail(ld, &kat, name, "duplicate section (first on line %d)",
+                                first_line[sec]);
         first_line[sec] = kat.line;
         if (cfg_node_is_null(vnode)) continue; /* "comm:" with nothing under it */
         if (vnode->type != YAML_MAPPING_NODE) {
             cfg_loc vat = cfg_mark(vnode);
-            return cfg_fail(ld, &vat, name, "got %s (a section is a mapping of keys)",
-                            vnode->type == YAML_SCALAR_NODE ? "a scalar" : "a sequence");
+            return tpd_cfg_fail(ld, &vat, name, "got %s (a section is a mapping of keys)",
+                                vnode->type == YAML_SCALAR_NODE ? "a scalar" : "a sequence");
         }
         TPD_CHECK(cfg_apply_section(ld, sec, doc, vnode));
     }
@@ -384,10 +373,10 @@ static tpd_status cfg_fail_syntax(const cfg_loader *ld, const yaml_parser_t *par
     cfg_loc at = {CFG_FILE, (int)parser->problem_mark.line + 1,
                   (int)parser->problem_mark.column + 1};
     if (parser->context)
-        return cfg_fail(ld, &at, NULL, "YAML syntax error: %s (%s at %d:%d)", problem,
-                        parser->context, (int)parser->context_mark.line + 1,
-                        (int)parser->context_mark.column + 1);
-    return cfg_fail(ld, &at, NULL, "YAML syntax error: %s", problem);
+        return tpd_cfg_fail(ld, &at, NULL, "YAML syntax error: %s (%s at %d:%d)", problem,
+                            parser->context, (int)parser->context_mark.line + 1,
+                            (int)parser->context_mark.column + 1);
+    return tpd_cfg_fail(ld, &at, NULL, "YAML syntax error: %s", problem);
 }
 
 static tpd_status cfg_load_file(cfg_loader *ld) {
@@ -422,7 +411,7 @@ static tpd_status cfg_load_file(cfg_loader *ld) {
     yaml_node_t *next_root = yaml_document_get_root_node(&next);
     if (next_root) {
         cfg_loc at = cfg_mark(next_root);
-        st = cfg_fail(ld, &at, NULL, "a second YAML document (a config is one document)");
+        st = tpd_cfg_fail(ld, &at, NULL, "a second YAML document (a config is one document)");
     }
     yaml_document_delete(&next);
 delete_doc:
@@ -440,7 +429,8 @@ static tpd_status cfg_apply_override(cfg_loader *ld, const char *ov) {
     const cfg_loc at = {CFG_OVERRIDE, 0, 0};
     const char *eq = strchr(ov, '=');
     if (!eq || eq == ov)
-        return cfg_fail(ld, &at, NULL, "'" CFG_SHOW "' is not of the form section.key=value", ov);
+        return tpd_cfg_fail(ld, &at, NULL, "'" CFG_SHOW "' is not of the form section.key=value",
+                            ov);
     char *buf = strdup(ov);
     if (!buf) return tpd_fail_nomem("an override", strlen(ov) + 1);
     tpd_status st = TPD_OK;
@@ -471,95 +461,10 @@ free_buf:
 
 /* Where to point for a relation between two keys: the first one if someone stated it,
  * else the second, else the file as a whole. */
-static const cfg_loc *cfg_at(const cfg_loader *ld, const char *a, const char *b) {
-    const cfg_loc *la = cfg_where(ld, a);
+const cfg_loc *tpd_cfg_at(const cfg_loader *ld, const char *a, const char *b) {
+    const cfg_loc *la = tpd_cfg_where(ld, a);
     if (la->origin != CFG_DEFAULT || !b) return la;
-    return cfg_where(ld, b);
-}
-
-/* The Llama block's keys (grouped-query attention, rotary positions). Megatron's wording
- * where it has one. */
-static tpd_status cfg_check_llama(cfg_loader *ld) {
-    const tpd_config_model *m = &ld->cfg->model;
-    const int tp = ld->cfg->parallel.tensor_model_parallel_size;
-    const int heads = m->num_attention_heads, groups = m->num_query_groups;
-    const char *k = "model.num_query_groups";
-    if (m->group_query_attention) {
-        if (heads % groups)
-            return cfg_fail(ld, cfg_at(ld, k, "model.group_query_attention"), k,
-                            "num_attention_heads (%d) must be a multiple of num_query_groups (%d) "
-                            "(each K/V head serves an equal group of query heads)",
-                            heads, groups);
-        if (groups % tp) {
-            int fit = tp; /* the largest TP that would split the groups */
-            while (groups % fit)
-                fit--;
-            return cfg_fail(ld, cfg_at(ld, k, "parallel.tensor_model_parallel_size"), k,
-                            "num_query_groups (%d) must be a multiple of "
-                            "tensor_model_parallel_size (%d): the K/V heads are split over the "
-                            "TP ranks by whole groups and never replicated (use "
-                            "tensor_model_parallel_size %d, or more query groups)",
-                            groups, tp, fit);
-        }
-    } else if (groups != 1 && groups != heads) {
-        /* Megatron ignores num_query_groups without --group-query-attention; a stated group
-         * count that silently became one K/V head per query head would change the model's
-         * size and its checkpoints' shapes, so it is an error here. */
-        return cfg_fail(ld, cfg_at(ld, k, "model.group_query_attention"), k,
-                        "%d needs group_query_attention true; without it every query head has "
-                        "its own K/V head (%d of them) (set model.group_query_attention: true, "
-                        "or leave num_query_groups out)",
-                        groups, heads);
-    }
-    k = "model.position_embedding_type";
-    int head_size = m->hidden_size / heads;
-    if (m->position_embedding_type == TPD_POS_ROPE && head_size % 2)
-        return cfg_fail(ld, cfg_at(ld, k, "model.hidden_size"), k,
-                        "rope needs an even head size, but hidden_size / num_attention_heads = "
-                        "%d / %d = %d (RoPE rotates pairs of a head's dimensions)",
-                        m->hidden_size, heads, head_size);
-    k = "model.rotary_percent";
-    if (m->rotary_percent != 1.0) {
-        char v[32];
-        tpd_cfg_fmt_double(m->rotary_percent, v, sizeof v);
-        return cfg_fail(ld, cfg_at(ld, k, NULL), k,
-                        "%s is not supported: RoPE rotates whole heads here (1.0, as in Llama); "
-                        "partial rotary (GPT-NeoX's, Megatron's --rotary-percent below 1) is "
-                        "refused",
-                        v);
-    }
-    k = "model.rope_scaling_high_freq_factor";
-    if (m->rope_scaling && !(m->rope_scaling_high_freq_factor > m->rope_scaling_low_freq_factor))
-        return cfg_fail(ld, cfg_at(ld, k, "model.rope_scaling"), k,
-                        "must exceed model.rope_scaling_low_freq_factor (%g), or no wavelength "
-                        "lies between the kept and the scaled ones",
-                        m->rope_scaling_low_freq_factor);
-    k = "model.rope_scaling";
-    if (m->rope_scaling && m->position_embedding_type != TPD_POS_ROPE)
-        return cfg_fail(ld, cfg_at(ld, k, NULL), k,
-                        "scales rotary frequencies; it needs position_embedding_type: rope");
-    return TPD_OK;
-}
-
-/* The diloco section's relations (read only under parallel.dp_sync: diloco). */
-static tpd_status cfg_check_diloco(cfg_loader *ld) {
-    const tpd_config_diloco *d = &ld->cfg->diloco;
-    if (ld->cfg->parallel.dp_sync != TPD_DP_SYNC_DILOCO) return TPD_OK;
-    const char *k = "diloco.fragments";
-    if (d->sync_interval % d->fragments)
-        return cfg_fail(ld, cfg_at(ld, k, "diloco.sync_interval"), k,
-                        "%d must divide sync_interval (%d): Streaming DiLoCo syncs the fragments "
-                        "sync_interval / fragments steps apart",
-                        d->fragments, d->sync_interval);
-    k = "diloco.overlap_steps";
-    if (d->overlap_steps >= d->sync_interval / d->fragments)
-        return cfg_fail(ld, cfg_at(ld, k, "diloco.sync_interval"), k,
-                        "%d must be below sync_interval / fragments (%d / %d = %d): a "
-                        "fragment's outer all-reduce is applied before the next fragment's "
-                        "starts",
-                        d->overlap_steps, d->sync_interval, d->fragments,
-                        d->sync_interval / d->fragments);
-    return TPD_OK;
+    return tpd_cfg_where(ld, b);
 }
 
 static tpd_status cfg_check_relations(cfg_loader *ld) {
@@ -572,159 +477,161 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
 
     k = "model.hidden_size";
     if (m->hidden_size % m->num_attention_heads)
-        return cfg_fail(ld, cfg_at(ld, k, "model.num_attention_heads"), k,
-                        "hidden_size (%d) must be a multiple of num_attention_heads (%d)",
-                        m->hidden_size, m->num_attention_heads);
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.num_attention_heads"), k,
+                            "hidden_size (%d) must be a multiple of num_attention_heads (%d)",
+                            m->hidden_size, m->num_attention_heads);
     k = "model.num_attention_heads";
     if (m->num_attention_heads % tp)
-        return cfg_fail(ld, cfg_at(ld, k, "parallel.tensor_model_parallel_size"), k,
-                        "num_attention_heads (%d) must be a multiple of "
-                        "tensor_model_parallel_size (%d)",
-                        m->num_attention_heads, tp);
-    TPD_CHECK(cfg_check_llama(ld));
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "parallel.tensor_model_parallel_size"), k,
+                            "num_attention_heads (%d) must be a multiple of "
+                            "tensor_model_parallel_size (%d)",
+                            m->num_attention_heads, tp);
+    TPD_CHECK(tpd_cfg_check_llama(ld));
     k = "model.ffn_hidden_size";
     if (m->ffn_hidden_size % tp)
-        return cfg_fail(ld, cfg_at(ld, k, "parallel.tensor_model_parallel_size"), k,
-                        "ffn_hidden_size (%d) must be a multiple of "
-                        "tensor_model_parallel_size (%d)",
-                        m->ffn_hidden_size, tp);
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "parallel.tensor_model_parallel_size"), k,
+                            "ffn_hidden_size (%d) must be a multiple of "
+                            "tensor_model_parallel_size (%d)",
+                            m->ffn_hidden_size, tp);
     const int64_t nvs = (int64_t)pp * vpp; /* virtual stages: model chunks over the pipeline */
     if (nvs > TPD_CONFIG_MAX_STAGES) {
         k = "parallel.virtual_pipeline_model_parallel_size";
-        return cfg_fail(ld, cfg_at(ld, k, "parallel.pipeline_model_parallel_size"), k,
-                        "pipeline_model_parallel_size * virtual_pipeline_model_parallel_size "
-                        "(%d * %d) must be at most %d",
-                        pp, vpp, TPD_CONFIG_MAX_STAGES);
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "parallel.pipeline_model_parallel_size"), k,
+                            "pipeline_model_parallel_size * virtual_pipeline_model_parallel_size "
+                            "(%d * %d) must be at most %d",
+                            pp, vpp, TPD_CONFIG_MAX_STAGES);
     }
     if (p->num_pipeline_layers > 0) {
         k = "parallel.pipeline_layers";
         if (p->num_pipeline_layers != nvs && vpp > 1)
-            return cfg_fail(ld, cfg_at(ld, k, NULL), k,
-                            "has %d entries but pipeline_model_parallel_size * "
-                            "virtual_pipeline_model_parallel_size is %d * %d = %lld (one entry "
-                            "per virtual stage, in Megatron's order: chunk 0 of every stage, "
-                            "then chunk 1, ...)",
-                            p->num_pipeline_layers, pp, vpp, (long long)nvs);
+            return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, NULL), k,
+                                "has %d entries but pipeline_model_parallel_size * "
+                                "virtual_pipeline_model_parallel_size is %d * %d = %lld (one entry "
+                                "per virtual stage, in Megatron's order: chunk 0 of every stage, "
+                                "then chunk 1, ...)",
+                                p->num_pipeline_layers, pp, vpp, (long long)nvs);
         if (vpp == 1 && p->num_pipeline_layers != pp)
-            return cfg_fail(ld, cfg_at(ld, k, NULL), k,
-                            "has %d entries but pipeline_model_parallel_size is %d (one entry "
-                            "per stage)",
-                            p->num_pipeline_layers, pp);
+            return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, NULL), k,
+                                "has %d entries but pipeline_model_parallel_size is %d (one entry "
+                                "per stage)",
+                                p->num_pipeline_layers, pp);
         long sum = 0;
         for (int i = 0; i < p->num_pipeline_layers; i++)
             sum += p->pipeline_layers[i];
         if (sum != m->num_layers)
-            return cfg_fail(ld, cfg_at(ld, k, NULL), k,
-                            "entries sum to %ld but num_layers is %d (they must sum to "
-                            "num_layers)",
-                            sum, m->num_layers);
+            return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, NULL), k,
+                                "entries sum to %ld but num_layers is %d (they must sum to "
+                                "num_layers)",
+                                sum, m->num_layers);
     } else if (vpp > 1 && m->num_layers % nvs) {
         k = "model.num_layers";
-        return cfg_fail(ld, cfg_at(ld, k, "parallel.virtual_pipeline_model_parallel_size"), k,
-                        "num_layers (%d) is not divisible by pipeline_model_parallel_size * "
-                        "virtual_pipeline_model_parallel_size (%d * %d = %lld) (every model "
-                        "chunk needs the same number of layers, or set parallel.pipeline_layers "
-                        "per virtual stage)",
-                        m->num_layers, pp, vpp, (long long)nvs);
+        return tpd_cfg_fail(
+            ld, tpd_cfg_at(ld, k, "parallel.virtual_pipeline_model_parallel_size"), k,
+            "num_layers (%d) is not divisible by pipeline_model_parallel_size * "
+            "virtual_pipeline_model_parallel_size (%d * %d = %lld) (every model "
+            "chunk needs the same number of layers, or set parallel.pipeline_layers "
+            "per virtual stage)",
+            m->num_layers, pp, vpp, (long long)nvs);
     } else if (m->num_layers % pp) {
         k = "model.num_layers";
-        return cfg_fail(ld, cfg_at(ld, k, "parallel.pipeline_model_parallel_size"), k,
-                        "num_layers (%d) is not divisible by pipeline_model_parallel_size (%d) "
-                        "(Number of layers should be divisible by the pipeline-model-parallel "
-                        "size, or set parallel.pipeline_layers)",
-                        m->num_layers, pp);
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "parallel.pipeline_model_parallel_size"), k,
+                            "num_layers (%d) is not divisible by pipeline_model_parallel_size (%d) "
+                            "(Number of layers should be divisible by the pipeline-model-parallel "
+                            "size, or set parallel.pipeline_layers)",
+                            m->num_layers, pp);
     }
     k = "model.seq_length";
     if (m->seq_length > m->max_position_embeddings)
-        return cfg_fail(ld, cfg_at(ld, k, "model.max_position_embeddings"), k,
-                        "seq_length (%d) must be <= max_position_embeddings (%d)%s", m->seq_length,
-                        m->max_position_embeddings,
-                        m->position_embedding_type == TPD_POS_ROPE
-                            ? " (with rope it bounds the positions the model trains and "
-                              "generates at, as in Megatron)"
-                            : "");
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.max_position_embeddings"), k,
+                            "seq_length (%d) must be <= max_position_embeddings (%d)%s",
+                            m->seq_length, m->max_position_embeddings,
+                            m->position_embedding_type == TPD_POS_ROPE
+                                ? " (with rope it bounds the positions the model trains and "
+                                  "generates at, as in Megatron)"
+                                : "");
     k = "optimizer.lr_wsd_decay_iters";
     if (c->optimizer.lr_decay_style == TPD_LR_DECAY_WSD) {
         int decay = tpd_config_lr_decay_iters(c);
         int wsd = c->optimizer.lr_wsd_decay_iters;
         if (wsd < 1 || wsd > decay - c->optimizer.lr_warmup_iters)
-            return cfg_fail(ld, cfg_at(ld, k, "optimizer.lr_decay_style"), k,
-                            "WSD needs 1 <= lr_wsd_decay_iters (%d) <= the iterations after "
-                            "warmup (%d)",
-                            wsd, decay - c->optimizer.lr_warmup_iters);
+            return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "optimizer.lr_decay_style"), k,
+                                "WSD needs 1 <= lr_wsd_decay_iters (%d) <= the iterations after "
+                                "warmup (%d)",
+                                wsd, decay - c->optimizer.lr_warmup_iters);
     }
     k = "training.recompute_num_layers";
     if (c->training.recompute_num_layers > 0 && c->training.recompute != TPD_RECOMPUTE_FULL)
-        return cfg_fail(ld, cfg_at(ld, k, "training.recompute"), k,
-                        "%d needs training.recompute full, not %s (it picks the layers whose "
-                        "full recompute is done)",
-                        c->training.recompute_num_layers,
-                        tpd_config_choice("training.recompute", c->training.recompute));
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "training.recompute"), k,
+                            "%d needs training.recompute full, not %s (it picks the layers whose "
+                            "full recompute is done)",
+                            c->training.recompute_num_layers,
+                            tpd_config_choice("training.recompute", c->training.recompute));
     k = "data.data_path";
     char why[512];
     if (c->data.data_path[0] &&
         !tpd_config_data_path_parse(c->data.data_path, NULL, why, sizeof why))
-        return cfg_fail(ld, cfg_at(ld, k, NULL), k, "%s", why);
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, NULL), k, "%s", why);
     if (p->sequence_parallel && m->seq_length % tp) {
         k = "parallel.sequence_parallel";
-        return cfg_fail(ld, cfg_at(ld, k, "model.seq_length"), k,
-                        "seq_length (%d) must be a multiple of tensor_model_parallel_size (%d) "
-                        "(sequence parallel splits the sequence over the TP ranks)",
-                        m->seq_length, tp);
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.seq_length"), k,
+                            "seq_length (%d) must be a multiple of tensor_model_parallel_size (%d) "
+                            "(sequence parallel splits the sequence over the TP ranks)",
+                            m->seq_length, tp);
     }
     if (p->tp_comm_overlap && (!p->sequence_parallel || tp < 2)) {
         k = "parallel.tp_comm_overlap";
-        return cfg_fail(ld, cfg_at(ld, k, "parallel.sequence_parallel"), k,
-                        "needs sequence_parallel true and tensor_model_parallel_size > 1 (TP "
-                        "%d, sequence_parallel %s): it overlaps SP's all-gathers and "
-                        "reduce-scatters with the GEMMs",
-                        tp, p->sequence_parallel ? "true" : "false");
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "parallel.sequence_parallel"), k,
+                            "needs sequence_parallel true and tensor_model_parallel_size > 1 (TP "
+                            "%d, sequence_parallel %s): it overlaps SP's all-gathers and "
+                            "reduce-scatters with the GEMMs",
+                            tp, p->sequence_parallel ? "true" : "false");
     }
-    TPD_CHECK(cfg_check_diloco(ld));
+    TPD_CHECK(tpd_cfg_check_dp(ld));
     k = "training.global_batch_size";
     if (c->training.global_batch_size % c->training.micro_batch_size)
-        return cfg_fail(ld, cfg_at(ld, k, "training.micro_batch_size"), k,
-                        "global_batch_size (%d) must be a multiple of micro_batch_size (%d)",
-                        c->training.global_batch_size, c->training.micro_batch_size);
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "training.micro_batch_size"), k,
+                            "global_batch_size (%d) must be a multiple of micro_batch_size (%d)",
+                            c->training.global_batch_size, c->training.micro_batch_size);
     k = "training.micro_batch_size";
     /* B*T rows index every activation (an int): 64-bit product, bounded */
     if ((int64_t)c->training.micro_batch_size * m->seq_length > CFG_MAX_TOKENS)
-        return cfg_fail(ld, cfg_at(ld, k, "model.seq_length"), k,
-                        "micro_batch_size * seq_length (%d * %d) must be at most %d tokens "
-                        "per micro-batch",
-                        c->training.micro_batch_size, m->seq_length, CFG_MAX_TOKENS);
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.seq_length"), k,
+                            "micro_batch_size * seq_length (%d * %d) must be at most %d tokens "
+                            "per micro-batch",
+                            c->training.micro_batch_size, m->seq_length, CFG_MAX_TOKENS);
     k = "optimizer.min_lr";
     if (c->optimizer.min_lr > c->optimizer.lr) {
         char lo[32], hi[32];
         tpd_cfg_fmt_double(c->optimizer.min_lr, lo, sizeof lo);
         tpd_cfg_fmt_double(c->optimizer.lr, hi, sizeof hi);
-        return cfg_fail(ld, cfg_at(ld, k, "optimizer.lr"), k, "min_lr (%s) must be <= lr (%s)", lo,
-                        hi);
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "optimizer.lr"), k,
+                            "min_lr (%s) must be <= lr (%s)", lo, hi);
     }
     if (vpp > 1) {
         /* As in Megatron, virtual stages select the interleaved schedule */
         k = "parallel.virtual_pipeline_model_parallel_size";
         if (p->pipeline_schedule == TPD_SCHEDULE_ZB_H1)
-            return cfg_fail(ld, cfg_at(ld, k, "parallel.pipeline_schedule"), k,
-                            "%d needs pipeline_schedule interleaved (or 1f1b, which it makes "
-                            "interleaved), not zb-h1 (zb-h1 runs one model chunk per stage)",
-                            vpp);
+            return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "parallel.pipeline_schedule"), k,
+                                "%d needs pipeline_schedule interleaved (or 1f1b, which it makes "
+                                "interleaved), not zb-h1 (zb-h1 runs one model chunk per stage)",
+                                vpp);
         if (pp < 2)
-            return cfg_fail(ld, cfg_at(ld, k, "parallel.pipeline_model_parallel_size"), k,
-                            "%d needs pipeline_model_parallel_size > 1 (the model chunks "
-                            "interleave across the pipeline's stages)",
-                            vpp);
+            return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "parallel.pipeline_model_parallel_size"), k,
+                                "%d needs pipeline_model_parallel_size > 1 (the model chunks "
+                                "interleave across the pipeline's stages)",
+                                vpp);
     } else if (p->pipeline_schedule == TPD_SCHEDULE_INTERLEAVED) {
         k = "parallel.pipeline_schedule";
-        return cfg_fail(ld, cfg_at(ld, k, NULL), k,
-                        "interleaved needs virtual_pipeline_model_parallel_size > 1 (the model "
-                        "chunks per stage that it interleaves)");
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, NULL), k,
+                            "interleaved needs virtual_pipeline_model_parallel_size > 1 (the model "
+                            "chunks per stage that it interleaves)");
     }
     if (p->pipeline_schedule == TPD_SCHEDULE_ZB_H1 && c->training.recompute == TPD_RECOMPUTE_FULL) {
         k = "parallel.pipeline_schedule";
-        return cfg_fail(ld, cfg_at(ld, k, "training.recompute"), k,
-                        "zb-h1 cannot run with training.recompute full: W needs the layer "
-                        "activations that full recompute drops after B (use selective or none)");
+        return tpd_cfg_fail(
+            ld, tpd_cfg_at(ld, k, "training.recompute"), k,
+            "zb-h1 cannot run with training.recompute full: W needs the layer "
+            "activations that full recompute drops after B (use selective or none)");
     }
     return TPD_OK;
 }
@@ -733,24 +640,26 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
  * come before the first write, so a failure leaves the config as it was. */
 static tpd_status cfg_resolve(cfg_loader *ld) {
     tpd_config_model *m = &ld->cfg->model;
+    TPD_CHECK(tpd_cfg_check_sharding_stated(ld));
     if (m->ffn_hidden_size == 0) {
         /* 4h is GPT's width; a SwiGLU MLP of the same size is about 8/3 h, and Llama rounds
          * that up its own way: no default would be right. */
         if (m->swiglu)
-            return cfg_fail(ld, cfg_at(ld, "model.ffn_hidden_size", "model.swiglu"),
-                            "model.ffn_hidden_size",
-                            "swiglu needs ffn_hidden_size set: 0 means 4*hidden_size (%lld), "
-                            "GPT's MLP width, but a SwiGLU MLP has three matrices and Llama's "
-                            "width is about 8/3*hidden_size (e.g. 14336 at hidden_size 4096)",
-                            4LL * m->hidden_size);
+            return tpd_cfg_fail(ld, tpd_cfg_at(ld, "model.ffn_hidden_size", "model.swiglu"),
+                                "model.ffn_hidden_size",
+                                "swiglu needs ffn_hidden_size set: 0 means 4*hidden_size (%lld), "
+                                "GPT's MLP width, but a SwiGLU MLP has three matrices and Llama's "
+                                "width is about 8/3*hidden_size (e.g. 14336 at hidden_size 4096)",
+                                4LL * m->hidden_size);
         if (m->hidden_size > INT_MAX / 4)
-            return cfg_fail(ld, cfg_where(ld, "model.hidden_size"), "model.hidden_size",
-                            "%d is too large for the default ffn_hidden_size 4*hidden_size "
-                            "(set model.ffn_hidden_size)",
-                            m->hidden_size);
+            return tpd_cfg_fail(ld, tpd_cfg_where(ld, "model.hidden_size"), "model.hidden_size",
+                                "%d is too large for the default ffn_hidden_size 4*hidden_size "
+                                "(set model.ffn_hidden_size)",
+                                m->hidden_size);
         m->ffn_hidden_size = 4 * m->hidden_size;
     }
     if (m->max_position_embeddings == 0) m->max_position_embeddings = m->seq_length;
+    tpd_cfg_sharding_rule(&ld->cfg->parallel);
     return TPD_OK;
 }
 
@@ -778,8 +687,8 @@ tpd_status tpd_config_load(const char *path, int n_overrides, const char *const 
     if (path) {
         for (int i = 0; i < tpd_cfg_nkeys; i++)
             if (tpd_cfg_keys[i].required && ld.set[i].origin == CFG_DEFAULT)
-                return cfg_fail(&ld, &ld.set[i], tpd_cfg_keys[i].name,
-                                "required key is missing (every config file must set it)");
+                return tpd_cfg_fail(&ld, &ld.set[i], tpd_cfg_keys[i].name,
+                                    "required key is missing (every config file must set it)");
     }
 
     TPD_CHECK(cfg_resolve(&ld));

@@ -63,6 +63,14 @@ typedef enum tpd_dp_sync {
 /* What a reduction moves on the wire; the receiver accumulates in fp32 either way. */
 typedef enum tpd_reduce_dtype { TPD_REDUCE_FP32 = 0, TPD_REDUCE_BF16 = 1 } tpd_reduce_dtype;
 typedef enum tpd_optimizer_type { TPD_OPTIM_ADAMW = 0, TPD_OPTIM_SGD = 1 } tpd_optimizer_type;
+/* parallel.data_parallel_sharding_strategy (Megatron-Core's names): what each DP rank keeps
+ * only its 1/shard-group share of. Ordered: each shards what the one before does, and more. */
+typedef enum tpd_dp_sharding {
+    TPD_DP_SHARDING_NO_SHARD = 0,           /* everything replicated */
+    TPD_DP_SHARDING_OPTIM = 1,              /* optimizer state (ZeRO-1) */
+    TPD_DP_SHARDING_OPTIM_GRADS = 2,        /* and the main gradients (ZeRO-2) */
+    TPD_DP_SHARDING_OPTIM_GRADS_PARAMS = 3, /* and the parameters (ZeRO-3, FSDP) */
+} tpd_dp_sharding;
 
 typedef struct tpd_config_model {
     int num_layers;
@@ -98,13 +106,19 @@ typedef struct tpd_config_parallel {
     int data_parallel_size;  /* 0 = derived from the world size */
     int num_pipeline_layers; /* entries in pipeline_layers; 0 = even split */
     int pipeline_layers[TPD_CONFIG_MAX_STAGES];
-    int use_distributed_optimizer; /* ZeRO-1 */
-    int64_t ddp_bucket_size;       /* gradient elements per DP bucket */
-    int overlap_grad_reduce;       /* DP reduction during the last backward */
-    int overlap_param_gather;      /* ZeRO-1 all-gather during the next forward */
-    int sequence_parallel;         /* Megatron SP: needs seq_length % TP == 0 */
-    int tp_comm_overlap;           /* Megatron-Core's TP communication overlap with the GEMMs: the
-                                      planner models it (needs SP and TP > 1); `tripod train` refuses */
+    int use_distributed_optimizer; /* ZeRO-1; true whenever the strategy shards anything
+                                      (tpd_config_resolve) */
+    tpd_dp_sharding data_parallel_sharding_strategy; /* optim is use_distributed_optimizer */
+    int data_parallel_shard_size; /* HSDP: shard inside groups of this many consecutive DP
+                                     ranks, replicate across them; 0 = all of DP */
+    int fsdp_units_in_flight;     /* optim_grads_params: units (one layer each) whose full
+                                     parameters are gathered at once, prefetch included */
+    int64_t ddp_bucket_size;      /* gradient elements per DP bucket */
+    int overlap_grad_reduce;      /* DP reduction during the last backward */
+    int overlap_param_gather;     /* ZeRO-1 all-gather during the next forward */
+    int sequence_parallel;        /* Megatron SP: needs seq_length % TP == 0 */
+    int tp_comm_overlap;          /* Megatron-Core's TP communication overlap with the GEMMs: the
+                                     planner models it (needs SP and TP > 1); `tripod train` refuses */
     int virtual_pipeline_model_parallel_size; /* model chunks per stage (interleaved) */
     tpd_schedule pipeline_schedule;
     tpd_dp_sync dp_sync;                /* every_step, or diloco (the diloco section) */
@@ -220,10 +234,14 @@ void tpd_config_defaults(tpd_config *cfg);
 
 /* Fills the fields whose 0 means "derived from others", where they are still 0 (a stated
  * value is kept): model.ffn_hidden_size (4*hidden_size) and model.max_position_embeddings
- * (seq_length). The one home of those rules: tpd_config_load calls it after the file and
- * the overrides, and everything past engine/config reads the fields as resolved. On
- * failure (ffn_hidden_size left 0 under swiglu, or hidden_size too large for 4x) returns
- * TPD_ERR_INVALID, logs one line as tpd_config_load does and leaves cfg as it was. */
+ * (seq_length); and makes the two names of ZeRO-1 agree: use_distributed_optimizer true
+ * under no_shard makes the strategy optim, and any strategy but no_shard makes
+ * use_distributed_optimizer true (which the ZeRO-1 code reads). The one home of those
+ * rules: tpd_config_load calls it after the file and the overrides, and everything past
+ * engine/config reads the fields as resolved. On failure (ffn_hidden_size left 0 under
+ * swiglu, hidden_size too large for 4x, or, in a load, use_distributed_optimizer and
+ * data_parallel_sharding_strategy both stated and disagreeing) returns TPD_ERR_INVALID,
+ * logs one line as tpd_config_load does and leaves cfg as it was. */
 tpd_status tpd_config_resolve(tpd_config *cfg);
 
 /* Parse `path` (may be NULL: defaults only), apply overrides "section.key=value" in
@@ -258,7 +276,9 @@ tpd_status tpd_config_yaml_depth_check(const char *path, FILE *f);
 tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size);
 
 /* Rejects what `tripod train` cannot run although the planner models it (bf16 on the
- * cpu backend, parallel.tp_comm_overlap), naming the key; logged as above. */
+ * cpu backend, parallel.tp_comm_overlap, the sharding strategies optim_grads and
+ * optim_grads_params, a data_parallel_shard_size other than 0 or the stated
+ * data_parallel_size), naming the key; logged as above. */
 tpd_status tpd_config_check_trainable(const tpd_config *cfg);
 
 /* Derived quantities. */
@@ -318,17 +338,19 @@ tpd_schedule tpd_config_schedule(const tpd_config *cfg);
 typedef struct tpd_config_layout {
     int tp, pp, dp;            /* parallel sizes; dp 0 = derived from the world size */
     int vpp;                   /* model chunks per stage (virtual stages) */
-    int distributed_optimizer; /* ZeRO-1 */
+    int distributed_optimizer; /* ZeRO-1; 0 turns every sharding off */
     int sequence_parallel;
     tpd_recompute recompute;
     int recompute_num_layers;
     int micro_batch_size, global_batch_size; /* 0 = the config's */
+    tpd_dp_sharding sharding;                /* at least optim under distributed_optimizer */
+    int shard_size;                          /* HSDP's shard group; 0 = all of DP */
 } tpd_config_layout;
 
 /* Positional, so that C++ (the tests) reads it too: tp, pp, dp, vpp, ZeRO-1, SP, recompute,
- * its layers, the batch. */
+ * its layers, the batch, the sharding strategy and shard size. */
 #define TPD_CONFIG_LAYOUT_INIT                                                                     \
-    { 1, 1, 1, 1, 0, 0, TPD_RECOMPUTE_NONE, 0, 0, 0 }
+    { 1, 1, 1, 1, 0, 0, TPD_RECOMPUTE_NONE, 0, 0, 0, TPD_DP_SHARDING_NO_SHARD, 0 }
 
 /* The layout `cfg` runs at. */
 void tpd_config_layout_get(const tpd_config *cfg, tpd_config_layout *lay_p);
@@ -337,8 +359,9 @@ void tpd_config_layout_get(const tpd_config *cfg, tpd_config_layout *lay_p);
  * made to agree with it: parallel.pipeline_layers kept only while PP and the virtual stages
  * stay (else the even split), virtual stages only with PP > 1, pipeline_schedule 1f1b where
  * the pipeline or the interleaving is gone, sequence_parallel (and tp_comm_overlap with it)
- * only with TP > 1, recompute_num_layers only under full recompute. The model and every
- * other field are src's; out_p may be src. */
+ * only with TP > 1, recompute_num_layers only under full recompute, the sharding strategy
+ * no_shard without distributed_optimizer (else at least optim) and the shard size only
+ * where it divides DP. The model and every other field are src's; out_p may be src. */
 void tpd_config_relayout(const tpd_config *src, const tpd_config_layout *to, tpd_config *out_p);
 
 /* data.data_path: one prefix (a Megatron PREFIX or an llm.c shard file, spaces allowed;

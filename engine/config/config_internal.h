@@ -60,7 +60,7 @@ extern const int tpd_cfg_nkeys;
 
 /* Upper bounds of the counts, for per-key and per-section arrays; config_schema.c asserts
  * them. */
-#define TPD_CFG_MAX_KEYS 96
+#define TPD_CFG_MAX_KEYS 128
 #define TPD_CFG_MAX_SECTIONS 16
 
 /* Lookup: index of a row or a section, -1 when unknown. */
@@ -85,6 +85,11 @@ int tpd_cfg_parse_double(const char *s, double *v_p);
 int tpd_cfg_parse_split(const char *s, char *out, size_t n);
 /* Index of s among an enum key's choices; -1 when it is none of them. */
 int tpd_cfg_enum_index(const char *const *choices, const char *s);
+
+/* The one rule that makes the two names of ZeRO-1 agree (config_dp.c): use_distributed_optimizer
+ * under no_shard makes the strategy optim; a strategy that shards sets
+ * use_distributed_optimizer. tpd_config_resolve and tpd_config_relayout apply it. */
+void tpd_cfg_sharding_rule(tpd_config_parallel *p);
 
 /* Shortest decimal form that reads back as the same double. */
 void tpd_cfg_fmt_double(double x, char *buf, size_t n);

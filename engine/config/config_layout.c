@@ -3,6 +3,7 @@
  * reference of `tripod verify`, sampling, a checkpoint's ranks) carries the same complete
  * and consistent set of them. */
 #include "engine/config/config.h"
+#include "engine/config/config_internal.h"
 
 #include <string.h>
 
@@ -20,6 +21,8 @@ void tpd_config_layout_get(const tpd_config *cfg, tpd_config_layout *lay_p) {
         .recompute_num_layers = t->recompute_num_layers,
         .micro_batch_size = t->micro_batch_size,
         .global_batch_size = t->global_batch_size,
+        .sharding = p->data_parallel_sharding_strategy,
+        .shard_size = p->data_parallel_shard_size,
     };
     *lay_p = l;
 }
@@ -43,7 +46,16 @@ void tpd_config_relayout(const tpd_config *src, const tpd_config_layout *to, tpd
     /* one stage has no pipeline to schedule; interleaving needs the virtual stages */
     if (to->pp == 1 || (vpp == 1 && p->pipeline_schedule == TPD_SCHEDULE_INTERLEAVED))
         p->pipeline_schedule = TPD_SCHEDULE_1F1B;
+    /* distributed_optimizer 0 is a copy without sharded state (one rank, weights only) */
     p->use_distributed_optimizer = to->distributed_optimizer;
+    p->data_parallel_sharding_strategy =
+        to->distributed_optimizer ? to->sharding : TPD_DP_SHARDING_NO_SHARD;
+    tpd_cfg_sharding_rule(p);
+    /* a shard group of consecutive DP ranks: only where it divides DP */
+    p->data_parallel_shard_size = to->distributed_optimizer && to->shard_size > 0 && to->dp > 0 &&
+                                          to->dp % to->shard_size == 0
+                                      ? to->shard_size
+                                      : 0;
     /* SP splits the sequence over the TP ranks, and the TP overlap hides SP's collectives */
     p->sequence_parallel = to->sequence_parallel && to->tp > 1;
     if (!p->sequence_parallel) p->tp_comm_overlap = 0;

@@ -49,6 +49,8 @@ static const char *const k_pos_emb[] = {"learned_absolute", "rope", NULL};
 static const char *const k_dp_sync[] = {"every_step", "diloco", NULL};
 static const char *const k_reduce_dtype[] = {"fp32", "bf16", NULL};
 static const char *const k_optimizer[] = {"adamw", "sgd", NULL};
+static const char *const k_sharding[] = {"no_shard", "optim", "optim_grads", "optim_grads_params",
+                                         NULL};
 /* The parser stores an enum key as an int. */
 _Static_assert(sizeof(tpd_schedule) == sizeof(int) && sizeof(tpd_precision) == sizeof(int) &&
                    sizeof(tpd_device) == sizeof(int) && sizeof(tpd_recompute) == sizeof(int) &&
@@ -56,7 +58,8 @@ _Static_assert(sizeof(tpd_schedule) == sizeof(int) && sizeof(tpd_precision) == s
                    sizeof(tpd_wsd_decay) == sizeof(int) && sizeof(tpd_fallback) == sizeof(int) &&
                    sizeof(tpd_norm) == sizeof(int) && sizeof(tpd_pos_emb) == sizeof(int) &&
                    sizeof(tpd_dp_sync) == sizeof(int) && sizeof(tpd_reduce_dtype) == sizeof(int) &&
-                   sizeof(tpd_optimizer_type) == sizeof(int),
+                   sizeof(tpd_optimizer_type) == sizeof(int) &&
+                   sizeof(tpd_dp_sharding) == sizeof(int),
                "enum keys are stored as int");
 
 /* The required keys default to a tiny model so that a defaults-only load (tests, or
@@ -141,7 +144,21 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      "layers per stage (per virtual stage, chunk-major, when v > 1); [] = even split"},
     {"parallel.use_distributed_optimizer", TPD_CFG_BOOL,
      TPD_CFG_FIELD(parallel.use_distributed_optimizer), "false", TPD_CFG_NOBOUND, NULL, 0,
-     "shard the optimizer state over DP (ZeRO-1)"},
+     "shard the optimizer state over DP (ZeRO-1): data_parallel_sharding_strategy optim"},
+    {"parallel.data_parallel_sharding_strategy", TPD_CFG_ENUM,
+     TPD_CFG_FIELD(parallel.data_parallel_sharding_strategy), "no_shard", TPD_CFG_NOBOUND,
+     k_sharding, 0,
+     "no_shard, optim (ZeRO-1), optim_grads (ZeRO-2), optim_grads_params (ZeRO-3/FSDP); "
+     "stating it and use_distributed_optimizer both, they must agree (false with no_shard, "
+     "true with the others); train runs optim, plan models all"},
+    {"parallel.data_parallel_shard_size", TPD_CFG_INT,
+     TPD_CFG_FIELD(parallel.data_parallel_shard_size), "0", TPD_CFG_UPTO(0, 1048576), NULL, 0,
+     "HSDP: shard inside groups of this many consecutive DP ranks, replicate across them; "
+     "0 = all of DP (must divide DP; train: 0 or DP)"},
+    {"parallel.fsdp_units_in_flight", TPD_CFG_INT, TPD_CFG_FIELD(parallel.fsdp_units_in_flight),
+     "2", TPD_CFG_UPTO(1, 1024), NULL, 0,
+     "optim_grads_params: layers whose full parameters are gathered at once (the prefetch "
+     "included)"},
     {"parallel.ddp_bucket_size", TPD_CFG_INT64, TPD_CFG_FIELD(parallel.ddp_bucket_size), "40000000",
      TPD_CFG_UPTO(1, 1099511627776.0), NULL, 0, "gradient elements per DP bucket"},
     {"parallel.overlap_grad_reduce", TPD_CFG_BOOL, TPD_CFG_FIELD(parallel.overlap_grad_reduce),

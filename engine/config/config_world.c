@@ -54,6 +54,13 @@ tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size) {
                               "diloco.replicas (%d) must divide the data parallel size (%d): "
                               "every replica is DP / replicas ranks",
                               cfg->diloco.replicas, dp);
+    const int shard = cfg->parallel.data_parallel_shard_size, inner = tpd_config_dp_inner(cfg, dp);
+    if (shard > 0 && inner % shard)
+        return cfg_fail_after(cfg,
+                              "parallel.data_parallel_shard_size (%d) must divide the data "
+                              "parallel size (%d%s): the shard groups are runs of that many "
+                              "consecutive DP ranks, replicated across",
+                              shard, inner, inner != dp ? ", a DiLoCo replica's ranks" : "");
     int M = tpd_config_num_micro_batches(cfg, dp);
     if (tpd_config_schedule(cfg) == TPD_SCHEDULE_INTERLEAVED && M % pp)
         return cfg_fail_after(cfg,
@@ -86,6 +93,24 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
                               "tensor-parallel communication with the GEMMs (only `tripod plan` "
                               "models it, as Megatron-Core's --tp-comm-overlap); set it to "
                               "false to train");
+    const tpd_dp_sharding sh = cfg->parallel.data_parallel_sharding_strategy;
+    if (sh == TPD_DP_SHARDING_OPTIM_GRADS || sh == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS)
+        return cfg_fail_after(cfg,
+                              "parallel.data_parallel_sharding_strategy %s: `tripod train` "
+                              "shards optimizer state only (optim); `tripod plan` models "
+                              "optim_grads and optim_grads_params; set it to optim (or no_shard) "
+                              "to train",
+                              tpd_config_choice("parallel.data_parallel_sharding_strategy", sh));
+    const int shard = cfg->parallel.data_parallel_shard_size;
+    if (shard != 0 && shard != cfg->parallel.data_parallel_size)
+        return cfg_fail_after(cfg,
+                              "parallel.data_parallel_shard_size %d: `tripod train` shards over "
+                              "all of DP only (hybrid sharding is modelled by `tripod plan`); "
+                              "set it to 0 (all of DP)%s",
+                              shard,
+                              cfg->parallel.data_parallel_size > 0
+                                  ? ""
+                                  : " or state parallel.data_parallel_size equal to it");
     return TPD_OK;
 }
 

@@ -38,6 +38,8 @@ void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layou
     l.recompute = cfg->training.recompute;
     l.sequence_parallel = p->sequence_parallel && l.tp > 1;
     l.distributed_optimizer = p->use_distributed_optimizer;
+    l.sharding = p->data_parallel_sharding_strategy;
+    l.shard_size = p->data_parallel_shard_size;
     l.overlap_grad_reduce = p->overlap_grad_reduce;
     l.overlap_param_gather = p->overlap_param_gather;
     l.tp_comm_overlap = p->tp_comm_overlap && l.sequence_parallel;
@@ -47,11 +49,16 @@ void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layou
 void tpd_plan_layout_str(const tpd_plan_layout *l, char *buf, size_t len) {
     const char *ovl = l->overlap_grad_reduce ? (l->overlap_param_gather ? "grad+param" : "grad")
                                              : (l->overlap_param_gather ? "param" : "off");
-    snprintf(buf, len, "TP=%d PP=%d DP=%d mbs=%d v=%d %s recompute=%s SP=%s ZeRO=%s overlap=%s%s",
+    /* ZeRO=on is optim (ZeRO-1), 2 optim_grads, 3 optim_grads_params; shard=N is HSDP */
+    static const char *const zero[] = {"off", "on", "2", "3"};
+    char shard[32] = "";
+    if (l->shard_size > 0 && l->shard_size < l->dp)
+        snprintf(shard, sizeof shard, " shard=%d", l->shard_size);
+    snprintf(buf, len, "TP=%d PP=%d DP=%d mbs=%d v=%d %s recompute=%s SP=%s ZeRO=%s%s overlap=%s%s",
              l->tp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages,
              tpd_config_choice("parallel.pipeline_schedule", tpd_plan_layout_schedule(l)),
              tpd_config_choice("training.recompute", l->recompute),
-             l->sequence_parallel ? "on" : "off", l->distributed_optimizer ? "on" : "off", ovl,
+             l->sequence_parallel ? "on" : "off", zero[tpd_plan_sharding(l)], shard, ovl,
              l->tp_comm_overlap ? " tp-comm-overlap" : "");
 }
 
@@ -95,7 +102,13 @@ int tpd_plan_overrides(const tpd_config *cfg, const tpd_plan_result *res, char *
         ok = ok && put(buf, len, &at, "]");
     }
     PUT(" parallel.sequence_parallel=%s", l->sequence_parallel ? "true" : "false");
-    PUT(" parallel.use_distributed_optimizer=%s", l->distributed_optimizer ? "true" : "false");
+    tpd_dp_sharding sh = tpd_plan_sharding(l);
+    PUT(" parallel.use_distributed_optimizer=%s",
+        sh != TPD_DP_SHARDING_NO_SHARD ? "true" : "false");
+    PUT(" parallel.data_parallel_sharding_strategy=%s",
+        tpd_config_choice("parallel.data_parallel_sharding_strategy", sh));
+    PUT(" parallel.data_parallel_shard_size=%d",
+        l->shard_size > 0 && l->shard_size < tpd_config_dp_inner(cfg, l->dp) ? l->shard_size : 0);
     PUT(" parallel.overlap_grad_reduce=%s", l->overlap_grad_reduce ? "true" : "false");
     PUT(" parallel.overlap_param_gather=%s", l->overlap_param_gather ? "true" : "false");
     /* only when on: the search never turns it on, and `tripod train` refuses it */
@@ -203,6 +216,25 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
     if (l->sequence_parallel && cfg->model.seq_length % l->tp) {
         snprintf(why, whylen, "seq_length %d not divisible by TP %d (sequence parallel)",
                  cfg->model.seq_length, l->tp);
+        return 0;
+    }
+    tpd_dp_sharding sh = tpd_plan_sharding(l);
+    int inner = tpd_config_dp_inner(cfg, l->dp);
+    if (l->shard_size < 0 || (l->shard_size > 0 && inner % l->shard_size)) {
+        snprintf(why, whylen, "shard size %d does not divide DP %d", l->shard_size, inner);
+        return 0;
+    }
+    int hybrid = l->shard_size > 0 && l->shard_size < inner;
+    if (cl && cl->backend == TPD_PLAN_BACKEND_CPU && (sh > TPD_DP_SHARDING_OPTIM || hybrid)) {
+        snprintf(why, whylen, "cpu: tripod train runs optim only (sharding %s%s)",
+                 tpd_config_choice("parallel.data_parallel_sharding_strategy", sh),
+                 hybrid ? ", hybrid" : "");
+        return 0;
+    }
+    if (cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO && (sh > TPD_DP_SHARDING_OPTIM || hybrid)) {
+        snprintf(why, whylen, "DiLoCo shards optim at most over a replica (sharding %s%s)",
+                 tpd_config_choice("parallel.data_parallel_sharding_strategy", sh),
+                 hybrid ? ", hybrid" : "");
         return 0;
     }
     if (why && whylen) why[0] = '\0';

@@ -387,6 +387,10 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     out->workspace = (double)(ws + scratch.total + slots * 2 * N * 4);
     out->total =
         out->params + out->grads + out->optimizer + out->outer + out->activations + out->workspace;
+    out->gather = 0.0; /* the engine shards nothing beyond ZeRO-1 */
+    out->params_full = out->params;
+    out->grads_full = out->grads;
+    out->optimizer_full = out->optimizer;
     return TPD_OK;
 }
 
@@ -398,7 +402,16 @@ static tpd_status cuda_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *
                                  const tpd_plan_layout *lay, int stage, tpd_plan_stage_mem *out) {
     tpd_config dev = *cfg;
     dev.training.device = TPD_DEVICE_CUDA;
-    TPD_CHECK(tpd_plan_cpu_memory(&dev, lay, stage, out));
+    /* the engine's bytes at ZeRO-1 (or none), then the strategy's shards on top */
+    tpd_plan_layout z = *lay;
+    z.distributed_optimizer = tpd_plan_sharding(lay) != TPD_DP_SHARDING_NO_SHARD;
+    TPD_CHECK(tpd_plan_cpu_memory(&dev, &z, stage, out));
+    tpd_plan_stage_mem full = *out;
+    if (z.distributed_optimizer) {
+        z.distributed_optimizer = 0;
+        TPD_CHECK(tpd_plan_cpu_memory(&dev, &z, stage, &full));
+    }
+    TPD_CHECK(tpd_plan_shard_memory(&dev, lay, stage, &full, out));
     double lib = cl->workspace_bytes;
     if ((long)lay->tp * lay->pp * lay->dp == 1 && lib > (double)TPD_KERN_GEMM_WORKSPACE_BYTES)
         lib = (double)TPD_KERN_GEMM_WORKSPACE_BYTES;
@@ -423,6 +436,13 @@ tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
         res->stage_layers[s] = tpd_plan_stage_layers(cfg, lay, s);
         if (cl->backend == TPD_PLAN_BACKEND_CPU) {
             TPD_CHECK(tpd_plan_cpu_memory(cfg, lay, s, &res->mem[s]));
+            if (lay->distributed_optimizer) { /* the report's unsharded optimizer state */
+                tpd_plan_layout z = *lay;
+                tpd_plan_stage_mem full;
+                z.distributed_optimizer = 0;
+                TPD_CHECK(tpd_plan_cpu_memory(cfg, &z, s, &full));
+                res->mem[s].optimizer_full = full.optimizer;
+            }
         } else {
             TPD_CHECK(cuda_stage_mem(cfg, cl, lay, s, &res->mem[s]));
         }

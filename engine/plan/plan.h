@@ -145,17 +145,28 @@ typedef struct tpd_plan_layout {
     int overlap_param_gather;  /* parallel.overlap_param_gather (ZeRO-1 only) */
     int tp_comm_overlap;       /* parallel.tp_comm_overlap (SP and TP > 1 only); the search
                                   turns it on only where the config does */
+    tpd_dp_sharding sharding;  /* parallel.data_parallel_sharding_strategy; the layout shards
+                                  at least optim under distributed_optimizer (tpd_plan_sharding) */
+    int shard_size;            /* parallel.data_parallel_shard_size: HSDP's shard group of
+                                  consecutive DP ranks; 0 = all of DP */
 } tpd_plan_layout;
 
 /* Bytes per rank of one pipeline stage. `optimizer` includes the fp32 master weights;
  * `outer` is DiLoCo's outer state (tpd_mem_breakdown.outer; 0 under every_step). */
 typedef struct tpd_plan_stage_mem {
     double params, grads, optimizer, outer, activations, workspace, total;
+    /* Sharded DP (GPU model): `gather` is the working set beside the shards, in total:
+     * optim_grads' staging of two DP buckets of gradients, optim_grads_params' gathered full
+     * parameters of fsdp_units_in_flight units and two units' gradients before their
+     * reduce-scatter. The *_full fields are params, grads and optimizer unsharded (no_shard),
+     * for the report. */
+    double gather;
+    double params_full, grads_full, optimizer_full;
 } tpd_plan_stage_mem;
 
 /* Where one step's time goes, s. step_time_s = compute + pp_bubble + pp_p2p +
- * dp_comm_exposed + optimizer + dp_gather_exposed + straggler + global_sync + step_host +
- * dp_outer + outer_update. */
+ * dp_comm_exposed + optimizer + dp_gather_exposed + dp_shard_exposed + dp_replica_allreduce +
+ * straggler + global_sync + step_host + dp_outer + outer_update. */
 typedef struct tpd_plan_time {
     double compute;           /* M x (fwd + bwd incl. recompute) of the slowest stage */
     double tp_comm;           /* the TP collectives inside that (what the overlap left exposed) */
@@ -176,11 +187,19 @@ typedef struct tpd_plan_time {
     double optimizer;         /* norm, clipping, AdamW (memory bound) + optimizer_fixed_ms */
     double dp_gather_exposed; /* ZeRO-1 parameter all-gather that the next step's forward
                                  waits for (all of it without overlap_param_gather) */
-    double dp_outer;          /* DiLoCo: the outer all-reduce of the pseudo-gradients, per
-                                 step: F fragments every H steps, each exposed for what its
-                                 overlap_steps of compute do not hide (0 under every_step) */
-    double outer_update;      /* DiLoCo: the outer Nesterov step's memory-bound passes over
-                                 the shard, per step (1/H of one) */
+    double dp_shard_exposed;  /* sharded DP beyond ZeRO-1: optim_grads_params' per-micro-batch
+                                 parameter all-gathers (before each unit's forward and
+                                 backward) and gradient reduce-scatters that the prefetch does
+                                 not hide behind the units' compute, and its last
+                                 reduce-scatter's tail; optim_grads' reduce-scatters of the
+                                 earlier micro-batches past their backward */
+    double dp_replica_allreduce; /* HSDP: the all-reduce of the gradient shard over the
+                                    replicas (DP / shard size ranks, on their own link) */
+    double dp_outer;             /* DiLoCo: the outer all-reduce of the pseudo-gradients, per
+                                    step: F fragments every H steps, each exposed for what its
+                                    overlap_steps of compute do not hide (0 under every_step) */
+    double outer_update;         /* DiLoCo: the outer Nesterov step's memory-bound passes over
+                                    the shard, per step (1/H of one) */
     /* Reported beside the step, not part of the sum: */
     double dp_comm_total;    /* every DP and embedding collective of a stage back to back
                                 (the most of any stage): exposed + hidden */
@@ -228,8 +247,10 @@ typedef struct tpd_plan_result {
                                                             and (micro-batch, chunk) */
     double dp_exposed[TPD_CONFIG_MAX_STAGES]; /* per stage: reduction past its pipeline end */
     tpd_plan_hop hop_tp, hop_dp, hop_pp;      /* where the TP and DP groups and the pipeline
-                                                 sends run */
-    double model_flops, hw_flops;             /* per iteration, all GPUs */
+                                                 sends run (hop_dp: the shard group's) */
+    tpd_plan_hop hop_replica;     /* HSDP: the replicas' all-reduce (NONE without replicas) */
+    int shard_group;              /* ranks each shard is over: the shard size, or all of DP */
+    double model_flops, hw_flops; /* per iteration, all GPUs */
     double tflops_per_gpu, hw_tflops_per_gpu, mfu, tokens_per_s;
     /* DP wire bytes one rank sends per step (its busiest stage): the every-step reduction
      * over its DP group, plus under DiLoCo the outer all-reduce over 1/H of it */

@@ -301,4 +301,31 @@ void tpd_plan_diloco_outer(const tpd_config *cfg, const tpd_plan_cluster *cl, do
 /* Throughput fields of res from its step time. */
 void tpd_plan_rates(const tpd_config *cfg, const tpd_plan_cluster *cl, tpd_plan_result *res);
 
+/* ---- sharded data parallelism (plan/shard.c) ---- */
+
+/* The strategy a layout runs: its sharding, and at least optim under distributed_optimizer
+ * (ZeRO-1 by its older name). */
+tpd_dp_sharding tpd_plan_sharding(const tpd_plan_layout *lay);
+/* Ranks a shard is over: the layout's shard_size, or every rank that sums each step's
+ * gradients (all of DP, a DiLoCo replica's). */
+int tpd_plan_shard_group(const tpd_config *cfg, const tpd_plan_layout *lay);
+/* The GPU model's bytes of a rank under the layout's strategy (`out` holds the engine's
+ * bytes of the layout unsharded and ZeRO-1 as tpd_plan_cpu_memory gives them, `full` the same
+ * with nothing sharded): the optimizer state over the shard group from optim on, the main
+ * gradients from optim_grads (plus two buckets' staging), the parameters from
+ * optim_grads_params (plus fsdp_units_in_flight gathered units and two units' gradients). */
+tpd_status tpd_plan_shard_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                                 const tpd_plan_stage_mem *full, tpd_plan_stage_mem *out);
+/* The time terms of sharding beyond ZeRO-1 and of HSDP: per stage the exposed time that
+ * optim_grads_params adds to one micro-batch's forward (`fwd_p`) and backward (`bwd_p`)
+ * from its pass simulation (NULL: not wanted), and into res->time dp_shard_exposed's
+ * step-level part (optim_grads' earlier micro-batches, the last reduce-scatter's tail) and
+ * dp_replica_allreduce, res->hop_replica and res->shard_group. `cost` is clean. */
+tpd_status tpd_plan_shard_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                               const tpd_plan_layout *lay, const tpd_plan_stage_cost *cost,
+                               double *fwd_p, double *bwd_p, tpd_plan_result *res);
+/* The shard group's collectives, priced as tpd_plan_gpu_dp_cost's (ring, on the group's link
+ * TP ranks apart): reduce-scatter and all-gather per byte. */
+tpd_plan_affine tpd_plan_shard_ring(const tpd_plan_cluster *cl, int n, long stride);
+
 #endif

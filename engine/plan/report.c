@@ -30,6 +30,42 @@ static const char *overlap_short(const tpd_plan_layout *l) {
     return g ? (pg ? "g+p" : "g") : (pg ? "p" : "-");
 }
 
+/* off, on (ZeRO-1), 2, 3; with an h after it under hybrid sharding */
+static const char *zero_short(const tpd_plan_layout *l) {
+    static const char *const z[] = {"off", "on", "2", "3"}, *const zh[] = {"off", "on-h", "2-h",
+                                                                           "3-h"};
+    int hybrid = l->shard_size > 0 && l->shard_size < l->dp;
+    return (hybrid ? zh : z)[tpd_plan_sharding(l)];
+}
+
+/* Beyond what `tripod train` runs: a strategy past optim, or a shard group short of DP. */
+static int planned_only(const tpd_plan_layout *l) {
+    return tpd_plan_sharding(l) > TPD_DP_SHARDING_OPTIM ||
+           (l->shard_size > 0 && l->shard_size < l->dp);
+}
+
+static void print_sharding(FILE *f, const tpd_plan_result *r) {
+    const tpd_plan_layout *l = &r->layout;
+    const tpd_plan_stage_mem *m = &r->mem[r->max_mem_stage];
+    tpd_dp_sharding sh = tpd_plan_sharding(l);
+    int S = r->shard_group > 0 ? r->shard_group : l->dp;
+    fprintf(f, "  DP sharding: %s over %d rank(s)%s",
+            tpd_config_choice("parallel.data_parallel_sharding_strategy", sh), S,
+            S < l->dp ? " (HSDP: replicated across DP / shard size groups)" : "");
+    fprintf(f,
+            "; per rank (stage %d) params %.2f -> %.2f GiB, grads %.2f -> %.2f GiB, optimizer "
+            "%.2f -> %.2f GiB",
+            r->max_mem_stage, m->params_full / GIB, m->params / GIB, m->grads_full / GIB,
+            m->grads / GIB, m->optimizer_full / GIB, m->optimizer / GIB);
+    if (m->gather > 0) fprintf(f, ", gathered working set %.2f GiB", m->gather / GIB);
+    double saved = m->params_full + m->grads_full + m->optimizer_full - m->params - m->grads -
+                   m->optimizer - m->gather;
+    fprintf(f, ": %.2f GiB saved\n", saved / GIB);
+    if (planned_only(l))
+        fprintf(f, "  tripod train runs this strategy from a later release; the planned bytes are "
+                   "the target\n");
+}
+
 void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {
     fprintf(f, "%4s %3s %3s %5s %4s %2s %-5s %-9s %-3s %-4s %-3s %8s %8s %5s %6s %11s %6s %10s\n",
             "rank", "TP", "PP", "DP", "mbs", "v", "sched", "recompute", "SP", "ZeRO", "ovl",
@@ -47,9 +83,8 @@ void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {
                 "%4d %3d %3d %5d %4d %2d %-5s %-9s %-3s %-4s %-3s %8.1f %8.3f %4.1f%% %5.1f%% "
                 "%11.1f %5.1f%% %10.0f\n",
                 i + 1, l->tp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages, sched_short(l),
-                rc, l->sequence_parallel ? "on" : "off", l->distributed_optimizer ? "on" : "off",
-                overlap_short(l), r[i].memory_bytes / GIB, r[i].step_time_s,
-                100.0 * t->pp_idle_fraction,
+                rc, l->sequence_parallel ? "on" : "off", zero_short(l), overlap_short(l),
+                r[i].memory_bytes / GIB, r[i].step_time_s, 100.0 * t->pp_idle_fraction,
                 100.0 * (t->dp_comm_exposed + t->dp_gather_exposed) / st, r[i].tflops_per_gpu,
                 100.0 * r[i].mfu, r[i].tokens_per_s);
     }
@@ -126,6 +161,7 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
                 m->workspace / GIB, m->total / GIB, s == r->max_mem_stage ? "  <- max" : "");
     }
     fprintf(f, "  fits: %s%s%s\n", r->fits ? "yes" : "no", r->fits ? "" : ", ", r->reject_reason);
+    print_sharding(f, r);
     if (r->recompute_layers)
         fprintf(f, "  full recompute of the first %d layer(s) of each model chunk fits\n",
                 r->recompute_layers);
@@ -151,6 +187,11 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
             100 * t->optimizer / st);
     fprintf(f, "  param gather (exposed)  %9.3f s  %5.1f%%\n", t->dp_gather_exposed,
             100 * t->dp_gather_exposed / st);
+    fprintf(f, "  sharded DP (exposed)    %9.3f s  %5.1f%%\n", t->dp_shard_exposed,
+            100 * t->dp_shard_exposed / st);
+    if (t->dp_replica_allreduce > 0)
+        fprintf(f, "  HSDP replica all-reduce %9.3f s  %5.1f%%  (%s)\n", t->dp_replica_allreduce,
+                100 * t->dp_replica_allreduce / st, tpd_plan_hop_name(r->hop_replica));
     fprintf(f, "  stragglers              %9.3f s  %5.1f%%\n", t->straggler,
             100 * t->straggler / st);
     fprintf(f, "  global syncs            %9.3f s  %5.1f%%\n", t->global_sync,
@@ -199,6 +240,15 @@ void tpd_plan_print_overrides(FILE *f, const tpd_config *cfg, const tpd_plan_res
     if (r->stages == 0 || tpd_plan_overrides(cfg, r, buf, sizeof buf) < 0) return;
     fprintf(f, "to train it: tripod train %s %s\n",
             cfg->source_path[0] ? cfg->source_path : "CONFIG.yaml", buf);
+    if (planned_only(&r->layout))
+        fprintf(f,
+                "  (planned, not trained: tripod train refuses %s%s today; it runs this strategy "
+                "from a later release, and the planned bytes are the target)\n",
+                tpd_config_choice("parallel.data_parallel_sharding_strategy",
+                                  tpd_plan_sharding(&r->layout)),
+                r->layout.shard_size > 0 && r->layout.shard_size < r->layout.dp
+                    ? " with a shard size below DP"
+                    : "");
     tpd_plan_print_published(f, cfg);
 }
 
@@ -291,6 +341,10 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
     cJSON_AddStringToObject(o, "recompute", tpd_config_choice("training.recompute", l->recompute));
     cJSON_AddBoolToObject(o, "sequence_parallel", l->sequence_parallel);
     cJSON_AddBoolToObject(o, "distributed_optimizer", l->distributed_optimizer);
+    cJSON_AddStringToObject(
+        o, "sharding",
+        tpd_config_choice("parallel.data_parallel_sharding_strategy", tpd_plan_sharding(l)));
+    cJSON_AddNumberToObject(o, "shard_size", r->shard_group);
     cJSON_AddBoolToObject(o, "tp_comm_overlap", l->tp_comm_overlap);
     cJSON_AddBoolToObject(o, "fits", r->fits);
     if (r->reject_reason[0])
@@ -319,6 +373,7 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
         cJSON_AddNumberToObject(e, "optimizer", r->mem[s].optimizer);
         cJSON_AddNumberToObject(e, "activations", r->mem[s].activations);
         cJSON_AddNumberToObject(e, "workspace", r->mem[s].workspace);
+        cJSON_AddNumberToObject(e, "gather", r->mem[s].gather);
         cJSON_AddNumberToObject(e, "total", r->mem[s].total);
         cJSON_AddItemToArray(mb, e);
     }
@@ -334,6 +389,8 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
         cJSON_AddNumberToObject(tb, "dp_comm_exposed", r->time.dp_comm_exposed);
         cJSON_AddNumberToObject(tb, "optimizer", r->time.optimizer);
         cJSON_AddNumberToObject(tb, "dp_gather_exposed", r->time.dp_gather_exposed);
+        cJSON_AddNumberToObject(tb, "dp_shard_exposed", r->time.dp_shard_exposed);
+        cJSON_AddNumberToObject(tb, "dp_replica_allreduce", r->time.dp_replica_allreduce);
         cJSON_AddNumberToObject(tb, "straggler", r->time.straggler);
         cJSON_AddNumberToObject(tb, "global_sync", r->time.global_sync);
         cJSON_AddNumberToObject(tb, "step_host", r->time.step_host);

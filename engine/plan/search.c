@@ -1,7 +1,7 @@
 /* The layout search: enumerate TP x PP x DP x micro-batch x virtual stages x recompute x
- * SP x ZeRO-1, reject invalid ones with a reason, prune on memory, then skip the time
- * model when a cheap lower bound (no pipeline bubble) is already slower than the K-th
- * best, and keep the K best by step time. */
+ * SP x the DP sharding strategy and shard size, reject invalid ones with a reason, prune on memory,
+ * then skip the time model when a cheap lower bound (no pipeline bubble) is already slower than the
+ * K-th best, and keep the K best by step time. */
 #include "engine/plan/plan.h"
 #include "engine/plan/plan_internal.h"
 
@@ -93,10 +93,13 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
     if (n < 1) TPD_FAIL_GOTO(TPD_ERR_INVALID, st, free_all, "plan: --gpus must be >= 1");
 
     char why[192], key[sizeof s.reasons[0].key];
+    /* (strategy, over all of DP or HSDP) pairs: the cpu backend trains optim at most, and
+     * tpd_plan_layout_valid says why the rest are left out */
+    const int n_shard = 2 * (TPD_DP_SHARDING_OPTIM_GRADS_PARAMS + 1);
     for (int tp = 1; tp <= cl->gpus_per_node && tp <= n; tp++) {
         if (!divides(tp, cl->gpus_per_node) || !divides(tp, n)) continue;
-        tpd_plan_layout base = {tp, 1, 1,         1,        1,         TPD_RECOMPUTE_NONE,
-                                0,  0, one_chunk, ovl_grad, ovl_param, 0};
+        tpd_plan_layout base = {tp, 1,         1,        1,         1, TPD_RECOMPUTE_NONE,       0,
+                                0,  one_chunk, ovl_grad, ovl_param, 0, TPD_DP_SHARDING_NO_SHARD, 0};
         if (m->num_attention_heads % tp != 0 ||
             (m->group_query_attention && m->num_query_groups % tp != 0)) {
             (void)tpd_plan_layout_valid(cfg, cl, &base, 0, why, sizeof why);
@@ -141,13 +144,26 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                     }
                     for (int rc = 0; rc <= 2; rc++)
                         for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++)
-                            for (int zero = 0; zero <= (dp > 1 ? 1 : 0); zero++) {
+                            for (int z = 0; z < (dp > 1 ? n_shard : 1); z++) {
                                 /* SP splits the sequence over TP */
                                 if (sp && m->seq_length % tp) continue;
                                 tpd_plan_layout lay = base;
                                 lay.recompute = (tpd_recompute)rc;
                                 lay.sequence_parallel = sp;
-                                lay.distributed_optimizer = zero;
+                                /* the strategies, each over all of DP and, where a node's
+                                 * GPUs / TP is a smaller divisor, over that (HSDP) */
+                                lay.sharding = (tpd_dp_sharding)(z / 2);
+                                lay.distributed_optimizer =
+                                    lay.sharding != TPD_DP_SHARDING_NO_SHARD;
+                                lay.shard_size = 0;
+                                if (z % 2) {
+                                    int hs = cl->gpus_per_node / tp,
+                                        inner = tpd_config_dp_inner(cfg, dp);
+                                    if (lay.sharding == TPD_DP_SHARDING_NO_SHARD || hs < 2 ||
+                                        hs >= inner || inner % hs)
+                                        continue;
+                                    lay.shard_size = hs;
+                                }
                                 /* TP overlap only where the config asks for it */
                                 lay.tp_comm_overlap = cfg->parallel.tp_comm_overlap && sp;
                                 if (!tpd_plan_layout_valid(cfg, cl, &lay, n, why, sizeof why)) {

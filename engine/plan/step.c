@@ -375,7 +375,7 @@ tpd_status tpd_plan_step_finish(const tpd_config *cfg, const tpd_plan_layout *la
     t->dp_comm_total = total;
     t->pp_idle_fraction = pipe->idle_fraction;
     res->step_time_s = t->compute + t->pp_bubble + t->pp_p2p + t->dp_comm_exposed + t->optimizer +
-                       t->dp_gather_exposed + t->straggler + t->global_sync + t->step_host +
-                       t->dp_outer + t->outer_update;
+                       t->dp_gather_exposed + t->dp_shard_exposed + t->dp_replica_allreduce +
+                       t->straggler + t->global_sync + t->step_host + t->dp_outer + t->outer_update;
     return TPD_OK;
 }

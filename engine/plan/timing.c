@@ -314,13 +314,18 @@ static tpd_plan_affine ring_cost(int n, double bw, double lat, int full) {
  * the first and last stage (none when untied). */
 void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                           const tpd_plan_layout *lay, tpd_plan_dp_cost *out) {
-    /* the every-step group: all of DP, or one DiLoCo replica's dp_inner ranks */
-    int S = tpd_config_dp_inner(cfg, lay->dp);
+    /* the every-step group: all of DP, or one DiLoCo replica's dp_inner ranks; sharded, the
+     * shard group (HSDP's replicas all-reduce apart: tpd_plan_shard_time) */
+    int S = tpd_plan_shard_group(cfg, lay);
     double bw, lat;
     group_link(cl, S, lay->tp, &bw, &lat);
-    int zero = lay->distributed_optimizer && S > 1;
+    tpd_dp_sharding sh = tpd_plan_sharding(lay);
+    int zero = sh != TPD_DP_SHARDING_NO_SHARD && S > 1;
     out->reduce = ring_cost(S, bw, lat, !zero);
     out->gather = zero ? ring_cost(S, bw, lat, 0) : (tpd_plan_affine){0.0, 0.0};
+    /* optim_grads_params reduces and gathers per unit inside the passes (shard.c) */
+    if (sh == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS)
+        out->reduce = out->gather = (tpd_plan_affine){0.0, 0.0};
     out->grad_bytes = tpd_plan_dp_wire_bytes(cfg);
     out->param_bytes = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     out->emb_allreduce = 0.0;
@@ -339,7 +344,9 @@ void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
  * per step (optimizer_fixed_ms). */
 static double optimizer_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, double params) {
-    double shard = lay->distributed_optimizer ? params / tpd_config_dp_inner(cfg, lay->dp) : params;
+    double shard = tpd_plan_sharding(lay) != TPD_DP_SHARDING_NO_SHARD
+                       ? params / tpd_plan_shard_group(cfg, lay)
+                       : params;
     double g = tpd_plan_grad_wire_bytes(cfg);
     double per = (cfg->training.precision == TPD_PRECISION_BF16 ? 26.0 : 24.0) + g;
     return mem_time(cl, shard * per + params * g) + cl->optimizer_fixed_s;
@@ -361,10 +368,25 @@ static double max_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay
 static double dp_step_bytes(const tpd_config *cfg, const tpd_plan_layout *lay) {
     double n = max_stage_params(cfg, lay);
     int S = tpd_config_dp_inner(cfg, lay->dp), R = tpd_config_dp_replicas(cfg, lay->dp);
-    int zero = lay->distributed_optimizer && S > 1;
+    tpd_dp_sharding sh = tpd_plan_sharding(lay);
+    int H = tpd_plan_shard_group(cfg, lay), Rh = H > 0 ? S / H : 1;
+    int zero = sh != TPD_DP_SHARDING_NO_SHARD && H > 1;
     double g = tpd_plan_dp_wire_bytes(cfg);
     double p = cfg->training.precision == TPD_PRECISION_BF16 ? 2.0 : 4.0;
-    double bytes = S > 1 ? (S - 1.0) / S * n * (zero ? g + p : 2.0 * g) : 0.0;
+    long mbdp = (long)lay->micro_batch_size * lay->dp;
+    double M = mbdp > 0 ? (double)(cfg->training.global_batch_size / mbdp) : 1.0;
+    double bytes = S > 1 ? (S - 1.0) / S * n * 2.0 * g : 0.0;
+    if (zero) {
+        /* over the shard group: reduce-scatters of the gradients (every micro-batch's from
+         * optim_grads on) and all-gathers of the parameters (two per micro-batch under
+         * optim_grads_params); HSDP: the shard all-reduced over the replicas */
+        double rs = (H - 1.0) / H * n * g, ag = (H - 1.0) / H * n * p;
+        if (sh == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS)
+            bytes = M * (2.0 * ag + rs);
+        else
+            bytes = (sh == TPD_DP_SHARDING_OPTIM_GRADS ? M : 1.0) * rs + ag;
+        if (Rh > 1) bytes += 2.0 * (Rh - 1.0) / Rh * n / H * g;
+    }
     if (cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO && R > 1) {
         double shard = zero ? n / S : n;
         bytes += 2.0 * (R - 1.0) / R * shard * tpd_plan_outer_wire_bytes(cfg) /
@@ -498,7 +520,9 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     res->time.tp_comm_hidden = res->time.host_overhead = 0.0;
     res->time.straggler = res->time.global_sync = res->time.step_host = 0.0;
     res->time.dp_outer = res->time.outer_update = 0.0;
-    res->hop_tp = res->hop_dp = res->hop_pp = TPD_PLAN_HOP_NONE;
+    res->time.dp_shard_exposed = res->time.dp_replica_allreduce = 0.0;
+    res->hop_tp = res->hop_dp = res->hop_pp = res->hop_replica = TPD_PLAN_HOP_NONE;
+    res->shard_group = tpd_plan_shard_group(cfg, &res->layout);
     if (cl->backend == TPD_PLAN_BACKEND_CPU)
         return tpd_plan_cpu_time_evaluate(cfg, cl, opt, split_bubble, res);
     tpd_status st = TPD_OK;
@@ -507,7 +531,10 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     int p = lay->pp;
     int m = res->num_micro_batches, slowest = 0;
     tpd_plan_stage_cost *cost = calloc((size_t)p, sizeof *cost);
-    if (!cost) {
+    double *shard_f = calloc((size_t)p * 2, sizeof *shard_f), *shard_b = shard_f + p;
+    if (!cost || !shard_f) {
+        free(cost);
+        free(shard_f);
         tpd_log_error("plan: out of memory");
         return TPD_ERR_NOMEM;
     }
@@ -529,8 +556,17 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
             lat;
     }
     const tpd_plan_stage_cost *sc = &cost[slowest];
-    tpd_plan_set_times(lay, cost, slowest, p2p, res);
+    /* what the stage computes, before optim_grads_params' exposed gathers join its passes */
     double ideal = m * (sc->fwd + sc->bwd);
+    res->time.host_overhead = m * host_share(cfg, cl, lay, slowest, sc);
+    TPD_CHECK_GOTO(tpd_plan_shard_time(cfg, cl, lay, cost, shard_f, shard_b, res), st, out);
+    for (int s = 0; s < p; s++) {
+        cost[s].fwd += shard_f[s];
+        cost[s].bwd += shard_b[s];
+    }
+    double shard_mb = m * (shard_f[slowest] + shard_b[slowest]);
+    res->time.dp_shard_exposed += shard_mb;
+    tpd_plan_set_times(lay, cost, slowest, p2p, res);
     tpd_plan_pipe pipe, free_p2p;
     memset(&pipe, 0, sizeof pipe);
     memset(&free_p2p, 0, sizeof free_p2p);
@@ -545,9 +581,9 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     res->time.compute = ideal;
     res->time.tp_comm = m * sc->tp_comm;
     res->time.tp_comm_hidden = m * sc->tp_comm_hidden;
-    res->time.host_overhead = m * host_share(cfg, cl, lay, slowest, sc);
-    /* >= 0 but for rounding: a single stage's makespan is the sum of its actions */
-    res->time.pp_bubble = makespan0 > ideal ? makespan0 - ideal : 0.0;
+    /* >= 0 but for rounding: a single stage's makespan is the sum of its actions (and of
+     * the sharded passes' exposed gathers, dp_shard_exposed) */
+    res->time.pp_bubble = makespan0 > ideal + shard_mb ? makespan0 - ideal - shard_mb : 0.0;
     res->time.pp_p2p = pipe.makespan - makespan0;
     res->time.optimizer = optimizer_time(cfg, cl, lay, max_stage_params(cfg, lay));
     /* the ranks that wait for one another every step: the world, or under DiLoCo one
@@ -555,7 +591,7 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     int S = tpd_config_dp_inner(cfg, lay->dp);
     int world = lay->tp * lay->pp * S;
     res->hop_tp = tpd_plan_group_hop(cl, lay->tp, 1);
-    res->hop_dp = tpd_plan_group_hop(cl, S, lay->tp);
+    res->hop_dp = tpd_plan_group_hop(cl, tpd_plan_shard_group(cfg, lay), lay->tp);
     res->hop_pp = hop_pp;
     res->time.straggler = tpd_plan_straggler_time(cl, ideal, world);
     res->time.global_sync = tpd_plan_global_sync_time(cl, world);
@@ -595,6 +631,7 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
 out:
     tpd_plan_pipe_free(&free_p2p);
     tpd_plan_pipe_free(&pipe);
+    free(shard_f);
     free(cost);
     return st;
 }

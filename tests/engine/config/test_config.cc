@@ -328,6 +328,11 @@ const BadCase kBadCases[] = {
     {"diloco_overlap.yaml", ":17:18: diloco.overlap_steps: 5 must be below sync_interval / "
                             "fragments (20 / 4 = 5): a fragment's outer all-reduce is applied "
                             "before the next fragment's starts"},
+    {"sharding_alias.yaml",
+     ":14:36: parallel.data_parallel_sharding_strategy: optim_grads disagrees with "
+     "parallel.use_distributed_optimizer: false (both are stated; use_distributed_optimizer is "
+     "strategy optim's older name: set it true with optim, optim_grads or optim_grads_params, "
+     "false with no_shard, or state only one of them)"},
 };
 
 TEST(Config, DefaultsAreMegatronLike) {

@@ -123,7 +123,8 @@ TEST(PlanCli, JsonHasEveryField) {
         cJSON *st;
         cJSON_ArrayForEach(st, mb) {
             double sum = 0.0;
-            for (const char *k : {"params", "grads", "optimizer", "activations", "workspace"}) {
+            for (const char *k :
+                 {"params", "grads", "optimizer", "activations", "workspace", "gather"}) {
                 ASSERT_TRUE(cJSON_HasObjectItem(st, k)) << k;
                 sum += cJSON_GetObjectItem(st, k)->valuedouble;
             }
@@ -134,7 +135,8 @@ TEST(PlanCli, JsonHasEveryField) {
         cJSON *tb = cJSON_GetObjectItem(o, "time_breakdown");
         double parts = 0.0;
         for (const char *k : {"compute", "pp_bubble", "pp_p2p", "dp_comm_exposed", "optimizer",
-                              "dp_gather_exposed", "straggler", "global_sync", "step_host"}) {
+                              "dp_gather_exposed", "dp_shard_exposed", "dp_replica_allreduce",
+                              "straggler", "global_sync", "step_host"}) {
             ASSERT_TRUE(cJSON_HasObjectItem(tb, k)) << k;
             parts += cJSON_GetObjectItem(tb, k)->valuedouble;
         }

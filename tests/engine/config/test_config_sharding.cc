@@ -1,0 +1,172 @@
+// Sharded data parallelism in the config: use_distributed_optimizer as strategy optim's
+// older name, the error when both are stated and disagree, the shard size against DP, and
+// what `tripod train` refuses although the planner models it.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "base/status.h"
+#include "engine/config/config.h"
+}
+
+namespace {
+
+const std::string kSource = TPD_SOURCE_DIR;
+const char *kKey = "parallel.data_parallel_sharding_strategy";
+
+tpd_status Load(std::vector<std::string> ov, tpd_config *c) {
+    std::vector<const char *> p;
+    for (auto &s : ov)
+        p.push_back(s.c_str());
+    tpd_log_quiet_begin();
+    tpd_status st =
+        tpd_config_load((kSource + "/configs/demo.yaml").c_str(), (int)p.size(), p.data(), c);
+    tpd_log_quiet_end();
+    return st;
+}
+
+bool Says(const char *what) {
+    return std::string(tpd_last_error()).find(what) != std::string::npos;
+}
+
+} // namespace
+
+TEST(ConfigSharding, DefaultsShardNothing) {
+    tpd_config c;
+    ASSERT_EQ(Load({}, &c), TPD_OK) << tpd_last_error();
+    EXPECT_EQ(c.parallel.data_parallel_sharding_strategy, TPD_DP_SHARDING_NO_SHARD);
+    EXPECT_EQ(c.parallel.use_distributed_optimizer, 0);
+    EXPECT_EQ(c.parallel.data_parallel_shard_size, 0);
+    EXPECT_EQ(c.parallel.fsdp_units_in_flight, 2);
+}
+
+TEST(ConfigSharding, UseDistributedOptimizerIsOptimAndTheStrategiesSetIt) {
+    tpd_config c;
+    ASSERT_EQ(Load({"parallel.use_distributed_optimizer=true"}, &c), TPD_OK) << tpd_last_error();
+    EXPECT_EQ(c.parallel.data_parallel_sharding_strategy, TPD_DP_SHARDING_OPTIM);
+    for (int s = TPD_DP_SHARDING_OPTIM; s <= TPD_DP_SHARDING_OPTIM_GRADS_PARAMS; s++) {
+        std::string name = tpd_config_choice(kKey, s);
+        ASSERT_EQ(Load({std::string(kKey) + "=" + name}, &c), TPD_OK) << tpd_last_error();
+        EXPECT_EQ(c.parallel.use_distributed_optimizer, 1) << name;
+        EXPECT_EQ((int)c.parallel.data_parallel_sharding_strategy, s);
+        // both stated and agreeing is fine
+        ASSERT_EQ(
+            Load({"parallel.use_distributed_optimizer=true", std::string(kKey) + "=" + name}, &c),
+            TPD_OK)
+            << tpd_last_error();
+    }
+    ASSERT_EQ(
+        Load({"parallel.use_distributed_optimizer=false", std::string(kKey) + "=no_shard"}, &c),
+        TPD_OK)
+        << tpd_last_error();
+    // the rule is the resolve's too, for a config built in code
+    tpd_config d;
+    tpd_config_defaults(&d);
+    d.parallel.data_parallel_sharding_strategy = TPD_DP_SHARDING_OPTIM_GRADS;
+    ASSERT_EQ(tpd_config_resolve(&d), TPD_OK);
+    EXPECT_EQ(d.parallel.use_distributed_optimizer, 1);
+}
+
+TEST(ConfigSharding, BothStatedAndDisagreeingIsAnErrorNamingBoth) {
+    tpd_config c;
+    for (const char *name : {"optim", "optim_grads", "optim_grads_params"}) {
+        tpd_last_error_clear();
+        EXPECT_EQ(
+            Load({"parallel.use_distributed_optimizer=false", std::string(kKey) + "=" + name}, &c),
+            TPD_ERR_INVALID)
+            << name;
+        EXPECT_TRUE(Says("<override>: parallel.data_parallel_sharding_strategy"))
+            << tpd_last_error();
+        EXPECT_TRUE(Says((std::string(name) + " disagrees with parallel.use_distributed_optimizer: "
+                                              "false")
+                             .c_str()))
+            << tpd_last_error();
+    }
+    tpd_last_error_clear();
+    EXPECT_EQ(
+        Load({"parallel.use_distributed_optimizer=true", std::string(kKey) + "=no_shard"}, &c),
+        TPD_ERR_INVALID);
+    EXPECT_TRUE(Says("no_shard disagrees with parallel.use_distributed_optimizer: true"))
+        << tpd_last_error();
+}
+
+TEST(ConfigSharding, ShardSizeMustDivideDp) {
+    tpd_config c;
+    ASSERT_EQ(Load({"parallel.data_parallel_shard_size=3", "training.global_batch_size=48",
+                    "training.micro_batch_size=1"},
+                   &c),
+              TPD_OK)
+        << tpd_last_error();
+    for (int world : {4, 8, 6, 12}) {
+        tpd_last_error_clear();
+        tpd_status want = world % 3 == 0 ? TPD_OK : TPD_ERR_INVALID;
+        EXPECT_EQ(tpd_config_check_world(&c, world), want) << world << ": " << tpd_last_error();
+        if (want != TPD_OK) {
+            std::string msg = "parallel.data_parallel_shard_size (3) must divide the data parallel "
+                              "size (" +
+                              std::to_string(world) + ")";
+            EXPECT_TRUE(Says(msg.c_str())) << tpd_last_error();
+        }
+    }
+}
+
+TEST(ConfigSharding, TrainRefusesWhatOnlyThePlannerModels) {
+    tpd_config c;
+    ASSERT_EQ(Load({"parallel.use_distributed_optimizer=true"}, &c), TPD_OK);
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK) << tpd_last_error();
+    for (const char *name : {"optim_grads", "optim_grads_params"}) {
+        ASSERT_EQ(Load({std::string(kKey) + "=" + name}, &c), TPD_OK);
+        tpd_last_error_clear();
+        tpd_log_quiet_begin();
+        EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID) << name;
+        tpd_log_quiet_end();
+        EXPECT_TRUE(Says("`tripod train` shards optimizer state only (optim); `tripod plan` "
+                         "models optim_grads and optim_grads_params"))
+            << tpd_last_error();
+    }
+    ASSERT_EQ(Load({"parallel.data_parallel_shard_size=2"}, &c), TPD_OK);
+    tpd_log_quiet_begin();
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
+    tpd_log_quiet_end();
+    EXPECT_TRUE(Says("parallel.data_parallel_shard_size 2: `tripod train` shards over all of DP"))
+        << tpd_last_error();
+    // a shard size that is all of DP is no hybrid
+    ASSERT_EQ(Load({"parallel.data_parallel_shard_size=2", "parallel.data_parallel_size=2"}, &c),
+              TPD_OK);
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK) << tpd_last_error();
+}
+
+TEST(ConfigSharding, TheLayoutCarriesTheStrategyAndAOneRankCopyDropsIt) {
+    tpd_config c;
+    ASSERT_EQ(
+        Load({std::string(kKey) + "=optim_grads_params", "parallel.data_parallel_shard_size=2"},
+             &c),
+        TPD_OK);
+    tpd_config_layout lay;
+    tpd_config_layout_get(&c, &lay);
+    EXPECT_EQ(lay.sharding, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS);
+    EXPECT_EQ(lay.shard_size, 2);
+    EXPECT_EQ(lay.distributed_optimizer, 1);
+    lay.dp = 4;
+    tpd_config o;
+    tpd_config_relayout(&c, &lay, &o);
+    EXPECT_EQ(o.parallel.data_parallel_sharding_strategy, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS);
+    EXPECT_EQ(o.parallel.data_parallel_shard_size, 2);
+    lay.dp = 3; // 2 does not divide 3: all of DP
+    tpd_config_relayout(&c, &lay, &o);
+    EXPECT_EQ(o.parallel.data_parallel_shard_size, 0);
+    const tpd_config_layout one = TPD_CONFIG_LAYOUT_INIT;
+    tpd_config_relayout(&c, &one, &o);
+    EXPECT_EQ(o.parallel.data_parallel_sharding_strategy, TPD_DP_SHARDING_NO_SHARD);
+    EXPECT_EQ(o.parallel.use_distributed_optimizer, 0);
+    EXPECT_EQ(o.parallel.data_parallel_shard_size, 0);
+    // ZeRO-1 by its old name alone is optim
+    lay = one;
+    lay.dp = 2;
+    lay.distributed_optimizer = 1;
+    tpd_config_relayout(&c, &lay, &o);
+    EXPECT_EQ(o.parallel.data_parallel_sharding_strategy, TPD_DP_SHARDING_OPTIM);
+}
