@@ -61,17 +61,20 @@ for cfg in "${configs[@]}"; do
   done
 done
 if command -v gnuplot >/dev/null; then
-  plot=""
+  # one panel per model: the loss curves of every setting
+  gp="set terminal pngcairo size 1400,560 noenhanced; set output '$out/diloco_loss.png';"
+  gp+=" set multiplot layout 1,${#configs[@]}; set xlabel 'iteration'; set ylabel 'lm loss';"
+  gp+=" set yrange [1.6:4]; set key top right; set grid;"
   for cfg in "${configs[@]}"; do
     name=$(basename "$cfg" .yaml)
+    plot=""
     for s in "${settings[@]}"; do
       tag=$name-${s//[=,]/_}
       paste <(values "$out/$tag.jsonl" iteration) <(values "$out/$tag.jsonl" lm_loss) \
         >"$out/$tag.dat"
-      plot+="${plot:+, }'$out/$tag.dat' using 1:2 with lines title '$name $s'"
+      plot+="${plot:+, }'$out/$tag.dat' using 1:2 with lines title '$s'"
     done
+    gp+=" set title '$name at DP=4, $iters iterations'; plot $plot;"
   done
-  gnuplot -e "set terminal pngcairo size 1000,600; set output '$out/diloco_loss.png'; \
-    set xlabel 'iteration'; set ylabel 'lm loss'; set logscale y; set key outside; \
-    plot $plot" && echo "loss curves: $out/diloco_loss.png"
+  gnuplot -e "$gp unset multiplot" && echo "loss curves: $out/diloco_loss.png"
 fi
