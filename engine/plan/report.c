@@ -62,8 +62,8 @@ static void print_sharding(FILE *f, const tpd_plan_result *r) {
                    m->optimizer - m->gather;
     fprintf(f, ": %.2f GiB saved\n", saved / GIB);
     if (planned_only(l))
-        fprintf(f, "  tripod train runs this strategy from a later release; the planned bytes are "
-                   "the target\n");
+        fprintf(f, "  planned, not trained: tripod train does not run this strategy yet; the "
+                   "planned bytes are the target\n");
 }
 
 void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {
@@ -242,8 +242,8 @@ void tpd_plan_print_overrides(FILE *f, const tpd_config *cfg, const tpd_plan_res
             cfg->source_path[0] ? cfg->source_path : "CONFIG.yaml", buf);
     if (planned_only(&r->layout))
         fprintf(f,
-                "  (planned, not trained: tripod train refuses %s%s today; it runs this strategy "
-                "from a later release, and the planned bytes are the target)\n",
+                "  (planned, not trained: tripod train refuses %s%s; the planned bytes are the "
+                "target)\n",
                 tpd_config_choice("parallel.data_parallel_sharding_strategy",
                                   tpd_plan_sharding(&r->layout)),
                 r->layout.shard_size > 0 && r->layout.shard_size < r->layout.dp
