@@ -103,6 +103,8 @@ typedef struct tpd_ckpt_manifest {
 } tpd_ckpt_manifest;
 
 void tpd_ckpt_manifest_free(tpd_ckpt_manifest *m);
+/* The manifest's name of each state kind (param, exp_avg, ..., outer_momentum). */
+extern const char *const tpd_ckpt_kind_names[TPD_CKPT_KIND_COUNT];
 
 /* 1 with *v when the cJSON item j is a whole number within +-2^53 (exact in a double); 0
  * otherwise, where a cast (of 1e300, -1e30, 0.5) would be undefined or lossy. */
