@@ -8,13 +8,12 @@ struct tpd_diloco {
     tpd_model *m;
     const tpd_dp_plan *dpp;
     tpd_comm *outer; /* NULL: one replica */
-    int replicas, fragments, overlap;
+    int replicas;
     size_t frag_numel;  /* state elements of one fragment (the last one may be shorter) */
     tpd_dtype wire;     /* diloco.reduce_dtype */
     float lr, momentum; /* diloco.outer_lr, outer_momentum */
     /* the all-reduce in flight */
-    int flight;         /* its fragment, -1: none */
-    int flight_started; /* the completed step it started after */
+    int flight; /* its fragment, -1: none */
     tpd_comm_req *req;
 };
 
@@ -70,9 +69,7 @@ tpd_status tpd_diloco_create(tpd_model *m, const tpd_dp_plan *dpp, const tpd_con
     d->dpp = dpp;
     d->outer = outer && tpd_comm_size(outer) > 1 ? outer : NULL;
     d->replicas = d->outer ? tpd_comm_size(outer) : 1;
-    d->fragments = cfg->diloco.fragments > 0 ? cfg->diloco.fragments : 1;
-    d->overlap = cfg->diloco.overlap_steps;
-    d->frag_numel = tpd_diloco_fragment_numel(m->plan.shard_numel, d->fragments);
+    d->frag_numel = tpd_diloco_fragment_numel(m->plan.shard_numel, cfg->diloco.fragments);
     d->wire = cfg->diloco.reduce_dtype == TPD_REDUCE_BF16 ? TPD_DTYPE_BF16 : TPD_DTYPE_F32;
     d->lr = (float)cfg->diloco.outer_lr;
     d->momentum = (float)cfg->diloco.outer_momentum;
@@ -97,12 +94,11 @@ tpd_status tpd_diloco_destroy(tpd_diloco *d) {
     return st;
 }
 
-static tpd_status start(tpd_diloco *d, int f, int completed, tpd_diloco_stats *s) {
+static tpd_status start(tpd_diloco *d, int f, tpd_diloco_stats *s) {
     size_t f0, f1;
     fragment_span(d, f, &f0, &f1);
     TPD_CHECK(for_each_piece(d, f, take_delta));
     d->flight = f;
-    d->flight_started = completed;
     s->started = f;
     s->bytes_sent = tpd_diloco_fragment_bytes(d, f);
     if (!d->outer || f1 == f0) return TPD_OK;
@@ -123,20 +119,22 @@ static tpd_status apply(tpd_diloco *d, tpd_diloco_stats *s) {
     return TPD_OK;
 }
 
-tpd_status tpd_diloco_after_step(tpd_diloco *d, int completed, int last, tpd_diloco_stats *s) {
+tpd_status tpd_diloco_after_step(tpd_diloco *d, int completed, tpd_diloco_stats *s) {
+    const tpd_config *cfg = &d->m->cfg;
     *s = (tpd_diloco_stats){.started = -1, .applied = -1};
-    /* the fragment whose overlap window ends now (or the run does) */
-    if (d->flight >= 0 && (completed >= d->flight_started + d->overlap || last))
+    /* the schedule says what stays in flight after this step: a fragment it no longer
+     * names is applied now (its overlap window ended, or the run did) */
+    if (d->flight >= 0 && tpd_diloco_pending_fragment(cfg, completed) != d->flight)
         TPD_CHECK(apply(d, s));
-    int f = tpd_diloco_sync_fragment(&d->m->cfg, completed);
+    int f = tpd_diloco_sync_fragment(cfg, completed);
     if (f < 0) return TPD_OK;
     if (d->flight >= 0)
         return tpd_fail(TPD_ERR_INTERNAL,
-                        "diloco: fragment %d starts after step %d while fragment %d (started "
-                        "after step %d) is still in flight",
-                        f, completed, d->flight, d->flight_started);
-    TPD_CHECK(start(d, f, completed, s));
-    if (d->overlap == 0 || last) TPD_CHECK(apply(d, s));
+                        "diloco: fragment %d starts after step %d while fragment %d is still in "
+                        "flight",
+                        f, completed, d->flight);
+    TPD_CHECK(start(d, f, s));
+    if (tpd_diloco_pending_fragment(cfg, completed) != f) TPD_CHECK(apply(d, s));
     return TPD_OK;
 }
 

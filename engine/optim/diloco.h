@@ -47,11 +47,12 @@ tpd_status tpd_diloco_create(tpd_model *m, const tpd_dp_plan *dpp, const tpd_con
 /* Waits for an all-reduce in flight, then frees. */
 tpd_status tpd_diloco_destroy(tpd_diloco *d);
 
-/* After the inner update of step `completed` (1-based): applies the fragment whose
+/* After the inner update of step `completed` (1-based), on the schedule of
+ * tpd_diloco_sync_fragment / tpd_diloco_pending_fragment: applies the fragment whose
  * overlap window ends now, then starts the all-reduce of the fragment that syncs now and,
- * without overlap or when `last` (the run's last step), waits and applies it too. Runs
- * before the ZeRO-1 parameter all-gather. Collective over the outer group at sync steps. */
-tpd_status tpd_diloco_after_step(tpd_diloco *d, int completed, int last, tpd_diloco_stats *s);
+ * without overlap or at the run's last step, waits and applies it too. Runs before the
+ * ZeRO-1 parameter all-gather. Collective over the outer group at sync steps. */
+tpd_status tpd_diloco_after_step(tpd_diloco *d, int completed, tpd_diloco_stats *s);
 /* Advances an outer all-reduce in flight (between inner steps). */
 tpd_status tpd_diloco_poll(tpd_diloco *d);
 /* The fragment whose all-reduce is in flight, or -1. */

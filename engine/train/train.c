@@ -189,7 +189,7 @@ static tpd_status model_hook(void *user, int unit, int backward) {
 /* The job's DP wire bytes (all ranks, the ring's count): a step's inner reductions and
  * each DiLoCo fragment's outer all-reduce, summed over the world once (stages differ). */
 static tpd_status count_dp_bytes(tpd_trainer *tr) {
-    int F = tr->diloco ? (tr->cfg.diloco.fragments > 0 ? tr->cfg.diloco.fragments : 1) : 0;
+    int F = tr->diloco ? tr->cfg.diloco.fragments : 0; /* >= 1 by the config's bounds */
     double *b = calloc((size_t)F + 1, sizeof *b);
     if (!b) return tpd_fail_nomem("the DP byte counts", ((size_t)F + 1) * sizeof *b);
     b[0] = tpd_dp_plan_step_bytes(&tr->dpp, tr->model->plan.grad_size, tr->model->plan.param_size);
@@ -520,8 +520,7 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     s.outer_started = s.outer_applied = -1;
     if (tr->diloco) {
         tpd_diloco_stats ds;
-        TPD_CHECK(
-            tpd_diloco_after_step(tr->diloco, it + 1, it + 1 == tr->cfg.training.train_iters, &ds));
+        TPD_CHECK(tpd_diloco_after_step(tr->diloco, it + 1, &ds));
         s.outer_started = ds.started;
         s.outer_applied = ds.applied;
         s.outer_rank_bytes = ds.bytes_sent;
