@@ -283,6 +283,10 @@ tpd_status tpd_kern_sgd(const tpd_kern_backend *kb, void *param, float *master, 
     return kb->ops->sgd(kb->ctx, param, master, grad, n, lr, weight_decay, grad_scale);
 }
 
+tpd_status tpd_kern_grad_acc(const tpd_kern_backend *kb, void *dst, const void *src, size_t n) {
+    return kb->ops->grad_acc(kb->ctx, dst, src, n);
+}
+
 tpd_status tpd_kern_outer_delta(const tpd_kern_backend *kb, float *delta, const float *sync,
                                 const float *w, size_t n) {
     return kb->ops->outer_delta(kb->ctx, delta, sync, w, n);

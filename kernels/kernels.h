@@ -325,6 +325,9 @@ tpd_status tpd_kern_adamw(const tpd_kern_backend *kb, void *param, float *master
  * param receives its cast; else param, which must be fp32). grad is in grad_dtype. */
 tpd_status tpd_kern_sgd(const tpd_kern_backend *kb, void *param, float *master, const void *grad,
                         size_t n, float lr, float weight_decay, float grad_scale);
+/* dst += src, n elements of the gradient dtype (tpd_kern_grad_dtype), summed in fp32:
+ * a micro-batch's reduce-scattered gradients into the shard of the sharded strategies. */
+tpd_status tpd_kern_grad_acc(const tpd_kern_backend *kb, void *dst, const void *src, size_t n);
 /* DiLoCo's pseudo-gradient of n fp32 elements: delta = sync - w (w: the fp32 master weights,
  * or the fp32 parameters where no master is kept). */
 tpd_status tpd_kern_outer_delta(const tpd_kern_backend *kb, float *delta, const float *sync,

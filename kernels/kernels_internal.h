@@ -92,6 +92,7 @@ typedef struct tpd_kern_ops {
                         float weight_decay, int step, float grad_scale);
     tpd_status (*sgd)(tpd_kern_ctx *ctx, void *param, float *master, const void *grad, size_t n,
                       float lr, float weight_decay, float grad_scale);
+    tpd_status (*grad_acc)(tpd_kern_ctx *ctx, void *dst, const void *src, size_t n);
     tpd_status (*outer_delta)(tpd_kern_ctx *ctx, float *delta, const float *sync, const float *w,
                               size_t n);
     tpd_status (*outer_nesterov)(tpd_kern_ctx *ctx, void *param, float *master, float *sync,

@@ -94,13 +94,20 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
                               "models it, as Megatron-Core's --tp-comm-overlap); set it to "
                               "false to train");
     const tpd_dp_sharding sh = cfg->parallel.data_parallel_sharding_strategy;
-    if (sh == TPD_DP_SHARDING_OPTIM_GRADS || sh == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS)
+    const char *shk = "parallel.data_parallel_sharding_strategy";
+    if (sh >= TPD_DP_SHARDING_OPTIM_GRADS && tpd_config_schedule(cfg) == TPD_SCHEDULE_ZB_H1)
         return cfg_fail_after(cfg,
-                              "parallel.data_parallel_sharding_strategy %s: `tripod train` "
-                              "shards optimizer state only (optim); `tripod plan` models "
-                              "optim_grads and optim_grads_params; set it to optim (or no_shard) "
-                              "to train",
-                              tpd_config_choice("parallel.data_parallel_sharding_strategy", sh));
+                              "%s %s with parallel.pipeline_schedule zb-h1: W computes the "
+                              "weight gradients after other micro-batches' passes, so every "
+                              "layer's gradient slot (and its gathered parameters) would stay "
+                              "held from B to W; use 1f1b or interleaved with this strategy, "
+                              "or optim with zb-h1",
+                              shk, tpd_config_choice(shk, sh));
+    if (sh >= TPD_DP_SHARDING_OPTIM_GRADS && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
+        return cfg_fail_after(cfg,
+                              "%s %s with parallel.dp_sync diloco: DiLoCo's outer step works on "
+                              "optimizer-state shards only (optim or no_shard)",
+                              shk, tpd_config_choice(shk, sh));
     const int shard = cfg->parallel.data_parallel_shard_size;
     if (shard != 0 && shard != cfg->parallel.data_parallel_size)
         return cfg_fail_after(cfg,

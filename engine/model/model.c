@@ -13,6 +13,26 @@ static tpd_status alloc_block(tpd_model *m, size_t bytes, void **ptr_p) {
     return TPD_OK;
 }
 
+/* The unit tables: every unit in the flat buffers, except what a sharded strategy keeps
+ * only a shard of (its units point nowhere until staged). */
+static tpd_status init_units(tpd_model *m) {
+    int n = m->d.Ls + 2;
+    m->nunits = n;
+    m->ubound = calloc((size_t)n + 1, sizeof *m->ubound);
+    m->ubase_p = calloc((size_t)n, sizeof *m->ubase_p);
+    m->ubase_g = calloc((size_t)n, sizeof *m->ubase_g);
+    if (!m->ubound || !m->ubase_p || !m->ubase_g)
+        return tpd_fail_nomem("the unit tables", (size_t)n * 3 * sizeof(size_t));
+    tpd_model_layout_unit_bounds(&m->plan.lay, m->ubound);
+    int shard_p = m->plan.sharding == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS;
+    int shard_g = m->plan.sharding >= TPD_DP_SHARDING_OPTIM_GRADS;
+    for (int i = 0; i < n; i++) {
+        m->ubase_p[i] = shard_p ? NULL : (char *)m->params + m->ubound[i] * m->plan.param_size;
+        m->ubase_g[i] = shard_g ? NULL : (char *)m->grads + m->ubound[i] * m->plan.grad_size;
+    }
+    return TPD_OK;
+}
+
 tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, tpd_comm *tp_comm,
                             int tp_size, int tp_rank, int pp, int dp, int stage,
                             tpd_model **model_p) {
@@ -48,6 +68,14 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
     void *p;
     TPD_CHECK_GOTO(alloc_block(m, b->mem.params, &m->params), st, undo_buffers);
     TPD_CHECK_GOTO(alloc_block(m, b->mem.grads, &m->grads), st, undo_buffers);
+    TPD_CHECK_GOTO(alloc_block(m, (size_t)b->pool_params * b->pslot_numel * b->param_size,
+                               &m->pool_p),
+                   st, undo_buffers);
+    TPD_CHECK_GOTO(
+        alloc_block(m, ((size_t)b->pool_grads * b->gslot_numel + b->eslot_numel) * b->grad_size,
+                    &m->pool_g),
+        st, undo_buffers);
+    TPD_CHECK_GOTO(init_units(m), st, undo_buffers);
     TPD_CHECK_GOTO(alloc_block(m, b->mem.optimizer, &p), st, undo_buffers);
     m->opt_m = p;
     m->opt_v = p ? (float *)p + b->shard_numel : NULL;
@@ -97,7 +125,8 @@ undo_model:
 
 void tpd_model_destroy(tpd_model *m) {
     if (!m) return;
-    void *blocks[] = {m->ws, m->acts, m->outer_sync, m->master, m->opt_m, m->grads, m->params};
+    void *blocks[] = {m->ws,    m->acts,   m->outer_sync, m->master, m->opt_m,
+                      m->pool_g, m->pool_p, m->grads,      m->params};
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
         if (blocks[i]) tpd_kern_free(m->kb, blocks[i]);
     if (m->stage_events) {
@@ -106,6 +135,9 @@ void tpd_model_destroy(tpd_model *m) {
         free(m->stage_events);
     }
     if (m->host_tokens) tpd_kern_host_free(m->kb, m->host_tokens);
+    free(m->ubase_g);
+    free(m->ubase_p);
+    free(m->ubound);
     free(m);
 }
 
@@ -118,14 +150,44 @@ void tpd_model_set_tp_timer(tpd_model *m, double *comm_s) {
     m->tp.comm_s = comm_s;
 }
 
+int tpd_model_unit_of(const tpd_model *m, size_t e) {
+    int lo = 0, hi = m->nunits - 1; /* the last unit whose first element is <= e */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (m->ubound[mid] <= e) lo = mid;
+        else hi = mid - 1;
+    }
+    /* empty units share their bound with the next one: take the one that holds e */
+    while (lo + 1 < m->nunits && m->ubound[lo + 1] <= e)
+        lo++;
+    return lo - 1;
+}
+
+void *tpd_model_elem(const tpd_model *m, int grads, size_t e) {
+    int i = tpd_model_unit_of(m, e) + 1;
+    char *base = grads ? m->ubase_g[i] : m->ubase_p[i];
+    if (!base) return NULL;
+    return base + (e - m->ubound[i]) * (grads ? m->plan.grad_size : m->plan.param_size);
+}
+
 void *tpd_model_param(const tpd_model *m, tpd_param p) {
     if (!m->plan.lay.p[p].present) return NULL;
-    return (char *)m->params + m->plan.lay.p[p].offset * m->plan.param_size;
+    return tpd_model_elem(m, 0, m->plan.lay.p[p].offset);
 }
 
 void *tpd_model_grad(const tpd_model *m, tpd_param p) {
     if (!m->plan.lay.p[p].present) return NULL;
-    return (char *)m->grads + m->plan.lay.p[p].offset * m->plan.grad_size;
+    return tpd_model_elem(m, 1, m->plan.lay.p[p].offset);
+}
+
+void *tpd_model_owned_param(const tpd_model *m, size_t flat, size_t state) {
+    size_t at = m->plan.sharding == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS ? state : flat;
+    return (char *)m->params + at * m->plan.param_size;
+}
+
+void *tpd_model_owned_grad(const tpd_model *m, size_t flat, size_t state) {
+    size_t at = m->plan.sharding >= TPD_DP_SHARDING_OPTIM_GRADS ? state : flat;
+    return (char *)m->grads + at * m->plan.grad_size;
 }
 
 /* ---- initialization ---- */
@@ -140,11 +202,42 @@ static tpd_status copy_owned(tpd_model *m, const tpd_dp_plan *dpp, float *dst, c
     return TPD_OK;
 }
 
+tpd_status tpd_model_load_params_f32(tpd_model *m, const tpd_dp_plan *dpp, const float *host) {
+    tpd_dtype pdt = tpd_kern_param_dtype(m->kb);
+    int shard = m->plan.sharding == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS;
+    size_t n = shard ? m->plan.shard_numel : m->plan.numel_padded;
+    tpd_status st = TPD_OK;
+    float *tmp = NULL, *src = (float *)host;
+    if (shard) { /* the owned ranges, in shard order, the tails of short parts zero */
+        tmp = calloc(n ? n : 1, sizeof *tmp);
+        if (!tmp) return tpd_fail_nomem("the parameter shard", (n ? n : 1) * sizeof *tmp);
+        for (int r = 0; r < dpp->nranges; r++) {
+            const tpd_dp_range *rg = &dpp->ranges[r];
+            memcpy(tmp + rg->state, host + rg->begin, (rg->end - rg->begin) * 4);
+        }
+        src = tmp;
+    }
+    void *dev = NULL;
+    if (pdt == TPD_DTYPE_F32) {
+        st = tpd_kern_copy_to_device(m->kb, m->params, src, n * 4);
+    } else {
+        st = tpd_kern_alloc(m->kb, n * 4, &dev);
+        if (st == TPD_OK) st = tpd_kern_copy_to_device(m->kb, dev, src, n * 4);
+        if (st == TPD_OK) st = tpd_kern_cast(m->kb, m->params, pdt, dev, TPD_DTYPE_F32, n);
+        if (dev) {
+            tpd_status sync = tpd_kern_synchronize(m->kb);
+            if (st == TPD_OK) st = sync;
+            tpd_kern_free(m->kb, dev);
+        }
+    }
+    free(tmp);
+    return st;
+}
+
 tpd_status tpd_model_init_params(tpd_model *m, const tpd_dp_plan *dpp) {
     const tpd_model_layout *lay = &m->plan.lay;
     size_t n = m->plan.numel_padded;
     tpd_status st = TPD_OK;
-    void *tmp = NULL;
     float *host = calloc(n ? n : 1, sizeof *host); /* (numel_padded) fp32 */
     if (!host) return tpd_fail_nomem("the host copy of the parameters", (n ? n : 1) * sizeof *host);
     for (int p = 0; p < TPD_P_COUNT; p++) {
@@ -158,15 +251,7 @@ tpd_status tpd_model_init_params(tpd_model *m, const tpd_dp_plan *dpp) {
                 dst[c] = g < 0 ? 0.0f : tpd_model_init_value(&m->cfg, (tpd_param)p, g + c);
         }
     }
-    if (tpd_kern_param_dtype(m->kb) == TPD_DTYPE_F32) {
-        TPD_CHECK_GOTO(tpd_kern_copy_to_device(m->kb, m->params, host, n * 4), st, out);
-    } else {
-        TPD_CHECK_GOTO(tpd_kern_alloc(m->kb, n * 4, &tmp), st, out);
-        TPD_CHECK_GOTO(tpd_kern_copy_to_device(m->kb, tmp, host, n * 4), st, out);
-        TPD_CHECK_GOTO(
-            tpd_kern_cast(m->kb, m->params, tpd_kern_param_dtype(m->kb), tmp, TPD_DTYPE_F32, n), st,
-            out);
-    }
+    TPD_CHECK_GOTO(tpd_model_load_params_f32(m, dpp, host), st, out);
     /* master weights hold this rank's owned ranges, in optimizer-state order */
     if (m->master) TPD_CHECK_GOTO(copy_owned(m, dpp, m->master, host), st, out);
     if (m->opt_m) TPD_CHECK_GOTO(tpd_kern_zero(m->kb, m->opt_m, m->plan.mem.optimizer), st, out);
@@ -178,7 +263,6 @@ tpd_status tpd_model_init_params(tpd_model *m, const tpd_dp_plan *dpp) {
     TPD_CHECK_GOTO(tpd_model_zero_grads(m), st, out);
     TPD_CHECK_GOTO(tpd_kern_synchronize(m->kb), st, out);
 out:
-    if (tmp) tpd_kern_free(m->kb, tmp);
     free(host);
     return st;
 }
@@ -195,6 +279,9 @@ tpd_status tpd_model_to_host_f32(const tpd_kern_backend *kb, float *dst, const v
 }
 
 tpd_status tpd_model_params_f32(const tpd_model *m, float *out) {
+    if (m->plan.sharding == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS)
+        return tpd_fail(TPD_ERR_INTERNAL, "model: the parameters are sharded over DP "
+                                          "(tpd_grad_sync_params_f32 gathers them)");
     return tpd_model_to_host_f32(m->kb, out, m->params, tpd_kern_param_dtype(m->kb),
                                  m->plan.numel_padded, NULL);
 }
@@ -207,7 +294,12 @@ tpd_status tpd_model_logits_f32(const tpd_model *m, const tpd_model_mb *at, int 
 }
 
 tpd_status tpd_model_zero_grads(tpd_model *m) {
-    return tpd_kern_zero(m->kb, m->grads, m->plan.mem.grads);
+    const tpd_buffer_plan *b = &m->plan;
+    /* the gradient staging slots start every step at zero (they are zeroed again as each
+     * is reduced and reused) */
+    size_t pool = ((size_t)b->pool_grads * b->gslot_numel + b->eslot_numel) * b->grad_size;
+    if (pool) TPD_CHECK(tpd_kern_zero(m->kb, m->pool_g, pool));
+    return tpd_kern_zero(m->kb, m->grads, b->mem.grads);
 }
 
 /* ---- batches ---- */

@@ -53,6 +53,21 @@ typedef struct tpd_buffer_plan {
     int has_master;
     size_t numel_padded; /* parameter and gradient elements, padded for DP */
     size_t shard_numel;  /* optimizer-state elements on this rank */
+    /* parallel.data_parallel_sharding_strategy as the buffers follow it: optim_grads and
+     * optim_grads_params only with DP > 1 (tpd_model_dp_plan). Under optim_grads the
+     * gradients are this rank's shard (shard_numel, unit-aligned), and each unit's
+     * gradients of a micro-batch are written into a staging slot of the grad pool
+     * (pool_grads slots of gslot_numel), reduce-scattered into the shard and the slot
+     * zeroed; the embedding unit (wte, wpe: written by the head of a tied model and by the
+     * embedding, and summed between the first and last stage) keeps its own slot of
+     * eslot_numel for the whole step, reduced after the pipeline. Under optim_grads_params
+     * the parameters too are this rank's shard, and a unit's full parameters live in one
+     * of pool_params slots of pslot_numel (the fsdp_units_in_flight units gathered at
+     * once, prefetch included; at least 2: a tied head reads wte and the final norm) from
+     * just before a forward or backward reads them until it is done. */
+    int sharding;
+    size_t pslot_numel, gslot_numel, eslot_numel;
+    int pool_params, pool_grads;
     int nslots;          /* activation slots: the most (micro-batch, chunk) pairs the stage's
                             action list holds at once (tpd_pp_schedule_peak_in_flight:
                             min(PP - stage, M) under 1F1B, min(PP, M) under ZB-H1) */
@@ -120,14 +135,23 @@ typedef struct tpd_model_mb {
 
 /* Units of the parameter buffer that the hook reports, in buffer order: the embedding
  * (wte, wpe: elements before the first layer), local layer l (0 .. Ls-1), the final
- * LayerNorm (after the last layer). The head's wte gradient counts as the embedding's. */
+ * LayerNorm (and an untied output layer, after the last layer). The head's wte gradient
+ * counts as the embedding's. */
 #define TPD_MODEL_UNIT_EMBED (-1)
-/* Called with backward = 0 before a forward first reads unit `unit`'s parameters, and with
- * backward = 1 once a backward (or W) call has written its last contribution of this call
- * to the unit's gradients (for a layer under a split backward: in W). A failure stops the
- * step. The trainer's DP overlap waits for parameter gathers and starts gradient
- * reductions here, and polls outstanding collectives. */
-typedef tpd_status (*tpd_model_hook)(void *user, int unit, int backward);
+/* The hook's events for a unit, in the order a call sees them:
+ * - TPD_HOOK_FWD: a forward is about to read the unit's parameters;
+ * - TPD_HOOK_FWD_DONE: that forward reads them no more;
+ * - TPD_HOOK_BWD: a backward is about to read the unit's parameters (a recomputed layer's
+ *   forward included) and write its gradients;
+ * - TPD_HOOK_GRAD_DONE: a backward (or W) call has written its last contribution of this
+ *   call to the unit's gradients and reads its parameters no more (for a layer under a
+ *   split backward: in W; for the embedding on the last stage of a tied model: after the
+ *   head). */
+enum { TPD_HOOK_FWD = 0, TPD_HOOK_GRAD_DONE = 1, TPD_HOOK_FWD_DONE = 2, TPD_HOOK_BWD = 3 };
+/* Called with each event (above). A failure stops the step. The trainer's DP overlap waits
+ * for parameter gathers and starts gradient reductions here, the sharded strategies
+ * gather and free units, and both poll outstanding collectives. */
+typedef tpd_status (*tpd_model_hook)(void *user, int unit, int event);
 
 typedef struct tpd_model {
     tpd_config cfg;
@@ -136,8 +160,21 @@ typedef struct tpd_model {
     tpd_rope rope; /* tpd_model_rope(&cfg.model) */
     const tpd_kern_backend *kb;
     tpd_tp_ctx tp;
-    void *params;         /* (numel_padded) param dtype: the flat buffer all views point into */
-    void *grads;          /* (numel_padded) grad dtype, mirrors params */
+    void *params;         /* (numel_padded) param dtype: the flat buffer; under optim_grads_params
+                             this rank's shard (shard_numel) */
+    void *grads;          /* (numel_padded) grad dtype, mirrors params; under optim_grads and
+                             optim_grads_params this rank's shard (shard_numel) */
+    void *pool_p;         /* optim_grads_params: pool_params slots of pslot_numel params */
+    void *pool_g;         /* optim_grads(_params): pool_grads slots of gslot_numel grads,
+                             then the embedding's slot of eslot_numel */
+    /* Where each hook unit's parameters and gradients are: unit u (index u + 1, nunits =
+     * Ls + 2) has the flat elements [ubound[u+1], ubound[u+2]) and its element e lives at
+     * ubase_p[u+1] + (e - ubound[u+1]) (params) and ubase_g likewise. In the flat buffers
+     * by default; the sharded strategies point them at staging slots while a unit is in
+     * use (engine/optim/grad_shard.c), NULL otherwise. */
+    int nunits;
+    size_t *ubound;       /* (nunits + 1) */
+    char **ubase_p, **ubase_g;
     float *master;        /* (shard_numel) fp32 or NULL */
     float *opt_m, *opt_v; /* (shard_numel) fp32; NULL under plain SGD */
     float *outer_sync;    /* DiLoCo (shard_numel) fp32: the parameters at the last sync */
@@ -176,8 +213,17 @@ void *tpd_model_grad(const tpd_model *m, tpd_param p);
  * the master weights of the ranges this rank owns under `dpp`. */
 tpd_status tpd_model_init_params(tpd_model *m, const tpd_dp_plan *dpp);
 tpd_status tpd_model_zero_grads(tpd_model *m);
-/* The whole flat parameter buffer (numel_padded elements) as fp32 in host memory. */
+/* The parameters from host (numel_padded fp32, the whole flat buffer): all of it, or the
+ * ranges this rank owns under `dpp` where the strategy keeps only its shard. */
+tpd_status tpd_model_load_params_f32(tpd_model *m, const tpd_dp_plan *dpp, const float *host);
+/* The whole flat parameter buffer (numel_padded elements) as fp32 in host memory; an
+ * internal error under optim_grads_params (tpd_grad_sync_params_f32 gathers them). */
 tpd_status tpd_model_params_f32(const tpd_model *m, float *out);
+
+/* n elements of dtype dt at backend memory src as fp32 in host memory dst: copied, or cast on
+ * the backend into f32 (n floats of backend memory; NULL: allocated for the call) first. */
+tpd_status tpd_model_to_host_f32(const tpd_kern_backend *kb, float *dst, const void *src,
+                                 tpd_dtype dt, size_t n, float *f32);
 
 /* tokens: (B, T+1) host int32 samples; inputs are [:, :T], targets [:, 1:], written to the
  * slot of `at` (the first chunk of the first stage reads the inputs, the last chunk of the
@@ -223,6 +269,20 @@ void *tpd_model_grad_in(const tpd_model *m);
 void *tpd_model_grad_out(const tpd_model *m);
 /* Element range [begin, end) of a hook unit in the flat buffer. */
 void tpd_model_unit_range(const tpd_model *m, int unit, size_t *begin_p, size_t *end_p);
+/* The hook unit holding flat element e. */
+int tpd_model_unit_of(const tpd_model *m, size_t e);
+/* Parameter (grads 0) or gradient (grads 1) element e of the flat buffer, where its unit
+ * lives now (m->ubase_p / ubase_g). */
+void *tpd_model_elem(const tpd_model *m, int grads, size_t e);
+/* Element `flat` of a range this rank owns under the DP plan, at shard offset `state`:
+ * in the flat buffer, or in the shard where the strategy keeps only that. */
+void *tpd_model_owned_param(const tpd_model *m, size_t flat, size_t state);
+void *tpd_model_owned_grad(const tpd_model *m, size_t flat, size_t state);
+/* The DP plan of a rank of this layout: uniform buckets (no_shard, optim), or aligned to
+ * the units under optim_grads and optim_grads_params with DP > 1 (a replica's inner DP
+ * under DiLoCo). The buffer plan, the trainer and checkpoints all take it from here. */
+tpd_status tpd_model_dp_plan(const tpd_config *cfg, const tpd_model_layout *lay, int dp_size,
+                             int dp_rank, tpd_dp_plan *plan_p);
 /* Sequence parallel: LayerNorm gradients are partial sums over this rank's rows;
  * all-reduces over TP those inside the element range [begin, end), so that every rank
  * holds the full gradient (no-op without SP). */

@@ -119,7 +119,7 @@ tpd_status tpd_model_decode_step(tpd_model_decode *dec, int pos, int32_t token, 
         tpd_model_views w;
         tpd_model_acts act = dec->a;
         act.out = dec->x[(l + 1) % 2];
-        tpd_model_layer_views(m, m->params, m->plan.param_size, l, &w);
+        tpd_model_layer_views(m, 0, l, &w);
         /* qkv = [Q | K | V] of this position, RoPE at pos; its K and V heads join the
          * layer's cache at row pos */
         TPD_CHECK(tpd_model_layer_qkv_fwd(m, &r, &w, &act, x));

@@ -31,8 +31,9 @@ typedef struct tpd_model_rows {
     int B, T, Nl, pos0;
 } tpd_model_rows;
 
-/* Local layer l's views into `base` (params or grads, esize bytes per element). */
-void tpd_model_layer_views(const tpd_model *m, void *base, size_t esize, int l, tpd_model_views *v);
+/* Local layer l's views of its parameters (grads 0) or gradients (grads 1), where its unit
+ * lives now. */
+void tpd_model_layer_views(const tpd_model *m, int grads, int l, tpd_model_views *v);
 
 /* The output layer's weight: wte (tied) or lmhead. */
 tpd_param tpd_model_head_param(const tpd_model *m);
@@ -60,10 +61,6 @@ tpd_status tpd_model_layer_mlp_fwd(tpd_model *m, const tpd_model_rows *r, const 
 tpd_status tpd_model_head_fwd(tpd_model *m, const tpd_model_rows *r, void *lnf, float *mean,
                               float *rstd, void *logits, const void *inp);
 
-/* n elements of dtype dt at backend memory src as fp32 in host memory dst: copied, or cast on
- * the backend into f32 (n floats of backend memory; NULL: allocated for the call) first. */
-tpd_status tpd_model_to_host_f32(const tpd_kern_backend *kb, float *dst, const void *src,
-                                 tpd_dtype dt, size_t n, float *f32);
 
 #ifdef __cplusplus
 }

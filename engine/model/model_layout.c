@@ -304,3 +304,14 @@ float tpd_model_init_value(const tpd_config *cfg, tpd_param p, int64_t gi) {
     }
     return 0.0f;
 }
+
+void tpd_model_layout_unit_bounds(const tpd_model_layout *lay, size_t *bounds) {
+    const tpd_param_slice *l0 = &lay->p[TPD_P_LN1W], *lnf = &lay->p[TPD_P_LNFW];
+    size_t layers0 = l0->present ? l0->offset : (lnf->present ? lnf->offset : lay->numel);
+    size_t block = l0->present ? l0->stride : 0;
+    int Ls = lay->d.Ls;
+    bounds[0] = 0;
+    for (int l = 0; l <= Ls; l++)
+        bounds[l + 1] = layers0 + (size_t)l * block;
+    bounds[Ls + 2] = lay->numel;
+}

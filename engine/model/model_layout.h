@@ -129,6 +129,10 @@ typedef struct tpd_model_layout {
 tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,
                                  int stage, tpd_model_layout *lay_p);
 
+/* The hook units' bounds in the flat buffer (engine/model/model.h): bounds[0 .. Ls + 2],
+ * the embedding [bounds[0], bounds[1]), local layer l [bounds[l+1], bounds[l+2]), the
+ * final unit up to bounds[Ls + 2] = numel. */
+void tpd_model_layout_unit_bounds(const tpd_model_layout *lay, size_t *bounds);
 /* Element offset in the flat buffer of local layer l's piece of parameter p (rows*cols
  * contiguous elements; l = 0 for a tensor that is not per layer). */
 static inline size_t tpd_model_layout_piece(const tpd_model_layout *lay, tpd_param p, int l) {

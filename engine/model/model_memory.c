@@ -1,6 +1,7 @@
 /* The buffer plan: every byte a rank allocates, computed without allocating. */
 #include "engine/model/model.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/align.h"
@@ -75,9 +76,29 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     /* DP padding and the ZeRO-1 shard are over the ranks whose gradients are summed each
      * step: all of DP, or one DiLoCo replica's */
     int dp_inner = tpd_config_dp_inner(cfg, dp);
-    int zero = cfg->parallel.use_distributed_optimizer && dp_inner > 1;
-    b.numel_padded = tpd_dp_padded_numel(b.lay.numel, dp_inner);
-    b.shard_numel = tpd_dp_shard_numel(b.lay.numel, dp_inner, zero);
+    tpd_dp_plan dpp;
+    TPD_CHECK(tpd_model_dp_plan(cfg, &b.lay, dp_inner, 0, &dpp));
+    b.numel_padded = dpp.numel_padded;
+    b.shard_numel = dpp.shard_numel;
+    b.sharding = dpp.bounds ? cfg->parallel.data_parallel_sharding_strategy
+                            : (dpp.zero ? TPD_DP_SHARDING_OPTIM : TPD_DP_SHARDING_NO_SHARD);
+    if (dpp.bounds) {
+        /* unit 0 is the embedding; its slot is the gradients' own for the step */
+        for (int u = 0; u < dpp.nbuckets; u++) {
+            size_t n = tpd_dp_unit_slot_numel(&dpp, u);
+            if (n > b.pslot_numel) b.pslot_numel = n;
+            if (u == 0) b.eslot_numel = n;
+            else if (n > b.gslot_numel) b.gslot_numel = n;
+        }
+        b.pool_grads = 2; /* one filling while the other is reduce-scattered */
+        if (b.sharding == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS) {
+            int k = cfg->parallel.fsdp_units_in_flight;
+            b.pool_params = k > 2 ? k : 2;
+        } else {
+            b.pslot_numel = 0;
+        }
+    }
+    tpd_dp_plan_free(&dpp);
     /* slots and head blocks: the peaks of the action list this stage runs */
     tpd_pp_schedule sched;
     TPD_CHECK(tpd_model_schedule(cfg, pp, stage, tpd_config_num_micro_batches(cfg, dp), &sched));
@@ -171,8 +192,12 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     b.host_bytes = (size_t)b.nslots * 2 * N * 4;
 
     tpd_mem_breakdown *mem = &b.mem;
-    mem->params = b.numel_padded * b.param_size;
-    mem->grads = b.numel_padded * b.grad_size;
+    int shard_p = b.sharding == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS;
+    int shard_g = b.sharding >= TPD_DP_SHARDING_OPTIM_GRADS;
+    mem->params = (shard_p ? b.shard_numel : b.numel_padded) * b.param_size;
+    mem->grads = (shard_g ? b.shard_numel : b.numel_padded) * b.grad_size;
+    mem->gather = (uint64_t)b.pool_params * b.pslot_numel * b.param_size +
+                  ((uint64_t)b.pool_grads * b.gslot_numel + b.eslot_numel) * b.grad_size;
     /* AdamW's m and v; plain SGD keeps no state */
     mem->optimizer = cfg->optimizer.type == TPD_OPTIM_SGD ? 0 : 2 * b.shard_numel * 4;
     mem->master = b.has_master ? b.shard_numel * 4 : 0;
@@ -185,10 +210,27 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     /* workspace includes the backend's scratch and the host-side staging of each slot's
      * inputs and targets */
     mem->workspace = b.ws_bytes + b.scratch_bytes + b.host_bytes;
-    mem->total = mem->params + mem->grads + mem->optimizer + mem->master + mem->outer +
+    mem->total = mem->params + mem->grads + mem->gather + mem->optimizer + mem->master + mem->outer +
                  mem->activations + mem->workspace;
     *plan_p = b;
     return TPD_OK;
+}
+
+tpd_status tpd_model_dp_plan(const tpd_config *cfg, const tpd_model_layout *lay, int dp_size,
+                             int dp_rank, tpd_dp_plan *plan_p) {
+    const tpd_config_parallel *p = &cfg->parallel;
+    if (p->data_parallel_sharding_strategy < TPD_DP_SHARDING_OPTIM_GRADS || dp_size < 2)
+        return tpd_dp_plan_init(lay->numel, (size_t)p->ddp_bucket_size, dp_size, dp_rank,
+                                p->use_distributed_optimizer, plan_p);
+    int n = lay->d.Ls + 2;
+    size_t *bounds = calloc((size_t)n + 1, sizeof *bounds);
+    if (!bounds) return tpd_fail_nomem("the unit bounds", ((size_t)n + 1) * sizeof *bounds);
+    tpd_model_layout_unit_bounds(lay, bounds);
+    tpd_status st = tpd_dp_plan_init_units(
+        bounds, n, dp_size, dp_rank,
+        p->data_parallel_sharding_strategy == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, plan_p);
+    free(bounds);
+    return st;
 }
 
 size_t tpd_diloco_fragment_numel(size_t shard_numel, int fragments) {

@@ -17,8 +17,12 @@ extern "C" {
 #endif
 
 typedef struct tpd_mem_breakdown {
-    uint64_t params;      /* working parameters (param dtype) */
-    uint64_t grads;       /* gradients (grad dtype), padded for DP sharding */
+    uint64_t params;      /* working parameters (param dtype); this rank's shard under
+                             optim_grads_params */
+    uint64_t grads;       /* gradients (grad dtype), padded for DP sharding; this rank's
+                             shard under optim_grads and optim_grads_params */
+    uint64_t gather;      /* optim_grads(_params): the staging slots of units in use (the
+                             gathered parameters, the gradients of a micro-batch) */
     uint64_t optimizer;   /* AdamW m and v (fp32), this rank's shard under ZeRO-1 */
     uint64_t master;      /* fp32 master weights (bf16 training), sharded like optimizer */
     uint64_t outer;       /* DiLoCo (parallel.dp_sync: diloco): fp32 parameters at the last

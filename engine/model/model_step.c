@@ -17,26 +17,28 @@
 
 #include "base/align.h"
 
-/* Layer l's piece of p in `base` (params or grads); NULL for a tensor the model lacks
+/* Layer l's piece of p, where layer l's unit lives now; NULL for a tensor the model lacks
  * (biases, LayerNorm's b under RMSNorm). */
-static void *pview(const tpd_model *m, void *base, size_t esize, tpd_param p, int l) {
+static void *pview(const tpd_model *m, int grads, tpd_param p, int l) {
     if (!m->plan.lay.p[p].present) return NULL;
-    return (char *)base + tpd_model_layout_piece(&m->plan.lay, p, l) * esize;
+    size_t e = tpd_model_layout_piece(&m->plan.lay, p, l), u0 = m->ubound[l + 1];
+    char *base = grads ? m->ubase_g[l + 1] : m->ubase_p[l + 1];
+    return base + (e - u0) * (grads ? m->plan.grad_size : m->plan.param_size);
 }
 
-void tpd_model_layer_views(const tpd_model *m, void *base, size_t es, int l, tpd_model_views *v) {
-    v->ln1w = pview(m, base, es, TPD_P_LN1W, l);
-    v->ln1b = pview(m, base, es, TPD_P_LN1B, l);
-    v->qkvw = pview(m, base, es, TPD_P_QKVW, l);
-    v->qkvb = pview(m, base, es, TPD_P_QKVB, l);
-    v->attprojw = pview(m, base, es, TPD_P_ATTPROJW, l);
-    v->attprojb = pview(m, base, es, TPD_P_ATTPROJB, l);
-    v->ln2w = pview(m, base, es, TPD_P_LN2W, l);
-    v->ln2b = pview(m, base, es, TPD_P_LN2B, l);
-    v->fcw = pview(m, base, es, TPD_P_FCW, l);
-    v->fcb = pview(m, base, es, TPD_P_FCB, l);
-    v->fcprojw = pview(m, base, es, TPD_P_FCPROJW, l);
-    v->fcprojb = pview(m, base, es, TPD_P_FCPROJB, l);
+void tpd_model_layer_views(const tpd_model *m, int grads, int l, tpd_model_views *v) {
+    v->ln1w = pview(m, grads, TPD_P_LN1W, l);
+    v->ln1b = pview(m, grads, TPD_P_LN1B, l);
+    v->qkvw = pview(m, grads, TPD_P_QKVW, l);
+    v->qkvb = pview(m, grads, TPD_P_QKVB, l);
+    v->attprojw = pview(m, grads, TPD_P_ATTPROJW, l);
+    v->attprojb = pview(m, grads, TPD_P_ATTPROJB, l);
+    v->ln2w = pview(m, grads, TPD_P_LN2W, l);
+    v->ln2b = pview(m, grads, TPD_P_LN2B, l);
+    v->fcw = pview(m, grads, TPD_P_FCW, l);
+    v->fcb = pview(m, grads, TPD_P_FCB, l);
+    v->fcprojw = pview(m, grads, TPD_P_FCPROJW, l);
+    v->fcprojb = pview(m, grads, TPD_P_FCPROJB, l);
 }
 
 static char *slot_base(const tpd_model *m, int slot) {
@@ -56,8 +58,8 @@ static int is_last(const tpd_model *m, const tpd_model_mb *at) {
     return m->d.last && at->chunk == m->d.v - 1;
 }
 
-static tpd_status hook(tpd_model *m, int unit, int backward) {
-    return m->hook ? m->hook(m->hook_user, unit, backward) : TPD_OK;
+static tpd_status hook(tpd_model *m, int unit, int event) {
+    return m->hook ? m->hook(m->hook_user, unit, event) : TPD_OK;
 }
 
 tpd_status tpd_model_norm_fwd(const tpd_model *m, int rows, void *out, float *mean, float *rstd,
@@ -109,8 +111,8 @@ static void layer_acts(const tpd_model *m, const tpd_model_mb *at, int i, tpd_mo
 static void backward_views(const tpd_model *m, const tpd_model_mb *at, int i, tpd_model_views *w,
                            tpd_model_views *g, tpd_model_acts *a) {
     int l = m->d.chunk_l0[at->chunk] + i;
-    tpd_model_layer_views(m, m->params, m->plan.param_size, l, w);
-    tpd_model_layer_views(m, m->grads, m->plan.grad_size, l, g);
+    tpd_model_layer_views(m, 0, l, w);
+    tpd_model_layer_views(m, 1, l, g);
     layer_acts(m, at, i, a);
 }
 
@@ -258,20 +260,8 @@ const void *tpd_model_logits(const tpd_model *m, const tpd_model_mb *at) {
 }
 
 void tpd_model_unit_range(const tpd_model *m, int unit, size_t *begin_p, size_t *end_p) {
-    const tpd_model_layout *lay = &m->plan.lay;
-    const tpd_param_slice *l0 = &lay->p[TPD_P_LN1W], *lnf = &lay->p[TPD_P_LNFW];
-    size_t layers0 = l0->present ? l0->offset : (lnf->present ? lnf->offset : lay->numel);
-    size_t block = l0->present ? l0->stride : 0;
-    if (unit == TPD_MODEL_UNIT_EMBED) {
-        *begin_p = 0;
-        *end_p = layers0;
-    } else if (unit < m->d.Ls) {
-        *begin_p = layers0 + (size_t)unit * block;
-        *end_p = *begin_p + block;
-    } else {
-        *begin_p = layers0 + (size_t)m->d.Ls * block;
-        *end_p = lay->numel;
-    }
+    *begin_p = m->ubound[unit + 1];
+    *end_p = m->ubound[unit + 2];
 }
 
 tpd_status tpd_model_forward(tpd_model *m, const tpd_model_mb *at) {
@@ -281,16 +271,16 @@ tpd_status tpd_model_forward(tpd_model *m, const tpd_model_mb *at) {
     int N = d->B * d->T, C = d->C;
     const int32_t *tokens = (const int32_t *)(s + m->plan.s_tokens);
     void *x0 = s + m->plan.s_x0;
-    size_t es = m->plan.param_size;
     int l0 = d->chunk_l0[at->chunk], Lc = d->chunk_layers[at->chunk];
     tpd_model_rows r = batch_rows(m);
 
     if (is_first(m, at)) {
-        TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, 0));
+        TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, TPD_HOOK_FWD));
         /* x0 = wte[tokens] (+ wpe[t] with learned positions); under SP built whole in
          * w_gath, and this rank keeps its rows */
         void *emb = d->sp ? m->ws + m->plan.w_gath : x0;
         TPD_CHECK(tpd_model_embed_fwd(m, &r, emb, tokens));
+        TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, TPD_HOOK_FWD_DONE));
         if (d->sp) {
             size_t rows = (size_t)d->Nl * C * m->plan.act_size;
             TPD_CHECK(tpd_kern_copy(m->kb, x0, (char *)emb + (size_t)d->tp_rank * rows, rows));
@@ -300,15 +290,17 @@ tpd_status tpd_model_forward(tpd_model *m, const tpd_model_mb *at) {
     for (int i = 0; i < Lc; i++) {
         tpd_model_views w;
         tpd_model_acts a;
-        TPD_CHECK(hook(m, l0 + i, 0));
-        tpd_model_layer_views(m, m->params, es, l0 + i, &w);
+        TPD_CHECK(hook(m, l0 + i, TPD_HOOK_FWD));
+        tpd_model_layer_views(m, 0, l0 + i, &w);
         layer_acts(m, at, i, &a);
         TPD_CHECK(layer_fwd(m, &w, &a, inp));
+        TPD_CHECK(hook(m, l0 + i, TPD_HOOK_FWD_DONE));
         inp = a.out;
     }
     if (is_last(m, at)) {
-        TPD_CHECK(hook(m, d->Ls, 0));
-        if (d->tied) TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, 0)); /* the tied head reads wte */
+        TPD_CHECK(hook(m, d->Ls, TPD_HOOK_FWD));
+        if (d->tied) /* the tied head reads wte */
+            TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, TPD_HOOK_FWD));
         char *h = head_base(m, at->head);
         void *lnf = h + m->plan.h_lnf, *logits = h + m->plan.h_logits;
         float *mean = (float *)(h + m->plan.h_lnf_mean), *rstd = (float *)(h + m->plan.h_lnf_rstd);
@@ -318,6 +310,8 @@ tpd_status tpd_model_forward(tpd_model *m, const tpd_model_mb *at) {
         TPD_CHECK(tpd_tp_vocab_xent_fwd(tp, (float *)(h + m->plan.h_loss),
                                         (float *)(h + m->plan.h_xstats), logits, targets, N, d->Vl,
                                         d->Vvalid, d->v0));
+        TPD_CHECK(hook(m, d->Ls, TPD_HOOK_FWD_DONE));
+        if (d->tied) TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, TPD_HOOK_FWD_DONE));
     }
     return TPD_OK;
 }
@@ -372,6 +366,8 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
         const int32_t *targets = (const int32_t *)(s + m->plan.s_targets);
         tpd_model_acts last;
         layer_acts(m, at, Lc - 1, &last);
+        TPD_CHECK(hook(m, d->Ls, TPD_HOOK_BWD));
+        if (d->tied) TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, TPD_HOOK_BWD));
         /* loss = xent(logits): dlogits = (softmax - onehot) * dloss, in place */
         TPD_CHECK(tpd_tp_vocab_xent_bwd(tp, logits, (const float *)(h + m->plan.h_xstats), targets,
                                         dloss, N, d->Vl, d->Vvalid, d->v0));
@@ -382,13 +378,15 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
         /* lnf = norm_f(out_last) */
         TPD_CHECK(norm_bwd(m, dres, tpd_model_grad(m, TPD_P_LNFW), tpd_model_grad(m, TPD_P_LNFB),
                            dln, last.out, tpd_model_param(m, TPD_P_LNFW), mean, rstd));
-        TPD_CHECK(hook(m, d->Ls, 1));
+        TPD_CHECK(hook(m, d->Ls, TPD_HOOK_GRAD_DONE));
+        if (d->tied) TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, TPD_HOOK_GRAD_DONE));
     }
     /* dres now holds d(chunk output) (received, or from the head above) */
     for (int i = Lc - 1; i >= 0; i--) {
         int l = l0 + i;
         tpd_model_views w, g;
         tpd_model_acts a;
+        TPD_CHECK(hook(m, l, TPD_HOOK_BWD));
         backward_views(m, at, i, &w, &g, &a);
         const void *inp = x0; /* the layer's input */
         if (i > 0) {
@@ -453,18 +451,19 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
          * virtual stage */
         void *dst = (i == 0 && !is_first(m, at)) ? m->ws + m->plan.w_dsend : dres;
         TPD_CHECK(tpd_kern_add(m->kb, dst, dres, dtmp, NC));
-        if (!split) TPD_CHECK(hook(m, l, 1));
+        if (!split) TPD_CHECK(hook(m, l, TPD_HOOK_GRAD_DONE));
     }
     if (is_first(m, at)) {
         const int32_t *tokens = (const int32_t *)(s + m->plan.s_tokens);
         /* x0 = my rows of (wte[tokens] + wpe[t]): the lookups take d(x0) of every row */
         const void *dfull;
         TPD_CHECK(sp_full(m, &dfull, dres));
+        TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, TPD_HOOK_BWD));
         TPD_CHECK(tpd_tp_vocab_embed_bwd(tp, tpd_model_grad(m, TPD_P_WTE), dfull, tokens, N, C,
                                          d->v0, d->Vl));
         if (!d->rope)
             TPD_CHECK(tpd_kern_pos_bwd(m->kb, tpd_model_grad(m, TPD_P_WPE), dfull, d->B, d->T, C));
-        TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, 1));
+        TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, TPD_HOOK_GRAD_DONE));
     }
     return TPD_OK;
 }
@@ -482,6 +481,7 @@ tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at) {
     for (int i = Lc - 1; i >= 0; i--) {
         tpd_model_views w, g;
         tpd_model_acts a;
+        TPD_CHECK(hook(m, l0 + i, TPD_HOOK_BWD));
         backward_views(m, at, i, &w, &g, &a);
         const void *dfull, *full;
         /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb */
@@ -499,7 +499,7 @@ tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at) {
         TPD_CHECK(sp_full(m, &full, a.ln1));
         TPD_CHECK(
             tpd_kern_matmul_bwd(m->kb, NULL, g.qkvw, g.qkvb, a.qkv, full, w.qkvw, N, C, d->QKVl));
-        TPD_CHECK(hook(m, l0 + i, 1));
+        TPD_CHECK(hook(m, l0 + i, TPD_HOOK_GRAD_DONE));
     }
     return TPD_OK;
 }
@@ -510,7 +510,6 @@ tpd_status tpd_model_sp_reduce_grads(tpd_model *m, size_t begin, size_t end) {
     static const tpd_param ln[] = {TPD_P_LN1W, TPD_P_LN1B, TPD_P_LN2W,
                                    TPD_P_LN2B, TPD_P_LNFW, TPD_P_LNFB};
     const tpd_model_layout *lay = &m->plan.lay;
-    size_t gs = m->plan.grad_size;
     /* piece by piece in buffer order, clipped to [begin, end); adjacent pieces (a
      * LayerNorm's weight and bias) in one all-reduce */
     size_t run0 = 0, run_n = 0;
@@ -525,19 +524,21 @@ tpd_status tpd_model_sp_reduce_grads(tpd_model *m, size_t begin, size_t end) {
             size_t n = (size_t)p->rows * p->cols;
             size_t lo = at > begin ? at : begin, hi = at + n < end ? at + n : end;
             if (lo >= hi) continue;
-            if (run_n && lo == run0 + run_n) {
+            /* one unit's pieces only: units may live apart (sharded strategies) */
+            if (run_n && lo == run0 + run_n &&
+                tpd_model_unit_of(m, lo) == tpd_model_unit_of(m, run0)) {
                 run_n += hi - lo;
                 continue;
             }
             if (run_n)
-                TPD_CHECK(tpd_tp_allreduce(&m->tp, (char *)m->grads + run0 * gs, run_n,
+                TPD_CHECK(tpd_tp_allreduce(&m->tp, tpd_model_elem(m, 1, run0), run_n,
                                            tpd_kern_grad_dtype(m->kb), TPD_COMM_OP_SUM));
             run0 = lo;
             run_n = hi - lo;
         }
     }
     if (run_n)
-        TPD_CHECK(tpd_tp_allreduce(&m->tp, (char *)m->grads + run0 * gs, run_n,
+        TPD_CHECK(tpd_tp_allreduce(&m->tp, tpd_model_elem(m, 1, run0), run_n,
                                    tpd_kern_grad_dtype(m->kb), TPD_COMM_OP_SUM));
     return TPD_OK;
 }

@@ -46,13 +46,13 @@ static tpd_status for_each_piece(tpd_diloco *d, int f, piece_fn fn) {
  * parameters themselves (a bf16 parameter always has a master). */
 static tpd_status take_delta(tpd_diloco *d, size_t flat, size_t state, size_t n, size_t f0) {
     tpd_model *m = d->m;
-    const float *w = m->master ? m->master + state : (const float *)m->params + flat;
+    const float *w = m->master ? m->master + state : (const float *)tpd_model_owned_param(m, flat, state);
     return tpd_kern_outer_delta(m->kb, m->outer_delta + (state - f0), m->outer_sync + state, w, n);
 }
 
 static tpd_status apply_piece(tpd_diloco *d, size_t flat, size_t state, size_t n, size_t f0) {
     tpd_model *m = d->m;
-    return tpd_kern_outer_nesterov(m->kb, (char *)m->params + flat * m->plan.param_size,
+    return tpd_kern_outer_nesterov(m->kb, tpd_model_owned_param(m, flat, state),
                                    m->master ? m->master + state : NULL, m->outer_sync + state,
                                    m->outer_mom + state, m->outer_delta + (state - f0), n, d->lr,
                                    d->momentum, 1.0f / (float)d->replicas);

@@ -4,6 +4,7 @@
 
 #include "base/clock.h"
 #include "base/fault.h"
+#include "engine/optim/grad_shard.h"
 
 struct tpd_grad_sync {
     tpd_model *m;
@@ -19,6 +20,7 @@ struct tpd_grad_sync {
     int *started;
     tpd_comm_req **preq; /* per bucket: parameter gather in flight */
     double exposed;
+    tpd_grad_shard *sh; /* optim_grads(_params): the unit-by-unit engine (grad_shard.h) */
 };
 
 static int overlaps(const tpd_grad_sync *gs, int unit_index, int b) {
@@ -36,6 +38,7 @@ tpd_status tpd_grad_sync_create(tpd_model *m, const tpd_dp_plan *dpp, const tpd_
     gs->dpp = dpp;
     gs->dp = comms->dp;
     gs->emb = comms->emb;
+    if (dpp->bounds) TPD_CHECK(tpd_grad_shard_create(m, dpp, comms, &gs->sh));
     gs->overlap_grad = overlap_grad_reduce;
     gs->overlap_param = overlap_param_gather;
     gs->nunits = m->d.Ls + 2;
@@ -76,7 +79,7 @@ static tpd_status wait_req(tpd_grad_sync *gs, tpd_comm_req **req, int exposed) {
 
 tpd_status tpd_grad_sync_destroy(tpd_grad_sync *gs) {
     if (!gs) return TPD_OK;
-    tpd_status st = TPD_OK;
+    tpd_status st = tpd_grad_shard_destroy(gs->sh);
     for (int b = 0; gs->greq && gs->preq && b < gs->dpp->nbuckets; b++) {
         TPD_CHECK_KEEP(wait_req(gs, &gs->greq[b], 0), st);
         TPD_CHECK_KEEP(wait_req(gs, &gs->preq[b], 0), st);
@@ -133,7 +136,15 @@ tpd_status tpd_grad_sync_unit_final(tpd_grad_sync *gs, int unit) {
     return mark_final(gs, unit);
 }
 
+tpd_status tpd_grad_sync_event(tpd_grad_sync *gs, int unit, int event, int final_mb) {
+    if (gs->sh) return tpd_grad_shard_event(gs->sh, unit, event);
+    if (event == TPD_HOOK_FWD) return tpd_grad_sync_params_ready(gs, unit);
+    if (event == TPD_HOOK_GRAD_DONE && final_mb) TPD_CHECK(tpd_grad_sync_unit_final(gs, unit));
+    return tpd_grad_sync_poll(gs);
+}
+
 tpd_status tpd_grad_sync_poll(tpd_grad_sync *gs) {
+    if (gs->sh) return tpd_grad_shard_poll(gs->sh);
     for (int b = 0; b < gs->dpp->nbuckets; b++) {
         int done;
         if (gs->greq[b]) TPD_CHECK(tpd_comm_test(gs->dp, gs->greq[b], &done));
@@ -145,6 +156,12 @@ tpd_status tpd_grad_sync_poll(tpd_grad_sync *gs) {
 tpd_status tpd_grad_sync_finish(tpd_grad_sync *gs) {
     tpd_model *m = gs->m;
     double t0 = tpd_clock_s();
+    if (gs->sh) {
+        TPD_CHECK(tpd_grad_shard_finish(gs->sh));
+        (void)tpd_grad_shard_take_exposed(gs->sh);
+        gs->exposed += tpd_clock_s() - t0;
+        return TPD_OK;
+    }
     const tpd_param_slice *wte = &m->plan.lay.p[TPD_P_WTE];
     /* The head on the last stage and the embedding on the first share wte: their gradients
      * are summed so both copies take the same update and stay identical. */
@@ -163,6 +180,7 @@ tpd_status tpd_grad_sync_finish(tpd_grad_sync *gs) {
 
 tpd_status tpd_grad_sync_gather_params(tpd_grad_sync *gs) {
     tpd_model *m = gs->m;
+    if (gs->sh) return tpd_grad_shard_after_update(gs->sh);
     for (int b = 0; b < gs->dpp->nbuckets; b++)
         TPD_CHECK(tpd_dp_gather_bucket(gs->dpp, gs->dp, b, m->params, tpd_kern_param_dtype(m->kb),
                                        tpd_kern_stream(m->kb), &gs->preq[b]));
@@ -183,7 +201,14 @@ tpd_status tpd_grad_sync_params_all(tpd_grad_sync *gs) {
     return TPD_OK;
 }
 
+tpd_status tpd_grad_sync_params_f32(tpd_grad_sync *gs, float *out) {
+    if (gs->sh) return tpd_grad_shard_params_f32(gs->sh, out);
+    TPD_CHECK(tpd_grad_sync_params_all(gs));
+    return tpd_model_params_f32(gs->m, out);
+}
+
 double tpd_grad_sync_take_exposed(tpd_grad_sync *gs) {
+    if (gs->sh) gs->exposed += tpd_grad_shard_take_exposed(gs->sh);
     double e = gs->exposed;
     gs->exposed = 0;
     return e;

@@ -13,6 +13,10 @@
  * Without overlap the same operations run on the same buckets after the pipeline (and the
  * gathers are waited for at once), so the sums, and the losses, are bit-identical.
  *
+ * optim_grads and optim_grads_params run unit by unit instead, every micro-batch, with
+ * their own engine (grad_shard.h) behind the same calls; the overlap keys do not apply
+ * (the reductions and gathers always overlap the passes).
+ *
  * Progress: the non-blocking collectives (MPI on cpu) advance only inside communication
  * calls, so every model hook between layers polls the outstanding ones (tpd_comm_test):
  * no progress thread competes with the compute threads for the cores, and MPI stays at
@@ -43,6 +47,14 @@ void tpd_grad_sync_begin(tpd_grad_sync *gs);
 /* The gradients of hook unit `unit` (engine/model/model.h) are final for this step:
  * starts every bucket whose units are all final (a no-op without overlap_grad_reduce). */
 tpd_status tpd_grad_sync_unit_final(tpd_grad_sync *gs, int unit);
+/* A hook event of the model (TPD_HOOK_*, engine/model/model.h) for unit `unit`; final_mb:
+ * the call is its chunk's last backward of the step. Waits for the unit's parameter
+ * gathers before a forward and starts reductions of final gradients (overlap), or under
+ * the sharded strategies gathers, frees and reduces units (grad_shard.h); polls. */
+tpd_status tpd_grad_sync_event(tpd_grad_sync *gs, int unit, int event, int final_mb);
+/* The whole flat parameter buffer as fp32 in host memory (numel_padded), gathered from
+ * the shards under optim_grads_params: collective over DP. */
+tpd_status tpd_grad_sync_params_f32(tpd_grad_sync *gs, float *out);
 /* Advances outstanding collectives without waiting. */
 tpd_status tpd_grad_sync_poll(tpd_grad_sync *gs);
 /* After the pipeline: the tied-embedding sum, every bucket not yet started, and waits for

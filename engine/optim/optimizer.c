@@ -39,10 +39,10 @@ static tpd_status add_sumsq(tpd_model *m, tpd_param p, size_t b, size_t e, size_
     if (a->params && m->master)
         TPD_CHECK(tpd_kern_sumsq(m->kb, m->master + state, TPD_DTYPE_F32, e - b, &s));
     else if (a->params)
-        TPD_CHECK(tpd_kern_sumsq(m->kb, (char *)m->params + b * m->plan.param_size,
+        TPD_CHECK(tpd_kern_sumsq(m->kb, tpd_model_owned_param(m, b, state),
                                  tpd_kern_param_dtype(m->kb), e - b, &s));
     else
-        TPD_CHECK(tpd_kern_sumsq(m->kb, (char *)m->grads + b * m->plan.grad_size,
+        TPD_CHECK(tpd_kern_sumsq(m->kb, tpd_model_owned_grad(m, b, state),
                                  tpd_kern_grad_dtype(m->kb), e - b, &s));
     a->sum += s;
     return TPD_OK;
@@ -92,13 +92,12 @@ static tpd_status apply_update(tpd_model *m, tpd_param p, size_t b, size_t e, si
     const tpd_config_optimizer *o = &m->cfg.optimizer;
     double wd = tpd_param_get_info(p)->is_matrix ? o->weight_decay : 0.0;
     if (o->type == TPD_OPTIM_SGD)
-        return tpd_kern_sgd(m->kb, (char *)m->params + b * m->plan.param_size,
-                            m->master ? m->master + state : NULL,
-                            (char *)m->grads + b * m->plan.grad_size, e - b, (float)a->lr,
-                            (float)wd, (float)a->grad_scale);
+        return tpd_kern_sgd(m->kb, tpd_model_owned_param(m, b, state),
+                            m->master ? m->master + state : NULL, tpd_model_owned_grad(m, b, state),
+                            e - b, (float)a->lr, (float)wd, (float)a->grad_scale);
     return tpd_kern_adamw(
-        m->kb, (char *)m->params + b * m->plan.param_size, m->master ? m->master + state : NULL,
-        (char *)m->grads + b * m->plan.grad_size, m->opt_m + state, m->opt_v + state, e - b,
+        m->kb, tpd_model_owned_param(m, b, state), m->master ? m->master + state : NULL,
+        tpd_model_owned_grad(m, b, state), m->opt_m + state, m->opt_v + state, e - b,
         (float)a->lr, (float)o->adam_beta1, (float)o->adam_beta2, (float)o->adam_eps, (float)wd,
         a->step, (float)a->grad_scale);
 }

@@ -179,11 +179,9 @@ out:
 
 /* The model's hook: parameter gathers before a forward reads them, gradient reductions
  * once the step's last backward of a chunk has written them, and progress in between. */
-static tpd_status model_hook(void *user, int unit, int backward) {
+static tpd_status model_hook(void *user, int unit, int event) {
     tpd_trainer *tr = user;
-    if (!backward) return tpd_grad_sync_params_ready(tr->gsync, unit);
-    if (tr->final_mb) TPD_CHECK(tpd_grad_sync_unit_final(tr->gsync, unit));
-    return tpd_grad_sync_poll(tr->gsync);
+    return tpd_grad_sync_event(tr->gsync, unit, event, tr->final_mb);
 }
 
 /* The job's DP wire bytes (all ranks, the ring's count): a step's inner reductions and
@@ -236,11 +234,10 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     TPD_CHECK_GOTO(
         tpd_model_create(cfg, tr->kb, tr->comms.tp, tp, ms->tp, pp, dp, ms->pp, &tr->model), st,
         undo_backend);
-    TPD_CHECK_GOTO(tpd_dp_plan_init(tr->model->plan.lay.numel,
-                                    (size_t)cfg->parallel.ddp_bucket_size, ms->dp_inner_size,
-                                    ms->dp_inner, cfg->parallel.use_distributed_optimizer,
-                                    &tr->dpp),
-                   st, undo_model);
+    TPD_CHECK_GOTO(
+        tpd_model_dp_plan(cfg, &tr->model->plan.lay, ms->dp_inner_size, ms->dp_inner, &tr->dpp), st,
+        undo_model);
+    tr->dpp.micro_batches = tr->M;
     /* parallel.grad_reduce_dtype: bf16 on the wire, fp32 sums (fp32 gradients only) */
     TPD_CHECK_GOTO(tpd_dp_plan_set_reduce_dtype(&tr->dpp,
                                                 cfg->parallel.grad_reduce_dtype == TPD_REDUCE_BF16
@@ -655,8 +652,9 @@ tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out) {
     int contributes = s->present && tr->mesh.dp == 0 &&
                       (tpd_param_get_info(p)->split != TPD_SPLIT_NONE || tr->mesh.tp == 0) &&
                       (p != TPD_P_WTE || m->d.first);
+    /* every DP rank takes part where the parameters are sharded */
+    TPD_CHECK_GOTO(tpd_grad_sync_params_f32(tr->gsync, local), st, out);
     if (contributes) {
-        TPD_CHECK_GOTO(tpd_model_params_f32(m, local), st, out);
         int64_t rows = (int64_t)s->layers * s->rows;
         for (int64_t r = 0; r < rows; r++) {
             int64_t g = tpd_model_layout_row_global(lay, p, r);

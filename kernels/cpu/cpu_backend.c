@@ -193,6 +193,7 @@ static const tpd_kern_ops cpu_ops = {
 
     .adamw = tpd_kern_cpu_adamw,
     .sgd = tpd_kern_cpu_sgd,
+    .grad_acc = tpd_kern_cpu_grad_acc,
     .outer_delta = tpd_kern_cpu_outer_delta,
     .outer_nesterov = tpd_kern_cpu_outer_nesterov,
     .sumsq = tpd_kern_cpu_sumsq,

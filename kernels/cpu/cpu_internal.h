@@ -125,6 +125,7 @@ tpd_status tpd_kern_cpu_cast(tpd_kern_ctx *ctx, void *dst, tpd_dtype dst_dt, con
 /* ---- plain SGD and DiLoCo's outer step (cpu_sgd.c) ---- */
 tpd_status tpd_kern_cpu_sgd(tpd_kern_ctx *ctx, void *param, float *master, const void *grad,
                             size_t n, float lr, float weight_decay, float grad_scale);
+tpd_status tpd_kern_cpu_grad_acc(tpd_kern_ctx *ctx, void *dst, const void *src, size_t n);
 tpd_status tpd_kern_cpu_outer_delta(tpd_kern_ctx *ctx, float *delta, const float *sync,
                                     const float *w, size_t n);
 tpd_status tpd_kern_cpu_outer_nesterov(tpd_kern_ctx *ctx, void *param, float *master, float *sync,

@@ -21,6 +21,17 @@ tpd_status tpd_kern_cpu_sgd(tpd_kern_ctx *ctx, void *param_v, float *master, con
     return TPD_OK;
 }
 
+/* dst += src (fp32: the cpu backend's gradients). */
+tpd_status tpd_kern_cpu_grad_acc(tpd_kern_ctx *ctx, void *dst_v, const void *src_v, size_t n) {
+    float *dst = dst_v;
+    const float *src = src_v;
+    int nt = tpd_kern_cpu_threads(ctx);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++)
+        dst[i] += src[i];
+    return TPD_OK;
+}
+
 /* delta = sync - w. */
 tpd_status tpd_kern_cpu_outer_delta(tpd_kern_ctx *ctx, float *delta, const float *sync,
                                     const float *w, size_t n) {

@@ -246,6 +246,7 @@ static const tpd_kern_ops cuda_ops = {
 
     .adamw = tpd_kern_cuda_adamw,
     .sgd = tpd_kern_cuda_sgd,
+    .grad_acc = tpd_kern_cuda_grad_acc,
     .outer_delta = tpd_kern_cuda_outer_delta,
     .outer_nesterov = tpd_kern_cuda_outer_nesterov,
     .sumsq = tpd_kern_cuda_sumsq,

@@ -278,6 +278,7 @@ tpd_status tpd_kern_cuda_adamw(tpd_kern_ctx *ctx, void *param, float *master, co
                                float eps, float weight_decay, int step, float grad_scale);
 tpd_status tpd_kern_cuda_sgd(tpd_kern_ctx *ctx, void *param, float *master, const void *grad,
                              size_t n, float lr, float weight_decay, float grad_scale);
+tpd_status tpd_kern_cuda_grad_acc(tpd_kern_ctx *ctx, void *dst, const void *src, size_t n);
 tpd_status tpd_kern_cuda_outer_delta(tpd_kern_ctx *ctx, float *delta, const float *sync,
                                      const float *w, size_t n);
 tpd_status tpd_kern_cuda_outer_nesterov(tpd_kern_ctx *ctx, void *param, float *master, float *sync,

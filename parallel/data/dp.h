@@ -4,7 +4,16 @@
  * (a multiple of DP; the last one shorter). Without ZeRO-1 each bucket is all-reduced.
  * With ZeRO-1 (Megatron's distributed optimizer) each bucket is reduce-scattered: DP rank
  * d owns the d-th 1/DP of every bucket, keeps AdamW state (and master weights) only for
- * those ranges, updates them, and all-gathers the parameters bucket by bucket. */
+ * those ranges, updates them, and all-gathers the parameters bucket by bucket.
+ *
+ * ZeRO-2 and ZeRO-3 (data_parallel_sharding_strategy optim_grads, optim_grads_params) cut
+ * along the model's units instead (tpd_dp_plan_init_units): bucket u is unit u's element
+ * range [bounds[u], bounds[u+1]), not padded in the flat buffer; its part is
+ * ceil(len / DP) elements and DP rank d owns [bounds[u] + d * part, + part) clipped to the
+ * unit (a short or empty range for the last ranks of a small unit). The shard keeps `part`
+ * elements per unit, the clipped tail as zeros, so that every rank's piece of a unit's
+ * collective is the same size: a unit travels as part * DP elements in a staging slot of
+ * that size (tpd_dp_unit_slot_numel), never in place in the flat buffer. */
 #ifndef TPD_PARALLEL_DATA_DP_H
 #define TPD_PARALLEL_DATA_DP_H
 
@@ -33,6 +42,12 @@ typedef struct tpd_dp_plan {
     size_t shard_numel;   /* optimizer-state elements on this rank */
     tpd_dtype wire;       /* what the gradient reductions carry (tpd_dp_plan_set_reduce_dtype);
                              TPD_DTYPE_F32 after init: the gradients' own dtype */
+    /* unit-aligned plans (tpd_dp_plan_init_units; NULL otherwise): */
+    size_t *bounds;       /* (nbuckets + 1) element bounds of the units */
+    size_t *part;         /* (nbuckets) elements of each rank's part of unit u */
+    int micro_batches;    /* ZeRO-2/3 reduce every micro-batch: tpd_dp_plan_step_bytes counts
+                             them (1 after init) */
+    int gather_params;    /* ZeRO-3: the parameters travel before every forward and backward */
 } tpd_dp_plan;
 
 size_t tpd_dp_padded_numel(size_t numel, int dp_size);
@@ -42,6 +57,16 @@ size_t tpd_dp_shard_numel(size_t numel, int dp_size, int zero);
 tpd_status tpd_dp_plan_init(size_t numel, size_t bucket_elems, int dp_size, int dp_rank, int zero,
                             tpd_dp_plan *plan_p);
 void tpd_dp_plan_free(tpd_dp_plan *plan);
+/* The unit-aligned plan of ZeRO-2 (gather_params 0) or ZeRO-3 (1) over nunits units with
+ * element bounds bounds[0 .. nunits] (bounds[0] = 0, bounds[nunits] = numel), sharded over
+ * dp_size ranks (zero is 1 whenever dp_size > 1). */
+tpd_status tpd_dp_plan_init_units(const size_t *bounds, int nunits, int dp_size, int dp_rank,
+                                  int gather_params, tpd_dp_plan *plan_p);
+/* Elements a rank's shard of a unit-aligned plan keeps: the sum over units of
+ * ceil(len / dp_size). */
+size_t tpd_dp_units_shard_numel(const size_t *bounds, int nunits, int dp_size);
+/* Staging elements of unit u of a unit-aligned plan: part * DP. */
+size_t tpd_dp_unit_slot_numel(const tpd_dp_plan *plan, int u);
 /* parallel.grad_reduce_dtype: wire TPD_DTYPE_BF16 sends the gradient reductions of
  * tpd_dp_reduce_bucket (the all-reduce, and ZeRO-1's reduce-scatter) as bf16 with fp32 sums
  * at the receiver (tpd_comm_iallreduce_wire: about 2^-7 relative error, 2^-8 under
@@ -51,7 +76,9 @@ tpd_status tpd_dp_plan_set_reduce_dtype(tpd_dp_plan *plan, tpd_dtype wire, tpd_d
 
 /* Wire bytes one rank sends for a step's DP communication under this plan, by the ring's
  * count: the all-reduce 2 (DP-1)/DP of the buffer, or under ZeRO-1 the reduce-scatter and
- * the parameters' all-gather (DP-1)/DP each. grad_size, param_size: the dtypes' bytes (the
+ * the parameters' all-gather (DP-1)/DP each. ZeRO-2 reduce-scatters every micro-batch
+ * (plan->micro_batches) and gathers once; ZeRO-3 gathers twice per micro-batch (forward
+ * and backward) and reduce-scatters once, over the padded unit slots. grad_size, param_size: the dtypes' bytes (the
  * gradient reduction carries `wire` where it is bf16). */
 double tpd_dp_plan_step_bytes(const tpd_dp_plan *plan, size_t grad_size, size_t param_size);
 

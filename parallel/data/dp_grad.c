@@ -48,7 +48,63 @@ tpd_status tpd_dp_plan_init(size_t numel, size_t bucket_elems, int dp_size, int 
 
 void tpd_dp_plan_free(tpd_dp_plan *plan) {
     free(plan->ranges);
+    free(plan->bounds);
+    free(plan->part);
     plan->ranges = NULL;
+    plan->bounds = plan->part = NULL;
+}
+
+static size_t unit_part(size_t len, int dp_size) {
+    return (len + (size_t)dp_size - 1) / (size_t)dp_size;
+}
+
+size_t tpd_dp_units_shard_numel(const size_t *bounds, int nunits, int dp_size) {
+    size_t n = 0;
+    for (int u = 0; u < nunits; u++)
+        n += dp_size > 1 ? unit_part(bounds[u + 1] - bounds[u], dp_size) : bounds[u + 1] - bounds[u];
+    return n;
+}
+
+tpd_status tpd_dp_plan_init_units(const size_t *bounds, int nunits, int dp_size, int dp_rank,
+                                  int gather_params, tpd_dp_plan *plan_p) {
+    tpd_dp_plan p = {.dp_size = dp_size,
+                     .dp_rank = dp_rank,
+                     .zero = dp_size > 1,
+                     .numel = bounds[nunits],
+                     .numel_padded = bounds[nunits],
+                     .nbuckets = nunits,
+                     .nranges = nunits,
+                     .micro_batches = 1,
+                     .gather_params = gather_params};
+    size_t n = nunits > 0 ? (size_t)nunits : 1;
+    p.ranges = calloc(n, sizeof *p.ranges);
+    p.bounds = calloc(n + 1, sizeof *p.bounds);
+    p.part = calloc(n, sizeof *p.part);
+    if (!p.ranges || !p.bounds || !p.part) {
+        tpd_dp_plan_free(&p);
+        return tpd_fail_nomem("the DP unit ranges", n * (2 * sizeof *p.part + sizeof *p.ranges));
+    }
+    size_t state = 0, d = (size_t)dp_size;
+    for (int u = 0; u <= nunits; u++)
+        p.bounds[u] = bounds[u];
+    for (int u = 0; u < nunits; u++) {
+        size_t b0 = bounds[u], len = bounds[u + 1] - b0;
+        size_t part = dp_size > 1 ? unit_part(len, dp_size) : len;
+        size_t lo = b0 + part * (size_t)dp_rank, hi = lo + part;
+        if (lo > b0 + len) lo = b0 + len;
+        if (hi > b0 + len) hi = b0 + len;
+        p.part[u] = part;
+        p.ranges[u] = (tpd_dp_range){lo, hi, state};
+        state += part;
+        if (part > p.bucket) p.bucket = part * d; /* the largest slot */
+    }
+    p.shard_numel = state;
+    *plan_p = p;
+    return TPD_OK;
+}
+
+size_t tpd_dp_unit_slot_numel(const tpd_dp_plan *plan, int u) {
+    return plan->part ? plan->part[u] * (size_t)plan->dp_size : 0;
 }
 
 tpd_status tpd_dp_plan_set_reduce_dtype(tpd_dp_plan *plan, tpd_dtype wire, tpd_dtype grad_dt) {
@@ -64,6 +120,11 @@ tpd_status tpd_dp_plan_set_reduce_dtype(tpd_dp_plan *plan, tpd_dtype wire, tpd_d
 }
 
 void tpd_dp_bucket(const tpd_dp_plan *plan, int b, size_t *begin_p, size_t *len_p) {
+    if (plan->bounds) {
+        *begin_p = plan->bounds[b];
+        *len_p = plan->bounds[b + 1] - plan->bounds[b];
+        return;
+    }
     size_t b0 = (size_t)b * plan->bucket;
     *begin_p = b0;
     *len_p = plan->numel_padded - b0 < plan->bucket ? plan->numel_padded - b0 : plan->bucket;
@@ -73,6 +134,8 @@ tpd_status tpd_dp_reduce_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, vo
                                 tpd_dtype dt, void *stream, tpd_comm_req **req_p) {
     *req_p = NULL;
     if (!dp || tpd_comm_size(dp) == 1) return TPD_OK;
+    if (plan->bounds)
+        return tpd_fail(TPD_ERR_INTERNAL, "dp: a unit-aligned plan reduces from staging slots");
     size_t b0, len, es = tpd_dtype_size(dt);
     tpd_dp_bucket(plan, b, &b0, &len);
     char *base = (char *)grads + b0 * es;
@@ -90,6 +153,8 @@ tpd_status tpd_dp_gather_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, vo
                                 tpd_dtype dt, void *stream, tpd_comm_req **req_p) {
     *req_p = NULL;
     if (!plan->zero || !dp || tpd_comm_size(dp) == 1) return TPD_OK;
+    if (plan->bounds)
+        return tpd_fail(TPD_ERR_INTERNAL, "dp: a unit-aligned plan gathers into staging slots");
     size_t b0, len, es = tpd_dtype_size(dt);
     tpd_dp_bucket(plan, b, &b0, &len);
     size_t part = len / (size_t)plan->dp_size;
@@ -102,5 +167,13 @@ double tpd_dp_plan_step_bytes(const tpd_dp_plan *plan, size_t grad_size, size_t 
     if (plan->dp_size < 2) return 0.0;
     double n = plan->dp_size, ring = (n - 1.0) / n * (double)plan->numel_padded;
     double wire = plan->wire == TPD_DTYPE_BF16 ? 2.0 : (double)grad_size;
+    if (plan->bounds) { /* over the padded slots */
+        double slots = 0.0;
+        for (int u = 0; u < plan->nbuckets; u++)
+            slots += (double)tpd_dp_unit_slot_numel(plan, u);
+        double r = (n - 1.0) / n * slots, M = plan->micro_batches;
+        return plan->gather_params ? M * r * (wire + 2.0 * (double)param_size)
+                                   : r * (M * wire + (double)param_size);
+    }
     return plan->zero ? ring * (wire + (double)param_size) : 2.0 * ring * wire;
 }
