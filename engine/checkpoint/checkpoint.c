@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "engine/checkpoint/checkpoint_internal.h"
+#include "engine/optim/grad_sync.h"
 
 #define PATH_CAP (TPD_CONFIG_STR + 64)
 
@@ -402,6 +403,13 @@ void tpd_ckpt_saver_destroy(tpd_ckpt_saver *sv) {
     free(sv);
 }
 
+/* All of this rank's parameters as fp32 in host memory (numel_padded): collective over DP
+ * where they are sharded, so every rank calls it at the save point. */
+static tpd_status snapshot_params(const tpd_ckpt_view *v, float *out) {
+    if (v->gsync) return tpd_grad_sync_params_f32(v->gsync, out);
+    return tpd_model_params_f32(v->model, out);
+}
+
 /* Snapshot now, write in a thread. */
 static tpd_status save_async(tpd_ckpt_saver *sv, const tpd_ckpt_counters *c, const char *save_dir,
                              const char *tmp, const char *final, double t0) {
@@ -419,7 +427,7 @@ static tpd_status save_async(tpd_ckpt_saver *sv, const tpd_ckpt_counters *c, con
         return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory for the snapshot of an "
                                        "asynchronous save");
     }
-    tpd_status st = tpd_model_params_f32(m, a->snap);
+    tpd_status st = snapshot_params(&sv->view, a->snap);
     for (int k = TPD_CKPT_EXP_AVG, i = 0; k < TPD_CKPT_KIND_COUNT && st == TPD_OK; k++) {
         if (!(kinds & TPD_CKPT_KIND_BIT(k))) continue;
         float *dst = a->snap + np + (size_t)i++ * ns;
@@ -481,6 +489,15 @@ tpd_status tpd_ckpt_save(tpd_ckpt_saver *sv, const tpd_ckpt_counters *c, const c
                         0};
     tpd_ckpt_rank r = rank_of(v);
     src.kinds = kinds_of(m, r.replica);
+    /* sharded parameters are gathered by every rank now (dp 0 writes them) */
+    if (src.scratch && m->plan.sharding == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS) {
+        tpd_status gst = snapshot_params(v, src.scratch);
+        if (gst != TPD_OK) {
+            free(src.scratch);
+            return gst;
+        }
+        src.params = src.scratch;
+    }
     rec[REC_OK] = src.scratch &&
                   write_rank_files(&r, ns, &src, tmp, rec, tpd_comm_rank(v->world) == 0) == TPD_OK;
     if (!src.scratch) tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
@@ -588,7 +605,7 @@ static tpd_status load_from(const tpd_ckpt_view *v, const char *path, tpd_ckpt_c
         if (info.replicas > 1) snprintf(reps, sizeof reps, " x %d DiLoCo replicas", info.replicas);
         tpd_log_info("loaded checkpoint %s (saved at iteration %d under TP %d PP %d DP %d%s%s)%s",
                      dir, info.iteration, info.tp, info.pp, info.dp, reps,
-                     info.zero ? " ZeRO-1" : "",
+                     info.zero ? " with sharded optimizer state" : "",
                      fresh ? ": weights only, starting at iteration 0" : "");
     }
     tpd_ckpt_close(&info);

@@ -198,6 +198,12 @@ tpd_status tpd_ckpt_manifest_build(const tpd_config *cfg, int tp, int pp, int dp
     cJSON_AddNumberToObject(lay, "pipeline_model_parallel_size", pp);
     cJSON_AddNumberToObject(lay, "data_parallel_size", dp);
     cJSON_AddBoolToObject(lay, "use_distributed_optimizer", ranks[0].zero);
+    /* informative: any strategy loads into any other (the files hold global segments) */
+    cJSON_AddStringToObject(lay, "data_parallel_sharding_strategy",
+                            tpd_config_choice("parallel.data_parallel_sharding_strategy",
+                                              ranks[0].zero
+                                                  ? cfg->parallel.data_parallel_sharding_strategy
+                                                  : TPD_DP_SHARDING_NO_SHARD));
     cJSON_AddNumberToObject(lay, "ddp_bucket_size", (double)cfg->parallel.ddp_bucket_size);
     cJSON_AddStringToObject(o, "precision",
                             tpd_config_choice("training.precision", cfg->training.precision));

@@ -64,8 +64,7 @@ tpd_status tpd_ckpt_rank_init(const tpd_config *cfg, int tp_size, int pp_size, i
     r.pp_size = pp_size;
     r.dp_size = dp_size;
     TPD_CHECK(tpd_model_layout_init(&c, tp_size, tp, pp_size, pp, &r.lay));
-    TPD_CHECK(tpd_dp_plan_init(r.lay.numel, (size_t)c.parallel.ddp_bucket_size, dp_size, dp,
-                               c.parallel.use_distributed_optimizer, &r.dpp));
+    TPD_CHECK(tpd_model_dp_plan(&c, &r.lay, dp_size, dp, &r.dpp));
     r.zero = r.dpp.zero;
     *r_p = r;
     return TPD_OK;

@@ -160,19 +160,6 @@ tpd_status tpd_ckpt_read_global(const tpd_ckpt_info *info, tpd_param p, tpd_ckpt
     return st;
 }
 
-/* host (n fp32) -> backend buffer of dtype dt */
-static tpd_status to_backend(const tpd_kern_backend *kb, void *dst, tpd_dtype dt, const float *host,
-                             size_t n) {
-    if (dt == TPD_DTYPE_F32) return tpd_kern_copy_to_device(kb, dst, host, n * 4);
-    void *tmp = NULL;
-    TPD_CHECK(tpd_kern_alloc(kb, n * 4, &tmp));
-    tpd_status st = tpd_kern_copy_to_device(kb, tmp, host, n * 4);
-    if (st == TPD_OK) st = tpd_kern_cast(kb, dst, dt, tmp, TPD_DTYPE_F32, n);
-    if (st == TPD_OK) st = tpd_kern_synchronize(kb);
-    tpd_kern_free(kb, tmp);
-    return st;
-}
-
 tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r, tpd_model *m,
                                int weights_only, int replica, int outer) {
     /* replica r > 0: its own runs over the shared files; the outer state is replica 0's */
@@ -211,7 +198,8 @@ tpd_status tpd_ckpt_load_local(const tpd_ckpt_info *info, const tpd_ckpt_rank *r
         tpd_progress_update(&prog, done);
         tpd_ckpt_segs_free(&want);
     }
-    TPD_CHECK_GOTO(to_backend(kb, m->params, tpd_kern_param_dtype(kb), params, np), st, out);
+    /* all of them, or this rank's shard where the strategy keeps only that */
+    TPD_CHECK_GOTO(tpd_model_load_params_f32(m, &r->dpp, params), st, out);
     /* m, v, master, then the outer state; each a full pass over the shard */
     for (int k = TPD_CKPT_EXP_AVG; k < TPD_CKPT_KIND_COUNT; k++) {
         float *dst = k == TPD_CKPT_EXP_AVG      ? m->opt_m

@@ -95,14 +95,6 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
                               "false to train");
     const tpd_dp_sharding sh = cfg->parallel.data_parallel_sharding_strategy;
     const char *shk = "parallel.data_parallel_sharding_strategy";
-    if (sh >= TPD_DP_SHARDING_OPTIM_GRADS && tpd_config_schedule(cfg) == TPD_SCHEDULE_ZB_H1)
-        return cfg_fail_after(cfg,
-                              "%s %s with parallel.pipeline_schedule zb-h1: W computes the "
-                              "weight gradients after other micro-batches' passes, so every "
-                              "layer's gradient slot (and its gathered parameters) would stay "
-                              "held from B to W; use 1f1b or interleaved with this strategy, "
-                              "or optim with zb-h1",
-                              shk, tpd_config_choice(shk, sh));
     if (sh >= TPD_DP_SHARDING_OPTIM_GRADS && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
         return cfg_fail_after(cfg,
                               "%s %s with parallel.dp_sync diloco: DiLoCo's outer step works on "

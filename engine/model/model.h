@@ -65,6 +65,9 @@ typedef struct tpd_buffer_plan {
      * of pool_params slots of pslot_numel (the fsdp_units_in_flight units gathered at
      * once, prefetch included; at least 2: a tied head reads wte and the final norm) from
      * just before a forward or backward reads them until it is done. */
+    /* Under a split backward (ZB-H1) a layer's gradient slot stays open from B to W (its
+     * micro-batches share it, and it is reduced when the last W is done), so the grad pool
+     * holds the layers of the schedule's most pending W passes besides its two. */
     int sharding;
     size_t pslot_numel, gslot_numel, eslot_numel;
     int pool_params, pool_grads;
@@ -143,11 +146,20 @@ typedef struct tpd_model_mb {
  * - TPD_HOOK_FWD_DONE: that forward reads them no more;
  * - TPD_HOOK_BWD: a backward is about to read the unit's parameters (a recomputed layer's
  *   forward included) and write its gradients;
+ * - TPD_HOOK_B_DONE: under a split backward (ZB-H1), B reads the layer's parameters no
+ *   more; its weight gradients wait for W, which reads no parameters (it computes no
+ *   input gradient) and ends with
  * - TPD_HOOK_GRAD_DONE: a backward (or W) call has written its last contribution of this
  *   call to the unit's gradients and reads its parameters no more (for a layer under a
  *   split backward: in W; for the embedding on the last stage of a tied model: after the
  *   head). */
-enum { TPD_HOOK_FWD = 0, TPD_HOOK_GRAD_DONE = 1, TPD_HOOK_FWD_DONE = 2, TPD_HOOK_BWD = 3 };
+enum {
+    TPD_HOOK_FWD = 0,
+    TPD_HOOK_GRAD_DONE = 1,
+    TPD_HOOK_FWD_DONE = 2,
+    TPD_HOOK_BWD = 3,
+    TPD_HOOK_B_DONE = 4
+};
 /* Called with each event (above). A failure stops the step. The trainer's DP overlap waits
  * for parameter gathers and starts gradient reductions here, the sharded strategies
  * gather and free units, and both poll outstanding collectives. */

@@ -105,7 +105,20 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     b.nslots = tpd_pp_schedule_peak_in_flight(&sched);
     b.nheads = d->last ? tpd_pp_schedule_peak_in_flight_chunk(&sched, d->v - 1) : 0;
     b.split = sched.split_backward;
+    int pending = 0, peak_w = 0; /* ZB-H1: (micro-batch, chunk) pairs between B and W */
+    for (int i = 0; b.split && i < sched.count; i++) {
+        pending += sched.actions[i].kind == TPD_PP_BWD;
+        pending -= sched.actions[i].kind == TPD_PP_WGRAD;
+        if (pending > peak_w) peak_w = pending;
+    }
     tpd_pp_schedule_free(&sched);
+    if (b.pool_grads && b.split) { /* the layers whose W is pending, micro-batches sharing a
+                                      slot, besides the two */
+        int lc = 0;
+        for (int c = 0; c < d->v; c++)
+            if (d->chunk_layers[c] > lc) lc = d->chunk_layers[c];
+        b.pool_grads += peak_w * lc < d->Ls ? peak_w * lc : d->Ls;
+    }
     b.att_saved = att_saved_bytes(cfg, d, b.act_size);
 
     /* NL: rows of the LayerNorm/residual regions, N/tp under sequence parallel */

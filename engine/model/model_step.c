@@ -23,6 +23,7 @@ static void *pview(const tpd_model *m, int grads, tpd_param p, int l) {
     if (!m->plan.lay.p[p].present) return NULL;
     size_t e = tpd_model_layout_piece(&m->plan.lay, p, l), u0 = m->ubound[l + 1];
     char *base = grads ? m->ubase_g[l + 1] : m->ubase_p[l + 1];
+    if (!base) return NULL; /* a sharded unit not staged now: nothing may read it */
     return base + (e - u0) * (grads ? m->plan.grad_size : m->plan.param_size);
 }
 
@@ -451,7 +452,7 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
          * virtual stage */
         void *dst = (i == 0 && !is_first(m, at)) ? m->ws + m->plan.w_dsend : dres;
         TPD_CHECK(tpd_kern_add(m->kb, dst, dres, dtmp, NC));
-        if (!split) TPD_CHECK(hook(m, l, TPD_HOOK_GRAD_DONE));
+        TPD_CHECK(hook(m, l, split ? TPD_HOOK_B_DONE : TPD_HOOK_GRAD_DONE));
     }
     if (is_first(m, at)) {
         const int32_t *tokens = (const int32_t *)(s + m->plan.s_tokens);
@@ -481,8 +482,7 @@ tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at) {
     for (int i = Lc - 1; i >= 0; i--) {
         tpd_model_views w, g;
         tpd_model_acts a;
-        TPD_CHECK(hook(m, l0 + i, TPD_HOOK_BWD));
-        backward_views(m, at, i, &w, &g, &a);
+        backward_views(m, at, i, &w, &g, &a); /* w unread: W computes no input gradient */
         const void *dfull, *full;
         /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb */
         TPD_CHECK(sp_full(m, &dfull, a.out));

@@ -18,6 +18,7 @@ typedef struct pslot {
 
 typedef struct gslot {
     int unit, state;
+    int opens;         /* G_OPEN: calls whose gradients are not final yet (ZB-H1: B to W) */
     tpd_comm_req *req; /* G_REDUCING: the reduce-scatter */
     uint64_t seq;      /* issue order of the reduce-scatter */
 } gslot;
@@ -189,6 +190,7 @@ static tpd_status land(tpd_grad_shard *sh, int k) {
     TPD_CHECK(tpd_kern_zero(m->kb, slot, part * (size_t)sh->dpp->dp_size * gs));
     g->unit = NO_UNIT;
     g->state = G_FREE;
+    g->opens = 0;
     return TPD_OK;
 }
 
@@ -217,8 +219,14 @@ static tpd_status open_grads(tpd_grad_shard *sh, int unit) {
             if (o < sh->ng) k = o;
         }
     }
-    sh->gs[k].unit = unit;
-    sh->gs[k].state = G_OPEN;
+    gslot *g = &sh->gs[k];
+    if (g->state == G_OPEN && g->unit == unit) {
+        g->opens++;
+        return TPD_OK;
+    }
+    g->unit = unit;
+    g->state = G_OPEN;
+    g->opens = 1;
     sh->m->ubase_g[i] = gslot_mem(sh, k);
     return TPD_OK;
 }
@@ -282,8 +290,11 @@ tpd_status tpd_grad_shard_event(tpd_grad_shard *sh, int unit, int event) {
     case TPD_HOOK_GRAD_DONE:
         if (!embed) { /* the embedding's gradients wait for the end of the step */
             int k = gslot_of(sh, unit);
-            if (k >= 0) TPD_CHECK(reduce(sh, k));
+            if (k >= 0 && --sh->gs[k].opens == 0) TPD_CHECK(reduce(sh, k));
         }
+        if (sh->params) release_params(sh, unit);
+        break;
+    case TPD_HOOK_B_DONE:
         if (sh->params) release_params(sh, unit);
         break;
     default:

@@ -139,6 +139,7 @@ tpd_status tpd_grad_sync_unit_final(tpd_grad_sync *gs, int unit) {
 tpd_status tpd_grad_sync_event(tpd_grad_sync *gs, int unit, int event, int final_mb) {
     if (gs->sh) return tpd_grad_shard_event(gs->sh, unit, event);
     if (event == TPD_HOOK_FWD) return tpd_grad_sync_params_ready(gs, unit);
+    if (event != TPD_HOOK_GRAD_DONE) return TPD_OK;
     if (event == TPD_HOOK_GRAD_DONE && final_mb) TPD_CHECK(tpd_grad_sync_unit_final(gs, unit));
     return tpd_grad_sync_poll(gs);
 }

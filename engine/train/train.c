@@ -281,8 +281,8 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     if (!tr->batch) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, undo_samplers, "train: out of memory");
     tr->is_logger = ms->pp == pp - 1 && ms->tp == 0 && ms->dp == 0;
     tr->saved_iteration = -1;
-    tpd_ckpt_view view = {&tr->cfg,  tr->model,        &tr->dpp,
-                          &tr->mesh, tr->hcomms.world, tr->is_logger};
+    tpd_ckpt_view view = {&tr->cfg,  tr->model,        &tr->dpp,     &tr->mesh,
+                          tr->hcomms.world, tr->is_logger, tr->gsync};
     TPD_CHECK_GOTO(tpd_ckpt_saver_create(&view, &tr->saver), st, undo_batch);
     if (cfg->checkpoint.save[0]) TPD_CHECK_GOTO(tpd_trainer_lock_save_dir(tr), st, undo_saver);
     /* checkpoint.load: parameters, optimizer state and counters replace the fresh ones */
@@ -635,6 +635,10 @@ tpd_status tpd_trainer_job_timers(tpd_trainer *tr, const tpd_step_stats *s, tpd_
 
 tpd_status tpd_trainer_sync_params(tpd_trainer *tr) {
     return tpd_grad_sync_params_all(tr->gsync);
+}
+
+tpd_status tpd_trainer_params_f32(tpd_trainer *tr, float *out) {
+    return tpd_grad_sync_params_f32(tr->gsync, out);
 }
 
 tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out) {

@@ -89,6 +89,10 @@ tpd_status tpd_trainer_job_timers(tpd_trainer *tr, const tpd_step_stats *s, tpd_
  * it before reading parameters through tpd_trainer_model. Saving, evaluation and
  * tpd_trainer_gather_param do. */
 tpd_status tpd_trainer_sync_params(tpd_trainer *tr);
+/* This rank's whole flat parameter buffer as fp32 in host memory (numel_padded floats):
+ * gathered from the DP shards under optim_grads_params, so collective over DP; read
+ * otherwise (after tpd_trainer_sync_params). */
+tpd_status tpd_trainer_params_f32(tpd_trainer *tr, float *out);
 
 /* Gathers the global (unpadded) tensor of parameter p onto world rank 0 (fp32, of
  * tpd_model_layout_global_numel elements); other ranks pass out = NULL. Collective over

@@ -36,7 +36,7 @@ tpd_status tpd_verify_tied_copies_differ(tpd_trainer *tr, int32_t *differ_p) {
         float *all = malloc((m->plan.numel_padded + 1) * sizeof *all);
         float *lo = malloc((s->numel + 1) * sizeof *lo);
         if (!all || !lo) st = TPD_ERR_NOMEM;
-        if (st == TPD_OK) st = tpd_model_params_f32(m, all);
+        if (st == TPD_OK) st = tpd_trainer_params_f32(tr, all);
         float *hi = all ? all + s->offset : NULL;
         for (size_t i = 0; st == TPD_OK && i < s->numel; i++)
             lo[i] = -hi[i];

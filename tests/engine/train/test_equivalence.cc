@@ -9,7 +9,9 @@
 // world (a split communicator), the rest wait at the next collective.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -52,7 +54,19 @@ struct Layout {
     int layers = 0;                 // model.num_layers; 0: tiny's 4
     bool overlap = true;            // parallel.overlap_grad_reduce and overlap_param_gather
     bool llama = false;             // the Llama block (tiny::llama)
+    // parallel.data_parallel_sharding_strategy; -1: optim with zero, else no_shard
+    int sharding = -1;
+    int steps = kSteps;
+    int gbs = 0; // training.global_batch_size; 0: tiny's 16
 };
+
+// A layout under a sharding strategy, trained for `steps` steps.
+Layout sharded(Layout L, int strategy, int steps) {
+    L.sharding = strategy;
+    L.zero = strategy != TPD_DP_SHARDING_NO_SHARD;
+    L.steps = steps;
+    return L;
+}
 
 Layout llama(Layout L) {
     L.llama = true;
@@ -89,7 +103,11 @@ Result run(const Layout &L) {
         cfg.parallel.tensor_model_parallel_size = L.tp;
         cfg.parallel.pipeline_model_parallel_size = L.pp;
         cfg.parallel.use_distributed_optimizer = L.zero;
-        cfg.training.train_iters = kSteps;
+        cfg.parallel.data_parallel_sharding_strategy =
+            L.sharding >= 0 ? (tpd_dp_sharding)L.sharding
+                            : (L.zero ? TPD_DP_SHARDING_OPTIM : TPD_DP_SHARDING_NO_SHARD);
+        if (L.gbs) cfg.training.global_batch_size = L.gbs;
+        cfg.training.train_iters = L.steps;
         cfg.logging.log_params_norm = 1;
         if (L.cuda) cfg.training.device = TPD_DEVICE_CUDA;
         tiny::set(cfg.training.recompute, "training.recompute", L.recompute);
@@ -107,7 +125,7 @@ Result run(const Layout &L) {
         tpd_trainer *tr = nullptr;
         EXPECT_EQ(tpd_trainer_create(&cfg, sub, &tr), TPD_OK);
         if (tr) {
-            for (int i = 0; i < kSteps; i++) {
+            for (int i = 0; i < L.steps; i++) {
                 tpd_step_stats s;
                 EXPECT_EQ(tpd_trainer_step(tr, &s), TPD_OK);
                 r.loss.push_back(s.lm_loss);
@@ -147,12 +165,15 @@ int check_layout(const Result &ref, const Layout &L) {
     if (L.layers) stages += " (" + std::to_string(L.layers) + " layers)";
     if (!L.overlap) stages += " no overlap";
     if (L.llama) stages += " Llama";
+    static const char *const kStrategy[] = {"no_shard", "optim", "optim_grads",
+                                            "optim_grads_params"};
+    if (L.sharding >= 0) stages += std::string(" ") + kStrategy[L.sharding];
     SCOPED_TRACE(testing::Message() << "TP " << L.tp << " PP " << L.pp << " DP " << L.dp
                                     << " ZeRO-1 " << L.zero << stages);
     EXPECT_EQ(r.loss.size(), ref.loss.size());
     if (r.loss.size() != ref.loss.size()) return 0;
     double worst_loss = 0, worst_norm = 0, worst_param = 0;
-    for (int i = 0; i < kSteps; i++) {
+    for (size_t i = 0; i < r.loss.size(); i++) {
         double el = std::fabs(r.loss[i] - ref.loss[i]) / std::fabs(ref.loss[i]);
         double en = std::fabs(r.norm[i] - ref.norm[i]) / std::fabs(ref.norm[i]);
         EXPECT_LE(el, 1e-5) << "step " << i + 1 << " loss " << r.loss[i] << " vs " << ref.loss[i];
@@ -339,6 +360,119 @@ TEST(Equivalence, OverlapAndZbH1AreBitIdentical) {
                 << tpd_param_get_info((tpd_param)p)->name;
         }
         printf("%s: bit-identical over %d steps\n", pr.what, kSteps);
+    }
+}
+
+// The sharded strategies (parallel.data_parallel_sharding_strategy optim_grads, ZeRO-2,
+// and optim_grads_params, ZeRO-3/FSDP) in 14 layouts each over 30 steps, against the
+// single-rank run of the same model: DP 2, 4 and 8; with TP, SP, PP (the tied embedding
+// summed between the first and the last stage), uneven stages, the interleaved schedule,
+// ZB-H1, full, selective and block recompute, the DP overlap off, three units in flight
+// and the Llama block. The tolerances are the matrix's: each micro-batch's gradients are
+// reduce-scattered into the shard on their own, so the sums run in another order than one
+// reduction of the accumulated gradients.
+const int kShardSteps = 30;
+
+TEST(Equivalence, ShardedStrategiesMatchSingleRank) {
+    if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
+    int world = tpd_comm_size(g_world);
+    std::vector<Layout> layouts;
+    for (int sh : {TPD_DP_SHARDING_OPTIM_GRADS, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS}) {
+        auto add = [&](Layout L) {
+            if (L.tp * L.pp * L.dp <= world) layouts.push_back(sharded(L, sh, kShardSteps));
+        };
+        Layout no_overlap = {1, 2, 4, 1};
+        no_overlap.overlap = false;
+        add({1, 1, 2, 1});                                 // DP2
+        add({1, 1, 4, 1});                                 // DP4
+        add({1, 1, 8, 1});                                 // DP8
+        add({2, 1, 2, 1, false, {}, "none", true});        // TP2 SP DP2
+        add({1, 2, 2, 1});                                 // PP2: the tied wte on two stages
+        add({2, 2, 2, 1});                                 // TP2 PP2 DP2
+        add(with({2, 2, 2, 1}, 1, "zb-h1", 0));            // TP2 PP2 DP2 ZB-H1
+        add(with({1, 2, 4, 1}, 2, "interleaved", 4));      // interleaved v=2 DP4
+        add({1, 2, 2, 1, false, {3, 1}, "full"});          // uneven stages, full recompute
+        add({2, 2, 2, 1, false, {}, "selective", true});   // selective recompute under SP
+        add({1, 2, 4, 1, false, {}, "full", false, 1});    // block recompute
+        add(no_overlap);                                   // the overlap keys off
+        add(llama({2, 2, 2, 1}));                          // Llama TP2 PP2 DP2
+        add(llama({1, 1, 8, 1}));                          // Llama DP8
+    }
+    std::map<int, Result> refs; // single-rank runs: depth, Llama
+    int checked = 0;
+    for (const Layout &L : layouts) {
+        int depth = L.layers ? L.layers : 4, key = depth * 2 + L.llama;
+        if (!refs.count(key)) {
+            Layout R = with({1, 1, 1, 0}, 1, "1f1b", depth);
+            R.llama = L.llama;
+            R.steps = kShardSteps;
+            refs[key] = run(R);
+        }
+        checked += check_layout(refs[key], L);
+    }
+    if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)layouts.size());
+}
+
+// Where the reductions sum the same values in the same order the strategies agree bit for
+// bit: one micro-batch per step (global batch = DP) over DP 2, where every element's sum
+// is a + b in any order. With more micro-batches optim_grads and optim_grads_params sum
+// each micro-batch's reduction into the shard ((g1 + g1') + (g2 + g2')) where optim
+// reduces the accumulated gradients once ((g1 + g2) + (g1' + g2')): equal within the
+// matrix's tolerances only (ShardedStrategiesMatchSingleRank).
+TEST(Equivalence, ShardedStrategiesAreBitIdenticalToOptim) {
+    if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
+    if (tpd_comm_size(g_world) < 4) GTEST_SKIP() << "needs 4 ranks";
+    for (Layout base : {Layout{1, 1, 2, 1}, Layout{2, 1, 2, 1, false, {}, "none", true}}) {
+        base.gbs = 2;
+        Result a = run(sharded(base, TPD_DP_SHARDING_OPTIM, kSteps));
+        for (int sh : {TPD_DP_SHARDING_OPTIM_GRADS, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS}) {
+            Result b = run(sharded(base, sh, kSteps));
+            if (tpd_comm_rank(g_world) != 0) continue;
+            SCOPED_TRACE(testing::Message() << "strategy " << sh << " TP " << base.tp);
+            ASSERT_EQ(a.loss.size(), b.loss.size());
+            // the gradient norm's partial sums run over other shard boundaries (buckets
+            // for optim, units for the others): equal to double rounding, not bit for bit
+            for (size_t i = 0; i < a.loss.size(); i++) {
+                EXPECT_EQ(a.loss[i], b.loss[i]) << "step " << i + 1;
+                EXPECT_LE(std::fabs(a.norm[i] - b.norm[i]), 1e-12 * a.norm[i]) << "step " << i + 1;
+            }
+            for (int p = 0; p < TPD_P_COUNT; p++) {
+                if (a.params[p].empty() || a.params[p].size() != b.params[p].size()) continue;
+                EXPECT_EQ(0, memcmp(a.params[p].data(), b.params[p].data(), a.params[p].size() * 4))
+                    << tpd_param_get_info((tpd_param)p)->name;
+            }
+        }
+    }
+}
+
+// The matrix can fail: a unit whose reduce-scatter is lost, or a gathered unit that keeps
+// its copy from before the update, drives the sharded run away from the single-rank one.
+TEST(Equivalence, ShardedFaultsAreCaught) {
+    if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
+    if (tpd_comm_size(g_world) < 2) GTEST_SKIP() << "needs 2 ranks";
+    Layout R = {1, 1, 1, 0};
+    Result ref = run(R);
+    const struct {
+        const char *fault;
+        int strategy;
+    } cases[] = {
+        {"skip-dp-bucket:2", TPD_DP_SHARDING_OPTIM_GRADS},        // layer 1's reduction
+        {"stale-param-gather:0", TPD_DP_SHARDING_OPTIM_GRADS_PARAMS}, // layer 0 kept stale
+    };
+    for (const auto &c : cases) {
+        setenv("TRIPOD_TEST_FAULT", c.fault, 1);
+        Result r = run(sharded({1, 1, 2, 1}, c.strategy, kSteps));
+        unsetenv("TRIPOD_TEST_FAULT");
+        if (tpd_comm_rank(g_world) != 0) continue;
+        SCOPED_TRACE(c.fault);
+        ASSERT_EQ(r.loss.size(), ref.loss.size());
+        double worst = 0;
+        for (size_t i = 0; i < r.loss.size(); i++)
+            worst = std::max(worst, std::fabs(r.loss[i] - ref.loss[i]) / ref.loss[i]);
+        for (int p = 0; p < TPD_P_COUNT; p++)
+            worst = std::max(worst, tpd_verify_rel_diff(r.params[p].data(), ref.params[p].data(),
+                                                        ref.params[p].size()));
+        EXPECT_GT(worst, 1e-3) << "the fault went unnoticed";
     }
 }
 
