@@ -69,7 +69,7 @@ typedef struct tpd_ckpt_view {
     const tpd_dp_plan *dpp;
     const tpd_mesh *mesh;
     tpd_comm *world;
-    int is_logger;          /* prints the "saved" and "loaded" lines */
+    int is_logger;               /* prints the "saved" and "loaded" lines */
     struct tpd_grad_sync *gsync; /* gathers sharded parameters for a save (optim_grads_params);
                                     NULL where the model keeps them whole */
 } tpd_ckpt_view;

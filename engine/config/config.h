@@ -276,9 +276,9 @@ tpd_status tpd_config_yaml_depth_check(const char *path, FILE *f);
 tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size);
 
 /* Rejects what `tripod train` cannot run although the planner models it (bf16 on the
- * cpu backend, parallel.tp_comm_overlap, the sharding strategies optim_grads and
- * optim_grads_params, a data_parallel_shard_size other than 0 or the stated
- * data_parallel_size), naming the key; logged as above. */
+ * cpu backend, parallel.tp_comm_overlap, a data_parallel_shard_size other than 0 or the
+ * stated data_parallel_size, the sharding strategies optim_grads and optim_grads_params
+ * under DiLoCo), naming the key; logged as above. */
 tpd_status tpd_config_check_trainable(const tpd_config *cfg);
 
 /* Derived quantities. */

@@ -68,9 +68,9 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
     void *p;
     TPD_CHECK_GOTO(alloc_block(m, b->mem.params, &m->params), st, undo_buffers);
     TPD_CHECK_GOTO(alloc_block(m, b->mem.grads, &m->grads), st, undo_buffers);
-    TPD_CHECK_GOTO(alloc_block(m, (size_t)b->pool_params * b->pslot_numel * b->param_size,
-                               &m->pool_p),
-                   st, undo_buffers);
+    TPD_CHECK_GOTO(
+        alloc_block(m, (size_t)b->pool_params * b->pslot_numel * b->param_size, &m->pool_p), st,
+        undo_buffers);
     TPD_CHECK_GOTO(
         alloc_block(m, ((size_t)b->pool_grads * b->gslot_numel + b->eslot_numel) * b->grad_size,
                     &m->pool_g),
@@ -125,7 +125,7 @@ undo_model:
 
 void tpd_model_destroy(tpd_model *m) {
     if (!m) return;
-    void *blocks[] = {m->ws,    m->acts,   m->outer_sync, m->master, m->opt_m,
+    void *blocks[] = {m->ws,     m->acts,   m->outer_sync, m->master, m->opt_m,
                       m->pool_g, m->pool_p, m->grads,      m->params};
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++)
         if (blocks[i]) tpd_kern_free(m->kb, blocks[i]);
@@ -154,8 +154,10 @@ int tpd_model_unit_of(const tpd_model *m, size_t e) {
     int lo = 0, hi = m->nunits - 1; /* the last unit whose first element is <= e */
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
-        if (m->ubound[mid] <= e) lo = mid;
-        else hi = mid - 1;
+        if (m->ubound[mid] <= e)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     /* empty units share their bound with the next one: take the one that holds e */
     while (lo + 1 < m->nunits && m->ubound[lo + 1] <= e)

@@ -71,15 +71,15 @@ typedef struct tpd_buffer_plan {
     int sharding;
     size_t pslot_numel, gslot_numel, eslot_numel;
     int pool_params, pool_grads;
-    int nslots;          /* activation slots: the most (micro-batch, chunk) pairs the stage's
-                            action list holds at once (tpd_pp_schedule_peak_in_flight:
-                            min(PP - stage, M) under 1F1B, min(PP, M) under ZB-H1) */
-    int nheads;          /* last stage: head blocks (final LayerNorm, logits, loss), the most
-                            micro-batches of its last chunk between FWD and BWD; 0 elsewhere */
-    int split;           /* ZB-H1: the backward is split into B (input gradients) and W
-                            (the four linear layers' weight and bias gradients); between
-                            them the slot keeps W's inputs and output gradients */
-    size_t att_saved;    /* bytes per layer per micro-batch */
+    int nslots;       /* activation slots: the most (micro-batch, chunk) pairs the stage's
+                         action list holds at once (tpd_pp_schedule_peak_in_flight:
+                         min(PP - stage, M) under 1F1B, min(PP, M) under ZB-H1) */
+    int nheads;       /* last stage: head blocks (final LayerNorm, logits, loss), the most
+                         micro-batches of its last chunk between FWD and BWD; 0 elsewhere */
+    int split;        /* ZB-H1: the backward is split into B (input gradients) and W
+                         (the four linear layers' weight and bias gradients); between
+                         them the slot keeps W's inputs and output gradients */
+    size_t att_saved; /* bytes per layer per micro-batch */
     /* training.recompute: full, on the first recompute[c] layers of each model chunk c
      * (all, or training.recompute_num_layers). A slot keeps only those layers' outputs (the
      * next layer's input); the backward recomputes each of them into the one shared layer
@@ -172,20 +172,20 @@ typedef struct tpd_model {
     tpd_rope rope; /* tpd_model_rope(&cfg.model) */
     const tpd_kern_backend *kb;
     tpd_tp_ctx tp;
-    void *params;         /* (numel_padded) param dtype: the flat buffer; under optim_grads_params
-                             this rank's shard (shard_numel) */
-    void *grads;          /* (numel_padded) grad dtype, mirrors params; under optim_grads and
-                             optim_grads_params this rank's shard (shard_numel) */
-    void *pool_p;         /* optim_grads_params: pool_params slots of pslot_numel params */
-    void *pool_g;         /* optim_grads(_params): pool_grads slots of gslot_numel grads,
-                             then the embedding's slot of eslot_numel */
+    void *params; /* (numel_padded) param dtype: the flat buffer; under optim_grads_params
+                     this rank's shard (shard_numel) */
+    void *grads;  /* (numel_padded) grad dtype, mirrors params; under optim_grads and
+                     optim_grads_params this rank's shard (shard_numel) */
+    void *pool_p; /* optim_grads_params: pool_params slots of pslot_numel params */
+    void *pool_g; /* optim_grads(_params): pool_grads slots of gslot_numel grads,
+                     then the embedding's slot of eslot_numel */
     /* Where each hook unit's parameters and gradients are: unit u (index u + 1, nunits =
      * Ls + 2) has the flat elements [ubound[u+1], ubound[u+2]) and its element e lives at
      * ubase_p[u+1] + (e - ubound[u+1]) (params) and ubase_g likewise. In the flat buffers
      * by default; the sharded strategies point them at staging slots while a unit is in
      * use (engine/optim/grad_shard.c), NULL otherwise. */
     int nunits;
-    size_t *ubound;       /* (nunits + 1) */
+    size_t *ubound; /* (nunits + 1) */
     char **ubase_p, **ubase_g;
     float *master;        /* (shard_numel) fp32 or NULL */
     float *opt_m, *opt_v; /* (shard_numel) fp32; NULL under plain SGD */

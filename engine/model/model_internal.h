@@ -61,7 +61,6 @@ tpd_status tpd_model_layer_mlp_fwd(tpd_model *m, const tpd_model_rows *r, const 
 tpd_status tpd_model_head_fwd(tpd_model *m, const tpd_model_rows *r, void *lnf, float *mean,
                               float *rstd, void *logits, const void *inp);
 
-
 #ifdef __cplusplus
 }
 #endif

@@ -87,8 +87,10 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
         for (int u = 0; u < dpp.nbuckets; u++) {
             size_t n = tpd_dp_unit_slot_numel(&dpp, u);
             if (n > b.pslot_numel) b.pslot_numel = n;
-            if (u == 0) b.eslot_numel = n;
-            else if (n > b.gslot_numel) b.gslot_numel = n;
+            if (u == 0)
+                b.eslot_numel = n;
+            else if (n > b.gslot_numel)
+                b.gslot_numel = n;
         }
         b.pool_grads = 2; /* one filling while the other is reduce-scattered */
         if (b.sharding == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS) {
@@ -223,8 +225,8 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     /* workspace includes the backend's scratch and the host-side staging of each slot's
      * inputs and targets */
     mem->workspace = b.ws_bytes + b.scratch_bytes + b.host_bytes;
-    mem->total = mem->params + mem->grads + mem->gather + mem->optimizer + mem->master + mem->outer +
-                 mem->activations + mem->workspace;
+    mem->total = mem->params + mem->grads + mem->gather + mem->optimizer + mem->master +
+                 mem->outer + mem->activations + mem->workspace;
     *plan_p = b;
     return TPD_OK;
 }

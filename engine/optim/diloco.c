@@ -46,7 +46,8 @@ static tpd_status for_each_piece(tpd_diloco *d, int f, piece_fn fn) {
  * parameters themselves (a bf16 parameter always has a master). */
 static tpd_status take_delta(tpd_diloco *d, size_t flat, size_t state, size_t n, size_t f0) {
     tpd_model *m = d->m;
-    const float *w = m->master ? m->master + state : (const float *)tpd_model_owned_param(m, flat, state);
+    const float *w =
+        m->master ? m->master + state : (const float *)tpd_model_owned_param(m, flat, state);
     return tpd_kern_outer_delta(m->kb, m->outer_delta + (state - f0), m->outer_sync + state, w, n);
 }
 

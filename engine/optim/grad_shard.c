@@ -213,8 +213,7 @@ static tpd_status open_grads(tpd_grad_shard *sh, int unit) {
         while (k < 0) { /* both slots reducing: the oldest lands first */
             int o = oldest(sh);
             if (o < 0)
-                return tpd_fail(TPD_ERR_INTERNAL, "grad shard: no gradient slot for unit %d",
-                                unit);
+                return tpd_fail(TPD_ERR_INTERNAL, "grad shard: no gradient slot for unit %d", unit);
             TPD_CHECK(land(sh, o));
             if (o < sh->ng) k = o;
         }
@@ -350,7 +349,8 @@ tpd_status tpd_grad_shard_after_update(tpd_grad_shard *sh) {
         char *slot = gslot_mem(sh, i == 0 ? sh->ng : 0);
         char *mine = slot + part * (size_t)sh->dpp->dp_rank * ps;
         size_t own = rg->end - rg->begin;
-        if (own) TPD_CHECK(tpd_kern_copy(m->kb, mine, (char *)m->params + rg->begin * ps, own * ps));
+        if (own)
+            TPD_CHECK(tpd_kern_copy(m->kb, mine, (char *)m->params + rg->begin * ps, own * ps));
         if (own < part) TPD_CHECK(tpd_kern_zero(m->kb, mine + own * ps, (part - own) * ps));
         TPD_CHECK(tpd_comm_allgather(sh->dp, mine, slot, part, pdt, tpd_kern_stream(m->kb)));
         TPD_CHECK(tpd_kern_copy(m->kb, (char *)m->params + m->ubound[i] * ps, slot, len * ps));
@@ -372,8 +372,8 @@ tpd_status tpd_grad_shard_params_f32(tpd_grad_shard *sh, float *out) {
         size_t len = unit_len(sh, i);
         if (len == 0) continue;
         const char *mine = (const char *)m->params + sh->dpp->ranges[i].state * m->plan.param_size;
-        TPD_CHECK(tpd_comm_allgather(sh->dp, mine, slot, sh->dpp->part[i], pdt,
-                                     tpd_kern_stream(m->kb)));
+        TPD_CHECK(
+            tpd_comm_allgather(sh->dp, mine, slot, sh->dpp->part[i], pdt, tpd_kern_stream(m->kb)));
         TPD_CHECK(tpd_model_to_host_f32(m->kb, out + m->ubound[i], slot, pdt, len, NULL));
     }
     return TPD_OK;

@@ -95,11 +95,11 @@ static tpd_status apply_update(tpd_model *m, tpd_param p, size_t b, size_t e, si
         return tpd_kern_sgd(m->kb, tpd_model_owned_param(m, b, state),
                             m->master ? m->master + state : NULL, tpd_model_owned_grad(m, b, state),
                             e - b, (float)a->lr, (float)wd, (float)a->grad_scale);
-    return tpd_kern_adamw(
-        m->kb, tpd_model_owned_param(m, b, state), m->master ? m->master + state : NULL,
-        tpd_model_owned_grad(m, b, state), m->opt_m + state, m->opt_v + state, e - b,
-        (float)a->lr, (float)o->adam_beta1, (float)o->adam_beta2, (float)o->adam_eps, (float)wd,
-        a->step, (float)a->grad_scale);
+    return tpd_kern_adamw(m->kb, tpd_model_owned_param(m, b, state),
+                          m->master ? m->master + state : NULL, tpd_model_owned_grad(m, b, state),
+                          m->opt_m + state, m->opt_v + state, e - b, (float)a->lr,
+                          (float)o->adam_beta1, (float)o->adam_beta2, (float)o->adam_eps, (float)wd,
+                          a->step, (float)a->grad_scale);
 }
 
 tpd_status tpd_optim_update(tpd_model *m, const tpd_dp_plan *dpp, double lr, double grad_scale,

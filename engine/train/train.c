@@ -281,7 +281,7 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     if (!tr->batch) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, undo_samplers, "train: out of memory");
     tr->is_logger = ms->pp == pp - 1 && ms->tp == 0 && ms->dp == 0;
     tr->saved_iteration = -1;
-    tpd_ckpt_view view = {&tr->cfg,  tr->model,        &tr->dpp,     &tr->mesh,
+    tpd_ckpt_view view = {&tr->cfg,         tr->model,     &tr->dpp, &tr->mesh,
                           tr->hcomms.world, tr->is_logger, tr->gsync};
     TPD_CHECK_GOTO(tpd_ckpt_saver_create(&view, &tr->saver), st, undo_batch);
     if (cfg->checkpoint.save[0]) TPD_CHECK_GOTO(tpd_trainer_lock_save_dir(tr), st, undo_saver);

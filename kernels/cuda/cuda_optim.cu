@@ -87,8 +87,7 @@ extern "C" tpd_status tpd_kern_cuda_sgd(tpd_kern_ctx *ctx, void *param, float *m
 }
 
 /* dst += src in the gradient dtype G, summed in fp32. */
-template <typename G>
-__global__ void grad_acc_kernel(G *dst, const G *src, size_t n) {
+template <typename G> __global__ void grad_acc_kernel(G *dst, const G *src, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         dst[i] = tpd_from_f<G>(tpd_to_f(dst[i]) + tpd_to_f(src[i]));
@@ -99,11 +98,11 @@ extern "C" tpd_status tpd_kern_cuda_grad_acc(tpd_kern_ctx *ctx, void *dst, const
     if (n == 0) return TPD_OK;
     unsigned grid = tpd_grid_for(n, ADAM_BLOCK);
     if (ctx->grad_dtype == TPD_DTYPE_F32)
-        grad_acc_kernel<float><<<grid, ADAM_BLOCK, 0, ctx->stream>>>((float *)dst,
-                                                                     (const float *)src, n);
+        grad_acc_kernel<float>
+            <<<grid, ADAM_BLOCK, 0, ctx->stream>>>((float *)dst, (const float *)src, n);
     else
-        grad_acc_kernel<tpd_bf16><<<grid, ADAM_BLOCK, 0, ctx->stream>>>((tpd_bf16 *)dst,
-                                                                        (const tpd_bf16 *)src, n);
+        grad_acc_kernel<tpd_bf16>
+            <<<grid, ADAM_BLOCK, 0, ctx->stream>>>((tpd_bf16 *)dst, (const tpd_bf16 *)src, n);
     return TPD_CUDA_LAUNCHED("grad_acc");
 }
 

@@ -43,11 +43,11 @@ typedef struct tpd_dp_plan {
     tpd_dtype wire;       /* what the gradient reductions carry (tpd_dp_plan_set_reduce_dtype);
                              TPD_DTYPE_F32 after init: the gradients' own dtype */
     /* unit-aligned plans (tpd_dp_plan_init_units; NULL otherwise): */
-    size_t *bounds;       /* (nbuckets + 1) element bounds of the units */
-    size_t *part;         /* (nbuckets) elements of each rank's part of unit u */
-    int micro_batches;    /* ZeRO-2/3 reduce every micro-batch: tpd_dp_plan_step_bytes counts
-                             them (1 after init) */
-    int gather_params;    /* ZeRO-3: the parameters travel before every forward and backward */
+    size_t *bounds;    /* (nbuckets + 1) element bounds of the units */
+    size_t *part;      /* (nbuckets) elements of each rank's part of unit u */
+    int micro_batches; /* ZeRO-2/3 reduce every micro-batch: tpd_dp_plan_step_bytes counts
+                          them (1 after init) */
+    int gather_params; /* ZeRO-3: the parameters travel before every forward and backward */
 } tpd_dp_plan;
 
 size_t tpd_dp_padded_numel(size_t numel, int dp_size);
@@ -78,8 +78,8 @@ tpd_status tpd_dp_plan_set_reduce_dtype(tpd_dp_plan *plan, tpd_dtype wire, tpd_d
  * count: the all-reduce 2 (DP-1)/DP of the buffer, or under ZeRO-1 the reduce-scatter and
  * the parameters' all-gather (DP-1)/DP each. ZeRO-2 reduce-scatters every micro-batch
  * (plan->micro_batches) and gathers once; ZeRO-3 gathers twice per micro-batch (forward
- * and backward) and reduce-scatters once, over the padded unit slots. grad_size, param_size: the dtypes' bytes (the
- * gradient reduction carries `wire` where it is bf16). */
+ * and backward) and reduce-scatters once, over the padded unit slots. grad_size, param_size: the
+ * dtypes' bytes (the gradient reduction carries `wire` where it is bf16). */
 double tpd_dp_plan_step_bytes(const tpd_dp_plan *plan, size_t grad_size, size_t param_size);
 
 /* Element range [begin, begin + len) of bucket b (0 .. nbuckets-1). */

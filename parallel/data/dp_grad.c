@@ -61,7 +61,8 @@ static size_t unit_part(size_t len, int dp_size) {
 size_t tpd_dp_units_shard_numel(const size_t *bounds, int nunits, int dp_size) {
     size_t n = 0;
     for (int u = 0; u < nunits; u++)
-        n += dp_size > 1 ? unit_part(bounds[u + 1] - bounds[u], dp_size) : bounds[u + 1] - bounds[u];
+        n +=
+            dp_size > 1 ? unit_part(bounds[u + 1] - bounds[u], dp_size) : bounds[u + 1] - bounds[u];
     return n;
 }
 

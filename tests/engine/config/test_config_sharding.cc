@@ -118,14 +118,24 @@ TEST(ConfigSharding, TrainRefusesWhatOnlyThePlannerModels) {
     ASSERT_EQ(Load({"parallel.use_distributed_optimizer=true"}, &c), TPD_OK);
     EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK) << tpd_last_error();
     for (const char *name : {"optim_grads", "optim_grads_params"}) {
-        ASSERT_EQ(Load({std::string(kKey) + "=" + name}, &c), TPD_OK);
+        // trained, with every schedule
+        for (const char *sched : {"1f1b", "zb-h1"}) {
+            ASSERT_EQ(Load({std::string(kKey) + "=" + name,
+                            std::string("parallel.pipeline_schedule=") + sched},
+                           &c),
+                      TPD_OK);
+            EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK) << name << " " << tpd_last_error();
+        }
+        // but not under DiLoCo, whose outer step works on optimizer-state shards
+        ASSERT_EQ(Load({std::string(kKey) + "=" + name, "parallel.dp_sync=diloco"}, &c), TPD_OK);
         tpd_last_error_clear();
         tpd_log_quiet_begin();
         EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID) << name;
         tpd_log_quiet_end();
-        EXPECT_TRUE(Says("`tripod train` shards optimizer state only (optim); `tripod plan` "
-                         "models optim_grads and optim_grads_params"))
-            << tpd_last_error();
+        std::string want = std::string(kKey) + " " + name +
+                           " with parallel.dp_sync diloco: DiLoCo's outer step works on "
+                           "optimizer-state shards only";
+        EXPECT_TRUE(Says(want.c_str())) << tpd_last_error();
     }
     ASSERT_EQ(Load({"parallel.data_parallel_shard_size=2"}, &c), TPD_OK);
     tpd_log_quiet_begin();

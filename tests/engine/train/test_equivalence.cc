@@ -383,20 +383,20 @@ TEST(Equivalence, ShardedStrategiesMatchSingleRank) {
         };
         Layout no_overlap = {1, 2, 4, 1};
         no_overlap.overlap = false;
-        add({1, 1, 2, 1});                                 // DP2
-        add({1, 1, 4, 1});                                 // DP4
-        add({1, 1, 8, 1});                                 // DP8
-        add({2, 1, 2, 1, false, {}, "none", true});        // TP2 SP DP2
-        add({1, 2, 2, 1});                                 // PP2: the tied wte on two stages
-        add({2, 2, 2, 1});                                 // TP2 PP2 DP2
-        add(with({2, 2, 2, 1}, 1, "zb-h1", 0));            // TP2 PP2 DP2 ZB-H1
-        add(with({1, 2, 4, 1}, 2, "interleaved", 4));      // interleaved v=2 DP4
-        add({1, 2, 2, 1, false, {3, 1}, "full"});          // uneven stages, full recompute
-        add({2, 2, 2, 1, false, {}, "selective", true});   // selective recompute under SP
-        add({1, 2, 4, 1, false, {}, "full", false, 1});    // block recompute
-        add(no_overlap);                                   // the overlap keys off
-        add(llama({2, 2, 2, 1}));                          // Llama TP2 PP2 DP2
-        add(llama({1, 1, 8, 1}));                          // Llama DP8
+        add({1, 1, 2, 1});                               // DP2
+        add({1, 1, 4, 1});                               // DP4
+        add({1, 1, 8, 1});                               // DP8
+        add({2, 1, 2, 1, false, {}, "none", true});      // TP2 SP DP2
+        add({1, 2, 2, 1});                               // PP2: the tied wte on two stages
+        add({2, 2, 2, 1});                               // TP2 PP2 DP2
+        add(with({2, 2, 2, 1}, 1, "zb-h1", 0));          // TP2 PP2 DP2 ZB-H1
+        add(with({1, 2, 4, 1}, 2, "interleaved", 4));    // interleaved v=2 DP4
+        add({1, 2, 2, 1, false, {3, 1}, "full"});        // uneven stages, full recompute
+        add({2, 2, 2, 1, false, {}, "selective", true}); // selective recompute under SP
+        add({1, 2, 4, 1, false, {}, "full", false, 1});  // block recompute
+        add(no_overlap);                                 // the overlap keys off
+        add(llama({2, 2, 2, 1}));                        // Llama TP2 PP2 DP2
+        add(llama({1, 1, 8, 1}));                        // Llama DP8
     }
     std::map<int, Result> refs; // single-rank runs: depth, Llama
     int checked = 0;
@@ -456,7 +456,7 @@ TEST(Equivalence, ShardedFaultsAreCaught) {
         const char *fault;
         int strategy;
     } cases[] = {
-        {"skip-dp-bucket:2", TPD_DP_SHARDING_OPTIM_GRADS},        // layer 1's reduction
+        {"skip-dp-bucket:2", TPD_DP_SHARDING_OPTIM_GRADS},            // layer 1's reduction
         {"stale-param-gather:0", TPD_DP_SHARDING_OPTIM_GRADS_PARAMS}, // layer 0 kept stale
     };
     for (const auto &c : cases) {
