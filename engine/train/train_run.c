@@ -92,11 +92,34 @@ static void log_startup(const tpd_trainer *tr) {
                  tpd_kern_name(tr->kb),
                  tpd_config_choice("training.precision", tr->cfg.training.precision), threads);
     tpd_log_info("this rank (last stage): %zu parameters | memory %.2f MiB = params %.2f + "
-                 "grads %.2f + optimizer %.2f + master %.2f + activations %.2f (%d in flight) "
-                 "+ workspace %.2f",
+                 "grads %.2f + gathered %.2f + optimizer %.2f + master %.2f + activations %.2f "
+                 "(%d in flight) + workspace %.2f",
                  m->plan.lay.numel, mem->total / MiB, mem->params / MiB, mem->grads / MiB,
-                 mem->optimizer / MiB, mem->master / MiB, mem->activations / MiB, m->plan.nslots,
-                 mem->workspace / MiB);
+                 mem->gather / MiB, mem->optimizer / MiB, mem->master / MiB, mem->activations / MiB,
+                 m->plan.nslots, mem->workspace / MiB);
+    if (m->plan.sharding != TPD_DP_SHARDING_NO_SHARD && tr->is_logger) {
+        /* the same rank's model state unsharded, for the line's before -> after */
+        tpd_config flat = tr->cfg;
+        flat.parallel.data_parallel_sharding_strategy = TPD_DP_SHARDING_NO_SHARD;
+        flat.parallel.use_distributed_optimizer = 0;
+        tpd_mem_breakdown full;
+        if (tpd_model_memory(&flat, tr->mesh.tp_size, tr->mesh.pp_size, tr->mesh.dp_size,
+                             tr->mesh.pp, &full) != TPD_OK)
+            full = *mem;
+        double before = (double)(full.params + full.grads + full.optimizer + full.master);
+        double after = (double)(mem->params + mem->grads + mem->optimizer + mem->master);
+        tpd_log_info(
+            "DP sharding %s over %d ranks: params %.2f -> %.2f MiB, grads %.2f -> %.2f, "
+            "optimizer and master %.2f -> %.2f; model state %.2f -> %.2f MiB (%.3f of "
+            "no_shard) + gathered working set %.2f MiB (%d parameter and %d gradient "
+            "unit slots)",
+            tpd_config_choice("parallel.data_parallel_sharding_strategy", m->plan.sharding),
+            tr->mesh.dp_inner_size, full.params / MiB, mem->params / MiB, full.grads / MiB,
+            mem->grads / MiB, (full.optimizer + full.master) / MiB,
+            (mem->optimizer + mem->master) / MiB, before / MiB, after / MiB,
+            before > 0 ? after / before : 0.0, mem->gather / MiB, m->plan.pool_params,
+            m->plan.pool_grads + (m->plan.eslot_numel > 0));
+    }
     if (tr->cfg.training.precision == TPD_PRECISION_FP32 &&
         !tr->cfg.training.accumulate_allreduce_grads_in_fp32)
         tpd_log_info("training.accumulate_allreduce_grads_in_fp32: false has no effect under "
