@@ -3,7 +3,11 @@
  *   drop-layer:S      the model of pipeline stage S (default 1) builds one layer fewer
  *                     (its last chunk's last layer), as a buggy stage split would;
  *   skip-dp-bucket:B  DP gradient bucket B (default 0) is never reduced (at DP > 1 its
- *                     gradients stay each rank's own);
+ *                     gradients stay each rank's own); under optim_grads and
+ *                     optim_grads_params bucket B is hook unit B - 1, whose reduced part
+ *                     never reaches the shard;
+ *   stale-param-gather:U  under optim_grads_params a staged copy of unit U (default 0)
+ *                     outlives the update, so the next forward may read its old weights;
  *   wrong-shard       a resume loads the checkpoint slice of the next TP rank instead
  *                     of its own (at TP > 1);
  *   stop-rank:R       world rank R (default 1) of `tripod train`/`eval`/`bench` stops

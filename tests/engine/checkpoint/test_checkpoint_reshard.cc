@@ -28,12 +28,27 @@ struct Layout {
     int v = 1;          // parallel.virtual_pipeline_model_parallel_size
     bool zb = false;    // parallel.pipeline_schedule zb-h1
     bool llama = false; // the Llama block (tiny::llama)
+    int sharding = -1;  // parallel.data_parallel_sharding_strategy; -1: by zero
     std::string name() const {
         return std::string(llama ? "llama_" : "") + "tp" + std::to_string(tp) + "pp" +
                std::to_string(pp) + "dp" + std::to_string(dp) + (zero ? "z" : "") +
+               (sharding > 1 ? std::to_string(sharding) : "") +
                (v > 1 ? "v" + std::to_string(v) : "") + (zb ? "zb" : "");
     }
 };
+
+// ZeRO-2 (optim_grads) and ZeRO-3 (optim_grads_params)
+Layout zero2(Layout L) {
+    L.zero = 1;
+    L.sharding = TPD_DP_SHARDING_OPTIM_GRADS;
+    return L;
+}
+
+Layout zero3(Layout L) {
+    L.zero = 1;
+    L.sharding = TPD_DP_SHARDING_OPTIM_GRADS_PARAMS;
+    return L;
+}
 
 Layout llama(Layout L) {
     L.llama = true;
@@ -64,6 +79,9 @@ std::vector<double> run(const Layout &L, const std::string &load, const std::str
         cfg.parallel.tensor_model_parallel_size = L.tp;
         cfg.parallel.pipeline_model_parallel_size = L.pp;
         cfg.parallel.use_distributed_optimizer = L.zero;
+        cfg.parallel.data_parallel_sharding_strategy =
+            L.sharding >= 0 ? (tpd_dp_sharding)L.sharding
+                            : (L.zero ? TPD_DP_SHARDING_OPTIM : TPD_DP_SHARDING_NO_SHARD);
         if (L.llama) tiny::llama(cfg);
         cfg.parallel.virtual_pipeline_model_parallel_size = L.v;
         if (L.zb) tiny::set(cfg.parallel.pipeline_schedule, "parallel.pipeline_schedule", "zb-h1");
@@ -114,6 +132,17 @@ TEST(Reshard, RoundTripIsExactAndTrainingContinues) {
         {llama({2, 2, 2, 0}), llama({1, 1, 1, 0})},
         {llama({1, 4, 2, 1}), llama({2, 2, 2, 0})},
         {llama({2, 2, 2, 1}), llama({2, 2, 2, 1})},
+        // the sharded strategies: each rank's shards out, any strategy and layout in, and
+        // the same layout's resume bit-exact
+        {zero3({2, 2, 2, 1}), {1, 1, 1, 0}},
+        {{1, 1, 1, 0}, zero3({1, 1, 8, 1})},
+        {zero2({2, 2, 2, 1}), zero3({2, 2, 2, 1})},
+        {zero3({2, 2, 2, 1}), zero3({2, 2, 2, 1})},
+        {zero2({1, 2, 4, 1}), zero2({1, 2, 4, 1})},
+        {{2, 2, 2, 1}, zero2({1, 2, 4, 1})},
+        {zero3(chunks({1, 2, 4, 1}, 2)), {2, 2, 2, 0}},
+        {llama(zero3(zbh1({1, 4, 2, 1}))), llama(zero2({2, 2, 2, 1}))},
+        {llama(zero3({2, 2, 2, 1})), llama(zero3({2, 2, 2, 1}))},
     };
     std::map<std::string, std::vector<double>> source_loss;
     for (const auto &pr : pairs) {

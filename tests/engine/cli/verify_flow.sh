@@ -72,6 +72,15 @@ expect_pass "Llama demo TP 2 PP 2" 8 demo-llama.yaml "${tp2pp2[@]}"
 expect_pass "Llama demo v 2, SP, ZeRO-1, selective recompute" 8 demo-llama.yaml "${tp2pp2[@]}" \
   parallel.virtual_pipeline_model_parallel_size=2 parallel.sequence_parallel=true \
   parallel.use_distributed_optimizer=true training.recompute=selective
+# the sharded strategies: ZeRO-2 under TP 2 PP 2, ZeRO-3 (FSDP) with the Llama block under
+# ZB-H1 on DP 2 and at DP 8
+expect_pass "demo TP 2 PP 2 optim_grads" 8 demo.yaml "${tp2pp2[@]}" \
+  parallel.data_parallel_sharding_strategy=optim_grads
+expect_pass "Llama demo PP 4 ZB-H1 DP 2 optim_grads_params" 8 demo-llama.yaml \
+  parallel.pipeline_model_parallel_size=4 parallel.pipeline_schedule=zb-h1 \
+  parallel.data_parallel_sharding_strategy=optim_grads_params
+expect_pass "Llama demo DP 8 optim_grads_params" 8 demo-llama.yaml \
+  parallel.data_parallel_sharding_strategy=optim_grads_params
 
 # DiLoCo (2 replicas): the train checks against the one-rank DiLoCo reference, the same-layout
 # resume bit-exact; another replica count is another algorithm, so those resumes are not run
