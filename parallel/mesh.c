@@ -16,10 +16,12 @@ tpd_status tpd_mesh_init(int world_size, int rank, int tp, int pp, int dp, tpd_m
                   .world_size = world_size,
                   .rank = rank,
                   .replicas = 1,
-                  .dp_inner_size = dp};
+                  .dp_inner_size = dp,
+                  .shard_size = dp};
     tpd_mesh_coords_of(&m, rank, &m.tp, &m.dp, &m.pp);
     m.replica = 0;
     m.dp_inner = m.dp;
+    m.dp_shard = m.dp;
     *mesh_p = m;
     return TPD_OK;
 }
@@ -49,11 +51,25 @@ tpd_status tpd_mesh_set_replicas(tpd_mesh *m, int replicas) {
     tpd_mesh_coords_of(m, m->rank, &m->tp, &m->dp, &m->pp); /* the replicas move outermost */
     m->replica = m->dp / m->dp_inner_size;
     m->dp_inner = m->dp % m->dp_inner_size;
+    return tpd_mesh_set_shard_size(m, 0);
+}
+
+tpd_status tpd_mesh_set_shard_size(tpd_mesh *m, int shard_size) {
+    int H = shard_size > 0 ? shard_size : m->dp_inner_size;
+    if (m->dp_inner_size % H != 0) {
+        tpd_log_error("mesh: parallel.data_parallel_shard_size %d must divide the DP group's %d",
+                      shard_size, m->dp_inner_size);
+        return TPD_ERR_INVALID;
+    }
+    m->shard_size = H;
+    m->dp_shard = m->dp_inner % H;
+    m->dp_rep = m->dp_inner / H;
     return TPD_OK;
 }
 
 const char *tpd_mesh_group_name(tpd_mesh_group g) {
-    static const char *names[] = {"tp", "dp", "pp", "emb", "mp", "dp_outer"};
+    static const char *names[] = {"tp", "dp",       "pp",       "emb",
+                                  "mp", "dp_outer", "dp_shard", "dp_replicate"};
     return (g >= 0 && g < TPD_MESH_GROUP_COUNT) ? names[g] : "?";
 }
 
@@ -80,6 +96,18 @@ int tpd_mesh_group_members(const tpd_mesh *m, tpd_mesh_group g, int rank, int *o
         for (int r = 0; r < m->replicas; r++)
             PUSH(tpd_mesh_rank_of(m, tp, r * m->dp_inner_size + dp % m->dp_inner_size, pp));
         break;
+    case TPD_MESH_GROUP_DP_SHARD: {
+        int base = dp - (dp % m->dp_inner_size) % m->shard_size;
+        for (int i = 0; i < m->shard_size; i++)
+            PUSH(tpd_mesh_rank_of(m, tp, base + i, pp));
+        break;
+    }
+    case TPD_MESH_GROUP_DP_REPLICATE: {
+        int base = dp - dp % m->dp_inner_size, idx = (dp % m->dp_inner_size) % m->shard_size;
+        for (int g = 0; g < m->dp_inner_size / m->shard_size; g++)
+            PUSH(tpd_mesh_rank_of(m, tp, base + g * m->shard_size + idx, pp));
+        break;
+    }
     case TPD_MESH_GROUP_PP:
         for (int i = 0; i < m->pp_size; i++)
             PUSH(tpd_mesh_rank_of(m, tp, dp, i));
@@ -120,6 +148,16 @@ void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *co
         color = tp + m->tp_size * (pp + m->pp_size * (dp % m->dp_inner_size));
         key = dp / m->dp_inner_size;
         break;
+    case TPD_MESH_GROUP_DP_SHARD: /* within a DP group: the runs of H dp indices */
+        color = tp + m->tp_size * (pp + m->pp_size * (dp / m->shard_size));
+        key = dp % m->shard_size;
+        break;
+    case TPD_MESH_GROUP_DP_REPLICATE: {
+        int H = m->shard_size, group = dp / m->dp_inner_size; /* the DiLoCo replica */
+        color = tp + m->tp_size * (pp + m->pp_size * (dp % H + H * group));
+        key = (dp % m->dp_inner_size) / H;
+        break;
+    }
     case TPD_MESH_GROUP_PP:
         color = tp + m->tp_size * dp;
         key = pp;
@@ -142,10 +180,14 @@ void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *co
 tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_comms *comms_p) {
     tpd_status st = TPD_OK;
     tpd_mesh_comms c = {.world = world};
-    tpd_comm **slots[TPD_MESH_GROUP_COUNT] = {&c.tp, &c.dp, &c.pp, &c.emb, &c.mp, &c.dp_outer};
+    tpd_comm **slots[TPD_MESH_GROUP_COUNT] = {&c.tp, &c.dp,       &c.pp,       &c.emb,
+                                              &c.mp, &c.dp_outer, &c.dp_shard, &c.dp_rep};
     for (int g = 0; g < TPD_MESH_GROUP_COUNT; g++) {
         int color, key;
         if (g == TPD_MESH_GROUP_DP_OUTER && m->replicas == 1) continue; /* same on all ranks */
+        if ((g == TPD_MESH_GROUP_DP_SHARD || g == TPD_MESH_GROUP_DP_REPLICATE) &&
+            m->shard_size == m->dp_inner_size)
+            continue; /* no HSDP: the DP group itself */
         tpd_mesh_group_color(m, (tpd_mesh_group)g, m->rank, &color, &key);
         /* every rank takes part in every split (collective), non-members pass color -1 */
         TPD_CHECK_GOTO(
@@ -160,7 +202,8 @@ undo_splits:
 }
 
 void tpd_mesh_comms_destroy(tpd_mesh_comms *c) {
-    tpd_comm **slots[] = {&c->dp_outer, &c->mp, &c->emb, &c->pp, &c->dp, &c->tp};
+    tpd_comm **slots[] = {&c->dp_rep, &c->dp_shard, &c->dp_outer, &c->mp,
+                          &c->emb,    &c->pp,       &c->dp,       &c->tp};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
         if (*slots[i]) tpd_comm_destroy(*slots[i]);
         *slots[i] = NULL;

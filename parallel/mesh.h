@@ -13,7 +13,13 @@
  * (same tp, pp, replica), the one a step's gradients are summed over; DP_OUTER joins the
  * ranks of equal tp, pp and inner index across the replicas. R = 1 (the default): DP is
  * the whole DP dimension, the order above is Megatron's, DP_OUTER is each rank alone and
- * tpd_mesh_comms.dp_outer is NULL. */
+ * tpd_mesh_comms.dp_outer is NULL.
+ *
+ * Hybrid sharding (HSDP, parallel.data_parallel_shard_size H < the DP group): the DP group
+ * splits into DP / H shard groups of H consecutive dp indices (DP_SHARD: shard = inner / H,
+ * so the ranks of one are TP apart, typically one node), replicated across them
+ * (DP_REPLICATE: same inner % H). No rank moves. H = the DP group (the default): both
+ * groups are NULL in tpd_mesh_comms. */
 #ifndef TPD_PARALLEL_MESH_H
 #define TPD_PARALLEL_MESH_H
 
@@ -29,6 +35,8 @@ typedef struct tpd_mesh {
     int rank, tp, pp, dp;        /* this rank's coordinates; dp is the full DP coordinate */
     int replicas, dp_inner_size; /* R and S = dp_size / R (1 and dp_size by default) */
     int replica, dp_inner;       /* dp / S and dp % S */
+    int shard_size;              /* HSDP's H (dp_inner_size by default) */
+    int dp_shard, dp_rep;        /* dp_inner % H (index in the shard group), dp_inner / H */
 } tpd_mesh;
 
 /* Fails (logged, TPD_ERR_INVALID) when world != tp*pp*dp or any size < 1. */
@@ -38,15 +46,20 @@ void tpd_mesh_coords_of(const tpd_mesh *m, int rank, int *tp_p, int *dp_p, int *
 /* Splits DP into `replicas` replicas (after tpd_mesh_init). Fails (TPD_ERR_INVALID) unless
  * replicas >= 1 divides dp_size. */
 tpd_status tpd_mesh_set_replicas(tpd_mesh *m, int replicas);
+/* HSDP: shard groups of `shard_size` consecutive inner dp indices (after set_replicas; 0
+ * or the DP group's size: none). Fails (TPD_ERR_INVALID) unless it divides dp_inner_size. */
+tpd_status tpd_mesh_set_shard_size(tpd_mesh *m, int shard_size);
 
 typedef enum tpd_mesh_group {
     TPD_MESH_GROUP_TP = 0,
     TPD_MESH_GROUP_DP = 1,
     TPD_MESH_GROUP_PP = 2,
-    TPD_MESH_GROUP_EMB = 3,      /* first and last stage of this rank's PP group */
-    TPD_MESH_GROUP_MP = 4,       /* model parallel: TP x PP at fixed dp */
-    TPD_MESH_GROUP_DP_OUTER = 5, /* DiLoCo: same tp, pp, inner dp index across replicas */
-    TPD_MESH_GROUP_COUNT = 6,
+    TPD_MESH_GROUP_EMB = 3,          /* first and last stage of this rank's PP group */
+    TPD_MESH_GROUP_MP = 4,           /* model parallel: TP x PP at fixed dp */
+    TPD_MESH_GROUP_DP_OUTER = 5,     /* DiLoCo: same tp, pp, inner dp index across replicas */
+    TPD_MESH_GROUP_DP_SHARD = 6,     /* HSDP: one shard group of the DP group */
+    TPD_MESH_GROUP_DP_REPLICATE = 7, /* HSDP: same index in the shard group across groups */
+    TPD_MESH_GROUP_COUNT = 8,
 } tpd_mesh_group;
 
 const char *tpd_mesh_group_name(tpd_mesh_group g);
@@ -63,6 +76,7 @@ void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *co
 typedef struct tpd_mesh_comms {
     tpd_comm *world, *tp, *dp, *pp, *emb, *mp; /* emb NULL when not first/last stage */
     tpd_comm *dp_outer;                        /* across DiLoCo replicas; NULL when replicas = 1 */
+    tpd_comm *dp_shard, *dp_rep; /* HSDP's shard group and its replicas; NULL without HSDP */
 } tpd_mesh_comms;
 
 tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_comms *comms_p);

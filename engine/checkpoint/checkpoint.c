@@ -57,13 +57,16 @@ static tpd_ckpt_rank rank_of(const tpd_ckpt_view *v) {
     memset(&r, 0, sizeof r);
     /* DiLoCo: a replica's state is sharded over its own inner DP group */
     int inner = tpd_config_dp_inner(v->cfg, ms->dp_size);
+    /* HSDP: a shard group's ranks hold what the other groups hold; the first group writes */
+    int H = tpd_config_dp_shard_engine(v->cfg, ms->dp_size);
     r.tp = ms->tp;
     r.pp = ms->pp;
-    r.dp = ms->dp % inner;
+    r.dp = (ms->dp % inner) % H;
     r.replica = ms->dp / inner;
+    r.silent = (ms->dp % inner) / H > 0;
     r.tp_size = ms->tp_size;
     r.pp_size = ms->pp_size;
-    r.dp_size = inner;
+    r.dp_size = H;
     r.lay = v->model->plan.lay;
     r.dpp = *v->dpp;
     r.zero = v->dpp->zero;
@@ -142,6 +145,7 @@ static tpd_status finish_file(tpd_ckpt_writer *w, int32_t *rec, int bytes_at, in
  * asynchronous one writes behind the training log). */
 static tpd_status write_rank_files(const tpd_ckpt_rank *r, size_t ns, shard_source *src,
                                    const char *tmp, int32_t *rec, int show) {
+    if (r->silent) return TPD_OK; /* HSDP: another shard group's copy */
     tpd_ckpt_rank_plan pl;
     TPD_CHECK(tpd_ckpt_rank_plan_init(r, &pl));
     tpd_status st = TPD_OK;
@@ -211,6 +215,7 @@ static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state, co
     tpd_status st = TPD_OK;
     if (!files) return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     int inner = tpd_config_dp_inner(v->cfg, ms->dp_size);
+    int H = tpd_config_dp_shard_engine(v->cfg, ms->dp_size); /* HSDP: the first group's files */
     for (int w = 0; w < world; w++) {
         const int32_t *rec = recs + (size_t)w * REC_WORDS;
         int t, d, s;
@@ -219,7 +224,7 @@ static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state, co
             tpd_ckpt_file *f = &files[2 * w + k];
             f->tp = t;
             f->pp = s;
-            f->dp = d % inner;
+            f->dp = (d % inner) % H;
             f->replica = d / inner;
             f->bytes = get_u64(rec + (k ? REC_OBYTES : REC_MBYTES));
             if (!f->bytes) continue;
@@ -230,9 +235,8 @@ static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state, co
                 tpd_ckpt_model_file_r(t, s, f->replica, f->name, sizeof f->name);
         }
     }
-    TPD_CHECK_GOTO(tpd_ckpt_manifest_build(v->cfg, ms->tp_size, ms->pp_size, inner,
-                                           ms->dp_size / inner, kinds_of(v->model, 0), state,
-                                           world * 2, files, &json),
+    TPD_CHECK_GOTO(tpd_ckpt_manifest_build(v->cfg, ms->tp_size, ms->pp_size, H, ms->dp_size / inner,
+                                           kinds_of(v->model, 0), state, world * 2, files, &json),
                    st, out);
     tpd_ckpt_sha256_hex(json, strlen(json), hex);
     tpd_ckpt_join(path, sizeof path, tmp, TPD_CKPT_MANIFEST_SHA);

@@ -32,9 +32,12 @@ void tpd_ckpt_segs_free(tpd_ckpt_segs *s);
 
 /* The coordinates and plans of one rank of a layout. */
 typedef struct tpd_ckpt_rank {
-    int tp, pp, dp; /* dp: the rank in its replica's DP group (all of DP without DiLoCo) */
+    int tp, pp, dp; /* dp: the rank in its replica's DP group (all of DP without DiLoCo), or
+                       under HSDP in its shard group */
     int replica;    /* DiLoCo replica (0 otherwise); its files carry the suffix _rRR */
     int tp_size, pp_size, dp_size, zero;
+    int silent; /* HSDP: a shard group other than the first, whose state is the first's
+                   copy: writes no files */
     tpd_model_layout lay;
     tpd_dp_plan dpp;
 } tpd_ckpt_rank;

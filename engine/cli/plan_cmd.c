@@ -122,6 +122,11 @@ static void print_ranks(FILE *f, const tpd_mesh *mesh0) {
         return;
     }
     for (int g = 0; g < TPD_MESH_GROUP_COUNT; g++) {
+        /* DiLoCo's and HSDP's groups only where they exist */
+        if ((g == TPD_MESH_GROUP_DP_OUTER && mesh0->replicas == 1) ||
+            ((g == TPD_MESH_GROUP_DP_SHARD || g == TPD_MESH_GROUP_DP_REPLICATE) &&
+             mesh0->shard_size == mesh0->dp_inner_size))
+            continue;
         memset(seen, 0, (size_t)w);
         fprintf(f, "%s groups:", tpd_mesh_group_name((tpd_mesh_group)g));
         for (int r = 0; r < w; r++) {
@@ -145,6 +150,11 @@ static int run_ranks(const tpd_plan_layout *lay) {
     tpd_mesh mesh;
     int world = lay->tp * lay->pp * lay->dp;
     if (tpd_mesh_init(world, 0, lay->tp, lay->pp, lay->dp, &mesh) != TPD_OK) return TPD_EXIT_CONFIG;
+    /* HSDP's shard groups, as train splits them */
+    if (lay->sharding >= TPD_DP_SHARDING_OPTIM_GRADS && lay->shard_size > 0 &&
+        lay->shard_size < lay->dp && lay->dp % lay->shard_size == 0 &&
+        tpd_mesh_set_shard_size(&mesh, lay->shard_size) != TPD_OK)
+        return TPD_EXIT_CONFIG;
     print_ranks(stdout, &mesh);
     return TPD_EXIT_OK;
 }

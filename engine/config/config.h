@@ -289,6 +289,13 @@ int tpd_config_dp(const tpd_config *cfg, int world_size);
  * one home of the split: mesh, buffer plan, memory model and planner read it here. */
 int tpd_config_dp_replicas(const tpd_config *cfg, int dp);
 int tpd_config_dp_inner(const tpd_config *cfg, int dp);
+/* Hybrid sharding (parallel.data_parallel_shard_size): the ranks a shard is spread over,
+ * H consecutive ranks of the DP group when 0 < H < the group and H divides it, else the
+ * whole group (tpd_config_dp_inner). The planner models it for every strategy; the
+ * trainer shards over it under optim_grads and optim_grads_params
+ * (tpd_config_dp_shard_engine: the DP group otherwise). */
+int tpd_config_dp_shard(const tpd_config *cfg, int dp);
+int tpd_config_dp_shard_engine(const tpd_config *cfg, int dp);
 /* DiLoCo's schedule (the one home of it). Fragment f (0 .. diloco.fragments-1) starts its
  * outer step after every completed inner step t with t % H == ((f+1) * H/fragments) % H
  * (the whole model at multiples of H for one fragment): its pseudo-gradient is taken

@@ -101,12 +101,14 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
                               "optimizer-state shards only (optim or no_shard)",
                               shk, tpd_config_choice(shk, sh));
     const int shard = cfg->parallel.data_parallel_shard_size;
-    if (shard != 0 && shard != cfg->parallel.data_parallel_size)
+    if (sh < TPD_DP_SHARDING_OPTIM_GRADS && shard != 0 && shard != cfg->parallel.data_parallel_size)
         return cfg_fail_after(cfg,
-                              "parallel.data_parallel_shard_size %d: `tripod train` shards over "
-                              "all of DP only (hybrid sharding is modelled by `tripod plan`); "
-                              "set it to 0 (all of DP)%s",
-                              shard,
+                              "parallel.data_parallel_shard_size %d with %s %s: `tripod train` "
+                              "shards optimizer state (optim) over all of DP only (hybrid "
+                              "sharding of it is modelled by `tripod plan`); set it to 0 (all "
+                              "of DP)%s, or shard the gradients too (optim_grads or "
+                              "optim_grads_params train with hybrid sharding)",
+                              shard, shk, tpd_config_choice(shk, sh),
                               cfg->parallel.data_parallel_size > 0
                                   ? ""
                                   : " or state parallel.data_parallel_size equal to it");
@@ -128,6 +130,17 @@ int tpd_config_dp_replicas(const tpd_config *cfg, int dp) {
 int tpd_config_dp_inner(const tpd_config *cfg, int dp) {
     int r = tpd_config_dp_replicas(cfg, dp);
     return r > 0 && dp % r == 0 ? dp / r : dp;
+}
+
+int tpd_config_dp_shard(const tpd_config *cfg, int dp) {
+    int inner = tpd_config_dp_inner(cfg, dp), h = cfg->parallel.data_parallel_shard_size;
+    return h > 0 && h < inner && inner % h == 0 ? h : inner;
+}
+
+int tpd_config_dp_shard_engine(const tpd_config *cfg, int dp) {
+    return cfg->parallel.data_parallel_sharding_strategy >= TPD_DP_SHARDING_OPTIM_GRADS
+               ? tpd_config_dp_shard(cfg, dp)
+               : tpd_config_dp_inner(cfg, dp);
 }
 
 int tpd_diloco_sync_fragment(const tpd_config *cfg, int iteration) {

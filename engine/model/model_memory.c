@@ -75,7 +75,8 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     b.has_master = bf16;
     /* DP padding and the ZeRO-1 shard are over the ranks whose gradients are summed each
      * step: all of DP, or one DiLoCo replica's */
-    int dp_inner = tpd_config_dp_inner(cfg, dp);
+    /* hybrid sharding: over the shard group only (replicated across the groups) */
+    int dp_inner = tpd_config_dp_shard_engine(cfg, dp);
     tpd_dp_plan dpp;
     TPD_CHECK(tpd_model_dp_plan(cfg, &b.lay, dp_inner, 0, &dpp));
     b.numel_padded = dpp.numel_padded;

@@ -26,8 +26,9 @@ typedef struct gslot {
 struct tpd_grad_shard {
     tpd_model *m;
     const tpd_dp_plan *dpp;
-    tpd_comm *dp, *emb;
-    int params; /* optim_grads_params */
+    tpd_comm *dp, *emb; /* dp: the shard group (HSDP's, or the DP group) */
+    tpd_comm *rep;      /* HSDP: the shard's replicas in the other groups; NULL otherwise */
+    int params;         /* optim_grads_params */
     int np, ng;
     pslot *ps;
     gslot *gs; /* ng pooled slots, then the embedding's */
@@ -68,7 +69,8 @@ tpd_status tpd_grad_shard_create(tpd_model *m, const tpd_dp_plan *dpp, const tpd
     if (!sh) return tpd_fail_nomem("the sharded gradient sync", sizeof *sh);
     sh->m = m;
     sh->dpp = dpp;
-    sh->dp = comms->dp;
+    sh->dp = comms->dp_shard ? comms->dp_shard : comms->dp;
+    sh->rep = comms->dp_rep;
     sh->emb = comms->emb;
     sh->params = b->sharding == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS;
     sh->np = b->pool_params;
@@ -302,11 +304,19 @@ tpd_status tpd_grad_shard_event(tpd_grad_shard *sh, int unit, int event) {
     return tpd_grad_shard_poll(sh);
 }
 
+/* HSDP: the shard group's sums, summed over the groups (once a step) */
+static tpd_status sum_replicas(tpd_grad_shard *sh) {
+    if (!sh->rep || tpd_comm_size(sh->rep) < 2) return TPD_OK;
+    tpd_model *m = sh->m;
+    return tpd_comm_allreduce(sh->rep, m->grads, m->grads, m->plan.shard_numel,
+                              tpd_kern_grad_dtype(m->kb), TPD_COMM_OP_SUM, tpd_kern_stream(m->kb));
+}
+
 tpd_status tpd_grad_shard_finish(tpd_grad_shard *sh) {
     tpd_model *m = sh->m;
     for (int o = oldest(sh); o >= 0; o = oldest(sh))
         TPD_CHECK(land(sh, o));
-    if (unit_len(sh, 0) == 0) return TPD_OK;
+    if (unit_len(sh, 0) == 0) return sum_replicas(sh);
     /* the embedding's slot: the tied wte summed between the first and the last stage
      * (both hold its whole gradient here), then reduced like every other unit */
     char *slot = gslot_mem(sh, sh->ng);
@@ -321,7 +331,8 @@ tpd_status tpd_grad_shard_finish(tpd_grad_shard *sh) {
     g->unit = TPD_MODEL_UNIT_EMBED;
     m->ubase_g[0] = slot;
     TPD_CHECK(reduce(sh, sh->ng));
-    return land(sh, sh->ng);
+    TPD_CHECK(land(sh, sh->ng));
+    return sum_replicas(sh);
 }
 
 tpd_status tpd_grad_shard_after_update(tpd_grad_shard *sh) {

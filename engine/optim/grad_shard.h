@@ -24,6 +24,10 @@
  * collective has completed), so every DP rank issues the same collectives in the same
  * order. After the optimizer step every slot is stale and emptied.
  *
+ * Hybrid sharding (HSDP): the shard group is HSDP's (comms->dp_shard), and after the last
+ * reduction of a step the gradient shard is all-reduced over its replicas in the other
+ * groups (comms->dp_rep), once a step.
+ *
  * optim_grads after the update: every unit's updated parts are all-gathered back into the
  * full parameter buffer through a staging slot (blocking). */
 #ifndef TPD_ENGINE_OPTIM_GRAD_SHARD_H

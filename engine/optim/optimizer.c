@@ -59,10 +59,11 @@ static tpd_status global_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_me
      * model-parallel group only. With ZeRO each DP rank owns a disjoint shard: sum over
      * the world. The partial sums stay in double on the wire too. */
     tpd_comm *c = dpp->zero ? comms->world : comms->mp;
-    /* DiLoCo: a replica's own norm, its ZeRO shards summed over its inner DP group first */
-    if (dpp->zero && comms->dp_outer) {
-        TPD_CHECK(
-            tpd_comm_allreduce(comms->dp, &sum, &sum, 1, TPD_DTYPE_F64, TPD_COMM_OP_SUM, NULL));
+    /* DiLoCo: a replica's own norm, its ZeRO shards summed over its inner DP group first;
+     * HSDP: over the shard group (the groups hold the same shards) */
+    if (dpp->zero && (comms->dp_outer || comms->dp_shard)) {
+        tpd_comm *g = comms->dp_shard ? comms->dp_shard : comms->dp;
+        TPD_CHECK(tpd_comm_allreduce(g, &sum, &sum, 1, TPD_DTYPE_F64, TPD_COMM_OP_SUM, NULL));
         c = comms->mp;
     }
     if (tpd_comm_size(c) > 1)

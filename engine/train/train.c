@@ -191,6 +191,9 @@ static tpd_status count_dp_bytes(tpd_trainer *tr) {
     double *b = calloc((size_t)F + 1, sizeof *b);
     if (!b) return tpd_fail_nomem("the DP byte counts", ((size_t)F + 1) * sizeof *b);
     b[0] = tpd_dp_plan_step_bytes(&tr->dpp, tr->model->plan.grad_size, tr->model->plan.param_size);
+    int R = tr->mesh.dp_inner_size / tr->mesh.shard_size; /* HSDP: the shard's all-reduce */
+    if (R > 1)
+        b[0] += 2.0 * (R - 1.0) / R * (double)tr->dpp.shard_numel * tr->model->plan.grad_size;
     for (int f = 0; f < F; f++)
         b[f + 1] = tpd_diloco_fragment_bytes(tr->diloco, f);
     tpd_comm *w = tr->hcomms.world;
@@ -223,6 +226,9 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
                    st, undo_tr);
     /* DiLoCo: DP is a replica's inner group; the replicas meet in the outer step only */
     TPD_CHECK_GOTO(tpd_mesh_set_replicas(&tr->mesh, tpd_config_dp_replicas(cfg, dp)), st, undo_tr);
+    /* HSDP: the shards are spread over shard groups of the DP group, replicated across */
+    TPD_CHECK_GOTO(tpd_mesh_set_shard_size(&tr->mesh, tpd_config_dp_shard_engine(cfg, dp)), st,
+                   undo_tr);
     tr->sample_stride = (uint64_t)cfg->training.global_batch_size;
     TPD_CHECK_GOTO(tpd_mesh_comms_create(&tr->mesh, world, &tr->hcomms), st, undo_tr);
     tr->comms = tr->hcomms;
@@ -235,7 +241,7 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
         tpd_model_create(cfg, tr->kb, tr->comms.tp, tp, ms->tp, pp, dp, ms->pp, &tr->model), st,
         undo_backend);
     TPD_CHECK_GOTO(
-        tpd_model_dp_plan(cfg, &tr->model->plan.lay, ms->dp_inner_size, ms->dp_inner, &tr->dpp), st,
+        tpd_model_dp_plan(cfg, &tr->model->plan.lay, ms->shard_size, ms->dp_shard, &tr->dpp), st,
         undo_model);
     tr->dpp.micro_batches = tr->M;
     /* parallel.grad_reduce_dtype: bf16 on the wire, fp32 sums (fp32 gradients only) */

@@ -108,13 +108,17 @@ static void log_startup(const tpd_trainer *tr) {
             full = *mem;
         double before = (double)(full.params + full.grads + full.optimizer + full.master);
         double after = (double)(mem->params + mem->grads + mem->optimizer + mem->master);
+        char hsdp[80] = "";
+        if (tr->mesh.shard_size < tr->mesh.dp_inner_size)
+            snprintf(hsdp, sizeof hsdp, " (HSDP: %d shard groups, the shards all-reduced across)",
+                     tr->mesh.dp_inner_size / tr->mesh.shard_size);
         tpd_log_info(
-            "DP sharding %s over %d ranks: params %.2f -> %.2f MiB, grads %.2f -> %.2f, "
+            "DP sharding %s over %d ranks%s: params %.2f -> %.2f MiB, grads %.2f -> %.2f, "
             "optimizer and master %.2f -> %.2f; model state %.2f -> %.2f MiB (%.3f of "
             "no_shard) + gathered working set %.2f MiB (%d parameter and %d gradient "
             "unit slots)",
             tpd_config_choice("parallel.data_parallel_sharding_strategy", m->plan.sharding),
-            tr->mesh.dp_inner_size, full.params / MiB, mem->params / MiB, full.grads / MiB,
+            tr->mesh.shard_size, hsdp, full.params / MiB, mem->params / MiB, full.grads / MiB,
             mem->grads / MiB, (full.optimizer + full.master) / MiB,
             (mem->optimizer + mem->master) / MiB, before / MiB, after / MiB,
             before > 0 ? after / before : 0.0, mem->gather / MiB, m->plan.pool_params,

@@ -82,6 +82,54 @@ TEST(Mesh, SplitColorsMatchMembers) {
     }
 }
 
+// Hybrid sharding: 16 ranks at TP 2, DP 8, shard groups of 2 consecutive dp indices (world
+// ranks TP apart), replicated across the 4 groups; no rank moves, and the split colors give
+// exactly the members. With 2 DiLoCo replicas the groups stay inside a replica.
+TEST(Mesh, HsdpShardAndReplicateGroups) {
+    tpd_mesh m;
+    ASSERT_EQ(tpd_mesh_init(16, 0, 2, 1, 8, &m), TPD_OK);
+    ASSERT_EQ(tpd_mesh_set_shard_size(&m, 2), TPD_OK);
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP_SHARD, 0), (V{0, 2}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP_SHARD, 5), (V{5, 7}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP_REPLICATE, 0), (V{0, 4, 8, 12}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP_REPLICATE, 7), (V{3, 7, 11, 15}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 0), (V{0, 2, 4, 6, 8, 10, 12, 14}));
+    tpd_mesh r6;
+    ASSERT_EQ(tpd_mesh_init(16, 6, 2, 1, 8, &r6), TPD_OK);
+    ASSERT_EQ(tpd_mesh_set_shard_size(&r6, 2), TPD_OK);
+    EXPECT_EQ(r6.dp, 3);
+    EXPECT_EQ(r6.dp_shard, 1);
+    EXPECT_EQ(r6.dp_rep, 1);
+    EXPECT_EQ(tpd_mesh_set_shard_size(&r6, 3), TPD_ERR_INVALID);
+    for (int replicas : {1, 2}) {
+        tpd_mesh h;
+        ASSERT_EQ(tpd_mesh_init(16, 0, 2, 1, 8, &h), TPD_OK);
+        ASSERT_EQ(tpd_mesh_set_replicas(&h, replicas), TPD_OK);
+        ASSERT_EQ(tpd_mesh_set_shard_size(&h, 2), TPD_OK);
+        for (int g : {TPD_MESH_GROUP_DP_SHARD, TPD_MESH_GROUP_DP_REPLICATE})
+            for (int r = 0; r < 16; r++) {
+                int color, key;
+                tpd_mesh_group_color(&h, (tpd_mesh_group)g, r, &color, &key);
+                std::vector<std::pair<int, int>> same;
+                for (int q = 0; q < 16; q++) {
+                    int c2, k2;
+                    tpd_mesh_group_color(&h, (tpd_mesh_group)g, q, &c2, &k2);
+                    if (c2 == color) same.push_back({k2, q});
+                }
+                std::sort(same.begin(), same.end());
+                V ordered;
+                for (auto &p : same)
+                    ordered.push_back(p.second);
+                EXPECT_EQ(ordered, members(h, (tpd_mesh_group)g, r))
+                    << tpd_mesh_group_name((tpd_mesh_group)g) << " rank " << r << " replicas "
+                    << replicas;
+            }
+        // a replicate group never leaves its DiLoCo replica
+        V rep0 = members(h, TPD_MESH_GROUP_DP_REPLICATE, 0);
+        EXPECT_EQ((int)rep0.size(), 8 / replicas / 2);
+    }
+}
+
 TEST(Mesh, DilocoReplicaGroups) {
     // TP=2, DP=4, PP=2 (16 ranks), 2 replicas of 2 consecutive dp indices each, each
     // replica a run of 8 consecutive ranks.

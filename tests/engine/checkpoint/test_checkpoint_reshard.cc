@@ -29,10 +29,12 @@ struct Layout {
     bool zb = false;    // parallel.pipeline_schedule zb-h1
     bool llama = false; // the Llama block (tiny::llama)
     int sharding = -1;  // parallel.data_parallel_sharding_strategy; -1: by zero
+    int shard_size = 0; // parallel.data_parallel_shard_size (HSDP)
     std::string name() const {
         return std::string(llama ? "llama_" : "") + "tp" + std::to_string(tp) + "pp" +
                std::to_string(pp) + "dp" + std::to_string(dp) + (zero ? "z" : "") +
                (sharding > 1 ? std::to_string(sharding) : "") +
+               (shard_size ? "h" + std::to_string(shard_size) : "") +
                (v > 1 ? "v" + std::to_string(v) : "") + (zb ? "zb" : "");
     }
 };
@@ -47,6 +49,12 @@ Layout zero2(Layout L) {
 Layout zero3(Layout L) {
     L.zero = 1;
     L.sharding = TPD_DP_SHARDING_OPTIM_GRADS_PARAMS;
+    return L;
+}
+
+// hybrid sharding over groups of h DP ranks
+Layout hsdp(Layout L, int h) {
+    L.shard_size = h;
     return L;
 }
 
@@ -82,6 +90,7 @@ std::vector<double> run(const Layout &L, const std::string &load, const std::str
         cfg.parallel.data_parallel_sharding_strategy =
             L.sharding >= 0 ? (tpd_dp_sharding)L.sharding
                             : (L.zero ? TPD_DP_SHARDING_OPTIM : TPD_DP_SHARDING_NO_SHARD);
+        cfg.parallel.data_parallel_shard_size = L.shard_size;
         if (L.llama) tiny::llama(cfg);
         cfg.parallel.virtual_pipeline_model_parallel_size = L.v;
         if (L.zb) tiny::set(cfg.parallel.pipeline_schedule, "parallel.pipeline_schedule", "zb-h1");
@@ -143,6 +152,11 @@ TEST(Reshard, RoundTripIsExactAndTrainingContinues) {
         {zero3(chunks({1, 2, 4, 1}, 2)), {2, 2, 2, 0}},
         {llama(zero3(zbh1({1, 4, 2, 1}))), llama(zero2({2, 2, 2, 1}))},
         {llama(zero3({2, 2, 2, 1})), llama(zero3({2, 2, 2, 1}))},
+        // hybrid sharding: the first shard group writes, every group loads
+        {hsdp(zero3({1, 1, 4, 1}), 2), {1, 1, 1, 0}},
+        {{1, 1, 1, 0}, hsdp(zero2({2, 1, 4, 1}), 2)},
+        {hsdp(zero3({1, 2, 4, 1}), 2), hsdp(zero3({1, 2, 4, 1}), 2)},
+        {hsdp(zero2({1, 1, 8, 1}), 4), zero3({2, 2, 2, 1})},
     };
     std::map<std::string, std::vector<double>> source_loss;
     for (const auto &pr : pairs) {

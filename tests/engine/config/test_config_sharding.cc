@@ -141,8 +141,16 @@ TEST(ConfigSharding, TrainRefusesWhatOnlyThePlannerModels) {
     tpd_log_quiet_begin();
     EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
     tpd_log_quiet_end();
-    EXPECT_TRUE(Says("parallel.data_parallel_shard_size 2: `tripod train` shards over all of DP"))
+    EXPECT_TRUE(Says("parallel.data_parallel_shard_size 2 with "
+                     "parallel.data_parallel_sharding_strategy no_shard: `tripod train` shards "
+                     "optimizer state (optim) over all of DP only"))
         << tpd_last_error();
+    // hybrid sharding trains with the strategies that shard the gradients
+    for (const char *name : {"optim_grads", "optim_grads_params"}) {
+        ASSERT_EQ(Load({"parallel.data_parallel_shard_size=2", std::string(kKey) + "=" + name}, &c),
+                  TPD_OK);
+        EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK) << name << " " << tpd_last_error();
+    }
     // a shard size that is all of DP is no hybrid
     ASSERT_EQ(Load({"parallel.data_parallel_shard_size=2", "parallel.data_parallel_size=2"}, &c),
               TPD_OK);

@@ -57,8 +57,16 @@ struct Layout {
     // parallel.data_parallel_sharding_strategy; -1: optim with zero, else no_shard
     int sharding = -1;
     int steps = kSteps;
-    int gbs = 0; // training.global_batch_size; 0: tiny's 16
+    int gbs = 0;        // training.global_batch_size; 0: tiny's 16
+    int shard_size = 0; // parallel.data_parallel_shard_size (HSDP); 0: all of DP
+    int in_flight = 0;  // parallel.fsdp_units_in_flight; 0: the default
 };
+
+// Hybrid sharding: shard groups of h DP ranks, replicated across.
+Layout hsdp(Layout L, int h) {
+    L.shard_size = h;
+    return L;
+}
 
 // A layout under a sharding strategy, trained for `steps` steps.
 Layout sharded(Layout L, int strategy, int steps) {
@@ -107,6 +115,8 @@ Result run(const Layout &L) {
             L.sharding >= 0 ? (tpd_dp_sharding)L.sharding
                             : (L.zero ? TPD_DP_SHARDING_OPTIM : TPD_DP_SHARDING_NO_SHARD);
         if (L.gbs) cfg.training.global_batch_size = L.gbs;
+        cfg.parallel.data_parallel_shard_size = L.shard_size;
+        if (L.in_flight) cfg.parallel.fsdp_units_in_flight = L.in_flight;
         cfg.training.train_iters = L.steps;
         cfg.logging.log_params_norm = 1;
         if (L.cuda) cfg.training.device = TPD_DEVICE_CUDA;
@@ -168,6 +178,8 @@ int check_layout(const Result &ref, const Layout &L) {
     static const char *const kStrategy[] = {"no_shard", "optim", "optim_grads",
                                             "optim_grads_params"};
     if (L.sharding >= 0) stages += std::string(" ") + kStrategy[L.sharding];
+    if (L.shard_size) stages += " HSDP shard " + std::to_string(L.shard_size);
+    if (L.in_flight) stages += " " + std::to_string(L.in_flight) + " units in flight";
     SCOPED_TRACE(testing::Message() << "TP " << L.tp << " PP " << L.pp << " DP " << L.dp
                                     << " ZeRO-1 " << L.zero << stages);
     EXPECT_EQ(r.loss.size(), ref.loss.size());
@@ -364,11 +376,12 @@ TEST(Equivalence, OverlapAndZbH1AreBitIdentical) {
 }
 
 // The sharded strategies (parallel.data_parallel_sharding_strategy optim_grads, ZeRO-2,
-// and optim_grads_params, ZeRO-3/FSDP) in 14 layouts each over 30 steps, against the
+// and optim_grads_params, ZeRO-3/FSDP) in 20 layouts each over 30 steps, against the
 // single-rank run of the same model: DP 2, 4 and 8; with TP, SP, PP (the tied embedding
 // summed between the first and the last stage), uneven stages, the interleaved schedule,
-// ZB-H1, full, selective and block recompute, the DP overlap off, three units in flight
-// and the Llama block. The tolerances are the matrix's: each micro-batch's gradients are
+// ZB-H1, full, selective and block recompute, the DP overlap off, three units in flight,
+// the Llama block, and hybrid sharding (HSDP 2 x 2, 4 groups of 2, 2 groups of 4; with TP
+// and SP, with PP). The tolerances are the matrix's: each micro-batch's gradients are
 // reduce-scattered into the shard on their own, so the sums run in another order than one
 // reduction of the accumulated gradients.
 const int kShardSteps = 30;
@@ -397,6 +410,15 @@ TEST(Equivalence, ShardedStrategiesMatchSingleRank) {
         add(no_overlap);                                 // the overlap keys off
         add(llama({2, 2, 2, 1}));                        // Llama TP2 PP2 DP2
         add(llama({1, 1, 8, 1}));                        // Llama DP8
+        Layout three = {1, 2, 2, 1};
+        three.in_flight = 3;
+        add(three); // three units in flight
+        // hybrid sharding: 2 x 2 on 4 ranks, 4 groups of 2 at DP 8, with TP and SP, with PP
+        add(hsdp({1, 1, 4, 1}, 2));
+        add(hsdp({1, 1, 8, 1}, 2));
+        add(hsdp({2, 1, 4, 1, false, {}, "none", true}, 2));
+        add(hsdp({1, 2, 4, 1}, 2));
+        add(llama(hsdp({1, 1, 8, 1}, 4)));
     }
     std::map<int, Result> refs; // single-rank runs: depth, Llama
     int checked = 0;
