@@ -219,6 +219,27 @@ int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v, tpd_schedule
     return n < micro_batches ? n : micro_batches;
 }
 
+tpd_status tpd_plan_wgrad_pending(const tpd_plan_layout *lay, int stage, int micro_batches,
+                                  int *peak_p) {
+    if (tpd_plan_layout_schedule(lay) != TPD_SCHEDULE_ZB_H1 || micro_batches < 1) {
+        *peak_p = 0;
+        return TPD_OK;
+    }
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
+    tpd_pp_schedule s;
+    TPD_CHECK(
+        tpd_pp_schedule_make(tpd_plan_layout_pp_kind(lay), lay->pp, stage, micro_batches, v, &s));
+    int pending = 0, peak = 0;
+    for (int i = 0; s.split_backward && i < s.count; i++) {
+        pending += s.actions[i].kind == TPD_PP_BWD;
+        pending -= s.actions[i].kind == TPD_PP_WGRAD;
+        if (pending > peak) peak = pending;
+    }
+    tpd_pp_schedule_free(&s);
+    *peak_p = peak;
+    return TPD_OK;
+}
+
 /* Parameters held by one rank of `stage`. The first stage holds the token embedding (and
  * the position embedding when it is learned), the last the final norm and the output layer:
  * its own copy of the tied token embedding when pp > 1, or the untied output layer (on the
@@ -314,21 +335,69 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     uint64_t NL = sp ? N / t : N; /* rows of the LayerNorm, residual and p2p regions */
     uint64_t e = cfg->training.precision == TPD_PRECISION_BF16 ? 2 : 4; /* element bytes */
 
-    /* parameters: the stage's layers sliced over TP, the embeddings on the first stage,
-     * the final norm and the output layer on the last (the tied wte unless already there) */
-    uint64_t n = Ls * (2 * (1 + nb) * C + QKVl * C + C * Cl + FCl * C + C * Fl +
-                       (bias ? C + FCl + C : 0) + (tpd_config_qkv_bias(cfg) ? QKVl : 0));
-    if (first || (last && tied)) n += Vl * C;
-    if (last && !tied) n += Vl * C;
-    if (first && learned) n += maxT * C;
-    if (last) n += (1 + nb) * C;
-    uint64_t padded = (n + dp - 1) / dp * dp; /* ZeRO-1 shards are equal */
-    uint64_t shard = lay->distributed_optimizer && dp > 1 ? padded / dp : padded;
-    out->params = (double)(padded * e);
-    out->grads = (double)(padded * (uint64_t)tpd_config_grad_bytes(cfg)); /* main gradients */
+    /* parameters, in the flat buffer's hook units (tpd_model_layout_unit_bounds): the
+     * embedding (wte, learned wpe on the first stage; the tied wte on a last stage that is
+     * not the first), each of the stage's layers sliced over TP, then the final norm and an
+     * untied output layer on the last stage */
+    uint64_t per_layer = 2 * (1 + nb) * C + QKVl * C + C * Cl + FCl * C + C * Fl +
+                         (bias ? C + FCl + C : 0) + (tpd_config_qkv_bias(cfg) ? QKVl : 0);
+    uint64_t u0 = 0, uf = 0;
+    if (first)
+        u0 = Vl * C + (learned ? maxT * C : 0);
+    else if (last && tied)
+        u0 = Vl * C;
+    if (last) uf = (1 + nb) * C + (tied ? 0 : Vl * C);
+    uint64_t n = u0 + Ls * per_layer + uf;
+    uint64_t padded = (n + dp - 1) / dp * dp;          /* ZeRO-1 shards are equal */
+    uint64_t g = (uint64_t)tpd_config_grad_bytes(cfg); /* fp32 main gradients, or bf16 */
+    uint64_t sgd = cfg->optimizer.type == TPD_OPTIM_SGD;
+    /* optim_grads and optim_grads_params over all of DP: each unit is cut in DP parts of
+     * ceil(len / DP), unpadded buffer; a rank keeps its part of every unit (gradients, state,
+     * masters; optim_grads_params its parameters too) and stages full units in slots of
+     * DP parts: pool_params of the largest unit's parameters (optim_grads_params), two of
+     * the largest layer or final unit's gradients (plus, under ZB-H1, one per layer whose W
+     * is pending, at most the stage's layers) and the embedding's own, whose reduction
+     * waits for the step's end (tpd_buffer_plan_init) */
+    tpd_dp_sharding sh = tpd_plan_sharding(lay);
+    int units = sh >= TPD_DP_SHARDING_OPTIM_GRADS && dp > 1 &&
+                (uint64_t)tpd_plan_shard_group(cfg, lay) == dp;
+    uint64_t shard, nparams, ngrads, gather = 0;
+    if (units) {
+        int gp = sh == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS;
+        uint64_t p0 = (u0 + dp - 1) / dp, pl = (per_layer + dp - 1) / dp, pf = (uf + dp - 1) / dp;
+        shard = p0 + Ls * pl + pf;
+        nparams = gp ? shard : n;
+        ngrads = shard;
+        uint64_t eslot = p0 * dp, gslot = Ls ? pl * dp : 0;
+        if (pf * dp > gslot) gslot = pf * dp;
+        uint64_t pslot = gp ? (eslot > gslot ? eslot : gslot) : 0;
+        int k = cfg->parallel.fsdp_units_in_flight;
+        uint64_t pool_params = gp ? (uint64_t)(k > 2 ? k : 2) : 0, pool_grads = 2;
+        int64_t mbdp = (int64_t)lay->micro_batch_size * lay->dp;
+        int M = mbdp > 0 ? (int)(cfg->training.global_batch_size / mbdp) : 0, peak_w = 0;
+        TPD_CHECK(tpd_plan_wgrad_pending(lay, stage, M, &peak_w));
+        if (peak_w > 0) {
+            uint64_t lc = 0;
+            for (int c = 0; c < v; c++) {
+                int64_t k_c = tpd_plan_chunk_layers(cfg, lay, stage, c);
+                if (k_c > 0 && (uint64_t)k_c > lc) lc = (uint64_t)k_c;
+            }
+            pool_grads += (uint64_t)peak_w * lc < Ls ? (uint64_t)peak_w * lc : Ls;
+        }
+        gather = pool_params * pslot * e + (pool_grads * gslot + eslot) * g;
+    } else {
+        shard = lay->distributed_optimizer && dp > 1 ? padded / dp : padded;
+        nparams = ngrads = padded;
+    }
+    out->params = (double)(nparams * e);
+    out->grads = (double)(ngrads * g); /* main gradients */
+    out->gather = (double)gather;
     /* AdamW's m and v (plain SGD keeps none) and the fp32 masters */
-    uint64_t mv = cfg->optimizer.type == TPD_OPTIM_SGD ? 0 : 2 * shard * 4;
-    out->optimizer = (double)(mv + (e == 2 ? shard * 4 : 0));
+    out->optimizer = (double)((sgd ? 0 : 2 * shard * 4) + (e == 2 ? shard * 4 : 0));
+    /* the report's unsharded figures: no_shard's */
+    out->params_full = (double)(padded * e);
+    out->grads_full = (double)(padded * g);
+    out->optimizer_full = (double)((sgd ? 0 : 2 * padded * 4) + (e == 2 ? padded * 4 : 0));
     /* DiLoCo: the parameters at the last sync, the outer momentum, one fragment's
      * pseudo-gradient (fp32) */
     out->outer =
@@ -385,33 +454,35 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     TPD_CHECK(tpd_plan_scratch(cfg, lay, stage,
                                cfg->training.device == TPD_DEVICE_CUDA ? "cuda" : "cpu", &scratch));
     out->workspace = (double)(ws + scratch.total + slots * 2 * N * 4);
-    out->total =
-        out->params + out->grads + out->optimizer + out->outer + out->activations + out->workspace;
-    out->gather = 0.0; /* the engine shards nothing beyond ZeRO-1 */
-    out->params_full = out->params;
-    out->grads_full = out->grads;
-    out->optimizer_full = out->optimizer;
+    out->total = out->params + out->grads + out->gather + out->optimizer + out->outer +
+                 out->activations + out->workspace;
     return TPD_OK;
 }
 
 /* A rank of the cuda backend: the bytes `tripod train` allocates there (the engine's buffer
  * plan in closed form, with the cuda backend's planned scratch, as on the cpu backend), and
  * beside them the profile's workspace_bytes: the cuBLASLt workspace and the communicators'
- * buffers. A one-rank layout creates no communicator, so only the cuBLASLt workspace. */
+ * buffers. A one-rank layout creates no communicator, so only the cuBLASLt workspace. Every
+ * strategy over all of DP is the engine's own plan; hybrid sharding (a shard group short of
+ * DP), which it does not train, is ZeRO-1 over all of DP with the shard group's shards on
+ * top (tpd_plan_shard_memory). */
 static tpd_status cuda_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *cl,
                                  const tpd_plan_layout *lay, int stage, tpd_plan_stage_mem *out) {
     tpd_config dev = *cfg;
     dev.training.device = TPD_DEVICE_CUDA;
-    /* the engine's bytes at ZeRO-1 (or none), then the strategy's shards on top */
+    tpd_dp_sharding sh = tpd_plan_sharding(lay);
+    int S = tpd_plan_shard_group(cfg, lay), inner = tpd_config_dp_inner(cfg, lay->dp);
     tpd_plan_layout z = *lay;
-    z.distributed_optimizer = tpd_plan_sharding(lay) != TPD_DP_SHARDING_NO_SHARD;
+    z.distributed_optimizer = sh != TPD_DP_SHARDING_NO_SHARD && S > 1;
     TPD_CHECK(tpd_plan_cpu_memory(&dev, &z, stage, out));
-    tpd_plan_stage_mem full = *out;
-    if (z.distributed_optimizer) {
+    if (z.distributed_optimizer && S < inner) {
+        tpd_plan_stage_mem full;
         z.distributed_optimizer = 0;
+        z.sharding = TPD_DP_SHARDING_NO_SHARD;
+        z.shard_size = 0;
         TPD_CHECK(tpd_plan_cpu_memory(&dev, &z, stage, &full));
+        TPD_CHECK(tpd_plan_shard_memory(&dev, lay, stage, &full, out));
     }
-    TPD_CHECK(tpd_plan_shard_memory(&dev, lay, stage, &full, out));
     double lib = cl->workspace_bytes;
     if ((long)lay->tp * lay->pp * lay->dp == 1 && lib > (double)TPD_KERN_GEMM_WORKSPACE_BYTES)
         lib = (double)TPD_KERN_GEMM_WORKSPACE_BYTES;
@@ -436,13 +507,6 @@ tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
         res->stage_layers[s] = tpd_plan_stage_layers(cfg, lay, s);
         if (cl->backend == TPD_PLAN_BACKEND_CPU) {
             TPD_CHECK(tpd_plan_cpu_memory(cfg, lay, s, &res->mem[s]));
-            if (lay->distributed_optimizer) { /* the report's unsharded optimizer state */
-                tpd_plan_layout z = *lay;
-                tpd_plan_stage_mem full;
-                z.distributed_optimizer = 0;
-                TPD_CHECK(tpd_plan_cpu_memory(cfg, &z, s, &full));
-                res->mem[s].optimizer_full = full.optimizer;
-            }
         } else {
             TPD_CHECK(cuda_stage_mem(cfg, cl, lay, s, &res->mem[s]));
         }

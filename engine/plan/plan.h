@@ -155,11 +155,14 @@ typedef struct tpd_plan_layout {
  * `outer` is DiLoCo's outer state (tpd_mem_breakdown.outer; 0 under every_step). */
 typedef struct tpd_plan_stage_mem {
     double params, grads, optimizer, outer, activations, workspace, total;
-    /* Sharded DP (GPU model): `gather` is the working set beside the shards, in total:
-     * optim_grads' staging of two DP buckets of gradients, optim_grads_params' gathered full
-     * parameters of fsdp_units_in_flight units and two units' gradients before their
-     * reduce-scatter. The *_full fields are params, grads and optimizer unsharded (no_shard),
-     * for the report. */
+    /* Sharded DP: `gather` is the working set beside the shards, in total. Over all of DP
+     * it is the engine's staging slots (tpd_mem_breakdown.gather): optim_grads_params'
+     * max(fsdp_units_in_flight, 2) slots of the largest unit's gathered parameters, and
+     * under both optim_grads strategies two slots of a layer's (or the final unit's)
+     * gradients, one more per layer whose W is pending under ZB-H1, and the embedding's
+     * own. Under hybrid sharding (planned only) the GPU model's: two DP buckets of
+     * gradients, or fsdp_units_in_flight gathered units and two units' gradients. The
+     * *_full fields are params, grads and optimizer unsharded (no_shard), for the report. */
     double gather;
     double params_full, grads_full, optimizer_full;
 } tpd_plan_stage_mem;
@@ -310,7 +313,10 @@ tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl, tp
  * a test holds the two equal). optimizer includes fp32 master weights; workspace includes
  * the host staging of each activation slot's tokens. GPT-2's block and the Llama block (K/V
  * heads, SwiGLU, RMSNorm, no biases, rotary positions, an untied output layer) alike;
- * `tripod verify` holds it equal to every rank's allocation. */
+ * every DP sharding strategy over all of DP (optim_grads and optim_grads_params: the
+ * unit-aligned shards and their staging slots, `gather`); a shard group short of DP as
+ * ZeRO-1 over all of DP (hybrid sharding is not trained). `tripod verify` holds it equal to
+ * every rank's allocation. */
 tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                                tpd_plan_stage_mem *out);
 

@@ -62,6 +62,13 @@ double tpd_plan_layer_activation_bytes(const tpd_config *cfg, double b, int tp, 
  * min(2(p-stage-1) + (v-1)p + 1, M*v) chunks; ZB-H1 min(p, M) on every stage (a micro-batch
  * is held until its W). */
 int tpd_plan_in_flight(int pp, int stage, int micro_batches, int v, tpd_schedule schedule);
+/* (Micro-batch, chunk) pairs between their B and their W at the peak of `stage`'s action
+ * list under the layout's schedule (the list the executor walks, tpd_pp_schedule_make), into
+ * *peak_p; 0 for a schedule without the split backward (only ZB-H1 has one). The sharded
+ * strategies keep a layer's gradient slot open from B to W, so this sizes their slot pool
+ * as tpd_buffer_plan_init does. */
+tpd_status tpd_plan_wgrad_pending(const tpd_plan_layout *lay, int stage, int micro_batches,
+                                  int *peak_p);
 /* Layers of `stage` whose full recompute runs: all under recompute full, or the first
  * training.recompute_num_layers of each model chunk; 0 otherwise. */
 int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage);
@@ -309,11 +316,13 @@ tpd_dp_sharding tpd_plan_sharding(const tpd_plan_layout *lay);
 /* Ranks a shard is over: the layout's shard_size, or every rank that sums each step's
  * gradients (all of DP, a DiLoCo replica's). */
 int tpd_plan_shard_group(const tpd_config *cfg, const tpd_plan_layout *lay);
-/* The GPU model's bytes of a rank under the layout's strategy (`out` holds the engine's
- * bytes of the layout unsharded and ZeRO-1 as tpd_plan_cpu_memory gives them, `full` the same
- * with nothing sharded): the optimizer state over the shard group from optim on, the main
- * gradients from optim_grads (plus two buckets' staging), the parameters from
- * optim_grads_params (plus fsdp_units_in_flight gathered units and two units' gradients). */
+/* The GPU model's bytes of a rank under hybrid sharding, which `tripod train` does not run
+ * (a shard group short of DP; `out` holds the engine's bytes of the layout at ZeRO-1 over all
+ * of DP as tpd_plan_cpu_memory gives them, `full` the same with nothing sharded): the
+ * optimizer state over the shard group from optim on, the main gradients from optim_grads
+ * (plus two buckets' staging), the parameters from optim_grads_params (plus
+ * fsdp_units_in_flight gathered units and two units' gradients). Any strategy over all of DP
+ * leaves `out` as it is: those bytes are the engine's own (tpd_plan_cpu_memory). */
 tpd_status tpd_plan_shard_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                                  const tpd_plan_stage_mem *full, tpd_plan_stage_mem *out);
 /* The time terms of sharding beyond ZeRO-1 and of HSDP: per stage the exposed time that

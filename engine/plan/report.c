@@ -38,10 +38,11 @@ static const char *zero_short(const tpd_plan_layout *l) {
     return (hybrid ? zh : z)[tpd_plan_sharding(l)];
 }
 
-/* Beyond what `tripod train` runs: a strategy past optim, or a shard group short of DP. */
+/* Beyond what `tripod train` runs: hybrid sharding (a shard group short of DP). Every
+ * strategy over all of DP trains. */
 static int planned_only(const tpd_plan_layout *l) {
-    return tpd_plan_sharding(l) > TPD_DP_SHARDING_OPTIM ||
-           (l->shard_size > 0 && l->shard_size < l->dp);
+    return tpd_plan_sharding(l) != TPD_DP_SHARDING_NO_SHARD && l->shard_size > 0 &&
+           l->shard_size < l->dp;
 }
 
 static void print_sharding(FILE *f, const tpd_plan_result *r) {
@@ -57,13 +58,14 @@ static void print_sharding(FILE *f, const tpd_plan_result *r) {
             "%.2f -> %.2f GiB",
             r->max_mem_stage, m->params_full / GIB, m->params / GIB, m->grads_full / GIB,
             m->grads / GIB, m->optimizer_full / GIB, m->optimizer / GIB);
-    if (m->gather > 0) fprintf(f, ", gathered working set %.2f GiB", m->gather / GIB);
+    if (sh >= TPD_DP_SHARDING_OPTIM_GRADS || m->gather > 0)
+        fprintf(f, ", gathered working set %.2f GiB", m->gather / GIB);
     double saved = m->params_full + m->grads_full + m->optimizer_full - m->params - m->grads -
                    m->optimizer - m->gather;
     fprintf(f, ": %.2f GiB saved\n", saved / GIB);
     if (planned_only(l))
-        fprintf(f, "  planned, not trained: tripod train does not run this strategy yet; the "
-                   "planned bytes are the target\n");
+        fprintf(f, "  planned, not trained: tripod train does not run hybrid sharding (a "
+                   "shard group short of DP) yet; the planned bytes are the target\n");
 }
 
 void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {
@@ -242,13 +244,10 @@ void tpd_plan_print_overrides(FILE *f, const tpd_config *cfg, const tpd_plan_res
             cfg->source_path[0] ? cfg->source_path : "CONFIG.yaml", buf);
     if (planned_only(&r->layout))
         fprintf(f,
-                "  (planned, not trained: tripod train refuses %s%s; the planned bytes are the "
-                "target)\n",
+                "  (planned, not trained: tripod train refuses %s with a shard size below DP; "
+                "the planned bytes are the target)\n",
                 tpd_config_choice("parallel.data_parallel_sharding_strategy",
-                                  tpd_plan_sharding(&r->layout)),
-                r->layout.shard_size > 0 && r->layout.shard_size < r->layout.dp
-                    ? " with a shard size below DP"
-                    : "");
+                                  tpd_plan_sharding(&r->layout)));
     tpd_plan_print_published(f, cfg);
 }
 

@@ -1,11 +1,14 @@
 /* Sharded data parallelism beyond ZeRO-1, and hybrid sharding, in the GPU model
- * (Megatron-Core's data_parallel_sharding_strategy; `tripod train` runs no_shard and optim
- * only, so these are the planned bytes and times of a later trainer, not measured ones).
+ * (Megatron-Core's data_parallel_sharding_strategy). `tripod train` runs all four strategies
+ * over all of DP (a DiLoCo replica's DP refuses the two past optim), and their bytes are the
+ * engine's buffer plan (tpd_plan_cpu_memory). Hybrid sharding (HSDP: a shard group of
+ * data_parallel_shard_size ranks short of DP, replicated across DP / S groups) it does not
+ * train: its bytes here are a later trainer's target, not an allocation.
  *
- * Memory: over a shard group of S ranks each rank keeps 1/S of the optimizer state (optim),
- * of the fp32 main gradients too (optim_grads: each bucket is reduce-scattered into the
- * shard as soon as it is final, per micro-batch, as DeepSpeed's ZeRO-2 does, so only two
- * buckets of full-size gradients are staged), and of the parameters too
+ * HSDP memory: over a shard group of S ranks each rank keeps 1/S of the optimizer state
+ * (optim), of the fp32 main gradients too (optim_grads: each bucket is reduce-scattered
+ * into the shard as soon as it is final, per micro-batch, as DeepSpeed's ZeRO-2 does, so
+ * only two buckets of full-size gradients are staged), and of the parameters too
  * (optim_grads_params: FSDP's units of one layer each; fsdp_units_in_flight units hold their
  * full parameters at once, the prefetched one included, and two units' gradients wait for
  * their reduce-scatter).
@@ -52,13 +55,12 @@ tpd_status tpd_plan_shard_memory(const tpd_config *cfg, const tpd_plan_layout *l
                                  const tpd_plan_stage_mem *full, tpd_plan_stage_mem *out) {
     tpd_dp_sharding sh = tpd_plan_sharding(lay);
     int S = tpd_plan_shard_group(cfg, lay), inner = tpd_config_dp_inner(cfg, lay->dp);
+    /* every strategy over all of DP is the engine's own buffer plan (tpd_plan_cpu_memory) */
+    if (sh == TPD_DP_SHARDING_NO_SHARD || S <= 1 || S >= inner) return TPD_OK;
     out->params_full = full->params;
     out->grads_full = full->grads;
     out->optimizer_full = full->optimizer;
     out->gather = 0.0;
-    /* ZeRO-1 over all of DP is the engine's own buffer plan (tpd_plan_cpu_memory) */
-    if (sh == TPD_DP_SHARDING_NO_SHARD || S <= 1 || (sh == TPD_DP_SHARDING_OPTIM && S == inner))
-        return TPD_OK;
     double e = elem_bytes(cfg), g = tpd_config_grad_bytes(cfg);
     double n = full->params / e; /* the stage's padded elements */
     double shard = ceil(n / S);

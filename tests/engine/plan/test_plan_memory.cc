@@ -2,8 +2,11 @@
 // schedules that hold more than 1F1B: interleaved (v model chunks per stage, slots shared
 // by the chunks and sized for the largest one, per-chunk recompute, a gradient send buffer
 // on every virtual stage but the very first) and ZB-H1 (every stage holds min(PP, M)
-// micro-batches until their W). The model's own buffer plan is not consulted: the bytes
-// come from tpd_model_create on the cpu backend, which counts what it allocates.
+// micro-batches until their W), and under the sharded DP strategies (optim_grads,
+// optim_grads_params: unit-aligned shards and their staging slots, `gather`). The model's own
+// buffer plan is not consulted: the bytes come from tpd_model_create on the cpu backend,
+// which counts what it allocates (bf16 on the cuda backend: its buffer plan, which the cuda
+// engine allocates).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -51,12 +54,37 @@ int check_layout(tpd_kern_backend *kb, const tpd_config &cfg, int tp, int pp, in
         EXPECT_EQ((double)m->bytes_allocated, pred.total) << where;
         EXPECT_EQ((double)m->plan.mem.params, pred.params) << where;
         EXPECT_EQ((double)m->plan.mem.grads, pred.grads) << where;
+        EXPECT_EQ((double)m->plan.mem.gather, pred.gather) << where;
         EXPECT_EQ((double)(m->plan.mem.optimizer + m->plan.mem.master), pred.optimizer) << where;
         EXPECT_EQ((double)m->plan.mem.activations, pred.activations) << where;
         EXPECT_EQ((double)m->plan.mem.workspace, pred.workspace) << where;
         // the plan's layer count is the engine's
         EXPECT_EQ(tpd_plan_stage_layers(&cfg, &lay, stage), m->d.Ls) << where;
         tpd_model_destroy(m);
+        checked++;
+    }
+    return checked;
+}
+
+// The same against the engine's buffer plan (tpd_model_memory) without allocating: for the
+// cuda backend's bf16, which the cpu backend cannot allocate.
+int check_plan(const tpd_config &cfg, int tp, int pp, int dp, const std::string &what) {
+    tpd_plan_layout lay;
+    tpd_plan_layout_from_config(&cfg, tp * pp * dp, &lay);
+    int checked = 0;
+    for (int stage = 0; stage < pp; stage++) {
+        std::string where = what + " stage " + std::to_string(stage);
+        tpd_plan_stage_mem pred;
+        tpd_mem_breakdown mb;
+        EXPECT_EQ(tpd_plan_cpu_memory(&cfg, &lay, stage, &pred), TPD_OK) << where;
+        EXPECT_EQ(tpd_model_memory(&cfg, tp, pp, dp, stage, &mb), TPD_OK) << where;
+        EXPECT_EQ((double)mb.params, pred.params) << where;
+        EXPECT_EQ((double)mb.grads, pred.grads) << where;
+        EXPECT_EQ((double)mb.gather, pred.gather) << where;
+        EXPECT_EQ((double)(mb.optimizer + mb.master), pred.optimizer) << where;
+        EXPECT_EQ((double)mb.activations, pred.activations) << where;
+        EXPECT_EQ((double)mb.workspace, pred.workspace) << where;
+        EXPECT_EQ((double)mb.total, pred.total) << where;
         checked++;
     }
     return checked;
@@ -250,6 +278,125 @@ TEST_F(PlanMemory, GradientBufferFollowsTheKeyInPlanAndEngine) {
                 }
                 if (!bf16) EXPECT_EQ(check_layout(kb, cfg, 2, 2, 2, what), 2);
             }
+}
+
+// The sharded strategies the engine trains over all of DP: optim_grads (ZeRO-2) and
+// optim_grads_params (ZeRO-3/FSDP) cut each hook unit of the flat buffer (the embedding, each
+// layer, the final unit) in DP parts and stage full units in slots (the `gather` category).
+// DP 2, 4, 8 at TP 1/2 and PP 1/2/4; GPT-2's block tied and untied, with learned and rotary
+// positions, and the Llama block untied and tied; 1F1B, ZB-H1 (a layer's gradient slot open
+// from B to W: more slots) at PP 2 and 4 with more and fewer micro-batches than stages, and
+// interleaved v = 2; fsdp_units_in_flight 2 and 3. fp32 on the cpu backend, counted where it
+// allocates; bf16 on the cuda backend against its buffer plan.
+TEST_F(PlanMemory, ShardedStrategiesAllocationEqualsPlan) {
+    struct Model {
+        const char *name;
+        bool llama, untied, rope;
+    };
+    const Model models[] = {{"gpt", false, false, false},
+                            {"gpt-untied", false, true, false},
+                            {"gpt-rope", false, false, true},
+                            {"llama", true, true, true},
+                            {"llama-tied", true, false, true}};
+    struct Pipe {
+        int pp;
+        const char *schedule;
+        int v;
+    };
+    const Pipe pipes[] = {{1, "1f1b", 1},       {2, "1f1b", 1},  {4, "1f1b", 1},
+                          {2, "zb-h1", 1},      {4, "zb-h1", 1}, {2, "interleaved", 2},
+                          {4, "interleaved", 2}};
+    int checked = 0, planned = 0;
+    double gather_zb = 0, gather_1f1b = 0; // stage 0 of GPT, PP 4, DP 2, TP 1, optim_grads
+    for (const char *strategy : {"optim_grads", "optim_grads_params"})
+        for (int dp : {2, 4, 8})
+            for (int tp : {1, 2})
+                for (const Pipe &pi : pipes)
+                    for (const Model &mo : models)
+                        for (int few : {0, 1}) { // ZB-H1: M = 1, fewer micro-batches than stages
+                            bool zb = std::strcmp(pi.schedule, "zb-h1") == 0;
+                            if (few && !zb) continue;
+                            tpd_config cfg = tiny::config("");
+                            if (mo.llama) tiny::llama(cfg);
+                            cfg.model.untie_embeddings_and_output_weights = mo.untied;
+                            if (mo.rope) cfg.model.position_embedding_type = TPD_POS_ROPE;
+                            cfg.model.num_layers = pi.v > 1 ? 8 : 4;
+                            cfg.parallel.tensor_model_parallel_size = tp;
+                            cfg.parallel.pipeline_model_parallel_size = pi.pp;
+                            cfg.parallel.virtual_pipeline_model_parallel_size = pi.v;
+                            tiny::set(cfg.parallel.pipeline_schedule, "parallel.pipeline_schedule",
+                                      pi.schedule);
+                            tiny::set(cfg.parallel.data_parallel_sharding_strategy,
+                                      "parallel.data_parallel_sharding_strategy", strategy);
+                            cfg.parallel.use_distributed_optimizer = 1;
+                            cfg.parallel.fsdp_units_in_flight = dp == 4 ? 3 : 2;
+                            cfg.training.global_batch_size = few ? dp : 64;
+                            std::string what = std::string(strategy) + " dp " + std::to_string(dp) +
+                                               " tp " + std::to_string(tp) + " pp " +
+                                               std::to_string(pi.pp) + " " + pi.schedule + " v " +
+                                               std::to_string(pi.v) + " " + mo.name + " gbs " +
+                                               std::to_string(cfg.training.global_batch_size);
+                            checked += check_layout(kb, cfg, tp, pi.pp, dp, what);
+                            // and the same layout in bf16 on the cuda backend, planned
+                            tpd_config bf = cfg;
+                            tiny::set(bf.training.precision, "training.precision", "bf16");
+                            tiny::set(bf.training.device, "training.device", "cuda");
+                            planned += check_plan(bf, tp, pi.pp, dp, what + " bf16 cuda");
+                            if (std::strcmp(strategy, "optim_grads") == 0 && dp == 2 && tp == 1 &&
+                                pi.pp == 4 && !few && std::strcmp(mo.name, "gpt") == 0) {
+                                tpd_plan_layout lay;
+                                tpd_plan_layout_from_config(&cfg, 8, &lay);
+                                tpd_plan_stage_mem m;
+                                EXPECT_EQ(tpd_plan_cpu_memory(&cfg, &lay, 0, &m), TPD_OK);
+                                (zb ? gather_zb : gather_1f1b) = m.gather;
+                            }
+                        }
+    EXPECT_GT(checked, 1000);
+    EXPECT_EQ(planned, checked);
+    // ZB-H1 keeps a gradient slot per layer whose W is pending: more than 1F1B's two
+    EXPECT_GT(gather_1f1b, 0.0);
+    EXPECT_GT(gather_zb, gather_1f1b);
+}
+
+// The sharded bytes in closed form on one layout, beside the unsharded ones: GPT-2's tiny
+// block at DP 4, one stage (tied; wte and wpe in the embedding unit, the final LayerNorm
+// alone in the last), fp32 on the cpu backend.
+TEST_F(PlanMemory, ShardedBytesByUnit) {
+    const tpd_config base = tiny::config("");
+    const size_t dp = 4, C = 32, T = 16, F = 128, Vl = (size_t)tpd_config_padded_vocab(&base, 1);
+    const size_t layer = 2 * 2 * C + 3 * C * C + 3 * C + C * C + C + F * C + F + C * F + C;
+    const size_t emb = Vl * C + T * C, fin = 2 * C, L = 4;
+    auto part = [&](size_t n) { return (n + dp - 1) / dp; };
+    const size_t n = emb + L * layer + fin, shard = part(emb) + L * part(layer) + part(fin);
+    const size_t padded = (n + dp - 1) / dp * dp;
+    for (const char *strategy : {"optim_grads", "optim_grads_params"})
+        for (int k : {2, 3}) {
+            tpd_config cfg = base;
+            tiny::set(cfg.parallel.data_parallel_sharding_strategy,
+                      "parallel.data_parallel_sharding_strategy", strategy);
+            cfg.parallel.use_distributed_optimizer = 1;
+            cfg.parallel.fsdp_units_in_flight = k;
+            bool gp = std::strcmp(strategy, "optim_grads_params") == 0;
+            std::string what = std::string(strategy) + " k " + std::to_string(k);
+            tpd_plan_layout lay;
+            tpd_plan_layout_from_config(&cfg, (int)dp, &lay);
+            tpd_plan_stage_mem m;
+            ASSERT_EQ(tpd_plan_cpu_memory(&cfg, &lay, 0, &m), TPD_OK) << what;
+            EXPECT_EQ(m.params, (double)((gp ? shard : n) * 4)) << what;
+            EXPECT_EQ(m.grads, (double)(shard * 4)) << what;
+            EXPECT_EQ(m.optimizer, (double)(shard * 8)) << what; // AdamW's m and v, fp32
+            // slots of DP parts: max(k, 2) of the largest unit's parameters (a layer here,
+            // 12704 elements against the embedding's 8960), two of a layer's gradients, the
+            // embedding's own
+            const size_t eslot = part(emb) * dp, gslot = part(layer) * dp;
+            ASSERT_GT(layer, emb);
+            const size_t pool = gp ? (size_t)(k > 2 ? k : 2) : 0;
+            EXPECT_EQ(m.gather, (double)(pool * gslot * 4 + (2 * gslot + eslot) * 4)) << what;
+            EXPECT_EQ(m.params_full, (double)(padded * 4)) << what;
+            EXPECT_EQ(m.grads_full, (double)(padded * 4)) << what;
+            EXPECT_EQ(m.optimizer_full, (double)(padded * 8)) << what;
+            EXPECT_EQ(check_layout(kb, cfg, 1, 1, (int)dp, what), 1);
+        }
 }
 
 } // namespace

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -62,12 +64,22 @@ tpd_plan_result Eval(const Fixture &s, const tpd_plan_layout &l, int time) {
 // The largest FSDP unit of one rank of a one-stage Llama at TP 1, from the shapes: a layer
 // (Q and the output projection h x h, K and V h x h_kv, SwiGLU's three h x f, two RMSNorm
 // weights), the embedding (V_pad x h), the final norm with the untied output layer.
-double LargestUnit(const tpd_config &c) {
+struct Units {
+    double embedding, layer, final;
+};
+Units UnitsOf(const tpd_config &c) {
     const double h = c.model.hidden_size, f = c.model.ffn_hidden_size;
     const double kv = h * c.model.num_query_groups / c.model.num_attention_heads;
     const double v = std::ceil(c.model.vocab_size / 128.0) * 128.0;
-    double layer = 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h;
-    return std::max({layer, v * h, h + v * h});
+    return {v * h, 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h, h + v * h};
+}
+double LargestUnit(const tpd_config &c) {
+    Units u = UnitsOf(c);
+    return std::max({u.layer, u.embedding, u.final});
+}
+// A unit's staging slot: DP parts of ceil(len / DP) elements.
+double Slot(double len, int dp) {
+    return std::ceil(len / dp) * dp;
 }
 
 } // namespace
@@ -87,16 +99,19 @@ TEST(PlanSharding, MemoryPerRankFallsWithEachStrategy) {
     // optim: the optimizer state over DP
     EXPECT_NEAR(m1.optimizer, m0.optimizer / dp, 64.0);
     EXPECT_EQ(m1.grads, m0.grads);
-    // optim_grads: the main gradients too, plus two buckets staged
+    // optim_grads: the main gradients too (each unit's DP part), plus the engine's staging
+    // slots: two of the largest layer or final unit's fp32 gradients (the untied output
+    // layer's) and the embedding's own
     EXPECT_NEAR(m2.grads, m0.grads / dp, 64.0);
-    const double bucket = std::min((double)s.cfg.parallel.ddp_bucket_size, n);
-    EXPECT_NEAR(m2.gather, 2.0 * bucket * 4.0, 4.0 * dp);
-    // optim_grads_params: the parameters too, plus fsdp_units_in_flight gathered units and
-    // two units' gradients
+    const Units u = UnitsOf(s.cfg);
+    const double gslot = std::max(Slot(u.layer, dp), Slot(u.final, dp));
+    const double grad_slots = (2.0 * gslot + Slot(u.embedding, dp)) * 4.0;
+    EXPECT_DOUBLE_EQ(m2.gather, grad_slots);
+    // optim_grads_params: the parameters too, plus max(fsdp_units_in_flight, 2) slots of the
+    // largest unit's bf16 parameters
     EXPECT_NEAR(m3.params + m3.grads, (m0.params + m0.grads) / dp, 64.0);
-    const double unit = LargestUnit(s.cfg);
-    const int k = s.cfg.parallel.fsdp_units_in_flight;
-    EXPECT_NEAR(m3.gather, k * unit * 2.0 + 2.0 * unit * 4.0, 64.0 * dp);
+    const int k = std::max(s.cfg.parallel.fsdp_units_in_flight, 2);
+    EXPECT_DOUBLE_EQ(m3.gather, k * Slot(LargestUnit(s.cfg), dp) * 2.0 + grad_slots);
     EXPECT_NEAR(m3.total, m2.total - m2.gather - (m2.params - m3.params) + m3.gather, 1.0);
     // the report's unsharded figures are no_shard's
     EXPECT_EQ(m3.params_full, m0.params);
@@ -186,11 +201,59 @@ TEST(PlanSharding, GathersOnASlowLinkAreExposed) {
     slow.cfg.parallel.fsdp_units_in_flight = 1;
     tpd_plan_result one = Eval(slow, l, 1);
     EXPECT_GT(one.time.dp_shard_exposed, r.time.dp_shard_exposed);
-    EXPECT_LT(one.memory_bytes, r.memory_bytes); // one gathered unit fewer
-    // the cpu backend trains optim at most: the search leaves the rest out with a reason
+    // the engine keeps two parameter slots at least (one gathering while the other computes)
+    EXPECT_EQ(one.memory_bytes, r.memory_bytes);
+    // the cpu backend's time model prices optim at most: the search leaves the rest out with
+    // a reason (the engine trains them there; the memory is exact, the time is not modelled)
     tpd_plan_cluster cpu;
     ASSERT_EQ(tpd_plan_cluster_load("cpu", &cpu), TPD_OK);
     char why[192];
     EXPECT_FALSE(tpd_plan_layout_valid(&s.cfg, &cpu, &l, 8, why, sizeof why));
-    EXPECT_NE(std::string(why).find("cpu: tripod train runs optim only"), std::string::npos) << why;
+    EXPECT_NE(std::string(why).find("cpu: the planner's cpu model times optim at most"),
+              std::string::npos)
+        << why;
+}
+
+namespace {
+
+// What tpd_plan_print_breakdown and tpd_plan_print_overrides write for r.
+std::string Report(const tpd_config &cfg, const tpd_plan_result &r) {
+    char *buf = nullptr;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    EXPECT_NE(f, nullptr);
+    if (!f) return "";
+    tpd_plan_print_breakdown(f, &r);
+    tpd_plan_print_overrides(f, &cfg, &r);
+    fclose(f);
+    std::string s(buf, len);
+    free(buf);
+    return s;
+}
+
+} // namespace
+
+// `tripod train` runs every strategy over all of DP: the report shows the sharded bytes and
+// the gathered working set and calls none of them planned only; hybrid sharding (a shard
+// group short of DP) is still planned, not trained.
+TEST(PlanSharding, ReportCallsOnlyHybridShardingPlannedNotTrained) {
+    Fixture s = Load();
+    for (int sh = 0; sh < 4; sh++) {
+        tpd_plan_result r = Eval(s, Layout(8, (tpd_dp_sharding)sh, 0), 0);
+        std::string out = Report(s.cfg, r);
+        EXPECT_EQ(out.find("planned, not trained"), std::string::npos) << sh << "\n" << out;
+        EXPECT_NE(out.find("DP sharding: "), std::string::npos) << out;
+        bool gathers = sh >= TPD_DP_SHARDING_OPTIM_GRADS;
+        EXPECT_EQ(out.find("gathered working set") != std::string::npos, gathers) << out;
+        if (gathers) EXPECT_GT(r.mem[0].gather, 0.0);
+    }
+    for (int sh = 1; sh < 4; sh++) {
+        tpd_plan_result r = Eval(s, Layout(16, (tpd_dp_sharding)sh, 8), 0);
+        std::string out = Report(s.cfg, r);
+        EXPECT_NE(out.find("planned, not trained: tripod train does not run hybrid sharding"),
+                  std::string::npos)
+            << sh << "\n"
+            << out;
+        EXPECT_NE(out.find("with a shard size below DP"), std::string::npos) << out;
+    }
 }
