@@ -225,12 +225,13 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
         return 0;
     }
     int hybrid = l->shard_size > 0 && l->shard_size < inner;
-    /* the engine trains every strategy over all of DP on either backend, but the cpu
-     * backend's time model prices ZeRO-1 at most, and no one trains hybrid sharding */
-    if (cl && cl->backend == TPD_PLAN_BACKEND_CPU && (sh > TPD_DP_SHARDING_OPTIM || hybrid)) {
-        snprintf(why, whylen, "cpu: the planner's cpu model times optim at most (sharding %s%s)",
-                 tpd_config_choice("parallel.data_parallel_sharding_strategy", sh),
-                 hybrid ? ", hybrid" : "");
+    /* the engine trains every strategy, hybrid sharding under optim_grads and
+     * optim_grads_params; ZeRO-1 over a shard group is the GPU model's alone */
+    if (cl && cl->backend == TPD_PLAN_BACKEND_CPU && hybrid && sh < TPD_DP_SHARDING_OPTIM_GRADS) {
+        snprintf(why, whylen,
+                 "cpu: tripod train shards optimizer state alone (%s) over all of DP only, not "
+                 "in shard groups of %d",
+                 tpd_config_choice("parallel.data_parallel_sharding_strategy", sh), l->shard_size);
         return 0;
     }
     if (cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO && (sh > TPD_DP_SHARDING_OPTIM || hybrid)) {

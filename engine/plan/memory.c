@@ -359,10 +359,12 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
      * is pending, at most the stage's layers) and the embedding's own, whose reduction
      * waits for the step's end (tpd_buffer_plan_init) */
     tpd_dp_sharding sh = tpd_plan_sharding(lay);
-    int units = sh >= TPD_DP_SHARDING_OPTIM_GRADS && dp > 1 &&
-                (uint64_t)tpd_plan_shard_group(cfg, lay) == dp;
+    /* hybrid sharding: over the shard group, replicated across the groups */
+    uint64_t hs = (uint64_t)tpd_plan_shard_group(cfg, lay);
+    int units = sh >= TPD_DP_SHARDING_OPTIM_GRADS && hs > 1;
     uint64_t shard, nparams, ngrads, gather = 0;
     if (units) {
+        uint64_t dp = hs; /* the unit plan's ranks */
         int gp = sh == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS;
         uint64_t p0 = (u0 + dp - 1) / dp, pl = (per_layer + dp - 1) / dp, pf = (uf + dp - 1) / dp;
         shard = p0 + Ls * pl + pf;
@@ -475,7 +477,7 @@ static tpd_status cuda_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *
     tpd_plan_layout z = *lay;
     z.distributed_optimizer = sh != TPD_DP_SHARDING_NO_SHARD && S > 1;
     TPD_CHECK(tpd_plan_cpu_memory(&dev, &z, stage, out));
-    if (z.distributed_optimizer && S < inner) {
+    if (z.distributed_optimizer && S < inner && sh < TPD_DP_SHARDING_OPTIM_GRADS) {
         tpd_plan_stage_mem full;
         z.distributed_optimizer = 0;
         z.sharding = TPD_DP_SHARDING_NO_SHARD;

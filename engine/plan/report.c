@@ -41,7 +41,7 @@ static const char *zero_short(const tpd_plan_layout *l) {
 /* Beyond what `tripod train` runs: hybrid sharding (a shard group short of DP). Every
  * strategy over all of DP trains. */
 static int planned_only(const tpd_plan_layout *l) {
-    return tpd_plan_sharding(l) != TPD_DP_SHARDING_NO_SHARD && l->shard_size > 0 &&
+    return tpd_plan_sharding(l) == TPD_DP_SHARDING_OPTIM && l->shard_size > 0 &&
            l->shard_size < l->dp;
 }
 
@@ -64,8 +64,9 @@ static void print_sharding(FILE *f, const tpd_plan_result *r) {
                    m->optimizer - m->gather;
     fprintf(f, ": %.2f GiB saved\n", saved / GIB);
     if (planned_only(l))
-        fprintf(f, "  planned, not trained: tripod train does not run hybrid sharding (a "
-                   "shard group short of DP) yet; the planned bytes are the target\n");
+        fprintf(f, "  planned, not trained: tripod train runs hybrid sharding (a shard group "
+                   "short of DP) under optim_grads and optim_grads_params only; the planned "
+                   "bytes are the target\n");
 }
 
 void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {

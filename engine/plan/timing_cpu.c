@@ -252,6 +252,38 @@ void tpd_plan_cpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
             lay->tp * lay->dp * (lay->pp - 1));
 }
 
+/* optim_grads and optim_grads_params on the cpu engine, beyond the bucket model's one
+ * reduction (and, under optim_grads, one gather) a step: every micro-batch reduce-scatters
+ * each unit's gradients, and under optim_grads_params gathers each unit before its forward
+ * and again before its backward. Exposed whole: MPI advances only inside the calls the
+ * hooks make, and the ranks share the cores. HSDP all-reduces the gradient shard across
+ * the groups once a step. Summed over the busiest stage's units (its shard). */
+static void cpu_shard_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                           const tpd_plan_layout *lay, tpd_plan_result *res) {
+    tpd_dp_sharding sh = tpd_plan_sharding(lay);
+    int H = tpd_plan_shard_group(cfg, lay), inner = tpd_config_dp_inner(cfg, lay->dp);
+    int M = res->num_micro_batches;
+    if (sh < TPD_DP_SHARDING_OPTIM_GRADS || H < 2 || M < 1) return;
+    double bw, lat, worst = 0.0, rep = 0.0;
+    link_of(cl, H, lay->tp, &bw, &lat);
+    double ring = (H - 1.0) / H / bw, fixed = log2_steps(H) * lat + sync_wait(cl, H);
+    for (int s = 0; s < lay->pp; s++) {
+        const tpd_plan_stage_mem *mm = &res->mem[s];
+        double shard = mm->grads / 4.0, full = shard * H; /* fp32 gradients on cpu */
+        int units = tpd_plan_stage_layers(cfg, lay, s) + 2;
+        double rs = ring * full * 4.0 + units * fixed, ag = ring * full * 4.0 + units * fixed;
+        double t = (M - 1) * rs + (sh == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS ? 2.0 * M * ag : 0.0);
+        if (t > worst) worst = t;
+        if (H < inner) {
+            double r = allreduce(cl, 4.0 * shard, inner / H, lay->tp * H);
+            if (r > rep) rep = r;
+        }
+    }
+    res->time.dp_shard_exposed = worst;
+    res->time.dp_replica_allreduce = rep;
+    res->step_time_s += worst + rep;
+}
+
 /* Every time of the simulated pipeline times k (the whole pipeline runs k times as fast). */
 static void scale_pipe(tpd_plan_pipe *p, double k) {
     p->makespan *= k;
@@ -354,6 +386,7 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
     tpd_plan_cpu_dp_cost(cfg, cl, lay, &dpc);
     tpd_plan_diloco_outer(cfg, cl, ideal, res);
     TPD_CHECK_GOTO(tpd_plan_step_finish(cfg, lay, &pipe, cost, &dpc, res), st, out);
+    cpu_shard_time(cfg, cl, lay, res);
     tpd_plan_rates(cfg, cl, res);
 out:
     tpd_plan_pipe_free(&probe);

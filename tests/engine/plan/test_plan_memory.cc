@@ -313,9 +313,10 @@ TEST_F(PlanMemory, ShardedStrategiesAllocationEqualsPlan) {
             for (int tp : {1, 2})
                 for (const Pipe &pi : pipes)
                     for (const Model &mo : models)
-                        for (int few : {0, 1}) { // ZB-H1: M = 1, fewer micro-batches than stages
+                        for (int few : {0, 1, 2}) { // ZB-H1: M = 1, fewer micro-batches than
+                                                    // stages; 2: HSDP, shard groups of 2
                             bool zb = std::strcmp(pi.schedule, "zb-h1") == 0;
-                            if (few && !zb) continue;
+                            if ((few == 1 && !zb) || (few == 2 && (dp < 4 || pi.v > 1))) continue;
                             tpd_config cfg = tiny::config("");
                             if (mo.llama) tiny::llama(cfg);
                             cfg.model.untie_embeddings_and_output_weights = mo.untied;
@@ -330,12 +331,14 @@ TEST_F(PlanMemory, ShardedStrategiesAllocationEqualsPlan) {
                                       "parallel.data_parallel_sharding_strategy", strategy);
                             cfg.parallel.use_distributed_optimizer = 1;
                             cfg.parallel.fsdp_units_in_flight = dp == 4 ? 3 : 2;
-                            cfg.training.global_batch_size = few ? dp : 64;
+                            cfg.training.global_batch_size = few == 1 ? dp : 64;
+                            cfg.parallel.data_parallel_shard_size = few == 2 ? 2 : 0;
                             std::string what = std::string(strategy) + " dp " + std::to_string(dp) +
                                                " tp " + std::to_string(tp) + " pp " +
                                                std::to_string(pi.pp) + " " + pi.schedule + " v " +
                                                std::to_string(pi.v) + " " + mo.name + " gbs " +
-                                               std::to_string(cfg.training.global_batch_size);
+                                               std::to_string(cfg.training.global_batch_size) +
+                                               (few == 2 ? " HSDP shard 2" : "");
                             checked += check_layout(kb, cfg, tp, pi.pp, dp, what);
                             // and the same layout in bf16 on the cuda backend, planned
                             tpd_config bf = cfg;
@@ -343,7 +346,7 @@ TEST_F(PlanMemory, ShardedStrategiesAllocationEqualsPlan) {
                             tiny::set(bf.training.device, "training.device", "cuda");
                             planned += check_plan(bf, tp, pi.pp, dp, what + " bf16 cuda");
                             if (std::strcmp(strategy, "optim_grads") == 0 && dp == 2 && tp == 1 &&
-                                pi.pp == 4 && !few && std::strcmp(mo.name, "gpt") == 0) {
+                                pi.pp == 4 && few == 0 && std::strcmp(mo.name, "gpt") == 0) {
                                 tpd_plan_layout lay;
                                 tpd_plan_layout_from_config(&cfg, 8, &lay);
                                 tpd_plan_stage_mem m;

@@ -203,15 +203,21 @@ TEST(PlanSharding, GathersOnASlowLinkAreExposed) {
     EXPECT_GT(one.time.dp_shard_exposed, r.time.dp_shard_exposed);
     // the engine keeps two parameter slots at least (one gathering while the other computes)
     EXPECT_EQ(one.memory_bytes, r.memory_bytes);
-    // the cpu backend's time model prices optim at most: the search leaves the rest out with
-    // a reason (the engine trains them there; the memory is exact, the time is not modelled)
+    // the cpu backend prices the strategies the engine trains there (every one over all of
+    // DP, hybrid sharding under optim_grads and optim_grads_params) and leaves out ZeRO-1
+    // over a shard group, with the reason
     tpd_plan_cluster cpu;
     ASSERT_EQ(tpd_plan_cluster_load("cpu", &cpu), TPD_OK);
     char why[192];
-    EXPECT_FALSE(tpd_plan_layout_valid(&s.cfg, &cpu, &l, 8, why, sizeof why));
-    EXPECT_NE(std::string(why).find("cpu: the planner's cpu model times optim at most"),
+    EXPECT_TRUE(tpd_plan_layout_valid(&s.cfg, &cpu, &l, 8, why, sizeof why)) << why;
+    tpd_plan_layout h = Layout(8, TPD_DP_SHARDING_OPTIM, 4);
+    EXPECT_FALSE(tpd_plan_layout_valid(&s.cfg, &cpu, &h, 8, why, sizeof why));
+    EXPECT_NE(std::string(why).find("cpu: tripod train shards optimizer state alone (optim) over "
+                                    "all of DP only, not in shard groups of 4"),
               std::string::npos)
         << why;
+    h.sharding = TPD_DP_SHARDING_OPTIM_GRADS_PARAMS;
+    EXPECT_TRUE(tpd_plan_layout_valid(&s.cfg, &cpu, &h, 8, why, sizeof why)) << why;
 }
 
 namespace {
@@ -235,7 +241,7 @@ std::string Report(const tpd_config &cfg, const tpd_plan_result &r) {
 
 // `tripod train` runs every strategy over all of DP: the report shows the sharded bytes and
 // the gathered working set and calls none of them planned only; hybrid sharding (a shard
-// group short of DP) is still planned, not trained.
+// group short of DP) of the optimizer state alone is still planned, not trained.
 TEST(PlanSharding, ReportCallsOnlyHybridShardingPlannedNotTrained) {
     Fixture s = Load();
     for (int sh = 0; sh < 4; sh++) {
@@ -247,13 +253,17 @@ TEST(PlanSharding, ReportCallsOnlyHybridShardingPlannedNotTrained) {
         EXPECT_EQ(out.find("gathered working set") != std::string::npos, gathers) << out;
         if (gathers) EXPECT_GT(r.mem[0].gather, 0.0);
     }
+    // hybrid sharding trains under optim_grads and optim_grads_params, not under optim
     for (int sh = 1; sh < 4; sh++) {
         tpd_plan_result r = Eval(s, Layout(16, (tpd_dp_sharding)sh, 8), 0);
         std::string out = Report(s.cfg, r);
-        EXPECT_NE(out.find("planned, not trained: tripod train does not run hybrid sharding"),
-                  std::string::npos)
+        bool planned = sh == TPD_DP_SHARDING_OPTIM;
+        EXPECT_EQ(out.find("planned, not trained: tripod train runs hybrid sharding (a shard "
+                           "group short of DP) under optim_grads and optim_grads_params only") !=
+                      std::string::npos,
+                  planned)
             << sh << "\n"
             << out;
-        EXPECT_NE(out.find("with a shard size below DP"), std::string::npos) << out;
+        EXPECT_EQ(out.find("with a shard size below DP") != std::string::npos, planned) << out;
     }
 }
