@@ -498,7 +498,8 @@ TEST(Equivalence, ShardedFaultsAreCaught) {
     }
 }
 
-// TP=2, PP=2, DP=2 on the GPU (1F1B, with SP, interleaved, ZB-H1) against the cpu
+// TP=2, PP=2, DP=2 on the GPU (1F1B, with SP, interleaved, ZB-H1, the sharded strategies
+// and HSDP at DP 4) against the cpu
 // single-rank run. The tolerances are looser
 // than the cpu matrix: cuBLASLt and OpenBLAS sum in different orders, and attention and
 // the reductions take other paths.
@@ -518,6 +519,10 @@ TEST(Equivalence, CudaLayoutMatchesCpuSingleRank) {
         {gpu_sp, "1F1B, sequence parallel"},
         {with(gpu, 2, "interleaved", 0), "interleaved v 2"},
         {with(gpu, 1, "zb-h1", 0), "ZB-H1"},
+        {sharded(gpu, TPD_DP_SHARDING_OPTIM_GRADS, kSteps), "optim_grads (ZeRO-2)"},
+        {sharded(gpu, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps), "optim_grads_params (FSDP)"},
+        {hsdp(sharded({1, 2, 4, 1, true}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps), 2),
+         "optim_grads_params, HSDP 2 x 2"},
     };
     for (const auto &c : cases) {
         Result r = run(c.L);
