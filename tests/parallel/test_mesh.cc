@@ -53,33 +53,36 @@ TEST(Mesh, SixteenRanksReferenceTable) {
     EXPECT_TRUE(members(m, TPD_MESH_GROUP_EMB, 5).empty()); // a middle stage
 }
 
+// Ranks with equal color must be exactly the members of group g, ordered by key.
+void expect_colors_match(const tpd_mesh &m, int g, const std::string &what) {
+    for (int r = 0; r < m.world_size; r++) {
+        int color, key;
+        tpd_mesh_group_color(&m, (tpd_mesh_group)g, r, &color, &key);
+        V mem = members(m, (tpd_mesh_group)g, r);
+        if (color < 0) {
+            EXPECT_TRUE(mem.empty());
+            continue;
+        }
+        std::vector<std::pair<int, int>> same;
+        for (int q = 0; q < m.world_size; q++) {
+            int c2, k2;
+            tpd_mesh_group_color(&m, (tpd_mesh_group)g, q, &c2, &k2);
+            if (c2 == color) same.push_back({k2, q});
+        }
+        std::sort(same.begin(), same.end());
+        V ordered;
+        for (auto &p : same)
+            ordered.push_back(p.second);
+        EXPECT_EQ(ordered, mem) << "group " << tpd_mesh_group_name((tpd_mesh_group)g) << " rank "
+                                << r << what;
+    }
+}
+
 TEST(Mesh, SplitColorsMatchMembers) {
-    // Ranks with equal color must be exactly the members of the group, ordered by key.
     tpd_mesh m;
     ASSERT_EQ(tpd_mesh_init(16, 0, 2, 4, 2, &m), TPD_OK);
-    for (int g = 0; g < TPD_MESH_GROUP_COUNT; g++) {
-        for (int r = 0; r < 16; r++) {
-            int color, key;
-            tpd_mesh_group_color(&m, (tpd_mesh_group)g, r, &color, &key);
-            V mem = members(m, (tpd_mesh_group)g, r);
-            if (color < 0) {
-                EXPECT_TRUE(mem.empty());
-                continue;
-            }
-            std::vector<std::pair<int, int>> same;
-            for (int q = 0; q < 16; q++) {
-                int c2, k2;
-                tpd_mesh_group_color(&m, (tpd_mesh_group)g, q, &c2, &k2);
-                if (c2 == color) same.push_back({k2, q});
-            }
-            std::sort(same.begin(), same.end());
-            V ordered;
-            for (auto &p : same)
-                ordered.push_back(p.second);
-            EXPECT_EQ(ordered, mem)
-                << "group " << tpd_mesh_group_name((tpd_mesh_group)g) << " rank " << r;
-        }
-    }
+    for (int g = 0; g < TPD_MESH_GROUP_COUNT; g++)
+        expect_colors_match(m, g, "");
 }
 
 // Hybrid sharding: 16 ranks at TP 2, DP 8, shard groups of 2 consecutive dp indices (world
@@ -107,23 +110,7 @@ TEST(Mesh, HsdpShardAndReplicateGroups) {
         ASSERT_EQ(tpd_mesh_set_replicas(&h, replicas), TPD_OK);
         ASSERT_EQ(tpd_mesh_set_shard_size(&h, 2), TPD_OK);
         for (int g : {TPD_MESH_GROUP_DP_SHARD, TPD_MESH_GROUP_DP_REPLICATE})
-            for (int r = 0; r < 16; r++) {
-                int color, key;
-                tpd_mesh_group_color(&h, (tpd_mesh_group)g, r, &color, &key);
-                std::vector<std::pair<int, int>> same;
-                for (int q = 0; q < 16; q++) {
-                    int c2, k2;
-                    tpd_mesh_group_color(&h, (tpd_mesh_group)g, q, &c2, &k2);
-                    if (c2 == color) same.push_back({k2, q});
-                }
-                std::sort(same.begin(), same.end());
-                V ordered;
-                for (auto &p : same)
-                    ordered.push_back(p.second);
-                EXPECT_EQ(ordered, members(h, (tpd_mesh_group)g, r))
-                    << tpd_mesh_group_name((tpd_mesh_group)g) << " rank " << r << " replicas "
-                    << replicas;
-            }
+            expect_colors_match(h, g, " replicas " + std::to_string(replicas));
         // a replicate group never leaves its DiLoCo replica
         V rep0 = members(h, TPD_MESH_GROUP_DP_REPLICATE, 0);
         EXPECT_EQ((int)rep0.size(), 8 / replicas / 2);

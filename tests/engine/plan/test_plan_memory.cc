@@ -31,6 +31,18 @@ struct Split {
     int num_layers;
 };
 
+// The buffer plan's bytes, category by category, against the planner's.
+void expect_categories(const tpd_mem_breakdown &mb, const tpd_plan_stage_mem &pred,
+                       const std::string &where) {
+    EXPECT_EQ((double)mb.params, pred.params) << where;
+    EXPECT_EQ((double)mb.grads, pred.grads) << where;
+    EXPECT_EQ((double)mb.gather, pred.gather) << where;
+    EXPECT_EQ((double)(mb.optimizer + mb.master), pred.optimizer) << where;
+    EXPECT_EQ((double)mb.activations, pred.activations) << where;
+    EXPECT_EQ((double)mb.workspace, pred.workspace) << where;
+    EXPECT_EQ((double)mb.total, pred.total) << where;
+}
+
 // One layout's every stage: the plan's bytes, category by category, are the allocation's.
 // Returns the number of stages checked.
 int check_layout(tpd_kern_backend *kb, const tpd_config &cfg, int tp, int pp, int dp,
@@ -52,12 +64,7 @@ int check_layout(tpd_kern_backend *kb, const tpd_config &cfg, int tp, int pp, in
             (size_t)m->plan.nslots * 2 * cfg.training.micro_batch_size * cfg.model.seq_length * 4;
         EXPECT_EQ((double)(device + host), pred.total) << where;
         EXPECT_EQ((double)m->bytes_allocated, pred.total) << where;
-        EXPECT_EQ((double)m->plan.mem.params, pred.params) << where;
-        EXPECT_EQ((double)m->plan.mem.grads, pred.grads) << where;
-        EXPECT_EQ((double)m->plan.mem.gather, pred.gather) << where;
-        EXPECT_EQ((double)(m->plan.mem.optimizer + m->plan.mem.master), pred.optimizer) << where;
-        EXPECT_EQ((double)m->plan.mem.activations, pred.activations) << where;
-        EXPECT_EQ((double)m->plan.mem.workspace, pred.workspace) << where;
+        expect_categories(m->plan.mem, pred, where);
         // the plan's layer count is the engine's
         EXPECT_EQ(tpd_plan_stage_layers(&cfg, &lay, stage), m->d.Ls) << where;
         tpd_model_destroy(m);
@@ -78,13 +85,7 @@ int check_plan(const tpd_config &cfg, int tp, int pp, int dp, const std::string 
         tpd_mem_breakdown mb;
         EXPECT_EQ(tpd_plan_cpu_memory(&cfg, &lay, stage, &pred), TPD_OK) << where;
         EXPECT_EQ(tpd_model_memory(&cfg, tp, pp, dp, stage, &mb), TPD_OK) << where;
-        EXPECT_EQ((double)mb.params, pred.params) << where;
-        EXPECT_EQ((double)mb.grads, pred.grads) << where;
-        EXPECT_EQ((double)mb.gather, pred.gather) << where;
-        EXPECT_EQ((double)(mb.optimizer + mb.master), pred.optimizer) << where;
-        EXPECT_EQ((double)mb.activations, pred.activations) << where;
-        EXPECT_EQ((double)mb.workspace, pred.workspace) << where;
-        EXPECT_EQ((double)mb.total, pred.total) << where;
+        expect_categories(mb, pred, where);
         checked++;
     }
     return checked;
