@@ -185,6 +185,39 @@ tpd_status tpd_kern_attention_bwd(const tpd_kern_backend *kb, void *dqkv, const 
     return kb->ops->attention_bwd(kb->ctx, dqkv, dout, qkv, out, saved, B, T, NH, NKV, HS);
 }
 
+static tpd_status no_block_attention(const tpd_kern_backend *kb) {
+    return tpd_fail(TPD_ERR_UNSUPPORTED,
+                    "backend %s: no block-wise (ring) attention: context parallelism runs on the "
+                    "cpu backend",
+                    kb->name);
+}
+
+tpd_status tpd_kern_attention_block_fwd(const tpd_kern_backend *kb, float *o, float *m, float *l,
+                                        const void *qkv, const void *kv, const int32_t *qpos,
+                                        const int32_t *kpos, int B, int T, int Tk, int NH, int NKV,
+                                        int HS) {
+    if (!kb->ops->attention_block_fwd) return no_block_attention(kb);
+    return kb->ops->attention_block_fwd(kb->ctx, o, m, l, qkv, kv, qpos, kpos, B, T, Tk, NH, NKV,
+                                        HS);
+}
+
+tpd_status tpd_kern_attention_block_finish(const tpd_kern_backend *kb, void *out, float *lse,
+                                           const float *o, const float *m, const float *l, int B,
+                                           int T, int NH, int HS) {
+    if (!kb->ops->attention_block_finish) return no_block_attention(kb);
+    return kb->ops->attention_block_finish(kb->ctx, out, lse, o, m, l, B, T, NH, HS);
+}
+
+tpd_status tpd_kern_attention_block_bwd(const tpd_kern_backend *kb, float *dq, float *dkv,
+                                        const void *dout, const void *out, const float *lse,
+                                        const void *qkv, const void *kv, const int32_t *qpos,
+                                        const int32_t *kpos, int B, int T, int Tk, int NH, int NKV,
+                                        int HS) {
+    if (!kb->ops->attention_block_bwd) return no_block_attention(kb);
+    return kb->ops->attention_block_bwd(kb->ctx, dq, dkv, dout, out, lse, qkv, kv, qpos, kpos, B, T,
+                                        Tk, NH, NKV, HS);
+}
+
 tpd_status tpd_kern_attention_decode(const tpd_kern_backend *kb, void *out, const void *q,
                                      const void *kcache, const void *vcache, int len, int NH,
                                      int NKV, int HS) {

@@ -243,6 +243,35 @@ tpd_status tpd_kern_attention_bwd(const tpd_kern_backend *kb, void *dqkv, const 
  * reads K/V head h / (NH/NKV). out(NH*HS) = softmax(q K^T * scale) V per head, the same
  * as the position's row of attention_fwd over those len positions. len >= 1. Overwrites
  * out; needs no scratch and saves nothing (no backward). */
+/* ---- context parallelism: causal attention one block of keys at a time (ring attention) ----
+ * The queries are this rank's T rows of qkv (B,T,(NH+2*NKV)*HS), at global positions
+ * qpos[0..T); a block is Tk rows of keys and values kv (B,Tk,2*NKV*HS), [K heads | V heads]
+ * per row, at positions kpos[0..Tk). A query sees the keys at positions <= its own; scale
+ * 1/sqrt(HS); head h reads K/V head h / (NH/NKV). fp32 throughout (the cpu backend).
+ *
+ * block_fwd folds one block into flash attention's running state (Dao et al.): per
+ * (b, h, t) the largest score m, the sum l of exp(score - m) and the unnormalised output
+ * o = sum exp(score - m) v. Start from m = -inf, l = 0, o = 0; a block with no visible
+ * key leaves the state as it is. block_finish then writes out(B,T,NH*HS) = o / l and the
+ * log-sum-exp lse = m + log l (B,NH,T), which is all the backward keeps. In any order of
+ * blocks the result is the causal attention over their union, up to rounding.
+ *
+ * block_bwd adds one block's part of the gradients: dq (B,NH,T,HS) fp32 and dkv (the
+ * block's layout) fp32 accumulate, from dout and out (B,T,NH*HS) and lse: with
+ * P = exp(score - lse), dV += P^T dO, dS = P (dO V^T - rowsum(dO * out)), dQ += scale dS K,
+ * dK += scale dS^T Q. Not built on the cuda backend (TPD_ERR_UNSUPPORTED). */
+tpd_status tpd_kern_attention_block_fwd(const tpd_kern_backend *kb, float *o, float *m, float *l,
+                                        const void *qkv, const void *kv, const int32_t *qpos,
+                                        const int32_t *kpos, int B, int T, int Tk, int NH, int NKV,
+                                        int HS);
+tpd_status tpd_kern_attention_block_finish(const tpd_kern_backend *kb, void *out, float *lse,
+                                           const float *o, const float *m, const float *l, int B,
+                                           int T, int NH, int HS);
+tpd_status tpd_kern_attention_block_bwd(const tpd_kern_backend *kb, float *dq, float *dkv,
+                                        const void *dout, const void *out, const float *lse,
+                                        const void *qkv, const void *kv, const int32_t *qpos,
+                                        const int32_t *kpos, int B, int T, int Tk, int NH, int NKV,
+                                        int HS);
 tpd_status tpd_kern_attention_decode(const tpd_kern_backend *kb, void *out, const void *q,
                                      const void *kcache, const void *vcache, int len, int NH,
                                      int NKV, int HS);

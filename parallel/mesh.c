@@ -17,11 +17,14 @@ tpd_status tpd_mesh_init(int world_size, int rank, int tp, int pp, int dp, tpd_m
                   .rank = rank,
                   .replicas = 1,
                   .dp_inner_size = dp,
-                  .shard_size = dp};
+                  .shard_size = dp,
+                  .cp_size = 1,
+                  .data_dp_size = dp};
     tpd_mesh_coords_of(&m, rank, &m.tp, &m.dp, &m.pp);
     m.replica = 0;
     m.dp_inner = m.dp;
     m.dp_shard = m.dp;
+    m.data_dp = m.dp;
     *mesh_p = m;
     return TPD_OK;
 }
@@ -51,7 +54,22 @@ tpd_status tpd_mesh_set_replicas(tpd_mesh *m, int replicas) {
     tpd_mesh_coords_of(m, m->rank, &m->tp, &m->dp, &m->pp); /* the replicas move outermost */
     m->replica = m->dp / m->dp_inner_size;
     m->dp_inner = m->dp % m->dp_inner_size;
+    m->cp = m->dp % m->cp_size;
+    m->data_dp = m->dp / m->cp_size;
     return tpd_mesh_set_shard_size(m, 0);
+}
+
+tpd_status tpd_mesh_set_cp(tpd_mesh *m, int cp) {
+    if (cp < 1 || m->dp_size % cp != 0) {
+        tpd_log_error("mesh: context_parallel_size %d must divide the DP x CP size %d", cp,
+                      m->dp_size);
+        return TPD_ERR_INVALID;
+    }
+    m->cp_size = cp;
+    m->cp = m->dp % cp;
+    m->data_dp = m->dp / cp;
+    m->data_dp_size = m->dp_size / cp;
+    return TPD_OK;
 }
 
 tpd_status tpd_mesh_set_shard_size(tpd_mesh *m, int shard_size) {
@@ -68,8 +86,8 @@ tpd_status tpd_mesh_set_shard_size(tpd_mesh *m, int shard_size) {
 }
 
 const char *tpd_mesh_group_name(tpd_mesh_group g) {
-    static const char *names[] = {"tp", "dp",       "pp",       "emb",
-                                  "mp", "dp_outer", "dp_shard", "dp_replicate"};
+    static const char *names[] = {"tp",       "dp",       "pp",           "emb", "mp",
+                                  "dp_outer", "dp_shard", "dp_replicate", "cp"};
     return (g >= 0 && g < TPD_MESH_GROUP_COUNT) ? names[g] : "?";
 }
 
@@ -99,6 +117,12 @@ int tpd_mesh_group_members(const tpd_mesh *m, tpd_mesh_group g, int rank, int *o
     case TPD_MESH_GROUP_DP_SHARD: {
         int base = dp - (dp % m->dp_inner_size) % m->shard_size;
         for (int i = 0; i < m->shard_size; i++)
+            PUSH(tpd_mesh_rank_of(m, tp, base + i, pp));
+        break;
+    }
+    case TPD_MESH_GROUP_CP: {
+        int base = dp - dp % m->cp_size;
+        for (int i = 0; i < m->cp_size; i++)
             PUSH(tpd_mesh_rank_of(m, tp, base + i, pp));
         break;
     }
@@ -148,6 +172,10 @@ void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *co
         color = tp + m->tp_size * (pp + m->pp_size * (dp % m->dp_inner_size));
         key = dp / m->dp_inner_size;
         break;
+    case TPD_MESH_GROUP_CP: /* the runs of CP dp indices */
+        color = tp + m->tp_size * (pp + m->pp_size * (dp / m->cp_size));
+        key = dp % m->cp_size;
+        break;
     case TPD_MESH_GROUP_DP_SHARD: /* within a DP group: the runs of H dp indices */
         color = tp + m->tp_size * (pp + m->pp_size * (dp / m->shard_size));
         key = dp % m->shard_size;
@@ -180,14 +208,15 @@ void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *co
 tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_comms *comms_p) {
     tpd_status st = TPD_OK;
     tpd_mesh_comms c = {.world = world};
-    tpd_comm **slots[TPD_MESH_GROUP_COUNT] = {&c.tp, &c.dp,       &c.pp,       &c.emb,
-                                              &c.mp, &c.dp_outer, &c.dp_shard, &c.dp_rep};
+    tpd_comm **slots[TPD_MESH_GROUP_COUNT] = {&c.tp,       &c.dp,       &c.pp,     &c.emb, &c.mp,
+                                              &c.dp_outer, &c.dp_shard, &c.dp_rep, &c.cp};
     for (int g = 0; g < TPD_MESH_GROUP_COUNT; g++) {
         int color, key;
         if (g == TPD_MESH_GROUP_DP_OUTER && m->replicas == 1) continue; /* same on all ranks */
         if ((g == TPD_MESH_GROUP_DP_SHARD || g == TPD_MESH_GROUP_DP_REPLICATE) &&
             m->shard_size == m->dp_inner_size)
             continue; /* no HSDP: the DP group itself */
+        if (g == TPD_MESH_GROUP_CP && m->cp_size == 1) continue;
         tpd_mesh_group_color(m, (tpd_mesh_group)g, m->rank, &color, &key);
         /* every rank takes part in every split (collective), non-members pass color -1 */
         TPD_CHECK_GOTO(
@@ -202,8 +231,8 @@ undo_splits:
 }
 
 void tpd_mesh_comms_destroy(tpd_mesh_comms *c) {
-    tpd_comm **slots[] = {&c->dp_rep, &c->dp_shard, &c->dp_outer, &c->mp,
-                          &c->emb,    &c->pp,       &c->dp,       &c->tp};
+    tpd_comm **slots[] = {&c->cp,  &c->dp_rep, &c->dp_shard, &c->dp_outer, &c->mp,
+                          &c->emb, &c->pp,     &c->dp,       &c->tp};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
         if (*slots[i]) tpd_comm_destroy(*slots[i]);
         *slots[i] = NULL;

@@ -15,6 +15,13 @@
  * the whole DP dimension, the order above is Megatron's, DP_OUTER is each rank alone and
  * tpd_mesh_comms.dp_outer is NULL.
  *
+ * Context parallelism (CP): the DP coordinate of this mesh is Megatron's DP x CP, dp = cp +
+ * CP * data_dp, so that rank = tp + TP*(cp + CP*(data_dp + DP*pp)): TP fastest, then CP,
+ * then DP, then PP. Group DP is then DP x CP (the ranks that sum each step's gradients: the
+ * same weights see the sequence's other chunks); group CP joins the CP consecutive dp
+ * indices of one data_dp (the ranks of one sequence). tpd_mesh_init takes dp_size = DP x
+ * CP and tpd_mesh_set_cp the CP size; without it CP is 1 and data_dp is dp.
+ *
  * Hybrid sharding (HSDP, parallel.data_parallel_shard_size H < the DP group): the DP group
  * splits into DP / H shard groups of H consecutive dp indices (DP_SHARD: shard = inner / H,
  * so the ranks of one are TP apart, typically one node), replicated across them
@@ -35,6 +42,8 @@ typedef struct tpd_mesh {
     int rank, tp, pp, dp;        /* this rank's coordinates; dp is the full DP coordinate */
     int replicas, dp_inner_size; /* R and S = dp_size / R (1 and dp_size by default) */
     int replica, dp_inner;       /* dp / S and dp % S */
+    int cp_size, cp;             /* CP and this rank's place in its sequence's group: dp % CP */
+    int data_dp, data_dp_size;   /* dp / CP and dp_size / CP: the batch's split */
     int shard_size;              /* HSDP's H (dp_inner_size by default) */
     int dp_shard, dp_rep;        /* dp_inner % H (index in the shard group), dp_inner / H */
 } tpd_mesh;
@@ -46,6 +55,9 @@ void tpd_mesh_coords_of(const tpd_mesh *m, int rank, int *tp_p, int *dp_p, int *
 /* Splits DP into `replicas` replicas (after tpd_mesh_init). Fails (TPD_ERR_INVALID) unless
  * replicas >= 1 divides dp_size. */
 tpd_status tpd_mesh_set_replicas(tpd_mesh *m, int replicas);
+/* CP: the DP coordinate is DP x CP with CP consecutive indices per sequence (right after
+ * tpd_mesh_init). Fails (TPD_ERR_INVALID) unless cp >= 1 divides dp_size. */
+tpd_status tpd_mesh_set_cp(tpd_mesh *m, int cp);
 /* HSDP: shard groups of `shard_size` consecutive inner dp indices (after set_replicas; 0
  * or the DP group's size: none). Fails (TPD_ERR_INVALID) unless it divides dp_inner_size. */
 tpd_status tpd_mesh_set_shard_size(tpd_mesh *m, int shard_size);
@@ -59,7 +71,8 @@ typedef enum tpd_mesh_group {
     TPD_MESH_GROUP_DP_OUTER = 5,     /* DiLoCo: same tp, pp, inner dp index across replicas */
     TPD_MESH_GROUP_DP_SHARD = 6,     /* HSDP: one shard group of the DP group */
     TPD_MESH_GROUP_DP_REPLICATE = 7, /* HSDP: same index in the shard group across groups */
-    TPD_MESH_GROUP_COUNT = 8,
+    TPD_MESH_GROUP_CP = 8,           /* the CP ranks of one sequence */
+    TPD_MESH_GROUP_COUNT = 9,
 } tpd_mesh_group;
 
 const char *tpd_mesh_group_name(tpd_mesh_group g);
@@ -77,6 +90,7 @@ typedef struct tpd_mesh_comms {
     tpd_comm *world, *tp, *dp, *pp, *emb, *mp; /* emb NULL when not first/last stage */
     tpd_comm *dp_outer;                        /* across DiLoCo replicas; NULL when replicas = 1 */
     tpd_comm *dp_shard, *dp_rep; /* HSDP's shard group and its replicas; NULL without HSDP */
+    tpd_comm *cp;                /* the CP ring; NULL at CP 1 */
 } tpd_mesh_comms;
 
 tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_comms *comms_p);

@@ -124,6 +124,7 @@ static void print_ranks(FILE *f, const tpd_mesh *mesh0) {
     for (int g = 0; g < TPD_MESH_GROUP_COUNT; g++) {
         /* DiLoCo's and HSDP's groups only where they exist */
         if ((g == TPD_MESH_GROUP_DP_OUTER && mesh0->replicas == 1) ||
+            (g == TPD_MESH_GROUP_CP && mesh0->cp_size == 1) ||
             ((g == TPD_MESH_GROUP_DP_SHARD || g == TPD_MESH_GROUP_DP_REPLICATE) &&
              mesh0->shard_size == mesh0->dp_inner_size))
             continue;

@@ -571,6 +571,30 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
     if (c->data.data_path[0] &&
         !tpd_config_data_path_parse(c->data.data_path, NULL, why, sizeof why))
         return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, NULL), k, "%s", why);
+    const int cp = p->context_parallel_size;
+    if (cp > 1 && m->seq_length % (2 * cp)) {
+        k = "parallel.context_parallel_size";
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.seq_length"), k,
+                            "%d needs seq_length (%d) to be a multiple of 2 x CP = %d (each "
+                            "sequence is cut into 2 x CP equal chunks, rank r holding chunks r and "
+                            "2 CP - 1 - r)",
+                            cp, m->seq_length, 2 * cp);
+    }
+    if (cp > 1 && p->sequence_parallel && (m->seq_length / cp) % tp) {
+        k = "parallel.sequence_parallel";
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "parallel.context_parallel_size"), k,
+                            "the %d tokens a CP rank holds (seq_length %d / CP %d) must be a "
+                            "multiple of tensor_model_parallel_size (%d)",
+                            m->seq_length / cp, m->seq_length, cp, tp);
+    }
+    if (cp > 1 && p->cp_comm_type == TPD_CP_COMM_A2A &&
+        (m->num_attention_heads % (tp * cp) || tpd_config_kv_heads(c) % (tp * cp))) {
+        k = "parallel.cp_comm_type";
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "parallel.context_parallel_size"), k,
+                            "a2a redistributes heads: the attention heads (%d) and K/V groups "
+                            "(%d) must be multiples of TP x CP = %d",
+                            m->num_attention_heads, tpd_config_kv_heads(c), tp * cp);
+    }
     if (p->sequence_parallel && m->seq_length % tp) {
         k = "parallel.sequence_parallel";
         return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.seq_length"), k,

@@ -65,6 +65,8 @@ typedef enum tpd_reduce_dtype { TPD_REDUCE_FP32 = 0, TPD_REDUCE_BF16 = 1 } tpd_r
 typedef enum tpd_optimizer_type { TPD_OPTIM_ADAMW = 0, TPD_OPTIM_SGD = 1 } tpd_optimizer_type;
 /* parallel.data_parallel_sharding_strategy (Megatron-Core's names): what each DP rank keeps
  * only its 1/shard-group share of. Ordered: each shards what the one before does, and more. */
+/* parallel.cp_comm_type: how attention sees the whole sequence under context parallelism */
+typedef enum tpd_cp_comm { TPD_CP_COMM_P2P = 0, TPD_CP_COMM_A2A = 1 } tpd_cp_comm;
 typedef enum tpd_dp_sharding {
     TPD_DP_SHARDING_NO_SHARD = 0,           /* everything replicated */
     TPD_DP_SHARDING_OPTIM = 1,              /* optimizer state (ZeRO-1) */
@@ -111,14 +113,18 @@ typedef struct tpd_config_parallel {
     tpd_dp_sharding data_parallel_sharding_strategy; /* optim is use_distributed_optimizer */
     int data_parallel_shard_size; /* HSDP: shard inside groups of this many consecutive DP
                                      ranks, replicate across them; 0 = all of DP */
-    int fsdp_units_in_flight;     /* optim_grads_params: units (one layer each) whose full
-                                     parameters are gathered at once, prefetch included */
-    int64_t ddp_bucket_size;      /* gradient elements per DP bucket */
-    int overlap_grad_reduce;      /* DP reduction during the last backward */
-    int overlap_param_gather;     /* ZeRO-1 all-gather during the next forward */
-    int sequence_parallel;        /* Megatron SP: needs seq_length % TP == 0 */
-    int tp_comm_overlap;          /* Megatron-Core's TP communication overlap with the GEMMs: the
-                                     planner models it (needs SP and TP > 1); `tripod train` refuses */
+    int context_parallel_size;    /* CP: ranks that split each sequence into 2 x CP chunks (rank r
+                                     holds chunks r and 2 CP - 1 - r); rank order TP, CP, DP, PP;
+                                     gradients are summed over DP x CP */
+    tpd_cp_comm cp_comm_type;
+    int fsdp_units_in_flight; /* optim_grads_params: units (one layer each) whose full
+                                 parameters are gathered at once, prefetch included */
+    int64_t ddp_bucket_size;  /* gradient elements per DP bucket */
+    int overlap_grad_reduce;  /* DP reduction during the last backward */
+    int overlap_param_gather; /* ZeRO-1 all-gather during the next forward */
+    int sequence_parallel;    /* Megatron SP: needs seq_length % TP == 0 */
+    int tp_comm_overlap;      /* Megatron-Core's TP communication overlap with the GEMMs: the
+                                 planner models it (needs SP and TP > 1); `tripod train` refuses */
     int virtual_pipeline_model_parallel_size; /* model chunks per stage (interleaved) */
     tpd_schedule pipeline_schedule;
     tpd_dp_sync dp_sync;                /* every_step, or diloco (the diloco section) */
@@ -284,11 +290,17 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg);
 /* Derived quantities. */
 int tpd_config_dp(const tpd_config *cfg, int world_size);
 /* DP split into replicas (parallel.dp_sync: diloco): how many (diloco.replicas, 0 meaning
- * one per DP rank; 1 under every_step), and the ranks of one replica, DP / replicas: the
- * DP group a step's gradients are summed over and the ZeRO-1 state is sharded over. The
+ * one per DP rank; 1 under every_step), and the ranks of one replica, DP / replicas times
+ * CP: the DP group a step's gradients are summed over and the ZeRO-1 state is sharded
+ * over. The
  * one home of the split: mesh, buffer plan, memory model and planner read it here. */
 int tpd_config_dp_replicas(const tpd_config *cfg, int dp);
 int tpd_config_dp_inner(const tpd_config *cfg, int dp);
+/* parallel.context_parallel_size, at least 1. The ranks that sum a step's gradients are the
+ * DP group times CP (the same weights see the sequence's other chunks):
+ * tpd_config_dp_inner counts them; `dp` everywhere else is the data-parallel size that
+ * splits the batch. */
+int tpd_config_cp(const tpd_config *cfg);
 /* Hybrid sharding (parallel.data_parallel_shard_size): the ranks a shard is spread over,
  * H consecutive ranks of the DP group when 0 < H < the group and H divides it, else the
  * whole group (tpd_config_dp_inner). The planner models it for every strategy; the
@@ -352,12 +364,13 @@ typedef struct tpd_config_layout {
     int micro_batch_size, global_batch_size; /* 0 = the config's */
     tpd_dp_sharding sharding;                /* at least optim under distributed_optimizer */
     int shard_size;                          /* HSDP's shard group; 0 = all of DP */
+    int cp;                                  /* context parallel size */
 } tpd_config_layout;
 
 /* Positional, so that C++ (the tests) reads it too: tp, pp, dp, vpp, ZeRO-1, SP, recompute,
- * its layers, the batch, the sharding strategy and shard size. */
+ * its layers, the batch, the sharding strategy and shard size, CP. */
 #define TPD_CONFIG_LAYOUT_INIT                                                                     \
-    { 1, 1, 1, 1, 0, 0, TPD_RECOMPUTE_NONE, 0, 0, 0, TPD_DP_SHARDING_NO_SHARD, 0 }
+    { 1, 1, 1, 1, 0, 0, TPD_RECOMPUTE_NONE, 0, 0, 0, TPD_DP_SHARDING_NO_SHARD, 0, 1 }
 
 /* The layout `cfg` runs at. */
 void tpd_config_layout_get(const tpd_config *cfg, tpd_config_layout *lay_p);

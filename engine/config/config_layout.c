@@ -23,6 +23,7 @@ void tpd_config_layout_get(const tpd_config *cfg, tpd_config_layout *lay_p) {
         .global_batch_size = t->global_batch_size,
         .sharding = p->data_parallel_sharding_strategy,
         .shard_size = p->data_parallel_shard_size,
+        .cp = p->context_parallel_size,
     };
     *lay_p = l;
 }
@@ -42,6 +43,7 @@ void tpd_config_relayout(const tpd_config *src, const tpd_config_layout *to, tpd
     p->tensor_model_parallel_size = to->tp;
     p->pipeline_model_parallel_size = to->pp;
     p->data_parallel_size = to->dp;
+    p->context_parallel_size = to->cp > 0 ? to->cp : 1;
     p->virtual_pipeline_model_parallel_size = vpp;
     /* one stage has no pipeline to schedule; interleaving needs the virtual stages */
     if (to->pp == 1 || (vpp == 1 && p->pipeline_schedule == TPD_SCHEDULE_INTERLEAVED))

@@ -51,6 +51,7 @@ static const char *const k_reduce_dtype[] = {"fp32", "bf16", NULL};
 static const char *const k_optimizer[] = {"adamw", "sgd", NULL};
 static const char *const k_sharding[] = {"no_shard", "optim", "optim_grads", "optim_grads_params",
                                          NULL};
+static const char *const k_cp_comm[] = {"p2p", "a2a", NULL};
 /* The parser stores an enum key as an int. */
 _Static_assert(sizeof(tpd_schedule) == sizeof(int) && sizeof(tpd_precision) == sizeof(int) &&
                    sizeof(tpd_device) == sizeof(int) && sizeof(tpd_recompute) == sizeof(int) &&
@@ -59,7 +60,7 @@ _Static_assert(sizeof(tpd_schedule) == sizeof(int) && sizeof(tpd_precision) == s
                    sizeof(tpd_norm) == sizeof(int) && sizeof(tpd_pos_emb) == sizeof(int) &&
                    sizeof(tpd_dp_sync) == sizeof(int) && sizeof(tpd_reduce_dtype) == sizeof(int) &&
                    sizeof(tpd_optimizer_type) == sizeof(int) &&
-                   sizeof(tpd_dp_sharding) == sizeof(int),
+                   sizeof(tpd_dp_sharding) == sizeof(int) && sizeof(tpd_cp_comm) == sizeof(int),
                "enum keys are stored as int");
 
 /* The required keys default to a tiny model so that a defaults-only load (tests, or
@@ -154,7 +155,13 @@ const tpd_cfg_key tpd_cfg_keys[] = {
     {"parallel.data_parallel_shard_size", TPD_CFG_INT,
      TPD_CFG_FIELD(parallel.data_parallel_shard_size), "0", TPD_CFG_UPTO(0, 1048576), NULL, 0,
      "HSDP: shard inside groups of this many consecutive DP ranks, replicate across them; "
-     "0 = all of DP (must divide DP; train: 0 or DP)"},
+     "0 = all of DP x CP (must divide it; train: under optim_grads and optim_grads_params)"},
+    {"parallel.context_parallel_size", TPD_CFG_INT, TPD_CFG_FIELD(parallel.context_parallel_size),
+     "1", TPD_CFG_UPTO(1, 4096), NULL, 0,
+     "CP degree: ranks that split each sequence (2 x CP chunks, causally balanced)"},
+    {"parallel.cp_comm_type", TPD_CFG_ENUM, TPD_CFG_FIELD(parallel.cp_comm_type), "p2p",
+     TPD_CFG_NOBOUND, k_cp_comm, 0,
+     "p2p: ring attention, K/V passed round the CP ring; a2a: DeepSpeed-Ulysses' all-to-all"},
     {"parallel.fsdp_units_in_flight", TPD_CFG_INT, TPD_CFG_FIELD(parallel.fsdp_units_in_flight),
      "2", TPD_CFG_UPTO(1, 1024), NULL, 0,
      "optim_grads_params: layers whose full parameters are gathered at once (the prefetch "

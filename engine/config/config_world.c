@@ -31,11 +31,14 @@ tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size) {
                                    "batch size below 1)");
     if (world_size < 1)
         return cfg_fail_after(cfg, "world size (%d) must be at least 1", world_size);
-    const int64_t mp = (int64_t)tp * pp;
+    const int cp =
+        cfg->parallel.context_parallel_size > 0 ? cfg->parallel.context_parallel_size : 1;
+    const int64_t mp = (int64_t)tp * pp * cp;
     if (world_size % mp)
         return cfg_fail_after(cfg,
-                              "world size (%d) is not divisible by total_model_size (%" PRId64 ")",
-                              world_size, mp);
+                              "world size (%d) is not divisible by total_model_size (%" PRId64
+                              ") x context_parallel_size: TP %d x PP %d x CP %d",
+                              world_size, (int64_t)tp * pp, tp, pp, cp);
     int dp = (int)(world_size / mp);
     if (cfg->parallel.data_parallel_size != 0 && cfg->parallel.data_parallel_size != dp)
         return cfg_fail_after(cfg,
@@ -95,6 +98,30 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
                               "false to train");
     const tpd_dp_sharding sh = cfg->parallel.data_parallel_sharding_strategy;
     const char *shk = "parallel.data_parallel_sharding_strategy";
+    if (tpd_config_cp(cfg) > 1) {
+        /* the dimension's mesh, communicator and ring-attention kernels exist; the model's
+         * sequence split does not yet */
+        return cfg_fail_after(cfg,
+                              "parallel.context_parallel_size %d: `tripod train` does not split "
+                              "sequences over CP ranks yet (the mesh's CP group and the cpu "
+                              "ring-attention kernels are built, the model's chunked sequence is "
+                              "not); set it to 1",
+                              tpd_config_cp(cfg));
+        if (t->device == TPD_DEVICE_CUDA)
+            return cfg_fail_after(cfg,
+                                  "parallel.context_parallel_size %d: context parallelism "
+                                  "runs on the cpu backend only (the cuda ring attention is "
+                                  "not built); set training.device cpu or CP 1",
+                                  tpd_config_cp(cfg));
+        if (cfg->parallel.cp_comm_type == TPD_CP_COMM_A2A)
+            return cfg_fail_after(cfg, "parallel.cp_comm_type a2a: `tripod train` runs the ring "
+                                       "(p2p) only; set it to p2p");
+        if (cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
+            return cfg_fail_after(cfg,
+                                  "parallel.context_parallel_size %d with parallel.dp_sync "
+                                  "diloco: not supported together; set CP 1 or every_step",
+                                  tpd_config_cp(cfg));
+    }
     if (sh >= TPD_DP_SHARDING_OPTIM_GRADS && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
         return cfg_fail_after(cfg,
                               "%s %s with parallel.dp_sync diloco: DiLoCo's outer step works on "
@@ -118,7 +145,7 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
 int tpd_config_dp(const tpd_config *cfg, int world_size) {
     if (cfg->parallel.data_parallel_size > 0) return cfg->parallel.data_parallel_size;
     int64_t mp = (int64_t)cfg->parallel.tensor_model_parallel_size *
-                 cfg->parallel.pipeline_model_parallel_size;
+                 cfg->parallel.pipeline_model_parallel_size * tpd_config_cp(cfg);
     return mp > 0 ? (int)(world_size / mp) : 0;
 }
 
@@ -127,9 +154,13 @@ int tpd_config_dp_replicas(const tpd_config *cfg, int dp) {
     return cfg->diloco.replicas > 0 ? cfg->diloco.replicas : dp;
 }
 
+int tpd_config_cp(const tpd_config *cfg) {
+    return cfg->parallel.context_parallel_size > 1 ? cfg->parallel.context_parallel_size : 1;
+}
+
 int tpd_config_dp_inner(const tpd_config *cfg, int dp) {
     int r = tpd_config_dp_replicas(cfg, dp);
-    return r > 0 && dp % r == 0 ? dp / r : dp;
+    return (r > 0 && dp % r == 0 ? dp / r : dp) * tpd_config_cp(cfg);
 }
 
 int tpd_config_dp_shard(const tpd_config *cfg, int dp) {

@@ -184,6 +184,9 @@ static const tpd_kern_ops cpu_ops = {
     .attention_fwd = tpd_kern_cpu_attention_fwd,
     .attention_bwd = tpd_kern_cpu_attention_bwd,
     .attention_decode = tpd_kern_cpu_attention_decode,
+    .attention_block_fwd = tpd_kern_cpu_attention_block_fwd,
+    .attention_block_finish = tpd_kern_cpu_attention_block_finish,
+    .attention_block_bwd = tpd_kern_cpu_attention_block_bwd,
 
     .xent_max = tpd_kern_cpu_xent_max,
     .xent_sumexp = tpd_kern_cpu_xent_sumexp,

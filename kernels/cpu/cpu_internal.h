@@ -81,6 +81,19 @@ tpd_status tpd_kern_cpu_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved,
 tpd_status tpd_kern_cpu_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
                                       const void *qkv, const void *out, const void *saved, int B,
                                       int T, int NH, int NKV, int HS);
+/* (cpu_attention_block.c) */
+tpd_status tpd_kern_cpu_attention_block_fwd(tpd_kern_ctx *ctx, float *o, float *m, float *l,
+                                            const void *qkv, const void *kv, const int32_t *qpos,
+                                            const int32_t *kpos, int B, int T, int Tk, int NH,
+                                            int NKV, int HS);
+tpd_status tpd_kern_cpu_attention_block_finish(tpd_kern_ctx *ctx, void *out, float *lse,
+                                               const float *o, const float *m, const float *l,
+                                               int B, int T, int NH, int HS);
+tpd_status tpd_kern_cpu_attention_block_bwd(tpd_kern_ctx *ctx, float *dq, float *dkv,
+                                            const void *dout, const void *out, const float *lse,
+                                            const void *qkv, const void *kv, const int32_t *qpos,
+                                            const int32_t *kpos, int B, int T, int Tk, int NH,
+                                            int NKV, int HS);
 /* (cpu_attention_decode.c) */
 tpd_status tpd_kern_cpu_attention_decode(tpd_kern_ctx *ctx, void *out, const void *q,
                                          const void *kcache, const void *vcache, int len, int NH,

@@ -254,3 +254,24 @@ TEST(MeshGpu, NoDeviceIsMinusOne) {
     EXPECT_EQ(g.device, 0);
     EXPECT_EQ(g.nccl, 1);
 }
+
+// Context parallelism: DP x CP is the mesh's DP coordinate, CP fastest inside it, so rank =
+// tp + TP*(cp + CP*(data_dp + DP*pp)) (Megatron's TP, CP, DP, PP); group CP is the CP ranks of
+// one sequence, group DP all of DP x CP (the gradient sum).
+TEST(Mesh, ContextParallelGroups) {
+    tpd_mesh m;
+    ASSERT_EQ(tpd_mesh_init(16, 0, 2, 2, 4, &m), TPD_OK); // TP 2, PP 2, DP 2 x CP 2
+    ASSERT_EQ(tpd_mesh_set_cp(&m, 2), TPD_OK);
+    EXPECT_EQ(m.data_dp_size, 2);
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_CP, 0), (V{0, 2}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_CP, 5), (V{5, 7}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_DP, 0), (V{0, 2, 4, 6}));
+    tpd_mesh r6;
+    ASSERT_EQ(tpd_mesh_init(16, 6, 2, 2, 4, &r6), TPD_OK);
+    ASSERT_EQ(tpd_mesh_set_cp(&r6, 2), TPD_OK);
+    EXPECT_EQ(r6.cp, 1);
+    EXPECT_EQ(r6.data_dp, 1);
+    EXPECT_EQ(r6.tp, 0);
+    EXPECT_EQ(tpd_mesh_set_cp(&r6, 3), TPD_ERR_INVALID);
+    expect_colors_match(m, TPD_MESH_GROUP_CP, " CP");
+}

@@ -188,3 +188,25 @@ TEST(ConfigSharding, TheLayoutCarriesTheStrategyAndAOneRankCopyDropsIt) {
     tpd_config_relayout(&c, &lay, &o);
     EXPECT_EQ(o.parallel.data_parallel_sharding_strategy, TPD_DP_SHARDING_OPTIM);
 }
+
+// parallel.context_parallel_size: the sequence must cut into 2 x CP chunks, and `tripod
+// train` refuses CP > 1 with the reason until the model splits sequences.
+TEST(ConfigContextParallel, ChunksAndRefusal) {
+    tpd_config c;
+    ASSERT_EQ(Load({"parallel.context_parallel_size=2"}, &c), TPD_OK);
+    EXPECT_EQ(tpd_config_cp(&c), 2);
+    EXPECT_EQ(tpd_config_dp(&c, 8), 4);       // world 8 / (TP 1 x PP 1 x CP 2)
+    EXPECT_EQ(tpd_config_dp_inner(&c, 4), 8); // gradients summed over DP x CP
+    tpd_log_quiet_begin();
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
+    tpd_log_quiet_end();
+    EXPECT_TRUE(Says("parallel.context_parallel_size 2: `tripod train` does not split sequences"))
+        << tpd_last_error();
+    tpd_log_quiet_begin();
+    tpd_status st = Load({"parallel.context_parallel_size=3"}, &c); // seq_length not 6k
+    tpd_log_quiet_end();
+    if (c.model.seq_length % 6) {
+        EXPECT_EQ(st, TPD_ERR_INVALID);
+        EXPECT_TRUE(Says("needs seq_length")) << tpd_last_error();
+    }
+}
