@@ -34,11 +34,15 @@ tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size) {
     const int cp =
         cfg->parallel.context_parallel_size > 0 ? cfg->parallel.context_parallel_size : 1;
     const int64_t mp = (int64_t)tp * pp * cp;
+    if (world_size % mp && cp == 1)
+        return cfg_fail_after(cfg,
+                              "world size (%d) is not divisible by total_model_size (%" PRId64 ")",
+                              world_size, mp);
     if (world_size % mp)
         return cfg_fail_after(cfg,
                               "world size (%d) is not divisible by total_model_size (%" PRId64
-                              ") x context_parallel_size: TP %d x PP %d x CP %d",
-                              world_size, (int64_t)tp * pp, tp, pp, cp);
+                              ") x context_parallel_size (%d)",
+                              world_size, (int64_t)tp * pp, cp);
     int dp = (int)(world_size / mp);
     if (cfg->parallel.data_parallel_size != 0 && cfg->parallel.data_parallel_size != dp)
         return cfg_fail_after(cfg,
