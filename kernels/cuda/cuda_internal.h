@@ -44,7 +44,7 @@ typedef struct tpd_cuda_gemm_key {
 
 typedef struct tpd_cuda_gemm_slot {
     int used;
-    int unsupported; /* cublasLtMatmul itself refused the heuristic's algorithm */
+    int unsupported; /* cuBLASLt refused the key (no algorithm, or cublasLtMatmul refused it) */
     tpd_cuda_gemm_key key;
     cublasLtMatmulAlgo_t algo;
 } tpd_cuda_gemm_slot;
