@@ -434,7 +434,9 @@ if [ "$GPU" = 1 ]; then
             name=${model%%:*}
             mbs=${model##*:}
             # shellcheck disable=SC2086
-            step "bench_$name" "$(cap "bench_$name")" "$BUILD/tripod" bench \
+            # every core for the host side (the parallel fill of the initial parameters)
+            step "bench_$name" "$(cap "bench_$name")" env OMP_NUM_THREADS="$JOBS" \
+                "$BUILD/tripod" bench \
                 "$ROOT/configs/$name.yaml" data.data_path="$BUILD/bench_data" \
                 training.micro_batch_size="$mbs" training.global_batch_size="$mbs" \
                 parallel.use_distributed_optimizer=false --steps 10 --warmup 3 \
