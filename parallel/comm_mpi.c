@@ -61,26 +61,32 @@ static void req_finish(tpd_comm_req *r) {
     r->move_bytes = 0;
 }
 
-/* ---- watchdog: one per process ---- */
+/* ---- watchdog: one per process ----
+ * The same design as the NCCL watchdog's (comm_nccl.c): what the watchdog thread reads is
+ * guarded by the watchdog's mutex, so it never sees a new start time with the previous
+ * operation's name; nothing is shared through volatile. */
 static struct {
     pthread_t thread;
-    int started;
-    double timeout_s;
-    volatile double busy_since; /* monotonic seconds; 0 when idle */
-    volatile const char *busy_what;
-    volatile const char *busy_comm; /* the communicator's name ("world", "tp", ...) */
-} g_wd;
+    int started; /* the main thread's alone */
+    pthread_mutex_t mu;
+    double timeout_s;  /* under mu */
+    double busy_since; /* under mu: monotonic seconds; 0 when idle */
+    const char *busy_what;
+    const char *busy_comm; /* the communicator's name ("world", "tp", ...) */
+} g_wd = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void *watchdog_main(void *arg) {
     (void)arg;
     for (;;) {
         sleep(1);
-        double since = g_wd.busy_since;
-        if (since > 0 && tpd_clock_s() - since > g_wd.timeout_s) {
+        pthread_mutex_lock(&g_wd.mu);
+        double since = g_wd.busy_since, timeout_s = g_wd.timeout_s;
+        const char *what = g_wd.busy_what, *comm = g_wd.busy_comm;
+        pthread_mutex_unlock(&g_wd.mu);
+        if (since > 0 && timeout_s > 0 && tpd_clock_s() - since > timeout_s) {
             tpd_log_error("communication: %s on communicator %s did not complete within "
                           "comm.timeout_s = %.0f s; a peer rank is dead or stuck. Aborting.",
-                          (const char *)g_wd.busy_what, (const char *)g_wd.busy_comm,
-                          g_wd.timeout_s);
+                          what, comm, timeout_s);
             /* Other ranks are blocked in the same collective: leaving is the only way to
              * let the launcher tear the job down (base/fatal.h). */
             tpd_fatal(TPD_EXIT_COMM, "MPI watchdog");
@@ -90,7 +96,9 @@ static void *watchdog_main(void *arg) {
 }
 
 void tpd_comm_mpi_set_timeout(double timeout_s) {
+    pthread_mutex_lock(&g_wd.mu);
     g_wd.timeout_s = timeout_s;
+    pthread_mutex_unlock(&g_wd.mu);
     if (!g_wd.started && timeout_s > 0) {
         if (pthread_create(&g_wd.thread, NULL, watchdog_main, NULL) == 0) {
             pthread_detach(g_wd.thread);
@@ -100,12 +108,17 @@ void tpd_comm_mpi_set_timeout(double timeout_s) {
 }
 
 static void busy_begin(const tpd_comm *c, const char *what) {
+    double now = tpd_clock_s();
+    pthread_mutex_lock(&g_wd.mu);
     g_wd.busy_what = what;
     g_wd.busy_comm = c->name;
-    g_wd.busy_since = tpd_clock_s();
+    g_wd.busy_since = now;
+    pthread_mutex_unlock(&g_wd.mu);
 }
 static void busy_end(void) {
+    pthread_mutex_lock(&g_wd.mu);
     g_wd.busy_since = 0;
+    pthread_mutex_unlock(&g_wd.mu);
 }
 
 /* ---- bf16 reductions (MPI has no bf16 type) ---- */

@@ -21,7 +21,10 @@ typedef struct nccl_shared {
     pthread_mutex_t mu;
     pthread_t thread;
     int thread_started;
-    volatile int stop;
+    /* The watchdog's state is under mu (the live list, the timeouts, every track slot);
+     * the two flags read without it are _Atomic: stop (polled by the watchdog's loop) and
+     * each context's aborted. The MPI watchdog (comm_mpi.c) follows the same design. */
+    _Atomic int stop;
     double timeout_s; /* <= 0: errors only, no deadline */
     int device;
     nccl_ctx *live[NCCL_MAX_LIVE];
@@ -59,7 +62,7 @@ struct nccl_ctx {
      * and aborts the same communicator, and NCCL communicators are not thread-safe. Lock
      * order: sh->mu before mu. */
     pthread_mutex_t mu;
-    int aborted; /* written under mu */
+    _Atomic int aborted; /* written under mu; read anywhere (an atomic load) */
     nccl_shared *sh;
     tpd_comm *self;
     cudaStream_t comm_stream; /* p2p and non-blocking collectives, off the compute stream */

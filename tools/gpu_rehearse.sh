@@ -7,8 +7,11 @@
 # OpenSSL headers, GoogleTest, pkg-config or ssh: those must come from gpu-bundle/.
 #
 # The source tree (git's files plus gpu-bundle/) is copied into the root, as it would be
-# copied to the GPU machine, and gpu_check.sh runs there under chroot. Expected: it builds,
-# every non-GPU test passes, and the verdict is "RESULT: NO GPU" (exit status 3).
+# copied to the GPU machine, and gpu_check.sh runs there under chroot. Expected: it builds
+# the GPU targets inside the plan's caps (the summary shows them), every `gpu` test skips
+# cleanly, and the verdict is "RESULT: NO GPU" (exit status 3). GPU_CHECK_CAPS passes through
+# (GPU_CHECK_CAPS=gpu_tests:2 rehearses a step that runs out of time: it must read
+# INCOMPLETE, with how many tests it finished, and the verdict "RESULT: INCOMPLETE", exit 4).
 #
 # Needs root, debootstrap and a CUDA toolkit (CUDA_HOME, default /usr/local/cuda).
 # Usage: tools/gpu_rehearse.sh BARE_ROOT LOGDIR   (BARE_ROOT is made when missing)
@@ -74,6 +77,7 @@ rm -rf "$BARE/tmp/gpu-check-logs"
 rc=0
 chroot "$BARE" env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     ${GPU_CHECK_BUDGET_S:+GPU_CHECK_BUDGET_S=$GPU_CHECK_BUDGET_S} ${JOBS:+JOBS=$JOBS} \
+    ${GPU_CHECK_CAPS:+"GPU_CHECK_CAPS=$GPU_CHECK_CAPS"} \
     bash /src/tripod/tools/gpu_check.sh /tmp/gpu-check-logs || rc=$?
 mkdir -p "$LOGDIR"
 cp -a "$BARE/tmp/gpu-check-logs/." "$LOGDIR/"

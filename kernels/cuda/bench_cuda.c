@@ -112,14 +112,28 @@ static void gemm_line(bench *b, const char *model, const char *name, int N, int 
 }
 
 /* Usage: tripod_bench_cuda [DEVICE] | --probe. Without a usable device it says why (the
- * loader's or the CUDA runtime's message) and exits 2, so that a check built on it cannot
- * mistake "nothing measured" for a pass. --probe stops after naming the device. */
+ * loader's or the CUDA runtime's message), so that a check built on it cannot mistake
+ * "nothing measured" for a pass: exit 2 when the CUDA runtime itself sees no device, exit 3
+ * when it sees one but the cuda module (libtripod_cuda.so and what it links: cuBLASLt,
+ * cuDNN and its sub-libraries) did not load. --probe stops after naming the device. */
 int main(int argc, char **argv) {
     int probe = argc > 1 && strcmp(argv[1], "--probe") == 0;
     int device = argc > 1 && !probe ? atoi(argv[1]) : 0;
     if (!tpd_kern_cuda_available()) {
-        printf("tripod_bench_cuda: no usable CUDA device: %s\n",
-               tpd_kern_cuda_unavailable_reason());
+        int n = 0;
+        cudaError_t err = cudaGetDeviceCount(&n);
+        if (err == cudaSuccess && n > 0) {
+            printf("tripod_bench_cuda: the CUDA runtime sees %d device(s) but the cuda module "
+                   "is unusable: %s\n",
+                   n, tpd_kern_cuda_unavailable_reason());
+            return 3;
+        }
+        /* the loader's message (the module did not open) and the runtime's, when they differ */
+        const char *why = tpd_kern_cuda_unavailable_reason();
+        const char *rt = err != cudaSuccess ? cudaGetErrorString(err) : "";
+        int both = rt[0] != 0 && strcmp(why, rt) != 0;
+        printf("tripod_bench_cuda: no usable CUDA device: %s%s%s\n", why,
+               both ? "; the CUDA runtime: " : "", both ? rt : "");
         return 2;
     }
     struct cudaDeviceProp prop;

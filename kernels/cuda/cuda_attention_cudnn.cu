@@ -30,6 +30,7 @@
  * its softmax-statistics form instead (cuda_attention.cu), with one note in the log: it
  * saves and reads the same statistics, so either direction may fall back alone. */
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cudnn_rules.h"
 
 #include "base/align.h"
 
@@ -54,7 +55,9 @@ enum {
     UID_DQ_ACCUM = 13,
     UID_ONE = 14,
     UID_SOFTMAX_SUM = 15, /* current backward pattern: rowsum(dO * O), in our workspace */
-    UID_VIRTUAL = 100,    /* virtual tensors count up from here */
+    UID_SEQ_LEN_Q = 16,   /* padding mask (cudnn_rules.h): (B,1,1,1) int32, every entry T */
+    UID_SEQ_LEN_KV = 17,
+    UID_VIRTUAL = 100, /* virtual tensors count up from here */
 };
 
 #define GRAPH_MAX_DESCS 160
@@ -237,11 +240,38 @@ static cudnnBackendDescriptor_t gb_causal_mask(graph_builder *g, cudnnBackendDes
     return out;
 }
 
+/* The padding mask of cudnn-frontend's lowering: s where row < seq_len_q[b] and
+ * col < seq_len_kv[b], else the lowest value. With every seq_len = T it keeps everything;
+ * on cuDNN <= 9.15 its presence picks the backward kernels that handle s_kv % 128 != 0. */
+static cudnnBackendDescriptor_t gb_padding_mask(graph_builder *g, cudnnBackendDescriptor_t s,
+                                                cudnnBackendDescriptor_t neg_inf, int64_t B,
+                                                int64_t H, int64_t T, cudnnDataType_t index_prec) {
+    int64_t len_dims[4] = {B, 1, 1, 1}, len_strides[4] = {1, 1, 1, 1};
+    cudnnBackendDescriptor_t seq_q =
+        gb_tensor(g, UID_SEQ_LEN_Q, CUDNN_DATA_INT32, len_dims, len_strides, false, false);
+    cudnnBackendDescriptor_t seq_kv =
+        gb_tensor(g, UID_SEQ_LEN_KV, CUDNN_DATA_INT32, len_dims, len_strides, false, false);
+    cudnnBackendDescriptor_t row = gb_virtual(g, CUDNN_DATA_INT32, B, H, T, T);
+    cudnnBackendDescriptor_t col = gb_virtual(g, CUDNN_DATA_INT32, B, H, T, T);
+    cudnnBackendDescriptor_t row_ok = gb_virtual(g, CUDNN_DATA_BOOLEAN, B, H, T, T);
+    cudnnBackendDescriptor_t col_ok = gb_virtual(g, CUDNN_DATA_BOOLEAN, B, H, T, T);
+    cudnnBackendDescriptor_t keep = gb_virtual(g, CUDNN_DATA_BOOLEAN, B, H, T, T);
+    cudnnBackendDescriptor_t out = gb_virtual(g, CUDNN_DATA_FLOAT, B, H, T, T);
+    gb_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, index_prec, 2, s, NULL, NULL, row);
+    gb_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, index_prec, 3, s, NULL, NULL, col);
+    gb_pointwise(g, CUDNN_POINTWISE_CMP_LT, CUDNN_DATA_BOOLEAN, -1, row, seq_q, NULL, row_ok);
+    gb_pointwise(g, CUDNN_POINTWISE_CMP_LT, CUDNN_DATA_BOOLEAN, -1, col, seq_kv, NULL, col_ok);
+    gb_pointwise(g, CUDNN_POINTWISE_LOGICAL_AND, CUDNN_DATA_BOOLEAN, -1, row_ok, col_ok, NULL,
+                 keep);
+    gb_pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, -1, s, neg_inf, keep, out);
+    return out;
+}
+
 /* Builds the forward (bwd = 0) or backward (bwd = 1) operation list for H query heads and
  * HKV key/value heads (HKV divides H); pattern (TPD_ATTN_PATH_FUSED or _FUSED_OLD) picks the
- * backward's form. */
-static void build_graph(graph_builder *g, int bwd, int pattern, int64_t B, int64_t T, int64_t H,
-                        int64_t HKV, int64_t D) {
+ * backward's form; pad adds the padding mask before the causal one (backward only). */
+static void build_graph(graph_builder *g, int bwd, int pattern, int pad, int64_t B, int64_t T,
+                        int64_t H, int64_t HKV, int64_t D) {
     const cudnnDataType_t io = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
     const int64_t C = H * D, W = (H + 2 * HKV) * D; /* rows of out and of qkv */
     int64_t qkv_dims[4] = {B, H, T, D}, qkv_strides[4] = {T * W, D, W, 1};
@@ -318,8 +348,10 @@ static void build_graph(graph_builder *g, int bwd, int pattern, int64_t B, int64
         if (cur) {
             cudnnBackendDescriptor_t s3 = gb_virtual(g, f32, B, H, T, T);
             gb_pointwise(g, CUDNN_POINTWISE_SUB, f32, -1, s2, stats, NULL, s3);
+            if (pad) s3 = gb_padding_mask(g, s3, neg_inf, B, H, T, f32);
             s4 = gb_causal_mask(g, s3, neg_inf, B, H, T, f32);
         } else {
+            if (pad) s2 = gb_padding_mask(g, s2, neg_inf, B, H, T, CUDNN_DATA_INT32);
             cudnnBackendDescriptor_t s3 = gb_causal_mask(g, s2, neg_inf, B, H, T, CUDNN_DATA_INT32);
             s4 = gb_virtual(g, f32, B, H, T, T);
             gb_pointwise(g, CUDNN_POINTWISE_SUB, f32, -1, s3, stats, NULL, s4);
@@ -394,6 +426,13 @@ static void graph_free(void *p) {
     free(g);
 }
 
+/* The version rules (cudnn_rules.h) for a sequence of T positions (s_q = s_kv = T). */
+static tpd_cudnn_sdpa_rules sdpa_rules(int T) {
+    tpd_cudnn_sdpa_rules r;
+    tpd_cudnn_sdpa_rules_of((int)cudnnGetVersion(), T, &r);
+    return r;
+}
+
 /* Builds the graph, asks the heuristics (mode A) for engine configs and keeps the first
  * one that finalizes into an execution plan. Logs nothing: a graph cuDNN does not take is
  * TPD_ERR_UNSUPPORTED with the reason in why (n bytes), for the caller to report. */
@@ -419,7 +458,7 @@ static tpd_status build_plan(tpd_kern_ctx *ctx, int bwd, int pattern, int B, int
     }
     g->st = CUDNN_STATUS_SUCCESS;
     g->next_virtual = UID_VIRTUAL;
-    build_graph(g, bwd, pattern, B, T, NH, NKV, HS);
+    build_graph(g, bwd, pattern, bwd && sdpa_rules(T).padding_mask, B, T, NH, NKV, HS);
 
     cudnnBackendDescriptor_t graph = gb_make(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     gb_set(g, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &ctx->cudnn,
@@ -509,6 +548,9 @@ static void plan_release(tpd_cuda_attn_plan *p) {
 void tpd_cuda_attention_cache_destroy(tpd_kern_ctx *ctx) {
     for (int i = 0; i < TPD_CUDA_ATTN_CACHE_SLOTS; i++)
         plan_release(&ctx->attn_cache[i]);
+    if (ctx->attn_seq_len != NULL) cudaFree(ctx->attn_seq_len);
+    ctx->attn_seq_len = NULL;
+    ctx->attn_seq_len_cap = 0;
     memset(ctx->attn_decisions, 0, sizeof ctx->attn_decisions);
 }
 
@@ -609,8 +651,18 @@ const tpd_attn_choice *tpd_cuda_attention_decide(tpd_kern_ctx *ctx, int B, int T
     in.sm = major * 10 + minor;
     in.cudnn_version = (int)cudnnGetVersion();
 
-    char why[384] = "", why_new[384] = "", why_old[384] = "";
-    if (tpd_attn_fused_eligible(&in, why, sizeof why)) {
+    char why[384] = "", why_new[384] = "", why_old[384] = "", rules_why[384] = "";
+    const tpd_cudnn_sdpa_rules rules = sdpa_rules(T);
+    int eligible = tpd_attn_fused_eligible(&in, why, sizeof why);
+    if (eligible)
+        tpd_cudnn_sdpa_rules_describe(&rules, in.cudnn_version, T, rules_why, sizeof rules_why);
+    if (eligible && rules.bwd_refused) {
+        /* neither backward is built: the choice falls to unfused, with the rule's words */
+        in.fwd = try_build(ctx, 0, TPD_ATTN_PATH_FUSED, B, T, NH, HS, why, sizeof why);
+        in.bwd_new = in.bwd_old = TPD_ATTN_BUILD_FAILED;
+        snprintf(why_new, sizeof why_new, "not built: %s", rules_why);
+        snprintf(why_old, sizeof why_old, "not built: %s", rules_why);
+    } else if (eligible) {
         in.fwd = try_build(ctx, 0, TPD_ATTN_PATH_FUSED, B, T, NH, HS, why, sizeof why);
         if (in.fwd == TPD_ATTN_BUILD_OK && in.force != TPD_ATTN_FORCE_OLD)
             in.bwd_new =
@@ -627,6 +679,7 @@ const tpd_attn_choice *tpd_cuda_attention_decide(tpd_kern_ctx *ctx, int B, int T
     d->NH = NH;
     d->HS = HS;
     tpd_attn_choice_log(&d->choice);
+    if (rules_why[0] != 0) tpd_log_info("  cuDNN version rule: %s", rules_why);
     /* cuDNN's own words for each graph that failed, beside the decision */
     if (in.fwd == TPD_ATTN_BUILD_FAILED) tpd_log_info("  cuDNN attention forward: %s", why);
     if (in.bwd_new == TPD_ATTN_BUILD_FAILED)
@@ -678,6 +731,31 @@ static size_t bwd_acc_bytes(int B, int T, int NH, int HS) {
 }
 static size_t bwd_ssum_bytes(int pattern, int B, int T, int NH) {
     return pattern == TPD_ATTN_PATH_FUSED ? tpd_kern_cudnn_softmax_sum_bytes(B, T, NH) : 0;
+}
+
+__global__ void fill_i32_kernel(int32_t *p, int n, int32_t v) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = v;
+}
+
+/* The padding mask's lengths, (B,1,1,1) int32 all T, in a buffer of the context that grows
+ * with B (stream-ordered, so queued backwards keep theirs); written on the stream each call,
+ * so shapes with different T can alternate. */
+static tpd_status seq_len_of(tpd_kern_ctx *ctx, int B, int T, int32_t **seq_len_p) {
+    if (B > ctx->attn_seq_len_cap) {
+        int cap = B < 64 ? 64 : B;
+        if (ctx->attn_seq_len != NULL)
+            TPD_CHECK(TPD_CUDA(cudaFreeAsync(ctx->attn_seq_len, ctx->stream)));
+        ctx->attn_seq_len = NULL;
+        ctx->attn_seq_len_cap = 0;
+        TPD_CHECK(TPD_CUDA(cudaMallocAsync((void **)&ctx->attn_seq_len,
+                                           (size_t)cap * sizeof(int32_t), ctx->stream)));
+        ctx->attn_seq_len_cap = cap;
+    }
+    fill_i32_kernel<<<(B + 255) / 256, 256, 0, ctx->stream>>>(ctx->attn_seq_len, B, (int32_t)T);
+    TPD_CHECK(TPD_CUDA(cudaGetLastError()));
+    *seq_len_p = ctx->attn_seq_len;
+    return TPD_OK;
 }
 
 /* The graph declares every tensor 16-byte aligned. */
@@ -740,6 +818,9 @@ tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const voi
     float scale = 1.0f / sqrtf((float)HS);
     float neg_inf = -FLT_MAX;
     float one = 1.0f;
+    int32_t *seq_len = NULL;
+    const int pad = sdpa_rules(T).padding_mask;
+    if (pad) TPD_CHECK(seq_len_of(ctx, B, T, &seq_len));
     int64_t uids[] = {UID_Q,     UID_K,       UID_V,   UID_O,          UID_DO,
                       UID_STATS, UID_DQ,      UID_DK,  UID_DV,         UID_DQ_ACCUM,
                       UID_SCALE, UID_NEG_INF, UID_ONE, UID_SOFTMAX_SUM};
@@ -757,6 +838,18 @@ tpd_status tpd_cuda_attention_cudnn_bwd(tpd_kern_ctx *ctx, void *dqkv, const voi
                     &neg_inf,
                     &one,
                     (void *)(base + ws_plan + ws_acc)};
-    /* the older pattern has no softmax_sum tensor: the pack leaves its entry out */
-    return execute(ctx, p, pattern == TPD_ATTN_PATH_FUSED ? 14 : 13, uids, ptrs, base);
+    /* the older pattern has no softmax_sum tensor: the pack leaves its entry out; the
+     * padding mask's two lengths (one buffer) follow */
+    int n = pattern == TPD_ATTN_PATH_FUSED ? 14 : 13;
+    int64_t uids_all[16];
+    void *ptrs_all[16];
+    memcpy(uids_all, uids, (size_t)n * sizeof uids[0]);
+    memcpy(ptrs_all, ptrs, (size_t)n * sizeof ptrs[0]);
+    if (pad) {
+        uids_all[n] = UID_SEQ_LEN_Q;
+        ptrs_all[n++] = seq_len;
+        uids_all[n] = UID_SEQ_LEN_KV;
+        ptrs_all[n++] = seq_len;
+    }
+    return execute(ctx, p, n, uids_all, ptrs_all, base);
 }

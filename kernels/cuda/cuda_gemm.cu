@@ -8,8 +8,13 @@
  * gradient dtype (fp32 C and D from bf16 A and B with fp32 main gradients); the compute
  * type is always fp32 (CUBLAS_COMPUTE_32F). */
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/gemm_epilogue.h"
 
 #include <string.h>
+
+static_assert(TPD_GEMM_LT_SUCCESS == (int)CUBLAS_STATUS_SUCCESS, "cuBLAS status values moved");
+static_assert(TPD_GEMM_LT_NOT_SUPPORTED == (int)CUBLAS_STATUS_NOT_SUPPORTED,
+              "cuBLAS status values moved");
 
 static cudaDataType_t lt_dtype(tpd_dtype dt) {
     return dt == TPD_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -172,7 +177,7 @@ static tpd_cuda_gemm_slot *gemm_cache_slot(tpd_kern_ctx *ctx, const tpd_cuda_gem
 }
 
 /* cuBLASLt's best algorithm for the GEMM, stored with its key in slot. Without one:
- * TPD_ERR_UNSUPPORTED, logged unless quiet; the slot is left as it was. */
+ * TPD_ERR_UNSUPPORTED, logged unless quiet; quiet, the slot keeps the refusal. */
 static tpd_status gemm_heuristic(tpd_kern_ctx *ctx, const gemm_descs *ds,
                                  const tpd_cuda_gemm_args *g, const tpd_cuda_gemm_key *key,
                                  int quiet, tpd_cuda_gemm_slot *slot) {
@@ -195,18 +200,32 @@ static tpd_status gemm_heuristic(tpd_kern_ctx *ctx, const gemm_descs *ds,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4 && st == TPD_OK; i++)
         st = TPD_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof al[i]));
+    /* With no algorithm for the epilogue the heuristic answers NOT_SUPPORTED (or no result):
+     * under _try that is the caller's fallback, not an error, so the raw status goes through
+     * the rule (gemm_epilogue.h) before anything is logged. */
+    cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
     if (st == TPD_OK)
-        st = TPD_CUBLAS(cublasLtMatmulAlgoGetHeuristic(ctx->lt, ds->op, ds->a, ds->b, ds->d, ds->d,
-                                                       pref, 1, &res, &found));
+        cs = cublasLtMatmulAlgoGetHeuristic(ctx->lt, ds->op, ds->a, ds->b, ds->d, ds->d, pref, 1,
+                                            &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != TPD_OK) return st;
-    if (found == 0 && quiet) return TPD_ERR_UNSUPPORTED;
-    if (found == 0) {
+    switch (tpd_gemm_lt_outcome((int)cs, found, quiet)) {
+    case TPD_GEMM_OUTCOME_OK:
+        break;
+    case TPD_GEMM_OUTCOME_UNSUPPORTED:
+        /* remembered, so that the shape is not asked for again each step */
+        slot->used = 1;
+        slot->unsupported = 1;
+        memcpy(&slot->key, key, sizeof *key);
+        return TPD_ERR_UNSUPPORTED;
+    case TPD_GEMM_OUTCOME_ERROR:
+        if (cs != CUBLAS_STATUS_SUCCESS && cs != CUBLAS_STATUS_NOT_SUPPORTED) return TPD_CUBLAS(cs);
         tpd_log_error("cuBLASLt: no algorithm for GEMM M=%lld N=%lld K=%lld batch=%d transa=%d "
-                      "transb=%d dtype=%s%s epilogue=%d alignment A=%d B=%d D=%d",
+                      "transb=%d dtype=%s%s epilogue=%d alignment A=%d B=%d D=%d bias=%d aux=%d",
                       (long long)g->M, (long long)g->N, (long long)g->K, g->batch, g->transa,
                       g->transb, tpd_dtype_name(g->dt), g->d_fp32 ? " (D f32)" : "",
-                      (int)g->epilogue, key->align_a, key->align_b, key->align_d);
+                      (int)g->epilogue, key->align_a, key->align_b, key->align_d, key->align_bias,
+                      key->align_aux);
         return TPD_ERR_UNSUPPORTED;
     }
     slot->used = 1;
@@ -226,23 +245,30 @@ static tpd_status gemm_launch(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, co
     cublasStatus_t cs = cublasLtMatmul(
         ctx->lt, ds->op, &g->alpha, g->B, ds->a, g->A, ds->b, &g->beta, g->D, ds->d, g->D, ds->d,
         &slot->algo, ctx->gemm_workspace, TPD_CUDA_GEMM_WORKSPACE_BYTES, ctx->stream);
-    if (cs == CUBLAS_STATUS_NOT_SUPPORTED && quiet) {
+    tpd_gemm_outcome o = tpd_gemm_lt_outcome((int)cs, 1, quiet);
+    if (o == TPD_GEMM_OUTCOME_UNSUPPORTED) {
         slot->unsupported = 1;
         return TPD_ERR_UNSUPPORTED;
     }
-    return TPD_CUBLAS(cs);
+    return o == TPD_GEMM_OUTCOME_OK ? TPD_OK : TPD_CUBLAS(cs);
 }
 
 /* One GEMM: its descriptors, the cached (or newly asked) algorithm for its key, the launch. */
 static tpd_status gemm_impl(tpd_kern_ctx *ctx, const tpd_cuda_gemm_args *g, int quiet) {
     if (g->M == 0 || g->N == 0) return TPD_OK;
+    /* A bias or aux view off 16 bytes: no epilogue kernel reads it, so not even asked. */
+    if (quiet && g->epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
+        !tpd_gemm_epilogue_askable(g->bias, g->aux))
+        return TPD_ERR_UNSUPPORTED;
     gemm_descs ds;
     TPD_CHECK(gemm_descs_create(g, &ds));
     tpd_cuda_gemm_key key;
     gemm_key_of(g, &key);
     tpd_cuda_gemm_slot *slot = gemm_cache_slot(ctx, &key);
     tpd_status st = TPD_OK;
-    if (!slot_holds(slot, &key)) st = gemm_heuristic(ctx, &ds, g, &key, quiet, slot);
+    /* A slot that holds a refusal has no algorithm: a call without a fallback asks again. */
+    if (!slot_holds(slot, &key) || (slot->unsupported && !quiet))
+        st = gemm_heuristic(ctx, &ds, g, &key, quiet, slot);
     if (st == TPD_OK) st = gemm_launch(ctx, g, &ds, slot, quiet);
     gemm_descs_destroy(&ds);
     return st;

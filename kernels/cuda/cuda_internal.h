@@ -44,7 +44,7 @@ typedef struct tpd_cuda_gemm_key {
 
 typedef struct tpd_cuda_gemm_slot {
     int used;
-    int unsupported; /* cublasLtMatmul itself refused the heuristic's algorithm */
+    int unsupported; /* cuBLASLt refused the key (no algorithm, or cublasLtMatmul refused it) */
     tpd_cuda_gemm_key key;
     cublasLtMatmulAlgo_t algo;
 } tpd_cuda_gemm_slot;
@@ -78,7 +78,10 @@ struct tpd_kern_ctx {
     /* Grouped-query shapes (NKV < NH) on the fused path: 1 = cuDNN (default), 0 = the
      * unfused path with softmax statistics (TRIPOD_CUDNN_GQA=0 at create time). */
     int cudnn_gqa;
-    int gqa_fallback_logged;   /* the one-time note that a GQA shape left cuDNN */
+    int gqa_fallback_logged; /* the one-time note that a GQA shape left cuDNN */
+    int32_t
+        *attn_seq_len; /* the padding mask's lengths (cudnn_rules.h), attn_seq_len_cap of them */
+    int attn_seq_len_cap;
     tpd_attn_force attn_force; /* TRIPOD_CUDNN_ATTN at create time */
     tpd_cuda_attn_decision attn_decisions[TPD_CUDA_ATTN_CACHE_SLOTS];
     cudaStream_t stream;
