@@ -102,30 +102,15 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
                               "false to train");
     const tpd_dp_sharding sh = cfg->parallel.data_parallel_sharding_strategy;
     const char *shk = "parallel.data_parallel_sharding_strategy";
-    if (tpd_config_cp(cfg) > 1) {
-        /* the dimension's mesh, communicator and ring-attention kernels exist; the model's
-         * sequence split does not yet */
+    /* the dimension's mesh, communicator and ring-attention kernels exist; the model's
+     * sequence split does not yet */
+    if (tpd_config_cp(cfg) > 1)
         return cfg_fail_after(cfg,
                               "parallel.context_parallel_size %d: `tripod train` does not split "
                               "sequences over CP ranks yet (the mesh's CP group and the cpu "
                               "ring-attention kernels are built, the model's chunked sequence is "
                               "not); set it to 1",
                               tpd_config_cp(cfg));
-        if (t->device == TPD_DEVICE_CUDA)
-            return cfg_fail_after(cfg,
-                                  "parallel.context_parallel_size %d: context parallelism "
-                                  "runs on the cpu backend only (the cuda ring attention is "
-                                  "not built); set training.device cpu or CP 1",
-                                  tpd_config_cp(cfg));
-        if (cfg->parallel.cp_comm_type == TPD_CP_COMM_A2A)
-            return cfg_fail_after(cfg, "parallel.cp_comm_type a2a: `tripod train` runs the ring "
-                                       "(p2p) only; set it to p2p");
-        if (cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
-            return cfg_fail_after(cfg,
-                                  "parallel.context_parallel_size %d with parallel.dp_sync "
-                                  "diloco: not supported together; set CP 1 or every_step",
-                                  tpd_config_cp(cfg));
-    }
     if (sh >= TPD_DP_SHARDING_OPTIM_GRADS && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
         return cfg_fail_after(cfg,
                               "%s %s with parallel.dp_sync diloco: DiLoCo's outer step works on "

@@ -267,6 +267,11 @@ tpd_status tpd_model_init_params(tpd_model *m, const tpd_dp_plan *dpp) {
         TPD_CHECK_GOTO(copy_owned(m, dpp, m->outer_sync, host), st, out);
     }
     TPD_CHECK_GOTO(tpd_model_zero_grads(m), st, out);
+    /* the gradient staging slots start at zero once; each is zeroed again as its reduction
+     * lands (engine/optim/grad_shard.c), so a step never clears them */
+    const tpd_buffer_plan *b = &m->plan;
+    size_t pool = ((size_t)b->pool_grads * b->gslot_numel + b->eslot_numel) * b->grad_size;
+    if (pool) TPD_CHECK_GOTO(tpd_kern_zero(m->kb, m->pool_g, pool), st, out);
     TPD_CHECK_GOTO(tpd_kern_synchronize(m->kb), st, out);
 out:
     free(host);
@@ -300,12 +305,7 @@ tpd_status tpd_model_logits_f32(const tpd_model *m, const tpd_model_mb *at, int 
 }
 
 tpd_status tpd_model_zero_grads(tpd_model *m) {
-    const tpd_buffer_plan *b = &m->plan;
-    /* the gradient staging slots start every step at zero (they are zeroed again as each
-     * is reduced and reused) */
-    size_t pool = ((size_t)b->pool_grads * b->gslot_numel + b->eslot_numel) * b->grad_size;
-    if (pool) TPD_CHECK(tpd_kern_zero(m->kb, m->pool_g, pool));
-    return tpd_kern_zero(m->kb, m->grads, b->mem.grads);
+    return tpd_kern_zero(m->kb, m->grads, m->plan.mem.grads);
 }
 
 /* ---- batches ---- */

@@ -97,7 +97,7 @@ tpd_status tpd_dp_plan_init_units(const size_t *bounds, int nunits, int dp_size,
         p.part[u] = part;
         p.ranges[u] = (tpd_dp_range){lo, hi, state};
         state += part;
-        if (part > p.bucket) p.bucket = part * d; /* the largest slot */
+        if (part * d > p.bucket) p.bucket = part * d; /* the largest slot */
     }
     p.shard_numel = state;
     *plan_p = p;
