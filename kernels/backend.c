@@ -94,6 +94,15 @@ tpd_status tpd_kern_copy(const tpd_kern_backend *kb, void *dst, const void *src,
     return kb->ops->copy(kb->ctx, dst, src, bytes);
 }
 
+tpd_status tpd_kern_copy_2d(const tpd_kern_backend *kb, void *dst, size_t dpitch, const void *src,
+                            size_t spitch, size_t width, size_t rows) {
+    if (rows > 1 && (width > dpitch || width > spitch))
+        return tpd_fail(TPD_ERR_INVALID, "copy_2d: width %zu wider than a pitch (%zu, %zu)", width,
+                        dpitch, spitch);
+    if (rows == 0 || width == 0) return TPD_OK;
+    return kb->ops->copy_2d(kb->ctx, dst, dpitch, src, spitch, width, rows);
+}
+
 tpd_status tpd_kern_synchronize(const tpd_kern_backend *kb) {
     return kb->ops->synchronize(kb->ctx);
 }

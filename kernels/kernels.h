@@ -140,6 +140,10 @@ tpd_status tpd_kern_copy_to_device(const tpd_kern_backend *kb, void *dst, const 
 tpd_status tpd_kern_copy_to_host(const tpd_kern_backend *kb, void *dst, const void *src,
                                  size_t bytes);
 tpd_status tpd_kern_copy(const tpd_kern_backend *kb, void *dst, const void *src, size_t bytes);
+/* rows x width bytes between backend buffers: row i from src + i*spitch to dst + i*dpitch
+ * (a column block of a row-major matrix, as cudaMemcpy2D). The ranges must not overlap. */
+tpd_status tpd_kern_copy_2d(const tpd_kern_backend *kb, void *dst, size_t dpitch, const void *src,
+                            size_t spitch, size_t width, size_t rows);
 tpd_status tpd_kern_synchronize(const tpd_kern_backend *kb);
 
 /* ---- host staging and ordering (uploads that do not stall the host) ---- */
@@ -251,8 +255,8 @@ tpd_status tpd_kern_attention_bwd(const tpd_kern_backend *kb, void *dqkv, const 
  *
  * block_fwd folds one block into flash attention's running state (Dao et al.): per
  * (b, h, t) the largest score m, the sum l of exp(score - m) and the unnormalised output
- * o = sum exp(score - m) v. Start from m = -inf, l = 0, o = 0; a block with no visible
- * key leaves the state as it is. block_finish then writes out(B,T,NH*HS) = o / l and the
+ * o = sum exp(score - m) v. Start from m = l = o = 0 (l = 0: no key seen, m unread); a
+ * block with no visible key leaves the state as it is. block_finish then writes out(B,T,NH*HS) = o / l and the
  * log-sum-exp lse = m + log l (B,NH,T), which is all the backward keeps. In any order of
  * blocks the result is the causal attention over their union, up to rounding.
  *

@@ -23,6 +23,8 @@ typedef struct tpd_kern_ops {
     tpd_status (*copy_to_device)(tpd_kern_ctx *ctx, void *dst, const void *src, size_t bytes);
     tpd_status (*copy_to_host)(tpd_kern_ctx *ctx, void *dst, const void *src, size_t bytes);
     tpd_status (*copy)(tpd_kern_ctx *ctx, void *dst, const void *src, size_t bytes);
+    tpd_status (*copy_2d)(tpd_kern_ctx *ctx, void *dst, size_t dpitch, const void *src,
+                          size_t spitch, size_t width, size_t rows);
     tpd_status (*synchronize)(tpd_kern_ctx *ctx);
 
     /* ---- embedding (vocab-parallel pieces) ---- */

@@ -102,14 +102,19 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
                               "false to train");
     const tpd_dp_sharding sh = cfg->parallel.data_parallel_sharding_strategy;
     const char *shk = "parallel.data_parallel_sharding_strategy";
-    /* the dimension's mesh, communicator and ring-attention kernels exist; the model's
-     * sequence split does not yet */
-    if (tpd_config_cp(cfg) > 1)
+    if (tpd_config_cp(cfg) > 1 && t->device == TPD_DEVICE_CUDA)
         return cfg_fail_after(cfg,
-                              "parallel.context_parallel_size %d: `tripod train` does not split "
-                              "sequences over CP ranks yet (the mesh's CP group and the cpu "
-                              "ring-attention kernels are built, the model's chunked sequence is "
-                              "not); set it to 1",
+                              "parallel.context_parallel_size %d with training.device cuda: "
+                              "context parallelism trains on the cpu backend (its block-wise "
+                              "ring attention and the CP exchanges are host-side); `tripod plan` "
+                              "models it on GPUs. Set it to 1 or train on the cpu",
+                              tpd_config_cp(cfg));
+    if (tpd_config_cp(cfg) > 1 && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
+        return cfg_fail_after(cfg,
+                              "parallel.context_parallel_size %d with parallel.dp_sync diloco: "
+                              "DiLoCo's replicas split data-parallel ranks, not the CP ranks of a "
+                              "sequence; set one of them back (context_parallel_size 1 or "
+                              "dp_sync every_step)",
                               tpd_config_cp(cfg));
     if (sh >= TPD_DP_SHARDING_OPTIM_GRADS && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
         return cfg_fail_after(cfg,

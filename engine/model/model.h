@@ -118,6 +118,15 @@ typedef struct tpd_buffer_plan {
                               layer's partial output before its reduce-scatter */
     size_t w_dlnl;         /* SP: (Nl,C) this rank's rows of w_dln, reduced */
     size_t w_loss;         /* last stage: one f64, the step's loss accumulated on the backend */
+    /* context parallelism, p2p (ring attention, engine/model/model_cp.c): two K/V blocks
+     * (N,2*KVl*HS) in flight, their dK/dV partial sums (fp32), the running output or dq
+     * (B,NHl,T,HS) fp32, the running maximum and sum (B,NHl,T) fp32, and the positions
+     * (Tg + T int32: all of a sequence's, then this rank's). a2a (Ulysses): a send and a
+     * receive buffer of (N,QKVl) for the all-to-alls. */
+    size_t w_cpkv, w_cpdkv, w_cpo, w_cpm, w_cpl, w_cppos;
+    size_t w_a2a_send, w_a2a_recv;
+    size_t cp_att_probs; /* a2a: bytes of the attention's own saved state, before the
+                            whole-sequence output (N,Cl) in a layer's attention block */
     size_t ws_bytes;
     /* the backend's scratch for these shapes (tpd_kern_scratch_plan; 0 on cpu), reserved
      * once at creation, and the host staging of tokens: (2, B*T) int32 per slot */
@@ -201,6 +210,8 @@ typedef struct tpd_model {
     size_t bytes_allocated;
     tpd_model_hook hook; /* tpd_model_set_hook */
     void *hook_user;
+    tpd_comm *cp_comm; /* context parallelism: the CP ring (tpd_model_set_cp); NULL at CP 1 */
+    int cp_rank;
 } tpd_model;
 
 /* Allocates every buffer (tp_comm: this rank's TP communicator; may be NULL for TP=1). */
@@ -208,6 +219,16 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
                             int tp_size, int tp_rank, int pp, int dp, int stage,
                             tpd_model **model_p);
 void tpd_model_destroy(tpd_model *m);
+/* Context parallelism (CP > 1): the CP communicator of the ranks that share this rank's
+ * sequences, and this rank's place in it (which chunks it holds). Needed before the first
+ * forward; a no-op at CP 1. */
+tpd_status tpd_model_set_cp(tpd_model *m, tpd_comm *cp_comm, int cp_rank);
+/* The global position of local row t (0 .. T-1) of a sequence on CP rank cp_rank: chunks
+ * cp_rank and 2CP-1-cp_rank of T/2 positions each (t itself at CP 1). */
+int tpd_model_cp_pos(const tpd_model_dims *d, int cp_rank, int t);
+/* (query, key) pairs CP rank `rank` scores under the causal mask, a sequence of seq split
+ * over cp ranks by the chunk rule (the attention work the split balances). */
+double tpd_model_cp_causal_pairs(int seq, int cp, int rank);
 /* Installs the hook (see tpd_model_hook; NULL: none) and the user pointer it is called
  * with. */
 void tpd_model_set_hook(tpd_model *m, tpd_model_hook hook, void *user);
@@ -237,8 +258,8 @@ tpd_status tpd_model_params_f32(const tpd_model *m, float *out);
 tpd_status tpd_model_to_host_f32(const tpd_kern_backend *kb, float *dst, const void *src,
                                  tpd_dtype dt, size_t n, float *f32);
 
-/* tokens: (B, T+1) host int32 samples; inputs are [:, :T], targets [:, 1:], written to the
- * slot of `at` (the first chunk of the first stage reads the inputs, the last chunk of the
+/* tokens: (B, Tg+1) host int32 samples; inputs are [:, :Tg], targets [:, 1:] (under CP the
+ * rows of this rank's two chunks, tpd_model_cp_pos), written to the slot of `at` (the first chunk of the first stage reads the inputs, the last chunk of the
  * last stage the targets). */
 tpd_status tpd_model_set_batch(tpd_model *m, const tpd_model_mb *at, const int32_t *tokens);
 

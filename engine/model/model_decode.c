@@ -109,7 +109,7 @@ tpd_status tpd_model_decode_step(tpd_model_decode *dec, int pos, int32_t token, 
         return TPD_ERR_INVALID;
     }
     dec->len = pos; /* until this position is complete */
-    const tpd_model_rows r = {1, 1, 1, pos};
+    const tpd_model_rows r = {1, 1, 1, pos, 0};
     size_t a = m->plan.act_size, KV = (size_t)d->KVl * d->HS * a;
     /* x = wte[token] (+ wpe[pos]) */
     TPD_CHECK(tpd_kern_copy_to_device(m->kb, dec->token, &token, sizeof token));

@@ -29,6 +29,7 @@ typedef struct tpd_model_acts {
  * Nl of them in the norm and residual regions. */
 typedef struct tpd_model_rows {
     int B, T, Nl, pos0;
+    int cp; /* 1: the rows are this CP rank's two chunks of each sequence (pos0 unread) */
 } tpd_model_rows;
 
 /* Local layer l's views of its parameters (grads 0) or gradients (grads 1), where its unit
@@ -60,6 +61,14 @@ tpd_status tpd_model_layer_mlp_fwd(tpd_model *m, const tpd_model_rows *r, const 
 /* lnf = norm_f(inp); logits(N,Vl) = lnf @ head^T (vocab-parallel columns). */
 tpd_status tpd_model_head_fwd(tpd_model *m, const tpd_model_rows *r, void *lnf, float *mean,
                               float *rstd, void *logits, const void *inp);
+
+/* Context parallelism (model_cp.c): a->atty and the layer's attention state from a->qkv
+ * (RoPE applied) across the CP ranks; its backward overwrites dqkv (and, under a2a, reads
+ * datty for the last time); recompute rebuilds what selective recompute dropped. */
+tpd_status tpd_model_cp_attention_fwd(tpd_model *m, const tpd_model_acts *a);
+tpd_status tpd_model_cp_attention_bwd(tpd_model *m, void *dqkv, void *datty,
+                                      const tpd_model_acts *a);
+tpd_status tpd_model_cp_attention_recompute(tpd_model *m, const tpd_model_acts *a);
 
 #ifdef __cplusplus
 }

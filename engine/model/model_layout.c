@@ -65,7 +65,18 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     d.F = m->ffn_hidden_size;
     d.V = m->vocab_size;
     d.maxT = m->max_position_embeddings;
-    d.T = m->seq_length;
+    /* context parallelism: this rank's two chunks of each sequence (2 x CP chunks, rank r
+     * holds chunks r and 2CP-1-r) */
+    d.cp_size = tpd_config_cp(cfg);
+    d.Tg = m->seq_length;
+    if (d.cp_size > 1 && m->seq_length % (2 * d.cp_size)) {
+        tpd_log_error("model: seq_length %d does not split into 2 x context_parallel_size (%d) "
+                      "chunks",
+                      m->seq_length, 2 * d.cp_size);
+        return TPD_ERR_INVALID;
+    }
+    d.T = m->seq_length / d.cp_size;
+    d.cp_a2a = d.cp_size > 1 && cfg->parallel.cp_comm_type == TPD_CP_COMM_A2A;
     d.B = cfg->training.micro_batch_size;
     d.tp_size = tp_size;
     d.tp_rank = tp_rank;

@@ -82,7 +82,12 @@ const tpd_param_info *tpd_param_get_info(tpd_param p);
 int tpd_model_has_param(const tpd_config *cfg, tpd_param p);
 
 typedef struct tpd_model_dims {
-    int L, C, NH, HS, F, V, Vp, maxT, T, B; /* global; B = micro-batch */
+    int L, C, NH, HS, F, V, Vp, maxT, T, B; /* global; B = micro-batch; T = this rank's
+                                               positions of a sequence (seq_length / CP) */
+    int Tg;                                  /* seq_length: a whole sequence */
+    int cp_size;                             /* context parallelism: CP ranks split each
+                                                sequence into 2 x CP chunks of T/2 */
+    int cp_a2a;                              /* parallel.cp_comm_type a2a (Ulysses) */
     int tp_size, tp_rank, pp_size, stage;
     int first, last;                         /* stage flags */
     int Ls;                                  /* layers on this stage (all its chunks) */

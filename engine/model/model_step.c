@@ -154,6 +154,42 @@ static tpd_status column_bwd(tpd_model *m, void **dinp_p, void *dw, void *db, co
     return tpd_tp_column_bwd_sp(&m->tp, *dinp_p, dln, dw, db, dout, full, w, N, C, OCl);
 }
 
+/* The runs of consecutive positions in a call's rows: one run of B sequences x T from
+ * pos0, or under context parallelism 2B runs of one sequence's chunk (T/2 rows each, at
+ * the chunk's global position). Run i: *nseq sequences of *len rows from row *row0, at
+ * position *p0. */
+static int pos_runs(const tpd_model_rows *r) {
+    return r->cp ? 2 * r->B : 1;
+}
+
+static void pos_run(const tpd_model *m, const tpd_model_rows *r, int i, int *row0, int *p0,
+                    int *nseq, int *len) {
+    if (!r->cp) {
+        *row0 = 0, *p0 = r->pos0, *nseq = r->B, *len = r->T;
+        return;
+    }
+    int c = r->T / 2, b = i / 2, h = i % 2;
+    *row0 = b * r->T + h * c;
+    *p0 = tpd_model_cp_pos(&m->d, m->cp_rank, h * c);
+    *nseq = 1;
+    *len = c;
+}
+
+/* RoPE on the Q and K heads of qkv (B*T rows of QKVl), or its backward on dqkv. */
+static tpd_status rope_rows(tpd_model *m, const tpd_model_rows *r, void *qkv, int bwd) {
+    const tpd_model_dims *d = &m->d;
+    for (int i = 0; i < pos_runs(r); i++) {
+        int row0, p0, nseq, len;
+        pos_run(m, r, i, &row0, &p0, &nseq, &len);
+        char *x = (char *)qkv + (size_t)row0 * d->QKVl * m->plan.act_size;
+        TPD_CHECK(bwd ? tpd_kern_rope_scaled_bwd(m->kb, x, nseq, len, d->NHl, d->KVl, d->HS,
+                                                 &m->rope, p0)
+                      : tpd_kern_rope_scaled_fwd(m->kb, x, nseq, len, d->NHl, d->KVl, d->HS,
+                                                 &m->rope, p0));
+    }
+    return TPD_OK;
+}
+
 tpd_status tpd_model_layer_qkv_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_model_views *w,
                                    const tpd_model_acts *a, const void *inp) {
     const tpd_model_dims *d = &m->d;
@@ -165,9 +201,7 @@ tpd_status tpd_model_layer_qkv_fwd(tpd_model *m, const tpd_model_rows *r, const 
         tpd_model_norm_fwd(m, r->Nl, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w->ln1w, w->ln1b));
     TPD_CHECK(sp_full(m, &full, a->ln1));
     TPD_CHECK(tpd_tp_column_fwd(&m->tp, a->qkv, full, w->qkvw, w->qkvb, N, C, d->QKVl));
-    if (d->rope)
-        TPD_CHECK(tpd_kern_rope_scaled_fwd(m->kb, a->qkv, r->B, r->T, d->NHl, d->KVl, d->HS,
-                                           &m->rope, r->pos0));
+    if (d->rope) TPD_CHECK(rope_rows(m, r, a->qkv, 0));
     return TPD_OK;
 }
 
@@ -198,19 +232,26 @@ tpd_status tpd_model_layer_mlp_fwd(tpd_model *m, const tpd_model_rows *r, const 
 
 /* The micro-batch's rows. */
 static tpd_model_rows batch_rows(const tpd_model *m) {
-    return (tpd_model_rows){m->d.B, m->d.T, m->d.Nl, 0};
+    return (tpd_model_rows){m->d.B, m->d.T, m->d.Nl, 0, m->d.cp_size > 1};
+}
+
+/* atty = causal attention of the local heads of qkv, over the whole sequence (across the
+ * CP ranks under context parallelism) */
+static tpd_status attention_fwd(tpd_model *m, const tpd_model_acts *a) {
+    const tpd_model_dims *d = &m->d;
+    if (d->cp_size > 1) return tpd_model_cp_attention_fwd(m, a);
+    return tpd_kern_attention_fwd(m->kb, a->atty, a->att, a->qkv, d->B, d->T, d->NHl, d->KVl,
+                                  d->HS);
 }
 
 /* One transformer layer forward on the micro-batch: inp (Nl,C) -> a->out (Nl,C), keeping in
  * `a` what the backward needs. */
 static tpd_status layer_fwd(tpd_model *m, const tpd_model_views *w, const tpd_model_acts *a,
                             const void *inp) {
-    const tpd_model_dims *d = &m->d;
     tpd_model_rows r = batch_rows(m);
     TPD_CHECK(tpd_model_layer_qkv_fwd(m, &r, w, a, inp));
     /* atty = causal_attention(qkv) on the local heads */
-    TPD_CHECK(
-        tpd_kern_attention_fwd(m->kb, a->atty, a->att, a->qkv, d->B, d->T, d->NHl, d->KVl, d->HS));
+    TPD_CHECK(attention_fwd(m, a));
     return tpd_model_layer_mlp_fwd(m, &r, w, a, inp);
 }
 
@@ -221,8 +262,13 @@ tpd_status tpd_model_embed_fwd(tpd_model *m, const tpd_model_rows *r, void *out,
                                      r->B * r->T, d->C, d->v0, d->Vl));
     if (d->rope) return TPD_OK;
     const char *wpe = tpd_model_param(m, TPD_P_WPE);
-    return tpd_kern_pos_fwd(m->kb, out, wpe + (size_t)r->pos0 * d->C * m->plan.param_size, r->B,
-                            r->T, d->C);
+    for (int i = 0; i < pos_runs(r); i++) {
+        int row0, p0, nseq, len;
+        pos_run(m, r, i, &row0, &p0, &nseq, &len);
+        TPD_CHECK(tpd_kern_pos_fwd(m->kb, (char *)out + (size_t)row0 * d->C * m->plan.act_size,
+                                   wpe + (size_t)p0 * d->C * m->plan.param_size, nseq, len, d->C));
+    }
+    return TPD_OK;
 }
 
 tpd_status tpd_model_head_fwd(tpd_model *m, const tpd_model_rows *r, void *lnf, float *mean,
@@ -431,15 +477,18 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
                                  dfull, a.atty, w.attprojw, N, d->Cl, C));
         /* atty = attention(qkv); selective recompute rebuilds the saved state first (and
          * atty, bit for bit the same) */
-        if (m->plan.selective)
-            TPD_CHECK(tpd_kern_attention_fwd(m->kb, a.atty, a.att, a.qkv, d->B, d->T, d->NHl,
-                                             d->KVl, d->HS));
-        TPD_CHECK(tpd_kern_attention_bwd(m->kb, dqkv, datty, a.qkv, a.atty, a.att, d->B, d->T,
-                                         d->NHl, d->KVl, d->HS));
+        if (d->cp_size > 1) {
+            /* across the CP ranks: the ring re-streams K/V, a2a re-runs its attention */
+            if (m->plan.selective) TPD_CHECK(tpd_model_cp_attention_recompute(m, &a));
+            TPD_CHECK(tpd_model_cp_attention_bwd(m, dqkv, datty, &a));
+        } else {
+            if (m->plan.selective) TPD_CHECK(attention_fwd(m, &a));
+            TPD_CHECK(tpd_kern_attention_bwd(m->kb, dqkv, datty, a.qkv, a.atty, a.att, d->B, d->T,
+                                             d->NHl, d->KVl, d->HS));
+        }
         /* RoPE rotated the Q and K heads after the projection: rotate their gradients back */
-        if (d->rope)
-            TPD_CHECK(tpd_kern_rope_scaled_bwd(m->kb, dqkv, d->B, d->T, d->NHl, d->KVl, d->HS,
-                                               &m->rope, 0));
+        tpd_model_rows r = batch_rows(m);
+        if (d->rope) TPD_CHECK(rope_rows(m, &r, dqkv, 1));
         /* W: dqkv over qkv, which the attention backward has read for the last time */
         if (split)
             TPD_CHECK(tpd_kern_copy(m->kb, a.qkv, dqkv, (size_t)N * d->QKVl * m->plan.act_size));
@@ -462,8 +511,14 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
         TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, TPD_HOOK_BWD));
         TPD_CHECK(tpd_tp_vocab_embed_bwd(tp, tpd_model_grad(m, TPD_P_WTE), dfull, tokens, N, C,
                                          d->v0, d->Vl));
-        if (!d->rope)
-            TPD_CHECK(tpd_kern_pos_bwd(m->kb, tpd_model_grad(m, TPD_P_WPE), dfull, d->B, d->T, C));
+        tpd_model_rows r = batch_rows(m);
+        for (int i = 0; !d->rope && i < pos_runs(&r); i++) {
+            int row0, p0, nseq, len;
+            pos_run(m, &r, i, &row0, &p0, &nseq, &len);
+            TPD_CHECK(tpd_kern_pos_bwd(
+                m->kb, (char *)tpd_model_grad(m, TPD_P_WPE) + (size_t)p0 * C * m->plan.grad_size,
+                (const char *)dfull + (size_t)row0 * C * m->plan.act_size, nseq, len, C));
+        }
         TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, TPD_HOOK_GRAD_DONE));
     }
     return TPD_OK;

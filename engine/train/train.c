@@ -222,8 +222,13 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     int pp = cfg->parallel.pipeline_model_parallel_size;
     int dp = tpd_config_dp(cfg, tpd_comm_size(world));
     tr->M = tpd_config_num_micro_batches(cfg, dp);
-    TPD_CHECK_GOTO(tpd_mesh_init(tpd_comm_size(world), tpd_comm_rank(world), tp, pp, dp, &tr->mesh),
-                   st, undo_tr);
+    /* context parallelism: the mesh's DP coordinate is DP x CP, CP fastest (Megatron's
+     * order); a step's gradients are summed over all of it */
+    int cp = tpd_config_cp(cfg);
+    TPD_CHECK_GOTO(
+        tpd_mesh_init(tpd_comm_size(world), tpd_comm_rank(world), tp, pp, dp * cp, &tr->mesh), st,
+        undo_tr);
+    TPD_CHECK_GOTO(tpd_mesh_set_cp(&tr->mesh, cp), st, undo_tr);
     /* DiLoCo: DP is a replica's inner group; the replicas meet in the outer step only */
     TPD_CHECK_GOTO(tpd_mesh_set_replicas(&tr->mesh, tpd_config_dp_replicas(cfg, dp)), st, undo_tr);
     /* HSDP: the shards are spread over shard groups of the DP group, replicated across */
@@ -240,6 +245,7 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     TPD_CHECK_GOTO(
         tpd_model_create(cfg, tr->kb, tr->comms.tp, tp, ms->tp, pp, dp, ms->pp, &tr->model), st,
         undo_backend);
+    TPD_CHECK_GOTO(tpd_model_set_cp(tr->model, tr->comms.cp, ms->cp), st, undo_model);
     TPD_CHECK_GOTO(
         tpd_model_dp_plan(cfg, &tr->model->plan.lay, ms->shard_size, ms->dp_shard, &tr->dpp), st,
         undo_model);
@@ -371,10 +377,11 @@ static tpd_status cb_forward(void *user, int j, int chunk) {
     int B = m->d.B, T = m->d.T, v = m->d.v;
     int reads_data = (m->d.first && chunk == 0) || (m->d.last && chunk == v - 1);
     if (reads_data) {
-        /* micro-batch j of this DP rank's contiguous share of the global batch */
+        /* micro-batch j of this DP rank's contiguous share of the global batch (whole
+         * samples: under CP the model keeps its chunks of them) */
         for (int b = 0; b < B; b++)
             TPD_CHECK(tpd_blend_sampler_get(tr->cur_sampler, tr->cur_base + (uint64_t)j * B + b,
-                                            tr->batch + (size_t)b * (T + 1)));
+                                            tr->batch + (size_t)b * (m->d.Tg + 1)));
         TPD_CHECK(tpd_model_set_batch(m, &at, tr->batch));
     }
     TPD_CHECK(tpd_model_forward(m, &at));
@@ -475,10 +482,11 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     tpd_step_stats s = {0};
     double t0 = tpd_clock_s();
     int it = tr->counters.iteration;
-    int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.dp_size;
+    int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.data_dp_size;
     tr->cur_sampler = &tr->train_sampler;
-    tr->cur_base =
-        (uint64_t)it * tr->sample_stride + tr->sample_offset + (uint64_t)tr->mesh.dp * (GB / dp);
+    /* the CP ranks of a sequence read the same samples */
+    tr->cur_base = (uint64_t)it * tr->sample_stride + tr->sample_offset +
+                   (uint64_t)tr->mesh.data_dp * (GB / dp);
     tr->loss_acc = 0;
 
     TPD_CHECK(tpd_diloco_poll(tr->diloco));
@@ -553,7 +561,7 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
 
 /* Mean loss of `iters` global batches of sampler s, forward only. */
 static tpd_status evaluate_on(tpd_trainer *tr, tpd_blend_sampler *s, int iters, double *loss_p) {
-    int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.dp_size;
+    int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.data_dp_size;
     int stages = tr->mesh.pp_size, stage = tr->mesh.pp, v = tr->sched.virtual_stages;
     TPD_CHECK(tpd_grad_sync_params_all(tr->gsync));
     tpd_pp_exec_ops ops = exec_ops(tr);
@@ -565,7 +573,7 @@ static tpd_status evaluate_on(tpd_trainer *tr, tpd_blend_sampler *s, int iters, 
      * sends, so every call can use slot 0. */
     tpd_pp_action acts[3];
     for (int e = 0; e < iters && st == TPD_OK; e++) {
-        tr->cur_base = (uint64_t)e * GB + (uint64_t)tr->mesh.dp * (GB / dp);
+        tr->cur_base = (uint64_t)e * GB + (uint64_t)tr->mesh.data_dp * (GB / dp);
         for (int j = 0; j < tr->M && st == TPD_OK; j++) {
             for (int c = 0; c < v && st == TPD_OK; c++) {
                 int n = 0;
