@@ -94,10 +94,12 @@ tpd_status tpd_kern_cpu_attention_block_fwd(tpd_kern_ctx *ctx, float *o, float *
                 }
                 /* l = 0: no key seen yet, and m means nothing */
                 int empty = lb[t] == 0.0f;
-                float mnew = !empty && mb[t] > mx && !wrong_max ? mb[t] : mx;
+                float mnew = !empty && mb[t] > mx ? mb[t] : mx;
                 float alpha = empty ? 0.0f : expf(mb[t] - mnew), sum = 0.0f;
+                /* the fault weighs the block against its own maximum, not the merged one */
+                float ref = wrong_max ? mx : mnew;
                 for (int j = 0; j < Tk; j++) {
-                    row[j] = row[j] == -INFINITY ? 0.0f : expf(row[j] - mnew);
+                    row[j] = row[j] == -INFINITY ? 0.0f : expf(row[j] - ref);
                     sum += row[j];
                 }
                 lb[t] = lb[t] * alpha + sum;
