@@ -280,6 +280,30 @@ tpd_status tpd_kern_attention_decode(const tpd_kern_backend *kb, void *out, cons
                                      const void *kcache, const void *vcache, int len, int NH,
                                      int NKV, int HS);
 
+/* ---- mixture of experts: token rows to and from their experts ----
+ * Activation dtype rows of C columns. gather_rows: out[i] = inp[idx[i]] for i < N.
+ * scatter_add_rows: out[idx[i]] += inp[i] for i < N (out has rows_out rows; the rows of
+ * one output row are added in increasing i, so the sums never depend on threads).
+ * scale_rows: out[i] = s[i] * inp[i] (out may alias inp). row_dot: out[i] = inp a[i] . b[i]
+ * in fp32. The cpu backend's (TPD_ERR_UNSUPPORTED elsewhere). */
+tpd_status tpd_kern_gather_rows(const tpd_kern_backend *kb, void *out, const void *inp,
+                                const int32_t *idx, int N, int C);
+tpd_status tpd_kern_scatter_add_rows(const tpd_kern_backend *kb, void *out, const void *inp,
+                                     const int32_t *idx, int N, int C, int rows_out);
+tpd_status tpd_kern_scale_rows(const tpd_kern_backend *kb, void *out, const void *inp,
+                               const float *s, int N, int C);
+tpd_status tpd_kern_row_dot(const tpd_kern_backend *kb, float *out, const void *a, const void *b,
+                            int N, int C);
+/* Grouped matmul: G groups of consecutive rows, counts[g] rows each (host memory), group g
+ * with its weights w + g*OC*IC (and bias + g*OC): the matmul_fwd/matmul_bwd of each group
+ * (dw and dbias of group g at the same offsets, accumulated). Empty groups are skipped. */
+tpd_status tpd_kern_grouped_matmul_fwd(const tpd_kern_backend *kb, void *out, const void *inp,
+                                       const void *w, const void *bias, const int *counts, int G,
+                                       int IC, int OC);
+tpd_status tpd_kern_grouped_matmul_bwd(const tpd_kern_backend *kb, void *dinp, void *dw,
+                                       void *dbias, const void *dout, const void *inp,
+                                       const void *w, const int *counts, int G, int IC, int OC);
+
 /* ---- Llama's block: RMSNorm, rotary position embedding, SwiGLU ---- */
 /* out(N,C) = inp * rstd * w with rstd = 1/sqrt(mean over C of inp^2 + eps); rstd(N) fp32.
  * Overwrites. */

@@ -109,6 +109,26 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
                               "ring attention and the CP exchanges are host-side); `tripod plan` "
                               "models it on GPUs. Set it to 1 or train on the cpu",
                               tpd_config_cp(cfg));
+    if (tpd_config_moe(cfg) && t->device == TPD_DEVICE_CUDA)
+        return cfg_fail_after(cfg,
+                              "model.num_moe_experts %d with training.device cuda: the MoE "
+                              "block's router and token dispatch run on the cpu backend only; "
+                              "`tripod plan` models MoE on GPUs. Train it on the cpu",
+                              cfg->model.num_moe_experts);
+    if (tpd_config_moe(cfg) && cfg->parallel.expert_model_parallel_size > 1)
+        return cfg_fail_after(cfg,
+                              "parallel.expert_model_parallel_size %d: `tripod train` does not "
+                              "split experts over ranks yet (every rank holds all %d experts, and "
+                              "the expert-data-parallel reduction and the token all-to-all are "
+                              "not built); `tripod plan` models EP. Set it to 1",
+                              cfg->parallel.expert_model_parallel_size,
+                              cfg->model.num_moe_experts);
+    if (tpd_config_moe(cfg) && tpd_config_cp(cfg) > 1)
+        return cfg_fail_after(cfg,
+                              "model.num_moe_experts with parallel.context_parallel_size %d: the "
+                              "load-balancing loss is taken over a micro-batch's tokens, which "
+                              "CP splits over ranks; set one of them back",
+                              tpd_config_cp(cfg));
     if (tpd_config_cp(cfg) > 1 && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
         return cfg_fail_after(cfg,
                               "parallel.context_parallel_size %d with parallel.dp_sync diloco: "
@@ -146,6 +166,15 @@ int tpd_config_dp(const tpd_config *cfg, int world_size) {
 int tpd_config_dp_replicas(const tpd_config *cfg, int dp) {
     if (cfg->parallel.dp_sync != TPD_DP_SYNC_DILOCO) return 1;
     return cfg->diloco.replicas > 0 ? cfg->diloco.replicas : dp;
+}
+
+int tpd_config_moe_ffn(const tpd_config *cfg) {
+    return cfg->model.moe_ffn_hidden_size > 0 ? cfg->model.moe_ffn_hidden_size
+                                              : cfg->model.ffn_hidden_size;
+}
+
+int tpd_config_moe(const tpd_config *cfg) {
+    return cfg->model.num_moe_experts > 0;
 }
 
 int tpd_config_cp(const tpd_config *cfg) {

@@ -196,6 +196,10 @@ static const tpd_kern_ops cpu_ops = {
     .attention_block_fwd = tpd_kern_cpu_attention_block_fwd,
     .attention_block_finish = tpd_kern_cpu_attention_block_finish,
     .attention_block_bwd = tpd_kern_cpu_attention_block_bwd,
+    .gather_rows = tpd_kern_cpu_gather_rows,
+    .scatter_add_rows = tpd_kern_cpu_scatter_add_rows,
+    .scale_rows = tpd_kern_cpu_scale_rows,
+    .row_dot = tpd_kern_cpu_row_dot,
 
     .xent_max = tpd_kern_cpu_xent_max,
     .xent_sumexp = tpd_kern_cpu_xent_sumexp,
