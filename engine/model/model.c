@@ -122,6 +122,12 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
         TPD_CHECK_GOTO(tpd_kern_event_create(kb, &m->stage_events[i]), st, undo_buffers);
     if (m->d.last)
         TPD_CHECK_GOTO(tpd_kern_zero(kb, m->ws + b->w_loss, sizeof(double)), st, undo_buffers);
+    if (m->d.E) {
+        m->moe_f = calloc((size_t)m->d.E, sizeof *m->moe_f);
+        m->moe.load = calloc((size_t)m->d.E, sizeof *m->moe.load);
+        if (!m->moe_f || !m->moe.load)
+            TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, undo_buffers, "model: out of memory");
+    }
     *model_p = m;
     return TPD_OK;
 undo_buffers:
@@ -144,6 +150,8 @@ void tpd_model_destroy(tpd_model *m) {
         free(m->stage_events);
     }
     if (m->host_tokens) tpd_kern_host_free(m->kb, m->host_tokens);
+    free(m->moe_f);
+    free(m->moe.load);
     free(m->ubase_g);
     free(m->ubase_p);
     free(m->ubound);

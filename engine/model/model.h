@@ -43,6 +43,15 @@ typedef struct tpd_act_layer {
     size_t fch, fch_gelu;           /* (N,F/tp) before and after GELU; under SwiGLU fch is
                                        (N,2F/tp) [gate | up] and fch_gelu their product */
     size_t out;                     /* (Nl,C) layer output */
+    /* mixture of experts (engine/model/model_moe.c), Nk = N*k token-expert assignments:
+     * the router's softmax (N,E) and log-sum-exp (N) fp32; each assignment's expert (N,k)
+     * int32, weight (N,k) fp32 and row in the expert order (N,k) int32, -1 when dropped;
+     * per expert-order row its token (Nk) int32 and weight (Nk) fp32; the experts' row
+     * counts (E) and the kept rows (1) int32; the rows in expert order (Nk,C), the experts'
+     * fc output (Nk,FCel) and activation (Nk,Fel), their (partial over TP) output (Nk,C);
+     * the shared experts' output (N,C) and gate (N) fp32. */
+    size_t moe_probs, moe_lse, moe_topi, moe_topw, moe_pos, moe_order, moe_wperm, moe_counts;
+    size_t moe_x, moe_h, moe_hact, moe_y, moe_shout, moe_gate;
     size_t bytes;                   /* block size */
 } tpd_act_layer;
 
@@ -127,6 +136,13 @@ typedef struct tpd_buffer_plan {
     size_t w_a2a_send, w_a2a_recv;
     size_t cp_att_probs; /* a2a: bytes of the attention's own saved state, before the
                             whole-sequence output (N,Cl) in a layer's attention block */
+    /* mixture of experts: the MLP's (partial over TP) output or input gradient (N,C), the
+     * rows in expert order (Nk,C), the experts' fc and activation gradients (Nk,FCel) and
+     * (Nk,Fel), the assignments' weight gradients (Nk) fp32, the router's logit gradients
+     * (N,E) fp32, and (N,C) for the router's and gate's input gradients (under SP also the
+     * gathered MLP input) */
+    size_t w_moe_y, w_moe_perm, w_moe_dh, w_moe_dhact, w_moe_dw, w_moe_dlogits, w_moe_dx,
+        w_moe_x;
     size_t ws_bytes;
     /* the backend's scratch for these shapes (tpd_kern_scratch_plan; 0 on cpu), reserved
      * once at creation, and the host staging of tokens: (2, B*T) int32 per slot */
@@ -174,6 +190,15 @@ enum {
  * gather and free units, and both poll outstanding collectives. */
 typedef tpd_status (*tpd_model_hook)(void *user, int unit, int event);
 
+/* A mixture of experts' statistics, summed over this rank's layers and micro-batches (TP
+ * rank 0 only): the two losses as weighted into the objective (aux also without its
+ * coefficient), the assignments dropped by the capacity and made, and per expert its
+ * assignments (load, E entries). */
+typedef struct tpd_model_moe_stats {
+    double aux, aux_raw, z, dropped, assigned;
+    double *load;
+} tpd_model_moe_stats;
+
 typedef struct tpd_model {
     tpd_config cfg;
     tpd_buffer_plan plan;
@@ -212,6 +237,9 @@ typedef struct tpd_model {
     void *hook_user;
     tpd_comm *cp_comm; /* context parallelism: the CP ring (tpd_model_set_cp); NULL at CP 1 */
     int cp_rank;
+    tpd_model_moe_stats moe; /* mixture of experts: sums since tpd_model_moe_take */
+    double *moe_f;           /* (E) one layer's assignments per expert (the aux gradient) */
+    int moe_quiet;           /* a recompute: its routing is not counted again */
 } tpd_model;
 
 /* Allocates every buffer (tp_comm: this rank's TP communicator; may be NULL for TP=1). */

@@ -74,6 +74,8 @@ tpd_status tpd_model_decode_create(tpd_model *m, tpd_model_decode **dec_p) {
     dec->a.ln2 = b + o_ln2;
     dec->a.fch = b + o_fch;
     dec->a.fch_gelu = b + o_fchg;
+    /* a mixture of experts routes in a layer block of the model's (one row of it) */
+    dec->a.block = m->acts + m->plan.s_layers;
     dec->lnf = b + o_lnf;
     dec->mean = (float *)(b + o_mean);
     dec->rstd = (float *)(b + o_rstd);

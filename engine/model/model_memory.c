@@ -162,6 +162,23 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     l->fch = take(&lc, N * (size_t)d->FCl * a); /* SwiGLU: [gate | up] */
     l->fch_gelu = take(&lc, N * (size_t)d->Fl * a);
     l->out = take(&lc, NL * C * a);
+    if (d->E) {
+        size_t E = (size_t)d->E, nk = N * (size_t)d->topk;
+        l->moe_probs = take(&lc, N * E * 4);
+        l->moe_lse = take(&lc, N * 4);
+        l->moe_topi = take(&lc, nk * 4);
+        l->moe_topw = take(&lc, nk * 4);
+        l->moe_pos = take(&lc, nk * 4);
+        l->moe_order = take(&lc, nk * 4);
+        l->moe_wperm = take(&lc, nk * 4);
+        l->moe_counts = take(&lc, (E + 1) * 4);
+        l->moe_x = take(&lc, nk * C * a);
+        l->moe_h = take(&lc, nk * (size_t)d->FCel * a);
+        l->moe_hact = take(&lc, nk * (size_t)d->Fel * a);
+        l->moe_y = take(&lc, nk * C * a);
+        l->moe_shout = d->F ? take(&lc, N * C * a) : 0;
+        l->moe_gate = d->shgate ? take(&lc, N * 4) : 0;
+    }
     l->bytes = lc;
     /* full recompute of each chunk's first R layers (all of them unless
      * training.recompute_num_layers is smaller, Megatron's block method per model chunk):
@@ -212,6 +229,17 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
         b.w_dlnl = take(&w, NL * C * a);
     }
     b.w_loss = d->last ? take(&w, sizeof(double)) : 0;
+    if (d->E) {
+        size_t nk = N * (size_t)d->topk;
+        b.w_moe_y = take(&w, N * C * a);
+        b.w_moe_perm = take(&w, nk * C * a);
+        b.w_moe_dh = take(&w, nk * (size_t)d->FCel * a);
+        b.w_moe_dhact = take(&w, nk * (size_t)d->Fel * a);
+        b.w_moe_dw = take(&w, nk * 4);
+        b.w_moe_dlogits = take(&w, N * (size_t)d->E * 4);
+        b.w_moe_dx = take(&w, N * C * a);
+        b.w_moe_x = d->sp ? take(&w, N * C * a) : 0;
+    }
     if (d->cp_size > 1 && !d->cp_a2a) {
         size_t kv = N * 2 * (size_t)d->KVl * d->HS, bh = (size_t)d->B * d->NHl * d->T;
         b.w_cpkv = take(&w, 2 * kv * a);

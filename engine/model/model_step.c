@@ -40,6 +40,12 @@ void tpd_model_layer_views(const tpd_model *m, int grads, int l, tpd_model_views
     v->fcb = pview(m, grads, TPD_P_FCB, l);
     v->fcprojw = pview(m, grads, TPD_P_FCPROJW, l);
     v->fcprojb = pview(m, grads, TPD_P_FCPROJB, l);
+    v->routerw = pview(m, grads, TPD_P_ROUTERW, l);
+    v->expfcw = pview(m, grads, TPD_P_EXPFCW, l);
+    v->expfcb = pview(m, grads, TPD_P_EXPFCB, l);
+    v->expprojw = pview(m, grads, TPD_P_EXPPROJW, l);
+    v->expprojb = pview(m, grads, TPD_P_EXPPROJB, l);
+    v->shgatew = pview(m, grads, TPD_P_SHGATEW, l);
 }
 
 static char *slot_base(const tpd_model *m, int slot) {
@@ -101,6 +107,7 @@ static void layer_acts(const tpd_model *m, const tpd_model_mb *at, int i, tpd_mo
     a->fch = b + o->fch;
     a->fch_gelu = b + o->fch_gelu;
     a->out = b + o->out;
+    a->block = b;
     if (rc) {
         size_t nc = (size_t)m->d.Nl * m->d.C * m->plan.act_size;
         size_t stride = tpd_align_up(nc); /* the buffer plan's alignment */
@@ -218,6 +225,8 @@ tpd_status tpd_model_layer_mlp_fwd(tpd_model *m, const tpd_model_rows *r, const 
      * silu(gate) * up of fch = [gate | up] (column-parallel, matching shards) */
     TPD_CHECK(tpd_model_norm_fwd(m, Nl, a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, w->ln2w, w->ln2b));
     TPD_CHECK(sp_full(m, &full, a->ln2));
+    /* out = x1 + the mixture of experts of ln2 (engine/model/model_moe.c) */
+    if (d->E) return tpd_model_moe_fwd(m, r, w, a, full);
     if (d->glu) {
         TPD_CHECK(tpd_tp_column_fwd(tp, a->fch, full, w->fcw, w->fcb, N, C, d->FCl));
         TPD_CHECK(tpd_kern_swiglu_fwd(m->kb, a->fch_gelu, a->fch, N, d->Fl));
@@ -445,11 +454,28 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
             /* full recompute: rebuild the layer's activations from its stored input; the
              * recomputed output goes to the block, the stored one stays as it was */
             a.out = m->ws + m->plan.w_layer + m->plan.layer.out;
-            TPD_CHECK(layer_fwd(m, &w, &a, inp));
+            m->moe_quiet = 1; /* its routing was counted in the forward */
+            tpd_status rst = layer_fwd(m, &w, &a, inp);
+            m->moe_quiet = 0;
+            TPD_CHECK(rst);
         }
+        const void *dfull;
+        if (d->E) {
+            /* out = x1 + moe(ln2): d(out) of every row in, this rank's share of d(ln2) out,
+             * summed over TP (reduce-scattered to its rows under SP) */
+            const void *xfull = a.ln2;
+            if (d->sp) {
+                TPD_CHECK(tpd_tp_sp_gather(tp, m->ws + m->plan.w_moe_x, a.ln2, N, C));
+                xfull = m->ws + m->plan.w_moe_x;
+            }
+            TPD_CHECK(sp_full(m, &dfull, dres));
+            void *dpart = m->ws + m->plan.w_dln;
+            TPD_CHECK(tpd_model_moe_bwd(m, &w, &g, &a, xfull, dfull, dpart, dloss));
+            dln = d->sp ? m->ws + m->plan.w_dlnl : dpart;
+            TPD_CHECK(tpd_tp_reduce_rows(tp, dln, dpart, N, C, d->sp));
+        } else {
         /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb: the row-parallel backward
          * takes d(out) of every row, gathered under SP (so dfcprojb is whole) */
-        const void *dfull;
         TPD_CHECK(sp_full(m, &dfull, dres));
         if (split) TPD_CHECK(keep_rows(m, a.out, dres)); /* W: d(out) over out */
         TPD_CHECK(tpd_tp_row_bwd(tp, dfch, split ? NULL : g.fcprojw, split ? NULL : g.fcprojb,
@@ -467,6 +493,7 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
         /* fch = gather(ln2) @ fcw^T + fcb: dln2 = reduce(dfch @ fcw) */
         TPD_CHECK(column_bwd(m, &dln, split ? NULL : g.fcw, split ? NULL : g.fcb, dfc, a.ln2, w.fcw,
                              d->FCl));
+        }
         /* ln2 = norm(x1); and x1 feeds out through the residual: dx1 = dres + dnorm */
         TPD_CHECK(norm_bwd(m, dtmp, g.ln2w, g.ln2b, dln, a.x1, w.ln2w, a.ln2_mean, a.ln2_rstd));
         TPD_CHECK(tpd_kern_add(m->kb, dres, dres, dtmp, NC));
@@ -539,13 +566,16 @@ tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at) {
         tpd_model_acts a;
         backward_views(m, at, i, &w, &g, &a); /* w unread: W computes no input gradient */
         const void *dfull, *full;
-        /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb */
-        TPD_CHECK(sp_full(m, &dfull, a.out));
-        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, NULL, g.fcprojw, g.fcprojb, dfull, a.fch_gelu,
-                                      w.fcprojw, N, d->Fl, C));
-        /* fch = gather(ln2) @ fcw^T + fcb */
-        TPD_CHECK(sp_full(m, &full, a.ln2));
-        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, NULL, g.fcw, g.fcb, a.fch, full, w.fcw, N, C, d->FCl));
+        if (!d->E) { /* a MoE layer's MLP gradients were all computed in B */
+            /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb */
+            TPD_CHECK(sp_full(m, &dfull, a.out));
+            TPD_CHECK(tpd_kern_matmul_bwd(m->kb, NULL, g.fcprojw, g.fcprojb, dfull, a.fch_gelu,
+                                          w.fcprojw, N, d->Fl, C));
+            /* fch = gather(ln2) @ fcw^T + fcb */
+            TPD_CHECK(sp_full(m, &full, a.ln2));
+            TPD_CHECK(
+                tpd_kern_matmul_bwd(m->kb, NULL, g.fcw, g.fcb, a.fch, full, w.fcw, N, C, d->FCl));
+        }
         /* x1 = inp + reduce(atty @ attprojw^T) + attprojb */
         TPD_CHECK(sp_full(m, &dfull, a.x1));
         TPD_CHECK(tpd_kern_matmul_bwd(m->kb, NULL, g.attprojw, g.attprojb, dfull, a.atty,

@@ -477,6 +477,47 @@ static tpd_status finish_loss(tpd_trainer *tr, int micro_batches, double *loss_p
     return TPD_OK;
 }
 
+/* The mixture of experts' statistics of the step, from every rank's sums (collective over
+ * the world when the model has experts). */
+static tpd_status finish_moe(tpd_trainer *tr, tpd_step_stats *s) {
+    tpd_model *m = tr->model;
+    int E = m->d.E;
+    if (!E) return TPD_OK;
+    size_t n = 5 + (size_t)E;
+    double *v = calloc(n, sizeof *v);
+    if (!v) return tpd_fail_nomem("the MoE statistics", n * sizeof *v);
+    tpd_model_moe_stats *ms = &m->moe;
+    v[0] = ms->aux;
+    v[1] = ms->aux_raw;
+    v[2] = ms->z;
+    v[3] = ms->dropped;
+    v[4] = ms->assigned;
+    memcpy(v + 5, ms->load, (size_t)E * sizeof *v);
+    tpd_status st = TPD_OK;
+    if (tpd_comm_size(tr->hcomms.world) > 1)
+        st = tpd_comm_allreduce(tr->hcomms.world, v, v, n, TPD_DTYPE_F64, TPD_COMM_OP_SUM, NULL);
+    if (st == TPD_OK) {
+        /* per micro-batch of the global batch: M on each of the data-parallel ranks */
+        double mb = (double)tr->M * tr->mesh.data_dp_size * tr->mesh.replicas;
+        double mean = 0, hi = 0, lo = INFINITY;
+        for (int e = 0; e < E; e++)
+            mean += v[5 + e] / E;
+        for (int e = 0; e < E; e++) {
+            if (v[5 + e] > hi) hi = v[5 + e];
+            if (v[5 + e] < lo) lo = v[5 + e];
+        }
+        s->moe = 1;
+        s->moe_aux_loss = v[0] / mb;
+        s->moe_aux_raw = v[1] / (mb * m->cfg.model.num_layers);
+        s->moe_z_loss = v[2] / mb;
+        s->moe_dropped = v[4] > 0 ? v[3] / v[4] : 0;
+        s->moe_load_max = mean > 0 ? hi / mean : 0;
+        s->moe_load_min = mean > 0 ? lo / mean : 0;
+    }
+    free(v);
+    return st;
+}
+
 tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     tpd_model *m = tr->model;
     tpd_step_stats s = {0};
@@ -491,6 +532,11 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
 
     TPD_CHECK(tpd_diloco_poll(tr->diloco));
     TPD_CHECK(tpd_model_zero_grads(m));
+    if (m->d.E) { /* the step's MoE statistics (an evaluation's forwards do not count) */
+        tpd_model_moe_stats *ms = &m->moe;
+        ms->aux = ms->aux_raw = ms->z = ms->dropped = ms->assigned = 0;
+        memset(ms->load, 0, (size_t)m->d.E * sizeof *ms->load);
+    }
     tr->tp_comm_acc = 0;
     tpd_model_set_tp_timer(m, &tr->tp_comm_acc);
     tpd_grad_sync_begin(tr->gsync);
@@ -508,6 +554,7 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     TPD_CHECK(tpd_optim_grad_norm(m, &tr->dpp, &tr->hcomms, &s.grad_norm));
     /* the loss is known on every rank before the update, so that both checks agree */
     TPD_CHECK(finish_loss(tr, tr->M, &s.lm_loss));
+    TPD_CHECK(finish_moe(tr, &s));
     s.lr = tpd_lr_at(&tr->cfg, it);
     /* Megatron's check: a non-finite loss or gradient norm skips the update (the same
      * verdict on every rank: both values are global) */

@@ -396,6 +396,13 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
             .outer_last_fragment = tr->last_outer_fragment,
             .fragments = cfg->diloco.fragments,
             .outer_rank_bytes = tr->acc_outer_rank_bytes,
+            .moe = s.moe,
+            .moe_aux_loss = s.moe_aux_loss,
+            .moe_aux_raw = s.moe_aux_raw,
+            .moe_z_loss = s.moe_z_loss,
+            .moe_dropped = s.moe_dropped,
+            .moe_load_max = s.moe_load_max,
+            .moe_load_min = s.moe_load_min,
         };
         tr->acc_dp_bytes = tr->acc_outer_bytes = tr->acc_outer_rank_bytes = 0;
         tr->acc_outer_steps = 0;
