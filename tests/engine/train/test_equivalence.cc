@@ -38,6 +38,7 @@ bool g_cuda = false;
 
 struct Result {
     std::vector<double> loss, norm, pnorm;  // pnorm: the weights' norm after each update
+    std::vector<double> aux;                // MoE: the load-balancing loss of each step
     int tied_mismatch = 0;                  // elements where the first and last stage's wte differ
     std::vector<std::vector<float>> params; // per tensor, world rank 0 only
 };
@@ -62,7 +63,16 @@ struct Layout {
     int in_flight = 0;  // parallel.fsdp_units_in_flight; 0: the default
     int cp = 1;         // parallel.context_parallel_size
     bool a2a = false;   // parallel.cp_comm_type a2a (else p2p)
+    int experts = 0;    // model.num_moe_experts (a MoE block of top-2 over them, with a
+                        // gated shared expert and both router losses)
 };
+
+// The mixture of experts: top-2 of 4 experts (a gated shared expert under GPT-2; under
+// Llama, HF's softmax-then-top-k with renormalized weights), both router losses.
+Layout moe(Layout L) {
+    L.experts = 4;
+    return L;
+}
 
 // Context parallelism: cp ranks split each sequence, attention by the ring (p2p) or the
 // all-to-all (a2a).
@@ -141,6 +151,20 @@ Result run(const Layout &L) {
         tiny::set(cfg.parallel.pipeline_schedule, "parallel.pipeline_schedule", L.schedule);
         if (L.llama) tiny::llama(cfg);
         if (L.layers) cfg.model.num_layers = L.layers;
+        if (L.experts) {
+            cfg.model.num_moe_experts = L.experts;
+            cfg.model.moe_router_topk = 2;
+            cfg.model.moe_ffn_hidden_size = 32;
+            cfg.model.moe_aux_loss_coeff = 0.01;
+            cfg.model.moe_z_loss_coeff = 0.001;
+            if (L.llama) {
+                cfg.model.moe_router_pre_softmax = 1;
+                cfg.model.moe_norm_topk_prob = 1;
+            } else {
+                cfg.model.moe_shared_expert_intermediate_size = 16;
+                cfg.model.moe_shared_expert_gate = 1;
+            }
+        }
         cfg.parallel.context_parallel_size = L.cp;
         cfg.parallel.cp_comm_type = L.a2a ? TPD_CP_COMM_A2A : TPD_CP_COMM_P2P;
         cfg.parallel.overlap_grad_reduce = L.overlap;
@@ -157,6 +181,7 @@ Result run(const Layout &L) {
                 r.loss.push_back(s.lm_loss);
                 r.norm.push_back(s.grad_norm);
                 r.pnorm.push_back(s.params_norm);
+                if (s.moe) r.aux.push_back(s.moe_aux_loss);
             }
             EXPECT_EQ(tpd_trainer_sync_params(tr), TPD_OK);
             r.tied_mismatch = tied_copies_differ(tr);
@@ -197,10 +222,12 @@ int check_layout(const Result &ref, const Layout &L) {
     if (L.shard_size) stages += " HSDP shard " + std::to_string(L.shard_size);
     if (L.in_flight) stages += " " + std::to_string(L.in_flight) + " units in flight";
     if (L.cp > 1) stages += " CP " + std::to_string(L.cp) + (L.a2a ? " a2a" : " p2p");
+    if (L.experts) stages += " MoE " + std::to_string(L.experts) + " experts";
     SCOPED_TRACE(testing::Message() << "TP " << L.tp << " PP " << L.pp << " DP " << L.dp
                                     << " ZeRO-1 " << L.zero << stages);
     EXPECT_EQ(r.loss.size(), ref.loss.size());
     if (r.loss.size() != ref.loss.size()) return 0;
+    EXPECT_EQ(r.aux.size(), ref.aux.size()) << "MoE on one side only";
     double worst_loss = 0, worst_norm = 0, worst_param = 0;
     for (size_t i = 0; i < r.loss.size(); i++) {
         double el = std::fabs(r.loss[i] - ref.loss[i]) / std::fabs(ref.loss[i]);
@@ -211,6 +238,9 @@ int check_layout(const Result &ref, const Layout &L) {
         // every parameter once: TP-replicated ones and the tied embedding too
         EXPECT_LE(std::fabs(r.pnorm[i] - ref.pnorm[i]) / ref.pnorm[i], 1e-5)
             << "step " << i + 1 << " params norm " << r.pnorm[i] << " vs " << ref.pnorm[i];
+        if (i < ref.aux.size() && i < r.aux.size())
+            EXPECT_LE(std::fabs(r.aux[i] - ref.aux[i]) / ref.aux[i], 1e-5)
+                << "step " << i + 1 << " load-balancing loss " << r.aux[i] << " vs " << ref.aux[i];
         worst_loss = std::max(worst_loss, el);
         worst_norm = std::max(worst_norm, en);
     }
@@ -382,6 +412,42 @@ TEST(Equivalence, ContextParallelMatchesSingleRank) {
     for (const Layout &L : gpt)
         checked += check_layout(ref, L);
     Result lref = run(llama({1, 1, 1, 0}));
+    for (const Layout &L : lla)
+        checked += check_layout(lref, L);
+    if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)(gpt.size() + lla.size()));
+}
+
+// The mixture of experts (dropless top-2 of 4, both router losses; a gated shared expert
+// under GPT-2, HF's renormalized softmax-then-top-k under Llama), every expert on every
+// rank (EP 1), with TP 2 (experts split like the dense MLP) and SP, PP 2 (1F1B, interleaved,
+// ZB-H1), DP 2 with ZeRO-1 and ZeRO-3, full and selective recompute, against the single-rank
+// run under the matrix's tolerances, the load-balancing loss too. Top-k ties go to the
+// lower expert index; the router's logits agree across layouts to rounding, far from a tie.
+TEST(Equivalence, MoeMatchesSingleRank) {
+    if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
+    int world = tpd_comm_size(g_world);
+    std::vector<Layout> gpt, lla;
+    auto add = [&](std::vector<Layout> &v, Layout L) {
+        if (ranks(L) <= world) v.push_back(L);
+    };
+    add(gpt, moe({2, 1, 1, 0}));
+    add(gpt, moe({2, 1, 2, 0, false, {}, "none", true}));
+    add(gpt, moe({1, 2, 1, 0}));
+    add(gpt, moe(with({1, 2, 1, 0}, 2, "interleaved", 4)));
+    add(gpt, moe(with({1, 2, 2, 0}, 1, "zb-h1", 0)));
+    add(gpt, moe({1, 1, 2, 1}));
+    add(gpt, moe(sharded({1, 1, 2, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps)));
+    add(gpt, moe({1, 1, 1, 0, false, {}, "full"}));
+    add(gpt, moe({2, 2, 1, 0, false, {}, "selective"}));
+    add(gpt, moe({2, 2, 2, 1}));
+    add(lla, llama(moe({2, 1, 1, 0})));
+    add(lla, llama(moe({1, 2, 2, 1})));
+    add(lla, llama(moe(with({2, 2, 2, 0}, 2, "interleaved", 4))));
+    int checked = 0;
+    Result ref = run(moe({1, 1, 1, 0}));
+    for (const Layout &L : gpt)
+        checked += check_layout(ref, L);
+    Result lref = run(llama(moe({1, 1, 1, 0})));
     for (const Layout &L : lla)
         checked += check_layout(lref, L);
     if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)(gpt.size() + lla.size()));
