@@ -103,8 +103,8 @@ static int read_block(const cJSON *mo, tpd_config_model *m) {
         } ints[] = {{"num_moe_experts", &m->num_moe_experts, 2, 4096},
                     {"moe_router_topk", &m->moe_router_topk, 1, 64},
                     {"moe_ffn_hidden_size", &m->moe_ffn_hidden_size, 1, 1 << 20},
-                    {"moe_shared_expert_intermediate_size",
-                     &m->moe_shared_expert_intermediate_size, 0, 1 << 20}};
+                    {"moe_shared_expert_intermediate_size", &m->moe_shared_expert_intermediate_size,
+                     0, 1 << 20}};
         for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
             const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, ints[i].key);
             if (!cJSON_IsNumber(x) || x->valuedouble < ints[i].lo || x->valuedouble > ints[i].hi)

@@ -51,7 +51,8 @@ tpd_status tpd_verify_shrink(const tpd_config *real, int dp, int steps, tpd_conf
     if (rm->num_moe_experts > 0) {
         int real_fe = tpd_config_moe_ffn(real), real_fs = rm->moe_shared_expert_intermediate_size;
         m->moe_ffn_hidden_size = f < real_fe ? f : round_up(real_fe, tp);
-        if (real_fs > 0) m->moe_shared_expert_intermediate_size = f < real_fs ? f : round_up(real_fs, tp);
+        if (real_fs > 0)
+            m->moe_shared_expert_intermediate_size = f < real_fs ? f : round_up(real_fs, tp);
     }
     /* vocabulary: the real one's remainder against the padding unit, so the padded rows
      * (and their absence) stay */
