@@ -411,6 +411,14 @@ tpd_status tpd_kern_sumsq(const tpd_kern_backend *kb, const void *x, tpd_dtype d
     return kb->ops->sumsq(kb->ctx, x, dt, n, sumsq_p);
 }
 
+tpd_status tpd_kern_sumsq_acc(const tpd_kern_backend *kb, const void *x, tpd_dtype dt, size_t n) {
+    return kb->ops->sumsq_acc(kb->ctx, x, dt, n);
+}
+
+tpd_status tpd_kern_sumsq_take(const tpd_kern_backend *kb, double *sumsq_p) {
+    return kb->ops->sumsq_take(kb->ctx, sumsq_p);
+}
+
 tpd_status tpd_kern_cast(const tpd_kern_backend *kb, void *dst, tpd_dtype dst_dt, const void *src,
                          tpd_dtype src_dt, size_t n) {
     return kb->ops->cast(kb->ctx, dst, dst_dt, src, src_dt, n);

@@ -399,6 +399,14 @@ tpd_status tpd_kern_outer_nesterov(const tpd_kern_backend *kb, void *param, floa
 /* Host-side sum of squares of x (n elements of dtype dt), in double (synchronizes). */
 tpd_status tpd_kern_sumsq(const tpd_kern_backend *kb, const void *x, tpd_dtype dt, size_t n,
                           double *sumsq_p);
+/* The backend's running sum of squares, read once (a gradient norm over many slices waits
+ * once, not once a slice): sumsq_acc adds x's sum of squares, the value tpd_kern_sumsq
+ * gives (the same partials in the same order), to the accumulator without waiting, in
+ * double; sumsq_take returns the accumulated sum (waiting for the work queued so far) and
+ * zeroes it. The sum over the calls is the host's sum of the tpd_kern_sumsq values in call
+ * order, bit for bit. */
+tpd_status tpd_kern_sumsq_acc(const tpd_kern_backend *kb, const void *x, tpd_dtype dt, size_t n);
+tpd_status tpd_kern_sumsq_take(const tpd_kern_backend *kb, double *sumsq_p);
 /* dst = (dst_dt) src. n elements. */
 tpd_status tpd_kern_cast(const tpd_kern_backend *kb, void *dst, tpd_dtype dst_dt, const void *src,
                          tpd_dtype src_dt, size_t n);

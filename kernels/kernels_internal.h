@@ -122,6 +122,8 @@ typedef struct tpd_kern_ops {
                                  float *mom, const float *delta, size_t n, float lr, float momentum,
                                  float scale);
     tpd_status (*sumsq)(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n, double *sumsq_p);
+    tpd_status (*sumsq_acc)(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n);
+    tpd_status (*sumsq_take)(tpd_kern_ctx *ctx, double *sumsq_p);
     tpd_status (*cast)(tpd_kern_ctx *ctx, void *dst, tpd_dtype dst_dt, const void *src,
                        tpd_dtype src_dt, size_t n);
 

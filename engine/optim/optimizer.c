@@ -26,35 +26,31 @@ static tpd_status for_each_owned(tpd_model *m, const tpd_dp_plan *dpp, range_fn 
     return TPD_OK;
 }
 
-typedef struct sumsq_arg {
-    double sum;
-    int params; /* 1: the weights (fp32 masters where kept), 0: the gradients */
-} sumsq_arg;
-
+/* Adds a slice's sum of squares to the backend's accumulator: nothing waits per slice.
+ * argp: 1 for the weights (fp32 masters where kept), 0 for the gradients. */
 static tpd_status add_sumsq(tpd_model *m, tpd_param p, size_t b, size_t e, size_t state,
                             void *argp) {
-    sumsq_arg *a = argp;
+    int params = *(const int *)argp;
     if (!m->plan.lay.p[p].tp_counted) return TPD_OK;
-    double s = 0;
-    if (a->params && m->master)
-        TPD_CHECK(tpd_kern_sumsq(m->kb, m->master + state, TPD_DTYPE_F32, e - b, &s));
-    else if (a->params)
-        TPD_CHECK(tpd_kern_sumsq(m->kb, tpd_model_owned_param(m, b, state),
-                                 tpd_kern_param_dtype(m->kb), e - b, &s));
-    else
-        TPD_CHECK(tpd_kern_sumsq(m->kb, tpd_model_owned_grad(m, b, state),
-                                 tpd_kern_grad_dtype(m->kb), e - b, &s));
-    a->sum += s;
-    return TPD_OK;
+    if (params && m->master)
+        return tpd_kern_sumsq_acc(m->kb, m->master + state, TPD_DTYPE_F32, e - b);
+    if (params)
+        return tpd_kern_sumsq_acc(m->kb, tpd_model_owned_param(m, b, state),
+                                  tpd_kern_param_dtype(m->kb), e - b);
+    return tpd_kern_sumsq_acc(m->kb, tpd_model_owned_grad(m, b, state), tpd_kern_grad_dtype(m->kb),
+                              e - b);
 }
 
 /* The global norm of the gradients or the weights: every parameter once (TP-replicated
  * ones and the tied embedding counted on one rank). */
 static tpd_status global_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
                               int params, double *norm_p) {
-    sumsq_arg a = {0, params};
-    TPD_CHECK(for_each_owned(m, dpp, add_sumsq, &a));
-    double sum = a.sum;
+    double sum = 0;
+    tpd_status st = for_each_owned(m, dpp, add_sumsq, &params);
+    /* one wait for all the slices; the accumulator is left empty whatever happened */
+    tpd_status st2 = tpd_kern_sumsq_take(m->kb, &sum);
+    TPD_CHECK(st);
+    TPD_CHECK(st2);
     /* Without ZeRO every DP replica holds the same reduced gradients: sum over the
      * model-parallel group only. With ZeRO each DP rank owns a disjoint shard: sum over
      * the world. The partial sums stay in double on the wire too. */

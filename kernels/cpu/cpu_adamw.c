@@ -141,3 +141,16 @@ tpd_status tpd_kern_cpu_cast(tpd_kern_ctx *ctx, void *dst, tpd_dtype dst_dt, con
                   tpd_dtype_name(dst_dt));
     return TPD_ERR_UNSUPPORTED;
 }
+
+tpd_status tpd_kern_cpu_sumsq_acc(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n) {
+    double s = 0.0;
+    TPD_CHECK(tpd_kern_cpu_sumsq(ctx, x, dt, n, &s));
+    ctx->sumsq_acc += s;
+    return TPD_OK;
+}
+
+tpd_status tpd_kern_cpu_sumsq_take(tpd_kern_ctx *ctx, double *sumsq_p) {
+    *sumsq_p = ctx->sumsq_acc;
+    ctx->sumsq_acc = 0.0;
+    return TPD_OK;
+}

@@ -213,6 +213,8 @@ static const tpd_kern_ops cpu_ops = {
     .outer_delta = tpd_kern_cpu_outer_delta,
     .outer_nesterov = tpd_kern_cpu_outer_nesterov,
     .sumsq = tpd_kern_cpu_sumsq,
+    .sumsq_acc = tpd_kern_cpu_sumsq_acc,
+    .sumsq_take = tpd_kern_cpu_sumsq_take,
     .cast = tpd_kern_cpu_cast,
 
     .destroy = cpu_destroy,

@@ -18,6 +18,7 @@
 struct tpd_kern_ctx {
     int num_threads;               /* OpenMP threads per op; 0 = runtime default */
     atomic_size_t bytes_allocated; /* live bytes handed out by ->alloc */
+    double sumsq_acc;              /* tpd_kern_sumsq_acc's running sum */
 };
 
 /* Threads for the next parallel region of this context. */
@@ -39,6 +40,9 @@ int tpd_kern_cpu_blas_nested_ok(void);
             return TPD_ERR_INVALID;                                                                \
         }                                                                                          \
     } while (0)
+
+tpd_status tpd_kern_cpu_sumsq_acc(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n);
+tpd_status tpd_kern_cpu_sumsq_take(tpd_kern_ctx *ctx, double *sumsq_p);
 
 /* ---- embedding (cpu_embed.c) ---- */
 tpd_status tpd_kern_cpu_embed_fwd(tpd_kern_ctx *ctx, void *out, const int32_t *tokens,

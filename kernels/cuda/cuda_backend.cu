@@ -257,6 +257,8 @@ static const tpd_kern_ops cuda_ops = {
     .outer_delta = tpd_kern_cuda_outer_delta,
     .outer_nesterov = tpd_kern_cuda_outer_nesterov,
     .sumsq = tpd_kern_cuda_sumsq,
+    .sumsq_acc = tpd_kern_cuda_sumsq_acc,
+    .sumsq_take = tpd_kern_cuda_sumsq_take,
     .cast = tpd_kern_cuda_cast,
 
     .destroy = cuda_destroy,
@@ -370,8 +372,11 @@ TPD_CUDA_EXPORT tpd_status tpd_kern_cuda_module_create(const tpd_kern_config *cf
     TPD_CHECK_GOTO(TPD_CUDNN(cudnnSetStream(ctx->cudnn, ctx->stream)), st, fail);
     TPD_CHECK_GOTO(TPD_CUDA(cudaMallocHost((void **)&ctx->host_result, sizeof(double))), st, fail);
     TPD_CHECK_GOTO(
-        TPD_CUDA(cudaMalloc(&ctx->reduce_partials, (TPD_CUDA_REDUCE_BLOCKS + 1) * sizeof(double))),
+        TPD_CUDA(cudaMalloc(&ctx->reduce_partials, (TPD_CUDA_REDUCE_BLOCKS + 2) * sizeof(double))),
         st, fail);
+    TPD_CHECK_GOTO(TPD_CUDA(cudaMemset(ctx->reduce_partials, 0,
+                                       (TPD_CUDA_REDUCE_BLOCKS + 2) * sizeof(double))),
+                   st, fail);
 
     backend_p->ops = &cuda_ops;
     backend_p->ctx = ctx;

@@ -101,7 +101,8 @@ struct tpd_kern_ctx {
     size_t scratch_bytes;
     int scratch_planned;
     double *host_result;   /* pinned, 1 double: where host-result ops land their value */
-    void *reduce_partials; /* device, TPD_CUDA_REDUCE_BLOCKS doubles + 1 result */
+    void *reduce_partials; /* device, TPD_CUDA_REDUCE_BLOCKS doubles + 1 result + the running
+                              sum of squares (tpd_kern_sumsq_acc) */
 };
 
 #define TPD_CUDA_REDUCE_BLOCKS 256
@@ -292,6 +293,8 @@ tpd_status tpd_kern_cuda_sum_f32_acc(tpd_kern_ctx *ctx, double *acc, const float
                                      double div);
 tpd_status tpd_kern_cuda_sumsq(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n,
                                double *sumsq_p);
+tpd_status tpd_kern_cuda_sumsq_acc(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt, size_t n);
+tpd_status tpd_kern_cuda_sumsq_take(tpd_kern_ctx *ctx, double *sumsq_p);
 
 #ifdef __cplusplus
 }

@@ -236,3 +236,37 @@ extern "C" tpd_status tpd_kern_cuda_sumsq(tpd_kern_ctx *ctx, const void *x, tpd_
     tpd_log_error("sumsq: dtype %s is not supported", tpd_dtype_name(dt));
     return TPD_ERR_UNSUPPORTED;
 }
+
+/* The running sum of squares lives in the double after the reduction's result (the
+ * partials block has room for both); each slice's sum is the one reduce_to_host forms, added
+ * in call order. */
+extern "C" tpd_status tpd_kern_cuda_sumsq_acc(tpd_kern_ctx *ctx, const void *x, tpd_dtype dt,
+                                              size_t n) {
+    double *partials = (double *)ctx->reduce_partials;
+    double *acc = partials + TPD_CUDA_REDUCE_BLOCKS + 1;
+    if (n == 0) return TPD_OK;
+    if (dt == TPD_DTYPE_F32)
+        reduce_partial_kernel<float, 1><<<TPD_CUDA_REDUCE_BLOCKS, RED_THREADS, 0, ctx->stream>>>(
+            partials, (const float *)x, n);
+    else if (dt == TPD_DTYPE_BF16)
+        reduce_partial_kernel<tpd_bf16, 1><<<TPD_CUDA_REDUCE_BLOCKS, RED_THREADS, 0, ctx->stream>>>(
+            partials, (const tpd_bf16 *)x, n);
+    else {
+        tpd_log_error("sumsq_acc: dtype %s is not supported", tpd_dtype_name(dt));
+        return TPD_ERR_UNSUPPORTED;
+    }
+    TPD_CHECK(TPD_CUDA_LAUNCHED("sumsq_acc"));
+    reduce_final_kernel<1>
+        <<<1, RED_THREADS, 0, ctx->stream>>>(acc, partials, TPD_CUDA_REDUCE_BLOCKS, 1.0);
+    return TPD_CUDA_LAUNCHED("sumsq_acc");
+}
+
+extern "C" tpd_status tpd_kern_cuda_sumsq_take(tpd_kern_ctx *ctx, double *sumsq_p) {
+    double *acc = (double *)ctx->reduce_partials + TPD_CUDA_REDUCE_BLOCKS + 1;
+    TPD_CHECK(TPD_CUDA(cudaMemcpyAsync(ctx->host_result, acc, sizeof(double),
+                                       cudaMemcpyDeviceToHost, ctx->stream)));
+    TPD_CHECK(TPD_CUDA(cudaMemsetAsync(acc, 0, sizeof(double), ctx->stream)));
+    TPD_CHECK(TPD_CUDA(cudaStreamSynchronize(ctx->stream)));
+    *sumsq_p = *ctx->host_result;
+    return TPD_OK;
+}

@@ -732,6 +732,30 @@ TEST(CpuReduce, SumAndSumsqInDouble) {
     EXPECT_EQ(tpd_kern_sumsq(be.b, x.data(), TPD_DTYPE_I32, 1, &hsq), TPD_ERR_UNSUPPORTED);
 }
 
+// The running sum of squares over slices equals the host's sum of each slice's sumsq, in
+// call order, bit for bit; taking it empties it.
+TEST(CpuReduce, SumsqAccumulatesSlicesAndTakeEmpties) {
+    ref::CpuBackend be;
+    FVec x = ref::randn(9001, 29);
+    const size_t cuts[] = {0, 17, 4096, 4100, 9001};
+    double host = 0.0;
+    for (int i = 0; i + 1 < 5; i++) {
+        double s = 0.0;
+        ASSERT_EQ(
+            tpd_kern_sumsq(be.b, x.data() + cuts[i], TPD_DTYPE_F32, cuts[i + 1] - cuts[i], &s),
+            TPD_OK);
+        host += s;
+        ASSERT_EQ(
+            tpd_kern_sumsq_acc(be.b, x.data() + cuts[i], TPD_DTYPE_F32, cuts[i + 1] - cuts[i]),
+            TPD_OK);
+    }
+    double acc = -1.0;
+    ASSERT_EQ(tpd_kern_sumsq_take(be.b, &acc), TPD_OK);
+    EXPECT_EQ(acc, host);
+    ASSERT_EQ(tpd_kern_sumsq_take(be.b, &acc), TPD_OK);
+    EXPECT_EQ(acc, 0.0);
+}
+
 // ---- casts ----
 
 TEST(CpuCast, Bf16RoundsToNearestEven) {
