@@ -189,19 +189,26 @@ TEST(ConfigSharding, TheLayoutCarriesTheStrategyAndAOneRankCopyDropsIt) {
     EXPECT_EQ(o.parallel.data_parallel_sharding_strategy, TPD_DP_SHARDING_OPTIM);
 }
 
-// parallel.context_parallel_size: the sequence must cut into 2 x CP chunks, and `tripod
-// train` refuses CP > 1 with the reason until the model splits sequences.
+// parallel.context_parallel_size: the sequence must cut into 2 x CP chunks; `tripod train`
+// trains CP on the cpu backend and refuses it on cuda and under DiLoCo with the reason.
 TEST(ConfigContextParallel, ChunksAndRefusal) {
     tpd_config c;
     ASSERT_EQ(Load({"parallel.context_parallel_size=2"}, &c), TPD_OK);
     EXPECT_EQ(tpd_config_cp(&c), 2);
     EXPECT_EQ(tpd_config_dp(&c, 8), 4);       // world 8 / (TP 1 x PP 1 x CP 2)
     EXPECT_EQ(tpd_config_dp_inner(&c, 4), 8); // gradients summed over DP x CP
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK);
+    c.training.device = TPD_DEVICE_CUDA;
     tpd_log_quiet_begin();
     EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
     tpd_log_quiet_end();
-    EXPECT_TRUE(Says("parallel.context_parallel_size 2: `tripod train` does not split sequences"))
-        << tpd_last_error();
+    EXPECT_TRUE(Says("context parallelism trains on the cpu backend")) << tpd_last_error();
+    c.training.device = TPD_DEVICE_CPU;
+    c.parallel.dp_sync = TPD_DP_SYNC_DILOCO;
+    tpd_log_quiet_begin();
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
+    tpd_log_quiet_end();
+    EXPECT_TRUE(Says("DiLoCo's replicas split data-parallel ranks")) << tpd_last_error();
     tpd_log_quiet_begin();
     tpd_status st = Load({"parallel.context_parallel_size=3"}, &c); // seq_length not 6k
     tpd_log_quiet_end();
@@ -209,4 +216,38 @@ TEST(ConfigContextParallel, ChunksAndRefusal) {
         EXPECT_EQ(st, TPD_ERR_INVALID);
         EXPECT_TRUE(Says("needs seq_length")) << tpd_last_error();
     }
+}
+
+// The mixture-of-experts keys: what the block cannot be built with fails at load, naming
+// the key; expert parallelism, cuda and CP are refused by `tripod train` with the reason.
+TEST(ConfigMoe, KeysAndRefusals) {
+    tpd_config c;
+    ASSERT_EQ(Load({"model.num_moe_experts=4", "model.moe_router_topk=2"}, &c), TPD_OK);
+    EXPECT_EQ(tpd_config_moe(&c), 1);
+    EXPECT_EQ(tpd_config_moe_ffn(&c), c.model.ffn_hidden_size); // 0 means the dense width
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK);
+    const struct {
+        std::vector<std::string> keys;
+        const char *says;
+    } bad[] = {
+        {{"model.num_moe_experts=4", "model.moe_router_topk=5"}, "model.moe_router_topk"},
+        {{"model.num_moe_experts=1"}, "at least 2 experts"},
+        {{"model.num_moe_experts=4", "model.moe_layer_freq=2"}, "model.moe_layer_freq"},
+        {{"model.num_moe_experts=4", "model.moe_shared_expert_gate=true"}, "needs shared experts"},
+        {{"model.num_moe_experts=4", "model.moe_norm_topk_prob=true"}, "moe_router_pre_softmax"},
+        {{"model.num_moe_experts=4", "parallel.expert_model_parallel_size=3"}, "must divide"},
+        {{"parallel.expert_model_parallel_size=2"}, "the model has none"},
+    };
+    for (const auto &b : bad) {
+        tpd_log_quiet_begin();
+        EXPECT_EQ(Load(b.keys, &c), TPD_ERR_INVALID) << b.says;
+        tpd_log_quiet_end();
+        EXPECT_TRUE(Says(b.says)) << tpd_last_error();
+    }
+    ASSERT_EQ(Load({"model.num_moe_experts=4", "parallel.expert_model_parallel_size=2"}, &c),
+              TPD_OK);
+    tpd_log_quiet_begin();
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
+    tpd_log_quiet_end();
+    EXPECT_TRUE(Says("does not split experts over ranks yet")) << tpd_last_error();
 }
