@@ -321,8 +321,10 @@ TEST(PlanCli, Llama70bOn1024Gpus) {
     cJSON_ArrayForEach(o, arr) {
         int tp = cJSON_GetObjectItem(o, "tp")->valueint,
             pp = cJSON_GetObjectItem(o, "pp")->valueint,
-            dp = cJSON_GetObjectItem(o, "dp")->valueint;
-        EXPECT_EQ(tp * pp * dp, 1024);
+            dp = cJSON_GetObjectItem(o, "dp")->valueint,
+            cp = cJSON_GetObjectItem(o, "cp")->valueint;
+        EXPECT_EQ(tp * cp * pp * dp, 1024);
+        EXPECT_EQ(cJSON_GetObjectItem(o, "world")->valueint, 1024);
         EXPECT_EQ(8 % tp, 0) << "the 8 K/V groups split whole over TP";
         EXPECT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(o, "fits")));
         EXPECT_LE(cJSON_GetObjectItem(o, "memory_bytes_per_rank")->valuedouble,
