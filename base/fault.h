@@ -8,6 +8,10 @@
  *                     never reaches the shard;
  *   stale-param-gather:U  under optim_grads_params a staged copy of unit U (default 0)
  *                     outlives the update, so the next forward may read its old weights;
+ *   cp-skip-ring-step:I  ring attention's step I (default 1) receives no K/V block: the
+ *                     step before's block is folded in twice and one is never seen;
+ *   cp-lse-wrong-max  the block attention merges a block's exponentials taken against the
+ *                     block's own maximum into a state scaled to the merged maximum;
  *   wrong-shard       a resume loads the checkpoint slice of the next TP rank instead
  *                     of its own (at TP > 1);
  *   stop-rank:R       world rank R (default 1) of `tripod train`/`eval`/`bench` stops

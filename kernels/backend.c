@@ -94,6 +94,15 @@ tpd_status tpd_kern_copy(const tpd_kern_backend *kb, void *dst, const void *src,
     return kb->ops->copy(kb->ctx, dst, src, bytes);
 }
 
+tpd_status tpd_kern_copy_2d(const tpd_kern_backend *kb, void *dst, size_t dpitch, const void *src,
+                            size_t spitch, size_t width, size_t rows) {
+    if (rows > 1 && (width > dpitch || width > spitch))
+        return tpd_fail(TPD_ERR_INVALID, "copy_2d: width %zu wider than a pitch (%zu, %zu)", width,
+                        dpitch, spitch);
+    if (rows == 0 || width == 0) return TPD_OK;
+    return kb->ops->copy_2d(kb->ctx, dst, dpitch, src, spitch, width, rows);
+}
+
 tpd_status tpd_kern_synchronize(const tpd_kern_backend *kb) {
     return kb->ops->synchronize(kb->ctx);
 }
@@ -190,6 +199,71 @@ static tpd_status no_block_attention(const tpd_kern_backend *kb) {
                     "backend %s: no block-wise (ring) attention: context parallelism runs on the "
                     "cpu backend",
                     kb->name);
+}
+
+static tpd_status no_moe(const tpd_kern_backend *kb) {
+    return tpd_fail(TPD_ERR_UNSUPPORTED,
+                    "backend %s: no token dispatch for experts: mixture-of-experts models train "
+                    "on the cpu backend",
+                    tpd_kern_name(kb));
+}
+
+tpd_status tpd_kern_gather_rows(const tpd_kern_backend *kb, void *out, const void *inp,
+                                const int32_t *idx, int N, int C) {
+    if (!kb->ops->gather_rows) return no_moe(kb);
+    return kb->ops->gather_rows(kb->ctx, out, inp, idx, N, C);
+}
+
+tpd_status tpd_kern_scatter_add_rows(const tpd_kern_backend *kb, void *out, const void *inp,
+                                     const int32_t *idx, int N, int C, int rows_out) {
+    if (!kb->ops->scatter_add_rows) return no_moe(kb);
+    return kb->ops->scatter_add_rows(kb->ctx, out, inp, idx, N, C, rows_out);
+}
+
+tpd_status tpd_kern_scale_rows(const tpd_kern_backend *kb, void *out, const void *inp,
+                               const float *s, int N, int C) {
+    if (!kb->ops->scale_rows) return no_moe(kb);
+    return kb->ops->scale_rows(kb->ctx, out, inp, s, N, C);
+}
+
+tpd_status tpd_kern_row_dot(const tpd_kern_backend *kb, float *out, const void *a, const void *b,
+                            int N, int C) {
+    if (!kb->ops->row_dot) return no_moe(kb);
+    return kb->ops->row_dot(kb->ctx, out, a, b, N, C);
+}
+
+tpd_status tpd_kern_grouped_matmul_fwd(const tpd_kern_backend *kb, void *out, const void *inp,
+                                       const void *w, const void *bias, const int *counts, int G,
+                                       int IC, int OC) {
+    size_t a = tpd_dtype_size(tpd_kern_act_dtype(kb)), p = tpd_dtype_size(tpd_kern_param_dtype(kb));
+    size_t row = 0;
+    for (int g = 0; g < G; g++) {
+        if (counts[g] > 0)
+            TPD_CHECK(kb->ops->matmul_fwd(
+                kb->ctx, (char *)out + row * OC * a, (const char *)inp + row * IC * a,
+                (const char *)w + (size_t)g * OC * IC * p,
+                bias ? (const char *)bias + (size_t)g * OC * p : NULL, counts[g], IC, OC));
+        row += (size_t)(counts[g] > 0 ? counts[g] : 0);
+    }
+    return TPD_OK;
+}
+
+tpd_status tpd_kern_grouped_matmul_bwd(const tpd_kern_backend *kb, void *dinp, void *dw,
+                                       void *dbias, const void *dout, const void *inp,
+                                       const void *w, const int *counts, int G, int IC, int OC) {
+    size_t a = tpd_dtype_size(tpd_kern_act_dtype(kb)), p = tpd_dtype_size(tpd_kern_param_dtype(kb));
+    size_t gs = tpd_dtype_size(tpd_kern_grad_dtype(kb)), row = 0;
+    for (int g = 0; g < G; g++) {
+        if (counts[g] > 0)
+            TPD_CHECK(kb->ops->matmul_bwd(
+                kb->ctx, dinp ? (char *)dinp + row * IC * a : NULL,
+                dw ? (char *)dw + (size_t)g * OC * IC * gs : NULL,
+                dbias ? (char *)dbias + (size_t)g * OC * gs : NULL,
+                (const char *)dout + row * OC * a, inp ? (const char *)inp + row * IC * a : NULL,
+                (const char *)w + (size_t)g * OC * IC * p, counts[g], IC, OC));
+        row += (size_t)(counts[g] > 0 ? counts[g] : 0);
+    }
+    return TPD_OK;
 }
 
 tpd_status tpd_kern_attention_block_fwd(const tpd_kern_backend *kb, float *o, float *m, float *l,

@@ -140,6 +140,10 @@ tpd_status tpd_kern_copy_to_device(const tpd_kern_backend *kb, void *dst, const 
 tpd_status tpd_kern_copy_to_host(const tpd_kern_backend *kb, void *dst, const void *src,
                                  size_t bytes);
 tpd_status tpd_kern_copy(const tpd_kern_backend *kb, void *dst, const void *src, size_t bytes);
+/* rows x width bytes between backend buffers: row i from src + i*spitch to dst + i*dpitch
+ * (a column block of a row-major matrix, as cudaMemcpy2D). The ranges must not overlap. */
+tpd_status tpd_kern_copy_2d(const tpd_kern_backend *kb, void *dst, size_t dpitch, const void *src,
+                            size_t spitch, size_t width, size_t rows);
 tpd_status tpd_kern_synchronize(const tpd_kern_backend *kb);
 
 /* ---- host staging and ordering (uploads that do not stall the host) ---- */
@@ -251,8 +255,8 @@ tpd_status tpd_kern_attention_bwd(const tpd_kern_backend *kb, void *dqkv, const 
  *
  * block_fwd folds one block into flash attention's running state (Dao et al.): per
  * (b, h, t) the largest score m, the sum l of exp(score - m) and the unnormalised output
- * o = sum exp(score - m) v. Start from m = -inf, l = 0, o = 0; a block with no visible
- * key leaves the state as it is. block_finish then writes out(B,T,NH*HS) = o / l and the
+ * o = sum exp(score - m) v. Start from m = l = o = 0 (l = 0: no key seen, m unread); a
+ * block with no visible key leaves the state as it is. block_finish then writes out(B,T,NH*HS) = o / l and the
  * log-sum-exp lse = m + log l (B,NH,T), which is all the backward keeps. In any order of
  * blocks the result is the causal attention over their union, up to rounding.
  *
@@ -275,6 +279,30 @@ tpd_status tpd_kern_attention_block_bwd(const tpd_kern_backend *kb, float *dq, f
 tpd_status tpd_kern_attention_decode(const tpd_kern_backend *kb, void *out, const void *q,
                                      const void *kcache, const void *vcache, int len, int NH,
                                      int NKV, int HS);
+
+/* ---- mixture of experts: token rows to and from their experts ----
+ * Activation dtype rows of C columns. gather_rows: out[i] = inp[idx[i]] for i < N.
+ * scatter_add_rows: out[idx[i]] += inp[i] for i < N (out has rows_out rows; the rows of
+ * one output row are added in increasing i, so the sums never depend on threads).
+ * scale_rows: out[i] = s[i] * inp[i] (out may alias inp). row_dot: out[i] = inp a[i] . b[i]
+ * in fp32. The cpu backend's (TPD_ERR_UNSUPPORTED elsewhere). */
+tpd_status tpd_kern_gather_rows(const tpd_kern_backend *kb, void *out, const void *inp,
+                                const int32_t *idx, int N, int C);
+tpd_status tpd_kern_scatter_add_rows(const tpd_kern_backend *kb, void *out, const void *inp,
+                                     const int32_t *idx, int N, int C, int rows_out);
+tpd_status tpd_kern_scale_rows(const tpd_kern_backend *kb, void *out, const void *inp,
+                               const float *s, int N, int C);
+tpd_status tpd_kern_row_dot(const tpd_kern_backend *kb, float *out, const void *a, const void *b,
+                            int N, int C);
+/* Grouped matmul: G groups of consecutive rows, counts[g] rows each (host memory), group g
+ * with its weights w + g*OC*IC (and bias + g*OC): the matmul_fwd/matmul_bwd of each group
+ * (dw and dbias of group g at the same offsets, accumulated). Empty groups are skipped. */
+tpd_status tpd_kern_grouped_matmul_fwd(const tpd_kern_backend *kb, void *out, const void *inp,
+                                       const void *w, const void *bias, const int *counts, int G,
+                                       int IC, int OC);
+tpd_status tpd_kern_grouped_matmul_bwd(const tpd_kern_backend *kb, void *dinp, void *dw,
+                                       void *dbias, const void *dout, const void *inp,
+                                       const void *w, const int *counts, int G, int IC, int OC);
 
 /* ---- Llama's block: RMSNorm, rotary position embedding, SwiGLU ---- */
 /* out(N,C) = inp * rstd * w with rstd = 1/sqrt(mean over C of inp^2 + eps); rstd(N) fp32.

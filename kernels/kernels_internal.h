@@ -23,6 +23,8 @@ typedef struct tpd_kern_ops {
     tpd_status (*copy_to_device)(tpd_kern_ctx *ctx, void *dst, const void *src, size_t bytes);
     tpd_status (*copy_to_host)(tpd_kern_ctx *ctx, void *dst, const void *src, size_t bytes);
     tpd_status (*copy)(tpd_kern_ctx *ctx, void *dst, const void *src, size_t bytes);
+    tpd_status (*copy_2d)(tpd_kern_ctx *ctx, void *dst, size_t dpitch, const void *src,
+                          size_t spitch, size_t width, size_t rows);
     tpd_status (*synchronize)(tpd_kern_ctx *ctx);
 
     /* ---- embedding (vocab-parallel pieces) ---- */
@@ -81,6 +83,16 @@ typedef struct tpd_kern_ops {
                                       int B, int T, int Tk, int NH, int NKV, int HS);
     tpd_status (*attention_decode)(tpd_kern_ctx *ctx, void *out, const void *q, const void *kcache,
                                    const void *vcache, int len, int NH, int NKV, int HS);
+
+    /* ---- mixture of experts: token rows moved to and from their experts (kernels.h) ---- */
+    tpd_status (*gather_rows)(tpd_kern_ctx *ctx, void *out, const void *inp, const int32_t *idx,
+                              int N, int C);
+    tpd_status (*scatter_add_rows)(tpd_kern_ctx *ctx, void *out, const void *inp,
+                                   const int32_t *idx, int N, int C, int rows_out);
+    tpd_status (*scale_rows)(tpd_kern_ctx *ctx, void *out, const void *inp, const float *s, int N,
+                             int C);
+    tpd_status (*row_dot)(tpd_kern_ctx *ctx, float *out, const void *a, const void *b, int N,
+                          int C);
 
     /* ---- softmax cross-entropy, vocab-parallel pieces ----
      * logits(N,Vl) are this rank's vocab columns [v0, v0+Vl); only the first Vvalid of

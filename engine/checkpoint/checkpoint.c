@@ -56,9 +56,9 @@ static tpd_ckpt_rank rank_of(const tpd_ckpt_view *v) {
     tpd_ckpt_rank r;
     memset(&r, 0, sizeof r);
     /* DiLoCo: a replica's state is sharded over its own inner DP group */
-    int inner = tpd_config_dp_inner(v->cfg, ms->dp_size);
+    int inner = tpd_config_dp_inner(v->cfg, ms->data_dp_size);
     /* HSDP: a shard group's ranks hold what the other groups hold; the first group writes */
-    int H = tpd_config_dp_shard_engine(v->cfg, ms->dp_size);
+    int H = tpd_config_dp_shard_engine(v->cfg, ms->data_dp_size);
     r.tp = ms->tp;
     r.pp = ms->pp;
     r.dp = (ms->dp % inner) % H;
@@ -214,8 +214,8 @@ static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state, co
     char *json = NULL, path[PATH_CAP + 80], hex[65];
     tpd_status st = TPD_OK;
     if (!files) return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
-    int inner = tpd_config_dp_inner(v->cfg, ms->dp_size);
-    int H = tpd_config_dp_shard_engine(v->cfg, ms->dp_size); /* HSDP: the first group's files */
+    int inner = tpd_config_dp_inner(v->cfg, ms->data_dp_size);
+    int H = tpd_config_dp_shard_engine(v->cfg, ms->data_dp_size); /* HSDP: the first group's files */
     for (int w = 0; w < world; w++) {
         const int32_t *rec = recs + (size_t)w * REC_WORDS;
         int t, d, s;

@@ -209,6 +209,12 @@ void tpd_ckpt_hf_name(tpd_param p, int l, int pattern, char *buf, size_t n, int 
         [TPD_P_LNFW] = "ln_f.weight",
         [TPD_P_LNFB] = "ln_f.bias",
         [TPD_P_LMHEAD] = "lm_head.weight",
+        [TPD_P_ROUTERW] = "mlp.router.weight",
+        [TPD_P_EXPFCW] = "mlp.experts.c_fc.weight",
+        [TPD_P_EXPFCB] = "mlp.experts.c_fc.bias",
+        [TPD_P_EXPPROJW] = "mlp.experts.c_proj.weight",
+        [TPD_P_EXPPROJB] = "mlp.experts.c_proj.bias",
+        [TPD_P_SHGATEW] = "mlp.shared_expert_gate.weight",
     };
     if (conv1d_p)
         *conv1d_p = p == TPD_P_QKVW || p == TPD_P_ATTPROJW || p == TPD_P_FCW || p == TPD_P_FCPROJW;

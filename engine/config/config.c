@@ -467,6 +467,73 @@ const cfg_loc *tpd_cfg_at(const cfg_loader *ld, const char *a, const char *b) {
     return tpd_cfg_where(ld, b);
 }
 
+/* The mixture-of-experts keys: what the block needs to be built at all. */
+static tpd_status check_moe(cfg_loader *ld, int tp) {
+    const tpd_config_model *m = &ld->cfg->model;
+    const tpd_config_parallel *p = &ld->cfg->parallel;
+    const int E = m->num_moe_experts;
+    const char *k = "model.num_moe_experts";
+    if (E == 0) {
+        k = "parallel.expert_model_parallel_size";
+        if (p->expert_model_parallel_size > 1)
+            return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.num_moe_experts"), k,
+                                "%d splits experts, and the model has none (num_moe_experts 0)",
+                                p->expert_model_parallel_size);
+        return TPD_OK;
+    }
+    if (E < 2)
+        return tpd_cfg_fail(ld, tpd_cfg_where(ld, k), k,
+                            "%d: a mixture needs at least 2 experts (0 for a dense model)", E);
+    k = "model.moe_router_topk";
+    if (m->moe_router_topk > E)
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.num_moe_experts"), k,
+                            "%d is more than the %d experts", m->moe_router_topk, E);
+    k = "model.moe_layer_freq";
+    if (m->moe_layer_freq != 1)
+        return tpd_cfg_fail(ld, tpd_cfg_where(ld, k), k,
+                            "%d: tripod's MoE models have the MoE block in every layer (1); "
+                            "stacks that mix dense and MoE layers are not built",
+                            m->moe_layer_freq);
+    k = "model.moe_ffn_hidden_size";
+    int fe = tpd_config_moe_ffn(ld->cfg);
+    if (fe % tp)
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "parallel.tensor_model_parallel_size"), k,
+                            "the expert width (%d) must be a multiple of "
+                            "tensor_model_parallel_size (%d): each expert's MLP is split like "
+                            "the dense one",
+                            fe, tp);
+    k = "model.moe_shared_expert_intermediate_size";
+    if (m->moe_shared_expert_intermediate_size % tp)
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "parallel.tensor_model_parallel_size"), k,
+                            "%d must be a multiple of tensor_model_parallel_size (%d)",
+                            m->moe_shared_expert_intermediate_size, tp);
+    k = "model.moe_shared_expert_gate";
+    if (m->moe_shared_expert_gate && m->moe_shared_expert_intermediate_size == 0)
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.moe_shared_expert_intermediate_size"), k,
+                            "true needs shared experts (moe_shared_expert_intermediate_size > "
+                            "0)");
+    k = "model.moe_norm_topk_prob";
+    if (m->moe_norm_topk_prob && !m->moe_router_pre_softmax)
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.moe_router_pre_softmax"), k,
+                            "true renormalizes the top-k of a softmax over all experts "
+                            "(moe_router_pre_softmax true); without it the k weights are a "
+                            "softmax of their own and already sum to 1");
+    k = "parallel.expert_tensor_parallel_size";
+    if (p->expert_tensor_parallel_size != 0 && p->expert_tensor_parallel_size != tp)
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "parallel.tensor_model_parallel_size"), k,
+                            "%d: the experts are split over the TP group like the dense MLP "
+                            "(expert TP = tensor_model_parallel_size %d, or 0); another expert "
+                            "TP is not built",
+                            p->expert_tensor_parallel_size, tp);
+    k = "parallel.expert_model_parallel_size";
+    if (E % p->expert_model_parallel_size)
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.num_moe_experts"), k,
+                            "%d must divide num_moe_experts (%d): each EP rank holds E / EP "
+                            "experts",
+                            p->expert_model_parallel_size, E);
+    return TPD_OK;
+}
+
 static tpd_status cfg_check_relations(cfg_loader *ld) {
     const tpd_config *c = ld->cfg;
     const tpd_config_model *m = &c->model;
@@ -493,6 +560,7 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
                             "ffn_hidden_size (%d) must be a multiple of "
                             "tensor_model_parallel_size (%d)",
                             m->ffn_hidden_size, tp);
+    TPD_CHECK(check_moe(ld, tp));
     const int64_t nvs = (int64_t)pp * vpp; /* virtual stages: model chunks over the pipeline */
     if (nvs > TPD_CONFIG_MAX_STAGES) {
         k = "parallel.virtual_pipeline_model_parallel_size";

@@ -102,14 +102,39 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
                               "false to train");
     const tpd_dp_sharding sh = cfg->parallel.data_parallel_sharding_strategy;
     const char *shk = "parallel.data_parallel_sharding_strategy";
-    /* the dimension's mesh, communicator and ring-attention kernels exist; the model's
-     * sequence split does not yet */
-    if (tpd_config_cp(cfg) > 1)
+    if (tpd_config_cp(cfg) > 1 && t->device == TPD_DEVICE_CUDA)
         return cfg_fail_after(cfg,
-                              "parallel.context_parallel_size %d: `tripod train` does not split "
-                              "sequences over CP ranks yet (the mesh's CP group and the cpu "
-                              "ring-attention kernels are built, the model's chunked sequence is "
-                              "not); set it to 1",
+                              "parallel.context_parallel_size %d with training.device cuda: "
+                              "context parallelism trains on the cpu backend (its block-wise "
+                              "ring attention and the CP exchanges are host-side); `tripod plan` "
+                              "models it on GPUs. Set it to 1 or train on the cpu",
+                              tpd_config_cp(cfg));
+    if (tpd_config_moe(cfg) && t->device == TPD_DEVICE_CUDA)
+        return cfg_fail_after(cfg,
+                              "model.num_moe_experts %d with training.device cuda: the MoE "
+                              "block's router and token dispatch run on the cpu backend only; "
+                              "`tripod plan` models MoE on GPUs. Train it on the cpu",
+                              cfg->model.num_moe_experts);
+    if (tpd_config_moe(cfg) && cfg->parallel.expert_model_parallel_size > 1)
+        return cfg_fail_after(cfg,
+                              "parallel.expert_model_parallel_size %d: `tripod train` does not "
+                              "split experts over ranks yet (every rank holds all %d experts, and "
+                              "the expert-data-parallel reduction and the token all-to-all are "
+                              "not built); `tripod plan` models EP. Set it to 1",
+                              cfg->parallel.expert_model_parallel_size,
+                              cfg->model.num_moe_experts);
+    if (tpd_config_moe(cfg) && tpd_config_cp(cfg) > 1)
+        return cfg_fail_after(cfg,
+                              "model.num_moe_experts with parallel.context_parallel_size %d: the "
+                              "load-balancing loss is taken over a micro-batch's tokens, which "
+                              "CP splits over ranks; set one of them back",
+                              tpd_config_cp(cfg));
+    if (tpd_config_cp(cfg) > 1 && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
+        return cfg_fail_after(cfg,
+                              "parallel.context_parallel_size %d with parallel.dp_sync diloco: "
+                              "DiLoCo's replicas split data-parallel ranks, not the CP ranks of a "
+                              "sequence; set one of them back (context_parallel_size 1 or "
+                              "dp_sync every_step)",
                               tpd_config_cp(cfg));
     if (sh >= TPD_DP_SHARDING_OPTIM_GRADS && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
         return cfg_fail_after(cfg,
@@ -141,6 +166,15 @@ int tpd_config_dp(const tpd_config *cfg, int world_size) {
 int tpd_config_dp_replicas(const tpd_config *cfg, int dp) {
     if (cfg->parallel.dp_sync != TPD_DP_SYNC_DILOCO) return 1;
     return cfg->diloco.replicas > 0 ? cfg->diloco.replicas : dp;
+}
+
+int tpd_config_moe_ffn(const tpd_config *cfg) {
+    return cfg->model.moe_ffn_hidden_size > 0 ? cfg->model.moe_ffn_hidden_size
+                                              : cfg->model.ffn_hidden_size;
+}
+
+int tpd_config_moe(const tpd_config *cfg) {
+    return cfg->model.num_moe_experts > 0;
 }
 
 int tpd_config_cp(const tpd_config *cfg) {

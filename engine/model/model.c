@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/align.h"
+
 /* ---- allocation ---- */
 
 static tpd_status alloc_block(tpd_model *m, size_t bytes, void **ptr_p) {
@@ -58,7 +60,14 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
                       tpd_config_choice("training.precision", cfg->training.precision),
                       cfg->training.accumulate_allreduce_grads_in_fp32 ? "true" : "false");
     }
-    size_t saved = tpd_kern_attention_saved_bytes(kb, m->d.B, m->d.T, m->d.NHl, m->d.HS);
+    const tpd_model_dims *d = &m->d;
+    size_t saved = b->att_saved; /* CP p2p: the ring's LSE, the model's own */
+    if (d->cp_size == 1)
+        saved = tpd_kern_attention_saved_bytes(kb, d->B, d->T, d->NHl, d->HS);
+    else if (d->cp_a2a) /* whole sequences of NH/CP heads, then their output */
+        saved = tpd_align_up(tpd_kern_attention_saved_bytes(kb, d->B, d->Tg, d->NHl / d->cp_size,
+                                                            d->HS)) +
+                (size_t)d->B * d->T * d->Cl * b->act_size;
     if (saved != b->att_saved) {
         TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, undo_model,
                       "model: backend %s keeps %zu bytes of attention state, the memory plan "
@@ -113,6 +122,12 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
         TPD_CHECK_GOTO(tpd_kern_event_create(kb, &m->stage_events[i]), st, undo_buffers);
     if (m->d.last)
         TPD_CHECK_GOTO(tpd_kern_zero(kb, m->ws + b->w_loss, sizeof(double)), st, undo_buffers);
+    if (m->d.E) {
+        m->moe_f = calloc((size_t)m->d.E, sizeof *m->moe_f);
+        m->moe.load = calloc((size_t)m->d.E, sizeof *m->moe.load);
+        if (!m->moe_f || !m->moe.load)
+            TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, undo_buffers, "model: out of memory");
+    }
     *model_p = m;
     return TPD_OK;
 undo_buffers:
@@ -135,6 +150,8 @@ void tpd_model_destroy(tpd_model *m) {
         free(m->stage_events);
     }
     if (m->host_tokens) tpd_kern_host_free(m->kb, m->host_tokens);
+    free(m->moe_f);
+    free(m->moe.load);
     free(m->ubase_g);
     free(m->ubase_p);
     free(m->ubound);
@@ -318,11 +335,16 @@ tpd_status tpd_model_set_batch(tpd_model *m, const tpd_model_mb *at, const int32
      * device); its event says when that copy has landed, which is almost always long ago */
     void *ev = m->stage_events[at->slot];
     TPD_CHECK(tpd_kern_event_wait(m->kb, ev));
-    for (int pass = 0; pass < 2; pass++) { /* inputs [:, :T], then targets [:, 1:] */
+    for (int pass = 0; pass < 2; pass++) { /* inputs [:, :Tg], then targets [:, 1:] */
         int32_t *stage = m->host_tokens + ((size_t)at->slot * 2 + (size_t)pass) * n;
+        /* runs of consecutive positions: the whole sequence, or this CP rank's chunks */
+        int runs = d->cp_size > 1 ? 2 : 1, len = d->T / runs;
         for (int b = 0; b < d->B; b++)
-            memcpy(stage + (size_t)b * d->T, tokens + (size_t)b * (d->T + 1) + pass,
-                   (size_t)d->T * 4);
+            for (int h = 0; h < runs; h++) {
+                int t0 = h * len, p0 = tpd_model_cp_pos(d, m->cp_rank, t0);
+                memcpy(stage + (size_t)b * d->T + t0, tokens + (size_t)b * (d->Tg + 1) + p0 + pass,
+                       (size_t)len * 4);
+            }
         TPD_CHECK(tpd_kern_copy_to_device_async(
             m->kb, s + (pass ? m->plan.s_targets : m->plan.s_tokens), stage, bytes));
     }

@@ -43,6 +43,15 @@ typedef struct tpd_act_layer {
     size_t fch, fch_gelu;           /* (N,F/tp) before and after GELU; under SwiGLU fch is
                                        (N,2F/tp) [gate | up] and fch_gelu their product */
     size_t out;                     /* (Nl,C) layer output */
+    /* mixture of experts (engine/model/model_moe.c), Nk = N*k token-expert assignments:
+     * the router's softmax (N,E) and log-sum-exp (N) fp32; each assignment's expert (N,k)
+     * int32, weight (N,k) fp32 and row in the expert order (N,k) int32, -1 when dropped;
+     * per expert-order row its token (Nk) int32 and weight (Nk) fp32; the experts' row
+     * counts (E) and the kept rows (1) int32; the rows in expert order (Nk,C), the experts'
+     * fc output (Nk,FCel) and activation (Nk,Fel), their (partial over TP) output (Nk,C);
+     * the shared experts' output (N,C) and gate (N) fp32. */
+    size_t moe_probs, moe_lse, moe_topi, moe_topw, moe_pos, moe_order, moe_wperm, moe_counts;
+    size_t moe_x, moe_h, moe_hact, moe_y, moe_shout, moe_gate;
     size_t bytes;                   /* block size */
 } tpd_act_layer;
 
@@ -118,6 +127,22 @@ typedef struct tpd_buffer_plan {
                               layer's partial output before its reduce-scatter */
     size_t w_dlnl;         /* SP: (Nl,C) this rank's rows of w_dln, reduced */
     size_t w_loss;         /* last stage: one f64, the step's loss accumulated on the backend */
+    /* context parallelism, p2p (ring attention, engine/model/model_cp.c): two K/V blocks
+     * (N,2*KVl*HS) in flight, their dK/dV partial sums (fp32), the running output or dq
+     * (B,NHl,T,HS) fp32, the running maximum and sum (B,NHl,T) fp32, and the positions
+     * (Tg + T int32: all of a sequence's, then this rank's). a2a (Ulysses): a send and a
+     * receive buffer of (N,QKVl) for the all-to-alls. */
+    size_t w_cpkv, w_cpdkv, w_cpo, w_cpm, w_cpl, w_cppos;
+    size_t w_a2a_send, w_a2a_recv;
+    size_t cp_att_probs; /* a2a: bytes of the attention's own saved state, before the
+                            whole-sequence output (N,Cl) in a layer's attention block */
+    /* mixture of experts: the MLP's (partial over TP) output or input gradient (N,C), the
+     * rows in expert order (Nk,C), the experts' fc and activation gradients (Nk,FCel) and
+     * (Nk,Fel), the assignments' weight gradients (Nk) fp32, the router's logit gradients
+     * (N,E) fp32, and (N,C) for the router's and gate's input gradients (under SP also the
+     * gathered MLP input) */
+    size_t w_moe_y, w_moe_perm, w_moe_dh, w_moe_dhact, w_moe_dw, w_moe_dlogits, w_moe_dx,
+        w_moe_x;
     size_t ws_bytes;
     /* the backend's scratch for these shapes (tpd_kern_scratch_plan; 0 on cpu), reserved
      * once at creation, and the host staging of tokens: (2, B*T) int32 per slot */
@@ -165,6 +190,15 @@ enum {
  * gather and free units, and both poll outstanding collectives. */
 typedef tpd_status (*tpd_model_hook)(void *user, int unit, int event);
 
+/* A mixture of experts' statistics, summed over this rank's layers and micro-batches (TP
+ * rank 0 only): the two losses as weighted into the objective (aux also without its
+ * coefficient), the assignments dropped by the capacity and made, and per expert its
+ * assignments (load, E entries). */
+typedef struct tpd_model_moe_stats {
+    double aux, aux_raw, z, dropped, assigned;
+    double *load;
+} tpd_model_moe_stats;
+
 typedef struct tpd_model {
     tpd_config cfg;
     tpd_buffer_plan plan;
@@ -201,6 +235,11 @@ typedef struct tpd_model {
     size_t bytes_allocated;
     tpd_model_hook hook; /* tpd_model_set_hook */
     void *hook_user;
+    tpd_comm *cp_comm; /* context parallelism: the CP ring (tpd_model_set_cp); NULL at CP 1 */
+    int cp_rank;
+    tpd_model_moe_stats moe; /* mixture of experts: sums since tpd_model_moe_take */
+    double *moe_f;           /* (E) one layer's assignments per expert (the aux gradient) */
+    int moe_quiet;           /* a recompute: its routing is not counted again */
 } tpd_model;
 
 /* Allocates every buffer (tp_comm: this rank's TP communicator; may be NULL for TP=1). */
@@ -208,6 +247,16 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
                             int tp_size, int tp_rank, int pp, int dp, int stage,
                             tpd_model **model_p);
 void tpd_model_destroy(tpd_model *m);
+/* Context parallelism (CP > 1): the CP communicator of the ranks that share this rank's
+ * sequences, and this rank's place in it (which chunks it holds). Needed before the first
+ * forward; a no-op at CP 1. */
+tpd_status tpd_model_set_cp(tpd_model *m, tpd_comm *cp_comm, int cp_rank);
+/* The global position of local row t (0 .. T-1) of a sequence on CP rank cp_rank: chunks
+ * cp_rank and 2CP-1-cp_rank of T/2 positions each (t itself at CP 1). */
+int tpd_model_cp_pos(const tpd_model_dims *d, int cp_rank, int t);
+/* (query, key) pairs CP rank `rank` scores under the causal mask, a sequence of seq split
+ * over cp ranks by the chunk rule (the attention work the split balances). */
+double tpd_model_cp_causal_pairs(int seq, int cp, int rank);
 /* Installs the hook (see tpd_model_hook; NULL: none) and the user pointer it is called
  * with. */
 void tpd_model_set_hook(tpd_model *m, tpd_model_hook hook, void *user);
@@ -237,8 +286,8 @@ tpd_status tpd_model_params_f32(const tpd_model *m, float *out);
 tpd_status tpd_model_to_host_f32(const tpd_kern_backend *kb, float *dst, const void *src,
                                  tpd_dtype dt, size_t n, float *f32);
 
-/* tokens: (B, T+1) host int32 samples; inputs are [:, :T], targets [:, 1:], written to the
- * slot of `at` (the first chunk of the first stage reads the inputs, the last chunk of the
+/* tokens: (B, Tg+1) host int32 samples; inputs are [:, :Tg], targets [:, 1:] (under CP the
+ * rows of this rank's two chunks, tpd_model_cp_pos), written to the slot of `at` (the first chunk of the first stage reads the inputs, the last chunk of the
  * last stage the targets). */
 tpd_status tpd_model_set_batch(tpd_model *m, const tpd_model_mb *at, const int32_t *tokens);
 

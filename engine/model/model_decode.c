@@ -74,6 +74,8 @@ tpd_status tpd_model_decode_create(tpd_model *m, tpd_model_decode **dec_p) {
     dec->a.ln2 = b + o_ln2;
     dec->a.fch = b + o_fch;
     dec->a.fch_gelu = b + o_fchg;
+    /* a mixture of experts routes in a layer block of the model's (one row of it) */
+    dec->a.block = m->acts + m->plan.s_layers;
     dec->lnf = b + o_lnf;
     dec->mean = (float *)(b + o_mean);
     dec->rstd = (float *)(b + o_rstd);
@@ -109,7 +111,7 @@ tpd_status tpd_model_decode_step(tpd_model_decode *dec, int pos, int32_t token, 
         return TPD_ERR_INVALID;
     }
     dec->len = pos; /* until this position is complete */
-    const tpd_model_rows r = {1, 1, 1, pos};
+    const tpd_model_rows r = {1, 1, 1, pos, 0};
     size_t a = m->plan.act_size, KV = (size_t)d->KVl * d->HS * a;
     /* x = wte[token] (+ wpe[pos]) */
     TPD_CHECK(tpd_kern_copy_to_device(m->kb, dec->token, &token, sizeof token));

@@ -17,18 +17,21 @@ extern "C" {
 typedef struct tpd_model_views {
     void *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
         *fcprojb;
+    void *routerw, *expfcw, *expfcb, *expprojw, *expprojb, *shgatew; /* mixture of experts */
 } tpd_model_views;
 
 /* One layer's activations (tpd_act_layer's regions, for the rows of a call). */
 typedef struct tpd_model_acts {
     void *ln1, *qkv, *atty, *att, *x1, *ln2, *fch, *fch_gelu, *out;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    char *block; /* the layer's block (its mixture-of-experts regions: tpd_act_layer) */
 } tpd_model_acts;
 
 /* The rows of one call: B sequences of T positions starting at position pos0 (N = B*T),
  * Nl of them in the norm and residual regions. */
 typedef struct tpd_model_rows {
     int B, T, Nl, pos0;
+    int cp; /* 1: the rows are this CP rank's two chunks of each sequence (pos0 unread) */
 } tpd_model_rows;
 
 /* Local layer l's views of its parameters (grads 0) or gradients (grads 1), where its unit
@@ -60,6 +63,25 @@ tpd_status tpd_model_layer_mlp_fwd(tpd_model *m, const tpd_model_rows *r, const 
 /* lnf = norm_f(inp); logits(N,Vl) = lnf @ head^T (vocab-parallel columns). */
 tpd_status tpd_model_head_fwd(tpd_model *m, const tpd_model_rows *r, void *lnf, float *mean,
                               float *rstd, void *logits, const void *inp);
+
+/* Mixture of experts (model_moe.c). fwd: from the MLP's input `full` (N,C, the gathered
+ * ln2), a->out = a->x1 + the TP sum of the MoE MLP (this rank's rows under SP), keeping the
+ * routing in the layer's block. bwd: from dfull (N,C), the gradient of the MLP output,
+ * dpartial (N,C) = this rank's share of the input gradient (summed over TP by the caller);
+ * every MoE parameter gradient accumulated (a split backward computes them in B). */
+tpd_status tpd_model_moe_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_model_views *w,
+                             const tpd_model_acts *a, const void *full);
+tpd_status tpd_model_moe_bwd(tpd_model *m, const tpd_model_views *w, const tpd_model_views *g,
+                             const tpd_model_acts *a, const void *full, const void *dfull,
+                             void *dpartial, float dloss);
+
+/* Context parallelism (model_cp.c): a->atty and the layer's attention state from a->qkv
+ * (RoPE applied) across the CP ranks; its backward overwrites dqkv (and, under a2a, reads
+ * datty for the last time); recompute rebuilds what selective recompute dropped. */
+tpd_status tpd_model_cp_attention_fwd(tpd_model *m, const tpd_model_acts *a);
+tpd_status tpd_model_cp_attention_bwd(tpd_model *m, void *dqkv, void *datty,
+                                      const tpd_model_acts *a);
+tpd_status tpd_model_cp_attention_recompute(tpd_model *m, const tpd_model_acts *a);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,12 @@ static const tpd_param_info g_info[TPD_P_COUNT] = {
     [TPD_P_LNFW] = {"lnfw", 0, 0, TPD_SPLIT_NONE, 1},
     [TPD_P_LNFB] = {"lnfb", 0, 0, TPD_SPLIT_NONE, 0},
     [TPD_P_LMHEAD] = {"lmhead", 0, 1, TPD_SPLIT_VOCAB, 2},
+    [TPD_P_ROUTERW] = {"routerw", 1, 1, TPD_SPLIT_NONE, 2},
+    [TPD_P_EXPFCW] = {"expfcw", 1, 1, TPD_SPLIT_EXPERT, 2},
+    [TPD_P_EXPFCB] = {"expfcb", 1, 0, TPD_SPLIT_EXPERT, 0},
+    [TPD_P_EXPPROJW] = {"expprojw", 1, 1, TPD_SPLIT_COLS, 3},
+    [TPD_P_EXPPROJB] = {"expprojb", 1, 0, TPD_SPLIT_NONE, 0},
+    [TPD_P_SHGATEW] = {"shgatew", 1, 1, TPD_SPLIT_NONE, 2},
 };
 
 int tpd_model_has_param(const tpd_config *cfg, tpd_param p) {
@@ -40,11 +46,25 @@ int tpd_model_has_param(const tpd_config *cfg, tpd_param p) {
     case TPD_P_QKVB:
         return tpd_config_qkv_bias(cfg);
     case TPD_P_ATTPROJB:
+        return m->add_bias_linear;
+    case TPD_P_FCW:
+    case TPD_P_FCPROJW: /* under MoE: the shared experts */
+        return !m->num_moe_experts || m->moe_shared_expert_intermediate_size > 0;
     case TPD_P_FCB:
     case TPD_P_FCPROJB:
-        return m->add_bias_linear;
+        return m->add_bias_linear &&
+               (!m->num_moe_experts || m->moe_shared_expert_intermediate_size > 0);
     case TPD_P_LMHEAD:
         return m->untie_embeddings_and_output_weights;
+    case TPD_P_ROUTERW:
+    case TPD_P_EXPFCW:
+    case TPD_P_EXPPROJW:
+        return m->num_moe_experts > 0;
+    case TPD_P_EXPFCB:
+    case TPD_P_EXPPROJB:
+        return m->num_moe_experts > 0 && m->add_bias_linear;
+    case TPD_P_SHGATEW:
+        return m->num_moe_experts > 0 && m->moe_shared_expert_gate;
     default:
         return p >= 0 && p < TPD_P_COUNT;
     }
@@ -63,16 +83,34 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     d.C = m->hidden_size;
     d.NH = m->num_attention_heads;
     d.F = m->ffn_hidden_size;
+    if (m->num_moe_experts > 0) { /* the dense MLP's tensors are the shared experts */
+        d.E = m->num_moe_experts;
+        d.topk = m->moe_router_topk;
+        d.Fe = tpd_config_moe_ffn(cfg);
+        d.F = m->moe_shared_expert_intermediate_size;
+        d.shgate = m->moe_shared_expert_gate;
+    }
     d.V = m->vocab_size;
     d.maxT = m->max_position_embeddings;
-    d.T = m->seq_length;
+    /* context parallelism: this rank's two chunks of each sequence (2 x CP chunks, rank r
+     * holds chunks r and 2CP-1-r) */
+    d.cp_size = tpd_config_cp(cfg);
+    d.Tg = m->seq_length;
+    if (d.cp_size > 1 && m->seq_length % (2 * d.cp_size)) {
+        tpd_log_error("model: seq_length %d does not split into 2 x context_parallel_size (%d) "
+                      "chunks",
+                      m->seq_length, 2 * d.cp_size);
+        return TPD_ERR_INVALID;
+    }
+    d.T = m->seq_length / d.cp_size;
+    d.cp_a2a = d.cp_size > 1 && cfg->parallel.cp_comm_type == TPD_CP_COMM_A2A;
     d.B = cfg->training.micro_batch_size;
     d.tp_size = tp_size;
     d.tp_rank = tp_rank;
     d.pp_size = pp_size;
     d.stage = stage;
     d.NKV = tpd_config_kv_heads(cfg);
-    if (d.F < 1 || d.maxT < 1) {
+    if ((d.F < 1 && !d.E) || d.maxT < 1 || (d.E && (d.Fe < 1 || d.Fe % tp_size))) {
         tpd_log_error("model: ffn_hidden_size %d or max_position_embeddings %d is unresolved "
                       "(tpd_config_resolve fills them)",
                       d.F, d.maxT);
@@ -97,6 +135,8 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     d.tied = !m->untie_embeddings_and_output_weights;
     d.QKVl = (d.NHl + 2 * d.KVl) * d.HS;
     d.FCl = d.glu ? 2 * d.Fl : d.Fl;
+    d.Fel = d.Fe / tp_size;
+    d.FCel = d.glu ? 2 * d.Fel : d.Fel;
     d.Vp = tpd_config_padded_vocab(cfg, tp_size);
     if (d.Vp < 1 || (int64_t)d.B * d.T > INT_MAX) {
         tpd_log_error("model: vocab %d padded to a multiple of %d * TP %d, or micro-batch %d * "
@@ -151,6 +191,7 @@ tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank
     const tpd_model_dims *d = &lay.d;
     /* global rows, cols per layer */
     int qkv = (d->NH + 2 * d->NKV) * d->HS, fc = d->glu ? 2 * d->F : d->F;
+    int efc = (d->glu ? 2 : 1) * d->Fe; /* one expert's fc rows */
     const int g_shape[TPD_P_COUNT][2] = {
         [TPD_P_WTE] = {d->V, d->C},      [TPD_P_WPE] = {d->maxT, d->C}, [TPD_P_LN1W] = {d->C, 1},
         [TPD_P_LN1B] = {d->C, 1},        [TPD_P_QKVW] = {qkv, d->C},    [TPD_P_QKVB] = {qkv, 1},
@@ -158,6 +199,9 @@ tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank
         [TPD_P_LN2B] = {d->C, 1},        [TPD_P_FCW] = {fc, d->C},      [TPD_P_FCB] = {fc, 1},
         [TPD_P_FCPROJW] = {d->C, d->F},  [TPD_P_FCPROJB] = {d->C, 1},   [TPD_P_LNFW] = {d->C, 1},
         [TPD_P_LNFB] = {d->C, 1},        [TPD_P_LMHEAD] = {d->V, d->C},
+        [TPD_P_ROUTERW] = {d->E, d->C},  [TPD_P_EXPFCW] = {d->E * efc, d->C},
+        [TPD_P_EXPFCB] = {d->E * efc, 1}, [TPD_P_EXPPROJW] = {d->E * d->C, d->Fe},
+        [TPD_P_EXPPROJB] = {d->E * d->C, 1}, [TPD_P_SHGATEW] = {1, d->C},
     };
     /* the tensors this model has at all (tpd_model_has_param) */
     int has[TPD_P_COUNT];
@@ -189,6 +233,7 @@ tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank
         switch (s->split) {
         case TPD_SPLIT_ROWS:
         case TPD_SPLIT_GLU:
+        case TPD_SPLIT_EXPERT:
             s->rows = s->g_rows / d->tp_size;
             break;
         case TPD_SPLIT_QKV:
@@ -264,6 +309,14 @@ int64_t tpd_model_layout_row_global(const tpd_model_layout *lay, tpd_param p, in
     case TPD_SPLIT_GLU: {
         int64_t half = s->rows / 2; /* F/tp rows of each of gate and up */
         grow = (row / half) * (s->g_rows / 2) + (int64_t)d->tp_rank * half + row % half;
+        break;
+    }
+    case TPD_SPLIT_EXPERT: {
+        /* expert e's local rows [FCel) of its global [FCe) (each half split under SwiGLU) */
+        int64_t per = s->rows / d->E, e = row / per, r = row % per, gper = s->g_rows / d->E;
+        int64_t half = d->glu ? per / 2 : per;
+        grow = e * gper + (r / half) * (d->glu ? gper / 2 : 0) + (int64_t)d->tp_rank * half +
+               r % half;
         break;
     }
     case TPD_SPLIT_COLS:

@@ -56,6 +56,18 @@ typedef enum tpd_param {
     TPD_P_LNFW,
     TPD_P_LNFB,
     TPD_P_LMHEAD, /* untied output layer */
+    /* the mixture-of-experts block, per layer (model.num_moe_experts > 0), after the layer's
+     * other tensors: the router (E, C); the E experts' first MLP matrices stacked (E, FCe, C)
+     * with FCe = 2 Fe under SwiGLU ([gate; up] per expert) and their biases (E, FCe); their
+     * second matrices (E, C, Fe) and biases (E, C); Qwen2-MoE's shared-expert gate (1, C).
+     * The shared experts are fcw/fcb/fcprojw/fcprojb at moe_shared_expert_intermediate_size
+     * (absent without shared experts). */
+    TPD_P_ROUTERW,
+    TPD_P_EXPFCW,
+    TPD_P_EXPFCB,
+    TPD_P_EXPPROJW,
+    TPD_P_EXPPROJB,
+    TPD_P_SHGATEW,
     TPD_P_COUNT
 } tpd_param;
 
@@ -67,6 +79,8 @@ typedef enum tpd_split_kind {
     TPD_SPLIT_COLS = 3,  /* row-parallel: input columns split */
     TPD_SPLIT_VOCAB = 4, /* rows split over the padded vocab */
     TPD_SPLIT_GLU = 5,   /* SwiGLU's fcw/fcb: rows in two blocks [gate; up], each split */
+    TPD_SPLIT_EXPERT = 6, /* the experts' expfcw/expfcb: E blocks of rows, each split as
+                             fcw is (by rows, or [gate; up] under SwiGLU) */
 } tpd_split_kind;
 
 typedef struct tpd_param_info {
@@ -82,7 +96,12 @@ const tpd_param_info *tpd_param_get_info(tpd_param p);
 int tpd_model_has_param(const tpd_config *cfg, tpd_param p);
 
 typedef struct tpd_model_dims {
-    int L, C, NH, HS, F, V, Vp, maxT, T, B; /* global; B = micro-batch */
+    int L, C, NH, HS, F, V, Vp, maxT, T, B; /* global; B = micro-batch; T = this rank's
+                                               positions of a sequence (seq_length / CP) */
+    int Tg;                                  /* seq_length: a whole sequence */
+    int cp_size;                             /* context parallelism: CP ranks split each
+                                                sequence into 2 x CP chunks of T/2 */
+    int cp_a2a;                              /* parallel.cp_comm_type a2a (Ulysses) */
     int tp_size, tp_rank, pp_size, stage;
     int first, last;                         /* stage flags */
     int Ls;                                  /* layers on this stage (all its chunks) */
@@ -101,6 +120,10 @@ typedef struct tpd_model_dims {
     int sp;             /* sequence parallel: LayerNorm, residual and p2p regions hold
                            only this TP rank's share of the B*T rows */
     int Nl;             /* rows of those regions: B*T/tp under SP, B*T otherwise */
+    /* mixture of experts (E = 0: dense; F is then the shared experts' width, 0 without) */
+    int E, topk;        /* experts per layer, experts per token */
+    int Fe, Fel, FCel;  /* an expert's width, its local share, its local fc rows */
+    int shgate;         /* the shared experts' sigmoid gate */
 } tpd_model_dims;
 
 tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,

@@ -18,6 +18,8 @@ static size_t take(size_t *cursor, size_t bytes) {
  * cpu backend keeps them (B,NH,T,T) in fp32. */
 static size_t att_saved_bytes(const tpd_config *cfg, const tpd_model_dims *d, size_t act) {
     size_t rows = (size_t)d->B * d->NHl * d->T;
+    /* context parallelism, p2p: the ring keeps the log-sum-exp (B,NH,T) fp32 only */
+    if (d->cp_size > 1 && !d->cp_a2a) return rows * 4;
     if (cfg->training.device != TPD_DEVICE_CUDA) return rows * d->T * 4;
     if (cfg->training.attention == TPD_ATTENTION_FUSED && act == 2) return rows * 4;
     return rows * d->T * act;
@@ -123,6 +125,15 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
         b.pool_grads += peak_w * lc < d->Ls ? peak_w * lc : d->Ls;
     }
     b.att_saved = att_saved_bytes(cfg, d, b.act_size);
+    if (d->cp_a2a) {
+        /* Ulysses: the attention of whole sequences of NH/CP heads keeps its own state, then
+         * its whole-sequence output */
+        tpd_model_dims h = *d;
+        h.NHl = d->NHl / d->cp_size;
+        h.T = d->Tg;
+        b.cp_att_probs = tpd_align_up(att_saved_bytes(cfg, &h, b.act_size));
+        b.att_saved = b.cp_att_probs + (size_t)d->B * d->T * d->Cl * b.act_size;
+    }
 
     /* NL: rows of the LayerNorm/residual regions, N/tp under sequence parallel */
     size_t N = (size_t)d->B * d->T, NL = (size_t)d->Nl, C = (size_t)d->C, a = b.act_size;
@@ -140,6 +151,9 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     /* selective recompute: the attention state is rebuilt in the backward, in one shared
      * workspace block, instead of kept per layer and micro-batch */
     b.selective = cfg->training.recompute == TPD_RECOMPUTE_SELECTIVE;
+    /* the ring's saved state is its LSE alone: there are no probabilities to drop, so
+     * selective recompute keeps it per layer */
+    if (d->cp_size > 1 && !d->cp_a2a) b.selective = 0;
     l->att = b.selective ? 0 : take(&lc, b.att_saved);
     l->x1 = take(&lc, NL * C * a);
     l->ln2 = take(&lc, NL * C * a);
@@ -148,6 +162,23 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     l->fch = take(&lc, N * (size_t)d->FCl * a); /* SwiGLU: [gate | up] */
     l->fch_gelu = take(&lc, N * (size_t)d->Fl * a);
     l->out = take(&lc, NL * C * a);
+    if (d->E) {
+        size_t E = (size_t)d->E, nk = N * (size_t)d->topk;
+        l->moe_probs = take(&lc, N * E * 4);
+        l->moe_lse = take(&lc, N * 4);
+        l->moe_topi = take(&lc, nk * 4);
+        l->moe_topw = take(&lc, nk * 4);
+        l->moe_pos = take(&lc, nk * 4);
+        l->moe_order = take(&lc, nk * 4);
+        l->moe_wperm = take(&lc, nk * 4);
+        l->moe_counts = take(&lc, (E + 1) * 4);
+        l->moe_x = take(&lc, nk * C * a);
+        l->moe_h = take(&lc, nk * (size_t)d->FCel * a);
+        l->moe_hact = take(&lc, nk * (size_t)d->Fel * a);
+        l->moe_y = take(&lc, nk * C * a);
+        l->moe_shout = d->F ? take(&lc, N * C * a) : 0;
+        l->moe_gate = d->shgate ? take(&lc, N * 4) : 0;
+    }
     l->bytes = lc;
     /* full recompute of each chunk's first R layers (all of them unless
      * training.recompute_num_layers is smaller, Megatron's block method per model chunk):
@@ -198,6 +229,29 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
         b.w_dlnl = take(&w, NL * C * a);
     }
     b.w_loss = d->last ? take(&w, sizeof(double)) : 0;
+    if (d->E) {
+        size_t nk = N * (size_t)d->topk;
+        b.w_moe_y = take(&w, N * C * a);
+        b.w_moe_perm = take(&w, nk * C * a);
+        b.w_moe_dh = take(&w, nk * (size_t)d->FCel * a);
+        b.w_moe_dhact = take(&w, nk * (size_t)d->Fel * a);
+        b.w_moe_dw = take(&w, nk * 4);
+        b.w_moe_dlogits = take(&w, N * (size_t)d->E * 4);
+        b.w_moe_dx = take(&w, N * C * a);
+        b.w_moe_x = d->sp ? take(&w, N * C * a) : 0;
+    }
+    if (d->cp_size > 1 && !d->cp_a2a) {
+        size_t kv = N * 2 * (size_t)d->KVl * d->HS, bh = (size_t)d->B * d->NHl * d->T;
+        b.w_cpkv = take(&w, 2 * kv * a);
+        b.w_cpdkv = take(&w, 2 * kv * 4);
+        b.w_cpo = take(&w, bh * d->HS * 4);
+        b.w_cpm = take(&w, bh * 4);
+        b.w_cpl = take(&w, bh * 4);
+        b.w_cppos = take(&w, ((size_t)d->Tg + d->T) * 4);
+    } else if (d->cp_a2a) {
+        b.w_a2a_send = take(&w, N * (size_t)d->QKVl * a);
+        b.w_a2a_recv = take(&w, N * (size_t)d->QKVl * a);
+    }
     b.ws_bytes = w;
     tpd_kern_shapes shapes;
     tpd_model_kern_shapes(cfg, d, &shapes);

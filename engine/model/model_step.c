@@ -40,6 +40,12 @@ void tpd_model_layer_views(const tpd_model *m, int grads, int l, tpd_model_views
     v->fcb = pview(m, grads, TPD_P_FCB, l);
     v->fcprojw = pview(m, grads, TPD_P_FCPROJW, l);
     v->fcprojb = pview(m, grads, TPD_P_FCPROJB, l);
+    v->routerw = pview(m, grads, TPD_P_ROUTERW, l);
+    v->expfcw = pview(m, grads, TPD_P_EXPFCW, l);
+    v->expfcb = pview(m, grads, TPD_P_EXPFCB, l);
+    v->expprojw = pview(m, grads, TPD_P_EXPPROJW, l);
+    v->expprojb = pview(m, grads, TPD_P_EXPPROJB, l);
+    v->shgatew = pview(m, grads, TPD_P_SHGATEW, l);
 }
 
 static char *slot_base(const tpd_model *m, int slot) {
@@ -101,6 +107,7 @@ static void layer_acts(const tpd_model *m, const tpd_model_mb *at, int i, tpd_mo
     a->fch = b + o->fch;
     a->fch_gelu = b + o->fch_gelu;
     a->out = b + o->out;
+    a->block = b;
     if (rc) {
         size_t nc = (size_t)m->d.Nl * m->d.C * m->plan.act_size;
         size_t stride = tpd_align_up(nc); /* the buffer plan's alignment */
@@ -154,6 +161,42 @@ static tpd_status column_bwd(tpd_model *m, void **dinp_p, void *dw, void *db, co
     return tpd_tp_column_bwd_sp(&m->tp, *dinp_p, dln, dw, db, dout, full, w, N, C, OCl);
 }
 
+/* The runs of consecutive positions in a call's rows: one run of B sequences x T from
+ * pos0, or under context parallelism 2B runs of one sequence's chunk (T/2 rows each, at
+ * the chunk's global position). Run i: *nseq sequences of *len rows from row *row0, at
+ * position *p0. */
+static int pos_runs(const tpd_model_rows *r) {
+    return r->cp ? 2 * r->B : 1;
+}
+
+static void pos_run(const tpd_model *m, const tpd_model_rows *r, int i, int *row0, int *p0,
+                    int *nseq, int *len) {
+    if (!r->cp) {
+        *row0 = 0, *p0 = r->pos0, *nseq = r->B, *len = r->T;
+        return;
+    }
+    int c = r->T / 2, b = i / 2, h = i % 2;
+    *row0 = b * r->T + h * c;
+    *p0 = tpd_model_cp_pos(&m->d, m->cp_rank, h * c);
+    *nseq = 1;
+    *len = c;
+}
+
+/* RoPE on the Q and K heads of qkv (B*T rows of QKVl), or its backward on dqkv. */
+static tpd_status rope_rows(tpd_model *m, const tpd_model_rows *r, void *qkv, int bwd) {
+    const tpd_model_dims *d = &m->d;
+    for (int i = 0; i < pos_runs(r); i++) {
+        int row0, p0, nseq, len;
+        pos_run(m, r, i, &row0, &p0, &nseq, &len);
+        char *x = (char *)qkv + (size_t)row0 * d->QKVl * m->plan.act_size;
+        TPD_CHECK(bwd ? tpd_kern_rope_scaled_bwd(m->kb, x, nseq, len, d->NHl, d->KVl, d->HS,
+                                                 &m->rope, p0)
+                      : tpd_kern_rope_scaled_fwd(m->kb, x, nseq, len, d->NHl, d->KVl, d->HS,
+                                                 &m->rope, p0));
+    }
+    return TPD_OK;
+}
+
 tpd_status tpd_model_layer_qkv_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_model_views *w,
                                    const tpd_model_acts *a, const void *inp) {
     const tpd_model_dims *d = &m->d;
@@ -165,9 +208,7 @@ tpd_status tpd_model_layer_qkv_fwd(tpd_model *m, const tpd_model_rows *r, const 
         tpd_model_norm_fwd(m, r->Nl, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w->ln1w, w->ln1b));
     TPD_CHECK(sp_full(m, &full, a->ln1));
     TPD_CHECK(tpd_tp_column_fwd(&m->tp, a->qkv, full, w->qkvw, w->qkvb, N, C, d->QKVl));
-    if (d->rope)
-        TPD_CHECK(tpd_kern_rope_scaled_fwd(m->kb, a->qkv, r->B, r->T, d->NHl, d->KVl, d->HS,
-                                           &m->rope, r->pos0));
+    if (d->rope) TPD_CHECK(rope_rows(m, r, a->qkv, 0));
     return TPD_OK;
 }
 
@@ -184,6 +225,8 @@ tpd_status tpd_model_layer_mlp_fwd(tpd_model *m, const tpd_model_rows *r, const 
      * silu(gate) * up of fch = [gate | up] (column-parallel, matching shards) */
     TPD_CHECK(tpd_model_norm_fwd(m, Nl, a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, w->ln2w, w->ln2b));
     TPD_CHECK(sp_full(m, &full, a->ln2));
+    /* out = x1 + the mixture of experts of ln2 (engine/model/model_moe.c) */
+    if (d->E) return tpd_model_moe_fwd(m, r, w, a, full);
     if (d->glu) {
         TPD_CHECK(tpd_tp_column_fwd(tp, a->fch, full, w->fcw, w->fcb, N, C, d->FCl));
         TPD_CHECK(tpd_kern_swiglu_fwd(m->kb, a->fch_gelu, a->fch, N, d->Fl));
@@ -198,19 +241,26 @@ tpd_status tpd_model_layer_mlp_fwd(tpd_model *m, const tpd_model_rows *r, const 
 
 /* The micro-batch's rows. */
 static tpd_model_rows batch_rows(const tpd_model *m) {
-    return (tpd_model_rows){m->d.B, m->d.T, m->d.Nl, 0};
+    return (tpd_model_rows){m->d.B, m->d.T, m->d.Nl, 0, m->d.cp_size > 1};
+}
+
+/* atty = causal attention of the local heads of qkv, over the whole sequence (across the
+ * CP ranks under context parallelism) */
+static tpd_status attention_fwd(tpd_model *m, const tpd_model_acts *a) {
+    const tpd_model_dims *d = &m->d;
+    if (d->cp_size > 1) return tpd_model_cp_attention_fwd(m, a);
+    return tpd_kern_attention_fwd(m->kb, a->atty, a->att, a->qkv, d->B, d->T, d->NHl, d->KVl,
+                                  d->HS);
 }
 
 /* One transformer layer forward on the micro-batch: inp (Nl,C) -> a->out (Nl,C), keeping in
  * `a` what the backward needs. */
 static tpd_status layer_fwd(tpd_model *m, const tpd_model_views *w, const tpd_model_acts *a,
                             const void *inp) {
-    const tpd_model_dims *d = &m->d;
     tpd_model_rows r = batch_rows(m);
     TPD_CHECK(tpd_model_layer_qkv_fwd(m, &r, w, a, inp));
     /* atty = causal_attention(qkv) on the local heads */
-    TPD_CHECK(
-        tpd_kern_attention_fwd(m->kb, a->atty, a->att, a->qkv, d->B, d->T, d->NHl, d->KVl, d->HS));
+    TPD_CHECK(attention_fwd(m, a));
     return tpd_model_layer_mlp_fwd(m, &r, w, a, inp);
 }
 
@@ -221,8 +271,13 @@ tpd_status tpd_model_embed_fwd(tpd_model *m, const tpd_model_rows *r, void *out,
                                      r->B * r->T, d->C, d->v0, d->Vl));
     if (d->rope) return TPD_OK;
     const char *wpe = tpd_model_param(m, TPD_P_WPE);
-    return tpd_kern_pos_fwd(m->kb, out, wpe + (size_t)r->pos0 * d->C * m->plan.param_size, r->B,
-                            r->T, d->C);
+    for (int i = 0; i < pos_runs(r); i++) {
+        int row0, p0, nseq, len;
+        pos_run(m, r, i, &row0, &p0, &nseq, &len);
+        TPD_CHECK(tpd_kern_pos_fwd(m->kb, (char *)out + (size_t)row0 * d->C * m->plan.act_size,
+                                   wpe + (size_t)p0 * d->C * m->plan.param_size, nseq, len, d->C));
+    }
+    return TPD_OK;
 }
 
 tpd_status tpd_model_head_fwd(tpd_model *m, const tpd_model_rows *r, void *lnf, float *mean,
@@ -399,11 +454,28 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
             /* full recompute: rebuild the layer's activations from its stored input; the
              * recomputed output goes to the block, the stored one stays as it was */
             a.out = m->ws + m->plan.w_layer + m->plan.layer.out;
-            TPD_CHECK(layer_fwd(m, &w, &a, inp));
+            m->moe_quiet = 1; /* its routing was counted in the forward */
+            tpd_status rst = layer_fwd(m, &w, &a, inp);
+            m->moe_quiet = 0;
+            TPD_CHECK(rst);
         }
+        const void *dfull;
+        if (d->E) {
+            /* out = x1 + moe(ln2): d(out) of every row in, this rank's share of d(ln2) out,
+             * summed over TP (reduce-scattered to its rows under SP) */
+            const void *xfull = a.ln2;
+            if (d->sp) {
+                TPD_CHECK(tpd_tp_sp_gather(tp, m->ws + m->plan.w_moe_x, a.ln2, N, C));
+                xfull = m->ws + m->plan.w_moe_x;
+            }
+            TPD_CHECK(sp_full(m, &dfull, dres));
+            void *dpart = m->ws + m->plan.w_dln;
+            TPD_CHECK(tpd_model_moe_bwd(m, &w, &g, &a, xfull, dfull, dpart, dloss));
+            dln = d->sp ? m->ws + m->plan.w_dlnl : dpart;
+            TPD_CHECK(tpd_tp_reduce_rows(tp, dln, dpart, N, C, d->sp));
+        } else {
         /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb: the row-parallel backward
          * takes d(out) of every row, gathered under SP (so dfcprojb is whole) */
-        const void *dfull;
         TPD_CHECK(sp_full(m, &dfull, dres));
         if (split) TPD_CHECK(keep_rows(m, a.out, dres)); /* W: d(out) over out */
         TPD_CHECK(tpd_tp_row_bwd(tp, dfch, split ? NULL : g.fcprojw, split ? NULL : g.fcprojb,
@@ -421,6 +493,7 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
         /* fch = gather(ln2) @ fcw^T + fcb: dln2 = reduce(dfch @ fcw) */
         TPD_CHECK(column_bwd(m, &dln, split ? NULL : g.fcw, split ? NULL : g.fcb, dfc, a.ln2, w.fcw,
                              d->FCl));
+        }
         /* ln2 = norm(x1); and x1 feeds out through the residual: dx1 = dres + dnorm */
         TPD_CHECK(norm_bwd(m, dtmp, g.ln2w, g.ln2b, dln, a.x1, w.ln2w, a.ln2_mean, a.ln2_rstd));
         TPD_CHECK(tpd_kern_add(m->kb, dres, dres, dtmp, NC));
@@ -431,15 +504,18 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
                                  dfull, a.atty, w.attprojw, N, d->Cl, C));
         /* atty = attention(qkv); selective recompute rebuilds the saved state first (and
          * atty, bit for bit the same) */
-        if (m->plan.selective)
-            TPD_CHECK(tpd_kern_attention_fwd(m->kb, a.atty, a.att, a.qkv, d->B, d->T, d->NHl,
-                                             d->KVl, d->HS));
-        TPD_CHECK(tpd_kern_attention_bwd(m->kb, dqkv, datty, a.qkv, a.atty, a.att, d->B, d->T,
-                                         d->NHl, d->KVl, d->HS));
+        if (d->cp_size > 1) {
+            /* across the CP ranks: the ring re-streams K/V, a2a re-runs its attention */
+            if (m->plan.selective) TPD_CHECK(tpd_model_cp_attention_recompute(m, &a));
+            TPD_CHECK(tpd_model_cp_attention_bwd(m, dqkv, datty, &a));
+        } else {
+            if (m->plan.selective) TPD_CHECK(attention_fwd(m, &a));
+            TPD_CHECK(tpd_kern_attention_bwd(m->kb, dqkv, datty, a.qkv, a.atty, a.att, d->B, d->T,
+                                             d->NHl, d->KVl, d->HS));
+        }
         /* RoPE rotated the Q and K heads after the projection: rotate their gradients back */
-        if (d->rope)
-            TPD_CHECK(tpd_kern_rope_scaled_bwd(m->kb, dqkv, d->B, d->T, d->NHl, d->KVl, d->HS,
-                                               &m->rope, 0));
+        tpd_model_rows r = batch_rows(m);
+        if (d->rope) TPD_CHECK(rope_rows(m, &r, dqkv, 1));
         /* W: dqkv over qkv, which the attention backward has read for the last time */
         if (split)
             TPD_CHECK(tpd_kern_copy(m->kb, a.qkv, dqkv, (size_t)N * d->QKVl * m->plan.act_size));
@@ -462,8 +538,14 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
         TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, TPD_HOOK_BWD));
         TPD_CHECK(tpd_tp_vocab_embed_bwd(tp, tpd_model_grad(m, TPD_P_WTE), dfull, tokens, N, C,
                                          d->v0, d->Vl));
-        if (!d->rope)
-            TPD_CHECK(tpd_kern_pos_bwd(m->kb, tpd_model_grad(m, TPD_P_WPE), dfull, d->B, d->T, C));
+        tpd_model_rows r = batch_rows(m);
+        for (int i = 0; !d->rope && i < pos_runs(&r); i++) {
+            int row0, p0, nseq, len;
+            pos_run(m, &r, i, &row0, &p0, &nseq, &len);
+            TPD_CHECK(tpd_kern_pos_bwd(
+                m->kb, (char *)tpd_model_grad(m, TPD_P_WPE) + (size_t)p0 * C * m->plan.grad_size,
+                (const char *)dfull + (size_t)row0 * C * m->plan.act_size, nseq, len, C));
+        }
         TPD_CHECK(hook(m, TPD_MODEL_UNIT_EMBED, TPD_HOOK_GRAD_DONE));
     }
     return TPD_OK;
@@ -484,13 +566,16 @@ tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at) {
         tpd_model_acts a;
         backward_views(m, at, i, &w, &g, &a); /* w unread: W computes no input gradient */
         const void *dfull, *full;
-        /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb */
-        TPD_CHECK(sp_full(m, &dfull, a.out));
-        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, NULL, g.fcprojw, g.fcprojb, dfull, a.fch_gelu,
-                                      w.fcprojw, N, d->Fl, C));
-        /* fch = gather(ln2) @ fcw^T + fcb */
-        TPD_CHECK(sp_full(m, &full, a.ln2));
-        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, NULL, g.fcw, g.fcb, a.fch, full, w.fcw, N, C, d->FCl));
+        if (!d->E) { /* a MoE layer's MLP gradients were all computed in B */
+            /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb */
+            TPD_CHECK(sp_full(m, &dfull, a.out));
+            TPD_CHECK(tpd_kern_matmul_bwd(m->kb, NULL, g.fcprojw, g.fcprojb, dfull, a.fch_gelu,
+                                          w.fcprojw, N, d->Fl, C));
+            /* fch = gather(ln2) @ fcw^T + fcb */
+            TPD_CHECK(sp_full(m, &full, a.ln2));
+            TPD_CHECK(
+                tpd_kern_matmul_bwd(m->kb, NULL, g.fcw, g.fcb, a.fch, full, w.fcw, N, C, d->FCl));
+        }
         /* x1 = inp + reduce(atty @ attprojw^T) + attprojb */
         TPD_CHECK(sp_full(m, &dfull, a.x1));
         TPD_CHECK(tpd_kern_matmul_bwd(m->kb, NULL, g.attprojw, g.attprojb, dfull, a.atty,

@@ -27,6 +27,12 @@ void tpd_metrics_format_line(const tpd_iter_record *r, char *buf, size_t cap) {
                       r->lr, r->global_batch_size, r->lm_loss, r->grad_norm);
     if (r->has_params_norm && n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, "params norm: %.3f | ", r->params_norm);
+    if (r->moe && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n,
+                      "load balancing loss: %.6E (balance %.3f) | z loss: %.6E | expert load "
+                      "max/min of mean: %.2f/%.2f | dropped: %.2f%% | ",
+                      r->moe_aux_loss, r->moe_aux_raw, r->moe_z_loss, r->moe_load_max,
+                      r->moe_load_min, 100.0 * r->moe_dropped);
     if (n > 0 && (size_t)n < cap)
         n += snprintf(buf + n, cap - (size_t)n, "number of skipped iterations: %3d |",
                       r->skipped_iterations);
@@ -61,6 +67,14 @@ tpd_status tpd_metrics_write_jsonl(FILE *f, const char *path, const tpd_iter_rec
     cJSON_AddNumberToObject(o, "lr", r->lr);
     cJSON_AddNumberToObject(o, "grad_norm", r->grad_norm);
     if (r->has_params_norm) cJSON_AddNumberToObject(o, "params_norm", r->params_norm);
+    if (r->moe) {
+        cJSON_AddNumberToObject(o, "moe_aux_loss", r->moe_aux_loss);
+        cJSON_AddNumberToObject(o, "moe_balance", r->moe_aux_raw);
+        cJSON_AddNumberToObject(o, "moe_z_loss", r->moe_z_loss);
+        cJSON_AddNumberToObject(o, "moe_load_max", r->moe_load_max);
+        cJSON_AddNumberToObject(o, "moe_load_min", r->moe_load_min);
+        cJSON_AddNumberToObject(o, "moe_dropped", r->moe_dropped);
+    }
     cJSON_AddNumberToObject(o, "elapsed_ms", r->elapsed_ms);
     cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
     cJSON_AddNumberToObject(o, "tflops_per_gpu", r->tflops_per_gpu);

@@ -37,6 +37,9 @@ typedef struct tpd_iter_record {
     int outer_last_iteration; /* and the last one's iteration and fragment */
     int outer_last_fragment, fragments;
     double outer_rank_bytes; /* the logging rank's bytes of those all-reduces */
+    /* mixture of experts (tpd_step_stats' moe fields, of the logged iteration) */
+    int moe;
+    double moe_aux_loss, moe_aux_raw, moe_z_loss, moe_dropped, moe_load_max, moe_load_min;
 } tpd_iter_record;
 
 /* Where one step's time went, ms (Megatron's timers line): the largest over the ranks of

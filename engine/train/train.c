@@ -222,8 +222,13 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     int pp = cfg->parallel.pipeline_model_parallel_size;
     int dp = tpd_config_dp(cfg, tpd_comm_size(world));
     tr->M = tpd_config_num_micro_batches(cfg, dp);
-    TPD_CHECK_GOTO(tpd_mesh_init(tpd_comm_size(world), tpd_comm_rank(world), tp, pp, dp, &tr->mesh),
-                   st, undo_tr);
+    /* context parallelism: the mesh's DP coordinate is DP x CP, CP fastest (Megatron's
+     * order); a step's gradients are summed over all of it */
+    int cp = tpd_config_cp(cfg);
+    TPD_CHECK_GOTO(
+        tpd_mesh_init(tpd_comm_size(world), tpd_comm_rank(world), tp, pp, dp * cp, &tr->mesh), st,
+        undo_tr);
+    TPD_CHECK_GOTO(tpd_mesh_set_cp(&tr->mesh, cp), st, undo_tr);
     /* DiLoCo: DP is a replica's inner group; the replicas meet in the outer step only */
     TPD_CHECK_GOTO(tpd_mesh_set_replicas(&tr->mesh, tpd_config_dp_replicas(cfg, dp)), st, undo_tr);
     /* HSDP: the shards are spread over shard groups of the DP group, replicated across */
@@ -240,6 +245,7 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
     TPD_CHECK_GOTO(
         tpd_model_create(cfg, tr->kb, tr->comms.tp, tp, ms->tp, pp, dp, ms->pp, &tr->model), st,
         undo_backend);
+    TPD_CHECK_GOTO(tpd_model_set_cp(tr->model, tr->comms.cp, ms->cp), st, undo_model);
     TPD_CHECK_GOTO(
         tpd_model_dp_plan(cfg, &tr->model->plan.lay, ms->shard_size, ms->dp_shard, &tr->dpp), st,
         undo_model);
@@ -371,10 +377,11 @@ static tpd_status cb_forward(void *user, int j, int chunk) {
     int B = m->d.B, T = m->d.T, v = m->d.v;
     int reads_data = (m->d.first && chunk == 0) || (m->d.last && chunk == v - 1);
     if (reads_data) {
-        /* micro-batch j of this DP rank's contiguous share of the global batch */
+        /* micro-batch j of this DP rank's contiguous share of the global batch (whole
+         * samples: under CP the model keeps its chunks of them) */
         for (int b = 0; b < B; b++)
             TPD_CHECK(tpd_blend_sampler_get(tr->cur_sampler, tr->cur_base + (uint64_t)j * B + b,
-                                            tr->batch + (size_t)b * (T + 1)));
+                                            tr->batch + (size_t)b * (m->d.Tg + 1)));
         TPD_CHECK(tpd_model_set_batch(m, &at, tr->batch));
     }
     TPD_CHECK(tpd_model_forward(m, &at));
@@ -470,19 +477,66 @@ static tpd_status finish_loss(tpd_trainer *tr, int micro_batches, double *loss_p
     return TPD_OK;
 }
 
+/* The mixture of experts' statistics of the step, from every rank's sums (collective over
+ * the world when the model has experts). */
+static tpd_status finish_moe(tpd_trainer *tr, tpd_step_stats *s) {
+    tpd_model *m = tr->model;
+    int E = m->d.E;
+    if (!E) return TPD_OK;
+    size_t n = 5 + (size_t)E;
+    double *v = calloc(n, sizeof *v);
+    if (!v) return tpd_fail_nomem("the MoE statistics", n * sizeof *v);
+    tpd_model_moe_stats *ms = &m->moe;
+    v[0] = ms->aux;
+    v[1] = ms->aux_raw;
+    v[2] = ms->z;
+    v[3] = ms->dropped;
+    v[4] = ms->assigned;
+    memcpy(v + 5, ms->load, (size_t)E * sizeof *v);
+    tpd_status st = TPD_OK;
+    if (tpd_comm_size(tr->hcomms.world) > 1)
+        st = tpd_comm_allreduce(tr->hcomms.world, v, v, n, TPD_DTYPE_F64, TPD_COMM_OP_SUM, NULL);
+    if (st == TPD_OK) {
+        /* per micro-batch of the global batch: M on each of the data-parallel ranks */
+        double mb = (double)tr->M * tr->mesh.data_dp_size * tr->mesh.replicas;
+        double mean = 0, hi = 0, lo = INFINITY;
+        for (int e = 0; e < E; e++)
+            mean += v[5 + e] / E;
+        for (int e = 0; e < E; e++) {
+            if (v[5 + e] > hi) hi = v[5 + e];
+            if (v[5 + e] < lo) lo = v[5 + e];
+        }
+        s->moe = 1;
+        s->moe_aux_loss = v[0] / mb;
+        s->moe_aux_raw = v[1] / (mb * m->cfg.model.num_layers);
+        s->moe_z_loss = v[2] / mb;
+        s->moe_dropped = v[4] > 0 ? v[3] / v[4] : 0;
+        s->moe_load_max = mean > 0 ? hi / mean : 0;
+        s->moe_load_min = mean > 0 ? lo / mean : 0;
+    }
+    free(v);
+    return st;
+}
+
 tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     tpd_model *m = tr->model;
     tpd_step_stats s = {0};
     double t0 = tpd_clock_s();
     int it = tr->counters.iteration;
-    int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.dp_size;
+    int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.data_dp_size;
     tr->cur_sampler = &tr->train_sampler;
-    tr->cur_base =
-        (uint64_t)it * tr->sample_stride + tr->sample_offset + (uint64_t)tr->mesh.dp * (GB / dp);
+    /* the CP ranks of a sequence read the same samples */
+    tr->cur_base = (uint64_t)it * tr->sample_stride + tr->sample_offset +
+                   (uint64_t)tr->mesh.data_dp * (GB / dp);
     tr->loss_acc = 0;
 
     TPD_CHECK(tpd_diloco_poll(tr->diloco));
     TPD_CHECK(tpd_model_zero_grads(m));
+    if (m->d.E) { /* the step's MoE statistics (an evaluation's forwards do not count) */
+        tpd_model_moe_stats *ms = &m->moe;
+        ms->aux = ms->aux_raw = ms->z = ms->dropped = ms->assigned = 0;
+        memset(ms->load, 0, (size_t)m->d.E * sizeof *ms->load);
+    }
     tr->tp_comm_acc = 0;
     tpd_model_set_tp_timer(m, &tr->tp_comm_acc);
     tpd_grad_sync_begin(tr->gsync);
@@ -500,6 +554,7 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
     TPD_CHECK(tpd_optim_grad_norm(m, &tr->dpp, &tr->hcomms, &s.grad_norm));
     /* the loss is known on every rank before the update, so that both checks agree */
     TPD_CHECK(finish_loss(tr, tr->M, &s.lm_loss));
+    TPD_CHECK(finish_moe(tr, &s));
     s.lr = tpd_lr_at(&tr->cfg, it);
     /* Megatron's check: a non-finite loss or gradient norm skips the update (the same
      * verdict on every rank: both values are global) */
@@ -553,7 +608,7 @@ tpd_status tpd_trainer_step(tpd_trainer *tr, tpd_step_stats *stats_p) {
 
 /* Mean loss of `iters` global batches of sampler s, forward only. */
 static tpd_status evaluate_on(tpd_trainer *tr, tpd_blend_sampler *s, int iters, double *loss_p) {
-    int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.dp_size;
+    int GB = tr->cfg.training.global_batch_size, dp = tr->mesh.data_dp_size;
     int stages = tr->mesh.pp_size, stage = tr->mesh.pp, v = tr->sched.virtual_stages;
     TPD_CHECK(tpd_grad_sync_params_all(tr->gsync));
     tpd_pp_exec_ops ops = exec_ops(tr);
@@ -565,7 +620,7 @@ static tpd_status evaluate_on(tpd_trainer *tr, tpd_blend_sampler *s, int iters, 
      * sends, so every call can use slot 0. */
     tpd_pp_action acts[3];
     for (int e = 0; e < iters && st == TPD_OK; e++) {
-        tr->cur_base = (uint64_t)e * GB + (uint64_t)tr->mesh.dp * (GB / dp);
+        tr->cur_base = (uint64_t)e * GB + (uint64_t)tr->mesh.data_dp * (GB / dp);
         for (int j = 0; j < tr->M && st == TPD_OK; j++) {
             for (int c = 0; c < v && st == TPD_OK; c++) {
                 int n = 0;

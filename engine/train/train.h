@@ -46,6 +46,13 @@ typedef struct tpd_step_stats {
     int outer_applied;       /* fragment whose outer step was applied; -1: none */
     double outer_rank_bytes; /* this rank's bytes of that all-reduce */
     double t_outer_s;        /* blocked on the outer all-reduce */
+    /* mixture of experts (model.num_moe_experts > 0): the step's load-balancing and z
+     * losses as weighted into the objective (summed over layers, mean over micro-batches),
+     * the load-balancing loss without its coefficient (1 at a perfect balance), the share of
+     * assignments dropped by the capacity, and the most and least loaded expert's
+     * assignments over the mean (all layers and micro-batches) */
+    int moe;
+    double moe_aux_loss, moe_aux_raw, moe_z_loss, moe_dropped, moe_load_max, moe_load_min;
 } tpd_step_stats;
 
 typedef struct tpd_trainer tpd_trainer;

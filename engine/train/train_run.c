@@ -85,10 +85,14 @@ static void log_startup(const tpd_trainer *tr) {
             snprintf(threads + strlen(threads), sizeof threads - strlen(threads),
                      ", %d thread%s per rank", n, n > 1 ? "s" : "");
     }
-    tpd_log_info("layout: world %d = TP %d x PP %d x DP %d%s | micro-batches per step %d | "
+    char cp[96] = "";
+    if (tr->mesh.cp_size > 1)
+        snprintf(cp, sizeof cp, " x CP %d (%s, %d tokens per rank)", tr->mesh.cp_size,
+                 tr->cfg.parallel.cp_comm_type == TPD_CP_COMM_A2A ? "a2a" : "p2p ring", m->d.T);
+    tpd_log_info("layout: world %d = TP %d x PP %d x DP %d%s%s | micro-batches per step %d | "
                  "backend %s (%s%s)",
-                 tr->mesh.world_size, tr->mesh.tp_size, tr->mesh.pp_size, tr->mesh.dp_size,
-                 tr->cfg.parallel.sequence_parallel && tr->mesh.tp_size > 1 ? " (SP)" : "", tr->M,
+                 tr->mesh.world_size, tr->mesh.tp_size, tr->mesh.pp_size, tr->mesh.data_dp_size,
+                 cp, tr->cfg.parallel.sequence_parallel && tr->mesh.tp_size > 1 ? " (SP)" : "", tr->M,
                  tpd_kern_name(tr->kb),
                  tpd_config_choice("training.precision", tr->cfg.training.precision), threads);
     tpd_log_info("this rank (last stage): %zu parameters | memory %.2f MiB = params %.2f + "
@@ -103,7 +107,7 @@ static void log_startup(const tpd_trainer *tr) {
         flat.parallel.data_parallel_sharding_strategy = TPD_DP_SHARDING_NO_SHARD;
         flat.parallel.use_distributed_optimizer = 0;
         tpd_mem_breakdown full;
-        if (tpd_model_memory(&flat, tr->mesh.tp_size, tr->mesh.pp_size, tr->mesh.dp_size,
+        if (tpd_model_memory(&flat, tr->mesh.tp_size, tr->mesh.pp_size, tr->mesh.data_dp_size,
                              tr->mesh.pp, &full) != TPD_OK)
             full = *mem;
         double before = (double)(full.params + full.grads + full.optimizer + full.master);
@@ -392,6 +396,13 @@ tpd_status tpd_trainer_run(tpd_trainer *tr) {
             .outer_last_fragment = tr->last_outer_fragment,
             .fragments = cfg->diloco.fragments,
             .outer_rank_bytes = tr->acc_outer_rank_bytes,
+            .moe = s.moe,
+            .moe_aux_loss = s.moe_aux_loss,
+            .moe_aux_raw = s.moe_aux_raw,
+            .moe_z_loss = s.moe_z_loss,
+            .moe_dropped = s.moe_dropped,
+            .moe_load_max = s.moe_load_max,
+            .moe_load_min = s.moe_load_min,
         };
         tr->acc_dp_bytes = tr->acc_outer_bytes = tr->acc_outer_rank_bytes = 0;
         tr->acc_outer_steps = 0;

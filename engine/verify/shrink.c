@@ -53,8 +53,12 @@ tpd_status tpd_verify_shrink(const tpd_config *real, int dp, int steps, tpd_conf
     int rem = rm->vocab_size % unit;
     int vocab = rem == 0 ? round_up(64, unit) : (rem >= 16 ? rem : rem + unit);
     m->vocab_size = vocab < rm->vocab_size ? vocab : rm->vocab_size;
-    /* sequence: 8, a multiple of TP under sequence parallelism */
-    int seq = c.parallel.sequence_parallel ? round_up(8, tp) : 8;
+    /* sequence: 8, a multiple of TP under sequence parallelism, and under context
+     * parallelism of 2 x CP chunks (each CP rank's share a multiple of TP under SP): the
+     * same split of the sequence */
+    int cp = tpd_config_cp(&c), unit_seq = c.parallel.sequence_parallel ? tp : 1;
+    if (cp > 1) unit_seq *= 2 * cp;
+    int seq = round_up(8, unit_seq);
     m->seq_length = seq < rm->seq_length ? seq : rm->seq_length;
     m->max_position_embeddings = m->seq_length;
 
@@ -131,7 +135,11 @@ static double gib(double b) {
 tpd_status tpd_verify_check_machine(const tpd_config *small, int ranks, int world, char *err,
                                     size_t errlen) {
     int tp = small->parallel.tensor_model_parallel_size;
-    int pp = small->parallel.pipeline_model_parallel_size, dp = ranks / (tp * pp);
+    int pp = small->parallel.pipeline_model_parallel_size, cp = tpd_config_cp(small);
+    int dp = ranks / (tp * pp * cp), copy = tp * pp * cp; /* the ranks of one model copy */
+    char lay_s[64];
+    snprintf(lay_s, sizeof lay_s, "TP %d x PP %d x DP %d", tp, pp, dp);
+    if (cp > 1) snprintf(lay_s + strlen(lay_s), sizeof lay_s - strlen(lay_s), " x CP %d", cp);
     /* the planner's bytes of the largest rank of the layout, and of the one-rank run */
     tpd_plan_layout lay, one;
     tpd_plan_layout_from_config(small, ranks, &lay);
@@ -154,17 +162,18 @@ tpd_status tpd_verify_check_machine(const tpd_config *small, int ranks, int worl
     double avail = mem_available() + world * rss; /* the launched ranks are already in */
     if (avail > 0 && need > avail)
         return fail(err, errlen,
-                    "verify: the layout TP %d x PP %d x DP %d needs %d ranks, about %d x "
+                    "verify: the layout %s needs %d ranks, about %d x "
                     "(%.0f MiB per process + %.1f MiB of model) + %.1f MiB for the one-rank run "
                     "= %.2f GiB, and this machine has %.2f GiB available: pass --ranks N (a "
-                    "multiple of TP x PP = %d) to shrink DP",
-                    tp, pp, dp, ranks, ranks, rss / 1048576.0, per_rank / 1048576.0,
-                    (ref.total + copies) / 1048576.0, gib(need), gib(avail), tp * pp);
+                    "multiple of TP x PP%s = %d) to shrink DP",
+                    lay_s, ranks, ranks, rss / 1048576.0, per_rank / 1048576.0,
+                    (ref.total + copies) / 1048576.0, gib(need), gib(avail), cp > 1 ? " x CP" : "",
+                    copy);
     if (ranks > world)
         return fail(err, errlen,
-                    "verify: the layout TP %d x PP %d x DP %d needs %d ranks and this job has "
-                    "%d: launch it with mpirun -np %d, or pass --ranks N (a multiple of TP x PP "
+                    "verify: the layout %s needs %d ranks and this job has "
+                    "%d: launch it with mpirun -np %d, or pass --ranks N (a multiple of TP x PP%s "
                     "= %d) to shrink DP",
-                    tp, pp, dp, ranks, world, ranks, tp * pp);
+                    lay_s, ranks, world, ranks, cp > 1 ? " x CP" : "", copy);
     return TPD_OK;
 }

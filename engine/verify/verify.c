@@ -68,6 +68,7 @@ static int other_layout(const tpd_config *c, int ranks, tpd_config *o) {
         lay.tp = t;
         lay.pp = p;
         lay.dp = 1;
+        lay.cp = 1; /* a context-parallel checkpoint loads where no sequence is split */
         lay.distributed_optimizer = 0;
         tpd_config_relayout(c, &lay, o);
         int kv = tpd_config_kv_heads(o);
@@ -97,7 +98,7 @@ static void real_memory(const tpd_config *real, const tpd_verify_options *opt, i
     if (!res) return;
     int tp = real->parallel.tensor_model_parallel_size;
     int pp = real->parallel.pipeline_model_parallel_size;
-    tpd_plan_layout_from_config(real, tp * pp * dp, &res->layout);
+    tpd_plan_layout_from_config(real, tp * pp * tpd_config_cp(real) * dp, &res->layout);
     if (tpd_plan_memory(real, &cl, res) == TPD_OK) {
         rep->real_mem_max = res->memory_bytes;
         rep->real_mem_stage = res->max_mem_stage;
@@ -331,22 +332,24 @@ tpd_status tpd_verify_run(const tpd_config *real, const tpd_verify_options *opt,
     int tp = real->parallel.tensor_model_parallel_size;
     int pp = real->parallel.pipeline_model_parallel_size;
     rep->real_dp = real->parallel.data_parallel_size;
+    int cp = tpd_config_cp(real), copy = tp * pp * cp; /* the ranks of one model copy */
     int ranks = opt->ranks > 0     ? opt->ranks
-                : rep->real_dp > 0 ? tp * pp * rep->real_dp
+                : rep->real_dp > 0 ? copy * rep->real_dp
                                    : rep->world;
     char err[1024] = {0};
     tpd_status st = TPD_OK;
-    if (ranks % (tp * pp))
+    if (ranks % copy)
         st = snprintf(err, sizeof err,
                       "verify: %d ranks do not hold whole copies of the model: a multiple of "
-                      "TP x PP = %d x %d = %d is needed (--ranks N shrinks DP)",
-                      ranks, tp, pp, tp * pp) > 0
+                      "TP x PP%s = %d x %d%s = %d is needed (--ranks N shrinks DP)",
+                      ranks, cp > 1 ? " x CP" : "", tp, pp, cp > 1 ? " x CP" : "", copy) > 0
                  ? TPD_ERR_INVALID
                  : TPD_ERR_INVALID;
     rep->ranks = ranks;
     rep->tp = tp;
     rep->pp = pp;
-    rep->dp = ranks / (tp * pp);
+    rep->cp = cp;
+    rep->dp = ranks / copy;
     rep->v = real->parallel.virtual_pipeline_model_parallel_size;
     if (st == TPD_OK)
         st = tpd_verify_shrink(real, rep->dp, rep->steps, &rep->small, err, sizeof err);

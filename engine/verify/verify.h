@@ -68,6 +68,7 @@ typedef struct tpd_verify_check {
 typedef struct tpd_verify_report {
     tpd_config real, small;
     int tp, pp, dp, real_dp, v; /* the rehearsal's layout; real_dp: the config's (0: derived) */
+    int cp;                     /* parallel.context_parallel_size, kept */
     int ranks, world;
     int steps;
     char other_layout[64]; /* the layout the checkpoint was resharded into */

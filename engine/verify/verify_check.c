@@ -91,6 +91,10 @@ static int tp_of(const tpd_model_layout *g, const tpd_config *cfg, tpd_param p, 
         return row / (s->g_rows / tp);
     case TPD_SPLIT_GLU:
         return (row % (s->g_rows / 2)) / (s->g_rows / 2 / tp);
+    case TPD_SPLIT_EXPERT: {
+        int per = s->g_rows / g->d.E, r = row % per, half = g->d.glu ? per / 2 : per;
+        return (r % half) / (half / tp);
+    }
     case TPD_SPLIT_COLS:
         return col / (s->g_cols / tp);
     case TPD_SPLIT_VOCAB:

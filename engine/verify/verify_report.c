@@ -75,13 +75,15 @@ void tpd_verify_print(FILE *f, const tpd_verify_report *r) {
             fprintf(f, "%s %s %.15g -> %.15g", i ? "," : "", rows[i].key, rows[i].real,
                     rows[i].small);
     fprintf(f, "\n");
+    char cp_s[24] = "";
+    if (r->cp > 1) snprintf(cp_s, sizeof cp_s, " CP %d", r->cp);
     if (r->real_mem_max > 0)
         fprintf(
             f,
-            "  memory:    the real model at TP %d PP %d DP %d needs %.2f GiB on its largest rank "
-            "(stage %d) by the planner (%s, %.1f GiB usable)%s; the rehearsal's largest rank "
-            "%.2f MiB\n",
-            r->tp, r->pp, r->real_dp > 0 ? r->real_dp : r->dp, gib(r->real_mem_max),
+            "  memory:    the real model at TP %d PP %d DP %d%s needs %.2f GiB on its largest "
+            "rank (stage %d) by the planner (%s, %.1f GiB usable)%s; the rehearsal's largest "
+            "rank %.2f MiB\n",
+            r->tp, r->pp, r->real_dp > 0 ? r->real_dp : r->dp, cp_s, gib(r->real_mem_max),
             r->real_mem_stage, r->real_cluster, gib(r->real_hbm_bytes),
             r->real_mem_max > r->real_hbm_bytes ? ": it does NOT fit" : "",
             r->small_mem_max / 1048576.0);
@@ -125,6 +127,7 @@ char *tpd_verify_json(const tpd_verify_report *r) {
     cJSON_AddNumberToObject(lay, "tp", r->tp);
     cJSON_AddNumberToObject(lay, "pp", r->pp);
     cJSON_AddNumberToObject(lay, "dp", r->dp);
+    cJSON_AddNumberToObject(lay, "cp", r->cp > 0 ? r->cp : 1);
     cJSON_AddNumberToObject(lay, "config_dp", r->real_dp);
     cJSON_AddNumberToObject(lay, "virtual_stages", r->v);
     cJSON_AddNumberToObject(lay, "ranks", r->ranks);

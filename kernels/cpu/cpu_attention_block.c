@@ -9,8 +9,11 @@
  * BLOCK_ROWS queries; the mask is applied by position after the product. */
 #include "kernels/cpu/cpu_internal.h"
 
+#include "base/fault.h"
+
 #include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +33,14 @@ static int block_shape_ok(const char *op, int B, int T, int Tk, int NH, int NKV,
  * -inf where the key lies after the query. Returns whether any score is visible. */
 static int block_scores(float *s, const float *q, int ldq, const float *k, int ldk, int nb, int Tk,
                         int HS, float scale, const int32_t *qpos, const int32_t *kpos) {
+    /* a row block wholly before the block's first key (above the diagonal) costs no
+     * product: ring attention's skipped blocks */
+    int32_t qmax = INT32_MIN, kmin = INT32_MAX;
+    for (int i = 0; i < nb; i++)
+        if (qpos[i] > qmax) qmax = qpos[i];
+    for (int j = 0; j < Tk; j++)
+        if (kpos[j] < kmin) kmin = kpos[j];
+    if (kmin > qmax) return 0;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, Tk, HS, scale, q, ldq, k, ldk, 0.0f, s,
                 Tk);
     int any = 0;
@@ -55,6 +66,7 @@ tpd_status tpd_kern_cpu_attention_block_fwd(tpd_kern_ctx *ctx, float *o, float *
     if (items == 0 || T == 0 || Tk == 0) return TPD_OK;
     int nt = tpd_kern_cpu_blas_nested_ok() ? tpd_kern_cpu_threads(ctx) : 1;
     if (nt > items) nt = items;
+    int wrong_max = tpd_fault("cp-lse-wrong-max", 0, NULL); /* planted for tests */
     float *scratch = malloc((size_t)nt * BLOCK_ROWS * Tk * sizeof *scratch);
     if (!scratch)
         return tpd_fail_nomem("the block attention scores", (size_t)nt * BLOCK_ROWS * Tk * 4);
@@ -80,10 +92,14 @@ tpd_status tpd_kern_cpu_attention_block_fwd(tpd_kern_ctx *ctx, float *o, float *
                     memset(row, 0, (size_t)Tk * sizeof *row);
                     continue;
                 }
-                float mnew = mb[t] > mx ? mb[t] : mx;
-                float alpha = mb[t] == -INFINITY ? 0.0f : expf(mb[t] - mnew), sum = 0.0f;
+                /* l = 0: no key seen yet, and m means nothing */
+                int empty = lb[t] == 0.0f;
+                float mnew = !empty && mb[t] > mx ? mb[t] : mx;
+                float alpha = empty ? 0.0f : expf(mb[t] - mnew), sum = 0.0f;
+                /* the fault weighs the block against its own maximum, not the merged one */
+                float ref = wrong_max ? mx : mnew;
                 for (int j = 0; j < Tk; j++) {
-                    row[j] = row[j] == -INFINITY ? 0.0f : expf(row[j] - mnew);
+                    row[j] = row[j] == -INFINITY ? 0.0f : expf(row[j] - ref);
                     sum += row[j];
                 }
                 lb[t] = lb[t] * alpha + sum;

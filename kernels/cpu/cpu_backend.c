@@ -86,6 +86,14 @@ static tpd_status cpu_copy(tpd_kern_ctx *ctx, void *dst, const void *src, size_t
     return TPD_OK;
 }
 
+static tpd_status cpu_copy_2d(tpd_kern_ctx *ctx, void *dst, size_t dpitch, const void *src,
+                              size_t spitch, size_t width, size_t rows) {
+    (void)ctx;
+    for (size_t i = 0; i < rows; i++)
+        memcpy((char *)dst + i * dpitch, (const char *)src + i * spitch, width);
+    return TPD_OK;
+}
+
 static tpd_status cpu_synchronize(tpd_kern_ctx *ctx) {
     (void)ctx; /* every op has finished when it returns */
     return TPD_OK;
@@ -160,6 +168,7 @@ static const tpd_kern_ops cpu_ops = {
     .copy_to_device = cpu_copy,
     .copy_to_host = cpu_copy,
     .copy = cpu_copy,
+    .copy_2d = cpu_copy_2d,
     .synchronize = cpu_synchronize,
 
     .embed_fwd = tpd_kern_cpu_embed_fwd,
@@ -187,6 +196,10 @@ static const tpd_kern_ops cpu_ops = {
     .attention_block_fwd = tpd_kern_cpu_attention_block_fwd,
     .attention_block_finish = tpd_kern_cpu_attention_block_finish,
     .attention_block_bwd = tpd_kern_cpu_attention_block_bwd,
+    .gather_rows = tpd_kern_cpu_gather_rows,
+    .scatter_add_rows = tpd_kern_cpu_scatter_add_rows,
+    .scale_rows = tpd_kern_cpu_scale_rows,
+    .row_dot = tpd_kern_cpu_row_dot,
 
     .xent_max = tpd_kern_cpu_xent_max,
     .xent_sumexp = tpd_kern_cpu_xent_sumexp,

@@ -81,6 +81,15 @@ tpd_status tpd_kern_cpu_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved,
 tpd_status tpd_kern_cpu_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
                                       const void *qkv, const void *out, const void *saved, int B,
                                       int T, int NH, int NKV, int HS);
+/* (cpu_moe.c) */
+tpd_status tpd_kern_cpu_gather_rows(tpd_kern_ctx *ctx, void *out, const void *inp,
+                                    const int32_t *idx, int N, int C);
+tpd_status tpd_kern_cpu_scatter_add_rows(tpd_kern_ctx *ctx, void *out, const void *inp,
+                                         const int32_t *idx, int N, int C, int rows_out);
+tpd_status tpd_kern_cpu_scale_rows(tpd_kern_ctx *ctx, void *out, const void *inp, const float *s,
+                                   int N, int C);
+tpd_status tpd_kern_cpu_row_dot(tpd_kern_ctx *ctx, float *out, const void *a, const void *b, int N,
+                                int C);
 /* (cpu_attention_block.c) */
 tpd_status tpd_kern_cpu_attention_block_fwd(tpd_kern_ctx *ctx, float *o, float *m, float *l,
                                             const void *qkv, const void *kv, const int32_t *qpos,

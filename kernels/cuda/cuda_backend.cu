@@ -142,6 +142,12 @@ static tpd_status cuda_copy(tpd_kern_ctx *ctx, void *dst, const void *src, size_
     return TPD_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx->stream));
 }
 
+static tpd_status cuda_copy_2d(tpd_kern_ctx *ctx, void *dst, size_t dpitch, const void *src,
+                               size_t spitch, size_t width, size_t rows) {
+    return TPD_CUDA(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows,
+                                      cudaMemcpyDeviceToDevice, ctx->stream));
+}
+
 /* ---- host staging and events ---- */
 
 static tpd_status cuda_host_alloc(tpd_kern_ctx *ctx, size_t bytes, void **ptr_p) {
@@ -213,6 +219,7 @@ static const tpd_kern_ops cuda_ops = {
     .copy_to_device = cuda_copy_to_device,
     .copy_to_host = cuda_copy_to_host,
     .copy = cuda_copy,
+    .copy_2d = cuda_copy_2d,
     .synchronize = cuda_synchronize,
 
     .embed_fwd = tpd_kern_cuda_embed_fwd,

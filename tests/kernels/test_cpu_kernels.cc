@@ -133,6 +133,24 @@ TEST(CpuMemory, CopiesAndZero) {
     tpd_kern_free(be.b, b);
 }
 
+// A column block of a row-major matrix, against plain loops.
+TEST(CpuMemory, Copy2dMovesAColumnBlock) {
+    ref::CpuBackend be;
+    const int rows = 7, scols = 9, dcols = 5, c0 = 3, w = 4;
+    FVec src = ref::randn((size_t)rows * scols, 2), dst((size_t)rows * dcols, -1.0f), want = dst;
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < w; j++)
+            want[(size_t)i * dcols + 1 + j] = src[(size_t)i * scols + c0 + j];
+    ASSERT_EQ(tpd_kern_copy_2d(be.b, dst.data() + 1, dcols * 4, src.data() + c0, scols * 4, w * 4,
+                               rows),
+              TPD_OK);
+    EXPECT_EQ(dst, want);
+    // a width wider than a pitch is refused; nothing to move is a no-op
+    EXPECT_EQ(tpd_kern_copy_2d(be.b, dst.data(), 4, src.data(), scols * 4, 8, 2), TPD_ERR_INVALID);
+    EXPECT_EQ(tpd_kern_copy_2d(be.b, dst.data(), 4, src.data(), 4, 4, 0), TPD_OK);
+    EXPECT_EQ(dst, want);
+}
+
 // ---- embeddings ----
 
 TEST(CpuForward, EmbedWithVocabOffset) {

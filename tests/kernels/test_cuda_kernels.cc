@@ -334,6 +334,21 @@ TEST(CudaKernels, Elementwise) {
     expect_close(g.down(gx, x.size()), c.down(cx, x.size()), kRtolBf16, "bias_add");
 }
 
+// copy_2d moves the same column block on both backends (cudaMemcpy2DAsync).
+TEST(CudaKernels, Copy2dMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    Be g(true, TPD_DTYPE_F32), c(false);
+    const int rows = 33, scols = 21, dcols = 10, w = 6;
+    FVec src = randn((size_t)rows * scols, 44), dst((size_t)rows * dcols, -1.0f);
+    float *gs = g.upf(src), *gd = g.upf(dst), *cs = c.upf(src), *cd = c.upf(dst);
+    ASSERT_EQ(tpd_kern_copy_2d(g.b, gd + 2, dcols * 4, gs + 5, scols * 4, w * 4, rows), TPD_OK);
+    ASSERT_EQ(tpd_kern_copy_2d(c.b, cd + 2, dcols * 4, cs + 5, scols * 4, w * 4, rows), TPD_OK);
+    FVec a(dst.size()), b(dst.size());
+    ASSERT_EQ(tpd_kern_copy_to_host(g.b, a.data(), gd, a.size() * 4), TPD_OK);
+    ASSERT_EQ(tpd_kern_copy_to_host(c.b, b.data(), cd, b.size() * 4), TPD_OK);
+    EXPECT_EQ(a, b);
+}
+
 TEST(CudaKernels, CastRoundTrip) {
     SKIP_WITHOUT_GPU();
     Be g(true);

@@ -4,7 +4,7 @@
 // checkpoints must hold byte-equal global tensors (parameters, AdamW m and v), and the
 // training continued under T must reproduce the loss S itself continued with, within the
 // equivalence tolerance (relative 1e-5); at the same layout, bit-identically.
-// Each layout runs on the first TP*PP*DP world ranks (a split communicator).
+// Each layout runs on the first TP*PP*DP*CP world ranks (a split communicator).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,14 +30,24 @@ struct Layout {
     bool llama = false; // the Llama block (tiny::llama)
     int sharding = -1;  // parallel.data_parallel_sharding_strategy; -1: by zero
     int shard_size = 0; // parallel.data_parallel_shard_size (HSDP)
+    int cp = 1;         // parallel.context_parallel_size
+    bool a2a = false;   // parallel.cp_comm_type a2a
     std::string name() const {
         return std::string(llama ? "llama_" : "") + "tp" + std::to_string(tp) + "pp" +
                std::to_string(pp) + "dp" + std::to_string(dp) + (zero ? "z" : "") +
                (sharding > 1 ? std::to_string(sharding) : "") +
                (shard_size ? "h" + std::to_string(shard_size) : "") +
-               (v > 1 ? "v" + std::to_string(v) : "") + (zb ? "zb" : "");
+               (v > 1 ? "v" + std::to_string(v) : "") + (zb ? "zb" : "") +
+               (cp > 1 ? "cp" + std::to_string(cp) + (a2a ? "a" : "") : "");
     }
 };
+
+// context parallelism: CP ranks per sequence (they hold no weights of their own)
+Layout cpar(Layout L, int cp, bool a2a = false) {
+    L.cp = cp;
+    L.a2a = a2a;
+    return L;
+}
 
 // ZeRO-2 (optim_grads) and ZeRO-3 (optim_grads_params)
 Layout zero2(Layout L) {
@@ -78,7 +88,7 @@ Layout zbh1(Layout L) {
 // g_world.
 std::vector<double> run(const Layout &L, const std::string &load, const std::string &save) {
     std::vector<double> losses;
-    int n = L.tp * L.pp * L.dp, member = tpd_comm_rank(g_world) < n;
+    int n = L.tp * L.pp * L.dp * L.cp, member = tpd_comm_rank(g_world) < n;
     tpd_comm *sub = nullptr;
     EXPECT_EQ(tpd_comm_split(g_world, member ? 0 : -1, tpd_comm_rank(g_world), "layout", &sub),
               TPD_OK);
@@ -92,6 +102,8 @@ std::vector<double> run(const Layout &L, const std::string &load, const std::str
                             : (L.zero ? TPD_DP_SHARDING_OPTIM : TPD_DP_SHARDING_NO_SHARD);
         cfg.parallel.data_parallel_shard_size = L.shard_size;
         if (L.llama) tiny::llama(cfg);
+        cfg.parallel.context_parallel_size = L.cp;
+        cfg.parallel.cp_comm_type = L.a2a ? TPD_CP_COMM_A2A : TPD_CP_COMM_P2P;
         cfg.parallel.virtual_pipeline_model_parallel_size = L.v;
         if (L.zb) tiny::set(cfg.parallel.pipeline_schedule, "parallel.pipeline_schedule", "zb-h1");
         snprintf(cfg.checkpoint.load, sizeof cfg.checkpoint.load, "%s", load.c_str());
@@ -157,6 +169,12 @@ TEST(Reshard, RoundTripIsExactAndTrainingContinues) {
         {{1, 1, 1, 0}, hsdp(zero2({2, 1, 4, 1}), 2)},
         {hsdp(zero3({1, 2, 4, 1}), 2), hsdp(zero3({1, 2, 4, 1}), 2)},
         {hsdp(zero2({1, 1, 8, 1}), 4), zero3({2, 2, 2, 1})},
+        // context parallelism: the ZeRO shards span DP x CP; a CP run loads anywhere
+        {cpar({2, 1, 2, 1}, 2), {1, 1, 1, 0}},
+        {{1, 1, 1, 0}, cpar(zero3({1, 2, 1, 1}), 4)},
+        {llama(cpar(zero2({1, 2, 2, 1}), 2)), llama({2, 2, 2, 1})},
+        {cpar({1, 1, 2, 1}, 4, true), cpar({1, 1, 2, 1}, 4, true)},
+        {cpar(zero3({2, 1, 2, 1}), 2), cpar({2, 2, 1, 0}, 2)},
     };
     std::map<std::string, std::vector<double>> source_loss;
     for (const auto &pr : pairs) {

@@ -38,6 +38,7 @@ bool g_cuda = false;
 
 struct Result {
     std::vector<double> loss, norm, pnorm;  // pnorm: the weights' norm after each update
+    std::vector<double> aux;                // MoE: the load-balancing loss of each step
     int tied_mismatch = 0;                  // elements where the first and last stage's wte differ
     std::vector<std::vector<float>> params; // per tensor, world rank 0 only
 };
@@ -60,7 +61,30 @@ struct Layout {
     int gbs = 0;        // training.global_batch_size; 0: tiny's 16
     int shard_size = 0; // parallel.data_parallel_shard_size (HSDP); 0: all of DP
     int in_flight = 0;  // parallel.fsdp_units_in_flight; 0: the default
+    int cp = 1;         // parallel.context_parallel_size
+    bool a2a = false;   // parallel.cp_comm_type a2a (else p2p)
+    int experts = 0;    // model.num_moe_experts (a MoE block of top-2 over them, with a
+                        // gated shared expert and both router losses)
 };
+
+// The mixture of experts: top-2 of 4 experts (a gated shared expert under GPT-2; under
+// Llama, HF's softmax-then-top-k with renormalized weights), both router losses.
+Layout moe(Layout L) {
+    L.experts = 4;
+    return L;
+}
+
+// Context parallelism: cp ranks split each sequence, attention by the ring (p2p) or the
+// all-to-all (a2a).
+Layout cpar(Layout L, int cp, bool a2a) {
+    L.cp = cp;
+    L.a2a = a2a;
+    return L;
+}
+
+int ranks(const Layout &L) {
+    return L.tp * L.pp * L.dp * L.cp;
+}
 
 // Hybrid sharding: shard groups of h DP ranks, replicated across.
 Layout hsdp(Layout L, int h) {
@@ -101,7 +125,7 @@ int tied_copies_differ(tpd_trainer *tr) {
 // Runs a layout on the first tp*pp*dp ranks. Collective over g_world.
 Result run(const Layout &L) {
     Result r;
-    int n = L.tp * L.pp * L.dp;
+    int n = ranks(L);
     tpd_comm *sub = nullptr;
     int member = tpd_comm_rank(g_world) < n;
     EXPECT_EQ(tpd_comm_split(g_world, member ? 0 : -1, tpd_comm_rank(g_world), "layout", &sub),
@@ -127,6 +151,22 @@ Result run(const Layout &L) {
         tiny::set(cfg.parallel.pipeline_schedule, "parallel.pipeline_schedule", L.schedule);
         if (L.llama) tiny::llama(cfg);
         if (L.layers) cfg.model.num_layers = L.layers;
+        if (L.experts) {
+            cfg.model.num_moe_experts = L.experts;
+            cfg.model.moe_router_topk = 2;
+            cfg.model.moe_ffn_hidden_size = 32;
+            cfg.model.moe_aux_loss_coeff = 0.01;
+            cfg.model.moe_z_loss_coeff = 0.001;
+            if (L.llama) {
+                cfg.model.moe_router_pre_softmax = 1;
+                cfg.model.moe_norm_topk_prob = 1;
+            } else {
+                cfg.model.moe_shared_expert_intermediate_size = 16;
+                cfg.model.moe_shared_expert_gate = 1;
+            }
+        }
+        cfg.parallel.context_parallel_size = L.cp;
+        cfg.parallel.cp_comm_type = L.a2a ? TPD_CP_COMM_A2A : TPD_CP_COMM_P2P;
         cfg.parallel.overlap_grad_reduce = L.overlap;
         cfg.parallel.overlap_param_gather = L.overlap;
         cfg.parallel.num_pipeline_layers = (int)L.stage_layers.size();
@@ -141,6 +181,7 @@ Result run(const Layout &L) {
                 r.loss.push_back(s.lm_loss);
                 r.norm.push_back(s.grad_norm);
                 r.pnorm.push_back(s.params_norm);
+                if (s.moe) r.aux.push_back(s.moe_aux_loss);
             }
             EXPECT_EQ(tpd_trainer_sync_params(tr), TPD_OK);
             r.tied_mismatch = tied_copies_differ(tr);
@@ -180,10 +221,13 @@ int check_layout(const Result &ref, const Layout &L) {
     if (L.sharding >= 0) stages += std::string(" ") + kStrategy[L.sharding];
     if (L.shard_size) stages += " HSDP shard " + std::to_string(L.shard_size);
     if (L.in_flight) stages += " " + std::to_string(L.in_flight) + " units in flight";
+    if (L.cp > 1) stages += " CP " + std::to_string(L.cp) + (L.a2a ? " a2a" : " p2p");
+    if (L.experts) stages += " MoE " + std::to_string(L.experts) + " experts";
     SCOPED_TRACE(testing::Message() << "TP " << L.tp << " PP " << L.pp << " DP " << L.dp
                                     << " ZeRO-1 " << L.zero << stages);
     EXPECT_EQ(r.loss.size(), ref.loss.size());
     if (r.loss.size() != ref.loss.size()) return 0;
+    EXPECT_EQ(r.aux.size(), ref.aux.size()) << "MoE on one side only";
     double worst_loss = 0, worst_norm = 0, worst_param = 0;
     for (size_t i = 0; i < r.loss.size(); i++) {
         double el = std::fabs(r.loss[i] - ref.loss[i]) / std::fabs(ref.loss[i]);
@@ -194,6 +238,9 @@ int check_layout(const Result &ref, const Layout &L) {
         // every parameter once: TP-replicated ones and the tied embedding too
         EXPECT_LE(std::fabs(r.pnorm[i] - ref.pnorm[i]) / ref.pnorm[i], 1e-5)
             << "step " << i + 1 << " params norm " << r.pnorm[i] << " vs " << ref.pnorm[i];
+        if (i < ref.aux.size() && i < r.aux.size())
+            EXPECT_LE(std::fabs(r.aux[i] - ref.aux[i]) / ref.aux[i], 1e-5)
+                << "step " << i + 1 << " load-balancing loss " << r.aux[i] << " vs " << ref.aux[i];
         worst_loss = std::max(worst_loss, el);
         worst_norm = std::max(worst_norm, en);
     }
@@ -323,6 +370,111 @@ TEST(Equivalence, LlamaMatchesSingleRank) {
     for (const Layout &L : layouts)
         checked += check_layout(ref, L);
     if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)layouts.size());
+}
+
+// Context parallelism (parallel.context_parallel_size): CP 2 and 4, the ring (p2p) and
+// the all-to-all (a2a), alone and with TP (and SP), PP (1F1B, interleaved, ZB-H1), DP with
+// ZeRO-1 and the sharded strategies, full and selective recompute, GPT-2 and the Llama
+// block (GQA: the ring carries only the 2 K/V groups), against the single-rank run under
+// the matrix's tolerances. The tiny model's 16 positions make chunks of 4 (CP 2) and 2
+// (CP 4) positions.
+TEST(Equivalence, ContextParallelMatchesSingleRank) {
+    if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
+    int world = tpd_comm_size(g_world);
+    std::vector<Layout> gpt, lla;
+    auto add = [&](std::vector<Layout> &v, Layout L) {
+        if (ranks(L) <= world) v.push_back(L);
+    };
+    for (bool a2a : {false, true}) {
+        add(gpt, cpar({1, 1, 1, 0}, 2, a2a));                             // CP 2
+        add(gpt, cpar({1, 1, 1, 0}, 4, a2a));                             // CP 4
+        add(gpt, cpar({2, 1, 1, 0, false, {}, "none", true}, 2, a2a));    // TP 2 + SP
+        add(gpt, cpar({1, 1, 2, 1}, 2, a2a));                             // DP 2, ZeRO-1
+        add(gpt, cpar({1, 1, 1, 0, false, {}, "selective"}, 2, a2a));     // selective
+        add(gpt, cpar(with({1, 2, 1, 0}, 2, "interleaved", 4), 2, a2a)); // PP 2 interleaved
+    }
+    add(gpt, cpar({2, 1, 1, 0}, 4, false));                               // TP 2 x CP 4
+    add(gpt, cpar({2, 2, 1, 0}, 2, true));                                // TP 2 PP 2 a2a
+    add(gpt, cpar({1, 1, 1, 0, false, {}, "full"}, 2, false));            // full recompute
+    add(gpt, cpar(with({1, 2, 1, 0}, 1, "zb-h1", 0), 2, false));         // ZB-H1
+    add(gpt, cpar({1, 2, 2, 1}, 2, false));                               // PP 2 DP 2 ZeRO-1
+    add(gpt, cpar(sharded({1, 1, 2, 1}, TPD_DP_SHARDING_OPTIM_GRADS, kSteps), 2, false));
+    add(gpt, cpar(sharded({1, 1, 2, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps), 2, true));
+    add(gpt, cpar(sharded({2, 1, 1, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps), 4, false));
+    add(lla, llama(cpar({1, 1, 1, 0}, 2, false)));                        // GQA over the ring
+    add(lla, llama(cpar({1, 1, 1, 0}, 4, false)));
+    add(lla, llama(cpar({1, 1, 1, 0}, 2, true)));                         // 2 K/V groups, CP 2
+    add(lla, llama(cpar({2, 1, 1, 0, false, {}, "none", true}, 2, false))); // TP 2: 1 group each
+    add(lla, llama(cpar(with({2, 2, 1, 0}, 2, "interleaved", 4), 2, false)));
+    add(lla, llama(cpar({1, 1, 2, 1, false, {}, "selective"}, 4, false)));
+    int checked = 0;
+    Result ref = run({1, 1, 1, 0});
+    for (const Layout &L : gpt)
+        checked += check_layout(ref, L);
+    Result lref = run(llama({1, 1, 1, 0}));
+    for (const Layout &L : lla)
+        checked += check_layout(lref, L);
+    if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)(gpt.size() + lla.size()));
+}
+
+// The mixture of experts (dropless top-2 of 4, both router losses; a gated shared expert
+// under GPT-2, HF's renormalized softmax-then-top-k under Llama), every expert on every
+// rank (EP 1), with TP 2 (experts split like the dense MLP) and SP, PP 2 (1F1B, interleaved,
+// ZB-H1), DP 2 with ZeRO-1 and ZeRO-3, full and selective recompute, against the single-rank
+// run under the matrix's tolerances, the load-balancing loss too. Top-k ties go to the
+// lower expert index; the router's logits agree across layouts to rounding, far from a tie.
+TEST(Equivalence, MoeMatchesSingleRank) {
+    if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
+    int world = tpd_comm_size(g_world);
+    std::vector<Layout> gpt, lla;
+    auto add = [&](std::vector<Layout> &v, Layout L) {
+        if (ranks(L) <= world) v.push_back(L);
+    };
+    add(gpt, moe({2, 1, 1, 0}));
+    add(gpt, moe({2, 1, 2, 0, false, {}, "none", true}));
+    add(gpt, moe({1, 2, 1, 0}));
+    add(gpt, moe(with({1, 2, 1, 0}, 2, "interleaved", 4)));
+    add(gpt, moe(with({1, 2, 2, 0}, 1, "zb-h1", 0)));
+    add(gpt, moe({1, 1, 2, 1}));
+    add(gpt, moe(sharded({1, 1, 2, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps)));
+    add(gpt, moe({1, 1, 1, 0, false, {}, "full"}));
+    add(gpt, moe({2, 2, 1, 0, false, {}, "selective"}));
+    add(gpt, moe({2, 2, 2, 1}));
+    add(lla, llama(moe({2, 1, 1, 0})));
+    add(lla, llama(moe({1, 2, 2, 1})));
+    add(lla, llama(moe(with({2, 2, 2, 0}, 2, "interleaved", 4))));
+    int checked = 0;
+    Result ref = run(moe({1, 1, 1, 0}));
+    for (const Layout &L : gpt)
+        checked += check_layout(ref, L);
+    Result lref = run(llama(moe({1, 1, 1, 0})));
+    for (const Layout &L : lla)
+        checked += check_layout(lref, L);
+    if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)(gpt.size() + lla.size()));
+}
+
+// The CP matrix can fail: a ring step that never receives its block, or a log-sum-exp
+// merge that rescales to the wrong maximum, drives the run away from the single-rank one.
+TEST(Equivalence, ContextParallelFaultsAreCaught) {
+    if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
+    if (tpd_comm_size(g_world) < 4) GTEST_SKIP() << "needs 4 ranks";
+    Result ref = run({1, 1, 1, 0});
+    for (const char *fault : {"cp-skip-ring-step:1", "cp-lse-wrong-max"}) {
+        setenv("TRIPOD_TEST_FAULT", fault, 1);
+        Result r = run(cpar({1, 1, 1, 0}, 4, false));
+        unsetenv("TRIPOD_TEST_FAULT");
+        if (tpd_comm_rank(g_world) != 0) continue;
+        SCOPED_TRACE(fault);
+        ASSERT_EQ(r.loss.size(), ref.loss.size());
+        double worst = 0;
+        for (size_t i = 0; i < r.loss.size(); i++)
+            worst = std::max(worst, std::fabs(r.loss[i] - ref.loss[i]) / ref.loss[i]);
+        for (int p = 0; p < TPD_P_COUNT; p++)
+            worst = std::max(worst, tpd_verify_rel_diff(r.params[p].data(), ref.params[p].data(),
+                                                        ref.params[p].size()));
+        EXPECT_GT(worst, 1e-3) << "the fault went unnoticed";
+        printf("fault %s: worst relative error %.2e\n", fault, worst);
+    }
 }
 
 // Overlapping the DP communication with the pipeline changes when the buckets are

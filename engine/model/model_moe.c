@@ -1,0 +1,323 @@
+/* The mixture-of-experts MLP (model.num_moe_experts > 0): a router, E experts and
+ * optionally shared experts, in place of the dense MLP of every layer.
+ *
+ * Forward, on the N rows of the micro-batch (gathered under SP):
+ *   logits = x routerw^T (N,E), fp32; p = softmax(logits) over all E;
+ *   each token's k experts: the k largest logits (ties to the lower expert index, so that
+ *   equal logits route alike on every layout), weighted by a softmax over those k logits
+ *   (moe_router_pre_softmax false: Mixtral's weights), or by their p (pre_softmax true,
+ *   renormalized to sum 1 under moe_norm_topk_prob: HF's norm_topk_prob);
+ *   with moe_expert_capacity_factor > 0 an expert takes at most ceil(factor N k / E)
+ *   assignments, first come in token order, and the rest are dropped (weight 0);
+ *   the kept assignments are sorted by expert (then token), their rows gathered, and each
+ *   expert's block runs its MLP (grouped matmuls: fc, GELU or SwiGLU, proj);
+ *   y = sum over a token's kept assignments of weight x expert output, + the shared
+ *   experts' MLP of x (times sigmoid(x gate) under moe_shared_expert_gate).
+ * Each expert's MLP is split over TP like the dense one (expert TP = TP): the router is
+ * replicated, every TP rank routes the same tokens the same way, computes its share of
+ * every expert, and the partial y is summed over TP once (all-reduce, or reduce-scatter
+ * under SP). The experts' second bias is added on TP rank 0 only, so the sum holds it once.
+ *
+ * Losses (per micro-batch and layer, over its N tokens; weighted like the lm loss's mean,
+ * 1 / (micro-batches x DP) each): Switch's load balancing E coeff sum_e f_e P_e, f_e the
+ * share of the N k assignments routed to e (before dropping), P_e the mean of p over the
+ * tokens; ST-MoE's z-loss coeff mean_t logsumexp(logits_t)^2.
+ *
+ * The routing runs on the host in fp32 over the backend's buffers, which are host memory
+ * on the cpu backend (the one MoE trains on; tpd_config_check_trainable). */
+#include "engine/model/model_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The layer's MoE regions (tpd_act_layer's moe_*). */
+typedef struct moe_acts {
+    float *probs, *lse, *topw, *wperm, *gate;
+    int32_t *topi, *pos, *order, *counts; /* counts[E]: the kept rows */
+    void *x, *h, *hact, *y, *shout;
+} moe_acts;
+
+static moe_acts moe_view(const tpd_model *m, const tpd_model_acts *a) {
+    const tpd_act_layer *o = &m->plan.layer;
+    char *b = a->block;
+    moe_acts v = {(float *)(b + o->moe_probs), (float *)(b + o->moe_lse),
+                  (float *)(b + o->moe_topw),  (float *)(b + o->moe_wperm),
+                  m->d.shgate ? (float *)(b + o->moe_gate) : NULL,
+                  (int32_t *)(b + o->moe_topi), (int32_t *)(b + o->moe_pos),
+                  (int32_t *)(b + o->moe_order), (int32_t *)(b + o->moe_counts),
+                  b + o->moe_x, b + o->moe_h, b + o->moe_hact, b + o->moe_y,
+                  m->d.F ? b + o->moe_shout : NULL};
+    return v;
+}
+
+/* Routes the N tokens from the logits in v.probs (overwritten by the softmax). */
+static void route(tpd_model *m, const moe_acts *v, int N) {
+    const tpd_model_dims *d = &m->d;
+    const tpd_config_model *c = &m->cfg.model;
+    const int E = d->E, k = d->topk;
+    int32_t *counts = v->counts;
+    memset(counts, 0, (size_t)(E + 1) * sizeof *counts);
+    double *f = calloc((size_t)E, sizeof *f), *P = calloc((size_t)E, sizeof *P);
+    double z = 0.0;
+    int cap = INT32_MAX;
+    if (c->moe_expert_capacity_factor > 0)
+        cap = (int)ceil(c->moe_expert_capacity_factor * (double)N * k / E);
+    int dropped = 0;
+    for (int t = 0; t < N; t++) {
+        float *p = v->probs + (size_t)t * E, mx = -INFINITY;
+        int32_t *ti = v->topi + (size_t)t * k;
+        float *tw = v->topw + (size_t)t * k;
+        /* top-k of the logits, ties to the lower index */
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int q = 0; q < j; q++)
+                    taken |= ti[q] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            ti[j] = best;
+        }
+        for (int e = 0; e < E; e++)
+            if (p[e] > mx) mx = p[e];
+        double sum = 0.0;
+        for (int e = 0; e < E; e++)
+            sum += exp((double)p[e] - mx);
+        double lse = mx + log(sum);
+        v->lse[t] = (float)lse;
+        z += lse * lse;
+        float logit_sel[64];
+        for (int j = 0; j < k; j++)
+            logit_sel[j] = p[ti[j]];
+        for (int e = 0; e < E; e++)
+            p[e] = (float)exp((double)p[e] - lse);
+        if (c->moe_router_pre_softmax) {
+            double s = 0.0;
+            for (int j = 0; j < k; j++)
+                s += p[ti[j]];
+            for (int j = 0; j < k; j++)
+                tw[j] = c->moe_norm_topk_prob ? (float)(p[ti[j]] / s) : p[ti[j]];
+        } else { /* softmax over the k chosen logits (the first is the largest) */
+            double s = 0.0;
+            for (int j = 0; j < k; j++)
+                s += exp((double)logit_sel[j] - logit_sel[0]);
+            for (int j = 0; j < k; j++)
+                tw[j] = (float)(exp((double)logit_sel[j] - logit_sel[0]) / s);
+        }
+        for (int e = 0; e < E; e++)
+            P[e] += p[e];
+        for (int j = 0; j < k; j++) {
+            f[ti[j]] += 1.0;
+            /* capacity: first come, in token order */
+            if (counts[ti[j]] < cap) {
+                v->pos[(size_t)t * k + j] = counts[ti[j]]++; /* rank within its expert */
+            } else {
+                v->pos[(size_t)t * k + j] = -1;
+                dropped++;
+            }
+        }
+    }
+    /* expert order: expert e's rows start after the experts before it */
+    int32_t start[4097];
+    int kept = 0;
+    for (int e = 0; e < E; e++) {
+        start[e] = kept;
+        kept += counts[e];
+    }
+    counts[E] = kept;
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < k; j++) {
+            int32_t *ps = &v->pos[(size_t)t * k + j];
+            if (*ps < 0) continue;
+            *ps += start[v->topi[(size_t)t * k + j]];
+            v->order[*ps] = t;
+            v->wperm[*ps] = v->topw[(size_t)t * k + j];
+        }
+    /* the step's statistics: TP rank 0 counts each token once, a recompute not again */
+    if (d->tp_rank == 0 && !m->moe_quiet) {
+        double aux = 0.0;
+        for (int e = 0; e < E; e++)
+            aux += (f[e] / ((double)N * k)) * (P[e] / N);
+        m->moe.aux += c->moe_aux_loss_coeff * E * aux;
+        m->moe.z += c->moe_z_loss_coeff * z / N;
+        m->moe.aux_raw += E * aux;
+        m->moe.dropped += dropped;
+        m->moe.assigned += (double)N * k;
+        for (int e = 0; e < E && m->moe.load; e++)
+            m->moe.load[e] += f[e];
+    }
+    free(f);
+    free(P);
+}
+
+tpd_status tpd_model_moe_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_model_views *w,
+                             const tpd_model_acts *a, const void *full) {
+    const tpd_model_dims *d = &m->d;
+    const tpd_buffer_plan *pl = &m->plan;
+    int N = r->B * r->T, C = d->C, E = d->E;
+    moe_acts v = moe_view(m, a);
+    /* logits = x routerw^T, routed on the host */
+    TPD_CHECK(tpd_kern_matmul_fwd(m->kb, v.probs, full, w->routerw, NULL, N, C, E));
+    TPD_CHECK(tpd_kern_synchronize(m->kb));
+    route(m, &v, N);
+    int kept = v.counts[E];
+    /* the kept rows in expert order, each expert's MLP on its block */
+    TPD_CHECK(tpd_kern_gather_rows(m->kb, v.x, full, v.order, kept, C));
+    TPD_CHECK(tpd_kern_grouped_matmul_fwd(m->kb, v.h, v.x, w->expfcw, w->expfcb, v.counts, E, C,
+                                          d->FCel));
+    if (d->glu)
+        TPD_CHECK(tpd_kern_swiglu_fwd(m->kb, v.hact, v.h, kept, d->Fel));
+    else
+        TPD_CHECK(tpd_kern_gelu_fwd(m->kb, v.hact, v.h, (size_t)kept * d->Fel));
+    TPD_CHECK(tpd_kern_grouped_matmul_fwd(m->kb, v.y, v.hact, w->expprojw,
+                                          d->tp_rank == 0 ? w->expprojb : NULL, v.counts, E,
+                                          d->Fel, C));
+    /* y = sum of weight x expert output per token (+ the shared experts) */
+    char *ys = m->ws + pl->w_moe_perm, *y = m->ws + pl->w_moe_y;
+    TPD_CHECK(tpd_kern_scale_rows(m->kb, ys, v.y, v.wperm, kept, C));
+    TPD_CHECK(tpd_kern_zero(m->kb, y, (size_t)N * C * pl->act_size));
+    TPD_CHECK(tpd_kern_scatter_add_rows(m->kb, y, ys, v.order, kept, C, N));
+    if (d->F) {
+        if (d->glu) {
+            TPD_CHECK(tpd_kern_matmul_fwd(m->kb, a->fch, full, w->fcw, w->fcb, N, C, d->FCl));
+            TPD_CHECK(tpd_kern_swiglu_fwd(m->kb, a->fch_gelu, a->fch, N, d->Fl));
+        } else {
+            TPD_CHECK(
+                tpd_kern_matmul_gelu_fwd(m->kb, a->fch_gelu, a->fch, full, w->fcw, w->fcb, N, C,
+                                         d->Fl));
+        }
+        TPD_CHECK(tpd_kern_matmul_fwd(m->kb, v.shout, a->fch_gelu, w->fcprojw,
+                                      d->tp_rank == 0 ? w->fcprojb : NULL, N, d->Fl, C));
+        if (d->shgate) { /* gate = sigmoid(x shgatew^T), on the host */
+            TPD_CHECK(tpd_kern_matmul_fwd(m->kb, v.gate, full, w->shgatew, NULL, N, C, 1));
+            TPD_CHECK(tpd_kern_synchronize(m->kb));
+            for (int t = 0; t < N; t++)
+                v.gate[t] = (float)(1.0 / (1.0 + exp(-(double)v.gate[t])));
+            TPD_CHECK(tpd_kern_scale_rows(m->kb, ys, v.shout, v.gate, N, C));
+            TPD_CHECK(tpd_kern_add(m->kb, y, y, ys, (size_t)N * C));
+        } else {
+            TPD_CHECK(tpd_kern_add(m->kb, y, y, v.shout, (size_t)N * C));
+        }
+    }
+    /* out = x1 + the TP sum of y (this rank's rows under SP) */
+    TPD_CHECK(tpd_tp_reduce_rows(&m->tp, a->out, y, N, C, d->sp));
+    return tpd_kern_add(m->kb, a->out, a->out, a->x1, (size_t)r->Nl * C);
+}
+
+/* dlogits (N,E) of the router from the assignments' weight gradients dw (per expert-order
+ * row), and the two losses, scaled by `scale` (a micro-batch loss's weight). */
+static void route_bwd(tpd_model *m, const moe_acts *v, const float *dw, float *dl, int N,
+                      double scale) {
+    const tpd_model_dims *d = &m->d;
+    const tpd_config_model *c = &m->cfg.model;
+    const int E = d->E, k = d->topk;
+    double caux = c->moe_aux_loss_coeff * E / ((double)N * k) / N * scale;
+    double cz = c->moe_z_loss_coeff * 2.0 / N * scale;
+    double dp[4096];
+    for (int t = 0; t < N; t++) {
+        const float *p = v->probs + (size_t)t * E, *tw = v->topw + (size_t)t * k;
+        const int32_t *ti = v->topi + (size_t)t * k, *ps = v->pos + (size_t)t * k;
+        float *g = dl + (size_t)t * E;
+        double dtw[64], s = 0.0;
+        for (int j = 0; j < k; j++)
+            dtw[j] = ps[j] >= 0 ? dw[ps[j]] : 0.0;
+        for (int e = 0; e < E; e++) {
+            dp[e] = caux * m->moe_f[e]; /* d aux / d p_{t,e} */
+            g[e] = 0.0f;
+        }
+        for (int j = 0; j < k; j++)
+            s += tw[j] * dtw[j];
+        if (c->moe_router_pre_softmax) {
+            double sel = 0.0;
+            for (int j = 0; j < k; j++)
+                sel += p[ti[j]];
+            for (int j = 0; j < k; j++)
+                dp[ti[j]] += c->moe_norm_topk_prob ? (dtw[j] - s) / sel : dtw[j];
+        } else { /* the softmax over the chosen logits */
+            for (int j = 0; j < k; j++)
+                g[ti[j]] += (float)(tw[j] * (dtw[j] - s));
+        }
+        /* through the softmax over all experts: dl = p (dp - sum p dp), plus the z-loss */
+        double pdp = 0.0;
+        for (int e = 0; e < E; e++)
+            pdp += p[e] * dp[e];
+        for (int e = 0; e < E; e++)
+            g[e] += (float)(p[e] * (dp[e] - pdp) + cz * v->lse[t] * p[e]);
+    }
+}
+
+tpd_status tpd_model_moe_bwd(tpd_model *m, const tpd_model_views *w, const tpd_model_views *g,
+                             const tpd_model_acts *a, const void *full, const void *dfull,
+                             void *dpartial, float dloss) {
+    const tpd_model_dims *d = &m->d;
+    const tpd_buffer_plan *pl = &m->plan;
+    int N = d->B * d->T, C = d->C, E = d->E;
+    moe_acts v = moe_view(m, a);
+    /* the routing is the forward's, kept in the layer's block (a recomputed layer's is the
+     * recompute's, the same) */
+    int kept = v.counts[E];
+    /* the expert frequencies of this layer and micro-batch, for the aux loss's gradient */
+    for (int e = 0; e < E; e++)
+        m->moe_f[e] = 0.0;
+    for (int t = 0; t < N * d->topk; t++)
+        m->moe_f[v.topi[t]] += 1.0;
+    char *perm = m->ws + pl->w_moe_perm, *dh = m->ws + pl->w_moe_dh;
+    char *dhact = m->ws + pl->w_moe_dhact, *dx2 = m->ws + pl->w_moe_dx;
+    float *dw = (float *)(m->ws + pl->w_moe_dw), *dl = (float *)(m->ws + pl->w_moe_dlogits);
+    /* y = sum_j w_j out_j: d out_j = w_j dy, d w_j = dy . out_j (summed over TP) */
+    TPD_CHECK(tpd_kern_gather_rows(m->kb, perm, dfull, v.order, kept, C));
+    TPD_CHECK(tpd_kern_row_dot(m->kb, dw, perm, v.y, kept, C));
+    TPD_CHECK(tpd_tp_allreduce(&m->tp, dw, (size_t)kept, TPD_DTYPE_F32, TPD_COMM_OP_SUM));
+    TPD_CHECK(tpd_kern_scale_rows(m->kb, perm, perm, v.wperm, kept, C));
+    /* the experts' MLPs, backwards */
+    TPD_CHECK(tpd_kern_grouped_matmul_bwd(m->kb, dhact, g->expprojw, g->expprojb, perm, v.hact,
+                                          w->expprojw, v.counts, E, d->Fel, C));
+    if (d->glu)
+        TPD_CHECK(tpd_kern_swiglu_bwd(m->kb, dh, v.h, dhact, kept, d->Fel));
+    else
+        TPD_CHECK(tpd_kern_gelu_bwd(m->kb, dh, v.h, dhact, (size_t)kept * d->Fel));
+    TPD_CHECK(tpd_kern_grouped_matmul_bwd(m->kb, perm, g->expfcw, g->expfcb, dh, v.x, w->expfcw,
+                                          v.counts, E, C, d->FCel));
+    /* the rows back to their tokens: dx (partial over TP) */
+    TPD_CHECK(tpd_kern_zero(m->kb, dpartial, (size_t)N * C * pl->act_size));
+    TPD_CHECK(tpd_kern_scatter_add_rows(m->kb, dpartial, perm, v.order, kept, C, N));
+    /* the router: its logits' gradient from the weights and the two losses, each
+     * micro-batch's losses weighted as its lm loss mean is (dloss x N) */
+    TPD_CHECK(tpd_kern_synchronize(m->kb));
+    route_bwd(m, &v, dw, dl, N, (double)dloss * N);
+    TPD_CHECK(tpd_kern_matmul_bwd(m->kb, d->tp_rank == 0 ? dx2 : NULL, g->routerw, NULL, dl, full,
+                                  w->routerw, N, C, E));
+    if (d->tp_rank == 0) TPD_CHECK(tpd_kern_add(m->kb, dpartial, dpartial, dx2, (size_t)N * C));
+    /* the shared experts: y += gate * proj(act(fc(x))) */
+    if (d->F) {
+        void *dsh = m->ws + pl->w_moe_y; /* d of the shared output (N,C) */
+        if (d->shgate) {
+            /* d gate_t = dy_t . shout_t (summed over TP); d logit = d gate g (1 - g) */
+            float *dg = (float *)(m->ws + pl->w_moe_dw);
+            TPD_CHECK(tpd_kern_row_dot(m->kb, dg, dfull, v.shout, N, C));
+            TPD_CHECK(tpd_tp_allreduce(&m->tp, dg, (size_t)N, TPD_DTYPE_F32, TPD_COMM_OP_SUM));
+            TPD_CHECK(tpd_kern_synchronize(m->kb));
+            for (int t = 0; t < N; t++)
+                dg[t] *= v.gate[t] * (1.0f - v.gate[t]);
+            /* the gate's weight and (on TP rank 0, the sum holding it once) input gradient */
+            TPD_CHECK(tpd_kern_matmul_bwd(m->kb, d->tp_rank == 0 ? dx2 : NULL, g->shgatew, NULL,
+                                          dg, full, w->shgatew, N, C, 1));
+            if (d->tp_rank == 0) TPD_CHECK(tpd_kern_add(m->kb, dpartial, dpartial, dx2, (size_t)N * C));
+            TPD_CHECK(tpd_kern_scale_rows(m->kb, dsh, dfull, v.gate, N, C));
+        } else {
+            dsh = (void *)dfull;
+        }
+        void *dfch = m->ws + pl->w_dfch, *dfc = d->glu ? m->ws + pl->w_dglu : dfch;
+        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, dfch, g->fcprojw, g->fcprojb, dsh, a->fch_gelu,
+                                      w->fcprojw, N, d->Fl, C));
+        if (d->glu)
+            TPD_CHECK(tpd_kern_swiglu_bwd(m->kb, dfc, a->fch, dfch, N, d->Fl));
+        else
+            TPD_CHECK(tpd_kern_gelu_bwd(m->kb, dfc, a->fch, dfch, (size_t)N * d->Fl));
+        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, dx2, g->fcw, g->fcb, dfc, full, w->fcw, N, C,
+                                      d->FCl));
+        TPD_CHECK(tpd_kern_add(m->kb, dpartial, dpartial, dx2, (size_t)N * C));
+    }
+    return TPD_OK;
+}
