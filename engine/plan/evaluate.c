@@ -174,6 +174,13 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
                  m->seq_length, 2 * cp);
         return 0;
     }
+    if (cp > 1 && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO) {
+        snprintf(why, whylen,
+                 "CP %d with DiLoCo (its replicas split data-parallel ranks, not a sequence's CP "
+                 "ranks)",
+                 cp);
+        return 0;
+    }
     if (cp > 1 && l->cp_comm == TPD_CP_COMM_A2A &&
         (m->num_attention_heads % (l->tp * cp) || tpd_config_kv_heads(cfg) % (l->tp * cp))) {
         snprintf(why, whylen,

@@ -299,6 +299,9 @@ void tpd_plan_print_overrides(FILE *f, const tpd_config *cfg, const tpd_plan_res
                 "the planned bytes are the target)\n",
                 tpd_config_choice("parallel.data_parallel_sharding_strategy",
                                   tpd_plan_sharding(&r->layout)));
+    if (tpd_plan_cp(&r->layout) > 1 && cfg->training.device == TPD_DEVICE_CUDA)
+        fprintf(f, "  (planned, not trained on GPUs: tripod train runs context parallelism on the "
+                   "cpu backend; the cuda bytes and times are the target)\n");
     tpd_plan_print_published(f, cfg);
 }
 
