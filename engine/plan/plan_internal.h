@@ -266,8 +266,8 @@ void tpd_plan_tp_overlap(const tpd_plan_cluster *c, double gemm, double comm, in
 /* Expected maximum of n independent standard normal draws, Blom's approximation
  * Phi^-1((n - 0.375) / (n + 0.25)): 0 for n = 1, 0.59 for 2, 3.61 for 4096. */
 double tpd_plan_expected_max_normal(int n);
-/* Of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP TP, a pipeline
- * boundary's pair TP*DP). */
+/* Of a group of n ranks `stride` apart in Megatron's rank order (TP 1, CP TP, DP x CP TP, a
+ * pipeline boundary's pair TP*CP*DP). */
 tpd_plan_hop tpd_plan_group_hop(const tpd_plan_cluster *c, int n, long stride);
 /* 1 when `span` consecutive ranks cross an island boundary (island_nodes). */
 int tpd_plan_crosses_islands(const tpd_plan_cluster *cl, long span);
@@ -277,7 +277,7 @@ int tpd_plan_crosses_islands(const tpd_plan_cluster *cl, long span);
  * them, the inter-island link. */
 void tpd_plan_pipe_link(const tpd_plan_cluster *cl, int pp, long stride, double *bw_p,
                         double *lat_p, tpd_plan_hop *hop_p);
-/* Ranks between neighbouring stages: TP x DP, or under DiLoCo TP x a replica's DP (the
+/* Ranks between neighbouring stages: TP x CP x DP, or under DiLoCo TP x a replica's DP (the
  * replicas are the outermost coordinate of the rank order, parallel/mesh.h). */
 long tpd_plan_pp_stride(const tpd_config *cfg, const tpd_plan_layout *lay);
 /* The CP group's link: CP ranks TP apart in the rank order (TP fastest, then CP), so the
@@ -289,8 +289,8 @@ void tpd_plan_cp_link(const tpd_plan_cluster *cl, int cp, long tp, double *bw_p,
                       tpd_plan_hop *hop_p);
 /* "nvlink", "network", "cross-leaf", "inter-island", "none". */
 const char *tpd_plan_hop_name(tpd_plan_hop h);
-/* Link of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP TP, a
- * pipeline boundary TP*DP): the slowest hop it crosses, bandwidth (collective efficiency
+/* Link of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP x CP TP, a
+ * pipeline boundary TP*CP*DP): the slowest hop it crosses, bandwidth (collective efficiency
  * applied) and latency per ring step. */
 void tpd_plan_group_link(const tpd_plan_cluster *cl, int n, long stride, double *bw_p,
                          double *lat_p);

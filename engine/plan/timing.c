@@ -7,9 +7,11 @@
  * softmax, dropout, residual adds) from the bytes they move at HBM bandwidth; TP
  * collectives as ring algorithms on the link the TP group sits on. The pipeline is the
  * simulation of the schedule's action lists with each stage's per-chunk times (step.c);
- * DP gradient reduction is ring over the DP group's link, bucket by bucket, each started
- * when the simulated last backward has made it final (step.c); the optimizer step is
- * memory bound. */
+ * DP gradient reduction is ring over the DP group's link (DP x CP under context
+ * parallelism), bucket by bucket, each started when the simulated last backward has made it
+ * final (step.c); the optimizer step is memory bound. Under CP every per-token term runs at a
+ * rank's seq/CP tokens, and the attention's CP communication is priced on the CP group's link
+ * (attention_core). */
 #include "engine/plan/plan.h"
 #include "engine/model/model_flops.h"
 #include "engine/plan/plan_internal.h"
@@ -536,8 +538,9 @@ double tpd_plan_time_lower_bound(const tpd_config *cfg, const tpd_plan_cluster *
     /* The pipeline of free sends: stage s starts no sooner than micro-batch 0's first chunk
      * has come forward through the stages before it (head), runs all its forwards and
      * backwards (B alone up to its last B under zb-h1, whose W may follow), and after its
-     * last B that micro-batch's gradient still goes back through those stages (tail): with
-     * equal stages (M + p - 1) (f + b) / ... under 1F1B, the simulated makespan itself. */
+     * last B that micro-batch's gradient still goes back through those stages (tail): on the
+     * last stage of equal ones M (f + b) + (p - 1)(f + b)/v, under 1F1B the simulated
+     * makespan itself. p2p (>= 0) is left out. */
     for (int s = 0; s < p; s++) {
         double b = c[s].bwd - (split ? c[s].wgrad : 0.0);
         double busy = M * (c[s].fwd + b);
