@@ -4,8 +4,9 @@
  * pipeline bubble) is already slower than the K-th best, and keep the K best by step time.
  *
  * CP is searched wherever it is valid (CP dividing the GPUs left by TP, seq_length a multiple
- * of 2 x CP; a2a beside p2p where the heads and K/V heads divide by TP x CP), with no
- * threshold on the sequence: at short sequences it loses on its own terms (the ring's K/V
+ * of 2 x CP; a2a beside p2p where the heads and K/V heads divide by TP x CP; an even CP at
+ * micro-batch 1, which loses nothing, see the micro-batch loop), with no threshold on the
+ * sequence: at short sequences it loses on its own terms (the ring's K/V
  * transfers outlast the small attention blocks they hide behind, the all-to-alls are never
  * hidden), and at long ones it wins on memory (1/CP of the activations) and on the
  * pipeline (CP takes ranks from DP, so each pipeline runs CP times the micro-batches). */
@@ -159,7 +160,11 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                     continue;
                 }
                 int dp = n / (tp * cp * pp), inner = dp * cp;
-                for (int mbs = 1; mbs <= gbs / dp; mbs *= 2) {
+                /* an even CP runs at micro-batch 1 only: CP c at 2m sequences a micro-batch
+                 * is CP c/2 with twice the DP at m (the same tokens and attention per rank,
+                 * micro-batches, weights and DP x CP group), with half the ring's sends */
+                int mbs_max = cp > 1 && cp % 2 == 0 ? 1 : (int)(gbs / dp);
+                for (int mbs = 1; mbs <= mbs_max; mbs *= 2) {
                     base.micro_batch_size = mbs;
                     base.virtual_stages = 1;
                     base.schedule = one_chunk;
@@ -184,6 +189,11 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                         for (int rc = 0; rc <= 2; rc++)
                             for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++)
                                 for (int z = 0; z < (inner > 1 ? n_shard : 1); z++) {
+                                    /* the ring keeps its attention state whole: selective
+                                     * recompute is recompute none there, searched once */
+                                    if (rc == TPD_RECOMPUTE_SELECTIVE && cp > 1 &&
+                                        comm == TPD_CP_COMM_P2P)
+                                        continue;
                                     /* SP splits the sequence (a CP rank's share) over TP */
                                     if (sp && (m->seq_length / cp) % tp) continue;
                                     tpd_plan_layout lay = base;
