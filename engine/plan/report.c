@@ -168,9 +168,9 @@ static void print_cp(FILE *f, const tpd_plan_result *r) {
         ring ? "ring attention" : "all-to-all around the attention", r->cp_tokens, bytes);
     if (r->cp_step_comm_s > 0.0 && ring)
         fprintf(f,
-                "; a ring step sends K/V in %.3f ms beside %.3f ms of attention (%d steps forward, "
-                "%d backward with dK/dV)",
-                1e3 * r->cp_step_comm_s, 1e3 * r->cp_step_attn_s, cp - 1, cp - 1);
+                "; a ring step sends K/V in %.3f ms beside %.3f ms of attention (%d step%s each "
+                "way, K/V forward, K/V and dK/dV backward)",
+                1e3 * r->cp_step_comm_s, 1e3 * r->cp_step_attn_s, cp - 1, cp > 2 ? "s" : "");
     else if (r->cp_step_comm_s > 0.0)
         fprintf(f, "; Q, K, V's all-to-all %.3f ms beside %.3f ms of attention (not hidden)",
                 1e3 * r->cp_step_comm_s, 1e3 * r->cp_step_attn_s);
