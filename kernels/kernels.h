@@ -256,9 +256,9 @@ tpd_status tpd_kern_attention_bwd(const tpd_kern_backend *kb, void *dqkv, const 
  * block_fwd folds one block into flash attention's running state (Dao et al.): per
  * (b, h, t) the largest score m, the sum l of exp(score - m) and the unnormalised output
  * o = sum exp(score - m) v. Start from m = l = o = 0 (l = 0: no key seen, m unread); a
- * block with no visible key leaves the state as it is. block_finish then writes out(B,T,NH*HS) = o / l and the
- * log-sum-exp lse = m + log l (B,NH,T), which is all the backward keeps. In any order of
- * blocks the result is the causal attention over their union, up to rounding.
+ * block with no visible key leaves the state as it is. block_finish then writes out(B,T,NH*HS) = o
+ * / l and the log-sum-exp lse = m + log l (B,NH,T), which is all the backward keeps. In any order
+ * of blocks the result is the causal attention over their union, up to rounding.
  *
  * block_bwd adds one block's part of the gradients: dq (B,NH,T,HS) fp32 and dkv (the
  * block's layout) fp32 accumulate, from dout and out (B,T,NH*HS) and lse: with

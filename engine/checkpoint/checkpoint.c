@@ -215,7 +215,8 @@ static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state, co
     tpd_status st = TPD_OK;
     if (!files) return tpd_fail(TPD_ERR_NOMEM, "checkpoint: out of memory");
     int inner = tpd_config_dp_inner(v->cfg, ms->data_dp_size);
-    int H = tpd_config_dp_shard_engine(v->cfg, ms->data_dp_size); /* HSDP: the first group's files */
+    int H =
+        tpd_config_dp_shard_engine(v->cfg, ms->data_dp_size); /* HSDP: the first group's files */
     for (int w = 0; w < world; w++) {
         const int32_t *rec = recs + (size_t)w * REC_WORDS;
         int t, d, s;

@@ -94,6 +94,47 @@ static int read_block(const cJSON *mo, tpd_config_model *m) {
             if (!cJSON_IsBool(v)) return 0;
             *flags[i].dst = cJSON_IsTrue(v);
         }
+    if ((v = cJSON_GetObjectItemCaseSensitive(mo, "moe"))) { /* the mixture of experts */
+        if (!cJSON_IsObject(v)) return 0;
+        const struct {
+            const char *key;
+            int *dst;
+            int lo, hi;
+        } ints[] = {{"num_moe_experts", &m->num_moe_experts, 2, 4096},
+                    {"moe_router_topk", &m->moe_router_topk, 1, 64},
+                    {"moe_ffn_hidden_size", &m->moe_ffn_hidden_size, 1, 1 << 20},
+                    {"moe_shared_expert_intermediate_size", &m->moe_shared_expert_intermediate_size,
+                     0, 1 << 20}};
+        for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, ints[i].key);
+            if (!cJSON_IsNumber(x) || x->valuedouble < ints[i].lo || x->valuedouble > ints[i].hi)
+                return 0;
+            *ints[i].dst = (int)x->valuedouble;
+        }
+        if (m->moe_router_topk > m->num_moe_experts) return 0;
+        const struct {
+            const char *key;
+            int *dst;
+        } bools[] = {{"moe_shared_expert_gate", &m->moe_shared_expert_gate},
+                     {"moe_router_pre_softmax", &m->moe_router_pre_softmax},
+                     {"moe_norm_topk_prob", &m->moe_norm_topk_prob}};
+        for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, bools[i].key);
+            if (!cJSON_IsBool(x)) return 0;
+            *bools[i].dst = cJSON_IsTrue(x);
+        }
+        const struct {
+            const char *key;
+            double *dst;
+        } dbls[] = {{"moe_aux_loss_coeff", &m->moe_aux_loss_coeff},
+                    {"moe_z_loss_coeff", &m->moe_z_loss_coeff},
+                    {"moe_expert_capacity_factor", &m->moe_expert_capacity_factor}};
+        for (size_t i = 0; i < sizeof dbls / sizeof dbls[0]; i++) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, dbls[i].key);
+            if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0)) return 0;
+            *dbls[i].dst = x->valuedouble;
+        }
+    }
     return 1;
 }
 
@@ -544,6 +585,17 @@ tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg
          b->untie_embeddings_and_output_weights},
         {"add_bias_linear", a->add_bias_linear, b->add_bias_linear},
         {"add_qkv_bias", tpd_config_qkv_bias(&info->cfg), tpd_config_qkv_bias(cfg)},
+        /* the mixture of experts' shapes and routing */
+        {"num_moe_experts", a->num_moe_experts, b->num_moe_experts},
+        {"moe_router_topk", a->num_moe_experts ? a->moe_router_topk : 0,
+         b->num_moe_experts ? b->moe_router_topk : 0},
+        {"moe_ffn_hidden_size", a->num_moe_experts ? tpd_config_moe_ffn(&info->cfg) : 0,
+         b->num_moe_experts ? tpd_config_moe_ffn(cfg) : 0},
+        {"moe_shared_expert_intermediate_size", a->moe_shared_expert_intermediate_size,
+         b->moe_shared_expert_intermediate_size},
+        {"moe_shared_expert_gate", a->moe_shared_expert_gate, b->moe_shared_expert_gate},
+        {"moe_router_pre_softmax", a->moe_router_pre_softmax, b->moe_router_pre_softmax},
+        {"moe_norm_topk_prob", a->moe_norm_topk_prob, b->moe_norm_topk_prob},
     };
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (keys[i].ckpt != keys[i].conf)
@@ -569,6 +621,8 @@ tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg
         {"rope_scaling_original_max_position_embeddings",
          a->rope_scaling ? a->rope_scaling_original_max_position_embeddings : 0,
          b->rope_scaling ? b->rope_scaling_original_max_position_embeddings : 0},
+        {"moe_expert_capacity_factor", a->moe_expert_capacity_factor,
+         b->moe_expert_capacity_factor},
     };
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
         if (!same_value(vals[i].ckpt, vals[i].conf))

@@ -97,6 +97,20 @@ static void add_model(cJSON *o, const tpd_config *cfg) {
                           m->untie_embeddings_and_output_weights);
     cJSON_AddBoolToObject(j, "add_bias_linear", m->add_bias_linear);
     cJSON_AddBoolToObject(j, "add_qkv_bias", m->add_qkv_bias);
+    if (m->num_moe_experts > 0) { /* the mixture of experts: its tensors and routing */
+        cJSON *e = cJSON_AddObjectToObject(j, "moe");
+        cJSON_AddNumberToObject(e, "num_moe_experts", m->num_moe_experts);
+        cJSON_AddNumberToObject(e, "moe_router_topk", m->moe_router_topk);
+        cJSON_AddNumberToObject(e, "moe_ffn_hidden_size", tpd_config_moe_ffn(cfg));
+        cJSON_AddNumberToObject(e, "moe_shared_expert_intermediate_size",
+                                m->moe_shared_expert_intermediate_size);
+        cJSON_AddBoolToObject(e, "moe_shared_expert_gate", m->moe_shared_expert_gate);
+        cJSON_AddBoolToObject(e, "moe_router_pre_softmax", m->moe_router_pre_softmax);
+        cJSON_AddBoolToObject(e, "moe_norm_topk_prob", m->moe_norm_topk_prob);
+        add_exact(e, "moe_aux_loss_coeff", m->moe_aux_loss_coeff);
+        add_exact(e, "moe_z_loss_coeff", m->moe_z_loss_coeff);
+        add_exact(e, "moe_expert_capacity_factor", m->moe_expert_capacity_factor);
+    }
     if (m->rope_scaling) {
         cJSON *r = cJSON_AddObjectToObject(j, "rope_scaling");
         add_exact(r, "factor", m->rope_scaling_factor);

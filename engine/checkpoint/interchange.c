@@ -65,6 +65,7 @@ const char *tpd_ckpt_gpt2_only(const tpd_config *cfg) {
            : m->untie_embeddings_and_output_weights        ? "an untied output layer"
            : !m->add_bias_linear                           ? "no linear biases"
            : m->add_qkv_bias                               ? "a QKV-only bias"
+           : m->num_moe_experts > 0                        ? "a mixture of experts"
                                                            : NULL;
 }
 

@@ -101,31 +101,31 @@ typedef struct tpd_config_model {
     int add_bias_linear;                     /* biases in the linear layers */
     int add_qkv_bias;                        /* a bias on QKV alone (Qwen2): tpd_config_qkv_bias */
     /* mixture of experts (Megatron-Core's names; num_moe_experts 0: dense) */
-    int num_moe_experts;                      /* E routed experts per MoE layer */
-    int moe_router_topk;                      /* k experts per token */
-    int moe_ffn_hidden_size;                  /* expert width; 0 means ffn_hidden_size */
-    int moe_shared_expert_intermediate_size;  /* shared experts' width (0: none) */
-    int moe_shared_expert_gate;               /* Qwen2-MoE: sigmoid(x g) scales the shared output */
-    int moe_layer_freq;                       /* every Nth layer is MoE (1 only, trained) */
-    int moe_router_pre_softmax;               /* softmax over all E, then top-k (HF's order);
-                                                 false: top-k of the logits, softmax over those
-                                                 k (Mixtral's weights) */
-    int moe_norm_topk_prob;                   /* pre_softmax: the k probabilities renormalized
-                                                 to sum 1 (HF's norm_topk_prob) */
-    double moe_aux_loss_coeff;                /* Switch load-balancing loss weight */
-    double moe_z_loss_coeff;                  /* ST-MoE router z-loss weight */
-    double moe_expert_capacity_factor;        /* > 0: an expert takes at most
-                                                 ceil(factor * N * k / E) tokens, the rest are
-                                                 dropped; 0: dropless */
+    int num_moe_experts;                     /* E routed experts per MoE layer */
+    int moe_router_topk;                     /* k experts per token */
+    int moe_ffn_hidden_size;                 /* expert width; 0 means ffn_hidden_size */
+    int moe_shared_expert_intermediate_size; /* shared experts' width (0: none) */
+    int moe_shared_expert_gate;              /* Qwen2-MoE: sigmoid(x g) scales the shared output */
+    int moe_layer_freq;                      /* every Nth layer is MoE (1 only, trained) */
+    int moe_router_pre_softmax;              /* softmax over all E, then top-k (HF's order);
+                                                false: top-k of the logits, softmax over those
+                                                k (Mixtral's weights) */
+    int moe_norm_topk_prob;                  /* pre_softmax: the k probabilities renormalized
+                                                to sum 1 (HF's norm_topk_prob) */
+    double moe_aux_loss_coeff;               /* Switch load-balancing loss weight */
+    double moe_z_loss_coeff;                 /* ST-MoE router z-loss weight */
+    double moe_expert_capacity_factor;       /* > 0: an expert takes at most
+                                                ceil(factor * N * k / E) tokens, the rest are
+                                                dropped; 0: dropless */
 } tpd_config_model;
 
 typedef struct tpd_config_parallel {
     int tensor_model_parallel_size;
     int pipeline_model_parallel_size;
-    int data_parallel_size;  /* 0 = derived from the world size */
+    int data_parallel_size;          /* 0 = derived from the world size */
     int expert_model_parallel_size;  /* EP: ranks of DP that split a layer's experts */
     int expert_tensor_parallel_size; /* experts' TP; 0 = tensor_model_parallel_size */
-    int num_pipeline_layers; /* entries in pipeline_layers; 0 = even split */
+    int num_pipeline_layers;         /* entries in pipeline_layers; 0 = even split */
     int pipeline_layers[TPD_CONFIG_MAX_STAGES];
     int use_distributed_optimizer; /* ZeRO-1; true whenever the strategy shards anything
                                       (tpd_config_resolve) */

@@ -121,8 +121,7 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
                               "split experts over ranks yet (every rank holds all %d experts, and "
                               "the expert-data-parallel reduction and the token all-to-all are "
                               "not built); `tripod plan` models EP. Set it to 1",
-                              cfg->parallel.expert_model_parallel_size,
-                              cfg->model.num_moe_experts);
+                              cfg->parallel.expert_model_parallel_size, cfg->model.num_moe_experts);
     if (tpd_config_moe(cfg) && tpd_config_cp(cfg) > 1)
         return cfg_fail_after(cfg,
                               "model.num_moe_experts with parallel.context_parallel_size %d: the "

@@ -65,8 +65,8 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
     if (d->cp_size == 1)
         saved = tpd_kern_attention_saved_bytes(kb, d->B, d->T, d->NHl, d->HS);
     else if (d->cp_a2a) /* whole sequences of NH/CP heads, then their output */
-        saved = tpd_align_up(tpd_kern_attention_saved_bytes(kb, d->B, d->Tg, d->NHl / d->cp_size,
-                                                            d->HS)) +
+        saved = tpd_align_up(
+                    tpd_kern_attention_saved_bytes(kb, d->B, d->Tg, d->NHl / d->cp_size, d->HS)) +
                 (size_t)d->B * d->T * d->Cl * b->act_size;
     if (saved != b->att_saved) {
         TPD_FAIL_GOTO(TPD_ERR_INTERNAL, st, undo_model,

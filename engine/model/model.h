@@ -52,7 +52,7 @@ typedef struct tpd_act_layer {
      * the shared experts' output (N,C) and gate (N) fp32. */
     size_t moe_probs, moe_lse, moe_topi, moe_topw, moe_pos, moe_order, moe_wperm, moe_counts;
     size_t moe_x, moe_h, moe_hact, moe_y, moe_shout, moe_gate;
-    size_t bytes;                   /* block size */
+    size_t bytes; /* block size */
 } tpd_act_layer;
 
 /* Sizes and offsets of every buffer of a rank; pure arithmetic. */
@@ -141,8 +141,7 @@ typedef struct tpd_buffer_plan {
      * (Nk,Fel), the assignments' weight gradients (Nk) fp32, the router's logit gradients
      * (N,E) fp32, and (N,C) for the router's and gate's input gradients (under SP also the
      * gathered MLP input) */
-    size_t w_moe_y, w_moe_perm, w_moe_dh, w_moe_dhact, w_moe_dw, w_moe_dlogits, w_moe_dx,
-        w_moe_x;
+    size_t w_moe_y, w_moe_perm, w_moe_dh, w_moe_dhact, w_moe_dw, w_moe_dlogits, w_moe_dx, w_moe_x;
     size_t ws_bytes;
     /* the backend's scratch for these shapes (tpd_kern_scratch_plan; 0 on cpu), reserved
      * once at creation, and the host staging of tokens: (2, B*T) int32 per slot */
@@ -287,8 +286,8 @@ tpd_status tpd_model_to_host_f32(const tpd_kern_backend *kb, float *dst, const v
                                  tpd_dtype dt, size_t n, float *f32);
 
 /* tokens: (B, Tg+1) host int32 samples; inputs are [:, :Tg], targets [:, 1:] (under CP the
- * rows of this rank's two chunks, tpd_model_cp_pos), written to the slot of `at` (the first chunk of the first stage reads the inputs, the last chunk of the
- * last stage the targets). */
+ * rows of this rank's two chunks, tpd_model_cp_pos), written to the slot of `at` (the first chunk
+ * of the first stage reads the inputs, the last chunk of the last stage the targets). */
 tpd_status tpd_model_set_batch(tpd_model *m, const tpd_model_mb *at, const int32_t *tokens);
 
 /* Runs chunk at->chunk's part of the forward on its slot. The first chunk of the first

@@ -56,8 +56,8 @@ double tpd_model_cp_causal_pairs(int seq, int cp, int rank) {
 tpd_status tpd_model_set_cp(tpd_model *m, tpd_comm *cp_comm, int cp_rank) {
     const tpd_model_dims *d = &m->d;
     if (d->cp_size <= 1) return TPD_OK;
-    if (!cp_comm || tpd_comm_size(cp_comm) != d->cp_size || cp_rank < 0 ||
-        cp_rank >= d->cp_size || tpd_comm_rank(cp_comm) != cp_rank)
+    if (!cp_comm || tpd_comm_size(cp_comm) != d->cp_size || cp_rank < 0 || cp_rank >= d->cp_size ||
+        tpd_comm_rank(cp_comm) != cp_rank)
         return tpd_fail(TPD_ERR_INTERNAL,
                         "model: the CP communicator (size %d, rank %d) is not the layout's "
                         "(CP %d, rank %d)",
@@ -107,7 +107,8 @@ static tpd_status kv_move(tpd_model *m, char *qkv, char *blk, int unpack) {
     int c = d->T / 2;
     for (int h = 0; h < 2; h++)
         for (int b = 0; b < d->B; b++) {
-            char *q = qkv + (((size_t)b * d->T + (size_t)h * c) * d->QKVl + (size_t)d->NHl * d->HS) * 4;
+            char *q =
+                qkv + (((size_t)b * d->T + (size_t)h * c) * d->QKVl + (size_t)d->NHl * d->HS) * 4;
             char *k = blk + ((size_t)h * d->B + b) * c * w;
             TPD_CHECK(unpack ? tpd_kern_copy_2d(m->kb, q, row, k, w, w, (size_t)c)
                              : tpd_kern_copy_2d(m->kb, k, w, q, row, w, (size_t)c));
@@ -195,10 +196,10 @@ static tpd_status ring_bwd(tpd_model *m, void *dqkv, const void *datty, const tp
         for (int h = 0; h < 2; h++) {
             int j = chunk_of(d, src, h);
             if (j * c >= query_end(m)) continue;
-            TPD_CHECK(tpd_kern_attention_block_bwd(
-                m->kb, dq, (float *)(dkv[cur] + h * half), datty, a->atty, (const float *)a->att,
-                a->qkv, kv[cur] + h * half, qpos, all + (size_t)j * c, d->B, d->T, c, d->NHl,
-                d->KVl, d->HS));
+            TPD_CHECK(tpd_kern_attention_block_bwd(m->kb, dq, (float *)(dkv[cur] + h * half), datty,
+                                                   a->atty, (const float *)a->att, a->qkv,
+                                                   kv[cur] + h * half, qpos, all + (size_t)j * c,
+                                                   d->B, d->T, c, d->NHl, d->KVl, d->HS));
         }
         /* the block's dK/dV partial sum follows it; after the last step it goes home */
         TPD_CHECK(ring_post(m, dkv[cur], dkv[1 - cur], n, TAG_DKV, &ds, &dr));
@@ -209,9 +210,9 @@ static tpd_status ring_bwd(tpd_model *m, void *dqkv, const void *datty, const tp
     size_t row = (size_t)d->QKVl * 4, hs = (size_t)d->HS * 4;
     for (int b = 0; b < d->B; b++)
         for (int h = 0; h < d->NHl; h++)
-            TPD_CHECK(tpd_kern_copy_2d(m->kb, (char *)dqkv + ((size_t)b * d->T * d->QKVl + (size_t)h * d->HS) * 4,
-                                       row, dq + ((size_t)b * d->NHl + h) * d->T * d->HS, hs, hs,
-                                       (size_t)d->T));
+            TPD_CHECK(tpd_kern_copy_2d(
+                m->kb, (char *)dqkv + ((size_t)b * d->T * d->QKVl + (size_t)h * d->HS) * 4, row,
+                dq + ((size_t)b * d->NHl + h) * d->T * d->HS, hs, hs, (size_t)d->T));
     return kv_move(m, dqkv, dkv[CP % 2], 1);
 }
 
@@ -228,10 +229,10 @@ static tpd_status a2a(tpd_model *m, const char *send, char *recv, size_t n) {
     TPD_CHECK(tpd_comm_group_start(m->cp_comm));
     for (int p = 0; p < CP; p++) {
         if (p == me) continue;
-        TPD_CHECK(tpd_comm_irecv(m->cp_comm, recv + (size_t)p * n * 4, n, TPD_DTYPE_F32, p,
-                                 TAG_A2A, stream, &req[nreq++]));
-        TPD_CHECK(tpd_comm_isend(m->cp_comm, send + (size_t)p * n * 4, n, TPD_DTYPE_F32, p,
-                                 TAG_A2A, stream, &req[nreq++]));
+        TPD_CHECK(tpd_comm_irecv(m->cp_comm, recv + (size_t)p * n * 4, n, TPD_DTYPE_F32, p, TAG_A2A,
+                                 stream, &req[nreq++]));
+        TPD_CHECK(tpd_comm_isend(m->cp_comm, send + (size_t)p * n * 4, n, TPD_DTYPE_F32, p, TAG_A2A,
+                                 stream, &req[nreq++]));
     }
     TPD_CHECK(tpd_comm_group_end(m->cp_comm));
     tpd_status st = TPD_OK;
@@ -253,7 +254,8 @@ static tpd_status seq_move(tpd_model *m, char *full, char *blk, int q, size_t w,
         for (int h = 0; h < 2; h++) {
             char *f = full + ((size_t)b * d->Tg + (size_t)chunk_of(d, q, h) * c) * w * 4;
             char *l = blk + ((size_t)b * d->T + (size_t)h * c) * w * 4;
-            TPD_CHECK(to_full ? tpd_kern_copy(m->kb, f, l, bytes) : tpd_kern_copy(m->kb, l, f, bytes));
+            TPD_CHECK(to_full ? tpd_kern_copy(m->kb, f, l, bytes)
+                              : tpd_kern_copy(m->kb, l, f, bytes));
         }
     return TPD_OK;
 }
@@ -323,8 +325,8 @@ static tpd_status a2a_bwd(tpd_model *m, void *dqkv, void *datty, const tpd_model
     for (int q = 0; q < CP; q++)
         TPD_CHECK(seq_move(m, datty, recv + (size_t)q * no * 4, q, (size_t)hq * d->HS, 1));
     /* the whole-sequence dqkv in dqkv's block, then back to the local rows */
-    TPD_CHECK(tpd_kern_attention_bwd(m->kb, dqkv, datty, a->qkv, a2a_out(m, a), a->att, d->B,
-                                     d->Tg, hq, hk, d->HS));
+    TPD_CHECK(tpd_kern_attention_bwd(m->kb, dqkv, datty, a->qkv, a2a_out(m, a), a->att, d->B, d->Tg,
+                                     hq, hk, d->HS));
     for (int q = 0; q < CP; q++)
         TPD_CHECK(seq_move(m, dqkv, send + (size_t)q * nq * 4, q, (size_t)W, 0));
     TPD_CHECK(a2a(m, send, recv, nq));
@@ -343,8 +345,7 @@ tpd_status tpd_model_cp_attention_recompute(tpd_model *m, const tpd_model_acts *
     int hq, hk;
     (void)a2a_heads(m, &hq, &hk);
     /* qkv holds the whole sequences of this rank's heads since the forward */
-    return tpd_kern_attention_fwd(m->kb, a2a_out(m, a), a->att, a->qkv, d->B, d->Tg, hq, hk,
-                                  d->HS);
+    return tpd_kern_attention_fwd(m->kb, a2a_out(m, a), a->att, a->qkv, d->B, d->Tg, hq, hk, d->HS);
 }
 
 tpd_status tpd_model_cp_attention_bwd(tpd_model *m, void *dqkv, void *datty,

@@ -193,15 +193,29 @@ tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank
     int qkv = (d->NH + 2 * d->NKV) * d->HS, fc = d->glu ? 2 * d->F : d->F;
     int efc = (d->glu ? 2 : 1) * d->Fe; /* one expert's fc rows */
     const int g_shape[TPD_P_COUNT][2] = {
-        [TPD_P_WTE] = {d->V, d->C},      [TPD_P_WPE] = {d->maxT, d->C}, [TPD_P_LN1W] = {d->C, 1},
-        [TPD_P_LN1B] = {d->C, 1},        [TPD_P_QKVW] = {qkv, d->C},    [TPD_P_QKVB] = {qkv, 1},
-        [TPD_P_ATTPROJW] = {d->C, d->C}, [TPD_P_ATTPROJB] = {d->C, 1},  [TPD_P_LN2W] = {d->C, 1},
-        [TPD_P_LN2B] = {d->C, 1},        [TPD_P_FCW] = {fc, d->C},      [TPD_P_FCB] = {fc, 1},
-        [TPD_P_FCPROJW] = {d->C, d->F},  [TPD_P_FCPROJB] = {d->C, 1},   [TPD_P_LNFW] = {d->C, 1},
-        [TPD_P_LNFB] = {d->C, 1},        [TPD_P_LMHEAD] = {d->V, d->C},
-        [TPD_P_ROUTERW] = {d->E, d->C},  [TPD_P_EXPFCW] = {d->E * efc, d->C},
-        [TPD_P_EXPFCB] = {d->E * efc, 1}, [TPD_P_EXPPROJW] = {d->E * d->C, d->Fe},
-        [TPD_P_EXPPROJB] = {d->E * d->C, 1}, [TPD_P_SHGATEW] = {1, d->C},
+        [TPD_P_WTE] = {d->V, d->C},
+        [TPD_P_WPE] = {d->maxT, d->C},
+        [TPD_P_LN1W] = {d->C, 1},
+        [TPD_P_LN1B] = {d->C, 1},
+        [TPD_P_QKVW] = {qkv, d->C},
+        [TPD_P_QKVB] = {qkv, 1},
+        [TPD_P_ATTPROJW] = {d->C, d->C},
+        [TPD_P_ATTPROJB] = {d->C, 1},
+        [TPD_P_LN2W] = {d->C, 1},
+        [TPD_P_LN2B] = {d->C, 1},
+        [TPD_P_FCW] = {fc, d->C},
+        [TPD_P_FCB] = {fc, 1},
+        [TPD_P_FCPROJW] = {d->C, d->F},
+        [TPD_P_FCPROJB] = {d->C, 1},
+        [TPD_P_LNFW] = {d->C, 1},
+        [TPD_P_LNFB] = {d->C, 1},
+        [TPD_P_LMHEAD] = {d->V, d->C},
+        [TPD_P_ROUTERW] = {d->E, d->C},
+        [TPD_P_EXPFCW] = {d->E * efc, d->C},
+        [TPD_P_EXPFCB] = {d->E * efc, 1},
+        [TPD_P_EXPPROJW] = {d->E * d->C, d->Fe},
+        [TPD_P_EXPPROJB] = {d->E * d->C, 1},
+        [TPD_P_SHGATEW] = {1, d->C},
     };
     /* the tensors this model has at all (tpd_model_has_param) */
     int has[TPD_P_COUNT];
@@ -315,8 +329,8 @@ int64_t tpd_model_layout_row_global(const tpd_model_layout *lay, tpd_param p, in
         /* expert e's local rows [FCel) of its global [FCe) (each half split under SwiGLU) */
         int64_t per = s->rows / d->E, e = row / per, r = row % per, gper = s->g_rows / d->E;
         int64_t half = d->glu ? per / 2 : per;
-        grow = e * gper + (r / half) * (d->glu ? gper / 2 : 0) + (int64_t)d->tp_rank * half +
-               r % half;
+        grow =
+            e * gper + (r / half) * (d->glu ? gper / 2 : 0) + (int64_t)d->tp_rank * half + r % half;
         break;
     }
     case TPD_SPLIT_COLS:

@@ -72,13 +72,13 @@ typedef enum tpd_param {
 } tpd_param;
 
 typedef enum tpd_split_kind {
-    TPD_SPLIT_NONE = 0,  /* replicated over TP */
-    TPD_SPLIT_ROWS = 1,  /* column-parallel: output rows split */
-    TPD_SPLIT_QKV = 2,   /* rows in three blocks [Q;K;V], each split by heads (K and V by
-                            K/V heads under grouped-query attention) */
-    TPD_SPLIT_COLS = 3,  /* row-parallel: input columns split */
-    TPD_SPLIT_VOCAB = 4, /* rows split over the padded vocab */
-    TPD_SPLIT_GLU = 5,   /* SwiGLU's fcw/fcb: rows in two blocks [gate; up], each split */
+    TPD_SPLIT_NONE = 0,   /* replicated over TP */
+    TPD_SPLIT_ROWS = 1,   /* column-parallel: output rows split */
+    TPD_SPLIT_QKV = 2,    /* rows in three blocks [Q;K;V], each split by heads (K and V by
+                             K/V heads under grouped-query attention) */
+    TPD_SPLIT_COLS = 3,   /* row-parallel: input columns split */
+    TPD_SPLIT_VOCAB = 4,  /* rows split over the padded vocab */
+    TPD_SPLIT_GLU = 5,    /* SwiGLU's fcw/fcb: rows in two blocks [gate; up], each split */
     TPD_SPLIT_EXPERT = 6, /* the experts' expfcw/expfcb: E blocks of rows, each split as
                              fcw is (by rows, or [gate; up] under SwiGLU) */
 } tpd_split_kind;
@@ -98,10 +98,10 @@ int tpd_model_has_param(const tpd_config *cfg, tpd_param p);
 typedef struct tpd_model_dims {
     int L, C, NH, HS, F, V, Vp, maxT, T, B; /* global; B = micro-batch; T = this rank's
                                                positions of a sequence (seq_length / CP) */
-    int Tg;                                  /* seq_length: a whole sequence */
-    int cp_size;                             /* context parallelism: CP ranks split each
-                                                sequence into 2 x CP chunks of T/2 */
-    int cp_a2a;                              /* parallel.cp_comm_type a2a (Ulysses) */
+    int Tg;                                 /* seq_length: a whole sequence */
+    int cp_size;                            /* context parallelism: CP ranks split each
+                                               sequence into 2 x CP chunks of T/2 */
+    int cp_a2a;                             /* parallel.cp_comm_type a2a (Ulysses) */
     int tp_size, tp_rank, pp_size, stage;
     int first, last;                         /* stage flags */
     int Ls;                                  /* layers on this stage (all its chunks) */
@@ -121,9 +121,9 @@ typedef struct tpd_model_dims {
                            only this TP rank's share of the B*T rows */
     int Nl;             /* rows of those regions: B*T/tp under SP, B*T otherwise */
     /* mixture of experts (E = 0: dense; F is then the shared experts' width, 0 without) */
-    int E, topk;        /* experts per layer, experts per token */
-    int Fe, Fel, FCel;  /* an expert's width, its local share, its local fc rows */
-    int shgate;         /* the shared experts' sigmoid gate */
+    int E, topk;       /* experts per layer, experts per token */
+    int Fe, Fel, FCel; /* an expert's width, its local share, its local fc rows */
+    int shgate;        /* the shared experts' sigmoid gate */
 } tpd_model_dims;
 
 tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,

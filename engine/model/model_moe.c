@@ -41,12 +41,19 @@ typedef struct moe_acts {
 static moe_acts moe_view(const tpd_model *m, const tpd_model_acts *a) {
     const tpd_act_layer *o = &m->plan.layer;
     char *b = a->block;
-    moe_acts v = {(float *)(b + o->moe_probs), (float *)(b + o->moe_lse),
-                  (float *)(b + o->moe_topw),  (float *)(b + o->moe_wperm),
+    moe_acts v = {(float *)(b + o->moe_probs),
+                  (float *)(b + o->moe_lse),
+                  (float *)(b + o->moe_topw),
+                  (float *)(b + o->moe_wperm),
                   m->d.shgate ? (float *)(b + o->moe_gate) : NULL,
-                  (int32_t *)(b + o->moe_topi), (int32_t *)(b + o->moe_pos),
-                  (int32_t *)(b + o->moe_order), (int32_t *)(b + o->moe_counts),
-                  b + o->moe_x, b + o->moe_h, b + o->moe_hact, b + o->moe_y,
+                  (int32_t *)(b + o->moe_topi),
+                  (int32_t *)(b + o->moe_pos),
+                  (int32_t *)(b + o->moe_order),
+                  (int32_t *)(b + o->moe_counts),
+                  b + o->moe_x,
+                  b + o->moe_h,
+                  b + o->moe_hact,
+                  b + o->moe_y,
                   m->d.F ? b + o->moe_shout : NULL};
     return v;
 }
@@ -171,8 +178,8 @@ tpd_status tpd_model_moe_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_mo
     else
         TPD_CHECK(tpd_kern_gelu_fwd(m->kb, v.hact, v.h, (size_t)kept * d->Fel));
     TPD_CHECK(tpd_kern_grouped_matmul_fwd(m->kb, v.y, v.hact, w->expprojw,
-                                          d->tp_rank == 0 ? w->expprojb : NULL, v.counts, E,
-                                          d->Fel, C));
+                                          d->tp_rank == 0 ? w->expprojb : NULL, v.counts, E, d->Fel,
+                                          C));
     /* y = sum of weight x expert output per token (+ the shared experts) */
     char *ys = m->ws + pl->w_moe_perm, *y = m->ws + pl->w_moe_y;
     TPD_CHECK(tpd_kern_scale_rows(m->kb, ys, v.y, v.wperm, kept, C));
@@ -183,9 +190,8 @@ tpd_status tpd_model_moe_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_mo
             TPD_CHECK(tpd_kern_matmul_fwd(m->kb, a->fch, full, w->fcw, w->fcb, N, C, d->FCl));
             TPD_CHECK(tpd_kern_swiglu_fwd(m->kb, a->fch_gelu, a->fch, N, d->Fl));
         } else {
-            TPD_CHECK(
-                tpd_kern_matmul_gelu_fwd(m->kb, a->fch_gelu, a->fch, full, w->fcw, w->fcb, N, C,
-                                         d->Fl));
+            TPD_CHECK(tpd_kern_matmul_gelu_fwd(m->kb, a->fch_gelu, a->fch, full, w->fcw, w->fcb, N,
+                                               C, d->Fl));
         }
         TPD_CHECK(tpd_kern_matmul_fwd(m->kb, v.shout, a->fch_gelu, w->fcprojw,
                                       d->tp_rank == 0 ? w->fcprojb : NULL, N, d->Fl, C));
@@ -301,9 +307,10 @@ tpd_status tpd_model_moe_bwd(tpd_model *m, const tpd_model_views *w, const tpd_m
             for (int t = 0; t < N; t++)
                 dg[t] *= v.gate[t] * (1.0f - v.gate[t]);
             /* the gate's weight and (on TP rank 0, the sum holding it once) input gradient */
-            TPD_CHECK(tpd_kern_matmul_bwd(m->kb, d->tp_rank == 0 ? dx2 : NULL, g->shgatew, NULL,
-                                          dg, full, w->shgatew, N, C, 1));
-            if (d->tp_rank == 0) TPD_CHECK(tpd_kern_add(m->kb, dpartial, dpartial, dx2, (size_t)N * C));
+            TPD_CHECK(tpd_kern_matmul_bwd(m->kb, d->tp_rank == 0 ? dx2 : NULL, g->shgatew, NULL, dg,
+                                          full, w->shgatew, N, C, 1));
+            if (d->tp_rank == 0)
+                TPD_CHECK(tpd_kern_add(m->kb, dpartial, dpartial, dx2, (size_t)N * C));
             TPD_CHECK(tpd_kern_scale_rows(m->kb, dsh, dfull, v.gate, N, C));
         } else {
             dsh = (void *)dfull;
@@ -315,8 +322,7 @@ tpd_status tpd_model_moe_bwd(tpd_model *m, const tpd_model_views *w, const tpd_m
             TPD_CHECK(tpd_kern_swiglu_bwd(m->kb, dfc, a->fch, dfch, N, d->Fl));
         else
             TPD_CHECK(tpd_kern_gelu_bwd(m->kb, dfc, a->fch, dfch, (size_t)N * d->Fl));
-        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, dx2, g->fcw, g->fcb, dfc, full, w->fcw, N, C,
-                                      d->FCl));
+        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, dx2, g->fcw, g->fcb, dfc, full, w->fcw, N, C, d->FCl));
         TPD_CHECK(tpd_kern_add(m->kb, dpartial, dpartial, dx2, (size_t)N * C));
     }
     return TPD_OK;

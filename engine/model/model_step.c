@@ -189,10 +189,10 @@ static tpd_status rope_rows(tpd_model *m, const tpd_model_rows *r, void *qkv, in
         int row0, p0, nseq, len;
         pos_run(m, r, i, &row0, &p0, &nseq, &len);
         char *x = (char *)qkv + (size_t)row0 * d->QKVl * m->plan.act_size;
-        TPD_CHECK(bwd ? tpd_kern_rope_scaled_bwd(m->kb, x, nseq, len, d->NHl, d->KVl, d->HS,
-                                                 &m->rope, p0)
-                      : tpd_kern_rope_scaled_fwd(m->kb, x, nseq, len, d->NHl, d->KVl, d->HS,
-                                                 &m->rope, p0));
+        TPD_CHECK(
+            bwd ? tpd_kern_rope_scaled_bwd(m->kb, x, nseq, len, d->NHl, d->KVl, d->HS, &m->rope, p0)
+                : tpd_kern_rope_scaled_fwd(m->kb, x, nseq, len, d->NHl, d->KVl, d->HS, &m->rope,
+                                           p0));
     }
     return TPD_OK;
 }
@@ -474,25 +474,26 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
             dln = d->sp ? m->ws + m->plan.w_dlnl : dpart;
             TPD_CHECK(tpd_tp_reduce_rows(tp, dln, dpart, N, C, d->sp));
         } else {
-        /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb: the row-parallel backward
-         * takes d(out) of every row, gathered under SP (so dfcprojb is whole) */
-        TPD_CHECK(sp_full(m, &dfull, dres));
-        if (split) TPD_CHECK(keep_rows(m, a.out, dres)); /* W: d(out) over out */
-        TPD_CHECK(tpd_tp_row_bwd(tp, dfch, split ? NULL : g.fcprojw, split ? NULL : g.fcprojb,
-                                 dfull, a.fch_gelu, w.fcprojw, N, d->Fl, C));
-        /* fch_gelu = gelu(fch), or silu(gate) * up; W keeps d(fch) over fch */
-        void *dfc = split ? a.fch : d->glu ? m->ws + m->plan.w_dglu : dfch;
-        if (d->glu) {
-            TPD_CHECK(tpd_kern_swiglu_bwd(m->kb, m->ws + m->plan.w_dglu, a.fch, dfch, N, d->Fl));
-            if (split)
-                TPD_CHECK(tpd_kern_copy(m->kb, a.fch, m->ws + m->plan.w_dglu,
-                                        (size_t)N * d->FCl * m->plan.act_size));
-        } else {
-            TPD_CHECK(tpd_kern_gelu_bwd(m->kb, dfc, a.fch, dfch, (size_t)N * d->Fl));
-        }
-        /* fch = gather(ln2) @ fcw^T + fcb: dln2 = reduce(dfch @ fcw) */
-        TPD_CHECK(column_bwd(m, &dln, split ? NULL : g.fcw, split ? NULL : g.fcb, dfc, a.ln2, w.fcw,
-                             d->FCl));
+            /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb: the row-parallel backward
+             * takes d(out) of every row, gathered under SP (so dfcprojb is whole) */
+            TPD_CHECK(sp_full(m, &dfull, dres));
+            if (split) TPD_CHECK(keep_rows(m, a.out, dres)); /* W: d(out) over out */
+            TPD_CHECK(tpd_tp_row_bwd(tp, dfch, split ? NULL : g.fcprojw, split ? NULL : g.fcprojb,
+                                     dfull, a.fch_gelu, w.fcprojw, N, d->Fl, C));
+            /* fch_gelu = gelu(fch), or silu(gate) * up; W keeps d(fch) over fch */
+            void *dfc = split ? a.fch : d->glu ? m->ws + m->plan.w_dglu : dfch;
+            if (d->glu) {
+                TPD_CHECK(
+                    tpd_kern_swiglu_bwd(m->kb, m->ws + m->plan.w_dglu, a.fch, dfch, N, d->Fl));
+                if (split)
+                    TPD_CHECK(tpd_kern_copy(m->kb, a.fch, m->ws + m->plan.w_dglu,
+                                            (size_t)N * d->FCl * m->plan.act_size));
+            } else {
+                TPD_CHECK(tpd_kern_gelu_bwd(m->kb, dfc, a.fch, dfch, (size_t)N * d->Fl));
+            }
+            /* fch = gather(ln2) @ fcw^T + fcb: dln2 = reduce(dfch @ fcw) */
+            TPD_CHECK(column_bwd(m, &dln, split ? NULL : g.fcw, split ? NULL : g.fcb, dfc, a.ln2,
+                                 w.fcw, d->FCl));
         }
         /* ln2 = norm(x1); and x1 feeds out through the residual: dx1 = dres + dnorm */
         TPD_CHECK(norm_bwd(m, dtmp, g.ln2w, g.ln2b, dln, a.x1, w.ln2w, a.ln2_mean, a.ln2_rstd));

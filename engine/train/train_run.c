@@ -91,8 +91,8 @@ static void log_startup(const tpd_trainer *tr) {
                  tr->cfg.parallel.cp_comm_type == TPD_CP_COMM_A2A ? "a2a" : "p2p ring", m->d.T);
     tpd_log_info("layout: world %d = TP %d x PP %d x DP %d%s%s | micro-batches per step %d | "
                  "backend %s (%s%s)",
-                 tr->mesh.world_size, tr->mesh.tp_size, tr->mesh.pp_size, tr->mesh.data_dp_size,
-                 cp, tr->cfg.parallel.sequence_parallel && tr->mesh.tp_size > 1 ? " (SP)" : "", tr->M,
+                 tr->mesh.world_size, tr->mesh.tp_size, tr->mesh.pp_size, tr->mesh.data_dp_size, cp,
+                 tr->cfg.parallel.sequence_parallel && tr->mesh.tp_size > 1 ? " (SP)" : "", tr->M,
                  tpd_kern_name(tr->kb),
                  tpd_config_choice("training.precision", tr->cfg.training.precision), threads);
     tpd_log_info("this rank (last stage): %zu parameters | memory %.2f MiB = params %.2f + "

@@ -47,6 +47,13 @@ tpd_status tpd_verify_shrink(const tpd_config *real, int dp, int steps, tpd_conf
     int real_f = rm->ffn_hidden_size;
     int f = round_up(m->hidden_size / 2 > 8 ? m->hidden_size / 2 : 8, tp);
     m->ffn_hidden_size = f < real_f ? f : round_up(real_f, tp);
+    /* the mixture of experts: the experts and routing stay, their widths shrink alike */
+    if (rm->num_moe_experts > 0) {
+        int real_fe = tpd_config_moe_ffn(real), real_fs = rm->moe_shared_expert_intermediate_size;
+        m->moe_ffn_hidden_size = f < real_fe ? f : round_up(real_fe, tp);
+        if (real_fs > 0)
+            m->moe_shared_expert_intermediate_size = f < real_fs ? f : round_up(real_fs, tp);
+    }
     /* vocabulary: the real one's remainder against the padding unit, so the padded rows
      * (and their absence) stay */
     int unit = m->make_vocab_size_divisible_by * tp;

@@ -333,9 +333,7 @@ tpd_status tpd_verify_run(const tpd_config *real, const tpd_verify_options *opt,
     int pp = real->parallel.pipeline_model_parallel_size;
     rep->real_dp = real->parallel.data_parallel_size;
     int cp = tpd_config_cp(real), copy = tp * pp * cp; /* the ranks of one model copy */
-    int ranks = opt->ranks > 0     ? opt->ranks
-                : rep->real_dp > 0 ? copy * rep->real_dp
-                                   : rep->world;
+    int ranks = opt->ranks > 0 ? opt->ranks : rep->real_dp > 0 ? copy * rep->real_dp : rep->world;
     char err[1024] = {0};
     tpd_status st = TPD_OK;
     if (ranks % copy)

@@ -78,15 +78,14 @@ void tpd_verify_print(FILE *f, const tpd_verify_report *r) {
     char cp_s[24] = "";
     if (r->cp > 1) snprintf(cp_s, sizeof cp_s, " CP %d", r->cp);
     if (r->real_mem_max > 0)
-        fprintf(
-            f,
-            "  memory:    the real model at TP %d PP %d DP %d%s needs %.2f GiB on its largest "
-            "rank (stage %d) by the planner (%s, %.1f GiB usable)%s; the rehearsal's largest "
-            "rank %.2f MiB\n",
-            r->tp, r->pp, r->real_dp > 0 ? r->real_dp : r->dp, cp_s, gib(r->real_mem_max),
-            r->real_mem_stage, r->real_cluster, gib(r->real_hbm_bytes),
-            r->real_mem_max > r->real_hbm_bytes ? ": it does NOT fit" : "",
-            r->small_mem_max / 1048576.0);
+        fprintf(f,
+                "  memory:    the real model at TP %d PP %d DP %d%s needs %.2f GiB on its largest "
+                "rank (stage %d) by the planner (%s, %.1f GiB usable)%s; the rehearsal's largest "
+                "rank %.2f MiB\n",
+                r->tp, r->pp, r->real_dp > 0 ? r->real_dp : r->dp, cp_s, gib(r->real_mem_max),
+                r->real_mem_stage, r->real_cluster, gib(r->real_hbm_bytes),
+                r->real_mem_max > r->real_hbm_bytes ? ": it does NOT fit" : "",
+                r->small_mem_max / 1048576.0);
     fprintf(f, "\n  %-28s %-6s %-10s %-10s %s\n", "check", "result", "worst", "tolerance",
             "detail");
     for (int i = 0; i < r->n_checks; i++) {

@@ -52,8 +52,7 @@ tpd_status tpd_tp_row_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db, c
 
 /* out = the TP sum of partial(N,C): all N rows (out may be partial itself), or under
  * sequence parallel (sp) this rank's N/tp rows (a reduce-scatter; out is not partial). */
-tpd_status tpd_tp_reduce_rows(const tpd_tp_ctx *t, void *out, void *partial, int N, int C,
-                              int sp);
+tpd_status tpd_tp_reduce_rows(const tpd_tp_ctx *t, void *out, void *partial, int N, int C, int sp);
 
 /* Sequence parallel. full(N,C) = rows of every rank's local(N/tp,C), in rank order. */
 tpd_status tpd_tp_sp_gather(const tpd_tp_ctx *t, void *full, const void *local, int N, int C);

@@ -53,15 +53,13 @@ tpd_status tpd_tp_row_bwd(const tpd_tp_ctx *t, void *dinp, void *dw, void *db, c
     return tpd_kern_matmul_bwd(t->kb, dinp, dw, db, dout, inp, w, N, Cl, OC);
 }
 
-tpd_status tpd_tp_reduce_rows(const tpd_tp_ctx *t, void *out, void *partial, int N, int C,
-                              int sp) {
+tpd_status tpd_tp_reduce_rows(const tpd_tp_ctx *t, void *out, void *partial, int N, int C, int sp) {
     size_t a = tpd_dtype_size(tpd_kern_act_dtype(t->kb));
     if (!sp) {
         if (out != partial) TPD_CHECK(tpd_kern_copy(t->kb, out, partial, (size_t)N * C * a));
         return tp_allreduce(t, out, (size_t)N * C);
     }
-    TP_TIMED(t, tpd_comm_reduce_scatter(t->tp, partial, out,
-                                        (size_t)(N / tpd_comm_size(t->tp)) * C,
+    TP_TIMED(t, tpd_comm_reduce_scatter(t->tp, partial, out, (size_t)(N / tpd_comm_size(t->tp)) * C,
                                         tpd_kern_act_dtype(t->kb), TPD_COMM_OP_SUM,
                                         tpd_kern_stream(t->kb)));
     return TPD_OK;

@@ -127,8 +127,7 @@ TEST(AttentionBlock, AFutureBlockIsSkipped) {
     const int B = 1, T = 4, NH = 2, NKV = 1, HS = 4, C3 = (NH + 2 * NKV) * HS;
     FVec qkv = ref::randn((size_t)B * T * C3, 3), kv = ref::randn((size_t)B * T * 2 * NKV * HS, 4);
     std::vector<int32_t> qpos = {0, 1, 2, 3}, kpos = {4, 5, 6, 7};
-    FVec o((size_t)B * NH * T * HS, 0.0f), m((size_t)B * NH * T, 0.0f),
-        l((size_t)B * NH * T, 0.0f);
+    FVec o((size_t)B * NH * T * HS, 0.0f), m((size_t)B * NH * T, 0.0f), l((size_t)B * NH * T, 0.0f);
     ASSERT_EQ(tpd_kern_attention_block_fwd(be.b, o.data(), m.data(), l.data(), qkv.data(),
                                            kv.data(), qpos.data(), kpos.data(), B, T, T, NH, NKV,
                                            HS),

@@ -141,9 +141,9 @@ TEST(CpuMemory, Copy2dMovesAColumnBlock) {
     for (int i = 0; i < rows; i++)
         for (int j = 0; j < w; j++)
             want[(size_t)i * dcols + 1 + j] = src[(size_t)i * scols + c0 + j];
-    ASSERT_EQ(tpd_kern_copy_2d(be.b, dst.data() + 1, dcols * 4, src.data() + c0, scols * 4, w * 4,
-                               rows),
-              TPD_OK);
+    ASSERT_EQ(
+        tpd_kern_copy_2d(be.b, dst.data() + 1, dcols * 4, src.data() + c0, scols * 4, w * 4, rows),
+        TPD_OK);
     EXPECT_EQ(dst, want);
     // a width wider than a pitch is refused; nothing to move is a no-op
     EXPECT_EQ(tpd_kern_copy_2d(be.b, dst.data(), 4, src.data(), scols * 4, 8, 2), TPD_ERR_INVALID);

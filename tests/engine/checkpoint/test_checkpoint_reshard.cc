@@ -32,15 +32,30 @@ struct Layout {
     int shard_size = 0; // parallel.data_parallel_shard_size (HSDP)
     int cp = 1;         // parallel.context_parallel_size
     bool a2a = false;   // parallel.cp_comm_type a2a
+    bool moe = false;   // a mixture of 4 experts, top-2, with a gated shared expert
     std::string name() const {
         return std::string(llama ? "llama_" : "") + "tp" + std::to_string(tp) + "pp" +
                std::to_string(pp) + "dp" + std::to_string(dp) + (zero ? "z" : "") +
                (sharding > 1 ? std::to_string(sharding) : "") +
                (shard_size ? "h" + std::to_string(shard_size) : "") +
                (v > 1 ? "v" + std::to_string(v) : "") + (zb ? "zb" : "") +
-               (cp > 1 ? "cp" + std::to_string(cp) + (a2a ? "a" : "") : "");
+               (cp > 1 ? "cp" + std::to_string(cp) + (a2a ? "a" : "") : "") + (moe ? "moe" : "");
     }
 };
+
+void moe_model(tpd_config &cfg) {
+    cfg.model.num_moe_experts = 4;
+    cfg.model.moe_router_topk = 2;
+    cfg.model.moe_ffn_hidden_size = 32;
+    cfg.model.moe_shared_expert_intermediate_size = 16;
+    cfg.model.moe_shared_expert_gate = 1;
+    cfg.model.moe_aux_loss_coeff = 0.01;
+}
+
+Layout moe(Layout L) {
+    L.moe = true;
+    return L;
+}
 
 // context parallelism: CP ranks per sequence (they hold no weights of their own)
 Layout cpar(Layout L, int cp, bool a2a = false) {
@@ -102,6 +117,7 @@ std::vector<double> run(const Layout &L, const std::string &load, const std::str
                             : (L.zero ? TPD_DP_SHARDING_OPTIM : TPD_DP_SHARDING_NO_SHARD);
         cfg.parallel.data_parallel_shard_size = L.shard_size;
         if (L.llama) tiny::llama(cfg);
+        if (L.moe) moe_model(cfg);
         cfg.parallel.context_parallel_size = L.cp;
         cfg.parallel.cp_comm_type = L.a2a ? TPD_CP_COMM_A2A : TPD_CP_COMM_P2P;
         cfg.parallel.virtual_pipeline_model_parallel_size = L.v;
@@ -175,6 +191,10 @@ TEST(Reshard, RoundTripIsExactAndTrainingContinues) {
         {llama(cpar(zero2({1, 2, 2, 1}), 2)), llama({2, 2, 2, 1})},
         {cpar({1, 1, 2, 1}, 4, true), cpar({1, 1, 2, 1}, 4, true)},
         {cpar(zero3({2, 1, 2, 1}), 2), cpar({2, 2, 1, 0}, 2)},
+        // the mixture of experts: router, stacked experts and the shared expert's gate
+        {moe({2, 2, 2, 1}), moe({1, 1, 1, 0})},
+        {moe({1, 1, 1, 0}), moe(zero3({2, 1, 4, 1}))},
+        {moe(llama({1, 2, 2, 1})), moe(llama({1, 2, 2, 1}))},
     };
     std::map<std::string, std::vector<double>> source_loss;
     for (const auto &pr : pairs) {
@@ -203,6 +223,7 @@ TEST(Reshard, RoundTripIsExactAndTrainingContinues) {
                 }
             tpd_config model = tiny::config(g_data);
             if (S.llama) tiny::llama(model);
+            if (S.moe) moe_model(model);
             int tensors = 0; // the model's own: GPT-2 has no lmhead, Llama no biases, wpe, ...
             for (int p = 0; p < TPD_P_COUNT; p++)
                 tensors += tpd_model_has_param(&model, (tpd_param)p);

@@ -386,24 +386,24 @@ TEST(Equivalence, ContextParallelMatchesSingleRank) {
         if (ranks(L) <= world) v.push_back(L);
     };
     for (bool a2a : {false, true}) {
-        add(gpt, cpar({1, 1, 1, 0}, 2, a2a));                             // CP 2
-        add(gpt, cpar({1, 1, 1, 0}, 4, a2a));                             // CP 4
-        add(gpt, cpar({2, 1, 1, 0, false, {}, "none", true}, 2, a2a));    // TP 2 + SP
-        add(gpt, cpar({1, 1, 2, 1}, 2, a2a));                             // DP 2, ZeRO-1
-        add(gpt, cpar({1, 1, 1, 0, false, {}, "selective"}, 2, a2a));     // selective
+        add(gpt, cpar({1, 1, 1, 0}, 2, a2a));                            // CP 2
+        add(gpt, cpar({1, 1, 1, 0}, 4, a2a));                            // CP 4
+        add(gpt, cpar({2, 1, 1, 0, false, {}, "none", true}, 2, a2a));   // TP 2 + SP
+        add(gpt, cpar({1, 1, 2, 1}, 2, a2a));                            // DP 2, ZeRO-1
+        add(gpt, cpar({1, 1, 1, 0, false, {}, "selective"}, 2, a2a));    // selective
         add(gpt, cpar(with({1, 2, 1, 0}, 2, "interleaved", 4), 2, a2a)); // PP 2 interleaved
     }
-    add(gpt, cpar({2, 1, 1, 0}, 4, false));                               // TP 2 x CP 4
-    add(gpt, cpar({2, 2, 1, 0}, 2, true));                                // TP 2 PP 2 a2a
-    add(gpt, cpar({1, 1, 1, 0, false, {}, "full"}, 2, false));            // full recompute
-    add(gpt, cpar(with({1, 2, 1, 0}, 1, "zb-h1", 0), 2, false));         // ZB-H1
-    add(gpt, cpar({1, 2, 2, 1}, 2, false));                               // PP 2 DP 2 ZeRO-1
+    add(gpt, cpar({2, 1, 1, 0}, 4, false));                      // TP 2 x CP 4
+    add(gpt, cpar({2, 2, 1, 0}, 2, true));                       // TP 2 PP 2 a2a
+    add(gpt, cpar({1, 1, 1, 0, false, {}, "full"}, 2, false));   // full recompute
+    add(gpt, cpar(with({1, 2, 1, 0}, 1, "zb-h1", 0), 2, false)); // ZB-H1
+    add(gpt, cpar({1, 2, 2, 1}, 2, false));                      // PP 2 DP 2 ZeRO-1
     add(gpt, cpar(sharded({1, 1, 2, 1}, TPD_DP_SHARDING_OPTIM_GRADS, kSteps), 2, false));
     add(gpt, cpar(sharded({1, 1, 2, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps), 2, true));
     add(gpt, cpar(sharded({2, 1, 1, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps), 4, false));
-    add(lla, llama(cpar({1, 1, 1, 0}, 2, false)));                        // GQA over the ring
+    add(lla, llama(cpar({1, 1, 1, 0}, 2, false))); // GQA over the ring
     add(lla, llama(cpar({1, 1, 1, 0}, 4, false)));
-    add(lla, llama(cpar({1, 1, 1, 0}, 2, true)));                         // 2 K/V groups, CP 2
+    add(lla, llama(cpar({1, 1, 1, 0}, 2, true)));                           // 2 K/V groups, CP 2
     add(lla, llama(cpar({2, 1, 1, 0, false, {}, "none", true}, 2, false))); // TP 2: 1 group each
     add(lla, llama(cpar(with({2, 2, 1, 0}, 2, "interleaved", 4), 2, false)));
     add(lla, llama(cpar({1, 1, 2, 1, false, {}, "selective"}, 4, false)));
