@@ -403,6 +403,10 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
         tpd_config_choice("parallel.data_parallel_sharding_strategy", tpd_plan_sharding(l)));
     cJSON_AddNumberToObject(o, "shard_size", r->shard_group);
     cJSON_AddBoolToObject(o, "tp_comm_overlap", l->tp_comm_overlap);
+    /* what `tripod train` does not run: ZeRO-1 in shard groups, CP on the cuda backend */
+    cJSON_AddBoolToObject(
+        o, "planned_only",
+        planned_only(l) || (tpd_plan_cp(l) > 1 && cfg && cfg->training.device == TPD_DEVICE_CUDA));
     cJSON_AddBoolToObject(o, "fits", r->fits);
     if (r->reject_reason[0])
         cJSON_AddStringToObject(o, "reject_reason", r->reject_reason);

@@ -86,6 +86,10 @@ TEST(PlanCli, JsonHasEveryField) {
                             "tp",
                             "pp",
                             "dp",
+                            "cp",
+                            "cp_comm_type",
+                            "world",
+                            "planned_only",
                             "micro_batch_size",
                             "num_micro_batches",
                             "virtual_stages",
@@ -255,6 +259,7 @@ TEST(PlanCli, RanksTableWithContextParallelism) {
     EXPECT_EQ(cJSON_GetObjectItem(o, "cp")->valueint, 2);
     EXPECT_STREQ(cJSON_GetObjectItem(o, "cp_comm_type")->valuestring, "a2a");
     EXPECT_EQ(cJSON_GetObjectItem(o, "world")->valueint, 16);
+    EXPECT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(o, "planned_only"))); // CP on cuda
     EXPECT_STREQ(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "links"), "cp")->valuestring, "nvlink");
     EXPECT_GT(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "time_breakdown"), "cp_comm")->valuedouble,
               0.0);
