@@ -14,6 +14,7 @@ typedef struct plan_args {
     const char *cluster;
     int gpus;
     int have_layout, tp, pp, dp;
+    int cp; /* --layout's fourth value; 0: the config's parallel.context_parallel_size */
     int top;
     int json;
     int ranks;
@@ -25,14 +26,15 @@ typedef struct plan_args {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tripod plan CONFIG.yaml [section.key=value ...] [--cluster NAME|FILE]\n"
-               "                   [--gpus N] [--layout TP,PP,DP] [--top K] [--json]\n"
+               "                   [--gpus N] [--layout TP,PP,DP[,CP]] [--top K] [--json]\n"
                "                   [--trace FILE] [--ranks] [--dp-overlap on|off]\n"
                "                   [--param-gather-overlap on|off] [--even-stages]\n"
                "  Without --layout: search every layout for N GPUs and rank the top K (10).\n"
-               "  With --layout: the full memory and time breakdown of that layout.\n"
+               "  With --layout: the full memory and time breakdown of that layout (CP: the\n"
+               "             context parallel size, else parallel.context_parallel_size).\n"
                "  --cluster: configs/clusters/NAME.yaml or a file (default: h200, cpu for\n"
                "             training.device=cpu). --trace: predicted timeline (Perfetto).\n"
-               "  --ranks: rank -> (tp, dp, pp) table and every communication group.\n"
+               "  --ranks: rank -> (tp, cp, dp, pp) table and every communication group.\n"
                "  --dp-overlap on|off: DP gradient reduction during the last backward or after\n"
                "             it (default: the config's parallel.overlap_grad_reduce).\n"
                "  --param-gather-overlap on|off: ZeRO-1 all-gathers waited for at the next\n"
@@ -89,10 +91,11 @@ static int parse_args(int argc, char **argv, plan_args *a) {
             *(strcmp(s, "--dp-overlap") == 0 ? &a->dp_overlap : &a->param_overlap) =
                 strcmp(val, "on") == 0;
         } else if (strcmp(s, "--layout") == 0) {
-            /* 2^20 each: TP*PP*DP stays inside 64 bits; the config's bounds come after */
-            int v[3], n;
-            if (tpd_cli_int_list("plan", s, val, 1, 1 << 20, 3, 3, v, &n) != TPD_OK) return -1;
+            /* 2^15 each: TP*PP*DP*CP stays inside 64 bits; the config's bounds come after */
+            int v[4], n;
+            if (tpd_cli_int_list("plan", s, val, 1, 1 << 15, 3, 4, v, &n) != TPD_OK) return -1;
             a->tp = v[0], a->pp = v[1], a->dp = v[2];
+            a->cp = n == 4 ? v[3] : 0;
             a->have_layout = 1;
         }
     }
@@ -105,14 +108,26 @@ static int parse_args(int argc, char **argv, plan_args *a) {
 }
 
 static void print_ranks(FILE *f, const tpd_mesh *mesh0) {
-    int w = mesh0->world_size;
-    fprintf(f, "rank table (TP=%d, PP=%d, DP=%d; rank = tp + TP*(dp + DP*pp)):\n", mesh0->tp_size,
-            mesh0->pp_size, mesh0->dp_size);
-    fprintf(f, "  %6s %4s %4s %4s\n", "rank", "tp", "dp", "pp");
+    int w = mesh0->world_size, cp = mesh0->cp_size;
+    if (cp > 1) {
+        /* the mesh's DP coordinate is DP x CP: cp = dp % CP, the data-parallel index dp / CP */
+        fprintf(f,
+                "rank table (TP=%d, CP=%d, PP=%d, DP=%d; rank = tp + TP*(cp + CP*(dp + "
+                "DP*pp))):\n",
+                mesh0->tp_size, cp, mesh0->pp_size, mesh0->data_dp_size);
+        fprintf(f, "  %6s %4s %4s %4s %4s\n", "rank", "tp", "cp", "dp", "pp");
+    } else {
+        fprintf(f, "rank table (TP=%d, PP=%d, DP=%d; rank = tp + TP*(dp + DP*pp)):\n",
+                mesh0->tp_size, mesh0->pp_size, mesh0->dp_size);
+        fprintf(f, "  %6s %4s %4s %4s\n", "rank", "tp", "dp", "pp");
+    }
     for (int r = 0; r < w; r++) {
         int tp, dp, pp;
         tpd_mesh_coords_of(mesh0, r, &tp, &dp, &pp);
-        fprintf(f, "  %6d %4d %4d %4d\n", r, tp, dp, pp);
+        if (cp > 1)
+            fprintf(f, "  %6d %4d %4d %4d %4d\n", r, tp, dp % cp, dp / cp, pp);
+        else
+            fprintf(f, "  %6d %4d %4d %4d\n", r, tp, dp, pp);
     }
     int *members = malloc((size_t)w * sizeof *members);
     char *seen = calloc((size_t)w, 1);
@@ -129,7 +144,9 @@ static void print_ranks(FILE *f, const tpd_mesh *mesh0) {
              mesh0->shard_size == mesh0->dp_inner_size))
             continue;
         memset(seen, 0, (size_t)w);
-        fprintf(f, "%s groups:", tpd_mesh_group_name((tpd_mesh_group)g));
+        /* under CP the gradients' group is DP x CP */
+        fprintf(f, "%s groups%s:", tpd_mesh_group_name((tpd_mesh_group)g),
+                g == TPD_MESH_GROUP_DP && cp > 1 ? " (DP x CP)" : "");
         for (int r = 0; r < w; r++) {
             if (seen[r]) continue;
             int n = tpd_mesh_group_members(mesh0, (tpd_mesh_group)g, r, members, w);
@@ -149,11 +166,15 @@ static void print_ranks(FILE *f, const tpd_mesh *mesh0) {
 
 static int run_ranks(const tpd_plan_layout *lay) {
     tpd_mesh mesh;
-    int world = lay->tp * lay->pp * lay->dp;
-    if (tpd_mesh_init(world, 0, lay->tp, lay->pp, lay->dp, &mesh) != TPD_OK) return TPD_EXIT_CONFIG;
+    int cp = lay->cp > 1 ? lay->cp : 1, inner = lay->dp * cp;
+    int world = lay->tp * lay->pp * inner;
+    /* the mesh's DP coordinate is DP x CP, split by tpd_mesh_set_cp */
+    if (tpd_mesh_init(world, 0, lay->tp, lay->pp, inner, &mesh) != TPD_OK ||
+        tpd_mesh_set_cp(&mesh, cp) != TPD_OK)
+        return TPD_EXIT_CONFIG;
     /* HSDP's shard groups, as train splits them */
     if (lay->sharding >= TPD_DP_SHARDING_OPTIM_GRADS && lay->shard_size > 0 &&
-        lay->shard_size < lay->dp && lay->dp % lay->shard_size == 0 &&
+        lay->shard_size < inner && inner % lay->shard_size == 0 &&
         tpd_mesh_set_shard_size(&mesh, lay->shard_size) != TPD_OK)
         return TPD_EXIT_CONFIG;
     print_ranks(stdout, &mesh);
@@ -259,7 +280,7 @@ static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *note, s
     const tpd_cli_args *cl = &a->cl;
     note[0] = '\0';
     if (!a->have_layout) return tpd_config_load(cl->config, cl->n_overrides, cl->overrides, cfg);
-    enum { MAX_EXTRA = 7 };
+    enum { MAX_EXTRA = 8 };
     tpd_config *was = malloc(sizeof *was);
     const char **ov = malloc((size_t)(cl->n_overrides + MAX_EXTRA) * sizeof *ov);
     if (!was || !ov) {
@@ -278,6 +299,8 @@ static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *note, s
     snprintf(extra[n++], sizeof extra[0], "parallel.tensor_model_parallel_size=%d", a->tp);
     snprintf(extra[n++], sizeof extra[0], "parallel.pipeline_model_parallel_size=%d", a->pp);
     snprintf(extra[n++], sizeof extra[0], "parallel.data_parallel_size=%d", a->dp);
+    if (a->cp > 0)
+        snprintf(extra[n++], sizeof extra[0], "parallel.context_parallel_size=%d", a->cp);
     if (known) {
         const tpd_config_parallel *p = &was->parallel;
         int v = p->virtual_pipeline_model_parallel_size;
@@ -302,16 +325,21 @@ static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *note, s
             snprintf(dropped + used, sizeof dropped - used,
                      "; its tp_comm_overlap is dropped (TP=1 has no TP communication)");
         }
-        int dp_was = p->data_parallel_size;
+        int dp_was = p->data_parallel_size, cp_was = tpd_config_cp(was);
         if (p->tensor_model_parallel_size != a->tp || p->pipeline_model_parallel_size != a->pp ||
-            (dp_was > 0 && dp_was != a->dp)) {
-            char dps[24] = "";
+            (dp_was > 0 && dp_was != a->dp) || (a->cp > 0 && a->cp != cp_was)) {
+            char dps[24] = "", cps[24] = "", cpw[24] = "";
             if (dp_was > 0) snprintf(dps, sizeof dps, " DP=%d", dp_was);
-            snprintf(note, notelen, "layout: TP=%d PP=%d DP=%d from --layout (%s TP=%d PP=%d%s%s)",
-                     a->tp, a->pp, a->dp,
-                     with_overrides && cl->n_overrides > 0 ? "the file and its overrides say"
-                                                           : "the file says",
-                     p->tensor_model_parallel_size, p->pipeline_model_parallel_size, dps, dropped);
+            if (a->cp > 1 || cp_was > 1) {
+                snprintf(cps, sizeof cps, " CP=%d", a->cp > 0 ? a->cp : cp_was);
+                snprintf(cpw, sizeof cpw, " CP=%d", cp_was);
+            }
+            snprintf(
+                note, notelen, "layout: TP=%d PP=%d DP=%d%s from --layout (%s TP=%d PP=%d%s%s%s)",
+                a->tp, a->pp, a->dp, cps,
+                with_overrides && cl->n_overrides > 0 ? "the file and its overrides say"
+                                                      : "the file says",
+                p->tensor_model_parallel_size, p->pipeline_model_parallel_size, dps, cpw, dropped);
         }
     }
     for (int i = 0; i < cl->n_overrides; i++)
@@ -322,7 +350,10 @@ static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *note, s
     tpd_log_quiet_begin();
     tpd_status st = tpd_config_load(cl->config, cl->n_overrides + n, ov, cfg);
     tpd_log_quiet_end();
-    if (st != TPD_OK)
+    if (st != TPD_OK && a->cp > 0)
+        tpd_log_error("plan: with --layout %d,%d,%d,%d: %s", a->tp, a->pp, a->dp, a->cp,
+                      tpd_last_error());
+    else if (st != TPD_OK)
         tpd_log_error("plan: with --layout %d,%d,%d: %s", a->tp, a->pp, a->dp, tpd_last_error());
     free(ov);
     free(was);
@@ -364,10 +395,11 @@ int tpd_cli_plan(int argc, char **argv) {
     opt.dp_overlap = a.dp_overlap;
     opt.param_gather_overlap = a.param_overlap;
     opt.balance_stages = !a.even_stages;
-    /* Default world: what the config states (TP*PP*DP, DP 1 when derived). */
+    /* Default world: what the config states (TP*CP*PP*DP, DP 1 when derived). */
     const tpd_config_parallel *par = &cfg->parallel;
     opt.gpus = a.gpus ? a.gpus
                       : par->tensor_model_parallel_size * par->pipeline_model_parallel_size *
+                            tpd_config_cp(cfg) *
                             (par->data_parallel_size > 0 ? par->data_parallel_size : 1);
     tpd_plan_layout lay;
     tpd_plan_layout_from_config(cfg, opt.gpus, &lay);
@@ -376,10 +408,17 @@ int tpd_cli_plan(int argc, char **argv) {
         lay.pp = a.pp;
         lay.dp = a.dp;
         lay.sequence_parallel = par->sequence_parallel && lay.tp > 1;
-        if (!a.gpus) opt.gpus = a.tp * a.pp * a.dp;
+        if (!a.gpus) opt.gpus = a.tp * a.pp * a.dp * (lay.cp > 1 ? lay.cp : 1);
     }
     if (a.ranks) {
-        if (!a.have_layout && (long)lay.tp * lay.pp * lay.dp != opt.gpus) {
+        long world = (long)lay.tp * lay.pp * lay.dp * (lay.cp > 1 ? lay.cp : 1);
+        if (!a.have_layout && world != opt.gpus && lay.cp > 1) {
+            tpd_log_error("plan: %d GPUs is not a multiple of TP*CP*PP = %d", opt.gpus,
+                          lay.tp * lay.cp * lay.pp);
+            rc = TPD_EXIT_CONFIG;
+            goto free_all;
+        }
+        if (!a.have_layout && world != opt.gpus) {
             tpd_log_error("plan: %d GPUs is not a multiple of TP*PP = %d", opt.gpus,
                           lay.tp * lay.pp);
             rc = TPD_EXIT_CONFIG;

@@ -6,6 +6,23 @@
 #include <stdio.h>
 #include <string.h>
 
+int tpd_plan_cp(const tpd_plan_layout *lay) {
+    return lay->cp > 1 ? lay->cp : 1;
+}
+
+long tpd_plan_world(const tpd_plan_layout *lay) {
+    return (long)lay->tp * tpd_plan_cp(lay) * lay->dp * lay->pp;
+}
+
+int tpd_plan_local_seq(const tpd_config *cfg, const tpd_plan_layout *lay) {
+    return cfg->model.seq_length / tpd_plan_cp(lay);
+}
+
+int tpd_plan_dp_inner(const tpd_config *cfg, const tpd_plan_layout *lay) {
+    int r = tpd_config_dp_replicas(cfg, lay->dp);
+    return (r > 0 && lay->dp % r == 0 ? lay->dp / r : lay->dp) * tpd_plan_cp(lay);
+}
+
 tpd_schedule tpd_plan_layout_schedule(const tpd_plan_layout *lay) {
     return lay->virtual_stages > 1 ? TPD_SCHEDULE_INTERLEAVED : lay->schedule;
 }
@@ -28,8 +45,10 @@ void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layou
     memset(&l, 0, sizeof l);
     l.tp = p->tensor_model_parallel_size > 0 ? p->tensor_model_parallel_size : 1;
     l.pp = p->pipeline_model_parallel_size > 0 ? p->pipeline_model_parallel_size : 1;
-    l.dp =
-        gpus > 0 ? gpus / (l.tp * l.pp) : (p->data_parallel_size > 0 ? p->data_parallel_size : 1);
+    l.cp = tpd_config_cp(cfg);
+    l.cp_comm = p->cp_comm_type;
+    l.dp = gpus > 0 ? gpus / (l.tp * l.pp * l.cp)
+                    : (p->data_parallel_size > 0 ? p->data_parallel_size : 1);
     if (l.dp < 1) l.dp = 1;
     l.micro_batch_size = cfg->training.micro_batch_size;
     l.virtual_stages =
@@ -51,15 +70,18 @@ void tpd_plan_layout_str(const tpd_plan_layout *l, char *buf, size_t len) {
                                              : (l->overlap_param_gather ? "param" : "off");
     /* ZeRO=on is optim (ZeRO-1), 2 optim_grads, 3 optim_grads_params; shard=N is HSDP */
     static const char *const zero[] = {"off", "on", "2", "3"};
-    char shard[32] = "";
+    char shard[32] = "", cp[32] = "";
     if (l->shard_size > 0 && l->shard_size < l->dp)
         snprintf(shard, sizeof shard, " shard=%d", l->shard_size);
-    snprintf(buf, len, "TP=%d PP=%d DP=%d mbs=%d v=%d %s recompute=%s SP=%s ZeRO=%s%s overlap=%s%s",
-             l->tp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages,
-             tpd_config_choice("parallel.pipeline_schedule", tpd_plan_layout_schedule(l)),
-             tpd_config_choice("training.recompute", l->recompute),
-             l->sequence_parallel ? "on" : "off", zero[tpd_plan_sharding(l)], shard, ovl,
-             l->tp_comm_overlap ? " tp-comm-overlap" : "");
+    if (tpd_plan_cp(l) > 1)
+        snprintf(cp, sizeof cp, " CP=%d(%s)", l->cp,
+                 tpd_config_choice("parallel.cp_comm_type", l->cp_comm));
+    snprintf(
+        buf, len, "TP=%d%s PP=%d DP=%d mbs=%d v=%d %s recompute=%s SP=%s ZeRO=%s%s overlap=%s%s",
+        l->tp, cp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages,
+        tpd_config_choice("parallel.pipeline_schedule", tpd_plan_layout_schedule(l)),
+        tpd_config_choice("training.recompute", l->recompute), l->sequence_parallel ? "on" : "off",
+        zero[tpd_plan_sharding(l)], shard, ovl, l->tp_comm_overlap ? " tp-comm-overlap" : "");
 }
 
 /* Appends "key=value " to buf at *at; 0 when it does not fit. */
@@ -85,6 +107,8 @@ int tpd_plan_overrides(const tpd_config *cfg, const tpd_plan_result *res, char *
     PUT("parallel.tensor_model_parallel_size=%d", l->tp);
     PUT(" parallel.pipeline_model_parallel_size=%d", l->pp);
     PUT(" parallel.data_parallel_size=%d", l->dp);
+    PUT(" parallel.context_parallel_size=%d", tpd_plan_cp(l));
+    PUT(" parallel.cp_comm_type=%s", tpd_config_choice("parallel.cp_comm_type", l->cp_comm));
     PUT(" parallel.virtual_pipeline_model_parallel_size=%d", v);
     PUT(" parallel.pipeline_schedule=%s",
         tpd_config_choice("parallel.pipeline_schedule", tpd_plan_layout_schedule(l)));
@@ -108,7 +132,7 @@ int tpd_plan_overrides(const tpd_config *cfg, const tpd_plan_result *res, char *
     PUT(" parallel.data_parallel_sharding_strategy=%s",
         tpd_config_choice("parallel.data_parallel_sharding_strategy", sh));
     PUT(" parallel.data_parallel_shard_size=%d",
-        l->shard_size > 0 && l->shard_size < tpd_config_dp_inner(cfg, l->dp) ? l->shard_size : 0);
+        l->shard_size > 0 && l->shard_size < tpd_plan_dp_inner(cfg, l) ? l->shard_size : 0);
     PUT(" parallel.overlap_grad_reduce=%s", l->overlap_grad_reduce ? "true" : "false");
     PUT(" parallel.overlap_param_gather=%s", l->overlap_param_gather ? "true" : "false");
     /* only when on: the search never turns it on, and `tripod train` refuses it */
@@ -126,16 +150,43 @@ int tpd_plan_overrides(const tpd_config *cfg, const tpd_plan_result *res, char *
 int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
                           const tpd_plan_layout *l, int gpus, char *why, size_t whylen) {
     const tpd_config_model *m = &cfg->model;
-    int v = l->virtual_stages;
-    long total = (long)l->tp * l->pp * l->dp;
-    if (l->tp < 1 || l->pp < 1 || l->dp < 1 || l->micro_batch_size < 1 || v < 1) {
-        snprintf(why, whylen, "sizes must be >= 1 (TP %d, PP %d, DP %d, mbs %d, v %d)", l->tp,
-                 l->pp, l->dp, l->micro_batch_size, v);
+    int v = l->virtual_stages, cp = tpd_plan_cp(l);
+    long total = tpd_plan_world(l);
+    if (l->tp < 1 || l->pp < 1 || l->dp < 1 || l->micro_batch_size < 1 || v < 1 || l->cp < 0) {
+        snprintf(why, whylen, "sizes must be >= 1 (TP %d, CP %d, PP %d, DP %d, mbs %d, v %d)",
+                 l->tp, l->cp, l->pp, l->dp, l->micro_batch_size, v);
+        return 0;
+    }
+    if (gpus > 0 && total != gpus && cp == 1) {
+        snprintf(why, whylen, "TP*PP*DP = %d*%d*%d = %ld is not the world size %d", l->tp, l->pp,
+                 l->dp, total, gpus);
         return 0;
     }
     if (gpus > 0 && total != gpus) {
-        snprintf(why, whylen, "TP*PP*DP = %d*%d*%d = %ld is not the world size %d", l->tp, l->pp,
-                 l->dp, total, gpus);
+        snprintf(why, whylen, "TP*CP*PP*DP = %d*%d*%d*%d = %ld is not the world size %d", l->tp, cp,
+                 l->pp, l->dp, total, gpus);
+        return 0;
+    }
+    if (cp > 1 && m->seq_length % (2 * cp)) {
+        snprintf(why, whylen,
+                 "seq_length %d not divisible by 2*CP %d (each sequence is cut in 2 x CP "
+                 "chunks)",
+                 m->seq_length, 2 * cp);
+        return 0;
+    }
+    if (cp > 1 && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO) {
+        snprintf(why, whylen,
+                 "CP %d with DiLoCo (its replicas split data-parallel ranks, not a sequence's CP "
+                 "ranks)",
+                 cp);
+        return 0;
+    }
+    if (cp > 1 && l->cp_comm == TPD_CP_COMM_A2A &&
+        (m->num_attention_heads % (l->tp * cp) || tpd_config_kv_heads(cfg) % (l->tp * cp))) {
+        snprintf(why, whylen,
+                 "a2a: heads %d and K/V heads %d not both divisible by TP*CP %d (the all-to-all "
+                 "gives each CP rank whole heads)",
+                 m->num_attention_heads, tpd_config_kv_heads(cfg), l->tp * cp);
         return 0;
     }
     if (m->num_attention_heads % l->tp != 0) {
@@ -218,8 +269,14 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
                  cfg->model.seq_length, l->tp);
         return 0;
     }
+    if (l->sequence_parallel && cp > 1 && (cfg->model.seq_length / cp) % l->tp) {
+        snprintf(why, whylen,
+                 "the %d tokens of a CP rank not divisible by TP %d (sequence parallel)",
+                 cfg->model.seq_length / cp, l->tp);
+        return 0;
+    }
     tpd_dp_sharding sh = tpd_plan_sharding(l);
-    int inner = tpd_config_dp_inner(cfg, l->dp);
+    int inner = tpd_plan_dp_inner(cfg, l);
     if (l->shard_size < 0 || (l->shard_size > 0 && inner % l->shard_size)) {
         snprintf(why, whylen, "shard size %d does not divide DP %d", l->shard_size, inner);
         return 0;

@@ -133,6 +133,9 @@ int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay
 double tpd_plan_layout_hw_flops(const tpd_config *cfg, const tpd_plan_layout *lay, double batch,
                                 double vocab) {
     double model = tpd_model_flops(cfg, batch, vocab);
+    if (lay->recompute == TPD_RECOMPUTE_SELECTIVE && tpd_plan_cp(lay) > 1 &&
+        lay->cp_comm == TPD_CP_COMM_P2P)
+        return model;
     double hw = tpd_plan_hw_flops(cfg, batch, vocab, lay->recompute);
     if (lay->recompute != TPD_RECOMPUTE_FULL || cfg->model.num_layers < 1) return hw;
     double recomputed = 0;
@@ -188,8 +191,16 @@ double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double 
  * norms' per-row statistics (4 to 8 bytes a row) are left out, as Korthikanti leaves them. */
 double tpd_plan_layer_activation_bytes(const tpd_config *cfg, double b, int tp, int sp,
                                        tpd_recompute r, int flash) {
+    return tpd_plan_layer_activation_bytes_cp(cfg, b, tp, sp, r, flash, 1);
+}
+
+/* Under CP every term above is a rank's s/CP tokens, and the s x s terms are its s/CP
+ * queries against all s keys: the layer's bytes over CP. */
+double tpd_plan_layer_activation_bytes_cp(const tpd_config *cfg, double b, int tp, int sp,
+                                          tpd_recompute r, int flash, int cp) {
     const tpd_config_model *m = &cfg->model;
-    double s = m->seq_length, h = m->hidden_size, a = m->num_attention_heads, t = tp;
+    double c = cp > 1 ? cp : 1;
+    double S = m->seq_length, s = S / c, h = m->hidden_size, a = m->num_attention_heads, t = tp;
     double f = m->ffn_hidden_size;
     double kv = (double)tpd_config_kv_heads(cfg) / a * h;
     double sbh = s * b * h, rep = sp ? 1.0 / t : 1.0;
@@ -200,7 +211,7 @@ double tpd_plan_layer_activation_bytes(const tpd_config *cfg, double b, int tp, 
         2.0 * sbh * rep + (2.0 * sbh + 4.0 * s * b * kv) / t + 2.0 * sbh / t + dropout * sbh * rep;
     double mlp = 2.0 * sbh * rep + (m->swiglu ? 6.0 : 4.0) * s * b * f / t + dropout * sbh * rep;
     double scores =
-        r == TPD_RECOMPUTE_NONE && !flash ? (2.0 + 3.0 * dropout) * a * s * s * b / t : 0.0;
+        r == TPD_RECOMPUTE_NONE && !flash ? (2.0 + 3.0 * dropout) * a * s * S * b / t : 0.0;
     return norms + attn + mlp + scores;
 }
 
@@ -275,7 +286,7 @@ void tpd_plan_kern_shapes(const tpd_config *cfg, const tpd_plan_layout *lay, int
     int QKVl = (NHl + 2 * KVl) * HS, FCl = (m->swiglu ? 2 : 1) * (F / t);
     memset(s, 0, sizeof *s);
     s->B = lay->micro_batch_size;
-    s->T = m->seq_length;
+    s->T = tpd_plan_local_seq(cfg, lay); /* a CP rank's tokens of each sequence */
     s->Nl = lay->sequence_parallel && t > 1 ? s->B * s->T / t : s->B * s->T;
     s->C = C;
     if (tpd_plan_stage_layers(cfg, lay, stage) > 0) {
@@ -309,9 +320,13 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
                                tpd_plan_stage_mem *out) {
     const tpd_config_model *m = &cfg->model;
     /* DP padding and the ZeRO-1 shard are over the ranks that sum each step's gradients:
-     * all of DP, or one DiLoCo replica's (tpd_config_dp_inner) */
-    uint64_t t = (uint64_t)lay->tp, dp = (uint64_t)tpd_config_dp_inner(cfg, lay->dp);
-    uint64_t B = (uint64_t)lay->micro_batch_size, T = (uint64_t)m->seq_length;
+     * all of DP (or one DiLoCo replica's) times CP (tpd_plan_dp_inner) */
+    uint64_t t = (uint64_t)lay->tp, dp = (uint64_t)tpd_plan_dp_inner(cfg, lay);
+    /* CP: a rank runs T = seq / CP tokens of each sequence everywhere (slots, heads,
+     * workspace, staging); the weights are whole */
+    uint64_t cp = (uint64_t)tpd_plan_cp(lay), S = (uint64_t)m->seq_length;
+    uint64_t B = (uint64_t)lay->micro_batch_size, T = S / cp;
+    int ring = cp > 1 && lay->cp_comm == TPD_CP_COMM_P2P, a2a = cp > 1 && !ring;
     uint64_t C = (uint64_t)m->hidden_size, NH = (uint64_t)m->num_attention_heads;
     uint64_t F = (uint64_t)m->ffn_hidden_size, maxT = (uint64_t)m->max_position_embeddings;
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
@@ -409,11 +424,22 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
 
     /* activations: one slot per (micro-batch, chunk) the schedule holds at its peak, each
      * sized for the largest chunk (the chunks share them); the last stage's head blocks */
+    int cuda = cfg->training.device == TPD_DEVICE_CUDA;
+    int stats = cuda && cfg->training.attention == TPD_ATTENTION_FUSED && e == 2;
     uint64_t att = NHl * B * T * T * 4; /* cpu: the fp32 softmax probabilities */
-    if (cfg->training.device == TPD_DEVICE_CUDA)
-        att = cfg->training.attention == TPD_ATTENTION_FUSED && e == 2 ? NHl * B * T * 4
-                                                                       : NHl * B * T * T * e;
-    int selective = lay->recompute == TPD_RECOMPUTE_SELECTIVE;
+    if (cuda) att = stats ? NHl * B * T * 4 : NHl * B * T * T * e;
+    if (ring) {
+        /* ring attention keeps the log-sum-exp of its rows, on either backend */
+        att = B * NHl * T * 4;
+    } else if (a2a) {
+        /* Ulysses: NHl/CP heads over the whole sequence, as the backend keeps them, and
+         * the head-split output before its all-to-all back */
+        uint64_t hh = NHl / cp, rows = B * hh * S;
+        att = up(cuda ? (stats ? rows * 4 : rows * S * e) : rows * S * 4) + up(N * Cl * e);
+    }
+    /* selective recompute drops the attention state to rebuild it in the backward; the
+     * ring's log-sum-exp is all the state there is, so it stays per layer */
+    int selective = lay->recompute == TPD_RECOMPUTE_SELECTIVE && !ring;
     uint64_t layer = 4 * up(NL * C * e) + 2 * (1 + nb) * up(NL * 4) + up(N * QKVl * e) +
                      up(N * Cl * e) + (selective ? 0 : up(att)) + up(N * FCl * e) + up(N * Fl * e);
     /* fully recomputed layers (the first k of each chunk) keep only their output */
@@ -452,6 +478,11 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     if (selective) ws += up(att);
     if (sp) ws += up(N * C * e) + up(NL * C * e);
     if (last) ws += up(8);
+    if (ring) /* two K/V ring buffers, two fp32 dK/dV ones, the fp32 running output (dq in
+                 the backward), its running max and sum, the int32 positions */
+        ws += up(2 * N * 2 * KVl * HS * e) + up(2 * N * 2 * KVl * HS * 4) + up(N * NHl * HS * 4) +
+              2 * up(B * NHl * T * 4) + up((S + T) * 4);
+    if (a2a) ws += 2 * up(N * QKVl * e); /* the all-to-all's send and receive blocks */
     tpd_kern_scratch scratch;
     TPD_CHECK(tpd_plan_scratch(cfg, lay, stage,
                                cfg->training.device == TPD_DEVICE_CUDA ? "cuda" : "cpu", &scratch));
@@ -473,7 +504,7 @@ static tpd_status cuda_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *
     tpd_config dev = *cfg;
     dev.training.device = TPD_DEVICE_CUDA;
     tpd_dp_sharding sh = tpd_plan_sharding(lay);
-    int S = tpd_plan_shard_group(cfg, lay), inner = tpd_config_dp_inner(cfg, lay->dp);
+    int S = tpd_plan_shard_group(cfg, lay), inner = tpd_plan_dp_inner(cfg, lay);
     tpd_plan_layout z = *lay;
     z.distributed_optimizer = sh != TPD_DP_SHARDING_NO_SHARD && S > 1;
     TPD_CHECK(tpd_plan_cpu_memory(&dev, &z, stage, out));
@@ -486,7 +517,7 @@ static tpd_status cuda_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *
         TPD_CHECK(tpd_plan_shard_memory(&dev, lay, stage, &full, out));
     }
     double lib = cl->workspace_bytes;
-    if ((long)lay->tp * lay->pp * lay->dp == 1 && lib > (double)TPD_KERN_GEMM_WORKSPACE_BYTES)
+    if (tpd_plan_world(lay) == 1 && lib > (double)TPD_KERN_GEMM_WORKSPACE_BYTES)
         lib = (double)TPD_KERN_GEMM_WORKSPACE_BYTES;
     out->workspace += lib;
     out->total += lib;

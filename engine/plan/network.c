@@ -1,8 +1,9 @@
 /* The cluster's network as the time model sees it, and the terms that grow with scale.
  *
- * Links. Ranks follow Megatron's order (parallel/mesh.h: rank = tp + TP*(dp + DP*pp)), so a
- * TP group is TP consecutive ranks, a DP group DP ranks TP apart, and the two ranks of a
- * pipeline boundary TP*DP apart. A group of n ranks `stride` apart spans n*stride
+ * Links. Ranks follow Megatron's order (parallel/mesh.h: rank = tp + TP*(cp + CP*(dp +
+ * DP*pp))), so a TP group is TP consecutive ranks, a CP group CP ranks TP apart, the group
+ * that sums the gradients (DP x CP) DP*CP ranks TP apart, and the two ranks of a pipeline
+ * boundary TP*CP*DP apart. A group of n ranks `stride` apart spans n*stride
  * consecutive ranks, and a collective runs at the slowest hop it crosses:
  *   - span <= nvlink_domain_gpus: one NVLink domain, intra_bw at intra_latency;
  *   - else the network: each GPU's share of its node's NICs, inter_bw * nics_per_node /
@@ -150,4 +151,21 @@ void tpd_plan_pipe_link(const tpd_plan_cluster *cl, int pp, long stride, double 
     *bw_p = bw;
     *lat_p = lat;
     *hop_p = pp > 1 ? hop : TPD_PLAN_HOP_NONE;
+}
+
+void tpd_plan_cp_link(const tpd_plan_cluster *cl, int cp, long tp, double *bw_p, double *lat_p,
+                      tpd_plan_hop *hop_p) {
+    long span = (long)cp * tp;
+    double bw = cl->intra_bw, lat = cl->intra_latency;
+    if (span > tpd_plan_nvlink_domain(cl)) {
+        bw = tpd_plan_net_bw(cl, span);
+        lat = cl->inter_latency;
+        if (tpd_plan_crosses_islands(cl, span)) {
+            if (cl->inter_island_bw < bw) bw = cl->inter_island_bw;
+            if (cl->inter_island_latency >= 0.0) lat = cl->inter_island_latency;
+        }
+    }
+    *bw_p = bw * cl->coll_efficiency;
+    *lat_p = lat;
+    *hop_p = tpd_plan_group_hop(cl, cp, tp);
 }

@@ -1,5 +1,5 @@
 /* The dry-run planner: for a model config and a cluster profile it predicts memory per
- * rank, step time, TFLOP/s and MFU of TP/PP/DP layouts, ranks them and explains the
+ * rank, step time, TFLOP/s and MFU of TP/CP/PP/DP layouts, ranks them and explains the
  * ones it rejects. No GPU and no MPI are needed.
  *
  * Units: bytes, seconds, FLOPs (not FLOP/s) unless the name says otherwise.
@@ -149,6 +149,13 @@ typedef struct tpd_plan_layout {
                                   at least optim under distributed_optimizer (tpd_plan_sharding) */
     int shard_size;            /* parallel.data_parallel_shard_size: HSDP's shard group of
                                   consecutive DP ranks; 0 = all of DP */
+    /* Context parallelism (parallel.context_parallel_size; 0 reads as 1): CP ranks split each
+     * sequence (2 x CP chunks, rank r holding chunks r and 2 CP - 1 - r), so the world is
+     * TP x CP x DP x PP and each rank runs seq / CP tokens of every sequence; weights are
+     * whole on every CP rank and their gradients are summed over DP x CP. Last in the struct,
+     * so that the positional initializers of the 3D layouts read as CP 1. */
+    int cp;
+    tpd_cp_comm cp_comm; /* parallel.cp_comm_type: p2p (ring attention) or a2a (Ulysses) */
 } tpd_plan_layout;
 
 /* Bytes per rank of one pipeline stage. `optimizer` includes the fp32 master weights;
@@ -174,6 +181,11 @@ typedef struct tpd_plan_time {
     double compute;           /* M x (fwd + bwd incl. recompute) of the slowest stage */
     double tp_comm;           /* the TP collectives inside that (what the overlap left exposed) */
     double tp_comm_hidden;    /* beside it, not inside: what parallel.tp_comm_overlap hid */
+    double cp_comm;           /* inside compute: the context-parallel communication the
+                                 attention does not hide (p2p: each ring step's K/V, or in the
+                                 backward K/V and dK/dV, transfer past its block's compute;
+                                 a2a: the four all-to-alls per layer, whole) */
+    double cp_comm_hidden;    /* beside it, not inside: the ring's transfers the blocks hid */
     double host_overhead;     /* inside compute: the host's share (host_launch_us floors, the
                                  per-micro-batch host work) */
     double pp_bubble;         /* simulated pipeline idle with free p2p */
@@ -251,8 +263,16 @@ typedef struct tpd_plan_result {
     double dp_exposed[TPD_CONFIG_MAX_STAGES]; /* per stage: reduction past its pipeline end */
     tpd_plan_hop hop_tp, hop_dp, hop_pp;      /* where the TP and DP groups and the pipeline
                                                  sends run (hop_dp: the shard group's) */
-    tpd_plan_hop hop_replica;     /* HSDP: the replicas' all-reduce (NONE without replicas) */
-    int shard_group;              /* ranks each shard is over: the shard size, or all of DP */
+    tpd_plan_hop hop_cp;                      /* the CP group: CP ranks TP apart (NONE at CP 1) */
+    tpd_plan_hop hop_replica; /* HSDP: the replicas' all-reduce (NONE without replicas) */
+    int shard_group;          /* ranks each shard is over: the shard size, or all of DP */
+    /* ---- context parallelism (0 at CP 1): one layer of one micro-batch on one rank ---- */
+    int cp_tokens;                /* of each sequence: seq_length / CP */
+    double cp_bytes_layer;        /* sent to its CP peers, forward and backward */
+    double cp_step_comm_s;        /* p2p: one forward ring step's K/V transfer; a2a: the forward's
+                                     all-to-all of Q, K and V */
+    double cp_step_attn_s;        /* p2p: one block of attention (the rank's queries against one
+                                     K/V block); a2a: the whole attention, head-split */
     double model_flops, hw_flops; /* per iteration, all GPUs */
     double tflops_per_gpu, hw_tflops_per_gpu, mfu, tokens_per_s;
     /* DP wire bytes one rank sends per step (its busiest stage): the every-step reduction
@@ -323,11 +343,11 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
 /* ---- layouts and their evaluation (plan/evaluate.c; the cpu attention's FLOPs,
  * plan/timing_cpu.c) ---- */
 
-/* The layout the config itself states (TP, PP, DP for `gpus`, mbs, v, schedule, recompute,
- * SP, ZeRO, overlap flags). */
+/* The layout the config itself states (TP, CP and its communication, PP, DP for `gpus`: gpus
+ * / (TP*CP*PP), mbs, v, schedule, recompute, SP, ZeRO, overlap flags). */
 void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layout *lay_p);
 /* "TP=8 PP=4 DP=32 mbs=1 v=2 interleaved recompute=full SP=on ZeRO=on overlap=grad+param"
- * into buf. */
+ * into buf; under CP "TP=8 CP=16(p2p) PP=16 ...". */
 void tpd_plan_layout_str(const tpd_plan_layout *lay, char *buf, size_t len);
 /* Forward FLOPs of one call of the cpu attention kernel (blocked causal: a block of
  * query rows sees the keys up to its end), B x NH heads of T x HS; calibration measures

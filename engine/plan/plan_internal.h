@@ -14,6 +14,17 @@ double tpd_plan_attention_efficiency(const tpd_plan_cluster *c, double flops);
 
 /* ---- layouts (plan/evaluate.c) ---- */
 
+/* CP of a layout (parallel.context_parallel_size): lay->cp, 1 where it is 0. */
+int tpd_plan_cp(const tpd_plan_layout *lay);
+/* Ranks of the layout: TP x CP x DP x PP. */
+long tpd_plan_world(const tpd_plan_layout *lay);
+/* Tokens of each sequence one rank runs: seq_length / CP. */
+int tpd_plan_local_seq(const tpd_config *cfg, const tpd_plan_layout *lay);
+/* The ranks that sum each step's gradients and shard the optimizer state: the layout's DP
+ * (a DiLoCo replica's, tpd_config_dp_replicas) times its CP, as tpd_config_dp_inner gives
+ * it for a config at this layout; the planner's search varies CP, so it reads it here. */
+int tpd_plan_dp_inner(const tpd_config *cfg, const tpd_plan_layout *lay);
+
 /* The schedule the layout runs: interleaved when virtual_stages > 1, else its schedule. */
 tpd_schedule tpd_plan_layout_schedule(const tpd_plan_layout *lay);
 /* The action-list kind of that schedule (parallel/pipeline/schedule.h). */
@@ -57,6 +68,10 @@ double tpd_plan_activation_bytes_per_layer(double s, double b, double h, double 
  * sbh(8 + (4 + 4g/a)/t) + 6sbf/t + 2as^2b/t, all over t with SP. */
 double tpd_plan_layer_activation_bytes(const tpd_config *cfg, double b, int tp, int sp,
                                        tpd_recompute r, int flash);
+/* The same on one of `cp` CP ranks: its seq/CP tokens of every term, its seq/CP queries
+ * against all seq keys in the s^2 terms: 1/CP of the layer's bytes at CP 1. */
+double tpd_plan_layer_activation_bytes_cp(const tpd_config *cfg, double b, int tp, int sp,
+                                          tpd_recompute r, int flash, int cp);
 /* (Micro-batch, chunk) pairs whose activations a stage holds at the peak of its action list
  * (tpd_pp_schedule_peak_in_flight, in closed form): 1F1B min(p - stage, M); interleaved
  * min(2(p-stage-1) + (v-1)p + 1, M*v) chunks; ZB-H1 min(p, M) on every stage (a micro-batch
@@ -73,7 +88,8 @@ tpd_status tpd_plan_wgrad_pending(const tpd_plan_layout *lay, int stage, int mic
  * training.recompute_num_layers of each model chunk; 0 otherwise. */
 int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage);
 /* Hardware FLOPs of an iteration with the layout's recompute (the block method recomputes
- * only its share of the layers). */
+ * only its share of the layers; selective recompute under the CP ring recomputes nothing,
+ * its attention state being kept). */
 double tpd_plan_layout_hw_flops(const tpd_config *cfg, const tpd_plan_layout *lay, double batch,
                                 double vocab);
 /* The shapes one rank of `stage` runs its ops at under the layout (what the engine's
@@ -177,6 +193,8 @@ typedef struct tpd_plan_stage_cost {
     double fwd, bwd, wgrad;
     double tp_comm;              /* TP collectives inside fwd + bwd (exposed) */
     double tp_comm_hidden;       /* TP collectives the overlap hid behind GEMMs */
+    double cp_comm;              /* CP communication inside fwd + bwd (exposed) */
+    double cp_comm_hidden;       /* CP transfers the ring's attention blocks hid */
     double embed_fwd, embed_bwd; /* first stage */
     double head_fwd, head_bwd;   /* last stage */
 } tpd_plan_stage_cost;
@@ -248,8 +266,8 @@ void tpd_plan_tp_overlap(const tpd_plan_cluster *c, double gemm, double comm, in
 /* Expected maximum of n independent standard normal draws, Blom's approximation
  * Phi^-1((n - 0.375) / (n + 0.25)): 0 for n = 1, 0.59 for 2, 3.61 for 4096. */
 double tpd_plan_expected_max_normal(int n);
-/* Of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP TP, a pipeline
- * boundary's pair TP*DP). */
+/* Of a group of n ranks `stride` apart in Megatron's rank order (TP 1, CP TP, DP x CP TP, a
+ * pipeline boundary's pair TP*CP*DP). */
 tpd_plan_hop tpd_plan_group_hop(const tpd_plan_cluster *c, int n, long stride);
 /* 1 when `span` consecutive ranks cross an island boundary (island_nodes). */
 int tpd_plan_crosses_islands(const tpd_plan_cluster *cl, long span);
@@ -259,13 +277,20 @@ int tpd_plan_crosses_islands(const tpd_plan_cluster *cl, long span);
  * them, the inter-island link. */
 void tpd_plan_pipe_link(const tpd_plan_cluster *cl, int pp, long stride, double *bw_p,
                         double *lat_p, tpd_plan_hop *hop_p);
-/* Ranks between neighbouring stages: TP x DP, or under DiLoCo TP x a replica's DP (the
+/* Ranks between neighbouring stages: TP x CP x DP, or under DiLoCo TP x a replica's DP (the
  * replicas are the outermost coordinate of the rank order, parallel/mesh.h). */
 long tpd_plan_pp_stride(const tpd_config *cfg, const tpd_plan_layout *lay);
+/* The CP group's link: CP ranks TP apart in the rank order (TP fastest, then CP), so the
+ * group spans TP x CP consecutive ranks: one NVLink domain when that is at most its GPUs,
+ * else each GPU's share of the NICs (a ring step or an all-to-all sends from every rank at
+ * once, each over its own share), and the inter-island link where the span crosses one.
+ * Bandwidth with the collective efficiency, latency per step, and the hop. */
+void tpd_plan_cp_link(const tpd_plan_cluster *cl, int cp, long tp, double *bw_p, double *lat_p,
+                      tpd_plan_hop *hop_p);
 /* "nvlink", "network", "cross-leaf", "inter-island", "none". */
 const char *tpd_plan_hop_name(tpd_plan_hop h);
-/* Link of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP TP, a
- * pipeline boundary TP*DP): the slowest hop it crosses, bandwidth (collective efficiency
+/* Link of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP x CP TP, a
+ * pipeline boundary TP*CP*DP): the slowest hop it crosses, bandwidth (collective efficiency
  * applied) and latency per ring step. */
 void tpd_plan_group_link(const tpd_plan_cluster *cl, int n, long stride, double *bw_p,
                          double *lat_p);
@@ -305,6 +330,10 @@ void tpd_plan_set_times(const tpd_plan_layout *lay, const tpd_plan_stage_cost *c
  * / H; time.outer_update = the outer step's memory-bound passes over the shard / H. */
 void tpd_plan_diloco_outer(const tpd_config *cfg, const tpd_plan_cluster *cl, double compute,
                            tpd_plan_result *res);
+/* The CP fields of res (cp_bytes_layer; on a GPU cluster cp_step_comm_s, cp_step_attn_s):
+ * zeros at CP 1. */
+void tpd_plan_cp_detail(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                        const tpd_plan_layout *lay, tpd_plan_result *res);
 /* Throughput fields of res from its step time. */
 void tpd_plan_rates(const tpd_config *cfg, const tpd_plan_cluster *cl, tpd_plan_result *res);
 

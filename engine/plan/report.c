@@ -34,7 +34,7 @@ static const char *overlap_short(const tpd_plan_layout *l) {
 static const char *zero_short(const tpd_plan_layout *l) {
     static const char *const z[] = {"off", "on", "2", "3"}, *const zh[] = {"off", "on-h", "2-h",
                                                                            "3-h"};
-    int hybrid = l->shard_size > 0 && l->shard_size < l->dp;
+    int hybrid = l->shard_size > 0 && l->shard_size < l->dp * tpd_plan_cp(l);
     return (hybrid ? zh : z)[tpd_plan_sharding(l)];
 }
 
@@ -42,17 +42,18 @@ static const char *zero_short(const tpd_plan_layout *l) {
  * strategy over all of DP trains. */
 static int planned_only(const tpd_plan_layout *l) {
     return tpd_plan_sharding(l) == TPD_DP_SHARDING_OPTIM && l->shard_size > 0 &&
-           l->shard_size < l->dp;
+           l->shard_size < l->dp * tpd_plan_cp(l);
 }
 
 static void print_sharding(FILE *f, const tpd_plan_result *r) {
     const tpd_plan_layout *l = &r->layout;
     const tpd_plan_stage_mem *m = &r->mem[r->max_mem_stage];
     tpd_dp_sharding sh = tpd_plan_sharding(l);
-    int S = r->shard_group > 0 ? r->shard_group : l->dp;
-    fprintf(f, "  DP sharding: %s over %d rank(s)%s",
+    int inner = l->dp * tpd_plan_cp(l), S = r->shard_group > 0 ? r->shard_group : inner;
+    fprintf(f, "  DP sharding: %s over %d rank(s)%s%s",
             tpd_config_choice("parallel.data_parallel_sharding_strategy", sh), S,
-            S < l->dp ? " (HSDP: replicated across DP / shard size groups)" : "");
+            tpd_plan_cp(l) > 1 ? " of DP x CP" : "",
+            S < inner ? " (HSDP: replicated across DP / shard size groups)" : "");
     fprintf(f,
             "; per rank (stage %d) params %.2f -> %.2f GiB, grads %.2f -> %.2f GiB, optimizer "
             "%.2f -> %.2f GiB",
@@ -70,8 +71,9 @@ static void print_sharding(FILE *f, const tpd_plan_result *r) {
 }
 
 void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {
-    fprintf(f, "%4s %3s %3s %5s %4s %2s %-5s %-9s %-3s %-4s %-3s %8s %8s %5s %6s %11s %6s %10s\n",
-            "rank", "TP", "PP", "DP", "mbs", "v", "sched", "recompute", "SP", "ZeRO", "ovl",
+    fprintf(f,
+            "%4s %3s %-7s %3s %5s %4s %2s %-5s %-9s %-3s %-4s %-3s %8s %8s %5s %6s %11s %6s %10s\n",
+            "rank", "TP", "CP", "PP", "DP", "mbs", "v", "sched", "recompute", "SP", "ZeRO", "ovl",
             "mem GiB", "step s", "idle", "DP exp", "TFLOP/s/GPU", "MFU", "tokens/s");
     for (int i = 0; i < n; i++) {
         const tpd_plan_layout *l = &r[i].layout;
@@ -82,12 +84,19 @@ void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {
             snprintf(rc, sizeof rc, "%s", tpd_config_choice("training.recompute", l->recompute));
         const tpd_plan_time *t = &r[i].time;
         double st = r[i].step_time_s > 0 ? r[i].step_time_s : 1.0;
+        char cp[16]; /* "1", or the size and its communication: "16 p2p" */
+        if (tpd_plan_cp(l) > 1)
+            snprintf(cp, sizeof cp, "%d %s", l->cp,
+                     tpd_config_choice("parallel.cp_comm_type", l->cp_comm));
+        else
+            snprintf(cp, sizeof cp, "1");
         fprintf(f,
-                "%4d %3d %3d %5d %4d %2d %-5s %-9s %-3s %-4s %-3s %8.1f %8.3f %4.1f%% %5.1f%% "
+                "%4d %3d %-7s %3d %5d %4d %2d %-5s %-9s %-3s %-4s %-3s %8.1f %8.3f %4.1f%% %5.1f%% "
                 "%11.1f %5.1f%% %10.0f\n",
-                i + 1, l->tp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages, sched_short(l),
-                rc, l->sequence_parallel ? "on" : "off", zero_short(l), overlap_short(l),
-                r[i].memory_bytes / GIB, r[i].step_time_s, 100.0 * t->pp_idle_fraction,
+                i + 1, l->tp, cp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages,
+                sched_short(l), rc, l->sequence_parallel ? "on" : "off", zero_short(l),
+                overlap_short(l), r[i].memory_bytes / GIB, r[i].step_time_s,
+                100.0 * t->pp_idle_fraction,
                 100.0 * (t->dp_comm_exposed + t->dp_gather_exposed) / st, r[i].tflops_per_gpu,
                 100.0 * r[i].mfu, r[i].tokens_per_s);
     }
@@ -142,6 +151,33 @@ static void print_diloco(FILE *f, const tpd_plan_result *r) {
                 r->step_time_s / r->every_step_time_s);
 }
 
+/* Context parallelism: how a sequence is split, what a layer sends, and what the attention
+ * hides of it. */
+static void print_cp(FILE *f, const tpd_plan_result *r) {
+    const tpd_plan_layout *l = &r->layout;
+    int cp = tpd_plan_cp(l);
+    if (cp < 2) return;
+    char bytes[32];
+    bytes_str(r->cp_bytes_layer, bytes, sizeof bytes);
+    int ring = l->cp_comm == TPD_CP_COMM_P2P;
+    fprintf(
+        f,
+        "    context parallel: CP=%d %s (%s), %d tokens of each sequence per rank, %s per layer "
+        "per micro-batch to the CP peers",
+        cp, tpd_config_choice("parallel.cp_comm_type", l->cp_comm),
+        ring ? "ring attention" : "all-to-all around the attention", r->cp_tokens, bytes);
+    if (r->cp_step_comm_s > 0.0 && ring)
+        fprintf(f,
+                "; a ring step sends K/V in %.3f ms beside %.3f ms of attention (%d step%s each "
+                "way, K/V forward, K/V and dK/dV backward)",
+                1e3 * r->cp_step_comm_s, 1e3 * r->cp_step_attn_s, cp - 1, cp > 2 ? "s" : "");
+    else if (r->cp_step_comm_s > 0.0)
+        fprintf(f, "; Q, K, V's all-to-all %.3f ms beside %.3f ms of attention (not hidden)",
+                1e3 * r->cp_step_comm_s, 1e3 * r->cp_step_attn_s);
+    fprintf(f, "; %.3f s exposed, %.3f s hidden per step\n", r->time.cp_comm,
+            r->time.cp_comm_hidden);
+}
+
 void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
     char l[224];
     tpd_plan_layout_str(&r->layout, l, sizeof l);
@@ -175,9 +211,17 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
     const tpd_plan_time *t = &r->time;
     double st = r->step_time_s;
     fprintf(f, "time per step: %.3f s\n", st);
-    fprintf(f,
-            "  compute (slowest stage) %9.3f s  %5.1f%%  (of which TP comm %.3f s, host %.3f s)\n",
-            t->compute, 100 * t->compute / st, t->tp_comm, t->host_overhead);
+    if (tpd_plan_cp(&r->layout) > 1)
+        fprintf(f,
+                "  compute (slowest stage) %9.3f s  %5.1f%%  (of which TP comm %.3f s, CP comm "
+                "%.3f s, host %.3f s)\n",
+                t->compute, 100 * t->compute / st, t->tp_comm, t->cp_comm, t->host_overhead);
+    else
+        fprintf(f,
+                "  compute (slowest stage) %9.3f s  %5.1f%%  (of which TP comm %.3f s, host %.3f "
+                "s)\n",
+                t->compute, 100 * t->compute / st, t->tp_comm, t->host_overhead);
+    print_cp(f, r);
     if (r->layout.tp_comm_overlap)
         fprintf(f, "    TP comm hidden behind the GEMMs (tp_comm_overlap) %.3f s\n",
                 t->tp_comm_hidden);
@@ -221,6 +265,12 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
                 "replicas): TP %s, DP %s, PP %s, outer %s\n",
                 r->dp_replicas, tpd_plan_hop_name(r->hop_tp), tpd_plan_hop_name(r->hop_dp),
                 tpd_plan_hop_name(r->hop_pp), tpd_plan_hop_name(r->hop_outer));
+    else if (tpd_plan_cp(&r->layout) > 1 && (r->hop_tp || r->hop_cp || r->hop_dp || r->hop_pp))
+        fprintf(f,
+                "  links (rank order TP fastest, then CP, then DP, then PP): TP %s, CP %s, DP x "
+                "CP %s, PP %s\n",
+                tpd_plan_hop_name(r->hop_tp), tpd_plan_hop_name(r->hop_cp),
+                tpd_plan_hop_name(r->hop_dp), tpd_plan_hop_name(r->hop_pp));
     else if (r->hop_tp || r->hop_dp || r->hop_pp)
         fprintf(f, "  links (rank order TP fastest, then DP, then PP): TP %s, DP %s, PP %s\n",
                 tpd_plan_hop_name(r->hop_tp), tpd_plan_hop_name(r->hop_dp),
@@ -249,6 +299,9 @@ void tpd_plan_print_overrides(FILE *f, const tpd_config *cfg, const tpd_plan_res
                 "the planned bytes are the target)\n",
                 tpd_config_choice("parallel.data_parallel_sharding_strategy",
                                   tpd_plan_sharding(&r->layout)));
+    if (tpd_plan_cp(&r->layout) > 1 && cfg->training.device == TPD_DEVICE_CUDA)
+        fprintf(f, "  (planned, not trained on GPUs: tripod train runs context parallelism on the "
+                   "cpu backend; the cuda bytes and times are the target)\n");
     tpd_plan_print_published(f, cfg);
 }
 
@@ -330,6 +383,10 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
     cJSON_AddNumberToObject(o, "tp", l->tp);
     cJSON_AddNumberToObject(o, "pp", l->pp);
     cJSON_AddNumberToObject(o, "dp", l->dp);
+    cJSON_AddNumberToObject(o, "cp", tpd_plan_cp(l));
+    cJSON_AddStringToObject(o, "cp_comm_type",
+                            tpd_config_choice("parallel.cp_comm_type", l->cp_comm));
+    cJSON_AddNumberToObject(o, "world", (double)tpd_plan_world(l));
     cJSON_AddNumberToObject(o, "micro_batch_size", l->micro_batch_size);
     cJSON_AddNumberToObject(o, "num_micro_batches", r->num_micro_batches);
     cJSON_AddNumberToObject(o, "virtual_stages", l->virtual_stages);
@@ -346,6 +403,10 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
         tpd_config_choice("parallel.data_parallel_sharding_strategy", tpd_plan_sharding(l)));
     cJSON_AddNumberToObject(o, "shard_size", r->shard_group);
     cJSON_AddBoolToObject(o, "tp_comm_overlap", l->tp_comm_overlap);
+    /* what `tripod train` does not run: ZeRO-1 in shard groups, CP on the cuda backend */
+    cJSON_AddBoolToObject(
+        o, "planned_only",
+        planned_only(l) || (tpd_plan_cp(l) > 1 && cfg && cfg->training.device == TPD_DEVICE_CUDA));
     cJSON_AddBoolToObject(o, "fits", r->fits);
     if (r->reject_reason[0])
         cJSON_AddStringToObject(o, "reject_reason", r->reject_reason);
@@ -383,6 +444,8 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
         cJSON_AddNumberToObject(tb, "compute", r->time.compute);
         cJSON_AddNumberToObject(tb, "tp_comm", r->time.tp_comm);
         cJSON_AddNumberToObject(tb, "tp_comm_hidden", r->time.tp_comm_hidden);
+        cJSON_AddNumberToObject(tb, "cp_comm", r->time.cp_comm);
+        cJSON_AddNumberToObject(tb, "cp_comm_hidden", r->time.cp_comm_hidden);
         cJSON_AddNumberToObject(tb, "host_overhead", r->time.host_overhead);
         cJSON_AddNumberToObject(tb, "pp_bubble", r->time.pp_bubble);
         cJSON_AddNumberToObject(tb, "pp_p2p", r->time.pp_p2p);
@@ -401,8 +464,19 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
     cJSON *ln = cJSON_AddObjectToObject(o, "links");
     if (ln) {
         cJSON_AddStringToObject(ln, "tp", tpd_plan_hop_name(r->hop_tp));
+        cJSON_AddStringToObject(ln, "cp", tpd_plan_hop_name(r->hop_cp));
         cJSON_AddStringToObject(ln, "dp", tpd_plan_hop_name(r->hop_dp));
         cJSON_AddStringToObject(ln, "pp", tpd_plan_hop_name(r->hop_pp));
+    }
+    if (tpd_plan_cp(l) > 1) {
+        /* one layer of one micro-batch on one rank (plan.h: cp_bytes_layer) */
+        cJSON *cpo = cJSON_AddObjectToObject(o, "context_parallel");
+        if (cpo) {
+            cJSON_AddNumberToObject(cpo, "tokens_per_rank", r->cp_tokens);
+            cJSON_AddNumberToObject(cpo, "bytes_per_layer", r->cp_bytes_layer);
+            cJSON_AddNumberToObject(cpo, "step_comm_s", r->cp_step_comm_s);
+            cJSON_AddNumberToObject(cpo, "step_attention_s", r->cp_step_attn_s);
+        }
     }
     char buf[4096];
     if (cfg && r->stages > 0 && tpd_plan_overrides(cfg, r, buf, sizeof buf) >= 0) {

@@ -1,7 +1,15 @@
-/* The layout search: enumerate TP x PP x DP x micro-batch x virtual stages x recompute x
- * SP x the DP sharding strategy and shard size, reject invalid ones with a reason, prune on memory,
- * then skip the time model when a cheap lower bound (no pipeline bubble) is already slower than the
- * K-th best, and keep the K best by step time. */
+/* The layout search: enumerate TP x CP (and its communication) x PP x DP x micro-batch x
+ * virtual stages x recompute x SP x the DP sharding strategy and shard size, reject invalid
+ * ones with a reason, prune on memory, then skip the time model when a cheap lower bound (no
+ * pipeline bubble) is already slower than the K-th best, and keep the K best by step time.
+ *
+ * CP is searched wherever it is valid (CP dividing the GPUs left by TP, seq_length a multiple
+ * of 2 x CP; a2a beside p2p where the heads and K/V heads divide by TP x CP; an even CP at
+ * micro-batch 1, which loses nothing, see the micro-batch loop), with no threshold on the
+ * sequence: at short sequences it loses on its own terms (the ring's K/V
+ * transfers outlast the small attention blocks they hide behind, the all-to-alls are never
+ * hidden), and at long ones it wins on memory (1/CP of the activations) and on the
+ * pipeline (CP takes ranks from DP, so each pipeline runs CP times the micro-batches). */
 #include "engine/plan/plan.h"
 #include "engine/plan/plan_internal.h"
 
@@ -98,8 +106,22 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
     const int n_shard = 2 * (TPD_DP_SHARDING_OPTIM_GRADS_PARAMS + 1);
     for (int tp = 1; tp <= cl->gpus_per_node && tp <= n; tp++) {
         if (!divides(tp, cl->gpus_per_node) || !divides(tp, n)) continue;
-        tpd_plan_layout base = {tp, 1,         1,        1,         1, TPD_RECOMPUTE_NONE,       0,
-                                0,  one_chunk, ovl_grad, ovl_param, 0, TPD_DP_SHARDING_NO_SHARD, 0};
+        tpd_plan_layout base = {tp,
+                                1,
+                                1,
+                                1,
+                                1,
+                                TPD_RECOMPUTE_NONE,
+                                0,
+                                0,
+                                one_chunk,
+                                ovl_grad,
+                                ovl_param,
+                                0,
+                                TPD_DP_SHARDING_NO_SHARD,
+                                0,
+                                1,
+                                TPD_CP_COMM_P2P};
         if (m->num_attention_heads % tp != 0 ||
             (m->group_query_attention && m->num_query_groups % tp != 0)) {
             (void)tpd_plan_layout_valid(cfg, cl, &base, 0, why, sizeof why);
@@ -107,96 +129,126 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
             reject(&s, key, &base, why);
             continue;
         }
-        for (int pp = 1; pp <= n / tp && pp <= TPD_CONFIG_MAX_STAGES; pp++) {
-            if (!divides((long)tp * pp, n)) continue;
-            base.pp = pp;
-            base.dp = n / (tp * pp);
-            base.micro_batch_size = 1;
-            base.virtual_stages = 1;
-            if (tpd_config_stage_layers(cfg, pp, 1, 0, 0, NULL) < 0) {
-                snprintf(why, sizeof why, "layers %d fewer than PP %d", m->num_layers, pp);
-                reason_key(why, key, sizeof key);
-                reject(&s, key, &base, why);
+        /* CP 1, then each CP > 1 with p2p and a2a (cm = 2*cp + comm) */
+        for (int cm = 2; cm <= 2 * (n / tp) + 1; cm++) {
+            int cp = cm / 2;
+            tpd_cp_comm comm = cm % 2 ? TPD_CP_COMM_A2A : TPD_CP_COMM_P2P;
+            if (!divides((long)tp * cp, n) || (cp == 1 && comm != TPD_CP_COMM_P2P)) continue;
+            base.cp = cp;
+            base.cp_comm = comm;
+            base.pp = 1;
+            base.dp = n / (tp * cp);
+            if (cp > 1 && (m->seq_length % (2 * cp) ||
+                           (comm == TPD_CP_COMM_A2A && (m->num_attention_heads % (tp * cp) ||
+                                                        tpd_config_kv_heads(cfg) % (tp * cp))))) {
+                if (!tpd_plan_layout_valid(cfg, cl, &base, n, why, sizeof why)) {
+                    reason_key(why, key, sizeof key);
+                    reject(&s, key, &base, why);
+                }
                 continue;
             }
-            int dp = n / (tp * pp);
-            for (int mbs = 1; mbs <= gbs / dp; mbs *= 2) {
-                base.micro_batch_size = mbs;
+            for (int pp = 1; pp <= n / (tp * cp) && pp <= TPD_CONFIG_MAX_STAGES; pp++) {
+                if (!divides((long)tp * cp * pp, n)) continue;
+                base.pp = pp;
+                base.dp = n / (tp * cp * pp);
+                base.micro_batch_size = 1;
                 base.virtual_stages = 1;
-                base.schedule = one_chunk;
-                if (gbs % ((long)mbs * dp) != 0) {
-                    snprintf(why, sizeof why, "global batch %ld not divisible by mbs*dp %d*%d", gbs,
-                             mbs, dp);
+                if (tpd_config_stage_layers(cfg, pp, 1, 0, 0, NULL) < 0) {
+                    snprintf(why, sizeof why, "layers %d fewer than PP %d", m->num_layers, pp);
                     reason_key(why, key, sizeof key);
                     reject(&s, key, &base, why);
                     continue;
                 }
-                for (int v = 1; v <= (pp > 1 ? 8 : 1); v++) {
-                    base.virtual_stages = v;
-                    base.schedule = v > 1 ? TPD_SCHEDULE_INTERLEAVED : one_chunk;
-                    if (v > 1 && !tpd_plan_layout_valid(cfg, cl, &base, n, why, sizeof why)) {
-                        /* the usual v (2, 3, 4) always, larger ones when the layers divide */
-                        if (m->num_layers % (pp * v) == 0 || v == 2 || v == 3 || v == 4) {
-                            reason_key(why, key, sizeof key);
-                            reject(&s, key, &base, why);
-                        }
+                int dp = n / (tp * cp * pp), inner = dp * cp;
+                /* an even CP runs at micro-batch 1 only: CP c at 2m sequences a micro-batch
+                 * is CP c/2 with twice the DP at m (the same tokens and attention per rank,
+                 * micro-batches, weights and DP x CP group), with half the ring's sends */
+                int mbs_max = cp > 1 && cp % 2 == 0 ? 1 : (int)(gbs / dp);
+                for (int mbs = 1; mbs <= mbs_max; mbs *= 2) {
+                    base.micro_batch_size = mbs;
+                    base.virtual_stages = 1;
+                    base.schedule = one_chunk;
+                    if (gbs % ((long)mbs * dp) != 0) {
+                        snprintf(why, sizeof why, "global batch %ld not divisible by mbs*dp %d*%d",
+                                 gbs, mbs, dp);
+                        reason_key(why, key, sizeof key);
+                        reject(&s, key, &base, why);
                         continue;
                     }
-                    for (int rc = 0; rc <= 2; rc++)
-                        for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++)
-                            for (int z = 0; z < (dp > 1 ? n_shard : 1); z++) {
-                                /* SP splits the sequence over TP */
-                                if (sp && m->seq_length % tp) continue;
-                                tpd_plan_layout lay = base;
-                                lay.recompute = (tpd_recompute)rc;
-                                lay.sequence_parallel = sp;
-                                /* the strategies, each over all of DP and, where a node's
-                                 * GPUs / TP is a smaller divisor, over that (HSDP) */
-                                lay.sharding = (tpd_dp_sharding)(z / 2);
-                                lay.distributed_optimizer =
-                                    lay.sharding != TPD_DP_SHARDING_NO_SHARD;
-                                lay.shard_size = 0;
-                                if (z % 2) {
-                                    int hs = cl->gpus_per_node / tp,
-                                        inner = tpd_config_dp_inner(cfg, dp);
-                                    if (lay.sharding == TPD_DP_SHARDING_NO_SHARD || hs < 2 ||
-                                        hs >= inner || inner % hs)
-                                        continue;
-                                    lay.shard_size = hs;
-                                }
-                                /* TP overlap only where the config asks for it */
-                                lay.tp_comm_overlap = cfg->parallel.tp_comm_overlap && sp;
-                                if (!tpd_plan_layout_valid(cfg, cl, &lay, n, why, sizeof why)) {
-                                    reason_key(why, key, sizeof key);
-                                    reject(&s, key, &lay, why);
-                                    continue;
-                                }
-                                memset(r, 0, sizeof *r);
-                                r->layout = lay;
-                                const tpd_config *c;
-                                TPD_CHECK_GOTO(tpd_plan_memory_split(cfg, cl, opt, r, scratch, &c),
-                                               st, free_all);
-                                s.evaluated++;
-                                if (!r->fits) {
-                                    reject(&s, "out of memory", &lay, r->reject_reason);
-                                    continue;
-                                }
-                                s.fitting++;
-                                /* full recompute of fewer layers, when that fits */
-                                TPD_CHECK_GOTO(tpd_plan_fit_recompute_layers(cfg, cl, r, scratch),
-                                               st, free_all);
-                                c = tpd_plan_result_config(cfg, r, scratch);
-                                if (!opt->evaluate_time) continue;
-                                if (s.n_top == k && tpd_plan_time_lower_bound(c, cl, r, opt) >=
-                                                        s.top[k - 1].step_time_s) {
-                                    s.pruned++;
-                                    continue;
-                                }
-                                TPD_CHECK_GOTO(tpd_plan_time_split(cfg, cl, opt, 0, r, scratch), st,
-                                               free_all);
-                                s.timed++;
-                                keep_top(&s, k, r);
+                    for (int v = 1; v <= (pp > 1 ? 8 : 1); v++) {
+                        base.virtual_stages = v;
+                        base.schedule = v > 1 ? TPD_SCHEDULE_INTERLEAVED : one_chunk;
+                        if (v > 1 && !tpd_plan_layout_valid(cfg, cl, &base, n, why, sizeof why)) {
+                            /* the usual v (2, 3, 4) always, larger ones when the layers divide */
+                            if (m->num_layers % (pp * v) == 0 || v == 2 || v == 3 || v == 4) {
+                                reason_key(why, key, sizeof key);
+                                reject(&s, key, &base, why);
                             }
+                            continue;
+                        }
+                        for (int rc = 0; rc <= 2; rc++)
+                            for (int sp = 0; sp <= (tp > 1 ? 1 : 0); sp++)
+                                for (int z = 0; z < (inner > 1 ? n_shard : 1); z++) {
+                                    /* the ring keeps its attention state whole: selective
+                                     * recompute is recompute none there, searched once */
+                                    if (rc == TPD_RECOMPUTE_SELECTIVE && cp > 1 &&
+                                        comm == TPD_CP_COMM_P2P)
+                                        continue;
+                                    /* SP splits the sequence (a CP rank's share) over TP */
+                                    if (sp && (m->seq_length / cp) % tp) continue;
+                                    tpd_plan_layout lay = base;
+                                    lay.recompute = (tpd_recompute)rc;
+                                    lay.sequence_parallel = sp;
+                                    /* the strategies, each over all of DP and, where a node's
+                                     * GPUs / TP is a smaller divisor, over that (HSDP) */
+                                    lay.sharding = (tpd_dp_sharding)(z / 2);
+                                    lay.distributed_optimizer =
+                                        lay.sharding != TPD_DP_SHARDING_NO_SHARD;
+                                    lay.shard_size = 0;
+                                    if (z % 2) {
+                                        int hs = cl->gpus_per_node / tp,
+                                            ranks = tpd_plan_dp_inner(cfg, &lay);
+                                        if (lay.sharding == TPD_DP_SHARDING_NO_SHARD || hs < 2 ||
+                                            hs >= ranks || ranks % hs)
+                                            continue;
+                                        lay.shard_size = hs;
+                                    }
+                                    /* TP overlap only where the config asks for it */
+                                    lay.tp_comm_overlap = cfg->parallel.tp_comm_overlap && sp;
+                                    if (!tpd_plan_layout_valid(cfg, cl, &lay, n, why, sizeof why)) {
+                                        reason_key(why, key, sizeof key);
+                                        reject(&s, key, &lay, why);
+                                        continue;
+                                    }
+                                    memset(r, 0, sizeof *r);
+                                    r->layout = lay;
+                                    const tpd_config *c;
+                                    TPD_CHECK_GOTO(
+                                        tpd_plan_memory_split(cfg, cl, opt, r, scratch, &c), st,
+                                        free_all);
+                                    s.evaluated++;
+                                    if (!r->fits) {
+                                        reject(&s, "out of memory", &lay, r->reject_reason);
+                                        continue;
+                                    }
+                                    s.fitting++;
+                                    /* full recompute of fewer layers, when that fits */
+                                    TPD_CHECK_GOTO(
+                                        tpd_plan_fit_recompute_layers(cfg, cl, r, scratch), st,
+                                        free_all);
+                                    c = tpd_plan_result_config(cfg, r, scratch);
+                                    if (!opt->evaluate_time) continue;
+                                    if (s.n_top == k && tpd_plan_time_lower_bound(c, cl, r, opt) >=
+                                                            s.top[k - 1].step_time_s) {
+                                        s.pruned++;
+                                        continue;
+                                    }
+                                    TPD_CHECK_GOTO(tpd_plan_time_split(cfg, cl, opt, 0, r, scratch),
+                                                   st, free_all);
+                                    s.timed++;
+                                    keep_top(&s, k, r);
+                                }
+                    }
                 }
             }
         }

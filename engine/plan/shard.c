@@ -36,7 +36,7 @@ tpd_dp_sharding tpd_plan_sharding(const tpd_plan_layout *lay) {
 }
 
 int tpd_plan_shard_group(const tpd_config *cfg, const tpd_plan_layout *lay) {
-    int inner = tpd_config_dp_inner(cfg, lay->dp);
+    int inner = tpd_plan_dp_inner(cfg, lay);
     return lay->shard_size > 0 && lay->shard_size < inner ? lay->shard_size : inner;
 }
 
@@ -54,7 +54,7 @@ static double largest_unit(const tpd_plan_units *u) {
 tpd_status tpd_plan_shard_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                                  const tpd_plan_stage_mem *full, tpd_plan_stage_mem *out) {
     tpd_dp_sharding sh = tpd_plan_sharding(lay);
-    int S = tpd_plan_shard_group(cfg, lay), inner = tpd_config_dp_inner(cfg, lay->dp);
+    int S = tpd_plan_shard_group(cfg, lay), inner = tpd_plan_dp_inner(cfg, lay);
     /* every strategy over all of DP is the engine's own buffer plan (tpd_plan_cpu_memory) */
     if (sh == TPD_DP_SHARDING_NO_SHARD || S <= 1 || S >= inner) return TPD_OK;
     out->params_full = full->params;
@@ -196,7 +196,7 @@ tpd_status tpd_plan_shard_time(const tpd_config *cfg, const tpd_plan_cluster *cl
                                const tpd_plan_layout *lay, const tpd_plan_stage_cost *cost,
                                double *fwd_p, double *bwd_p, tpd_plan_result *res) {
     tpd_dp_sharding sh = tpd_plan_sharding(lay);
-    int S = tpd_plan_shard_group(cfg, lay), inner = tpd_config_dp_inner(cfg, lay->dp);
+    int S = tpd_plan_shard_group(cfg, lay), inner = tpd_plan_dp_inner(cfg, lay);
     int R = S > 0 ? inner / S : 1, M = res->num_micro_batches;
     double g = tpd_config_grad_bytes(cfg), step_extra = 0.0, tail_max = 0.0, nmax = 0.0;
     res->time.dp_shard_exposed = res->time.dp_replica_allreduce = 0.0;

@@ -124,7 +124,7 @@ tpd_status tpd_plan_units_init(const tpd_config *cfg, const tpd_plan_layout *lay
      * is done, read first by the head's forward */
     if (last) u->elems[Ls + 1] = tpd_plan_norm_params(cfg) + (untied ? vl * h : 0.0);
     n += Ls * layer + u->elems[Ls + 1];
-    double dp = tpd_config_dp_inner(cfg, lay->dp); /* the ranks that sum each step's grads */
+    double dp = tpd_plan_dp_inner(cfg, lay); /* the ranks that sum each step's grads */
     u->padded = ceil(n / dp) * dp;
     u->elems[Ls + 1] += u->padded - n; /* the padding goes with the highest unit */
     /* tpd_dp_plan_init: a multiple of DP, at least DP, at most the buffer */

@@ -7,9 +7,11 @@
  * softmax, dropout, residual adds) from the bytes they move at HBM bandwidth; TP
  * collectives as ring algorithms on the link the TP group sits on. The pipeline is the
  * simulation of the schedule's action lists with each stage's per-chunk times (step.c);
- * DP gradient reduction is ring over the DP group's link, bucket by bucket, each started
- * when the simulated last backward has made it final (step.c); the optimizer step is
- * memory bound. */
+ * DP gradient reduction is ring over the DP group's link (DP x CP under context
+ * parallelism), bucket by bucket, each started when the simulated last backward has made it
+ * final (step.c); the optimizer step is memory bound. Under CP every per-token term runs at a
+ * rank's seq/CP tokens, and the attention's CP communication is priced on the CP group's link
+ * (attention_core). */
 #include "engine/plan/plan.h"
 #include "engine/model/model_flops.h"
 #include "engine/plan/plan_internal.h"
@@ -21,9 +23,11 @@
 #include "parallel/pipeline/schedule.h"
 
 typedef struct op_time {
-    double compute; /* s */
-    double comm;    /* s, TP collectives (exposed) */
-    double hidden;  /* s, TP collectives the overlap hid (not in compute or comm) */
+    double compute;   /* s */
+    double comm;      /* s, TP collectives (exposed) */
+    double hidden;    /* s, TP collectives the overlap hid (not in compute or comm) */
+    double cp;        /* s, CP communication (exposed; not in compute or comm) */
+    double cp_hidden; /* s, CP transfers the ring's blocks hid (in neither) */
 } op_time;
 
 /* A kernel of `t` s on the device: its launch gap, and never less than the host takes to
@@ -84,38 +88,102 @@ static block_shape block_of(const tpd_config *cfg) {
     return b;
 }
 
-/* One transformer layer, one micro-batch, forward. `attn_only` returns just the
- * attention core (what selective recomputation repeats). */
+/* All-to-all of a rank's `bytes` over n ranks: (n-1)/n of it leaves, in n-1 steps. */
+static double all_to_all_time(double bytes, int n, double bw, double lat) {
+    if (n <= 1) return 0.0;
+    return (double)(n - 1) / n * bytes / bw + (n - 1) * lat;
+}
+
+/* The attention core of one layer, one micro-batch, forward, on one rank, and what CP adds
+ * to it. Without CP every query head attends over the s keys of its group's K/V head.
+ *
+ * CP splits the sequence: the rank's s/CP queries (two of 2 CP chunks, rank r holding r and
+ * 2 CP - 1 - r, which balances the causal mask) attend over all s keys, 1/CP of the
+ * attention's FLOPs on every rank.
+ * - p2p (ring attention): CP blocks of the rank's queries against one rank's K/V each,
+ *   1/CP of its attention apiece; while block i computes, the K/V block for i + 1 (b*s/CP
+ *   rows of 2*h_kv/t, activation dtype) travels to the next rank of the ring: CP - 1 steps,
+ *   each exposed for max(0, transfer - block). The backward sends K/V and dK/dV (twice the
+ *   bytes) against twice the compute: twice the forward's exposed time.
+ * - a2a (Ulysses): the sequence-split Q, K, V go head-split (NHl/CP heads over all s
+ *   tokens) by an all-to-all, attention runs whole, and its output comes back by another;
+ *   the backward's gradients take the same two. Each moves (CP-1)/CP of the rank's tensor
+ *   and none is hidden.
+ * step_comm_p and step_attn_p get the report's figures (plan.h: cp_step_comm_s). */
+static op_time attention_core(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                              const tpd_plan_layout *lay, double *step_comm_p,
+                              double *step_attn_p) {
+    const tpd_config_model *m = &cfg->model;
+    int cp = tpd_plan_cp(lay), ring = cp > 1 && lay->cp_comm == TPD_CP_COMM_P2P;
+    double S = m->seq_length, s = S / cp, b = lay->micro_batch_size, h = m->hidden_size;
+    double a = m->num_attention_heads, t = lay->tp, d = h / a;
+    double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
+    double tok = s * b;
+    block_shape k = block_of(cfg);
+    op_time o = {0.0, 0.0, 0.0, 0.0, 0.0};
+    /* the blocks of queries x keys the attention runs as: one s x s without CP, CP of
+     * s/CP x s/CP under the ring, one S x S of NHl/CP heads under a2a */
+    int blocks = ring ? cp : 1;
+    double q = ring ? s : S, heads = b * a / t / (ring ? 1 : cp);
+    double step = 0.0;
+    if (tpd_plan_uses_flash(cfg)) {
+        /* Fused kernel: QK^T and AV with the causal half skipped, no s x s tensor; on a CP
+         * rank 1/CP of the sequence's FLOPs (balanced), in `blocks` kernels. */
+        double flops = 0.5 * 4.0 * b * S * S * h / t / cp;
+        step = kernel_time(cl, flops / blocks / (cl->peak_flops * cl->flash_efficiency));
+    } else {
+        step += gemm_time(cl, q, q, d, heads, e); /* scores = Q K^T */
+        step += gemm_time(cl, q, d, q, heads, e); /* context = probs V */
+        /* Fused scale-mask-softmax (read + write) and, in GPT-2's block, dropout on the
+         * probabilities (read, write, 1-byte mask) over heads*q*q elements */
+        step += mem_time(cl, e * 2.0 * heads * q * q);
+        if (k.dropout) step += mem_time(cl, (2.0 * e + 1.0) * heads * q * q);
+    }
+    o.compute = blocks * step;
+    /* head transposes of Q, K, V and the context (read + write of (2h + 2h_kv)*s*b/t) */
+    if (!tpd_plan_uses_flash(cfg))
+        o.compute += mem_time(cl, e * 2.0 * tok * (2.0 * h + 2.0 * k.kv) / t);
+    *step_comm_p = *step_attn_p = 0.0;
+    if (cp < 2) return o;
+    double bw, lat;
+    tpd_plan_hop hop;
+    tpd_plan_cp_link(cl, cp, lay->tp, &bw, &lat, &hop);
+    if (ring) {
+        double xfer = e * tok * 2.0 * k.kv / t / bw + lat; /* one K/V block */
+        o.cp = (cp - 1) * (xfer > step ? xfer - step : 0.0);
+        o.cp_hidden = (cp - 1) * (xfer > step ? step : xfer);
+        *step_comm_p = xfer;
+        *step_attn_p = step;
+    } else {
+        double in = all_to_all_time(e * tok * k.qkv / t, cp, bw, lat);
+        o.cp = in + all_to_all_time(e * tok * h / t, cp, bw, lat);
+        *step_comm_p = in;
+        *step_attn_p = o.compute;
+    }
+    return o;
+}
+
+/* One transformer layer, one micro-batch, forward, on one rank (under CP its s/CP tokens of
+ * each sequence). `attn_only` returns just the attention core (what selective recomputation
+ * repeats; under a2a with the all-to-all of Q, K and V that rebuilds its input). */
 static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, int attn_only) {
     const tpd_config_model *m = &cfg->model;
-    double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size;
-    double a = m->num_attention_heads, t = lay->tp;
+    double s = tpd_plan_local_seq(cfg, lay), b = lay->micro_batch_size, h = m->hidden_size;
+    double t = lay->tp;
     double f = m->ffn_hidden_size;
     double e =
         (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0; /* activation element, bytes */
-    double tok = s * b, sbh = s * b * h, d = h / a;
+    double tok = s * b, sbh = s * b * h;
     double rep = lay->sequence_parallel ? 1.0 / t : 1.0; /* norm/residual share per rank */
     block_shape k = block_of(cfg);
-    op_time o = {0.0, 0.0, 0.0};
-
-    /* Attention core: every query head attends over the s keys of its group's K/V head. */
-    if (tpd_plan_uses_flash(cfg)) {
-        /* Fused kernel: QK^T and AV with the causal half skipped, no s x s tensor. */
-        double flops = 0.5 * 4.0 * b * s * s * h / t;
-        o.compute += kernel_time(cl, flops / (cl->peak_flops * cl->flash_efficiency));
-    } else {
-        double heads = b * a / t;
-        o.compute += gemm_time(cl, s, s, d, heads, e); /* scores = Q K^T */
-        o.compute += gemm_time(cl, s, d, s, heads, e); /* context = probs V */
-        /* Fused scale-mask-softmax (read + write) and, in GPT-2's block, dropout on the
-         * probabilities (read, write, 1-byte mask) over b*a/t*s*s elements; head transposes
-         * of Q, K, V and the context (read + write of (2h + 2h_kv)*s*b/t). */
-        o.compute += mem_time(cl, e * 2.0 * heads * s * s);
-        if (k.dropout) o.compute += mem_time(cl, (2.0 * e + 1.0) * heads * s * s);
-        o.compute += mem_time(cl, e * 2.0 * tok * (2.0 * h + 2.0 * k.kv) / t);
+    double xfer, blk;
+    op_time o = attention_core(cfg, cl, lay, &xfer, &blk);
+    if (attn_only) {
+        if (o.cp > 0.0) o.cp = xfer; /* a2a: Q, K, V again; the ring keeps its state */
+        o.cp_hidden = 0.0;
+        return o;
     }
-    if (attn_only) return o;
 
     /* the four TP GEMMs, each beside the collective SP puts next to it: all-gather before
      * QKV and FC1, reduce-scatter after the projection and FC2 */
@@ -167,8 +235,11 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
  * under tp_comm_overlap each collective hides behind the data-gradient GEMM of its forward
  * GEMM's size (the same share), and both backward GEMMs pay the slowdown (the weight
  * gradient's runs beside the bulk overlap of the input's all-gather). */
-static op_time layer_backward(op_time fwd) {
-    op_time o = {2.0 * fwd.compute, fwd.comm, fwd.hidden};
+static op_time layer_backward(const tpd_plan_layout *lay, op_time fwd) {
+    /* CP: the ring moves twice the bytes against twice the compute; a2a the gradients of its
+     * two tensors */
+    double k = lay->cp_comm == TPD_CP_COMM_P2P ? 2.0 : 1.0;
+    op_time o = {2.0 * fwd.compute, fwd.comm, fwd.hidden, k * fwd.cp, k * fwd.cp_hidden};
     return o;
 }
 
@@ -181,12 +252,12 @@ static op_time layer_backward(op_time fwd) {
 static op_time layer_wgrad(const tpd_config *cfg, const tpd_plan_cluster *cl,
                            const tpd_plan_layout *lay, op_time *extra_b) {
     const tpd_config_model *m = &cfg->model;
-    double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size, t = lay->tp;
-    double f = m->ffn_hidden_size;
+    double s = tpd_plan_local_seq(cfg, lay), b = lay->micro_batch_size, h = m->hidden_size;
+    double t = lay->tp, f = m->ffn_hidden_size;
     double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     double tok = s * b, sbh = s * b * h, rep = lay->sequence_parallel ? 1.0 / t : 1.0;
     block_shape k = block_of(cfg);
-    op_time w = {0.0, 0.0, 0.0};
+    op_time w = {0.0, 0.0, 0.0, 0.0, 0.0};
     const double out_in[4][2] = {{k.qkv / t, h}, {h, h / t}, {k.fc1 / t, h}, {h, f / t}};
     for (int i = 0; i < 4; i++) {
         w.compute += gemm_time(cl, out_in[i][0], out_in[i][1], tok, 1, e);
@@ -208,8 +279,8 @@ static op_time layer_wgrad(const tpd_config *cfg, const tpd_plan_cluster *cl,
 static void ends_time(const tpd_config *cfg, const tpd_plan_cluster *cl, const tpd_plan_layout *lay,
                       int embed, int head, op_time *fwd, op_time *bwd) {
     const tpd_config_model *m = &cfg->model;
-    double s = m->seq_length, b = lay->micro_batch_size, h = m->hidden_size, t = lay->tp;
-    double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
+    double s = tpd_plan_local_seq(cfg, lay), b = lay->micro_batch_size, h = m->hidden_size;
+    double t = lay->tp, e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     double sbh = s * b * h, vp = tpd_config_padded_vocab(cfg, lay->tp);
     double bw, lat;
     group_link(cl, lay->tp, 1, &bw, &lat);
@@ -239,26 +310,30 @@ static void ends_time(const tpd_config *cfg, const tpd_plan_cluster *cl, const t
 void tpd_plan_gpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out) {
     op_time lf = layer_forward(cfg, cl, lay, 0);
-    op_time lb = layer_backward(lf);
-    op_time rc = {0.0, 0.0, 0.0};
+    op_time lb = layer_backward(lay, lf);
+    op_time rc = {0.0, 0.0, 0.0, 0.0, 0.0};
+    /* selective recompute rebuilds the attention state; the CP ring keeps all of its own */
+    int ring = tpd_plan_cp(lay) > 1 && lay->cp_comm == TPD_CP_COMM_P2P;
     if (lay->recompute == TPD_RECOMPUTE_FULL) rc = lf;
-    if (lay->recompute == TPD_RECOMPUTE_SELECTIVE) rc = layer_forward(cfg, cl, lay, 1);
+    if (lay->recompute == TPD_RECOMPUTE_SELECTIVE && !ring) rc = layer_forward(cfg, cl, lay, 1);
     double layers = tpd_plan_stage_layers(cfg, lay, stage);
     /* full recompute runs on the block method's layers only */
     double rl =
         lay->recompute == TPD_RECOMPUTE_FULL ? tpd_plan_recomputed_layers(cfg, lay, stage) : layers;
-    op_time f = {layers * lf.compute, layers * lf.comm, layers * lf.hidden};
+    op_time f = {layers * lf.compute, layers * lf.comm, layers * lf.hidden, layers * lf.cp,
+                 layers * lf.cp_hidden};
     op_time b = {layers * lb.compute + rl * rc.compute, layers * lb.comm + rl * rc.comm,
-                 layers * lb.hidden + rl * rc.hidden};
+                 layers * lb.hidden + rl * rc.hidden, layers * lb.cp + rl * rc.cp,
+                 layers * lb.cp_hidden + rl * rc.cp_hidden};
     /* W's share: inside the backward, or split from it (zb-h1), which costs B a little */
     op_time extra;
     op_time lw = layer_wgrad(cfg, cl, lay, &extra);
-    op_time w = {layers * lw.compute, layers * lw.comm, 0.0};
+    op_time w = {layers * lw.compute, layers * lw.comm, 0.0, 0.0, 0.0};
     if (tpd_plan_layout_schedule(lay) == TPD_SCHEDULE_ZB_H1) {
         b.compute += layers * extra.compute;
         b.comm += layers * extra.comm;
     }
-    op_time ef = {0.0, 0.0, 0.0}, eb = {0.0, 0.0, 0.0}, hf = {0.0, 0.0, 0.0}, hb = {0.0, 0.0, 0.0};
+    op_time ef = {0}, eb = {0}, hf = {0}, hb = {0};
     if (stage == 0) ends_time(cfg, cl, lay, 1, 0, &ef, &eb);
     if (stage == lay->pp - 1) ends_time(cfg, cl, lay, 0, 1, &hf, &hb);
     out->embed_fwd = ef.compute + ef.comm;
@@ -266,11 +341,13 @@ void tpd_plan_gpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     out->head_fwd = hf.compute + hf.comm;
     out->head_bwd = hb.compute + hb.comm;
     /* the host's per-micro-batch work, before the forward's kernels */
-    out->fwd = f.compute + f.comm + out->embed_fwd + out->head_fwd + cl->micro_batch_host_s;
-    out->bwd = b.compute + b.comm + out->embed_bwd + out->head_bwd;
+    out->fwd = f.compute + f.comm + f.cp + out->embed_fwd + out->head_fwd + cl->micro_batch_host_s;
+    out->bwd = b.compute + b.comm + b.cp + out->embed_bwd + out->head_bwd;
     out->wgrad = w.compute + w.comm;
     out->tp_comm = f.comm + b.comm + ef.comm + eb.comm + hf.comm + hb.comm;
     out->tp_comm_hidden = f.hidden + b.hidden;
+    out->cp_comm = f.cp + b.cp;
+    out->cp_comm_hidden = f.cp_hidden + b.cp_hidden;
 }
 
 void tpd_plan_stage_cost_of(const tpd_config *cfg, const tpd_plan_cluster *cl,
@@ -367,7 +444,7 @@ static double max_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay
  * replicas (2(R-1)/R of it). */
 static double dp_step_bytes(const tpd_config *cfg, const tpd_plan_layout *lay) {
     double n = max_stage_params(cfg, lay);
-    int S = tpd_config_dp_inner(cfg, lay->dp), R = tpd_config_dp_replicas(cfg, lay->dp);
+    int S = tpd_plan_dp_inner(cfg, lay), R = tpd_config_dp_replicas(cfg, lay->dp);
     tpd_dp_sharding sh = tpd_plan_sharding(lay);
     int H = tpd_plan_shard_group(cfg, lay), Rh = H > 0 ? S / H : 1;
     int zero = sh != TPD_DP_SHARDING_NO_SHARD && H > 1;
@@ -396,7 +473,7 @@ static double dp_step_bytes(const tpd_config *cfg, const tpd_plan_layout *lay) {
 }
 
 long tpd_plan_pp_stride(const tpd_config *cfg, const tpd_plan_layout *lay) {
-    return (long)lay->tp * tpd_config_dp_inner(cfg, lay->dp);
+    return (long)lay->tp * tpd_plan_dp_inner(cfg, lay);
 }
 
 void tpd_plan_diloco_outer(const tpd_config *cfg, const tpd_plan_cluster *cl, double compute,
@@ -405,7 +482,7 @@ void tpd_plan_diloco_outer(const tpd_config *cfg, const tpd_plan_cluster *cl, do
     res->time.dp_outer = res->time.outer_update = 0.0;
     res->diloco = cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO;
     res->dp_replicas = tpd_config_dp_replicas(cfg, lay->dp);
-    res->dp_inner = tpd_config_dp_inner(cfg, lay->dp);
+    res->dp_inner = tpd_plan_dp_inner(cfg, lay);
     res->hop_outer = TPD_PLAN_HOP_NONE;
     res->outer_comm_s = res->outer_frag_bytes = 0.0;
     res->diloco_h = res->diloco_fragments = res->diloco_overlap_steps = 0;
@@ -446,22 +523,38 @@ double tpd_plan_time_lower_bound(const tpd_config *cfg, const tpd_plan_cluster *
     (void)opt; /* res->layout carries the overlap flags */
     const tpd_plan_layout *lay = &res->layout;
     if (cl->backend == TPD_PLAN_BACKEND_CPU) return 0.0;
-    double worst = 0.0;
+    int p = lay->pp, v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
+    int split = tpd_plan_layout_schedule(lay) == TPD_SCHEDULE_ZB_H1;
+    double M = res->num_micro_batches, worst = 0.0, pipe = 0.0, head = 0.0, tail = 0.0;
     int slowest = 0;
-    for (int s = 0; s < lay->pp; s++) {
-        double f, b, c;
-        tpd_plan_stage_time(cfg, cl, lay, s, &f, &b, &c);
-        if (f + b > worst) {
-            worst = f + b;
+    tpd_plan_stage_cost c[TPD_CONFIG_MAX_STAGES];
+    for (int s = 0; s < p; s++) {
+        tpd_plan_stage_cost_of(cfg, cl, lay, s, &c[s]);
+        if (c[s].fwd + c[s].bwd > worst) {
+            worst = c[s].fwd + c[s].bwd;
             slowest = s;
         }
     }
-    /* that stage's pipeline ends no sooner than its own compute, and what cannot overlap
-     * follows it */
+    /* The pipeline of free sends: stage s starts no sooner than micro-batch 0's first chunk
+     * has come forward through the stages before it (head), runs all its forwards and
+     * backwards (B alone up to its last B under zb-h1, whose W may follow), and after its
+     * last B that micro-batch's gradient still goes back through those stages (tail): on the
+     * last stage of equal ones M (f + b) + (p - 1)(f + b)/v, under 1F1B the simulated
+     * makespan itself. p2p (>= 0) is left out. */
+    for (int s = 0; s < p; s++) {
+        double b = c[s].bwd - (split ? c[s].wgrad : 0.0);
+        double busy = M * (c[s].fwd + b);
+        if (head + busy + tail > pipe) pipe = head + busy + tail;
+        if (head + M * (c[s].fwd + c[s].bwd) > pipe) pipe = head + M * (c[s].fwd + c[s].bwd);
+        head += c[s].fwd / v;
+        tail += b / v;
+    }
+    /* the slowest stage's pipeline ends no sooner than its own compute, and what cannot
+     * overlap follows it */
     tpd_plan_dp_cost dpc;
     tpd_plan_gpu_dp_cost(cfg, cl, lay, &dpc);
-    return res->num_micro_batches * worst + tpd_plan_dp_unhidden(cfg, lay, slowest, &dpc) +
-           optimizer_time(cfg, cl, lay, max_stage_params(cfg, lay));
+    double own = M * worst + tpd_plan_dp_unhidden(cfg, lay, slowest, &dpc);
+    return (own > pipe ? own : pipe) + optimizer_time(cfg, cl, lay, max_stage_params(cfg, lay));
 }
 
 void tpd_plan_sim_times(const tpd_plan_layout *lay, const tpd_plan_stage_cost *cost, double p2p,
@@ -488,13 +581,32 @@ void tpd_plan_rates(const tpd_config *cfg, const tpd_plan_cluster *cl, tpd_plan_
     const tpd_plan_layout *lay = &res->layout;
     double gbs = cfg->training.global_batch_size;
     double vocab = tpd_config_padded_vocab(cfg, lay->tp);
-    int gpus = lay->tp * lay->pp * lay->dp;
+    double gpus = (double)tpd_plan_world(lay);
     res->model_flops = tpd_model_flops(cfg, gbs, vocab);
     res->hw_flops = tpd_plan_layout_hw_flops(cfg, lay, gbs, vocab);
     res->tflops_per_gpu = res->model_flops / (res->step_time_s * gpus) / 1e12;
     res->hw_tflops_per_gpu = res->hw_flops / (res->step_time_s * gpus) / 1e12;
     res->mfu = res->model_flops / (res->step_time_s * cl->peak_flops * gpus);
     res->tokens_per_s = gbs * cfg->model.seq_length / res->step_time_s;
+}
+
+void tpd_plan_cp_detail(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                        const tpd_plan_layout *lay, tpd_plan_result *res) {
+    res->cp_bytes_layer = res->cp_step_comm_s = res->cp_step_attn_s = 0.0;
+    res->cp_tokens = 0;
+    int cp = tpd_plan_cp(lay);
+    if (cp < 2) return;
+    res->cp_tokens = tpd_plan_local_seq(cfg, lay);
+    const tpd_config_model *m = &cfg->model;
+    double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
+    double tok = (double)tpd_plan_local_seq(cfg, lay) * lay->micro_batch_size, t = lay->tp;
+    block_shape k = block_of(cfg);
+    if (lay->cp_comm == TPD_CP_COMM_P2P) /* CP-1 K/V blocks forward, K/V and dK/dV backward */
+        res->cp_bytes_layer = 3.0 * (cp - 1) * e * tok * 2.0 * k.kv / t;
+    else /* Q, K, V and the output, each way, (CP-1)/CP of them leaving */
+        res->cp_bytes_layer = 2.0 * (cp - 1.0) / cp * e * tok * (k.qkv + m->hidden_size) / t;
+    if (cl->backend == TPD_PLAN_BACKEND_CPU) return;
+    (void)attention_core(cfg, cl, lay, &res->cp_step_comm_s, &res->cp_step_attn_s);
 }
 
 /* The host's share of a stage's fwd + bwd per micro-batch: the same stage priced with a
@@ -518,6 +630,9 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
                                   tpd_plan_result *res) {
     /* terms only the GPU model prices (the cpu model's are inside its optimizer step) */
     res->time.tp_comm_hidden = res->time.host_overhead = 0.0;
+    res->time.cp_comm = res->time.cp_comm_hidden = 0.0;
+    res->hop_cp = TPD_PLAN_HOP_NONE;
+    tpd_plan_cp_detail(cfg, cl, &res->layout, res);
     res->time.straggler = res->time.global_sync = res->time.step_host = 0.0;
     res->time.dp_outer = res->time.outer_update = 0.0;
     res->time.dp_shard_exposed = res->time.dp_replica_allreduce = 0.0;
@@ -551,9 +666,9 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     if (p > 1) {
         double bw, lat;
         tpd_plan_pipe_link(cl, p, tpd_plan_pp_stride(cfg, lay), &bw, &lat, &hop_pp);
-        p2p =
-            e * mdl->seq_length * (double)lay->micro_batch_size * mdl->hidden_size / lay->tp / bw +
-            lat;
+        p2p = e * tpd_plan_local_seq(cfg, lay) * (double)lay->micro_batch_size * mdl->hidden_size /
+                  lay->tp / bw +
+              lat;
     }
     const tpd_plan_stage_cost *sc = &cost[slowest];
     /* what the stage computes, before optim_grads_params' exposed gathers join its passes */
@@ -581,6 +696,8 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     res->time.compute = ideal;
     res->time.tp_comm = m * sc->tp_comm;
     res->time.tp_comm_hidden = m * sc->tp_comm_hidden;
+    res->time.cp_comm = m * sc->cp_comm;
+    res->time.cp_comm_hidden = m * sc->cp_comm_hidden;
     /* >= 0 but for rounding: a single stage's makespan is the sum of its actions (and of
      * the sharded passes' exposed gathers, dp_shard_exposed) */
     res->time.pp_bubble = makespan0 > ideal + shard_mb ? makespan0 - ideal - shard_mb : 0.0;
@@ -588,9 +705,10 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     res->time.optimizer = optimizer_time(cfg, cl, lay, max_stage_params(cfg, lay));
     /* the ranks that wait for one another every step: the world, or under DiLoCo one
      * replica (the outer step is what joins the replicas) */
-    int S = tpd_config_dp_inner(cfg, lay->dp);
+    int S = tpd_plan_dp_inner(cfg, lay);
     int world = lay->tp * lay->pp * S;
     res->hop_tp = tpd_plan_group_hop(cl, lay->tp, 1);
+    res->hop_cp = tpd_plan_group_hop(cl, tpd_plan_cp(lay), lay->tp);
     res->hop_dp = tpd_plan_group_hop(cl, tpd_plan_shard_group(cfg, lay), lay->tp);
     res->hop_pp = hop_pp;
     res->time.straggler = tpd_plan_straggler_time(cl, ideal, world);

@@ -52,7 +52,7 @@ static double core_share(const tpd_plan_cluster *cl, double ranks) {
 
 static cpu_model model_of(const tpd_plan_cluster *cl, const tpd_plan_layout *lay) {
     cpu_model m = {cl, 1.0};
-    double gpus = (double)lay->tp * lay->pp * lay->dp;
+    double gpus = (double)tpd_plan_world(lay);
     double per_node = gpus < cl->gpus_per_node ? gpus : cl->gpus_per_node;
     double then = cl->calibration_ranks > 0 ? cl->calibration_ranks : per_node;
     m.slow = core_share(cl, per_node) / core_share(cl, then);
@@ -132,8 +132,9 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     const tpd_config_model *md = &cfg->model;
     cpu_model m = model_of(cl, lay);
     const tpd_plan_cluster *c = cl;
-    int t = lay->tp;
-    double B = lay->micro_batch_size, T = md->seq_length, C = md->hidden_size;
+    int t = lay->tp, cp = tpd_plan_cp(lay), ring = cp > 1 && lay->cp_comm == TPD_CP_COMM_P2P;
+    /* T: a CP rank's tokens of each sequence */
+    double B = lay->micro_batch_size, T = tpd_plan_local_seq(cfg, lay), C = md->hidden_size;
     double F = md->ffn_hidden_size;
     double NHl = (double)md->num_attention_heads / t, HS = C / md->num_attention_heads;
     double N = B * T, Cl = C / t, Fl = F / t, Vl = tpd_config_padded_vocab(cfg, t) / (double)t;
@@ -155,14 +156,40 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double hr = half_ring(c, act, t, 1);
     double NC = N * C / (sp ? t : 1); /* elements of the row-split (N,C) regions */
     double layer_comm_f = sp ? 4 * hr : 2 * ar, layer_comm_b = sp ? 6 * hr : 2 * ar;
+    /* Attention under CP: 1/CP of the whole sequence's on each rank; the ring's CP block
+     * calls of 1/CP of that each, with CP - 1 K/V sends (twice the bytes in the backward:
+     * K/V and dK/dV) that the cpu engine waits for (MPI advances inside its calls); a2a's
+     * one call on NHl/CP heads of the whole sequence between two all-to-alls each way. */
+    double att = attention_fwd(&m, B, T, NHl, HS), cp_f = 0.0, cp_b = 0.0;
+    if (cp > 1) {
+        double S = md->seq_length;
+        double bw, lat;
+        link_of(c, cp, t, &bw, &lat);
+        if (ring) {
+            double call = tpd_plan_cpu_attention_flops(B, S, NHl, HS) / ((double)cp * cp);
+            att = cp * m.slow *
+                  (call / (c->peak_flops * tpd_plan_attention_efficiency(c, call)) +
+                   c->kernel_overhead_s);
+            double send = 4.0 * N * 2 * KVl / bw + lat + sync_wait(c, 2);
+            cp_f = (cp - 1) * send;
+            cp_b = 2 * cp_f;
+        } else {
+            att = attention_fwd(&m, B, S, NHl / cp, HS);
+            double a2a_qkv = half_ring(c, 4.0 * N * QKVl, cp, t),
+                   a2a_out = half_ring(c, act / t, cp, t);
+            cp_f = cp_b = a2a_qkv + a2a_out;
+        }
+        layer_comm_f += cp_f;
+        layer_comm_b += cp_b;
+    }
 
     /* One layer forward (model_step.c): norm, QKV (bias seeded), RoPE, attention,
      * projection + all-reduce + bias, residual; norm, FC1 + bias + GELU (or [gate; up] and
      * SwiGLU), FC2 + all-reduce + bias, residual. */
     double lf = 2 * ew(&m, c->ew_layernorm_fwd, 8, NC) + gemm_fwd(&m, N, C, QKVl) +
                 bias * ew(&m, c->ew_add, 8, N * QKVl) +
-                rope * ew(&m, c->ew_add, 8, N * (Cl + KVl)) + attention_fwd(&m, B, T, NHl, HS) +
-                gemm_fwd(&m, N, Cl, C) + 2 * ew(&m, c->ew_add, 12, NC) + gemm_fwd(&m, N, C, FCl) +
+                rope * ew(&m, c->ew_add, 8, N * (Cl + KVl)) + att + gemm_fwd(&m, N, Cl, C) +
+                2 * ew(&m, c->ew_add, 12, NC) + gemm_fwd(&m, N, C, FCl) +
                 bias * ew(&m, c->ew_add, 8, N * FCl) + ew(&m, c->ew_gelu_fwd, 8, N * Fl) +
                 gemm_fwd(&m, N, Fl, C) + 2 * ew(&m, c->ew_add, 12, NC);
     /* Backward: the four linear backwards (each with its bias column sums), GELU or
@@ -172,8 +199,7 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                 ew(&m, c->ew_gelu_bwd, 12, N * Fl) + gemm_bwd(&m, N, C, FCl) +
                 bias * ew(&m, c->ew_add, 4, N * FCl) + 2 * ew(&m, c->ew_layernorm_bwd, 16, NC) +
                 2 * ew(&m, c->ew_add, 12, NC) + gemm_bwd(&m, N, Cl, C) +
-                bias * ew(&m, c->ew_add, 4, N * C) +
-                c->attn_bwd_ratio * attention_fwd(&m, B, T, NHl, HS) +
+                bias * ew(&m, c->ew_add, 4, N * C) + c->attn_bwd_ratio * att +
                 rope * ew(&m, c->ew_add, 8, N * (Cl + KVl)) + gemm_bwd(&m, N, C, QKVl) +
                 bias * ew(&m, c->ew_add, 4, N * QKVl);
     /* W's share of it (tpd_model_weight_grad): the weight half of each linear backward (dW
@@ -193,14 +219,17 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
      * before its backward */
     int rc = lay->recompute == TPD_RECOMPUTE_FULL;
     /* selective recompute: the attention forward runs again before its backward */
-    double rs = lay->recompute == TPD_RECOMPUTE_SELECTIVE ? attention_fwd(&m, B, T, NHl, HS) : 0.0;
+    double rs = lay->recompute == TPD_RECOMPUTE_SELECTIVE && !ring ? att : 0.0;
     /* the block method recomputes only the first recompute_num_layers of each chunk */
     double rl = rc ? tpd_plan_recomputed_layers(cfg, lay, stage) : 0;
     double f = layers * (lf + layer_comm_f);
     double b = layers * (lb + rs + layer_comm_b + split_extra) + rl * (lf + layer_comm_f);
     double comm =
         layers * (layer_comm_f + layer_comm_b + (split && sp ? 2 * hr : 0)) + rl * layer_comm_f;
+    double cp_comm = layers * (cp_f + cp_b) + rl * cp_f;
     memset(out, 0, sizeof *out);
+    out->cp_comm = cp_comm;
+    comm -= cp_comm;
     if (stage == 0) {
         /* Vocab-parallel lookup + all-reduce + positions (whole rows; SP keeps its share);
          * backward scatters both (SP: after gathering d(x0)). */
@@ -233,7 +262,7 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
 void tpd_plan_cpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                           const tpd_plan_layout *lay, tpd_plan_dp_cost *out) {
     memset(out, 0, sizeof *out);
-    int n = tpd_config_dp_inner(cfg, lay->dp), zero = lay->distributed_optimizer && n > 1;
+    int n = tpd_plan_dp_inner(cfg, lay), zero = lay->distributed_optimizer && n > 1;
     out->grad_bytes = out->param_bytes = 4.0;
     if (n > 1) {
         double bw, lat;
@@ -249,7 +278,7 @@ void tpd_plan_cpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     if (tpd_plan_embedding_group(cfg, lay))
         out->emb_allreduce = allreduce(
             cl, 4.0 * tpd_config_padded_vocab(cfg, lay->tp) / lay->tp * cfg->model.hidden_size, 2,
-            lay->tp * lay->dp * (lay->pp - 1));
+            (int)(tpd_plan_pp_stride(cfg, lay) * (lay->pp - 1)));
 }
 
 /* optim_grads and optim_grads_params on the cpu engine, beyond the bucket model's one
@@ -261,7 +290,7 @@ void tpd_plan_cpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
 static void cpu_shard_time(const tpd_config *cfg, const tpd_plan_cluster *cl,
                            const tpd_plan_layout *lay, tpd_plan_result *res) {
     tpd_dp_sharding sh = tpd_plan_sharding(lay);
-    int H = tpd_plan_shard_group(cfg, lay), inner = tpd_config_dp_inner(cfg, lay->dp);
+    int H = tpd_plan_shard_group(cfg, lay), inner = tpd_plan_dp_inner(cfg, lay);
     int M = res->num_micro_batches;
     if (sh < TPD_DP_SHARDING_OPTIM_GRADS || H < 2 || M < 1) return;
     double bw, lat, worst = 0.0, rep = 0.0;
@@ -305,7 +334,7 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
     const tpd_plan_layout *lay = &res->layout;
     const tpd_config_model *md = &cfg->model;
     cpu_model mm = model_of(cl, lay);
-    int p = lay->pp, m = res->num_micro_batches, gpus = lay->tp * lay->pp * lay->dp;
+    int p = lay->pp, m = res->num_micro_batches, gpus = (int)tpd_plan_world(lay);
     int slowest = 0;
     tpd_plan_stage_cost cost[TPD_CONFIG_MAX_STAGES];
     memset(cost, 0, sizeof cost);
@@ -315,7 +344,7 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
     }
     /* The cpu engine sends the whole (B*T, C) fp32 activation on every TP rank, or its
      * 1/TP share of the rows under sequence parallel. */
-    double p2p = p > 1 ? p2p_time(cl, 4.0 * lay->micro_batch_size * md->seq_length *
+    double p2p = p > 1 ? p2p_time(cl, 4.0 * lay->micro_batch_size * tpd_plan_local_seq(cfg, lay) *
                                           md->hidden_size / (lay->sequence_parallel ? lay->tp : 1))
                        : 0.0;
     const tpd_plan_stage_cost *sc = &cost[slowest];
@@ -347,7 +376,8 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
                 t1[s].fwd /= share;
                 t1[s].bwd /= share;
                 t1[s].wgrad /= share;
-                work += (double)lay->tp * lay->dp * m * (cost[s].fwd + cost[s].bwd) / share;
+                work += (double)lay->tp * tpd_plan_cp(lay) * lay->dp * m *
+                        (cost[s].fwd + cost[s].bwd) / share;
             }
             TPD_CHECK_GOTO(tpd_plan_pipe_simulate(lay, m, t1, &probe), st, out);
             double crit = probe.makespan;
@@ -365,7 +395,7 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
      * elements and its scalar all-reduce (model-parallel group, or the world under ZeRO),
      * AdamW on the shard, and the loss all-reduce + broadcast, on the stage with the most
      * parameters; the reductions and gathers are tpd_plan_step_finish's. */
-    int zero = lay->distributed_optimizer && lay->dp > 1;
+    int zero = lay->distributed_optimizer && tpd_plan_dp_inner(cfg, lay) > 1;
     double optim = 0;
     for (int s = 0; s < p; s++) {
         double padded = res->mem[s].grads / 4.0;    /* fp32 gradient elements, padded */
@@ -378,6 +408,7 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
     }
     res->time.compute = ideal;
     res->time.tp_comm = m * sc->tp_comm;
+    res->time.cp_comm = m * sc->cp_comm;
     /* >= 0 but for rounding: a single stage's makespan is the sum of its actions */
     res->time.pp_bubble = makespan0 > ideal ? makespan0 - ideal : 0.0;
     res->time.pp_p2p = pipe.makespan - makespan0;

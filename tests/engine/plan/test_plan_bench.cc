@@ -13,6 +13,7 @@
 
 extern "C" {
 #include "base/file.h"
+#include "engine/plan/plan_internal.h"
 }
 
 using namespace plan_test;
@@ -37,12 +38,13 @@ TEST(PlanBench, SearchOneTrillionOn3072) {
                 "%ld pruned by the bound)\n",
                 dt, s.evaluated, s.fitting, s.timed, s.pruned);
     ASSERT_GT(s.n_top, 0);
-    std::printf("  best: TP=%d PP=%d DP=%d mbs=%d v=%d %s, %.1f TFLOP/s/GPU, MFU %.1f%%\n",
-                s.top[0].layout.tp, s.top[0].layout.pp, s.top[0].layout.dp,
-                s.top[0].layout.micro_batch_size, s.top[0].layout.virtual_stages,
+    std::printf("  best: TP=%d CP=%d PP=%d DP=%d mbs=%d v=%d %s, %.1f TFLOP/s/GPU, MFU %.1f%%\n",
+                s.top[0].layout.tp, tpd_plan_cp(&s.top[0].layout), s.top[0].layout.pp,
+                s.top[0].layout.dp, s.top[0].layout.micro_batch_size,
+                s.top[0].layout.virtual_stages,
                 tpd_config_choice("training.recompute", s.top[0].layout.recompute),
                 s.top[0].tflops_per_gpu, 100 * s.top[0].mfu);
-    EXPECT_EQ(s.top[0].layout.tp * s.top[0].layout.pp * s.top[0].layout.dp, 3072);
+    EXPECT_EQ(tpd_plan_world(&s.top[0].layout), 3072);
     tpd_plan_search_free(&s);
 }
 

@@ -86,6 +86,10 @@ TEST(PlanCli, JsonHasEveryField) {
                             "tp",
                             "pp",
                             "dp",
+                            "cp",
+                            "cp_comm_type",
+                            "world",
+                            "planned_only",
                             "micro_batch_size",
                             "num_micro_batches",
                             "virtual_stages",
@@ -225,6 +229,46 @@ TEST(PlanCli, RanksTableMatchesMegatronOrder) {
     EXPECT_NE(out.find("[0,12] [1,13] [2,14] [3,15]"), std::string::npos);
 }
 
+// With CP (--layout TP,PP,DP,CP): rank = tp + TP*(cp + CP*(dp + DP*pp)); the CP groups are
+// CP ranks TP apart, the gradients' group DP x CP, and the breakdown and JSON carry CP.
+TEST(PlanCli, RanksTableWithContextParallelism) {
+    write_config();
+    std::string out;
+    ASSERT_EQ(run({"plan", kConfig, "--ranks", "--layout", "2,2,2,2"}, &out), 0) << out;
+    EXPECT_NE(out.find("rank = tp + TP*(cp + CP*(dp + DP*pp))"), std::string::npos) << out;
+    EXPECT_NE(out.find("cp groups: [0,2] [1,3] [4,6] [5,7] [8,10]"), std::string::npos) << out;
+    EXPECT_NE(out.find("dp groups (DP x CP): [0,2,4,6] [1,3,5,7] [8,10,12,14]"), std::string::npos)
+        << out;
+    EXPECT_NE(out.find("pp groups: [0,8] [1,9]"), std::string::npos) << out;
+    // rank 6: tp 0, cp 1, dp 1, pp 0
+    EXPECT_NE(out.find("       6    0    1    1    0\n"), std::string::npos) << out;
+    ASSERT_EQ(run({"plan", kConfig, "--cluster", "dgx-a100-80g", "--layout", "2,2,2,2"}, &out), 0)
+        << out;
+    for (const char *k : {"TP=2 CP=2(p2p) PP=2 DP=2", "CP comm", "context parallel: CP=2 p2p",
+                          "links (rank order TP fastest, then CP, then DP, then PP)",
+                          "parallel.context_parallel_size=2 parallel.cp_comm_type=p2p"})
+        EXPECT_NE(out.find(k), std::string::npos) << k << " in\n" << out;
+    ASSERT_EQ(run({"plan", kConfig, "--cluster", "dgx-a100-80g", "--layout", "2,2,2,2", "--json",
+                   "parallel.cp_comm_type=a2a"},
+                  &out),
+              0)
+        << out;
+    cJSON *arr = cJSON_Parse(out.c_str());
+    ASSERT_NE(arr, nullptr) << out;
+    cJSON *o = cJSON_GetArrayItem(arr, 0);
+    EXPECT_EQ(cJSON_GetObjectItem(o, "cp")->valueint, 2);
+    EXPECT_STREQ(cJSON_GetObjectItem(o, "cp_comm_type")->valuestring, "a2a");
+    EXPECT_EQ(cJSON_GetObjectItem(o, "world")->valueint, 16);
+    EXPECT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(o, "planned_only"))); // CP on cuda
+    EXPECT_STREQ(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "links"), "cp")->valuestring, "nvlink");
+    EXPECT_GT(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "time_breakdown"), "cp_comm")->valuedouble,
+              0.0);
+    EXPECT_GT(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "context_parallel"), "bytes_per_layer")
+                  ->valuedouble,
+              0.0);
+    cJSON_Delete(arr);
+}
+
 TEST(PlanCli, BadArgumentsAreConfigErrors) {
     write_config();
     std::string out;
@@ -321,8 +365,10 @@ TEST(PlanCli, Llama70bOn1024Gpus) {
     cJSON_ArrayForEach(o, arr) {
         int tp = cJSON_GetObjectItem(o, "tp")->valueint,
             pp = cJSON_GetObjectItem(o, "pp")->valueint,
-            dp = cJSON_GetObjectItem(o, "dp")->valueint;
-        EXPECT_EQ(tp * pp * dp, 1024);
+            dp = cJSON_GetObjectItem(o, "dp")->valueint,
+            cp = cJSON_GetObjectItem(o, "cp")->valueint;
+        EXPECT_EQ(tp * cp * pp * dp, 1024);
+        EXPECT_EQ(cJSON_GetObjectItem(o, "world")->valueint, 1024);
         EXPECT_EQ(8 % tp, 0) << "the 8 K/V groups split whole over TP";
         EXPECT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(o, "fits")));
         EXPECT_LE(cJSON_GetObjectItem(o, "memory_bytes_per_rank")->valuedouble,

@@ -47,8 +47,8 @@ void expect_categories(const tpd_mem_breakdown &mb, const tpd_plan_stage_mem &pr
 // Returns the number of stages checked.
 int check_layout(tpd_kern_backend *kb, const tpd_config &cfg, int tp, int pp, int dp,
                  const std::string &what) {
-    tpd_plan_layout lay;
-    tpd_plan_layout_from_config(&cfg, tp * pp * dp, &lay);
+    tpd_plan_layout lay; // the world is TP x CP x DP x PP; dp is the data-parallel size
+    tpd_plan_layout_from_config(&cfg, tp * pp * dp * tpd_config_cp(&cfg), &lay);
     int checked = 0;
     for (int stage = 0; stage < pp; stage++) {
         std::string where = what + " stage " + std::to_string(stage);
@@ -59,9 +59,9 @@ int check_layout(tpd_kern_backend *kb, const tpd_config &cfg, int tp, int pp, in
         EXPECT_EQ(tpd_model_create(&cfg, kb, nullptr, tp, 0, pp, dp, stage, &m), TPD_OK) << where;
         if (!m) continue;
         size_t device = tpd_kern_cpu_bytes_allocated(kb) - before;
-        // token staging: inputs and targets per activation slot
-        size_t host =
-            (size_t)m->plan.nslots * 2 * cfg.training.micro_batch_size * cfg.model.seq_length * 4;
+        // token staging: inputs and targets per activation slot (a CP rank's seq/CP of each)
+        size_t host = (size_t)m->plan.nslots * 2 * cfg.training.micro_batch_size *
+                      (cfg.model.seq_length / tpd_config_cp(&cfg)) * 4;
         EXPECT_EQ((double)(device + host), pred.total) << where;
         EXPECT_EQ((double)m->bytes_allocated, pred.total) << where;
         expect_categories(m->plan.mem, pred, where);
@@ -77,7 +77,7 @@ int check_layout(tpd_kern_backend *kb, const tpd_config &cfg, int tp, int pp, in
 // cuda backend's bf16, which the cpu backend cannot allocate.
 int check_plan(const tpd_config &cfg, int tp, int pp, int dp, const std::string &what) {
     tpd_plan_layout lay;
-    tpd_plan_layout_from_config(&cfg, tp * pp * dp, &lay);
+    tpd_plan_layout_from_config(&cfg, tp * pp * dp * tpd_config_cp(&cfg), &lay);
     int checked = 0;
     for (int stage = 0; stage < pp; stage++) {
         std::string where = what + " stage " + std::to_string(stage);
@@ -401,6 +401,63 @@ TEST_F(PlanMemory, ShardedBytesByUnit) {
             EXPECT_EQ(m.optimizer_full, (double)(padded * 8)) << what;
             EXPECT_EQ(check_layout(kb, cfg, 1, 1, (int)dp, what), 1);
         }
+}
+
+// Context parallelism (parallel.context_parallel_size 2 and 4): each rank's seq/CP tokens in
+// every slot, head, workspace and staging buffer, the ring's log-sum-exp per layer (kept under
+// selective recompute too) and its K/V, dK/dV, running-state and position buffers (p2p), or
+// the head-split attention state of whole sequences and the all-to-all blocks (a2a); the
+// weights whole, padded and sharded over DP x CP. GPT-2's block and the Llama block, TP 1/2
+// (SP), PP 1/2, every recompute mode, ZeRO-1 and ZeRO-3; a2a where the heads and K/V heads
+// divide by TP x CP; GPT-2's at 16 tokens, Llama's at 1024. fp32 on the cpu backend, counted where
+// it allocates; bf16 on the cuda backend against its buffer plan (planned only: `tripod train` runs
+// CP on the cpu).
+TEST_F(PlanMemory, ContextParallelAllocationEqualsPlan) {
+    int checked = 0, planned = 0;
+    for (int llama : {0, 1})
+        for (int cp : {1, 2, 4})
+            for (const char *comm : {"p2p", "a2a"})
+                for (int tp : {1, 2})
+                    for (int pp : {1, 2})
+                        for (int sp : {0, 1})
+                            for (const char *rc : {"none", "selective", "full"})
+                                for (const char *sh : {"no_shard", "optim", "optim_grads_params"}) {
+                                    bool a2a = std::strcmp(comm, "a2a") == 0;
+                                    if ((cp == 1 && a2a) || (sp && tp == 1)) continue;
+                                    tpd_config cfg = tiny::config("");
+                                    if (llama) tiny::llama(cfg);
+                                    /* Llama at 1024 tokens: the regions too big for the
+                                     * alignment to hide a term (the ring's positions) */
+                                    if (llama)
+                                        cfg.model.seq_length = cfg.model.max_position_embeddings =
+                                            1024;
+                                    const int heads = cfg.model.num_attention_heads;
+                                    const int kv = tpd_config_kv_heads(&cfg);
+                                    if (a2a && (heads % (tp * cp) || kv % (tp * cp))) continue;
+                                    cfg.parallel.tensor_model_parallel_size = tp;
+                                    cfg.parallel.pipeline_model_parallel_size = pp;
+                                    cfg.parallel.context_parallel_size = cp;
+                                    tiny::set(cfg.parallel.cp_comm_type, "parallel.cp_comm_type",
+                                              comm);
+                                    cfg.parallel.sequence_parallel = sp;
+                                    tiny::set(cfg.training.recompute, "training.recompute", rc);
+                                    tiny::set(cfg.parallel.data_parallel_sharding_strategy,
+                                              "parallel.data_parallel_sharding_strategy", sh);
+                                    cfg.parallel.use_distributed_optimizer =
+                                        std::strcmp(sh, "no_shard") != 0;
+                                    std::string what =
+                                        std::string(llama ? "llama" : "gpt") + " cp " +
+                                        std::to_string(cp) + " " + comm + " tp " +
+                                        std::to_string(tp) + " pp " + std::to_string(pp) + " sp " +
+                                        std::to_string(sp) + " recompute " + rc + " " + sh;
+                                    checked += check_layout(kb, cfg, tp, pp, 2, what);
+                                    tpd_config bf = cfg;
+                                    tiny::set(bf.training.precision, "training.precision", "bf16");
+                                    tiny::set(bf.training.device, "training.device", "cuda");
+                                    planned += check_plan(bf, tp, pp, 2, what + " bf16 cuda");
+                                }
+    EXPECT_GT(checked, 500);
+    EXPECT_EQ(planned, checked);
 }
 
 } // namespace
