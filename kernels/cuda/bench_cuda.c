@@ -148,6 +148,9 @@ int main(int argc, char **argv) {
     cfg.device = device;
     cfg.dtype = TPD_DTYPE_BF16;
     cfg.fused_attention = 1;
+    /* the weight gradients as training writes them: fp32 main gradients (Megatron's default,
+     * training.accumulate_allreduce_grads_in_fp32), not bf16 outputs */
+    cfg.fp32_grads = 1;
     bench b;
     memset(&b, 0, sizeof b);
     if (tpd_kern_cuda_create(&cfg, &b.be) != TPD_OK) return 1;
@@ -167,14 +170,16 @@ int main(int argc, char **argv) {
     big[2] = dev_fill((size_t)VOCAB * 8192 * 2); /* w */
     big[3] = dev_fill((size_t)VOCAB * 2);        /* bias */
     big[4] = dev_fill(max_n * 8192 * 2);         /* dinp */
-    big[5] = dev_fill((size_t)VOCAB * 8192 * 2); /* dw */
+    big[5] = dev_fill((size_t)VOCAB * 8192 * 4); /* dw: fp32 main gradients */
     for (int i = 0; i < 6; i++)
         if (big[i] == NULL) return 1;
 
     printf("\n== baseline ==\n");
     gemm_line(&b, "bf16", "8192^3", 8192, 8192, 8192, big);
 
-    printf("\n== GEMMs (seq %d; bwd = dinp + dweight) ==\n", SEQ);
+    printf("\n== GEMMs (seq %d; bwd = dinp + dweight into fp32 main gradients, as training "
+           "runs them) ==\n",
+           SEQ);
     for (size_t m = 0; m < sizeof MODELS / sizeof MODELS[0]; m++) {
         const model_shape *s = &MODELS[m];
         int N = s->B * SEQ, C = s->C;
