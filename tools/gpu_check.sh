@@ -306,7 +306,21 @@ if [ -z "$MISSING" ]; then
     say "${SUMMARY[-1]}"
 else
     echo "missing on this machine:$MISSING" >"$LOGS/deps.log"
-    if ! ls "$BUNDLE"/*.deb >/dev/null 2>&1; then
+    # The bundle holds Debian 12's packages, built against its glibc 2.36 and GCC 12's
+    # libstdc++ (GLIBCXX_3.4.30): an older machine cannot load them, which would otherwise
+    # show up as an unexplained link or load failure later.
+    GLIBC=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+    STDCXX=$(ldconfig -p 2>/dev/null | awk '/libstdc\+\+\.so\.6 /{print $NF; exit}')
+    CXXABI_OK=1
+    if [ -n "$STDCXX" ] && ! grep -q GLIBCXX_3.4.30 "$STDCXX" 2>/dev/null; then CXXABI_OK=0; fi
+    echo "machine: glibc ${GLIBC:-unknown}, libstdc++ ${STDCXX:-not found}" >>"$LOGS/deps.log"
+    if [ -n "$GLIBC" ] && [ "$(printf '%s\n2.36\n' "$GLIBC" | sort -V | head -1)" != 2.36 ]; then
+        note "FAIL  deps: this machine's glibc $GLIBC is older than the bundle's Debian 12 (2.36): its packages cannot load here; install$MISSING from the machine's own packages"
+        FAILED=1
+    elif [ "$CXXABI_OK" = 0 ]; then
+        note "FAIL  deps: this machine's libstdc++ ($STDCXX) lacks GLIBCXX_3.4.30 (GCC 12, Debian 12's): the bundle's C++ libraries (GoogleTest) cannot load; install$MISSING from the machine's own packages"
+        FAILED=1
+    elif ! ls "$BUNDLE"/*.deb >/dev/null 2>&1; then
         note "FAIL  deps: missing$MISSING and no bundle in $BUNDLE (run tools/gpu_bundle.sh)"
         FAILED=1
     elif n=$(unpack_bundle 2>>"$LOGS/deps.log"); then
@@ -362,6 +376,22 @@ if [ "$FAILED" = 0 ] && step configure "$(cap configure)" cmake -S "$ROOT" -B "$
     for lib in "$(cache CUDNN_LIBRARY)" "$(cache NCCL_LIBRARY)" "$(cache CUDA_cudart_LIBRARY)"; do
         [ -n "$lib" ] && export LD_LIBRARY_PATH=$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     done
+    # Wheels: every nvidia/*/lib folder beside the linked cuDNN (cuBLAS, NVRTC, ... that
+    # cuDNN's sub-libraries open), and the CUDA major the wheels were built for (their
+    # nvidia_*_cuNN dist-info) against the toolkit's.
+    WHEELS=$(dirname "$(dirname "$(dirname "$(cache CUDNN_LIBRARY)")")")
+    if [ "$(basename "$WHEELS")" = nvidia ]; then
+        for d in "$WHEELS"/*/lib; do
+            [ -d "$d" ] && export LD_LIBRARY_PATH=$d:$LD_LIBRARY_PATH
+        done
+        TK=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+        BUILT_FOR=$(ls -d "$(dirname "$WHEELS")"/nvidia_*_cu[0-9]*.dist-info 2>/dev/null |
+            sed -n 's/.*_cu\([0-9]*\)-.*/\1/p' | sort -u | paste -sd, -)
+        note "      wheels: $(ls -d "$WHEELS"/*/lib 2>/dev/null | wc -l) nvidia/*/lib folders on the path; built for CUDA ${BUILT_FOR:-?}, toolkit CUDA ${TK:-?}"
+        if [ -n "$TK" ] && [ -n "$BUILT_FOR" ] && ! echo ",$BUILT_FOR," | grep -q ",$TK,"; then
+            note "      WARNING: the cuDNN/NCCL wheels were built for CUDA $BUILT_FOR and the toolkit is CUDA $TK: a load failure below is that mix"
+        fi
+    fi
     # shellcheck disable=SC2086
     step build "$(cap build)" cmake --build "$BUILD" -j "$JOBS" --target $GPU_TARGETS && BUILT=1
 fi
