@@ -6,7 +6,13 @@ double tpd_model_layer_fwd_flops_per_token(const tpd_config *cfg) {
     double f = m->ffn_hidden_size;
     double kv = (double)tpd_config_kv_heads(cfg) / m->num_attention_heads * h; /* g*(h/a) */
     double mlp = m->swiglu ? 3.0 : 2.0;
-    return 2.0 * (2.0 * h * h + 2.0 * h * kv + mlp * h * f) + 4.0 * s * h;
+    double router = 0.0;
+    if (m->num_moe_experts > 0) { /* the active experts, the shared ones and the router */
+        f = m->moe_router_topk * (double)tpd_config_moe_ffn(cfg) +
+            m->moe_shared_expert_intermediate_size;
+        router = h * m->num_moe_experts;
+    }
+    return 2.0 * (2.0 * h * h + 2.0 * h * kv + mlp * h * f + router) + 4.0 * s * h;
 }
 
 double tpd_model_flops(const tpd_config *cfg, double batch, double vocab) {

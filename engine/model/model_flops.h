@@ -21,7 +21,9 @@ extern "C" {
  * for the Q and output projections, the K and V projections of g heads of h/a, the m MLP
  * matrices (m = 3 under SwiGLU: gate, up, down; else 2), and 4sh for QK^T and AV (every
  * query head attends over s keys whatever g is; Megatron counts the full s x s, not the
- * causal half). At g = a, m = 2 this is GPT's 2*(4h^2 + 2hf) + 4sh. */
+ * causal half). At g = a, m = 2 this is GPT's 2*(4h^2 + 2hf) + 4sh. A mixture of experts
+ * counts what a token runs (active parameters): f = k * moe_ffn_hidden_size + the shared
+ * experts' width, and the router's h*E (E experts); capacity drops are not subtracted. */
 double tpd_model_layer_fwd_flops_per_token(const tpd_config *cfg);
 
 /* Megatron's model FLOPs of an iteration over `batch` sequences with a (padded) vocabulary

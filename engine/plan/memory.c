@@ -48,11 +48,22 @@ double tpd_plan_layer_params(const tpd_config *cfg, int tp) {
     double kv = (double)tpd_config_kv_heads(cfg) / m->num_attention_heads * h;
     double bias = m->add_bias_linear ? 1.0 : 0.0, glu = m->swiglu ? 2.0 : 1.0;
     double qkv_bias = tpd_config_qkv_bias(cfg) ? 1.0 : 0.0;
-    return (h + 2.0 * kv) * (h + qkv_bias) / t /* qkv ((h + 2h_kv)/t, h) + bias */
-           + h * h / t + bias * h              /* attention projection (h, h/t) + bias */
-           + glu * f * (h + bias) / t          /* fc1 or [gate; up] (glu*f/t, h) + bias */
-           + h * f / t + bias * h              /* fc2 or down (h, f/t) + bias */
-           + 2.0 * tpd_plan_norm_params(cfg);
+    double n = (h + 2.0 * kv) * (h + qkv_bias) / t /* qkv ((h + 2h_kv)/t, h) + bias */
+               + h * h / t + bias * h              /* attention projection (h, h/t) + bias */
+               + 2.0 * tpd_plan_norm_params(cfg);
+    if (m->num_moe_experts > 0) {
+        /* a mixture: the router (E, h) replicated, E experts each split like the dense MLP,
+         * and the shared experts (width moe_shared_expert_intermediate_size) in the dense
+         * MLP's place, with their gate (h) */
+        double E = m->num_moe_experts, fe = tpd_config_moe_ffn(cfg);
+        double fs = m->moe_shared_expert_intermediate_size;
+        n += E * h + E * (glu * fe * (h + bias) / t + h * fe / t + bias * h);
+        if (fs > 0) n += glu * fs * (h + bias) / t + h * fs / t + bias * h;
+        if (m->moe_shared_expert_gate) n += h;
+        return n;
+    }
+    return n + glu * f * (h + bias) / t /* fc1 or [gate; up] (glu*f/t, h) + bias */
+           + h * f / t + bias * h;      /* fc2 or down (h, f/t) + bias */
 }
 
 double tpd_plan_params_count(const tpd_config *cfg) {
@@ -281,7 +292,8 @@ void tpd_plan_kern_shapes(const tpd_config *cfg, const tpd_plan_layout *lay, int
     const tpd_config_model *m = &cfg->model;
     int t = lay->tp > 0 ? lay->tp : 1;
     int C = m->hidden_size, NH = m->num_attention_heads;
-    int F = m->ffn_hidden_size;
+    /* under MoE the dense MLP's tensors are the shared experts' */
+    int F = m->num_moe_experts > 0 ? m->moe_shared_expert_intermediate_size : m->ffn_hidden_size;
     int HS = NH > 0 ? C / NH : 0, NHl = NH / t, KVl = tpd_config_kv_heads(cfg) / t;
     int QKVl = (NHl + 2 * KVl) * HS, FCl = (m->swiglu ? 2 : 1) * (F / t);
     memset(s, 0, sizeof *s);
@@ -328,7 +340,12 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     uint64_t B = (uint64_t)lay->micro_batch_size, T = S / cp;
     int ring = cp > 1 && lay->cp_comm == TPD_CP_COMM_P2P, a2a = cp > 1 && !ring;
     uint64_t C = (uint64_t)m->hidden_size, NH = (uint64_t)m->num_attention_heads;
-    uint64_t F = (uint64_t)m->ffn_hidden_size, maxT = (uint64_t)m->max_position_embeddings;
+    /* a mixture of experts: E experts of width Fe each (all of them on every rank), top-k
+     * routing; the dense MLP's tensors are the shared experts' (width Fs, none at 0) */
+    uint64_t E = (uint64_t)m->num_moe_experts, K = E ? (uint64_t)m->moe_router_topk : 0;
+    uint64_t F =
+        E ? (uint64_t)m->moe_shared_expert_intermediate_size : (uint64_t)m->ffn_hidden_size;
+    uint64_t maxT = (uint64_t)m->max_position_embeddings;
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
     int64_t layers = tpd_plan_stage_layers(cfg, lay, stage);
     if (layers < 0 || t < 1 || dp < 1 || lay->micro_batch_size < 1 || v > TPD_CONFIG_MAX_STAGES) {
@@ -354,8 +371,15 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
      * embedding (wte, learned wpe on the first stage; the tied wte on a last stage that is
      * not the first), each of the stage's layers sliced over TP, then the final norm and an
      * untied output layer on the last stage */
+    uint64_t Fel = E ? (uint64_t)tpd_config_moe_ffn(cfg) / t : 0;
+    uint64_t FCel = m->swiglu ? 2 * Fel : Fel, NK = N * K; /* token-expert assignments */
+    int mlp = !E || F > 0; /* the dense MLP (or the shared experts) exists */
     uint64_t per_layer = 2 * (1 + nb) * C + QKVl * C + C * Cl + FCl * C + C * Fl +
-                         (bias ? C + FCl + C : 0) + (tpd_config_qkv_bias(cfg) ? QKVl : 0);
+                         (bias ? C + (mlp ? FCl + C : 0) : 0) +
+                         (tpd_config_qkv_bias(cfg) ? QKVl : 0);
+    if (E) /* the router, every expert's share, their biases, the shared experts' gate */
+        per_layer += E * C + E * FCel * C + E * C * Fel + (bias ? E * FCel + E * C : 0) +
+                     (m->moe_shared_expert_gate ? C : 0);
     uint64_t u0 = 0, uf = 0;
     if (first)
         u0 = Vl * C + (learned ? maxT * C : 0);
@@ -442,6 +466,11 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     int selective = lay->recompute == TPD_RECOMPUTE_SELECTIVE && !ring;
     uint64_t layer = 4 * up(NL * C * e) + 2 * (1 + nb) * up(NL * 4) + up(N * QKVl * e) +
                      up(N * Cl * e) + (selective ? 0 : up(att)) + up(N * FCl * e) + up(N * Fl * e);
+    if (E) /* the routing (softmax, log-sum-exp, five per-assignment arrays, the counts) and
+              the experts' rows, fc output, activation and output; the shared output, gate */
+        layer += up(N * E * 4) + up(N * 4) + 5 * up(NK * 4) + up((E + 1) * 4) + 2 * up(NK * C * e) +
+                 up(NK * FCel * e) + up(NK * Fel * e) + (F ? up(N * C * e) : 0) +
+                 (m->moe_shared_expert_gate ? up(N * 4) : 0);
     /* fully recomputed layers (the first k of each chunk) keep only their output */
     uint64_t R = 0, kept = 0;
     for (int c = 0; c < v; c++) {
@@ -482,6 +511,11 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
                  the backward), its running max and sum, the int32 positions */
         ws += up(2 * N * 2 * KVl * HS * e) + up(2 * N * 2 * KVl * HS * 4) + up(N * NHl * HS * 4) +
               2 * up(B * NHl * T * 4) + up((S + T) * 4);
+    if (E) /* the MoE MLP's output or input gradient, the rows in expert order, the experts'
+              fc and activation gradients, the assignments' and the logits' gradients, the
+              router's input gradient, and under SP the gathered MLP input */
+        ws += up(N * C * e) + up(NK * C * e) + up(NK * FCel * e) + up(NK * Fel * e) + up(NK * 4) +
+              up(N * E * 4) + up(N * C * e) + (sp ? up(N * C * e) : 0);
     if (a2a) ws += 2 * up(N * QKVl * e); /* the all-to-all's send and receive blocks */
     tpd_kern_scratch scratch;
     TPD_CHECK(tpd_plan_scratch(cfg, lay, stage,

@@ -17,6 +17,7 @@
 
 extern "C" {
 #include "engine/model/model.h"
+#include "engine/model/model_flops.h"
 #include "engine/plan/plan.h"
 #include "engine/plan/plan_internal.h"
 #include "kernels/cpu/cpu.h"
@@ -461,3 +462,72 @@ TEST_F(PlanMemory, ContextParallelAllocationEqualsPlan) {
 }
 
 } // namespace
+
+// The mixture of experts (model.num_moe_experts): every expert on the rank, the routing
+// and the experts' rows per layer, the MoE workspace; GELU and SwiGLU experts, a shared
+// expert with and without its gate, TP 2 with SP, PP 2, every recompute mode, ZeRO-1 and
+// ZeRO-3, dropless and with a capacity; the cpu allocation and the cuda bf16 plan.
+TEST_F(PlanMemory, MoeAllocationEqualsPlan) {
+    int checked = 0;
+    for (bool llama : {false, true})
+        for (int shared : {0, 16})
+            for (int tp : {1, 2})
+                for (const char *rc : {"none", "selective", "full"}) {
+                    tpd_config cfg = tiny::config("");
+                    if (llama) tiny::llama(cfg);
+                    cfg.model.num_moe_experts = 4;
+                    cfg.model.moe_router_topk = 2;
+                    cfg.model.moe_ffn_hidden_size = 32;
+                    cfg.model.moe_shared_expert_intermediate_size = shared;
+                    cfg.model.moe_shared_expert_gate = shared > 0 && !llama;
+                    cfg.model.moe_expert_capacity_factor = llama ? 1.25 : 0.0;
+                    cfg.parallel.tensor_model_parallel_size = tp;
+                    cfg.parallel.sequence_parallel = tp > 1;
+                    tiny::set(cfg.training.recompute, "training.recompute", rc);
+                    std::string what = std::string(llama ? "Llama" : "GPT-2") + " MoE shared " +
+                                       std::to_string(shared) + " TP " + std::to_string(tp) +
+                                       " recompute " + rc;
+                    checked += check_layout(kb, cfg, tp, 1, 1, what);
+                    cfg.parallel.pipeline_model_parallel_size = 2;
+                    checked += check_layout(kb, cfg, tp, 2, 1, what + " PP 2");
+                    cfg.parallel.pipeline_model_parallel_size = 1;
+                    cfg.parallel.use_distributed_optimizer = 1;
+                    cfg.parallel.data_parallel_sharding_strategy =
+                        rc[0] == 'f' ? TPD_DP_SHARDING_OPTIM_GRADS_PARAMS : TPD_DP_SHARDING_OPTIM;
+                    checked += check_layout(kb, cfg, tp, 1, 2, what + " DP 2 sharded");
+                    cfg.training.precision = TPD_PRECISION_BF16;
+                    cfg.training.device = TPD_DEVICE_CUDA;
+                    checked += check_plan(cfg, tp, 1, 2, what + " cuda bf16");
+                }
+    EXPECT_EQ(checked, 2 * 2 * 2 * 3 * 5);
+}
+
+// MoE FLOPs count what a token runs: k experts of width Fe and the shared ones count as a
+// dense MLP of width k Fe + Fs, plus the router's h E; one expert of the dense width, top-1,
+// is the dense model plus its router.
+TEST(PlanMoe, ActiveParameterFlops) {
+    tpd_config dense = tiny::config("");
+    tiny::llama(dense);
+    dense.model.ffn_hidden_size = 400;
+    tpd_config moe = dense;
+    moe.model.num_moe_experts = 8;
+    moe.model.moe_router_topk = 2;
+    moe.model.moe_ffn_hidden_size = 200;
+    double h = dense.model.hidden_size, L = dense.model.num_layers;
+    double tokens = 64.0 * dense.model.seq_length;
+    double router = 3.0 * tokens * L * 2.0 * h * 8; // 3x (fwd + 2 bwd) of the (h, E) GEMM
+    EXPECT_NEAR(tpd_model_flops(&moe, 64, 320) - tpd_model_flops(&dense, 64, 320), router,
+                1e-9 * router);
+    moe.model.moe_router_topk = 1;
+    moe.model.num_moe_experts = 1; // not a valid config, but the count's identity
+    moe.model.moe_ffn_hidden_size = 400;
+    EXPECT_NEAR(tpd_model_flops(&moe, 64, 320) - tpd_model_flops(&dense, 64, 320),
+                3.0 * tokens * L * 2.0 * h, 1e-6);
+    // parameters count every expert: 8 of width 200 are four dense MLPs of 400, plus router
+    moe.model.num_moe_experts = 8;
+    moe.model.moe_router_topk = 2;
+    moe.model.moe_ffn_hidden_size = 200;
+    double mlp = 3.0 * h * 400;
+    EXPECT_NEAR(tpd_plan_layer_params(&moe, 1) - tpd_plan_layer_params(&dense, 1),
+                3.0 * mlp + 8 * h, 1e-6);
+}
