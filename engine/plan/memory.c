@@ -66,6 +66,13 @@ double tpd_plan_layer_params(const tpd_config *cfg, int tp) {
            + h * f / t + bias * h;      /* fc2 or down (h, f/t) + bias */
 }
 
+double tpd_plan_mlp_width(const tpd_config *cfg) {
+    const tpd_config_model *m = &cfg->model;
+    if (m->num_moe_experts <= 0) return m->ffn_hidden_size;
+    return m->moe_router_topk * (double)tpd_config_moe_ffn(cfg) +
+           m->moe_shared_expert_intermediate_size;
+}
+
 double tpd_plan_params_count(const tpd_config *cfg) {
     const tpd_config_model *m = &cfg->model;
     double h = m->hidden_size, vh = (double)m->vocab_size * h;

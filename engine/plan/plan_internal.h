@@ -171,6 +171,10 @@ void tpd_plan_print_published(FILE *f, const tpd_config *cfg);
  * projections of the K/V heads, two or three MLP matrices, biases or none, LayerNorm or
  * RMSNorm). */
 double tpd_plan_layer_params(const tpd_config *cfg, int tp);
+/* The width a token's MLP GEMMs run at: ffn_hidden_size, or under a mixture of experts its
+ * k experts' and the shared experts' widths together (the grouped expert GEMMs priced as
+ * one of that width: each expert's block of k/E of the tokens, evenly loaded). */
+double tpd_plan_mlp_width(const tpd_config *cfg);
 /* Parameters of one norm (LayerNorm: weight and bias; RMSNorm: weight). */
 double tpd_plan_norm_params(const tpd_config *cfg);
 /* Parameters of one rank of `stage`. */

@@ -78,7 +78,7 @@ typedef struct block_shape {
 
 static block_shape block_of(const tpd_config *cfg) {
     const tpd_config_model *m = &cfg->model;
-    double h = m->hidden_size, f = m->ffn_hidden_size;
+    double h = m->hidden_size, f = tpd_plan_mlp_width(cfg);
     block_shape b;
     b.kv = (double)tpd_config_kv_heads(cfg) / m->num_attention_heads * h;
     b.qkv = h + 2.0 * b.kv;
@@ -171,7 +171,7 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
     const tpd_config_model *m = &cfg->model;
     double s = tpd_plan_local_seq(cfg, lay), b = lay->micro_batch_size, h = m->hidden_size;
     double t = lay->tp;
-    double f = m->ffn_hidden_size;
+    double f = tpd_plan_mlp_width(cfg);
     double e =
         (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0; /* activation element, bytes */
     double tok = s * b, sbh = s * b * h;
@@ -195,6 +195,8 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
     };
     for (int i = 0; i < 4; i++)
         o.compute += g[i];
+    /* a mixture of experts: the router's logits (replicated over TP) */
+    if (m->num_moe_experts > 0) o.compute += gemm_time(cl, tok, m->num_moe_experts, h, 1, e);
     /* Two norms, LayerNorm or RMSNorm (read + write); two residual adds (read input and
      * residual, write output; GPT-2's fuse bias and dropout, with a 1-byte mask). GPT-2:
      * bias-GELU on the f-wide hidden (read + write). Llama: RoPE on Q and K (read + write of
@@ -253,7 +255,7 @@ static op_time layer_wgrad(const tpd_config *cfg, const tpd_plan_cluster *cl,
                            const tpd_plan_layout *lay, op_time *extra_b) {
     const tpd_config_model *m = &cfg->model;
     double s = tpd_plan_local_seq(cfg, lay), b = lay->micro_batch_size, h = m->hidden_size;
-    double t = lay->tp, f = m->ffn_hidden_size;
+    double t = lay->tp, f = tpd_plan_mlp_width(cfg);
     double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     double tok = s * b, sbh = s * b * h, rep = lay->sequence_parallel ? 1.0 / t : 1.0;
     block_shape k = block_of(cfg);
