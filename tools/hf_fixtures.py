@@ -8,7 +8,9 @@ with transformers and compares its logits with fixture NAME's.
 
 For each tiny random model (LlamaForCausalLM with grouped-query attention, an untied head
 and rope_theta != 10000; the same with Llama 3.1's "llama3" rope scaling and a tied head;
-Qwen2ForCausalLM with its QKV biases and a tied head; GPT2LMHeadModel) it writes, under tests/engine/checkpoint/hf/<name>/:
+Qwen2ForCausalLM with its QKV biases and a tied head; GPT2LMHeadModel; MixtralForCausalLM,
+4 experts, top-2; Qwen2MoeForCausalLM, 4 experts, top-2 renormalized, a gated shared
+expert) it writes, under tests/engine/checkpoint/hf/<name>/:
   model/          the model folder from save_pretrained (sharded for Llama, with
                   model.safetensors.index.json), in bf16 (Llama), fp32 (Qwen2) or fp16
                   (GPT-2), plus a tokenizer.json trained for its vocabulary (Llama);
@@ -28,7 +30,8 @@ import sys
 import torch
 import transformers
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM)
+                          MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen2MoeConfig, Qwen2MoeForCausalLM)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "engine",
                     "checkpoint", "hf")
@@ -152,6 +155,25 @@ def main():
         use_sliding_window=False))
     perturb(qwen, 2)
     write("qwen2", qwen, torch.float32, "10MB")
+
+    mixtral = MixtralForCausalLM(MixtralConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=16, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+        num_experts_per_tok=2, max_position_embeddings=64, rms_norm_eps=1e-5,
+        rope_theta=1000000.0, tie_word_embeddings=False, sliding_window=None,
+        router_aux_loss_coef=0.02))
+    perturb(mixtral, 5)
+    write("mixtral", mixtral, torch.float32, "10MB")
+
+    qwen_moe = Qwen2MoeForCausalLM(Qwen2MoeConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
+        shared_expert_intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+        max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        tie_word_embeddings=True, use_sliding_window=False, decoder_sparse_step=1,
+        mlp_only_layers=[]))
+    perturb(qwen_moe, 6)
+    write("qwen2moe", qwen_moe, torch.float32, "10MB")
 
     gpt2 = GPT2LMHeadModel(GPT2Config(
         vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4,

@@ -1,5 +1,13 @@
 /* Hugging Face folders <-> global fp32 tensors: GPT2LMHeadModel, and the Llama block as
- * LlamaForCausalLM, MistralForCausalLM (without a sliding window) and Qwen2ForCausalLM.
+ * LlamaForCausalLM, MistralForCausalLM (without a sliding window) and Qwen2ForCausalLM;
+ * with a mixture of experts in every layer as MixtralForCausalLM and Qwen2MoeForCausalLM.
+ *
+ * A Mixtral layer's router is block_sparse_moe.gate (E, h) and expert e's w1 (gate), w3
+ * (up) and w2 (down) are rows of our stacked expfcw ([gate; up] per expert) and expprojw;
+ * Mixtral's softmax over all experts, top-k and renormalized, is our softmax over the k
+ * chosen logits. Qwen2-MoE's router is mlp.gate, its experts gate/up/down_proj, its shared
+ * expert the dense MLP's tensors and shared_expert_gate our shgatew; its softmax over all
+ * experts then top-k (renormalized under norm_topk_prob) is moe_router_pre_softmax.
  *
  * Every HF tensor is a row range of one of our per-layer tensors: q/k/v_proj are the
  * [Q; K; V] blocks of qkvw (and qkvb), gate/up_proj the [gate; up] blocks of fcw. HF's
@@ -24,7 +32,14 @@
 
 #define PATH_CAP (TPD_CONFIG_STR + 64)
 
-typedef enum hf_family { HF_GPT2 = 0, HF_LLAMA, HF_MISTRAL, HF_QWEN2 } hf_family;
+typedef enum hf_family {
+    HF_GPT2 = 0,
+    HF_LLAMA,
+    HF_MISTRAL,
+    HF_QWEN2,
+    HF_MIXTRAL,
+    HF_QWEN2MOE
+} hf_family;
 
 static const struct {
     const char *arch, *model_type;
@@ -33,7 +48,14 @@ static const struct {
     [HF_LLAMA] = {"LlamaForCausalLM", "llama"},
     [HF_MISTRAL] = {"MistralForCausalLM", "mistral"},
     [HF_QWEN2] = {"Qwen2ForCausalLM", "qwen2"},
+    [HF_MIXTRAL] = {"MixtralForCausalLM", "mixtral"},
+    [HF_QWEN2MOE] = {"Qwen2MoeForCausalLM", "qwen2_moe"},
 };
+
+/* Qwen2's attention (q, k and v with biases, o_proj without): Qwen2 and Qwen2-MoE */
+static int qwen_attention(hf_family f) {
+    return f == HF_QWEN2 || f == HF_QWEN2MOE;
+}
 
 /* One HF tensor: rows [row0, row0 + rows) of layer `layer` of our tensor p. */
 typedef struct hf_tensor {
@@ -67,6 +89,24 @@ static const char *family_of(const tpd_config *cfg, hf_family *fam) {
     if (!llama_block)
         return "a block that is neither GPT-2's (LayerNorm, learned positions, GELU) nor Llama's "
                "(RMSNorm, rotary positions, SwiGLU)";
+    if (m->num_moe_experts > 0) {
+        if (m->moe_expert_capacity_factor > 0)
+            return "an expert capacity (moe_expert_capacity_factor > 0: dropped tokens), where "
+                   "Mixtral and Qwen2-MoE are dropless";
+        if (!m->add_bias_linear && !m->add_qkv_bias && !m->moe_shared_expert_intermediate_size &&
+            !m->moe_router_pre_softmax) {
+            *fam = HF_MIXTRAL;
+            return NULL;
+        }
+        if (!m->add_bias_linear && m->add_qkv_bias && m->moe_shared_expert_intermediate_size > 0 &&
+            m->moe_shared_expert_gate && m->moe_router_pre_softmax) {
+            *fam = HF_QWEN2MOE;
+            return NULL;
+        }
+        return "a mixture of experts that is neither Mixtral's (no biases, no shared experts, "
+               "a softmax over the top-k logits) nor Qwen2-MoE's (QKV biases, gated shared "
+               "experts, a softmax over all experts before the top-k)";
+    }
     if (m->add_bias_linear) {
         *fam = HF_LLAMA; /* attention_bias and mlp_bias */
         return NULL;
@@ -106,8 +146,38 @@ static int gpt2_order_cmp(const void *a, const void *b) {
     return (int)x->p - (int)y->p;
 }
 
+/* A MoE layer's HF tensors: the router, each expert's gate, up and down, and Qwen2-MoE's
+ * shared expert and its gate. Returns how many were added. */
+static int moe_tensors(const tpd_model_layout *g, hf_family fam, int l, hf_tensor *out) {
+    const tpd_model_dims *d = &g->d;
+    int n = 0, E = d->E, Fe = d->Fe, Fs = d->F;
+    const char *pre = fam == HF_MIXTRAL ? "block_sparse_moe" : "mlp";
+    add(out, &n, g, TPD_P_ROUTERW, l, 0, E, "model.layers.%d.%s.gate.weight", l, pre);
+    for (int e = 0; e < E; e++) {
+        const char *gn = fam == HF_MIXTRAL ? "w1" : "gate_proj";
+        const char *un = fam == HF_MIXTRAL ? "w3" : "up_proj";
+        const char *dn = fam == HF_MIXTRAL ? "w2" : "down_proj";
+        add(out, &n, g, TPD_P_EXPFCW, l, e * 2 * Fe, Fe, "model.layers.%d.%s.experts.%d.%s.weight",
+            l, pre, e, gn);
+        add(out, &n, g, TPD_P_EXPPROJW, l, e * d->C, d->C,
+            "model.layers.%d.%s.experts.%d.%s.weight", l, pre, e, dn);
+        add(out, &n, g, TPD_P_EXPFCW, l, e * 2 * Fe + Fe, Fe,
+            "model.layers.%d.%s.experts.%d.%s.weight", l, pre, e, un);
+    }
+    if (fam == HF_QWEN2MOE) {
+        add(out, &n, g, TPD_P_FCW, l, 0, Fs, "model.layers.%d.mlp.shared_expert.gate_proj.weight",
+            l);
+        add(out, &n, g, TPD_P_FCW, l, Fs, Fs, "model.layers.%d.mlp.shared_expert.up_proj.weight",
+            l);
+        add(out, &n, g, TPD_P_FCPROJW, l, 0, d->C,
+            "model.layers.%d.mlp.shared_expert.down_proj.weight", l);
+        add(out, &n, g, TPD_P_SHGATEW, l, 0, 1, "model.layers.%d.mlp.shared_expert_gate.weight", l);
+    }
+    return n;
+}
+
 /* The HF tensors of a model, in HF's file order: embeddings, layer by layer, final norm,
- * output layer. out holds 16 + 16 L entries. */
+ * output layer. out holds hf_capacity() entries. */
 static int hf_tensors(const tpd_model_layout *g, hf_family fam, hf_tensor *out) {
     int n = 0;
     const tpd_model_dims *d = &g->d;
@@ -148,6 +218,10 @@ static int hf_tensors(const tpd_model_layout *g, hf_family fam, hf_tensor *out) 
             add(out, &n, g, TPD_P_ATTPROJB, l, 0, d->C, "model.layers.%d.self_attn.o_proj.bias", l);
         add(out, &n, g, TPD_P_LN2W, l, 0, d->C, "model.layers.%d.post_attention_layernorm.weight",
             l);
+        if (fam == HF_MIXTRAL || fam == HF_QWEN2MOE) {
+            n += moe_tensors(g, fam, l, out + n);
+            continue;
+        }
         add(out, &n, g, TPD_P_FCW, l, 0, F, "model.layers.%d.mlp.gate_proj.weight", l);
         add(out, &n, g, TPD_P_FCW, l, F, F, "model.layers.%d.mlp.up_proj.weight", l);
         if (g->p[TPD_P_FCB].g_layers) {
@@ -170,7 +244,7 @@ static float *hf_data(const tpd_model_layout *g, float *const global[TPD_P_COUNT
 }
 
 static int hf_capacity(const tpd_model_layout *g) {
-    return 16 + 16 * g->d.L;
+    return 16 + (16 + 3 * g->d.E) * g->d.L;
 }
 
 /* ---- config.json ---- */
@@ -204,7 +278,9 @@ static cJSON *config_json(const tpd_config *cfg, hf_family fam, const char *dtyp
         return o;
     }
     cJSON_AddNumberToObject(o, "hidden_size", m->hidden_size);
-    cJSON_AddNumberToObject(o, "intermediate_size", F);
+    /* Mixtral's intermediate_size is its experts' width */
+    cJSON_AddNumberToObject(o, "intermediate_size",
+                            fam == HF_MIXTRAL ? tpd_config_moe_ffn(cfg) : F);
     cJSON_AddNumberToObject(o, "num_hidden_layers", m->num_layers);
     cJSON_AddNumberToObject(o, "num_attention_heads", m->num_attention_heads);
     cJSON_AddNumberToObject(o, "num_key_value_heads", tpd_config_kv_heads(cfg));
@@ -232,7 +308,26 @@ static cJSON *config_json(const tpd_config *cfg, hf_family fam, const char *dtyp
     }
     cJSON_AddBoolToObject(o, "tie_word_embeddings", !m->untie_embeddings_and_output_weights);
     cJSON_AddNumberToObject(o, "attention_dropout", 0.0);
-    if (fam == HF_QWEN2) {
+    if (fam == HF_MIXTRAL) {
+        cJSON_AddNumberToObject(o, "num_local_experts", m->num_moe_experts);
+        cJSON_AddNumberToObject(o, "num_experts_per_tok", m->moe_router_topk);
+        cJSON_AddNumberToObject(o, "router_aux_loss_coef", m->moe_aux_loss_coeff);
+        cJSON_AddBoolToObject(o, "output_router_logits", 0);
+        cJSON_AddNullToObject(o, "sliding_window");
+    } else if (fam == HF_QWEN2MOE) {
+        cJSON_AddBoolToObject(o, "use_sliding_window", 0);
+        cJSON_AddNumberToObject(o, "num_experts", m->num_moe_experts);
+        cJSON_AddNumberToObject(o, "num_experts_per_tok", m->moe_router_topk);
+        cJSON_AddNumberToObject(o, "moe_intermediate_size", tpd_config_moe_ffn(cfg));
+        cJSON_AddNumberToObject(o, "shared_expert_intermediate_size",
+                                m->moe_shared_expert_intermediate_size);
+        cJSON_AddBoolToObject(o, "norm_topk_prob", m->moe_norm_topk_prob);
+        cJSON_AddBoolToObject(o, "qkv_bias", 1);
+        cJSON_AddNumberToObject(o, "decoder_sparse_step", 1);
+        cJSON_AddItemToObject(o, "mlp_only_layers", cJSON_CreateArray());
+        cJSON_AddNumberToObject(o, "router_aux_loss_coef", m->moe_aux_loss_coeff);
+        cJSON_AddBoolToObject(o, "output_router_logits", 0);
+    } else if (fam == HF_QWEN2) {
         cJSON_AddBoolToObject(o, "use_sliding_window", 0);
     } else {
         cJSON_AddBoolToObject(o, "attention_bias", m->add_bias_linear);
@@ -277,7 +372,7 @@ static tpd_status read_family(const cJSON *hc, const char *path, hf_family *fam)
     return tpd_fail(TPD_ERR_UNSUPPORTED,
                     "interchange %s: architecture '%s' is not supported; tripod reads "
                     "GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM (no sliding "
-                    "window) and Qwen2ForCausalLM",
+                    "window), Qwen2ForCausalLM, MixtralForCausalLM and Qwen2MoeForCausalLM",
                     path,
                     a   ? a
                     : t ? t
@@ -360,6 +455,61 @@ static tpd_status read_rope_scaling(const cJSON *s, const char *kind, const char
     return TPD_OK;
 }
 
+/* A required integer key within [1, max]. */
+static tpd_status need_count(const cJSON *hc, const char *path, const char *key, int max, int *v) {
+    if (json_count(hc, key, max, v) != 1)
+        return tpd_fail(TPD_ERR_FORMAT, "interchange %s: key '%s' must be an integer in [1, %d]",
+                        path, key, max);
+    return TPD_OK;
+}
+
+/* Mixtral's and Qwen2-MoE's experts: every layer a MoE layer, dropless. */
+static tpd_status read_moe(const cJSON *hc, const char *path, hf_family fam, tpd_config_model *m) {
+    int E = 0, k = 0;
+    TPD_CHECK(
+        need_count(hc, path, fam == HF_MIXTRAL ? "num_local_experts" : "num_experts", 4096, &E));
+    TPD_CHECK(need_count(hc, path, "num_experts_per_tok", 64, &k));
+    if (E < 2 || k > E)
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "interchange %s: %d experts with num_experts_per_tok %d: a mixture "
+                        "needs at least 2 experts and no more than them per token",
+                        path, E, k);
+    m->num_moe_experts = E;
+    m->moe_router_topk = k;
+    const cJSON *coef = cJSON_GetObjectItemCaseSensitive(hc, "router_aux_loss_coef");
+    if (cJSON_IsNumber(coef) && coef->valuedouble >= 0) m->moe_aux_loss_coeff = coef->valuedouble;
+    if (fam == HF_MIXTRAL) { /* softmax, top-k, renormalized: a softmax over the k logits */
+        m->moe_ffn_hidden_size = m->ffn_hidden_size;
+        m->moe_router_pre_softmax = 0;
+        return TPD_OK;
+    }
+    int fe = 0, fs = 0, step = 1;
+    TPD_CHECK(need_count(hc, path, "moe_intermediate_size", 4 * HF_MAX_WIDTH, &fe));
+    TPD_CHECK(need_count(hc, path, "shared_expert_intermediate_size", 4 * HF_MAX_WIDTH, &fs));
+    if (json_count(hc, "decoder_sparse_step", HF_MAX_LAYERS, &step) < 0 || step != 1)
+        return tpd_fail(TPD_ERR_UNSUPPORTED,
+                        "interchange %s: decoder_sparse_step must be 1 (every layer a MoE "
+                        "layer): tripod does not mix dense and MoE layers",
+                        path);
+    const cJSON *only = cJSON_GetObjectItemCaseSensitive(hc, "mlp_only_layers");
+    if (only && !cJSON_IsNull(only) && !(cJSON_IsArray(only) && cJSON_GetArraySize(only) == 0))
+        return tpd_fail(TPD_ERR_UNSUPPORTED,
+                        "interchange %s: mlp_only_layers must be empty: tripod does not mix "
+                        "dense and MoE layers",
+                        path);
+    if (!json_bool(hc, "qkv_bias", 1))
+        return tpd_fail(TPD_ERR_UNSUPPORTED,
+                        "interchange %s: qkv_bias false; tripod's Qwen2-MoE attention has the "
+                        "q, k and v biases of Qwen2",
+                        path);
+    m->moe_ffn_hidden_size = fe;
+    m->moe_shared_expert_intermediate_size = fs;
+    m->moe_shared_expert_gate = 1;
+    m->moe_router_pre_softmax = 1;
+    m->moe_norm_topk_prob = json_bool(hc, "norm_topk_prob", 0);
+    return TPD_OK;
+}
+
 /* The Llama block's keys; anything that changes the function and is not modelled is
  * refused by name rather than dropped. */
 static tpd_status read_llama(const cJSON *hc, const char *path, hf_family fam,
@@ -413,7 +563,7 @@ static tpd_status read_llama(const cJSON *hc, const char *path, hf_family fam,
         return tpd_fail(TPD_ERR_UNSUPPORTED, "interchange %s: partial_rotary_factor must be 1.0",
                         path);
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(hc, "sliding_window");
-    int windowed = fam == HF_QWEN2
+    int windowed = qwen_attention(fam)
                        ? json_bool(hc, "use_sliding_window", 0)
                        : sw && !cJSON_IsNull(sw) &&
                              !(cJSON_IsNumber(sw) && sw->valuedouble >= m->max_position_embeddings);
@@ -425,15 +575,15 @@ static tpd_status read_llama(const cJSON *hc, const char *path, hf_family fam,
                         "interchange %s: sliding-window attention (%s) is not supported; "
                         "tripod's attention is full causal",
                         path,
-                        fam == HF_QWEN2 ? "use_sliding_window or layer_types"
-                                        : "sliding_window or layer_types");
+                        qwen_attention(fam) ? "use_sliding_window or layer_types"
+                                            : "sliding_window or layer_types");
     m->norm_epsilon = 1e-6; /* transformers' default */
     TPD_CHECK(json_fraction(hc, path, "rms_norm_eps", &m->norm_epsilon));
     if (theta && !(cJSON_IsNumber(theta) && theta->valuedouble > 1 && theta->valuedouble < 1e30))
         return tpd_fail(TPD_ERR_FORMAT, "interchange %s: key 'rope_theta' must be a number > 1",
                         path);
     int attn_bias = json_bool(hc, "attention_bias", 0), mlp_bias = json_bool(hc, "mlp_bias", 0);
-    if (fam != HF_QWEN2 && attn_bias != mlp_bias)
+    if (!qwen_attention(fam) && attn_bias != mlp_bias)
         return tpd_fail(TPD_ERR_UNSUPPORTED,
                         "interchange %s: attention_bias %s with mlp_bias %s; tripod has "
                         "biases on all four linears (add_bias_linear) or on QKV alone "
@@ -447,8 +597,9 @@ static tpd_status read_llama(const cJSON *hc, const char *path, hf_family fam,
     m->group_query_attention = NKV != NH;
     m->num_query_groups = NKV;
     m->untie_embeddings_and_output_weights = !json_bool(hc, "tie_word_embeddings", 0);
-    m->add_bias_linear = fam != HF_QWEN2 && attn_bias;
-    m->add_qkv_bias = fam == HF_QWEN2; /* Qwen2: q, k and v have biases, o_proj none */
+    m->add_bias_linear = !qwen_attention(fam) && attn_bias;
+    m->add_qkv_bias = qwen_attention(fam); /* Qwen2: q, k and v have biases, o_proj none */
+    if (fam == HF_MIXTRAL || fam == HF_QWEN2MOE) return read_moe(hc, path, fam, m);
     return TPD_OK;
 }
 

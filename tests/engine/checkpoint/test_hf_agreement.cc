@@ -1,11 +1,12 @@
 // Agreement with Hugging Face transformers on fixtures written by tools/hf_fixtures.py:
 // a tiny LlamaForCausalLM (grouped-query attention, untied head, rope_theta 50000, bf16
 // shards with an index), a Qwen2ForCausalLM (QKV biases, tied head, fp32) and a
-// GPT2LMHeadModel (fp16). Each is imported, trained for one step at lr 0 on a stream that
-// repeats the fixture's tokens, and its logits (read at the end of the last stage's
-// forward) and loss are compared with transformers' fp32 ones: on one rank and at
-// TP2 x PP2. Then export -> import -> export is byte-identical, and a bf16 export gives back
-// the fixture's bf16 tensors bit for bit.
+// GPT2LMHeadModel (fp16), a MixtralForCausalLM (4 experts, top-2, fp32) and a
+// Qwen2MoeForCausalLM (4 experts, top-2 renormalized, a gated shared expert, QKV biases). Each is
+// imported, trained for one step at lr 0 on a stream that repeats the fixture's tokens, and its
+// logits (read at the end of the last stage's forward) and loss are compared with transformers'
+// fp32 ones: on one rank and at TP2 x PP2. Then export -> import -> export is byte-identical, and a
+// bf16 export gives back the fixture's bf16 tensors bit for bit.
 #include <gtest/gtest.h>
 
 #include <cjson/cJSON.h>
@@ -211,10 +212,9 @@ TEST_P(Agreement, LogitsAndLossMatchTransformersOnOneRankAndTp2Pp2) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Hf, Agreement, testing::Values("llama", "llama31", "qwen2", "gpt2"),
-                         [](const testing::TestParamInfo<const char *> &i) {
-                             return std::string(i.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Hf, Agreement, testing::Values("llama", "llama31", "qwen2", "gpt2", "mixtral", "qwen2moe"),
+    [](const testing::TestParamInfo<const char *> &i) { return std::string(i.param); });
 
 std::vector<float> read_tensor(const tpd_st_set *set, const tpd_st_tensor *t) {
     size_t n = 1;
@@ -230,7 +230,7 @@ std::vector<float> read_tensor(const tpd_st_set *set, const tpd_st_tensor *t) {
 TEST(HfRoundTrip, ExportImportExportIsByteIdenticalAndBf16IsExact) {
     if (tpd_comm_rank(g_world) != 0) return;
     std::string base = ckt::fresh_dir(g_root + "/roundtrip");
-    for (const char *name : {"llama", "llama31", "qwen2", "gpt2"}) {
+    for (const char *name : {"llama", "llama31", "qwen2", "gpt2", "mixtral", "qwen2moe"}) {
         std::string b = base + "/" + name;
         import_fixture(name, 2, 1, b + "/a");
         tpd_ckpt_info info;

@@ -155,7 +155,7 @@ void expect_refused(const std::string &dir, const std::string &file, const std::
 }
 
 TEST(HfImport, TheFixturesImport) {
-    for (const char *name : {"llama", "qwen2", "gpt2"}) {
+    for (const char *name : {"llama", "qwen2", "gpt2", "mixtral", "qwen2moe"}) {
         tpd_config cfg;
         float *w[TPD_P_COUNT] = {};
         std::string dir = std::string(TPD_HF_FIXTURES) + "/" + name + "/model";
@@ -321,6 +321,32 @@ TEST(HfImport, TensorProblemsNameTheFileAndTensor) {
             cJSON_ReplaceItemInObject(c, "intermediate_size", cJSON_CreateNumber(48));
         });
         expect_refused(dir, "model.safetensors", "config.json implies");
+    }
+    {
+        // mixtures that mix dense and MoE layers, or drop a Mixtral's sliding window, are
+        // refused by key
+        std::string dir = copy_fixture("qwen2moe", "hfmoeonly");
+        edit_config(dir, [](cJSON *c) {
+            cJSON *only = cJSON_CreateArray();
+            cJSON_AddItemToArray(only, cJSON_CreateNumber(1));
+            cJSON_ReplaceItemInObject(c, "mlp_only_layers", only);
+        });
+        expect_refused(dir, "config.json", "mlp_only_layers must be empty");
+        dir = copy_fixture("qwen2moe", "hfmoestep");
+        edit_config(dir, [](cJSON *c) {
+            cJSON_ReplaceItemInObject(c, "decoder_sparse_step", cJSON_CreateNumber(2));
+        });
+        expect_refused(dir, "config.json", "decoder_sparse_step must be 1");
+        dir = copy_fixture("mixtral", "hfmoewindow");
+        edit_config(dir, [](cJSON *c) {
+            cJSON_ReplaceItemInObject(c, "sliding_window", cJSON_CreateNumber(16));
+        });
+        expect_refused(dir, "config.json", "sliding-window attention");
+        dir = copy_fixture("mixtral", "hfmoek");
+        edit_config(dir, [](cJSON *c) {
+            cJSON_ReplaceItemInObject(c, "num_experts_per_tok", cJSON_CreateNumber(5));
+        });
+        expect_refused(dir, "config.json", "no more than them per token");
     }
     {
         // a shard that the index names but that is not there
