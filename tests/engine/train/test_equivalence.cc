@@ -257,6 +257,25 @@ int check_layout(const Result &ref, const Layout &L) {
     return 1;
 }
 
+// Runs layout L with fault planted (TRIPOD_TEST_FAULT) and expects the run to leave the
+// reference: its worst relative loss or parameter error above 1e-3. Collective.
+void expect_fault_caught(const Result &ref, const char *fault, const Layout &L) {
+    setenv("TRIPOD_TEST_FAULT", fault, 1);
+    Result r = run(L);
+    unsetenv("TRIPOD_TEST_FAULT");
+    if (tpd_comm_rank(g_world) != 0) return;
+    SCOPED_TRACE(fault);
+    ASSERT_EQ(r.loss.size(), ref.loss.size());
+    double worst = 0;
+    for (size_t i = 0; i < r.loss.size(); i++)
+        worst = std::max(worst, std::fabs(r.loss[i] - ref.loss[i]) / ref.loss[i]);
+    for (int p = 0; p < TPD_P_COUNT; p++)
+        worst = std::max(worst, tpd_verify_rel_diff(r.params[p].data(), ref.params[p].data(),
+                                                    ref.params[p].size()));
+    EXPECT_GT(worst, 1e-3) << "the fault went unnoticed";
+    printf("fault %s: worst relative error %.2e\n", fault, worst);
+}
+
 TEST(Equivalence, EveryLayoutMatchesSingleRank) {
     if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
     Result ref = run({1, 1, 1, 0});
@@ -459,22 +478,8 @@ TEST(Equivalence, ContextParallelFaultsAreCaught) {
     if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
     if (tpd_comm_size(g_world) < 4) GTEST_SKIP() << "needs 4 ranks";
     Result ref = run({1, 1, 1, 0});
-    for (const char *fault : {"cp-skip-ring-step:1", "cp-lse-wrong-max"}) {
-        setenv("TRIPOD_TEST_FAULT", fault, 1);
-        Result r = run(cpar({1, 1, 1, 0}, 4, false));
-        unsetenv("TRIPOD_TEST_FAULT");
-        if (tpd_comm_rank(g_world) != 0) continue;
-        SCOPED_TRACE(fault);
-        ASSERT_EQ(r.loss.size(), ref.loss.size());
-        double worst = 0;
-        for (size_t i = 0; i < r.loss.size(); i++)
-            worst = std::max(worst, std::fabs(r.loss[i] - ref.loss[i]) / ref.loss[i]);
-        for (int p = 0; p < TPD_P_COUNT; p++)
-            worst = std::max(worst, tpd_verify_rel_diff(r.params[p].data(), ref.params[p].data(),
-                                                        ref.params[p].size()));
-        EXPECT_GT(worst, 1e-3) << "the fault went unnoticed";
-        printf("fault %s: worst relative error %.2e\n", fault, worst);
-    }
+    for (const char *fault : {"cp-skip-ring-step:1", "cp-lse-wrong-max"})
+        expect_fault_caught(ref, fault, cpar({1, 1, 1, 0}, 4, false));
 }
 
 // Overlapping the DP communication with the pipeline changes when the buckets are
@@ -633,21 +638,8 @@ TEST(Equivalence, ShardedFaultsAreCaught) {
         {"skip-dp-bucket:2", TPD_DP_SHARDING_OPTIM_GRADS},            // layer 1's reduction
         {"stale-param-gather:0", TPD_DP_SHARDING_OPTIM_GRADS_PARAMS}, // layer 0 kept stale
     };
-    for (const auto &c : cases) {
-        setenv("TRIPOD_TEST_FAULT", c.fault, 1);
-        Result r = run(sharded({1, 1, 2, 1}, c.strategy, kSteps));
-        unsetenv("TRIPOD_TEST_FAULT");
-        if (tpd_comm_rank(g_world) != 0) continue;
-        SCOPED_TRACE(c.fault);
-        ASSERT_EQ(r.loss.size(), ref.loss.size());
-        double worst = 0;
-        for (size_t i = 0; i < r.loss.size(); i++)
-            worst = std::max(worst, std::fabs(r.loss[i] - ref.loss[i]) / ref.loss[i]);
-        for (int p = 0; p < TPD_P_COUNT; p++)
-            worst = std::max(worst, tpd_verify_rel_diff(r.params[p].data(), ref.params[p].data(),
-                                                        ref.params[p].size()));
-        EXPECT_GT(worst, 1e-3) << "the fault went unnoticed";
-    }
+    for (const auto &c : cases)
+        expect_fault_caught(ref, c.fault, sharded({1, 1, 2, 1}, c.strategy, kSteps));
 }
 
 // TP=2, PP=2, DP=2 on the GPU (1F1B, with SP, interleaved, ZB-H1, the sharded strategies
