@@ -84,6 +84,14 @@ expect_pass "Llama demo DP 8 optim_grads_params" 8 demo-llama.yaml \
 
 # DiLoCo (2 replicas): the train checks against the one-rank DiLoCo reference, the same-layout
 # resume bit-exact; another replica count is another algorithm, so those resumes are not run
+# context parallelism: the same split of a shrunken sequence, the ring and the all-to-all
+expect_pass "Llama demo CP 2 ring, TP 2, SP" 4 demo-llama.yaml parallel.context_parallel_size=2 \
+  parallel.tensor_model_parallel_size=2 parallel.sequence_parallel=true
+expect_pass "demo CP 4 a2a, DP 2, ZeRO-1" 8 demo.yaml parallel.context_parallel_size=4 \
+  parallel.cp_comm_type=a2a parallel.use_distributed_optimizer=true
+# the mixture of experts: the experts and their routing kept, their widths shrunk
+expect_pass "MoE demo TP 2 PP 2" 4 demo-moe.yaml "${tp2pp2[@]}"
+
 expect_diloco() { # what, what the train checks say, then verify's arguments
   local what=$1 train=$2
   shift 2
