@@ -1,11 +1,12 @@
-/* `tripod data ...`: prepare a byte-level data set from text files, and describe a data
- * set on disk. argv[0] is "data". */
+/* `tripod data ...`: prepare a byte-level data set from text files, describe a data set
+ * on disk, and write one of random tokens (benchmarks). argv[0] is "data". */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base/rng.h"
 #include "engine/cli/args.h"
 #include "engine/cli/cli.h"
 #include "engine/cli/tokenizer_opts.h"
@@ -17,6 +18,7 @@ static void usage_data(FILE *f) {
           "commands:\n"
           "  prepare   tokenize text files into a Megatron indexed data set\n"
           "  info      print the format, dtype, token and document counts of a data set\n"
+          "  random    write a data set of uniformly random tokens over a vocabulary\n"
           "\n"
           "Run 'tripod data <command> --help' for the options of a command.\n",
           f);
@@ -24,12 +26,12 @@ static void usage_data(FILE *f) {
 
 /* A data set (either file of the pair) at the output prefix: prepare writes over one only
  * when told (--force); it may be another run's data, or this run's own input. */
-static int output_exists(const char *prefix) {
+static int output_exists(const char *cmd, const char *prefix) {
     for (int k = 0; k < 2; k++) {
         char path[PATH_MAX];
         snprintf(path, sizeof path, "%s.%s", prefix, k ? "bin" : "idx");
         if (access(path, F_OK) == 0) {
-            tpd_log_error("data prepare: %s exists; --force replaces the data set", path);
+            tpd_log_error("%s: %s exists; --force replaces the data set", cmd, path);
             return 1;
         }
     }
@@ -178,7 +180,7 @@ static int cli_prepare(int argc, char **argv) {
                       cmd, tok.model);
         goto free_inputs;
     }
-    if (!force && output_exists(output)) goto free_inputs;
+    if (!force && output_exists(cmd, output)) goto free_inputs;
     uint64_t docs = 0, tokens = 0;
     tpd_prepare_opts po = TPD_PREPARE_OPTS_INIT;
     po.records = records;
@@ -256,6 +258,92 @@ free_args:
     return rc;
 }
 
+static const tpd_cli_opt k_random_opts[] = {
+    {"--output", 1}, {"--vocab-size", 1}, {"--tokens", 1}, {"--doc-length", 1},
+    {"--seed", 1},   {"--force", 0},      {NULL, 0}};
+
+static void usage_random(FILE *f) {
+    fputs("usage: tripod data random --output PREFIX --vocab-size V --tokens N\n"
+          "                          [--doc-length L] [--seed S] [--force]\n"
+          "  Writes PREFIX.idx + PREFIX.bin: N tokens drawn uniformly from [0, V) by the\n"
+          "  counter-based generator (the same bytes for the same seed), in documents of L\n"
+          "  tokens (default 1024; the last one shorter). For benchmarks whose work depends\n"
+          "  on the tokens (the embedding backward sums each distinct token's rows): real\n"
+          "  text at a byte-level vocabulary has about 100 distinct tokens.\n",
+          f);
+}
+
+/* argv[0] is "random". */
+static int cli_random(int argc, char **argv) {
+    const char *cmd = "data random";
+    tpd_cli_args a;
+    if (tpd_cli_args_parse_path(cmd, argc - 1, argv + 1, k_random_opts, &a) != TPD_OK) {
+        usage_random(stderr);
+        return TPD_EXIT_CONFIG;
+    }
+    int rc = TPD_EXIT_CONFIG, vocab = 0, doc = 1024, force = 0;
+    uint64_t tokens = 0, seed = 1234;
+    const char *output = NULL;
+    if (a.help) {
+        usage_random(stdout);
+        rc = TPD_EXIT_OK;
+        goto out;
+    }
+    if (a.config) {
+        tpd_log_error("%s: unknown argument '%s'", cmd, a.config);
+        goto usage;
+    }
+    for (int i = 0; i < a.n_opts; i++) {
+        const char *n = a.opt_name[i], *v = a.opt_value[i];
+        tpd_status st = TPD_OK;
+        if (!strcmp(n, "--output"))
+            output = v;
+        else if (!strcmp(n, "--force"))
+            force = 1;
+        else if (!strcmp(n, "--vocab-size"))
+            st = tpd_cli_int(cmd, n, v, 1, 1 << 24, &vocab);
+        else if (!strcmp(n, "--doc-length"))
+            st = tpd_cli_int(cmd, n, v, 1, 1 << 24, &doc);
+        else if (!strcmp(n, "--tokens"))
+            st = tpd_cli_u64(cmd, n, v, &tokens);
+        else if (!strcmp(n, "--seed"))
+            st = tpd_cli_u64(cmd, n, v, &seed);
+        if (st != TPD_OK) goto usage;
+    }
+    if (!output || vocab < 1 || tokens < 1) {
+        tpd_log_error("%s: --output, --vocab-size and --tokens (at least 1) are required", cmd);
+        goto usage;
+    }
+    if (!force && output_exists(cmd, output)) goto out;
+    tpd_indexed_builder *b = NULL;
+    int32_t *buf = malloc((size_t)doc * sizeof *buf);
+    tpd_status st = buf ? tpd_indexed_builder_create(output, vocab, &b)
+                        : tpd_fail_nomem("a document", (size_t)doc * sizeof *buf);
+    for (uint64_t t = 0; st == TPD_OK && t < tokens; t += (uint64_t)doc) {
+        uint64_t n = tokens - t < (uint64_t)doc ? tokens - t : (uint64_t)doc;
+        for (uint64_t i = 0; i < n; i++)
+            buf[i] = (int32_t)tpd_rng_below(seed, 77, t + i, (uint64_t)vocab);
+        st = tpd_indexed_builder_add(b, buf, n);
+    }
+    if (st == TPD_OK) st = tpd_indexed_builder_finish(b);
+    tpd_indexed_builder_destroy(b);
+    free(buf);
+    if (st != TPD_OK) {
+        rc = TPD_EXIT_FAILURE;
+        goto out;
+    }
+    printf("wrote %s.idx + %s.bin: %llu uniformly random tokens over [0, %d) in documents of "
+           "%d (seed %llu)\n",
+           output, output, (unsigned long long)tokens, vocab, doc, (unsigned long long)seed);
+    rc = TPD_EXIT_OK;
+    goto out;
+usage:
+    usage_random(stderr);
+out:
+    tpd_cli_args_free(&a);
+    return rc;
+}
+
 int tpd_cli_data(int argc, char **argv) {
     if (argc < 2) {
         usage_data(stderr);
@@ -268,7 +356,8 @@ int tpd_cli_data(int argc, char **argv) {
     }
     if (!strcmp(cmd, "prepare")) return cli_prepare(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
-    tpd_log_error("data: unknown command '%s' (expected prepare or info)", cmd);
+    if (!strcmp(cmd, "random")) return cli_random(argc - 1, argv + 1);
+    tpd_log_error("data: unknown command '%s' (expected prepare, info or random)", cmd);
     usage_data(stderr);
     return TPD_EXIT_CONFIG;
 }

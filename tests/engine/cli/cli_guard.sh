@@ -109,6 +109,23 @@ refused "huge.yaml: is $(stat -c %s huge.yaml) bytes, more than the 1048576" "$b
 printf '\x04' | dd of=d16.idx bs=1 seek=17 conv=notrunc 2>/dev/null
 refused "d16.idx: the dtype code at byte offset 17 says int32 (code 4, 4 bytes a token), but the sequence pointers are those of 2-byte tokens" \
   "$bin" data info d16
+# data random: N uniform tokens over the vocabulary, the same bytes for the same seed,
+# other bytes for another, never over a data set without --force
+"$bin" data random --output r1 --vocab-size 50257 --tokens 20000 --doc-length 1000 >/dev/null ||
+  bad "data random failed"
+"$bin" data random --output r2 --vocab-size 50257 --tokens 20000 --doc-length 1000 >/dev/null
+"$bin" data random --output r3 --vocab-size 50257 --tokens 20000 --doc-length 1000 --seed 9 >/dev/null
+info=$("$bin" data info r1 --vocab-size 50257)
+echo "$info" | grep -q "tokens: *20000$" || bad "data random: token count: $info"
+echo "$info" | grep -q "documents: *20$" || bad "data random: documents: $info"
+max=$(echo "$info" | sed -n 's/^max token: *//p')
+[ "${max:-0}" -gt 50000 ] || bad "data random: max token $max, not spread over the vocabulary"
+cmp -s r1.bin r2.bin || bad "data random: the same seed wrote other tokens"
+cmp -s r1.bin r3.bin && bad "data random: another seed wrote the same tokens"
+refused "data random: r1.idx exists; --force replaces the data set" \
+  "$bin" data random --output r1 --vocab-size 50257 --tokens 10
+refused "--vocab-size '0' must be an integer from 1 to" \
+  "$bin" data random --output r4 --vocab-size 0 --tokens 10
 for cmd in train bench eval; do
   "$bin" $cmd --help 2>&1 | grep -q "usage: .*tripod $cmd" || bad "$cmd --help does not print its own usage"
 done
