@@ -168,6 +168,10 @@ size_t tpd_kern_bias_grad_scratch(int N, int OC);
  * and values, 2 arrays; look-back tiles, at most one array; histograms, under 64 KiB). */
 size_t tpd_kern_embed_sort_array(int N);
 size_t tpd_kern_embed_sort_temp_bound(int N);
+/* the cuda embedding backward: sorted positions per chunk of its first pass, and the bytes
+ * of its fp32 partial sums */
+#define TPD_KERN_EMBED_SEG 32
+size_t tpd_kern_embed_partials_bytes(int N, int C);
 /* Unfused attention: P(B,NH,T,T) in elements of es bytes; the backward's work beside P (dS
  * of P's size, and with grouped-query heads (G = NH/NKV > 1) full(B,T,2,NH,HS)). */
 size_t tpd_kern_attention_probs_bytes(int B, int T, int NH, size_t es);

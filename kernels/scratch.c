@@ -47,6 +47,12 @@ size_t tpd_kern_embed_sort_temp_bound(int N) {
     return 3 * tpd_kern_embed_sort_array(N) + ((size_t)64 << 10);
 }
 
+/* the embedding backward's partial sums: one fp32 row per sorted position (only the runs'
+ * first positions in each chunk of TPD_KERN_EMBED_SEG are written) */
+size_t tpd_kern_embed_partials_bytes(int N, int C) {
+    return tpd_align_up((size_t)N * (size_t)C * sizeof(float));
+}
+
 size_t tpd_kern_attention_probs_bytes(int B, int T, int NH, size_t es) {
     return tpd_align_up((size_t)B * (size_t)NH * (size_t)T * (size_t)T * es);
 }
@@ -99,8 +105,10 @@ static void cuda_plan(const tpd_kern_shapes *s, tpd_kern_scratch *o) {
     o->norm_bwd = s->rmsnorm ? tpd_kern_rmsnorm_bwd_scratch(s->Nl, s->C)
                              : tpd_kern_layernorm_bwd_scratch(s->Nl, s->C);
     o->bias_grad = s->bias_oc > 0 ? tpd_kern_bias_grad_scratch(N, s->bias_oc) : 0;
-    o->embed_bwd =
-        s->Vl > 0 ? 4 * tpd_kern_embed_sort_array(N) + tpd_kern_embed_sort_temp_bound(N) : 0;
+    o->embed_bwd = s->Vl > 0
+                       ? 4 * tpd_kern_embed_sort_array(N) + tpd_kern_embed_sort_temp_bound(N) +
+                             tpd_kern_embed_partials_bytes(N, s->C)
+                       : 0;
     if (s->NH <= 0 || s->B <= 0) return;
     size_t probs = tpd_kern_attention_probs_bytes(s->B, s->T, s->NH, es);
     size_t work = tpd_kern_attention_bwd_work_bytes(s->B, s->T, s->NH, s->NKV, s->HS, es);

@@ -49,9 +49,14 @@ extern "C" tpd_status tpd_kern_cuda_embed_fwd(tpd_kern_ctx *ctx, void *out, cons
 /* Backward of out[n] = wte[tok[n] - v0]: dwte[row] += sum of dout[n] over tok[n] - v0 == row.
  *
  * Deterministic without atomics: the (row, n) pairs are radix-sorted by row (a stable
- * sort, so each row's n stay in increasing order), then one warp per distinct row sums its
- * dout rows in that order and adds the total to dwte once. Out-of-range tokens get the key
- * Vl and are skipped. */
+ * sort, so each row's n stay in increasing order). Then two passes, so that a token that
+ * fills much of the batch (a space in byte-level text) is summed by many warps, not one:
+ *  1. one warp per chunk of TPD_KERN_EMBED_SEG sorted positions sums each run of one row
+ *     inside its chunk, in order, into partials at the run's first position in the chunk;
+ *  2. one warp per distinct row adds its partials in position order (its first position,
+ *     then every chunk start inside its run) and adds the total to dwte once.
+ * The order of every sum is fixed by the sort. Out-of-range tokens get the key Vl and are
+ * skipped. */
 __global__ void embed_keys_kernel(int32_t *keys, int32_t *vals, const int32_t *tokens, int N,
                                   int v0, int Vl) {
     int n = blockIdx.x * blockDim.x + threadIdx.x;
@@ -61,10 +66,33 @@ __global__ void embed_keys_kernel(int32_t *keys, int32_t *vals, const int32_t *t
     vals[n] = n;
 }
 
+template <typename T>
+__global__ void embed_bwd_partial_kernel(float *partials, const T *dout, const int32_t *keys,
+                                         const int32_t *vals, int N, int C, int Vl) {
+    int warps_per_block = blockDim.x / 32;
+    int w = blockIdx.x * warps_per_block + threadIdx.x / 32, lane = threadIdx.x & 31;
+    int p0 = w * TPD_KERN_EMBED_SEG;
+    if (p0 >= N) return;
+    int p1 = p0 + TPD_KERN_EMBED_SEG < N ? p0 + TPD_KERN_EMBED_SEG : N;
+    for (int i = p0; i < p1;) {
+        int row = keys[i], j = i + 1;
+        while (j < p1 && keys[j] == row)
+            j++;
+        if (row < Vl)
+            for (int c = lane; c < C; c += 32) {
+                float acc = 0.0f;
+                for (int q = i; q < j; q++)
+                    acc += tpd_to_f(dout[(size_t)vals[q] * C + c]);
+                partials[(size_t)i * C + c] = acc;
+            }
+        i = j;
+    }
+}
+
 /* G: the gradient element (float under fp32 main gradients) */
-template <typename T, typename G>
-__global__ void embed_bwd_kernel(G *dwte, const T *dout, const int32_t *keys, const int32_t *vals,
-                                 int N, int C, int Vl) {
+template <typename G>
+__global__ void embed_bwd_final_kernel(G *dwte, const float *partials, const int32_t *keys, int N,
+                                       int C, int Vl) {
     int warps_per_block = blockDim.x / 32;
     int i = blockIdx.x * warps_per_block + threadIdx.x / 32; /* sorted position */
     int lane = threadIdx.x & 31;
@@ -72,14 +100,21 @@ __global__ void embed_bwd_kernel(G *dwte, const T *dout, const int32_t *keys, co
     int row = keys[i];
     if (row >= Vl) return;                   /* not this rank's token */
     if (i > 0 && keys[i - 1] == row) return; /* not the first of its run */
-    int end = i + 1;
-    while (end < N && keys[end] == row)
-        end++;
+    int lo = i + 1, hi = N;                  /* the run's end: the first key above row */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (keys[mid] == row)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    int end = lo;
     G *dw = dwte + (size_t)row * C;
     for (int c = lane; c < C; c += 32) {
-        float acc = 0.0f;
-        for (int j = i; j < end; j++)
-            acc += tpd_to_f(dout[(size_t)vals[j] * C + c]);
+        float acc = partials[(size_t)i * C + c];
+        for (int q = (i / TPD_KERN_EMBED_SEG + 1) * TPD_KERN_EMBED_SEG; q < end;
+             q += TPD_KERN_EMBED_SEG)
+            acc += partials[(size_t)q * C + c];
         dw[c] = tpd_from_f<G>(tpd_to_f(dw[c]) + acc);
     }
 }
@@ -105,14 +140,16 @@ extern "C" tpd_status tpd_kern_cuda_embed_bwd(tpd_kern_ctx *ctx, void *dwte, con
                      N, temp_bytes, temp_bound);
         temp_bound = temp_bytes;
     }
+    size_t part = tpd_kern_embed_partials_bytes(N, C);
     void *scratch = NULL;
-    TPD_CHECK(tpd_cuda_scratch(ctx, 4 * arr + temp_bound, &scratch));
+    TPD_CHECK(tpd_cuda_scratch(ctx, 4 * arr + temp_bound + part, &scratch));
     char *base = (char *)scratch;
     int32_t *keys_in = (int32_t *)base;
     int32_t *vals_in = (int32_t *)(base + arr);
     int32_t *keys_out = (int32_t *)(base + 2 * arr);
     int32_t *vals_out = (int32_t *)(base + 3 * arr);
-    void *temp = base + 4 * arr;
+    float *partials = (float *)(base + 4 * arr);
+    void *temp = base + 4 * arr + part;
 
     embed_keys_kernel<<<(N + 255) / 256, 256, 0, ctx->stream>>>(keys_in, vals_in, tokens, N, v0,
                                                                 Vl);
@@ -120,9 +157,12 @@ extern "C" tpd_status tpd_kern_cuda_embed_bwd(tpd_kern_ctx *ctx, void *dwte, con
     TPD_CHECK(TPD_CUDA(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in,
                                                        vals_out, N, 0, end_bit, ctx->stream)));
     const int block = 256, wpb = block / 32;
+    int chunks = (N + TPD_KERN_EMBED_SEG - 1) / TPD_KERN_EMBED_SEG;
     TPD_CUDA_DISPATCH_GRAD(ctx, T, G, {
-        embed_bwd_kernel<T, G><<<(N + wpb - 1) / wpb, block, 0, ctx->stream>>>(
-            (G *)dwte, (const T *)dout, keys_out, vals_out, N, C, Vl);
+        embed_bwd_partial_kernel<T><<<(chunks + wpb - 1) / wpb, block, 0, ctx->stream>>>(
+            partials, (const T *)dout, keys_out, vals_out, N, C, Vl);
+        embed_bwd_final_kernel<G><<<(N + wpb - 1) / wpb, block, 0, ctx->stream>>>(
+            (G *)dwte, partials, keys_out, N, C, Vl);
     });
     return TPD_CUDA_LAUNCHED("embed_bwd");
 }

@@ -41,8 +41,9 @@ TEST(ScratchPlan, EachOpFollowsItsShapes) {
     EXPECT_EQ(p.norm_bwd, (N / 32) * 2 * 768 * 4);
     // bias gradient: one fp32 row of OC per 256 rows
     EXPECT_EQ(p.bias_grad, (N / 256) * 3072 * 4);
-    // embedding: four (N) int32 arrays and the sort's temp bound (three more and 64 KiB)
-    EXPECT_EQ(p.embed_bwd, 7 * tpd_align_up(N * 4) + (64u << 10));
+    // embedding: four (N) int32 arrays, the sort's temp bound (three more and 64 KiB) and
+    // the first pass's fp32 partial sums, an (N, C) block
+    EXPECT_EQ(p.embed_bwd, 7 * tpd_align_up(N * 4) + (64u << 10) + tpd_align_up(N * 768 * 4));
     // unfused attention (bf16, attention: unfused): dS of P's size in the backward; P itself
     // is saved activation state, so the forward takes only one batch index's fp32 scores
     EXPECT_EQ(p.attention_fwd, (size_t)12 * 1024 * 1024 * 4);
