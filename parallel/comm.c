@@ -3,6 +3,7 @@
 #include "parallel/comm.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "parallel/comm_internal.h"
 
@@ -72,6 +73,30 @@ tpd_status tpd_comm_isend(tpd_comm *c, const void *buf, size_t count, tpd_dtype 
 tpd_status tpd_comm_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer, int tag,
                           void *stream, tpd_comm_req **req_p) {
     return c->ops->irecv(c, buf, count, dt, peer, tag, stream, req_p);
+}
+
+tpd_status tpd_comm_alltoallv(tpd_comm *c, const void *send, const size_t *sendcounts,
+                              const size_t *sdispls, void *recv, const size_t *recvcounts,
+                              const size_t *rdispls, tpd_dtype dt, int tag, void *stream) {
+    const int n = c->size;
+    const size_t es = tpd_dtype_size(dt);
+    tpd_comm_req **req = calloc(2 * (size_t)n, sizeof *req);
+    if (!req) return tpd_fail_nomem("an all-to-all's requests", 2 * (size_t)n * sizeof *req);
+    int nreq = 0;
+    tpd_status st = tpd_comm_group_start(c);
+    for (int p = 0; p < n && st == TPD_OK; p++) {
+        if (recvcounts[p])
+            st = tpd_comm_irecv(c, (char *)recv + rdispls[p] * es, recvcounts[p], dt, p, tag,
+                                stream, &req[nreq++]);
+        if (st == TPD_OK && sendcounts[p])
+            st = tpd_comm_isend(c, (const char *)send + sdispls[p] * es, sendcounts[p], dt, p, tag,
+                                stream, &req[nreq++]);
+    }
+    TPD_CHECK_KEEP(tpd_comm_group_end(c), st);
+    for (int i = 0; i < nreq; i++)
+        if (req[i]) TPD_CHECK_KEEP(tpd_comm_wait(c, req[i]), st);
+    free(req);
+    return st;
 }
 
 tpd_status tpd_comm_iallreduce(tpd_comm *c, const void *send, void *recv, size_t count,

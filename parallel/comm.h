@@ -82,6 +82,15 @@ tpd_status tpd_comm_isend(tpd_comm *c, const void *buf, size_t count, tpd_dtype 
                           int tag, void *stream, tpd_comm_req **req_p);
 tpd_status tpd_comm_irecv(tpd_comm *c, void *buf, size_t count, tpd_dtype dt, int peer, int tag,
                           void *stream, tpd_comm_req **req_p);
+/* All-to-all with per-peer counts, from isend/irecv (so every backend with p2p has it):
+ * sendcounts[p] elements at send + sdispls[p] go to rank p, and rank p's block for this
+ * rank lands at recv + rdispls[p] (recvcounts[p] elements); displacements in elements. The
+ * own block travels too (to self). Blocks of 0 elements are not posted. Returns when every
+ * transfer has completed (on NCCL, enqueued on `stream`); send and recv must not overlap.
+ * `tag` keeps concurrent exchanges on one communicator apart. */
+tpd_status tpd_comm_alltoallv(tpd_comm *c, const void *send, const size_t *sendcounts,
+                              const size_t *sdispls, void *recv, const size_t *recvcounts,
+                              const size_t *rdispls, tpd_dtype dt, int tag, void *stream);
 /* Non-blocking forms of allreduce, reduce_scatter and allgather: same arguments and
  * in-place rules as the blocking calls, plus a request (possibly NULL: already complete)
  * for tpd_comm_wait. */

@@ -19,12 +19,14 @@ tpd_status tpd_mesh_init(int world_size, int rank, int tp, int pp, int dp, tpd_m
                   .dp_inner_size = dp,
                   .shard_size = dp,
                   .cp_size = 1,
-                  .data_dp_size = dp};
+                  .data_dp_size = dp,
+                  .ep_size = 1};
     tpd_mesh_coords_of(&m, rank, &m.tp, &m.dp, &m.pp);
     m.replica = 0;
     m.dp_inner = m.dp;
     m.dp_shard = m.dp;
     m.data_dp = m.dp;
+    m.edp = m.dp;
     *mesh_p = m;
     return TPD_OK;
 }
@@ -85,9 +87,22 @@ tpd_status tpd_mesh_set_shard_size(tpd_mesh *m, int shard_size) {
     return TPD_OK;
 }
 
+tpd_status tpd_mesh_set_ep(tpd_mesh *m, int ep) {
+    if (ep < 1 || m->dp_size % ep != 0 || (ep > 1 && (m->cp_size > 1 || m->replicas > 1))) {
+        tpd_log_error("mesh: expert_model_parallel_size %d must divide DP %d (and is built "
+                      "without CP and DiLoCo replicas)",
+                      ep, m->dp_size);
+        return TPD_ERR_INVALID;
+    }
+    m->ep_size = ep;
+    m->ep = m->dp % ep;
+    m->edp = m->dp / ep;
+    return TPD_OK;
+}
+
 const char *tpd_mesh_group_name(tpd_mesh_group g) {
-    static const char *names[] = {"tp",       "dp",       "pp",           "emb", "mp",
-                                  "dp_outer", "dp_shard", "dp_replicate", "cp"};
+    static const char *names[] = {"tp",       "dp",           "pp", "emb", "mp", "dp_outer",
+                                  "dp_shard", "dp_replicate", "cp", "ep",  "edp"};
     return (g >= 0 && g < TPD_MESH_GROUP_COUNT) ? names[g] : "?";
 }
 
@@ -126,6 +141,16 @@ int tpd_mesh_group_members(const tpd_mesh *m, tpd_mesh_group g, int rank, int *o
             PUSH(tpd_mesh_rank_of(m, tp, base + i, pp));
         break;
     }
+    case TPD_MESH_GROUP_EP: {
+        int base = dp - dp % m->ep_size;
+        for (int i = 0; i < m->ep_size; i++)
+            PUSH(tpd_mesh_rank_of(m, tp, base + i, pp));
+        break;
+    }
+    case TPD_MESH_GROUP_EDP:
+        for (int i = dp % m->ep_size; i < m->dp_size; i += m->ep_size)
+            PUSH(tpd_mesh_rank_of(m, tp, i, pp));
+        break;
     case TPD_MESH_GROUP_DP_REPLICATE: {
         int base = dp - dp % m->dp_inner_size, idx = (dp % m->dp_inner_size) % m->shard_size;
         for (int g = 0; g < m->dp_inner_size / m->shard_size; g++)
@@ -176,6 +201,14 @@ void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *co
         color = tp + m->tp_size * (pp + m->pp_size * (dp / m->cp_size));
         key = dp % m->cp_size;
         break;
+    case TPD_MESH_GROUP_EP: /* the runs of EP dp indices */
+        color = tp + m->tp_size * (pp + m->pp_size * (dp / m->ep_size));
+        key = dp % m->ep_size;
+        break;
+    case TPD_MESH_GROUP_EDP:
+        color = tp + m->tp_size * (pp + m->pp_size * (dp % m->ep_size));
+        key = dp / m->ep_size;
+        break;
     case TPD_MESH_GROUP_DP_SHARD: /* within a DP group: the runs of H dp indices */
         color = tp + m->tp_size * (pp + m->pp_size * (dp / m->shard_size));
         key = dp % m->shard_size;
@@ -208,8 +241,9 @@ void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *co
 tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_comms *comms_p) {
     tpd_status st = TPD_OK;
     tpd_mesh_comms c = {.world = world};
-    tpd_comm **slots[TPD_MESH_GROUP_COUNT] = {&c.tp,       &c.dp,       &c.pp,     &c.emb, &c.mp,
-                                              &c.dp_outer, &c.dp_shard, &c.dp_rep, &c.cp};
+    tpd_comm **slots[TPD_MESH_GROUP_COUNT] = {&c.tp, &c.dp,       &c.pp,       &c.emb,
+                                              &c.mp, &c.dp_outer, &c.dp_shard, &c.dp_rep,
+                                              &c.cp, &c.ep,       &c.edp};
     for (int g = 0; g < TPD_MESH_GROUP_COUNT; g++) {
         int color, key;
         if (g == TPD_MESH_GROUP_DP_OUTER && m->replicas == 1) continue; /* same on all ranks */
@@ -217,6 +251,7 @@ tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_co
             m->shard_size == m->dp_inner_size)
             continue; /* no HSDP: the DP group itself */
         if (g == TPD_MESH_GROUP_CP && m->cp_size == 1) continue;
+        if ((g == TPD_MESH_GROUP_EP || g == TPD_MESH_GROUP_EDP) && m->ep_size == 1) continue;
         tpd_mesh_group_color(m, (tpd_mesh_group)g, m->rank, &color, &key);
         /* every rank takes part in every split (collective), non-members pass color -1 */
         TPD_CHECK_GOTO(
@@ -231,8 +266,8 @@ undo_splits:
 }
 
 void tpd_mesh_comms_destroy(tpd_mesh_comms *c) {
-    tpd_comm **slots[] = {&c->cp,  &c->dp_rep, &c->dp_shard, &c->dp_outer, &c->mp,
-                          &c->emb, &c->pp,     &c->dp,       &c->tp};
+    tpd_comm **slots[] = {&c->edp, &c->ep,  &c->cp, &c->dp_rep, &c->dp_shard, &c->dp_outer,
+                          &c->mp,  &c->emb, &c->pp, &c->dp,     &c->tp};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
         if (*slots[i]) tpd_comm_destroy(*slots[i]);
         *slots[i] = NULL;

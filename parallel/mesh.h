@@ -26,7 +26,15 @@
  * splits into DP / H shard groups of H consecutive dp indices (DP_SHARD: shard = inner / H,
  * so the ranks of one are TP apart, typically one node), replicated across them
  * (DP_REPLICATE: same inner % H). No rank moves. H = the DP group (the default): both
- * groups are NULL in tpd_mesh_comms. */
+ * groups are NULL in tpd_mesh_comms.
+ *
+ * Expert parallelism (EP, a MoE model's parallel.expert_model_parallel_size): the DP group
+ * splits into DP / EP runs of EP consecutive dp indices (group EP: ep = dp % EP, the ranks
+ * that split a layer's experts and exchange tokens with all-to-alls), and the ranks of
+ * equal ep across the runs hold the same experts (group EDP, expert data parallel: edp =
+ * dp / EP; the experts' gradients are summed over it, the dense ones over all of DP), as
+ * Megatron-Core takes EP from DP. No rank moves. EP 1: both groups are NULL in
+ * tpd_mesh_comms. */
 #ifndef TPD_PARALLEL_MESH_H
 #define TPD_PARALLEL_MESH_H
 
@@ -46,6 +54,7 @@ typedef struct tpd_mesh {
     int data_dp, data_dp_size;   /* dp / CP and dp_size / CP: the batch's split */
     int shard_size;              /* HSDP's H (dp_inner_size by default) */
     int dp_shard, dp_rep;        /* dp_inner % H (index in the shard group), dp_inner / H */
+    int ep_size, ep, edp;        /* EP, dp % EP, dp / EP (1, 0, dp without experts split) */
 } tpd_mesh;
 
 /* Fails (logged, TPD_ERR_INVALID) when world != tp*pp*dp or any size < 1. */
@@ -61,6 +70,10 @@ tpd_status tpd_mesh_set_cp(tpd_mesh *m, int cp);
 /* HSDP: shard groups of `shard_size` consecutive inner dp indices (after set_replicas; 0
  * or the DP group's size: none). Fails (TPD_ERR_INVALID) unless it divides dp_inner_size. */
 tpd_status tpd_mesh_set_shard_size(tpd_mesh *m, int shard_size);
+/* EP: runs of `ep` consecutive dp indices split the experts (after tpd_mesh_init). Fails
+ * (TPD_ERR_INVALID) unless ep >= 1 divides dp_size and the mesh has neither CP nor DiLoCo
+ * replicas. */
+tpd_status tpd_mesh_set_ep(tpd_mesh *m, int ep);
 
 typedef enum tpd_mesh_group {
     TPD_MESH_GROUP_TP = 0,
@@ -72,7 +85,9 @@ typedef enum tpd_mesh_group {
     TPD_MESH_GROUP_DP_SHARD = 6,     /* HSDP: one shard group of the DP group */
     TPD_MESH_GROUP_DP_REPLICATE = 7, /* HSDP: same index in the shard group across groups */
     TPD_MESH_GROUP_CP = 8,           /* the CP ranks of one sequence */
-    TPD_MESH_GROUP_COUNT = 9,
+    TPD_MESH_GROUP_EP = 9,           /* the EP consecutive dp indices that split the experts */
+    TPD_MESH_GROUP_EDP = 10,         /* same ep index across the EP runs: one expert's copies */
+    TPD_MESH_GROUP_COUNT = 11,
 } tpd_mesh_group;
 
 const char *tpd_mesh_group_name(tpd_mesh_group g);
@@ -91,6 +106,7 @@ typedef struct tpd_mesh_comms {
     tpd_comm *dp_outer;                        /* across DiLoCo replicas; NULL when replicas = 1 */
     tpd_comm *dp_shard, *dp_rep; /* HSDP's shard group and its replicas; NULL without HSDP */
     tpd_comm *cp;                /* the CP ring; NULL at CP 1 */
+    tpd_comm *ep, *edp;          /* the expert groups; NULL at EP 1 */
 } tpd_mesh_comms;
 
 tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_comms *comms_p);

@@ -140,6 +140,7 @@ static void print_ranks(FILE *f, const tpd_mesh *mesh0) {
         /* DiLoCo's and HSDP's groups only where they exist */
         if ((g == TPD_MESH_GROUP_DP_OUTER && mesh0->replicas == 1) ||
             (g == TPD_MESH_GROUP_CP && mesh0->cp_size == 1) ||
+            ((g == TPD_MESH_GROUP_EP || g == TPD_MESH_GROUP_EDP) && mesh0->ep_size == 1) ||
             ((g == TPD_MESH_GROUP_DP_SHARD || g == TPD_MESH_GROUP_DP_REPLICATE) &&
              mesh0->shard_size == mesh0->dp_inner_size))
             continue;

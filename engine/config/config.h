@@ -320,6 +320,11 @@ int tpd_config_dp_inner(const tpd_config *cfg, int dp);
  * tpd_config_dp_inner counts them; `dp` everywhere else is the data-parallel size that
  * splits the batch. */
 int tpd_config_cp(const tpd_config *cfg);
+/* parallel.expert_model_parallel_size of a MoE model, at least 1 (1 for a dense model):
+ * the EP consecutive DP ranks that split each layer's E experts, E / EP each; the experts
+ * are replicated over the DP / EP ranks of equal EP index (the expert-data-parallel group).
+ * The one home of the split: mesh, layout, buffer plan, planner read it here. */
+int tpd_config_ep(const tpd_config *cfg);
 /* Hybrid sharding (parallel.data_parallel_shard_size): the ranks a shard is spread over,
  * H consecutive ranks of the DP group when 0 < H < the group and H divides it, else the
  * whole group (tpd_config_dp_inner). The planner models it for every strategy; the

@@ -55,6 +55,14 @@ tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size) {
                               "global batch size (%d) is not divisible by micro batch size "
                               "(%d) times data parallel size (%d)",
                               gbs, mbs, dp);
+    const int ep = tpd_config_ep(cfg);
+    if (dp % ep)
+        return cfg_fail_after(cfg,
+                              "parallel.expert_model_parallel_size (%d) must divide the data "
+                              "parallel size (%d): the EP ranks of a layer's experts are "
+                              "consecutive DP ranks (Megatron's rule), and each expert is "
+                              "replicated over DP / EP of them",
+                              ep, dp);
     if (cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO && cfg->diloco.replicas > 0 &&
         dp % cfg->diloco.replicas)
         return cfg_fail_after(cfg,
@@ -115,13 +123,20 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
                               "block's router and token dispatch run on the cpu backend only; "
                               "`tripod plan` models MoE on GPUs. Train it on the cpu",
                               cfg->model.num_moe_experts);
-    if (tpd_config_moe(cfg) && cfg->parallel.expert_model_parallel_size > 1)
+    const int ep = tpd_config_ep(cfg);
+    if (ep > 1 && cfg->parallel.use_distributed_optimizer)
         return cfg_fail_after(cfg,
-                              "parallel.expert_model_parallel_size %d: `tripod train` does not "
-                              "split experts over ranks yet (every rank holds all %d experts, and "
-                              "the expert-data-parallel reduction and the token all-to-all are "
-                              "not built); `tripod plan` models EP. Set it to 1",
-                              cfg->parallel.expert_model_parallel_size, cfg->model.num_moe_experts);
+                              "parallel.expert_model_parallel_size %d with %s %s: `tripod train` "
+                              "shards no state over the expert-data-parallel groups yet (the "
+                              "experts' ZeRO); `tripod plan` models it. Set the strategy to "
+                              "no_shard (use_distributed_optimizer false) or EP to 1",
+                              ep, shk, tpd_config_choice(shk, sh));
+    if (ep > 1 && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
+        return cfg_fail_after(cfg,
+                              "parallel.expert_model_parallel_size %d with parallel.dp_sync "
+                              "diloco: the EP ranks are DP ranks, which DiLoCo's replicas split; "
+                              "set one of them back",
+                              ep);
     if (tpd_config_moe(cfg) && tpd_config_cp(cfg) > 1)
         return cfg_fail_after(cfg,
                               "model.num_moe_experts with parallel.context_parallel_size %d: the "
@@ -174,6 +189,12 @@ int tpd_config_moe_ffn(const tpd_config *cfg) {
 
 int tpd_config_moe(const tpd_config *cfg) {
     return cfg->model.num_moe_experts > 0;
+}
+
+int tpd_config_ep(const tpd_config *cfg) {
+    return cfg->model.num_moe_experts > 0 && cfg->parallel.expert_model_parallel_size > 1
+               ? cfg->parallel.expert_model_parallel_size
+               : 1;
 }
 
 int tpd_config_cp(const tpd_config *cfg) {

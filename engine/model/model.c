@@ -151,6 +151,7 @@ void tpd_model_destroy(tpd_model *m) {
     }
     if (m->host_tokens) tpd_kern_host_free(m->kb, m->host_tokens);
     free(m->moe_f);
+    free(m->moe_a2a);
     free(m->moe.load);
     free(m->ubase_g);
     free(m->ubase_p);

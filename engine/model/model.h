@@ -49,9 +49,14 @@ typedef struct tpd_act_layer {
      * per expert-order row its token (Nk) int32 and weight (Nk) fp32; the experts' row
      * counts (E) and the kept rows (1) int32; the rows in expert order (Nk,C), the experts'
      * fc output (Nk,FCel) and activation (Nk,Fel), their (partial over TP) output (Nk,C);
-     * the shared experts' output (N,C) and gate (N) fp32. */
+     * the shared experts' output (N,C) and gate (N) fp32.
+     * Under expert parallelism (EP > 1) the experts' side holds the rows it received from
+     * its EP group, at most R = EP N min(k, El) (every token of every EP rank choosing
+     * experts here, dropless): moe_x (R,C), moe_h (R,FCel) and moe_hact (R,Fel); moe_y
+     * stays this rank's assignments' outputs, back from the experts (Nk,C); moe_ecounts
+     * (EP, El) int32: the rows received from each EP rank for each local expert. */
     size_t moe_probs, moe_lse, moe_topi, moe_topw, moe_pos, moe_order, moe_wperm, moe_counts;
-    size_t moe_x, moe_h, moe_hact, moe_y, moe_shout, moe_gate;
+    size_t moe_x, moe_h, moe_hact, moe_y, moe_shout, moe_gate, moe_ecounts;
     size_t bytes; /* block size */
 } tpd_act_layer;
 
@@ -140,8 +145,11 @@ typedef struct tpd_buffer_plan {
      * rows in expert order (Nk,C), the experts' fc and activation gradients (Nk,FCel) and
      * (Nk,Fel), the assignments' weight gradients (Nk) fp32, the router's logit gradients
      * (N,E) fp32, and (N,C) for the router's and gate's input gradients (under SP also the
-     * gathered MLP input) */
+     * gathered MLP input). Under EP the fc and activation gradients are (R,FCel) and
+     * (R,Fel), and the experts' side has two (R,C) blocks: its outputs before they travel
+     * back, and the output and input gradients of the received rows. */
     size_t w_moe_y, w_moe_perm, w_moe_dh, w_moe_dhact, w_moe_dw, w_moe_dlogits, w_moe_dx, w_moe_x;
+    size_t w_moe_ea, w_moe_eb;
     size_t ws_bytes;
     /* the backend's scratch for these shapes (tpd_kern_scratch_plan; 0 on cpu), reserved
      * once at creation, and the host staging of tokens: (2, B*T) int32 per slot */
@@ -236,6 +244,8 @@ typedef struct tpd_model {
     void *hook_user;
     tpd_comm *cp_comm; /* context parallelism: the CP ring (tpd_model_set_cp); NULL at CP 1 */
     int cp_rank;
+    tpd_comm *ep_comm;       /* expert parallelism: the EP group (tpd_model_set_ep); NULL at EP 1 */
+    size_t *moe_a2a;         /* (4, EP): an all-to-all's send counts, displacements, receive ... */
     tpd_model_moe_stats moe; /* mixture of experts: sums since tpd_model_moe_take */
     double *moe_f;           /* (E) one layer's assignments per expert (the aux gradient) */
     int moe_quiet;           /* a recompute: its routing is not counted again */
@@ -250,6 +260,10 @@ void tpd_model_destroy(tpd_model *m);
  * sequences, and this rank's place in it (which chunks it holds). Needed before the first
  * forward; a no-op at CP 1. */
 tpd_status tpd_model_set_cp(tpd_model *m, tpd_comm *cp_comm, int cp_rank);
+/* Expert parallelism (EP > 1): the EP communicator of the ranks that split this rank's
+ * experts and its place in it (which experts it holds: tpd_model_dims e0). Needed before
+ * tpd_model_init_params and the first forward; a no-op at EP 1. */
+tpd_status tpd_model_set_ep(tpd_model *m, tpd_comm *ep_comm, int ep_rank);
 /* The global position of local row t (0 .. T-1) of a sequence on CP rank cp_rank: chunks
  * cp_rank and 2CP-1-cp_rank of T/2 positions each (t itself at CP 1). */
 int tpd_model_cp_pos(const tpd_model_dims *d, int cp_rank, int t);

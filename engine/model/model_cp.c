@@ -221,26 +221,13 @@ static tpd_status ring_bwd(tpd_model *m, void *dqkv, const void *datty, const tp
 /* Runs the all-to-all: block p of `send` (n elements) goes to CP rank p, and rank p's block
  * for this rank lands in block p of `recv`. */
 static tpd_status a2a(tpd_model *m, const char *send, char *recv, size_t n) {
-    void *stream = tpd_kern_stream(m->kb);
-    int CP = m->d.cp_size, me = m->cp_rank;
-    tpd_comm_req *req[2 * TPD_CONFIG_MAX_STAGES];
-    int nreq = 0;
-    TPD_CHECK(tpd_kern_copy(m->kb, recv + (size_t)me * n * 4, send + (size_t)me * n * 4, n * 4));
-    TPD_CHECK(tpd_comm_group_start(m->cp_comm));
-    for (int p = 0; p < CP; p++) {
-        if (p == me) continue;
-        TPD_CHECK(tpd_comm_irecv(m->cp_comm, recv + (size_t)p * n * 4, n, TPD_DTYPE_F32, p, TAG_A2A,
-                                 stream, &req[nreq++]));
-        TPD_CHECK(tpd_comm_isend(m->cp_comm, send + (size_t)p * n * 4, n, TPD_DTYPE_F32, p, TAG_A2A,
-                                 stream, &req[nreq++]));
+    size_t cnt[TPD_CONFIG_MAX_STAGES], dsp[TPD_CONFIG_MAX_STAGES];
+    for (int p = 0; p < m->d.cp_size; p++) {
+        cnt[p] = n;
+        dsp[p] = (size_t)p * n;
     }
-    TPD_CHECK(tpd_comm_group_end(m->cp_comm));
-    tpd_status st = TPD_OK;
-    for (int i = 0; i < nreq; i++) {
-        tpd_status s = tpd_comm_wait(m->cp_comm, req[i]);
-        if (st == TPD_OK) st = s;
-    }
-    return st;
+    return tpd_comm_alltoallv(m->cp_comm, send, cnt, dsp, recv, cnt, dsp, TPD_DTYPE_F32, TAG_A2A,
+                              tpd_kern_stream(m->kb));
 }
 
 /* Rows: the local (B,T,w) tensor `loc` and the whole-sequence (B,Tg,w) tensor `full` of

@@ -69,6 +69,8 @@ tpd_status tpd_model_head_fwd(tpd_model *m, const tpd_model_rows *r, void *lnf, 
  * routing in the layer's block. bwd: from dfull (N,C), the gradient of the MLP output,
  * dpartial (N,C) = this rank's share of the input gradient (summed over TP by the caller);
  * every MoE parameter gradient accumulated (a split backward computes them in B). */
+/* The most EP ranks of one group (parallel.expert_model_parallel_size's bound). */
+#define TPD_MOE_MAX_EP 4096
 tpd_status tpd_model_moe_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_model_views *w,
                              const tpd_model_acts *a, const void *full);
 tpd_status tpd_model_moe_bwd(tpd_model *m, const tpd_model_views *w, const tpd_model_views *g,

@@ -70,6 +70,10 @@ int tpd_model_has_param(const tpd_config *cfg, tpd_param p) {
     }
 }
 
+int tpd_param_is_expert(tpd_param p) {
+    return p == TPD_P_EXPFCW || p == TPD_P_EXPFCB || p == TPD_P_EXPPROJW || p == TPD_P_EXPPROJB;
+}
+
 const tpd_param_info *tpd_param_get_info(tpd_param p) {
     return (p >= 0 && p < TPD_P_COUNT) ? &g_info[p] : NULL;
 }
@@ -90,6 +94,8 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
         d.F = m->moe_shared_expert_intermediate_size;
         d.shgate = m->moe_shared_expert_gate;
     }
+    d.ep_size = 1;
+    d.El = d.E;
     d.V = m->vocab_size;
     d.maxT = m->max_position_embeddings;
     /* context parallelism: this rank's two chunks of each sequence (2 x CP chunks, rank r
@@ -185,10 +191,27 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
 
 tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,
                                  int stage, tpd_model_layout *lay_p) {
+    return tpd_model_layout_init_ep(cfg, tp_size, tp_rank, pp_size, stage, 1, 0, lay_p);
+}
+
+tpd_status tpd_model_layout_init_ep(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,
+                                    int stage, int ep_size, int ep_rank, tpd_model_layout *lay_p) {
     tpd_model_layout lay;
     memset(&lay, 0, sizeof lay);
     TPD_CHECK(tpd_model_dims_init(cfg, tp_size, tp_rank, pp_size, stage, &lay.d));
+    if (ep_size > 1) {
+        if (!lay.d.E || lay.d.E % ep_size || ep_rank < 0 || ep_rank >= ep_size) {
+            tpd_log_error("model: %d experts do not split over EP %d (rank %d)", lay.d.E, ep_size,
+                          ep_rank);
+            return TPD_ERR_INVALID;
+        }
+        lay.d.ep_size = ep_size;
+        lay.d.ep_rank = ep_rank;
+        lay.d.El = lay.d.E / ep_size;
+        lay.d.e0 = ep_rank * lay.d.El;
+    }
     const tpd_model_dims *d = &lay.d;
+    const int ep = d->ep_size > 1; /* the experts in a region of their own, first */
     /* global rows, cols per layer */
     int qkv = (d->NH + 2 * d->NKV) * d->HS, fc = d->glu ? 2 * d->F : d->F;
     int efc = (d->glu ? 2 : 1) * d->Fe; /* one expert's fc rows */
@@ -262,17 +285,36 @@ tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank
         default:
             break;
         }
+        if (tpd_param_is_expert((tpd_param)p)) s->rows = s->rows / d->E * d->El; /* EP */
         /* Replicated tensors count once over TP; the tied wte counts on the first stage
          * only (the last stage's copy is identical). */
         s->tp_counted = (in->split == TPD_SPLIT_NONE) ? d->tp_rank == 0 : 1;
         if (p == TPD_P_WTE && !d->first) s->tp_counted = 0;
         s->numel = (size_t)s->layers * (size_t)s->rows * (size_t)s->cols;
     }
-    /* wte, wpe; one block per local layer; lnfw, lnfb, lmhead */
-    size_t off = 0, block = 0;
+    /* wte, wpe; one block per local layer; lnfw, lnfb, lmhead. Under EP the experts' tensors
+     * leave the layer blocks for a region before wte, one expert block per local layer: the
+     * region is summed over the expert-DP group, the rest over DP, and it is final (in the
+     * embedding's hook unit) only when the whole backward is. */
+    size_t off = 0, block = 0, eblock = 0;
     for (int p = 0; p < TPD_P_COUNT; p++)
-        if (g_info[p].per_layer && lay.p[p].present)
-            block += (size_t)lay.p[p].rows * (size_t)lay.p[p].cols;
+        if (g_info[p].per_layer && lay.p[p].present) {
+            size_t piece = (size_t)lay.p[p].rows * (size_t)lay.p[p].cols;
+            if (ep && tpd_param_is_expert((tpd_param)p))
+                eblock += piece;
+            else
+                block += piece;
+        }
+    size_t in_eblock = 0;
+    for (int p = 0; p < TPD_P_COUNT && ep; p++) {
+        tpd_param_slice *s = &lay.p[p];
+        if (!s->present || !tpd_param_is_expert((tpd_param)p)) continue;
+        s->offset = in_eblock;
+        s->stride = eblock;
+        in_eblock += (size_t)s->rows * (size_t)s->cols;
+    }
+    off = eblock * (size_t)d->Ls;
+    lay.expert_numel = off;
     for (int p = 0; p < TPD_P_COUNT; p++) {
         tpd_param_slice *s = &lay.p[p];
         if (!s->present || g_info[p].per_layer || p >= TPD_P_LNFW) continue;
@@ -282,7 +324,8 @@ tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank
     size_t in_block = 0;
     for (int p = 0; p < TPD_P_COUNT; p++) {
         tpd_param_slice *s = &lay.p[p];
-        if (!s->present || !g_info[p].per_layer) continue;
+        if (!s->present || !g_info[p].per_layer || (ep && tpd_param_is_expert((tpd_param)p)))
+            continue;
         s->offset = off + in_block;
         s->stride = block;
         in_block += (size_t)s->rows * (size_t)s->cols;
@@ -326,8 +369,10 @@ int64_t tpd_model_layout_row_global(const tpd_model_layout *lay, tpd_param p, in
         break;
     }
     case TPD_SPLIT_EXPERT: {
-        /* expert e's local rows [FCel) of its global [FCe) (each half split under SwiGLU) */
-        int64_t per = s->rows / d->E, e = row / per, r = row % per, gper = s->g_rows / d->E;
+        /* expert e's local rows [FCel) of its global [FCe) (each half split under SwiGLU);
+         * under EP local expert e is global expert e0 + e */
+        int64_t per = s->rows / d->El, e = row / per, r = row % per, gper = s->g_rows / d->E;
+        e += d->e0;
         int64_t half = d->glu ? per / 2 : per;
         grow =
             e * gper + (r / half) * (d->glu ? gper / 2 : 0) + (int64_t)d->tp_rank * half + r % half;
@@ -335,12 +380,14 @@ int64_t tpd_model_layout_row_global(const tpd_model_layout *lay, tpd_param p, in
     }
     case TPD_SPLIT_COLS:
         col0 = (int64_t)d->tp_rank * s->cols;
+        if (p == TPD_P_EXPPROJW) grow += (int64_t)d->e0 * d->C; /* EP: rows of C per expert */
         break;
     case TPD_SPLIT_VOCAB:
         grow = (int64_t)d->v0 + row;
         if (grow >= d->V) return -1;
         break;
     default:
+        if (p == TPD_P_EXPPROJB) grow += (int64_t)d->e0 * d->C;
         break;
     }
     return (gl * s->g_rows + grow) * s->g_cols + col0;

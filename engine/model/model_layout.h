@@ -121,9 +121,11 @@ typedef struct tpd_model_dims {
                            only this TP rank's share of the B*T rows */
     int Nl;             /* rows of those regions: B*T/tp under SP, B*T otherwise */
     /* mixture of experts (E = 0: dense; F is then the shared experts' width, 0 without) */
-    int E, topk;       /* experts per layer, experts per token */
-    int Fe, Fel, FCel; /* an expert's width, its local share, its local fc rows */
-    int shgate;        /* the shared experts' sigmoid gate */
+    int E, topk;          /* experts per layer, experts per token */
+    int Fe, Fel, FCel;    /* an expert's width, its local share, its local fc rows */
+    int shgate;           /* the shared experts' sigmoid gate */
+    int ep_size, ep_rank; /* expert parallelism: this rank holds experts [e0, e0 + El) */
+    int El, e0;           /* E / EP local experts (E at EP 1), the first one */
 } tpd_model_dims;
 
 tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,
@@ -146,11 +148,22 @@ typedef struct tpd_param_slice {
 typedef struct tpd_model_layout {
     tpd_model_dims d;
     tpd_param_slice p[TPD_P_COUNT];
-    size_t numel; /* total local parameter elements */
+    size_t numel;        /* total local parameter elements */
+    size_t expert_numel; /* EP > 1: the experts' region [0, expert_numel); 0 otherwise */
 } tpd_model_layout;
 
+/* The layout at EP 1: every rank holds all E experts (the whole-model view of checkpoints
+ * and interchange, and every layout without expert parallelism). */
 tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,
                                  int stage, tpd_model_layout *lay_p);
+/* EP rank ep_rank of ep_size (1 for none): the experts' tensors hold El = E / EP experts
+ * ([e0, e0 + El) of the global E) and, at EP > 1, sit in a region of their own at the
+ * buffer's start (expert_numel elements): expert blocks per local layer, then the rest as
+ * above. Offsets and sizes do not depend on ep_rank. */
+tpd_status tpd_model_layout_init_ep(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,
+                                    int stage, int ep_size, int ep_rank, tpd_model_layout *lay_p);
+/* 1 for the experts' tensors (expfcw, expfcb, expprojw, expprojb): split over EP. */
+int tpd_param_is_expert(tpd_param p);
 
 /* The hook units' bounds in the flat buffer (engine/model/model.h): bounds[0 .. Ls + 2],
  * the embedding [bounds[0], bounds[1]), local layer l [bounds[l+1], bounds[l+2]), the
@@ -166,6 +179,14 @@ static inline size_t tpd_model_layout_row_local(const tpd_model_layout *lay, tpd
                                                 int64_t r) {
     const tpd_param_slice *s = &lay->p[p];
     return tpd_model_layout_piece(lay, p, (int)(r / s->rows)) + (size_t)(r % s->rows) * s->cols;
+}
+/* Rows the experts of a MoE layer take per micro-batch on this rank: the N k assignments
+ * of its own N = B T tokens at EP 1; under EP the most its EP group can send it, EP N
+ * min(k, El) (every token of every EP rank choosing its experts; dropless). */
+static inline size_t tpd_model_moe_recv_rows(const tpd_model_dims *d) {
+    size_t N = (size_t)d->B * d->T;
+    if (d->ep_size <= 1) return N * (size_t)d->topk;
+    return (size_t)d->ep_size * N * (size_t)(d->topk < d->El ? d->topk : d->El);
 }
 /* The global layer of local layer l. */
 int tpd_model_dims_global_layer(const tpd_model_dims *d, int l);

@@ -68,7 +68,7 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
                                 int stage, tpd_buffer_plan *plan_p) {
     tpd_buffer_plan b;
     memset(&b, 0, sizeof b);
-    TPD_CHECK(tpd_model_layout_init(cfg, tp, tp_rank, pp, stage, &b.lay));
+    TPD_CHECK(tpd_model_layout_init_ep(cfg, tp, tp_rank, pp, stage, tpd_config_ep(cfg), 0, &b.lay));
     const tpd_model_dims *d = &b.lay.d;
     int bf16 = cfg->training.precision == TPD_PRECISION_BF16;
     b.act_size = b.param_size = bf16 ? 2 : 4;
@@ -172,12 +172,14 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
         l->moe_order = take(&lc, nk * 4);
         l->moe_wperm = take(&lc, nk * 4);
         l->moe_counts = take(&lc, (E + 1) * 4);
-        l->moe_x = take(&lc, nk * C * a);
-        l->moe_h = take(&lc, nk * (size_t)d->FCel * a);
-        l->moe_hact = take(&lc, nk * (size_t)d->Fel * a);
+        size_t nr = tpd_model_moe_recv_rows(d);
+        l->moe_x = take(&lc, nr * C * a);
+        l->moe_h = take(&lc, nr * (size_t)d->FCel * a);
+        l->moe_hact = take(&lc, nr * (size_t)d->Fel * a);
         l->moe_y = take(&lc, nk * C * a);
         l->moe_shout = d->F ? take(&lc, N * C * a) : 0;
         l->moe_gate = d->shgate ? take(&lc, N * 4) : 0;
+        l->moe_ecounts = d->ep_size > 1 ? take(&lc, (size_t)d->ep_size * d->El * 4) : 0;
     }
     l->bytes = lc;
     /* full recompute of each chunk's first R layers (all of them unless
@@ -233,12 +235,17 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
         size_t nk = N * (size_t)d->topk;
         b.w_moe_y = take(&w, N * C * a);
         b.w_moe_perm = take(&w, nk * C * a);
-        b.w_moe_dh = take(&w, nk * (size_t)d->FCel * a);
-        b.w_moe_dhact = take(&w, nk * (size_t)d->Fel * a);
+        size_t nr = tpd_model_moe_recv_rows(d);
+        b.w_moe_dh = take(&w, nr * (size_t)d->FCel * a);
+        b.w_moe_dhact = take(&w, nr * (size_t)d->Fel * a);
         b.w_moe_dw = take(&w, nk * 4);
         b.w_moe_dlogits = take(&w, N * (size_t)d->E * 4);
         b.w_moe_dx = take(&w, N * C * a);
         b.w_moe_x = d->sp ? take(&w, N * C * a) : 0;
+        if (d->ep_size > 1) {
+            b.w_moe_ea = take(&w, nr * C * a);
+            b.w_moe_eb = take(&w, nr * C * a);
+        }
     }
     if (d->cp_size > 1 && !d->cp_a2a) {
         size_t kv = N * 2 * (size_t)d->KVl * d->HS, bh = (size_t)d->B * d->NHl * d->T;
@@ -289,9 +296,20 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
 tpd_status tpd_model_dp_plan(const tpd_config *cfg, const tpd_model_layout *lay, int dp_size,
                              int dp_rank, tpd_dp_plan *plan_p) {
     const tpd_config_parallel *p = &cfg->parallel;
-    if (p->data_parallel_sharding_strategy < TPD_DP_SHARDING_OPTIM_GRADS || dp_size < 2)
-        return tpd_dp_plan_init(lay->numel, (size_t)p->ddp_bucket_size, dp_size, dp_rank,
-                                p->use_distributed_optimizer, plan_p);
+    if (p->data_parallel_sharding_strategy < TPD_DP_SHARDING_OPTIM_GRADS || dp_size < 2) {
+        tpd_dp_plan dpp;
+        TPD_CHECK(tpd_dp_plan_init(lay->numel, (size_t)p->ddp_bucket_size, dp_size, dp_rank,
+                                   p->use_distributed_optimizer, &dpp));
+        /* EP: the experts' region is summed over the expert-DP group, DP / EP ranks */
+        tpd_status st = tpd_dp_plan_set_experts(
+            &dpp, lay->expert_numel, dp_size / (lay->d.ep_size > 0 ? lay->d.ep_size : 1));
+        if (st != TPD_OK) {
+            tpd_dp_plan_free(&dpp);
+            return st;
+        }
+        *plan_p = dpp;
+        return TPD_OK;
+    }
     int n = lay->d.Ls + 2;
     size_t *bounds = calloc((size_t)n + 1, sizeof *bounds);
     if (!bounds) return tpd_fail_nomem("the unit bounds", ((size_t)n + 1) * sizeof *bounds);

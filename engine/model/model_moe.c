@@ -23,6 +23,20 @@
  * share of the N k assignments routed to e (before dropping), P_e the mean of p over the
  * tokens; ST-MoE's z-loss coeff mean_t logsumexp(logits_t)^2.
  *
+ * Expert parallelism (EP > 1): the EP ranks of a group (consecutive DP ranks, each with
+ * its own tokens) hold E / EP experts each, [e0, e0 + El). Each routes its own N tokens
+ * over all E experts, and its kept rows, already in expert order, are blocks by the rank
+ * that holds the expert. An all-to-all of the El counts per rank comes first, then the
+ * rows (a variable all-to-all); each rank runs its experts over the rows it received,
+ * source by source (a source's rows are in its expert order: El groups each), and a second
+ * all-to-all sends the outputs back into the sources' expert order, where the weighting
+ * and the scatter to tokens run as at EP 1. The backward sends the outputs' gradients the
+ * same way, and the input gradients of the received rows back. An expert's weight
+ * gradient so sums the rows of the whole EP group; the expert-DP group sums the rest
+ * (engine/optim/grad_sync.c). Routing, and so the losses and what each token computes,
+ * does not depend on EP: only where the rows are computed, and the order in which an
+ * expert's weight gradient adds them, do.
+ *
  * The routing runs on the host in fp32 over the backend's buffers, which are host memory
  * on the cpu backend (the one MoE trains on; tpd_config_check_trainable). */
 #include "engine/model/model_internal.h"
@@ -35,6 +49,7 @@
 typedef struct moe_acts {
     float *probs, *lse, *topw, *wperm, *gate;
     int32_t *topi, *pos, *order, *counts; /* counts[E]: the kept rows */
+    int32_t *ecounts;                     /* EP: (EP, El) rows received per source, expert */
     void *x, *h, *hact, *y, *shout;
 } moe_acts;
 
@@ -50,6 +65,7 @@ static moe_acts moe_view(const tpd_model *m, const tpd_model_acts *a) {
                   (int32_t *)(b + o->moe_pos),
                   (int32_t *)(b + o->moe_order),
                   (int32_t *)(b + o->moe_counts),
+                  m->d.ep_size > 1 ? (int32_t *)(b + o->moe_ecounts) : NULL,
                   b + o->moe_x,
                   b + o->moe_h,
                   b + o->moe_hact,
@@ -158,6 +174,160 @@ static void route(tpd_model *m, const moe_acts *v, int N) {
     free(P);
 }
 
+/* ---- expert parallelism: the token all-to-alls ---- */
+
+enum { TAG_MOE_COUNTS = 0x4d30, TAG_MOE_ROWS = 0x4d31 };
+
+tpd_status tpd_model_set_ep(tpd_model *m, tpd_comm *ep_comm, int ep_rank) {
+    tpd_model_dims *d = &m->d;
+    if (d->ep_size <= 1) return TPD_OK;
+    if (!ep_comm || tpd_comm_size(ep_comm) != d->ep_size || tpd_comm_rank(ep_comm) != ep_rank)
+        return tpd_fail(TPD_ERR_INTERNAL,
+                        "model: the EP communicator (size %d, rank %d) is not the layout's (EP "
+                        "%d, rank %d)",
+                        ep_comm ? tpd_comm_size(ep_comm) : 0, ep_comm ? tpd_comm_rank(ep_comm) : -1,
+                        d->ep_size, ep_rank);
+    size_t *a2a = calloc(4 * (size_t)d->ep_size, sizeof *a2a);
+    if (!a2a) return tpd_fail_nomem("the EP all-to-all counts", 4 * (size_t)d->ep_size * 8);
+    free(m->moe_a2a);
+    m->moe_a2a = a2a;
+    m->ep_comm = ep_comm;
+    /* the experts this rank holds: offsets do not depend on the EP rank, the global rows do */
+    d->ep_rank = ep_rank;
+    d->e0 = ep_rank * d->El;
+    m->plan.lay.d = *d;
+    return TPD_OK;
+}
+
+/* The counts: source s's El counts for this rank's experts land in ecounts[s El ..]. */
+static tpd_status ep_counts(tpd_model *m, const moe_acts *v) {
+    const int EP = m->d.ep_size, El = m->d.El;
+    size_t *c = m->moe_a2a, *dsp = c + EP;
+    for (int p = 0; p < EP; p++) {
+        c[p] = (size_t)El;
+        dsp[p] = (size_t)p * El;
+    }
+    return tpd_comm_alltoallv(m->ep_comm, v->counts, c, dsp, v->ecounts, c, dsp, TPD_DTYPE_I32,
+                              TAG_MOE_COUNTS, tpd_kern_stream(m->kb));
+}
+
+/* The rows' all-to-all plan, `width` elements a row: this rank's rows for rank p (its
+ * experts' kept rows, consecutive in the expert order) and rank p's rows for this one
+ * (source-major, each source's in its expert order). Returns the rows received. */
+static int ep_plan(tpd_model *m, const moe_acts *v, size_t width) {
+    const int EP = m->d.ep_size, El = m->d.El;
+    size_t *sc = m->moe_a2a, *sd = sc + EP, *rc = sd + EP, *rd = rc + EP;
+    size_t s0 = 0, r0 = 0;
+    for (int p = 0; p < EP; p++) {
+        size_t ns = 0, nr = 0;
+        for (int j = 0; j < El; j++) {
+            ns += (size_t)v->counts[p * El + j];
+            nr += (size_t)v->ecounts[p * El + j];
+        }
+        sd[p] = s0 * width;
+        sc[p] = ns * width;
+        rd[p] = r0 * width;
+        rc[p] = nr * width;
+        s0 += ns;
+        r0 += nr;
+    }
+    return (int)r0;
+}
+
+/* Sends rows to the experts (fwd: the sources' blocks to the experts' side) or back. */
+static tpd_status ep_rows(tpd_model *m, const void *send, void *recv, int to_experts) {
+    const int EP = m->d.ep_size;
+    size_t *sc = m->moe_a2a, *sd = sc + EP, *rc = sd + EP, *rd = rc + EP;
+    if (!to_experts)
+        return tpd_comm_alltoallv(m->ep_comm, send, rc, rd, recv, sc, sd, tpd_kern_act_dtype(m->kb),
+                                  TAG_MOE_ROWS, tpd_kern_stream(m->kb));
+    return tpd_comm_alltoallv(m->ep_comm, send, sc, sd, recv, rc, rd, tpd_kern_act_dtype(m->kb),
+                              TAG_MOE_ROWS, tpd_kern_stream(m->kb));
+}
+
+/* The experts' side: `nsrc` blocks of rows (one per EP source; one at EP 1), block s with
+ * counts cnt + s G for the G local experts, starting at row row0[s]. */
+typedef struct moe_side {
+    int nsrc, G, rows;
+    const int32_t *cnt;
+    int row0[TPD_MOE_MAX_EP + 1];
+} moe_side;
+
+static tpd_status side_of(const tpd_model *m, const moe_acts *v, moe_side *sd) {
+    const tpd_model_dims *d = &m->d;
+    sd->nsrc = d->ep_size > 1 ? d->ep_size : 1;
+    sd->G = d->El;
+    sd->cnt = d->ep_size > 1 ? v->ecounts : v->counts;
+    if (sd->nsrc > TPD_MOE_MAX_EP)
+        return tpd_fail(TPD_ERR_UNSUPPORTED, "model: expert_model_parallel_size %d is above %d",
+                        sd->nsrc, TPD_MOE_MAX_EP);
+    int r = 0;
+    for (int s = 0; s < sd->nsrc; s++) {
+        sd->row0[s] = r;
+        for (int j = 0; j < sd->G; j++)
+            r += sd->cnt[s * sd->G + j];
+    }
+    sd->row0[sd->nsrc] = r;
+    sd->rows = r;
+    if ((size_t)r > tpd_model_moe_recv_rows(d))
+        return tpd_fail(TPD_ERR_INTERNAL, "model: %d expert rows exceed the planned %zu", r,
+                        tpd_model_moe_recv_rows(d));
+    return TPD_OK;
+}
+
+#define ROWS(p, r, w) ((char *)(p) + (size_t)(r) * (size_t)(w)*pl->act_size)
+
+/* The experts' MLPs over the side's rows x: h, hact (kept for the backward) and y. */
+static tpd_status experts_fwd(tpd_model *m, const tpd_model_views *w, const moe_side *sd,
+                              const void *x, void *h, void *hact, void *y) {
+    const tpd_model_dims *d = &m->d;
+    const tpd_buffer_plan *pl = &m->plan;
+    const int C = d->C;
+    for (int s = 0; s < sd->nsrc; s++) {
+        int r = sd->row0[s];
+        TPD_CHECK(tpd_kern_grouped_matmul_fwd(m->kb, ROWS(h, r, d->FCel), ROWS(x, r, C), w->expfcw,
+                                              w->expfcb, sd->cnt + s * sd->G, sd->G, C, d->FCel));
+    }
+    if (d->glu)
+        TPD_CHECK(tpd_kern_swiglu_fwd(m->kb, hact, h, sd->rows, d->Fel));
+    else
+        TPD_CHECK(tpd_kern_gelu_fwd(m->kb, hact, h, (size_t)sd->rows * d->Fel));
+    for (int s = 0; s < sd->nsrc; s++) {
+        int r = sd->row0[s];
+        TPD_CHECK(tpd_kern_grouped_matmul_fwd(m->kb, ROWS(y, r, C), ROWS(hact, r, d->Fel),
+                                              w->expprojw, d->tp_rank == 0 ? w->expprojb : NULL,
+                                              sd->cnt + s * sd->G, sd->G, d->Fel, C));
+    }
+    return TPD_OK;
+}
+
+/* Backwards: dy of the side's rows in, their dx out (dy is clobbered only where dx
+ * aliases it). */
+static tpd_status experts_bwd(tpd_model *m, const tpd_model_views *w, const tpd_model_views *g,
+                              const moe_side *sd, const moe_acts *v, const void *dy, void *dx) {
+    const tpd_model_dims *d = &m->d;
+    const tpd_buffer_plan *pl = &m->plan;
+    const int C = d->C;
+    char *dh = m->ws + pl->w_moe_dh, *dhact = m->ws + pl->w_moe_dhact;
+    for (int s = 0; s < sd->nsrc; s++) {
+        int r = sd->row0[s];
+        TPD_CHECK(tpd_kern_grouped_matmul_bwd(m->kb, ROWS(dhact, r, d->Fel), g->expprojw,
+                                              g->expprojb, ROWS(dy, r, C), ROWS(v->hact, r, d->Fel),
+                                              w->expprojw, sd->cnt + s * sd->G, sd->G, d->Fel, C));
+    }
+    if (d->glu)
+        TPD_CHECK(tpd_kern_swiglu_bwd(m->kb, dh, v->h, dhact, sd->rows, d->Fel));
+    else
+        TPD_CHECK(tpd_kern_gelu_bwd(m->kb, dh, v->h, dhact, (size_t)sd->rows * d->Fel));
+    for (int s = 0; s < sd->nsrc; s++) {
+        int r = sd->row0[s];
+        TPD_CHECK(tpd_kern_grouped_matmul_bwd(m->kb, ROWS(dx, r, C), g->expfcw, g->expfcb,
+                                              ROWS(dh, r, d->FCel), ROWS(v->x, r, C), w->expfcw,
+                                              sd->cnt + s * sd->G, sd->G, C, d->FCel));
+    }
+    return TPD_OK;
+}
+
 tpd_status tpd_model_moe_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_model_views *w,
                              const tpd_model_acts *a, const void *full) {
     const tpd_model_dims *d = &m->d;
@@ -169,19 +339,26 @@ tpd_status tpd_model_moe_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_mo
     TPD_CHECK(tpd_kern_synchronize(m->kb));
     route(m, &v, N);
     int kept = v.counts[E];
-    /* the kept rows in expert order, each expert's MLP on its block */
-    TPD_CHECK(tpd_kern_gather_rows(m->kb, v.x, full, v.order, kept, C));
-    TPD_CHECK(tpd_kern_grouped_matmul_fwd(m->kb, v.h, v.x, w->expfcw, w->expfcb, v.counts, E, C,
-                                          d->FCel));
-    if (d->glu)
-        TPD_CHECK(tpd_kern_swiglu_fwd(m->kb, v.hact, v.h, kept, d->Fel));
-    else
-        TPD_CHECK(tpd_kern_gelu_fwd(m->kb, v.hact, v.h, (size_t)kept * d->Fel));
-    TPD_CHECK(tpd_kern_grouped_matmul_fwd(m->kb, v.y, v.hact, w->expprojw,
-                                          d->tp_rank == 0 ? w->expprojb : NULL, v.counts, E, d->Fel,
-                                          C));
-    /* y = sum of weight x expert output per token (+ the shared experts) */
     char *ys = m->ws + pl->w_moe_perm, *y = m->ws + pl->w_moe_y;
+    moe_side sd;
+    if (d->ep_size > 1) {
+        /* the kept rows in expert order to the ranks of their experts, the MLPs there, and
+         * the outputs back into this rank's expert order (v.y) */
+        char *ea = m->ws + pl->w_moe_ea;
+        TPD_CHECK(tpd_kern_gather_rows(m->kb, ys, full, v.order, kept, C));
+        TPD_CHECK(ep_counts(m, &v));
+        (void)ep_plan(m, &v, (size_t)C);
+        TPD_CHECK(side_of(m, &v, &sd));
+        TPD_CHECK(ep_rows(m, ys, v.x, 1));
+        TPD_CHECK(experts_fwd(m, w, &sd, v.x, v.h, v.hact, ea));
+        TPD_CHECK(ep_rows(m, ea, v.y, 0));
+    } else {
+        /* the kept rows in expert order, each expert's MLP on its block */
+        TPD_CHECK(tpd_kern_gather_rows(m->kb, v.x, full, v.order, kept, C));
+        TPD_CHECK(side_of(m, &v, &sd));
+        TPD_CHECK(experts_fwd(m, w, &sd, v.x, v.h, v.hact, v.y));
+    }
+    /* y = sum of weight x expert output per token (+ the shared experts) */
     TPD_CHECK(tpd_kern_scale_rows(m->kb, ys, v.y, v.wperm, kept, C));
     TPD_CHECK(tpd_kern_zero(m->kb, y, (size_t)N * C * pl->act_size));
     TPD_CHECK(tpd_kern_scatter_add_rows(m->kb, y, ys, v.order, kept, C, N));
@@ -268,23 +445,26 @@ tpd_status tpd_model_moe_bwd(tpd_model *m, const tpd_model_views *w, const tpd_m
         m->moe_f[e] = 0.0;
     for (int t = 0; t < N * d->topk; t++)
         m->moe_f[v.topi[t]] += 1.0;
-    char *perm = m->ws + pl->w_moe_perm, *dh = m->ws + pl->w_moe_dh;
-    char *dhact = m->ws + pl->w_moe_dhact, *dx2 = m->ws + pl->w_moe_dx;
+    char *perm = m->ws + pl->w_moe_perm, *dx2 = m->ws + pl->w_moe_dx;
     float *dw = (float *)(m->ws + pl->w_moe_dw), *dl = (float *)(m->ws + pl->w_moe_dlogits);
     /* y = sum_j w_j out_j: d out_j = w_j dy, d w_j = dy . out_j (summed over TP) */
     TPD_CHECK(tpd_kern_gather_rows(m->kb, perm, dfull, v.order, kept, C));
     TPD_CHECK(tpd_kern_row_dot(m->kb, dw, perm, v.y, kept, C));
     TPD_CHECK(tpd_tp_allreduce(&m->tp, dw, (size_t)kept, TPD_DTYPE_F32, TPD_COMM_OP_SUM));
     TPD_CHECK(tpd_kern_scale_rows(m->kb, perm, perm, v.wperm, kept, C));
-    /* the experts' MLPs, backwards */
-    TPD_CHECK(tpd_kern_grouped_matmul_bwd(m->kb, dhact, g->expprojw, g->expprojb, perm, v.hact,
-                                          w->expprojw, v.counts, E, d->Fel, C));
-    if (d->glu)
-        TPD_CHECK(tpd_kern_swiglu_bwd(m->kb, dh, v.h, dhact, kept, d->Fel));
-    else
-        TPD_CHECK(tpd_kern_gelu_bwd(m->kb, dh, v.h, dhact, (size_t)kept * d->Fel));
-    TPD_CHECK(tpd_kern_grouped_matmul_bwd(m->kb, perm, g->expfcw, g->expfcb, dh, v.x, w->expfcw,
-                                          v.counts, E, C, d->FCel));
+    /* the experts' MLPs, backwards (under EP on the experts' ranks: the outputs' gradients
+     * travel like the rows did, the inputs' come back) */
+    moe_side sd;
+    TPD_CHECK(side_of(m, &v, &sd));
+    if (d->ep_size > 1) {
+        char *ea = m->ws + pl->w_moe_ea, *eb = m->ws + pl->w_moe_eb;
+        (void)ep_plan(m, &v, (size_t)C);
+        TPD_CHECK(ep_rows(m, perm, ea, 1));
+        TPD_CHECK(experts_bwd(m, w, g, &sd, &v, ea, eb));
+        TPD_CHECK(ep_rows(m, eb, perm, 0));
+    } else {
+        TPD_CHECK(experts_bwd(m, w, g, &sd, &v, perm, perm));
+    }
     /* the rows back to their tokens: dx (partial over TP) */
     TPD_CHECK(tpd_kern_zero(m->kb, dpartial, (size_t)N * C * pl->act_size));
     TPD_CHECK(tpd_kern_scatter_add_rows(m->kb, dpartial, perm, v.order, kept, C, N));

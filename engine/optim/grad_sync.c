@@ -9,7 +9,7 @@
 struct tpd_grad_sync {
     tpd_model *m;
     const tpd_dp_plan *dpp;
-    tpd_comm *dp, *emb;
+    tpd_comm *dp, *emb, *edp; /* edp: EP's expert-DP group (NULL at EP 1) */
     int overlap_grad, overlap_param;
     int nunits;          /* Ls + 2: unit u at index u + 1 (u = -1 .. Ls) */
     size_t *ubeg, *uend; /* element range of each unit; the last one takes the padding */
@@ -17,6 +17,7 @@ struct tpd_grad_sync {
     int *pending0;       /* per bucket: units that overlap it */
     int *pending;        /* per bucket: of those, not final yet this step */
     tpd_comm_req **greq; /* per bucket: gradient reduction in flight (started this step) */
+    tpd_comm_req **ereq; /* per bucket: EP, its experts' part's reduction over expert DP */
     int *started;
     tpd_comm_req **preq; /* per bucket: parameter gather in flight */
     double exposed;
@@ -38,6 +39,7 @@ tpd_status tpd_grad_sync_create(tpd_model *m, const tpd_dp_plan *dpp, const tpd_
     gs->dpp = dpp;
     gs->dp = comms->dp;
     gs->emb = comms->emb;
+    gs->edp = comms->edp;
     if (dpp->bounds) TPD_CHECK(tpd_grad_shard_create(m, dpp, comms, &gs->sh));
     gs->overlap_grad = overlap_grad_reduce;
     gs->overlap_param = overlap_param_gather;
@@ -50,9 +52,10 @@ tpd_status tpd_grad_sync_create(tpd_model *m, const tpd_dp_plan *dpp, const tpd_
     gs->pending = calloc((size_t)nb, sizeof *gs->pending);
     gs->started = calloc((size_t)nb, sizeof *gs->started);
     gs->greq = calloc((size_t)nb, sizeof *gs->greq);
+    gs->ereq = calloc((size_t)nb, sizeof *gs->ereq);
     gs->preq = calloc((size_t)nb, sizeof *gs->preq);
     if (!gs->ubeg || !gs->uend || !gs->final_ || !gs->pending0 || !gs->pending || !gs->started ||
-        !gs->greq || !gs->preq) {
+        !gs->greq || !gs->ereq || !gs->preq) {
         tpd_grad_sync_destroy(gs);
         tpd_log_error("grad sync: out of memory for %d buckets", nb);
         return TPD_ERR_NOMEM;
@@ -68,13 +71,17 @@ tpd_status tpd_grad_sync_create(tpd_model *m, const tpd_dp_plan *dpp, const tpd_
 }
 
 /* Completes *req; its wait counts as exposed time when `exposed`. */
-static tpd_status wait_req(tpd_grad_sync *gs, tpd_comm_req **req, int exposed) {
+static tpd_status wait_on(tpd_grad_sync *gs, tpd_comm *c, tpd_comm_req **req, int exposed) {
     if (!*req) return TPD_OK;
     double t0 = tpd_clock_s();
-    tpd_status st = tpd_comm_wait(gs->dp, *req);
+    tpd_status st = tpd_comm_wait(c, *req);
     *req = NULL;
     if (exposed) gs->exposed += tpd_clock_s() - t0;
     return st;
+}
+
+static tpd_status wait_req(tpd_grad_sync *gs, tpd_comm_req **req, int exposed) {
+    return wait_on(gs, gs->dp, req, exposed);
 }
 
 tpd_status tpd_grad_sync_destroy(tpd_grad_sync *gs) {
@@ -82,9 +89,11 @@ tpd_status tpd_grad_sync_destroy(tpd_grad_sync *gs) {
     tpd_status st = tpd_grad_shard_destroy(gs->sh);
     for (int b = 0; gs->greq && gs->preq && b < gs->dpp->nbuckets; b++) {
         TPD_CHECK_KEEP(wait_req(gs, &gs->greq[b], 0), st);
+        if (gs->ereq) TPD_CHECK_KEEP(wait_on(gs, gs->edp, &gs->ereq[b], 0), st);
         TPD_CHECK_KEEP(wait_req(gs, &gs->preq[b], 0), st);
     }
     free(gs->preq);
+    free(gs->ereq);
     free(gs->greq);
     free(gs->started);
     free(gs->pending);
@@ -114,8 +123,9 @@ static tpd_status start_bucket(tpd_grad_sync *gs, int b) {
     TPD_CHECK(tpd_model_sp_reduce_grads(gs->m, b0, b0 + len));
     int skip; /* test-only (base/fault.h): a bucket whose reduction is lost */
     if (tpd_fault("skip-dp-bucket", 0, &skip) && skip == b) return TPD_OK;
-    return tpd_dp_reduce_bucket(gs->dpp, gs->dp, b, gs->m->grads, tpd_kern_grad_dtype(gs->m->kb),
-                                tpd_kern_stream(gs->m->kb), &gs->greq[b]);
+    return tpd_dp_reduce_bucket_ep(gs->dpp, gs->dp, gs->edp, b, gs->m->grads,
+                                   tpd_kern_grad_dtype(gs->m->kb), tpd_kern_stream(gs->m->kb),
+                                   &gs->greq[b], &gs->ereq[b]);
 }
 
 static tpd_status mark_final(tpd_grad_sync *gs, int unit) {
@@ -149,6 +159,7 @@ tpd_status tpd_grad_sync_poll(tpd_grad_sync *gs) {
     for (int b = 0; b < gs->dpp->nbuckets; b++) {
         int done;
         if (gs->greq[b]) TPD_CHECK(tpd_comm_test(gs->dp, gs->greq[b], &done));
+        if (gs->ereq[b]) TPD_CHECK(tpd_comm_test(gs->edp, gs->ereq[b], &done));
         if (gs->preq[b]) TPD_CHECK(tpd_comm_test(gs->dp, gs->preq[b], &done));
     }
     return TPD_OK;
@@ -173,8 +184,10 @@ tpd_status tpd_grad_sync_finish(tpd_grad_sync *gs) {
     /* whatever the backward has not started, from the top of the buffer down */
     for (int u = m->d.Ls; u >= TPD_MODEL_UNIT_EMBED; u--)
         TPD_CHECK(mark_final(gs, u));
-    for (int b = gs->dpp->nbuckets - 1; b >= 0; b--)
+    for (int b = gs->dpp->nbuckets - 1; b >= 0; b--) {
         TPD_CHECK(wait_req(gs, &gs->greq[b], 0));
+        TPD_CHECK(wait_on(gs, gs->edp, &gs->ereq[b], 0));
+    }
     gs->exposed += tpd_clock_s() - t0; /* all of it runs after the pipeline */
     return TPD_OK;
 }

@@ -28,10 +28,17 @@ static tpd_status for_each_owned(tpd_model *m, const tpd_dp_plan *dpp, range_fn 
 
 /* Adds a slice's sum of squares to the backend's accumulator: nothing waits per slice.
  * argp: 1 for the weights (fp32 masters where kept), 0 for the gradients. */
+typedef struct sumsq_arg {
+    int params;  /* 1: the weights; 0: the gradients */
+    int experts; /* -1 every tensor; 1 only the experts' (EP); 0 all but them */
+} sumsq_arg;
+
 static tpd_status add_sumsq(tpd_model *m, tpd_param p, size_t b, size_t e, size_t state,
                             void *argp) {
-    int params = *(const int *)argp;
+    const sumsq_arg *a = argp;
+    int params = a->params;
     if (!m->plan.lay.p[p].tp_counted) return TPD_OK;
+    if (a->experts >= 0 && tpd_param_is_expert(p) != a->experts) return TPD_OK;
     if (params && m->master)
         return tpd_kern_sumsq_acc(m->kb, m->master + state, TPD_DTYPE_F32, e - b);
     if (params)
@@ -46,11 +53,24 @@ static tpd_status add_sumsq(tpd_model *m, tpd_param p, size_t b, size_t e, size_
 static tpd_status global_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
                               int params, double *norm_p) {
     double sum = 0;
-    tpd_status st = for_each_owned(m, dpp, add_sumsq, &params);
+    /* EP: each rank of an EP group holds other experts, so their part is summed over it
+     * first */
+    sumsq_arg a = {params, comms->ep ? 0 : -1};
+    tpd_status st = for_each_owned(m, dpp, add_sumsq, &a);
     /* one wait for all the slices; the accumulator is left empty whatever happened */
     tpd_status st2 = tpd_kern_sumsq_take(m->kb, &sum);
     TPD_CHECK(st);
     TPD_CHECK(st2);
+    if (comms->ep) {
+        double ex = 0;
+        a.experts = 1;
+        st = for_each_owned(m, dpp, add_sumsq, &a);
+        st2 = tpd_kern_sumsq_take(m->kb, &ex);
+        TPD_CHECK(st);
+        TPD_CHECK(st2);
+        TPD_CHECK(tpd_comm_allreduce(comms->ep, &ex, &ex, 1, TPD_DTYPE_F64, TPD_COMM_OP_SUM, NULL));
+        sum += ex;
+    }
     /* Without ZeRO every DP replica holds the same reduced gradients: sum over the
      * model-parallel group only. With ZeRO each DP rank owns a disjoint shard: sum over
      * the world. The partial sums stay in double on the wire too. */

@@ -229,6 +229,8 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
         tpd_mesh_init(tpd_comm_size(world), tpd_comm_rank(world), tp, pp, dp * cp, &tr->mesh), st,
         undo_tr);
     TPD_CHECK_GOTO(tpd_mesh_set_cp(&tr->mesh, cp), st, undo_tr);
+    /* EP: runs of EP consecutive DP ranks split the experts */
+    TPD_CHECK_GOTO(tpd_mesh_set_ep(&tr->mesh, tpd_config_ep(cfg)), st, undo_tr);
     /* DiLoCo: DP is a replica's inner group; the replicas meet in the outer step only */
     TPD_CHECK_GOTO(tpd_mesh_set_replicas(&tr->mesh, tpd_config_dp_replicas(cfg, dp)), st, undo_tr);
     /* HSDP: the shards are spread over shard groups of the DP group, replicated across */
@@ -246,6 +248,7 @@ tpd_status tpd_trainer_create(const tpd_config *cfg, tpd_comm *world, tpd_traine
         tpd_model_create(cfg, tr->kb, tr->comms.tp, tp, ms->tp, pp, dp, ms->pp, &tr->model), st,
         undo_backend);
     TPD_CHECK_GOTO(tpd_model_set_cp(tr->model, tr->comms.cp, ms->cp), st, undo_model);
+    TPD_CHECK_GOTO(tpd_model_set_ep(tr->model, tr->comms.ep, ms->ep), st, undo_model);
     TPD_CHECK_GOTO(
         tpd_model_dp_plan(cfg, &tr->model->plan.lay, ms->shard_size, ms->dp_shard, &tr->dpp), st,
         undo_model);
@@ -712,9 +715,10 @@ tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out) {
     float *global = calloc(gn, sizeof *global);                     /* (g_layers, g_rows, g_cols) */
     float *local = calloc(m->plan.numel_padded + 1, sizeof *local); /* the flat buffer */
     if (!global || !local) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "gather: out of memory");
-    /* One contributor per element: dp 0, and tp 0 for replicated tensors, and the first
-     * stage for the tied wte. */
-    int contributes = s->present && tr->mesh.dp == 0 &&
+    /* One contributor per element: dp 0 (for the experts under EP, the first rank of each
+     * expert-DP group), and tp 0 for replicated tensors, and the first stage for the tied
+     * wte. */
+    int contributes = s->present && (tpd_param_is_expert(p) ? tr->mesh.edp : tr->mesh.dp) == 0 &&
                       (tpd_param_get_info(p)->split != TPD_SPLIT_NONE || tr->mesh.tp == 0) &&
                       (p != TPD_P_WTE || m->d.first);
     /* every DP rank takes part where the parameters are sharded */

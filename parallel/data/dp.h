@@ -48,6 +48,11 @@ typedef struct tpd_dp_plan {
     int micro_batches; /* ZeRO-2/3 reduce every micro-batch: tpd_dp_plan_step_bytes counts
                           them (1 after init) */
     int gather_params; /* ZeRO-3: the parameters travel before every forward and backward */
+    /* expert parallelism (tpd_dp_plan_set_experts; 0 and 1 otherwise): the flat range
+     * [0, expert_end) holds the experts, which only the expert-DP group's edp_size ranks
+     * share; its gradients are summed over that group, the rest over DP */
+    size_t expert_end;
+    int edp_size;
 } tpd_dp_plan;
 
 size_t tpd_dp_padded_numel(size_t numel, int dp_size);
@@ -82,6 +87,10 @@ tpd_status tpd_dp_plan_set_reduce_dtype(tpd_dp_plan *plan, tpd_dtype wire, tpd_d
  * dtypes' bytes (the gradient reduction carries `wire` where it is bf16). */
 double tpd_dp_plan_step_bytes(const tpd_dp_plan *plan, size_t grad_size, size_t param_size);
 
+/* EP: the experts' range [0, expert_end) of the flat buffer is summed over an expert-DP
+ * group of edp_size ranks (tpd_dp_reduce_bucket_ep). Fails (TPD_ERR_UNSUPPORTED) for a
+ * plan that shards (ZeRO): its shards would cut across both groups. */
+tpd_status tpd_dp_plan_set_experts(tpd_dp_plan *plan, size_t expert_end, int edp_size);
 /* Element range [begin, begin + len) of bucket b (0 .. nbuckets-1). */
 void tpd_dp_bucket(const tpd_dp_plan *plan, int b, size_t *begin_p, size_t *len_p);
 /* Starts the sum over DP of bucket b of the gradients: a non-blocking all-reduce, or under
@@ -89,6 +98,11 @@ void tpd_dp_bucket(const tpd_dp_plan *plan, int b, size_t *begin_p, size_t *len_
  * *req_p (NULL with one DP rank) is completed with tpd_comm_wait. */
 tpd_status tpd_dp_reduce_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, void *grads,
                                 tpd_dtype dt, void *stream, tpd_comm_req **req_p);
+/* tpd_dp_reduce_bucket with the experts' range: the part of bucket b below expert_end is
+ * all-reduced over edp (*ereq_p), the rest over dp (*req_p); either request may be NULL. */
+tpd_status tpd_dp_reduce_bucket_ep(const tpd_dp_plan *plan, tpd_comm *dp, tpd_comm *edp, int b,
+                                   void *grads, tpd_dtype dt, void *stream, tpd_comm_req **req_p,
+                                   tpd_comm_req **ereq_p);
 /* ZeRO: starts the all-gather of bucket b of the parameters from each rank's updated part
  * (*req_p = NULL without ZeRO or with one DP rank). */
 tpd_status tpd_dp_gather_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, void *params,

@@ -150,6 +150,39 @@ tpd_status tpd_dp_reduce_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, vo
     return tpd_comm_iallreduce_wire(dp, base, base, len, dt, wire, TPD_COMM_OP_SUM, stream, req_p);
 }
 
+tpd_status tpd_dp_plan_set_experts(tpd_dp_plan *plan, size_t expert_end, int edp_size) {
+    if (expert_end > 0 && (plan->zero || plan->bounds))
+        return tpd_fail(TPD_ERR_UNSUPPORTED,
+                        "dp: the experts' gradients are summed over their own group, which a "
+                        "sharded plan (ZeRO) does not split by");
+    plan->expert_end = expert_end;
+    plan->edp_size = edp_size > 0 ? edp_size : 1;
+    return TPD_OK;
+}
+
+/* All-reduces [b0, b0 + len) of the gradients over c (nothing for one rank or none). */
+static tpd_status allreduce_range(const tpd_dp_plan *plan, tpd_comm *c, void *grads, size_t b0,
+                                  size_t len, tpd_dtype dt, void *stream, tpd_comm_req **req_p) {
+    *req_p = NULL;
+    if (!c || tpd_comm_size(c) == 1 || len == 0) return TPD_OK;
+    char *base = (char *)grads + b0 * tpd_dtype_size(dt);
+    tpd_dtype wire = plan->wire == TPD_DTYPE_BF16 ? TPD_DTYPE_BF16 : dt;
+    return tpd_comm_iallreduce_wire(c, base, base, len, dt, wire, TPD_COMM_OP_SUM, stream, req_p);
+}
+
+tpd_status tpd_dp_reduce_bucket_ep(const tpd_dp_plan *plan, tpd_comm *dp, tpd_comm *edp, int b,
+                                   void *grads, tpd_dtype dt, void *stream, tpd_comm_req **req_p,
+                                   tpd_comm_req **ereq_p) {
+    *req_p = *ereq_p = NULL;
+    if (plan->expert_end == 0) return tpd_dp_reduce_bucket(plan, dp, b, grads, dt, stream, req_p);
+    size_t b0, len;
+    tpd_dp_bucket(plan, b, &b0, &len);
+    size_t cut =
+        plan->expert_end < b0 ? b0 : (plan->expert_end > b0 + len ? b0 + len : plan->expert_end);
+    TPD_CHECK(allreduce_range(plan, edp, grads, b0, cut - b0, dt, stream, ereq_p));
+    return allreduce_range(plan, dp, grads, cut, b0 + len - cut, dt, stream, req_p);
+}
+
 tpd_status tpd_dp_gather_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, void *params,
                                 tpd_dtype dt, void *stream, tpd_comm_req **req_p) {
     *req_p = NULL;
@@ -175,6 +208,10 @@ double tpd_dp_plan_step_bytes(const tpd_dp_plan *plan, size_t grad_size, size_t 
         double r = (n - 1.0) / n * slots, M = plan->micro_batches;
         return plan->gather_params ? M * r * (wire + 2.0 * (double)param_size)
                                    : r * (M * wire + (double)param_size);
+    }
+    if (plan->expert_end > 0) { /* EP: the experts' range over the expert-DP group */
+        double e = plan->edp_size, x = (double)plan->expert_end;
+        ring = (n - 1.0) / n * ((double)plan->numel_padded - x) + (e - 1.0) / e * x;
     }
     return plan->zero ? ring * (wire + (double)param_size) : 2.0 * ring * wire;
 }

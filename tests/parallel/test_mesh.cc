@@ -117,6 +117,33 @@ TEST(Mesh, HsdpShardAndReplicateGroups) {
     }
 }
 
+// Expert parallelism: 16 ranks at TP 2, PP 2, DP 4, EP 2: the EP groups are runs of 2
+// consecutive dp indices (world ranks TP apart), the expert-DP groups the ranks of equal
+// ep index across them; both inside one stage and one TP index, and every DP group is
+// exactly their product.
+TEST(Mesh, ExpertParallelGroups) {
+    tpd_mesh m;
+    ASSERT_EQ(tpd_mesh_init(16, 0, 2, 2, 4, &m), TPD_OK);
+    ASSERT_EQ(tpd_mesh_set_ep(&m, 2), TPD_OK);
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_EP, 0), (V{0, 2}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_EP, 5), (V{5, 7}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_EDP, 0), (V{0, 4}));
+    EXPECT_EQ(members(m, TPD_MESH_GROUP_EDP, 11), (V{11, 15}));
+    for (int g : {TPD_MESH_GROUP_EP, TPD_MESH_GROUP_EDP})
+        expect_colors_match(m, g, " ep 2");
+    tpd_mesh r7;
+    ASSERT_EQ(tpd_mesh_init(16, 7, 2, 2, 4, &r7), TPD_OK);
+    ASSERT_EQ(tpd_mesh_set_ep(&r7, 2), TPD_OK);
+    EXPECT_EQ(r7.dp, 3);
+    EXPECT_EQ(r7.ep, 1);
+    EXPECT_EQ(r7.edp, 1);
+    EXPECT_EQ(tpd_mesh_set_ep(&r7, 3), TPD_ERR_INVALID);
+    tpd_mesh cp;
+    ASSERT_EQ(tpd_mesh_init(16, 0, 2, 2, 4, &cp), TPD_OK);
+    ASSERT_EQ(tpd_mesh_set_cp(&cp, 2), TPD_OK);
+    EXPECT_EQ(tpd_mesh_set_ep(&cp, 2), TPD_ERR_INVALID);
+}
+
 TEST(Mesh, DilocoReplicaGroups) {
     // TP=2, DP=4, PP=2 (16 ranks), 2 replicas of 2 consecutive dp indices each, each
     // replica a run of 8 consecutive ranks.
