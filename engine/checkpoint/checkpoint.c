@@ -163,7 +163,7 @@ static tpd_status write_rank_files(const tpd_ckpt_rank *r, size_t ns, shard_sour
     const float *a = NULL;
     if (pl.param_numel > 0) {
         TPD_CHECK_GOTO(source_params(src, &a), st, out);
-        tpd_ckpt_model_file_r(r->tp, r->pp, r->replica, name, sizeof name);
+        tpd_ckpt_model_file_dp(r->tp, r->pp, r->dp, r->replica, name, sizeof name);
         tpd_ckpt_join(path, sizeof path, tmp, name);
         TPD_CHECK_GOTO(tpd_ckpt_writer_open(path, &w), st, out);
         TPD_CHECK_GOTO(write_segs(w, pl.param, TPD_P_COUNT, a, pr, &done), st, out);
@@ -233,7 +233,7 @@ static tpd_status commit(const tpd_ckpt_view *v, const tpd_ckpt_state *state, co
             if (k)
                 tpd_ckpt_optim_file_r(t, s, f->dp, f->replica, f->name, sizeof f->name);
             else
-                tpd_ckpt_model_file_r(t, s, f->replica, f->name, sizeof f->name);
+                tpd_ckpt_model_file_dp(t, s, f->dp, f->replica, f->name, sizeof f->name);
         }
     }
     TPD_CHECK_GOTO(tpd_ckpt_manifest_build(v->cfg, ms->tp_size, ms->pp_size, H, ms->dp_size / inner,

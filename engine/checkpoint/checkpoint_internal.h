@@ -36,6 +36,8 @@ typedef struct tpd_ckpt_rank {
                        under HSDP in its shard group */
     int replica;    /* DiLoCo replica (0 otherwise); its files carry the suffix _rRR */
     int tp_size, pp_size, dp_size, zero;
+    int edp;    /* EP: dp / EP, the rank in its expert-DP group (dp at EP 1): the first of
+                   each writes the experts */
     int silent; /* HSDP: a shard group other than the first, whose state is the first's
                    copy: writes no files */
     tpd_model_layout lay;
@@ -59,6 +61,9 @@ void tpd_ckpt_model_file(int tp, int pp, char *buf, size_t n);
 void tpd_ckpt_optim_file(int tp, int pp, int dp, char *buf, size_t n);
 /* The same for DiLoCo replica `replica` (0: the names above). */
 void tpd_ckpt_model_file_r(int tp, int pp, int replica, char *buf, size_t n);
+/* A model file of DP rank dp > 0, which under EP holds its experts (dp 0: the names
+ * above). */
+void tpd_ckpt_model_file_dp(int tp, int pp, int dp, int replica, char *buf, size_t n);
 void tpd_ckpt_optim_file_r(int tp, int pp, int dp, int replica, char *buf, size_t n);
 
 /* Bit k set: the optimizer file holds kind k (TPD_CKPT_EXP_AVG ... TPD_CKPT_OUTER_MOM),

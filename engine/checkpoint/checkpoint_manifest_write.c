@@ -167,7 +167,7 @@ static tpd_status add_tensors(cJSON *ta, const tpd_config *cfg, const tpd_ckpt_r
                 const tpd_ckpt_rank *r = &ranks[w];
                 char name[64];
                 if (k == TPD_CKPT_PARAM) {
-                    tpd_ckpt_model_file_r(r->tp, r->pp, rr, name, sizeof name);
+                    tpd_ckpt_model_file_dp(r->tp, r->pp, r->dp, rr, name, sizeof name);
                     add_runs(arr, &plans[w].param[p], name, r->tp, r->pp, r->dp, 0);
                 } else {
                     tpd_ckpt_optim_file_r(r->tp, r->pp, r->dp, rr, name, sizeof name);

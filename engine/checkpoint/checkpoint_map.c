@@ -63,7 +63,10 @@ tpd_status tpd_ckpt_rank_init(const tpd_config *cfg, int tp_size, int pp_size, i
     r.tp_size = tp_size;
     r.pp_size = pp_size;
     r.dp_size = dp_size;
-    TPD_CHECK(tpd_model_layout_init(&c, tp_size, tp, pp_size, pp, &r.lay));
+    /* EP: DP rank dp holds the experts of EP rank dp % EP */
+    const int ep = tpd_config_ep(&c);
+    r.edp = dp / ep;
+    TPD_CHECK(tpd_model_layout_init_ep(&c, tp_size, tp, pp_size, pp, ep, dp % ep, &r.lay));
     TPD_CHECK(tpd_model_dp_plan(&c, &r.lay, dp_size, dp, &r.dpp));
     r.zero = r.dpp.zero;
     *r_p = r;
@@ -88,7 +91,8 @@ tpd_status tpd_ckpt_segs_param(const tpd_ckpt_rank *r, tpd_param p, int writer,
     const tpd_param_slice *s = &r->lay.p[p];
     memset(out, 0, sizeof *out);
     if (!s->present) return TPD_OK;
-    if (writer && (r->dp != 0 || !writes_tensor(r, p))) return TPD_OK;
+    if (writer && ((tpd_param_is_expert(p) ? r->edp : r->dp) != 0 || !writes_tensor(r, p)))
+        return TPD_OK;
     int64_t rows = (int64_t)s->layers * s->rows;
     for (int64_t row = 0; row < rows; row++) {
         int64_t g = tpd_model_layout_row_global(&r->lay, p, row);
@@ -106,7 +110,8 @@ tpd_status tpd_ckpt_segs_state(const tpd_ckpt_rank *r, tpd_param p, int writer,
     if (!s->present) return TPD_OK;
     /* Without ZeRO every DP replica holds the same state: dp 0 writes it. With ZeRO each
      * DP rank writes its own shard. */
-    if (writer && ((!r->zero && r->dp != 0) || !writes_tensor(r, p))) return TPD_OK;
+    int first = (tpd_param_is_expert(p) ? r->edp : r->dp) == 0; /* EP: of its expert-DP group */
+    if (writer && ((!r->zero && !first) || !writes_tensor(r, p))) return TPD_OK;
     int64_t cols = s->cols, piece = (int64_t)s->rows * cols;
     for (int l = 0; l < s->layers; l++) {
         /* the layer's piece of the tensor: rows of this layer, contiguous */
@@ -144,6 +149,15 @@ void tpd_ckpt_model_file_r(int tp, int pp, int replica, char *buf, size_t n) {
         tpd_ckpt_model_file(tp, pp, buf, n);
     else
         snprintf(buf, n, "model_tp%02d_pp%02d_r%02d.bin", tp, pp, replica);
+}
+
+void tpd_ckpt_model_file_dp(int tp, int pp, int dp, int replica, char *buf, size_t n) {
+    if (dp == 0)
+        tpd_ckpt_model_file_r(tp, pp, replica, buf, n);
+    else if (replica == 0)
+        snprintf(buf, n, "model_tp%02d_pp%02d_dp%02d.bin", tp, pp, dp);
+    else
+        snprintf(buf, n, "model_tp%02d_pp%02d_dp%02d_r%02d.bin", tp, pp, dp, replica);
 }
 
 void tpd_ckpt_optim_file_r(int tp, int pp, int dp, int replica, char *buf, size_t n) {

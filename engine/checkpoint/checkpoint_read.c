@@ -269,6 +269,7 @@ tpd_status tpd_ckpt_write_weights(const tpd_config *cfg, int tp, int pp, int dp,
     lay.pp = pp;
     lay.dp = dp;
     lay.distributed_optimizer = 0; /* weights only: no optimizer state to shard */
+    lay.ep = 1;                    /* and the files of dp 0 hold every expert */
     tpd_config c;
     tpd_config_relayout(cfg, &lay, &c);
     int world = tp * pp * dp;

@@ -393,12 +393,13 @@ typedef struct tpd_config_layout {
     tpd_dp_sharding sharding;                /* at least optim under distributed_optimizer */
     int shard_size;                          /* HSDP's shard group; 0 = all of DP */
     int cp;                                  /* context parallel size */
+    int ep; /* expert parallel size (MoE); 0 or 1 = none, and 1 wherever it does not divide DP */
 } tpd_config_layout;
 
 /* Positional, so that C++ (the tests) reads it too: tp, pp, dp, vpp, ZeRO-1, SP, recompute,
- * its layers, the batch, the sharding strategy and shard size, CP. */
+ * its layers, the batch, the sharding strategy and shard size, CP, EP. */
 #define TPD_CONFIG_LAYOUT_INIT                                                                     \
-    { 1, 1, 1, 1, 0, 0, TPD_RECOMPUTE_NONE, 0, 0, 0, TPD_DP_SHARDING_NO_SHARD, 0, 1 }
+    { 1, 1, 1, 1, 0, 0, TPD_RECOMPUTE_NONE, 0, 0, 0, TPD_DP_SHARDING_NO_SHARD, 0, 1, 1 }
 
 /* The layout `cfg` runs at. */
 void tpd_config_layout_get(const tpd_config *cfg, tpd_config_layout *lay_p);

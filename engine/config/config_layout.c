@@ -24,6 +24,7 @@ void tpd_config_layout_get(const tpd_config *cfg, tpd_config_layout *lay_p) {
         .sharding = p->data_parallel_sharding_strategy,
         .shard_size = p->data_parallel_shard_size,
         .cp = p->context_parallel_size,
+        .ep = p->expert_model_parallel_size,
     };
     *lay_p = l;
 }
@@ -44,6 +45,8 @@ void tpd_config_relayout(const tpd_config *src, const tpd_config_layout *to, tpd
     p->pipeline_model_parallel_size = to->pp;
     p->data_parallel_size = to->dp;
     p->context_parallel_size = to->cp > 0 ? to->cp : 1;
+    /* EP splits DP: only where it divides it */
+    p->expert_model_parallel_size = to->ep > 1 && to->dp > 0 && to->dp % to->ep == 0 ? to->ep : 1;
     p->virtual_pipeline_model_parallel_size = vpp;
     /* one stage has no pipeline to schedule; interleaving needs the virtual stages */
     if (to->pp == 1 || (vpp == 1 && p->pipeline_schedule == TPD_SCHEDULE_INTERLEAVED))
