@@ -123,7 +123,9 @@ static tpd_status start_bucket(tpd_grad_sync *gs, int b) {
     TPD_CHECK(tpd_model_sp_reduce_grads(gs->m, b0, b0 + len));
     int skip; /* test-only (base/fault.h): a bucket whose reduction is lost */
     if (tpd_fault("skip-dp-bucket", 0, &skip) && skip == b) return TPD_OK;
-    return tpd_dp_reduce_bucket_ep(gs->dpp, gs->dp, gs->edp, b, gs->m->grads,
+    tpd_comm *edp = gs->edp; /* test-only: the experts' copies never summed */
+    if (tpd_fault("ep-skip-expert-reduce", 0, &skip)) edp = NULL;
+    return tpd_dp_reduce_bucket_ep(gs->dpp, gs->dp, edp, b, gs->m->grads,
                                    tpd_kern_grad_dtype(gs->m->kb), tpd_kern_stream(gs->m->kb),
                                    &gs->greq[b], &gs->ereq[b]);
 }

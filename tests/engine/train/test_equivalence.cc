@@ -65,12 +65,20 @@ struct Layout {
     bool a2a = false;   // parallel.cp_comm_type a2a (else p2p)
     int experts = 0;    // model.num_moe_experts (a MoE block of top-2 over them, with a
                         // gated shared expert and both router losses)
+    int ep = 1;         // parallel.expert_model_parallel_size
 };
 
 // The mixture of experts: top-2 of 4 experts (a gated shared expert under GPT-2; under
 // Llama, HF's softmax-then-top-k with renormalized weights), both router losses.
 Layout moe(Layout L) {
     L.experts = 4;
+    return L;
+}
+
+// Expert parallelism: the MoE block with its experts split over ep of the DP ranks.
+Layout epar(Layout L, int ep) {
+    L = moe(L);
+    L.ep = ep;
     return L;
 }
 
@@ -165,6 +173,7 @@ Result run(const Layout &L) {
                 cfg.model.moe_shared_expert_gate = 1;
             }
         }
+        cfg.parallel.expert_model_parallel_size = L.ep;
         cfg.parallel.context_parallel_size = L.cp;
         cfg.parallel.cp_comm_type = L.a2a ? TPD_CP_COMM_A2A : TPD_CP_COMM_P2P;
         cfg.parallel.overlap_grad_reduce = L.overlap;
@@ -251,9 +260,11 @@ int check_layout(const Result &ref, const Layout &L) {
         EXPECT_LE(e, 1e-4) << "parameter " << tpd_param_get_info((tpd_param)p)->name;
         worst_param = std::max(worst_param, e);
     }
-    printf("TP %d PP %d DP %d ZeRO-1 %d%s: worst relative error loss %.2e, grad norm %.2e, "
+    printf("TP %d PP %d DP %d ZeRO-1 %d%s%s: worst relative error loss %.2e, grad norm %.2e, "
            "params %.2e\n",
-           L.tp, L.pp, L.dp, L.zero, stages.c_str(), worst_loss, worst_norm, worst_param);
+           L.tp, L.pp, L.dp, L.zero, stages.c_str(),
+           L.ep > 1 ? (" EP " + std::to_string(L.ep)).c_str() : "", worst_loss, worst_norm,
+           worst_param);
     return 1;
 }
 
@@ -462,6 +473,20 @@ TEST(Equivalence, MoeMatchesSingleRank) {
     add(lla, llama(moe({2, 1, 1, 0})));
     add(lla, llama(moe({1, 2, 2, 1})));
     add(lla, llama(moe(with({2, 2, 2, 0}, 2, "interleaved", 4))));
+    // expert parallelism: EP 2 and 4 over DP (one expert per rank at EP 4), expert DP 2
+    // beside EP 2, with TP 2 + SP, PP 2 (1F1B, interleaved, ZB-H1), full recompute
+    add(gpt, epar({1, 1, 2, 0}, 2));
+    add(gpt, epar({1, 1, 4, 0}, 4));
+    add(gpt, epar({1, 1, 4, 0}, 2));
+    add(gpt, epar({2, 1, 2, 0, false, {}, "none", true}, 2));
+    add(gpt, epar({1, 2, 2, 0}, 2));
+    add(gpt, epar(with({1, 2, 2, 0}, 2, "interleaved", 4), 2));
+    add(gpt, epar({1, 1, 2, 0, false, {}, "full"}, 2));
+    add(gpt, epar({2, 2, 2, 0}, 2));
+    add(lla, llama(epar({1, 1, 4, 0}, 4)));
+    add(lla, llama(epar({2, 1, 2, 0}, 2)));
+    add(lla, llama(epar(with({1, 2, 2, 0}, 1, "zb-h1", 0), 2)));
+    add(lla, llama(epar({1, 1, 8, 0}, 4)));
     int checked = 0;
     Result ref = run(moe({1, 1, 1, 0}));
     for (const Layout &L : gpt)
@@ -470,6 +495,15 @@ TEST(Equivalence, MoeMatchesSingleRank) {
     for (const Layout &L : lla)
         checked += check_layout(lref, L);
     if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)(gpt.size() + lla.size()));
+}
+
+// The EP rows can fail: experts whose gradients are not summed over their expert-DP group
+// (each copy updated from its own EP group's tokens) leave the single-rank run.
+TEST(Equivalence, MoeExpertParallelFaultIsCaught) {
+    if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
+    if (tpd_comm_size(g_world) < 4) GTEST_SKIP() << "needs 4 ranks";
+    Result ref = run(moe({1, 1, 1, 0}));
+    expect_fault_caught(ref, "ep-skip-expert-reduce", epar({1, 1, 4, 0}, 2));
 }
 
 // The CP matrix can fail: a ring step that never receives its block, or a log-sum-exp
