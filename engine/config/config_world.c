@@ -50,11 +50,6 @@ tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size) {
                               "/ (tensor_model_parallel_size %d * pipeline_model_parallel_size "
                               "%d) = %d",
                               cfg->parallel.data_parallel_size, world_size, tp, pp, dp);
-    if (gbs % ((int64_t)mbs * dp))
-        return cfg_fail_after(cfg,
-                              "global batch size (%d) is not divisible by micro batch size "
-                              "(%d) times data parallel size (%d)",
-                              gbs, mbs, dp);
     const int ep = tpd_config_ep(cfg);
     if (dp % ep)
         return cfg_fail_after(cfg,
@@ -63,6 +58,11 @@ tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size) {
                               "consecutive DP ranks (Megatron's rule), and each expert is "
                               "replicated over DP / EP of them",
                               ep, dp);
+    if (gbs % ((int64_t)mbs * dp))
+        return cfg_fail_after(cfg,
+                              "global batch size (%d) is not divisible by micro batch size "
+                              "(%d) times data parallel size (%d)",
+                              gbs, mbs, dp);
     if (cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO && cfg->diloco.replicas > 0 &&
         dp % cfg->diloco.replicas)
         return cfg_fail_after(cfg,

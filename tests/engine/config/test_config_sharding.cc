@@ -246,8 +246,21 @@ TEST(ConfigMoe, KeysAndRefusals) {
     }
     ASSERT_EQ(Load({"model.num_moe_experts=4", "parallel.expert_model_parallel_size=2"}, &c),
               TPD_OK);
+    // EP trains over DP ranks it divides, without sharded state
+    EXPECT_EQ(tpd_config_ep(&c), 2);
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK);
+    EXPECT_EQ(tpd_config_check_world(&c, 4), TPD_OK);
+    tpd_log_quiet_begin();
+    EXPECT_EQ(tpd_config_check_world(&c, 3), TPD_ERR_INVALID);
+    tpd_log_quiet_end();
+    EXPECT_TRUE(Says("expert_model_parallel_size (2) must divide the data parallel size (3)"))
+        << tpd_last_error();
+    c.parallel.use_distributed_optimizer = 1;
     tpd_log_quiet_begin();
     EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
     tpd_log_quiet_end();
-    EXPECT_TRUE(Says("does not split experts over ranks yet")) << tpd_last_error();
+    EXPECT_TRUE(Says("expert-data-parallel groups")) << tpd_last_error();
+    // a dense model has no EP to take
+    ASSERT_EQ(Load({}, &c), TPD_OK);
+    EXPECT_EQ(tpd_config_ep(&c), 1);
 }
