@@ -364,10 +364,11 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
  * plan/timing_cpu.c) ---- */
 
 /* The layout the config itself states (TP, CP and its communication, PP, DP for `gpus`: gpus
- * / (TP*CP*PP), mbs, v, schedule, recompute, SP, ZeRO, overlap flags). */
+ * / (TP*CP*PP), EP for a mixture of experts, mbs, v, schedule, recompute, SP, ZeRO, overlap
+ * flags). */
 void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layout *lay_p);
 /* "TP=8 PP=4 DP=32 mbs=1 v=2 interleaved recompute=full SP=on ZeRO=on overlap=grad+param"
- * into buf; under CP "TP=8 CP=16(p2p) PP=16 ...". */
+ * into buf; under CP "TP=8 CP=16(p2p) PP=16 ...", under EP "... DP=16 EP=8 mbs=1 ...". */
 void tpd_plan_layout_str(const tpd_plan_layout *lay, char *buf, size_t len);
 /* Forward FLOPs of one call of the cpu attention kernel (blocked causal: a block of
  * query rows sees the keys up to its end), B x NH heads of T x HS; calibration measures

@@ -193,11 +193,14 @@ static void print_ep(FILE *f, const tpd_plan_result *r) {
     char bytes[32];
     bytes_str(r->ep_a2a_bytes, bytes, sizeof bytes);
     double st = r->step_time_s > 0 ? r->step_time_s : 1.0;
+    char over[48] = ""; /* the link, where the backend's model names one */
+    if (r->hop_ep != TPD_PLAN_HOP_NONE)
+        snprintf(over, sizeof over, " over %s", tpd_plan_hop_name(r->hop_ep));
     fprintf(f,
-            "  all-to-all (EP)         %9.3f s  %5.1f%%  (inside compute, not overlapped: EP=%d "
-            "over %s, %d of %d experts a rank, moe_imbalance %.2f)\n",
-            r->time.ep_comm, 100 * r->time.ep_comm / st, ep, tpd_plan_hop_name(r->hop_ep),
-            r->ep_local_experts, r->ep_local_experts * ep, r->moe_imbalance);
+            "  all-to-all (EP)         %9.3f s  %5.1f%%  (inside compute, not overlapped: EP=%d%s, "
+            "%d of %d experts a rank, moe_imbalance %.2f)\n",
+            r->time.ep_comm, 100 * r->time.ep_comm / st, ep, over, r->ep_local_experts,
+            r->ep_local_experts * ep, r->moe_imbalance);
     fprintf(f,
             "    expert parallel: per MoE layer and micro-batch 4 all-to-alls (dispatch and "
             "combine, forward and backward) of %s sent per rank",
@@ -205,8 +208,9 @@ static void print_ep(FILE *f, const tpd_plan_result *r) {
     if (r->ep_a2a_s > 0.0)
         fprintf(f, ", %.3f ms each, and the expert counts' exchange %.3f ms", 1e3 * r->ep_a2a_s,
                 1e3 * r->ep_counts_s);
-    fprintf(f, "; expert gradients summed over %d rank(s) (expert-DP, %s)\n", r->ep_expert_dp,
-            tpd_plan_hop_name(r->hop_edp));
+    fprintf(f, "; expert gradients summed over %d rank(s) (expert-DP%s%s)\n", r->ep_expert_dp,
+            r->hop_edp != TPD_PLAN_HOP_NONE ? ", " : "",
+            r->hop_edp != TPD_PLAN_HOP_NONE ? tpd_plan_hop_name(r->hop_edp) : "");
 }
 
 void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {

@@ -11,7 +11,9 @@
  * parallelism), bucket by bucket, each started when the simulated last backward has made it
  * final (step.c); the optimizer step is memory bound. Under CP every per-token term runs at a
  * rank's seq/CP tokens, and the attention's CP communication is priced on the CP group's link
- * (attention_core). */
+ * (attention_core). Under EP each MoE layer adds its dispatch and combine all-to-alls on the
+ * EP group's link (ep_a2a), the experts' grouped GEMM runs the busiest EP rank's rows
+ * (mlp_gemms), and the experts' gradients are summed over expert-DP. */
 #include "engine/plan/plan.h"
 #include "engine/model/model_flops.h"
 #include "engine/plan/plan_internal.h"
