@@ -15,6 +15,7 @@ typedef struct plan_args {
     int gpus;
     int have_layout, tp, pp, dp;
     int cp; /* --layout's fourth value; 0: the config's parallel.context_parallel_size */
+    int ep; /* --layout's fifth value; 0: the config's parallel.expert_model_parallel_size */
     int top;
     int json;
     int ranks;
@@ -26,12 +27,18 @@ typedef struct plan_args {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tripod plan CONFIG.yaml [section.key=value ...] [--cluster NAME|FILE]\n"
-               "                   [--gpus N] [--layout TP,PP,DP[,CP]] [--top K] [--json]\n"
+               "                   [--gpus N] [--layout TP,PP,DP[,CP[,EP]]] [--top K] [--json]\n"
                "                   [--trace FILE] [--ranks] [--dp-overlap on|off]\n"
                "                   [--param-gather-overlap on|off] [--even-stages]\n"
                "  Without --layout: search every layout for N GPUs and rank the top K (10).\n"
                "  With --layout: the full memory and time breakdown of that layout (CP: the\n"
-               "             context parallel size, else parallel.context_parallel_size).\n"
+               "             context parallel size, else parallel.context_parallel_size; EP: the\n"
+               "             expert parallel size of a mixture of experts, dividing DP and the\n"
+               "             experts, else parallel.expert_model_parallel_size; EP > 1 drops\n"
+               "             the file's DP sharding, which EP does not train with).\n"
+               "  A mixture of experts searches EP too. model.moe_imbalance=X (default 1, >= 1):\n"
+               "             the busiest EP rank's tokens over the mean; the expert GEMMs and\n"
+               "             the all-to-alls' receiving side are priced at X times the mean.\n"
                "  --cluster: configs/clusters/NAME.yaml or a file (default: h200, cpu for\n"
                "             training.device=cpu). --trace: predicted timeline (Perfetto).\n"
                "  --ranks: rank -> (tp, cp, dp, pp) table and every communication group.\n"
@@ -92,10 +99,11 @@ static int parse_args(int argc, char **argv, plan_args *a) {
                 strcmp(val, "on") == 0;
         } else if (strcmp(s, "--layout") == 0) {
             /* 2^15 each: TP*PP*DP*CP stays inside 64 bits; the config's bounds come after */
-            int v[4], n;
-            if (tpd_cli_int_list("plan", s, val, 1, 1 << 15, 3, 4, v, &n) != TPD_OK) return -1;
+            int v[5], n;
+            if (tpd_cli_int_list("plan", s, val, 1, 1 << 15, 3, 5, v, &n) != TPD_OK) return -1;
             a->tp = v[0], a->pp = v[1], a->dp = v[2];
-            a->cp = n == 4 ? v[3] : 0;
+            a->cp = n >= 4 ? v[3] : 0;
+            a->ep = n == 5 ? v[4] : 0;
             a->have_layout = 1;
         }
     }
@@ -255,6 +263,13 @@ static int run_search(const tpd_config *cfg, const tpd_plan_cluster *cl,
             printf("\nbest layout:\n");
             tpd_plan_print_breakdown(stdout, &s.top[0]);
             tpd_plan_print_overrides(stdout, cfg, &s.top[0]);
+            /* a mixture of experts whose best runs EP 1: the fastest with EP beside it */
+            if (s.best_ep && s.top[0].layout.ep <= 1) {
+                printf("\nbest layout with expert parallelism (EP > 1), %.1f%% slower than the "
+                       "best:\n",
+                       100.0 * (s.best_ep->step_time_s / s.top[0].step_time_s - 1.0));
+                tpd_plan_print_breakdown(stdout, s.best_ep);
+            }
         }
         printf("\n");
         tpd_plan_print_rejections(stdout, &s);
@@ -281,7 +296,7 @@ static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *note, s
     const tpd_cli_args *cl = &a->cl;
     note[0] = '\0';
     if (!a->have_layout) return tpd_config_load(cl->config, cl->n_overrides, cl->overrides, cfg);
-    enum { MAX_EXTRA = 8 };
+    enum { MAX_EXTRA = 12 };
     tpd_config *was = malloc(sizeof *was);
     const char **ov = malloc((size_t)(cl->n_overrides + MAX_EXTRA) * sizeof *ov);
     if (!was || !ov) {
@@ -302,6 +317,8 @@ static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *note, s
     snprintf(extra[n++], sizeof extra[0], "parallel.data_parallel_size=%d", a->dp);
     if (a->cp > 0)
         snprintf(extra[n++], sizeof extra[0], "parallel.context_parallel_size=%d", a->cp);
+    if (a->ep > 0)
+        snprintf(extra[n++], sizeof extra[0], "parallel.expert_model_parallel_size=%d", a->ep);
     if (known) {
         const tpd_config_parallel *p = &was->parallel;
         int v = p->virtual_pipeline_model_parallel_size;
@@ -326,14 +343,31 @@ static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *note, s
             snprintf(dropped + used, sizeof dropped - used,
                      "; its tp_comm_overlap is dropped (TP=1 has no TP communication)");
         }
+        /* EP trains without DP sharding: a file's ZeRO is dropped under --layout's EP > 1 */
+        if (a->ep > 1 && (p->use_distributed_optimizer ||
+                          p->data_parallel_sharding_strategy != TPD_DP_SHARDING_NO_SHARD)) {
+            snprintf(extra[n++], sizeof extra[0], "parallel.use_distributed_optimizer=false");
+            snprintf(extra[n++], sizeof extra[0],
+                     "parallel.data_parallel_sharding_strategy=no_shard");
+            size_t used = strlen(dropped);
+            snprintf(dropped + used, sizeof dropped - used,
+                     "; its DP sharding is dropped (EP=%d trains unsharded)", a->ep);
+        }
         int dp_was = p->data_parallel_size, cp_was = tpd_config_cp(was);
+        int ep_was = p->expert_model_parallel_size > 1 ? p->expert_model_parallel_size : 1;
         if (p->tensor_model_parallel_size != a->tp || p->pipeline_model_parallel_size != a->pp ||
-            (dp_was > 0 && dp_was != a->dp) || (a->cp > 0 && a->cp != cp_was)) {
-            char dps[24] = "", cps[24] = "", cpw[24] = "";
+            (dp_was > 0 && dp_was != a->dp) || (a->cp > 0 && a->cp != cp_was) ||
+            (a->ep > 0 && a->ep != ep_was)) {
+            char dps[24] = "", cps[48] = "", cpw[48] = "";
             if (dp_was > 0) snprintf(dps, sizeof dps, " DP=%d", dp_was);
             if (a->cp > 1 || cp_was > 1) {
                 snprintf(cps, sizeof cps, " CP=%d", a->cp > 0 ? a->cp : cp_was);
                 snprintf(cpw, sizeof cpw, " CP=%d", cp_was);
+            }
+            if (a->ep > 1 || ep_was > 1) {
+                size_t c = strlen(cps), w = strlen(cpw);
+                snprintf(cps + c, sizeof cps - c, " EP=%d", a->ep > 0 ? a->ep : ep_was);
+                snprintf(cpw + w, sizeof cpw - w, " EP=%d", ep_was);
             }
             snprintf(
                 note, notelen, "layout: TP=%d PP=%d DP=%d%s from --layout (%s TP=%d PP=%d%s%s%s)",
@@ -351,7 +385,10 @@ static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *note, s
     tpd_log_quiet_begin();
     tpd_status st = tpd_config_load(cl->config, cl->n_overrides + n, ov, cfg);
     tpd_log_quiet_end();
-    if (st != TPD_OK && a->cp > 0)
+    if (st != TPD_OK && a->ep > 0)
+        tpd_log_error("plan: with --layout %d,%d,%d,%d,%d: %s", a->tp, a->pp, a->dp, a->cp, a->ep,
+                      tpd_last_error());
+    else if (st != TPD_OK && a->cp > 0)
         tpd_log_error("plan: with --layout %d,%d,%d,%d: %s", a->tp, a->pp, a->dp, a->cp,
                       tpd_last_error());
     else if (st != TPD_OK)

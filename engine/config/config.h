@@ -117,6 +117,9 @@ typedef struct tpd_config_model {
     double moe_expert_capacity_factor;       /* > 0: an expert takes at most
                                                 ceil(factor * N * k / E) tokens, the rest are
                                                 dropped; 0: dropless */
+    double moe_imbalance;                    /* the planner's input under expert parallelism:
+                                                the busiest EP rank's tokens over the mean
+                                                (>= 1; 1: even); `tripod train` ignores it */
 } tpd_config_model;
 
 typedef struct tpd_config_parallel {

@@ -157,6 +157,10 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      TPD_CFG_FIELD(model.moe_expert_capacity_factor), "0.0", TPD_CFG_MIN(0), NULL, 0,
      "> 0: each expert takes at most ceil(factor x tokens x k / E), dropping the rest; 0: "
      "dropless"},
+    {"model.moe_imbalance", TPD_CFG_DOUBLE, TPD_CFG_FIELD(model.moe_imbalance), "1.0",
+     TPD_CFG_MIN(1), NULL, 0,
+     "plan only: under expert parallelism the busiest EP rank's tokens over the mean (the "
+     "expert GEMMs and the all-to-alls' receiving side wait for it); 1 = even loads"},
 
     /* parallel */
     {"parallel.tensor_model_parallel_size", TPD_CFG_INT,

@@ -10,6 +10,15 @@ int tpd_plan_cp(const tpd_plan_layout *lay) {
     return lay->cp > 1 ? lay->cp : 1;
 }
 
+int tpd_plan_ep(const tpd_plan_layout *lay) {
+    return lay->ep > 1 ? lay->ep : 1;
+}
+
+double tpd_plan_moe_imbalance(const tpd_config *cfg, const tpd_plan_layout *lay) {
+    double k = cfg->model.moe_imbalance;
+    return tpd_plan_ep(lay) > 1 && k > 1.0 ? k : 1.0;
+}
+
 long tpd_plan_world(const tpd_plan_layout *lay) {
     return (long)lay->tp * tpd_plan_cp(lay) * lay->dp * lay->pp;
 }
@@ -47,6 +56,8 @@ void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layou
     l.pp = p->pipeline_model_parallel_size > 0 ? p->pipeline_model_parallel_size : 1;
     l.cp = tpd_config_cp(cfg);
     l.cp_comm = p->cp_comm_type;
+    l.ep = tpd_config_moe(cfg) && p->expert_model_parallel_size > 1 ? p->expert_model_parallel_size
+                                                                    : 1;
     l.dp = gpus > 0 ? gpus / (l.tp * l.pp * l.cp)
                     : (p->data_parallel_size > 0 ? p->data_parallel_size : 1);
     if (l.dp < 1) l.dp = 1;
@@ -70,15 +81,16 @@ void tpd_plan_layout_str(const tpd_plan_layout *l, char *buf, size_t len) {
                                              : (l->overlap_param_gather ? "param" : "off");
     /* ZeRO=on is optim (ZeRO-1), 2 optim_grads, 3 optim_grads_params; shard=N is HSDP */
     static const char *const zero[] = {"off", "on", "2", "3"};
-    char shard[32] = "", cp[32] = "";
+    char shard[32] = "", cp[32] = "", ep[16] = "";
     if (l->shard_size > 0 && l->shard_size < l->dp)
         snprintf(shard, sizeof shard, " shard=%d", l->shard_size);
     if (tpd_plan_cp(l) > 1)
         snprintf(cp, sizeof cp, " CP=%d(%s)", l->cp,
                  tpd_config_choice("parallel.cp_comm_type", l->cp_comm));
+    if (tpd_plan_ep(l) > 1) snprintf(ep, sizeof ep, " EP=%d", l->ep);
     snprintf(
-        buf, len, "TP=%d%s PP=%d DP=%d mbs=%d v=%d %s recompute=%s SP=%s ZeRO=%s%s overlap=%s%s",
-        l->tp, cp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages,
+        buf, len, "TP=%d%s PP=%d DP=%d%s mbs=%d v=%d %s recompute=%s SP=%s ZeRO=%s%s overlap=%s%s",
+        l->tp, cp, l->pp, l->dp, ep, l->micro_batch_size, l->virtual_stages,
         tpd_config_choice("parallel.pipeline_schedule", tpd_plan_layout_schedule(l)),
         tpd_config_choice("training.recompute", l->recompute), l->sequence_parallel ? "on" : "off",
         zero[tpd_plan_sharding(l)], shard, ovl, l->tp_comm_overlap ? " tp-comm-overlap" : "");
@@ -109,6 +121,8 @@ int tpd_plan_overrides(const tpd_config *cfg, const tpd_plan_result *res, char *
     PUT(" parallel.data_parallel_size=%d", l->dp);
     PUT(" parallel.context_parallel_size=%d", tpd_plan_cp(l));
     PUT(" parallel.cp_comm_type=%s", tpd_config_choice("parallel.cp_comm_type", l->cp_comm));
+    /* a mixture's EP, 1 included (it clears the config's); a dense model has none to set */
+    if (tpd_config_moe(cfg)) PUT(" parallel.expert_model_parallel_size=%d", tpd_plan_ep(l));
     PUT(" parallel.virtual_pipeline_model_parallel_size=%d", v);
     PUT(" parallel.pipeline_schedule=%s",
         tpd_config_choice("parallel.pipeline_schedule", tpd_plan_layout_schedule(l)));
@@ -289,6 +303,33 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
                  "cpu: tripod train shards optimizer state alone (%s) over all of DP only, not "
                  "in shard groups of %d",
                  tpd_config_choice("parallel.data_parallel_sharding_strategy", sh), l->shard_size);
+        return 0;
+    }
+    int ep = tpd_plan_ep(l), E = m->num_moe_experts;
+    if (l->ep < 0 || (ep > 1 && E < 1)) {
+        snprintf(why, whylen, "EP %d on a model without experts (num_moe_experts %d)", l->ep, E);
+        return 0;
+    }
+    if (ep > 1 && E % ep) {
+        snprintf(why, whylen, "experts %d not divisible by EP %d (each EP rank holds E / EP)", E,
+                 ep);
+        return 0;
+    }
+    if (ep > 1 && l->dp % ep) {
+        snprintf(why, whylen,
+                 "DP %d not divisible by EP %d (an EP group is EP consecutive DP ranks)", l->dp,
+                 ep);
+        return 0;
+    }
+    /* the trainer's EP keeps every rank's whole state: no optimizer or gradient sharding, no
+     * DiLoCo replicas (the search does not try them) */
+    if (ep > 1 && sh != TPD_DP_SHARDING_NO_SHARD) {
+        snprintf(why, whylen, "EP %d with DP sharding %s (expert parallelism trains unsharded)", ep,
+                 tpd_config_choice("parallel.data_parallel_sharding_strategy", sh));
+        return 0;
+    }
+    if (ep > 1 && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO) {
+        snprintf(why, whylen, "EP %d with DiLoCo (expert parallelism syncs every step)", ep);
         return 0;
     }
     if (cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO && (sh > TPD_DP_SHARDING_OPTIM || hybrid)) {

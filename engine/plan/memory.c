@@ -43,6 +43,21 @@ double tpd_plan_norm_params(const tpd_config *cfg) {
  * 4h^2 + 2hf + 9h + f (12h^2 + 13h at f = 4h); Llama (no biases, RMSNorm):
  * 2h^2 + 2h*h_kv + 3hf + 2h. */
 double tpd_plan_layer_params(const tpd_config *cfg, int tp) {
+    return tpd_plan_layer_params_ep(cfg, tp, 1);
+}
+
+/* One expert's share of a TP rank: [gate; up] or fc1 (glu*fe/t, h) with its bias, the down or
+ * fc2 (h, fe/t) with its (replicated) bias; times the E / EP experts of an EP rank. */
+double tpd_plan_layer_expert_params(const tpd_config *cfg, int tp, int ep) {
+    const tpd_config_model *m = &cfg->model;
+    if (m->num_moe_experts <= 0) return 0.0;
+    double t = tp, h = m->hidden_size, fe = tpd_config_moe_ffn(cfg);
+    double bias = m->add_bias_linear ? 1.0 : 0.0, glu = m->swiglu ? 2.0 : 1.0;
+    double El = (double)m->num_moe_experts / (ep > 1 ? ep : 1);
+    return El * (glu * fe * (h + bias) / t + h * fe / t + bias * h);
+}
+
+double tpd_plan_layer_params_ep(const tpd_config *cfg, int tp, int ep) {
     const tpd_config_model *m = &cfg->model;
     double t = tp, h = m->hidden_size, f = m->ffn_hidden_size;
     double kv = (double)tpd_config_kv_heads(cfg) / m->num_attention_heads * h;
@@ -52,12 +67,11 @@ double tpd_plan_layer_params(const tpd_config *cfg, int tp) {
                + h * h / t + bias * h              /* attention projection (h, h/t) + bias */
                + 2.0 * tpd_plan_norm_params(cfg);
     if (m->num_moe_experts > 0) {
-        /* a mixture: the router (E, h) replicated, E experts each split like the dense MLP,
-         * and the shared experts (width moe_shared_expert_intermediate_size) in the dense
-         * MLP's place, with their gate (h) */
-        double E = m->num_moe_experts, fe = tpd_config_moe_ffn(cfg);
-        double fs = m->moe_shared_expert_intermediate_size;
-        n += E * h + E * (glu * fe * (h + bias) / t + h * fe / t + bias * h);
+        /* a mixture: the router (E, h) replicated, E experts (E / EP on an EP rank) each
+         * split like the dense MLP, and the shared experts (width
+         * moe_shared_expert_intermediate_size) in the dense MLP's place, with their gate (h) */
+        double E = m->num_moe_experts, fs = m->moe_shared_expert_intermediate_size;
+        n += E * h + tpd_plan_layer_expert_params(cfg, tp, ep);
         if (fs > 0) n += glu * fs * (h + bias) / t + h * fs / t + bias * h;
         if (m->moe_shared_expert_gate) n += h;
         return n;
@@ -278,7 +292,8 @@ double tpd_plan_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay, 
     double h = m->hidden_size;
     double pos = m->max_position_embeddings;
     double vocab = (double)tpd_config_padded_vocab(cfg, lay->tp) * h / lay->tp;
-    double n = tpd_plan_stage_layers(cfg, lay, stage) * tpd_plan_layer_params(cfg, lay->tp);
+    double n = tpd_plan_stage_layers(cfg, lay, stage) *
+               tpd_plan_layer_params_ep(cfg, lay->tp, tpd_plan_ep(lay));
     if (stage == 0) {
         n += vocab;
         if (m->position_embedding_type == TPD_POS_LEARNED) n += pos * h;
@@ -347,15 +362,18 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     uint64_t B = (uint64_t)lay->micro_batch_size, T = S / cp;
     int ring = cp > 1 && lay->cp_comm == TPD_CP_COMM_P2P, a2a = cp > 1 && !ring;
     uint64_t C = (uint64_t)m->hidden_size, NH = (uint64_t)m->num_attention_heads;
-    /* a mixture of experts: E experts of width Fe each (all of them on every rank), top-k
-     * routing; the dense MLP's tensors are the shared experts' (width Fs, none at 0) */
+    /* a mixture of experts: E experts of width Fe each, El = E / EP of them on an EP rank
+     * (all of them at EP 1), top-k routing; the dense MLP's tensors are the shared experts'
+     * (width Fs, none at 0) */
     uint64_t E = (uint64_t)m->num_moe_experts, K = E ? (uint64_t)m->moe_router_topk : 0;
+    uint64_t ep = E ? (uint64_t)tpd_plan_ep(lay) : 1, El = E / ep;
     uint64_t F =
         E ? (uint64_t)m->moe_shared_expert_intermediate_size : (uint64_t)m->ffn_hidden_size;
     uint64_t maxT = (uint64_t)m->max_position_embeddings;
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
     int64_t layers = tpd_plan_stage_layers(cfg, lay, stage);
-    if (layers < 0 || t < 1 || dp < 1 || lay->micro_batch_size < 1 || v > TPD_CONFIG_MAX_STAGES) {
+    if (layers < 0 || t < 1 || dp < 1 || lay->micro_batch_size < 1 || v > TPD_CONFIG_MAX_STAGES ||
+        (E && (El < 1 || E % ep))) {
         tpd_log_error("plan: no cpu memory for stage %d of this layout", stage);
         return TPD_ERR_INVALID;
     }
@@ -380,12 +398,16 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
      * untied output layer on the last stage */
     uint64_t Fel = E ? (uint64_t)tpd_config_moe_ffn(cfg) / t : 0;
     uint64_t FCel = m->swiglu ? 2 * Fel : Fel, NK = N * K; /* token-expert assignments */
+    /* the rows an EP rank's experts may receive, dropless: each of the EP ranks' N tokens
+     * sends at most min(k, El) of its assignments to one rank (NK at EP 1) */
+    uint64_t NR = ep * N * (K < El ? K : El);
     int mlp = !E || F > 0; /* the dense MLP (or the shared experts) exists */
     uint64_t per_layer = 2 * (1 + nb) * C + QKVl * C + C * Cl + FCl * C + C * Fl +
                          (bias ? C + (mlp ? FCl + C : 0) : 0) +
                          (tpd_config_qkv_bias(cfg) ? QKVl : 0);
-    if (E) /* the router, every expert's share, their biases, the shared experts' gate */
-        per_layer += E * C + E * FCel * C + E * C * Fel + (bias ? E * FCel + E * C : 0) +
+    if (E) /* the router (all E), the El local experts' shares (expfcw, expprojw) and their
+              biases (expfcb, expprojb), the shared experts' gate */
+        per_layer += E * C + El * FCel * C + El * C * Fel + (bias ? El * FCel + El * C : 0) +
                      (m->moe_shared_expert_gate ? C : 0);
     uint64_t u0 = 0, uf = 0;
     if (first)
@@ -473,11 +495,14 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     int selective = lay->recompute == TPD_RECOMPUTE_SELECTIVE && !ring;
     uint64_t layer = 4 * up(NL * C * e) + 2 * (1 + nb) * up(NL * 4) + up(N * QKVl * e) +
                      up(N * Cl * e) + (selective ? 0 : up(att)) + up(N * FCl * e) + up(N * Fl * e);
-    if (E) /* the routing (softmax, log-sum-exp, five per-assignment arrays, the counts) and
-              the experts' rows, fc output, activation and output; the shared output, gate */
-        layer += up(N * E * 4) + up(N * 4) + 5 * up(NK * 4) + up((E + 1) * 4) + 2 * up(NK * C * e) +
-                 up(NK * FCel * e) + up(NK * Fel * e) + (F ? up(N * C * e) : 0) +
-                 (m->moe_shared_expert_gate ? up(N * 4) : 0);
+    if (E) /* the routing (softmax, log-sum-exp, five per-assignment arrays, the counts); the
+              rows the local experts run (NR: all of a rank's own NK at EP 1), their fc output
+              and activation; the assignments' outputs back in token order (NK); the shared
+              output, gate; under EP the int32 counts of every EP rank's tokens per local
+              expert (moe_ecounts) */
+        layer += up(N * E * 4) + up(N * 4) + 5 * up(NK * 4) + up((E + 1) * 4) + up(NR * C * e) +
+                 up(NR * FCel * e) + up(NR * Fel * e) + up(NK * C * e) + (F ? up(N * C * e) : 0) +
+                 (m->moe_shared_expert_gate ? up(N * 4) : 0) + (ep > 1 ? up(ep * El * 4) : 0);
     /* fully recomputed layers (the first k of each chunk) keep only their output */
     uint64_t R = 0, kept = 0;
     for (int c = 0; c < v; c++) {
@@ -519,10 +544,12 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
         ws += up(2 * N * 2 * KVl * HS * e) + up(2 * N * 2 * KVl * HS * 4) + up(N * NHl * HS * 4) +
               2 * up(B * NHl * T * 4) + up((S + T) * 4);
     if (E) /* the MoE MLP's output or input gradient, the rows in expert order, the experts'
-              fc and activation gradients, the assignments' and the logits' gradients, the
-              router's input gradient, and under SP the gathered MLP input */
-        ws += up(N * C * e) + up(NK * C * e) + up(NK * FCel * e) + up(NK * Fel * e) + up(NK * 4) +
-              up(N * E * 4) + up(N * C * e) + (sp ? up(N * C * e) : 0);
+              fc and activation gradients (of the NR rows they run), the assignments' and the
+              logits' gradients, the router's input gradient, and under SP the gathered MLP
+              input; under EP two blocks of NR rows for the all-to-alls (w_moe_ea, w_moe_eb) */
+        ws += up(N * C * e) + up(NK * C * e) + up(NR * FCel * e) + up(NR * Fel * e) + up(NK * 4) +
+              up(N * E * 4) + up(N * C * e) + (sp ? up(N * C * e) : 0) +
+              (ep > 1 ? 2 * up(NR * C * e) : 0);
     if (a2a) ws += 2 * up(N * QKVl * e); /* the all-to-all's send and receive blocks */
     tpd_kern_scratch scratch;
     TPD_CHECK(tpd_plan_scratch(cfg, lay, stage,

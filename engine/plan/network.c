@@ -3,7 +3,9 @@
  * Links. Ranks follow Megatron's order (parallel/mesh.h: rank = tp + TP*(cp + CP*(dp +
  * DP*pp))), so a TP group is TP consecutive ranks, a CP group CP ranks TP apart, the group
  * that sums the gradients (DP x CP) DP*CP ranks TP apart, and the two ranks of a pipeline
- * boundary TP*CP*DP apart. A group of n ranks `stride` apart spans n*stride
+ * boundary TP*CP*DP apart. An EP group is EP consecutive DP ranks, TP*CP apart (Megatron's
+ * tp-cp-ep-dp-pp), and its expert-DP group spans the whole DP x CP group with EP times fewer
+ * members per NVLink domain. A group of n ranks `stride` apart spans n*stride
  * consecutive ranks, and a collective runs at the slowest hop it crosses:
  *   - span <= nvlink_domain_gpus: one NVLink domain, intra_bw at intra_latency;
  *   - else the network: each GPU's share of its node's NICs, inter_bw * nics_per_node /
@@ -168,4 +170,10 @@ void tpd_plan_cp_link(const tpd_plan_cluster *cl, int cp, long tp, double *bw_p,
     *bw_p = bw * cl->coll_efficiency;
     *lat_p = lat;
     *hop_p = tpd_plan_group_hop(cl, cp, tp);
+}
+
+void tpd_plan_ep_link(const tpd_plan_cluster *cl, int ep, long stride, double *bw_p, double *lat_p,
+                      tpd_plan_hop *hop_p) {
+    /* the same placement as the CP group's: n ranks `stride` apart, all sending at once */
+    tpd_plan_cp_link(cl, ep, stride, bw_p, lat_p, hop_p);
 }

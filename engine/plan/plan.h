@@ -156,6 +156,12 @@ typedef struct tpd_plan_layout {
      * so that the positional initializers of the 3D layouts read as CP 1. */
     int cp;
     tpd_cp_comm cp_comm; /* parallel.cp_comm_type: p2p (ring attention) or a2a (Ulysses) */
+    /* Expert parallelism (parallel.expert_model_parallel_size; 0 reads as 1): a mixture's E
+     * experts split over EP consecutive DP ranks (E / EP each; Megatron's order TP, CP, EP,
+     * expert-DP, PP, so an EP group's ranks are TP x CP apart); EP divides DP and E. The
+     * tokens go to their experts' ranks and back by all-to-alls, and an expert's gradients
+     * are summed over the DP x CP / EP ranks that hold it (expert-DP). */
+    int ep;
 } tpd_plan_layout;
 
 /* Bytes per rank of one pipeline stage. `optimizer` includes the fp32 master weights;
@@ -188,6 +194,10 @@ typedef struct tpd_plan_time {
     double cp_comm_hidden;    /* beside it, not inside: the ring's transfers the blocks hid */
     double host_overhead;     /* inside compute: the host's share (host_launch_us floors, the
                                  per-micro-batch host work) */
+    double ep_comm;           /* inside compute: expert parallelism's all-to-alls (per MoE layer
+                                 and micro-batch the dispatch and the combine, forward and
+                                 backward, and the forward's exchange of the expert counts),
+                                 whole: none is overlapped with compute */
     double pp_bubble;         /* simulated pipeline idle with free p2p */
     double pp_p2p;            /* the p2p the schedule does not hide: the simulated pipeline with
                                  each send's latency and transfer on its receiver's path, less
@@ -265,14 +275,24 @@ typedef struct tpd_plan_result {
                                                  sends run (hop_dp: the shard group's) */
     tpd_plan_hop hop_cp;                      /* the CP group: CP ranks TP apart (NONE at CP 1) */
     tpd_plan_hop hop_replica; /* HSDP: the replicas' all-reduce (NONE without replicas) */
-    int shard_group;          /* ranks each shard is over: the shard size, or all of DP */
+    tpd_plan_hop hop_ep;  /* the EP group's all-to-alls: EP ranks TP x CP apart (NONE at EP 1) */
+    tpd_plan_hop hop_edp; /* expert-DP: the expert gradients' reduction (NONE at EP 1) */
+    int shard_group;      /* ranks each shard is over: the shard size, or all of DP */
     /* ---- context parallelism (0 at CP 1): one layer of one micro-batch on one rank ---- */
-    int cp_tokens;                /* of each sequence: seq_length / CP */
-    double cp_bytes_layer;        /* sent to its CP peers, forward and backward */
-    double cp_step_comm_s;        /* p2p: one forward ring step's K/V transfer; a2a: the forward's
-                                     all-to-all of Q, K and V */
-    double cp_step_attn_s;        /* p2p: one block of attention (the rank's queries against one
-                                     K/V block); a2a: the whole attention, head-split */
+    int cp_tokens;         /* of each sequence: seq_length / CP */
+    double cp_bytes_layer; /* sent to its CP peers, forward and backward */
+    double cp_step_comm_s; /* p2p: one forward ring step's K/V transfer; a2a: the forward's
+                              all-to-all of Q, K and V */
+    double cp_step_attn_s; /* p2p: one block of attention (the rank's queries against one
+                              K/V block); a2a: the whole attention, head-split */
+    /* ---- expert parallelism (0 at EP 1): one MoE layer of one micro-batch on one rank ---- */
+    int ep_local_experts; /* E / EP */
+    int ep_expert_dp;     /* ranks of the expert-DP group: DP x CP / EP */
+    double moe_imbalance; /* model.moe_imbalance: the busiest EP rank's tokens over the mean */
+    double ep_a2a_bytes;  /* one all-to-all's bytes a rank sends: N k (EP-1)/EP rows of C
+                             elements, times moe_imbalance */
+    double ep_a2a_s;      /* one such all-to-all, s */
+    double ep_counts_s;   /* the forward's exchange of the EP x E/EP expert counts, s */
     double model_flops, hw_flops; /* per iteration, all GPUs */
     double tflops_per_gpu, hw_tflops_per_gpu, mfu, tokens_per_s;
     /* DP wire bytes one rank sends per step (its busiest stage): the every-step reduction
@@ -344,10 +364,11 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
  * plan/timing_cpu.c) ---- */
 
 /* The layout the config itself states (TP, CP and its communication, PP, DP for `gpus`: gpus
- * / (TP*CP*PP), mbs, v, schedule, recompute, SP, ZeRO, overlap flags). */
+ * / (TP*CP*PP), EP for a mixture of experts, mbs, v, schedule, recompute, SP, ZeRO, overlap
+ * flags). */
 void tpd_plan_layout_from_config(const tpd_config *cfg, int gpus, tpd_plan_layout *lay_p);
 /* "TP=8 PP=4 DP=32 mbs=1 v=2 interleaved recompute=full SP=on ZeRO=on overlap=grad+param"
- * into buf; under CP "TP=8 CP=16(p2p) PP=16 ...". */
+ * into buf; under CP "TP=8 CP=16(p2p) PP=16 ...", under EP "... DP=16 EP=8 mbs=1 ...". */
 void tpd_plan_layout_str(const tpd_plan_layout *lay, char *buf, size_t len);
 /* Forward FLOPs of one call of the cpu attention kernel (blocked causal: a block of
  * query rows sees the keys up to its end), B x NH heads of T x HS; calibration measures
@@ -382,6 +403,10 @@ typedef struct tpd_plan_search {
     long rejected;
     tpd_plan_reject_class reasons[TPD_PLAN_MAX_REASONS];
     int n_reasons;
+    /* A mixture of experts: the fastest layout with EP > 1 that fits (owned; NULL when none
+     * fits, or for a dense model), so that the report can show it beside the best when that
+     * one runs EP 1. */
+    tpd_plan_result *best_ep;
 } tpd_plan_search;
 
 tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl,

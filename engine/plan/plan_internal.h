@@ -16,6 +16,12 @@ double tpd_plan_attention_efficiency(const tpd_plan_cluster *c, double flops);
 
 /* CP of a layout (parallel.context_parallel_size): lay->cp, 1 where it is 0. */
 int tpd_plan_cp(const tpd_plan_layout *lay);
+/* EP of a layout (parallel.expert_model_parallel_size): lay->ep, 1 where it is 0. */
+int tpd_plan_ep(const tpd_plan_layout *lay);
+/* model.moe_imbalance under EP > 1 (the busiest EP rank's received tokens over the mean:
+ * it sets the pace of the expert GEMMs and of the all-to-alls' receiving side); 1 at EP 1,
+ * where every rank runs all of its own tokens' experts. */
+double tpd_plan_moe_imbalance(const tpd_config *cfg, const tpd_plan_layout *lay);
 /* Ranks of the layout: TP x CP x DP x PP. */
 long tpd_plan_world(const tpd_plan_layout *lay);
 /* Tokens of each sequence one rank runs: seq_length / CP. */
@@ -171,6 +177,13 @@ void tpd_plan_print_published(FILE *f, const tpd_config *cfg);
  * projections of the K/V heads, two or three MLP matrices, biases or none, LayerNorm or
  * RMSNorm). */
 double tpd_plan_layer_params(const tpd_config *cfg, int tp);
+/* The same on one rank of an EP group of `ep`: E / EP experts' tensors (expfcw, expfcb,
+ * expprojw, expprojb) instead of E, everything else (the router, attention, norms, shared
+ * experts) whole; tpd_plan_layer_params at ep 1. */
+double tpd_plan_layer_params_ep(const tpd_config *cfg, int tp, int ep);
+/* Of those, the local experts' tensors: the parameters whose gradients are summed over
+ * expert-DP rather than all of DP x CP (0 for a dense model). */
+double tpd_plan_layer_expert_params(const tpd_config *cfg, int tp, int ep);
 /* The width a token's MLP GEMMs run at: ffn_hidden_size, or under a mixture of experts its
  * k experts' and the shared experts' widths together (the grouped expert GEMMs priced as
  * one of that width: each expert's block of k/E of the tokens, evenly loaded). */
@@ -199,6 +212,7 @@ typedef struct tpd_plan_stage_cost {
     double tp_comm_hidden;       /* TP collectives the overlap hid behind GEMMs */
     double cp_comm;              /* CP communication inside fwd + bwd (exposed) */
     double cp_comm_hidden;       /* CP transfers the ring's attention blocks hid */
+    double ep_comm;              /* EP all-to-alls inside fwd + bwd (exposed, all of them) */
     double embed_fwd, embed_bwd; /* first stage */
     double head_fwd, head_bwd;   /* last stage */
 } tpd_plan_stage_cost;
@@ -218,12 +232,15 @@ typedef struct tpd_plan_affine {
 
 /* The DP communication of a step, as a backend's model prices it. */
 typedef struct tpd_plan_dp_cost {
-    tpd_plan_affine reduce; /* one bucket's DP sum: all-reduce, or ZeRO reduce-scatter */
-    tpd_plan_affine gather; /* one bucket's ZeRO all-gather of the parameters (0 without) */
-    double grad_bytes;      /* bytes per gradient element the reduction moves */
-    double param_bytes;     /* bytes per parameter element the gather moves */
-    double emb_allreduce;   /* tied-embedding all-reduce between first and last stage, s
-                               (0 without an embedding group: untied, or pp == 1) */
+    tpd_plan_affine reduce;    /* one bucket's DP sum: all-reduce, or ZeRO reduce-scatter */
+    tpd_plan_affine reduce_ep; /* under EP > 1, the expert gradients' all-reduce over
+                                  expert-DP (DP x CP / EP ranks); a bucket's expert elements go
+                                  there, the rest over `reduce` (unused at EP 1) */
+    tpd_plan_affine gather;    /* one bucket's ZeRO all-gather of the parameters (0 without) */
+    double grad_bytes;         /* bytes per gradient element the reduction moves */
+    double param_bytes;        /* bytes per parameter element the gather moves */
+    double emb_allreduce;      /* tied-embedding all-reduce between first and last stage, s
+                                  (0 without an embedding group: untied, or pp == 1) */
 } tpd_plan_dp_cost;
 
 /* Elements of every hook unit of a stage's flat buffer (engine/model/model_layout.h), in
@@ -233,9 +250,10 @@ typedef struct tpd_plan_dp_cost {
  * DP, the padding with the last unit. n = Ls + 2 units; unit index u + 1 for hook unit u. */
 typedef struct tpd_plan_units {
     int n, Ls;
-    double *elems; /* [n] */
-    double padded; /* total, a multiple of DP */
-    double bucket; /* elements per DP bucket (parallel.ddp_bucket_size, as tpd_dp_plan_init) */
+    double *elems;  /* [n] */
+    double *expert; /* [n]: of elems, the local experts' (0 at EP 1: every gradient over DP) */
+    double padded;  /* total, a multiple of DP */
+    double bucket;  /* elements per DP bucket (parallel.ddp_bucket_size, as tpd_dp_plan_init) */
     int nbuckets;
 } tpd_plan_units;
 tpd_status tpd_plan_units_init(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
@@ -291,6 +309,11 @@ long tpd_plan_pp_stride(const tpd_config *cfg, const tpd_plan_layout *lay);
  * Bandwidth with the collective efficiency, latency per step, and the hop. */
 void tpd_plan_cp_link(const tpd_plan_cluster *cl, int cp, long tp, double *bw_p, double *lat_p,
                       tpd_plan_hop *hop_p);
+/* The EP group's link: EP ranks TP x CP apart (rank order TP, CP, EP, expert-DP, PP), so
+ * the group spans TP x CP x EP consecutive ranks: NVLink when that fits one domain, else each
+ * GPU's share of the NICs (every rank of the group sends at once), as tpd_plan_cp_link. */
+void tpd_plan_ep_link(const tpd_plan_cluster *cl, int ep, long stride, double *bw_p, double *lat_p,
+                      tpd_plan_hop *hop_p);
 /* "nvlink", "network", "cross-leaf", "inter-island", "none". */
 const char *tpd_plan_hop_name(tpd_plan_hop h);
 /* Link of a group of n ranks `stride` apart in Megatron's rank order (TP 1, DP x CP TP, a
@@ -337,6 +360,10 @@ void tpd_plan_diloco_outer(const tpd_config *cfg, const tpd_plan_cluster *cl, do
 /* The CP fields of res (cp_bytes_layer; on a GPU cluster cp_step_comm_s, cp_step_attn_s):
  * zeros at CP 1. */
 void tpd_plan_cp_detail(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                        const tpd_plan_layout *lay, tpd_plan_result *res);
+/* The EP fields of res (ep_local_experts, ep_expert_dp, moe_imbalance, ep_a2a_bytes; on a GPU
+ * cluster ep_a2a_s and ep_counts_s), hop_ep and hop_edp: zeros at EP 1. */
+void tpd_plan_ep_detail(const tpd_config *cfg, const tpd_plan_cluster *cl,
                         const tpd_plan_layout *lay, tpd_plan_result *res);
 /* Throughput fields of res from its step time. */
 void tpd_plan_rates(const tpd_config *cfg, const tpd_plan_cluster *cl, tpd_plan_result *res);

@@ -71,10 +71,15 @@ static void print_sharding(FILE *f, const tpd_plan_result *r) {
 }
 
 void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {
-    fprintf(f,
-            "%4s %3s %-7s %3s %5s %4s %2s %-5s %-9s %-3s %-4s %-3s %8s %8s %5s %6s %11s %6s %10s\n",
-            "rank", "TP", "CP", "PP", "DP", "mbs", "v", "sched", "recompute", "SP", "ZeRO", "ovl",
-            "mem GiB", "step s", "idle", "DP exp", "TFLOP/s/GPU", "MFU", "tokens/s");
+    /* an EP column where some row splits its experts */
+    int eps = 0;
+    for (int i = 0; i < n; i++)
+        eps |= tpd_plan_ep(&r[i].layout) > 1;
+    fprintf(f, "%4s %3s %-7s %3s %5s", "rank", "TP", "CP", "PP", "DP");
+    if (eps) fprintf(f, " %3s", "EP");
+    fprintf(f, " %4s %2s %-5s %-9s %-3s %-4s %-3s %8s %8s %5s %6s %11s %6s %10s\n", "mbs", "v",
+            "sched", "recompute", "SP", "ZeRO", "ovl", "mem GiB", "step s", "idle", "DP exp",
+            "TFLOP/s/GPU", "MFU", "tokens/s");
     for (int i = 0; i < n; i++) {
         const tpd_plan_layout *l = &r[i].layout;
         char rc[16];
@@ -90,13 +95,14 @@ void tpd_plan_print_table(FILE *f, const tpd_plan_result *r, int n) {
                      tpd_config_choice("parallel.cp_comm_type", l->cp_comm));
         else
             snprintf(cp, sizeof cp, "1");
+        fprintf(f, "%4d %3d %-7s %3d %5d", i + 1, l->tp, cp, l->pp, l->dp);
+        if (eps) fprintf(f, " %3d", tpd_plan_ep(l));
         fprintf(f,
-                "%4d %3d %-7s %3d %5d %4d %2d %-5s %-9s %-3s %-4s %-3s %8.1f %8.3f %4.1f%% %5.1f%% "
-                "%11.1f %5.1f%% %10.0f\n",
-                i + 1, l->tp, cp, l->pp, l->dp, l->micro_batch_size, l->virtual_stages,
-                sched_short(l), rc, l->sequence_parallel ? "on" : "off", zero_short(l),
-                overlap_short(l), r[i].memory_bytes / GIB, r[i].step_time_s,
-                100.0 * t->pp_idle_fraction,
+                " %4d %2d %-5s %-9s %-3s %-4s %-3s %8.1f %8.3f %4.1f%% %5.1f%% %11.1f %5.1f%% "
+                "%10.0f\n",
+                l->micro_batch_size, l->virtual_stages, sched_short(l), rc,
+                l->sequence_parallel ? "on" : "off", zero_short(l), overlap_short(l),
+                r[i].memory_bytes / GIB, r[i].step_time_s, 100.0 * t->pp_idle_fraction,
                 100.0 * (t->dp_comm_exposed + t->dp_gather_exposed) / st, r[i].tflops_per_gpu,
                 100.0 * r[i].mfu, r[i].tokens_per_s);
     }
@@ -178,6 +184,35 @@ static void print_cp(FILE *f, const tpd_plan_result *r) {
             r->time.cp_comm_hidden);
 }
 
+/* Expert parallelism: the experts a rank holds, what an all-to-all moves and takes, and
+ * where the expert gradients are summed. */
+static void print_ep(FILE *f, const tpd_plan_result *r) {
+    const tpd_plan_layout *l = &r->layout;
+    int ep = tpd_plan_ep(l);
+    if (ep < 2) return;
+    char bytes[32];
+    bytes_str(r->ep_a2a_bytes, bytes, sizeof bytes);
+    double st = r->step_time_s > 0 ? r->step_time_s : 1.0;
+    char over[48] = ""; /* the link, where the backend's model names one */
+    if (r->hop_ep != TPD_PLAN_HOP_NONE)
+        snprintf(over, sizeof over, " over %s", tpd_plan_hop_name(r->hop_ep));
+    fprintf(f,
+            "  all-to-all (EP)         %9.3f s  %5.1f%%  (inside compute, not overlapped: EP=%d%s, "
+            "%d of %d experts a rank, moe_imbalance %.2f)\n",
+            r->time.ep_comm, 100 * r->time.ep_comm / st, ep, over, r->ep_local_experts,
+            r->ep_local_experts * ep, r->moe_imbalance);
+    fprintf(f,
+            "    expert parallel: per MoE layer and micro-batch 4 all-to-alls (dispatch and "
+            "combine, forward and backward) of %s sent per rank",
+            bytes);
+    if (r->ep_a2a_s > 0.0)
+        fprintf(f, ", %.3f ms each, and the expert counts' exchange %.3f ms", 1e3 * r->ep_a2a_s,
+                1e3 * r->ep_counts_s);
+    fprintf(f, "; expert gradients summed over %d rank(s) (expert-DP%s%s)\n", r->ep_expert_dp,
+            r->hop_edp != TPD_PLAN_HOP_NONE ? ", " : "",
+            r->hop_edp != TPD_PLAN_HOP_NONE ? tpd_plan_hop_name(r->hop_edp) : "");
+}
+
 void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
     char l[224];
     tpd_plan_layout_str(&r->layout, l, sizeof l);
@@ -211,7 +246,13 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
     const tpd_plan_time *t = &r->time;
     double st = r->step_time_s;
     fprintf(f, "time per step: %.3f s\n", st);
-    if (tpd_plan_cp(&r->layout) > 1)
+    if (tpd_plan_ep(&r->layout) > 1)
+        fprintf(f,
+                "  compute (slowest stage) %9.3f s  %5.1f%%  (of which TP comm %.3f s, CP comm "
+                "%.3f s, EP all-to-all %.3f s, host %.3f s)\n",
+                t->compute, 100 * t->compute / st, t->tp_comm, t->cp_comm, t->ep_comm,
+                t->host_overhead);
+    else if (tpd_plan_cp(&r->layout) > 1)
         fprintf(f,
                 "  compute (slowest stage) %9.3f s  %5.1f%%  (of which TP comm %.3f s, CP comm "
                 "%.3f s, host %.3f s)\n",
@@ -222,6 +263,7 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
                 "s)\n",
                 t->compute, 100 * t->compute / st, t->tp_comm, t->host_overhead);
     print_cp(f, r);
+    print_ep(f, r);
     if (r->layout.tp_comm_overlap)
         fprintf(f, "    TP comm hidden behind the GEMMs (tp_comm_overlap) %.3f s\n",
                 t->tp_comm_hidden);
@@ -265,6 +307,14 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
                 "replicas): TP %s, DP %s, PP %s, outer %s\n",
                 r->dp_replicas, tpd_plan_hop_name(r->hop_tp), tpd_plan_hop_name(r->hop_dp),
                 tpd_plan_hop_name(r->hop_pp), tpd_plan_hop_name(r->hop_outer));
+    else if (tpd_plan_ep(&r->layout) > 1)
+        fprintf(f,
+                "  links (rank order TP fastest, then CP, EP, expert-DP, then PP): TP %s, CP %s, "
+                "EP %s, %s %s, expert-DP %s, PP %s\n",
+                tpd_plan_hop_name(r->hop_tp), tpd_plan_hop_name(r->hop_cp),
+                tpd_plan_hop_name(r->hop_ep), tpd_plan_cp(&r->layout) > 1 ? "DP x CP" : "DP",
+                tpd_plan_hop_name(r->hop_dp), tpd_plan_hop_name(r->hop_edp),
+                tpd_plan_hop_name(r->hop_pp));
     else if (tpd_plan_cp(&r->layout) > 1 && (r->hop_tp || r->hop_cp || r->hop_dp || r->hop_pp))
         fprintf(f,
                 "  links (rank order TP fastest, then CP, then DP, then PP): TP %s, CP %s, DP x "
@@ -302,6 +352,10 @@ void tpd_plan_print_overrides(FILE *f, const tpd_config *cfg, const tpd_plan_res
     if (tpd_plan_cp(&r->layout) > 1 && cfg->training.device == TPD_DEVICE_CUDA)
         fprintf(f, "  (planned, not trained on GPUs: tripod train runs context parallelism on the "
                    "cpu backend; the cuda bytes and times are the target)\n");
+    if (tpd_plan_ep(&r->layout) > 1)
+        fprintf(f, "  (planned, not trained: tripod train refuses expert_model_parallel_size > 1 "
+                   "until its expert parallelism lands; the planned bytes are its allocation "
+                   "spec)\n");
     tpd_plan_print_published(f, cfg);
 }
 
@@ -386,6 +440,7 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
     cJSON_AddNumberToObject(o, "cp", tpd_plan_cp(l));
     cJSON_AddStringToObject(o, "cp_comm_type",
                             tpd_config_choice("parallel.cp_comm_type", l->cp_comm));
+    cJSON_AddNumberToObject(o, "ep", tpd_plan_ep(l));
     cJSON_AddNumberToObject(o, "world", (double)tpd_plan_world(l));
     cJSON_AddNumberToObject(o, "micro_batch_size", l->micro_batch_size);
     cJSON_AddNumberToObject(o, "num_micro_batches", r->num_micro_batches);
@@ -403,10 +458,11 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
         tpd_config_choice("parallel.data_parallel_sharding_strategy", tpd_plan_sharding(l)));
     cJSON_AddNumberToObject(o, "shard_size", r->shard_group);
     cJSON_AddBoolToObject(o, "tp_comm_overlap", l->tp_comm_overlap);
-    /* what `tripod train` does not run: ZeRO-1 in shard groups, CP on the cuda backend */
+    /* what `tripod train` does not run: ZeRO-1 in shard groups, CP on the cuda backend, EP */
     cJSON_AddBoolToObject(
         o, "planned_only",
-        planned_only(l) || (tpd_plan_cp(l) > 1 && cfg && cfg->training.device == TPD_DEVICE_CUDA));
+        planned_only(l) || tpd_plan_ep(l) > 1 ||
+            (tpd_plan_cp(l) > 1 && cfg && cfg->training.device == TPD_DEVICE_CUDA));
     cJSON_AddBoolToObject(o, "fits", r->fits);
     if (r->reject_reason[0])
         cJSON_AddStringToObject(o, "reject_reason", r->reject_reason);
@@ -446,6 +502,7 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
         cJSON_AddNumberToObject(tb, "tp_comm_hidden", r->time.tp_comm_hidden);
         cJSON_AddNumberToObject(tb, "cp_comm", r->time.cp_comm);
         cJSON_AddNumberToObject(tb, "cp_comm_hidden", r->time.cp_comm_hidden);
+        cJSON_AddNumberToObject(tb, "ep_comm", r->time.ep_comm);
         cJSON_AddNumberToObject(tb, "host_overhead", r->time.host_overhead);
         cJSON_AddNumberToObject(tb, "pp_bubble", r->time.pp_bubble);
         cJSON_AddNumberToObject(tb, "pp_p2p", r->time.pp_p2p);
@@ -465,6 +522,8 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
     if (ln) {
         cJSON_AddStringToObject(ln, "tp", tpd_plan_hop_name(r->hop_tp));
         cJSON_AddStringToObject(ln, "cp", tpd_plan_hop_name(r->hop_cp));
+        cJSON_AddStringToObject(ln, "ep", tpd_plan_hop_name(r->hop_ep));
+        cJSON_AddStringToObject(ln, "expert_dp", tpd_plan_hop_name(r->hop_edp));
         cJSON_AddStringToObject(ln, "dp", tpd_plan_hop_name(r->hop_dp));
         cJSON_AddStringToObject(ln, "pp", tpd_plan_hop_name(r->hop_pp));
     }
@@ -476,6 +535,19 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
             cJSON_AddNumberToObject(cpo, "bytes_per_layer", r->cp_bytes_layer);
             cJSON_AddNumberToObject(cpo, "step_comm_s", r->cp_step_comm_s);
             cJSON_AddNumberToObject(cpo, "step_attention_s", r->cp_step_attn_s);
+        }
+    }
+    if (tpd_plan_ep(l) > 1) {
+        /* one MoE layer of one micro-batch on one rank (plan.h: ep_a2a_bytes) */
+        cJSON *epo = cJSON_AddObjectToObject(o, "expert_parallel");
+        if (epo) {
+            cJSON_AddNumberToObject(epo, "local_experts", r->ep_local_experts);
+            cJSON_AddNumberToObject(epo, "expert_dp", r->ep_expert_dp);
+            cJSON_AddNumberToObject(epo, "moe_imbalance", r->moe_imbalance);
+            cJSON_AddNumberToObject(epo, "a2a_bytes_per_rank", r->ep_a2a_bytes);
+            cJSON_AddNumberToObject(epo, "a2a_s", r->ep_a2a_s);
+            cJSON_AddNumberToObject(epo, "counts_s", r->ep_counts_s);
+            cJSON_AddNumberToObject(epo, "a2a_per_layer_micro_batch", 4);
         }
     }
     char buf[4096];

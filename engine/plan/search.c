@@ -1,7 +1,11 @@
 /* The layout search: enumerate TP x CP (and its communication) x PP x DP x micro-batch x
- * virtual stages x recompute x SP x the DP sharding strategy and shard size, reject invalid
+ * virtual stages x recompute x SP x the DP sharding strategy and shard size x EP, reject invalid
  * ones with a reason, prune on memory, then skip the time model when a cheap lower bound (no
  * pipeline bubble) is already slower than the K-th best, and keep the K best by step time.
+ *
+ * EP (a mixture of experts only) is searched over the divisors of DP that divide the experts,
+ * without DP sharding or DiLoCo, which the trainer's EP does not run (tpd_plan_layout_valid
+ * rejects those pairs; the search does not try them).
  *
  * CP is searched wherever it is valid (CP dividing the GPUs left by TP, seq_length a multiple
  * of 2 x CP; a2a beside p2p where the heads and K/V heads divide by TP x CP; an even CP at
@@ -83,6 +87,7 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
     int k = opt->top_k > 0 ? opt->top_k : 10, n = opt->gpus;
     const tpd_config_model *m = &cfg->model;
     long gbs = cfg->training.global_batch_size;
+    const int E = m->num_moe_experts, diloco = cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO;
     /* what every layout takes from the config: its schedule when it runs one chunk per
      * stage (1f1b or zb-h1; more chunks run interleaved), and the overlap flags (or the
      * options' when they say) */
@@ -95,9 +100,11 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
     int ovl_param =
         opt->param_gather_overlap >= 0 ? opt->param_gather_overlap : from_cfg.overlap_param_gather;
     s.top = calloc((size_t)k + 1, sizeof *s.top);
+    s.best_ep = E > 1 ? calloc(1, sizeof *s.best_ep) : NULL;
     tpd_plan_result *r = malloc(sizeof *r);
     tpd_config *scratch = malloc(sizeof *scratch); /* a layout's config with its split */
-    if (!s.top || !r || !scratch) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_all, "plan: out of memory");
+    if (!s.top || !r || !scratch || (E > 1 && !s.best_ep))
+        TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, free_all, "plan: out of memory");
     if (n < 1) TPD_FAIL_GOTO(TPD_ERR_INVALID, st, free_all, "plan: --gpus must be >= 1");
 
     char why[192], key[sizeof s.reasons[0].key];
@@ -121,7 +128,8 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                                 TPD_DP_SHARDING_NO_SHARD,
                                 0,
                                 1,
-                                TPD_CP_COMM_P2P};
+                                TPD_CP_COMM_P2P,
+                                1};
         if (m->num_attention_heads % tp != 0 ||
             (m->group_query_attention && m->num_query_groups % tp != 0)) {
             (void)tpd_plan_layout_valid(cfg, cl, &base, 0, why, sizeof why);
@@ -215,38 +223,58 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                                     }
                                     /* TP overlap only where the config asks for it */
                                     lay.tp_comm_overlap = cfg->parallel.tp_comm_overlap && sp;
-                                    if (!tpd_plan_layout_valid(cfg, cl, &lay, n, why, sizeof why)) {
-                                        reason_key(why, key, sizeof key);
-                                        reject(&s, key, &lay, why);
-                                        continue;
+                                    for (int ep = 1; ep <= dp; ep++) {
+                                        /* EP over the divisors of DP that divide the experts (1 for
+                                         * a dense model), unsharded and every step (what the
+                                         * trainer's EP runs) */
+                                        if (dp % ep ||
+                                            (ep > 1 && (E < 1 || E % ep || z != 0 || diloco)))
+                                            continue;
+                                        lay.ep = ep;
+                                        if (!tpd_plan_layout_valid(cfg, cl, &lay, n, why,
+                                                                   sizeof why)) {
+                                            reason_key(why, key, sizeof key);
+                                            reject(&s, key, &lay, why);
+                                            continue;
+                                        }
+                                        memset(r, 0, sizeof *r);
+                                        r->layout = lay;
+                                        const tpd_config *c;
+                                        TPD_CHECK_GOTO(
+                                            tpd_plan_memory_split(cfg, cl, opt, r, scratch, &c), st,
+                                            free_all);
+                                        s.evaluated++;
+                                        if (!r->fits) {
+                                            reject(&s, "out of memory", &lay, r->reject_reason);
+                                            continue;
+                                        }
+                                        s.fitting++;
+                                        /* full recompute of fewer layers, when that fits */
+                                        TPD_CHECK_GOTO(
+                                            tpd_plan_fit_recompute_layers(cfg, cl, r, scratch), st,
+                                            free_all);
+                                        c = tpd_plan_result_config(cfg, r, scratch);
+                                        if (!opt->evaluate_time) continue;
+                                        /* an EP layout is also kept when it is the fastest with
+                                         * EP, so it is pruned only when it can be neither */
+                                        if (s.n_top == k) {
+                                            double lb = tpd_plan_time_lower_bound(c, cl, r, opt);
+                                            int ep_bar = ep == 1 || (s.best_ep->stages &&
+                                                                     lb >= s.best_ep->step_time_s);
+                                            if (lb >= s.top[k - 1].step_time_s && ep_bar) {
+                                                s.pruned++;
+                                                continue;
+                                            }
+                                        }
+                                        TPD_CHECK_GOTO(
+                                            tpd_plan_time_split(cfg, cl, opt, 0, r, scratch), st,
+                                            free_all);
+                                        s.timed++;
+                                        keep_top(&s, k, r);
+                                        if (ep > 1 && (!s.best_ep->stages ||
+                                                       r->step_time_s < s.best_ep->step_time_s))
+                                            *s.best_ep = *r;
                                     }
-                                    memset(r, 0, sizeof *r);
-                                    r->layout = lay;
-                                    const tpd_config *c;
-                                    TPD_CHECK_GOTO(
-                                        tpd_plan_memory_split(cfg, cl, opt, r, scratch, &c), st,
-                                        free_all);
-                                    s.evaluated++;
-                                    if (!r->fits) {
-                                        reject(&s, "out of memory", &lay, r->reject_reason);
-                                        continue;
-                                    }
-                                    s.fitting++;
-                                    /* full recompute of fewer layers, when that fits */
-                                    TPD_CHECK_GOTO(
-                                        tpd_plan_fit_recompute_layers(cfg, cl, r, scratch), st,
-                                        free_all);
-                                    c = tpd_plan_result_config(cfg, r, scratch);
-                                    if (!opt->evaluate_time) continue;
-                                    if (s.n_top == k && tpd_plan_time_lower_bound(c, cl, r, opt) >=
-                                                            s.top[k - 1].step_time_s) {
-                                        s.pruned++;
-                                        continue;
-                                    }
-                                    TPD_CHECK_GOTO(tpd_plan_time_split(cfg, cl, opt, 0, r, scratch),
-                                                   st, free_all);
-                                    s.timed++;
-                                    keep_top(&s, k, r);
                                 }
                     }
                 }
@@ -258,6 +286,14 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
         TPD_CHECK_GOTO(tpd_plan_time_evaluate(tpd_plan_result_config(cfg, &s.top[i], scratch), cl,
                                               opt, 1, &s.top[i]),
                        st, free_all);
+    if (s.best_ep && !s.best_ep->stages) { /* no EP layout was timed */
+        free(s.best_ep);
+        s.best_ep = NULL;
+    }
+    if (s.best_ep)
+        TPD_CHECK_GOTO(tpd_plan_time_evaluate(tpd_plan_result_config(cfg, s.best_ep, scratch), cl,
+                                              opt, 1, s.best_ep),
+                       st, free_all);
     free(scratch);
     free(r);
     *search_p = s;
@@ -266,12 +302,15 @@ free_all:
     free(scratch);
     free(r);
     free(s.top);
+    free(s.best_ep);
     return st;
 }
 
 void tpd_plan_search_free(tpd_plan_search *s) {
     if (!s) return;
     free(s->top);
+    free(s->best_ep);
     s->top = NULL;
+    s->best_ep = NULL;
     s->n_top = 0;
 }

@@ -105,11 +105,12 @@ tpd_status tpd_plan_units_init(const tpd_config *cfg, const tpd_plan_layout *lay
     }
     u->Ls = Ls;
     u->n = Ls + 2;
-    u->elems = calloc((size_t)u->n, sizeof *u->elems);
+    u->elems = calloc((size_t)u->n * 2, sizeof *u->elems);
     if (!u->elems) {
         tpd_log_error("plan: out of memory");
         return TPD_ERR_NOMEM;
     }
+    u->expert = u->elems + u->n;
     double h = m->hidden_size;
     double pos = m->max_position_embeddings;
     double vl = (double)tpd_config_padded_vocab(cfg, lay->tp) / lay->tp;
@@ -117,9 +118,14 @@ tpd_status tpd_plan_units_init(const tpd_config *cfg, const tpd_plan_layout *lay
     int untied = m->untie_embeddings_and_output_weights;
     if (first) u->elems[0] = vl * h + (m->position_embedding_type == TPD_POS_LEARNED ? pos * h : 0);
     if (last && !first && !untied) u->elems[0] = vl * h; /* the tied head's copy of wte */
-    double layer = tpd_plan_layer_params(cfg, lay->tp), n = u->elems[0];
-    for (int l = 0; l < Ls; l++)
+    /* under EP a layer holds E / EP experts, whose gradients are summed over expert-DP */
+    int ep = tpd_plan_ep(lay);
+    double layer = tpd_plan_layer_params_ep(cfg, lay->tp, ep), n = u->elems[0];
+    double expert = ep > 1 ? tpd_plan_layer_expert_params(cfg, lay->tp, ep) : 0.0;
+    for (int l = 0; l < Ls; l++) {
         u->elems[1 + l] = layer;
+        u->expert[1 + l] = expert;
+    }
     /* the final norm, and after it an untied output layer: final once the head's backward
      * is done, read first by the head's forward */
     if (last) u->elems[Ls + 1] = tpd_plan_norm_params(cfg) + (untied ? vl * h : 0.0);
@@ -140,6 +146,7 @@ tpd_status tpd_plan_units_init(const tpd_config *cfg, const tpd_plan_layout *lay
 void tpd_plan_units_free(tpd_plan_units *u) {
     free(u->elems);
     u->elems = NULL;
+    u->expert = NULL;
 }
 
 void tpd_plan_units_bucket(const tpd_plan_units *u, int b, double *begin_p, double *len_p) {
@@ -237,9 +244,19 @@ static double affine(const tpd_plan_affine *a, double bytes) {
     return a->per_byte > 0.0 || a->fixed > 0.0 ? a->per_byte * bytes + a->fixed : 0.0;
 }
 
+/* A bucket of `len` elements, `xlen` of them local experts' (EP > 1): the rest over DP x CP,
+ * those over expert-DP, two collectives; one when the bucket holds only one kind. */
+static double bucket_reduce(const tpd_plan_dp_cost *dpc, double len, double xlen) {
+    double dense = len - xlen, t = 0.0;
+    if (dense > 0.0 || xlen <= 0.0) t += affine(&dpc->reduce, dense * dpc->grad_bytes);
+    if (xlen > 0.0) t += affine(&dpc->reduce_ep, xlen * dpc->grad_bytes);
+    return t;
+}
+
 typedef struct bucket_ev {
     double ready;
     int b;
+    double reduce; /* its reduction, s */
 } bucket_ev;
 
 static int cmp_ready(const void *x, const void *y) {
@@ -270,18 +287,23 @@ static tpd_status stage_comm(const tpd_plan_layout *lay, const tpd_plan_units *u
             ub0 += u->elems[first++];
         /* the units inside [b0, b0 + len): final when the last of them is, needed when
          * the first of them is read */
-        double ready = -INFINITY, need = INFINITY, at = ub0;
+        double ready = -INFINITY, need = INFINITY, at = ub0, xlen = 0.0;
         int embed = 0;
         for (int i = first; i < u->n && at < b0 + len; at += u->elems[i++]) {
             if (u->elems[i] <= 0.0) continue;
+            if (u->expert[i] > 0.0) { /* the unit's share inside the bucket, pro rata */
+                double lo = at > b0 ? at : b0, hi = at + u->elems[i];
+                if (hi > b0 + len) hi = b0 + len;
+                if (hi > lo) xlen += (hi - lo) * u->expert[i] / u->elems[i];
+            }
             double f = final_t && i > 0 && final_t[i] >= 0.0 ? final_t[i] : finish;
             if (f > ready) ready = f;
             if (use_t[i] < need) need = use_t[i];
             embed |= i == 0;
         }
         if (ready == -INFINITY) ready = finish;
-        ev[b] = (bucket_ev){ready, b};
-        double d = affine(&dpc->reduce, len * dpc->grad_bytes);
+        ev[b] = (bucket_ev){ready, b, bucket_reduce(dpc, len, xlen)};
+        double d = ev[b].reduce;
         total += d;
         if (!final_t || embed) unhidden += d;
         /* gathers: serial from the optimizer's end, in buffer order */
@@ -291,10 +313,8 @@ static tpd_status stage_comm(const tpd_plan_layout *lay, const tpd_plan_units *u
     qsort(ev, (size_t)nb, sizeof *ev, cmp_ready);
     double link = 0.0, done = finish;
     for (int i = 0; i < nb; i++) {
-        double len, b0;
-        tpd_plan_units_bucket(u, ev[i].b, &b0, &len);
         double start = ev[i].ready > link ? ev[i].ready : link;
-        link = start + affine(&dpc->reduce, len * dpc->grad_bytes);
+        link = start + ev[i].reduce;
         if (link > done) done = link;
     }
     free(ev);

@@ -11,7 +11,9 @@
  * parallelism), bucket by bucket, each started when the simulated last backward has made it
  * final (step.c); the optimizer step is memory bound. Under CP every per-token term runs at a
  * rank's seq/CP tokens, and the attention's CP communication is priced on the CP group's link
- * (attention_core). */
+ * (attention_core). Under EP each MoE layer adds its dispatch and combine all-to-alls on the
+ * EP group's link (ep_a2a), the experts' grouped GEMM runs the busiest EP rank's rows
+ * (mlp_gemms), and the experts' gradients are summed over expert-DP. */
 #include "engine/plan/plan.h"
 #include "engine/model/model_flops.h"
 #include "engine/plan/plan_internal.h"
@@ -28,6 +30,8 @@ typedef struct op_time {
     double hidden;    /* s, TP collectives the overlap hid (not in compute or comm) */
     double cp;        /* s, CP communication (exposed; not in compute or comm) */
     double cp_hidden; /* s, CP transfers the ring's blocks hid (in neither) */
+    double ep;        /* s, EP all-to-alls (exposed; not in compute or comm) */
+    double ep_counts; /* s, of ep: the exchange of the expert counts (forward only) */
 } op_time;
 
 /* A kernel of `t` s on the device: its launch gap, and never less than the host takes to
@@ -42,6 +46,17 @@ static double gemm_time(const tpd_plan_cluster *cl, double m, double n, double k
     double flops = 2.0 * m * n * k * batch;
     double bytes = elem * (m * k + k * n + m * n) * batch;
     double t_flops = flops / (cl->peak_flops * tpd_plan_gemm_efficiency(cl, flops));
+    double t_bytes = bytes / (cl->hbm_bw * cl->mem_efficiency);
+    return kernel_time(cl, t_flops > t_bytes ? t_flops : t_bytes);
+}
+
+/* `groups` equal GEMMs (m, n, k) in one launch (a grouped GEMM): each at the efficiency of its
+ * own size, the launch paid once. */
+static double grouped_gemm_time(const tpd_plan_cluster *cl, double m, double n, double k,
+                                double groups, double elem) {
+    double flops = 2.0 * m * n * k;
+    double bytes = elem * (m * k + k * n + m * n) * groups;
+    double t_flops = groups * flops / (cl->peak_flops * tpd_plan_gemm_efficiency(cl, flops));
     double t_bytes = bytes / (cl->hbm_bw * cl->mem_efficiency);
     return kernel_time(cl, t_flops > t_bytes ? t_flops : t_bytes);
 }
@@ -76,9 +91,56 @@ typedef struct block_shape {
     int bias;       /* the linear layers have biases */
 } block_shape;
 
-static block_shape block_of(const tpd_config *cfg) {
+/* The width a token's MLP GEMMs run at on one rank (tpd_plan_mlp_width): under EP the k
+ * experts' part times moe_imbalance, since the busiest EP rank runs that many times the mean
+ * rows through its experts and every rank waits for it (the grouped expert GEMMs priced as
+ * one GEMM, as at EP 1); the shared experts see the rank's own tokens. */
+static double mlp_width(const tpd_config *cfg, const tpd_plan_layout *lay) {
     const tpd_config_model *m = &cfg->model;
-    double h = m->hidden_size, f = tpd_plan_mlp_width(cfg);
+    if (m->num_moe_experts <= 0) return tpd_plan_mlp_width(cfg);
+    return m->moe_router_topk * (double)tpd_config_moe_ffn(cfg) * tpd_plan_moe_imbalance(cfg, lay) +
+           m->moe_shared_expert_intermediate_size;
+}
+
+/* The MLP's two GEMMs of one layer on one rank over `tok` tokens: the forward's (wgrad 0: the
+ * first and the second, rows x out over in) or their weight gradients' (wgrad 1: out x in over
+ * the rows), into *fc1_p and *fc2_p. Dense: one GEMM each. A mixture: the shared experts' over
+ * the tokens, and the experts' grouped GEMM, El = E / EP local experts each over an even share
+ * of the rows its rank runs (tok k at EP 1, times moe_imbalance on the busiest EP rank), each
+ * expert's block priced at its own size: at EP 1 a rank's tok k rows are cut in E blocks, under
+ * EP its El experts take EP times the rows each. The FLOPs are the active parameters' (times
+ * the imbalance) either way. */
+static void mlp_gemms(const tpd_config *cfg, const tpd_plan_cluster *cl, const tpd_plan_layout *lay,
+                      double tok, int wgrad, double *fc1_p, double *fc2_p) {
+    const tpd_config_model *m = &cfg->model;
+    double h = m->hidden_size, t = lay->tp, glu = m->swiglu ? 2.0 : 1.0;
+    double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
+    int E = m->num_moe_experts;
+    double f = E > 0 ? m->moe_shared_expert_intermediate_size : m->ffn_hidden_size;
+    double fc1 = 0.0, fc2 = 0.0;
+    if (f > 0) {
+        fc1 = wgrad ? gemm_time(cl, glu * f / t, h, tok, 1, e)
+                    : gemm_time(cl, tok, glu * f / t, h, 1, e);
+        fc2 = wgrad ? gemm_time(cl, h, f / t, tok, 1, e) : gemm_time(cl, tok, h, f / t, 1, e);
+    }
+    if (E > 0) {
+        double El = (double)E / tpd_plan_ep(lay), fe = tpd_config_moe_ffn(cfg);
+        double rows = tok * m->moe_router_topk * tpd_plan_moe_imbalance(cfg, lay) / El;
+        if (wgrad) {
+            fc1 += grouped_gemm_time(cl, glu * fe / t, h, rows, El, e);
+            fc2 += grouped_gemm_time(cl, h, fe / t, rows, El, e);
+        } else {
+            fc1 += grouped_gemm_time(cl, rows, glu * fe / t, h, El, e);
+            fc2 += grouped_gemm_time(cl, rows, h, fe / t, El, e);
+        }
+    }
+    *fc1_p = fc1;
+    *fc2_p = fc2;
+}
+
+static block_shape block_of(const tpd_config *cfg, const tpd_plan_layout *lay) {
+    const tpd_config_model *m = &cfg->model;
+    double h = m->hidden_size, f = mlp_width(cfg, lay);
     block_shape b;
     b.kv = (double)tpd_config_kv_heads(cfg) / m->num_attention_heads * h;
     b.qkv = h + 2.0 * b.kv;
@@ -119,8 +181,8 @@ static op_time attention_core(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double a = m->num_attention_heads, t = lay->tp, d = h / a;
     double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     double tok = s * b;
-    block_shape k = block_of(cfg);
-    op_time o = {0.0, 0.0, 0.0, 0.0, 0.0};
+    block_shape k = block_of(cfg, lay);
+    op_time o = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     /* the blocks of queries x keys the attention runs as: one s x s without CP, CP of
      * s/CP x s/CP under the ring, one S x S of NHl/CP heads under a2a */
     int blocks = ring ? cp : 1;
@@ -163,6 +225,32 @@ static op_time attention_core(const tpd_config *cfg, const tpd_plan_cluster *cl,
     return o;
 }
 
+/* Expert parallelism's all-to-alls of one MoE layer, one micro-batch, on one rank. The
+ * dispatch sends each of the rank's N = s*b tokens' k assignments (full rows: under SP the
+ * MLP input is gathered first) to the rank of its expert, (EP-1)/EP of them leaving, C
+ * elements each in the activation dtype; the combine sends the experts' outputs back; the
+ * busiest rank receives moe_imbalance times the mean and the group waits for it. Every rank of
+ * the group (each TP rank in its own group) sends at once, on the EP group's link. The counts
+ * (EP x E/EP int32) go first, an all-to-all of a few bytes: latency. Into *a2a_p one
+ * all-to-all's time, *counts_p the counts', *bytes_p the bytes one all-to-all sends from a
+ * rank; zeros at EP 1. */
+static void ep_a2a(const tpd_config *cfg, const tpd_plan_cluster *cl, const tpd_plan_layout *lay,
+                   double *a2a_p, double *counts_p, double *bytes_p) {
+    const tpd_config_model *m = &cfg->model;
+    int ep = tpd_plan_ep(lay);
+    *a2a_p = *counts_p = *bytes_p = 0.0;
+    if (ep < 2 || m->num_moe_experts < 1) return;
+    double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
+    double tok = (double)tpd_plan_local_seq(cfg, lay) * lay->micro_batch_size;
+    double rows = tok * m->moe_router_topk * tpd_plan_moe_imbalance(cfg, lay);
+    double bw, lat;
+    tpd_plan_hop hop;
+    tpd_plan_ep_link(cl, ep, (long)lay->tp * tpd_plan_cp(lay), &bw, &lat, &hop);
+    *a2a_p = all_to_all_time(rows * m->hidden_size * e, ep, bw, lat);
+    *counts_p = all_to_all_time(4.0 * m->num_moe_experts, ep, bw, lat);
+    *bytes_p = (ep - 1.0) / ep * rows * m->hidden_size * e;
+}
+
 /* One transformer layer, one micro-batch, forward, on one rank (under CP its s/CP tokens of
  * each sequence). `attn_only` returns just the attention core (what selective recomputation
  * repeats; under a2a with the all-to-all of Q, K and V that rebuilds its input). */
@@ -171,12 +259,12 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
     const tpd_config_model *m = &cfg->model;
     double s = tpd_plan_local_seq(cfg, lay), b = lay->micro_batch_size, h = m->hidden_size;
     double t = lay->tp;
-    double f = tpd_plan_mlp_width(cfg);
+    double f = mlp_width(cfg, lay);
     double e =
         (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0; /* activation element, bytes */
     double tok = s * b, sbh = s * b * h;
     double rep = lay->sequence_parallel ? 1.0 / t : 1.0; /* norm/residual share per rank */
-    block_shape k = block_of(cfg);
+    block_shape k = block_of(cfg, lay);
     double xfer, blk;
     op_time o = attention_core(cfg, cl, lay, &xfer, &blk);
     if (attn_only) {
@@ -190,13 +278,19 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double g[4] = {
         gemm_time(cl, tok, k.qkv / t, h, 1, e), /* QKV (K and V of h_kv each) */
         gemm_time(cl, tok, h, h / t, 1, e),     /* attention projection */
-        gemm_time(cl, tok, k.fc1 / t, h, 1, e), /* FC1, or [gate; up] */
-        gemm_time(cl, tok, h, f / t, 1, e),     /* FC2, or down */
+        0.0,                                    /* FC1, or [gate; up] (a mixture: its experts') */
+        0.0,                                    /* FC2, or down */
     };
+    mlp_gemms(cfg, cl, lay, tok, 0, &g[2], &g[3]);
     for (int i = 0; i < 4; i++)
         o.compute += g[i];
-    /* a mixture of experts: the router's logits (replicated over TP) */
+    /* a mixture of experts: the router's logits (replicated over TP); under EP the dispatch
+     * and combine all-to-alls and the counts before them */
     if (m->num_moe_experts > 0) o.compute += gemm_time(cl, tok, m->num_moe_experts, h, 1, e);
+    double a2a, counts, a2a_bytes;
+    ep_a2a(cfg, cl, lay, &a2a, &counts, &a2a_bytes);
+    o.ep = 2.0 * a2a + counts;
+    o.ep_counts = counts;
     /* Two norms, LayerNorm or RMSNorm (read + write); two residual adds (read input and
      * residual, write output; GPT-2's fuse bias and dropout, with a 1-byte mask). GPT-2:
      * bias-GELU on the f-wide hidden (read + write). Llama: RoPE on Q and K (read + write of
@@ -233,7 +327,8 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
 }
 
 /* Backward of one layer from its forward: GEMMs and attention twice (data and weight
- * gradients), memory-bound kernels read about twice what forward did, same collectives;
+ * gradients), memory-bound kernels read about twice what forward did, same collectives (EP:
+ * the two all-to-alls without the counts);
  * under tp_comm_overlap each collective hides behind the data-gradient GEMM of its forward
  * GEMM's size (the same share), and both backward GEMMs pay the slowdown (the weight
  * gradient's runs beside the bulk overlap of the input's all-gather). */
@@ -241,7 +336,10 @@ static op_time layer_backward(const tpd_plan_layout *lay, op_time fwd) {
     /* CP: the ring moves twice the bytes against twice the compute; a2a the gradients of its
      * two tensors */
     double k = lay->cp_comm == TPD_CP_COMM_P2P ? 2.0 : 1.0;
-    op_time o = {2.0 * fwd.compute, fwd.comm, fwd.hidden, k * fwd.cp, k * fwd.cp_hidden};
+    /* EP: the gradients of the combine and of the dispatch go back the same way; the counts
+     * are the forward's */
+    op_time o = {2.0 * fwd.compute,      fwd.comm, fwd.hidden, k * fwd.cp, k * fwd.cp_hidden,
+                 fwd.ep - fwd.ep_counts, 0.0};
     return o;
 }
 
@@ -255,16 +353,19 @@ static op_time layer_wgrad(const tpd_config *cfg, const tpd_plan_cluster *cl,
                            const tpd_plan_layout *lay, op_time *extra_b) {
     const tpd_config_model *m = &cfg->model;
     double s = tpd_plan_local_seq(cfg, lay), b = lay->micro_batch_size, h = m->hidden_size;
-    double t = lay->tp, f = tpd_plan_mlp_width(cfg);
+    double t = lay->tp, f = mlp_width(cfg, lay);
     double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     double tok = s * b, sbh = s * b * h, rep = lay->sequence_parallel ? 1.0 / t : 1.0;
-    block_shape k = block_of(cfg);
-    op_time w = {0.0, 0.0, 0.0, 0.0, 0.0};
+    block_shape k = block_of(cfg, lay);
+    op_time w = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     const double out_in[4][2] = {{k.qkv / t, h}, {h, h / t}, {k.fc1 / t, h}, {h, f / t}};
+    double fc1, fc2;
+    mlp_gemms(cfg, cl, lay, tok, 1, &fc1, &fc2);
     for (int i = 0; i < 4; i++) {
-        w.compute += gemm_time(cl, out_in[i][0], out_in[i][1], tok, 1, e);
+        w.compute += i < 2 ? gemm_time(cl, out_in[i][0], out_in[i][1], tok, 1, e) : 0.0;
         if (k.bias) w.compute += mem_time(cl, e * tok * out_in[i][0]);
     }
+    w.compute += fc1 + fc2;
     extra_b->compute = mem_time(cl, 2.0 * e * (2.0 * sbh * rep + tok * k.qkv / t));
     extra_b->comm = 0.0;
     if (lay->sequence_parallel && lay->tp > 1) {
@@ -290,7 +391,7 @@ static void ends_time(const tpd_config *cfg, const tpd_plan_cluster *cl, const t
         /* Gather rows (read + write), add learned positions (read both, write), GPT-2's
          * dropout (1-byte mask); vocab-parallel embedding all-reduce. */
         double learned = m->position_embedding_type == TPD_POS_LEARNED ? 3.0 * e : 0.0;
-        fwd->compute += mem_time(cl, (2.0 * e + learned + block_of(cfg).dropout) * sbh);
+        fwd->compute += mem_time(cl, (2.0 * e + learned + block_of(cfg, lay).dropout) * sbh);
         fwd->comm += allreduce_time(e * sbh, lay->tp, bw, lat);
         bwd->compute += mem_time(cl, 4.0 * e * sbh);
     }
@@ -313,7 +414,7 @@ void tpd_plan_gpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out) {
     op_time lf = layer_forward(cfg, cl, lay, 0);
     op_time lb = layer_backward(lay, lf);
-    op_time rc = {0.0, 0.0, 0.0, 0.0, 0.0};
+    op_time rc = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     /* selective recompute rebuilds the attention state; the CP ring keeps all of its own */
     int ring = tpd_plan_cp(lay) > 1 && lay->cp_comm == TPD_CP_COMM_P2P;
     if (lay->recompute == TPD_RECOMPUTE_FULL) rc = lf;
@@ -322,15 +423,24 @@ void tpd_plan_gpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     /* full recompute runs on the block method's layers only */
     double rl =
         lay->recompute == TPD_RECOMPUTE_FULL ? tpd_plan_recomputed_layers(cfg, lay, stage) : layers;
-    op_time f = {layers * lf.compute, layers * lf.comm, layers * lf.hidden, layers * lf.cp,
-                 layers * lf.cp_hidden};
-    op_time b = {layers * lb.compute + rl * rc.compute, layers * lb.comm + rl * rc.comm,
-                 layers * lb.hidden + rl * rc.hidden, layers * lb.cp + rl * rc.cp,
-                 layers * lb.cp_hidden + rl * rc.cp_hidden};
+    op_time f = {layers * lf.compute,
+                 layers * lf.comm,
+                 layers * lf.hidden,
+                 layers * lf.cp,
+                 layers * lf.cp_hidden,
+                 layers * lf.ep,
+                 0.0};
+    op_time b = {layers * lb.compute + rl * rc.compute,
+                 layers * lb.comm + rl * rc.comm,
+                 layers * lb.hidden + rl * rc.hidden,
+                 layers * lb.cp + rl * rc.cp,
+                 layers * lb.cp_hidden + rl * rc.cp_hidden,
+                 layers * lb.ep + rl * rc.ep,
+                 0.0};
     /* W's share: inside the backward, or split from it (zb-h1), which costs B a little */
     op_time extra;
     op_time lw = layer_wgrad(cfg, cl, lay, &extra);
-    op_time w = {layers * lw.compute, layers * lw.comm, 0.0, 0.0, 0.0};
+    op_time w = {layers * lw.compute, layers * lw.comm, 0.0, 0.0, 0.0, 0.0, 0.0};
     if (tpd_plan_layout_schedule(lay) == TPD_SCHEDULE_ZB_H1) {
         b.compute += layers * extra.compute;
         b.comm += layers * extra.comm;
@@ -343,13 +453,15 @@ void tpd_plan_gpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     out->head_fwd = hf.compute + hf.comm;
     out->head_bwd = hb.compute + hb.comm;
     /* the host's per-micro-batch work, before the forward's kernels */
-    out->fwd = f.compute + f.comm + f.cp + out->embed_fwd + out->head_fwd + cl->micro_batch_host_s;
-    out->bwd = b.compute + b.comm + b.cp + out->embed_bwd + out->head_bwd;
+    out->fwd =
+        f.compute + f.comm + f.cp + f.ep + out->embed_fwd + out->head_fwd + cl->micro_batch_host_s;
+    out->bwd = b.compute + b.comm + b.cp + b.ep + out->embed_bwd + out->head_bwd;
     out->wgrad = w.compute + w.comm;
     out->tp_comm = f.comm + b.comm + ef.comm + eb.comm + hf.comm + hb.comm;
     out->tp_comm_hidden = f.hidden + b.hidden;
     out->cp_comm = f.cp + b.cp;
     out->cp_comm_hidden = f.cp_hidden + b.cp_hidden;
+    out->ep_comm = f.ep + b.ep;
 }
 
 void tpd_plan_stage_cost_of(const tpd_config *cfg, const tpd_plan_cluster *cl,
@@ -405,6 +517,15 @@ void tpd_plan_gpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     /* optim_grads_params reduces and gathers per unit inside the passes (shard.c) */
     if (sh == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS)
         out->reduce = out->gather = (tpd_plan_affine){0.0, 0.0};
+    /* EP: the experts' gradients are summed over the S / EP ranks that hold the same experts,
+     * a group that spans all of DP x CP with EP times fewer members in each NVLink domain */
+    int ep = tpd_plan_ep(lay);
+    out->reduce_ep = (tpd_plan_affine){0.0, 0.0};
+    if (ep > 1 && S % ep == 0) {
+        double ebw, elat;
+        group_link(cl, S / ep, (long)lay->tp * ep, &ebw, &elat);
+        out->reduce_ep = ring_cost(S / ep, ebw, elat, !zero);
+    }
     out->grad_bytes = tpd_plan_dp_wire_bytes(cfg);
     out->param_bytes = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     out->emb_allreduce = 0.0;
@@ -442,8 +563,8 @@ static double max_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay
 
 /* DP wire bytes one rank of the busiest stage sends per step: the every-step reduction
  * over its S = dp_inner ranks ((S-1)/S of the gradients twice, or under ZeRO-1 once and the
- * parameters once), and under DiLoCo 1/H of the outer all-reduce of its shard over the R
- * replicas (2(R-1)/R of it). */
+ * parameters once; under EP the local experts' over S / EP), and under DiLoCo 1/H of the outer
+ * all-reduce of its shard over the R replicas (2(R-1)/R of it). */
 static double dp_step_bytes(const tpd_config *cfg, const tpd_plan_layout *lay) {
     double n = max_stage_params(cfg, lay);
     int S = tpd_plan_dp_inner(cfg, lay), R = tpd_config_dp_replicas(cfg, lay->dp);
@@ -455,6 +576,22 @@ static double dp_step_bytes(const tpd_config *cfg, const tpd_plan_layout *lay) {
     long mbdp = (long)lay->micro_batch_size * lay->dp;
     double M = mbdp > 0 ? (double)(cfg->training.global_batch_size / mbdp) : 1.0;
     double bytes = S > 1 ? (S - 1.0) / S * n * 2.0 * g : 0.0;
+    int ep = tpd_plan_ep(lay);
+    if (ep > 1 && S % ep == 0) {
+        /* the local experts' gradients over expert-DP (S / EP ranks), the rest over S; the
+         * busiest stage's expert share (its layers' experts; the ends hold none) */
+        double x = 0.0, most = 0.0;
+        for (int s = 0; s < lay->pp; s++) {
+            double k = tpd_plan_stage_params(cfg, lay, s);
+            if (k > most) {
+                most = k;
+                x = tpd_plan_stage_layers(cfg, lay, s) *
+                    tpd_plan_layer_expert_params(cfg, lay->tp, ep);
+            }
+        }
+        int Se = S / ep;
+        bytes = (S - 1.0) / S * (n - x) * 2.0 * g + (Se > 1 ? (Se - 1.0) / Se * x * 2.0 * g : 0.0);
+    }
     if (zero) {
         /* over the shard group: reduce-scatters of the gradients (every micro-batch's from
          * optim_grads on) and all-gathers of the parameters (two per micro-batch under
@@ -592,6 +729,27 @@ void tpd_plan_rates(const tpd_config *cfg, const tpd_plan_cluster *cl, tpd_plan_
     res->tokens_per_s = gbs * cfg->model.seq_length / res->step_time_s;
 }
 
+void tpd_plan_ep_detail(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                        const tpd_plan_layout *lay, tpd_plan_result *res) {
+    int ep = tpd_plan_ep(lay), E = cfg->model.num_moe_experts;
+    res->ep_local_experts = res->ep_expert_dp = 0;
+    res->moe_imbalance = res->ep_a2a_bytes = res->ep_a2a_s = res->ep_counts_s = 0.0;
+    res->hop_ep = res->hop_edp = TPD_PLAN_HOP_NONE;
+    if (ep < 2 || E < 1) return;
+    int S = tpd_plan_dp_inner(cfg, lay);
+    res->ep_local_experts = E / ep;
+    res->ep_expert_dp = S / ep;
+    res->moe_imbalance = tpd_plan_moe_imbalance(cfg, lay);
+    double a2a, counts, bytes;
+    ep_a2a(cfg, cl, lay, &a2a, &counts, &bytes);
+    res->ep_a2a_bytes = bytes;
+    if (cl->backend == TPD_PLAN_BACKEND_CPU) return;
+    res->ep_a2a_s = a2a;
+    res->ep_counts_s = counts;
+    res->hop_ep = tpd_plan_group_hop(cl, ep, (long)lay->tp * tpd_plan_cp(lay));
+    res->hop_edp = tpd_plan_group_hop(cl, S / ep, (long)lay->tp * ep);
+}
+
 void tpd_plan_cp_detail(const tpd_config *cfg, const tpd_plan_cluster *cl,
                         const tpd_plan_layout *lay, tpd_plan_result *res) {
     res->cp_bytes_layer = res->cp_step_comm_s = res->cp_step_attn_s = 0.0;
@@ -602,7 +760,7 @@ void tpd_plan_cp_detail(const tpd_config *cfg, const tpd_plan_cluster *cl,
     const tpd_config_model *m = &cfg->model;
     double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     double tok = (double)tpd_plan_local_seq(cfg, lay) * lay->micro_batch_size, t = lay->tp;
-    block_shape k = block_of(cfg);
+    block_shape k = block_of(cfg, lay);
     if (lay->cp_comm == TPD_CP_COMM_P2P) /* CP-1 K/V blocks forward, K/V and dK/dV backward */
         res->cp_bytes_layer = 3.0 * (cp - 1) * e * tok * 2.0 * k.kv / t;
     else /* Q, K, V and the output, each way, (CP-1)/CP of them leaving */
@@ -635,6 +793,8 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     res->time.cp_comm = res->time.cp_comm_hidden = 0.0;
     res->hop_cp = TPD_PLAN_HOP_NONE;
     tpd_plan_cp_detail(cfg, cl, &res->layout, res);
+    res->time.ep_comm = 0.0;
+    tpd_plan_ep_detail(cfg, cl, &res->layout, res);
     res->time.straggler = res->time.global_sync = res->time.step_host = 0.0;
     res->time.dp_outer = res->time.outer_update = 0.0;
     res->time.dp_shard_exposed = res->time.dp_replica_allreduce = 0.0;
@@ -700,6 +860,7 @@ tpd_status tpd_plan_time_evaluate(const tpd_config *cfg, const tpd_plan_cluster 
     res->time.tp_comm_hidden = m * sc->tp_comm_hidden;
     res->time.cp_comm = m * sc->cp_comm;
     res->time.cp_comm_hidden = m * sc->cp_comm_hidden;
+    res->time.ep_comm = m * sc->ep_comm;
     /* >= 0 but for rounding: a single stage's makespan is the sum of its actions (and of
      * the sharded passes' exposed gathers, dp_shard_exposed) */
     res->time.pp_bubble = makespan0 > ideal + shard_mb ? makespan0 - ideal - shard_mb : 0.0;

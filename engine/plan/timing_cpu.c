@@ -182,6 +182,19 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
         layer_comm_f += cp_f;
         layer_comm_b += cp_b;
     }
+    /* EP: the MoE layer's dispatch and combine all-to-alls of the rank's N k assignments (the
+     * busiest rank receiving moe_imbalance times the mean), each way, on the EP group's link
+     * (EP ranks TP x CP apart), the counts first in the forward */
+    double ep_f = 0.0, ep_b = 0.0;
+    int ep = tpd_plan_ep(lay);
+    if (ep > 1 && md->num_moe_experts > 0) {
+        double rows = N * md->moe_router_topk * tpd_plan_moe_imbalance(cfg, lay);
+        double one = half_ring(c, 4.0 * rows * C, ep, t * cp);
+        ep_f = 2 * one + half_ring(c, 4.0 * md->num_moe_experts, ep, t * cp);
+        ep_b = 2 * one;
+        layer_comm_f += ep_f;
+        layer_comm_b += ep_b;
+    }
 
     /* One layer forward (model_step.c): norm, QKV (bias seeded), RoPE, attention,
      * projection + all-reduce + bias, residual; norm, FC1 + bias + GELU (or [gate; up] and
@@ -230,6 +243,8 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     memset(out, 0, sizeof *out);
     out->cp_comm = cp_comm;
     comm -= cp_comm;
+    out->ep_comm = layers * (ep_f + ep_b) + rl * ep_f;
+    comm -= out->ep_comm;
     if (stage == 0) {
         /* Vocab-parallel lookup + all-reduce + positions (whole rows; SP keeps its share);
          * backward scatters both (SP: after gathering d(x0)). */
@@ -263,7 +278,14 @@ void tpd_plan_cpu_dp_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                           const tpd_plan_layout *lay, tpd_plan_dp_cost *out) {
     memset(out, 0, sizeof *out);
     int n = tpd_plan_dp_inner(cfg, lay), zero = lay->distributed_optimizer && n > 1;
+    int ep = tpd_plan_ep(lay), ne = ep > 1 ? n / ep : 0;
     out->grad_bytes = out->param_bytes = 4.0;
+    if (ne > 1) { /* EP: the experts' gradients over expert-DP, all-reduced */
+        double bw, lat;
+        link_of(cl, ne, lay->tp * ep, &bw, &lat);
+        out->reduce_ep.per_byte = 2.0 * (ne - 1) / ne / bw;
+        out->reduce_ep.fixed = log2_steps(ne) * lat + sync_wait(cl, ne);
+    }
     if (n > 1) {
         double bw, lat;
         link_of(cl, n, lay->tp, &bw, &lat);
@@ -409,6 +431,7 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
     res->time.compute = ideal;
     res->time.tp_comm = m * sc->tp_comm;
     res->time.cp_comm = m * sc->cp_comm;
+    res->time.ep_comm = m * sc->ep_comm;
     /* >= 0 but for rounding: a single stage's makespan is the sum of its actions */
     res->time.pp_bubble = makespan0 > ideal ? makespan0 - ideal : 0.0;
     res->time.pp_p2p = pipe.makespan - makespan0;
