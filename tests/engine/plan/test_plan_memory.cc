@@ -495,11 +495,25 @@ TEST_F(PlanMemory, MoeAllocationEqualsPlan) {
                     cfg.parallel.data_parallel_sharding_strategy =
                         rc[0] == 'f' ? TPD_DP_SHARDING_OPTIM_GRADS_PARAMS : TPD_DP_SHARDING_OPTIM;
                     checked += check_layout(kb, cfg, tp, 1, 2, what + " DP 2 sharded");
+                    // expert parallelism: E / EP experts, the received rows' worst case
+                    cfg.parallel.use_distributed_optimizer = 0;
+                    cfg.parallel.data_parallel_sharding_strategy = TPD_DP_SHARDING_NO_SHARD;
+                    cfg.model.moe_expert_capacity_factor = 0.0;
+                    cfg.parallel.expert_model_parallel_size = 2;
+                    checked += check_layout(kb, cfg, tp, 1, 2, what + " DP 2 EP 2");
+                    cfg.parallel.expert_model_parallel_size = 4;
+                    cfg.parallel.pipeline_model_parallel_size = 2;
+                    checked += check_layout(kb, cfg, tp, 2, 4, what + " PP 2 DP 4 EP 4");
+                    cfg.parallel.pipeline_model_parallel_size = 1;
+                    cfg.parallel.expert_model_parallel_size = 1;
+                    cfg.parallel.use_distributed_optimizer = 1;
+                    cfg.parallel.data_parallel_sharding_strategy =
+                        rc[0] == 'f' ? TPD_DP_SHARDING_OPTIM_GRADS_PARAMS : TPD_DP_SHARDING_OPTIM;
                     cfg.training.precision = TPD_PRECISION_BF16;
                     cfg.training.device = TPD_DEVICE_CUDA;
                     checked += check_plan(cfg, tp, 1, 2, what + " cuda bf16");
                 }
-    EXPECT_EQ(checked, 2 * 2 * 2 * 3 * 5);
+    EXPECT_EQ(checked, 2 * 2 * 2 * 3 * 8);
 }
 
 // MoE FLOPs count what a token runs: k experts of width Fe and the shared ones count as a
