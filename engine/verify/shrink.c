@@ -71,6 +71,14 @@ tpd_status tpd_verify_shrink(const tpd_config *real, int dp, int steps, tpd_conf
 
     /* the layout; every structural key of parallel.* stays */
     c.parallel.data_parallel_size = dp;
+    /* EP splits DP: at a smaller DP the rehearsal keeps the largest EP that divides both
+     * (the experts, their all-to-alls and the expert-DP reduction run as at the real EP) */
+    int ep = tpd_config_ep(&c);
+    while (ep > 1 && dp % ep)
+        ep--;
+    while (ep > 1 && tpd_config_ep(real) % ep)
+        ep--;
+    if (rm->num_moe_experts > 0) c.parallel.expert_model_parallel_size = ep;
     int M = pp > 2 ? pp : 2;
     c.training.global_batch_size = c.training.micro_batch_size * dp * M;
     /* as many DP buckets per stage as the real model has */
@@ -147,6 +155,9 @@ tpd_status tpd_verify_check_machine(const tpd_config *small, int ranks, int worl
     char lay_s[64];
     snprintf(lay_s, sizeof lay_s, "TP %d x PP %d x DP %d", tp, pp, dp);
     if (cp > 1) snprintf(lay_s + strlen(lay_s), sizeof lay_s - strlen(lay_s), " x CP %d", cp);
+    if (tpd_config_ep(small) > 1)
+        snprintf(lay_s + strlen(lay_s), sizeof lay_s - strlen(lay_s), " (EP %d)",
+                 tpd_config_ep(small));
     /* the planner's bytes of the largest rank of the layout, and of the one-rank run */
     tpd_plan_layout lay, one;
     tpd_plan_layout_from_config(small, ranks, &lay);
