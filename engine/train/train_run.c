@@ -85,10 +85,15 @@ static void log_startup(const tpd_trainer *tr) {
             snprintf(threads + strlen(threads), sizeof threads - strlen(threads),
                      ", %d thread%s per rank", n, n > 1 ? "s" : "");
     }
-    char cp[96] = "";
+    char cp[192] = "";
     if (tr->mesh.cp_size > 1)
         snprintf(cp, sizeof cp, " x CP %d (%s, %d tokens per rank)", tr->mesh.cp_size,
                  tr->cfg.parallel.cp_comm_type == TPD_CP_COMM_A2A ? "a2a" : "p2p ring", m->d.T);
+    if (tr->mesh.ep_size > 1) /* EP splits DP: E / EP experts a rank, expert DP the rest */
+        snprintf(cp + strlen(cp), sizeof cp - strlen(cp),
+                 " (EP %d: %d of %d experts a rank, "
+                 "expert DP %d)",
+                 tr->mesh.ep_size, m->d.El, m->d.E, tr->mesh.dp_size / tr->mesh.ep_size);
     tpd_log_info("layout: world %d = TP %d x PP %d x DP %d%s%s | micro-batches per step %d | "
                  "backend %s (%s%s)",
                  tr->mesh.world_size, tr->mesh.tp_size, tr->mesh.pp_size, tr->mesh.data_dp_size, cp,
