@@ -33,13 +33,15 @@ struct Layout {
     int cp = 1;         // parallel.context_parallel_size
     bool a2a = false;   // parallel.cp_comm_type a2a
     bool moe = false;   // a mixture of 4 experts, top-2, with a gated shared expert
+    int ep = 1;         // parallel.expert_model_parallel_size
     std::string name() const {
         return std::string(llama ? "llama_" : "") + "tp" + std::to_string(tp) + "pp" +
                std::to_string(pp) + "dp" + std::to_string(dp) + (zero ? "z" : "") +
                (sharding > 1 ? std::to_string(sharding) : "") +
                (shard_size ? "h" + std::to_string(shard_size) : "") +
                (v > 1 ? "v" + std::to_string(v) : "") + (zb ? "zb" : "") +
-               (cp > 1 ? "cp" + std::to_string(cp) + (a2a ? "a" : "") : "") + (moe ? "moe" : "");
+               (cp > 1 ? "cp" + std::to_string(cp) + (a2a ? "a" : "") : "") + (moe ? "moe" : "") +
+               (ep > 1 ? "ep" + std::to_string(ep) : "");
     }
 };
 
@@ -54,6 +56,13 @@ void moe_model(tpd_config &cfg) {
 
 Layout moe(Layout L) {
     L.moe = true;
+    return L;
+}
+
+// expert parallelism: the experts split over ep DP ranks (each writes its own)
+Layout epar(Layout L, int ep) {
+    L.moe = true;
+    L.ep = ep;
     return L;
 }
 
@@ -118,6 +127,7 @@ std::vector<double> run(const Layout &L, const std::string &load, const std::str
         cfg.parallel.data_parallel_shard_size = L.shard_size;
         if (L.llama) tiny::llama(cfg);
         if (L.moe) moe_model(cfg);
+        cfg.parallel.expert_model_parallel_size = L.ep;
         cfg.parallel.context_parallel_size = L.cp;
         cfg.parallel.cp_comm_type = L.a2a ? TPD_CP_COMM_A2A : TPD_CP_COMM_P2P;
         cfg.parallel.virtual_pipeline_model_parallel_size = L.v;
@@ -195,6 +205,11 @@ TEST(Reshard, RoundTripIsExactAndTrainingContinues) {
         {moe({2, 2, 2, 1}), moe({1, 1, 1, 0})},
         {moe({1, 1, 1, 0}), moe(zero3({2, 1, 4, 1}))},
         {moe(llama({1, 2, 2, 1})), moe(llama({1, 2, 2, 1}))},
+        // expert parallelism: EP 2 and 4 load into EP 1, other EPs and themselves
+        {epar({1, 1, 4, 0}, 4), moe({1, 1, 1, 0})},
+        {moe({2, 1, 2, 1}), epar({2, 2, 2, 0}, 2)},
+        {epar({1, 2, 4, 0}, 2), epar({1, 1, 4, 0}, 4)},
+        {epar(llama({2, 1, 4, 0}), 4), epar(llama({2, 1, 4, 0}), 4)},
     };
     std::map<std::string, std::vector<double>> source_loss;
     for (const auto &pr : pairs) {
