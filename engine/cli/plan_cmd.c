@@ -186,6 +186,8 @@ static int run_ranks(const tpd_plan_layout *lay) {
         lay->shard_size < inner && inner % lay->shard_size == 0 &&
         tpd_mesh_set_shard_size(&mesh, lay->shard_size) != TPD_OK)
         return TPD_EXIT_CONFIG;
+    /* EP's groups, cut from DP as train cuts them */
+    if (lay->ep > 1 && tpd_mesh_set_ep(&mesh, lay->ep) != TPD_OK) return TPD_EXIT_CONFIG;
     print_ranks(stdout, &mesh);
     return TPD_EXIT_OK;
 }
