@@ -3,12 +3,15 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 extern "C" {
+#include "base/file.h"
+#include "engine/cli/cli.h"
 #include "engine/config/config.h"
 #include "engine/plan/plan.h"
 }
@@ -153,6 +156,35 @@ inline tpd_plan_layout layout_of(const Sc21Row &r, tpd_recompute rc) {
     l.virtual_stages = r.v;
     l.recompute = rc;
     return l;
+}
+
+// A preset of configs/ under overrides, as `tripod plan CONFIG key=value ...` loads it.
+inline tpd_config load(const char *name, std::vector<std::string> overrides) {
+    std::string path = std::string(tpd_source_dir()) + "/configs/" + name;
+    std::vector<const char *> ov;
+    for (const std::string &o : overrides)
+        ov.push_back(o.c_str());
+    tpd_config c;
+    EXPECT_EQ(tpd_config_load(path.c_str(), (int)ov.size(), ov.data(), &c), TPD_OK)
+        << tpd_last_error();
+    return c;
+}
+
+inline tpd_plan_cluster cluster(const char *name) {
+    tpd_plan_cluster cl;
+    EXPECT_EQ(tpd_plan_cluster_load(name, &cl), TPD_OK);
+    return cl;
+}
+
+// `tripod plan ARGS...` in process; its stdout in *out, its exit code returned.
+inline int run(std::vector<std::string> args, std::string *out) {
+    std::vector<char *> argv;
+    for (auto &a : args)
+        argv.push_back(a.data());
+    testing::internal::CaptureStdout();
+    int rc = tpd_cli_plan((int)argv.size(), argv.data());
+    *out = testing::internal::GetCapturedStdout();
+    return rc;
 }
 
 } // namespace plan_test

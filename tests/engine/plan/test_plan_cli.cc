@@ -41,15 +41,7 @@ void write_config() {
          "  device: cuda\n  train_iters: 10\n";
 }
 
-int run(std::vector<std::string> args, std::string *out) {
-    std::vector<char *> argv;
-    for (auto &a : args)
-        argv.push_back(a.data());
-    testing::internal::CaptureStdout();
-    int rc = tpd_cli_plan((int)argv.size(), argv.data());
-    *out = testing::internal::GetCapturedStdout();
-    return rc;
-}
+using plan_test::run;
 
 std::string slurp(const char *path) {
     std::ifstream f(path);

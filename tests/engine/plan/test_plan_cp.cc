@@ -19,23 +19,8 @@ extern "C" {
 
 namespace {
 
-// A preset under overrides, as `tripod plan CONFIG key=value ...` loads it.
-tpd_config load(const char *name, std::vector<std::string> overrides) {
-    std::string path = std::string(tpd_source_dir()) + "/configs/" + name;
-    std::vector<const char *> ov;
-    for (const std::string &o : overrides)
-        ov.push_back(o.c_str());
-    tpd_config c;
-    EXPECT_EQ(tpd_config_load(path.c_str(), (int)ov.size(), ov.data(), &c), TPD_OK)
-        << tpd_last_error();
-    return c;
-}
-
-tpd_plan_cluster cluster(const char *name) {
-    tpd_plan_cluster cl;
-    EXPECT_EQ(tpd_plan_cluster_load(name, &cl), TPD_OK);
-    return cl;
-}
+using plan_test::cluster;
+using plan_test::load;
 
 // TP x CP x PP x DP with the config's other settings.
 tpd_plan_layout layout(const tpd_config &c, int tp, int cp, int pp, int dp, tpd_cp_comm comm) {

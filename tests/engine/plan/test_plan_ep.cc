@@ -25,23 +25,8 @@ extern "C" {
 
 namespace {
 
-// A preset under overrides, as `tripod plan CONFIG key=value ...` loads it.
-tpd_config load(const char *name, std::vector<std::string> overrides) {
-    std::string path = std::string(tpd_source_dir()) + "/configs/" + name;
-    std::vector<const char *> ov;
-    for (const std::string &o : overrides)
-        ov.push_back(o.c_str());
-    tpd_config c;
-    EXPECT_EQ(tpd_config_load(path.c_str(), (int)ov.size(), ov.data(), &c), TPD_OK)
-        << tpd_last_error();
-    return c;
-}
-
-tpd_plan_cluster cluster(const char *name) {
-    tpd_plan_cluster cl;
-    EXPECT_EQ(tpd_plan_cluster_load(name, &cl), TPD_OK);
-    return cl;
-}
+using plan_test::cluster;
+using plan_test::load;
 
 // Mixtral 8x7B at Megatron-Core's reference batch (256 sequences): the preset's TP 1 PP 4 v 8
 // over 64 GPUs, DP 16, with the given TP, CP, DP and EP.
@@ -399,15 +384,7 @@ TEST(PlanEp, SearchTriesEpForAMixtureOnly) {
     tpd_plan_search_free(&s);
 }
 
-int run(std::vector<std::string> args, std::string *out) {
-    std::vector<char *> argv;
-    for (auto &a : args)
-        argv.push_back(a.data());
-    testing::internal::CaptureStdout();
-    int rc = tpd_cli_plan((int)argv.size(), argv.data());
-    *out = testing::internal::GetCapturedStdout();
-    return rc;
-}
+using plan_test::run;
 
 // `tripod plan configs/mixtral-8x7b.yaml --cluster dgx-h100`: --layout's fifth value is EP
 // (the preset's is 8), the breakdown shows the all-to-all line, the JSON the EP fields; the
