@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # GPU check: builds the GPU targets of tripod with CUDA into build-gpu and runs, in this
-# order, a device probe, the `gpu` tests (four at a time, then the memory test alone), the
-# kernel microbenchmark and `tripod bench` on GPT-2 124M / 350M / 1.5B at sequence 1024.
-# No cpu-only test runs here (CI runs them). Without a GPU the `gpu` tests still run, and
-# must skip cleanly; the verdict is then "NO GPU".
+# order, a device probe, the `gpu` tests (four at a time, then the memory test alone),
+# `tripod verify --device cuda` (the demo's TP 2 x PP 2 x DP 2 layout trained on the GPU in
+# bf16 against the cpu's fp32 in one job, within the bf16 budget: whole-layout training,
+# not only kernels), the kernel microbenchmark and `tripod bench` on GPT-2 124M / 350M /
+# 1.5B at sequence 1024. No cpu-only test runs here (CI runs them). Without a GPU the `gpu`
+# tests still run, and must skip cleanly, and verify exits with its own "no GPU" code (6);
+# the verdict is then "NO GPU".
 #
 # Made for a machine with no package registry: the C/C++ compiler, CMake and the CUDA
 # toolkit are the machine's; Open MPI, OpenBLAS, libyaml, cJSON, PCRE2, libcrypto,
@@ -43,8 +46,11 @@ set -u -o pipefail
 # The plan, in the order the steps run: NAME:SECONDS at the default budget. The build is
 # the GPU targets only; gpu_tests runs `ctest -j4 -L gpu` less the memory test, which runs
 # alone afterwards in gpu_memory (as RUN_SERIAL would: it reads the device's free memory,
-# which another test's allocations would move).
-PLAN="deps:15 configure:30 build:140 gpu_probe:10 gpu_tests:90 gpu_memory:25
+# which another test's allocations would move); gpu_verify, the first thing after the unit
+# tests, trains a whole layout on the GPU: `tripod verify --device cuda` on the demo at
+# TP 2 x PP 2 x DP 2 (8 ranks sharing the GPU), bf16 against the cpu's fp32 in one job,
+# within the bf16 budget (exit 6 without a device: NO GPU).
+PLAN="deps:15 configure:30 build:140 gpu_probe:10 gpu_tests:90 gpu_memory:25 gpu_verify:30
   bench_kernels:20 bench_data:5 bench_gpt2-124m:20 bench_gpt2-350m:25 bench_gpt2-1.5b:35"
 PLAN_BUDGET_S=450
 # The targets the GPU steps run: the binary, the kernel benchmark, every `gpu` test's
@@ -446,6 +452,31 @@ if [ "$BUILT" = 1 ]; then
     if [ "$GPU" = 1 ]; then export TRIPOD_REQUIRE_GPU=1; else export TRIPOD_REQUIRE_GPU=0; fi
     run_tests gpu_tests -L gpu -E "$MEMORY_TESTS" -j 4
     run_tests gpu_memory -L gpu -R "$MEMORY_TESTS"
+fi
+
+# ---- whole-layout training on the GPU: `tripod verify --device cuda` ----
+if [ "$BUILT" = 1 ]; then
+    MPIRUN=$(cache MPIEXEC_EXECUTABLE)
+    was_failed=$FAILED
+    step gpu_verify "$(cap gpu_verify)" "${MPIRUN:-mpirun}" --oversubscribe --allow-run-as-root \
+        --bind-to none -x OMP_NUM_THREADS=1 -np 8 "$BUILD/tripod" verify \
+        "$ROOT/configs/demo.yaml" parallel.tensor_model_parallel_size=2 \
+        parallel.pipeline_model_parallel_size=2 --device cuda --out "$LOGS/verify"
+    verify_rc=$?
+    no_gpu=$(grep -m1 '^verify: NO GPU' "$LOGS/gpu_verify.log" 2>/dev/null | cut -c1-240)
+    if [ "$verify_rc" = 6 ] && [ "$GPU" = 0 ]; then
+        # the command's own "no device" exit: as the gpu tests skip, not a failure
+        FAILED=$was_failed
+        SUMMARY[-1]="NO GPU gpu_verify: ${no_gpu:-exit 6}"
+        say "${SUMMARY[-1]}"
+    elif [ "$verify_rc" = 6 ]; then
+        SUMMARY[-1]="FAIL  gpu_verify (exit 6): the probe found a device, verify none: $no_gpu"
+        say "${SUMMARY[-1]}"
+    fi
+    # its verdict and every check against its budget
+    grep -h -E '^  (budget|structure|cuda: )|^verify: (PASS|FAIL)' "$LOGS/gpu_verify.log" \
+        2>/dev/null | cut -c1-400 | sed 's/^ */      /' >"$LOGS/verify.txt"
+    while IFS= read -r l; do note "$l"; done <"$LOGS/verify.txt"
 fi
 
 if [ "$GPU" = 1 ]; then

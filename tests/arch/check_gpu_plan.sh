@@ -2,7 +2,8 @@
 # tools/gpu_check.sh's plan and step runner, without a GPU. Usage: check_gpu_plan.sh SOURCE_ROOT
 #
 # Fails when: the planned caps add up past the default budget or the budget past 8 minutes
-# (480 s); the sum the script prints is not the sum of its caps; a step that runs past its
+# (480 s); the sum the script prints is not the sum of its caps; `tripod verify --device
+# cuda` (gpu_verify) is not planned right after the gpu tests; a step that runs past its
 # cap (sleep 30 under a 1 s cap) does not read INCOMPLETE with what it reached, or a
 # failing step does not read FAIL; the probe's verdict table is not: a device -> GPU, no
 # device and nvidia-smi lists none -> NO_GPU, a GPU listed but unusable -> FAIL, the cuda
@@ -33,6 +34,14 @@ done
 [ "${budget:-999}" -le 480 ] || fail "the default budget $budget s is past 8 minutes"
 steps=$(sed -E 's/^plan: //; s/ = .*//' <<<"$plan" | tr '+' '\n' | wc -l)
 [ "$steps" -ge 8 ] || fail "only $steps steps planned"
+# Whole-layout training on the GPU (`tripod verify --device cuda`) is the first step after
+# the gpu tests, inside the plan.
+order=$(sed -E 's/^plan: //; s/ = .*//' <<<"$plan" | tr '+' '\n' | awk '{print $1}' | paste -sd' ' -)
+[[ " $order " == *" gpu_tests gpu_memory gpu_verify "* ]] ||
+    fail "gpu_verify is not planned right after the gpu tests: $order"
+sed -e ':a' -e '/\\$/N; s/\\\n//; ta' "$GC" |
+    grep -qE 'step gpu_verify .*/tripod" verify +"\$ROOT/configs/demo.yaml" .*--device cuda' ||
+    fail "gpu_check.sh does not run tripod verify --device cuda on the demo"
 # A step past its cap makes --plan fail (so it can).
 GPU_CHECK_CAPS="build:9999" "$GC" --plan >/dev/null && fail "--plan passed with a 9999 s build"
 
