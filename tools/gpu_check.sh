@@ -96,10 +96,11 @@ say() { echo "[$(printf '%4d' $(($(date +%s) - START)))s] $*"; }
 note() { SUMMARY+=("$*"); }
 
 # first_error LOG: the first line of LOG that reads like an error, for the summary.
-# (Line 1 is the step's own header, the command line.)
+# (Line 1 is the step's own header, the command line; Open MPI's notes on components it
+# could not open and ignored are not errors.)
 first_error() {
     local out
-    out=$(sed 1d "$1")
+    out=$(sed 1d "$1" | grep -v '(ignored)$')
     { grep -m1 -E '\*\*\*(Failed|Exception)|Not Run' <<<"$out" ||
         grep -m1 -E '(^|[^[:alnum:]_])(error:|Error[ :])|ERROR' <<<"$out" ||
         grep -m1 -E 'FAILED|FAIL |Failed|failed|cannot|No such' <<<"$out" ||
@@ -131,7 +132,9 @@ reached() {
 }
 
 # step NAME MAX_SECONDS CMD...: runs CMD under the smaller of MAX_SECONDS and the time left,
-# its output in NAME.log, and notes PASS, FAIL or INCOMPLETE with its time against its cap.
+# its output in NAME.log, and notes PASS, FAIL or INCOMPLETE with its time against its cap
+# (or NO GPU, when CMD exits STEP_NO_GPU_RC, its own "no device" code, and the probe found
+# no device).
 # Sets FAILED or INCOMPLETE; returns CMD's status (124 when stopped at the cap, 125 when no
 # time was left to start it).
 step() {
@@ -155,6 +158,9 @@ step() {
     dt=$(($(date +%s) - s0))
     if [ "$rc" -eq 0 ]; then
         note "PASS  $name (${dt}s of ${max}s)"
+    elif [ "$rc" -eq "${STEP_NO_GPU_RC:--1}" ] && [ "$GPU" = 0 ]; then
+        # the command's own "no device" exit where the probe found none: as a skip
+        note "NO GPU $name (${dt}s of ${max}s): $(sed 1d "$log" | grep -m1 'NO GPU' | cut -c1-240)"
     elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         note "INCOMPLETE $name (stopped at ${t}s, cap ${max}s): $(reached "$name" "$log")"
         INCOMPLETE=1
@@ -457,21 +463,19 @@ fi
 # ---- whole-layout training on the GPU: `tripod verify --device cuda` ----
 if [ "$BUILT" = 1 ]; then
     MPIRUN=$(cache MPIEXEC_EXECUTABLE)
-    was_failed=$FAILED
-    step gpu_verify "$(cap gpu_verify)" "${MPIRUN:-mpirun}" --oversubscribe --allow-run-as-root \
-        --bind-to none -x OMP_NUM_THREADS=1 -np 8 "$BUILD/tripod" verify \
+    # exit 6: no usable device, which is NO GPU only where the probe found none
+    STEP_NO_GPU_RC=6 step gpu_verify "$(cap gpu_verify)" "${MPIRUN:-mpirun}" --oversubscribe \
+        --allow-run-as-root --bind-to none -x OMP_NUM_THREADS=1 -np 8 "$BUILD/tripod" verify \
         "$ROOT/configs/demo.yaml" parallel.tensor_model_parallel_size=2 \
         parallel.pipeline_model_parallel_size=2 --device cuda --out "$LOGS/verify"
     verify_rc=$?
-    no_gpu=$(grep -m1 '^verify: NO GPU' "$LOGS/gpu_verify.log" 2>/dev/null | cut -c1-240)
-    if [ "$verify_rc" = 6 ] && [ "$GPU" = 0 ]; then
-        # the command's own "no device" exit: as the gpu tests skip, not a failure
-        FAILED=$was_failed
-        SUMMARY[-1]="NO GPU gpu_verify: ${no_gpu:-exit 6}"
-        say "${SUMMARY[-1]}"
-    elif [ "$verify_rc" = 6 ]; then
-        SUMMARY[-1]="FAIL  gpu_verify (exit 6): the probe found a device, verify none: $no_gpu"
-        say "${SUMMARY[-1]}"
+    if [ "$verify_rc" != 0 ] && [ "$verify_rc" != 124 ] && [ "$verify_rc" != 125 ] &&
+        [ "${SUMMARY[-1]:0:6}" = "FAIL  " ]; then
+        # the failed check (or the error) rather than the launcher's last words
+        why=$(grep -m1 -E '^verify: NO GPU|^  [a-z:]+( [a-z]+)* +FAIL |error:' \
+            "$LOGS/gpu_verify.log" | sed 's/^ *//; s/  */ /g' | cut -c1-240)
+        [ "$verify_rc" = 6 ] && why="the probe found a device, verify none: $why"
+        [ -n "$why" ] && SUMMARY[-1]="FAIL  gpu_verify (exit $verify_rc): $why" && say "${SUMMARY[-1]}"
     fi
     # its verdict and every check against its budget
     grep -h -E '^  (budget|structure|cuda: )|^verify: (PASS|FAIL)' "$LOGS/gpu_verify.log" \
