@@ -42,6 +42,8 @@ enum {
     TPD_EXIT_COMM = 3,     /* collective failure or timeout: every communicator was aborted */
     TPD_EXIT_SIGNAL = 4,   /* a second SIGTERM/SIGINT: left at once, checkpoints untouched */
     TPD_EXIT_DIVERGED = 5, /* the loss or gradients stayed non-finite: stopped, not saved */
+    TPD_EXIT_NO_GPU = 6,   /* a command that needs a CUDA device found none usable: nothing
+                              ran (`tripod verify --device cuda`); not a failure of tripod */
 };
 
 /* The exit code of a final status: TPD_EXIT_CONFIG for TPD_ERR_INVALID (a configuration or

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # GPU check: builds the GPU targets of tripod with CUDA into build-gpu and runs, in this
-# order, a device probe, the `gpu` tests (four at a time, then the memory test alone), the
-# kernel microbenchmark and `tripod bench` on GPT-2 124M / 350M / 1.5B at sequence 1024.
-# No cpu-only test runs here (CI runs them). Without a GPU the `gpu` tests still run, and
-# must skip cleanly; the verdict is then "NO GPU".
+# order, a device probe, the `gpu` tests (four at a time, then the memory test alone),
+# `tripod verify --device cuda` (the demo's TP 2 x PP 2 x DP 2 layout trained on the GPU in
+# bf16 against the cpu's fp32 in one job, within the bf16 budget: whole-layout training,
+# not only kernels), the kernel microbenchmark and `tripod bench` on GPT-2 124M / 350M /
+# 1.5B at sequence 1024. No cpu-only test runs here (CI runs them). Without a GPU the `gpu`
+# tests still run, and must skip cleanly, and verify exits with its own "no GPU" code (6);
+# the verdict is then "NO GPU".
 #
 # Made for a machine with no package registry: the C/C++ compiler, CMake and the CUDA
 # toolkit are the machine's; Open MPI, OpenBLAS, libyaml, cJSON, PCRE2, libcrypto,
@@ -43,8 +46,11 @@ set -u -o pipefail
 # The plan, in the order the steps run: NAME:SECONDS at the default budget. The build is
 # the GPU targets only; gpu_tests runs `ctest -j4 -L gpu` less the memory test, which runs
 # alone afterwards in gpu_memory (as RUN_SERIAL would: it reads the device's free memory,
-# which another test's allocations would move).
-PLAN="deps:15 configure:30 build:140 gpu_probe:10 gpu_tests:90 gpu_memory:25
+# which another test's allocations would move); gpu_verify, the first thing after the unit
+# tests, trains a whole layout on the GPU: `tripod verify --device cuda` on the demo at
+# TP 2 x PP 2 x DP 2 (8 ranks sharing the GPU), bf16 against the cpu's fp32 in one job,
+# within the bf16 budget (exit 6 without a device: NO GPU).
+PLAN="deps:15 configure:30 build:140 gpu_probe:10 gpu_tests:90 gpu_memory:25 gpu_verify:30
   bench_kernels:20 bench_data:5 bench_gpt2-124m:20 bench_gpt2-350m:25 bench_gpt2-1.5b:35"
 PLAN_BUDGET_S=450
 # The targets the GPU steps run: the binary, the kernel benchmark, every `gpu` test's
@@ -90,10 +96,11 @@ say() { echo "[$(printf '%4d' $(($(date +%s) - START)))s] $*"; }
 note() { SUMMARY+=("$*"); }
 
 # first_error LOG: the first line of LOG that reads like an error, for the summary.
-# (Line 1 is the step's own header, the command line.)
+# (Line 1 is the step's own header, the command line; Open MPI's notes on components it
+# could not open and ignored are not errors.)
 first_error() {
     local out
-    out=$(sed 1d "$1")
+    out=$(sed 1d "$1" | grep -v '(ignored)$')
     { grep -m1 -E '\*\*\*(Failed|Exception)|Not Run' <<<"$out" ||
         grep -m1 -E '(^|[^[:alnum:]_])(error:|Error[ :])|ERROR' <<<"$out" ||
         grep -m1 -E 'FAILED|FAIL |Failed|failed|cannot|No such' <<<"$out" ||
@@ -125,7 +132,9 @@ reached() {
 }
 
 # step NAME MAX_SECONDS CMD...: runs CMD under the smaller of MAX_SECONDS and the time left,
-# its output in NAME.log, and notes PASS, FAIL or INCOMPLETE with its time against its cap.
+# its output in NAME.log, and notes PASS, FAIL or INCOMPLETE with its time against its cap
+# (or NO GPU, when CMD exits STEP_NO_GPU_RC, its own "no device" code, and the probe found
+# no device).
 # Sets FAILED or INCOMPLETE; returns CMD's status (124 when stopped at the cap, 125 when no
 # time was left to start it).
 step() {
@@ -149,6 +158,9 @@ step() {
     dt=$(($(date +%s) - s0))
     if [ "$rc" -eq 0 ]; then
         note "PASS  $name (${dt}s of ${max}s)"
+    elif [ "$rc" -eq "${STEP_NO_GPU_RC:--1}" ] && [ "$GPU" = 0 ]; then
+        # the command's own "no device" exit where the probe found none: as a skip
+        note "NO GPU $name (${dt}s of ${max}s): $(sed 1d "$log" | grep -m1 'NO GPU' | cut -c1-240)"
     elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         note "INCOMPLETE $name (stopped at ${t}s, cap ${max}s): $(reached "$name" "$log")"
         INCOMPLETE=1
@@ -446,6 +458,29 @@ if [ "$BUILT" = 1 ]; then
     if [ "$GPU" = 1 ]; then export TRIPOD_REQUIRE_GPU=1; else export TRIPOD_REQUIRE_GPU=0; fi
     run_tests gpu_tests -L gpu -E "$MEMORY_TESTS" -j 4
     run_tests gpu_memory -L gpu -R "$MEMORY_TESTS"
+fi
+
+# ---- whole-layout training on the GPU: `tripod verify --device cuda` ----
+if [ "$BUILT" = 1 ]; then
+    MPIRUN=$(cache MPIEXEC_EXECUTABLE)
+    # exit 6: no usable device, which is NO GPU only where the probe found none
+    STEP_NO_GPU_RC=6 step gpu_verify "$(cap gpu_verify)" "${MPIRUN:-mpirun}" --oversubscribe \
+        --allow-run-as-root --bind-to none -x OMP_NUM_THREADS=1 -np 8 "$BUILD/tripod" verify \
+        "$ROOT/configs/demo.yaml" parallel.tensor_model_parallel_size=2 \
+        parallel.pipeline_model_parallel_size=2 --device cuda --out "$LOGS/verify"
+    verify_rc=$?
+    if [ "$verify_rc" != 0 ] && [ "$verify_rc" != 124 ] && [ "$verify_rc" != 125 ] &&
+        [ "${SUMMARY[-1]:0:6}" = "FAIL  " ]; then
+        # the failed check (or the error) rather than the launcher's last words
+        why=$(grep -m1 -E '^verify: NO GPU|^  [a-z:]+( [a-z]+)* +FAIL |error:' \
+            "$LOGS/gpu_verify.log" | sed 's/^ *//; s/  */ /g' | cut -c1-240)
+        [ "$verify_rc" = 6 ] && why="the probe found a device, verify none: $why"
+        [ -n "$why" ] && SUMMARY[-1]="FAIL  gpu_verify (exit $verify_rc): $why" && say "${SUMMARY[-1]}"
+    fi
+    # its verdict and every check against its budget
+    grep -h -E '^  (budget|structure|cuda: )|^verify: (PASS|FAIL)' "$LOGS/gpu_verify.log" \
+        2>/dev/null | cut -c1-400 | sed 's/^ */      /' >"$LOGS/verify.txt"
+    while IFS= read -r l; do note "$l"; done <"$LOGS/verify.txt"
 fi
 
 if [ "$GPU" = 1 ]; then

@@ -1,5 +1,8 @@
-/* `tripod verify CONFIG.yaml [overrides] [--ranks N] [--steps K] [--out DIR]`: the
- * config's layout rehearsed at tiny widths on cpu ranks (engine/verify/verify.h). */
+/* `tripod verify CONFIG.yaml [overrides] [--ranks N] [--steps K] [--out DIR] [--device D]`:
+ * the config's layout rehearsed at tiny widths on cpu ranks, or on the cuda backend against
+ * the cpu (engine/verify/verify.h). Exit codes: 0 every check passed, 1 a check failed,
+ * 6 (TPD_EXIT_NO_GPU) --device cuda found no usable device and ran nothing, else the
+ * failure's class (base/status.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,11 +13,13 @@
 #include "engine/cli/cli.h"
 #include "engine/config/config.h"
 #include "engine/verify/verify.h"
+#include "kernels/kernels.h"
 #include "parallel/comm.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: mpirun -np N tripod verify CONFIG.yaml [section.key=value ...] [--ranks N]\n"
                "                     [--steps K] [--out DIR] [--cluster NAME|FILE]\n"
+               "                     [--device cpu|cuda]\n"
                "  Rehearses the config's exact layout (TP, PP, DP, virtual stages, schedule, SP,\n"
                "  ZeRO-1, recompute, overlap, the stage split, every layer, the model family) at\n"
                "  tiny widths on cpu ranks, and checks it against one rank: the layers of every\n"
@@ -26,11 +31,16 @@ static void usage(FILE *f) {
                "  --steps K   training steps compared (default 3)\n"
                "  --out DIR   writes DIR/verify.json (the report) and DIR/verify-config.yaml\n"
                "  --cluster   planner profile for the real model's memory (default: h200, cpu\n"
-               "              for training.device=cpu)\n");
+               "              for training.device=cpu)\n"
+               "  --device    cpu (default): the rehearsal above. cuda: the same shrunken layout\n"
+               "              trains K steps on the cuda backend in bf16 and on the cpu in fp32\n"
+               "              in the same job; losses, grad norms and parameters must stay\n"
+               "              within budgets derived from bf16's rounding (printed). Without a\n"
+               "              usable CUDA device it says so and exits 6, having run nothing.\n");
 }
 
-static const tpd_cli_opt k_opts[] = {
-    {"--ranks", 1}, {"--steps", 1}, {"--out", 1}, {"--cluster", 1}, {NULL, 0}};
+static const tpd_cli_opt k_opts[] = {{"--ranks", 1},   {"--steps", 1},  {"--out", 1},
+                                     {"--cluster", 1}, {"--device", 1}, {NULL, 0}};
 
 /* DIR/NAME with `text` in it; 0 on success */
 static int write_out(const char *dir, const char *name, const tpd_config *small, const char *text) {
@@ -48,6 +58,26 @@ static int write_out(const char *dir, const char *name, const tpd_config *small,
     return fclose(f) != 0;
 }
 
+/* --device cuda: 1 when some rank has no usable CUDA device (no cuda backend in this
+ * build, the module does not load, or the runtime sees no device), which world rank 0 then
+ * says in one line, with the reason. Collective over world. A device stand-in for the
+ * tests (TPD_VERIFY_DEVICE_ENV) needs none. */
+static int no_device(tpd_comm *world) {
+    const char *stand = getenv(TPD_VERIFY_DEVICE_ENV);
+    if (stand && !strcmp(stand, "cpu")) return 0;
+    int32_t none = !tpd_kern_cuda_available();
+    if (tpd_comm_allreduce(world, &none, &none, 1, TPD_DTYPE_I32, TPD_COMM_OP_MAX, NULL) != TPD_OK)
+        none = 1;
+    if (none && tpd_comm_rank(world) == 0) {
+        const char *why = tpd_kern_cuda_unavailable_reason();
+        printf("verify: NO GPU: no usable CUDA device (%s); --device cuda needs one, so nothing "
+               "ran (exit code %d)\n",
+               why && why[0] ? why : "another rank of the job has none", TPD_EXIT_NO_GPU);
+        fflush(stdout);
+    }
+    return none;
+}
+
 int tpd_cli_verify(int argc, char **argv) {
     const char *cmd = argv[0];
     tpd_cli_args a;
@@ -57,7 +87,7 @@ int tpd_cli_verify(int argc, char **argv) {
         tpd_cli_args_free(&a);
         return TPD_EXIT_OK;
     }
-    tpd_verify_options o = {0, 3, NULL, NULL};
+    tpd_verify_options o = TPD_VERIFY_OPTIONS_INIT;
     const char *out = NULL;
     int rc = TPD_EXIT_OK;
     for (int i = 0; i < a.n_opts && rc == TPD_EXIT_OK; i++) {
@@ -68,6 +98,14 @@ int tpd_cli_verify(int argc, char **argv) {
             rc = TPD_EXIT_CONFIG;
         if (!strcmp(n, "--out")) out = v;
         if (!strcmp(n, "--cluster")) o.cluster = v;
+        if (!strcmp(n, "--device")) {
+            if (!strcmp(v, "cuda")) {
+                o.device = TPD_DEVICE_CUDA;
+            } else if (strcmp(v, "cpu") != 0) {
+                tpd_log_error("%s: --device %s: expected cpu or cuda", cmd, v);
+                rc = TPD_EXIT_CONFIG;
+            }
+        }
     }
     tpd_comm *world = NULL;
     if (tpd_comm_mpi_start(&world) != TPD_OK) {
@@ -95,6 +133,11 @@ int tpd_cli_verify(int argc, char **argv) {
         tpd_cli_args_free(&a);
         tpd_comm_mpi_finish(world);
         return worst;
+    }
+    if (o.device == TPD_DEVICE_CUDA && no_device(world)) {
+        tpd_cli_args_free(&a);
+        tpd_comm_mpi_finish(world);
+        return TPD_EXIT_NO_GPU;
     }
     /* the scratch directory: rank 0 names it, every rank uses it (one machine) */
     char scratch[TPD_CONFIG_STR];

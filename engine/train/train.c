@@ -742,6 +742,55 @@ out:
     return st;
 }
 
+tpd_status tpd_trainer_gather_master(tpd_trainer *tr, tpd_param p, float *out) {
+    const tpd_model *m = tr->model;
+    const tpd_mesh *ms = &tr->mesh;
+    if (!m->master && tpd_kern_param_dtype(m->kb) != TPD_DTYPE_F32)
+        return tpd_fail(TPD_ERR_UNSUPPORTED, "gather: %s parameters without fp32 master weights",
+                        tpd_dtype_name(tpd_kern_param_dtype(m->kb)));
+    TPD_CHECK(tpd_trainer_sync_params(tr));
+    const tpd_model_layout *lay = &m->plan.lay;
+    const tpd_param_slice *s = &lay->p[p];
+    size_t gn = tpd_model_layout_global_numel(lay, p);
+    tpd_status st = TPD_OK;
+    float *global = calloc(gn ? gn : 1, sizeof *global);            /* (g_layers, g_rows, g_cols) */
+    float *local = calloc(m->plan.numel_padded + 1, sizeof *local); /* the flat buffer */
+    if (!global || !local) TPD_FAIL_GOTO(TPD_ERR_NOMEM, st, out, "gather: out of memory");
+    /* The owner of an element: with ZeRO the rank of the first shard group (and replica)
+     * whose shard holds it, without ZeRO DP rank 0; then, as for the parameters, TP rank 0
+     * of a replicated tensor and the first stage for the tied wte. Elements outside this
+     * rank's owned ranges stay 0 and add nothing to the sum. */
+    int owner = tr->dpp.zero ? ms->replica == 0 && ms->dp_rep == 0 : ms->dp == 0;
+    int contributes = owner && s->present &&
+                      (tpd_param_get_info(p)->split != TPD_SPLIT_NONE || ms->tp == 0) &&
+                      (p != TPD_P_WTE || m->d.first);
+    if (contributes) {
+        for (int i = 0; i < tr->dpp.nranges; i++) {
+            const tpd_dp_range *rg = &tr->dpp.ranges[i];
+            const void *src = m->master ? (const void *)(m->master + rg->state)
+                                        : tpd_model_owned_param(m, rg->begin, rg->state);
+            TPD_CHECK_GOTO(tpd_kern_copy_to_host(m->kb, local + rg->begin, src,
+                                                 (rg->end - rg->begin) * sizeof(float)),
+                           st, out);
+        }
+        int64_t rows = (int64_t)s->layers * s->rows;
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t g = tpd_model_layout_row_global(lay, p, r);
+            if (g >= 0)
+                memcpy(global + g, local + tpd_model_layout_row_local(lay, p, r),
+                       (size_t)s->cols * 4);
+        }
+    }
+    TPD_CHECK_GOTO(tpd_comm_allreduce(tr->hcomms.world, global, global, gn, TPD_DTYPE_F32,
+                                      TPD_COMM_OP_SUM, NULL),
+                   st, out);
+    if (out && tr->mesh.rank == 0) memcpy(out, global, gn * 4);
+out:
+    free(local);
+    free(global);
+    return st;
+}
+
 /* ---- accessors ---- */
 
 void tpd_trainer_set_samples(tpd_trainer *tr, uint64_t stride, uint64_t offset) {

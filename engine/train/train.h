@@ -105,6 +105,13 @@ tpd_status tpd_trainer_params_f32(tpd_trainer *tr, float *out);
  * tpd_model_layout_global_numel elements); other ranks pass out = NULL. Collective over
  * the world. */
 tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out);
+/* The same tensor as the optimizer holds it: the fp32 master weights under bf16 training
+ * (the bf16 parameters are their rounding), else the fp32 parameters. Each element comes
+ * from the one rank that owns it in the DP plan (its ZeRO shard; DP rank 0 without ZeRO;
+ * the first DiLoCo replica and HSDP shard group), so on fp32 it equals
+ * tpd_trainer_gather_param bit for bit. TPD_ERR_UNSUPPORTED for bf16 parameters without
+ * masters. Collective over the world. */
+tpd_status tpd_trainer_gather_master(tpd_trainer *tr, tpd_param p, float *out);
 
 /* The samples a step reads: step i's global batch starts at sample i * stride + offset
  * of the train split (by default stride = training.global_batch_size, offset = 0). A

@@ -1,7 +1,8 @@
 /* `tripod verify`: the order of the rehearsal. One rank alone trains the reference; the
  * layout trains the same steps, checks its structure and memory, saves and steps once
  * more; the checkpoint is then loaded at the same layout, into one rank and into another
- * layout, each stepping once from it. */
+ * layout, each stepping once from it. (--device cuda: verify_device.c instead, after the
+ * same shrinking, data and config checks.) */
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -328,6 +329,11 @@ tpd_status tpd_verify_run(const tpd_config *real, const tpd_verify_options *opt,
     rep->real = *real;
     rep->world = tpd_comm_size(world);
     rep->steps = opt->steps > 0 ? opt->steps : 3;
+    rep->device = opt->device;
+    if (opt->device == TPD_DEVICE_CUDA) {
+        const char *stand = getenv(TPD_VERIFY_DEVICE_ENV);
+        rep->device_stand_in = stand && !strcmp(stand, "cpu");
+    }
     int me = tpd_comm_rank(world);
     int tp = real->parallel.tensor_model_parallel_size;
     int pp = real->parallel.pipeline_model_parallel_size;
@@ -381,7 +387,9 @@ tpd_status tpd_verify_run(const tpd_config *real, const tpd_verify_options *opt,
         real_memory(real, opt, rep->real_dp > 0 ? rep->real_dp : rep->dp, rep);
     }
     st = agree(world, st, err);
-    if (st == TPD_OK) st = rehearse(opt, world, rep, data);
+    if (st == TPD_OK)
+        st = opt->device == TPD_DEVICE_CUDA ? tpd_verify_rehearse_device(world, rep)
+                                            : rehearse(opt, world, rep, data);
     tpd_comm_barrier(world);
     if (me == 0) remove_scratch(opt->scratch);
     rep->wall_s = tpd_clock_s() - t0;

@@ -11,7 +11,12 @@
  *     another layout: the loaded tensors are byte-equal to the saved ones, and the resumed
  *     step is bit-identical at the same layout, within the training tolerance elsewhere.
  *
- * Tolerances are those of the equivalence tests (tests/engine/train/test_equivalence.cc). */
+ * Tolerances are those of the equivalence tests (tests/engine/train/test_equivalence.cc).
+ *
+ * With --device cuda the same shrunken layout trains instead on the cuda backend (bf16)
+ * and on the cpu (fp32) in one job, and losses, grad norms and parameters are held to the
+ * bf16 budget below (the structure check runs on the cuda ranks; memory and checkpoints
+ * stay the cpu rehearsal's). */
 #ifndef TPD_ENGINE_VERIFY_VERIFY_H
 #define TPD_ENGINE_VERIFY_VERIFY_H
 
@@ -37,7 +42,68 @@ typedef struct tpd_verify_options {
     int steps;           /* K training steps compared (--steps) */
     const char *scratch; /* directory for the data and checkpoints (created, then removed) */
     const char *cluster; /* planner profile for the real model's figure; NULL: by device */
+    tpd_device device;   /* --device: TPD_DEVICE_CPU, the rehearsal above; TPD_DEVICE_CUDA,
+                            the layout on the cuda backend in bf16 against the same layout on
+                            the cpu in fp32, within the bf16 budget (below) */
 } tpd_verify_options;
+
+#define TPD_VERIFY_OPTIONS_INIT                                                                    \
+    { 0, 3, NULL, NULL, TPD_DEVICE_CPU }
+
+/* ---- `verify --device cuda`: the bf16 budget (verify_budget.c derives it) ----
+ * The layout trains K steps twice in one job, from the same weights and tokens: on the cuda
+ * backend with the bf16 recipe it trains with (bf16 weights and activations, fp32 master
+ * weights, the config's main-gradient dtype) and on the cpu backend in fp32 at the same
+ * layout. Then, with u = 2^-8 (bf16's unit roundoff), R rounding points per layer (15 for
+ * GPT's block, +2 for SwiGLU, +1 for RoPE), L layers, K_f the deepest forward GEMM (max of
+ * hidden, FFN and sequence), K_b = max(K_f, tokens per step) the deepest weight gradient,
+ * r_g the extra roundings of bf16 main gradients (0 under fp32 ones), N the step's tokens
+ * and S = K:
+ *   e_fwd = u sqrt(R L + 5) + K_f 2^-24              (the logits' relative error)
+ *   e_bwd = u sqrt(2 (R L + 5) + r_g) + K_b 2^-24    (a weight gradient's)
+ *   loss at step s:       |l_cuda - l_cpu| / l_cpu             <= e_fwd s / sqrt(N)
+ *   grad norm at step s:  |g_cuda - g_cpu| / g_cpu             <= e_bwd s
+ *   each tensor's layer after S: ||w_cuda - w_cpu|| / ||w_cpu - w_0|| <= 2 sqrt(kappa e_bwd S)
+ * (kappa = sqrt(2/pi); w_cuda are the fp32 master weights, w_0 the initial weights). */
+#define TPD_VERIFY_BF16_U 0.00390625               /* 2^-8 */
+#define TPD_VERIFY_FP32_U 5.9604644775390625e-08   /* 2^-24 */
+#define TPD_VERIFY_BUDGET_ROUNDS_OUTSIDE 5         /* embedding, final norm, head, logits */
+#define TPD_VERIFY_BUDGET_KAPPA 0.7978845608028654 /* sqrt(2/pi) */
+/* A stand-in for the device, for tests only (never a user option): with this variable set
+ * to "cpu", `verify --device cuda` trains its device run on the cpu backend in fp32, so the
+ * whole comparison runs (and must pass, far inside the budget) on a machine without a GPU.
+ * A fault planted through TRIPOD_TEST_FAULT (base/fault.h) then applies to the device run
+ * only: the reference stays the truth. */
+#define TPD_VERIFY_DEVICE_ENV "TRIPOD_TEST_VERIFY_DEVICE"
+
+typedef struct tpd_verify_budget_in {
+    int layers;           /* L */
+    int rounds_per_layer; /* R */
+    int depth_fwd;        /* K_f */
+    double depth_wgrad;   /* K_b */
+    double tokens;        /* N: tokens of one step (global batch x sequence) */
+    int grad_rounds;      /* r_g */
+    int steps;            /* S */
+} tpd_verify_budget_in;
+
+typedef struct tpd_verify_budget {
+    tpd_verify_budget_in in;
+    double eps_fwd, eps_bwd; /* e_fwd, e_bwd */
+    double params;           /* the parameters' bound after S steps */
+} tpd_verify_budget;
+
+/* R for cfg's block. */
+int tpd_verify_budget_rounds_per_layer(const tpd_config *cfg);
+/* The inputs for the device run's config (its precision and main-gradient dtype), S steps
+ * on dp data-parallel ranks. */
+void tpd_verify_budget_shape(const tpd_config *dev, int steps, int dp, tpd_verify_budget_in *in);
+void tpd_verify_budget_compute(const tpd_verify_budget_in *in, tpd_verify_budget *b_p);
+/* The loss's and the grad norm's bounds at step s (1-based). */
+double tpd_verify_budget_loss(const tpd_verify_budget *b, int step);
+double tpd_verify_budget_norm(const tpd_verify_budget *b, int step);
+/* The parameters' measure: ||got - ref|| / ||ref - init|| over n elements, in double (0
+ * when got equals ref; +inf where ref did not move and got did, and for NaN). */
+double tpd_verify_moved_diff(const float *got, const float *ref, const float *init, size_t n);
 
 /* The rehearsal config: `real` with tiny widths and every structural choice kept, for a
  * layout of dp data-parallel ranks and `steps` + 1 iterations on the cpu backend (fp32).
@@ -76,7 +142,10 @@ typedef struct tpd_verify_report {
     double real_mem_max;   /* planner's bytes, largest rank of the real model (its cluster) */
     int real_mem_stage;
     char real_cluster[64];
-    double real_hbm_bytes; /* that cluster's usable device memory per rank */
+    double real_hbm_bytes;    /* that cluster's usable device memory per rank */
+    tpd_device device;        /* the options' */
+    int device_stand_in;      /* --device cuda trained on the cpu (TPD_VERIFY_DEVICE_ENV) */
+    tpd_verify_budget budget; /* --device cuda */
     tpd_verify_check checks[TPD_VERIFY_MAX_CHECKS];
     int n_checks;
     double wall_s;

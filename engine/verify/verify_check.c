@@ -1,5 +1,6 @@
 /* The comparisons of `tripod verify`: per-step series and global parameters, each failure
- * named by step, or by parameter, layer, stage, chunk and ranks. */
+ * named by step, or by parameter, layer, stage, chunk and ranks; and for --device cuda the
+ * same against the bf16 budget (per step, and per layer against how far it moved). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -48,21 +49,34 @@ void tpd_verify_cmp_series(tpd_verify_check *c, const char *what, const double *
     }
 }
 
-/* sum of (a - b)^2 over n elements; adds sum of b^2 to *den */
-static double sq_diff(const float *a, const float *b, size_t n, double *den) {
+/* sum of (a - b)^2 over n elements; adds sum of (b - z)^2 to *den (z NULL: of b^2) */
+static double sq_diff(const float *a, const float *b, const float *z, size_t n, double *den) {
     double num = 0;
     for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
+        double d = (double)a[i] - b[i], e = z ? (double)b[i] - z[i] : b[i];
         num += d * d;
-        *den += (double)b[i] * b[i];
+        *den += e * e;
     }
     return num;
 }
 
 double tpd_verify_rel_diff(const float *a, const float *b, size_t n) {
-    double den = 0, num = sq_diff(a, b, n, &den);
+    double den = 0, num = sq_diff(a, b, NULL, n, &den);
     double e = sqrt(num / (den > 0 ? den : 1));
     return isnan(e) ? INFINITY : e;
+}
+
+/* num / den as a relative measure against how far the reference moved: 0 for 0 / 0, +inf
+ * for a difference where the reference did not move, and for NaN */
+static double moved_ratio(double num, double den) {
+    if (num == 0 && den == 0) return 0;
+    double e = den > 0 ? sqrt(num / den) : INFINITY;
+    return isnan(e) ? INFINITY : e;
+}
+
+double tpd_verify_moved_diff(const float *got, const float *ref, const float *init, size_t n) {
+    double den = 0, num = sq_diff(got, ref, init, n, &den);
+    return moved_ratio(num, den);
 }
 
 /* Where global layer l lives in cfg's layout: its stage and chunk; -1 when nowhere. */
@@ -134,8 +148,9 @@ static void place(const tpd_model_layout *g, const tpd_config *cfg, tpd_param p,
                  chunk, r0, r0 + tp - 1);
 }
 
-void tpd_verify_cmp_params(tpd_verify_check *c, const tpd_config *cfg, float *const got[],
-                           float *const ref[], const char *when) {
+/* tpd_verify_cmp_params, and with init tpd_verify_cmp_moved */
+static void cmp_tensors(tpd_verify_check *c, const tpd_config *cfg, float *const got[],
+                        float *const ref[], float *const init[], const char *when) {
     if (!c) return;
     tpd_model_layout g;
     if (tpd_model_layout_init(cfg, 1, 0, 1, 0, &g) != TPD_OK) {
@@ -144,20 +159,28 @@ void tpd_verify_cmp_params(tpd_verify_check *c, const tpd_config *cfg, float *co
     }
     for (int p = 0; p < TPD_P_COUNT; p++) {
         const tpd_param_slice *s = &g.p[p];
-        if (!tpd_model_has_param(cfg, (tpd_param)p) || !got[p] || !ref[p]) continue;
+        if (!tpd_model_has_param(cfg, (tpd_param)p) || !got[p] || !ref[p] || (init && !init[p]))
+            continue;
         /* per tensor, as the equivalence tests measure it; the layer that differs most and
-         * its largest element name the place */
+         * its largest element name the place. Against init, per layer: each layer's piece
+         * against how far it moved (a layer the device left alone is not averaged away) */
         size_t piece = (size_t)s->g_rows * s->g_cols, at = 0;
-        double num = 0, den = 0, worst_layer = -1, big = -1;
+        double num = 0, den = 0, worst_layer = -1, big = -1, moved_worst = 0;
         int layer = 0;
         for (int l = 0; l < s->g_layers; l++) {
+            size_t at_l = (size_t)l * piece;
+            double lden = 0;
             double lnum =
-                sq_diff(got[p] + (size_t)l * piece, ref[p] + (size_t)l * piece, piece, &den);
+                sq_diff(got[p] + at_l, ref[p] + at_l, init ? init[p] + at_l : NULL, piece, &lden);
             num += lnum;
-            if (lnum > worst_layer || isnan(lnum)) {
-                worst_layer = isnan(lnum) ? INFINITY : lnum;
+            den += lden;
+            double score = init ? moved_ratio(lnum, lden) : lnum;
+            if (score > worst_layer || isnan(score)) {
+                worst_layer = isnan(score) ? INFINITY : score;
                 layer = l;
             }
+            if (init && !(moved_ratio(lnum, lden) <= moved_worst))
+                moved_worst = moved_ratio(lnum, lden);
         }
         const float *a = got[p] + (size_t)layer * piece, *b = ref[p] + (size_t)layer * piece;
         for (size_t i = 0; i < piece; i++) {
@@ -167,7 +190,7 @@ void tpd_verify_cmp_params(tpd_verify_check *c, const tpd_config *cfg, float *co
                 at = i;
             }
         }
-        double e = sqrt(num / (den > 0 ? den : 1));
+        double e = init ? moved_worst : sqrt(num / (den > 0 ? den : 1));
         if (isnan(e)) e = INFINITY;
         int bad = c->tolerance > 0 ? !(e <= c->tolerance)
                                    : memcmp(got[p], ref[p], piece * (size_t)s->g_layers * 4) != 0;
@@ -180,9 +203,47 @@ void tpd_verify_cmp_params(tpd_verify_check *c, const tpd_config *cfg, float *co
         else
             snprintf(name, sizeof name, "%s", pn);
         place(&g, cfg, (tpd_param)p, layer, at, where, sizeof where);
+        char how[96];
+        if (init)
+            snprintf(how, sizeof how, "relative to how far the reference moved it");
+        else
+            snprintf(how, sizeof how, "relative, over the %s tensor", pn);
         tpd_verify_fail(c,
-                        "param %s differs by %.1e (relative, over the %s tensor) %s; element "
-                        "%zu: %.9g vs %.9g; held by %s",
-                        name, e, pn, when, at, a[at], b[at], where);
+                        "param %s differs by %.1e (%s) %s; element %zu: %.9g vs %.9g; held by %s",
+                        name, e, how, when, at, a[at], b[at], where);
     }
+}
+
+void tpd_verify_cmp_params(tpd_verify_check *c, const tpd_config *cfg, float *const got[],
+                           float *const ref[], const char *when) {
+    cmp_tensors(c, cfg, got, ref, NULL, when);
+}
+
+void tpd_verify_cmp_moved(tpd_verify_check *c, const tpd_config *cfg, float *const got[],
+                          float *const ref[], float *const init[], const char *when) {
+    cmp_tensors(c, cfg, got, ref, init, when);
+}
+
+void tpd_verify_cmp_budget(tpd_verify_check *c, const char *what, const double *got,
+                           const double *ref, int n, const tpd_verify_budget *b,
+                           tpd_verify_bound_fn bound) {
+    if (!c) return;
+    char steps[256] = "";
+    size_t k = 0;
+    for (int i = 0; i < n; i++) {
+        double d = got[i] - ref[i], e = ref[i] != 0 ? d / ref[i] : d, lim = bound(b, i + 1);
+        if (e < 0) e = -e;
+        if (isnan(e)) e = INFINITY;
+        if (!(e <= lim))
+            tpd_verify_fail(c,
+                            "%s %.9g at step %d, the cpu's %.9g (relative %.1e, budget %.1e at "
+                            "step %d)",
+                            what, got[i], i + 1, ref[i], e, lim, i + 1);
+        if (e > c->worst) c->worst = e;
+        if (k < sizeof steps)
+            k += (size_t)snprintf(steps + k, sizeof steps - k, "%s%.1e of %.1e", i ? ", " : "", e,
+                                  lim);
+    }
+    if (c->verdict == TPD_VERIFY_PASS)
+        snprintf(c->detail, sizeof c->detail, "per step, relative against its budget: %s", steps);
 }

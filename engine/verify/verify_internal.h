@@ -14,7 +14,11 @@ typedef struct tpd_verify_job {
     int ranks;
     const char *load, *save;
     int steps, more;
-    int check_layout; /* run the structure and memory checks into the report */
+    int check_layout;            /* run the structure and memory checks into the report */
+    int no_memory;               /* with check_layout: the structure check only (a cuda backend's
+                                    memory is not the cpu backend's count) */
+    int masters;                 /* gather the optimizer's fp32 copy (tpd_trainer_gather_master) */
+    float *initial[TPD_P_COUNT]; /* before the first step, when masters */
     /* world rank 0 */
     double *loss, *norm;         /* steps + more */
     float *loaded[TPD_P_COUNT];  /* after create, when load */
@@ -45,5 +49,18 @@ void tpd_verify_cmp_series(tpd_verify_check *c, const char *what, const double *
  * layer, the stage, the chunk and the ranks of `cfg`'s layout that hold it. */
 void tpd_verify_cmp_params(tpd_verify_check *c, const tpd_config *cfg, float *const got[],
                            float *const ref[], const char *when);
+/* The same per tensor, each layer's piece measured against how far the reference moved it
+ * from init: ||got - ref|| / ||ref - init|| within c->tolerance (tpd_verify_moved_diff). */
+void tpd_verify_cmp_moved(tpd_verify_check *c, const tpd_config *cfg, float *const got[],
+                          float *const ref[], float *const init[], const char *when);
+/* Per-step series of the device `got` against the reference `ref` (n steps from step 1),
+ * step s within bound(b, s): relative error |got - ref| / |ref|. */
+typedef double (*tpd_verify_bound_fn)(const tpd_verify_budget *b, int step);
+void tpd_verify_cmp_budget(tpd_verify_check *c, const char *what, const double *got,
+                           const double *ref, int n, const tpd_verify_budget *b,
+                           tpd_verify_bound_fn bound);
+/* `verify --device cuda`: the layout on the device against the same layout on the cpu
+ * (verify_device.c). Collective over world. */
+tpd_status tpd_verify_rehearse_device(tpd_comm *world, tpd_verify_report *rep);
 
 #endif

@@ -17,11 +17,13 @@ void tpd_verify_job_free(tpd_verify_job *j) {
         free(j->loaded[p]);
         free(j->at_save[p]);
         free(j->final_[p]);
+        free(j->initial[p]);
     }
     j->loss = j->norm = NULL;
     memset(j->loaded, 0, sizeof j->loaded);
     memset(j->at_save, 0, sizeof j->at_save);
     memset(j->final_, 0, sizeof j->final_);
+    memset(j->initial, 0, sizeof j->initial);
 }
 
 tpd_status tpd_verify_tied_copies_differ(tpd_trainer *tr, int32_t *differ_p) {
@@ -57,7 +59,8 @@ tpd_status tpd_verify_tied_copies_differ(tpd_trainer *tr, int32_t *differ_p) {
     return TPD_OK;
 }
 
-tpd_status tpd_verify_gather_params(tpd_trainer *tr, int root, float *out[TPD_P_COUNT]) {
+/* every global tensor onto root: the parameters, or with masters the optimizer's fp32 copy */
+static tpd_status gather_tensors(tpd_trainer *tr, int root, int masters, float *out[TPD_P_COUNT]) {
     const tpd_model_layout *lay = &tpd_trainer_model(tr)->plan.lay;
     for (int p = 0; p < TPD_P_COUNT; p++) {
         size_t n = tpd_model_layout_global_numel(lay, (tpd_param)p);
@@ -66,9 +69,14 @@ tpd_status tpd_verify_gather_params(tpd_trainer *tr, int root, float *out[TPD_P_
             tpd_log_error("verify: out of memory for the parameters");
             return TPD_ERR_NOMEM;
         }
-        TPD_CHECK(tpd_trainer_gather_param(tr, (tpd_param)p, out[p]));
+        TPD_CHECK(masters ? tpd_trainer_gather_master(tr, (tpd_param)p, out[p])
+                          : tpd_trainer_gather_param(tr, (tpd_param)p, out[p]));
     }
     return TPD_OK;
+}
+
+tpd_status tpd_verify_gather_params(tpd_trainer *tr, int root, float *out[TPD_P_COUNT]) {
+    return gather_tensors(tr, root, 0, out);
 }
 
 /* The rows of one rank in the structure check: stage, tp, dp, layers, then per chunk its
@@ -237,14 +245,15 @@ static tpd_status run_member(tpd_verify_job *j, tpd_comm *jc, int root, tpd_veri
     j->structure_ok = 1;
     if (j->check_layout) {
         TPD_CHECK_GOTO(check_structure(j, tr, jc, rep), st, out);
-        TPD_CHECK_GOTO(check_memory(j, tr, jc, rep), st, out);
+        if (!j->no_memory) TPD_CHECK_GOTO(check_memory(j, tr, jc, rep), st, out);
         if (!j->structure_ok) goto out; /* a broken model is not trained or compared */
     }
-    if (j->load && j->load[0])
-        TPD_CHECK_GOTO(tpd_verify_gather_params(tr, root, j->loaded), st, out);
+    int ms = j->masters;
+    if (j->load && j->load[0]) TPD_CHECK_GOTO(gather_tensors(tr, root, ms, j->loaded), st, out);
+    if (ms) TPD_CHECK_GOTO(gather_tensors(tr, root, ms, j->initial), st, out);
     for (int i = 0; i < total; i++) {
         if (i == j->steps && j->steps > 0) {
-            TPD_CHECK_GOTO(tpd_verify_gather_params(tr, root, j->at_save), st, out);
+            TPD_CHECK_GOTO(gather_tensors(tr, root, ms, j->at_save), st, out);
             TPD_CHECK_GOTO(tpd_verify_tied_copies_differ(tr, &j->tied_differ), st, out);
             if (j->save) TPD_CHECK_GOTO(tpd_trainer_save(tr, j->save), st, out);
         }
@@ -256,10 +265,11 @@ static tpd_status run_member(tpd_verify_job *j, tpd_comm *jc, int root, tpd_veri
         }
     }
     if (j->more == 0) {
-        TPD_CHECK_GOTO(tpd_verify_gather_params(tr, root, j->at_save), st, out);
+        TPD_CHECK_GOTO(gather_tensors(tr, root, ms, j->at_save), st, out);
+        TPD_CHECK_GOTO(tpd_verify_tied_copies_differ(tr, &j->tied_differ), st, out);
         if (j->save) TPD_CHECK_GOTO(tpd_trainer_save(tr, j->save), st, out);
     } else {
-        TPD_CHECK_GOTO(tpd_verify_gather_params(tr, root, j->final_), st, out);
+        TPD_CHECK_GOTO(gather_tensors(tr, root, ms, j->final_), st, out);
     }
 out:
     tpd_trainer_destroy(tr);

@@ -67,7 +67,12 @@ void tpd_verify_print(FILE *f, const tpd_verify_report *r) {
     fprintf(f, "  stages:   ");
     for (int s = 0; s < r->pp; s++)
         fprintf(f, " %d", tpd_plan_stage_layers(&r->small, &pl, s));
-    fprintf(f, " layers (as train splits them)\n  shrunk:    fp32 on cpu, %d steps;", r->steps);
+    const char *how = r->device != TPD_DEVICE_CUDA ? "fp32 on cpu"
+                      : r->device_stand_in
+                          ? "the cpu in fp32 standing in for cuda (" TPD_VERIFY_DEVICE_ENV
+                            "=cpu), against fp32 on cpu"
+                          : "bf16 on cuda against fp32 on cpu";
+    fprintf(f, " layers (as train splits them)\n  shrunk:    %s, %d steps;", how, r->steps);
     width_row rows[16];
     int n = width_rows(r, rows);
     for (int i = 0; i < n; i++)
@@ -77,15 +82,34 @@ void tpd_verify_print(FILE *f, const tpd_verify_report *r) {
     fprintf(f, "\n");
     char cp_s[24] = "";
     if (r->cp > 1) snprintf(cp_s, sizeof cp_s, " CP %d", r->cp);
+    char small_mem[96] = ""; /* measured by the memory check, which --device cuda leaves out */
+    if (r->device != TPD_DEVICE_CUDA)
+        snprintf(small_mem, sizeof small_mem, "; the rehearsal's largest rank %.2f MiB",
+                 r->small_mem_max / 1048576.0);
     if (r->real_mem_max > 0)
         fprintf(f,
                 "  memory:    the real model at TP %d PP %d DP %d%s needs %.2f GiB on its largest "
-                "rank (stage %d) by the planner (%s, %.1f GiB usable)%s; the rehearsal's largest "
-                "rank %.2f MiB\n",
+                "rank (stage %d) by the planner (%s, %.1f GiB usable)%s%s\n",
                 r->tp, r->pp, r->real_dp > 0 ? r->real_dp : r->dp, cp_s, gib(r->real_mem_max),
                 r->real_mem_stage, r->real_cluster, gib(r->real_hbm_bytes),
-                r->real_mem_max > r->real_hbm_bytes ? ": it does NOT fit" : "",
-                r->small_mem_max / 1048576.0);
+                r->real_mem_max > r->real_hbm_bytes ? ": it does NOT fit" : "", small_mem);
+    if (r->device == TPD_DEVICE_CUDA) {
+        const tpd_verify_budget *b = &r->budget;
+        const tpd_verify_budget_in *in = &b->in;
+        fprintf(f,
+                "  budget:    bf16 u = 2^-8, %d layers x %d rounding points + %d, deepest GEMM %d, "
+                "weight gradients over %.0f tokens%s: e_fwd = u sqrt(%d) + %d x 2^-24 = %.2e, "
+                "e_bwd = u sqrt(%d) + %.0f x 2^-24 = %.2e; loss <= e_fwd s / sqrt(%.0f), grad "
+                "norm <= e_bwd s at step s, params <= 2 sqrt(%.3f e_bwd %d) = %.3f\n",
+                in->layers, in->rounds_per_layer, TPD_VERIFY_BUDGET_ROUNDS_OUTSIDE, in->depth_fwd,
+                in->depth_wgrad, in->grad_rounds ? " (bf16 main gradients)" : "",
+                in->rounds_per_layer * in->layers + TPD_VERIFY_BUDGET_ROUNDS_OUTSIDE, in->depth_fwd,
+                b->eps_fwd,
+                2 * (in->rounds_per_layer * in->layers + TPD_VERIFY_BUDGET_ROUNDS_OUTSIDE) +
+                    in->grad_rounds,
+                in->depth_wgrad, b->eps_bwd, in->tokens, TPD_VERIFY_BUDGET_KAPPA, in->steps,
+                b->params);
+    }
     fprintf(f, "\n  %-28s %-6s %-10s %-10s %s\n", "check", "result", "worst", "tolerance",
             "detail");
     for (int i = 0; i < r->n_checks; i++) {
@@ -99,7 +123,9 @@ void tpd_verify_print(FILE *f, const tpd_verify_report *r) {
             snprintf(worst, sizeof worst, "%.0f ranks", c->worst);
         else
             snprintf(worst, sizeof worst, "%.2e", c->worst);
-        if (c->tolerance > 0)
+        if (c->tolerance > 0 && r->device == TPD_DEVICE_CUDA)
+            snprintf(tol, sizeof tol, "%.2e", c->tolerance); /* a budget, not a round figure */
+        else if (c->tolerance > 0)
             snprintf(tol, sizeof tol, "%.0e", c->tolerance);
         else
             snprintf(tol, sizeof tol, "exact");
@@ -132,6 +158,29 @@ char *tpd_verify_json(const tpd_verify_report *r) {
     cJSON_AddNumberToObject(lay, "ranks", r->ranks);
     cJSON_AddStringToObject(lay, "other_layout", r->other_layout);
     cJSON_AddNumberToObject(o, "steps", r->steps);
+    cJSON_AddStringToObject(o, "device", r->device == TPD_DEVICE_CUDA ? "cuda" : "cpu");
+    if (r->device == TPD_DEVICE_CUDA) {
+        const tpd_verify_budget *b = &r->budget;
+        cJSON_AddBoolToObject(o, "device_stand_in", r->device_stand_in);
+        cJSON *bj = cJSON_AddObjectToObject(o, "budget");
+        cJSON_AddNumberToObject(bj, "u", TPD_VERIFY_BF16_U);
+        cJSON_AddNumberToObject(bj, "layers", b->in.layers);
+        cJSON_AddNumberToObject(bj, "rounds_per_layer", b->in.rounds_per_layer);
+        cJSON_AddNumberToObject(bj, "rounds_outside", TPD_VERIFY_BUDGET_ROUNDS_OUTSIDE);
+        cJSON_AddNumberToObject(bj, "depth_fwd", b->in.depth_fwd);
+        cJSON_AddNumberToObject(bj, "depth_wgrad", b->in.depth_wgrad);
+        cJSON_AddNumberToObject(bj, "tokens", b->in.tokens);
+        cJSON_AddNumberToObject(bj, "grad_rounds", b->in.grad_rounds);
+        cJSON_AddNumberToObject(bj, "eps_fwd", b->eps_fwd);
+        cJSON_AddNumberToObject(bj, "eps_bwd", b->eps_bwd);
+        cJSON_AddNumberToObject(bj, "params", b->params);
+        cJSON *lj = cJSON_AddArrayToObject(bj, "loss"),
+              *nj = cJSON_AddArrayToObject(bj, "grad_norm");
+        for (int s = 1; s <= r->steps; s++) {
+            cJSON_AddItemToArray(lj, cJSON_CreateNumber(tpd_verify_budget_loss(b, s)));
+            cJSON_AddItemToArray(nj, cJSON_CreateNumber(tpd_verify_budget_norm(b, s)));
+        }
+    }
     cJSON *sh = cJSON_AddObjectToObject(o, "shrunk");
     width_row rows[16];
     int n = width_rows(r, rows);

@@ -2,7 +2,9 @@
 # tools/gpu_check.sh's plan and step runner, without a GPU. Usage: check_gpu_plan.sh SOURCE_ROOT
 #
 # Fails when: the planned caps add up past the default budget or the budget past 8 minutes
-# (480 s); the sum the script prints is not the sum of its caps; a step that runs past its
+# (480 s); the sum the script prints is not the sum of its caps; `tripod verify --device
+# cuda` (gpu_verify) is not planned right after the gpu tests, or its own "no device" exit
+# (6) is not read as NO GPU; a step that runs past its
 # cap (sleep 30 under a 1 s cap) does not read INCOMPLETE with what it reached, or a
 # failing step does not read FAIL; the probe's verdict table is not: a device -> GPU, no
 # device and nvidia-smi lists none -> NO_GPU, a GPU listed but unusable -> FAIL, the cuda
@@ -33,6 +35,14 @@ done
 [ "${budget:-999}" -le 480 ] || fail "the default budget $budget s is past 8 minutes"
 steps=$(sed -E 's/^plan: //; s/ = .*//' <<<"$plan" | tr '+' '\n' | wc -l)
 [ "$steps" -ge 8 ] || fail "only $steps steps planned"
+# Whole-layout training on the GPU (`tripod verify --device cuda`) is the first step after
+# the gpu tests, inside the plan.
+order=$(sed -E 's/^plan: //; s/ = .*//' <<<"$plan" | tr '+' '\n' | awk '{print $1}' | paste -sd' ' -)
+[[ " $order " == *" gpu_tests gpu_memory gpu_verify "* ]] ||
+    fail "gpu_verify is not planned right after the gpu tests: $order"
+sed -e ':a' -e '/\\$/N; s/\\\n//; ta' "$GC" |
+    grep -qE 'step gpu_verify .*/tripod" verify +"\$ROOT/configs/demo.yaml" .*--device cuda' ||
+    fail "gpu_check.sh does not run tripod verify --device cuda on the demo"
 # A step past its cap makes --plan fail (so it can).
 GPU_CHECK_CAPS="build:9999" "$GC" --plan >/dev/null && fail "--plan passed with a 9999 s build"
 
@@ -56,6 +66,16 @@ out=$("$GC" --step tests 5 sh -c 'printf "1/2 Test  #1: A.b .....***Timeout  60.
 [ $? = 4 ] || fail "a test timeout alone is not INCOMPLETE: $(head -1 <<<"$out")"
 out=$("$GC" --step tests 5 sh -c 'printf "1/2 Test  #1: A.b .....***Failed  0.1 sec\n2/2 Test  #2: A.c .....***Timeout  60.1 sec\n"; exit 8')
 [ $? = 1 ] || fail "a failed test beside a timeout is not FAIL: $(head -1 <<<"$out")"
+
+# a command's own "no device" exit (verify --device cuda's 6) where the probe found none:
+# NO GPU, not a failure; any other exit of it still fails
+out=$(STEP_NO_GPU_RC=6 "$GC" --step gpu_verify 5 sh -c 'echo "verify: NO GPU: no usable CUDA device (none)"; exit 6')
+[ $? = 0 ] && [[ $(head -1 <<<"$out") == "NO GPU gpu_verify ("*"s of 5s): verify: NO GPU: no usable CUDA device (none)" ]] ||
+    fail "verify's no-device exit reads: $(head -1 <<<"$out")"
+out=$(STEP_NO_GPU_RC=6 "$GC" --step gpu_verify 5 sh -c 'exit 1')
+[ $? = 1 ] || fail "verify's failure under STEP_NO_GPU_RC=6 did not FAIL: $(head -1 <<<"$out")"
+out=$("$GC" --step gpu_verify 5 sh -c 'exit 6')
+[ $? = 1 ] || fail "exit 6 without STEP_NO_GPU_RC did not FAIL: $(head -1 <<<"$out")"
 
 out=$("$GC" --step good 5 true)
 [ $? = 0 ] && [[ $out == "PASS  good ("*"s of 5s)"* ]] || fail "a passing step reads: $out"
