@@ -760,7 +760,8 @@ tpd_status tpd_trainer_gather_master(tpd_trainer *tr, tpd_param p, float *out) {
      * whose shard holds it, without ZeRO DP rank 0; then, as for the parameters, TP rank 0
      * of a replicated tensor and the first stage for the tied wte. Elements outside this
      * rank's owned ranges stay 0 and add nothing to the sum. */
-    int owner = tr->dpp.zero ? ms->replica == 0 && ms->dp_rep == 0 : ms->dp == 0;
+    int owner = tr->dpp.zero ? ms->replica == 0 && ms->dp_rep == 0
+                             : (tpd_param_is_expert(p) ? ms->edp : ms->dp) == 0; /* EP */
     int contributes = owner && s->present &&
                       (tpd_param_get_info(p)->split != TPD_SPLIT_NONE || ms->tp == 0) &&
                       (p != TPD_P_WTE || m->d.first);
