@@ -111,6 +111,8 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     d.T = m->seq_length / d.cp_size;
     d.cp_a2a = d.cp_size > 1 && cfg->parallel.cp_comm_type == TPD_CP_COMM_A2A;
     d.B = cfg->training.micro_batch_size;
+    if (d.E && m->moe_expert_capacity_factor > 0) /* as the router counts it */
+        d.moe_cap = (int)ceil(m->moe_expert_capacity_factor * (double)d.B * d.T * d.topk / d.E);
     d.tp_size = tp_size;
     d.tp_rank = tp_rank;
     d.pp_size = pp_size;

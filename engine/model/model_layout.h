@@ -126,6 +126,8 @@ typedef struct tpd_model_dims {
     int shgate;           /* the shared experts' sigmoid gate */
     int ep_size, ep_rank; /* expert parallelism: this rank holds experts [e0, e0 + El) */
     int El, e0;           /* E / EP local experts (E at EP 1), the first one */
+    int moe_cap;          /* moe_expert_capacity_factor > 0: the rows an expert takes of a
+                             micro-batch's N k, ceil(f N k / E); 0: dropless */
 } tpd_model_dims;
 
 tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,
@@ -182,11 +184,15 @@ static inline size_t tpd_model_layout_row_local(const tpd_model_layout *lay, tpd
 }
 /* Rows the experts of a MoE layer take per micro-batch on this rank: the N k assignments
  * of its own N = B T tokens at EP 1; under EP the most its EP group can send it, EP N
- * min(k, El) (every token of every EP rank choosing its experts; dropless). */
+ * min(k, El) (every token of every EP rank choosing its experts; dropless), or under a
+ * capacity EP El moe_cap when that is fewer. */
 static inline size_t tpd_model_moe_recv_rows(const tpd_model_dims *d) {
     size_t N = (size_t)d->B * d->T;
     if (d->ep_size <= 1) return N * (size_t)d->topk;
-    return (size_t)d->ep_size * N * (size_t)(d->topk < d->El ? d->topk : d->El);
+    size_t r = (size_t)d->ep_size * N * (size_t)(d->topk < d->El ? d->topk : d->El);
+    /* with a capacity, each source sends at most moe_cap rows to each local expert */
+    size_t cap = (size_t)d->ep_size * d->El * (size_t)d->moe_cap;
+    return d->moe_cap > 0 && cap < r ? cap : r;
 }
 /* The global layer of local layer l. */
 int tpd_model_dims_global_layer(const tpd_model_dims *d, int l);

@@ -401,6 +401,11 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     /* the rows an EP rank's experts may receive, dropless: each of the EP ranks' N tokens
      * sends at most min(k, El) of its assignments to one rank (NK at EP 1) */
     uint64_t NR = ep * N * (K < El ? K : El);
+    /* under a capacity each source sends at most ceil(f N k / E) rows to each expert */
+    if (ep > 1 && E && m->moe_expert_capacity_factor > 0) {
+        uint64_t cap = (uint64_t)ceil(m->moe_expert_capacity_factor * (double)N * K / E);
+        if (ep * El * cap < NR) NR = ep * El * cap;
+    }
     int mlp = !E || F > 0; /* the dense MLP (or the shared experts) exists */
     uint64_t per_layer = 2 * (1 + nb) * C + QKVl * C + C * Cl + FCl * C + C * Fl +
                          (bias ? C + (mlp ? FCl + C : 0) : 0) +

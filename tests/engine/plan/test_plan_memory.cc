@@ -498,7 +498,7 @@ TEST_F(PlanMemory, MoeAllocationEqualsPlan) {
                     // expert parallelism: E / EP experts, the received rows' worst case
                     cfg.parallel.use_distributed_optimizer = 0;
                     cfg.parallel.data_parallel_sharding_strategy = TPD_DP_SHARDING_NO_SHARD;
-                    cfg.model.moe_expert_capacity_factor = 0.0;
+                    // (Llama's capacity 1.25 bounds the received rows: EP El ceil(f N k / E))
                     cfg.parallel.expert_model_parallel_size = 2;
                     checked += check_layout(kb, cfg, tp, 1, 2, what + " DP 2 EP 2");
                     cfg.parallel.expert_model_parallel_size = 4;
