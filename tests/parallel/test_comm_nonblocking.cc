@@ -337,6 +337,44 @@ template <class T> void check_bitwise(tpd_comm *pair) {
     }
 }
 
+// tpd_comm_alltoallv (expert parallelism's token exchange): rank r sends (r + 2p) % 3
+// elements to rank p (so some blocks are empty, the own one included where the count is
+// 0), packed with its displacements; each block's values name (source, destination, i),
+// and every received block is checked against them. On the world and on 2-rank splits.
+TEST(CommNonblocking, AlltoallvDeliversEveryBlock) {
+    auto count = [](int src, int dst) { return (size_t)((src + 2 * dst) % 3); };
+    auto value = [](int src, int dst, size_t i) { return (int32_t)(1000 * src + 10 * dst + i); };
+    tpd_comm *half = nullptr;
+    int me = tpd_comm_rank(g_world);
+    ASSERT_EQ(tpd_comm_split(g_world, me / 2, me, "half", &half), TPD_OK);
+    for (tpd_comm *c : {g_world, half}) {
+        int n = tpd_comm_size(c), r = tpd_comm_rank(c);
+        std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+        size_t ns = 0, nr = 0;
+        for (int p = 0; p < n; p++) {
+            sc[p] = count(r, p);
+            sd[p] = ns;
+            ns += sc[p];
+            rc[p] = count(p, r);
+            rd[p] = nr + 1; /* a gap before each block: displacements are honoured */
+            nr += rc[p] + 1;
+        }
+        std::vector<int32_t> send(ns + 1), recv(nr + 1, -1);
+        for (int p = 0; p < n; p++)
+            for (size_t i = 0; i < sc[p]; i++)
+                send[sd[p] + i] = value(r, p, i);
+        ASSERT_EQ(tpd_comm_alltoallv(c, send.data(), sc.data(), sd.data(), recv.data(), rc.data(),
+                                     rd.data(), TPD_DTYPE_I32, 77, nullptr),
+                  TPD_OK);
+        for (int p = 0; p < n; p++) {
+            for (size_t i = 0; i < rc[p]; i++)
+                EXPECT_EQ(recv[rd[p] + i], value(p, r, i)) << "from " << p << " element " << i;
+            EXPECT_EQ(recv[rd[p] - 1], -1) << "the gap before rank " << p << "'s block";
+        }
+    }
+    tpd_comm_destroy(half);
+}
+
 TEST(CommNonblocking, TwoRanksBitwiseEqualToBlocking) {
     int rank = tpd_comm_rank(g_world);
     tpd_comm *pair = nullptr;
