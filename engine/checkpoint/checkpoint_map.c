@@ -66,7 +66,8 @@ tpd_status tpd_ckpt_rank_init(const tpd_config *cfg, int tp_size, int pp_size, i
     /* EP: DP rank dp holds the experts of EP rank dp % EP */
     const int ep = tpd_config_ep(&c);
     r.edp = dp / ep;
-    TPD_CHECK(tpd_model_layout_init_ep(&c, tp_size, tp, pp_size, pp, ep, dp % ep, &r.lay));
+    TPD_CHECK(tpd_model_layout_init_ep(&c, tp_size, tp, pp_size, pp, ep, dp % ep,
+                                       tpd_model_expert_align(&c, dp_size), &r.lay));
     TPD_CHECK(tpd_model_dp_plan(&c, &r.lay, dp_size, dp, &r.dpp));
     r.zero = r.dpp.zero;
     *r_p = r;

@@ -124,12 +124,12 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
                               "`tripod plan` models MoE on GPUs. Train it on the cpu",
                               cfg->model.num_moe_experts);
     const int ep = tpd_config_ep(cfg);
-    if (ep > 1 && cfg->parallel.use_distributed_optimizer)
+    if (ep > 1 && sh >= TPD_DP_SHARDING_OPTIM_GRADS)
         return cfg_fail_after(cfg,
                               "parallel.expert_model_parallel_size %d with %s %s: `tripod train` "
-                              "shards no state over the expert-data-parallel groups yet (the "
-                              "experts' ZeRO); `tripod plan` models it. Set the strategy to "
-                              "no_shard (use_distributed_optimizer false) or EP to 1",
+                              "shards the experts' optimizer state over their expert-data-"
+                              "parallel group (optim, ZeRO-1) but not their gradients or "
+                              "parameters; set the strategy to optim or no_shard, or EP to 1",
                               ep, shk, tpd_config_choice(shk, sh));
     if (ep > 1 && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
         return cfg_fail_after(cfg,

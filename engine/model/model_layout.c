@@ -70,6 +70,10 @@ int tpd_model_has_param(const tpd_config *cfg, tpd_param p) {
     }
 }
 
+int tpd_model_expert_align(const tpd_config *cfg, int dp) {
+    return tpd_config_ep(cfg) > 1 && cfg->parallel.use_distributed_optimizer && dp > 1 ? dp : 1;
+}
+
 int tpd_param_is_expert(tpd_param p) {
     return p == TPD_P_EXPFCW || p == TPD_P_EXPFCB || p == TPD_P_EXPPROJW || p == TPD_P_EXPPROJB;
 }
@@ -193,11 +197,12 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
 
 tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,
                                  int stage, tpd_model_layout *lay_p) {
-    return tpd_model_layout_init_ep(cfg, tp_size, tp_rank, pp_size, stage, 1, 0, lay_p);
+    return tpd_model_layout_init_ep(cfg, tp_size, tp_rank, pp_size, stage, 1, 0, 1, lay_p);
 }
 
 tpd_status tpd_model_layout_init_ep(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,
-                                    int stage, int ep_size, int ep_rank, tpd_model_layout *lay_p) {
+                                    int stage, int ep_size, int ep_rank, int align,
+                                    tpd_model_layout *lay_p) {
     tpd_model_layout lay;
     memset(&lay, 0, sizeof lay);
     TPD_CHECK(tpd_model_dims_init(cfg, tp_size, tp_rank, pp_size, stage, &lay.d));
@@ -316,6 +321,7 @@ tpd_status tpd_model_layout_init_ep(const tpd_config *cfg, int tp_size, int tp_r
         in_eblock += (size_t)s->rows * (size_t)s->cols;
     }
     off = eblock * (size_t)d->Ls;
+    if (ep && align > 1) off = (off + (size_t)align - 1) / (size_t)align * (size_t)align;
     lay.expert_numel = off;
     for (int p = 0; p < TPD_P_COUNT; p++) {
         tpd_param_slice *s = &lay.p[p];

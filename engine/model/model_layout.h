@@ -161,9 +161,15 @@ tpd_status tpd_model_layout_init(const tpd_config *cfg, int tp_size, int tp_rank
 /* EP rank ep_rank of ep_size (1 for none): the experts' tensors hold El = E / EP experts
  * ([e0, e0 + El) of the global E) and, at EP > 1, sit in a region of their own at the
  * buffer's start (expert_numel elements): expert blocks per local layer, then the rest as
- * above. Offsets and sizes do not depend on ep_rank. */
+ * above; its end padded to a multiple of `align` (tpd_model_expert_align). Offsets and
+ * sizes do not depend on ep_rank. */
 tpd_status tpd_model_layout_init_ep(const tpd_config *cfg, int tp_size, int tp_rank, int pp_size,
-                                    int stage, int ep_size, int ep_rank, tpd_model_layout *lay_p);
+                                    int stage, int ep_size, int ep_rank, int align,
+                                    tpd_model_layout *lay_p);
+/* The experts' region's alignment under EP: ZeRO-1 shards it over expert DP and the rest
+ * over DP, so it ends on a multiple of the DP group's `dp` ranks (zero padding); 1
+ * otherwise. */
+int tpd_model_expert_align(const tpd_config *cfg, int dp);
 /* 1 for the experts' tensors (expfcw, expfcb, expprojw, expprojb): split over EP. */
 int tpd_param_is_expert(tpd_param p);
 

@@ -68,7 +68,9 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
                                 int stage, tpd_buffer_plan *plan_p) {
     tpd_buffer_plan b;
     memset(&b, 0, sizeof b);
-    TPD_CHECK(tpd_model_layout_init_ep(cfg, tp, tp_rank, pp, stage, tpd_config_ep(cfg), 0, &b.lay));
+    TPD_CHECK(tpd_model_layout_init_ep(cfg, tp, tp_rank, pp, stage, tpd_config_ep(cfg), 0,
+                                       tpd_model_expert_align(cfg, tpd_config_dp_inner(cfg, dp)),
+                                       &b.lay));
     const tpd_model_dims *d = &b.lay.d;
     int bf16 = cfg->training.precision == TPD_PRECISION_BF16;
     b.act_size = b.param_size = bf16 ? 2 : 4;
@@ -298,11 +300,15 @@ tpd_status tpd_model_dp_plan(const tpd_config *cfg, const tpd_model_layout *lay,
     const tpd_config_parallel *p = &cfg->parallel;
     if (p->data_parallel_sharding_strategy < TPD_DP_SHARDING_OPTIM_GRADS || dp_size < 2) {
         tpd_dp_plan dpp;
+        int ep = lay->d.ep_size > 0 ? lay->d.ep_size : 1;
+        if (lay->expert_numel > 0 && p->use_distributed_optimizer && dp_size > 1)
+            /* ZeRO-1 under EP: the experts' state sharded over expert DP */
+            return tpd_dp_plan_init_ep(lay->numel, lay->expert_numel, (size_t)p->ddp_bucket_size,
+                                       dp_size, dp_rank, ep, plan_p);
         TPD_CHECK(tpd_dp_plan_init(lay->numel, (size_t)p->ddp_bucket_size, dp_size, dp_rank,
                                    p->use_distributed_optimizer, &dpp));
         /* EP: the experts' region is summed over the expert-DP group, DP / EP ranks */
-        tpd_status st = tpd_dp_plan_set_experts(
-            &dpp, lay->expert_numel, dp_size / (lay->d.ep_size > 0 ? lay->d.ep_size : 1));
+        tpd_status st = tpd_dp_plan_set_experts(&dpp, lay->expert_numel, dp_size / ep);
         if (st != TPD_OK) {
             tpd_dp_plan_free(&dpp);
             return st;

@@ -197,8 +197,9 @@ tpd_status tpd_grad_sync_finish(tpd_grad_sync *gs) {
 tpd_status tpd_grad_sync_gather_params(tpd_grad_sync *gs) {
     tpd_model *m = gs->m;
     if (gs->sh) return tpd_grad_shard_after_update(gs->sh);
-    for (int b = 0; b < gs->dpp->nbuckets; b++)
-        TPD_CHECK(tpd_dp_gather_bucket(gs->dpp, gs->dp, b, m->params, tpd_kern_param_dtype(m->kb),
+    for (int b = 0; b < gs->dpp->nbuckets; b++) /* EP: an expert bucket over expert DP */
+        TPD_CHECK(tpd_dp_gather_bucket(gs->dpp, b < gs->dpp->ebuckets ? gs->edp : gs->dp, b,
+                                       m->params, tpd_kern_param_dtype(m->kb),
                                        tpd_kern_stream(m->kb), &gs->preq[b]));
     return gs->overlap_param ? TPD_OK : tpd_grad_sync_params_all(gs);
 }

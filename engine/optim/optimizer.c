@@ -55,13 +55,13 @@ static tpd_status global_norm(tpd_model *m, const tpd_dp_plan *dpp, const tpd_me
     double sum = 0;
     /* EP: each rank of an EP group holds other experts, so their part is summed over it
      * first */
-    sumsq_arg a = {params, comms->ep ? 0 : -1};
+    sumsq_arg a = {params, comms->ep && !dpp->zero ? 0 : -1}; /* ZeRO: every part once */
     tpd_status st = for_each_owned(m, dpp, add_sumsq, &a);
     /* one wait for all the slices; the accumulator is left empty whatever happened */
     tpd_status st2 = tpd_kern_sumsq_take(m->kb, &sum);
     TPD_CHECK(st);
     TPD_CHECK(st2);
-    if (comms->ep) {
+    if (a.experts == 0) {
         double ex = 0;
         a.experts = 1;
         st = for_each_owned(m, dpp, add_sumsq, &a);

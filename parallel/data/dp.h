@@ -53,6 +53,8 @@ typedef struct tpd_dp_plan {
      * share; its gradients are summed over that group, the rest over DP */
     size_t expert_end;
     int edp_size;
+    int ebuckets; /* ZeRO-1 under EP (tpd_dp_plan_init_ep): buckets [0, ebuckets) cut the
+                     experts' range and shard over expert DP, the rest the others over DP */
 } tpd_dp_plan;
 
 size_t tpd_dp_padded_numel(size_t numel, int dp_size);
@@ -87,6 +89,12 @@ tpd_status tpd_dp_plan_set_reduce_dtype(tpd_dp_plan *plan, tpd_dtype wire, tpd_d
  * dtypes' bytes (the gradient reduction carries `wire` where it is bf16). */
 double tpd_dp_plan_step_bytes(const tpd_dp_plan *plan, size_t grad_size, size_t param_size);
 
+/* ZeRO-1 under EP: the experts' range [0, expert_end) (a multiple of dp_size) in buckets of
+ * its own, each reduce-scattered over the expert-DP group (dp_size / ep_size ranks; this
+ * rank's index dp_rank / ep_size) and its parts owned there; the rest over DP as
+ * tpd_dp_plan_init cuts it. */
+tpd_status tpd_dp_plan_init_ep(size_t numel, size_t expert_end, size_t bucket_elems, int dp_size,
+                               int dp_rank, int ep_size, tpd_dp_plan *plan_p);
 /* EP: the experts' range [0, expert_end) of the flat buffer is summed over an expert-DP
  * group of edp_size ranks (tpd_dp_reduce_bucket_ep). Fails (TPD_ERR_UNSUPPORTED) for a
  * plan that shards (ZeRO): its shards would cut across both groups. */
@@ -94,7 +102,8 @@ tpd_status tpd_dp_plan_set_experts(tpd_dp_plan *plan, size_t expert_end, int edp
 /* Element range [begin, begin + len) of bucket b (0 .. nbuckets-1). */
 void tpd_dp_bucket(const tpd_dp_plan *plan, int b, size_t *begin_p, size_t *len_p);
 /* Starts the sum over DP of bucket b of the gradients: a non-blocking all-reduce, or under
- * ZeRO a reduce-scatter after which only this rank's part of the bucket holds the sum.
+ * ZeRO a reduce-scatter after which only this rank's part of the bucket holds the sum
+ * (a part is the bucket over dp's size: under EP an expert bucket goes over expert DP).
  * *req_p (NULL with one DP rank) is completed with tpd_comm_wait. */
 tpd_status tpd_dp_reduce_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, void *grads,
                                 tpd_dtype dt, void *stream, tpd_comm_req **req_p);

@@ -126,9 +126,52 @@ void tpd_dp_bucket(const tpd_dp_plan *plan, int b, size_t *begin_p, size_t *len_
         *len_p = plan->bounds[b + 1] - plan->bounds[b];
         return;
     }
-    size_t b0 = (size_t)b * plan->bucket;
+    size_t b0 = (size_t)b * plan->bucket, end = plan->numel_padded;
+    if (plan->ebuckets > 0) { /* the experts' buckets, then the rest's from expert_end */
+        if (b < plan->ebuckets)
+            end = plan->expert_end;
+        else
+            b0 = plan->expert_end + (size_t)(b - plan->ebuckets) * plan->bucket;
+    }
     *begin_p = b0;
-    *len_p = plan->numel_padded - b0 < plan->bucket ? plan->numel_padded - b0 : plan->bucket;
+    *len_p = end - b0 < plan->bucket ? end - b0 : plan->bucket;
+}
+
+tpd_status tpd_dp_plan_init_ep(size_t numel, size_t expert_end, size_t bucket_elems, int dp_size,
+                               int dp_rank, int ep_size, tpd_dp_plan *plan_p) {
+    size_t d = (size_t)dp_size;
+    if (dp_size < 2 || ep_size < 1 || dp_size % ep_size || expert_end % d || expert_end > numel)
+        return tpd_fail(TPD_ERR_INTERNAL,
+                        "dp: the experts' range (%zu elements) of a ZeRO-1 plan must end on a "
+                        "multiple of DP %d, which EP %d divides",
+                        expert_end, dp_size, ep_size);
+    tpd_dp_plan p = {.dp_size = dp_size, .dp_rank = dp_rank, .zero = 1, .numel = numel};
+    p.numel_padded = tpd_dp_padded_numel(numel, dp_size);
+    p.bucket = (bucket_elems < d ? d : bucket_elems) / d * d;
+    p.expert_end = expert_end;
+    p.edp_size = dp_size / ep_size;
+    size_t dense = p.numel_padded - expert_end;
+    int eb = (int)((expert_end + p.bucket - 1) / p.bucket);
+    p.nbuckets = eb + (int)((dense + p.bucket - 1) / p.bucket);
+    p.ebuckets = eb;
+    p.nranges = p.nbuckets;
+    p.ranges = calloc((size_t)(p.nranges ? p.nranges : 1), sizeof *p.ranges);
+    if (!p.ranges)
+        return tpd_fail_nomem("the DP ranges",
+                              (size_t)(p.nranges ? p.nranges : 1) * sizeof *p.ranges);
+    size_t state = 0;
+    for (int b = 0; b < p.nbuckets; b++) {
+        size_t b0, len;
+        tpd_dp_bucket(&p, b, &b0, &len);
+        int ex = b < eb, n = ex ? p.edp_size : dp_size;
+        int r = ex ? dp_rank / ep_size : dp_rank;
+        size_t part = len / (size_t)n; /* len is a multiple of DP, and of expert DP */
+        p.ranges[b] = (tpd_dp_range){b0 + part * (size_t)r, b0 + part * (size_t)(r + 1), state};
+        state += part;
+    }
+    p.shard_numel = state;
+    *plan_p = p;
+    return TPD_OK;
 }
 
 tpd_status tpd_dp_reduce_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, void *grads,
@@ -143,7 +186,7 @@ tpd_status tpd_dp_reduce_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, vo
     /* the plain reduction unless the plan puts bf16 on the wire for fp32 gradients */
     tpd_dtype wire = plan->wire == TPD_DTYPE_BF16 ? TPD_DTYPE_BF16 : dt;
     if (plan->zero) {
-        size_t part = len / (size_t)plan->dp_size;
+        size_t part = len / (size_t)tpd_comm_size(dp);
         return tpd_comm_ireduce_scatter_wire(dp, base, base + part * (size_t)tpd_comm_rank(dp) * es,
                                              part, dt, wire, TPD_COMM_OP_SUM, stream, req_p);
     }
@@ -151,7 +194,7 @@ tpd_status tpd_dp_reduce_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, vo
 }
 
 tpd_status tpd_dp_plan_set_experts(tpd_dp_plan *plan, size_t expert_end, int edp_size) {
-    if (expert_end > 0 && (plan->zero || plan->bounds))
+    if (expert_end > 0 && (plan->bounds || (plan->zero && !plan->ebuckets)))
         return tpd_fail(TPD_ERR_UNSUPPORTED,
                         "dp: the experts' gradients are summed over their own group, which a "
                         "sharded plan (ZeRO) does not split by");
@@ -175,6 +218,9 @@ tpd_status tpd_dp_reduce_bucket_ep(const tpd_dp_plan *plan, tpd_comm *dp, tpd_co
                                    tpd_comm_req **ereq_p) {
     *req_p = *ereq_p = NULL;
     if (plan->expert_end == 0) return tpd_dp_reduce_bucket(plan, dp, b, grads, dt, stream, req_p);
+    if (plan->zero) /* ZeRO-1: an expert bucket is reduce-scattered over expert DP */
+        return b < plan->ebuckets ? tpd_dp_reduce_bucket(plan, edp, b, grads, dt, stream, ereq_p)
+                                  : tpd_dp_reduce_bucket(plan, dp, b, grads, dt, stream, req_p);
     size_t b0, len;
     tpd_dp_bucket(plan, b, &b0, &len);
     size_t cut =
@@ -191,7 +237,7 @@ tpd_status tpd_dp_gather_bucket(const tpd_dp_plan *plan, tpd_comm *dp, int b, vo
         return tpd_fail(TPD_ERR_INTERNAL, "dp: a unit-aligned plan gathers into staging slots");
     size_t b0, len, es = tpd_dtype_size(dt);
     tpd_dp_bucket(plan, b, &b0, &len);
-    size_t part = len / (size_t)plan->dp_size;
+    size_t part = len / (size_t)tpd_comm_size(dp); /* under EP an expert bucket: expert DP */
     char *base = (char *)params + b0 * es;
     return tpd_comm_iallgather(dp, base + part * (size_t)tpd_comm_rank(dp) * es, base, part, dt,
                                stream, req_p);

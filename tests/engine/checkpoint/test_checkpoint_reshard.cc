@@ -210,6 +210,10 @@ TEST(Reshard, RoundTripIsExactAndTrainingContinues) {
         {moe({2, 1, 2, 1}), epar({2, 2, 2, 0}, 2)},
         {epar({1, 2, 4, 0}, 2), epar({1, 1, 4, 0}, 4)},
         {epar(llama({2, 1, 4, 0}), 4), epar(llama({2, 1, 4, 0}), 4)},
+        // ZeRO-1 under EP: the experts' shards over expert DP
+        {epar({1, 1, 4, 1}, 2), moe({1, 1, 2, 1})},
+        {moe({1, 1, 1, 0}), epar({2, 1, 4, 1}, 4)},
+        {epar({1, 2, 4, 1}, 2), epar({1, 2, 4, 1}, 2)},
     };
     std::map<std::string, std::vector<double>> source_loss;
     for (const auto &pr : pairs) {

@@ -501,6 +501,12 @@ TEST(Equivalence, MoeMatchesSingleRank) {
     add(lla, llama(epar({2, 1, 2, 0}, 2)));
     add(lla, llama(epar(with({1, 2, 2, 0}, 1, "zb-h1", 0), 2)));
     add(lla, llama(epar({1, 1, 8, 0}, 4)));
+    // ZeRO-1 under EP: the experts' state sharded over expert DP, the rest over DP
+    add(gpt, epar({1, 1, 4, 1}, 2));
+    add(gpt, epar({2, 2, 2, 1}, 2));
+    add(gpt, epar(with({1, 2, 2, 1}, 2, "interleaved", 4), 2));
+    add(lla, llama(epar({1, 1, 4, 1}, 4)));
+    add(lla, llama(epar({1, 1, 8, 1}, 2)));
     int checked = 0;
     Result ref = run(moe({1, 1, 1, 0}));
     for (const Layout &L : gpt)
