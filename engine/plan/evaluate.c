@@ -321,10 +321,11 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
                  ep);
         return 0;
     }
-    /* the trainer's EP keeps every rank's whole state: no optimizer or gradient sharding, no
-     * DiLoCo replicas (the search does not try them) */
-    if (ep > 1 && sh != TPD_DP_SHARDING_NO_SHARD) {
-        snprintf(why, whylen, "EP %d with DP sharding %s (expert parallelism trains unsharded)", ep,
+    /* the trainer's EP shards optimizer state (ZeRO-1, the experts' over expert DP) but not
+     * gradients or parameters, and has no DiLoCo replicas (the search does not try them) */
+    if (ep > 1 && (sh > TPD_DP_SHARDING_OPTIM || hybrid)) {
+        snprintf(why, whylen,
+                 "EP %d with DP sharding %s (expert parallelism shards optimizer state only)", ep,
                  tpd_config_choice("parallel.data_parallel_sharding_strategy", sh));
         return 0;
     }

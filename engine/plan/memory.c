@@ -421,6 +421,15 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
         u0 = Vl * C;
     if (last) uf = (1 + nb) * C + (tied ? 0 : Vl * C);
     uint64_t n = u0 + Ls * per_layer + uf;
+    /* EP under ZeRO-1: the experts' region (first in the buffer) ends on a multiple of DP
+     * (zero padding) and shards over expert DP, DP / EP ranks (tpd_dp_plan_init_ep) */
+    uint64_t xe = 0, xpad = 0;
+    if (E && ep > 1 && Ls > 0) {
+        xe = Ls * (El * FCel * C + El * C * Fel + (bias ? El * FCel + El * C : 0));
+        xpad = xe;
+        if (lay->distributed_optimizer && dp > 1) xpad = (xe + dp - 1) / dp * dp;
+        n += xpad - xe;
+    }
     uint64_t padded = (n + dp - 1) / dp * dp;          /* ZeRO-1 shards are equal */
     uint64_t g = (uint64_t)tpd_config_grad_bytes(cfg); /* fp32 main gradients, or bf16 */
     uint64_t sgd = cfg->optimizer.type == TPD_OPTIM_SGD;
@@ -462,6 +471,8 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
         gather = pool_params * pslot * e + (pool_grads * gslot + eslot) * g;
     } else {
         shard = lay->distributed_optimizer && dp > 1 ? padded / dp : padded;
+        if (xpad > 0 && lay->distributed_optimizer && dp > 1)
+            shard = xpad / (dp / ep) + (padded - xpad) / dp;
         nparams = ngrads = padded;
     }
     out->params = (double)(nparams * e);

@@ -505,15 +505,19 @@ TEST_F(PlanMemory, MoeAllocationEqualsPlan) {
                     cfg.parallel.pipeline_model_parallel_size = 2;
                     checked += check_layout(kb, cfg, tp, 2, 4, what + " PP 2 DP 4 EP 4");
                     cfg.parallel.pipeline_model_parallel_size = 1;
-                    cfg.parallel.expert_model_parallel_size = 1;
+                    // ZeRO-1 under EP: the experts' state over expert DP
                     cfg.parallel.use_distributed_optimizer = 1;
+                    cfg.parallel.data_parallel_sharding_strategy = TPD_DP_SHARDING_OPTIM;
+                    cfg.parallel.expert_model_parallel_size = 2;
+                    checked += check_layout(kb, cfg, tp, 1, 4, what + " DP 4 EP 2 ZeRO-1");
+                    cfg.parallel.expert_model_parallel_size = 1;
                     cfg.parallel.data_parallel_sharding_strategy =
                         rc[0] == 'f' ? TPD_DP_SHARDING_OPTIM_GRADS_PARAMS : TPD_DP_SHARDING_OPTIM;
                     cfg.training.precision = TPD_PRECISION_BF16;
                     cfg.training.device = TPD_DEVICE_CUDA;
                     checked += check_plan(cfg, tp, 1, 2, what + " cuda bf16");
                 }
-    EXPECT_EQ(checked, 2 * 2 * 2 * 3 * 8);
+    EXPECT_EQ(checked, 2 * 2 * 2 * 3 * 9);
 }
 
 // MoE FLOPs count what a token runs: k experts of width Fe and the shared ones count as a
