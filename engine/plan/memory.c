@@ -427,7 +427,7 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     if (E && ep > 1 && Ls > 0) {
         xe = Ls * (El * FCel * C + El * C * Fel + (bias ? El * FCel + El * C : 0));
         xpad = xe;
-        if (lay->distributed_optimizer && dp > 1) xpad = (xe + dp - 1) / dp * dp;
+        if (lay->distributed_optimizer && dp > 1 && dp % ep == 0) xpad = (xe + dp - 1) / dp * dp;
         n += xpad - xe;
     }
     uint64_t padded = (n + dp - 1) / dp * dp;          /* ZeRO-1 shards are equal */
@@ -471,7 +471,7 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
         gather = pool_params * pslot * e + (pool_grads * gslot + eslot) * g;
     } else {
         shard = lay->distributed_optimizer && dp > 1 ? padded / dp : padded;
-        if (xpad > 0 && lay->distributed_optimizer && dp > 1)
+        if (xpad > 0 && lay->distributed_optimizer && dp > 1 && dp % ep == 0)
             shard = xpad / (dp / ep) + (padded - xpad) / dp;
         nparams = ngrads = padded;
     }

@@ -255,11 +255,14 @@ TEST(ConfigMoe, KeysAndRefusals) {
     tpd_log_quiet_end();
     EXPECT_TRUE(Says("expert_model_parallel_size (2) must divide the data parallel size (3)"))
         << tpd_last_error();
-    c.parallel.use_distributed_optimizer = 1;
+    c.parallel.use_distributed_optimizer = 1; // ZeRO-1: the experts' state over expert DP
+    c.parallel.data_parallel_sharding_strategy = TPD_DP_SHARDING_OPTIM;
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK);
+    c.parallel.data_parallel_sharding_strategy = TPD_DP_SHARDING_OPTIM_GRADS;
     tpd_log_quiet_begin();
     EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
     tpd_log_quiet_end();
-    EXPECT_TRUE(Says("expert-data-parallel groups")) << tpd_last_error();
+    EXPECT_TRUE(Says("expert-data-parallel group (optim, ZeRO-1)")) << tpd_last_error();
     // a dense model has no EP to take
     ASSERT_EQ(Load({}, &c), TPD_OK);
     EXPECT_EQ(tpd_config_ep(&c), 1);
