@@ -65,10 +65,15 @@ struct FitConst {
     int curve;
     double lo, hi;
     int absolute;
+    double min_peak_tflops = 0; // > 0: only on profiles of at least this peak (a GPU class)
 };
 
 const FitConst kFitted[] = {
     {"gemm_efficiency (every point)", offsetof(tpd_plan_cluster, gemm_curve_eff), 1, 0.9, 1.1, 0},
+    // H100 (989 TFLOP/s) on top: its curve was never measured (configs/clusters/dgx-h100.yaml);
+    // fitted only where the rows include an H100 run, else left at 1
+    {"gemm_efficiency, H100 profiles", offsetof(tpd_plan_cluster, gemm_curve_eff), 1, 0.7, 1.1, 0,
+     500},
     {"collective_efficiency", offsetof(tpd_plan_cluster, coll_efficiency), 0, 0.5, 1.25, 0},
     {"kernel_overhead_us", offsetof(tpd_plan_cluster, kernel_overhead_s), 0, 0.33, 3.0, 0},
     // the slowest of N ranks: per-rank compute spread (coefficient of variation)
@@ -82,10 +87,15 @@ double *field(tpd_plan_cluster *c, const FitConst &k) {
     return reinterpret_cast<double *>(reinterpret_cast<char *>(c) + k.offset);
 }
 
+bool applies(const FitConst &k, const tpd_plan_cluster &c) {
+    return c.peak_flops >= k.min_peak_tflops * 1e12;
+}
+
 // The profile `base` with the factors applied.
 tpd_plan_cluster scaled(const tpd_plan_cluster &base, const std::vector<double> &f) {
     tpd_plan_cluster c = base;
     for (size_t i = 0; i < kNumFitted; i++) {
+        if (!applies(kFitted[i], c)) continue;
         double *p = field(&c, kFitted[i]);
         int n = kFitted[i].curve ? c.gemm_curve_len : 1;
         for (int j = 0; j < n; j++)
@@ -187,8 +197,13 @@ class Validation {
         for (size_t i = 0; i < kNumFitted; i++)
             if (kFitted[i].absolute) f[i] = kFitted[i].lo;
         const double g = (std::sqrt(5.0) - 1) / 2;
+        std::vector<int> seen(kNumFitted, 0); // a constant some row of `on` depends on
+        for (const PubRow &r : on)
+            for (size_t i = 0; i < kNumFitted; i++)
+                seen[i] |= applies(kFitted[i], base_.at(r.cluster));
         for (int sweep = 0; sweep < 2; sweep++)
             for (size_t i = 0; i < kNumFitted; i++) {
+                if (!seen[i]) continue;
                 double a = kFitted[i].lo, b = kFitted[i].hi;
                 auto at = [&](double x) {
                     std::vector<double> t = f;
@@ -464,9 +479,9 @@ void print_loso(const std::vector<Fold> &folds, const LosoFigures &fig) {
 
 // What the suite holds the leave-one-source-out figures to: the figures reached, with a small
 // margin (the targets are a mean of 8%, a worst of 15% and a bias within 4%).
-constexpr double kLosoMeanMax = 0.14;  // mean |error| of every row (today 12.8%)
-constexpr double kLosoWorstMax = 0.27; // any one row (today 25.0%, Nemotron-4 340B)
-constexpr double kLosoBiasMax = 0.03;  // |mean signed error| (today +1.1%)
+constexpr double kLosoMeanMax = 0.115; // mean |error| of every row (today 10.4%)
+constexpr double kLosoWorstMax = 0.26; // any one row (today 24.5%, MT-NLG 530B)
+constexpr double kLosoBiasMax = 0.03;  // |mean signed error| (today +1.3%)
 
 std::string loso_broken(const LosoFigures &fig) {
     std::string broken;
@@ -502,6 +517,15 @@ TEST(PlanHeldout, LeaveOneSourceOut) {
         for (const std::string &s : rk.violations)
             std::printf("    misordered: %s\n", s.c_str());
     }
+}
+
+// The leave-one-source-out bounds are real too: with every profile's GEMM efficiency x1.5
+// (each fold refitted, as a wrong profile would be) they break.
+TEST(PlanHeldout, LeaveOneSourceOutFailsWithTheGemmCurveX15) {
+    Validation v(1.5);
+    std::string broken = loso_broken(loso_figures(leave_one_source_out(v)));
+    std::printf("  GEMM curve x1.5, each fold refitted: %s\n", broken.c_str());
+    EXPECT_NE(broken, "");
 }
 
 } // namespace
