@@ -232,6 +232,9 @@ class Validation {
     const std::vector<PubRow> &held_rows() const {
         return held_rows_;
     }
+    const tpd_plan_cluster &base(const std::string &cluster) const {
+        return base_.at(cluster);
+    }
 
   private:
     std::unique_ptr<tpd_plan_result> res_;
@@ -398,6 +401,7 @@ double speed_per_gpu(const PubRow &r, double figure) {
 // inside each such group, and every pair more than kRankGap apart measured that the planner
 // puts the other way round.
 constexpr double kRankGap = 0.05;
+constexpr double kTauMin = 0.8; // each source's tau (today 0.86 the lowest, MegaScale)
 
 struct Ranking {
     std::string source;
@@ -507,6 +511,34 @@ TEST(PlanHeldout, LeaveOneSourceOut) {
     print_loso(folds, fig);
     EXPECT_EQ(loso_broken(fig), "");
 
+    // The band each prediction prints (plan/heldout.c): the lowest and highest held-out error
+    // of the rows of its class, as this run finds them.
+    std::map<std::string, Stats> cls_stats;
+    std::map<std::string, double> cls_lo, cls_hi;
+    std::map<std::string, tpd_plan_band> shipped;
+    for (const Fold &fold : folds)
+        for (const RowResult &x : fold.rows) {
+            tpd_plan_band b;
+            tpd_plan_heldout_band(&v.base(x.row.cluster), &b);
+            ASSERT_NE(b.cls, nullptr) << x.row.cluster << " has no class";
+            std::string c = b.cls;
+            if (!cls_stats[c].n) cls_lo[c] = cls_hi[c] = x.err;
+            cls_stats[c].add(x);
+            cls_lo[c] = std::fmin(cls_lo[c], x.err);
+            cls_hi[c] = std::fmax(cls_hi[c], x.err);
+            shipped[c] = b;
+        }
+    std::printf("\n  held-out error by class (the band a prediction prints):\n");
+    for (const auto &kv : cls_stats) {
+        const std::string &c = kv.first;
+        std::printf("  %-18s %5d runs, %+.1f%%..%+.1f%%, mean |error| %.1f%%, bias %+.1f%%\n",
+                    c.c_str(), kv.second.n, 100 * cls_lo[c], 100 * cls_hi[c],
+                    100 * kv.second.mean(), 100 * kv.second.bias());
+        EXPECT_EQ(shipped[c].runs, kv.second.n) << c << ": plan/heldout.c is out of date";
+        EXPECT_NEAR(shipped[c].lo, cls_lo[c], 0.0015) << c << ": plan/heldout.c is out of date";
+        EXPECT_NEAR(shipped[c].hi, cls_hi[c], 0.0015) << c << ": plan/heldout.c is out of date";
+    }
+
     std::printf("\n  ranking: layouts of one model a source measured, speed per GPU, "
                 "held-out predictions\n");
     std::printf("  %-18s %6s %6s %7s %11s %10s\n", "source", "groups", "pairs", "tau", "pairs >5%",
@@ -516,6 +548,10 @@ TEST(PlanHeldout, LeaveOneSourceOut) {
                     rk.tau(), rk.wide_pairs, rk.violations.size());
         for (const std::string &s : rk.violations)
             std::printf("    misordered: %s\n", s.c_str());
+        // what holds today: no pair more than 5% apart comes out the other way round, and
+        // tau is 1 but for MegaScale's (0.86: pairs of its 8 runs closer than 5% swap)
+        EXPECT_EQ(rk.violations.size(), 0u) << rk.source;
+        EXPECT_GE(rk.tau(), kTauMin) << rk.source;
     }
 }
 
