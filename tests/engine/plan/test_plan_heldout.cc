@@ -18,6 +18,10 @@
 // fixed sweeps and iterations, no random start: the same numbers every run. A new constant
 // is one more entry in kFitted.
 //
+// Leave one source out (PlanHeldout.LeaveOneSourceOut): each source in turn predicted by the
+// same fit on all the other sources; per-source and overall figures, the band each class of
+// profile prints (plan/heldout.c), and the order of the layouts of one model a source measured.
+//
 // Error: predicted speed / published speed - 1 in the published figure's own kind (a step
 // time, hardware or model TFLOP/s); positive = the planner is optimistic.
 #include <gtest/gtest.h>
