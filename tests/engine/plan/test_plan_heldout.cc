@@ -14,7 +14,8 @@
 // Fit. Each entry of kFitted scales one value (or a whole curve) of every profile a row uses,
 // so the fitted factors say what the profiles miss, and the held-out rows on other profiles
 // see the same factors. Coordinate descent, a golden-section search per constant over its
-// range, minimizing the mean |log(predicted speed / published speed)| of the fitted rows;
+// range, minimizing the mean over sources of the mean |log(predicted speed / published speed)|
+// of a source's fitted rows;
 // fixed sweeps and iterations, no random start: the same numbers every run. A new constant
 // is one more entry in kFitted.
 //
@@ -195,15 +196,19 @@ class Validation {
         return out;
     }
 
-    // Mean |log(predicted speed / published speed)| of the fitted rows; a rejected row
-    // counts as a factor e off.
+    // Mean |log(predicted speed / published speed)| of the rows `on`, each source weighing the
+    // same (a source's rows share its mean), so nine weak-scaling rows of one recipe do not
+    // outweigh one run of another; a rejected row counts as a factor e off.
     double objective(const std::vector<double> &f, const std::vector<PubRow> &on) {
+        std::map<std::string, int> per_source;
+        for (const PubRow &r : on)
+            per_source[r.source]++;
         double sum = 0;
         for (const PubRow &r : on) {
             RowResult x = evaluate(r, f);
-            sum += x.ok ? std::fabs(std::log1p(x.err)) : 1.0;
+            sum += (x.ok ? std::fabs(std::log1p(x.err)) : 1.0) / per_source[r.source];
         }
-        return sum / (double)on.size();
+        return sum / (double)per_source.size();
     }
 
     // Coordinate descent from all factors 1: golden-section search of each constant in turn,
@@ -507,9 +512,9 @@ void print_loso(const std::vector<Fold> &folds, const LosoFigures &fig) {
 
 // What the suite holds the leave-one-source-out figures to: the figures reached, with a small
 // margin (the targets are a mean of 8%, a worst of 15% and a bias within 4%).
-constexpr double kLosoMeanMax = 0.115; // mean |error| of every row (today 10.4%)
-constexpr double kLosoWorstMax = 0.26; // any one row (today 24.5%, MT-NLG 530B)
-constexpr double kLosoBiasMax = 0.03;  // |mean signed error| (today +1.3%)
+constexpr double kLosoMeanMax = 0.11;  // mean |error| of every row (today 10.1%)
+constexpr double kLosoWorstMax = 0.22; // any one row (today 20.4%, MT-NLG 530B)
+constexpr double kLosoBiasMax = 0.035; // |mean signed error| (today -2.1%)
 
 std::string loso_broken(const LosoFigures &fig) {
     std::string broken;
