@@ -1,7 +1,7 @@
 /* The held-out error of a prediction's class: how far the planner was off on published runs
  * it was not fitted to, for the profiles of one class. The figures are the leave-one-source-
  * out residuals (`ctest -R PlanHeldout -V`: each published source predicted by the profile
- * constants fitted on all the others); PlanHeldout.BandsAreTheHeldOutResiduals fails when they
+ * constants fitted on all the others); PlanHeldout.LeaveOneSourceOut fails when they
  * drift from what that run prints. Error = predicted speed / published speed - 1, so a
  * positive error is an optimistic prediction (a step time that came out too short).
  *
