@@ -77,8 +77,9 @@ const char *const kHeldSources[] = {"mtnlg2022", "bloom2022", "megascale2024", "
 // point of the GEMM efficiency curve there, held <= 1), searched over [lo, hi]; or, when
 // `absolute`, the value itself (a framework or scale term whose profile default is 0, "not
 // modelled"), searched over [lo, hi] from lo. The ranges are what a profile may plausibly be
-// off by; the GEMM curve's is narrow because the fitted rows (large GEMMs only) cannot tell
-// a better curve from cheaper collectives and launches.
+// off by. The GEMM curve's reaches down to 0.8: fitted on SC21 + Korthikanti it stays at
+// 0.99, but fitted on the other sources (leave one source out) it settles at 0.855 to 0.870,
+// which a floor of 0.9 cut off.
 struct FitConst {
     const char *name;
     size_t offset;
@@ -89,7 +90,7 @@ struct FitConst {
 };
 
 const FitConst kFitted[] = {
-    {"gemm_efficiency (every point)", offsetof(tpd_plan_cluster, gemm_curve_eff), 1, 0.9, 1.1, 0},
+    {"gemm_efficiency (every point)", offsetof(tpd_plan_cluster, gemm_curve_eff), 1, 0.8, 1.1, 0},
     // H100 (989 TFLOP/s) on top: its curve was never measured (configs/clusters/dgx-h100.yaml);
     // fitted only where the rows include an H100 run, else left at 1
     {"gemm_efficiency, H100 profiles", offsetof(tpd_plan_cluster, gemm_curve_eff), 1, 0.7, 1.1, 0,
@@ -512,9 +513,9 @@ void print_loso(const std::vector<Fold> &folds, const LosoFigures &fig) {
 
 // What the suite holds the leave-one-source-out figures to: the figures reached, with a small
 // margin (the issue's targets are a mean of 8%, a worst of 15% and a bias within 4%).
-constexpr double kLosoMeanMax = 0.11;  // mean |error| of every row (today 10.1%)
-constexpr double kLosoWorstMax = 0.22; // any one row (today 20.4%, MT-NLG 530B)
-constexpr double kLosoBiasMax = 0.035; // |mean signed error| (today -2.1%)
+constexpr double kLosoMeanMax = 0.10;  // mean |error| of every row (today 9.4%)
+constexpr double kLosoWorstMax = 0.20; // any one row (today 18.5%, Korthikanti 1T full)
+constexpr double kLosoBiasMax = 0.035; // |mean signed error| (today -3.0%)
 
 std::string loso_broken(const LosoFigures &fig) {
     std::string broken;
