@@ -705,6 +705,27 @@ tpd_status tpd_trainer_params_f32(tpd_trainer *tr, float *out) {
     return tpd_grad_sync_params_f32(tr->gsync, out);
 }
 
+/* Tensor p's local rows of the flat buffer `local` at their global places in `global`. */
+static void place_rows(const tpd_model_layout *lay, tpd_param p, const float *local,
+                       float *global) {
+    const tpd_param_slice *s = &lay->p[p];
+    int64_t rows = (int64_t)s->layers * s->rows;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t g = tpd_model_layout_row_global(lay, p, r);
+        if (g >= 0)
+            memcpy(global + g, local + tpd_model_layout_row_local(lay, p, r), (size_t)s->cols * 4);
+    }
+}
+
+/* Sums every rank's contributions (each element from one rank) over the world; world rank
+ * 0 copies the tensor to out. */
+static tpd_status sum_to_rank0(tpd_trainer *tr, float *global, size_t gn, float *out) {
+    TPD_CHECK(tpd_comm_allreduce(tr->hcomms.world, global, global, gn, TPD_DTYPE_F32,
+                                 TPD_COMM_OP_SUM, NULL));
+    if (out && tr->mesh.rank == 0) memcpy(out, global, gn * 4);
+    return TPD_OK;
+}
+
 tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out) {
     TPD_CHECK(tpd_trainer_sync_params(tr));
     const tpd_model *m = tr->model;
@@ -724,18 +745,9 @@ tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out) {
     /* every DP rank takes part where the parameters are sharded */
     TPD_CHECK_GOTO(tpd_grad_sync_params_f32(tr->gsync, local), st, out);
     if (contributes) {
-        int64_t rows = (int64_t)s->layers * s->rows;
-        for (int64_t r = 0; r < rows; r++) {
-            int64_t g = tpd_model_layout_row_global(lay, p, r);
-            if (g >= 0)
-                memcpy(global + g, local + tpd_model_layout_row_local(lay, p, r),
-                       (size_t)s->cols * 4);
-        }
+        place_rows(lay, p, local, global);
     }
-    TPD_CHECK_GOTO(tpd_comm_allreduce(tr->hcomms.world, global, global, gn, TPD_DTYPE_F32,
-                                      TPD_COMM_OP_SUM, NULL),
-                   st, out);
-    if (out && tr->mesh.rank == 0) memcpy(out, global, gn * 4);
+    TPD_CHECK_GOTO(sum_to_rank0(tr, global, gn, out), st, out);
 out:
     free(local);
     free(global);
@@ -774,18 +786,9 @@ tpd_status tpd_trainer_gather_master(tpd_trainer *tr, tpd_param p, float *out) {
                                                  (rg->end - rg->begin) * sizeof(float)),
                            st, out);
         }
-        int64_t rows = (int64_t)s->layers * s->rows;
-        for (int64_t r = 0; r < rows; r++) {
-            int64_t g = tpd_model_layout_row_global(lay, p, r);
-            if (g >= 0)
-                memcpy(global + g, local + tpd_model_layout_row_local(lay, p, r),
-                       (size_t)s->cols * 4);
-        }
+        place_rows(lay, p, local, global);
     }
-    TPD_CHECK_GOTO(tpd_comm_allreduce(tr->hcomms.world, global, global, gn, TPD_DTYPE_F32,
-                                      TPD_COMM_OP_SUM, NULL),
-                   st, out);
-    if (out && tr->mesh.rank == 0) memcpy(out, global, gn * 4);
+    TPD_CHECK_GOTO(sum_to_rank0(tr, global, gn, out), st, out);
 out:
     free(local);
     free(global);
