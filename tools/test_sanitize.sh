@@ -16,4 +16,7 @@ CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -D
 cmake --build "$build" -j "$jobs"
 tests/fuzz/run.sh "$build" "${FUZZ_SECONDS:-10}"
 cd "$build"
-ctest --output-on-failure -j "$jobs" -LE bench
+# The leave-one-source-out fits (PlanHeldout.LeaveOneSourceOut*) refit the planner seven times
+# over: pure arithmetic that the plain run checks in under a minute, more than 20 minutes
+# under the sanitizers; left to the plain run.
+ctest --output-on-failure -j "$jobs" -LE bench -E 'PlanHeldout\.LeaveOneSourceOut'
