@@ -40,9 +40,11 @@ steps=$(sed -E 's/^plan: //; s/ = .*//' <<<"$plan" | tr '+' '\n' | wc -l)
 order=$(sed -E 's/^plan: //; s/ = .*//' <<<"$plan" | tr '+' '\n' | awk '{print $1}' | paste -sd' ' -)
 [[ " $order " == *" gpu_tests gpu_memory gpu_verify "* ]] ||
     fail "gpu_verify is not planned right after the gpu tests: $order"
-sed -e ':a' -e '/\\$/N; s/\\\n//; ta' "$GC" |
-    grep -qE 'step gpu_verify .*/tripod" verify +"\$ROOT/configs/demo.yaml" .*--device cuda' ||
-    fail "gpu_check.sh does not run tripod verify --device cuda on the demo"
+# (joined into a variable first: grep -q ending early would kill sed with SIGPIPE, which
+# pipefail reads as a failure)
+joined=$(sed -e ':a' -e '/\\$/N; s/\\\n//; ta' "$GC")
+grep -qE 'step gpu_verify .*/tripod" verify +"\$ROOT/configs/demo.yaml" .*--device cuda' \
+    <<<"$joined" || fail "gpu_check.sh does not run tripod verify --device cuda on the demo"
 # A step past its cap makes --plan fail (so it can).
 GPU_CHECK_CAPS="build:9999" "$GC" --plan >/dev/null && fail "--plan passed with a 9999 s build"
 

@@ -208,7 +208,7 @@ Result run(const Layout &L) {
                 EXPECT_EQ(tpd_trainer_gather_master(tr, (tpd_param)p,
                                                     tpd_comm_rank(sub) == 0 ? o.data() : nullptr),
                           TPD_OK);
-                if (tpd_comm_rank(sub) == 0)
+                if (tpd_comm_rank(sub) == 0 && !g.empty())
                     EXPECT_EQ(std::memcmp(o.data(), g.data(), g.size() * 4), 0)
                         << "tpd_trainer_gather_master differs from tpd_trainer_gather_param in "
                         << tpd_param_get_info((tpd_param)p)->name << " at TP " << L.tp << " PP "
