@@ -705,6 +705,19 @@ tpd_status tpd_trainer_params_f32(tpd_trainer *tr, float *out) {
     return tpd_grad_sync_params_f32(tr->gsync, out);
 }
 
+/* The first DP copy of tensor p's elements: DP rank 0, or under EP for the experts the first
+ * rank of their expert-DP group. */
+static int dp_first(const tpd_trainer *tr, tpd_param p) {
+    return (tpd_param_is_expert(p) ? tr->mesh.edp : tr->mesh.dp) == 0;
+}
+
+/* One copy over TP and the stages: TP rank 0 of a replicated tensor, the first stage's
+ * tied wte. */
+static int one_copy(const tpd_trainer *tr, tpd_param p) {
+    return (tpd_param_get_info(p)->split != TPD_SPLIT_NONE || tr->mesh.tp == 0) &&
+           (p != TPD_P_WTE || tr->model->d.first);
+}
+
 /* Tensor p's local rows of the flat buffer `local` at their global places in `global`. */
 static void place_rows(const tpd_model_layout *lay, tpd_param p, const float *local,
                        float *global) {
@@ -739,9 +752,7 @@ tpd_status tpd_trainer_gather_param(tpd_trainer *tr, tpd_param p, float *out) {
     /* One contributor per element: dp 0 (for the experts under EP, the first rank of each
      * expert-DP group), and tp 0 for replicated tensors, and the first stage for the tied
      * wte. */
-    int contributes = s->present && (tpd_param_is_expert(p) ? tr->mesh.edp : tr->mesh.dp) == 0 &&
-                      (tpd_param_get_info(p)->split != TPD_SPLIT_NONE || tr->mesh.tp == 0) &&
-                      (p != TPD_P_WTE || m->d.first);
+    int contributes = s->present && dp_first(tr, p) && one_copy(tr, p);
     /* every DP rank takes part where the parameters are sharded */
     TPD_CHECK_GOTO(tpd_grad_sync_params_f32(tr->gsync, local), st, out);
     if (contributes) {
@@ -772,11 +783,8 @@ tpd_status tpd_trainer_gather_master(tpd_trainer *tr, tpd_param p, float *out) {
      * whose shard holds it, without ZeRO DP rank 0; then, as for the parameters, TP rank 0
      * of a replicated tensor and the first stage for the tied wte. Elements outside this
      * rank's owned ranges stay 0 and add nothing to the sum. */
-    int owner = tr->dpp.zero ? ms->replica == 0 && ms->dp_rep == 0
-                             : (tpd_param_is_expert(p) ? ms->edp : ms->dp) == 0; /* EP */
-    int contributes = owner && s->present &&
-                      (tpd_param_get_info(p)->split != TPD_SPLIT_NONE || ms->tp == 0) &&
-                      (p != TPD_P_WTE || m->d.first);
+    int owner = tr->dpp.zero ? ms->replica == 0 && ms->dp_rep == 0 : dp_first(tr, p);
+    int contributes = owner && s->present && one_copy(tr, p);
     if (contributes) {
         for (int i = 0; i < tr->dpp.nranges; i++) {
             const tpd_dp_range *rg = &tr->dpp.ranges[i];
