@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Downloads the Debian 12 packages that building and running tripod needs on a machine
 # that has a C/C++ compiler, CMake and the CUDA toolkit but no package registry: Open MPI,
-# OpenBLAS (OpenMP), libyaml, cJSON, PCRE2, OpenSSL's libcrypto, GoogleTest, pkgconf, and
-# protobuf-c (with protoc-c) and ISA-L for the TensorBoard writer.
+# OpenBLAS (OpenMP), oneDNN (bf16 cpu matmuls; brings the OpenCL ICD loader along),
+# libyaml, cJSON, PCRE2, OpenSSL's libcrypto, GoogleTest, pkgconf, and protobuf-c (with
+# protoc-c) and ISA-L for the TensorBoard writer.
 # tools/gpu_check.sh unpacks them (dpkg -x) into a private prefix when the machine lacks
 # them.
 #
@@ -22,10 +23,10 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${1:-$ROOT/gpu-bundle}
 
 # Headers and link-time files only.
-dev_pkgs=(libopenblas-openmp-dev libopenmpi-dev libyaml-dev libcjson-dev libpcre2-dev
-  libssl-dev libgtest-dev libprotobuf-c-dev libisal-dev)
+dev_pkgs=(libopenblas-openmp-dev libdnnl-dev libopenmpi-dev libyaml-dev libcjson-dev
+  libpcre2-dev libssl-dev libgtest-dev libprotobuf-c-dev libisal-dev)
 # Run-time libraries and programs, with their dependencies.
-run_pkgs=(libopenblas0-openmp libopenmpi3 openmpi-bin openmpi-common libyaml-0-2 libcjson1
+run_pkgs=(libopenblas0-openmp libdnnl2 libopenmpi3 openmpi-bin openmpi-common libyaml-0-2 libcjson1
   libpcre2-8-0 libssl3 pkgconf libprotobuf-c1 libisal2 protobuf-c-compiler)
 # Present wherever gcc and g++ are, or pulled in only for what tripod does not use
 # (ssh: mpirun starts local ranks without it; adduser and debconf: maintainer scripts;

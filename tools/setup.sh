@@ -4,6 +4,7 @@
 #
 #   compilers and build:  build-essential cmake pkg-config
 #   math:                 OpenBLAS built on OpenMP (shares the thread pool with our loops)
+#   bf16 matmuls:         oneDNN (its OpenMP build, the same runtime)
 #   launch / collectives: Open MPI
 #   config, JSON, hashes: libyaml, cJSON, OpenSSL's libcrypto (SHA-256)
 #   TensorBoard files:    protobuf-c (records), ISA-L (CRC32C of the record framing)
@@ -21,7 +22,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
-  libopenblas-openmp-dev
+  libopenblas-openmp-dev libdnnl-dev
   libopenmpi-dev openmpi-bin
   libyaml-dev libcjson-dev libssl-dev libpcre2-dev
   libprotobuf-c-dev protobuf-c-compiler libisal-dev
