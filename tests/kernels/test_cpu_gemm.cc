@@ -261,6 +261,41 @@ TEST(CpuGemm, CallsFromAParallelRegion) {
     }
 }
 
+// More threads than cache slots, each with its own shape, calling back to back (each
+// thread's loop outlasts a scheduler time slice): with more threads than cores most are
+// preempted inside a call, so entries are evicted while others execute, and in most runs
+// some calls find every slot busy and build a primitive of their own. The last product
+// of each thread is checked against the reference.
+TEST(CpuGemm, MoreThreadsThanCacheSlots) {
+    Gemm g;
+    const int K = 1024, N = 128;
+#pragma omp parallel num_threads(48)
+    {
+        int t = omp_get_thread_num(), M = 16 + t;
+        std::mt19937 rng(800 + t);
+        auto A = random_bf16((size_t)M * K, rng), B = random_bf16((size_t)K * N, rng);
+        std::vector<float> C((size_t)M * N);
+        int failed = 0;
+#pragma omp barrier
+        for (int rep = 0; rep < 200; rep++)
+            failed += tpd_cpu_gemm_bf16(g.g, 0, 0, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f,
+                                        C.data(), TPD_DTYPE_F32, N, nullptr) != TPD_OK;
+        EXPECT_EQ(failed, 0);
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                double ref = 0, S = 0;
+                for (int k = 0; k < K; k++) {
+                    double p = (double)tpd_bf16_to_f32(A[(size_t)m * K + k]) *
+                               tpd_bf16_to_f32(B[(size_t)k * N + n]);
+                    ref += p;
+                    S += std::fabs(p);
+                }
+                if (!(std::fabs(C[(size_t)m * N + n] - ref) <= kSumRel * S + kAbs)) failed++;
+            }
+        EXPECT_EQ(failed, 0) << "thread " << t;
+    }
+}
+
 TEST(CpuGemm, RejectsBadArguments) {
     Gemm g;
     uint16_t a[4] = {0}, b[4] = {0};
