@@ -267,18 +267,20 @@ tpd_status tpd_cpu_gemm_bf16(tpd_cpu_gemm *g, int transa, int transb, int M, int
         gemm_empty_k(M, N, beta, C, c_dt, ldc, bias);
         return TPD_OK;
     }
-    gemm_key k = {transa != 0,
-                  transb != 0,
-                  M,
-                  N,
-                  K,
-                  lda,
-                  ldb,
-                  ldc,
-                  (int)c_dt,
-                  beta != 0.0f,
-                  bias == NULL ? 0 : (alpha != 1.0f ? 2 : 1),
-                  alpha != 1.0f};
+    gemm_key k;
+    memset(&k, 0, sizeof k);
+    k.transa = transa != 0;
+    k.transb = transb != 0;
+    k.M = M;
+    k.N = N;
+    k.K = K;
+    k.lda = lda;
+    k.ldb = ldb;
+    k.ldc = ldc;
+    k.c_dt = (int)c_dt;
+    k.accumulate = beta != 0.0f;
+    k.bias = bias == NULL ? 0 : (alpha != 1.0f ? 2 : 1);
+    k.scaled = alpha != 1.0f;
     gemm_entry *e = NULL;
     TPD_CHECK(gemm_acquire(g, &k, &e));
 
