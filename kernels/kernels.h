@@ -17,7 +17,25 @@
  *   are queued on the context's compute stream); tpd_kern_synchronize waits for them. Ops
  *   whose result lands in host memory (sumsq) synchronize themselves.
  * - The kernels know nothing of ranks: tensor-parallel slicing happens in parallel/tensor
- *   by passing local shapes and vocab offsets. */
+ *   by passing local shapes and vocab offsets.
+ *
+ * The bf16 recipe (both backends round at the same places, so that the cpu backend in bf16
+ * is the cuda backend's exact-recipe reference):
+ * - Parameters and activations are bf16; the fp32 master weights and AdamW's moments are
+ *   what the optimizer updates, and the bf16 parameters are the master rounded once per step.
+ * - Every op reads its bf16 inputs exactly (bf16 widens to fp32 without error), computes in
+ *   fp32 (LayerNorm/RMSNorm statistics, softmax, cross-entropy and the router in fp32, some
+ *   sums in double on cpu) and rounds each bf16 output once, to nearest even, where it is
+ *   stored. A GEMM sums its bf16 products in fp32 and rounds once after the bias (and, when
+ *   it accumulates, after adding the old value: dw += ... under bf16 gradients).
+ * - Fused ops round once at their output: matmul_gelu_fwd's pre is the rounded GEMM output
+ *   and its out the rounded GELU of the fp32 sum on cuda (cuBLASLt's epilogue), of the
+ *   rounded pre on cpu (one rounding of pre apart).
+ * - Parameter gradients are fp32 under fp32_grads (main gradients: the weight and bias
+ *   gradients of every op accumulate in fp32), else bf16, each accumulation rounded once
+ *   (the embedding backward sums a row's tokens in fp32 first, then adds once).
+ * - Attention keeps its probabilities or statistics in fp32; the cpu backend computes it
+ *   in fp32 from the widened bf16 q, k, v and rounds out (and dqkv) once. */
 #ifndef TPD_KERNELS_H
 #define TPD_KERNELS_H
 
@@ -48,7 +66,7 @@ typedef struct tpd_kern_backend tpd_kern_backend;
 typedef struct tpd_kern_config {
     int num_threads;     /* cpu: OpenMP threads, 0 = runtime default */
     int device;          /* cuda: device ordinal */
-    tpd_dtype dtype;     /* F32 or BF16 compute (cpu accepts F32 only) */
+    tpd_dtype dtype;     /* F32 or BF16 compute (the bf16 recipe below, on both backends) */
     int fused_attention; /* cuda: 1 = cuDNN flash attention, 0 = cuBLASLt + softmax */
     /* 1: fp32 gradients under a BF16 dtype (Megatron's fp32 main gradients): the ops that
      * accumulate parameter gradients (matmul_bwd's dw and dbias, the norms' dw and db, the

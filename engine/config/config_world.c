@@ -90,9 +90,6 @@ tpd_status tpd_config_check_world(const tpd_config *cfg, int world_size) {
 
 tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
     const tpd_config_training *t = &cfg->training;
-    if (t->precision == TPD_PRECISION_BF16 && t->device == TPD_DEVICE_CPU)
-        return cfg_fail_after(cfg, "training.precision bf16 needs training.device cuda; the cpu "
-                                   "backend computes in fp32");
     if (cfg->parallel.grad_reduce_dtype == TPD_REDUCE_BF16 && t->device == TPD_DEVICE_CUDA)
         return cfg_fail_after(cfg, "parallel.grad_reduce_dtype bf16: the bf16-wire reductions run "
                                    "on the cpu backend's MPI communicators only, not on NCCL; set "

@@ -41,6 +41,8 @@
  * on the cpu backend (the one MoE trains on; tpd_config_check_trainable). */
 #include "engine/model/model_internal.h"
 
+#include "base/bf16.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +74,25 @@ static moe_acts moe_view(const tpd_model *m, const tpd_model_acts *a) {
                   b + o->moe_y,
                   m->d.F ? b + o->moe_shout : NULL};
     return v;
+}
+
+/* The router's logits and the shared gate are fp32 on the host (the routing runs there), but
+ * a matmul writes the activation dtype: under bf16 the n bf16 results at the start of an
+ * fp32 buffer are widened in place, last first (element i's float covers only the bf16
+ * elements 2i and 2i+1, read before it), and fp32 gradients are narrowed in place for the
+ * matmul's backward, first first. No-ops under fp32. */
+static void widen_in_place(const tpd_model *m, float *x, size_t n) {
+    if (m->plan.act_size != 2) return;
+    const uint16_t *h = (const uint16_t *)x;
+    for (size_t i = n; i-- > 0;)
+        x[i] = tpd_bf16_to_f32(h[i]);
+}
+
+static void narrow_in_place(const tpd_model *m, float *x, size_t n) {
+    if (m->plan.act_size != 2) return;
+    uint16_t *h = (uint16_t *)x;
+    for (size_t i = 0; i < n; i++)
+        h[i] = tpd_bf16_from_f32(x[i]);
 }
 
 /* Routes the N tokens from the logits in v.probs (overwritten by the softmax). */
@@ -337,6 +358,7 @@ tpd_status tpd_model_moe_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_mo
     /* logits = x routerw^T, routed on the host */
     TPD_CHECK(tpd_kern_matmul_fwd(m->kb, v.probs, full, w->routerw, NULL, N, C, E));
     TPD_CHECK(tpd_kern_synchronize(m->kb));
+    widen_in_place(m, v.probs, (size_t)N * E);
     route(m, &v, N);
     int kept = v.counts[E];
     char *ys = m->ws + pl->w_moe_perm, *y = m->ws + pl->w_moe_y;
@@ -375,6 +397,7 @@ tpd_status tpd_model_moe_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_mo
         if (d->shgate) { /* gate = sigmoid(x shgatew^T), on the host */
             TPD_CHECK(tpd_kern_matmul_fwd(m->kb, v.gate, full, w->shgatew, NULL, N, C, 1));
             TPD_CHECK(tpd_kern_synchronize(m->kb));
+            widen_in_place(m, v.gate, (size_t)N);
             for (int t = 0; t < N; t++)
                 v.gate[t] = (float)(1.0 / (1.0 + exp(-(double)v.gate[t])));
             TPD_CHECK(tpd_kern_scale_rows(m->kb, ys, v.shout, v.gate, N, C));
@@ -472,6 +495,7 @@ tpd_status tpd_model_moe_bwd(tpd_model *m, const tpd_model_views *w, const tpd_m
      * micro-batch's losses weighted as its lm loss mean is (dloss x N) */
     TPD_CHECK(tpd_kern_synchronize(m->kb));
     route_bwd(m, &v, dw, dl, N, (double)dloss * N);
+    narrow_in_place(m, dl, (size_t)N * E);
     TPD_CHECK(tpd_kern_matmul_bwd(m->kb, d->tp_rank == 0 ? dx2 : NULL, g->routerw, NULL, dl, full,
                                   w->routerw, N, C, E));
     if (d->tp_rank == 0) TPD_CHECK(tpd_kern_add(m->kb, dpartial, dpartial, dx2, (size_t)N * C));
@@ -486,6 +510,7 @@ tpd_status tpd_model_moe_bwd(tpd_model *m, const tpd_model_views *w, const tpd_m
             TPD_CHECK(tpd_kern_synchronize(m->kb));
             for (int t = 0; t < N; t++)
                 dg[t] *= v.gate[t] * (1.0f - v.gate[t]);
+            narrow_in_place(m, dg, (size_t)N);
             /* the gate's weight and (on TP rank 0, the sum holding it once) input gradient */
             TPD_CHECK(tpd_kern_matmul_bwd(m->kb, d->tp_rank == 0 ? dx2 : NULL, g->shgatew, NULL, dg,
                                           full, w->shgatew, N, C, 1));

@@ -81,6 +81,9 @@ static void log_startup(const tpd_trainer *tr) {
                          "cores (%d cores, %d ranks): the ranks' threads will compete for cores",
                          want, tpd_cpu_online_cores(), ranks);
         snprintf(threads, sizeof threads, ", OpenBLAS %s", tpd_kern_cpu_blas_corename());
+        if (tpd_kern_act_dtype(tr->kb) == TPD_DTYPE_BF16) /* the bf16 matmuls' library */
+            snprintf(threads + strlen(threads), sizeof threads - strlen(threads), ", %s",
+                     tpd_kern_cpu_gemm_library());
         if (n > 0)
             snprintf(threads + strlen(threads), sizeof threads - strlen(threads),
                      ", %d thread%s per rank", n, n > 1 ? "s" : "");

@@ -21,6 +21,9 @@ size_t tpd_kern_cpu_bytes_allocated(const tpd_kern_backend *b);
  * CPU's instruction sets allow ("SkylakeX", "Haswell") when the loaded choice is weaker,
  * else NULL. It only takes effect in a process started with it in the environment. */
 const char *tpd_kern_cpu_blas_coretype_upgrade(void);
+/* What runs the bf16 matmuls: "oneDNN 2.6.3", or "OpenBLAS sgemm (fp32 staging)" in a build
+ * without oneDNN. */
+const char *tpd_kern_cpu_gemm_library(void);
 /* The kernels OpenBLAS runs on ("SkylakeX", "Haswell", "Prescott", ...). */
 const char *tpd_kern_cpu_blas_corename(void);
 

@@ -14,24 +14,24 @@
 /* PyTorch AdamW (decoupled weight decay, scaled by lr), as kernels.h states:
  *   g = grad * grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
  *   w -= lr * (m / (1-b1^step) / (sqrt(v / (1-b2^step)) + eps) + wd * w)
- * With master != NULL the fp32 master is the w that is updated and param receives a
- * copy of it (on cpu both are fp32, so the "cast" is a copy); this lets the same
- * optimizer code drive both backends. */
+ * With master != NULL the fp32 master is the w that is updated and param receives its
+ * cast to the parameter dtype (bf16, or a copy under fp32); grad is in the gradient
+ * dtype. This lets the same optimizer code drive both backends. */
 tpd_status tpd_kern_cpu_adamw(tpd_kern_ctx *ctx, void *param_v, float *master, const void *grad_v,
                               float *m, float *v, size_t n, float lr, float beta1, float beta2,
                               float eps, float weight_decay, int step, float grad_scale) {
     TPD_CPU_REQUIRE(step >= 1, "adamw: step (%d) must be >= 1", step);
-    float *param = param_v;     /* (n) */
-    const float *grad = grad_v; /* (n) */
+    const int pb = ctx->act_bf16, gb = ctx->grad_bf16; /* param, grad (n) */
+    TPD_CPU_REQUIRE(master != NULL || !pb, "adamw: bf16 parameters need fp32 master weights");
     /* Bias corrections in double on the host: b^step underflows gracefully and is exact
      * for the early steps where it matters most. */
     const float bc1 = (float)(1.0 - pow((double)beta1, (double)step));
     const float bc2 = (float)(1.0 - pow((double)beta2, (double)step));
-    float *w = master != NULL ? master : param;
+    float *w = master != NULL ? master : (float *)param_v;
     int nt = tpd_kern_cpu_threads(ctx);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (size_t i = 0; i < n; i++) {
-        float g = grad[i] * grad_scale;
+        float g = tpd_cpu_ld(grad_v, i, gb) * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
         m[i] = mi;
@@ -41,7 +41,7 @@ tpd_status tpd_kern_cpu_adamw(tpd_kern_ctx *ctx, void *param_v, float *master, c
         float wi = w[i];
         wi -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * wi);
         w[i] = wi;
-        if (master != NULL) param[i] = wi;
+        if (master != NULL) tpd_cpu_st(param_v, i, wi, pb);
     }
     return TPD_OK;
 }

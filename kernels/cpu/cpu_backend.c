@@ -4,6 +4,7 @@
  * load). Each block carries a 64-byte header holding its requested size, so ->free can
  * keep ctx->bytes_allocated exact without a lookup table. */
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/cpu_gemm.h"
 #include "kernels/cpu/cpu_internal.h"
 
 #include <cblas.h>
@@ -21,6 +22,10 @@ int tpd_kern_cpu_threads(const tpd_kern_ctx *ctx) {
 int tpd_kern_cpu_blas_nested_ok(void) {
     /* openblas_get_parallel: 0 sequential, 1 pthreads, 2 OpenMP. */
     return openblas_get_parallel() != 1 || openblas_get_num_threads() == 1;
+}
+
+const char *tpd_kern_cpu_gemm_library(void) {
+    return tpd_cpu_gemm_library();
 }
 
 const char *tpd_kern_cpu_blas_corename(void) {
@@ -158,6 +163,7 @@ static void cpu_destroy(tpd_kern_ctx *ctx) {
     if (ctx == NULL) return;
     size_t left = atomic_load(&ctx->bytes_allocated);
     if (left != 0) tpd_log_warn("cpu backend destroyed with %zu bytes still allocated", left);
+    tpd_cpu_gemm_destroy(ctx->gemm);
     free(ctx);
 }
 
@@ -190,12 +196,12 @@ static const tpd_kern_ops cpu_ops = {
     .scale = tpd_kern_cpu_scale,
 
     .attention_saved_bytes = tpd_kern_cpu_attention_saved_bytes,
-    .attention_fwd = tpd_kern_cpu_attention_fwd,
-    .attention_bwd = tpd_kern_cpu_attention_bwd,
-    .attention_decode = tpd_kern_cpu_attention_decode,
-    .attention_block_fwd = tpd_kern_cpu_attention_block_fwd,
-    .attention_block_finish = tpd_kern_cpu_attention_block_finish,
-    .attention_block_bwd = tpd_kern_cpu_attention_block_bwd,
+    .attention_fwd = tpd_kern_cpu_stage_attention_fwd,
+    .attention_bwd = tpd_kern_cpu_stage_attention_bwd,
+    .attention_decode = tpd_kern_cpu_stage_attention_decode,
+    .attention_block_fwd = tpd_kern_cpu_stage_attention_block_fwd,
+    .attention_block_finish = tpd_kern_cpu_stage_attention_block_finish,
+    .attention_block_bwd = tpd_kern_cpu_stage_attention_block_bwd,
     .gather_rows = tpd_kern_cpu_gather_rows,
     .scatter_add_rows = tpd_kern_cpu_scatter_add_rows,
     .scale_rows = tpd_kern_cpu_scale_rows,
@@ -240,8 +246,8 @@ static const tpd_kern_ops cpu_ops = {
 tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend **backend_p) {
     tpd_kern_config defaults = TPD_KERN_CONFIG_INIT;
     if (cfg == NULL) cfg = &defaults;
-    if (cfg->dtype != TPD_DTYPE_F32) {
-        tpd_log_error("the cpu backend computes in f32 only, but dtype %s was requested",
+    if (cfg->dtype != TPD_DTYPE_F32 && cfg->dtype != TPD_DTYPE_BF16) {
+        tpd_log_error("the cpu backend computes in f32 or bf16, but dtype %s was requested",
                       tpd_dtype_name(cfg->dtype));
         return TPD_ERR_UNSUPPORTED;
     }
@@ -265,14 +271,27 @@ tpd_status tpd_kern_cpu_create(const tpd_kern_config *cfg, tpd_kern_backend **ba
         openblas_set_num_threads(cfg->num_threads);
     }
     atomic_init(&ctx->bytes_allocated, 0);
+    /* bf16: the cuda backend's dtypes (bf16 parameters and activations, fp32 master
+     * weights, gradients bf16 or fp32), and oneDNN for the matrix products */
+    int bf16 = cfg->dtype == TPD_DTYPE_BF16;
+    ctx->act_bf16 = bf16;
+    ctx->grad_bf16 = bf16 && !cfg->fp32_grads;
+    if (bf16) {
+        tpd_status st = tpd_cpu_gemm_create(&ctx->gemm);
+        if (st != TPD_OK) {
+            free(ctx);
+            free(b);
+            return st;
+        }
+    }
 
     b->ops = &cpu_ops;
     b->ctx = ctx;
     b->name = "cpu";
-    b->act_dtype = TPD_DTYPE_F32;
-    b->param_dtype = TPD_DTYPE_F32;
-    b->grad_dtype = TPD_DTYPE_F32;
-    b->has_master = 0;
+    b->act_dtype = cfg->dtype;
+    b->param_dtype = cfg->dtype;
+    b->grad_dtype = ctx->grad_bf16 ? TPD_DTYPE_BF16 : TPD_DTYPE_F32;
+    b->has_master = bf16;
     b->device_memory = 0;
     *backend_p = b;
     return TPD_OK;

@@ -1,9 +1,12 @@
-/* Private declarations of the cpu (fp32) backend: the context and the op
- * implementations that cpu_backend.c puts in the ops table.
+/* Private declarations of the cpu backend: the context and the op implementations that
+ * cpu_backend.c puts in the ops table.
  *
- * Every tensor argument is fp32 (act, param and grad dtypes are all F32 here), so the
- * ops cast the table's void pointers to float. Loops are OpenMP with a num_threads
- * clause taken from the context; matrix products go through cblas_sgemm. */
+ * The backend computes in fp32 or in bf16 (the cuda backend's recipe, kernels.h's
+ * conventions block): under bf16 the activations and parameters are bf16, the gradients
+ * bf16 or fp32 (fp32_grads), and every op reads its bf16 tensors into fp32, computes in
+ * fp32 and rounds once where it stores (tpd_cpu_ld / tpd_cpu_st below). Loops are OpenMP
+ * with a num_threads clause taken from the context; fp32 matrix products go through
+ * cblas_sgemm, bf16 ones through oneDNN (cpu_gemm.h). */
 #ifndef TPD_KERNELS_CPU_CPU_INTERNAL_H
 #define TPD_KERNELS_CPU_CPU_INTERNAL_H
 
@@ -11,15 +14,42 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/bf16.h"
 #include "base/status.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_internal.h"
 
+struct tpd_cpu_gemm;
+
 struct tpd_kern_ctx {
     int num_threads;               /* OpenMP threads per op; 0 = runtime default */
+    int act_bf16;                  /* 1: activations and parameters are bf16 */
+    int grad_bf16;                 /* 1: parameter gradients are bf16 (bf16 without fp32_grads) */
+    struct tpd_cpu_gemm *gemm;     /* the bf16 matrix products (NULL under fp32) */
     atomic_size_t bytes_allocated; /* live bytes handed out by ->alloc */
     double sumsq_acc;              /* tpd_kern_sumsq_acc's running sum */
 };
+
+/* Element i of a tensor that is bf16 when bf is 1, else fp32, widened to fp32 (exact), and
+ * the store that rounds once to nearest even. The branch is loop-invariant in every use,
+ * so -O3 unswitches the loops and the fp32 path compiles as if it were plain float code. */
+static inline float tpd_cpu_ld(const void *p, size_t i, int bf) {
+    return bf ? tpd_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+static inline void tpd_cpu_st(void *p, size_t i, float v, int bf) {
+    if (bf)
+        ((uint16_t *)p)[i] = tpd_bf16_from_f32(v);
+    else
+        ((float *)p)[i] = v;
+}
+/* p[i] += v in the tensor's dtype (a bf16 element is widened, added to in fp32, rounded). */
+static inline void tpd_cpu_add_to(void *p, size_t i, float v, int bf) {
+    tpd_cpu_st(p, i, tpd_cpu_ld(p, i, bf) + v, bf);
+}
+/* Bytes of an element of the activation dtype. */
+static inline size_t tpd_cpu_act_size(const tpd_kern_ctx *ctx) {
+    return ctx->act_bf16 ? 2 : 4;
+}
 
 /* Threads for the next parallel region of this context. */
 int tpd_kern_cpu_threads(const tpd_kern_ctx *ctx);
@@ -111,6 +141,29 @@ tpd_status tpd_kern_cpu_attention_block_bwd(tpd_kern_ctx *ctx, float *dq, float 
 tpd_status tpd_kern_cpu_attention_decode(tpd_kern_ctx *ctx, void *out, const void *q,
                                          const void *kcache, const void *vcache, int len, int NH,
                                          int NKV, int HS);
+
+/* The ops table's attention entries (cpu_attention_stage.c): the kernels above under fp32,
+ * and under bf16 the same kernels on fp32 copies of the bf16 tensors. */
+tpd_status tpd_kern_cpu_stage_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved,
+                                            const void *qkv, int B, int T, int NH, int NKV, int HS);
+tpd_status tpd_kern_cpu_stage_attention_bwd(tpd_kern_ctx *ctx, void *dqkv, const void *dout,
+                                            const void *qkv, const void *out, const void *saved,
+                                            int B, int T, int NH, int NKV, int HS);
+tpd_status tpd_kern_cpu_stage_attention_block_fwd(tpd_kern_ctx *ctx, float *o, float *m, float *l,
+                                                  const void *qkv, const void *kv,
+                                                  const int32_t *qpos, const int32_t *kpos, int B,
+                                                  int T, int Tk, int NH, int NKV, int HS);
+tpd_status tpd_kern_cpu_stage_attention_block_finish(tpd_kern_ctx *ctx, void *out, float *lse,
+                                                     const float *o, const float *m, const float *l,
+                                                     int B, int T, int NH, int HS);
+tpd_status tpd_kern_cpu_stage_attention_block_bwd(tpd_kern_ctx *ctx, float *dq, float *dkv,
+                                                  const void *dout, const void *out,
+                                                  const float *lse, const void *qkv, const void *kv,
+                                                  const int32_t *qpos, const int32_t *kpos, int B,
+                                                  int T, int Tk, int NH, int NKV, int HS);
+tpd_status tpd_kern_cpu_stage_attention_decode(tpd_kern_ctx *ctx, void *out, const void *q,
+                                               const void *kcache, const void *vcache, int len,
+                                               int NH, int NKV, int HS);
 
 /* ---- Llama's block: RMSNorm, RoPE, SwiGLU (cpu_llama.c) ---- */
 tpd_status tpd_kern_cpu_rmsnorm_fwd(tpd_kern_ctx *ctx, void *out, float *rstd, const void *inp,

@@ -5,7 +5,8 @@
  * rotations and SwiGLU's sigmoid are computed in double and rounded once to fp32: this is
  * the reference backend and none of these ops is where the time goes. Every loop writes
  * disjoint elements in a fixed order, so the bits depend neither on the thread count nor
- * on scheduling. */
+ * on scheduling. Tensors are in the activation dtype, RMSNorm's dw in the gradient dtype
+ * (cpu_internal.h's loads and stores); the arithmetic is as above either way. */
 #include "kernels/cpu/cpu_internal.h"
 
 #include <limits.h>
@@ -21,20 +22,20 @@ tpd_status tpd_kern_cpu_rmsnorm_fwd(tpd_kern_ctx *ctx, void *out_v, float *rstd,
                                     const void *w_v, int N, int C, double eps) {
     TPD_CPU_REQUIRE(N >= 0 && C > 0, "rmsnorm_fwd: bad shape N=%d C=%d", N, C);
     TPD_CPU_REQUIRE(eps >= 0.0, "rmsnorm_fwd: eps (%g) must be >= 0", eps);
-    float *out = out_v;       /* (N,C) */
-    const float *inp = inp_v; /* (N,C) */
-    const float *w = w_v;     /* (C) */
+    const int ab = ctx->act_bf16; /* out, inp (N,C); w (C) */
     int nt = tpd_kern_cpu_threads(ctx);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
+        const size_t x = (size_t)n * C;
         double ss = 0.0;
-        for (int c = 0; c < C; c++)
-            ss += (double)x[c] * x[c];
+        for (int c = 0; c < C; c++) {
+            float xc = tpd_cpu_ld(inp_v, x + c, ab);
+            ss += (double)xc * xc;
+        }
         float rsf = (float)(1.0 / sqrt(ss / C + eps));
-        float *o = out + (size_t)n * C;
         for (int c = 0; c < C; c++)
-            o[c] = x[c] * rsf * w[c];
+            tpd_cpu_st(out_v, x + c, tpd_cpu_ld(inp_v, x + c, ab) * rsf * tpd_cpu_ld(w_v, c, ab),
+                       ab);
         rstd[n] = rsf;
     }
     return TPD_OK;
@@ -49,11 +50,8 @@ tpd_status tpd_kern_cpu_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp_v, void *dw_v,
                                     const void *inp_v, const void *w_v, const float *rstd, int N,
                                     int C) {
     TPD_CPU_REQUIRE(N >= 0 && C > 0, "rmsnorm_bwd: bad shape N=%d C=%d", N, C);
-    float *dinp = dinp_v;       /* (N,C) */
-    float *dw = dw_v;           /* (C) */
-    const float *dout = dout_v; /* (N,C) */
-    const float *inp = inp_v;   /* (N,C) */
-    const float *w = w_v;       /* (C) */
+    /* dinp, dout, inp (N,C); w (C); dw (C) in the gradient dtype */
+    const int ab = ctx->act_bf16, gb = ctx->grad_bf16;
     int nt = tpd_kern_cpu_threads(ctx);
 
     int nblocks = (C + RMS_COL_BLOCK - 1) / RMS_COL_BLOCK;
@@ -63,29 +61,28 @@ tpd_status tpd_kern_cpu_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp_v, void *dw_v,
         int c1 = c0 + RMS_COL_BLOCK < C ? c0 + RMS_COL_BLOCK : C;
         double sdw[RMS_COL_BLOCK] = {0};
         for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C;
-            const float *d = dout + (size_t)n * C;
+            const size_t x = (size_t)n * C;
             for (int c = c0; c < c1; c++)
-                sdw[c - c0] += (double)d[c] * (x[c] * rstd[n]);
+                sdw[c - c0] += (double)tpd_cpu_ld(dout_v, x + c, ab) *
+                               (tpd_cpu_ld(inp_v, x + c, ab) * rstd[n]);
         }
         for (int c = c0; c < c1; c++)
-            dw[c] += (float)sdw[c - c0];
+            tpd_cpu_add_to(dw_v, c, (float)sdw[c - c0], gb);
     }
 
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        const float *d = dout + (size_t)n * C;
-        float *di = dinp + (size_t)n * C;
+        const size_t x = (size_t)n * C;
         float rs = rstd[n];
         double s_dnn = 0.0;
         for (int c = 0; c < C; c++)
-            s_dnn += (double)(d[c] * w[c]) * (x[c] * rs);
+            s_dnn += (double)(tpd_cpu_ld(dout_v, x + c, ab) * tpd_cpu_ld(w_v, c, ab)) *
+                     (tpd_cpu_ld(inp_v, x + c, ab) * rs);
         float m_dnn = (float)(s_dnn / C);
         for (int c = 0; c < C; c++) {
-            float norm = x[c] * rs;
-            float dn = d[c] * w[c];
-            di[c] = (dn - norm * m_dnn) * rs;
+            float norm = tpd_cpu_ld(inp_v, x + c, ab) * rs;
+            float dn = tpd_cpu_ld(dout_v, x + c, ab) * tpd_cpu_ld(w_v, c, ab);
+            tpd_cpu_st(dinp_v, x + c, (dn - norm * m_dnn) * rs, ab);
         }
     }
     return TPD_OK;
@@ -119,10 +116,11 @@ static tpd_status rope_check(const char *op, int B, int T, int NH, int NKV, int 
  * transposed rotation: sin(-a) = -sin(a) exactly, so the backward uses the forward's
  * cos and sin). The loop is over positions, so the cos/sin of a position are computed
  * once for the B rows and NH+NKV heads that share it, ROPE_PAIR_BLOCK pairs at a time. */
-static void rope_rotate(tpd_kern_ctx *ctx, float *qkv, int B, int T, int NH, int NKV, int HS,
+static void rope_rotate(tpd_kern_ctx *ctx, void *qkv, int B, int T, int NH, int NKV, int HS,
                         const tpd_rope *rope, int pos0, double sign) {
     const int half = HS / 2, nrot = NH + NKV;
     const size_t ld = (size_t)(NH + 2 * NKV) * HS; /* row stride of qkv */
+    const int ab = ctx->act_bf16;
     int nt = tpd_kern_cpu_threads(ctx);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int t = 0; t < T; t++) {
@@ -136,13 +134,15 @@ static void rope_rotate(tpd_kern_ctx *ctx, float *qkv, int B, int T, int NH, int
                 sn[i - i0] = sign * sin(theta);
             }
             for (int b = 0; b < B; b++) {
-                float *row = qkv + ((size_t)b * T + t) * ld;
+                const size_t row = ((size_t)b * T + t) * ld;
                 for (int h = 0; h < nrot; h++) {
-                    float *x = row + (size_t)h * HS;
+                    const size_t x = row + (size_t)h * HS;
                     for (int i = i0; i < i1; i++) {
-                        double x0 = x[i], x1 = x[i + half];
-                        x[i] = (float)(x0 * cs[i - i0] - x1 * sn[i - i0]);
-                        x[i + half] = (float)(x0 * sn[i - i0] + x1 * cs[i - i0]);
+                        double x0 = tpd_cpu_ld(qkv, x + i, ab),
+                               x1 = tpd_cpu_ld(qkv, x + i + half, ab);
+                        tpd_cpu_st(qkv, x + i, (float)(x0 * cs[i - i0] - x1 * sn[i - i0]), ab);
+                        tpd_cpu_st(qkv, x + i + half, (float)(x0 * sn[i - i0] + x1 * cs[i - i0]),
+                                   ab);
                     }
                 }
             }
@@ -174,17 +174,15 @@ tpd_status tpd_kern_cpu_rope_bwd(tpd_kern_ctx *ctx, void *dqkv, int B, int T, in
 tpd_status tpd_kern_cpu_swiglu_fwd(tpd_kern_ctx *ctx, void *out_v, const void *inp_v, int N,
                                    int F) {
     TPD_CPU_REQUIRE(N >= 0 && F > 0, "swiglu_fwd: bad shape N=%d F=%d", N, F);
-    float *out = out_v;       /* (N,F) */
-    const float *inp = inp_v; /* (N,2F): [gate | up] */
+    const int ab = ctx->act_bf16; /* out (N,F); inp (N,2F): [gate | up] */
     int nt = tpd_kern_cpu_threads(ctx);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *gate = inp + (size_t)n * 2 * F, *up = gate + F;
-        float *o = out + (size_t)n * F;
+        const size_t gate = (size_t)n * 2 * F, up = gate + F, o = (size_t)n * F;
         for (int c = 0; c < F; c++) {
-            double g = gate[c];
+            double g = tpd_cpu_ld(inp_v, gate + c, ab);
             double sig = 1.0 / (1.0 + exp(-g));
-            o[c] = (float)(g * sig * up[c]);
+            tpd_cpu_st(out_v, o + c, (float)(g * sig * tpd_cpu_ld(inp_v, up + c, ab)), ab);
         }
     }
     return TPD_OK;
@@ -198,21 +196,19 @@ tpd_status tpd_kern_cpu_swiglu_fwd(tpd_kern_ctx *ctx, void *out_v, const void *i
 tpd_status tpd_kern_cpu_swiglu_bwd(tpd_kern_ctx *ctx, void *dinp_v, const void *inp_v,
                                    const void *dout_v, int N, int F) {
     TPD_CPU_REQUIRE(N >= 0 && F > 0, "swiglu_bwd: bad shape N=%d F=%d", N, F);
-    float *dinp = dinp_v;       /* (N,2F): [d gate | d up] */
-    const float *inp = inp_v;   /* (N,2F): [gate | up] */
-    const float *dout = dout_v; /* (N,F) */
+    /* dinp (N,2F): [d gate | d up]; inp (N,2F): [gate | up]; dout (N,F) */
+    const int ab = ctx->act_bf16;
     int nt = tpd_kern_cpu_threads(ctx);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *gate = inp + (size_t)n * 2 * F, *up = gate + F;
-        const float *d = dout + (size_t)n * F;
-        float *dgate = dinp + (size_t)n * 2 * F, *dup = dgate + F;
+        const size_t gate = (size_t)n * 2 * F, up = gate + F, d = (size_t)n * F;
         for (int c = 0; c < F; c++) {
-            double g = gate[c], u = up[c], dy = d[c];
+            double g = tpd_cpu_ld(inp_v, gate + c, ab), u = tpd_cpu_ld(inp_v, up + c, ab);
+            double dy = tpd_cpu_ld(dout_v, d + c, ab);
             double sig = 1.0 / (1.0 + exp(-g));
             double dsilu = sig * (1.0 + g * (1.0 - sig));
-            dgate[c] = (float)(dy * u * dsilu);
-            dup[c] = (float)(dy * g * sig);
+            tpd_cpu_st(dinp_v, gate + c, (float)(dy * u * dsilu), ab);
+            tpd_cpu_st(dinp_v, up + c, (float)(dy * g * sig), ab);
         }
     }
     return TPD_OK;

@@ -3,7 +3,8 @@
  * logits(N,Vl) hold this rank's columns [v0, v0+Vl); the first Vvalid are real tokens and
  * the rest are padding that never enters the softmax. Between the pieces the caller
  * all-reduces maxv (MAX), then sumexp and tgt (SUM), so every rank ends with the global
- * softmax statistics without gathering the logits. */
+ * softmax statistics without gathering the logits. The logits (and the gradient written
+ * over them) are in the activation dtype; the statistics are fp32, the sums double. */
 #include "kernels/cpu/cpu_internal.h"
 
 #include <math.h>
@@ -17,14 +18,16 @@ static int xent_shape_ok(const char *op, int N, int Vl, int Vvalid) {
 tpd_status tpd_kern_cpu_xent_max(tpd_kern_ctx *ctx, float *maxv, const void *logits_v, int N,
                                  int Vl, int Vvalid) {
     if (!xent_shape_ok("xent_max", N, Vl, Vvalid)) return TPD_ERR_INVALID;
-    const float *logits = logits_v; /* (N,Vl) */
+    const int ab = ctx->act_bf16; /* logits (N,Vl) */
     int nt = tpd_kern_cpu_threads(ctx);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * Vl;
+        const size_t l = (size_t)n * Vl;
         float mx = -INFINITY;
-        for (int j = 0; j < Vvalid; j++)
-            mx = l[j] > mx ? l[j] : mx;
+        for (int j = 0; j < Vvalid; j++) {
+            float x = tpd_cpu_ld(logits_v, l + j, ab);
+            mx = x > mx ? x : mx;
+        }
         maxv[n] = mx; /* (N) */
     }
     return TPD_OK;
@@ -37,18 +40,18 @@ tpd_status tpd_kern_cpu_xent_sumexp(tpd_kern_ctx *ctx, float *sumexp, float *tgt
                                     const void *logits_v, const float *maxv, const int32_t *targets,
                                     int N, int Vl, int Vvalid, int v0) {
     if (!xent_shape_ok("xent_sumexp", N, Vl, Vvalid)) return TPD_ERR_INVALID;
-    const float *logits = logits_v; /* (N,Vl) */
+    const int ab = ctx->act_bf16; /* logits (N,Vl) */
     int nt = tpd_kern_cpu_threads(ctx);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * Vl;
+        const size_t l = (size_t)n * Vl;
         float mx = maxv[n];
         double s = 0.0;
         for (int j = 0; j < Vvalid; j++)
-            s += expf(l[j] - mx);
+            s += expf(tpd_cpu_ld(logits_v, l + j, ab) - mx);
         sumexp[n] = (float)s;
         int64_t col = (int64_t)targets[n] - v0;
-        tgt[n] = (col >= 0 && col < Vvalid) ? l[col] : 0.0f;
+        tgt[n] = (col >= 0 && col < Vvalid) ? tpd_cpu_ld(logits_v, l + (size_t)col, ab) : 0.0f;
     }
     return TPD_OK;
 }
@@ -71,19 +74,22 @@ tpd_status tpd_kern_cpu_xent_bwd(tpd_kern_ctx *ctx, void *logits_v, const float 
                                  const float *sumexp, const int32_t *targets, float dloss, int N,
                                  int Vl, int Vvalid, int v0) {
     if (!xent_shape_ok("xent_bwd", N, Vl, Vvalid)) return TPD_ERR_INVALID;
-    float *logits = logits_v; /* (N,Vl), in place */
+    const int ab = ctx->act_bf16; /* logits (N,Vl), in place */
     int nt = tpd_kern_cpu_threads(ctx);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int n = 0; n < N; n++) {
-        float *l = logits + (size_t)n * Vl;
+        const size_t l = (size_t)n * Vl;
         float mx = maxv[n];
         float inv = 1.0f / sumexp[n];
-        for (int j = 0; j < Vvalid; j++)
-            l[j] = expf(l[j] - mx) * inv * dloss;
-        for (int j = Vvalid; j < Vl; j++)
-            l[j] = 0.0f;
         int64_t col = (int64_t)targets[n] - v0;
-        if (col >= 0 && col < Vvalid) l[col] -= dloss;
+        /* the target's -dloss is added before the one rounding of a bf16 store */
+        for (int j = 0; j < Vvalid; j++) {
+            float g = expf(tpd_cpu_ld(logits_v, l + j, ab) - mx) * inv * dloss;
+            if (j == col) g -= dloss;
+            tpd_cpu_st(logits_v, l + j, g, ab);
+        }
+        for (int j = Vvalid; j < Vl; j++)
+            tpd_cpu_st(logits_v, l + j, 0.0f, ab);
     }
     return TPD_OK;
 }

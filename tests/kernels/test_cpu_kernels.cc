@@ -41,10 +41,28 @@ TEST(CpuBackend, CreateFillsTheBackendStruct) {
     EXPECT_EQ(tpd_kern_attention_saved_bytes(be.b, 2, 9, 3, 4), (size_t)2 * 3 * 9 * 9 * 4);
 }
 
-TEST(CpuBackend, RejectsBf16AndNegativeThreads) {
+// bf16 is the cuda backend's recipe: bf16 parameters and activations, fp32 master weights,
+// gradients in fp32 (fp32_grads) or bf16.
+TEST(CpuBackend, Bf16HasTheCudaBackendsDtypes) {
+    for (int fp32_grads : {1, 0}) {
+        tpd_kern_backend *b = nullptr;
+        tpd_kern_config cfg = TPD_KERN_CONFIG_INIT;
+        cfg.dtype = TPD_DTYPE_BF16;
+        cfg.fp32_grads = fp32_grads;
+        ASSERT_EQ(tpd_kern_cpu_create(&cfg, &b), TPD_OK);
+        EXPECT_EQ(tpd_kern_act_dtype(b), TPD_DTYPE_BF16);
+        EXPECT_EQ(tpd_kern_param_dtype(b), TPD_DTYPE_BF16);
+        EXPECT_EQ(tpd_kern_grad_dtype(b), fp32_grads ? TPD_DTYPE_F32 : TPD_DTYPE_BF16);
+        EXPECT_EQ(tpd_kern_has_master(b), 1);
+        EXPECT_EQ(tpd_kern_device_memory(b), 0);
+        tpd_kern_backend_destroy(b);
+    }
+}
+
+TEST(CpuBackend, RejectsOtherDtypesAndNegativeThreads) {
     tpd_kern_backend *b = nullptr;
     tpd_kern_config cfg = TPD_KERN_CONFIG_INIT;
-    cfg.dtype = TPD_DTYPE_BF16;
+    cfg.dtype = TPD_DTYPE_I32;
     EXPECT_EQ(tpd_kern_cpu_create(&cfg, &b), TPD_ERR_UNSUPPORTED);
     EXPECT_EQ(b, nullptr); // output written only on success
     cfg.dtype = TPD_DTYPE_F32;

@@ -7,6 +7,12 @@
 // cuda_test_util.h).
 #include "kernels/cuda_test_util.h"
 
+// Built twice: as the gpu test, and with TPD_KERNEL_TWIN_CPU as the cpu backend's bf16 test
+// (the same cases and tolerances with the cpu backend under test).
+#ifdef TPD_KERNEL_TWIN_CPU
+#define CudaKernels CpuBf16Kernels
+#endif
+
 namespace {
 
 using namespace cuda_test;
@@ -729,6 +735,7 @@ TEST(CudaKernels, F32BackendMatmulMatchesCpuTightly) {
     expect_close(g.down(go, (size_t)N * OC), c.down(co, (size_t)N * OC), kRtolF32, "f32 matmul");
 }
 
+#ifndef TPD_KERNEL_TWIN_CPU
 TEST(CudaKernels, BackendDescribesItself) {
     SKIP_WITHOUT_GPU();
     Be g(true);
@@ -739,6 +746,7 @@ TEST(CudaKernels, BackendDescribesItself) {
     EXPECT_EQ(tpd_kern_device_memory(g.b), 1);
     EXPECT_NE(tpd_kern_stream(g.b), nullptr);
 }
+#endif
 
 // Runs everywhere: without a device the constructor fails cleanly instead of aborting.
 TEST(CudaKernels, AvailabilityIsReportedCleanly) {

@@ -63,15 +63,21 @@ void expect_load_error(tpd_config cfg, const char *load, const std::string &need
     EXPECT_NE(err.find(needle), std::string::npos) << "error: " << err << "\nexpected: " << needle;
 }
 
-TEST(Checkpoint, ResumeIsBitIdentical) {
-    std::string save = ckt::fresh_dir(tiny::temp_prefix("resume"));
+// Trains 6 steps, and 3 + resume + 3: the losses and the parameters must be the same bits.
+void resume_case(const char *name, tpd_precision precision, int fp32_grads) {
+    SCOPED_TRACE(name);
+    std::string save = ckt::fresh_dir(tiny::temp_prefix(name));
     tpd_config cfg = base_config(save);
+    cfg.training.precision = precision;
+    cfg.training.accumulate_allreduce_grads_in_fp32 = fp32_grads;
     tpd_trainer *tr = nullptr;
     ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
     std::vector<double> ref = steps(tr, 6);
     std::vector<float> wte_ref(
         tpd_model_layout_global_numel(&tpd_trainer_model(tr)->plan.lay, TPD_P_WTE));
     ASSERT_EQ(tpd_trainer_gather_param(tr, TPD_P_WTE, wte_ref.data()), TPD_OK);
+    std::vector<float> master_ref(wte_ref.size());
+    ASSERT_EQ(tpd_trainer_gather_master(tr, TPD_P_WTE, master_ref.data()), TPD_OK);
     tpd_trainer_destroy(tr);
 
     train_and_save(cfg, 3);
@@ -80,13 +86,59 @@ TEST(Checkpoint, ResumeIsBitIdentical) {
     EXPECT_EQ(tpd_trainer_iteration(tr), 3);
     EXPECT_EQ(tpd_trainer_consumed_samples(tr), 3u * 16u);
     std::vector<double> cont = steps(tr, 3);
-    std::vector<float> wte(wte_ref.size());
+    std::vector<float> wte(wte_ref.size()), master(wte_ref.size());
     ASSERT_EQ(tpd_trainer_gather_param(tr, TPD_P_WTE, wte.data()), TPD_OK);
+    ASSERT_EQ(tpd_trainer_gather_master(tr, TPD_P_WTE, master.data()), TPD_OK);
     tpd_trainer_destroy(tr);
     for (int i = 0; i < 3; i++)
         EXPECT_EQ(0, memcmp(&cont[i], &ref[3 + i], sizeof(double)))
             << "step " << 4 + i << ": " << cont[i] << " vs " << ref[3 + i];
     EXPECT_EQ(0, memcmp(wte.data(), wte_ref.data(), wte.size() * 4));
+    EXPECT_EQ(0, memcmp(master.data(), master_ref.data(), master.size() * 4));
+}
+
+TEST(Checkpoint, ResumeIsBitIdentical) {
+    resume_case("resume", TPD_PRECISION_FP32, 1);
+}
+
+// bf16 (the cuda backend's recipe on the cpu backend) saves its fp32 master weights, so a
+// resumed run continues bit for bit, with fp32 main gradients or bf16 ones.
+TEST(Checkpoint, Bf16ResumeIsBitIdentical) {
+    resume_case("resume-bf16", TPD_PRECISION_BF16, 1);
+    resume_case("resume-bf16-grads", TPD_PRECISION_BF16, 0);
+}
+
+// The checkpoint format does not depend on the precision: a bf16 run's checkpoint loads into
+// an fp32 run, whose weights are then the bf16 run's fp32 master weights, bit for bit.
+TEST(Checkpoint, Bf16CheckpointLoadsIntoAnFp32Run) {
+    std::string save = ckt::fresh_dir(tiny::temp_prefix("bf16-to-fp32"));
+    tpd_config cfg = base_config(save);
+    cfg.training.precision = TPD_PRECISION_BF16;
+    tpd_trainer *tr = nullptr;
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    steps(tr, 3);
+    ASSERT_EQ(tpd_trainer_save(tr, cfg.checkpoint.save), TPD_OK);
+    std::vector<std::vector<float>> master(TPD_P_COUNT);
+    for (int p = 0; p < TPD_P_COUNT; p++) {
+        master[p].resize(
+            tpd_model_layout_global_numel(&tpd_trainer_model(tr)->plan.lay, (tpd_param)p));
+        ASSERT_EQ(tpd_trainer_gather_master(tr, (tpd_param)p, master[p].data()), TPD_OK);
+    }
+    tpd_trainer_destroy(tr);
+
+    cfg.training.precision = TPD_PRECISION_FP32;
+    snprintf(cfg.checkpoint.load, sizeof cfg.checkpoint.load, "auto");
+    ASSERT_EQ(tpd_trainer_create(&cfg, g_world, &tr), TPD_OK);
+    EXPECT_EQ(tpd_trainer_iteration(tr), 3);
+    for (int p = 0; p < TPD_P_COUNT; p++) {
+        std::vector<float> w(master[p].size());
+        ASSERT_EQ(tpd_trainer_gather_param(tr, (tpd_param)p, w.data()), TPD_OK);
+        if (!w.empty())
+            EXPECT_EQ(0, memcmp(w.data(), master[p].data(), w.size() * 4))
+                << tpd_param_get_info((tpd_param)p)->name;
+    }
+    steps(tr, 1); // and it trains on
+    tpd_trainer_destroy(tr);
 }
 
 TEST(Checkpoint, AutoWithoutLatestStartsFresh) {

@@ -282,6 +282,55 @@ TEST_F(PlanMemory, GradientBufferFollowsTheKeyInPlanAndEngine) {
             }
 }
 
+// bf16 on the cpu backend (the cuda backend's recipe): what the model allocates is what the
+// planner predicts, category by category, with fp32 main gradients or bf16 ones, under TP, PP,
+// ZeRO-1, ZeRO-3, SP, the Llama block and the MoE block.
+TEST(PlanMemoryBf16, CpuAllocationEqualsPlan) {
+    for (int key : {1, 0}) {
+        tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
+        kc.dtype = TPD_DTYPE_BF16;
+        kc.fp32_grads = key;
+        tpd_kern_backend *kb = nullptr;
+        ASSERT_EQ(tpd_kern_cpu_create(&kc, &kb), TPD_OK);
+        struct Case {
+            int tp, pp, dp;
+            tpd_dp_sharding sharding;
+            bool sp, llama, moe;
+        } cases[] = {
+            {1, 1, 1, TPD_DP_SHARDING_NO_SHARD, false, false, false},
+            {2, 2, 2, TPD_DP_SHARDING_NO_SHARD, false, false, false},
+            {2, 2, 2, TPD_DP_SHARDING_OPTIM, true, false, false},
+            {1, 2, 4, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, false, false, false},
+            {2, 2, 2, TPD_DP_SHARDING_OPTIM, false, true, false},
+            {2, 1, 2, TPD_DP_SHARDING_NO_SHARD, false, false, true},
+        };
+        int checked = 0;
+        for (const Case &c : cases) {
+            tpd_config cfg = tiny::config("");
+            if (c.llama) tiny::llama(cfg);
+            if (c.moe) {
+                cfg.model.num_moe_experts = 4;
+                cfg.model.moe_router_topk = 2;
+                cfg.model.moe_ffn_hidden_size = 32;
+            }
+            cfg.training.precision = TPD_PRECISION_BF16;
+            cfg.training.accumulate_allreduce_grads_in_fp32 = key;
+            cfg.parallel.tensor_model_parallel_size = c.tp;
+            cfg.parallel.pipeline_model_parallel_size = c.pp;
+            cfg.parallel.data_parallel_sharding_strategy = c.sharding;
+            cfg.parallel.use_distributed_optimizer = c.sharding != TPD_DP_SHARDING_NO_SHARD;
+            cfg.parallel.sequence_parallel = c.sp;
+            std::string what = "bf16 key " + std::to_string(key) + " TP " + std::to_string(c.tp) +
+                               " PP " + std::to_string(c.pp) + " DP " + std::to_string(c.dp) +
+                               " sharding " + std::to_string((int)c.sharding) +
+                               (c.llama ? " Llama" : "") + (c.moe ? " MoE" : "");
+            checked += check_layout(kb, cfg, c.tp, c.pp, c.dp, what);
+        }
+        EXPECT_EQ(checked, 1 + 2 + 2 + 2 + 2 + 1);
+        tpd_kern_backend_destroy(kb);
+    }
+}
+
 // The sharded strategies the engine trains over all of DP: optim_grads (ZeRO-2) and
 // optim_grads_params (ZeRO-3/FSDP) cut each hook unit of the flat buffer (the embedding, each
 // layer, the final unit) in DP parts and stage full units in slots (the `gather` category).

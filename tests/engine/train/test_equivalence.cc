@@ -23,6 +23,7 @@
 #include "common/mpi_tests.h"
 
 extern "C" {
+#include "base/bf16.h"
 #include "engine/train/train.h"
 #include "engine/verify/verify.h"
 #include "kernels/kernels.h"
@@ -68,7 +69,15 @@ struct Layout {
     int experts = 0;    // model.num_moe_experts (a MoE block of top-2 over them, with a
                         // gated shared expert and both router losses)
     int ep = 1;         // parallel.expert_model_parallel_size
+    bool bf16 = false;  // training.precision bf16 (the cpu backend's bf16 recipe)
 };
+
+// bf16 on the cpu backend: bf16 weights and activations, fp32 master weights and main
+// gradients.
+Layout bf16(Layout L) {
+    L.bf16 = true;
+    return L;
+}
 
 // The mixture of experts: top-2 of 4 experts (a gated shared expert under GPT-2; under
 // Llama, HF's softmax-then-top-k with renormalized weights), both router losses.
@@ -132,6 +141,29 @@ int tied_copies_differ(tpd_trainer *tr) {
     return diff;
 }
 
+// bf16 tolerances, against the bf16 single-rank run. u = 2^-8 is bf16's relative spacing
+// (8 significant bits). A layout moves the points where partial sums are rounded to bf16
+// (TP's all-reduce of partial activations, SP's reduce-scatter, the pipeline's split of
+// micro-batches) and the order of the fp32 main gradients' sums (DP), so instead of fp32's
+// 1e-5 / 1e-4:
+// - the loss, a mean over the batch's 2048 tokens of fp32 log-softmaxes of bf16 logits with
+//   independent rounding errors, within u/20 ~ 2e-4 per step (also the params' norm and
+//   the load-balancing loss);
+// - the gradient norm, a norm of gradients computed from bf16 activations, within u ~ 4e-3;
+// - each parameter tensor after 10 AdamW steps within 8u ~ 3e-2: AdamW divides by
+//   sqrt(v), so a relative error of a gradient becomes the same relative error of its step,
+//   and steps add up.
+// The QKV bias is left out of the per-tensor check: its K part has a zero gradient in exact
+// arithmetic (a shift of every key's score by the same q.b is cancelled by the softmax), so
+// AdamW turns pure rounding noise into full-sized steps there (under fp32 too, but below its
+// tolerance).
+constexpr double kBf16Loss = 2e-4, kBf16Norm = 4e-3, kBf16Param = 3e-2;
+
+// Whether the per-tensor parameter check covers p under L (see the bf16 tolerances).
+bool param_checked(const Layout &L, int p) {
+    return !(L.bf16 && p == TPD_P_QKVB);
+}
+
 // Runs a layout on the first tp*pp*dp ranks. Collective over g_world.
 Result run(const Layout &L) {
     Result r;
@@ -154,6 +186,7 @@ Result run(const Layout &L) {
         cfg.training.train_iters = L.steps;
         cfg.logging.log_params_norm = 1;
         if (L.cuda) cfg.training.device = TPD_DEVICE_CUDA;
+        if (L.bf16) cfg.training.precision = TPD_PRECISION_BF16;
         tiny::set(cfg.training.recompute, "training.recompute", L.recompute);
         cfg.parallel.sequence_parallel = L.sp;
         cfg.training.recompute_num_layers = L.recompute_layers;
@@ -203,11 +236,15 @@ Result run(const Layout &L) {
                                                    tpd_comm_rank(sub) == 0 ? g.data() : nullptr),
                           TPD_OK);
                 // the optimizer's own copy, from each element's owner in the DP plan (what
-                // `verify --device cuda` reads as the master weights): the same bits in fp32
+                // `verify --device cuda` reads as the master weights): the same bits in fp32,
+                // and under bf16 the parameters are the master rounded to bf16
                 std::vector<float> o(g.size());
                 EXPECT_EQ(tpd_trainer_gather_master(tr, (tpd_param)p,
                                                     tpd_comm_rank(sub) == 0 ? o.data() : nullptr),
                           TPD_OK);
+                if (L.bf16)
+                    for (float &x : o)
+                        x = tpd_bf16_to_f32(tpd_bf16_from_f32(x));
                 if (tpd_comm_rank(sub) == 0 && !g.empty())
                     EXPECT_EQ(std::memcmp(o.data(), g.data(), g.size() * 4), 0)
                         << "tpd_trainer_gather_master differs from tpd_trainer_gather_param in "
@@ -246,32 +283,38 @@ int check_layout(const Result &ref, const Layout &L) {
     if (L.in_flight) stages += " " + std::to_string(L.in_flight) + " units in flight";
     if (L.cp > 1) stages += " CP " + std::to_string(L.cp) + (L.a2a ? " a2a" : " p2p");
     if (L.experts) stages += " MoE " + std::to_string(L.experts) + " experts";
+    if (L.bf16) stages += " bf16";
     SCOPED_TRACE(testing::Message() << "TP " << L.tp << " PP " << L.pp << " DP " << L.dp
                                     << " ZeRO-1 " << L.zero << stages);
     EXPECT_EQ(r.loss.size(), ref.loss.size());
     if (r.loss.size() != ref.loss.size()) return 0;
     EXPECT_EQ(r.aux.size(), ref.aux.size()) << "MoE on one side only";
     double worst_loss = 0, worst_norm = 0, worst_param = 0;
+    // fp32: 1e-5 for the loss, the norms and the load-balancing loss, 1e-4 for parameters.
+    // bf16: see Bf16MatchesSingleRankBf16 (kBf16*).
+    const double tol = L.bf16 ? kBf16Loss : 1e-5, tol_norm = L.bf16 ? kBf16Norm : 1e-5;
+    const double tol_param = L.bf16 ? kBf16Param : 1e-4;
     for (size_t i = 0; i < r.loss.size(); i++) {
         double el = std::fabs(r.loss[i] - ref.loss[i]) / std::fabs(ref.loss[i]);
         double en = std::fabs(r.norm[i] - ref.norm[i]) / std::fabs(ref.norm[i]);
-        EXPECT_LE(el, 1e-5) << "step " << i + 1 << " loss " << r.loss[i] << " vs " << ref.loss[i];
-        EXPECT_LE(en, 1e-5) << "step " << i + 1 << " grad norm " << r.norm[i] << " vs "
-                            << ref.norm[i];
+        EXPECT_LE(el, tol) << "step " << i + 1 << " loss " << r.loss[i] << " vs " << ref.loss[i];
+        EXPECT_LE(en, tol_norm) << "step " << i + 1 << " grad norm " << r.norm[i] << " vs "
+                                << ref.norm[i];
         // every parameter once: TP-replicated ones and the tied embedding too
-        EXPECT_LE(std::fabs(r.pnorm[i] - ref.pnorm[i]) / ref.pnorm[i], 1e-5)
+        EXPECT_LE(std::fabs(r.pnorm[i] - ref.pnorm[i]) / ref.pnorm[i], tol)
             << "step " << i + 1 << " params norm " << r.pnorm[i] << " vs " << ref.pnorm[i];
         if (i < ref.aux.size() && i < r.aux.size())
-            EXPECT_LE(std::fabs(r.aux[i] - ref.aux[i]) / ref.aux[i], 1e-5)
+            EXPECT_LE(std::fabs(r.aux[i] - ref.aux[i]) / ref.aux[i], tol)
                 << "step " << i + 1 << " load-balancing loss " << r.aux[i] << " vs " << ref.aux[i];
         worst_loss = std::max(worst_loss, el);
         worst_norm = std::max(worst_norm, en);
     }
     EXPECT_EQ(r.tied_mismatch, 0) << "the first and last stage's wte copies differ";
     for (int p = 0; p < TPD_P_COUNT; p++) {
+        if (!param_checked(L, p)) continue;
         double e =
             tpd_verify_rel_diff(r.params[p].data(), ref.params[p].data(), ref.params[p].size());
-        EXPECT_LE(e, 1e-4) << "parameter " << tpd_param_get_info((tpd_param)p)->name;
+        EXPECT_LE(e, tol_param) << "parameter " << tpd_param_get_info((tpd_param)p)->name;
         worst_param = std::max(worst_param, e);
     }
     printf("TP %d PP %d DP %d ZeRO-1 %d%s%s: worst relative error loss %.2e, grad norm %.2e, "
@@ -283,7 +326,8 @@ int check_layout(const Result &ref, const Layout &L) {
 }
 
 // Runs layout L with fault planted (TRIPOD_TEST_FAULT) and expects the run to leave the
-// reference: its worst relative loss or parameter error above 1e-3. Collective.
+// reference: its worst relative loss or parameter error above 1e-3 (bf16: above the bf16
+// tolerances, the loss's or a checked parameter's). Collective.
 void expect_fault_caught(const Result &ref, const char *fault, const Layout &L) {
     setenv("TRIPOD_TEST_FAULT", fault, 1);
     Result r = run(L);
@@ -291,14 +335,18 @@ void expect_fault_caught(const Result &ref, const char *fault, const Layout &L) 
     if (tpd_comm_rank(g_world) != 0) return;
     SCOPED_TRACE(fault);
     ASSERT_EQ(r.loss.size(), ref.loss.size());
+    // errors in units of their tolerance
+    const double tl = L.bf16 ? kBf16Loss : 1e-3, tp = L.bf16 ? kBf16Param : 1e-3;
     double worst = 0;
     for (size_t i = 0; i < r.loss.size(); i++)
-        worst = std::max(worst, std::fabs(r.loss[i] - ref.loss[i]) / ref.loss[i]);
+        worst = std::max(worst, std::fabs(r.loss[i] - ref.loss[i]) / ref.loss[i] / tl);
     for (int p = 0; p < TPD_P_COUNT; p++)
-        worst = std::max(worst, tpd_verify_rel_diff(r.params[p].data(), ref.params[p].data(),
-                                                    ref.params[p].size()));
-    EXPECT_GT(worst, 1e-3) << "the fault went unnoticed";
-    printf("fault %s: worst relative error %.2e\n", fault, worst);
+        if (param_checked(L, p))
+            worst = std::max(worst, tpd_verify_rel_diff(r.params[p].data(), ref.params[p].data(),
+                                                        ref.params[p].size()) /
+                                        tp);
+    EXPECT_GT(worst, 1.0) << "the fault went unnoticed";
+    printf("fault %s: worst error %.2e times its tolerance\n", fault, worst);
 }
 
 TEST(Equivalence, EveryLayoutMatchesSingleRank) {
@@ -414,6 +462,41 @@ TEST(Equivalence, LlamaMatchesSingleRank) {
     for (const Layout &L : layouts)
         checked += check_layout(ref, L);
     if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)layouts.size());
+}
+
+// bf16 on the cpu backend (the cuda backend's recipe) under TP, PP, DP with ZeRO-1 and
+// ZeRO-3, SP, the interleaved schedule and ZB-H1, the MoE block with EP, and Llama, against
+// the bf16 single-rank run, with the bf16 tolerances above. (Context parallelism refuses
+// bf16.)
+TEST(Equivalence, Bf16MatchesSingleRankBf16) {
+    if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
+    int world = tpd_comm_size(g_world);
+    std::vector<Layout> gpt, lla;
+    auto add = [&](std::vector<Layout> &v, Layout L) {
+        if (ranks(L) <= world) v.push_back(bf16(L));
+    };
+    add(gpt, {2, 1, 1, 0});
+    add(gpt, {1, 2, 1, 0});
+    add(gpt, {1, 1, 2, 1});
+    add(gpt, {2, 2, 2, 1});
+    add(gpt, {4, 1, 2, 0, false, {}, "selective", true});
+    add(gpt, with({1, 2, 4, 1}, 2, "interleaved", 4));
+    add(gpt, sharded({1, 1, 4, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps));
+    add(gpt, epar({1, 1, 2, 0}, 2));
+    add(lla, llama({2, 2, 2, 1}));
+    add(lla, llama(with({1, 4, 2, 0}, 1, "zb-h1", 0)));
+    Result ref_gpt = run(bf16({1, 1, 1, 0})), ref_moe = run(bf16(moe({1, 1, 1, 0})));
+    Result ref_lla = run(bf16(llama({1, 1, 1, 0})));
+    int checked = 0;
+    for (const Layout &L : gpt)
+        checked += check_layout(L.experts ? ref_moe : ref_gpt, L);
+    for (const Layout &L : lla)
+        checked += check_layout(ref_lla, L);
+    if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)(gpt.size() + lla.size()));
+    // and the bf16 tolerances still catch a lost DP reduction (layer 1's bucket)
+    if (world >= 2)
+        expect_fault_caught(ref_gpt, "skip-dp-bucket:2",
+                            bf16(sharded({1, 1, 2, 1}, TPD_DP_SHARDING_OPTIM_GRADS, kSteps)));
 }
 
 // Context parallelism (parallel.context_parallel_size): CP 2 and 4, the ring (p2p) and
