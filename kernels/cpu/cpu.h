@@ -18,7 +18,8 @@ size_t tpd_kern_cpu_bytes_allocated(const tpd_kern_backend *b);
 /* OpenBLAS picks its kernels from the CPU model when the library loads, and on CPUs it
  * does not recognise (virtual machines reporting a generic "Intel Xeon Processor") it
  * falls back to SSE3 kernels, about 3x slower. Returns the OPENBLAS_CORETYPE that the
- * CPU's instruction sets allow ("SkylakeX", "Haswell") when the loaded choice is weaker,
+ * CPU's instruction sets allow ("SkylakeX", "Haswell") when the loaded choice is weaker
+ * (on an AVX-512 CPU, AVX2 kernels count as weaker),
  * else NULL. It only takes effect in a process started with it in the environment. */
 const char *tpd_kern_cpu_blas_coretype_upgrade(void);
 /* What runs the bf16 matmuls: "oneDNN 2.6.3", or "OpenBLAS sgemm (fp32 staging)" in a build
