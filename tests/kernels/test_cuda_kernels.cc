@@ -127,7 +127,7 @@ TEST(CudaKernels, LayerNormWide) {
 // w and dw start `off` elements into their buffers (views into the flat parameter buffer
 // start at any element), which turns the 16-byte packs off.
 void rmsnorm_case(int N, int C, tpd_dtype dt, float rtol, int off = 0) {
-    Be g(true, dt), c(false);
+    Be g(true, dt), c(false, dt);
     FVec x = randn((size_t)N * C, 200, 2.0f), w = randn(C, 201), dy = randn((size_t)N * C, 202);
     FVec dw0 = randn(C, 203);
     auto shifted = [&](const FVec &v) {
@@ -343,7 +343,7 @@ TEST(CudaKernels, Elementwise) {
 // copy_2d moves the same column block on both backends (cudaMemcpy2DAsync).
 TEST(CudaKernels, Copy2dMatchesCpu) {
     SKIP_WITHOUT_GPU();
-    Be g(true, TPD_DTYPE_F32), c(false);
+    Be g(true, TPD_DTYPE_F32), c(false, TPD_DTYPE_F32);
     const int rows = 33, scols = 21, dcols = 10, w = 6;
     FVec src = randn((size_t)rows * scols, 44), dst((size_t)rows * dcols, -1.0f);
     float *gs = g.upf(src), *gd = g.upf(dst), *cs = c.upf(src), *cd = c.upf(dst);
@@ -372,7 +372,7 @@ TEST(CudaKernels, CastRoundTrip) {
 
 void rope_case(int B, int T, int NH, int NKV, int HS, float base, int pos0, tpd_dtype dt,
                float rtol) {
-    Be g(true, dt), c(false);
+    Be g(true, dt), c(false, dt);
     const size_t W = (size_t)(NH + 2 * NKV) * HS, n = (size_t)B * T * W;
     FVec x = randn(n, 220), d = randn(n, 221);
     void *gx = g.up(x), *cx = c.up(x);
@@ -417,7 +417,7 @@ TEST(CudaKernels, RopeF32FarPositionsMatchCpuTightly) {
 // ---- SwiGLU ----
 
 void swiglu_case(int N, int F, tpd_dtype dt, float rtol) {
-    Be g(true, dt), c(false);
+    Be g(true, dt), c(false, dt);
     FVec x = randn((size_t)N * 2 * F, 230, 2.0f), d = randn((size_t)N * F, 231);
     x[0] = -100.0f; // sigmoid's exp overflows and underflows: no NaN, no inf
     x[1] = 100.0f;
@@ -491,7 +491,7 @@ TEST(CudaKernels, CrossEntropyPiecesVocabParallel) {
 
 TEST(CudaKernels, AdamWWithMasterWeights) {
     SKIP_WITHOUT_GPU();
-    Be g(true), c(false);
+    Be g(true), c(false, TPD_DTYPE_F32); // the fp32 optimizer as reference
     ASSERT_EQ(tpd_kern_has_master(g.b), 1);
     const size_t n = 2053;
     FVec w = randn(n, 70), m0(n, 0.0f), v0(n, 0.0f);
@@ -520,7 +520,7 @@ TEST(CudaKernels, AdamWWithMasterWeights) {
 // The engine runs AdamW and sumsq on sub-ranges of the flat buffers: any element offset.
 TEST(CudaKernels, AdamWAndSumsqOnMisalignedRange) {
     SKIP_WITHOUT_GPU();
-    Be g(true), c(false);
+    Be g(true), c(false, TPD_DTYPE_F32); // the fp32 optimizer as reference
     const size_t n = 1029, off = 5;
     FVec w = randn(n, 130), grad = randn(n, 131), z(n, 0.0f);
     void *gp = g.up(w), *gg = g.up(grad);
@@ -545,7 +545,7 @@ TEST(CudaKernels, AdamWAndSumsqOnMisalignedRange) {
 
 TEST(CudaKernels, AdamWF32WithoutMaster) {
     SKIP_WITHOUT_GPU();
-    Be g(true, TPD_DTYPE_F32), c(false);
+    Be g(true, TPD_DTYPE_F32), c(false, TPD_DTYPE_F32);
     ASSERT_EQ(tpd_kern_has_master(g.b), 0);
     const size_t n = 517;
     FVec w = randn(n, 80), grad = randn(n, 81), z(n, 0.0f);
@@ -725,7 +725,7 @@ TEST(CudaKernels, SumOfSquaresIsExactAndDeterministic) {
 
 TEST(CudaKernels, F32BackendMatmulMatchesCpuTightly) {
     SKIP_WITHOUT_GPU();
-    Be g(true, TPD_DTYPE_F32), c(false);
+    Be g(true, TPD_DTYPE_F32), c(false, TPD_DTYPE_F32);
     ASSERT_EQ(g.act(), TPD_DTYPE_F32);
     const int N = 64, C = 48, OC = 80;
     FVec x = randn((size_t)N * C, 100), w = randn((size_t)OC * C, 101), b = randn(OC, 102);
