@@ -22,8 +22,9 @@
  * local one in the layer's qkv block (the backward reads only it), and the attention's own
  * saved state and its whole-sequence output are the layer's attention state.
  *
- * Both need fp32 activations: the block kernels are the cpu backend's, and the ring
- * buffers are copied as 4-byte elements. */
+ * Both run in the activation dtype (bf16 or fp32: the ring's K/V blocks, the all-to-alls'
+ * rows); the ring's running state, dq and the travelling dK/dV sums are fp32, and are
+ * rounded into dqkv once at the end. The block kernels are the cpu backend's. */
 #include "engine/model/model_internal.h"
 
 #include <stdlib.h>
@@ -63,10 +64,6 @@ tpd_status tpd_model_set_cp(tpd_model *m, tpd_comm *cp_comm, int cp_rank) {
                         "(CP %d, rank %d)",
                         cp_comm ? tpd_comm_size(cp_comm) : 0, cp_comm ? tpd_comm_rank(cp_comm) : -1,
                         d->cp_size, cp_rank);
-    if (m->plan.act_size != 4)
-        return tpd_fail(TPD_ERR_UNSUPPORTED,
-                        "model: context parallelism needs fp32 activations (training.precision "
-                        "fp32)");
     m->cp_comm = cp_comm;
     m->cp_rank = cp_rank;
     if (d->cp_a2a) return TPD_OK;
@@ -99,16 +96,26 @@ static size_t kv_numel(const tpd_model_dims *d) {
     return (size_t)d->B * d->T * 2 * d->KVl * d->HS;
 }
 
-/* This rank's K and V heads of qkv (B,T,QKVl) into a block (4-byte elements), or back
+/* The activation dtype: its element size and its name for the communicators. */
+static size_t act_es(const tpd_model *m) {
+    return m->plan.act_size;
+}
+
+static tpd_dtype act_dt(const tpd_model *m) {
+    return m->plan.act_size == 2 ? TPD_DTYPE_BF16 : TPD_DTYPE_F32;
+}
+
+/* This rank's K and V heads of qkv (B,T,QKVl) into a block (activation dtype), or back
  * (unpack: the block into the K/V columns of qkv). */
 static tpd_status kv_move(tpd_model *m, char *qkv, char *blk, int unpack) {
     const tpd_model_dims *d = &m->d;
-    size_t CKV = (size_t)2 * d->KVl * d->HS, row = (size_t)d->QKVl * 4, w = CKV * 4;
+    const size_t es = act_es(m);
+    size_t CKV = (size_t)2 * d->KVl * d->HS, row = (size_t)d->QKVl * es, w = CKV * es;
     int c = d->T / 2;
     for (int h = 0; h < 2; h++)
         for (int b = 0; b < d->B; b++) {
             char *q =
-                qkv + (((size_t)b * d->T + (size_t)h * c) * d->QKVl + (size_t)d->NHl * d->HS) * 4;
+                qkv + (((size_t)b * d->T + (size_t)h * c) * d->QKVl + (size_t)d->NHl * d->HS) * es;
             char *k = blk + ((size_t)h * d->B + b) * c * w;
             TPD_CHECK(unpack ? tpd_kern_copy_2d(m->kb, q, row, k, w, w, (size_t)c)
                              : tpd_kern_copy_2d(m->kb, k, w, q, row, w, (size_t)c));
@@ -116,13 +123,14 @@ static tpd_status kv_move(tpd_model *m, char *qkv, char *blk, int unpack) {
     return TPD_OK;
 }
 
-/* Posts the exchange of one ring step: `send` to the next rank, `recv` from the previous. */
-static tpd_status ring_post(tpd_model *m, const void *send, void *recv, size_t n, int tag,
-                            tpd_comm_req **rs, tpd_comm_req **rr) {
+/* Posts the exchange of one ring step: `send` to the next rank, `recv` from the previous
+ * (n elements of dt). */
+static tpd_status ring_post(tpd_model *m, const void *send, void *recv, size_t n, tpd_dtype dt,
+                            int tag, tpd_comm_req **rs, tpd_comm_req **rr) {
     void *stream = tpd_kern_stream(m->kb);
     TPD_CHECK(tpd_comm_group_start(m->cp_comm));
-    TPD_CHECK(tpd_comm_irecv(m->cp_comm, recv, n, TPD_DTYPE_F32, ring_prev(m), tag, stream, rr));
-    TPD_CHECK(tpd_comm_isend(m->cp_comm, send, n, TPD_DTYPE_F32, ring_next(m), tag, stream, rs));
+    TPD_CHECK(tpd_comm_irecv(m->cp_comm, recv, n, dt, ring_prev(m), tag, stream, rr));
+    TPD_CHECK(tpd_comm_isend(m->cp_comm, send, n, dt, ring_next(m), tag, stream, rs));
     return tpd_comm_group_end(m->cp_comm);
 }
 
@@ -141,8 +149,8 @@ static int query_end(const tpd_model *m) {
 static tpd_status ring_fwd(tpd_model *m, const tpd_model_acts *a) {
     const tpd_model_dims *d = &m->d;
     const tpd_buffer_plan *p = &m->plan;
-    size_t n = kv_numel(d), BH = (size_t)d->B * d->NHl;
-    char *kv[2] = {m->ws + p->w_cpkv, m->ws + p->w_cpkv + n * 4};
+    size_t n = kv_numel(d), BH = (size_t)d->B * d->NHl, es = act_es(m);
+    char *kv[2] = {m->ws + p->w_cpkv, m->ws + p->w_cpkv + n * es};
     float *o = (float *)(m->ws + p->w_cpo), *mx = (float *)(m->ws + p->w_cpm);
     float *l = (float *)(m->ws + p->w_cpl);
     const int32_t *all = (const int32_t *)(m->ws + p->w_cppos), *qpos = all + d->Tg;
@@ -158,17 +166,17 @@ static tpd_status ring_fwd(tpd_model *m, const tpd_model_acts *a) {
         int cur = i % 2, src = (m->cp_rank + CP - i) % CP;
         tpd_comm_req *rs = NULL, *rr = NULL;
         if (i < CP - 1 && skip != i + 1)
-            TPD_CHECK(ring_post(m, kv[cur], kv[1 - cur], n, TAG_KV, &rs, &rr));
+            TPD_CHECK(ring_post(m, kv[cur], kv[1 - cur], n, act_dt(m), TAG_KV, &rs, &rr));
         for (int h = 0; h < 2; h++) {
             int j = chunk_of(d, src, h);
             if (j * c >= query_end(m)) continue; /* wholly after every local query */
-            const char *blk = kv[cur] + (size_t)h * d->B * c * 2 * d->KVl * d->HS * 4;
+            const char *blk = kv[cur] + (size_t)h * d->B * c * 2 * d->KVl * d->HS * es;
             TPD_CHECK(tpd_kern_attention_block_fwd(m->kb, o, mx, l, a->qkv, blk, qpos,
                                                    all + (size_t)j * c, d->B, d->T, c, d->NHl,
                                                    d->KVl, d->HS));
         }
         if (i < CP - 1 && skip == i + 1) /* the next step reads this block again */
-            TPD_CHECK(tpd_kern_copy(m->kb, kv[1 - cur], kv[cur], n * 4));
+            TPD_CHECK(tpd_kern_copy(m->kb, kv[1 - cur], kv[cur], n * es));
         if (rs || rr) TPD_CHECK(ring_wait(m, &rs, &rr));
     }
     return tpd_kern_attention_block_finish(m->kb, a->atty, (float *)a->att, o, mx, l, d->B, d->T,
@@ -178,13 +186,13 @@ static tpd_status ring_fwd(tpd_model *m, const tpd_model_acts *a) {
 static tpd_status ring_bwd(tpd_model *m, void *dqkv, const void *datty, const tpd_model_acts *a) {
     const tpd_model_dims *d = &m->d;
     const tpd_buffer_plan *p = &m->plan;
-    size_t n = kv_numel(d), BH = (size_t)d->B * d->NHl;
-    char *kv[2] = {m->ws + p->w_cpkv, m->ws + p->w_cpkv + n * 4};
-    char *dkv[2] = {m->ws + p->w_cpdkv, m->ws + p->w_cpdkv + n * 4};
+    size_t n = kv_numel(d), BH = (size_t)d->B * d->NHl, es = act_es(m);
+    char *kv[2] = {m->ws + p->w_cpkv, m->ws + p->w_cpkv + n * es};
+    char *dkv[2] = {m->ws + p->w_cpdkv, m->ws + p->w_cpdkv + n * 4}; /* fp32 sums */
     float *dq = (float *)(m->ws + p->w_cpo);
     const int32_t *all = (const int32_t *)(m->ws + p->w_cppos), *qpos = all + d->Tg;
     int c = d->T / 2, CP = d->cp_size;
-    size_t half = (size_t)d->B * c * 2 * d->KVl * d->HS * 4;
+    size_t half = (size_t)d->B * c * 2 * d->KVl * d->HS; /* elements of a chunk's block */
     TPD_CHECK(tpd_kern_zero(m->kb, dq, BH * d->T * d->HS * 4));
     TPD_CHECK(tpd_kern_zero(m->kb, dkv[0], n * 4));
     TPD_CHECK(kv_move(m, a->qkv, kv[0], 0));
@@ -192,28 +200,37 @@ static tpd_status ring_bwd(tpd_model *m, void *dqkv, const void *datty, const tp
         int cur = i % 2, src = (m->cp_rank + CP - i) % CP;
         tpd_comm_req *rs = NULL, *rr = NULL, *ds = NULL, *dr = NULL;
         /* the next block's K/V travel while this one's gradients are computed */
-        if (i < CP - 1) TPD_CHECK(ring_post(m, kv[cur], kv[1 - cur], n, TAG_KV, &rs, &rr));
+        if (i < CP - 1)
+            TPD_CHECK(ring_post(m, kv[cur], kv[1 - cur], n, act_dt(m), TAG_KV, &rs, &rr));
         for (int h = 0; h < 2; h++) {
             int j = chunk_of(d, src, h);
             if (j * c >= query_end(m)) continue;
-            TPD_CHECK(tpd_kern_attention_block_bwd(m->kb, dq, (float *)(dkv[cur] + h * half), datty,
-                                                   a->atty, (const float *)a->att, a->qkv,
-                                                   kv[cur] + h * half, qpos, all + (size_t)j * c,
-                                                   d->B, d->T, c, d->NHl, d->KVl, d->HS));
+            TPD_CHECK(tpd_kern_attention_block_bwd(
+                m->kb, dq, (float *)dkv[cur] + h * half, datty, a->atty, (const float *)a->att,
+                a->qkv, kv[cur] + h * half * es, qpos, all + (size_t)j * c, d->B, d->T, c, d->NHl,
+                d->KVl, d->HS));
         }
         /* the block's dK/dV partial sum follows it; after the last step it goes home */
-        TPD_CHECK(ring_post(m, dkv[cur], dkv[1 - cur], n, TAG_DKV, &ds, &dr));
+        TPD_CHECK(ring_post(m, dkv[cur], dkv[1 - cur], n, TPD_DTYPE_F32, TAG_DKV, &ds, &dr));
         TPD_CHECK(ring_wait(m, &ds, &dr));
         if (rs || rr) TPD_CHECK(ring_wait(m, &rs, &rr));
     }
-    /* dq (B,NH,T,HS) into the Q columns of dqkv, this rank's dK/dV into the K/V columns */
-    size_t row = (size_t)d->QKVl * 4, hs = (size_t)d->HS * 4;
+    /* this rank's dK/dV into the K/V columns of dqkv, dq (B,NH,T,HS) into the Q columns:
+     * each rounded once into the activation dtype (through the free K/V blocks; a copy
+     * under fp32) */
+    const tpd_dtype at = act_dt(m);
+    TPD_CHECK(tpd_kern_cast(m->kb, kv[0], at, dkv[CP % 2], TPD_DTYPE_F32, n));
+    TPD_CHECK(kv_move(m, dqkv, kv[0], 1));
+    size_t row = (size_t)d->QKVl * es, hs = (size_t)d->HS * es, th = (size_t)d->T * d->HS;
     for (int b = 0; b < d->B; b++)
-        for (int h = 0; h < d->NHl; h++)
+        for (int h = 0; h < d->NHl; h++) {
+            TPD_CHECK(tpd_kern_cast(m->kb, kv[1], at, dq + ((size_t)b * d->NHl + h) * th,
+                                    TPD_DTYPE_F32, th));
             TPD_CHECK(tpd_kern_copy_2d(
-                m->kb, (char *)dqkv + ((size_t)b * d->T * d->QKVl + (size_t)h * d->HS) * 4, row,
-                dq + ((size_t)b * d->NHl + h) * d->T * d->HS, hs, hs, (size_t)d->T));
-    return kv_move(m, dqkv, dkv[CP % 2], 1);
+                m->kb, (char *)dqkv + ((size_t)b * d->T * d->QKVl + (size_t)h * d->HS) * es, row,
+                kv[1], hs, hs, (size_t)d->T));
+        }
+    return TPD_OK;
 }
 
 /* ---- a2a: heads for whole sequences ---- */
@@ -226,7 +243,7 @@ static tpd_status a2a(tpd_model *m, const char *send, char *recv, size_t n) {
         cnt[p] = n;
         dsp[p] = (size_t)p * n;
     }
-    return tpd_comm_alltoallv(m->cp_comm, send, cnt, dsp, recv, cnt, dsp, TPD_DTYPE_F32, TAG_A2A,
+    return tpd_comm_alltoallv(m->cp_comm, send, cnt, dsp, recv, cnt, dsp, act_dt(m), TAG_A2A,
                               tpd_kern_stream(m->kb));
 }
 
@@ -236,11 +253,11 @@ static tpd_status a2a(tpd_model *m, const char *send, char *recv, size_t n) {
 static tpd_status seq_move(tpd_model *m, char *full, char *blk, int q, size_t w, int to_full) {
     const tpd_model_dims *d = &m->d;
     int c = d->T / 2;
-    size_t bytes = (size_t)c * w * 4;
+    const size_t es = act_es(m), bytes = (size_t)c * w * es;
     for (int b = 0; b < d->B; b++)
         for (int h = 0; h < 2; h++) {
-            char *f = full + ((size_t)b * d->Tg + (size_t)chunk_of(d, q, h) * c) * w * 4;
-            char *l = blk + ((size_t)b * d->T + (size_t)h * c) * w * 4;
+            char *f = full + ((size_t)b * d->Tg + (size_t)chunk_of(d, q, h) * c) * w * es;
+            char *l = blk + ((size_t)b * d->T + (size_t)h * c) * w * es;
             TPD_CHECK(to_full ? tpd_kern_copy(m->kb, f, l, bytes)
                               : tpd_kern_copy(m->kb, l, f, bytes));
         }
@@ -252,13 +269,14 @@ static tpd_status seq_move(tpd_model *m, char *full, char *blk, int q, size_t w,
 static tpd_status head_move(tpd_model *m, char *loc, char *blk, int p, int qkv, int pack) {
     const tpd_model_dims *d = &m->d;
     int CP = d->cp_size, hq = d->NHl / CP, hk = d->KVl / CP;
-    size_t rows = (size_t)d->B * d->T, lrow = (size_t)(qkv ? d->QKVl : d->NHl * d->HS) * 4;
-    size_t brow = (size_t)(qkv ? hq + 2 * hk : hq) * d->HS * 4, col = 0;
+    const size_t es = act_es(m);
+    size_t rows = (size_t)d->B * d->T, lrow = (size_t)(qkv ? d->QKVl : d->NHl * d->HS) * es;
+    size_t brow = (size_t)(qkv ? hq + 2 * hk : hq) * d->HS * es, col = 0;
     int parts = qkv ? 3 : 1;
     for (int k = 0; k < parts; k++) {
         int heads = k == 0 ? hq : hk, base = k == 0 ? 0 : k == 1 ? d->NHl : d->NHl + d->KVl;
-        char *l = loc + ((size_t)base + (size_t)p * heads) * d->HS * 4, *b = blk + col;
-        size_t w = (size_t)heads * d->HS * 4;
+        char *l = loc + ((size_t)base + (size_t)p * heads) * d->HS * es, *b = blk + col;
+        size_t w = (size_t)heads * d->HS * es;
         TPD_CHECK(pack ? tpd_kern_copy_2d(m->kb, b, brow, l, lrow, w, rows)
                        : tpd_kern_copy_2d(m->kb, l, lrow, b, brow, w, rows));
         col += w;
@@ -282,21 +300,21 @@ static tpd_status a2a_fwd(tpd_model *m, const tpd_model_acts *a) {
     const tpd_model_dims *d = &m->d;
     int hq, hk, W = a2a_heads(m, &hq, &hk), CP = d->cp_size;
     char *send = m->ws + m->plan.w_a2a_send, *recv = m->ws + m->plan.w_a2a_recv;
-    size_t rows = (size_t)d->B * d->T, nq = rows * W, no = rows * hq * d->HS;
+    size_t rows = (size_t)d->B * d->T, nq = rows * W, no = rows * hq * d->HS, es = act_es(m);
     /* (local rows, all heads) -> (whole sequences, this rank's heads), into qkv's block */
     for (int p = 0; p < CP; p++)
-        TPD_CHECK(head_move(m, a->qkv, send + (size_t)p * nq * 4, p, 1, 1));
+        TPD_CHECK(head_move(m, a->qkv, send + (size_t)p * nq * es, p, 1, 1));
     TPD_CHECK(a2a(m, send, recv, nq));
     for (int q = 0; q < CP; q++)
-        TPD_CHECK(seq_move(m, a->qkv, recv + (size_t)q * nq * 4, q, (size_t)W, 1));
+        TPD_CHECK(seq_move(m, a->qkv, recv + (size_t)q * nq * es, q, (size_t)W, 1));
     char *out = a2a_out(m, a);
     TPD_CHECK(tpd_kern_attention_fwd(m->kb, out, a->att, a->qkv, d->B, d->Tg, hq, hk, d->HS));
     /* the output back to the local rows */
     for (int q = 0; q < CP; q++)
-        TPD_CHECK(seq_move(m, out, send + (size_t)q * no * 4, q, (size_t)hq * d->HS, 0));
+        TPD_CHECK(seq_move(m, out, send + (size_t)q * no * es, q, (size_t)hq * d->HS, 0));
     TPD_CHECK(a2a(m, send, recv, no));
     for (int p = 0; p < CP; p++)
-        TPD_CHECK(head_move(m, a->atty, recv + (size_t)p * no * 4, p, 0, 0));
+        TPD_CHECK(head_move(m, a->atty, recv + (size_t)p * no * es, p, 0, 0));
     return TPD_OK;
 }
 
@@ -304,21 +322,21 @@ static tpd_status a2a_bwd(tpd_model *m, void *dqkv, void *datty, const tpd_model
     const tpd_model_dims *d = &m->d;
     int hq, hk, W = a2a_heads(m, &hq, &hk), CP = d->cp_size;
     char *send = m->ws + m->plan.w_a2a_send, *recv = m->ws + m->plan.w_a2a_recv;
-    size_t rows = (size_t)d->B * d->T, nq = rows * W, no = rows * hq * d->HS;
+    size_t rows = (size_t)d->B * d->T, nq = rows * W, no = rows * hq * d->HS, es = act_es(m);
     /* d(output) to whole sequences of this rank's heads, over datty (read no more) */
     for (int p = 0; p < CP; p++)
-        TPD_CHECK(head_move(m, datty, send + (size_t)p * no * 4, p, 0, 1));
+        TPD_CHECK(head_move(m, datty, send + (size_t)p * no * es, p, 0, 1));
     TPD_CHECK(a2a(m, send, recv, no));
     for (int q = 0; q < CP; q++)
-        TPD_CHECK(seq_move(m, datty, recv + (size_t)q * no * 4, q, (size_t)hq * d->HS, 1));
+        TPD_CHECK(seq_move(m, datty, recv + (size_t)q * no * es, q, (size_t)hq * d->HS, 1));
     /* the whole-sequence dqkv in dqkv's block, then back to the local rows */
     TPD_CHECK(tpd_kern_attention_bwd(m->kb, dqkv, datty, a->qkv, a2a_out(m, a), a->att, d->B, d->Tg,
                                      hq, hk, d->HS));
     for (int q = 0; q < CP; q++)
-        TPD_CHECK(seq_move(m, dqkv, send + (size_t)q * nq * 4, q, (size_t)W, 0));
+        TPD_CHECK(seq_move(m, dqkv, send + (size_t)q * nq * es, q, (size_t)W, 0));
     TPD_CHECK(a2a(m, send, recv, nq));
     for (int p = 0; p < CP; p++)
-        TPD_CHECK(head_move(m, dqkv, recv + (size_t)p * nq * 4, p, 1, 0));
+        TPD_CHECK(head_move(m, dqkv, recv + (size_t)p * nq * es, p, 1, 0));
     return TPD_OK;
 }
 

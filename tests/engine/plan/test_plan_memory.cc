@@ -284,7 +284,7 @@ TEST_F(PlanMemory, GradientBufferFollowsTheKeyInPlanAndEngine) {
 
 // bf16 on the cpu backend (the cuda backend's recipe): what the model allocates is what the
 // planner predicts, category by category, with fp32 main gradients or bf16 ones, under TP, PP,
-// ZeRO-1, ZeRO-3, SP, the Llama block and the MoE block.
+// ZeRO-1, ZeRO-3, SP, the Llama block, the MoE block and context parallelism.
 TEST(PlanMemoryBf16, CpuAllocationEqualsPlan) {
     for (int key : {1, 0}) {
         tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
@@ -296,6 +296,8 @@ TEST(PlanMemoryBf16, CpuAllocationEqualsPlan) {
             int tp, pp, dp;
             tpd_dp_sharding sharding;
             bool sp, llama, moe;
+            int cp = 1;
+            bool a2a = false;
         } cases[] = {
             {1, 1, 1, TPD_DP_SHARDING_NO_SHARD, false, false, false},
             {2, 2, 2, TPD_DP_SHARDING_NO_SHARD, false, false, false},
@@ -303,6 +305,8 @@ TEST(PlanMemoryBf16, CpuAllocationEqualsPlan) {
             {1, 2, 4, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, false, false, false},
             {2, 2, 2, TPD_DP_SHARDING_OPTIM, false, true, false},
             {2, 1, 2, TPD_DP_SHARDING_NO_SHARD, false, false, true},
+            {1, 2, 2, TPD_DP_SHARDING_OPTIM, false, false, false, 2, false},  // the ring
+            {2, 1, 1, TPD_DP_SHARDING_NO_SHARD, false, true, false, 2, true}, // the all-to-all
         };
         int checked = 0;
         for (const Case &c : cases) {
@@ -320,13 +324,16 @@ TEST(PlanMemoryBf16, CpuAllocationEqualsPlan) {
             cfg.parallel.data_parallel_sharding_strategy = c.sharding;
             cfg.parallel.use_distributed_optimizer = c.sharding != TPD_DP_SHARDING_NO_SHARD;
             cfg.parallel.sequence_parallel = c.sp;
+            cfg.parallel.context_parallel_size = c.cp;
+            cfg.parallel.cp_comm_type = c.a2a ? TPD_CP_COMM_A2A : TPD_CP_COMM_P2P;
             std::string what = "bf16 key " + std::to_string(key) + " TP " + std::to_string(c.tp) +
                                " PP " + std::to_string(c.pp) + " DP " + std::to_string(c.dp) +
                                " sharding " + std::to_string((int)c.sharding) +
-                               (c.llama ? " Llama" : "") + (c.moe ? " MoE" : "");
+                               (c.llama ? " Llama" : "") + (c.moe ? " MoE" : "") + " CP " +
+                               std::to_string(c.cp) + (c.a2a ? " a2a" : "");
             checked += check_layout(kb, cfg, c.tp, c.pp, c.dp, what);
         }
-        EXPECT_EQ(checked, 1 + 2 + 2 + 2 + 2 + 1);
+        EXPECT_EQ(checked, 1 + 2 + 2 + 2 + 2 + 1 + 2 + 1);
         tpd_kern_backend_destroy(kb);
     }
 }

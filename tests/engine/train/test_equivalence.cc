@@ -466,8 +466,8 @@ TEST(Equivalence, LlamaMatchesSingleRank) {
 
 // bf16 on the cpu backend (the cuda backend's recipe) under TP, PP, DP with ZeRO-1 and
 // ZeRO-3, SP, the interleaved schedule and ZB-H1, the MoE block with EP, and Llama, against
-// the bf16 single-rank run, with the bf16 tolerances above. (Context parallelism refuses
-// bf16.)
+// the bf16 single-rank run, with the bf16 tolerances above; and context parallelism, the ring
+// and the all-to-all.
 TEST(Equivalence, Bf16MatchesSingleRankBf16) {
     if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
     int world = tpd_comm_size(g_world);
@@ -483,7 +483,11 @@ TEST(Equivalence, Bf16MatchesSingleRankBf16) {
     add(gpt, with({1, 2, 4, 1}, 2, "interleaved", 4));
     add(gpt, sharded({1, 1, 4, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps));
     add(gpt, epar({1, 1, 2, 0}, 2));
+    add(gpt, cpar({1, 1, 2, 1}, 2, false)); // the ring: bf16 K/V blocks, fp32 running state
+    add(gpt, cpar({1, 1, 1, 0}, 4, true));  // the all-to-all: bf16 rows
+    add(gpt, cpar({2, 2, 1, 0}, 2, true));
     add(lla, llama({2, 2, 2, 1}));
+    add(lla, llama(cpar({1, 1, 1, 0}, 4, false))); // GQA over the ring
     add(lla, llama(with({1, 4, 2, 0}, 1, "zb-h1", 0)));
     Result ref_gpt = run(bf16({1, 1, 1, 0})), ref_moe = run(bf16(moe({1, 1, 1, 0})));
     Result ref_lla = run(bf16(llama({1, 1, 1, 0})));
