@@ -18,10 +18,72 @@
 
 #include <cblas.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/bf16.h"
+
+/* rows x cols bf16 block with row stride ld -> a tight fp32 block. */
+static void widen_block(float *dst, const uint16_t *src, int rows, int cols, int ld) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            dst[(size_t)r * cols + c] = tpd_bf16_to_f32(src[(size_t)r * ld + c]);
+}
+
+/* The product through fp32 staging and cblas_sgemm, for checked arguments with M, N, K > 0:
+ * A and B are widened to fp32 buffers malloc'd inside the call, and a bf16 C is staged in
+ * fp32 too and rounded once at the end. Slower than a bf16 kernel (the copies, and fp32
+ * FLOPs), but the same arithmetic up to the order of the fp32 summation. The whole path of
+ * a build without oneDNN, and the run-time fallback of one whose oneDNN has no bf16 matmul
+ * for this CPU. */
+static tpd_status gemm_staged(int transa, int transb, int M, int N, int K, float alpha,
+                              const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                              void *C, tpd_dtype c_dt, int ldc, const uint16_t *bias) {
+    int bf16_c = c_dt == TPD_DTYPE_BF16;
+    int a_rows = transa ? K : M, a_cols = transa ? M : K;
+    int b_rows = transb ? N : K, b_cols = transb ? K : N;
+    float *a32 = malloc((size_t)a_rows * a_cols * sizeof(float));
+    float *b32 = malloc((size_t)b_rows * b_cols * sizeof(float));
+    float *c32 = bf16_c ? malloc((size_t)M * N * sizeof(float)) : NULL;
+    if (a32 == NULL || b32 == NULL || (bf16_c && c32 == NULL)) {
+        free(c32);
+        free(b32);
+        free(a32);
+        return tpd_fail(TPD_ERR_NOMEM,
+                        "cpu_gemm_bf16: no memory for the fp32 staging of "
+                        "M=%d N=%d K=%d",
+                        M, N, K);
+    }
+    widen_block(a32, A, a_rows, a_cols, lda);
+    widen_block(b32, B, b_rows, b_cols, ldb);
+    /* beta * C + bias in fp32 (C itself when fp32); sgemm then adds the product with its
+     * beta = 1, and a bf16 C is rounded once, at the end. */
+    float *acc = bf16_c ? c32 : (float *)C;
+    int ldacc = bf16_c ? N : ldc;
+    for (int m = 0; m < M; m++) {
+        for (int n = 0; n < N; n++) {
+            float *a = &acc[(size_t)m * ldacc + n];
+            float c = 0.0f;
+            if (beta != 0.0f)
+                c = bf16_c ? tpd_bf16_to_f32(((const uint16_t *)C)[(size_t)m * ldc + n]) : *a;
+            *a = c + (bias != NULL ? tpd_bf16_to_f32(bias[n]) : 0.0f);
+        }
+    }
+    cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
+                transb ? CblasTrans : CblasNoTrans, M, N, K, alpha, a32, a_cols, b32, b_cols, 1.0f,
+                acc, ldacc);
+    if (bf16_c) {
+        uint16_t *c = C;
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++)
+                c[(size_t)m * ldc + n] = tpd_bf16_from_f32(c32[(size_t)m * N + n]);
+    }
+    free(c32);
+    free(b32);
+    free(a32);
+    return TPD_OK;
+}
 
 /* Checks shared by both paths; returns from the caller on a bad argument. */
 #define GEMM_REQUIRE(cond, ...)                                                                    \
@@ -98,6 +160,7 @@ struct tpd_cpu_gemm {
     pthread_mutex_t lock; /* guards entries and clock */
     unsigned long clock;
     gemm_entry entries[CACHE_SLOTS];
+    atomic_int staged; /* 1 once oneDNN had no bf16 matmul for this CPU (warned once) */
 };
 
 #define DNNL_CHECK(call, what)                                                                     \
@@ -183,6 +246,10 @@ static tpd_status gemm_build(tpd_cpu_gemm *g, const gemm_key *k, gemm_entry *e) 
                                      k->bias == 1 ? &e->bias_md : NULL, &e->dst_md),
                "matmul_desc_init");
     dnnl_status_t ds = dnnl_primitive_desc_create(&pd, &desc, attr, g->engine, NULL);
+    if (ds == dnnl_unimplemented) { /* no bf16 kernel for this CPU: the caller falls back */
+        st = TPD_ERR_UNSUPPORTED;
+        goto cleanup;
+    }
     if (ds != dnnl_success) {
         st = tpd_fail(ds == dnnl_unimplemented ? TPD_ERR_UNSUPPORTED : TPD_ERR_BACKEND,
                       "cpu_gemm: no oneDNN matmul for M=%d N=%d K=%d transa=%d transb=%d "
@@ -282,7 +349,18 @@ tpd_status tpd_cpu_gemm_bf16(tpd_cpu_gemm *g, int transa, int transb, int M, int
     k.bias = bias == NULL ? 0 : (alpha != 1.0f ? 2 : 1);
     k.scaled = alpha != 1.0f;
     gemm_entry *e = NULL;
-    TPD_CHECK(gemm_acquire(g, &k, &e));
+    tpd_status got = atomic_load(&g->staged) ? TPD_ERR_UNSUPPORTED : gemm_acquire(g, &k, &e);
+    if (got == TPD_ERR_UNSUPPORTED) {
+        /* chosen at run time: a CPU without AVX-512 (oneDNN 2.6's bf16 matmuls need it)
+         * multiplies through fp32 staging, the same arithmetic, once warned */
+        if (!atomic_exchange(&g->staged, 1))
+            tpd_log_warn("cpu_gemm: oneDNN has no bf16 matmul for this CPU (M=%d N=%d K=%d); "
+                         "the bf16 products run through fp32 staging and OpenBLAS sgemm",
+                         M, N, K);
+        return gemm_staged(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc,
+                           bias);
+    }
+    TPD_CHECK(got);
 
     tpd_status st = TPD_OK;
     enum { SRC, WEI, DST, BIAS, SCALE, NMEM };
@@ -320,10 +398,7 @@ cleanup:
 
 #else /* !TPD_HAVE_DNNL */
 
-/* Without oneDNN: A and B are widened to fp32 staging buffers, malloc'd inside each call,
- * and multiplied by cblas_sgemm. A bf16 C is staged in fp32 too and rounded once at the
- * end. Slower than a bf16 kernel (the copies, and fp32 FLOPs), but the same arithmetic up
- * to the order of the fp32 summation. */
+/* Without oneDNN every product takes gemm_staged. */
 
 struct tpd_cpu_gemm {
     int unused;
@@ -344,65 +419,16 @@ void tpd_cpu_gemm_destroy(tpd_cpu_gemm *g) {
     free(g);
 }
 
-/* rows x cols bf16 block with row stride ld -> a tight fp32 block. */
-static void widen_block(float *dst, const uint16_t *src, int rows, int cols, int ld) {
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++)
-            dst[(size_t)r * cols + c] = tpd_bf16_to_f32(src[(size_t)r * ld + c]);
-}
-
 tpd_status tpd_cpu_gemm_bf16(tpd_cpu_gemm *g, int transa, int transb, int M, int N, int K,
                              float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                              float beta, void *C, tpd_dtype c_dt, int ldc, const uint16_t *bias) {
     TPD_CHECK(gemm_check_args(g, transa, transb, M, N, K, A, lda, B, ldb, beta, C, c_dt, ldc));
     if (M == 0 || N == 0) return TPD_OK;
-    int bf16_c = c_dt == TPD_DTYPE_BF16;
     if (K == 0) {
         gemm_empty_k(M, N, beta, C, c_dt, ldc, bias);
         return TPD_OK;
     }
-    int a_rows = transa ? K : M, a_cols = transa ? M : K;
-    int b_rows = transb ? N : K, b_cols = transb ? K : N;
-    float *a32 = malloc((size_t)a_rows * a_cols * sizeof(float));
-    float *b32 = malloc((size_t)b_rows * b_cols * sizeof(float));
-    float *c32 = bf16_c ? malloc((size_t)M * N * sizeof(float)) : NULL;
-    if (a32 == NULL || b32 == NULL || (bf16_c && c32 == NULL)) {
-        free(c32);
-        free(b32);
-        free(a32);
-        return tpd_fail(TPD_ERR_NOMEM,
-                        "cpu_gemm_bf16: no memory for the fp32 staging of "
-                        "M=%d N=%d K=%d",
-                        M, N, K);
-    }
-    widen_block(a32, A, a_rows, a_cols, lda);
-    widen_block(b32, B, b_rows, b_cols, ldb);
-    /* beta * C + bias in fp32 (C itself when fp32); sgemm then adds the product with its
-     * beta = 1, and a bf16 C is rounded once, at the end. */
-    float *acc = bf16_c ? c32 : (float *)C;
-    int ldacc = bf16_c ? N : ldc;
-    for (int m = 0; m < M; m++) {
-        for (int n = 0; n < N; n++) {
-            float *a = &acc[(size_t)m * ldacc + n];
-            float c = 0.0f;
-            if (beta != 0.0f)
-                c = bf16_c ? tpd_bf16_to_f32(((const uint16_t *)C)[(size_t)m * ldc + n]) : *a;
-            *a = c + (bias != NULL ? tpd_bf16_to_f32(bias[n]) : 0.0f);
-        }
-    }
-    cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
-                transb ? CblasTrans : CblasNoTrans, M, N, K, alpha, a32, a_cols, b32, b_cols, 1.0f,
-                acc, ldacc);
-    if (bf16_c) {
-        uint16_t *c = C;
-        for (int m = 0; m < M; m++)
-            for (int n = 0; n < N; n++)
-                c[(size_t)m * ldc + n] = tpd_bf16_from_f32(c32[(size_t)m * N + n]);
-    }
-    free(c32);
-    free(b32);
-    free(a32);
-    return TPD_OK;
+    return gemm_staged(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, bias);
 }
 
 #endif
