@@ -55,7 +55,7 @@ PLAN="deps:15 configure:30 build:140 gpu_probe:10 gpu_tests:90 gpu_memory:25 gpu
 PLAN_BUDGET_S=450
 # The targets the GPU steps run: the binary, the kernel benchmark, every `gpu` test's
 # executable (tests/arch/check_gpu_plan.sh fails when a `gpu` test is missing here).
-GPU_TARGETS="tripod tripod_bench_cuda test_cuda_kernels test_cuda_attention
+GPU_TARGETS="tripod tripod_bench_cuda test_cuda_kernels test_cuda_kernels_recipe test_cuda_attention
   test_cuda_main_grads test_cuda_bias_grad test_comm_nccl test_gpu_train test_gpu_memory
   test_model_decode_cuda test_equivalence"
 # The memory test's CTest name (gtest_discover_tests: Suite.Name).
