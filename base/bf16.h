@@ -19,9 +19,10 @@ static inline float tpd_bf16_to_f32(uint16_t h) {
 static inline uint16_t tpd_bf16_from_f32(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    /* branch-free (a select), so that loops of conversions vectorize */
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t quiet = (u >> 16) | 0x0040u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
 }
 
 /* fp16 (1 sign, 5 exponent, 10 mantissa bits) -> fp32, exact: subnormals are normalised,
