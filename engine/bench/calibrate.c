@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #endif
 #include "engine/bench/calibrate.h"
+#include "base/bf16.h"
 #include "base/clock.h"
 #include "base/cpu.h"
 #include "engine/bench/calib_timer.h"
@@ -33,7 +34,8 @@ static int cmp_double(const void *a, const void *b) {
 
 typedef struct bufs {
     tpd_kern_backend *kb;
-    float *a, *b, *c, *d, *e; /* scratch, each `elems` floats */
+    float *a, *b, *c, *d, *e; /* scratch, each `elems` floats (bf16 runs use their front) */
+    int bf16;                 /* the backend computes in bf16 (training.precision) */
     float *mean, *rstd;       /* (N) */
     int32_t *tgt;             /* (N) */
     size_t elems;
@@ -96,17 +98,18 @@ static tpd_status k_xent_bwd(void *p) {
 }
 static tpd_status k_adamw(void *p) {
     bufs *x = p;
-    return tpd_kern_adamw(x->kb, x->a, NULL, x->b, x->c, x->d, x->n, 1e-4f, 0.9f, 0.95f, 1e-8f,
-                          0.1f, 1, 1.0f);
+    /* bf16: the fp32 master is updated and the bf16 parameters receive its cast */
+    return tpd_kern_adamw(x->kb, x->a, x->bf16 ? x->e : NULL, x->b, x->c, x->d, x->n, 1e-4f, 0.9f,
+                          0.95f, 1e-8f, 0.1f, 1, 1.0f);
 }
 static tpd_status k_sumsq(void *p) {
     bufs *x = p;
     double s;
-    return tpd_kern_sumsq(x->kb, x->a, TPD_DTYPE_F32, x->n, &s);
+    return tpd_kern_sumsq(x->kb, x->a, tpd_kern_grad_dtype(x->kb), x->n, &s);
 }
 static tpd_status k_zero(void *p) {
     bufs *x = p;
-    return tpd_kern_zero(x->kb, x->c, x->n * sizeof(float));
+    return tpd_kern_zero(x->kb, x->c, x->n * tpd_dtype_size(tpd_kern_grad_dtype(x->kb)));
 }
 
 /* ---- shapes ---- */
@@ -228,7 +231,7 @@ static tpd_status measure_kernels(const tpd_config *cfg, tpd_comm *w, const tpd_
     if (att > elems) elems = att;
     if (wide * (size_t)(C > F ? C : F) > elems) elems = wide * (size_t)(C > F ? C : F);
     if ((size_t)(params * 1.1) > elems) elems = (size_t)(params * 1.1);
-    bufs x = {.kb = kb, .elems = elems};
+    bufs x = {.kb = kb, .elems = elems, .bf16 = tpd_kern_act_dtype(kb) == TPD_DTYPE_BF16};
     float **all[5] = {&x.a, &x.b, &x.c, &x.d, &x.e};
     int got = 0;
     for (; got < 5; got++)
@@ -246,6 +249,13 @@ static tpd_status measure_kernels(const tpd_config *cfg, tpd_comm *w, const tpd_
         x.d[i] = 0.0f;
         x.e[i] = 1.0f;
     }
+    if (x.bf16) /* the same values as bf16, two to a float: read as fp32 they stay small */
+        for (size_t i = 0; i < 2 * elems; i++) {
+            float v = 0.01f * (float)((i * 2654435761u) % 1000) / 1000.0f;
+            ((uint16_t *)x.a)[i] = tpd_bf16_from_f32(v);
+            ((uint16_t *)x.b)[i] = tpd_bf16_from_f32(0.5f * v + 0.001f);
+            ((uint16_t *)x.c)[i] = tpd_bf16_from_f32(v);
+        }
     for (int i = 0; i < Nmax; i++)
         x.tgt[i] = (i * 7) % (Vp > 257 ? 257 : Vp);
 
@@ -350,8 +360,8 @@ static tpd_status measure_kernels(const tpd_config *cfg, tpd_comm *w, const tpd_
     c->ew_layernorm_bwd = n_ln > 0 ? ln_b / n_ln : 0;
     c->ew_xent_fwd = n_xe > 0 ? xe_f / n_xe : 0;
     c->ew_xent_bwd = n_xe > 0 ? xe_b / n_xe : 0;
-    /* The add kernel reads two floats and writes one. */
-    c->hbm_bw = c->ew_add > 0 ? 12.0 / c->ew_add : 1e9;
+    /* The add kernel reads two elements and writes one (4 bytes each, 2 under bf16). */
+    c->hbm_bw = c->ew_add > 0 ? 3.0 * tpd_dtype_size(tpd_kern_act_dtype(kb)) / c->ew_add : 1e9;
     if (off < nlen)
         snprintf(notes + off, nlen - off,
                  "  per element (ns): add %.3g, layernorm %.3g/%.3g, gelu %.3g/%.3g, "
@@ -384,8 +394,8 @@ static tpd_status k_sync(void *p) {
     if (s->mode & 1)
         TPD_CHECK(tpd_kern_matmul_fwd(s->kb, s->o, s->a, s->w, NULL, s->N, s->C, s->OC));
     if ((s->mode & 2) && s->g)
-        TPD_CHECK(tpd_comm_allreduce(s->g, s->act, s->act, (size_t)s->N * s->C, TPD_DTYPE_F32,
-                                     TPD_COMM_OP_SUM, NULL));
+        TPD_CHECK(tpd_comm_allreduce(s->g, s->act, s->act, (size_t)s->N * s->C,
+                                     tpd_kern_act_dtype(s->kb), TPD_COMM_OP_SUM, NULL));
     return TPD_OK;
 }
 
@@ -507,6 +517,10 @@ tpd_status tpd_calib_run(const tpd_config *cfg, tpd_comm *world, const tpd_calib
     tpd_kern_backend *kb = NULL;
     tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
     kc.num_threads = tpd_trainer_cpu_threads(cfg, per_node); /* as training runs */
+    /* in the config's precision: bf16's kernels (oneDNN matmuls, conversions) are others */
+    c.calibrated_bf16 = cfg->training.precision == TPD_PRECISION_BF16;
+    kc.dtype = c.calibrated_bf16 ? TPD_DTYPE_BF16 : TPD_DTYPE_F32;
+    kc.fp32_grads = tpd_config_grad_bytes(cfg) == 4;
     TPD_CHECK_GOTO(tpd_kern_cpu_create(&kc, &kb), st, free_notes);
     if (opt->verbose) printf("calibrate: kernels at the model's shapes ...\n");
     TPD_CHECK_GOTO(measure_kernels(cfg, world, opt, kb, &c, notes, nlen), st, free_backend);

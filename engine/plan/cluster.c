@@ -26,14 +26,16 @@ typedef struct key_spec {
 #define OFF(f) offsetof(tpd_plan_cluster, f)
 /* Whole-number keys stored as int. */
 static int is_int_key(size_t off) {
-    return off == OFF(gpus_per_node) || off == OFF(calibrated) || off == OFF(nvlink_domain_gpus) ||
-           off == OFF(nics_per_node) || off == OFF(leaf_switch_nodes) || off == OFF(island_nodes) ||
+    return off == OFF(gpus_per_node) || off == OFF(calibrated) || off == OFF(calibrated_bf16) ||
+           off == OFF(nvlink_domain_gpus) || off == OFF(nics_per_node) ||
+           off == OFF(leaf_switch_nodes) || off == OFF(island_nodes) ||
            off == OFF(tp_overlap_available) || off == OFF(global_syncs);
 }
 
 static const key_spec k_keys[] = {
     {"gpus_per_node", 1, 1, 1024, 1, OFF(gpus_per_node)},
     {"calibrated", 0, 0, 1, 1, OFF(calibrated)},
+    {"calibrated_bf16", 0, 0, 1, 1, OFF(calibrated_bf16)},
     {"cpu_cores", 0, 0, 1e6, 1, OFF(cpu_cores)},
     {"calibration_ranks", 0, 0, 1e6, 1, OFF(calibration_ranks)},
     {"gemm_backward_ratio", 0, 0.1, 100, 1, OFF(gemm_bwd_ratio)},

@@ -31,6 +31,9 @@ tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path, co
     fprintf(f, "name: %s\n", c->name);
     fprintf(f, "backend: %s\n", c->backend == TPD_PLAN_BACKEND_CPU ? "cpu" : "cuda");
     fprintf(f, "calibrated: %d\n", c->calibrated);
+    fprintf(f,
+            "calibrated_bf16: %d            # 1: kernels measured in bf16 (training.precision)\n",
+            c->calibrated_bf16);
     fprintf(f, "gpus_per_node: %d             # ranks per node\n", c->gpus_per_node);
     fprintf(f, "cpu_cores: %g                 # cores those ranks share\n", c->cpu_cores);
     fprintf(f, "calibration_ranks: %g         # ranks per node running while measured\n",

@@ -66,6 +66,7 @@ typedef struct tpd_plan_cluster {
     /* ---- the cpu backend's time model (plan/timing_cpu.c); all optional ----
      * `tripod bench --calibrate` measures them on the machine itself. */
     int calibrated;           /* 1: measured here, so peak_flops is a real peak (MFU) */
+    int calibrated_bf16;      /* 1: measured with training.precision bf16 (its kernels) */
     double cpu_cores;         /* cores the ranks of a node share; 0 = not shared */
     double calibration_ranks; /* ranks per node that ran at once while calibrating */
     double gemm_bwd_ratio;    /* linear layer backward time / forward time */

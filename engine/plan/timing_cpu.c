@@ -21,6 +21,7 @@
 #include "engine/plan/plan_internal.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -355,6 +356,15 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
     tpd_status st = TPD_OK;
     const tpd_plan_layout *lay = &res->layout;
     const tpd_config_model *md = &cfg->model;
+    int bf16 = cfg->training.precision == TPD_PRECISION_BF16;
+    static atomic_int warned;
+    if (cl->calibrated && bf16 != cl->calibrated_bf16 && !atomic_exchange(&warned, 1))
+        tpd_log_warn("cluster %s was calibrated with training.precision %s, and this config "
+                     "trains in %s: its kernel times are the other precision's (calibrate with "
+                     "the config's precision: tripod bench --calibrate CONFIG "
+                     "training.precision=%s)",
+                     cl->name, cl->calibrated_bf16 ? "bf16" : "fp32", bf16 ? "bf16" : "fp32",
+                     bf16 ? "bf16" : "fp32");
     cpu_model mm = model_of(cl, lay);
     int p = lay->pp, m = res->num_micro_batches, gpus = (int)tpd_plan_world(lay);
     int slowest = 0;
@@ -364,10 +374,11 @@ tpd_status tpd_plan_cpu_time_evaluate(const tpd_config *cfg, const tpd_plan_clus
         tpd_plan_cpu_stage_cost(cfg, cl, lay, s, &cost[s]);
         if (cost[s].fwd + cost[s].bwd > cost[slowest].fwd + cost[slowest].bwd) slowest = s;
     }
-    /* The cpu engine sends the whole (B*T, C) fp32 activation on every TP rank, or its
-     * 1/TP share of the rows under sequence parallel. */
-    double p2p = p > 1 ? p2p_time(cl, 4.0 * lay->micro_batch_size * tpd_plan_local_seq(cfg, lay) *
-                                          md->hidden_size / (lay->sequence_parallel ? lay->tp : 1))
+    /* The cpu engine sends the whole (B*T, C) activation (fp32 or bf16) on every TP rank, or
+     * its 1/TP share of the rows under sequence parallel. */
+    double p2p = p > 1 ? p2p_time(cl, (bf16 ? 2.0 : 4.0) * lay->micro_batch_size *
+                                          tpd_plan_local_seq(cfg, lay) * md->hidden_size /
+                                          (lay->sequence_parallel ? lay->tp : 1))
                        : 0.0;
     const tpd_plan_stage_cost *sc = &cost[slowest];
     tpd_plan_set_times(lay, cost, slowest, p2p, res);

@@ -42,12 +42,14 @@ TEST(SweepCalib, FitRecoversLatencyAndBandwidth) {
 
 TEST(SweepCalib, ProfileRoundTripsThroughTheLoader) {
     tpd_plan_cluster c = sample_cpu_profile(), back;
+    c.calibrated_bf16 = 1;
     std::string path = tiny::temp_prefix("profile") + ".yaml";
     ASSERT_EQ(tpd_plan_cluster_save(&c, path.c_str(), "a test profile\nsecond line"), TPD_OK);
     ASSERT_EQ(tpd_plan_cluster_load(path.c_str(), &back), TPD_OK);
     EXPECT_STREQ(back.name, "unit-cpu");
     EXPECT_EQ(back.backend, TPD_PLAN_BACKEND_CPU);
     EXPECT_EQ(back.calibrated, 1);
+    EXPECT_EQ(back.calibrated_bf16, 1);
     EXPECT_EQ(back.gpus_per_node, 8);
     EXPECT_DOUBLE_EQ(back.cpu_cores, 2);
     EXPECT_NEAR(back.peak_flops, 20e9, 1e4);

@@ -7,7 +7,10 @@
 #     time beside the planner's, each a number in its range;
 #  3. results are kept: sweep --out and bench --calibrate --out refuse (exit 2, naming the
 #     file) to write over an earlier result unless --force; a sweep where no layout runs
-#     exits non-zero saying so.
+#     exits non-zero saying so;
+#  4. `bench --calibrate` measures the kernels in the config's precision (a bf16 profile says
+#     calibrated_bf16: 1), and the planner warns when a profile's precision is not the
+#     config's.
 # usage: bench_checks.sh TRIPOD_BIN SOURCE_DIR
 set -u
 bin=$1
@@ -91,6 +94,17 @@ check "calibrate over a profile" 2 "'$work/profile.yaml' exists (an earlier resu
   "$bin" bench --calibrate --out "$work/profile.yaml" "$src/configs/demo.yaml" "${tiny[@]}"
 if grep -qx "old profile" "$work/profile.yaml"; then pass=$((pass + 1)); else
   echo "FAIL: calibrate wrote over $work/profile.yaml without --force"; fail=$((fail + 1)); fi
+
+# 4. the calibration measures the config's precision, and the planner says when a profile's
+# precision is not the config's
+check "calibrate in bf16" 0 "calibrate: peak" \
+  "$bin" bench --calibrate --out "$work/bf16.yaml" "$src/configs/demo.yaml" "${tiny[@]}" \
+  training.precision=bf16
+if grep -q "^calibrated_bf16: 1" "$work/bf16.yaml"; then pass=$((pass + 1)); else
+  echo "FAIL: a bf16 calibration does not say calibrated_bf16: 1"; fail=$((fail + 1)); fi
+check "an fp32 plan on a bf16 profile" 0 \
+  "was calibrated with training.precision bf16, and this config trains in fp32" \
+  "$bin" plan "$src/configs/demo.yaml" "${tiny[@]}" --cluster "$work/bf16.yaml" --gpus 1
 
 echo "bench_checks: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
