@@ -325,15 +325,10 @@ static void gemm_release(tpd_cpu_gemm *g, gemm_entry *e) {
     pthread_mutex_unlock(&g->lock);
 }
 
-tpd_status tpd_cpu_gemm_bf16(tpd_cpu_gemm *g, int transa, int transb, int M, int N, int K,
-                             float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                             float beta, void *C, tpd_dtype c_dt, int ldc, const uint16_t *bias) {
-    TPD_CHECK(gemm_check_args(g, transa, transb, M, N, K, A, lda, B, ldb, beta, C, c_dt, ldc));
-    if (M == 0 || N == 0) return TPD_OK;
-    if (K == 0) {
-        gemm_empty_k(M, N, beta, C, c_dt, ldc, bias);
-        return TPD_OK;
-    }
+/* The product for checked arguments with M, N, K > 0. */
+static tpd_status gemm_product(tpd_cpu_gemm *g, int transa, int transb, int M, int N, int K,
+                               float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                               float beta, void *C, tpd_dtype c_dt, int ldc, const uint16_t *bias) {
     gemm_key k;
     memset(&k, 0, sizeof k);
     k.transa = transa != 0;
@@ -419,6 +414,15 @@ void tpd_cpu_gemm_destroy(tpd_cpu_gemm *g) {
     free(g);
 }
 
+static tpd_status gemm_product(tpd_cpu_gemm *g, int transa, int transb, int M, int N, int K,
+                               float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                               float beta, void *C, tpd_dtype c_dt, int ldc, const uint16_t *bias) {
+    (void)g;
+    return gemm_staged(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, bias);
+}
+
+#endif
+
 tpd_status tpd_cpu_gemm_bf16(tpd_cpu_gemm *g, int transa, int transb, int M, int N, int K,
                              float alpha, const uint16_t *A, int lda, const uint16_t *B, int ldb,
                              float beta, void *C, tpd_dtype c_dt, int ldc, const uint16_t *bias) {
@@ -428,7 +432,6 @@ tpd_status tpd_cpu_gemm_bf16(tpd_cpu_gemm *g, int transa, int transb, int M, int
         gemm_empty_k(M, N, beta, C, c_dt, ldc, bias);
         return TPD_OK;
     }
-    return gemm_staged(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc, bias);
+    return gemm_product(g, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, c_dt, ldc,
+                        bias);
 }
-
-#endif
