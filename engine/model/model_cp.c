@@ -215,20 +215,26 @@ static tpd_status ring_bwd(tpd_model *m, void *dqkv, const void *datty, const tp
         TPD_CHECK(ring_wait(m, &ds, &dr));
         if (rs || rr) TPD_CHECK(ring_wait(m, &rs, &rr));
     }
-    /* this rank's dK/dV into the K/V columns of dqkv, dq (B,NH,T,HS) into the Q columns:
-     * each rounded once into the activation dtype (through the free K/V blocks; a copy
-     * under fp32) */
-    const tpd_dtype at = act_dt(m);
-    TPD_CHECK(tpd_kern_cast(m->kb, kv[0], at, dkv[CP % 2], TPD_DTYPE_F32, n));
-    TPD_CHECK(kv_move(m, dqkv, kv[0], 1));
+    /* this rank's dK/dV into the K/V columns of dqkv, dq (B,NH,T,HS) into the Q columns;
+     * under bf16 each is rounded once, through the free K/V blocks */
+    const int narrow = es != 4;
+    char *dkv_act = dkv[CP % 2];
+    if (narrow) {
+        TPD_CHECK(tpd_kern_cast(m->kb, kv[0], act_dt(m), dkv_act, TPD_DTYPE_F32, n));
+        dkv_act = kv[0];
+    }
+    TPD_CHECK(kv_move(m, dqkv, dkv_act, 1));
     size_t row = (size_t)d->QKVl * es, hs = (size_t)d->HS * es, th = (size_t)d->T * d->HS;
     for (int b = 0; b < d->B; b++)
         for (int h = 0; h < d->NHl; h++) {
-            TPD_CHECK(tpd_kern_cast(m->kb, kv[1], at, dq + ((size_t)b * d->NHl + h) * th,
-                                    TPD_DTYPE_F32, th));
+            const void *src = dq + ((size_t)b * d->NHl + h) * th;
+            if (narrow) {
+                TPD_CHECK(tpd_kern_cast(m->kb, kv[1], act_dt(m), src, TPD_DTYPE_F32, th));
+                src = kv[1];
+            }
             TPD_CHECK(tpd_kern_copy_2d(
                 m->kb, (char *)dqkv + ((size_t)b * d->T * d->QKVl + (size_t)h * d->HS) * es, row,
-                kv[1], hs, hs, (size_t)d->T));
+                src, hs, hs, (size_t)d->T));
         }
     return TPD_OK;
 }

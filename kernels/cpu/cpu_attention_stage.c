@@ -27,9 +27,8 @@ static void narrow(tpd_kern_ctx *ctx, void *dst, const float *src, size_t n) {
 tpd_status tpd_kern_cpu_stage_attention_fwd(tpd_kern_ctx *ctx, void *out, void *saved,
                                             const void *qkv, int B, int T, int NH, int NKV,
                                             int HS) {
-    if (!ctx->act_bf16) return tpd_kern_cpu_attention_fwd(ctx, out, saved, qkv, B, T, NH, NKV, HS);
-    if (B < 0 || T < 0 || NH < 0 || NKV < 0 || HS <= 0)
-        return tpd_kern_cpu_attention_fwd(ctx, out, saved, qkv, B, T, NH, NKV, HS); /* its error */
+    if (!ctx->act_bf16 || B < 0 || T < 0 || NH < 0 || NKV < 0 || HS <= 0) /* bad: its error */
+        return tpd_kern_cpu_attention_fwd(ctx, out, saved, qkv, B, T, NH, NKV, HS);
     size_t nq = (size_t)B * T * (NH + 2 * NKV) * HS, no = (size_t)B * T * NH * HS;
     float *f = stage_alloc("attention_fwd", nq + no);
     if (f == NULL) return TPD_ERR_NOMEM;

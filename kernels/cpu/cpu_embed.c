@@ -37,33 +37,24 @@ tpd_status tpd_kern_cpu_embed_fwd(tpd_kern_ctx *ctx, void *out_v, const int32_t 
  * once per token. A counting sort by row gives every row its tokens, in order. */
 static tpd_status embed_bwd_bf16(tpd_kern_ctx *ctx, void *dwte, const void *dout,
                                  const int32_t *tokens, int N, int C, int v0, int Vl) {
-    int *start = calloc((size_t)Vl + 1, sizeof *start),
-        *order = malloc((N > 0 ? N : 1) * sizeof *order);
-    if (start == NULL || order == NULL) {
-        free(start);
-        free(order);
+    /* one block: start[r], row r's first slot in order; fill[r], its next free one */
+    int *start = calloc(2 * ((size_t)Vl + 1) + (size_t)N, sizeof *start);
+    if (start == NULL) {
         tpd_log_error("embed_bwd: out of memory sorting %d tokens by row", N);
         return TPD_ERR_NOMEM;
     }
+    int *fill = start + Vl + 1, *order = fill + Vl + 1;
     for (int n = 0; n < N; n++) {
         int64_t row = (int64_t)tokens[n] - v0;
         if (row >= 0 && row < Vl) start[row + 1]++;
     }
     for (int r = 0; r < Vl; r++)
         start[r + 1] += start[r];
-    int *fill = malloc(((size_t)Vl + 1) * sizeof *fill);
-    if (fill == NULL) {
-        free(start);
-        free(order);
-        tpd_log_error("embed_bwd: out of memory sorting %d tokens by row", N);
-        return TPD_ERR_NOMEM;
-    }
     memcpy(fill, start, ((size_t)Vl + 1) * sizeof *fill);
     for (int n = 0; n < N; n++) {
         int64_t row = (int64_t)tokens[n] - v0;
         if (row >= 0 && row < Vl) order[fill[row]++] = n;
     }
-    free(fill);
     const int ab = ctx->act_bf16, gb = ctx->grad_bf16;
     int nt = tpd_kern_cpu_threads(ctx);
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 16)
@@ -77,7 +68,6 @@ static tpd_status embed_bwd_bf16(tpd_kern_ctx *ctx, void *dwte, const void *dout
         }
     }
     free(start);
-    free(order);
     return TPD_OK;
 }
 

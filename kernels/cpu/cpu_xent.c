@@ -82,14 +82,17 @@ tpd_status tpd_kern_cpu_xent_bwd(tpd_kern_ctx *ctx, void *logits_v, const float 
         float mx = maxv[n];
         float inv = 1.0f / sumexp[n];
         int64_t col = (int64_t)targets[n] - v0;
-        /* the target's -dloss is added before the one rounding of a bf16 store */
-        for (int j = 0; j < Vvalid; j++) {
-            float g = expf(tpd_cpu_ld(logits_v, l + j, ab) - mx) * inv * dloss;
-            if (j == col) g -= dloss;
-            tpd_cpu_st(logits_v, l + j, g, ab);
-        }
+        int has_target = col >= 0 && col < Vvalid;
+        float lt = has_target ? tpd_cpu_ld(logits_v, l + (size_t)col, ab) : 0.0f;
+        for (int j = 0; j < Vvalid; j++)
+            tpd_cpu_st(logits_v, l + j, expf(tpd_cpu_ld(logits_v, l + j, ab) - mx) * inv * dloss,
+                       ab);
         for (int j = Vvalid; j < Vl; j++)
             tpd_cpu_st(logits_v, l + j, 0.0f, ab);
+        /* the target's element again from its logit read above, -dloss added before the one
+         * rounding of a bf16 store (the same fp32 bits as subtracting after the loop) */
+        if (has_target)
+            tpd_cpu_st(logits_v, l + (size_t)col, expf(lt - mx) * inv * dloss - dloss, ab);
     }
     return TPD_OK;
 }
