@@ -12,7 +12,8 @@ and rope_theta != 10000; the same with Llama 3.1's "llama3" rope scaling and a t
 Qwen2ForCausalLM with its QKV biases and a tied head; GPT2LMHeadModel; MixtralForCausalLM,
 4 experts, top-2; Qwen2MoeForCausalLM, 4 experts, top-2 renormalized, a gated shared
 expert; Qwen3ForCausalLM with its per-head q_norm and k_norm; Qwen3MoeForCausalLM, 4
-experts, top-2 renormalized, no shared expert) it writes, under tests/engine/checkpoint/hf/<name>/:
+experts, top-2 renormalized, no shared expert, heads of 16 where hidden_size / heads is 8,
+as in Qwen3's MoE models) it writes, under tests/engine/checkpoint/hf/<name>/:
   model/          the model folder from save_pretrained (sharded for Llama, with
                   model.safetensors.index.json), in bf16 (Llama), fp32 (Qwen2) or fp16
                   (GPT-2), plus a tokenizer.json trained for its vocabulary (Llama);
@@ -194,7 +195,7 @@ def main():
 
     qwen3_moe = Qwen3MoeForCausalLM(Qwen3MoeConfig(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
         num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=64,
         rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
         attention_bias=False, use_sliding_window=False, decoder_sparse_step=1,

@@ -218,13 +218,14 @@ static tpd_status measure_kernels(const tpd_config *cfg, tpd_comm *w, const tpd_
     shapes sh;
     shapes_of(cfg, tpd_comm_size(w), &sh);
     int T = md->seq_length, C = md->hidden_size, NH = md->num_attention_heads;
-    int F = md->ffn_hidden_size, HS = C / NH;
+    int F = md->ffn_hidden_size, HS = tpd_config_head_dim(cfg);
     int maxmbs = 1;
     for (int i = 0; i < sh.nmbs; i++)
         maxmbs = sh.mbs[i] > maxmbs ? sh.mbs[i] : maxmbs;
     int Vp = tpd_config_padded_vocab(cfg, 1), Nmax = maxmbs * T;
     double params = tpd_plan_params_count(cfg);
-    size_t wide = (size_t)(3 * C > F ? 3 * C : F);
+    int QW = NH * HS > C ? NH * HS : C; /* the query heads' width (kv_channels) */
+    size_t wide = (size_t)(3 * QW > F ? 3 * QW : F);
     if ((size_t)Vp > wide) wide = (size_t)Vp;
     size_t elems = (size_t)Nmax * wide;
     size_t att = (size_t)maxmbs * NH * T * T;

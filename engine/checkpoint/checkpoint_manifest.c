@@ -75,6 +75,12 @@ static int read_block(const cJSON *mo, tpd_config_model *m) {
         m->rope_scaling_high_freq_factor = hi->valuedouble;
         m->rope_scaling_original_max_position_embeddings = (int)orig->valuedouble;
     }
+    if ((v = cJSON_GetObjectItemCaseSensitive(mo, "kv_channels"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 65536 ||
+            v->valuedouble != floor(v->valuedouble))
+            return 0;
+        m->kv_channels = (int)v->valuedouble;
+    }
     if ((v = cJSON_GetObjectItemCaseSensitive(mo, "num_query_groups"))) {
         if (!cJSON_IsNumber(v) || v->valuedouble < 1 ||
             m->num_attention_heads % (int)v->valuedouble)
@@ -308,13 +314,15 @@ static tpd_status read_info(const char *path, const cJSON *o, tpd_ckpt_info *inf
         TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out,
                       "checkpoint %s: 'model' holds a malformed block key (normalization, "
                       "position_embedding_type, norm_epsilon, rotary_base, num_query_groups, "
+                      "kv_channels, "
                       "swiglu, untie_embeddings_and_output_weights or add_bias_linear)",
                       path);
     c->training.seed = info->seed;
     if (c->model.num_layers < 1 || c->model.hidden_size < 1 || c->model.num_attention_heads < 1 ||
-        c->model.hidden_size % c->model.num_attention_heads || c->model.vocab_size < 1 ||
-        c->model.max_position_embeddings < 1 || c->model.ffn_hidden_size < 1 ||
-        c->model.seq_length < 1 || c->model.make_vocab_size_divisible_by < 1)
+        (!c->model.kv_channels && c->model.hidden_size % c->model.num_attention_heads) ||
+        c->model.vocab_size < 1 || c->model.max_position_embeddings < 1 ||
+        c->model.ffn_hidden_size < 1 || c->model.seq_length < 1 ||
+        c->model.make_vocab_size_divisible_by < 1)
         TPD_FAIL_GOTO(TPD_ERR_FORMAT, st, out, "checkpoint %s: 'model' holds an impossible shape",
                       path);
 out:
@@ -582,6 +590,7 @@ tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg
          (int)b->position_embedding_type},
         {"swiglu", a->swiglu, b->swiglu},
         {"num_query_groups", tpd_config_kv_heads(&info->cfg), tpd_config_kv_heads(cfg)},
+        {"kv_channels", tpd_config_head_dim(&info->cfg), tpd_config_head_dim(cfg)}, /* head size */
         {"untie_embeddings_and_output_weights", a->untie_embeddings_and_output_weights,
          b->untie_embeddings_and_output_weights},
         {"add_bias_linear", a->add_bias_linear, b->add_bias_linear},

@@ -93,6 +93,7 @@ static void add_model(cJSON *o, const tpd_config *cfg) {
     add_exact(j, "rotary_base", m->rotary_base);
     cJSON_AddBoolToObject(j, "swiglu", m->swiglu);
     cJSON_AddNumberToObject(j, "num_query_groups", tpd_config_kv_heads(cfg));
+    if (m->kv_channels) cJSON_AddNumberToObject(j, "kv_channels", m->kv_channels);
     cJSON_AddBoolToObject(j, "untie_embeddings_and_output_weights",
                           m->untie_embeddings_and_output_weights);
     cJSON_AddBoolToObject(j, "add_bias_linear", m->add_bias_linear);

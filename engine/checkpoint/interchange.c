@@ -66,7 +66,9 @@ const char *tpd_ckpt_gpt2_only(const tpd_config *cfg) {
            : !m->add_bias_linear                           ? "no linear biases"
            : m->add_qkv_bias                               ? "a QKV-only bias"
            : m->num_moe_experts > 0                        ? "a mixture of experts"
-                                                           : NULL;
+           : m->kv_channels > 0 && m->kv_channels * m->num_attention_heads != m->hidden_size
+               ? "a head size other than hidden_size / num_attention_heads (kv_channels)"
+               : NULL;
 }
 
 /* ---- llm.c ---- */

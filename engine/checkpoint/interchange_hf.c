@@ -324,7 +324,7 @@ static cJSON *config_json(const tpd_config *cfg, hf_family fam, const char *dtyp
     cJSON_AddNumberToObject(o, "num_hidden_layers", m->num_layers);
     cJSON_AddNumberToObject(o, "num_attention_heads", m->num_attention_heads);
     cJSON_AddNumberToObject(o, "num_key_value_heads", tpd_config_kv_heads(cfg));
-    cJSON_AddNumberToObject(o, "head_dim", m->hidden_size / m->num_attention_heads);
+    cJSON_AddNumberToObject(o, "head_dim", tpd_config_head_dim(cfg));
     cJSON_AddNumberToObject(o, "max_position_embeddings", maxT);
     cJSON_AddStringToObject(o, "hidden_act", "silu");
     cJSON_AddNumberToObject(o, "rms_norm_eps", m->norm_epsilon);
@@ -590,16 +590,18 @@ static tpd_status read_llama(const cJSON *hc, const char *path, hf_family fam,
                         "interchange %s: num_key_value_heads must divide "
                         "num_attention_heads (%d)",
                         path, NH);
-    if (m->hidden_size % NH)
+    if (json_count(hc, "head_dim", 65536, &hd) < 0)
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "interchange %s: key 'head_dim' must be null or an "
+                        "integer in [1, 65536]",
+                        path);
+    if (!hd && m->hidden_size % NH)
         return tpd_fail(TPD_ERR_FORMAT,
                         "interchange %s: hidden_size %d is not a multiple of "
-                        "num_attention_heads %d",
+                        "num_attention_heads %d (and no head_dim is given)",
                         path, m->hidden_size, NH);
-    if (json_count(hc, "head_dim", HF_MAX_WIDTH, &hd) < 0 || (hd && hd != m->hidden_size / NH))
-        return tpd_fail(TPD_ERR_UNSUPPORTED,
-                        "interchange %s: head_dim must be hidden_size / num_attention_heads "
-                        "(%d) in tripod",
-                        path, m->hidden_size / NH);
+    /* a head size other than hidden_size / heads (Qwen3's 128) is kv_channels */
+    m->kv_channels = hd && hd * NH != m->hidden_size ? hd : 0;
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(hc, "hidden_act");
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu")))
         return tpd_fail(TPD_ERR_UNSUPPORTED, "interchange %s: hidden_act must be \"silu\" (SwiGLU)",
@@ -786,7 +788,7 @@ static tpd_status read_config(const char *dir, tpd_config *cfg, hf_family *fam) 
     if (st != TPD_OK) return st;
     tpd_config_model *m = &cfg->model;
     m->seq_length = m->max_position_embeddings;
-    if (m->hidden_size % m->num_attention_heads)
+    if (!m->kv_channels && m->hidden_size % m->num_attention_heads)
         return tpd_fail(TPD_ERR_FORMAT,
                         "interchange %s: the hidden size %d is not a multiple of the %d "
                         "heads",
@@ -811,13 +813,16 @@ static tpd_status import_tensor(const tpd_st_set *set, const tpd_st_tensor *e, c
     int ok = e->ndim == t->ndim;
     for (int d = 0; ok && d < t->ndim; d++)
         ok = e->shape[d] == t->shape[d];
-    if (!ok)
+    if (!ok) {
+        char have[48], want[48]; /* [rows] or [rows, cols] */
+        snprintf(have, sizeof have, e->ndim > 1 ? "[%lld, %lld]" : "[%lld]", (long long)e->shape[0],
+                 e->ndim > 1 ? (long long)e->shape[1] : 0LL);
+        snprintf(want, sizeof want, t->ndim == 2 ? "[%lld, %lld]" : "[%lld]",
+                 (long long)t->shape[0], t->ndim == 2 ? (long long)t->shape[1] : 0LL);
         return tpd_fail(TPD_ERR_FORMAT,
-                        "interchange %s: tensor '%s' has shape [%lld%s%lld] (%d dims), "
-                        "config.json implies [%lld%s%lld]",
-                        file, e->name, (long long)e->shape[0], e->ndim > 1 ? ", " : "",
-                        e->ndim > 1 ? (long long)e->shape[1] : 0LL, e->ndim, (long long)t->shape[0],
-                        t->ndim == 2 ? ", " : "", t->ndim == 2 ? (long long)t->shape[1] : 0LL);
+                        "interchange %s: tensor '%s' has shape %s, config.json implies %s", file,
+                        e->name, have, want);
+    }
     size_t count = (size_t)t->rows * t->cols;
     if (!t->conv1d) {
         TPD_CHECK(tpd_st_read_f32(set, e, dst, count));

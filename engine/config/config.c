@@ -543,9 +543,10 @@ static tpd_status cfg_check_relations(cfg_loader *ld) {
     const char *k;
 
     k = "model.hidden_size";
-    if (m->hidden_size % m->num_attention_heads)
+    if (m->kv_channels == 0 && m->hidden_size % m->num_attention_heads)
         return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.num_attention_heads"), k,
-                            "hidden_size (%d) must be a multiple of num_attention_heads (%d)",
+                            "hidden_size (%d) must be a multiple of num_attention_heads (%d) "
+                            "(or set model.kv_channels, the head size)",
                             m->hidden_size, m->num_attention_heads);
     k = "model.num_attention_heads";
     if (m->num_attention_heads % tp)

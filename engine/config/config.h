@@ -94,9 +94,11 @@ typedef struct tpd_config_model {
     int rope_scaling;                    /* Llama 3.1's "llama3" frequency scaling */
     double rope_scaling_factor, rope_scaling_low_freq_factor, rope_scaling_high_freq_factor;
     int rope_scaling_original_max_position_embeddings;
-    int swiglu;                              /* gated MLP: down(silu(gate(x)) * up(x)) */
-    int group_query_attention;               /* K/V heads shared by groups of query heads */
-    int num_query_groups;                    /* K/V heads: tpd_config_kv_heads */
+    int swiglu;                /* gated MLP: down(silu(gate(x)) * up(x)) */
+    int group_query_attention; /* K/V heads shared by groups of query heads */
+    int num_query_groups;      /* K/V heads: tpd_config_kv_heads */
+    int kv_channels;           /* a head's size; 0 means hidden_size / num_attention_heads
+                                  (tpd_config_head_dim; Qwen3's head_dim) */
     int untie_embeddings_and_output_weights; /* a separate output layer */
     int add_bias_linear;                     /* biases in the linear layers */
     int add_qkv_bias;                        /* a bias on QKV alone (Qwen2): tpd_config_qkv_bias */
@@ -357,6 +359,11 @@ int tpd_config_lr_decay_iters(const tpd_config *cfg);
 /* Key/value heads of the attention: num_query_groups under group_query_attention, else one
  * per query head (num_attention_heads). */
 int tpd_config_kv_heads(const tpd_config *cfg);
+/* A head's size: model.kv_channels, or hidden_size / num_attention_heads when it is 0. The
+ * query heads span num_attention_heads of them (tpd_config_q_width), which need not be the
+ * hidden size. */
+int tpd_config_head_dim(const tpd_config *cfg);
+int tpd_config_q_width(const tpd_config *cfg);
 /* model.moe_ffn_hidden_size, or ffn_hidden_size when it is 0: an expert's MLP width. */
 int tpd_config_moe_ffn(const tpd_config *cfg);
 /* The mixture of experts: 1 when model.num_moe_experts > 0. */

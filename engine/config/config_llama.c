@@ -38,7 +38,12 @@ tpd_status tpd_cfg_check_llama(cfg_loader *ld) {
                             groups, heads);
     }
     k = "model.position_embedding_type";
-    int head_size = m->hidden_size / heads;
+    int head_size = tpd_config_head_dim(ld->cfg);
+    if (m->position_embedding_type == TPD_POS_ROPE && head_size % 2 && m->kv_channels)
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.kv_channels"), k,
+                            "rope needs an even head size, but kv_channels is %d (RoPE rotates "
+                            "pairs of a head's dimensions)",
+                            head_size);
     if (m->position_embedding_type == TPD_POS_ROPE && head_size % 2)
         return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.hidden_size"), k,
                             "rope needs an even head size, but hidden_size / num_attention_heads = "

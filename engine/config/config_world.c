@@ -252,6 +252,16 @@ int tpd_config_kv_heads(const tpd_config *cfg) {
                                             : cfg->model.num_attention_heads;
 }
 
+int tpd_config_head_dim(const tpd_config *cfg) {
+    const tpd_config_model *m = &cfg->model;
+    if (m->kv_channels > 0) return m->kv_channels;
+    return m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads : 0;
+}
+
+int tpd_config_q_width(const tpd_config *cfg) {
+    return cfg->model.num_attention_heads * tpd_config_head_dim(cfg);
+}
+
 int tpd_config_qkv_bias(const tpd_config *cfg) {
     return cfg->model.add_bias_linear || cfg->model.add_qkv_bias;
 }

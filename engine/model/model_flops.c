@@ -4,7 +4,8 @@ double tpd_model_layer_fwd_flops_per_token(const tpd_config *cfg) {
     const tpd_config_model *m = &cfg->model;
     double h = m->hidden_size, s = m->seq_length;
     double f = m->ffn_hidden_size;
-    double kv = (double)tpd_config_kv_heads(cfg) / m->num_attention_heads * h; /* g*(h/a) */
+    double kv = (double)tpd_config_kv_heads(cfg) * tpd_config_head_dim(cfg); /* g*(h/a) */
+    double q = tpd_config_q_width(cfg); /* h, unless model.kv_channels sets the head size */
     double mlp = m->swiglu ? 3.0 : 2.0;
     double router = 0.0;
     if (m->num_moe_experts > 0) { /* the active experts, the shared ones and the router */
@@ -12,7 +13,7 @@ double tpd_model_layer_fwd_flops_per_token(const tpd_config *cfg) {
             m->moe_shared_expert_intermediate_size;
         router = h * m->num_moe_experts;
     }
-    return 2.0 * (2.0 * h * h + 2.0 * h * kv + mlp * h * f + router) + 4.0 * s * h;
+    return 2.0 * (2.0 * h * q + 2.0 * h * kv + mlp * h * f + router) + 4.0 * s * q;
 }
 
 double tpd_model_flops(const tpd_config *cfg, double batch, double vocab) {

@@ -133,14 +133,15 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
                       d.F, d.maxT);
         return TPD_ERR_INVALID;
     }
-    if (d.NH < 1 || d.C % d.NH || d.NH % tp_size || d.F % tp_size || d.NKV < 1 || d.NH % d.NKV ||
-        d.NKV % tp_size || stage < 0 || stage >= pp_size || tp_rank < 0 || tp_rank >= tp_size) {
+    if (d.NH < 1 || (!m->kv_channels && d.C % d.NH) || d.NH % tp_size || d.F % tp_size ||
+        d.NKV < 1 || d.NH % d.NKV || d.NKV % tp_size || stage < 0 || stage >= pp_size ||
+        tp_rank < 0 || tp_rank >= tp_size) {
         tpd_log_error("model: hidden %d, heads %d, K/V heads %d, ffn %d do not split over TP %d "
                       "(stage %d of %d)",
                       d.C, d.NH, d.NKV, d.F, tp_size, stage, pp_size);
         return TPD_ERR_INVALID;
     }
-    d.HS = d.C / d.NH;
+    d.HS = tpd_config_head_dim(cfg); /* C / NH unless model.kv_channels says otherwise */
     d.NHl = d.NH / tp_size;
     d.KVl = d.NKV / tp_size;
     d.Cl = d.NHl * d.HS;
@@ -235,7 +236,7 @@ tpd_status tpd_model_layout_init_ep(const tpd_config *cfg, int tp_size, int tp_r
         [TPD_P_LN1B] = {d->C, 1},
         [TPD_P_QKVW] = {qkv, d->C},
         [TPD_P_QKVB] = {qkv, 1},
-        [TPD_P_ATTPROJW] = {d->C, d->C},
+        [TPD_P_ATTPROJW] = {d->C, d->NH * d->HS},
         [TPD_P_ATTPROJB] = {d->C, 1},
         [TPD_P_LN2W] = {d->C, 1},
         [TPD_P_LN2B] = {d->C, 1},

@@ -60,13 +60,15 @@ double tpd_plan_layer_expert_params(const tpd_config *cfg, int tp, int ep) {
 double tpd_plan_layer_params_ep(const tpd_config *cfg, int tp, int ep) {
     const tpd_config_model *m = &cfg->model;
     double t = tp, h = m->hidden_size, f = m->ffn_hidden_size;
-    double kv = (double)tpd_config_kv_heads(cfg) / m->num_attention_heads * h;
+    /* q: the query heads' width, h unless model.kv_channels sets the head size */
+    double hd = tpd_config_head_dim(cfg), q = tpd_config_q_width(cfg);
+    double kv = (double)tpd_config_kv_heads(cfg) * hd;
     double bias = m->add_bias_linear ? 1.0 : 0.0, glu = m->swiglu ? 2.0 : 1.0;
     double qkv_bias = tpd_config_qkv_bias(cfg) ? 1.0 : 0.0;
-    double n = (h + 2.0 * kv) * (h + qkv_bias) / t /* qkv ((h + 2h_kv)/t, h) + bias */
-               + h * h / t + bias * h              /* attention projection (h, h/t) + bias */
+    double n = (q + 2.0 * kv) * (h + qkv_bias) / t /* qkv ((q + 2h_kv)/t, h) + bias */
+               + h * q / t + bias * h              /* attention projection (h, q/t) + bias */
                + 2.0 * tpd_plan_norm_params(cfg) +
-               (m->qk_layernorm ? 2.0 * h / m->num_attention_heads : 0.0); /* QK norm (HS) */
+               (m->qk_layernorm ? 2.0 * hd : 0.0); /* QK norm (head size) */
     if (m->num_moe_experts > 0) {
         /* a mixture: the router (E, h) replicated, E experts (E / EP on an EP rank) each
          * split like the dense MLP, and the shared experts (width
@@ -119,8 +121,8 @@ double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_
     case TPD_RECOMPUTE_NONE:
         return model;
     case TPD_RECOMPUTE_SELECTIVE:
-        /* The recomputed QK^T and AV of every layer. */
-        return model + tokens * l * 4.0 * s * h;
+        /* The recomputed QK^T and AV of every layer (over the query heads' width). */
+        return model + tokens * l * 4.0 * s * tpd_config_q_width(cfg);
     case TPD_RECOMPUTE_FULL:
         /* One more forward of every transformer layer; the logits are not recomputed.
          * At f = 4h: 96Bslh^2(1 + s/(6h) + V/(16lh)), SC21 Eq. 3. */
@@ -235,13 +237,14 @@ double tpd_plan_layer_activation_bytes_cp(const tpd_config *cfg, double b, int t
     double c = cp > 1 ? cp : 1;
     double S = m->seq_length, s = S / c, h = m->hidden_size, a = m->num_attention_heads, t = tp;
     double f = m->ffn_hidden_size;
-    double kv = (double)tpd_config_kv_heads(cfg) / a * h;
+    double kv = (double)tpd_config_kv_heads(cfg) * tpd_config_head_dim(cfg);
+    double sbq = s * b * tpd_config_q_width(cfg); /* the query heads (sbh at the usual size) */
     double sbh = s * b * h, rep = sp ? 1.0 / t : 1.0;
     double dropout = tpd_plan_gpt_block(cfg) ? 1.0 : 0.0;
     if (r == TPD_RECOMPUTE_FULL) return 2.0 * sbh * rep;
     double norms = 4.0 * sbh * rep;
     double attn =
-        2.0 * sbh * rep + (2.0 * sbh + 4.0 * s * b * kv) / t + 2.0 * sbh / t + dropout * sbh * rep;
+        2.0 * sbh * rep + (2.0 * sbq + 4.0 * s * b * kv) / t + 2.0 * sbq / t + dropout * sbh * rep;
     double mlp = 2.0 * sbh * rep + (m->swiglu ? 6.0 : 4.0) * s * b * f / t + dropout * sbh * rep;
     double scores =
         r == TPD_RECOMPUTE_NONE && !flash ? (2.0 + 3.0 * dropout) * a * s * S * b / t : 0.0;
@@ -317,7 +320,8 @@ void tpd_plan_kern_shapes(const tpd_config *cfg, const tpd_plan_layout *lay, int
     int C = m->hidden_size, NH = m->num_attention_heads;
     /* under MoE the dense MLP's tensors are the shared experts' */
     int F = m->num_moe_experts > 0 ? m->moe_shared_expert_intermediate_size : m->ffn_hidden_size;
-    int HS = NH > 0 ? C / NH : 0, NHl = NH / t, KVl = tpd_config_kv_heads(cfg) / t;
+    int HS = NH > 0 ? tpd_config_head_dim(cfg) : 0, NHl = NH / t,
+        KVl = tpd_config_kv_heads(cfg) / t;
     int QKVl = (NHl + 2 * KVl) * HS, FCl = (m->swiglu ? 2 : 1) * (F / t);
     memset(s, 0, sizeof *s);
     s->B = lay->micro_batch_size;
@@ -379,10 +383,12 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
         return TPD_ERR_INVALID;
     }
     uint64_t Ls = (uint64_t)layers, Vl = (uint64_t)tpd_config_padded_vocab(cfg, lay->tp) / t;
-    uint64_t Cl = C / t, Fl = F / t, NHl = NH / t, N = B * T;
+    uint64_t Fl = F / t, NHl = NH / t, N = B * T;
     /* the block: K/V heads (grouped-query attention), SwiGLU's [gate; up], RMSNorm without
-     * b or mean, linear biases, learned positions, tied or separate output layer */
-    uint64_t HS = C / NH, KVl = (uint64_t)tpd_config_kv_heads(cfg) / t;
+     * b or mean, linear biases, learned positions, tied or separate output layer; Cl the
+     * local query heads' width (C/t unless model.kv_channels sets the head size) */
+    uint64_t HS = (uint64_t)tpd_config_head_dim(cfg), KVl = (uint64_t)tpd_config_kv_heads(cfg) / t;
+    uint64_t Cl = NHl * HS;
     uint64_t QKVl = (NHl + 2 * KVl) * HS, FCl = m->swiglu ? 2 * Fl : Fl;
     int rms = m->normalization == TPD_NORM_RMSNORM, bias = m->add_bias_linear;
     int learned = m->position_embedding_type == TPD_POS_LEARNED;

@@ -84,8 +84,10 @@ static void group_link(const tpd_plan_cluster *cl, int n, long stride, double *b
 
 /* The shapes of a layer's block that the time model needs. */
 typedef struct block_shape {
-    double qkv;     /* output columns of the QKV GEMM, all ranks: h + 2*h_kv */
-    double kv;      /* h_kv = g*h/a, the width of the K (or V) heads */
+    double qkv;     /* output columns of the QKV GEMM, all ranks: q + 2*h_kv */
+    double q;       /* the query heads' width: h, unless model.kv_channels sets the head size */
+    double d;       /* the head size: h/a, or model.kv_channels */
+    double kv;      /* h_kv = g*d, the width of the K (or V) heads */
     double fc1;     /* output columns of the first MLP GEMM: f, or 2f for [gate; up] */
     double dropout; /* 1: GPT-2's block, with Megatron's dropout; 0: Llama's, without */
     int bias;       /* the linear layers have biases */
@@ -140,10 +142,12 @@ static void mlp_gemms(const tpd_config *cfg, const tpd_plan_cluster *cl, const t
 
 static block_shape block_of(const tpd_config *cfg, const tpd_plan_layout *lay) {
     const tpd_config_model *m = &cfg->model;
-    double h = m->hidden_size, f = mlp_width(cfg, lay);
+    double f = mlp_width(cfg, lay);
     block_shape b;
-    b.kv = (double)tpd_config_kv_heads(cfg) / m->num_attention_heads * h;
-    b.qkv = h + 2.0 * b.kv;
+    b.d = tpd_config_head_dim(cfg);
+    b.q = tpd_config_q_width(cfg);
+    b.kv = (double)tpd_config_kv_heads(cfg) * b.d;
+    b.qkv = b.q + 2.0 * b.kv;
     b.fc1 = m->swiglu ? 2.0 * f : f;
     b.dropout = tpd_plan_gpt_block(cfg) ? 1.0 : 0.0;
     b.bias = m->add_bias_linear;
@@ -177,11 +181,12 @@ static op_time attention_core(const tpd_config *cfg, const tpd_plan_cluster *cl,
                               double *step_attn_p) {
     const tpd_config_model *m = &cfg->model;
     int cp = tpd_plan_cp(lay), ring = cp > 1 && lay->cp_comm == TPD_CP_COMM_P2P;
-    double S = m->seq_length, s = S / cp, b = lay->micro_batch_size, h = m->hidden_size;
-    double a = m->num_attention_heads, t = lay->tp, d = h / a;
+    double S = m->seq_length, s = S / cp, b = lay->micro_batch_size;
+    double a = m->num_attention_heads, t = lay->tp;
     double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     double tok = s * b;
     block_shape k = block_of(cfg, lay);
+    double d = k.d, hq = k.q; /* the head size; the query heads' width (h at the usual size) */
     op_time o = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     /* the blocks of queries x keys the attention runs as: one s x s without CP, CP of
      * s/CP x s/CP under the ring, one S x S of NHl/CP heads under a2a */
@@ -191,7 +196,7 @@ static op_time attention_core(const tpd_config *cfg, const tpd_plan_cluster *cl,
     if (tpd_plan_uses_flash(cfg)) {
         /* Fused kernel: QK^T and AV with the causal half skipped, no s x s tensor; on a CP
          * rank 1/CP of the sequence's FLOPs (balanced), in `blocks` kernels. */
-        double flops = 0.5 * 4.0 * b * S * S * h / t / cp;
+        double flops = 0.5 * 4.0 * b * S * S * hq / t / cp;
         step = kernel_time(cl, flops / blocks / (cl->peak_flops * cl->flash_efficiency));
     } else {
         step += gemm_time(cl, q, q, d, heads, e); /* scores = Q K^T */
@@ -202,9 +207,9 @@ static op_time attention_core(const tpd_config *cfg, const tpd_plan_cluster *cl,
         if (k.dropout) step += mem_time(cl, (2.0 * e + 1.0) * heads * q * q);
     }
     o.compute = blocks * step;
-    /* head transposes of Q, K, V and the context (read + write of (2h + 2h_kv)*s*b/t) */
+    /* head transposes of Q, K, V and the context (read + write of (2q + 2h_kv)*s*b/t) */
     if (!tpd_plan_uses_flash(cfg))
-        o.compute += mem_time(cl, e * 2.0 * tok * (2.0 * h + 2.0 * k.kv) / t);
+        o.compute += mem_time(cl, e * 2.0 * tok * (2.0 * hq + 2.0 * k.kv) / t);
     *step_comm_p = *step_attn_p = 0.0;
     if (cp < 2) return o;
     double bw, lat;
@@ -218,7 +223,7 @@ static op_time attention_core(const tpd_config *cfg, const tpd_plan_cluster *cl,
         *step_attn_p = step;
     } else {
         double in = all_to_all_time(e * tok * k.qkv / t, cp, bw, lat);
-        o.cp = in + all_to_all_time(e * tok * h / t, cp, bw, lat);
+        o.cp = in + all_to_all_time(e * tok * hq / t, cp, bw, lat);
         *step_comm_p = in;
         *step_attn_p = o.compute;
     }
@@ -277,7 +282,7 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
      * QKV and FC1, reduce-scatter after the projection and FC2 */
     double g[4] = {
         gemm_time(cl, tok, k.qkv / t, h, 1, e), /* QKV (K and V of h_kv each) */
-        gemm_time(cl, tok, h, h / t, 1, e),     /* attention projection */
+        gemm_time(cl, tok, h, k.q / t, 1, e),   /* attention projection */
         0.0,                                    /* FC1, or [gate; up] (a mixture: its experts') */
         0.0,                                    /* FC2, or down */
     };
@@ -294,7 +299,7 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
     /* Two norms, LayerNorm or RMSNorm (read + write); two residual adds (read input and
      * residual, write output; GPT-2's fuse bias and dropout, with a 1-byte mask). GPT-2:
      * bias-GELU on the f-wide hidden (read + write). Llama: RoPE on Q and K (read + write of
-     * (h + h_kv)*s*b/t) and SwiGLU (read gate and up, write their product). */
+     * (q + h_kv)*s*b/t) and SwiGLU (read gate and up, write their product). */
     o.compute += 2.0 * mem_time(cl, 2.0 * e * sbh * rep);
     o.compute += 2.0 * mem_time(cl, (3.0 * e + k.dropout) * sbh * rep);
     if (m->swiglu)
@@ -302,7 +307,7 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
     else
         o.compute += mem_time(cl, 2.0 * e * s * b * f / t);
     if (m->position_embedding_type == TPD_POS_ROPE)
-        o.compute += mem_time(cl, 2.0 * e * tok * (h + k.kv) / t);
+        o.compute += mem_time(cl, 2.0 * e * tok * (k.q + k.kv) / t);
 
     /* Two all-reduces (or reduce-scatter + all-gather pairs with SP: same volume) of the
      * s*b*h activations. */
@@ -358,7 +363,7 @@ static op_time layer_wgrad(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double tok = s * b, sbh = s * b * h, rep = lay->sequence_parallel ? 1.0 / t : 1.0;
     block_shape k = block_of(cfg, lay);
     op_time w = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
-    const double out_in[4][2] = {{k.qkv / t, h}, {h, h / t}, {k.fc1 / t, h}, {h, f / t}};
+    const double out_in[4][2] = {{k.qkv / t, h}, {h, k.q / t}, {k.fc1 / t, h}, {h, f / t}};
     double fc1, fc2;
     mlp_gemms(cfg, cl, lay, tok, 1, &fc1, &fc2);
     for (int i = 0; i < 4; i++) {

@@ -137,8 +137,9 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     /* T: a CP rank's tokens of each sequence */
     double B = lay->micro_batch_size, T = tpd_plan_local_seq(cfg, lay), C = md->hidden_size;
     double F = md->ffn_hidden_size;
-    double NHl = (double)md->num_attention_heads / t, HS = C / md->num_attention_heads;
-    double N = B * T, Cl = C / t, Fl = F / t, Vl = tpd_config_padded_vocab(cfg, t) / (double)t;
+    /* Cl: the local query heads' width (C/t unless model.kv_channels sets the head size) */
+    double NHl = (double)md->num_attention_heads / t, HS = tpd_config_head_dim(cfg);
+    double N = B * T, Cl = NHl * HS, Fl = F / t, Vl = tpd_config_padded_vocab(cfg, t) / (double)t;
     /* the block's shapes: QKVl local QKV columns (K and V of the K/V heads), FCl the first
      * MLP GEMM's (SwiGLU: [gate; up]); GPT-2's are 3*Cl and Fl. The Llama block's
      * elementwise kernels are priced at their GPT-2 counterparts' measured rates until
@@ -177,7 +178,7 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
         } else {
             att = attention_fwd(&m, B, S, NHl / cp, HS);
             double a2a_qkv = half_ring(c, 4.0 * N * QKVl, cp, t),
-                   a2a_out = half_ring(c, act / t, cp, t);
+                   a2a_out = half_ring(c, 4.0 * N * Cl, cp, t);
             cp_f = cp_b = a2a_qkv + a2a_out;
         }
         layer_comm_f += cp_f;

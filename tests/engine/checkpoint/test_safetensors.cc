@@ -196,8 +196,8 @@ TEST(HfImport, ConfigProblemsNameTheKey) {
          }},
         {"key 'hidden_size' must be an integer",
          [](cJSON *c) { cJSON_ReplaceItemInObject(c, "hidden_size", cJSON_CreateNumber(64.5)); }},
-        {"head_dim",
-         [](cJSON *c) { cJSON_ReplaceItemInObject(c, "head_dim", cJSON_CreateNumber(32)); }},
+        {"key 'head_dim' must be null or an integer",
+         [](cJSON *c) { cJSON_ReplaceItemInObject(c, "head_dim", cJSON_CreateNumber(2.5)); }},
         {"attention_bias true with mlp_bias false",
          [](cJSON *c) { cJSON_ReplaceItemInObject(c, "attention_bias", cJSON_CreateTrue()); }},
     };
@@ -350,18 +350,19 @@ TEST(HfImport, TensorProblemsNameTheFileAndTensor) {
         expect_refused(dir, "config.json", "no more than them per token");
     }
     {
-        // Qwen3: biases on its attention are not modelled; a head size other than
-        // hidden_size / heads is refused by key
+        // Qwen3: biases on its attention are not modelled; a head_dim that the tensors do
+        // not have is refused at the first tensor it shapes
         std::string dir = copy_fixture("qwen3", "hfq3bias");
         edit_config(dir, [](cJSON *c) {
             cJSON_ReplaceItemInObject(c, "attention_bias", cJSON_CreateBool(1));
         });
         expect_refused(dir, "config.json", "attention_bias true");
         dir = copy_fixture("qwen3moe", "hfq3hd");
-        edit_config(dir, [](cJSON *c) {
-            cJSON_ReplaceItemInObject(c, "head_dim", cJSON_CreateNumber(16));
-        });
-        expect_refused(dir, "config.json", "head_dim must be hidden_size / num_attention_heads");
+        edit_config(
+            dir, [](cJSON *c) { cJSON_ReplaceItemInObject(c, "head_dim", cJSON_CreateNumber(8)); });
+        expect_refused(dir, "model.safetensors",
+                       "tensor 'model.layers.0.self_attn.k_norm.weight' has shape [16], "
+                       "config.json implies [8]");
     }
     {
         // a shard that the index names but that is not there

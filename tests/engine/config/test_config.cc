@@ -217,7 +217,7 @@ const BadCase kBadCases[] = {
     {"missing_required.yaml",
      ": model.vocab_size: required key is missing (every config file must set it)"},
     {"hidden_heads.yaml", ":4:16: model.hidden_size: hidden_size (770) must be a multiple of "
-                          "num_attention_heads (12)"},
+                          "num_attention_heads (12) (or set model.kv_channels, the head size)"},
     {"heads_tp.yaml", ":5:24: model.num_attention_heads: num_attention_heads (12) must be a "
                       "multiple of tensor_model_parallel_size (8)"},
     {"blend_pairs.yaml", ":15:14: data.data_path: '0.3 data/a 0.7' must be pairs of WEIGHT "

@@ -96,7 +96,8 @@ struct Ref {
     double loss(const std::vector<double> &w) const {
         const tpd_model_dims &d = lay->d;
         int C = d.C, F = d.F, NH = d.NH, HS = d.HS, KV = d.NKV * HS, G = d.NH / d.NKV;
-        int QKV = C + 2 * KV, FC = d.glu ? 2 * F : F;
+        int QW = NH * HS; // the query heads' width: C unless kv_channels sets the head size
+        int QKV = QW + 2 * KV, FC = d.glu ? 2 * F : F;
         double base = 10000.0;
         double total = 0;
         for (int b = 0; b < B; b++) {
@@ -110,7 +111,7 @@ struct Ref {
             }
             for (int l = 0; l < d.L; l++) {
                 std::vector<std::vector<double>> qkv(T, std::vector<double>(QKV)),
-                    y(T, std::vector<double>(C));
+                    y(T, std::vector<double>(QW));
                 std::vector<double> ln(C);
                 for (int t = 0; t < T; t++) {
                     norm(x[t].data(), P(w, TPD_P_LN1W, l), Q(w, TPD_P_LN1B, l), ln.data(), C);
@@ -132,7 +133,7 @@ struct Ref {
                         for (int s = 0; s <= t; s++) {
                             double dot = 0;
                             for (int i = 0; i < HS; i++)
-                                dot += qkv[t][h * HS + i] * qkv[s][C + g * HS + i];
+                                dot += qkv[t][h * HS + i] * qkv[s][QW + g * HS + i];
                             a[s] = dot / std::sqrt((double)HS);
                             mx = std::max(mx, a[s]);
                         }
@@ -141,14 +142,14 @@ struct Ref {
                         for (int i = 0; i < HS; i++) {
                             double o = 0;
                             for (int s = 0; s <= t; s++)
-                                o += a[s] / sum * qkv[s][C + KV + g * HS + i];
+                                o += a[s] / sum * qkv[s][QW + KV + g * HS + i];
                             y[t][h * HS + i] = o;
                         }
                     }
                 for (int t = 0; t < T; t++) {
                     std::vector<double> proj(C), ln2(C), fc(FC), act(F), out(C);
                     linear(y[t].data(), P(w, TPD_P_ATTPROJW, l), Q(w, TPD_P_ATTPROJB, l),
-                           proj.data(), C, C);
+                           proj.data(), QW, C);
                     for (int i = 0; i < C; i++)
                         x[t][i] += proj[i];
                     norm(x[t].data(), P(w, TPD_P_LN2W, l), Q(w, TPD_P_LN2B, l), ln2.data(), C);
@@ -188,6 +189,8 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
     tpd_config cfg = tiny::config("");
     // "full-2": full recompute of the first 2 layers only (Megatron's block method)
     std::string param = GetParam();
+    bool wide = param.rfind("qwen3wide-", 0) == 0; // heads of 6 where C / heads is 4
+    if (wide) param = "qwen3-" + param.substr(10);
     bool qwen3 = param.rfind("qwen3-", 0) == 0;
     bool llama = qwen3 || param.rfind("llama-", 0) == 0;
     if (llama) param = param.substr(6);
@@ -217,6 +220,7 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
         cfg.model.qk_layernorm = 1;
         cfg.model.num_attention_heads = 2; // head size 4
         cfg.model.num_query_groups = 1;
+        if (wide) cfg.model.kv_channels = 6;
     }
 
     tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
@@ -297,7 +301,7 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
 INSTANTIATE_TEST_SUITE_P(Recompute, ModelGrad,
                          ::testing::Values("none", "selective", "full", "full-1", "llama-none",
                                            "llama-selective", "llama-full-1", "qwen3-none",
-                                           "qwen3-full-1"),
+                                           "qwen3-full-1", "qwen3wide-none", "qwen3wide-full-1"),
                          [](const testing::TestParamInfo<const char *> &i) {
                              std::string n = i.param;
                              for (char &ch : n)
@@ -368,7 +372,7 @@ TEST(ModelMemory, AllocationEqualsPlan) {
     tpd_kern_backend *kb = nullptr;
     ASSERT_EQ(tpd_kern_cpu_create(&kc, &kb), TPD_OK);
     int checked = 0;
-    for (int block : {0, 1, 2}) // GPT-2, Llama, Qwen3
+    for (int block : {0, 1, 2, 3}) // GPT-2, Llama, Qwen3, Qwen3 with heads of 12 (kv_channels)
         for (int tp : {1, 2, 4})
             for (int pp : {1, 2, 4})
                 for (int dp : {1, 2}) {
@@ -376,7 +380,8 @@ TEST(ModelMemory, AllocationEqualsPlan) {
                     if (llama && tp == 4) continue;
                     tpd_config cfg = tiny::config("");
                     if (llama) tiny::llama(cfg);
-                    cfg.model.qk_layernorm = block == 2;
+                    cfg.model.qk_layernorm = block >= 2;
+                    cfg.model.kv_channels = block == 3 ? 12 : 0;
                     cfg.parallel.tensor_model_parallel_size = tp;
                     cfg.parallel.pipeline_model_parallel_size = pp;
                     for (int zero : {0, 1})
@@ -396,9 +401,10 @@ TEST(ModelMemory, AllocationEqualsPlan) {
                                         " dp " + std::to_string(dp) + " stage " +
                                         std::to_string(stage) + " zero " + std::to_string(zero) +
                                         " sp " + std::to_string(sp) + " recompute " + rc +
-                                        (block == 2 ? " Qwen3"
-                                         : llama    ? " Llama"
-                                                    : "");
+                                        (block == 3   ? " Qwen3 heads of 12"
+                                         : block == 2 ? " Qwen3"
+                                         : llama      ? " Llama"
+                                                      : "");
                                     tpd_plan_stage_mem pred;
                                     ASSERT_EQ(tpd_plan_cpu_memory(&cfg, &lay, stage, &pred),
                                               TPD_OK);

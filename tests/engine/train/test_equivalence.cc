@@ -71,6 +71,7 @@ struct Layout {
     int ep = 1;         // parallel.expert_model_parallel_size
     bool bf16 = false;  // training.precision bf16 (the cpu backend's bf16 recipe)
     bool qkn = false;   // model.qk_layernorm (Qwen3's QK norm; with llama)
+    int head_dim = 0;   // model.kv_channels (0: hidden_size / heads)
 };
 
 // bf16 on the cpu backend: bf16 weights and activations, fp32 master weights and main
@@ -129,6 +130,13 @@ Layout llama(Layout L) {
 Layout qwen3(Layout L) {
     L = llama(L);
     L.qkn = true;
+    return L;
+}
+
+// Heads of 12 (kv_channels) where hidden_size / heads is 8: the query heads span 48 of the
+// hidden size's 32, as Qwen3's 128-wide heads do in most of its models.
+Layout wide_heads(Layout L) {
+    L.head_dim = 12;
     return L;
 }
 
@@ -202,6 +210,7 @@ Result run(const Layout &L) {
         tiny::set(cfg.parallel.pipeline_schedule, "parallel.pipeline_schedule", L.schedule);
         if (L.llama) tiny::llama(cfg);
         cfg.model.qk_layernorm = L.qkn;
+        cfg.model.kv_channels = L.head_dim;
         if (L.layers) cfg.model.num_layers = L.layers;
         if (L.experts) {
             cfg.model.num_moe_experts = L.experts;
@@ -285,6 +294,7 @@ int check_layout(const Result &ref, const Layout &L) {
     if (L.layers) stages += " (" + std::to_string(L.layers) + " layers)";
     if (!L.overlap) stages += " no overlap";
     if (L.llama) stages += L.qkn ? " Qwen3 (QK norm)" : " Llama";
+    if (L.head_dim) stages += " heads of " + std::to_string(L.head_dim);
     static const char *const kStrategy[] = {"no_shard", "optim", "optim_grads",
                                             "optim_grads_params"};
     if (L.sharding >= 0) stages += std::string(" ") + kStrategy[L.sharding];
@@ -477,7 +487,8 @@ TEST(Equivalence, LlamaMatchesSingleRank) {
 // over TP, whose gradients each TP rank computes from its own heads) under TP (one K/V group
 // a rank), SP, PP, DP with ZeRO-1 and ZeRO-3, recompute, ZB-H1, context parallelism (the
 // ring and the all-to-all, which moves the normalized heads) and the MoE block with EP,
-// against its single-rank run (the MoE rows against the single-rank MoE run).
+// against its single-rank run (the MoE rows against the single-rank MoE run); and heads wider
+// than hidden_size / heads (kv_channels) under TP, PP, DP, CP and EP against theirs.
 TEST(Equivalence, QkNormMatchesSingleRank) {
     if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
     int world = tpd_comm_size(g_world);
@@ -504,7 +515,20 @@ TEST(Equivalence, QkNormMatchesSingleRank) {
     Result mref = run(qwen3(moe({1, 1, 1, 0})));
     for (const Layout &L : mix)
         checked += check_layout(mref, L);
-    if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)(dense.size() + mix.size()));
+    std::vector<Layout> wide, wide_moe;
+    add(wide, wide_heads({2, 2, 2, 1}));                      // TP2 PP2 DP2 ZeRO-1
+    add(wide, wide_heads(with({2, 2, 1, 0}, 1, "zb-h1", 0))); // ZB-H1
+    add(wide, wide_heads(cpar({2, 1, 1, 0}, 2, false)));      // TP2 CP2 ring
+    add(wide, wide_heads(cpar({1, 1, 1, 0}, 2, true)));       // CP2 all-to-all
+    add(wide_moe, wide_heads(epar({2, 1, 2, 0}, 2)));         // Qwen3-MoE's shape: TP2 EP2
+    Result wref = run(qwen3(wide_heads({1, 1, 1, 0})));
+    for (const Layout &L : wide)
+        checked += check_layout(wref, L);
+    Result wmref = run(qwen3(wide_heads(moe({1, 1, 1, 0}))));
+    for (const Layout &L : wide_moe)
+        checked += check_layout(wmref, L);
+    if (tpd_comm_rank(g_world) == 0)
+        EXPECT_EQ(checked, (int)(dense.size() + mix.size() + wide.size() + wide_moe.size()));
 }
 
 // bf16 on the cpu backend (the cuda backend's recipe) under TP, PP, DP with ZeRO-1 and
