@@ -3,9 +3,7 @@
 // the model) against central finite differences of the objective the backward
 // differentiates (the lm loss plus the load-balancing and z losses), for the GPT-2 family
 // (GELU experts, Mixtral's top-k softmax) and the Llama family (SwiGLU experts, HF's
-// softmax-then-top-k with renormalized weights); the capacity factor's drops; and the
-// routing over host mirrors of a backend whose memory the host cannot address (cuda's path,
-// on the cpu backend dressed as such), bit for bit the plain cpu run.
+// softmax-then-top-k with renormalized weights); and the capacity factor's drops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,7 +16,6 @@ extern "C" {
 #include "engine/model/model.h"
 #include "engine/model/model_layout.h"
 #include "kernels/kernels.h"
-#include "kernels/kernels_internal.h"
 }
 
 namespace {
@@ -55,44 +52,15 @@ tpd_config moe_config(bool llama) {
     return cfg;
 }
 
-// The cpu backend dressed as one whose memory the host cannot address (the cuda backend's
-// tpd_kern_device_memory): the model then routes over its planned host mirrors and copies
-// between them and the buffers, as on cuda. training.device cuda plans the mirrors and the
-// cuda backend's scratch, which this one reserves without using.
-tpd_status reserve_cuda_plan(tpd_kern_ctx *, const tpd_kern_shapes *s, size_t *bytes_p) {
-    tpd_kern_scratch plan;
-    tpd_status st = tpd_kern_scratch_plan("cuda", s, &plan);
-    if (st == TPD_OK) *bytes_p = plan.total;
-    return st;
-}
-
-struct DeviceLike {
-    tpd_kern_ops ops;
-    tpd_kern_backend be;
-    explicit DeviceLike(const tpd_kern_backend *cpu) : ops(*cpu->ops), be(*cpu) {
-        ops.scratch_reserve = reserve_cuda_plan;
-        be.ops = &ops;
-        be.device_memory = 1;
-    }
-};
-
 struct MoeRun {
     tpd_kern_backend *kb = nullptr;
-    DeviceLike *dev = nullptr;
     tpd_model *m = nullptr;
     std::vector<int32_t> tok;
-    explicit MoeRun(const tpd_config &cfg_in, bool device_like = false) {
-        tpd_config cfg = cfg_in;
+    explicit MoeRun(const tpd_config &cfg) {
         tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
         kc.num_threads = 1;
         EXPECT_EQ(tpd_kern_cpu_create(&kc, &kb), TPD_OK);
-        const tpd_kern_backend *use = kb;
-        if (device_like) {
-            dev = new DeviceLike(kb);
-            use = &dev->be;
-            cfg.training.device = TPD_DEVICE_CUDA;
-        }
-        EXPECT_EQ(tpd_model_create(&cfg, use, nullptr, 1, 0, 1, 1, 0, &m), TPD_OK);
+        EXPECT_EQ(tpd_model_create(&cfg, kb, nullptr, 1, 0, 1, 1, 0, &m), TPD_OK);
         tpd_dp_plan dpp;
         EXPECT_EQ(tpd_dp_plan_init(m->plan.lay.numel, 1 << 20, 1, 0, 0, &dpp), TPD_OK);
         EXPECT_EQ(tpd_model_init_params(m, &dpp), TPD_OK);
@@ -102,7 +70,6 @@ struct MoeRun {
     }
     ~MoeRun() {
         tpd_model_destroy(m);
-        delete dev;
         tpd_kern_backend_destroy(kb);
     }
     // The objective at the current parameters: the summed per-token loss plus N x (the
@@ -199,43 +166,6 @@ TEST(ModelMoe, GradientsMatchFiniteDifferencesGpt2) {
 
 TEST(ModelMoe, GradientsMatchFiniteDifferencesLlama) {
     check_gradients(true);
-}
-
-// The host mirrors: with the backend's memory out of the host's reach the model routes in
-// its planned host staging (the plan's bytes are what it allocates) and copies the logits,
-// the gate and the routing across; objective, gradients and statistics are the plain cpu
-// run's bits, under both families and with a capacity.
-TEST(ModelMoe, HostMirrorsRouteAsTheBuffersDo) {
-    for (int variant = 0; variant < 3; variant++) {
-        tpd_config cfg = moe_config(variant == 1);
-        if (variant == 2) cfg.model.moe_expert_capacity_factor = 0.5;
-        MoeRun a(cfg), b(cfg, true);
-        ASSERT_NE(a.m, nullptr);
-        ASSERT_NE(b.m, nullptr);
-        EXPECT_EQ(a.m->plan.moe_host, 0);
-        EXPECT_EQ(b.m->plan.moe_host, 1);
-        EXPECT_GT(b.m->plan.host_bytes, a.m->plan.host_bytes);
-        tpd_mem_breakdown mem;
-        ASSERT_EQ(tpd_model_memory(&b.m->cfg, 1, 1, 1, 0, &mem), TPD_OK);
-        EXPECT_EQ(b.m->bytes_allocated, mem.total) << "the mirrors are planned";
-        size_t n = a.m->plan.lay.numel;
-        ASSERT_EQ(b.m->plan.lay.numel, n);
-        std::memcpy(b.m->params, a.m->params, n * 4);
-        const tpd_model_mb at = {0, 0, 0};
-        for (MoeRun *r : {&a, &b}) {
-            ASSERT_EQ(tpd_model_zero_grads(r->m), TPD_OK);
-            r->m->moe.dropped = r->m->moe.assigned = r->m->moe.aux_raw = 0;
-        }
-        double ja = a.objective(), jb = b.objective();
-        ASSERT_EQ(tpd_model_backward(a.m, &at, 1.0f), TPD_OK);
-        ASSERT_EQ(tpd_model_backward(b.m, &at, 1.0f), TPD_OK);
-        EXPECT_EQ(ja, jb) << "variant " << variant;
-        EXPECT_EQ(a.m->moe.aux_raw, b.m->moe.aux_raw);
-        EXPECT_EQ(a.m->moe.dropped, b.m->moe.dropped);
-        if (variant == 2) EXPECT_GT(b.m->moe.dropped, 0);
-        EXPECT_EQ(std::memcmp(a.m->grads, b.m->grads, n * 4), 0)
-            << "variant " << variant << ": the gradients differ";
-    }
 }
 
 // moe_expert_capacity_factor: an expert keeps at most ceil(factor x N x k / E) of its
