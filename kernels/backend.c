@@ -316,6 +316,20 @@ tpd_status tpd_kern_rmsnorm_bwd(const tpd_kern_backend *kb, void *dinp, void *dw
     return kb->ops->rmsnorm_bwd(kb->ctx, dinp, dw, dout, inp, w, rstd, N, C);
 }
 
+tpd_status tpd_kern_qk_norm_fwd(const tpd_kern_backend *kb, void *qkv, void *raw, float *rstd,
+                                const void *wq, const void *wk, int N, int NH, int NKV, int HS,
+                                double eps) {
+    if (!kb->ops->qk_norm_fwd) return missing(kb, "qk_norm_fwd");
+    return kb->ops->qk_norm_fwd(kb->ctx, qkv, raw, rstd, wq, wk, N, NH, NKV, HS, eps);
+}
+
+tpd_status tpd_kern_qk_norm_bwd(const tpd_kern_backend *kb, void *dqkv, void *dwq, void *dwk,
+                                const void *raw, const void *wq, const void *wk, const float *rstd,
+                                int N, int NH, int NKV, int HS) {
+    if (!kb->ops->qk_norm_bwd) return missing(kb, "qk_norm_bwd");
+    return kb->ops->qk_norm_bwd(kb->ctx, dqkv, dwq, dwk, raw, wq, wk, rstd, N, NH, NKV, HS);
+}
+
 tpd_status tpd_kern_rope_scaled_fwd(const tpd_kern_backend *kb, void *qkv, int B, int T, int NH,
                                     int NKV, int HS, const tpd_rope *rope, int pos0) {
     if (!kb->ops->rope_fwd) return missing(kb, "rope_fwd");

@@ -336,6 +336,17 @@ tpd_status tpd_kern_rmsnorm_fwd(const tpd_kern_backend *kb, void *out, float *rs
 /* dinp(N,C) overwritten; dw(C) accumulated. */
 tpd_status tpd_kern_rmsnorm_bwd(const tpd_kern_backend *kb, void *dinp, void *dw, const void *dout,
                                 const void *inp, const void *w, const float *rstd, int N, int C);
+/* Qwen3's QK norm: RMSNorm (as above, over HS) of every Q head of qkv(N,(NH+2*NKV)*HS) with
+ * wq(HS) and of every K head with wk(HS), in place; V is untouched. raw(N,NH+NKV,HS) keeps
+ * the heads as they came in (activation dtype, exact), rstd(N,NH+NKV) fp32. */
+tpd_status tpd_kern_qk_norm_fwd(const tpd_kern_backend *kb, void *qkv, void *raw, float *rstd,
+                                const void *wq, const void *wk, int N, int NH, int NKV, int HS,
+                                double eps);
+/* dqkv's Q and K heads in place, from d(after the norm) to d(before); dwq, dwk (HS)
+ * accumulated in the gradient dtype. */
+tpd_status tpd_kern_qk_norm_bwd(const tpd_kern_backend *kb, void *dqkv, void *dwq, void *dwk,
+                                const void *raw, const void *wq, const void *wk, const float *rstd,
+                                int N, int NH, int NKV, int HS);
 /* Rotary position embedding (Su et al.) in the "rotate half" layout of Llama and Megatron:
  * on every Q and K head of qkv(B,T,(NH+2*NKV)*HS), in place, at position p = pos0 + t,
  * for i < HS/2 with theta_i = p * base^(-2i/HS):

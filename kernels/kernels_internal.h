@@ -135,6 +135,11 @@ typedef struct tpd_kern_ops {
                               const void *w, int N, int C, double eps);
     tpd_status (*rmsnorm_bwd)(tpd_kern_ctx *ctx, void *dinp, void *dw, const void *dout,
                               const void *inp, const void *w, const float *rstd, int N, int C);
+    tpd_status (*qk_norm_fwd)(tpd_kern_ctx *ctx, void *qkv, void *raw, float *rstd, const void *wq,
+                              const void *wk, int N, int NH, int NKV, int HS, double eps);
+    tpd_status (*qk_norm_bwd)(tpd_kern_ctx *ctx, void *dqkv, void *dwq, void *dwk, const void *raw,
+                              const void *wq, const void *wk, const float *rstd, int N, int NH,
+                              int NKV, int HS);
     tpd_status (*rope_fwd)(tpd_kern_ctx *ctx, void *qkv, int B, int T, int NH, int NKV, int HS,
                            const tpd_rope *rope, int pos0);
     tpd_status (*rope_bwd)(tpd_kern_ctx *ctx, void *dqkv, int B, int T, int NH, int NKV, int HS,

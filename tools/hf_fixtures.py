@@ -3,6 +3,7 @@
 
 Not part of the product or of CI: it needs torch, transformers and tokenizers
 (`pip install torch transformers tokenizers safetensors`), and its output is committed.
+`hf_fixtures.py NAME ...` writes only the fixtures named.
 `hf_fixtures.py --check DIR NAME` loads a folder written by `tripod export --format hf`
 with transformers and compares its logits with fixture NAME's.
 
@@ -10,7 +11,8 @@ For each tiny random model (LlamaForCausalLM with grouped-query attention, an un
 and rope_theta != 10000; the same with Llama 3.1's "llama3" rope scaling and a tied head;
 Qwen2ForCausalLM with its QKV biases and a tied head; GPT2LMHeadModel; MixtralForCausalLM,
 4 experts, top-2; Qwen2MoeForCausalLM, 4 experts, top-2 renormalized, a gated shared
-expert) it writes, under tests/engine/checkpoint/hf/<name>/:
+expert; Qwen3ForCausalLM with its per-head q_norm and k_norm; Qwen3MoeForCausalLM, 4
+experts, top-2 renormalized, no shared expert) it writes, under tests/engine/checkpoint/hf/<name>/:
   model/          the model folder from save_pretrained (sharded for Llama, with
                   model.safetensors.index.json), in bf16 (Llama), fp32 (Qwen2) or fp16
                   (GPT-2), plus a tokenizer.json trained for its vocabulary (Llama);
@@ -31,7 +33,8 @@ import torch
 import transformers
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
                           MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen2MoeConfig, Qwen2MoeForCausalLM)
+                          Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "engine",
                     "checkpoint", "hf")
@@ -80,7 +83,12 @@ def tokenizer_json(path):
     return tok
 
 
+ONLY = set()  # the fixtures to write; empty: all of them
+
+
 def write(name, model, dtype, shard):
+    if ONLY and name not in ONLY:
+        return
     out = os.path.join(ROOT, name)
     folder = os.path.join(out, "model")
     os.makedirs(folder, exist_ok=True)
@@ -125,6 +133,7 @@ def check(export_dir, name):
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "--check":
         return check(sys.argv[2], sys.argv[3])
+    ONLY.update(sys.argv[1:])
     torch.manual_seed(0)
     llama = LlamaForCausalLM(LlamaConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -174,6 +183,24 @@ def main():
         mlp_only_layers=[]))
     perturb(qwen_moe, 6)
     write("qwen2moe", qwen_moe, torch.float32, "10MB")
+
+    qwen3 = Qwen3ForCausalLM(Qwen3Config(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
+        attention_bias=False, use_sliding_window=False))
+    perturb(qwen3, 8)
+    write("qwen3", qwen3, torch.float32, "10MB")
+
+    qwen3_moe = Qwen3MoeForCausalLM(Qwen3MoeConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=64,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
+        attention_bias=False, use_sliding_window=False, decoder_sparse_step=1,
+        mlp_only_layers=[], router_aux_loss_coef=0.001))
+    perturb(qwen3_moe, 9)
+    write("qwen3moe", qwen3_moe, torch.float32, "10MB")
 
     gpt2 = GPT2LMHeadModel(GPT2Config(
         vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4,

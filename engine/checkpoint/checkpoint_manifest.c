@@ -88,7 +88,8 @@ static int read_block(const cJSON *mo, tpd_config_model *m) {
     } flags[] = {{"swiglu", &m->swiglu},
                  {"untie_embeddings_and_output_weights", &m->untie_embeddings_and_output_weights},
                  {"add_bias_linear", &m->add_bias_linear},
-                 {"add_qkv_bias", &m->add_qkv_bias}};
+                 {"add_qkv_bias", &m->add_qkv_bias},
+                 {"qk_layernorm", &m->qk_layernorm}};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if ((v = cJSON_GetObjectItemCaseSensitive(mo, flags[i].key))) {
             if (!cJSON_IsBool(v)) return 0;
@@ -585,6 +586,7 @@ tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg
          b->untie_embeddings_and_output_weights},
         {"add_bias_linear", a->add_bias_linear, b->add_bias_linear},
         {"add_qkv_bias", tpd_config_qkv_bias(&info->cfg), tpd_config_qkv_bias(cfg)},
+        {"qk_layernorm", a->qk_layernorm, b->qk_layernorm},
         /* the mixture of experts' shapes and routing */
         {"num_moe_experts", a->num_moe_experts, b->num_moe_experts},
         {"moe_router_topk", a->num_moe_experts ? a->moe_router_topk : 0,

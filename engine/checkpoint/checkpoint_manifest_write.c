@@ -97,6 +97,7 @@ static void add_model(cJSON *o, const tpd_config *cfg) {
                           m->untie_embeddings_and_output_weights);
     cJSON_AddBoolToObject(j, "add_bias_linear", m->add_bias_linear);
     cJSON_AddBoolToObject(j, "add_qkv_bias", m->add_qkv_bias);
+    if (m->qk_layernorm) cJSON_AddBoolToObject(j, "qk_layernorm", 1);
     if (m->num_moe_experts > 0) { /* the mixture of experts: its tensors and routing */
         cJSON *e = cJSON_AddObjectToObject(j, "moe");
         cJSON_AddNumberToObject(e, "num_moe_experts", m->num_moe_experts);

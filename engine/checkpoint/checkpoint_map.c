@@ -230,6 +230,8 @@ void tpd_ckpt_hf_name(tpd_param p, int l, int pattern, char *buf, size_t n, int 
         [TPD_P_EXPPROJW] = "mlp.experts.c_proj.weight",
         [TPD_P_EXPPROJB] = "mlp.experts.c_proj.bias",
         [TPD_P_SHGATEW] = "mlp.shared_expert_gate.weight",
+        [TPD_P_QNORMW] = "attn.q_norm.weight",
+        [TPD_P_KNORMW] = "attn.k_norm.weight",
     };
     if (conv1d_p)
         *conv1d_p = p == TPD_P_QKVW || p == TPD_P_ATTPROJW || p == TPD_P_FCW || p == TPD_P_FCPROJW;

@@ -1,6 +1,9 @@
 /* Hugging Face folders <-> global fp32 tensors: GPT2LMHeadModel, and the Llama block as
- * LlamaForCausalLM, MistralForCausalLM (without a sliding window) and Qwen2ForCausalLM;
- * with a mixture of experts in every layer as MixtralForCausalLM and Qwen2MoeForCausalLM.
+ * LlamaForCausalLM, MistralForCausalLM (without a sliding window), Qwen2ForCausalLM and
+ * Qwen3ForCausalLM (Qwen3's QK norm: self_attn.q_norm and k_norm are our qnormw and knormw);
+ * with a mixture of experts in every layer as MixtralForCausalLM, Qwen2MoeForCausalLM and
+ * Qwen3MoeForCausalLM (Qwen2-MoE's router and experts without a shared expert, Qwen3's
+ * attention).
  *
  * A Mixtral layer's router is block_sparse_moe.gate (E, h) and expert e's w1 (gate), w3
  * (up) and w2 (down) are rows of our stacked expfcw ([gate; up] per expert) and expprojw;
@@ -38,7 +41,9 @@ typedef enum hf_family {
     HF_MISTRAL,
     HF_QWEN2,
     HF_MIXTRAL,
-    HF_QWEN2MOE
+    HF_QWEN2MOE,
+    HF_QWEN3,
+    HF_QWEN3MOE
 } hf_family;
 
 static const struct {
@@ -50,11 +55,23 @@ static const struct {
     [HF_QWEN2] = {"Qwen2ForCausalLM", "qwen2"},
     [HF_MIXTRAL] = {"MixtralForCausalLM", "mixtral"},
     [HF_QWEN2MOE] = {"Qwen2MoeForCausalLM", "qwen2_moe"},
+    [HF_QWEN3] = {"Qwen3ForCausalLM", "qwen3"},
+    [HF_QWEN3MOE] = {"Qwen3MoeForCausalLM", "qwen3_moe"},
 };
 
 /* Qwen2's attention (q, k and v with biases, o_proj without): Qwen2 and Qwen2-MoE */
 static int qwen_attention(hf_family f) {
     return f == HF_QWEN2 || f == HF_QWEN2MOE;
+}
+
+/* Qwen3's attention (no biases, q_norm and k_norm): Qwen3 and Qwen3-MoE */
+static int qwen3_attention(hf_family f) {
+    return f == HF_QWEN3 || f == HF_QWEN3MOE;
+}
+
+/* A mixture of experts in every layer */
+static int moe_family(hf_family f) {
+    return f == HF_MIXTRAL || f == HF_QWEN2MOE || f == HF_QWEN3MOE;
 }
 
 /* One HF tensor: rows [row0, row0 + rows) of layer `layer` of our tensor p. */
@@ -89,6 +106,23 @@ static const char *family_of(const tpd_config *cfg, hf_family *fam) {
     if (!llama_block)
         return "a block that is neither GPT-2's (LayerNorm, learned positions, GELU) nor Llama's "
                "(RMSNorm, rotary positions, SwiGLU)";
+    if (m->qk_layernorm) { /* Qwen3's attention: no biases */
+        if (m->add_bias_linear || m->add_qkv_bias)
+            return "the QK norm with linear biases, where Qwen3's attention has none";
+        if (m->num_moe_experts == 0) {
+            *fam = HF_QWEN3;
+            return NULL;
+        }
+        if (m->moe_expert_capacity_factor > 0)
+            return "an expert capacity (moe_expert_capacity_factor > 0: dropped tokens), where "
+                   "Qwen3-MoE is dropless";
+        if (!m->moe_shared_expert_intermediate_size && m->moe_router_pre_softmax) {
+            *fam = HF_QWEN3MOE;
+            return NULL;
+        }
+        return "the QK norm with a mixture of experts that is not Qwen3-MoE's (no shared "
+               "experts, a softmax over all experts before the top-k)";
+    }
     if (m->num_moe_experts > 0) {
         if (m->moe_expert_capacity_factor > 0)
             return "an expert capacity (moe_expert_capacity_factor > 0: dropped tokens), where "
@@ -147,7 +181,7 @@ static int gpt2_order_cmp(const void *a, const void *b) {
 }
 
 /* A MoE layer's HF tensors: the router, each expert's gate, up and down, and Qwen2-MoE's
- * shared expert and its gate. Returns how many were added. */
+ * shared expert and its gate (Qwen3-MoE has none). Returns how many were added. */
 static int moe_tensors(const tpd_model_layout *g, hf_family fam, int l, hf_tensor *out) {
     const tpd_model_dims *d = &g->d;
     int n = 0, E = d->E, Fe = d->Fe, Fs = d->F;
@@ -216,9 +250,15 @@ static int hf_tensors(const tpd_model_layout *g, hf_family fam, hf_tensor *out) 
         add(out, &n, g, TPD_P_ATTPROJW, l, 0, d->C, "model.layers.%d.self_attn.o_proj.weight", l);
         if (g->p[TPD_P_ATTPROJB].g_layers)
             add(out, &n, g, TPD_P_ATTPROJB, l, 0, d->C, "model.layers.%d.self_attn.o_proj.bias", l);
+        if (g->p[TPD_P_QNORMW].g_layers) {
+            add(out, &n, g, TPD_P_QNORMW, l, 0, d->HS, "model.layers.%d.self_attn.q_norm.weight",
+                l);
+            add(out, &n, g, TPD_P_KNORMW, l, 0, d->HS, "model.layers.%d.self_attn.k_norm.weight",
+                l);
+        }
         add(out, &n, g, TPD_P_LN2W, l, 0, d->C, "model.layers.%d.post_attention_layernorm.weight",
             l);
-        if (fam == HF_MIXTRAL || fam == HF_QWEN2MOE) {
+        if (moe_family(fam)) {
             n += moe_tensors(g, fam, l, out + n);
             continue;
         }
@@ -327,8 +367,23 @@ static cJSON *config_json(const tpd_config *cfg, hf_family fam, const char *dtyp
         cJSON_AddItemToObject(o, "mlp_only_layers", cJSON_CreateArray());
         cJSON_AddNumberToObject(o, "router_aux_loss_coef", m->moe_aux_loss_coeff);
         cJSON_AddBoolToObject(o, "output_router_logits", 0);
+    } else if (fam == HF_QWEN3MOE) {
+        cJSON_AddBoolToObject(o, "use_sliding_window", 0);
+        cJSON_AddBoolToObject(o, "attention_bias", 0);
+        cJSON_AddNumberToObject(o, "num_experts", m->num_moe_experts);       /* transformers 4 */
+        cJSON_AddNumberToObject(o, "num_local_experts", m->num_moe_experts); /* and 5 */
+        cJSON_AddNumberToObject(o, "num_experts_per_tok", m->moe_router_topk);
+        cJSON_AddNumberToObject(o, "moe_intermediate_size", tpd_config_moe_ffn(cfg));
+        cJSON_AddBoolToObject(o, "norm_topk_prob", m->moe_norm_topk_prob);
+        cJSON_AddNumberToObject(o, "decoder_sparse_step", 1);
+        cJSON_AddItemToObject(o, "mlp_only_layers", cJSON_CreateArray());
+        cJSON_AddNumberToObject(o, "router_aux_loss_coef", m->moe_aux_loss_coeff);
+        cJSON_AddBoolToObject(o, "output_router_logits", 0);
     } else if (fam == HF_QWEN2) {
         cJSON_AddBoolToObject(o, "use_sliding_window", 0);
+    } else if (fam == HF_QWEN3) {
+        cJSON_AddBoolToObject(o, "use_sliding_window", 0);
+        cJSON_AddBoolToObject(o, "attention_bias", 0);
     } else {
         cJSON_AddBoolToObject(o, "attention_bias", m->add_bias_linear);
         cJSON_AddBoolToObject(o, "mlp_bias", m->add_bias_linear);
@@ -372,7 +427,8 @@ static tpd_status read_family(const cJSON *hc, const char *path, hf_family *fam)
     return tpd_fail(TPD_ERR_UNSUPPORTED,
                     "interchange %s: architecture '%s' is not supported; tripod reads "
                     "GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM (no sliding "
-                    "window), Qwen2ForCausalLM, MixtralForCausalLM and Qwen2MoeForCausalLM",
+                    "window), Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
+                    "Qwen2MoeForCausalLM and Qwen3MoeForCausalLM",
                     path,
                     a   ? a
                     : t ? t
@@ -463,11 +519,13 @@ static tpd_status need_count(const cJSON *hc, const char *path, const char *key,
     return TPD_OK;
 }
 
-/* Mixtral's and Qwen2-MoE's experts: every layer a MoE layer, dropless. */
+/* Mixtral's, Qwen2-MoE's and Qwen3-MoE's experts: every layer a MoE layer, dropless. */
 static tpd_status read_moe(const cJSON *hc, const char *path, hf_family fam, tpd_config_model *m) {
     int E = 0, k = 0;
-    TPD_CHECK(
-        need_count(hc, path, fam == HF_MIXTRAL ? "num_local_experts" : "num_experts", 4096, &E));
+    /* Qwen3-MoE: the Hub's configs say num_experts, transformers 5 writes num_local_experts */
+    const char *ek = fam == HF_MIXTRAL ? "num_local_experts" : "num_experts";
+    if (fam == HF_QWEN3MOE && !cJSON_GetObjectItemCaseSensitive(hc, ek)) ek = "num_local_experts";
+    TPD_CHECK(need_count(hc, path, ek, 4096, &E));
     TPD_CHECK(need_count(hc, path, "num_experts_per_tok", 64, &k));
     if (E < 2 || k > E)
         return tpd_fail(TPD_ERR_FORMAT,
@@ -485,7 +543,8 @@ static tpd_status read_moe(const cJSON *hc, const char *path, hf_family fam, tpd
     }
     int fe = 0, fs = 0, step = 1;
     TPD_CHECK(need_count(hc, path, "moe_intermediate_size", 4 * HF_MAX_WIDTH, &fe));
-    TPD_CHECK(need_count(hc, path, "shared_expert_intermediate_size", 4 * HF_MAX_WIDTH, &fs));
+    if (fam == HF_QWEN2MOE)
+        TPD_CHECK(need_count(hc, path, "shared_expert_intermediate_size", 4 * HF_MAX_WIDTH, &fs));
     if (json_count(hc, "decoder_sparse_step", HF_MAX_LAYERS, &step) < 0 || step != 1)
         return tpd_fail(TPD_ERR_UNSUPPORTED,
                         "interchange %s: decoder_sparse_step must be 1 (every layer a MoE "
@@ -497,14 +556,14 @@ static tpd_status read_moe(const cJSON *hc, const char *path, hf_family fam, tpd
                         "interchange %s: mlp_only_layers must be empty: tripod does not mix "
                         "dense and MoE layers",
                         path);
-    if (!json_bool(hc, "qkv_bias", 1))
+    if (fam == HF_QWEN2MOE && !json_bool(hc, "qkv_bias", 1))
         return tpd_fail(TPD_ERR_UNSUPPORTED,
                         "interchange %s: qkv_bias false; tripod's Qwen2-MoE attention has the "
                         "q, k and v biases of Qwen2",
                         path);
     m->moe_ffn_hidden_size = fe;
     m->moe_shared_expert_intermediate_size = fs;
-    m->moe_shared_expert_gate = 1;
+    m->moe_shared_expert_gate = fam == HF_QWEN2MOE;
     m->moe_router_pre_softmax = 1;
     m->moe_norm_topk_prob = json_bool(hc, "norm_topk_prob", 0);
     return TPD_OK;
@@ -563,7 +622,8 @@ static tpd_status read_llama(const cJSON *hc, const char *path, hf_family fam,
         return tpd_fail(TPD_ERR_UNSUPPORTED, "interchange %s: partial_rotary_factor must be 1.0",
                         path);
     const cJSON *sw = cJSON_GetObjectItemCaseSensitive(hc, "sliding_window");
-    int windowed = qwen_attention(fam)
+    int qwen = qwen_attention(fam) || qwen3_attention(fam); /* use_sliding_window */
+    int windowed = qwen
                        ? json_bool(hc, "use_sliding_window", 0)
                        : sw && !cJSON_IsNull(sw) &&
                              !(cJSON_IsNumber(sw) && sw->valuedouble >= m->max_position_embeddings);
@@ -571,18 +631,22 @@ static tpd_status read_llama(const cJSON *hc, const char *path, hf_family fam,
     for (const cJSON *t = cJSON_IsArray(types) ? types->child : NULL; t; t = t->next)
         windowed |= !cJSON_IsString(t) || strcmp(t->valuestring, "full_attention") != 0;
     if (windowed)
-        return tpd_fail(TPD_ERR_UNSUPPORTED,
-                        "interchange %s: sliding-window attention (%s) is not supported; "
-                        "tripod's attention is full causal",
-                        path,
-                        qwen_attention(fam) ? "use_sliding_window or layer_types"
-                                            : "sliding_window or layer_types");
+        return tpd_fail(
+            TPD_ERR_UNSUPPORTED,
+            "interchange %s: sliding-window attention (%s) is not supported; "
+            "tripod's attention is full causal",
+            path, qwen ? "use_sliding_window or layer_types" : "sliding_window or layer_types");
     m->norm_epsilon = 1e-6; /* transformers' default */
     TPD_CHECK(json_fraction(hc, path, "rms_norm_eps", &m->norm_epsilon));
     if (theta && !(cJSON_IsNumber(theta) && theta->valuedouble > 1 && theta->valuedouble < 1e30))
         return tpd_fail(TPD_ERR_FORMAT, "interchange %s: key 'rope_theta' must be a number > 1",
                         path);
     int attn_bias = json_bool(hc, "attention_bias", 0), mlp_bias = json_bool(hc, "mlp_bias", 0);
+    if (qwen3_attention(fam) && attn_bias)
+        return tpd_fail(TPD_ERR_UNSUPPORTED,
+                        "interchange %s: attention_bias true; tripod's Qwen3 attention has no "
+                        "biases (biases on q, k, v and o without the MLP's are not modelled)",
+                        path);
     if (!qwen_attention(fam) && attn_bias != mlp_bias)
         return tpd_fail(TPD_ERR_UNSUPPORTED,
                         "interchange %s: attention_bias %s with mlp_bias %s; tripod has "
@@ -598,8 +662,9 @@ static tpd_status read_llama(const cJSON *hc, const char *path, hf_family fam,
     m->num_query_groups = NKV;
     m->untie_embeddings_and_output_weights = !json_bool(hc, "tie_word_embeddings", 0);
     m->add_bias_linear = !qwen_attention(fam) && attn_bias;
-    m->add_qkv_bias = qwen_attention(fam); /* Qwen2: q, k and v have biases, o_proj none */
-    if (fam == HF_MIXTRAL || fam == HF_QWEN2MOE) return read_moe(hc, path, fam, m);
+    m->add_qkv_bias = qwen_attention(fam);  /* Qwen2: q, k and v have biases, o_proj none */
+    m->qk_layernorm = qwen3_attention(fam); /* Qwen3: q_norm and k_norm on every head */
+    if (moe_family(fam)) return read_moe(hc, path, fam, m);
     return TPD_OK;
 }
 

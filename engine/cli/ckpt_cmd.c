@@ -353,6 +353,7 @@ static void print_model_section(const tpd_config *cfg) {
            base, m->group_query_attention ? "true" : "false", tpd_config_kv_heads(cfg),
            m->untie_embeddings_and_output_weights ? "true" : "false",
            m->add_bias_linear ? "true" : "false", m->add_qkv_bias ? "true" : "false");
+    if (m->qk_layernorm) printf("  qk_layernorm: true\n");
     if (m->rope_scaling)
         printf("  rope_scaling: true\n  rope_scaling_factor: %s\n"
                "  rope_scaling_low_freq_factor: %s\n  rope_scaling_high_freq_factor: %s\n"

@@ -100,6 +100,8 @@ typedef struct tpd_config_model {
     int untie_embeddings_and_output_weights; /* a separate output layer */
     int add_bias_linear;                     /* biases in the linear layers */
     int add_qkv_bias;                        /* a bias on QKV alone (Qwen2): tpd_config_qkv_bias */
+    int qk_layernorm;                        /* Qwen3: RMSNorm on each Q and K head, weights
+                                                (head size) shared by the heads, before RoPE */
     /* mixture of experts (Megatron-Core's names; num_moe_experts 0: dense) */
     int num_moe_experts;                     /* E routed experts per MoE layer */
     int moe_router_topk;                     /* k experts per token */

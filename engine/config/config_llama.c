@@ -65,5 +65,10 @@ tpd_status tpd_cfg_check_llama(cfg_loader *ld) {
     if (m->rope_scaling && m->position_embedding_type != TPD_POS_ROPE)
         return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, NULL), k,
                             "scales rotary frequencies; it needs position_embedding_type: rope");
+    k = "model.qk_layernorm";
+    if (m->qk_layernorm && m->normalization != TPD_NORM_RMSNORM)
+        return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.normalization"), k,
+                            "true normalizes each Q and K head with RMSNorm (Qwen3's q_norm and "
+                            "k_norm); it needs normalization: RMSNorm");
     return TPD_OK;
 }

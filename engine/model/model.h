@@ -35,6 +35,8 @@ extern "C" {
 typedef struct tpd_act_layer {
     size_t ln1, ln1_mean, ln1_rstd; /* (Nl,C) act, (Nl) f32 (LayerNorm only), (Nl) f32 */
     size_t qkv;                     /* (N,QKVl): the local Q, K, V heads (after RoPE) */
+    size_t qkn_raw, qkn_rstd;       /* QK norm: (N,NHl+KVl,HS) act, the Q and K heads before
+                                       it; (N,NHl+KVl) f32 (0 bytes without it) */
     size_t atty;                    /* (N,C/tp) */
     size_t att;                     /* backend's saved attention state (not under
                                        selective recompute: w_att) */
@@ -365,10 +367,11 @@ void *tpd_model_owned_grad(const tpd_model *m, size_t flat, size_t state);
  * under DiLoCo). The buffer plan, the trainer and checkpoints all take it from here. */
 tpd_status tpd_model_dp_plan(const tpd_config *cfg, const tpd_model_layout *lay, int dp_size,
                              int dp_rank, tpd_dp_plan *plan_p);
-/* Sequence parallel: LayerNorm gradients are partial sums over this rank's rows;
- * all-reduces over TP those inside the element range [begin, end), so that every rank
- * holds the full gradient (no-op without SP). */
-tpd_status tpd_model_sp_reduce_grads(tpd_model *m, size_t begin, size_t end);
+/* The gradients of tensors replicated over TP that each TP rank computes from a part:
+ * under sequence parallel the norms' (this rank's rows), with the QK norm its weights (this
+ * rank's heads). All-reduces over TP those inside the element range [begin, end), so that
+ * every rank holds the full gradient (no-op at TP 1, or without either). */
+tpd_status tpd_model_tp_reduce_grads(tpd_model *m, size_t begin, size_t end);
 /* The stage's action list under the config's schedule (tpd_config_schedule). */
 tpd_status tpd_model_schedule(const tpd_config *cfg, int pp, int stage, int micro_batches,
                               tpd_pp_schedule *sched_p);

@@ -43,6 +43,8 @@ tpd_status tpd_model_decode_create(tpd_model *m, tpd_model_decode **dec_p) {
     size_t cur = 0, o_k = take(&cur, cache), o_v = take(&cur, cache);
     size_t o_xa = take(&cur, C * a), o_xb = take(&cur, C * a);
     size_t o_ln1 = take(&cur, C * a), o_qkv = take(&cur, (size_t)d->QKVl * a);
+    size_t qk_heads = d->qkn ? (size_t)(d->NHl + d->KVl) : 0; /* Qwen3's QK norm */
+    size_t o_qkn = take(&cur, qk_heads * d->HS * a), o_qkn_rstd = take(&cur, qk_heads * 4);
     size_t o_atty = take(&cur, (size_t)d->Cl * a), o_x1 = take(&cur, C * a);
     size_t o_ln2 = take(&cur, C * a), o_fch = take(&cur, (size_t)d->FCl * a);
     size_t o_fchg = take(&cur, (size_t)d->Fl * a), o_lnf = take(&cur, C * a);
@@ -69,6 +71,8 @@ tpd_status tpd_model_decode_create(tpd_model *m, tpd_model_decode **dec_p) {
     dec->x[1] = b + o_xb;
     dec->a.ln1 = b + o_ln1;
     dec->a.qkv = b + o_qkv;
+    dec->a.qkn_raw = d->qkn ? b + o_qkn : NULL;
+    dec->a.qkn_rstd = d->qkn ? (float *)(b + o_qkn_rstd) : NULL;
     dec->a.atty = b + o_atty;
     dec->a.x1 = b + o_x1;
     dec->a.ln2 = b + o_ln2;

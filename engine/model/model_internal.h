@@ -18,13 +18,16 @@ typedef struct tpd_model_views {
     void *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
         *fcprojb;
     void *routerw, *expfcw, *expfcb, *expprojw, *expprojb, *shgatew; /* mixture of experts */
+    void *qnormw, *knormw;                                           /* Qwen3's QK norm */
 } tpd_model_views;
 
 /* One layer's activations (tpd_act_layer's regions, for the rows of a call). */
 typedef struct tpd_model_acts {
     void *ln1, *qkv, *atty, *att, *x1, *ln2, *fch, *fch_gelu, *out;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
-    char *block; /* the layer's block (its mixture-of-experts regions: tpd_act_layer) */
+    void *qkn_raw;   /* QK norm: the Q and K heads before it (NULL without) */
+    float *qkn_rstd; /* and their rstd */
+    char *block;     /* the layer's block (its mixture-of-experts regions: tpd_act_layer) */
 } tpd_model_acts;
 
 /* The rows of one call: B sequences of T positions starting at position pos0 (N = B*T),

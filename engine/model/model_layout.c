@@ -32,6 +32,8 @@ static const tpd_param_info g_info[TPD_P_COUNT] = {
     [TPD_P_EXPPROJW] = {"expprojw", 1, 1, TPD_SPLIT_COLS, 3},
     [TPD_P_EXPPROJB] = {"expprojb", 1, 0, TPD_SPLIT_NONE, 0},
     [TPD_P_SHGATEW] = {"shgatew", 1, 1, TPD_SPLIT_NONE, 2},
+    [TPD_P_QNORMW] = {"qnormw", 1, 0, TPD_SPLIT_NONE, 1},
+    [TPD_P_KNORMW] = {"knormw", 1, 0, TPD_SPLIT_NONE, 1},
 };
 
 int tpd_model_has_param(const tpd_config *cfg, tpd_param p) {
@@ -65,6 +67,9 @@ int tpd_model_has_param(const tpd_config *cfg, tpd_param p) {
         return m->num_moe_experts > 0 && m->add_bias_linear;
     case TPD_P_SHGATEW:
         return m->num_moe_experts > 0 && m->moe_shared_expert_gate;
+    case TPD_P_QNORMW:
+    case TPD_P_KNORMW:
+        return m->qk_layernorm;
     default:
         return p >= 0 && p < TPD_P_COUNT;
     }
@@ -143,6 +148,7 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     d.glu = m->swiglu;
     d.rope = m->position_embedding_type == TPD_POS_ROPE;
     d.rms = m->normalization == TPD_NORM_RMSNORM;
+    d.qkn = m->qk_layernorm;
     d.bias = m->add_bias_linear;
     d.tied = !m->untie_embeddings_and_output_weights;
     d.QKVl = (d.NHl + 2 * d.KVl) * d.HS;
@@ -246,6 +252,8 @@ tpd_status tpd_model_layout_init_ep(const tpd_config *cfg, int tp_size, int tp_r
         [TPD_P_EXPPROJW] = {d->E * d->C, d->Fe},
         [TPD_P_EXPPROJB] = {d->E * d->C, 1},
         [TPD_P_SHGATEW] = {1, d->C},
+        [TPD_P_QNORMW] = {d->HS, 1},
+        [TPD_P_KNORMW] = {d->HS, 1},
     };
     /* the tensors this model has at all (tpd_model_has_param) */
     int has[TPD_P_COUNT];

@@ -68,6 +68,11 @@ typedef enum tpd_param {
     TPD_P_EXPPROJW,
     TPD_P_EXPPROJB,
     TPD_P_SHGATEW,
+    /* Qwen3's QK norm (model.qk_layernorm), per layer: the RMSNorm weights (HS) of every Q
+     * head and of every K head, replicated over TP (each TP rank's heads add to their
+     * gradients, summed over TP: tpd_model_tp_reduce_grads) */
+    TPD_P_QNORMW,
+    TPD_P_KNORMW,
     TPD_P_COUNT
 } tpd_param;
 
@@ -114,6 +119,7 @@ typedef struct tpd_model_dims {
     int QKVl;           /* local rows of qkv: (NHl + 2*KVl)*HS */
     int FCl;            /* local rows of fc: 2*Fl under SwiGLU, else Fl */
     int glu, rope, rms; /* SwiGLU, rotary positions, RMSNorm */
+    int qkn;            /* Qwen3's RMSNorm of each Q and K head (model.qk_layernorm) */
     int bias;           /* the linear layers have biases */
     int tied;           /* the output layer is wte */
     int Vl, v0, Vvalid; /* local vocab rows, first global vocab row, rows < V */

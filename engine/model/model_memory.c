@@ -152,6 +152,9 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     l->ln1_mean = take(&lc, nmean);
     l->ln1_rstd = take(&lc, NL * 4);
     l->qkv = take(&lc, N * (size_t)d->QKVl * a);
+    size_t qk_heads = d->qkn ? N * (size_t)(d->NHl + d->KVl) : 0; /* Qwen3's QK norm */
+    l->qkn_raw = take(&lc, qk_heads * (size_t)d->HS * a);
+    l->qkn_rstd = take(&lc, qk_heads * 4);
     l->atty = take(&lc, N * (size_t)d->Cl * a);
     /* selective recompute: the attention state is rebuilt in the backward, in one shared
      * workspace block, instead of kept per layer and micro-batch */

@@ -49,6 +49,8 @@ void tpd_model_layer_views(const tpd_model *m, int grads, int l, tpd_model_views
     v->expprojw = pview(m, grads, TPD_P_EXPPROJW, l);
     v->expprojb = pview(m, grads, TPD_P_EXPPROJB, l);
     v->shgatew = pview(m, grads, TPD_P_SHGATEW, l);
+    v->qnormw = pview(m, grads, TPD_P_QNORMW, l);
+    v->knormw = pview(m, grads, TPD_P_KNORMW, l);
 }
 
 static char *slot_base(const tpd_model *m, int slot) {
@@ -101,6 +103,8 @@ static void layer_acts(const tpd_model *m, const tpd_model_mb *at, int i, tpd_mo
     a->ln1_mean = (float *)(b + o->ln1_mean);
     a->ln1_rstd = (float *)(b + o->ln1_rstd);
     a->qkv = b + o->qkv;
+    a->qkn_raw = m->d.qkn ? b + o->qkn_raw : NULL;
+    a->qkn_rstd = m->d.qkn ? (float *)(b + o->qkn_rstd) : NULL;
     a->atty = b + o->atty;
     a->att = m->plan.selective ? m->ws + m->plan.w_att : b + o->att;
     a->x1 = b + o->x1;
@@ -206,11 +210,14 @@ tpd_status tpd_model_layer_qkv_fwd(tpd_model *m, const tpd_model_rows *r, const 
     int N = r->B * r->T, C = d->C;
     const void *full;
     /* ln1 = norm(inp); qkv = gather(ln1) @ qkvw^T + qkvb (column-parallel, whole heads and
-     * K/V groups); RoPE rotates the Q and K heads in place */
+     * K/V groups); Qwen3's QK norm normalizes each Q and K head; RoPE rotates them in place */
     TPD_CHECK(
         tpd_model_norm_fwd(m, r->Nl, a->ln1, a->ln1_mean, a->ln1_rstd, inp, w->ln1w, w->ln1b));
     TPD_CHECK(sp_full(m, &full, a->ln1));
     TPD_CHECK(tpd_tp_column_fwd(&m->tp, a->qkv, full, w->qkvw, w->qkvb, N, C, d->QKVl));
+    if (d->qkn)
+        TPD_CHECK(tpd_kern_qk_norm_fwd(m->kb, a->qkv, a->qkn_raw, a->qkn_rstd, w->qnormw, w->knormw,
+                                       N, d->NHl, d->KVl, d->HS, m->cfg.model.norm_epsilon));
     if (d->rope) TPD_CHECK(rope_rows(m, r, a->qkv, 0));
     return TPD_OK;
 }
@@ -520,6 +527,11 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
         /* RoPE rotated the Q and K heads after the projection: rotate their gradients back */
         tpd_model_rows r = batch_rows(m);
         if (d->rope) TPD_CHECK(rope_rows(m, &r, dqkv, 1));
+        /* the QK norm: d(each Q and K head) before it; its weights' gradients (this rank's
+         * heads: summed over TP with the rest, tpd_model_tp_reduce_grads) */
+        if (d->qkn)
+            TPD_CHECK(tpd_kern_qk_norm_bwd(m->kb, dqkv, g.qnormw, g.knormw, a.qkn_raw, w.qnormw,
+                                           w.knormw, a.qkn_rstd, N, d->NHl, d->KVl, d->HS));
         /* W: dqkv over qkv, which the attention backward has read for the last time */
         if (split)
             TPD_CHECK(tpd_kern_copy(m->kb, a.qkv, dqkv, (size_t)N * d->QKVl * m->plan.act_size));
@@ -593,23 +605,35 @@ tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at) {
     return TPD_OK;
 }
 
-tpd_status tpd_model_sp_reduce_grads(tpd_model *m, size_t begin, size_t end) {
-    if (!m->d.sp) return TPD_OK;
-    /* the LayerNorm weights and biases saw only this rank's rows */
-    static const tpd_param ln[] = {TPD_P_LN1W, TPD_P_LN1B, TPD_P_LN2W,
-                                   TPD_P_LN2B, TPD_P_LNFW, TPD_P_LNFB};
+tpd_status tpd_model_tp_reduce_grads(tpd_model *m, size_t begin, size_t end) {
+    if (m->d.tp_size < 2) return TPD_OK;
+    /* the tensors replicated over TP whose gradient each rank computes from a part: under SP
+     * the norms' weights and biases (this rank's rows), with the QK norm its weights (this
+     * rank's heads) */
+    tpd_param ps[8];
+    int np = 0;
+    if (m->d.sp) {
+        static const tpd_param ln[] = {TPD_P_LN1W, TPD_P_LN1B, TPD_P_LN2W,
+                                       TPD_P_LN2B, TPD_P_LNFW, TPD_P_LNFB};
+        for (size_t i = 0; i < sizeof ln / sizeof ln[0]; i++)
+            ps[np++] = ln[i];
+    }
+    if (m->d.qkn) {
+        ps[np++] = TPD_P_QNORMW;
+        ps[np++] = TPD_P_KNORMW;
+    }
     const tpd_model_layout *lay = &m->plan.lay;
     /* piece by piece in buffer order, clipped to [begin, end); adjacent pieces (a
      * LayerNorm's weight and bias) in one all-reduce */
     size_t run0 = 0, run_n = 0;
     for (int l = -1; l <= m->d.Ls; l++) {
-        for (size_t i = 0; i < sizeof ln / sizeof ln[0]; i++) {
-            const tpd_param_slice *p = &lay->p[ln[i]];
-            int per_layer = tpd_param_get_info(ln[i])->per_layer;
-            /* the per-layer pieces in layer order, lnf after the last layer */
+        /* ps is in table order, which is a layer block's order; lnf after the last layer */
+        for (int i = 0; i < np; i++) {
+            const tpd_param_slice *p = &lay->p[ps[i]];
+            int per_layer = tpd_param_get_info(ps[i])->per_layer;
             if (!p->present || !p->numel || (per_layer ? l < 0 || l >= m->d.Ls : l != m->d.Ls))
                 continue;
-            size_t at = tpd_model_layout_piece(lay, ln[i], per_layer ? l : 0);
+            size_t at = tpd_model_layout_piece(lay, ps[i], per_layer ? l : 0);
             size_t n = (size_t)p->rows * p->cols;
             size_t lo = at > begin ? at : begin, hi = at + n < end ? at + n : end;
             if (lo >= hi) continue;

@@ -237,8 +237,8 @@ static tpd_status reduce(tpd_grad_shard *sh, int k) {
     tpd_model *m = sh->m;
     gslot *g = &sh->gs[k];
     int i = g->unit + 1;
-    /* the LayerNorm gradients that saw only this TP rank's rows (SP) */
-    TPD_CHECK(tpd_model_sp_reduce_grads(m, m->ubound[i], m->ubound[i + 1]));
+    /* the replicated gradients each TP rank computed a part of (SP norms, QK norm) */
+    TPD_CHECK(tpd_model_tp_reduce_grads(m, m->ubound[i], m->ubound[i + 1]));
     size_t part = sh->dpp->part[i], gs = m->plan.grad_size;
     char *slot = gslot_mem(sh, k);
     tpd_dtype dt = tpd_kern_grad_dtype(m->kb);

@@ -114,13 +114,13 @@ void tpd_grad_sync_begin(tpd_grad_sync *gs) {
     }
 }
 
-/* Bucket b's gradients are final: the LayerNorm sums of sequence parallelism inside it,
+/* Bucket b's gradients are final: the TP sums of its replicated parts (tpd_model_tp_reduce_grads),
  * then its DP reduction. */
 static tpd_status start_bucket(tpd_grad_sync *gs, int b) {
     size_t b0, len;
     tpd_dp_bucket(gs->dpp, b, &b0, &len);
     gs->started[b] = 1;
-    TPD_CHECK(tpd_model_sp_reduce_grads(gs->m, b0, b0 + len));
+    TPD_CHECK(tpd_model_tp_reduce_grads(gs->m, b0, b0 + len));
     int skip; /* test-only (base/fault.h): a bucket whose reduction is lost */
     if (tpd_fault("skip-dp-bucket", 0, &skip) && skip == b) return TPD_OK;
     tpd_comm *edp = gs->edp; /* test-only: the experts' copies never summed */

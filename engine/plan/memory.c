@@ -65,7 +65,8 @@ double tpd_plan_layer_params_ep(const tpd_config *cfg, int tp, int ep) {
     double qkv_bias = tpd_config_qkv_bias(cfg) ? 1.0 : 0.0;
     double n = (h + 2.0 * kv) * (h + qkv_bias) / t /* qkv ((h + 2h_kv)/t, h) + bias */
                + h * h / t + bias * h              /* attention projection (h, h/t) + bias */
-               + 2.0 * tpd_plan_norm_params(cfg);
+               + 2.0 * tpd_plan_norm_params(cfg) +
+               (m->qk_layernorm ? 2.0 * h / m->num_attention_heads : 0.0); /* QK norm (HS) */
     if (m->num_moe_experts > 0) {
         /* a mixture: the router (E, h) replicated, E experts (E / EP on an EP rank) each
          * split like the dense MLP, and the shared experts (width
@@ -414,7 +415,7 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     int mlp = !E || F > 0; /* the dense MLP (or the shared experts) exists */
     uint64_t per_layer = 2 * (1 + nb) * C + QKVl * C + C * Cl + FCl * C + C * Fl +
                          (bias ? C + (mlp ? FCl + C : 0) : 0) +
-                         (tpd_config_qkv_bias(cfg) ? QKVl : 0);
+                         (tpd_config_qkv_bias(cfg) ? QKVl : 0) + (m->qk_layernorm ? 2 * HS : 0);
     if (E) /* the router (all E), the El local experts' shares (expfcw, expprojw) and their
               biases (expfcb, expprojb), the shared experts' gate */
         per_layer += E * C + El * FCel * C + El * C * Fel + (bias ? El * FCel + El * C : 0) +
@@ -516,6 +517,8 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     int selective = lay->recompute == TPD_RECOMPUTE_SELECTIVE && !ring;
     uint64_t layer = 4 * up(NL * C * e) + 2 * (1 + nb) * up(NL * 4) + up(N * QKVl * e) +
                      up(N * Cl * e) + (selective ? 0 : up(att)) + up(N * FCl * e) + up(N * Fl * e);
+    if (m->qk_layernorm) /* Qwen3's QK norm: the Q and K heads before it, their rstd */
+        layer += up(N * (NHl + KVl) * HS * e) + up(N * (NHl + KVl) * 4);
     if (E) /* the routing (softmax, log-sum-exp, five per-assignment arrays, the counts); the
               rows the local experts run (NR: all of a rank's own NK at EP 1), their fc output
               and activation; the assignments' outputs back in token order (NK); the shared

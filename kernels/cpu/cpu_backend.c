@@ -232,6 +232,8 @@ static const tpd_kern_ops cpu_ops = {
 
     .rmsnorm_fwd = tpd_kern_cpu_rmsnorm_fwd,
     .rmsnorm_bwd = tpd_kern_cpu_rmsnorm_bwd,
+    .qk_norm_fwd = tpd_kern_cpu_qk_norm_fwd,
+    .qk_norm_bwd = tpd_kern_cpu_qk_norm_bwd,
     .rope_fwd = tpd_kern_cpu_rope_fwd,
     .rope_bwd = tpd_kern_cpu_rope_bwd,
     .swiglu_fwd = tpd_kern_cpu_swiglu_fwd,

@@ -1,5 +1,5 @@
 /* Llama's block ops, forward and backward side by side: RMSNorm, rotary position
- * embedding (rotate-half layout), SwiGLU.
+ * embedding (rotate-half layout), SwiGLU, and Qwen3's per-head RMSNorm of Q and K.
  *
  * Like LayerNorm here, the row statistics accumulate in double; RoPE's angles and
  * rotations and SwiGLU's sigmoid are computed in double and rounded once to fp32: this is
@@ -85,6 +85,93 @@ tpd_status tpd_kern_cpu_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp_v, void *dw_v,
             tpd_cpu_st(dinp_v, x + c, (dn - norm * m_dnn) * rs, ab);
         }
     }
+    return TPD_OK;
+}
+
+/* ---- Qwen3's QK norm: RMSNorm of every Q and K head of qkv ---- */
+
+/* Head h of row n: the (n*H + h)-th vector of HS, at n*ld + h*HS in qkv (H = NH + NKV
+ * heads first in a row of ld = (NH + 2*NKV)*HS) and at (n*H + h)*HS in raw. */
+static tpd_status qk_norm_check(const char *op, int N, int NH, int NKV, int HS) {
+    TPD_CPU_REQUIRE(N >= 0 && NH > 0 && NKV > 0 && HS > 0 &&
+                        (int64_t)(NH + 2 * NKV) * HS <= INT_MAX,
+                    "%s: bad shape N=%d NH=%d NKV=%d HS=%d", op, N, NH, NKV, HS);
+    return TPD_OK;
+}
+
+tpd_status tpd_kern_cpu_qk_norm_fwd(tpd_kern_ctx *ctx, void *qkv_v, void *raw_v, float *rstd,
+                                    const void *wq_v, const void *wk_v, int N, int NH, int NKV,
+                                    int HS, double eps) {
+    TPD_CHECK(qk_norm_check("qk_norm_fwd", N, NH, NKV, HS));
+    TPD_CPU_REQUIRE(eps >= 0.0, "qk_norm_fwd: eps (%g) must be >= 0", eps);
+    const int ab = ctx->act_bf16, H = NH + NKV;
+    const size_t ld = (size_t)(NH + 2 * NKV) * HS;
+    int nt = tpd_kern_cpu_threads(ctx);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < H; h++) {
+            const size_t x = (size_t)n * ld + (size_t)h * HS, r = ((size_t)n * H + h) * HS;
+            const void *w = h < NH ? wq_v : wk_v;
+            double ss = 0.0;
+            for (int c = 0; c < HS; c++) {
+                float xc = tpd_cpu_ld(qkv_v, x + c, ab);
+                tpd_cpu_st(raw_v, r + c, xc, ab); /* exact: the same dtype */
+                ss += (double)xc * xc;
+            }
+            float rsf = (float)(1.0 / sqrt(ss / HS + eps));
+            for (int c = 0; c < HS; c++)
+                tpd_cpu_st(qkv_v, x + c, tpd_cpu_ld(raw_v, r + c, ab) * rsf * tpd_cpu_ld(w, c, ab),
+                           ab);
+            rstd[(size_t)n * H + h] = rsf;
+        }
+    return TPD_OK;
+}
+
+/* RMSNorm's backward per head (tpd_kern_cpu_rmsnorm_bwd), the Q heads' dw summed into dwq
+ * and the K heads' into dwk: first over column blocks with the heads in order, then dqkv
+ * head by head, each read before it is written. */
+tpd_status tpd_kern_cpu_qk_norm_bwd(tpd_kern_ctx *ctx, void *dqkv_v, void *dwq_v, void *dwk_v,
+                                    const void *raw_v, const void *wq_v, const void *wk_v,
+                                    const float *rstd, int N, int NH, int NKV, int HS) {
+    TPD_CHECK(qk_norm_check("qk_norm_bwd", N, NH, NKV, HS));
+    const int ab = ctx->act_bf16, gb = ctx->grad_bf16, H = NH + NKV;
+    const size_t ld = (size_t)(NH + 2 * NKV) * HS;
+    int nt = tpd_kern_cpu_threads(ctx);
+    int nblocks = (HS + RMS_COL_BLOCK - 1) / RMS_COL_BLOCK;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int task = 0; task < 2 * nblocks; task++) {
+        const int k = task / nblocks, c0 = (task % nblocks) * RMS_COL_BLOCK;
+        const int c1 = c0 + RMS_COL_BLOCK < HS ? c0 + RMS_COL_BLOCK : HS;
+        const int h0 = k ? NH : 0, h1 = k ? H : NH; /* the Q heads, or the K heads */
+        double sdw[RMS_COL_BLOCK] = {0};
+        for (int n = 0; n < N; n++)
+            for (int h = h0; h < h1; h++) {
+                const size_t x = (size_t)n * ld + (size_t)h * HS, r = ((size_t)n * H + h) * HS;
+                const float rs = rstd[(size_t)n * H + h];
+                for (int c = c0; c < c1; c++)
+                    sdw[c - c0] +=
+                        (double)tpd_cpu_ld(dqkv_v, x + c, ab) * (tpd_cpu_ld(raw_v, r + c, ab) * rs);
+            }
+        for (int c = c0; c < c1; c++)
+            tpd_cpu_add_to(k ? dwk_v : dwq_v, c, (float)sdw[c - c0], gb);
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < H; h++) {
+            const size_t x = (size_t)n * ld + (size_t)h * HS, r = ((size_t)n * H + h) * HS;
+            const void *w = h < NH ? wq_v : wk_v;
+            const float rs = rstd[(size_t)n * H + h];
+            double s_dnn = 0.0;
+            for (int c = 0; c < HS; c++)
+                s_dnn += (double)(tpd_cpu_ld(dqkv_v, x + c, ab) * tpd_cpu_ld(w, c, ab)) *
+                         (tpd_cpu_ld(raw_v, r + c, ab) * rs);
+            float m_dnn = (float)(s_dnn / HS);
+            for (int c = 0; c < HS; c++) {
+                float norm = tpd_cpu_ld(raw_v, r + c, ab) * rs;
+                float dn = tpd_cpu_ld(dqkv_v, x + c, ab) * tpd_cpu_ld(w, c, ab);
+                tpd_cpu_st(dqkv_v, x + c, (dn - norm * m_dnn) * rs, ab);
+            }
+        }
     return TPD_OK;
 }
 

@@ -270,6 +270,8 @@ static const tpd_kern_ops cuda_ops = {
 
     .rmsnorm_fwd = tpd_kern_cuda_rmsnorm_fwd,
     .rmsnorm_bwd = tpd_kern_cuda_rmsnorm_bwd,
+    .qk_norm_fwd = tpd_kern_cuda_qk_norm_fwd,
+    .qk_norm_bwd = tpd_kern_cuda_qk_norm_bwd,
     .rope_fwd = tpd_kern_cuda_rope_fwd,
     .rope_bwd = tpd_kern_cuda_rope_bwd,
     .swiglu_fwd = tpd_kern_cuda_swiglu_fwd,

@@ -252,12 +252,19 @@ tpd_status tpd_cuda_attention_gemm_bwd_stats(tpd_kern_ctx *ctx, void *dqkv, cons
                                              int NH, int NKV, int HS);
 void tpd_cuda_attention_cache_destroy(tpd_kern_ctx *ctx);
 
-/* ---- Llama's block (cuda_rmsnorm.cu, cuda_rope.cu, cuda_swiglu.cu) ---- */
+/* ---- Llama's block (cuda_rmsnorm.cu, cuda_rope.cu, cuda_swiglu.cu), Qwen3's QK norm
+ * (cuda_qk_norm.cu) ---- */
 tpd_status tpd_kern_cuda_rmsnorm_fwd(tpd_kern_ctx *ctx, void *out, float *rstd, const void *inp,
                                      const void *w, int N, int C, double eps);
 tpd_status tpd_kern_cuda_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp, void *dw, const void *dout,
                                      const void *inp, const void *w, const float *rstd, int N,
                                      int C);
+tpd_status tpd_kern_cuda_qk_norm_fwd(tpd_kern_ctx *ctx, void *qkv, void *raw, float *rstd,
+                                     const void *wq, const void *wk, int N, int NH, int NKV, int HS,
+                                     double eps);
+tpd_status tpd_kern_cuda_qk_norm_bwd(tpd_kern_ctx *ctx, void *dqkv, void *dwq, void *dwk,
+                                     const void *raw, const void *wq, const void *wk,
+                                     const float *rstd, int N, int NH, int NKV, int HS);
 tpd_status tpd_kern_cuda_rope_fwd(tpd_kern_ctx *ctx, void *qkv, int B, int T, int NH, int NKV,
                                   int HS, const tpd_rope *rope, int pos0);
 tpd_status tpd_kern_cuda_rope_bwd(tpd_kern_ctx *ctx, void *dqkv, int B, int T, int NH, int NKV,

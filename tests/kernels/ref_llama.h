@@ -26,6 +26,26 @@ inline Vec rmsnorm(const Vec &inp, const Vec &w, int N, int C, double eps, Vec *
     return out;
 }
 
+// Qwen3's QK norm: RMSNorm over HS of each of the NH query heads of qkv(N,(NH+2*NKV)*HS) with
+// wq and of each of the NKV key heads with wk; V copied through. rstd: (N, NH+NKV).
+inline Vec qk_norm(const Vec &qkv, const Vec &wq, const Vec &wk, int N, int NH, int NKV, int HS,
+                   double eps, Vec *rstd = nullptr) {
+    Vec out = qkv;
+    const int H = NH + NKV;
+    const size_t ld = (size_t)(NH + 2 * NKV) * HS;
+    if (rstd) rstd->assign((size_t)N * H, 0.0);
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < H; h++) {
+            Vec head(qkv.begin() + n * ld + (size_t)h * HS,
+                     qkv.begin() + n * ld + (size_t)(h + 1) * HS),
+                r;
+            Vec y = rmsnorm(head, h < NH ? wq : wk, 1, HS, eps, &r);
+            std::copy(y.begin(), y.end(), out.begin() + n * ld + (size_t)h * HS);
+            if (rstd) (*rstd)[(size_t)n * H + h] = r[0];
+        }
+    return out;
+}
+
 // Rotate-half RoPE on the NH query and NKV key heads of qkv(B,T,(NH+2*NKV)*HS) at
 // position p = pos0 + t: (x_i, x_{i+HS/2}) rotated by theta_i = p * base^(-2i/HS).
 // V is copied through.

@@ -156,6 +156,40 @@ TEST(CpuGrad, RmsNorm) {
     }
 }
 
+// Qwen3's QK norm: d(qkv) in place (V's part passes through), dwq and dwk accumulated.
+TEST(CpuGrad, QkNorm) {
+    ref::CpuBackend be;
+    struct S {
+        int N, NH, NKV, HS;
+    };
+    for (S s : {S{3, 4, 2, 6}, S{2, 2, 1, 16}}) {
+        SCOPED_TRACE("N=" + std::to_string(s.N) + " NH=" + std::to_string(s.NH) +
+                     " NKV=" + std::to_string(s.NKV) + " HS=" + std::to_string(s.HS));
+        const double eps = 0.1; // large enough that rstd's derivative weighs in
+        const int H = s.NH + s.NKV;
+        const size_t n = (size_t)s.N * (s.NH + 2 * s.NKV) * s.HS;
+        FVec qkv = ref::randn(n, 113), wq = ref::randn(s.HS, 114), wk = ref::randn(s.HS, 115);
+        FVec R = ref::randn(n, 116);
+        Vec xd = ref::to_d(qkv), wqd = ref::to_d(wq), wkd = ref::to_d(wk), Rd = ref::to_d(R);
+        auto loss = [&] {
+            return ref::dot(ref::qk_norm(xd, wqd, wkd, s.N, s.NH, s.NKV, s.HS, eps), Rd);
+        };
+        Vec fdx = ref::fd_grad(xd, loss), fdq = ref::fd_grad(wqd, loss),
+            fdk = ref::fd_grad(wkd, loss);
+        FVec raw((size_t)s.N * H * s.HS), rstd((size_t)s.N * H);
+        ASSERT_EQ(tpd_kern_qk_norm_fwd(be.b, qkv.data(), raw.data(), rstd.data(), wq.data(),
+                                       wk.data(), s.N, s.NH, s.NKV, s.HS, eps),
+                  TPD_OK);
+        FVec d = R, dwq(s.HS, 0.0f), dwk(s.HS, 0.0f);
+        ASSERT_EQ(tpd_kern_qk_norm_bwd(be.b, d.data(), dwq.data(), dwk.data(), raw.data(),
+                                       wq.data(), wk.data(), rstd.data(), s.N, s.NH, s.NKV, s.HS),
+                  TPD_OK);
+        ref::expect_grad_close(d.data(), fdx, kTol, "qk_norm dqkv");
+        ref::expect_grad_close(dwq.data(), fdq, kTol, "qk_norm dwq");
+        ref::expect_grad_close(dwk.data(), fdk, kTol, "qk_norm dwk");
+    }
+}
+
 TEST(CpuGrad, Rope) {
     ref::CpuBackend be;
     struct {

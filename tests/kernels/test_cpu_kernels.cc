@@ -490,6 +490,39 @@ TEST(CpuForward, RmsNorm) {
     }
 }
 
+// Qwen3's QK norm: each Q head normalized with wq, each K head with wk, V untouched; raw holds
+// the heads as they came in, bit for bit.
+TEST(CpuForward, QkNorm) {
+    ref::CpuBackend be;
+    struct S {
+        int N, NH, NKV, HS;
+    };
+    for (S s : {S{5, 4, 2, 8}, S{3, 2, 2, 5}, S{1, 1, 1, 1}, S{7, 8, 1, 64}}) {
+        SCOPED_TRACE("N=" + std::to_string(s.N) + " NH=" + std::to_string(s.NH) +
+                     " NKV=" + std::to_string(s.NKV) + " HS=" + std::to_string(s.HS));
+        const int H = s.NH + s.NKV;
+        const size_t n = (size_t)s.N * (s.NH + 2 * s.NKV) * s.HS;
+        FVec qkv = ref::randn(n, 86, 2.0f), wq = ref::randn(s.HS, 87), wk = ref::randn(s.HS, 88);
+        FVec in = qkv, raw((size_t)s.N * H * s.HS, NAN), rstd((size_t)s.N * H, NAN);
+        ASSERT_EQ(tpd_kern_qk_norm_fwd(be.b, qkv.data(), raw.data(), rstd.data(), wq.data(),
+                                       wk.data(), s.N, s.NH, s.NKV, s.HS, 1e-6),
+                  TPD_OK);
+        Vec rr;
+        Vec want = ref::qk_norm(ref::to_d(in), ref::to_d(wq), ref::to_d(wk), s.N, s.NH, s.NKV, s.HS,
+                                1e-6, &rr);
+        ref::expect_close(qkv.data(), want, kRel, kAbs, "qk_norm out");
+        ref::expect_close(rstd.data(), rr, kRel, 0, "qk_norm rstd");
+        const size_t ld = (size_t)(s.NH + 2 * s.NKV) * s.HS, qk = (size_t)H * s.HS;
+        for (int t = 0; t < s.N; t++) {
+            EXPECT_EQ(std::memcmp(raw.data() + t * qk, in.data() + t * ld, qk * 4), 0)
+                << "qk_norm raw, row " << t;
+            EXPECT_EQ(std::memcmp(qkv.data() + t * ld + qk, in.data() + t * ld + qk, (ld - qk) * 4),
+                      0)
+                << "qk_norm touched V, row " << t;
+        }
+    }
+}
+
 // eps as predicted: a constant row a gives rstd = 1/sqrt(a^2 + eps), a zero row 1/sqrt(eps).
 TEST(CpuForward, RmsNormEpsIsHonoured) {
     ref::CpuBackend be;

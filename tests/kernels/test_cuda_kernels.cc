@@ -200,6 +200,66 @@ TEST(CudaKernels, RmsNormBackwardIsBitDeterministic) {
     }
 }
 
+// ---- Qwen3's QK norm ----
+
+// The Q and K heads of qkv normalized in place (V untouched), raw kept; the backward in place
+// with dwq and dwk accumulated. Also bit-deterministic over repeats (the weight gradients
+// are column sums over every head).
+void qk_norm_case(int N, int NH, int NKV, int HS, tpd_dtype dt, float rtol) {
+    Be g(true, dt), c(false, dt);
+    const int H = NH + NKV;
+    const size_t n = (size_t)N * (NH + 2 * NKV) * HS, nr = (size_t)N * H * HS;
+    FVec x = randn(n, 220, 2.0f), wq = randn(HS, 221), wk = randn(HS, 222), dy = randn(n, 223);
+    FVec dwq0 = randn(HS, 224), dwk0 = randn(HS, 225);
+    void *gx = g.up(x), *cx = c.up(x), *gwq = g.up(wq), *gwk = g.up(wk), *cwq = c.up(wq),
+         *cwk = c.up(wk);
+    void *graw = g.zeros(nr), *craw = c.zeros(nr);
+    float *gr = (float *)g.zeros((size_t)N * H, TPD_DTYPE_F32);
+    float *cr = (float *)c.zeros((size_t)N * H, TPD_DTYPE_F32);
+    ASSERT_EQ(tpd_kern_qk_norm_fwd(g.b, gx, graw, gr, gwq, gwk, N, NH, NKV, HS, 1e-6), TPD_OK);
+    ASSERT_EQ(tpd_kern_qk_norm_fwd(c.b, cx, craw, cr, cwq, cwk, N, NH, NKV, HS, 1e-6), TPD_OK);
+    expect_close(g.down(gx, n), c.down(cx, n), rtol, "qk_norm_fwd qkv");
+    expect_close(g.down(graw, nr), c.down(craw, nr), rtol, "qk_norm_fwd raw");
+    expect_close(g.downf(gr, (size_t)N * H), c.downf(cr, (size_t)N * H), 1e-4f, "qk_norm rstd");
+    std::vector<uint8_t> first_dq, first_dx;
+    for (int rep = 0; rep < 2; rep++) {
+        void *gd = g.up(dy), *cd = c.up(dy);
+        void *gdq = g.up(dwq0), *gdk = g.up(dwk0), *cdq = c.up(dwq0), *cdk = c.up(dwk0);
+        ASSERT_EQ(tpd_kern_qk_norm_bwd(g.b, gd, gdq, gdk, graw, gwq, gwk, gr, N, NH, NKV, HS),
+                  TPD_OK);
+        ASSERT_EQ(tpd_kern_qk_norm_bwd(c.b, cd, cdq, cdk, craw, cwq, cwk, cr, N, NH, NKV, HS),
+                  TPD_OK);
+        expect_close(g.down(gd, n), c.down(cd, n), rtol, "qk_norm_bwd dqkv");
+        expect_close(g.down(gdq, HS), c.down(cdq, HS), rtol, "qk_norm_bwd dwq (accumulated)");
+        expect_close(g.down(gdk, HS), c.down(cdk, HS), rtol, "qk_norm_bwd dwk (accumulated)");
+        ASSERT_EQ(tpd_kern_synchronize(g.b), TPD_OK);
+        auto bq = g.bytes(gdq, (size_t)HS * tpd_dtype_size(dt)),
+             bx = g.bytes(gd, n * tpd_dtype_size(dt));
+        if (rep == 0) {
+            first_dq = bq;
+            first_dx = bx;
+        } else {
+            EXPECT_EQ(bq, first_dq) << "qk_norm_bwd dwq differs between identical runs";
+            EXPECT_EQ(bx, first_dx) << "qk_norm_bwd dqkv differs between identical runs";
+        }
+    }
+}
+
+// Qwen3 8B's heads (32 query heads of 128 in 8 K/V groups, TP 4's share), an odd head size,
+// and more heads than one lane pass of the weight gradient.
+TEST(CudaKernels, QkNormQwen3Heads) {
+    SKIP_WITHOUT_GPU();
+    qk_norm_case(64, 8, 2, 128, TPD_DTYPE_BF16, kRtolBf16);
+}
+TEST(CudaKernels, QkNormOddHeadSize) {
+    SKIP_WITHOUT_GPU();
+    qk_norm_case(37, 3, 1, 40, TPD_DTYPE_BF16, kRtolBf16);
+}
+TEST(CudaKernels, QkNormF32MatchesCpuTightly) {
+    SKIP_WITHOUT_GPU();
+    qk_norm_case(50, 4, 4, 64, TPD_DTYPE_F32, kRtolF32);
+}
+
 // ---- matmul ----
 
 void matmul_case(int N, int C, int OC, bool bias) {

@@ -212,9 +212,12 @@ TEST_P(Agreement, LogitsAndLossMatchTransformersOnOneRankAndTp2Pp2) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Hf, Agreement, testing::Values("llama", "llama31", "qwen2", "gpt2", "mixtral", "qwen2moe"),
-    [](const testing::TestParamInfo<const char *> &i) { return std::string(i.param); });
+INSTANTIATE_TEST_SUITE_P(Hf, Agreement,
+                         testing::Values("llama", "llama31", "qwen2", "gpt2", "mixtral", "qwen2moe",
+                                         "qwen3", "qwen3moe"),
+                         [](const testing::TestParamInfo<const char *> &i) {
+                             return std::string(i.param);
+                         });
 
 std::vector<float> read_tensor(const tpd_st_set *set, const tpd_st_tensor *t) {
     size_t n = 1;
@@ -230,7 +233,8 @@ std::vector<float> read_tensor(const tpd_st_set *set, const tpd_st_tensor *t) {
 TEST(HfRoundTrip, ExportImportExportIsByteIdenticalAndBf16IsExact) {
     if (tpd_comm_rank(g_world) != 0) return;
     std::string base = ckt::fresh_dir(g_root + "/roundtrip");
-    for (const char *name : {"llama", "llama31", "qwen2", "gpt2", "mixtral", "qwen2moe"}) {
+    for (const char *name :
+         {"llama", "llama31", "qwen2", "gpt2", "mixtral", "qwen2moe", "qwen3", "qwen3moe"}) {
         std::string b = base + "/" + name;
         import_fixture(name, 2, 1, b + "/a");
         tpd_ckpt_info info;

@@ -155,7 +155,8 @@ void expect_refused(const std::string &dir, const std::string &file, const std::
 }
 
 TEST(HfImport, TheFixturesImport) {
-    for (const char *name : {"llama", "qwen2", "gpt2", "mixtral", "qwen2moe"}) {
+    for (const char *name :
+         {"llama", "qwen2", "gpt2", "mixtral", "qwen2moe", "qwen3", "qwen3moe"}) {
         tpd_config cfg;
         float *w[TPD_P_COUNT] = {};
         std::string dir = std::string(TPD_HF_FIXTURES) + "/" + name + "/model";
@@ -347,6 +348,20 @@ TEST(HfImport, TensorProblemsNameTheFileAndTensor) {
             cJSON_ReplaceItemInObject(c, "num_experts_per_tok", cJSON_CreateNumber(5));
         });
         expect_refused(dir, "config.json", "no more than them per token");
+    }
+    {
+        // Qwen3: biases on its attention are not modelled; a head size other than
+        // hidden_size / heads is refused by key
+        std::string dir = copy_fixture("qwen3", "hfq3bias");
+        edit_config(dir, [](cJSON *c) {
+            cJSON_ReplaceItemInObject(c, "attention_bias", cJSON_CreateBool(1));
+        });
+        expect_refused(dir, "config.json", "attention_bias true");
+        dir = copy_fixture("qwen3moe", "hfq3hd");
+        edit_config(dir, [](cJSON *c) {
+            cJSON_ReplaceItemInObject(c, "head_dim", cJSON_CreateNumber(16));
+        });
+        expect_refused(dir, "config.json", "head_dim must be hidden_size / num_attention_heads");
     }
     {
         // a shard that the index names but that is not there

@@ -61,6 +61,15 @@ struct Ref {
         for (int i = 0; i < C; i++)
             y[i] = (x[i] - mean) * rstd * w[i] + b[i];
     }
+    // Qwen3's QK norm of one head vector: RMSNorm over its HS
+    static void head_norm(double *v, const double *w, int HS) {
+        double ss = 0;
+        for (int i = 0; i < HS; i++)
+            ss += v[i] * v[i];
+        double rstd = 1.0 / std::sqrt(ss / HS + 1e-5);
+        for (int i = 0; i < HS; i++)
+            v[i] = v[i] * rstd * w[i];
+    }
     // rotate-half RoPE of one head vector at position t
     static void rope(double *v, int HS, int t, double base) {
         for (int i = 0; i < HS / 2; i++) {
@@ -107,6 +116,10 @@ struct Ref {
                     norm(x[t].data(), P(w, TPD_P_LN1W, l), Q(w, TPD_P_LN1B, l), ln.data(), C);
                     linear(ln.data(), P(w, TPD_P_QKVW, l), Q(w, TPD_P_QKVB, l), qkv[t].data(), C,
                            QKV);
+                    if (d.qkn) // the Q heads, then the K heads, each normalized before RoPE
+                        for (int h = 0; h < NH + d.NKV; h++)
+                            head_norm(qkv[t].data() + (size_t)h * HS,
+                                      P(w, h < NH ? TPD_P_QNORMW : TPD_P_KNORMW, l), HS);
                     if (d.rope)
                         for (int h = 0; h < NH + d.NKV; h++) // the Q heads, then the K heads
                             rope(qkv[t].data() + (size_t)h * HS, HS, t, base);
@@ -169,12 +182,14 @@ class ModelGrad : public ::testing::TestWithParam<const char *> {};
 
 // recompute none keeps every activation; full keeps each layer's input and recomputes the
 // layer forward in the backward: both must give the reference's gradients. "llama-...":
-// the same with the Llama block (4 query heads in 2 K/V groups).
+// the same with the Llama block (4 query heads in 2 K/V groups); "qwen3-...": Llama's with
+// Qwen3's QK norm (2 query heads of size 4 over one K/V head).
 TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
     tpd_config cfg = tiny::config("");
     // "full-2": full recompute of the first 2 layers only (Megatron's block method)
     std::string param = GetParam();
-    bool llama = param.rfind("llama-", 0) == 0;
+    bool qwen3 = param.rfind("qwen3-", 0) == 0;
+    bool llama = qwen3 || param.rfind("llama-", 0) == 0;
     if (llama) param = param.substr(6);
     size_t dash = param.find('-');
     if (dash != std::string::npos)
@@ -197,6 +212,11 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
         cfg.model.num_query_groups = 2;
         cfg.model.ffn_hidden_size = 6; // gate and up
         cfg.model.max_position_embeddings = 5;
+    }
+    if (qwen3) {
+        cfg.model.qk_layernorm = 1;
+        cfg.model.num_attention_heads = 2; // head size 4
+        cfg.model.num_query_groups = 1;
     }
 
     tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
@@ -276,7 +296,8 @@ TEST_P(ModelGrad, ForwardAndBackwardMatchDoubleReference) {
 
 INSTANTIATE_TEST_SUITE_P(Recompute, ModelGrad,
                          ::testing::Values("none", "selective", "full", "full-1", "llama-none",
-                                           "llama-selective", "llama-full-1"),
+                                           "llama-selective", "llama-full-1", "qwen3-none",
+                                           "qwen3-full-1"),
                          [](const testing::TestParamInfo<const char *> &i) {
                              std::string n = i.param;
                              for (char &ch : n)
@@ -342,18 +363,20 @@ TEST(ModelMemory, AllocationEqualsPlan) {
     // The bytes the model allocates (counted by the cpu backend) are the bytes that
     // tripod plan predicts, which the planner computes in closed form without the
     // engine's buffer plan: an independent computation of the same memory. GPT-2 and the
-    // Llama block (2 K/V groups: TP up to 2).
+    // Llama block (2 K/V groups: TP up to 2), and Qwen3's (Llama's with the QK norm).
     tpd_kern_config kc = TPD_KERN_CONFIG_INIT;
     tpd_kern_backend *kb = nullptr;
     ASSERT_EQ(tpd_kern_cpu_create(&kc, &kb), TPD_OK);
     int checked = 0;
-    for (bool llama : {false, true})
+    for (int block : {0, 1, 2}) // GPT-2, Llama, Qwen3
         for (int tp : {1, 2, 4})
             for (int pp : {1, 2, 4})
                 for (int dp : {1, 2}) {
+                    bool llama = block > 0;
                     if (llama && tp == 4) continue;
                     tpd_config cfg = tiny::config("");
                     if (llama) tiny::llama(cfg);
+                    cfg.model.qk_layernorm = block == 2;
                     cfg.parallel.tensor_model_parallel_size = tp;
                     cfg.parallel.pipeline_model_parallel_size = pp;
                     for (int zero : {0, 1})
@@ -373,7 +396,9 @@ TEST(ModelMemory, AllocationEqualsPlan) {
                                         " dp " + std::to_string(dp) + " stage " +
                                         std::to_string(stage) + " zero " + std::to_string(zero) +
                                         " sp " + std::to_string(sp) + " recompute " + rc +
-                                        (llama ? " Llama" : "");
+                                        (block == 2 ? " Qwen3"
+                                         : llama    ? " Llama"
+                                                    : "");
                                     tpd_plan_stage_mem pred;
                                     ASSERT_EQ(tpd_plan_cpu_memory(&cfg, &lay, stage, &pred),
                                               TPD_OK);

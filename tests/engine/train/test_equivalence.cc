@@ -70,6 +70,7 @@ struct Layout {
                         // gated shared expert and both router losses)
     int ep = 1;         // parallel.expert_model_parallel_size
     bool bf16 = false;  // training.precision bf16 (the cpu backend's bf16 recipe)
+    bool qkn = false;   // model.qk_layernorm (Qwen3's QK norm; with llama)
 };
 
 // bf16 on the cpu backend: bf16 weights and activations, fp32 master weights and main
@@ -121,6 +122,13 @@ Layout sharded(Layout L, int strategy, int steps) {
 
 Layout llama(Layout L) {
     L.llama = true;
+    return L;
+}
+
+// Qwen3's block: Llama's with an RMSNorm on every Q and K head before RoPE.
+Layout qwen3(Layout L) {
+    L = llama(L);
+    L.qkn = true;
     return L;
 }
 
@@ -193,6 +201,7 @@ Result run(const Layout &L) {
         cfg.parallel.virtual_pipeline_model_parallel_size = L.v;
         tiny::set(cfg.parallel.pipeline_schedule, "parallel.pipeline_schedule", L.schedule);
         if (L.llama) tiny::llama(cfg);
+        cfg.model.qk_layernorm = L.qkn;
         if (L.layers) cfg.model.num_layers = L.layers;
         if (L.experts) {
             cfg.model.num_moe_experts = L.experts;
@@ -275,7 +284,7 @@ int check_layout(const Result &ref, const Layout &L) {
     if (L.v > 1) stages += " v " + std::to_string(L.v);
     if (L.layers) stages += " (" + std::to_string(L.layers) + " layers)";
     if (!L.overlap) stages += " no overlap";
-    if (L.llama) stages += " Llama";
+    if (L.llama) stages += L.qkn ? " Qwen3 (QK norm)" : " Llama";
     static const char *const kStrategy[] = {"no_shard", "optim", "optim_grads",
                                             "optim_grads_params"};
     if (L.sharding >= 0) stages += std::string(" ") + kStrategy[L.sharding];
@@ -462,6 +471,40 @@ TEST(Equivalence, LlamaMatchesSingleRank) {
     for (const Layout &L : layouts)
         checked += check_layout(ref, L);
     if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)layouts.size());
+}
+
+// Qwen3's QK norm (Llama's block with an RMSNorm of each Q and K head, weights replicated
+// over TP, whose gradients each TP rank computes from its own heads) under TP (one K/V group
+// a rank), SP, PP, DP with ZeRO-1 and ZeRO-3, recompute, ZB-H1, context parallelism (the
+// ring and the all-to-all, which moves the normalized heads) and the MoE block with EP,
+// against its single-rank run (the MoE rows against the single-rank MoE run).
+TEST(Equivalence, QkNormMatchesSingleRank) {
+    if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
+    int world = tpd_comm_size(g_world);
+    std::vector<Layout> dense, mix;
+    auto add = [&](std::vector<Layout> &to, Layout L) {
+        if (ranks(L) <= world) to.push_back(qwen3(L));
+    };
+    add(dense, {2, 1, 1, 0});                          // TP2: one K/V group a rank
+    add(dense, {2, 1, 2, 0, false, {}, "none", true}); // SP
+    add(dense, {1, 2, 1, 0, false, {3, 1}});           // PP2 uneven
+    add(dense, {2, 2, 2, 1});                          // TP2 PP2 DP2 ZeRO-1
+    add(dense, {2, 2, 1, 0, false, {}, "selective"});  // selective recompute
+    add(dense, {2, 1, 2, 0, false, {}, "full"});       // full recompute
+    add(dense, with({2, 2, 1, 0}, 1, "zb-h1", 0));     // ZB-H1
+    add(dense, sharded({2, 1, 4, 0}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps)); // ZeRO-3
+    add(dense, cpar({1, 1, 1, 0}, 2, false));                                      // CP2 ring
+    add(dense, cpar({1, 1, 2, 1}, 2, true)); // CP2 all-to-all, DP2 ZeRO-1
+    add(mix, epar({2, 1, 2, 0}, 2));         // Qwen3-MoE: TP2 EP2
+    add(mix, epar({1, 2, 4, 1}, 2));         // PP2 DP4 EP2 ZeRO-1
+    Result ref = run(qwen3({1, 1, 1, 0}));
+    int checked = 0;
+    for (const Layout &L : dense)
+        checked += check_layout(ref, L);
+    Result mref = run(qwen3(moe({1, 1, 1, 0})));
+    for (const Layout &L : mix)
+        checked += check_layout(mref, L);
+    if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)(dense.size() + mix.size()));
 }
 
 // bf16 on the cpu backend (the cuda backend's recipe) under TP, PP, DP with ZeRO-1 and
