@@ -125,6 +125,7 @@ typedef struct tpd_kern_shapes {
     int rmsnorm;         /* 1: RMSNorm, 0: LayerNorm */
     tpd_dtype dtype;     /* activation dtype */
     int fused_attention; /* cuda: cuDNN fused attention requested */
+    int moe_rows;        /* rows of the experts' scatter_add_rows (N*topk; 0: no experts) */
 } tpd_kern_shapes;
 
 /* Scratch bytes per op for given shapes; `total` is their max (one buffer serves them all,
@@ -136,6 +137,7 @@ typedef struct tpd_kern_scratch {
     size_t attention_fwd; /* attention forward: cuDNN workspace, or P of the stats path */
     size_t attention_bwd; /* attention backward: cuDNN workspace + dQ accumulator, or the
                              unfused path's dS (and P, and GQA's per-head dK/dV) */
+    size_t moe_scatter;   /* scatter_add_rows: sort keys and values, the sort's temp */
     size_t total;
 } tpd_kern_scratch;
 
@@ -301,9 +303,11 @@ tpd_status tpd_kern_attention_decode(const tpd_kern_backend *kb, void *out, cons
 /* ---- mixture of experts: token rows to and from their experts ----
  * Activation dtype rows of C columns. gather_rows: out[i] = inp[idx[i]] for i < N.
  * scatter_add_rows: out[idx[i]] += inp[i] for i < N (out has rows_out rows; the rows of
- * one output row are added in increasing i, so the sums never depend on threads).
- * scale_rows: out[i] = s[i] * inp[i] (out may alias inp). row_dot: out[i] = inp a[i] . b[i]
- * in fp32. The cpu backend's (TPD_ERR_UNSUPPORTED elsewhere). */
+ * one output row are added in increasing i, each add rounded once, so the sums never
+ * depend on threads; cuda sorts the rows by idx in scratch, and skips an idx outside
+ * 0..rows_out-1 where cpu refuses it). scale_rows: out[i] = s[i] * inp[i] (out may alias
+ * inp). row_dot: out[i] = a[i] . b[i] in fp32. idx and s are backend memory. Both backends
+ * (TPD_ERR_UNSUPPORTED on one without them). */
 tpd_status tpd_kern_gather_rows(const tpd_kern_backend *kb, void *out, const void *inp,
                                 const int32_t *idx, int N, int C);
 tpd_status tpd_kern_scatter_add_rows(const tpd_kern_backend *kb, void *out, const void *inp,
@@ -314,7 +318,9 @@ tpd_status tpd_kern_row_dot(const tpd_kern_backend *kb, float *out, const void *
                             int N, int C);
 /* Grouped matmul: G groups of consecutive rows, counts[g] rows each (host memory), group g
  * with its weights w + g*OC*IC (and bias + g*OC): the matmul_fwd/matmul_bwd of each group
- * (dw and dbias of group g at the same offsets, accumulated). Empty groups are skipped. */
+ * (dw and dbias of group g at the same offsets, accumulated). Empty groups are skipped.
+ * One matmul per group on every backend (cuda: cuBLASLt's, with its bias epilogue and fp32
+ * main gradients; cuBLAS's grouped GEMM has no bias epilogue, which would round twice). */
 tpd_status tpd_kern_grouped_matmul_fwd(const tpd_kern_backend *kb, void *out, const void *inp,
                                        const void *w, const void *bias, const int *counts, int G,
                                        int IC, int OC);

@@ -173,6 +173,9 @@ size_t tpd_kern_bias_grad_scratch(int N, int OC);
  * and values, 2 arrays; look-back tiles, at most one array; histograms, under 64 KiB). */
 size_t tpd_kern_embed_sort_array(int N);
 size_t tpd_kern_embed_sort_temp_bound(int N);
+/* scatter_add_rows of N rows: its four (N) int32 sort arrays and the sort's temp (the
+ * embedding backward's sizes) */
+size_t tpd_kern_scatter_rows_scratch(int N);
 /* the cuda embedding backward: sorted positions per chunk of its first pass, and the bytes
  * of its fp32 partial sums */
 #define TPD_KERN_EMBED_SEG 32

@@ -47,6 +47,11 @@ size_t tpd_kern_embed_sort_temp_bound(int N) {
     return 3 * tpd_kern_embed_sort_array(N) + ((size_t)64 << 10);
 }
 
+/* scatter_add_rows sorts its (idx, i) pairs as the embedding backward sorts its tokens */
+size_t tpd_kern_scatter_rows_scratch(int N) {
+    return N > 0 ? 4 * tpd_kern_embed_sort_array(N) + tpd_kern_embed_sort_temp_bound(N) : 0;
+}
+
 /* the embedding backward's partial sums: one fp32 row per sorted position (only the runs'
  * first positions in each chunk of TPD_KERN_EMBED_SEG are written) */
 size_t tpd_kern_embed_partials_bytes(int N, int C) {
@@ -109,6 +114,7 @@ static void cuda_plan(const tpd_kern_shapes *s, tpd_kern_scratch *o) {
                        ? 4 * tpd_kern_embed_sort_array(N) + tpd_kern_embed_sort_temp_bound(N) +
                              tpd_kern_embed_partials_bytes(N, s->C)
                        : 0;
+    o->moe_scatter = s->moe_rows > 0 ? tpd_kern_scatter_rows_scratch(s->moe_rows) : 0;
     if (s->NH <= 0 || s->B <= 0) return;
     size_t probs = tpd_kern_attention_probs_bytes(s->B, s->T, s->NH, es);
     size_t work = tpd_kern_attention_bwd_work_bytes(s->B, s->T, s->NH, s->NKV, s->HS, es);
@@ -132,10 +138,11 @@ tpd_status tpd_kern_scratch_plan(const char *name, const tpd_kern_shapes *s,
                                  tpd_kern_scratch *out) {
     memset(out, 0, sizeof *out);
     if (s->B < 0 || s->T < 0 || s->Nl < 0 || s->C < 0 || s->NH < 0 || s->NKV < 0 || s->HS < 0 ||
-        s->bias_oc < 0 || s->Vl < 0 || (s->NKV > 0 && s->NH % s->NKV != 0)) {
+        s->bias_oc < 0 || s->Vl < 0 || s->moe_rows < 0 || (s->NKV > 0 && s->NH % s->NKV != 0)) {
         tpd_log_error("scratch plan: bad shapes B=%d T=%d Nl=%d C=%d NH=%d NKV=%d HS=%d "
-                      "bias_oc=%d Vl=%d",
-                      s->B, s->T, s->Nl, s->C, s->NH, s->NKV, s->HS, s->bias_oc, s->Vl);
+                      "bias_oc=%d Vl=%d moe_rows=%d",
+                      s->B, s->T, s->Nl, s->C, s->NH, s->NKV, s->HS, s->bias_oc, s->Vl,
+                      s->moe_rows);
         return TPD_ERR_INVALID;
     }
     if (strcmp(name, "cuda") == 0) {
@@ -148,6 +155,6 @@ tpd_status tpd_kern_scratch_plan(const char *name, const tpd_kern_shapes *s,
      * attention backward's per-thread rows, the reductions' partial sums): nothing of the
      * backend's memory, so nothing to plan. */
     out->total = max2(max2(max2(out->norm_bwd, out->bias_grad), out->embed_bwd),
-                      max2(out->attention_fwd, out->attention_bwd));
+                      max2(max2(out->attention_fwd, out->attention_bwd), out->moe_scatter));
     return TPD_OK;
 }

@@ -114,12 +114,6 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
                               "ring attention and the CP exchanges are host-side); `tripod plan` "
                               "models it on GPUs. Set it to 1 or train on the cpu",
                               tpd_config_cp(cfg));
-    if (tpd_config_moe(cfg) && t->device == TPD_DEVICE_CUDA)
-        return cfg_fail_after(cfg,
-                              "model.num_moe_experts %d with training.device cuda: the MoE "
-                              "block's router and token dispatch run on the cpu backend only; "
-                              "`tripod plan` models MoE on GPUs. Train it on the cpu",
-                              cfg->model.num_moe_experts);
     const int ep = tpd_config_ep(cfg);
     if (ep > 1 && sh >= TPD_DP_SHARDING_OPTIM_GRADS)
         return cfg_fail_after(cfg,

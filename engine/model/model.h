@@ -156,6 +156,14 @@ typedef struct tpd_buffer_plan {
     /* the backend's scratch for these shapes (tpd_kern_scratch_plan; 0 on cpu), reserved
      * once at creation, and the host staging of tokens: (2, B*T) int32 per slot */
     size_t scratch_bytes;
+    /* mixture of experts on a backend with device memory (training.device cuda): the
+     * routing runs on the host, in host mirrors after the tokens' staging (offsets into it,
+     * valid when moe_host): one layer's routing regions (moe_probs up to the end of
+     * moe_counts, at the block's relative offsets), the gate (N) fp32, the EP counts
+     * (EP, El) int32, the assignments' weight (or the gate's) gradients (Nk) fp32 and the
+     * router's logit gradients (N,E) fp32. On cpu the mirrors are the buffers themselves. */
+    int moe_host;
+    size_t h_moe_route, h_moe_gate, h_moe_ecounts, h_moe_dw, h_moe_dlogits;
     size_t host_bytes;
     tpd_mem_breakdown mem;
 } tpd_buffer_plan;

@@ -38,7 +38,10 @@ void tpd_model_kern_shapes(const tpd_config *cfg, const tpd_model_dims *d, tpd_k
         int oc = 0;
         if (d->bias) oc = d->C > d->FCl ? d->C : d->FCl;
         if ((d->bias || tpd_config_qkv_bias(cfg)) && d->QKVl > oc) oc = d->QKVl;
+        if (d->bias && d->E && d->FCel > oc) oc = d->FCel; /* the experts' fc */
         s->bias_oc = oc;
+        /* the experts' rows back to their tokens: at most N*topk kept assignments */
+        s->moe_rows = d->E ? d->B * d->T * d->topk : 0;
     }
     s->Vl = d->first ? d->Vl : 0; /* the embedding backward; the tied head is a matmul */
     s->rmsnorm = d->rms;
@@ -272,6 +275,16 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
                                     &shapes, &scratch));
     b.scratch_bytes = scratch.total;
     b.host_bytes = (size_t)b.nslots * 2 * N * 4;
+    if (d->E && cfg->training.device == TPD_DEVICE_CUDA) {
+        size_t h = tpd_align_up(b.host_bytes), E = (size_t)d->E, nk = N * (size_t)d->topk;
+        b.moe_host = 1;
+        b.h_moe_route = take(&h, l->moe_counts + (E + 1) * 4 - l->moe_probs);
+        b.h_moe_gate = d->shgate ? take(&h, N * 4) : 0;
+        b.h_moe_ecounts = d->ep_size > 1 ? take(&h, (size_t)d->ep_size * d->El * 4) : 0;
+        b.h_moe_dw = take(&h, nk * 4);
+        b.h_moe_dlogits = take(&h, N * E * 4);
+        b.host_bytes = h;
+    }
 
     tpd_mem_breakdown *mem = &b.mem;
     int shard_p = b.sharding == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS;

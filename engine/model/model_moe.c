@@ -37,8 +37,12 @@
  * does not depend on EP: only where the rows are computed, and the order in which an
  * expert's weight gradient adds them, do.
  *
- * The routing runs on the host in fp32 over the backend's buffers, which are host memory
- * on the cpu backend (the one MoE trains on; tpd_config_check_trainable). */
+ * The routing runs on the host in fp32, one code path on both backends: over host mirrors
+ * of the layer's routing regions (moe_host), which on the cpu backend are the regions
+ * themselves. On a backend with device memory the router's logits (and the shared gate)
+ * come to the host, and the whole routing goes back to the layer's block, where the
+ * kernels read order, wperm and the gate, the EP count exchange runs, and the backward
+ * finds it again (it copies it back to the host). The copies wait for their transfer. */
 #include "engine/model/model_internal.h"
 
 #include "base/bf16.h"
@@ -74,6 +78,47 @@ static moe_acts moe_view(const tpd_model *m, const tpd_model_acts *a) {
                   b + o->moe_y,
                   m->d.F ? b + o->moe_shout : NULL};
     return v;
+}
+
+/* The host mirror of v's routing regions (moe_host): v itself where the backend's memory is
+ * the host's; the rows (x, h, hact, y, shout) stay v's. */
+static tpd_status moe_host_view(const tpd_model *m, const moe_acts *v, moe_acts *h_p) {
+    const tpd_buffer_plan *pl = &m->plan;
+    const tpd_act_layer *o = &pl->layer;
+    *h_p = *v;
+    if (!tpd_kern_device_memory(m->kb)) return TPD_OK;
+    if (!pl->moe_host)
+        return tpd_fail(TPD_ERR_INTERNAL,
+                        "model: backend %s keeps device memory, but the memory plan has no host "
+                        "mirror of the experts' routing (training.device is not cuda)",
+                        tpd_kern_name(m->kb));
+    char *r = (char *)m->host_tokens + pl->h_moe_route;
+    h_p->probs = (float *)r;
+    h_p->lse = (float *)(r + (o->moe_lse - o->moe_probs));
+    h_p->topi = (int32_t *)(r + (o->moe_topi - o->moe_probs));
+    h_p->topw = (float *)(r + (o->moe_topw - o->moe_probs));
+    h_p->pos = (int32_t *)(r + (o->moe_pos - o->moe_probs));
+    h_p->order = (int32_t *)(r + (o->moe_order - o->moe_probs));
+    h_p->wperm = (float *)(r + (o->moe_wperm - o->moe_probs));
+    h_p->counts = (int32_t *)(r + (o->moe_counts - o->moe_probs));
+    h_p->gate = v->gate ? (float *)((char *)m->host_tokens + pl->h_moe_gate) : NULL;
+    h_p->ecounts = v->ecounts ? (int32_t *)((char *)m->host_tokens + pl->h_moe_ecounts) : NULL;
+    return TPD_OK;
+}
+
+/* Bytes of the routing regions, moe_probs up to the end of moe_counts (one copy). */
+static size_t route_bytes(const tpd_model *m) {
+    const tpd_act_layer *o = &m->plan.layer;
+    return o->moe_counts + ((size_t)m->d.E + 1) * 4 - o->moe_probs;
+}
+
+/* host <- backend and backend <- host; nothing where they are the same memory */
+static tpd_status to_host(const tpd_model *m, void *host, const void *buf, size_t bytes) {
+    return host == buf ? TPD_OK : tpd_kern_copy_to_host(m->kb, host, buf, bytes);
+}
+
+static tpd_status to_backend(const tpd_model *m, void *buf, const void *host, size_t bytes) {
+    return host == buf ? TPD_OK : tpd_kern_copy_to_device(m->kb, buf, host, bytes);
 }
 
 /* The router's logits and the shared gate are fp32 on the host (the routing runs there), but
@@ -354,13 +399,16 @@ tpd_status tpd_model_moe_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_mo
     const tpd_model_dims *d = &m->d;
     const tpd_buffer_plan *pl = &m->plan;
     int N = r->B * r->T, C = d->C, E = d->E;
-    moe_acts v = moe_view(m, a);
-    /* logits = x routerw^T, routed on the host */
+    moe_acts v = moe_view(m, a), h;
+    TPD_CHECK(moe_host_view(m, &v, &h));
+    /* logits = x routerw^T, routed on the host; the routing kept in the layer's block */
     TPD_CHECK(tpd_kern_matmul_fwd(m->kb, v.probs, full, w->routerw, NULL, N, C, E));
     TPD_CHECK(tpd_kern_synchronize(m->kb));
-    widen_in_place(m, v.probs, (size_t)N * E);
-    route(m, &v, N);
-    int kept = v.counts[E];
+    TPD_CHECK(to_host(m, h.probs, v.probs, (size_t)N * E * pl->act_size));
+    widen_in_place(m, h.probs, (size_t)N * E);
+    route(m, &h, N);
+    TPD_CHECK(to_backend(m, v.probs, h.probs, route_bytes(m)));
+    int kept = h.counts[E];
     char *ys = m->ws + pl->w_moe_perm, *y = m->ws + pl->w_moe_y;
     moe_side sd;
     if (d->ep_size > 1) {
@@ -369,15 +417,16 @@ tpd_status tpd_model_moe_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_mo
         char *ea = m->ws + pl->w_moe_ea;
         TPD_CHECK(tpd_kern_gather_rows(m->kb, ys, full, v.order, kept, C));
         TPD_CHECK(ep_counts(m, &v));
-        (void)ep_plan(m, &v, (size_t)C);
-        TPD_CHECK(side_of(m, &v, &sd));
+        TPD_CHECK(to_host(m, h.ecounts, v.ecounts, (size_t)d->ep_size * d->El * 4));
+        (void)ep_plan(m, &h, (size_t)C);
+        TPD_CHECK(side_of(m, &h, &sd));
         TPD_CHECK(ep_rows(m, ys, v.x, 1));
         TPD_CHECK(experts_fwd(m, w, &sd, v.x, v.h, v.hact, ea));
         TPD_CHECK(ep_rows(m, ea, v.y, 0));
     } else {
         /* the kept rows in expert order, each expert's MLP on its block */
         TPD_CHECK(tpd_kern_gather_rows(m->kb, v.x, full, v.order, kept, C));
-        TPD_CHECK(side_of(m, &v, &sd));
+        TPD_CHECK(side_of(m, &h, &sd));
         TPD_CHECK(experts_fwd(m, w, &sd, v.x, v.h, v.hact, v.y));
     }
     /* y = sum of weight x expert output per token (+ the shared experts) */
@@ -397,9 +446,11 @@ tpd_status tpd_model_moe_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_mo
         if (d->shgate) { /* gate = sigmoid(x shgatew^T), on the host */
             TPD_CHECK(tpd_kern_matmul_fwd(m->kb, v.gate, full, w->shgatew, NULL, N, C, 1));
             TPD_CHECK(tpd_kern_synchronize(m->kb));
-            widen_in_place(m, v.gate, (size_t)N);
+            TPD_CHECK(to_host(m, h.gate, v.gate, (size_t)N * pl->act_size));
+            widen_in_place(m, h.gate, (size_t)N);
             for (int t = 0; t < N; t++)
-                v.gate[t] = (float)(1.0 / (1.0 + exp(-(double)v.gate[t])));
+                h.gate[t] = (float)(1.0 / (1.0 + exp(-(double)h.gate[t])));
+            TPD_CHECK(to_backend(m, v.gate, h.gate, (size_t)N * 4));
             TPD_CHECK(tpd_kern_scale_rows(m->kb, ys, v.shout, v.gate, N, C));
             TPD_CHECK(tpd_kern_add(m->kb, y, y, ys, (size_t)N * C));
         } else {
@@ -459,17 +510,27 @@ tpd_status tpd_model_moe_bwd(tpd_model *m, const tpd_model_views *w, const tpd_m
     const tpd_model_dims *d = &m->d;
     const tpd_buffer_plan *pl = &m->plan;
     int N = d->B * d->T, C = d->C, E = d->E;
-    moe_acts v = moe_view(m, a);
+    moe_acts v = moe_view(m, a), h;
+    TPD_CHECK(moe_host_view(m, &v, &h));
     /* the routing is the forward's, kept in the layer's block (a recomputed layer's is the
-     * recompute's, the same) */
-    int kept = v.counts[E];
+     * recompute's, the same), on the host again */
+    TPD_CHECK(to_host(m, h.probs, v.probs, route_bytes(m)));
+    if (d->ep_size > 1) TPD_CHECK(to_host(m, h.ecounts, v.ecounts, (size_t)d->ep_size * d->El * 4));
+    if (d->shgate) TPD_CHECK(to_host(m, h.gate, v.gate, (size_t)N * 4));
+    int kept = h.counts[E];
     /* the expert frequencies of this layer and micro-batch, for the aux loss's gradient */
     for (int e = 0; e < E; e++)
         m->moe_f[e] = 0.0;
     for (int t = 0; t < N * d->topk; t++)
-        m->moe_f[v.topi[t]] += 1.0;
+        m->moe_f[h.topi[t]] += 1.0;
     char *perm = m->ws + pl->w_moe_perm, *dx2 = m->ws + pl->w_moe_dx;
     float *dw = (float *)(m->ws + pl->w_moe_dw), *dl = (float *)(m->ws + pl->w_moe_dlogits);
+    /* their host mirrors (the same buffers on cpu) */
+    float *hdw = dw, *hdl = dl;
+    if (pl->moe_host && tpd_kern_device_memory(m->kb)) {
+        hdw = (float *)((char *)m->host_tokens + pl->h_moe_dw);
+        hdl = (float *)((char *)m->host_tokens + pl->h_moe_dlogits);
+    }
     /* y = sum_j w_j out_j: d out_j = w_j dy, d w_j = dy . out_j (summed over TP) */
     TPD_CHECK(tpd_kern_gather_rows(m->kb, perm, dfull, v.order, kept, C));
     TPD_CHECK(tpd_kern_row_dot(m->kb, dw, perm, v.y, kept, C));
@@ -478,10 +539,10 @@ tpd_status tpd_model_moe_bwd(tpd_model *m, const tpd_model_views *w, const tpd_m
     /* the experts' MLPs, backwards (under EP on the experts' ranks: the outputs' gradients
      * travel like the rows did, the inputs' come back) */
     moe_side sd;
-    TPD_CHECK(side_of(m, &v, &sd));
+    TPD_CHECK(side_of(m, &h, &sd));
     if (d->ep_size > 1) {
         char *ea = m->ws + pl->w_moe_ea, *eb = m->ws + pl->w_moe_eb;
-        (void)ep_plan(m, &v, (size_t)C);
+        (void)ep_plan(m, &h, (size_t)C);
         TPD_CHECK(ep_rows(m, perm, ea, 1));
         TPD_CHECK(experts_bwd(m, w, g, &sd, &v, ea, eb));
         TPD_CHECK(ep_rows(m, eb, perm, 0));
@@ -494,8 +555,10 @@ tpd_status tpd_model_moe_bwd(tpd_model *m, const tpd_model_views *w, const tpd_m
     /* the router: its logits' gradient from the weights and the two losses, each
      * micro-batch's losses weighted as its lm loss mean is (dloss x N) */
     TPD_CHECK(tpd_kern_synchronize(m->kb));
-    route_bwd(m, &v, dw, dl, N, (double)dloss * N);
-    narrow_in_place(m, dl, (size_t)N * E);
+    TPD_CHECK(to_host(m, hdw, dw, (size_t)kept * 4));
+    route_bwd(m, &h, hdw, hdl, N, (double)dloss * N);
+    narrow_in_place(m, hdl, (size_t)N * E);
+    TPD_CHECK(to_backend(m, dl, hdl, (size_t)N * E * pl->act_size));
     TPD_CHECK(tpd_kern_matmul_bwd(m->kb, d->tp_rank == 0 ? dx2 : NULL, g->routerw, NULL, dl, full,
                                   w->routerw, N, C, E));
     if (d->tp_rank == 0) TPD_CHECK(tpd_kern_add(m->kb, dpartial, dpartial, dx2, (size_t)N * C));
@@ -504,13 +567,15 @@ tpd_status tpd_model_moe_bwd(tpd_model *m, const tpd_model_views *w, const tpd_m
         void *dsh = m->ws + pl->w_moe_y; /* d of the shared output (N,C) */
         if (d->shgate) {
             /* d gate_t = dy_t . shout_t (summed over TP); d logit = d gate g (1 - g) */
-            float *dg = (float *)(m->ws + pl->w_moe_dw);
+            float *dg = (float *)(m->ws + pl->w_moe_dw), *hdg = hdw;
             TPD_CHECK(tpd_kern_row_dot(m->kb, dg, dfull, v.shout, N, C));
             TPD_CHECK(tpd_tp_allreduce(&m->tp, dg, (size_t)N, TPD_DTYPE_F32, TPD_COMM_OP_SUM));
             TPD_CHECK(tpd_kern_synchronize(m->kb));
+            TPD_CHECK(to_host(m, hdg, dg, (size_t)N * 4));
             for (int t = 0; t < N; t++)
-                dg[t] *= v.gate[t] * (1.0f - v.gate[t]);
-            narrow_in_place(m, dg, (size_t)N);
+                hdg[t] *= h.gate[t] * (1.0f - h.gate[t]);
+            narrow_in_place(m, hdg, (size_t)N);
+            TPD_CHECK(to_backend(m, dg, hdg, (size_t)N * pl->act_size));
             /* the gate's weight and (on TP rank 0, the sum holding it once) input gradient */
             TPD_CHECK(tpd_kern_matmul_bwd(m->kb, d->tp_rank == 0 ? dx2 : NULL, g->shgatew, NULL, dg,
                                           full, w->shgatew, N, C, 1));

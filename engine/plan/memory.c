@@ -335,6 +335,11 @@ void tpd_plan_kern_shapes(const tpd_config *cfg, const tpd_plan_layout *lay, int
         int oc = 0;
         if (m->add_bias_linear) oc = C > FCl ? C : FCl;
         if ((m->add_bias_linear || tpd_config_qkv_bias(cfg)) && QKVl > oc) oc = QKVl;
+        if (m->num_moe_experts > 0) { /* the experts' fc bias; their rows' scatter */
+            int FCel = (m->swiglu ? 2 : 1) * (tpd_config_moe_ffn(cfg) / t);
+            if (m->add_bias_linear && FCel > oc) oc = FCel;
+            s->moe_rows = s->B * s->T * m->moe_router_topk;
+        }
         s->bias_oc = oc;
     }
     s->Vl = stage == 0 ? tpd_config_padded_vocab(cfg, lay->tp) / t : 0;
@@ -579,7 +584,14 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     tpd_kern_scratch scratch;
     TPD_CHECK(tpd_plan_scratch(cfg, lay, stage,
                                cfg->training.device == TPD_DEVICE_CUDA ? "cuda" : "cpu", &scratch));
-    out->workspace = (double)(ws + scratch.total + slots * 2 * N * 4);
+    uint64_t host = slots * 2 * N * 4;
+    if (E && cfg->training.device == TPD_DEVICE_CUDA) /* the routing's host mirrors: one
+        layer's routing regions, the gate, the EP counts, the assignments' and the logits'
+        gradients, after the tokens' staging */
+        host = up(host) + up(N * E * 4) + up(N * 4) + 5 * up(NK * 4) + up((E + 1) * 4) +
+               (m->moe_shared_expert_gate ? up(N * 4) : 0) + (ep > 1 ? up(ep * El * 4) : 0) +
+               up(NK * 4) + up(N * E * 4);
+    out->workspace = (double)(ws + scratch.total + host);
     out->total = out->params + out->grads + out->gather + out->optimizer + out->outer +
                  out->activations + out->workspace;
     return TPD_OK;

@@ -245,6 +245,11 @@ static const tpd_kern_ops cuda_ops = {
     .attention_bwd = tpd_kern_cuda_attention_bwd,
     .attention_decode = tpd_kern_cuda_attention_decode,
 
+    .gather_rows = tpd_kern_cuda_gather_rows,
+    .scatter_add_rows = tpd_kern_cuda_scatter_add_rows,
+    .scale_rows = tpd_kern_cuda_scale_rows,
+    .row_dot = tpd_kern_cuda_row_dot,
+
     .xent_max = tpd_kern_cuda_xent_max,
     .xent_sumexp = tpd_kern_cuda_xent_sumexp,
     .xent_loss = tpd_kern_cuda_xent_loss,

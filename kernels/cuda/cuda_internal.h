@@ -273,6 +273,16 @@ tpd_status tpd_kern_cuda_swiglu_fwd(tpd_kern_ctx *ctx, void *out, const void *in
 tpd_status tpd_kern_cuda_swiglu_bwd(tpd_kern_ctx *ctx, void *dinp, const void *inp,
                                     const void *dout, int N, int F);
 
+/* ---- mixture of experts: token rows to and from their experts (cuda_moe.cu) ---- */
+tpd_status tpd_kern_cuda_gather_rows(tpd_kern_ctx *ctx, void *out, const void *inp,
+                                     const int32_t *idx, int N, int C);
+tpd_status tpd_kern_cuda_scatter_add_rows(tpd_kern_ctx *ctx, void *out, const void *inp,
+                                          const int32_t *idx, int N, int C, int rows_out);
+tpd_status tpd_kern_cuda_scale_rows(tpd_kern_ctx *ctx, void *out, const void *inp, const float *s,
+                                    int N, int C);
+tpd_status tpd_kern_cuda_row_dot(tpd_kern_ctx *ctx, float *out, const void *a, const void *b, int N,
+                                 int C);
+
 tpd_status tpd_kern_cuda_xent_max(tpd_kern_ctx *ctx, float *maxv, const void *logits, int N, int Vl,
                                   int Vvalid);
 tpd_status tpd_kern_cuda_xent_sumexp(tpd_kern_ctx *ctx, float *sumexp, float *tgt,

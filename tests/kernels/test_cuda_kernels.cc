@@ -783,6 +783,155 @@ TEST(CudaKernels, SumOfSquaresIsExactAndDeterministic) {
     EXPECT_EQ(a, a2);
 }
 
+// ---- mixture of experts: token rows to and from their experts ----
+
+// The MoE's index: T tokens each routed to k distinct of E experts (a few experts hot),
+// some assignments dropped, the kept ones sorted by expert then token, as the router
+// leaves them: a permutation of token rows with repeats. counts_p gets each expert's rows.
+IVec expert_order(int T, int k, int E, uint32_t seed, std::vector<int> *counts_p) {
+    std::mt19937 gen(seed);
+    std::vector<std::vector<int32_t>> rows(E);
+    for (int t = 0; t < T; t++) {
+        std::vector<int> taken;
+        while ((int)taken.size() < k) {
+            int e = (int)(gen() % (unsigned)(E + 2));
+            e = e >= E ? 0 : e; // expert 0 hot
+            bool dup = false;
+            for (int q : taken)
+                dup |= q == e;
+            if (!dup) taken.push_back(e);
+        }
+        for (int e : taken)
+            if (gen() % 10 != 0) rows[e].push_back(t); // a tenth dropped
+    }
+    IVec idx;
+    counts_p->assign(E, 0);
+    for (int e = 0; e < E; e++) {
+        (*counts_p)[e] = (int)rows[e].size();
+        idx.insert(idx.end(), rows[e].begin(), rows[e].end());
+    }
+    return idx;
+}
+
+void moe_rows_case(int T, int C) {
+    Be g(true), c(false);
+    std::vector<int> counts;
+    IVec idx = expert_order(T, 2, 5, 300, &counts);
+    const int M = (int)idx.size();
+    FVec x = randn((size_t)T * C, 301), s = randn(M, 302), y0 = randn((size_t)T * C, 303);
+    FVec b = randn((size_t)M * C, 304);
+    int32_t *gi = g.upi(idx), *ci = c.upi(idx);
+    // gather: exact copies
+    void *gr = g.zeros((size_t)M * C), *cr = c.zeros((size_t)M * C);
+    ASSERT_EQ(tpd_kern_gather_rows(g.b, gr, g.up(x), gi, M, C), TPD_OK);
+    ASSERT_EQ(tpd_kern_gather_rows(c.b, cr, c.up(x), ci, M, C), TPD_OK);
+    expect_close(g.down(gr, (size_t)M * C), c.down(cr, (size_t)M * C), 0.0f, "gather_rows");
+    // row_dot of the gathered rows with b, fp32
+    float *gd = (float *)g.zeros(M, TPD_DTYPE_F32), *cd = (float *)c.zeros(M, TPD_DTYPE_F32);
+    ASSERT_EQ(tpd_kern_row_dot(g.b, gd, gr, g.up(b), M, C), TPD_OK);
+    ASSERT_EQ(tpd_kern_row_dot(c.b, cd, cr, c.up(b), M, C), TPD_OK);
+    expect_close(g.downf(gd, M), c.downf(cd, M), kRtolF32, "row_dot");
+    // scale in place, then scatter-add onto y0 (accumulates)
+    float *gs = g.upf(s), *cs = c.upf(s);
+    ASSERT_EQ(tpd_kern_scale_rows(g.b, gr, gr, gs, M, C), TPD_OK);
+    ASSERT_EQ(tpd_kern_scale_rows(c.b, cr, cr, cs, M, C), TPD_OK);
+    expect_close(g.down(gr, (size_t)M * C), c.down(cr, (size_t)M * C), kRtolBf16,
+                 "scale_rows (in place)");
+    void *gy = g.up(y0), *cy = c.up(y0);
+    ASSERT_EQ(tpd_kern_scatter_add_rows(g.b, gy, gr, gi, M, C, T), TPD_OK);
+    ASSERT_EQ(tpd_kern_scatter_add_rows(c.b, cy, cr, ci, M, C, T), TPD_OK);
+    expect_close(g.down(gy, (size_t)T * C), c.down(cy, (size_t)T * C), kRtolBf16,
+                 "scatter_add_rows (accumulated)");
+    // a scale into another buffer
+    void *go = g.zeros((size_t)M * C), *co = c.zeros((size_t)M * C);
+    void *gb = g.up(b), *cb = c.up(b);
+    ASSERT_EQ(tpd_kern_scale_rows(g.b, go, gb, gs, M, C), TPD_OK);
+    ASSERT_EQ(tpd_kern_scale_rows(c.b, co, cb, cs, M, C), TPD_OK);
+    expect_close(g.down(go, (size_t)M * C), c.down(co, (size_t)M * C), kRtolBf16, "scale_rows");
+}
+
+TEST(CudaKernels, MoeRowsVectorized) {
+    SKIP_WITHOUT_GPU();
+    moe_rows_case(200, 64);
+}
+TEST(CudaKernels, MoeRowsOddWidth) {
+    SKIP_WITHOUT_GPU();
+    moe_rows_case(61, 37);
+}
+
+// The sums of scatter_add_rows never depend on the run: many rows into a few outputs.
+TEST(CudaKernels, ScatterAddRowsIsBitDeterministic) {
+    SKIP_WITHOUT_GPU();
+    Be g(true);
+    const int N = 6000, C = 96, rows = 50;
+    IVec idx = randint(N, 305, 0, rows);
+    for (int i = 0; i < 2000; i++)
+        idx[i] = 7; // a hot row
+    FVec x = randn((size_t)N * C, 306);
+    int32_t *gi = g.upi(idx);
+    void *gx = g.up(x);
+    std::vector<uint8_t> first;
+    for (int rep = 0; rep < 3; rep++) {
+        void *y = g.zeros((size_t)rows * C);
+        ASSERT_EQ(tpd_kern_scatter_add_rows(g.b, y, gx, gi, N, C, rows), TPD_OK);
+        ASSERT_EQ(tpd_kern_synchronize(g.b), TPD_OK);
+        auto bits = g.bytes(y, (size_t)rows * C * tpd_dtype_size(g.act()));
+        if (rep == 0)
+            first = bits;
+        else
+            EXPECT_EQ(bits, first) << "scatter_add_rows differs between identical runs";
+    }
+}
+
+// Grouped matmuls over an expert order's blocks (an empty group among them), forward and
+// backward (dw and dbias of each group accumulated).
+void grouped_matmul_case(int IC, int OC, bool bias) {
+    Be g(true), c(false);
+    std::vector<int> counts;
+    (void)expert_order(90, 2, 4, 310, &counts);
+    counts.insert(counts.begin() + 2, 0); // G = 5, group 2 empty
+    const int G = (int)counts.size();
+    int M = 0;
+    for (int n : counts)
+        M += n;
+    FVec x = randn((size_t)M * IC, 311), w = randn((size_t)G * OC * IC, 312, 0.1f);
+    FVec bb = randn((size_t)G * OC, 313), dy = randn((size_t)M * OC, 314);
+    FVec dw0 = randn((size_t)G * OC * IC, 315, 0.1f), db0 = randn((size_t)G * OC, 316);
+    void *gx = g.up(x), *gw = g.up(w), *gb = bias ? g.up(bb) : nullptr;
+    void *cx = c.up(x), *cw = c.up(w), *cb = bias ? c.up(bb) : nullptr;
+    void *go = g.zeros((size_t)M * OC), *co = c.zeros((size_t)M * OC);
+    ASSERT_EQ(tpd_kern_grouped_matmul_fwd(g.b, go, gx, gw, gb, counts.data(), G, IC, OC), TPD_OK);
+    ASSERT_EQ(tpd_kern_grouped_matmul_fwd(c.b, co, cx, cw, cb, counts.data(), G, IC, OC), TPD_OK);
+    expect_close(g.down(go, (size_t)M * OC), c.down(co, (size_t)M * OC), kRtolBf16,
+                 "grouped_matmul_fwd");
+    void *gdx = g.zeros((size_t)M * IC), *cdx = c.zeros((size_t)M * IC);
+    void *gdw = g.up(dw0), *cdw = c.up(dw0);
+    void *gdb = bias ? g.up(db0) : nullptr, *cdb = bias ? c.up(db0) : nullptr;
+    ASSERT_EQ(
+        tpd_kern_grouped_matmul_bwd(g.b, gdx, gdw, gdb, g.up(dy), gx, gw, counts.data(), G, IC, OC),
+        TPD_OK);
+    ASSERT_EQ(
+        tpd_kern_grouped_matmul_bwd(c.b, cdx, cdw, cdb, c.up(dy), cx, cw, counts.data(), G, IC, OC),
+        TPD_OK);
+    expect_close(g.down(gdx, (size_t)M * IC), c.down(cdx, (size_t)M * IC), kRtolBf16,
+                 "grouped_matmul_bwd dinp");
+    // the empty group's dw keeps its initial values
+    expect_close(g.down(gdw, (size_t)G * OC * IC), c.down(cdw, (size_t)G * OC * IC), kRtolBf16,
+                 "grouped_matmul_bwd dw (accumulated)");
+    if (bias)
+        expect_close(g.down(gdb, (size_t)G * OC), c.down(cdb, (size_t)G * OC), kRtolBf16,
+                     "grouped_matmul_bwd dbias (accumulated)");
+}
+
+TEST(CudaKernels, GroupedMatmulWithBias) {
+    SKIP_WITHOUT_GPU();
+    grouped_matmul_case(48, 80, true);
+}
+TEST(CudaKernels, GroupedMatmulNoBiasOddShape) {
+    SKIP_WITHOUT_GPU();
+    grouped_matmul_case(24, 40, false);
+}
+
 TEST(CudaKernels, F32BackendMatmulMatchesCpuTightly) {
     SKIP_WITHOUT_GPU();
     Be g(true, TPD_DTYPE_F32), c(false, TPD_DTYPE_F32);

@@ -99,6 +99,31 @@ TEST(ScratchPlan, FusedAttentionPlansTheCudnnBoundAndGroupedQueryFallback) {
     EXPECT_EQ(p.attention_bwd, rows * 1024 * 4);
 }
 
+// The experts' scatter_add_rows sorts its N*topk rows as the embedding backward sorts its
+// tokens: four (rows) int32 arrays and the sort's temp bound; nothing without experts.
+TEST(ScratchPlan, MoeScatterFollowsItsRows) {
+    tpd_kern_shapes s = gpt2_small(TPD_DTYPE_BF16, 0);
+    tpd_kern_scratch p;
+    ASSERT_EQ(tpd_kern_scratch_plan("cuda", &s, &p), TPD_OK);
+    EXPECT_EQ(p.moe_scatter, 0u);
+    s.moe_rows = 4096 * 2;
+    ASSERT_EQ(tpd_kern_scratch_plan("cuda", &s, &p), TPD_OK);
+    size_t rows = 8192;
+    EXPECT_EQ(p.moe_scatter, 7 * tpd_align_up(rows * 4) + (64u << 10));
+    EXPECT_EQ(p.moe_scatter, tpd_kern_scatter_rows_scratch(8192));
+    EXPECT_EQ(p.total, std::max({p.norm_bwd, p.bias_grad, p.embed_bwd, p.attention_fwd,
+                                 p.attention_bwd, p.moe_scatter}));
+    s.Vl = 0;
+    s.NH = 0; // no attention, and many rows: the scatter is the largest take
+    s.moe_rows = 1 << 22;
+    ASSERT_EQ(tpd_kern_scratch_plan("cuda", &s, &p), TPD_OK);
+    EXPECT_EQ(p.total, p.moe_scatter);
+    ASSERT_EQ(tpd_kern_scratch_plan("cpu", &s, &p), TPD_OK);
+    EXPECT_EQ(p.total, 0u);
+    s.moe_rows = -1;
+    EXPECT_EQ(tpd_kern_scratch_plan("cuda", &s, &p), TPD_ERR_INVALID);
+}
+
 TEST(ScratchPlan, CpuPlansNoneAndBadInputIsRefused) {
     tpd_kern_shapes s = gpt2_small(TPD_DTYPE_F32, 0);
     tpd_kern_scratch p;

@@ -219,12 +219,15 @@ TEST(ConfigContextParallel, ChunksAndRefusal) {
 }
 
 // The mixture-of-experts keys: what the block cannot be built with fails at load, naming
-// the key; expert parallelism, cuda and CP are refused by `tripod train` with the reason.
+// the key; expert parallelism with sharded state and CP are refused by `tripod train` with the
+// reason. Both backends train it.
 TEST(ConfigMoe, KeysAndRefusals) {
     tpd_config c;
     ASSERT_EQ(Load({"model.num_moe_experts=4", "model.moe_router_topk=2"}, &c), TPD_OK);
     EXPECT_EQ(tpd_config_moe(&c), 1);
     EXPECT_EQ(tpd_config_moe_ffn(&c), c.model.ffn_hidden_size); // 0 means the dense width
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK);
+    c.training.device = TPD_DEVICE_CUDA;
     EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK);
     const struct {
         std::vector<std::string> keys;

@@ -135,9 +135,9 @@ TEST(PlanEp, MemoryClosedFormEpTerms) {
                     EXPECT_EQ(me.activations - m1.activations, (double)(L * (layer_ep - layer_1)))
                         << what;
                     // workspace: the experts' fc and activation gradients, the two exchange
-                    // blocks
-                    const uint64_t ws_ep =
-                        up(NR * FCel * e) + up(NR * Fel * e) + 2 * up(NR * C * e);
+                    // blocks (on cuda also the EP counts' host mirror)
+                    const uint64_t ws_ep = up(NR * FCel * e) + up(NR * Fel * e) +
+                                           2 * up(NR * C * e) + (bf16 ? up(ep * El * 4) : 0);
                     const uint64_t ws_1 = up(NK * FCel * e) + up(NK * Fel * e);
                     EXPECT_EQ(me.workspace - m1.workspace, (double)(ws_ep - ws_1)) << what;
                     EXPECT_EQ(me.total - m1.total, (me.params - m1.params) + (me.grads - m1.grads) +

@@ -896,6 +896,59 @@ TEST(Equivalence, CudaLayoutMatchesCpuSingleRank) {
     }
 }
 
+// The mixture of experts on the GPU (fp32; top-2 of 4 experts with a gated shared expert
+// under GPT-2, HF's renormalized softmax under Llama), its router on the host, against the
+// cpu single-rank run at the tolerances above: one rank, and expert parallelism over DP
+// (EP 2, EP 2 beside TP 2 and PP 2, EP 4 under Llama), whose all-to-alls carry device rows.
+TEST(Equivalence, CudaMoeMatchesCpuSingleRank) {
+    if (!g_cuda) GTEST_SKIP() << "run with --device=cuda";
+    TPD_SKIP_WITHOUT_GPU();
+    if (tpd_comm_size(g_world) < 8) GTEST_SKIP() << "needs 8 ranks";
+    auto on_gpu = [](Layout L) {
+        L.cuda = true;
+        return L;
+    };
+    const struct {
+        Layout L;
+        const char *what;
+    } gpt[] =
+        {
+            {on_gpu(moe({1, 1, 1, 0})), "one rank"},
+            {on_gpu(epar({1, 1, 2, 0}, 2)), "EP 2"},
+            {on_gpu(epar({2, 2, 2, 0}, 2)), "EP 2 with TP 2 and PP 2"},
+        },
+      lla[] = {
+          {on_gpu(llama(epar({1, 1, 4, 0}, 4))), "Llama, EP 4"},
+      };
+    for (int family = 0; family < 2; family++) {
+        Result ref = run(family ? llama(moe({1, 1, 1, 0})) : moe({1, 1, 1, 0}));
+        auto *cases = family ? lla : gpt;
+        size_t n = family ? sizeof lla / sizeof lla[0] : sizeof gpt / sizeof gpt[0];
+        for (size_t k = 0; k < n; k++) {
+            Result r = run(cases[k].L);
+            if (tpd_comm_rank(g_world) != 0) continue;
+            SCOPED_TRACE(cases[k].what);
+            if (r.loss.size() != ref.loss.size() || r.aux.size() != ref.aux.size()) {
+                ADD_FAILURE() << "the run did not complete its steps";
+                continue;
+            }
+            for (int i = 0; i < kSteps; i++) {
+                EXPECT_LE(std::fabs(r.loss[i] - ref.loss[i]) / ref.loss[i], 1e-4)
+                    << "step " << i + 1;
+                EXPECT_LE(std::fabs(r.norm[i] - ref.norm[i]) / ref.norm[i], 1e-3)
+                    << "step " << i + 1;
+                EXPECT_LE(std::fabs(r.aux[i] - ref.aux[i]) / ref.aux[i], 1e-4)
+                    << "step " << i + 1 << ": load-balancing loss";
+            }
+            for (int p = 0; p < TPD_P_COUNT; p++)
+                EXPECT_LE(tpd_verify_rel_diff(r.params[p].data(), ref.params[p].data(),
+                                              ref.params[p].size()),
+                          1e-3)
+                    << tpd_param_get_info((tpd_param)p)->name;
+        }
+    }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
