@@ -554,7 +554,7 @@ TEST(PlanCli, FrameworkProfileIsAppliedAndNamed) {
     EXPECT_NE(err.find("framework profile 'no-such-framework' not found"), std::string::npos)
         << err;
     for (const char *n : {"tripod", "megatron-2021", "megatron-2022", "megatron-2023",
-                          "nemo-mcore-2024", "deepspeed-megatron", "meta-llama3"})
+                          "nemo-mcore-2024", "deepspeed-megatron", "meta-llama3", "pytorch-fsdp"})
         EXPECT_NE(err.find(n), std::string::npos) << n << " not listed: " << err;
     char names[1024];
     tpd_plan_framework_names(names, sizeof names);

@@ -19,9 +19,11 @@
 // fixed sweeps and iterations, no random start: the same numbers every run. A new constant
 // is one more entry in kFitted.
 //
-// Leave one source out (PlanHeldout.LeaveOneSourceOut): each source in turn predicted by the
-// same fit on all the other sources; per-source and overall figures, the band each class of
-// profile prints (plan/heldout.c), and the order of the layouts of one model a source measured.
+// Leave one source out (PlanHeldout.LeaveOneSourceOut): every source, the two FSDP ones too
+// (MosaicML's llm-foundry and torchtitan), in turn predicted from all the others, each row on
+// its framework profile's constants (configs/frameworks/) and the hardware's factors (kHardware)
+// fitted without it; per-source and overall figures, the band each class of profile prints
+// (plan/heldout.c), and the order of the layouts of one model a source measured.
 //
 // Error: predicted speed / published speed - 1 in the published figure's own kind (a step
 // time, hardware or model TFLOP/s); positive = the planner is optimistic.
@@ -375,9 +377,9 @@ void print_loso(const std::vector<Fold> &folds, const LosoFigures &fig) {
 
 // What the suite holds the leave-one-source-out figures to: the figures reached, with a small
 // margin (the targets are a mean of 8%, a worst of 15% and a bias within 4%).
-constexpr double kLosoMeanMax = 0.10;  // mean |error| of every row (today 9.6%)
-constexpr double kLosoWorstMax = 0.19; // any one row (today 17.7%, Korthikanti)
-constexpr double kLosoBiasMax = 0.03;  // |mean signed error| (today -1.3%)
+constexpr double kLosoMeanMax = 0.09;   // mean |error| of every row (today 8.2%)
+constexpr double kLosoWorstMax = 0.175; // any one row (today 16.2%, Korthikanti)
+constexpr double kLosoBiasMax = 0.025;  // |mean signed error| (today -1.9%)
 
 std::string loso_broken(const LosoFigures &fig) {
     std::string broken;
@@ -395,9 +397,9 @@ std::string loso_broken(const LosoFigures &fig) {
 }
 
 TEST(PlanHeldout, LeaveOneSourceOut) {
-    HeldoutValidation v(1.0);
+    AllSources v(1.0);
     std::vector<Fold> folds = leave_one_source_out(v);
-    ASSERT_GE(folds.size(), 7u);
+    ASSERT_GE(folds.size(), 9u);
     LosoFigures fig = loso_figures(folds);
     std::printf("  error = predicted speed / published speed - 1 (positive: optimistic)\n");
     print_loso(folds, fig);
@@ -450,7 +452,7 @@ TEST(PlanHeldout, LeaveOneSourceOut) {
 // The leave-one-source-out bounds are real too: with every profile's GEMM efficiency x1.5
 // (each fold refitted, as a wrong profile would be) they break.
 TEST(PlanHeldout, LeaveOneSourceOutFailsWithTheGemmCurveX15) {
-    HeldoutValidation v(1.5);
+    AllSources v(1.5);
     std::string broken = loso_broken(loso_figures(leave_one_source_out(v)));
     std::printf("  GEMM curve x1.5, each fold refitted: %s\n", broken.c_str());
     EXPECT_NE(broken, "");
