@@ -12,6 +12,7 @@
 typedef struct plan_args {
     tpd_cli_args cl; /* config, overrides, options */
     const char *cluster;
+    const char *framework;
     int gpus;
     int have_layout, tp, pp, dp;
     int cp; /* --layout's fourth value; 0: the config's parallel.context_parallel_size */
@@ -27,7 +28,8 @@ typedef struct plan_args {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tripod plan CONFIG.yaml [section.key=value ...] [--cluster NAME|FILE]\n"
-               "                   [--gpus N] [--layout TP,PP,DP[,CP[,EP]]] [--top K] [--json]\n"
+               "                   [--framework NAME|FILE] [--gpus N] [--layout "
+               "TP,PP,DP[,CP[,EP]]] [--top K] [--json]\n"
                "                   [--trace FILE] [--ranks] [--dp-overlap on|off]\n"
                "                   [--param-gather-overlap on|off] [--even-stages]\n"
                "  Without --layout: search every layout for N GPUs and rank the top K (10).\n"
@@ -41,6 +43,12 @@ static void usage(FILE *f) {
                "             the all-to-alls' receiving side are priced at X times the mean.\n"
                "  --cluster: configs/clusters/NAME.yaml or a file (default: h200, cpu for\n"
                "             training.device=cpu). --trace: predicted timeline (Perfetto).\n"
+               "  --framework: configs/frameworks/NAME.yaml or a file: the training software's\n"
+               "             costs (per-kernel gaps, host time per micro-batch and per step,\n"
+               "             stragglers, TP overlap) on top of the cluster's (default: tripod,\n"
+               "             tripod's own engine; megatron-2021, megatron-2022, megatron-2023,\n"
+               "             nemo-mcore-2024, deepspeed-megatron, meta-llama3, pytorch-fsdp: each\n"
+               "             set on one published source, docs/planner-profiles.md).\n"
                "  --ranks: rank -> (tp, cp, dp, pp) table and every communication group.\n"
                "  --dp-overlap on|off: DP gradient reduction during the last backward or after\n"
                "             it (default: the config's parallel.overlap_grad_reduce).\n"
@@ -55,6 +63,7 @@ static const tpd_cli_opt k_opts[] = {{"--json", 0},
                                      {"--ranks", 0},
                                      {"--even-stages", 0},
                                      {"--cluster", 1},
+                                     {"--framework", 1},
                                      {"--gpus", 1},
                                      {"--layout", 1},
                                      {"--top", 1},
@@ -84,6 +93,8 @@ static int parse_args(int argc, char **argv, plan_args *a) {
             a->even_stages = 1;
         } else if (strcmp(s, "--cluster") == 0) {
             a->cluster = val;
+        } else if (strcmp(s, "--framework") == 0) {
+            a->framework = val;
         } else if (strcmp(s, "--trace") == 0) {
             a->trace = val;
         } else if (strcmp(s, "--gpus") == 0) {
@@ -211,7 +222,8 @@ static int run_one(const tpd_config *cfg, const tpd_plan_cluster *cl, const tpd_
         printf("%s\n", js);
         free(js);
     } else {
-        printf("cluster %s (%s), %d GPUs, %s\n", cl->name, cl->path, opt->gpus,
+        printf("cluster %s (%s), framework %s, %d GPUs, %s\n", cl->name, cl->path,
+               cl->framework[0] ? cl->framework : "none", opt->gpus,
                cfg->source_path[0] ? cfg->source_path : "(defaults)");
         tpd_plan_print_breakdown(stdout, r);
         tpd_plan_print_overrides(stdout, cfg, r);
@@ -246,7 +258,8 @@ static int run_search(const tpd_config *cfg, const tpd_plan_cluster *cl,
             rc = TPD_EXIT_FAILURE;
         }
     } else {
-        printf("cluster %s (%s), %d GPUs, %s\n", cl->name, cl->path, opt->gpus,
+        printf("cluster %s (%s), framework %s, %d GPUs, %s\n", cl->name, cl->path,
+               cl->framework[0] ? cl->framework : "none", opt->gpus,
                cfg->source_path[0] ? cfg->source_path : "(defaults)");
         printf("searched %ld layouts: %ld fit in memory, %ld timed, %ld skipped by the lower "
                "bound, %ld rejected\n\n",
@@ -431,6 +444,21 @@ int tpd_cli_plan(int argc, char **argv) {
     if (tpd_plan_cluster_load(cluster, cl) != TPD_OK) {
         rc = TPD_EXIT_CONFIG;
         goto free_all;
+    }
+    /* the software's costs on top of the hardware's: tripod's own engine unless told */
+    if (cl->backend == TPD_PLAN_BACKEND_CUDA || a.framework) {
+        tpd_plan_framework *fw = malloc(sizeof *fw);
+        if (!fw) {
+            rc = tpd_status_exit_code(tpd_fail_nomem("the framework profile", sizeof *fw));
+            goto free_all;
+        }
+        tpd_status fst = tpd_plan_framework_load(a.framework ? a.framework : "tripod", fw);
+        if (fst == TPD_OK) tpd_plan_framework_apply(fw, cl);
+        free(fw);
+        if (fst != TPD_OK) {
+            rc = TPD_EXIT_CONFIG;
+            goto free_all;
+        }
     }
     tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
     opt.top_k = a.top;

@@ -11,6 +11,7 @@
 #include "engine/plan/plan.h"
 #include "engine/plan/plan_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,6 +171,7 @@ tpd_status tpd_plan_time_split(const tpd_config *cfg, const tpd_plan_cluster *cl
                                tpd_config *scratch) {
     const tpd_config *c = tpd_plan_result_config(cfg, res, scratch);
     tpd_plan_heldout_band(cl, &res->heldout); /* the band the reports print beside the time */
+    snprintf(res->framework, sizeof res->framework, "%s", cl->framework);
     TPD_CHECK(tpd_plan_time_evaluate(c, cl, opt, split_bubble, res));
     if (!res->balanced) return TPD_OK;
     /* the slowest stage is only a proxy for the step: keep the split the full model

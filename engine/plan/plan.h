@@ -122,6 +122,7 @@ typedef struct tpd_plan_cluster {
                                    inf check, ...) */
     int sync_ring;              /* 1: those run as rings (latency 2(N-1) steps); 0: trees
                                    (2 ceil(log2 N) steps, NCCL's choice for small sizes) */
+    char framework[64];         /* the framework profile applied ("": none) */
 } tpd_plan_cluster;
 
 /* Loads NAME (configs/clusters/NAME.yaml under the source tree, then under the current
@@ -132,6 +133,32 @@ tpd_status tpd_plan_cluster_load(const char *name_or_path, tpd_plan_cluster *clu
  * written by hand: TFLOP/s, GiB, GB/s, us, ns). `header` is a comment block (lines
  * without '#', may be NULL). */
 tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path, const char *header);
+
+/* A framework profile (configs/frameworks/NAME.yaml): what the training software costs on
+ * top of the hardware (per-kernel gaps, host time per micro-batch and per step, stragglers,
+ * global syncs, TP overlap), in the cluster profile's framework keys and units. Applied to a
+ * cluster, it sets the keys it states and leaves the others as the cluster has them. */
+#define TPD_PLAN_FRAMEWORK_MAX_KEYS 24
+typedef struct tpd_plan_framework {
+    char name[64];
+    char path[TPD_CONFIG_STR];
+    char kind[32];            /* the family it is validated on: megatron, deepspeed, ... */
+    char calibrated_from[64]; /* the published source (tests/engine/plan/published) its
+                                 constants were set on; "" none */
+    char description[256];
+    int n_set;                                      /* keys the file states */
+    size_t set_offset[TPD_PLAN_FRAMEWORK_MAX_KEYS]; /* their fields in tpd_plan_cluster */
+    tpd_plan_cluster values;                        /* the stated values (SI), at those fields */
+} tpd_plan_framework;
+
+/* Loads NAME (configs/frameworks/NAME.yaml under the current directory, then under the source
+ * tree) or a file path. Only framework keys are accepted; an unknown NAME fails listing the
+ * known ones. */
+tpd_status tpd_plan_framework_load(const char *name_or_path, tpd_plan_framework *fw_p);
+/* Sets the keys fw states on cl and names it in cl->framework. */
+void tpd_plan_framework_apply(const tpd_plan_framework *fw, tpd_plan_cluster *cl);
+/* The names of the shipped framework profiles, ", "-separated, sorted ("" when none). */
+void tpd_plan_framework_names(char *out, size_t outlen);
 
 typedef struct tpd_plan_layout {
     int tp, pp, dp;
@@ -325,6 +352,7 @@ typedef struct tpd_plan_result {
     double every_step_time_s, every_step_tokens_per_s, every_step_mfu, every_step_dp_bytes;
     tpd_plan_hop every_step_hop_dp; /* its DP group: all DP ranks, TP apart */
     tpd_plan_band heldout;          /* how far predictions on this cluster's class were off */
+    char framework[64];             /* the cluster's framework profile ("": none applied) */
 } tpd_plan_result;
 
 typedef struct tpd_plan_options {

@@ -501,6 +501,8 @@ static cJSON *result_json(const tpd_config *cfg, const tpd_plan_result *r) {
         cJSON_AddItemToArray(mb, e);
     }
     cJSON_AddNumberToObject(o, "step_time_s", r->step_time_s);
+    /* the framework profile the times assume ("" when none was applied) */
+    cJSON_AddStringToObject(o, "framework", r->framework);
     if (r->heldout.cls) {
         /* predicted speed / published speed - 1 on the class's held-out published runs */
         cJSON *h = cJSON_AddObjectToObject(o, "heldout_error");

@@ -30,6 +30,9 @@ struct PubRow {
     int sp = 0, dist_opt = 0, dp_overlap = 0;
     int tp_comm_overlap = 0; // Megatron-Core's --tp-comm-overlap (column optional: 0 if absent)
     int grads_fp32 = 1;      // accumulate_allreduce_grads_in_fp32 (column optional: 1 if absent)
+    // parallel.data_parallel_sharding_strategy (column optional: optim with dist_opt, else
+    // no_shard); FSDP's FULL_SHARD is optim_grads_params over all of DP
+    std::string sharding;
     std::vector<int> pipeline_layers; // empty: an even split
     double published = 0;
 };
@@ -83,6 +86,12 @@ inline std::string read_published(const std::string &name, std::vector<PubRow> *
         for (const auto &s : strs) {
             if (!m.count(s.key) || m[s.key].empty()) return at + "no " + s.key;
             *s.out = m[s.key];
+        }
+        if (m.count("sharding")) {
+            r.sharding = m["sharding"];
+            if (tpd_config_choice_value("parallel.data_parallel_sharding_strategy",
+                                        r.sharding.c_str()) < 0)
+                return at + "sharding '" + r.sharding + "' is not a sharding strategy";
         }
         const struct {
             const char *key;
@@ -179,6 +188,9 @@ inline tpd_config config_of(const PubRow &r) {
     c.parallel.virtual_pipeline_model_parallel_size = r.vpp;
     c.parallel.sequence_parallel = r.sp;
     c.parallel.use_distributed_optimizer = r.dist_opt;
+    if (!r.sharding.empty())
+        c.parallel.data_parallel_sharding_strategy = (tpd_dp_sharding)tpd_config_choice_value(
+            "parallel.data_parallel_sharding_strategy", r.sharding.c_str());
     c.parallel.tp_comm_overlap = r.tp_comm_overlap;
     c.training.accumulate_allreduce_grads_in_fp32 = r.grads_fp32;
     c.parallel.num_pipeline_layers = (int)r.pipeline_layers.size();
@@ -199,6 +211,9 @@ inline tpd_plan_layout layout_of(const PubRow &r) {
     l.recompute = (tpd_recompute)tpd_config_choice_value("training.recompute", r.recompute.c_str());
     l.sequence_parallel = r.sp;
     l.distributed_optimizer = r.dist_opt;
+    if (!r.sharding.empty())
+        l.sharding = (tpd_dp_sharding)tpd_config_choice_value(
+            "parallel.data_parallel_sharding_strategy", r.sharding.c_str());
     l.overlap_grad_reduce = r.dp_overlap;
     l.overlap_param_gather = r.dp_overlap && r.dist_opt;
     l.tp_comm_overlap = r.tp_comm_overlap;

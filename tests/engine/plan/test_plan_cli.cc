@@ -497,4 +497,102 @@ TEST(PlanCli, LayoutWinsOverTheFile) {
     cJSON_Delete(js);
 }
 
+// --framework: the profile's keys set on the cluster, named in the text and the JSON; tripod's
+// own engine when not given (cuda); a slower framework gives a slower step; an unknown name is a
+// configuration error listing the shipped profiles; --help documents the flag.
+TEST(PlanCli, FrameworkProfileIsAppliedAndNamed) {
+    write_config();
+    std::string out;
+    ASSERT_EQ(run({"plan", kConfig, "--cluster", "dgx-a100-80g", "--layout", "2,4,2"}, &out), 0)
+        << out;
+    EXPECT_NE(out.find("cluster dgx-a100-80g ("), std::string::npos) << out;
+    EXPECT_NE(out.find(", framework tripod, "), std::string::npos) << out;
+    auto step_of = [](const std::string &json) {
+        cJSON *arr = cJSON_Parse(json.c_str());
+        EXPECT_NE(arr, nullptr) << json;
+        cJSON *o = cJSON_IsArray(arr) ? cJSON_GetArrayItem(arr, 0) : arr;
+        double step = cJSON_GetObjectItem(o, "step_time_s")->valuedouble;
+        std::string fw = cJSON_GetStringValue(cJSON_GetObjectItem(o, "framework"));
+        cJSON_Delete(arr);
+        return std::make_pair(step, fw);
+    };
+    ASSERT_EQ(
+        run({"plan", kConfig, "--cluster", "dgx-a100-80g", "--layout", "2,4,2", "--json"}, &out),
+        0);
+    auto tripod = step_of(out);
+    EXPECT_EQ(tripod.second, "tripod");
+    ASSERT_EQ(run({"plan", kConfig, "--cluster", "dgx-a100-80g", "--layout", "2,4,2", "--framework",
+                   "deepspeed-megatron", "--json"},
+                  &out),
+              0);
+    auto ds = step_of(out);
+    EXPECT_EQ(ds.second, "deepspeed-megatron");
+    // its per-micro-batch host time (tens of ms) on each of the 16 micro-batches' paths
+    EXPECT_GT(ds.first, tripod.first * 1.05) << ds.first << " vs " << tripod.first;
+
+    // the same values as the library applies them
+    tpd_plan_framework fw;
+    ASSERT_EQ(tpd_plan_framework_load("deepspeed-megatron", &fw), TPD_OK);
+    EXPECT_STREQ(fw.kind, "deepspeed");
+    EXPECT_STREQ(fw.calibrated_from, "mtnlg2022");
+    tpd_plan_cluster cl = plan_test::cluster("dgx-a100-80g");
+    double launch = cl.kernel_overhead_s;
+    tpd_plan_framework_apply(&fw, &cl);
+    EXPECT_STREQ(cl.framework, "deepspeed-megatron");
+    EXPECT_GT(cl.micro_batch_host_s, 0.0);
+    EXPECT_NE(cl.kernel_overhead_s, launch);
+    // tripod's own states no per-kernel gap: the cluster's holds
+    ASSERT_EQ(tpd_plan_framework_load("tripod", &fw), TPD_OK);
+    tpd_plan_cluster c2 = plan_test::cluster("dgx-a100-80g");
+    tpd_plan_framework_apply(&fw, &c2);
+    EXPECT_EQ(c2.kernel_overhead_s, launch);
+    EXPECT_NE(std::string(fw.description).find("tripod's own engine"), std::string::npos);
+
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(run({"plan", kConfig, "--framework", "no-such-framework"}, &out), TPD_EXIT_CONFIG);
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("framework profile 'no-such-framework' not found"), std::string::npos)
+        << err;
+    for (const char *n : {"tripod", "megatron-2021", "megatron-2022", "megatron-2023",
+                          "nemo-mcore-2024", "deepspeed-megatron", "meta-llama3", "pytorch-fsdp"})
+        EXPECT_NE(err.find(n), std::string::npos) << n << " not listed: " << err;
+    char names[1024];
+    tpd_plan_framework_names(names, sizeof names);
+    EXPECT_NE(std::string(names).find("deepspeed-megatron, megatron-2021, megatron-2022"),
+              std::string::npos)
+        << names;
+
+    ASSERT_EQ(run({"plan", "--help"}, &out), 0);
+    EXPECT_NE(out.find("--framework"), std::string::npos) << out;
+}
+
+// A framework profile holds only the framework's keys: a hardware key is refused with the file,
+// the line and the keys it may hold.
+TEST(PlanCli, FrameworkProfileRefusesHardwareKeys) {
+    std::string path = plan_test::scratch_path("fw_bad.yaml");
+    {
+        std::ofstream f(path);
+        f << "name: bad\nstep_host_ms: 5\npeak_tflops: 312\n";
+    }
+    tpd_plan_framework fw;
+    testing::internal::CaptureStderr();
+    EXPECT_NE(tpd_plan_framework_load(path.c_str(), &fw), TPD_OK);
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find(path + ":3: a cluster's, not a framework's key 'peak_tflops'"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("micro_batch_host_us"), std::string::npos) << err;
+    {
+        std::ofstream f(path);
+        f << "name: ok\nkind: test\nstep_host_ms: 5\nglobal_sync_algorithm: ring\n";
+    }
+    ASSERT_EQ(tpd_plan_framework_load(path.c_str(), &fw), TPD_OK);
+    EXPECT_EQ(fw.n_set, 2);
+    tpd_plan_cluster cl = plan_test::cluster("dgx-h100");
+    tpd_plan_framework_apply(&fw, &cl);
+    EXPECT_DOUBLE_EQ(cl.step_host_s, 5e-3);
+    EXPECT_EQ(cl.sync_ring, 1);
+    std::remove(path.c_str());
+}
+
 } // namespace

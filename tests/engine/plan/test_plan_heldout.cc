@@ -19,9 +19,11 @@
 // fixed sweeps and iterations, no random start: the same numbers every run. A new constant
 // is one more entry in kFitted.
 //
-// Leave one source out (PlanHeldout.LeaveOneSourceOut): each source in turn predicted by the
-// same fit on all the other sources; per-source and overall figures, the band each class of
-// profile prints (plan/heldout.c), and the order of the layouts of one model a source measured.
+// Leave one source out (PlanHeldout.LeaveOneSourceOut): every source, the two FSDP ones too
+// (MosaicML's llm-foundry and torchtitan), in turn predicted from all the others, each row on
+// its framework profile's constants (configs/frameworks/) and the hardware's factors (kHardware)
+// fitted without it; per-source and overall figures, the band each class of profile prints
+// (plan/heldout.c), and the order of the layouts of one model a source measured.
 //
 // Error: predicted speed / published speed - 1 in the published figure's own kind (a step
 // time, hardware or model TFLOP/s); positive = the planner is optimistic.
@@ -36,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "plan_published.h"
+#include "plan_fit.h"
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -73,213 +75,15 @@ const char *const kFitFiles[] = {"korthikanti2022"}; // + kSc21
 const char *const kHeldSources[] = {"mtnlg2022", "bloom2022", "megascale2024", "llama3_2024",
                                     "megatron_core_h100"};
 
-// A fitted constant: a factor on the double at `offset` in tpd_plan_cluster (curve: on every
-// point of the GEMM efficiency curve there, held <= 1), searched over [lo, hi]; or, when
-// `absolute`, the value itself (a framework or scale term whose profile default is 0, "not
-// modelled"), searched over [lo, hi] from lo. The ranges are what a profile may plausibly be
-// off by. The GEMM curve's reaches down to 0.8: fitted on SC21 + Korthikanti it stays at
-// 0.99, but fitted on the other sources (leave one source out) it settles at 0.855 to 0.870,
-// which a floor of 0.9 cut off.
-struct FitConst {
-    const char *name;
-    size_t offset;
-    int curve;
-    double lo, hi;
-    int absolute;
-    double min_peak_tflops = 0; // > 0: only on profiles of at least this peak (a GPU class)
-};
-
-const FitConst kFitted[] = {
-    {"gemm_efficiency (every point)", offsetof(tpd_plan_cluster, gemm_curve_eff), 1, 0.8, 1.1, 0},
-    // H100 (989 TFLOP/s) on top: its curve was never measured (configs/clusters/dgx-h100.yaml);
-    // fitted only where the rows include an H100 run, else left at 1
-    {"gemm_efficiency, H100 profiles", offsetof(tpd_plan_cluster, gemm_curve_eff), 1, 0.7, 1.1, 0,
-     500},
-    {"collective_efficiency", offsetof(tpd_plan_cluster, coll_efficiency), 0, 0.5, 1.25, 0},
-    {"kernel_overhead_us", offsetof(tpd_plan_cluster, kernel_overhead_s), 0, 0.33, 3.0, 0},
-    // the slowest of N ranks: per-rank compute spread (coefficient of variation)
-    {"straggler_cv", offsetof(tpd_plan_cluster, straggler_cv), 0, 0.0, 0.05, 1},
-    // what a step pays outside the modelled work (data, logging, host gaps), s
-    {"step_host_ms (s)", offsetof(tpd_plan_cluster, step_host_s), 0, 0.0, 3.0, 1},
-};
-constexpr size_t kNumFitted = sizeof kFitted / sizeof kFitted[0];
-
-double *field(tpd_plan_cluster *c, const FitConst &k) {
-    return reinterpret_cast<double *>(reinterpret_cast<char *>(c) + k.offset);
-}
-
-bool applies(const FitConst &k, const tpd_plan_cluster &c) {
-    return c.peak_flops >= k.min_peak_tflops * 1e12;
-}
-
-// The profile `base` with the factors applied.
-tpd_plan_cluster scaled(const tpd_plan_cluster &base, const std::vector<double> &f) {
-    tpd_plan_cluster c = base;
-    for (size_t i = 0; i < kNumFitted; i++) {
-        if (!applies(kFitted[i], c)) continue;
-        double *p = field(&c, kFitted[i]);
-        int n = kFitted[i].curve ? c.gemm_curve_len : 1;
-        for (int j = 0; j < n; j++)
-            p[j] = kFitted[i].absolute ? f[i]
-                   : kFitted[i].curve  ? std::fmin(1.0, p[j] * f[i])
-                                       : p[j] * f[i];
-    }
-    if (c.coll_efficiency > 1.0) c.coll_efficiency = 1.0;
-    return c;
-}
-
-struct RowResult {
-    PubRow row;
-    bool ok = false;
-    double pred = 0, pub = 0, err = 0;
-    double mem_gib = 0;
-    int fits = 0;
-    std::string reason;
-};
-
-struct Stats {
-    int n = 0, rejected = 0;
-    double sum_abs = 0, worst = 0, sum_signed = 0;
-    void add(const RowResult &r) {
-        if (!r.ok) {
-            rejected++;
-            return;
-        }
-        n++;
-        sum_abs += std::fabs(r.err);
-        sum_signed += r.err;
-        worst = std::fmax(worst, std::fabs(r.err));
-    }
-    double mean() const {
-        return n ? sum_abs / n : 0;
-    }
-    double bias() const {
-        return n ? sum_signed / n : 0;
-    }
-};
-
-class Validation {
-  public:
-    // gemm_mutation multiplies every profile's GEMM curve before anything else (1: as the
-    // files say); the check that the bounds can fail uses 2.
-    explicit Validation(double gemm_mutation) : res_(new tpd_plan_result) {
-        std::vector<PubRow> rows = sc21_rows();
-        for (const char *src : kFitFiles) {
-            std::string err = read_published(src, &rows);
-            EXPECT_EQ(err, "") << src;
-        }
-        for (const PubRow &r : rows)
-            fit_rows_.push_back(r);
-        for (const char *src : kHeldSources) {
+// SC21 + Korthikanti fitted, the other sources held out.
+struct HeldoutValidation : Validation {
+    explicit HeldoutValidation(double gemm_mutation)
+        : Validation(gemm_mutation, {kFitFiles, kFitFiles + 1},
+                     {kHeldSources, kHeldSources + sizeof kHeldSources / sizeof kHeldSources[0]}) {
+        for (const char *src : kHeldSources)
             EXPECT_EQ(kFitSources.count(src), 0u) << src << " is both fitted and held out";
-            std::string err = read_published(src, &held_rows_);
-            EXPECT_EQ(err, "");
-        }
-        for (const std::vector<PubRow> *v : {&fit_rows_, &held_rows_})
-            for (const PubRow &r : *v) {
-                if (base_.count(r.cluster)) continue;
-                tpd_plan_cluster c;
-                EXPECT_EQ(tpd_plan_cluster_load(r.cluster.c_str(), &c), TPD_OK) << r.cluster;
-                for (int j = 0; j < c.gemm_curve_len; j++)
-                    c.gemm_curve_eff[j] = std::fmin(1.0, c.gemm_curve_eff[j] * gemm_mutation);
-                base_[r.cluster] = c;
-            }
     }
-
-    RowResult evaluate(const PubRow &r, const std::vector<double> &f) {
-        RowResult out;
-        out.row = r;
-        tpd_plan_cluster cl = scaled(base_.at(r.cluster), f);
-        out.ok = evaluate_published(r, cl, res_.get(), &out.pred, &out.pub, &out.err);
-        out.mem_gib = res_->memory_bytes / 1073741824.0;
-        out.fits = res_->fits;
-        out.reason = res_->reject_reason;
-        return out;
-    }
-
-    // Mean |log(predicted speed / published speed)| of the rows `on`, each source weighing the
-    // same (a source's rows share its mean), so nine weak-scaling rows of one recipe do not
-    // outweigh one run of another; a rejected row counts as a factor e off.
-    double objective(const std::vector<double> &f, const std::vector<PubRow> &on) {
-        std::map<std::string, int> per_source;
-        for (const PubRow &r : on)
-            per_source[r.source]++;
-        double sum = 0;
-        for (const PubRow &r : on) {
-            RowResult x = evaluate(r, f);
-            sum += (x.ok ? std::fabs(std::log1p(x.err)) : 1.0) / per_source[r.source];
-        }
-        return sum / (double)per_source.size();
-    }
-
-    // Coordinate descent from all factors 1: golden-section search of each constant in turn,
-    // on the rows `on` (SC21 + Korthikanti unless told).
-    std::vector<double> fit() {
-        return fit(fit_rows_);
-    }
-    std::vector<double> fit(const std::vector<PubRow> &on) {
-        std::vector<double> f(kNumFitted, 1.0);
-        for (size_t i = 0; i < kNumFitted; i++)
-            if (kFitted[i].absolute) f[i] = kFitted[i].lo;
-        const double g = (std::sqrt(5.0) - 1) / 2;
-        std::vector<int> seen(kNumFitted, 0); // a constant some row of `on` depends on
-        for (const PubRow &r : on)
-            for (size_t i = 0; i < kNumFitted; i++)
-                seen[i] |= applies(kFitted[i], base_.at(r.cluster));
-        for (int sweep = 0; sweep < 2; sweep++)
-            for (size_t i = 0; i < kNumFitted; i++) {
-                if (!seen[i]) continue;
-                double a = kFitted[i].lo, b = kFitted[i].hi;
-                auto at = [&](double x) {
-                    std::vector<double> t = f;
-                    t[i] = x;
-                    return objective(t, on);
-                };
-                double c = b - g * (b - a), d = a + g * (b - a);
-                double fc = at(c), fd = at(d);
-                for (int it = 0; it < 12; it++) {
-                    if (fc < fd) {
-                        b = d, d = c, fd = fc;
-                        c = b - g * (b - a), fc = at(c);
-                    } else {
-                        a = c, c = d, fc = fd;
-                        d = a + g * (b - a), fd = at(d);
-                    }
-                }
-                f[i] = (a + b) / 2;
-            }
-        return f;
-    }
-
-    const std::vector<PubRow> &fit_rows() const {
-        return fit_rows_;
-    }
-    const std::vector<PubRow> &held_rows() const {
-        return held_rows_;
-    }
-    const tpd_plan_cluster &base(const std::string &cluster) const {
-        return base_.at(cluster);
-    }
-
-  private:
-    std::unique_ptr<tpd_plan_result> res_;
-    std::map<std::string, tpd_plan_cluster> base_;
-    std::vector<PubRow> fit_rows_, held_rows_;
 };
-
-void print_row(const RowResult &x) {
-    const PubRow &r = x.row;
-    if (!x.ok) {
-        std::printf("    %-16s %5d GPUs: rejected by the planner: %s\n", r.model.c_str(), r.gpus,
-                    x.reason.c_str());
-        return;
-    }
-    std::printf("    %-16s %5d GPUs TP%d PP%-2d DP%-3d v%d mbs%d %-9s SP%d: predicted %8.2f, "
-                "published %8.2f %-20s error %+6.1f%% (mem %.0f GiB%s)\n",
-                r.model.c_str(), r.gpus, r.tp, r.pp, r.dp, r.vpp, r.mbs, r.recompute.c_str(), r.sp,
-                x.pred, x.pub, r.kind == "tflops_8nt" ? "step_s (from 8NT)" : r.kind.c_str(),
-                100 * x.err, x.mem_gib, x.fits ? "" : ", does not fit");
-}
 
 // Evaluates every row with the fitted factors f, prints them by source (when `print`), and
 // returns what breaks the bounds ("" when none does).
@@ -336,14 +140,14 @@ std::string check(Validation &v, const std::vector<double> &f, bool print) {
 }
 
 TEST(PlanHeldout, PublishedRunsWithinBounds) {
-    Validation v(1.0);
+    HeldoutValidation v(1.0);
     ASSERT_GE(v.fit_rows().size(), 19u);
     ASSERT_GE(v.held_rows().size(), 14u);
     std::vector<double> f = v.fit();
     std::printf("  fitted on SC21 Table 1 + Korthikanti 2022 (%zu rows), factors on every "
                 "profile:\n",
                 v.fit_rows().size());
-    for (size_t i = 0; i < kNumFitted; i++) {
+    for (size_t i = 0; i < kAll.size(); i++) {
         // at an end of its range: the range, not the fitted rows, chose the value
         double span = kFitted[i].hi - kFitted[i].lo;
         bool at_end = f[i] < kFitted[i].lo + 0.01 * span || f[i] > kFitted[i].hi - 0.01 * span;
@@ -364,7 +168,7 @@ TEST(PlanHeldout, PublishedRunsWithinBounds) {
 // The bounds are real: with every profile's GEMM efficiency doubled (then refitted, as a
 // wrong profile would be) the same check fails.
 TEST(PlanHeldout, BoundsFailWithTheGemmCurveDoubled) {
-    Validation v(2.0);
+    HeldoutValidation v(2.0);
     std::vector<double> f = v.fit();
     std::string broken = check(v, f, false);
     std::printf("  GEMM curve x2, refitted: %s\n", broken.c_str());
@@ -373,31 +177,83 @@ TEST(PlanHeldout, BoundsFailWithTheGemmCurveDoubled) {
 
 // ---- Leave one source out ----
 //
-// Every published source in turn is held out: the same fit (fit(), the same constants, ranges
-// and search) runs on the rows of all the other sources, and the held-out source's rows are
-// predicted with the factors that fit found. So every row's error is an error on a source the
-// constants never saw, and a source's figures say how far the planner carries to a framework,
-// cluster or scale that is not in its calibration.
+// Every published source in turn is held out, and its rows are predicted from the others only.
+// Each row runs on its framework profile's constants (configs/frameworks/, the `framework`
+// column), and the fit on the other sources has two parts, run in turn kRounds times from the
+// default profile (tripod) everywhere: the hardware's constants (kHardware, factors on every
+// profile a row uses) on all their rows; then each framework's constants (kFwFitted) on its
+// one named source (calibrated_from), with those hardware factors. The framework calibrated on
+// the held-out source is calibrated instead on the other sources of its kind (megatron,
+// deepspeed, ...), or where there are none keeps the default profile's values. So every row's
+// error is an error on a source neither the hardware's nor the frameworks' constants saw. (The
+// shipped profiles are the same calibration against the clusters as shipped, no factors:
+// test_plan_framework.cc.)
+constexpr int kRounds = 2;
 
 struct Fold {
     std::string source;
-    std::vector<double> f;       // the factors fitted without `source`
-    std::vector<RowResult> rows; // `source`'s rows, predicted with f
+    std::vector<double> f;       // the hardware's factors fitted without `source`
+    FwSet fws;                   // every framework's values fitted without `source`
+    std::string stand_in;        // what replaced the profile calibrated on `source`
+    std::vector<RowResult> rows; // `source`'s rows, predicted with f and fws
 };
 
+// The frameworks' constants with `source` held out, given the hardware factors f (see above);
+// `note` says what replaced a profile calibrated on `source`.
+FwSet frameworks_without(Validation &v, const std::string &source,
+                         const std::vector<PubRow> &others, const std::vector<double> &f,
+                         std::string *note) {
+    FwSet fws = v.shipped();
+    note->clear();
+    for (const auto &kv : v.frameworks()) {
+        const tpd_plan_framework &fw = kv.second;
+        if (!fw.calibrated_from[0]) continue;
+        std::vector<PubRow> on;
+        std::set<std::string> from;
+        for (const PubRow &r : others)
+            if (source != fw.calibrated_from
+                    ? r.source == fw.calibrated_from
+                    : v.frameworks().at(r.framework).kind == std::string(fw.kind)) {
+                on.push_back(r);
+                from.insert(r.source);
+            }
+        if (source == fw.calibrated_from) {
+            *note += kv.first + ": ";
+            if (on.empty()) {
+                *note += "tripod's values (no other source of kind " + std::string(fw.kind) + ")";
+            } else {
+                *note += "calibrated on";
+                for (const std::string &s : from)
+                    *note += " " + s;
+            }
+        }
+        fws[kv.first] =
+            on.empty() ? fws.at("tripod") : v.calibrate(on, fws.at(kv.first), kHardware, f);
+    }
+    return fws;
+}
+
 std::vector<Fold> leave_one_source_out(Validation &v) {
-    std::vector<PubRow> all = v.fit_rows();
-    all.insert(all.end(), v.held_rows().begin(), v.held_rows().end());
+    std::vector<PubRow> all = v.all_rows();
     std::vector<Fold> folds;
     for (const PubRow &r : all)
-        if (folds.empty() || folds.back().source != r.source) folds.push_back({r.source, {}, {}});
+        if (folds.empty() || folds.back().source != r.source)
+            folds.push_back({r.source, {}, {}, "", {}});
     for (Fold &fold : folds) {
         std::vector<PubRow> train;
         for (const PubRow &r : all)
             if (r.source != fold.source) train.push_back(r);
-        fold.f = v.fit(train);
+        FwSet tripod = v.shipped();
+        for (auto &kv : tripod)
+            kv.second = v.shipped().at("tripod");
+        fold.fws = tripod;
+        for (int round = 0; round < kRounds; round++) {
+            fold.f = v.fit(train, kHardware, &fold.fws);
+            fold.fws = frameworks_without(v, fold.source, train, fold.f, &fold.stand_in);
+        }
         for (const PubRow &r : all)
-            if (r.source == fold.source) fold.rows.push_back(v.evaluate(r, fold.f));
+            if (r.source == fold.source)
+                fold.rows.push_back(v.evaluate(r, kHardware, fold.f, &fold.fws));
     }
     return folds;
 }
@@ -494,9 +350,17 @@ std::vector<Ranking> rankings(const std::vector<Fold> &folds) {
 void print_loso(const std::vector<Fold> &folds, const LosoFigures &fig) {
     for (const Fold &fold : folds) {
         std::printf("  %s held out; fitted on the other sources:", fold.source.c_str());
-        for (size_t i = 0; i < kNumFitted; i++)
-            std::printf(" %s %s%.3f", kFitted[i].name, kFitted[i].absolute ? "=" : "x", fold.f[i]);
-        std::printf("\n");
+        for (size_t i = 0; i < kHardware.size(); i++)
+            std::printf(" %s x%.3f", kHardware[i].name, fold.f[i]);
+        std::printf("\n    frameworks: each calibrated on its source%s%s\n",
+                    fold.stand_in.empty() ? "" : "; ", fold.stand_in.c_str());
+        for (const auto &kv : fold.fws) {
+            std::printf("      %-18s", kv.first.c_str());
+            for (size_t i = 0; i < kNumFw; i++)
+                if (!std::isnan(kv.second[i]))
+                    std::printf(" %s %.4g", kFwFitted[i].key, kv.second[i] * kFwFitted[i].to_file);
+            std::printf("\n");
+        }
         for (const RowResult &x : fold.rows)
             print_row(x);
     }
@@ -513,9 +377,9 @@ void print_loso(const std::vector<Fold> &folds, const LosoFigures &fig) {
 
 // What the suite holds the leave-one-source-out figures to: the figures reached, with a small
 // margin (the issue's targets are a mean of 8%, a worst of 15% and a bias within 4%).
-constexpr double kLosoMeanMax = 0.10;  // mean |error| of every row (today 9.4%)
-constexpr double kLosoWorstMax = 0.20; // any one row (today 18.5%, Korthikanti 1T full)
-constexpr double kLosoBiasMax = 0.035; // |mean signed error| (today -3.0%)
+constexpr double kLosoMeanMax = 0.09;   // mean |error| of every row (today 8.2%)
+constexpr double kLosoWorstMax = 0.175; // any one row (today 16.2%, Korthikanti)
+constexpr double kLosoBiasMax = 0.025;  // |mean signed error| (today -1.9%)
 
 std::string loso_broken(const LosoFigures &fig) {
     std::string broken;
@@ -533,9 +397,9 @@ std::string loso_broken(const LosoFigures &fig) {
 }
 
 TEST(PlanHeldout, LeaveOneSourceOut) {
-    Validation v(1.0);
+    AllSources v(1.0);
     std::vector<Fold> folds = leave_one_source_out(v);
-    ASSERT_GE(folds.size(), 7u);
+    ASSERT_GE(folds.size(), 9u);
     LosoFigures fig = loso_figures(folds);
     std::printf("  error = predicted speed / published speed - 1 (positive: optimistic)\n");
     print_loso(folds, fig);
@@ -588,7 +452,7 @@ TEST(PlanHeldout, LeaveOneSourceOut) {
 // The leave-one-source-out bounds are real too: with every profile's GEMM efficiency x1.5
 // (each fold refitted, as a wrong profile would be) they break.
 TEST(PlanHeldout, LeaveOneSourceOutFailsWithTheGemmCurveX15) {
-    Validation v(1.5);
+    AllSources v(1.5);
     std::string broken = loso_broken(loso_figures(leave_one_source_out(v)));
     std::printf("  GEMM curve x1.5, each fold refitted: %s\n", broken.c_str());
     EXPECT_NE(broken, "");
