@@ -358,6 +358,35 @@ INSTANTIATE_TEST_SUITE_P(Model, Generate, ::testing::Values(false, true),
                              return std::string(i.param ? "Llama" : "Gpt2");
                          });
 
+// Qwen3's block decodes with its QK norm: each new position's Q and K heads are normalized
+// before RoPE and the cache, as the full forward does. The Qwen3 and Qwen3-MoE fixtures
+// (tools/hf_fixtures.py; Qwen3-MoE's heads are 16 wide at hidden 32), imported, for every
+// prefix of 24 tokens.
+TEST(Generate, Qwen3KvCacheMatchesFullForward) {
+    for (const char *name : {"qwen3", "qwen3moe"}) {
+        SCOPED_TRACE(name);
+        std::string ck = ckt::fresh_dir(tiny::temp_prefix(name)) + "/ck";
+        ASSERT_EQ(run_cli({"import", std::string(TPD_HF_FIXTURES) + "/" + name + "/model",
+                           "--format", "hf", "--output", ck}),
+                  0);
+        std::vector<int32_t> toks;
+        for (int i = 0; i < 24; i++)
+            toks.push_back((i * 37 + 11) % 300);
+        std::vector<float> a(300), b(300);
+        double worst = 0;
+        for (size_t n = 1; n <= toks.size(); n++) {
+            ASSERT_EQ(tpd_generate_logits(ck.c_str(), toks.data(), n, 1, a.data()), TPD_OK);
+            ASSERT_EQ(tpd_generate_logits(ck.c_str(), toks.data(), n, 0, b.data()), TPD_OK);
+            for (int v = 0; v < 300; v++) {
+                double e = std::fabs(a[v] - b[v]) / (1.0 + std::fabs(b[v]));
+                worst = std::max(worst, e);
+                ASSERT_LE(e, 1e-5) << "prefix " << n << " token " << v;
+            }
+        }
+        printf("%s: kv cache against full forward, worst relative logit error %.2e\n", name, worst);
+    }
+}
+
 // A trained Llama (grouped-query attention, untied head) goes out as LlamaForCausalLM and
 // comes back exactly, at another layout; llm.c's layout is GPT-2's and refuses it by name.
 TEST(Interchange, LlamaHuggingFaceRoundTripIsExactAndLlmcRefuses) {
