@@ -44,6 +44,15 @@ tpd_status tpd_verify_shrink(const tpd_config *real, int dp, int steps, tpd_conf
     hs = hs < 2 ? 2 : hs + (hs & 1);
     if (hs > real_hs && real_hs >= 2) hs = real_hs - (real_hs & 1);
     m->hidden_size = nh * hs;
+    /* heads of another size than hidden_size / heads (kv_channels) keep their ratio to it,
+     * even and at least 2 */
+    if (rm->kv_channels > 0 && rm->kv_channels * nh != rm->hidden_size) {
+        int kv = (int)((double)hs * rm->kv_channels * nh / rm->hidden_size + 0.5);
+        kv += kv & 1;
+        m->kv_channels = kv < 2 ? 2 : kv;
+    } else {
+        m->kv_channels = 0;
+    }
     int real_f = rm->ffn_hidden_size;
     int f = round_up(m->hidden_size / 2 > 8 ? m->hidden_size / 2 : 8, tp);
     m->ffn_hidden_size = f < real_f ? f : round_up(real_f, tp);

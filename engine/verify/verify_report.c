@@ -26,8 +26,8 @@ static int width_rows(const tpd_verify_report *r, width_row *rows) {
     const tpd_config_model *a = &r->real.model, *b = &r->small.model;
     int n = 0;
     rows[n++] = (width_row){"model.hidden_size", a->hidden_size, b->hidden_size};
-    rows[n++] = (width_row){"head size", (double)a->hidden_size / a->num_attention_heads,
-                            (double)b->hidden_size / b->num_attention_heads};
+    rows[n++] =
+        (width_row){"head size", tpd_config_head_dim(&r->real), tpd_config_head_dim(&r->small)};
     rows[n++] = (width_row){"model.ffn_hidden_size", a->ffn_hidden_size, b->ffn_hidden_size};
     rows[n++] = (width_row){"model.vocab_size", a->vocab_size, b->vocab_size};
     rows[n++] = (width_row){"padded vocab", tpd_config_padded_vocab(&r->real, r->tp),
