@@ -354,6 +354,19 @@ static void print_model_section(const tpd_config *cfg) {
            m->untie_embeddings_and_output_weights ? "true" : "false",
            m->add_bias_linear ? "true" : "false", m->add_qkv_bias ? "true" : "false");
     if (m->qk_layernorm) printf("  qk_layernorm: true\n");
+    if (m->kv_channels) printf("  kv_channels: %d\n", m->kv_channels);
+    if (m->num_moe_experts > 0) {
+        char aux[32];
+        tpd_ckpt_format_value(m->moe_aux_loss_coeff, aux, sizeof aux);
+        printf("  num_moe_experts: %d\n  moe_router_topk: %d\n  moe_ffn_hidden_size: %d\n"
+               "  moe_shared_expert_intermediate_size: %d\n  moe_shared_expert_gate: %s\n"
+               "  moe_router_pre_softmax: %s\n  moe_norm_topk_prob: %s\n"
+               "  moe_aux_loss_coeff: %s\n",
+               m->num_moe_experts, m->moe_router_topk, tpd_config_moe_ffn(cfg),
+               m->moe_shared_expert_intermediate_size, m->moe_shared_expert_gate ? "true" : "false",
+               m->moe_router_pre_softmax ? "true" : "false",
+               m->moe_norm_topk_prob ? "true" : "false", aux);
+    }
     if (m->rope_scaling)
         printf("  rope_scaling: true\n  rope_scaling_factor: %s\n"
                "  rope_scaling_low_freq_factor: %s\n  rope_scaling_high_freq_factor: %s\n"

@@ -401,6 +401,11 @@ TEST(HfImport, PrintedModelSectionLoadsBack) {
         {"llama", "rms_norm_eps", "1.0000000000000003e-05"}, // 15 digits read back 1e-05
         {"llama", "rope_theta", "50000.000000000007"},
         {"gpt2", "layer_norm_epsilon", "3.0000000000000004e-05"},
+        // the QK norm, heads of 16 at hidden 32 (kv_channels) and the mixtures' keys
+        {"qwen3", "rms_norm_eps", "1e-06"},
+        {"qwen3moe", "rms_norm_eps", "1e-06"},
+        {"qwen2moe", "rms_norm_eps", "1e-06"},
+        {"mixtral", "rms_norm_eps", "1e-05"},
     };
     for (const auto &c : cases) {
         std::string dir = copy_fixture(c.fixture, "hfprint");
