@@ -308,6 +308,9 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
         o.compute += mem_time(cl, 2.0 * e * s * b * f / t);
     if (m->position_embedding_type == TPD_POS_ROPE)
         o.compute += mem_time(cl, 2.0 * e * tok * (k.q + k.kv) / t);
+    /* Qwen3's QK norm on the same heads: read them, write the normalized heads and the kept
+     * input (the backward reads both and writes the gradients) */
+    if (m->qk_layernorm) o.compute += mem_time(cl, 3.0 * e * tok * (k.q + k.kv) / t);
 
     /* Two all-reduces (or reduce-scatter + all-gather pairs with SP: same volume) of the
      * s*b*h activations. */

@@ -148,7 +148,8 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double FCl = md->swiglu ? 2 * Fl : Fl;
     double bias = md->add_bias_linear ? 1.0 : 0.0;
     double rope = md->position_embedding_type == TPD_POS_ROPE ? 1.0 : 0.0;
-    double act = 4.0 * N * C; /* bytes of one (N,C) fp32 activation */
+    double qkn = md->qk_layernorm ? 1.0 : 0.0; /* Qwen3's QK norm, priced as a norm */
+    double act = 4.0 * N * C;                  /* bytes of one (N,C) fp32 activation */
     double ar = allreduce(c, act, t, 1);
     /* Sequence parallel: LayerNorms, residual adds and the stage input hold N/t rows;
      * each all-reduce becomes a reduce-scatter, each column-parallel input an all-gather
@@ -203,8 +204,9 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
      * SwiGLU), FC2 + all-reduce + bias, residual. */
     double lf = 2 * ew(&m, c->ew_layernorm_fwd, 8, NC) + gemm_fwd(&m, N, C, QKVl) +
                 bias * ew(&m, c->ew_add, 8, N * QKVl) +
-                rope * ew(&m, c->ew_add, 8, N * (Cl + KVl)) + att + gemm_fwd(&m, N, Cl, C) +
-                2 * ew(&m, c->ew_add, 12, NC) + gemm_fwd(&m, N, C, FCl) +
+                rope * ew(&m, c->ew_add, 8, N * (Cl + KVl)) +
+                qkn * ew(&m, c->ew_layernorm_fwd, 12, N * (Cl + KVl)) + att +
+                gemm_fwd(&m, N, Cl, C) + 2 * ew(&m, c->ew_add, 12, NC) + gemm_fwd(&m, N, C, FCl) +
                 bias * ew(&m, c->ew_add, 8, N * FCl) + ew(&m, c->ew_gelu_fwd, 8, N * Fl) +
                 gemm_fwd(&m, N, Fl, C) + 2 * ew(&m, c->ew_add, 12, NC);
     /* Backward: the four linear backwards (each with its bias column sums), GELU or
@@ -215,7 +217,8 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                 bias * ew(&m, c->ew_add, 4, N * FCl) + 2 * ew(&m, c->ew_layernorm_bwd, 16, NC) +
                 2 * ew(&m, c->ew_add, 12, NC) + gemm_bwd(&m, N, Cl, C) +
                 bias * ew(&m, c->ew_add, 4, N * C) + c->attn_bwd_ratio * att +
-                rope * ew(&m, c->ew_add, 8, N * (Cl + KVl)) + gemm_bwd(&m, N, C, QKVl) +
+                rope * ew(&m, c->ew_add, 8, N * (Cl + KVl)) +
+                qkn * ew(&m, c->ew_layernorm_bwd, 16, N * (Cl + KVl)) + gemm_bwd(&m, N, C, QKVl) +
                 bias * ew(&m, c->ew_add, 4, N * QKVl);
     /* W's share of it (tpd_model_weight_grad): the weight half of each linear backward (dW
      * has the FLOPs of dX) and the bias sums; under SP it gathers ln1, ln2, d(out), d(x1).
