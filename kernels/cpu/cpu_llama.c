@@ -41,6 +41,23 @@ tpd_status tpd_kern_cpu_rmsnorm_fwd(tpd_kern_ctx *ctx, void *out_v, float *rstd,
     return TPD_OK;
 }
 
+/* One row's input gradient of out = inp * rs * w (C elements at offsets di, dd, xi of dinp,
+ * dout, inp): dinp = rs * (dn - norm * mean_c(dn * norm)), dn = dout * w, norm = inp * rs.
+ * The whole row is read before it is written, so dinp may alias dout. */
+static inline void rms_row_bwd(void *dinp, size_t di, const void *dout, size_t dd, const void *inp,
+                               size_t xi, const void *w, float rs, int C, int ab) {
+    double s_dnn = 0.0;
+    for (int c = 0; c < C; c++)
+        s_dnn += (double)(tpd_cpu_ld(dout, dd + c, ab) * tpd_cpu_ld(w, c, ab)) *
+                 (tpd_cpu_ld(inp, xi + c, ab) * rs);
+    float m_dnn = (float)(s_dnn / C);
+    for (int c = 0; c < C; c++) {
+        float norm = tpd_cpu_ld(inp, xi + c, ab) * rs;
+        float dn = tpd_cpu_ld(dout, dd + c, ab) * tpd_cpu_ld(w, c, ab);
+        tpd_cpu_st(dinp, di + c, (dn - norm * m_dnn) * rs, ab);
+    }
+}
+
 /* Backward of out = norm * w with norm = inp * rstd (rstd depends on every inp of the row):
  *   dw += sum_n dout * norm;
  *   dinp = rstd * (dnorm - norm * mean_c(dnorm * norm)),  dnorm = dout * w.
@@ -73,17 +90,7 @@ tpd_status tpd_kern_cpu_rmsnorm_bwd(tpd_kern_ctx *ctx, void *dinp_v, void *dw_v,
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int n = 0; n < N; n++) {
         const size_t x = (size_t)n * C;
-        float rs = rstd[n];
-        double s_dnn = 0.0;
-        for (int c = 0; c < C; c++)
-            s_dnn += (double)(tpd_cpu_ld(dout_v, x + c, ab) * tpd_cpu_ld(w_v, c, ab)) *
-                     (tpd_cpu_ld(inp_v, x + c, ab) * rs);
-        float m_dnn = (float)(s_dnn / C);
-        for (int c = 0; c < C; c++) {
-            float norm = tpd_cpu_ld(inp_v, x + c, ab) * rs;
-            float dn = tpd_cpu_ld(dout_v, x + c, ab) * tpd_cpu_ld(w_v, c, ab);
-            tpd_cpu_st(dinp_v, x + c, (dn - norm * m_dnn) * rs, ab);
-        }
+        rms_row_bwd(dinp_v, x, dout_v, x, inp_v, x, w_v, rstd[n], C, ab);
     }
     return TPD_OK;
 }
@@ -159,18 +166,8 @@ tpd_status tpd_kern_cpu_qk_norm_bwd(tpd_kern_ctx *ctx, void *dqkv_v, void *dwq_v
     for (int n = 0; n < N; n++)
         for (int h = 0; h < H; h++) {
             const size_t x = (size_t)n * ld + (size_t)h * HS, r = ((size_t)n * H + h) * HS;
-            const void *w = h < NH ? wq_v : wk_v;
-            const float rs = rstd[(size_t)n * H + h];
-            double s_dnn = 0.0;
-            for (int c = 0; c < HS; c++)
-                s_dnn += (double)(tpd_cpu_ld(dqkv_v, x + c, ab) * tpd_cpu_ld(w, c, ab)) *
-                         (tpd_cpu_ld(raw_v, r + c, ab) * rs);
-            float m_dnn = (float)(s_dnn / HS);
-            for (int c = 0; c < HS; c++) {
-                float norm = tpd_cpu_ld(raw_v, r + c, ab) * rs;
-                float dn = tpd_cpu_ld(dqkv_v, x + c, ab) * tpd_cpu_ld(w, c, ab);
-                tpd_cpu_st(dqkv_v, x + c, (dn - norm * m_dnn) * rs, ab);
-            }
+            rms_row_bwd(dqkv_v, x, dqkv_v, x, raw_v, r, h < NH ? wq_v : wk_v,
+                        rstd[(size_t)n * H + h], HS, ab);
         }
     return TPD_OK;
 }

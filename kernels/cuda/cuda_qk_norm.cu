@@ -37,17 +37,22 @@ __global__ void qk_norm_fwd_kernel(T *qkv, T *raw, float *rstd, const T *wq, con
     if (lane == 0) rstd[v] = rs;
 }
 
+/* The head kernels' grid (QK_WARPS heads a block), 0 for no heads; a bad shape is an error. */
+static tpd_status head_grid(const char *op, int N, int NH, int NKV, int HS, unsigned *grid) {
+    TPD_CUDA_REQUIRE(N >= 0 && NH > 0 && NKV > 0 && HS > 0, "%s: bad shape N=%d NH=%d NKV=%d HS=%d",
+                     op, N, NH, NKV, HS);
+    size_t heads = (size_t)N * (NH + NKV);
+    TPD_CUDA_REQUIRE(heads / QK_WARPS < 2147483647u, "%s: %zu heads are too many", op, heads);
+    *grid = (unsigned)((heads + QK_WARPS - 1) / QK_WARPS);
+    return TPD_OK;
+}
+
 extern "C" tpd_status tpd_kern_cuda_qk_norm_fwd(tpd_kern_ctx *ctx, void *qkv, void *raw,
                                                 float *rstd, const void *wq, const void *wk, int N,
                                                 int NH, int NKV, int HS, double eps) {
-    TPD_CUDA_REQUIRE(N >= 0 && NH > 0 && NKV > 0 && HS > 0,
-                     "qk_norm_fwd: bad shape N=%d NH=%d "
-                     "NKV=%d HS=%d",
-                     N, NH, NKV, HS);
-    size_t heads = (size_t)N * (NH + NKV);
-    if (heads == 0) return TPD_OK;
-    TPD_CUDA_REQUIRE(heads / QK_WARPS < 2147483647u, "qk_norm_fwd: %zu heads are too many", heads);
-    unsigned grid = (unsigned)((heads + QK_WARPS - 1) / QK_WARPS);
+    unsigned grid = 0;
+    TPD_CHECK(head_grid("qk_norm_fwd", N, NH, NKV, HS, &grid));
+    if (grid == 0) return TPD_OK;
     TPD_CUDA_DISPATCH(ctx->dtype, T, {
         qk_norm_fwd_kernel<T><<<grid, QK_WARPS * 32, 0, ctx->stream>>>(
             (T *)qkv, (T *)raw, rstd, (const T *)wq, (const T *)wk, N, NH, NKV, HS, (float)eps);
@@ -105,14 +110,9 @@ __global__ void qk_norm_bwd_dw_kernel(G *dwq, G *dwk, const T *dqkv, const T *ra
 extern "C" tpd_status tpd_kern_cuda_qk_norm_bwd(tpd_kern_ctx *ctx, void *dqkv, void *dwq, void *dwk,
                                                 const void *raw, const void *wq, const void *wk,
                                                 const float *rstd, int N, int NH, int NKV, int HS) {
-    TPD_CUDA_REQUIRE(N >= 0 && NH > 0 && NKV > 0 && HS > 0,
-                     "qk_norm_bwd: bad shape N=%d NH=%d "
-                     "NKV=%d HS=%d",
-                     N, NH, NKV, HS);
-    size_t heads = (size_t)N * (NH + NKV);
-    if (heads == 0) return TPD_OK;
-    TPD_CUDA_REQUIRE(heads / QK_WARPS < 2147483647u, "qk_norm_bwd: %zu heads are too many", heads);
-    unsigned grid = (unsigned)((heads + QK_WARPS - 1) / QK_WARPS);
+    unsigned grid = 0;
+    TPD_CHECK(head_grid("qk_norm_bwd", N, NH, NKV, HS, &grid));
+    if (grid == 0) return TPD_OK;
     dim3 dw_block(QK_DW_COLS, QK_DW_LANES),
         dw_grid((unsigned)((HS + QK_DW_COLS - 1) / QK_DW_COLS), 2);
     TPD_CUDA_DISPATCH_GRAD(ctx, T, G, {

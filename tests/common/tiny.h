@@ -107,6 +107,41 @@ inline void llama(tpd_config &c) {
     c.model.add_bias_linear = 0;
 }
 
+// A two-layer model of width 8 with top-2 of 4 experts, a gated shared expert and both
+// router losses (the Llama block: 4 heads in 2 K/V groups, HF's renormalized
+// softmax-then-top-k), small enough for finite differences.
+inline tpd_config moe_small(bool llama) {
+    tpd_config cfg = config("");
+    cfg.model.num_layers = 2;
+    cfg.model.hidden_size = 8;
+    cfg.model.num_attention_heads = 2;
+    cfg.model.ffn_hidden_size = 6;
+    cfg.model.vocab_size = 11;
+    cfg.model.make_vocab_size_divisible_by = 8;
+    cfg.model.seq_length = 5;
+    cfg.model.max_position_embeddings = 6;
+    cfg.model.init_method_std = 0.3;
+    cfg.training.micro_batch_size = 2;
+    cfg.training.global_batch_size = 2;
+    if (llama) {
+        tiny::llama(cfg);
+        cfg.model.num_attention_heads = 4;
+        cfg.model.num_query_groups = 2;
+        cfg.model.ffn_hidden_size = 6;
+        cfg.model.max_position_embeddings = 5;
+        cfg.model.moe_router_pre_softmax = 1;
+        cfg.model.moe_norm_topk_prob = 1;
+    }
+    cfg.model.num_moe_experts = 4;
+    cfg.model.moe_router_topk = 2;
+    cfg.model.moe_ffn_hidden_size = 6;
+    cfg.model.moe_shared_expert_intermediate_size = 4;
+    cfg.model.moe_shared_expert_gate = 1;
+    cfg.model.moe_aux_loss_coeff = 0.1;
+    cfg.model.moe_z_loss_coeff = 0.05;
+    return cfg;
+}
+
 inline void remove_corpus(const std::string &prefix) {
     unlink((prefix + ".bin").c_str());
     unlink((prefix + ".idx").c_str());

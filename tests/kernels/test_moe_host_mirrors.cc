@@ -40,38 +40,6 @@ struct DeviceLike {
     }
 };
 
-// Two layers of top-2 of 4 experts with a gated shared expert and both router losses.
-tpd_config moe_config(bool llama) {
-    tpd_config cfg = tiny::config("");
-    cfg.model.num_layers = 2;
-    cfg.model.hidden_size = 8;
-    cfg.model.num_attention_heads = 2;
-    cfg.model.ffn_hidden_size = 6;
-    cfg.model.vocab_size = 11;
-    cfg.model.make_vocab_size_divisible_by = 8;
-    cfg.model.seq_length = 5;
-    cfg.model.max_position_embeddings = 6;
-    cfg.model.init_method_std = 0.3;
-    cfg.training.micro_batch_size = 2;
-    cfg.training.global_batch_size = 2;
-    if (llama) {
-        tiny::llama(cfg);
-        cfg.model.num_attention_heads = 4;
-        cfg.model.num_query_groups = 2;
-        cfg.model.max_position_embeddings = 5;
-        cfg.model.moe_router_pre_softmax = 1;
-        cfg.model.moe_norm_topk_prob = 1;
-    }
-    cfg.model.num_moe_experts = 4;
-    cfg.model.moe_router_topk = 2;
-    cfg.model.moe_ffn_hidden_size = 6;
-    cfg.model.moe_shared_expert_intermediate_size = 4;
-    cfg.model.moe_shared_expert_gate = 1;
-    cfg.model.moe_aux_loss_coeff = 0.1;
-    cfg.model.moe_z_loss_coeff = 0.05;
-    return cfg;
-}
-
 struct MoeModel {
     tpd_kern_backend *kb = nullptr;
     DeviceLike *dev = nullptr;
@@ -100,7 +68,7 @@ struct MoeModel {
 
 TEST(MoeHostMirrors, RouteAsTheBuffersDo) {
     for (int variant = 0; variant < 3; variant++) { // GPT-2, Llama, GPT-2 with a capacity
-        tpd_config cfg = moe_config(variant == 1);
+        tpd_config cfg = tiny::moe_small(variant == 1);
         if (variant == 2) cfg.model.moe_expert_capacity_factor = 0.5;
         MoeModel a(cfg, false), b(cfg, true);
         ASSERT_NE(a.m, nullptr);

@@ -20,38 +20,6 @@ extern "C" {
 
 namespace {
 
-tpd_config moe_config(bool llama) {
-    tpd_config cfg = tiny::config("");
-    cfg.model.num_layers = 2;
-    cfg.model.hidden_size = 8;
-    cfg.model.num_attention_heads = 2;
-    cfg.model.ffn_hidden_size = 6;
-    cfg.model.vocab_size = 11;
-    cfg.model.make_vocab_size_divisible_by = 8;
-    cfg.model.seq_length = 5;
-    cfg.model.max_position_embeddings = 6;
-    cfg.model.init_method_std = 0.3;
-    cfg.training.micro_batch_size = 2;
-    cfg.training.global_batch_size = 2;
-    if (llama) {
-        tiny::llama(cfg);
-        cfg.model.num_attention_heads = 4;
-        cfg.model.num_query_groups = 2;
-        cfg.model.ffn_hidden_size = 6;
-        cfg.model.max_position_embeddings = 5;
-        cfg.model.moe_router_pre_softmax = 1;
-        cfg.model.moe_norm_topk_prob = 1;
-    }
-    cfg.model.num_moe_experts = 4;
-    cfg.model.moe_router_topk = 2;
-    cfg.model.moe_ffn_hidden_size = 6;
-    cfg.model.moe_shared_expert_intermediate_size = 4;
-    cfg.model.moe_shared_expert_gate = 1;
-    cfg.model.moe_aux_loss_coeff = 0.1;
-    cfg.model.moe_z_loss_coeff = 0.05;
-    return cfg;
-}
-
 struct MoeRun {
     tpd_kern_backend *kb = nullptr;
     tpd_model *m = nullptr;
@@ -86,7 +54,7 @@ struct MoeRun {
 };
 
 void check_gradients(bool llama) {
-    tpd_config cfg = moe_config(llama);
+    tpd_config cfg = tiny::moe_small(llama);
     MoeRun r(cfg);
     tpd_model *m = r.m;
     ASSERT_NE(m, nullptr);
@@ -171,7 +139,7 @@ TEST(ModelMoe, GradientsMatchFiniteDifferencesLlama) {
 // moe_expert_capacity_factor: an expert keeps at most ceil(factor x N x k / E) of its
 // assignments, first come in token order; the rest are dropped and counted.
 TEST(ModelMoe, CapacityDropsAndCounts) {
-    tpd_config cfg = moe_config(false);
+    tpd_config cfg = tiny::moe_small(false);
     cfg.model.moe_expert_capacity_factor = 0.5;
     MoeRun r(cfg);
     ASSERT_NE(r.m, nullptr);
