@@ -358,10 +358,13 @@ void tpd_plan_print_overrides(FILE *f, const tpd_config *cfg, const tpd_plan_res
     if (tpd_plan_cp(&r->layout) > 1 && cfg->training.device == TPD_DEVICE_CUDA)
         fprintf(f, "  (planned, not trained on GPUs: tripod train runs context parallelism on the "
                    "cpu backend; the cuda bytes and times are the target)\n");
-    if (tpd_plan_ep(&r->layout) > 1)
-        fprintf(f, "  (planned, not trained: tripod train refuses expert_model_parallel_size > 1 "
-                   "until its expert parallelism lands; the planned bytes are its allocation "
-                   "spec)\n");
+    if (tpd_plan_ep(&r->layout) > 1 && tpd_plan_sharding(&r->layout) >= TPD_DP_SHARDING_OPTIM_GRADS)
+        fprintf(f,
+                "  (planned, not trained: tripod train shards the experts' optimizer state over "
+                "expert DP (optim) but refuses expert_model_parallel_size > 1 with %s; the "
+                "planned bytes are the target)\n",
+                tpd_config_choice("parallel.data_parallel_sharding_strategy",
+                                  tpd_plan_sharding(&r->layout)));
     tpd_plan_print_published(f, cfg);
 }
 
