@@ -84,13 +84,23 @@ static tpd_status wait_req(tpd_grad_sync *gs, tpd_comm_req **req, int exposed) {
     return wait_on(gs, gs->dp, req, exposed);
 }
 
+/* The group bucket b's parameters are gathered over: expert DP for an expert bucket (EP),
+ * else DP. */
+static tpd_comm *gather_comm(const tpd_grad_sync *gs, int b) {
+    return b < gs->dpp->ebuckets ? gs->edp : gs->dp;
+}
+
+static tpd_status wait_gather(tpd_grad_sync *gs, int b, int exposed) {
+    return wait_on(gs, gather_comm(gs, b), &gs->preq[b], exposed);
+}
+
 tpd_status tpd_grad_sync_destroy(tpd_grad_sync *gs) {
     if (!gs) return TPD_OK;
     tpd_status st = tpd_grad_shard_destroy(gs->sh);
     for (int b = 0; gs->greq && gs->preq && b < gs->dpp->nbuckets; b++) {
         TPD_CHECK_KEEP(wait_req(gs, &gs->greq[b], 0), st);
         if (gs->ereq) TPD_CHECK_KEEP(wait_on(gs, gs->edp, &gs->ereq[b], 0), st);
-        TPD_CHECK_KEEP(wait_req(gs, &gs->preq[b], 0), st);
+        TPD_CHECK_KEEP(wait_gather(gs, b, 0), st);
     }
     free(gs->preq);
     free(gs->ereq);
@@ -162,7 +172,7 @@ tpd_status tpd_grad_sync_poll(tpd_grad_sync *gs) {
         int done;
         if (gs->greq[b]) TPD_CHECK(tpd_comm_test(gs->dp, gs->greq[b], &done));
         if (gs->ereq[b]) TPD_CHECK(tpd_comm_test(gs->edp, gs->ereq[b], &done));
-        if (gs->preq[b]) TPD_CHECK(tpd_comm_test(gs->dp, gs->preq[b], &done));
+        if (gs->preq[b]) TPD_CHECK(tpd_comm_test(gather_comm(gs, b), gs->preq[b], &done));
     }
     return TPD_OK;
 }
@@ -198,23 +208,28 @@ tpd_status tpd_grad_sync_gather_params(tpd_grad_sync *gs) {
     tpd_model *m = gs->m;
     if (gs->sh) return tpd_grad_shard_after_update(gs->sh);
     for (int b = 0; b < gs->dpp->nbuckets; b++) /* EP: an expert bucket over expert DP */
-        TPD_CHECK(tpd_dp_gather_bucket(gs->dpp, b < gs->dpp->ebuckets ? gs->edp : gs->dp, b,
-                                       m->params, tpd_kern_param_dtype(m->kb),
-                                       tpd_kern_stream(m->kb), &gs->preq[b]));
+        TPD_CHECK(tpd_dp_gather_bucket(gs->dpp, gather_comm(gs, b), b, m->params,
+                                       tpd_kern_param_dtype(m->kb), tpd_kern_stream(m->kb),
+                                       &gs->preq[b]));
     return gs->overlap_param ? TPD_OK : tpd_grad_sync_params_all(gs);
 }
 
 tpd_status tpd_grad_sync_params_ready(tpd_grad_sync *gs, int unit) {
     int i = unit + 1;
     if (i < 0 || i >= gs->nunits) return TPD_OK;
+    /* EP: every layer reads its experts from their own region (in the embedding's unit by
+     * range), so a layer's first use waits for the expert buckets too: on a stage without
+     * the embedding nothing else would */
+    int layer = unit >= 0 && unit < gs->m->d.Ls;
     for (int b = 0; b < gs->dpp->nbuckets; b++)
-        if (gs->preq[b] && overlaps(gs, i, b)) TPD_CHECK(wait_req(gs, &gs->preq[b], 1));
+        if (gs->preq[b] && (overlaps(gs, i, b) || (layer && b < gs->dpp->ebuckets)))
+            TPD_CHECK(wait_gather(gs, b, 1));
     return tpd_grad_sync_poll(gs);
 }
 
 tpd_status tpd_grad_sync_params_all(tpd_grad_sync *gs) {
     for (int b = 0; b < gs->dpp->nbuckets; b++)
-        TPD_CHECK(wait_req(gs, &gs->preq[b], 1));
+        TPD_CHECK(wait_gather(gs, b, 1));
     return TPD_OK;
 }
 
