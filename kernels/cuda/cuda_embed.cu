@@ -2,9 +2,7 @@
  *
  * Vocab-parallel: this rank holds rows [v0, v0+Vl) of the token table; tokens outside
  * that range embed to zero here and the tensor-parallel layer all-reduces the rows. */
-#include "kernels/cuda/cuda_common.cuh"
-
-#include <cub/cub.cuh>
+#include "kernels/cuda/cuda_sort.cuh"
 
 #define EMB_BLOCK 256
 
@@ -123,46 +121,21 @@ extern "C" tpd_status tpd_kern_cuda_embed_bwd(tpd_kern_ctx *ctx, void *dwte, con
                                               const int32_t *tokens, int N, int C, int v0, int Vl) {
     TPD_CUDA_REQUIRE(N >= 0 && C > 0 && Vl >= 0, "embed_bwd: bad shape N=%d C=%d Vl=%d", N, C, Vl);
     if (N == 0 || Vl == 0) return TPD_OK;
-    /* Keys are in [0, Vl]: sort only the bits that can be set. */
-    int end_bit = 1;
-    while (end_bit < 31 && ((int64_t)1 << end_bit) <= (int64_t)Vl)
-        end_bit++;
-
-    size_t temp_bytes = 0;
-    TPD_CHECK(TPD_CUDA(cub::DeviceRadixSort::SortPairs(
-        NULL, temp_bytes, (const int32_t *)NULL, (int32_t *)NULL, (const int32_t *)NULL,
-        (int32_t *)NULL, N, 0, end_bit, ctx->stream)));
-    /* the plan's sizes (kernels/scratch.c): cub's temp must fit the bound planned for it */
-    size_t arr = tpd_kern_embed_sort_array(N), temp_bound = tpd_kern_embed_sort_temp_bound(N);
-    if (temp_bytes > temp_bound) {
-        tpd_log_warn("embed_bwd: cub's radix sort of N=%d wants %zu bytes of temp, the plan's "
-                     "bound is %zu (kernels/scratch.c)",
-                     N, temp_bytes, temp_bound);
-        temp_bound = temp_bytes;
-    }
-    size_t part = tpd_kern_embed_partials_bytes(N, C);
-    void *scratch = NULL;
-    TPD_CHECK(tpd_cuda_scratch(ctx, 4 * arr + temp_bound + part, &scratch));
-    char *base = (char *)scratch;
-    int32_t *keys_in = (int32_t *)base;
-    int32_t *vals_in = (int32_t *)(base + arr);
-    int32_t *keys_out = (int32_t *)(base + 2 * arr);
-    int32_t *vals_out = (int32_t *)(base + 3 * arr);
-    float *partials = (float *)(base + 4 * arr);
-    void *temp = base + 4 * arr + part;
-
-    embed_keys_kernel<<<(N + 255) / 256, 256, 0, ctx->stream>>>(keys_in, vals_in, tokens, N, v0,
-                                                                Vl);
+    tpd_cuda_sort so; /* keys in [0, Vl]; the per-chunk partials after the arrays */
+    TPD_CHECK(
+        tpd_cuda_sort_begin(ctx, "embed_bwd", N, Vl, tpd_kern_embed_partials_bytes(N, C), &so));
+    float *partials = (float *)so.extra;
+    embed_keys_kernel<<<(N + 255) / 256, 256, 0, ctx->stream>>>(so.keys_in, so.vals_in, tokens, N,
+                                                                v0, Vl);
     TPD_CHECK(TPD_CUDA_LAUNCHED("embed_bwd keys"));
-    TPD_CHECK(TPD_CUDA(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in,
-                                                       vals_out, N, 0, end_bit, ctx->stream)));
+    TPD_CHECK(tpd_cuda_sort_run(ctx, &so));
     const int block = 256, wpb = block / 32;
     int chunks = (N + TPD_KERN_EMBED_SEG - 1) / TPD_KERN_EMBED_SEG;
     TPD_CUDA_DISPATCH_GRAD(ctx, T, G, {
         embed_bwd_partial_kernel<T><<<(chunks + wpb - 1) / wpb, block, 0, ctx->stream>>>(
-            partials, (const T *)dout, keys_out, vals_out, N, C, Vl);
+            partials, (const T *)dout, so.keys_out, so.vals_out, N, C, Vl);
         embed_bwd_final_kernel<G><<<(N + wpb - 1) / wpb, block, 0, ctx->stream>>>(
-            (G *)dwte, partials, keys_out, N, C, Vl);
+            (G *)dwte, partials, so.keys_out, N, C, Vl);
     });
     return TPD_CUDA_LAUNCHED("embed_bwd");
 }

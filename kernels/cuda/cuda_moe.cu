@@ -7,9 +7,7 @@
  * stable sort, so each output row's i stay in increasing order), then one warp per run of
  * equal keys adds the run's rows in that order, rounding after each add as the cpu does
  * (out += inp[i], one stored value per i). The sums so are the cpu's, bit for bit. */
-#include "kernels/cuda/cuda_common.cuh"
-
-#include <cub/cub.cuh>
+#include "kernels/cuda/cuda_sort.cuh"
 
 #define MOE_BLOCK 256
 
@@ -85,37 +83,17 @@ extern "C" tpd_status tpd_kern_cuda_scatter_add_rows(tpd_kern_ctx *ctx, void *ou
     TPD_CUDA_REQUIRE(N >= 0 && C >= 0 && rows_out >= 0,
                      "scatter_add_rows: bad shape N=%d C=%d rows_out=%d", N, C, rows_out);
     if (N == 0 || C == 0 || rows_out == 0) return TPD_OK;
-    /* keys are in [0, rows_out]: sort only the bits that can be set */
-    int end_bit = 1;
-    while (end_bit < 31 && ((int64_t)1 << end_bit) <= (int64_t)rows_out)
-        end_bit++;
-    size_t temp_bytes = 0;
-    TPD_CHECK(TPD_CUDA(cub::DeviceRadixSort::SortPairs(
-        NULL, temp_bytes, (const int32_t *)NULL, (int32_t *)NULL, (const int32_t *)NULL,
-        (int32_t *)NULL, N, 0, end_bit, ctx->stream)));
-    /* the plan's sizes (kernels/scratch.c): cub's temp must fit the bound planned for it */
-    size_t arr = tpd_kern_embed_sort_array(N), temp_bound = tpd_kern_embed_sort_temp_bound(N);
-    if (temp_bytes > temp_bound) {
-        tpd_log_warn("scatter_add_rows: cub's radix sort of N=%d wants %zu bytes of temp, the "
-                     "plan's bound is %zu (kernels/scratch.c)",
-                     N, temp_bytes, temp_bound);
-        temp_bound = temp_bytes;
-    }
-    void *scratch = NULL; /* tpd_kern_scatter_rows_scratch(N) unless cub wants more temp */
-    TPD_CHECK(tpd_cuda_scratch(ctx, 4 * arr + temp_bound, &scratch));
-    char *base = (char *)scratch;
-    int32_t *keys_in = (int32_t *)base, *vals_in = (int32_t *)(base + arr);
-    int32_t *keys_out = (int32_t *)(base + 2 * arr), *vals_out = (int32_t *)(base + 3 * arr);
-    void *temp = base + 4 * arr;
-    scatter_keys_kernel<<<(N + 255) / 256, 256, 0, ctx->stream>>>(keys_in, vals_in, idx, N,
+    /* tpd_kern_scatter_rows_scratch(N) unless cub wants more temp */
+    tpd_cuda_sort so;
+    TPD_CHECK(tpd_cuda_sort_begin(ctx, "scatter_add_rows", N, rows_out, 0, &so));
+    scatter_keys_kernel<<<(N + 255) / 256, 256, 0, ctx->stream>>>(so.keys_in, so.vals_in, idx, N,
                                                                   rows_out);
     TPD_CHECK(TPD_CUDA_LAUNCHED("scatter_add_rows keys"));
-    TPD_CHECK(TPD_CUDA(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in,
-                                                       vals_out, N, 0, end_bit, ctx->stream)));
+    TPD_CHECK(tpd_cuda_sort_run(ctx, &so));
     const int wpb = MOE_BLOCK / 32;
     TPD_CUDA_DISPATCH(ctx->dtype, T, {
         scatter_add_runs_kernel<T><<<(N + wpb - 1) / wpb, MOE_BLOCK, 0, ctx->stream>>>(
-            (T *)out, (const T *)inp, keys_out, vals_out, N, C, rows_out);
+            (T *)out, (const T *)inp, so.keys_out, so.vals_out, N, C, rows_out);
     });
     return TPD_CUDA_LAUNCHED("scatter_add_rows");
 }

@@ -12,18 +12,30 @@
 #define QK_DW_COLS 32  /* columns per block of the weight gradient */
 #define QK_DW_LANES 32 /* head lanes per block of the weight gradient */
 
+/* This warp's head v (of N * (NH + NKV)): its vector in qkv (or dqkv) and its weight; false
+ * past the last head. */
+template <typename T>
+__device__ __forceinline__ bool warp_head(T *qkv, const T *wq, const T *wk, int N, int NH, int NKV,
+                                          int HS, size_t *v_p, T **x_p, const T **w_p) {
+    const int H = NH + NKV;
+    size_t v = (size_t)blockIdx.x * QK_WARPS + threadIdx.x / 32;
+    if (v >= (size_t)N * H) return false;
+    int h = (int)(v % H);
+    *v_p = v;
+    *x_p = qkv + (v / H) * (size_t)(NH + 2 * NKV) * HS + (size_t)h * HS;
+    *w_p = h < NH ? wq : wk;
+    return true;
+}
+
 template <typename T>
 __global__ void qk_norm_fwd_kernel(T *qkv, T *raw, float *rstd, const T *wq, const T *wk, int N,
                                    int NH, int NKV, int HS, float eps) {
-    const int H = NH + NKV;
-    size_t v = (size_t)blockIdx.x * QK_WARPS + threadIdx.x / 32;
+    size_t v;
+    T *x;
+    const T *w;
+    if (!warp_head(qkv, wq, wk, N, NH, NKV, HS, &v, &x, &w)) return;
     int lane = threadIdx.x & 31;
-    if (v >= (size_t)N * H) return;
-    size_t n = v / H;
-    int h = (int)(v % H);
-    T *x = qkv + n * (size_t)(NH + 2 * NKV) * HS + (size_t)h * HS;
     T *r = raw + v * HS;
-    const T *w = h < NH ? wq : wk;
     float ss = 0.0f;
     for (int c = lane; c < HS; c += 32) {
         float f = tpd_to_f(x[c]);
@@ -64,15 +76,12 @@ extern "C" tpd_status tpd_kern_cuda_qk_norm_fwd(tpd_kern_ctx *ctx, void *qkv, vo
 template <typename T>
 __global__ void qk_norm_bwd_dx_kernel(T *dqkv, const T *raw, const T *wq, const T *wk,
                                       const float *rstd, int N, int NH, int NKV, int HS) {
-    const int H = NH + NKV;
-    size_t v = (size_t)blockIdx.x * QK_WARPS + threadIdx.x / 32;
+    size_t v;
+    T *dy;
+    const T *w;
+    if (!warp_head(dqkv, wq, wk, N, NH, NKV, HS, &v, &dy, &w)) return;
     int lane = threadIdx.x & 31;
-    if (v >= (size_t)N * H) return;
-    size_t n = v / H;
-    int h = (int)(v % H);
-    T *dy = dqkv + n * (size_t)(NH + 2 * NKV) * HS + (size_t)h * HS;
     const T *x = raw + v * HS;
-    const T *w = h < NH ? wq : wk;
     float r = rstd[v], sgx = 0.0f;
     for (int c = lane; c < HS; c += 32)
         sgx += tpd_to_f(dy[c]) * tpd_to_f(w[c]) * (tpd_to_f(x[c]) * r);
