@@ -115,13 +115,16 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
                               "models it on GPUs. Set it to 1 or train on the cpu",
                               tpd_config_cp(cfg));
     const int ep = tpd_config_ep(cfg);
-    if (ep > 1 && sh >= TPD_DP_SHARDING_OPTIM_GRADS)
+    const int hsdp = cfg->parallel.data_parallel_shard_size;
+    if (ep > 1 && sh >= TPD_DP_SHARDING_OPTIM_GRADS && hsdp != 0 &&
+        hsdp != cfg->parallel.data_parallel_size)
         return cfg_fail_after(cfg,
-                              "parallel.expert_model_parallel_size %d with %s %s: `tripod train` "
-                              "shards the experts' optimizer state over their expert-data-"
-                              "parallel group (optim, ZeRO-1) but not their gradients or "
-                              "parameters; set the strategy to optim or no_shard, or EP to 1",
-                              ep, shk, tpd_config_choice(shk, sh));
+                              "parallel.expert_model_parallel_size %d with %s %s and "
+                              "parallel.data_parallel_shard_size %d: `tripod train` shards the "
+                              "experts over their expert-data-parallel group and the rest over "
+                              "all of DP, not over hybrid shard groups; set "
+                              "data_parallel_shard_size to 0 (all of DP), or EP to 1",
+                              ep, shk, tpd_config_choice(shk, sh), hsdp);
     if (ep > 1 && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
         return cfg_fail_after(cfg,
                               "parallel.expert_model_parallel_size %d with parallel.dp_sync "

@@ -18,19 +18,28 @@ static tpd_status alloc_block(tpd_model *m, size_t bytes, void **ptr_p) {
 /* The unit tables: every unit in the flat buffers, except what a sharded strategy keeps
  * only a shard of (its units point nowhere until staged). */
 static tpd_status init_units(tpd_model *m) {
-    int n = m->d.Ls + 2;
+    int n = m->d.Ls + 2, ne = m->plan.lay.expert_numel > 0 ? m->d.Ls : 0;
     m->nunits = n;
+    m->neunits = ne;
     m->ubound = calloc((size_t)n + 1, sizeof *m->ubound);
     m->ubase_p = calloc((size_t)n, sizeof *m->ubase_p);
     m->ubase_g = calloc((size_t)n, sizeof *m->ubase_g);
-    if (!m->ubound || !m->ubase_p || !m->ubase_g)
-        return tpd_fail_nomem("the unit tables", (size_t)n * 3 * sizeof(size_t));
+    m->ebound = calloc((size_t)ne + 1, sizeof *m->ebound);
+    m->ebase_p = calloc((size_t)ne + 1, sizeof *m->ebase_p);
+    m->ebase_g = calloc((size_t)ne + 1, sizeof *m->ebase_g);
+    if (!m->ubound || !m->ubase_p || !m->ubase_g || !m->ebound || !m->ebase_p || !m->ebase_g)
+        return tpd_fail_nomem("the unit tables", (size_t)(n + ne) * 3 * sizeof(size_t));
     tpd_model_layout_unit_bounds(&m->plan.lay, m->ubound);
+    if (ne) tpd_model_layout_expert_bounds(&m->plan.lay, m->ebound);
     int shard_p = m->plan.sharding == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS;
     int shard_g = m->plan.sharding >= TPD_DP_SHARDING_OPTIM_GRADS;
     for (int i = 0; i < n; i++) {
         m->ubase_p[i] = shard_p ? NULL : (char *)m->params + m->ubound[i] * m->plan.param_size;
         m->ubase_g[i] = shard_g ? NULL : (char *)m->grads + m->ubound[i] * m->plan.grad_size;
+    }
+    for (int l = 0; l < ne; l++) {
+        m->ebase_p[l] = shard_p ? NULL : (char *)m->params + m->ebound[l] * m->plan.param_size;
+        m->ebase_g[l] = shard_g ? NULL : (char *)m->grads + m->ebound[l] * m->plan.grad_size;
     }
     return TPD_OK;
 }
@@ -77,13 +86,10 @@ tpd_status tpd_model_create(const tpd_config *cfg, const tpd_kern_backend *kb, t
     void *p;
     TPD_CHECK_GOTO(alloc_block(m, b->mem.params, &m->params), st, undo_buffers);
     TPD_CHECK_GOTO(alloc_block(m, b->mem.grads, &m->grads), st, undo_buffers);
-    TPD_CHECK_GOTO(
-        alloc_block(m, (size_t)b->pool_params * b->pslot_numel * b->param_size, &m->pool_p), st,
-        undo_buffers);
-    TPD_CHECK_GOTO(
-        alloc_block(m, ((size_t)b->pool_grads * b->gslot_numel + b->eslot_numel) * b->grad_size,
-                    &m->pool_g),
-        st, undo_buffers);
+    TPD_CHECK_GOTO(alloc_block(m, tpd_buffer_plan_pool_p_numel(b) * b->param_size, &m->pool_p), st,
+                   undo_buffers);
+    TPD_CHECK_GOTO(alloc_block(m, tpd_buffer_plan_pool_g_numel(b) * b->grad_size, &m->pool_g), st,
+                   undo_buffers);
     TPD_CHECK_GOTO(init_units(m), st, undo_buffers);
     TPD_CHECK_GOTO(alloc_block(m, b->mem.optimizer, &p), st, undo_buffers);
     m->opt_m = p;
@@ -156,6 +162,9 @@ void tpd_model_destroy(tpd_model *m) {
     free(m->ubase_g);
     free(m->ubase_p);
     free(m->ubound);
+    free(m->ebase_g);
+    free(m->ebase_p);
+    free(m->ebound);
     free(m);
 }
 
@@ -183,11 +192,25 @@ int tpd_model_unit_of(const tpd_model *m, size_t e) {
     return lo - 1;
 }
 
+int tpd_model_expert_unit_of(const tpd_model *m, size_t e) {
+    if (m->neunits == 0 || e >= m->ebound[m->neunits]) return -1;
+    int l = 0;
+    while (l + 1 < m->neunits && m->ebound[l + 1] <= e)
+        l++;
+    return l;
+}
+
 void *tpd_model_elem(const tpd_model *m, int grads, size_t e) {
+    size_t es = grads ? m->plan.grad_size : m->plan.param_size;
+    int x = tpd_model_expert_unit_of(m, e);
+    if (x >= 0) { /* EP: in an expert unit */
+        char *base = grads ? m->ebase_g[x] : m->ebase_p[x];
+        return base ? base + (e - m->ebound[x]) * es : NULL;
+    }
     int i = tpd_model_unit_of(m, e) + 1;
     char *base = grads ? m->ubase_g[i] : m->ubase_p[i];
     if (!base) return NULL;
-    return base + (e - m->ubound[i]) * (grads ? m->plan.grad_size : m->plan.param_size);
+    return base + (e - m->ubound[i]) * es;
 }
 
 void *tpd_model_param(const tpd_model *m, tpd_param p) {
@@ -288,7 +311,7 @@ tpd_status tpd_model_init_params(tpd_model *m, const tpd_dp_plan *dpp) {
     /* the gradient staging slots start at zero once; each is zeroed again as its reduction
      * lands (engine/optim/grad_shard.c), so a step never clears them */
     const tpd_buffer_plan *b = &m->plan;
-    size_t pool = ((size_t)b->pool_grads * b->gslot_numel + b->eslot_numel) * b->grad_size;
+    size_t pool = tpd_buffer_plan_pool_g_numel(b) * b->grad_size;
     if (pool) TPD_CHECK_GOTO(tpd_kern_zero(m->kb, m->pool_g, pool), st, out);
     TPD_CHECK_GOTO(tpd_kern_synchronize(m->kb), st, out);
 out:

@@ -84,8 +84,11 @@ typedef struct tpd_buffer_plan {
     /* Under a split backward (ZB-H1) a layer's gradient slot stays open from B to W (its
      * micro-batches share it, and it is reduced when the last W is done), so the grad pool
      * holds the layers of the schedule's most pending W passes besides its two. */
+    /* Under EP each layer's experts are a unit of their own, cut over expert DP: with its
+     * layer's unit it takes an expert slot of xslot_numel beside the layer's slot, from
+     * pools of pool_params (parameters) and pool_grads (gradients) such slots. */
     int sharding;
-    size_t pslot_numel, gslot_numel, eslot_numel;
+    size_t pslot_numel, gslot_numel, eslot_numel, xslot_numel;
     int pool_params, pool_grads;
     int nslots;       /* activation slots: the most (micro-batch, chunk) pairs the stage's
                          action list holds at once (tpd_pp_schedule_peak_in_flight:
@@ -170,6 +173,13 @@ typedef struct tpd_buffer_plan {
 
 tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int pp, int dp,
                                 int stage, tpd_buffer_plan *plan_p);
+/* The staging pools' elements (tpd_model's pool_p and pool_g). */
+static inline size_t tpd_buffer_plan_pool_p_numel(const tpd_buffer_plan *b) {
+    return (size_t)b->pool_params * (b->pslot_numel + b->xslot_numel);
+}
+static inline size_t tpd_buffer_plan_pool_g_numel(const tpd_buffer_plan *b) {
+    return (size_t)b->pool_grads * (b->gslot_numel + b->xslot_numel) + b->eslot_numel;
+}
 
 /* Where one (micro-batch, chunk) of the action list lives: its model chunk (0 .. v-1),
  * its activation slot (0 .. nslots-1) and, for the last chunk of the last stage, its
@@ -227,9 +237,11 @@ typedef struct tpd_model {
                      this rank's shard (shard_numel) */
     void *grads;  /* (numel_padded) grad dtype, mirrors params; under optim_grads and
                      optim_grads_params this rank's shard (shard_numel) */
-    void *pool_p; /* optim_grads_params: pool_params slots of pslot_numel params */
+    void *pool_p; /* optim_grads_params: pool_params slots of pslot_numel params, then
+                     (EP) pool_params expert slots of xslot_numel */
     void *pool_g; /* optim_grads(_params): pool_grads slots of gslot_numel grads,
-                     then the embedding's slot of eslot_numel */
+                     then the embedding's slot of eslot_numel, then (EP) pool_grads
+                     expert slots of xslot_numel */
     /* Where each hook unit's parameters and gradients are: unit u (index u + 1, nunits =
      * Ls + 2) has the flat elements [ubound[u+1], ubound[u+2]) and its element e lives at
      * ubase_p[u+1] + (e - ubound[u+1]) (params) and ubase_g likewise. In the flat buffers
@@ -238,6 +250,11 @@ typedef struct tpd_model {
     int nunits;
     size_t *ubound; /* (nunits + 1) */
     char **ubase_p, **ubase_g;
+    /* EP: local layer l's experts are the expert unit [ebound[l], ebound[l+1]) of the
+     * experts' region, at ebase_p[l] and ebase_g[l] likewise (neunits = Ls; 0 without) */
+    int neunits;
+    size_t *ebound; /* (neunits + 1) */
+    char **ebase_p, **ebase_g;
     float *master;        /* (shard_numel) fp32 or NULL */
     float *opt_m, *opt_v; /* (shard_numel) fp32; NULL under plain SGD */
     float *outer_sync;    /* DiLoCo (shard_numel) fp32: the parameters at the last sync */
@@ -353,10 +370,12 @@ void *tpd_model_grad_in(const tpd_model *m);
 void *tpd_model_grad_out(const tpd_model *m);
 /* Element range [begin, end) of a hook unit in the flat buffer. */
 void tpd_model_unit_range(const tpd_model *m, int unit, size_t *begin_p, size_t *end_p);
-/* The hook unit holding flat element e. */
+/* The hook unit holding flat element e (-1, the embedding's, for the experts' region). */
 int tpd_model_unit_of(const tpd_model *m, size_t e);
+/* EP: the local layer whose expert unit holds flat element e; -1 outside the region. */
+int tpd_model_expert_unit_of(const tpd_model *m, size_t e);
 /* Parameter (grads 0) or gradient (grads 1) element e of the flat buffer, where its unit
- * lives now (m->ubase_p / ubase_g). */
+ * lives now (m->ubase_p / ubase_g, or an expert unit's m->ebase_p / ebase_g). */
 void *tpd_model_elem(const tpd_model *m, int grads, size_t e);
 /* Element `flat` of a range this rank owns under the DP plan, at shard offset `state`:
  * in the flat buffer, or in the shard where the strategy keeps only that. */

@@ -76,7 +76,10 @@ int tpd_model_has_param(const tpd_config *cfg, tpd_param p) {
 }
 
 int tpd_model_expert_align(const tpd_config *cfg, int dp) {
-    return tpd_config_ep(cfg) > 1 && cfg->parallel.use_distributed_optimizer && dp > 1 ? dp : 1;
+    return tpd_config_ep(cfg) > 1 && cfg->parallel.use_distributed_optimizer && dp > 1 &&
+                   cfg->parallel.data_parallel_sharding_strategy < TPD_DP_SHARDING_OPTIM_GRADS
+               ? dp
+               : 1;
 }
 
 int tpd_param_is_expert(tpd_param p) {
@@ -441,8 +444,16 @@ void tpd_model_layout_unit_bounds(const tpd_model_layout *lay, size_t *bounds) {
     size_t layers0 = l0->present ? l0->offset : (lnf->present ? lnf->offset : lay->numel);
     size_t block = l0->present ? l0->stride : 0;
     int Ls = lay->d.Ls;
-    bounds[0] = 0;
+    bounds[0] = lay->expert_numel;
     for (int l = 0; l <= Ls; l++)
         bounds[l + 1] = layers0 + (size_t)l * block;
     bounds[Ls + 2] = lay->numel;
+}
+
+void tpd_model_layout_expert_bounds(const tpd_model_layout *lay, size_t *bounds) {
+    int Ls = lay->d.Ls;
+    size_t eblock = lay->p[TPD_P_EXPFCW].present ? lay->p[TPD_P_EXPFCW].stride : 0;
+    for (int l = 0; l < Ls; l++)
+        bounds[l] = (size_t)l * eblock;
+    bounds[Ls] = lay->expert_numel; /* the region's padding with the last layer */
 }

@@ -174,15 +174,19 @@ tpd_status tpd_model_layout_init_ep(const tpd_config *cfg, int tp_size, int tp_r
                                     tpd_model_layout *lay_p);
 /* The experts' region's alignment under EP: ZeRO-1 shards it over expert DP and the rest
  * over DP, so it ends on a multiple of the DP group's `dp` ranks (zero padding); 1
- * otherwise. */
+ * otherwise (the unit-aligned strategies cut it along its expert units). */
 int tpd_model_expert_align(const tpd_config *cfg, int dp);
 /* 1 for the experts' tensors (expfcw, expfcb, expprojw, expprojb): split over EP. */
 int tpd_param_is_expert(tpd_param p);
 
 /* The hook units' bounds in the flat buffer (engine/model/model.h): bounds[0 .. Ls + 2],
  * the embedding [bounds[0], bounds[1]), local layer l [bounds[l+1], bounds[l+2]), the
- * final unit up to bounds[Ls + 2] = numel. */
+ * final unit up to bounds[Ls + 2] = numel. Under EP bounds[0] is expert_numel: the
+ * experts' region before it is cut in expert units of its own. */
 void tpd_model_layout_unit_bounds(const tpd_model_layout *lay, size_t *bounds);
+/* EP (expert_numel > 0): the expert units' bounds, bounds[0 .. Ls]: local layer l's experts
+ * [bounds[l], bounds[l+1]), the last one with the region's padding. */
+void tpd_model_layout_expert_bounds(const tpd_model_layout *lay, size_t *bounds);
 /* Element offset in the flat buffer of local layer l's piece of parameter p (rows*cols
  * contiguous elements; l = 0 for a tensor that is not per layer). */
 static inline size_t tpd_model_layout_piece(const tpd_model_layout *lay, tpd_param p, int l) {

@@ -91,11 +91,16 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     b.sharding = dpp.bounds ? cfg->parallel.data_parallel_sharding_strategy
                             : (dpp.zero ? TPD_DP_SHARDING_OPTIM : TPD_DP_SHARDING_NO_SHARD);
     if (dpp.bounds) {
-        /* unit 0 is the embedding; its slot is the gradients' own for the step */
+        /* the embedding's slot (the first unit after EP's expert units) is the gradients'
+         * own for the step; the expert units have slots of their own */
         for (int u = 0; u < dpp.nbuckets; u++) {
             size_t n = tpd_dp_unit_slot_numel(&dpp, u);
+            if (u < dpp.ebuckets) {
+                if (n > b.xslot_numel) b.xslot_numel = n;
+                continue;
+            }
             if (n > b.pslot_numel) b.pslot_numel = n;
-            if (u == 0)
+            if (u == dpp.ebuckets)
                 b.eslot_numel = n;
             else if (n > b.gslot_numel)
                 b.gslot_numel = n;
@@ -291,8 +296,8 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     int shard_g = b.sharding >= TPD_DP_SHARDING_OPTIM_GRADS;
     mem->params = (shard_p ? b.shard_numel : b.numel_padded) * b.param_size;
     mem->grads = (shard_g ? b.shard_numel : b.numel_padded) * b.grad_size;
-    mem->gather = (uint64_t)b.pool_params * b.pslot_numel * b.param_size +
-                  ((uint64_t)b.pool_grads * b.gslot_numel + b.eslot_numel) * b.grad_size;
+    mem->gather = (uint64_t)tpd_buffer_plan_pool_p_numel(&b) * b.param_size +
+                  (uint64_t)tpd_buffer_plan_pool_g_numel(&b) * b.grad_size;
     /* AdamW's m and v; plain SGD keeps no state */
     mem->optimizer = cfg->optimizer.type == TPD_OPTIM_SGD ? 0 : 2 * b.shard_numel * 4;
     mem->master = b.has_master ? b.shard_numel * 4 : 0;
@@ -332,12 +337,14 @@ tpd_status tpd_model_dp_plan(const tpd_config *cfg, const tpd_model_layout *lay,
         *plan_p = dpp;
         return TPD_OK;
     }
-    int n = lay->d.Ls + 2;
+    /* EP: the experts' region first, one expert unit per local layer over expert DP */
+    int Ls = lay->d.Ls, ne = lay->expert_numel > 0 ? Ls : 0, n = ne + Ls + 2;
     size_t *bounds = calloc((size_t)n + 1, sizeof *bounds);
     if (!bounds) return tpd_fail_nomem("the unit bounds", ((size_t)n + 1) * sizeof *bounds);
-    tpd_model_layout_unit_bounds(lay, bounds);
-    tpd_status st = tpd_dp_plan_init_units(
-        bounds, n, dp_size, dp_rank,
+    if (ne) tpd_model_layout_expert_bounds(lay, bounds);
+    tpd_model_layout_unit_bounds(lay, bounds + ne);
+    tpd_status st = tpd_dp_plan_init_units_ep(
+        bounds, n, ne, dp_size, dp_rank, lay->d.ep_size > 0 ? lay->d.ep_size : 1,
         p->data_parallel_sharding_strategy == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, plan_p);
     free(bounds);
     return st;

@@ -23,11 +23,12 @@ static void *pview(const tpd_model *m, int grads, tpd_param p, int l) {
     if (!m->plan.lay.p[p].present) return NULL;
     size_t e = tpd_model_layout_piece(&m->plan.lay, p, l), u0 = m->ubound[l + 1];
     char *base = grads ? m->ubase_g[l + 1] : m->ubase_p[l + 1];
+    if (m->neunits && tpd_param_is_expert(p)) { /* EP: the layer's expert unit */
+        u0 = m->ebound[l];
+        base = grads ? m->ebase_g[l] : m->ebase_p[l];
+    }
     if (!base) return NULL; /* a sharded unit not staged now: nothing may read it */
-    /* signed: under EP the experts' pieces lie before the layer's unit, in their own region
-     * (the unit's base is then the flat buffer's, so the view stays inside it) */
-    return base + ((ptrdiff_t)e - (ptrdiff_t)u0) *
-                      (ptrdiff_t)(grads ? m->plan.grad_size : m->plan.param_size);
+    return base + (e - u0) * (grads ? m->plan.grad_size : m->plan.param_size);
 }
 
 void tpd_model_layer_views(const tpd_model *m, int grads, int l, tpd_model_views *v) {

@@ -63,6 +63,8 @@ tpd_status tpd_grad_sync_create(tpd_model *m, const tpd_dp_plan *dpp, const tpd_
     for (int i = 0; i < gs->nunits; i++)
         tpd_model_unit_range(m, i - 1, &gs->ubeg[i], &gs->uend[i]);
     gs->uend[gs->nunits - 1] = dpp->numel_padded; /* DP padding: with the highest unit */
+    /* EP: the experts' region, before the embedding, final with it (at the step's end) */
+    gs->ubeg[0] = 0;
     for (int b = 0; b < dpp->nbuckets; b++)
         for (int i = 0; i < gs->nunits; i++)
             gs->pending0[b] += overlaps(gs, i, b);
@@ -217,8 +219,8 @@ tpd_status tpd_grad_sync_gather_params(tpd_grad_sync *gs) {
 tpd_status tpd_grad_sync_params_ready(tpd_grad_sync *gs, int unit) {
     int i = unit + 1;
     if (i < 0 || i >= gs->nunits) return TPD_OK;
-    /* EP: every layer reads its experts from their own region (in the embedding's unit by
-     * range), so a layer's first use waits for the expert buckets too: on a stage without
+    /* EP: every layer reads its experts from their own region (with the embedding's unit
+     * here), so a layer's first use waits for the expert buckets too: on a stage without
      * the embedding nothing else would */
     int layer = unit >= 0 && unit < gs->m->d.Ls;
     for (int b = 0; b < gs->dpp->nbuckets; b++)

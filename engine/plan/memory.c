@@ -435,11 +435,14 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     uint64_t n = u0 + Ls * per_layer + uf;
     /* EP under ZeRO-1: the experts' region (first in the buffer) ends on a multiple of DP
      * (zero padding) and shards over expert DP, DP / EP ranks (tpd_dp_plan_init_ep) */
-    uint64_t xe = 0, xpad = 0;
+    tpd_dp_sharding sh = tpd_plan_sharding(lay);
+    uint64_t xl = 0, xe = 0, xpad = 0; /* xl: a layer's expert elements (its expert unit) */
     if (E && ep > 1 && Ls > 0) {
-        xe = Ls * (El * FCel * C + El * C * Fel + (bias ? El * FCel + El * C : 0));
-        xpad = xe;
-        if (lay->distributed_optimizer && dp > 1 && dp % ep == 0) xpad = (xe + dp - 1) / dp * dp;
+        xl = El * FCel * C + El * C * Fel + (bias ? El * FCel + El * C : 0);
+        xe = xpad = Ls * xl;
+        if (lay->distributed_optimizer && dp > 1 && dp % ep == 0 &&
+            sh < TPD_DP_SHARDING_OPTIM_GRADS)
+            xpad = (xe + dp - 1) / dp * dp;
         n += xpad - xe;
     }
     uint64_t padded = (n + dp - 1) / dp * dp;          /* ZeRO-1 shards are equal */
@@ -452,7 +455,6 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
      * the largest layer or final unit's gradients (plus, under ZB-H1, one per layer whose W
      * is pending, at most the stage's layers) and the embedding's own, whose reduction
      * waits for the step's end (tpd_buffer_plan_init) */
-    tpd_dp_sharding sh = tpd_plan_sharding(lay);
     /* hybrid sharding: over the shard group, replicated across the groups */
     uint64_t hs = (uint64_t)tpd_plan_shard_group(cfg, lay);
     int units = sh >= TPD_DP_SHARDING_OPTIM_GRADS && hs > 1;
@@ -460,8 +462,12 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     if (units) {
         uint64_t dp = hs; /* the unit plan's ranks */
         int gp = sh == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS;
-        uint64_t p0 = (u0 + dp - 1) / dp, pl = (per_layer + dp - 1) / dp, pf = (uf + dp - 1) / dp;
-        shard = p0 + Ls * pl + pf;
+        /* EP: each layer's experts are a unit of their own over expert DP, DP / EP ranks,
+         * staged in expert slots (xslot) beside the layer's */
+        uint64_t edp = xl ? dp / ep : 1, px = (xl + edp - 1) / edp, xslot = px * edp;
+        uint64_t p0 = (u0 + dp - 1) / dp, pl = (per_layer - xl + dp - 1) / dp,
+                 pf = (uf + dp - 1) / dp;
+        shard = p0 + Ls * (pl + px) + pf;
         nparams = gp ? shard : n;
         ngrads = shard;
         uint64_t eslot = p0 * dp, gslot = Ls ? pl * dp : 0;
@@ -480,7 +486,8 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
             }
             pool_grads += (uint64_t)peak_w * lc < Ls ? (uint64_t)peak_w * lc : Ls;
         }
-        gather = pool_params * pslot * e + (pool_grads * gslot + eslot) * g;
+        gather = pool_params * (pslot + (gp ? xslot : 0)) * e +
+                 (pool_grads * (gslot + xslot) + eslot) * g;
     } else {
         shard = lay->distributed_optimizer && dp > 1 ? padded / dp : padded;
         if (xpad > 0 && lay->distributed_optimizer && dp > 1 && dp % ep == 0)

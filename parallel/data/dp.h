@@ -54,7 +54,9 @@ typedef struct tpd_dp_plan {
     size_t expert_end;
     int edp_size;
     int ebuckets; /* ZeRO-1 under EP (tpd_dp_plan_init_ep): buckets [0, ebuckets) cut the
-                     experts' range and shard over expert DP, the rest the others over DP */
+                     experts' range and shard over expert DP, the rest the others over DP;
+                     a unit-aligned plan under EP (tpd_dp_plan_init_units_ep): its expert
+                     units */
 } tpd_dp_plan;
 
 size_t tpd_dp_padded_numel(size_t numel, int dp_size);
@@ -69,11 +71,22 @@ void tpd_dp_plan_free(tpd_dp_plan *plan);
  * dp_size ranks (zero is 1 whenever dp_size > 1). */
 tpd_status tpd_dp_plan_init_units(const size_t *bounds, int nunits, int dp_size, int dp_rank,
                                   int gather_params, tpd_dp_plan *plan_p);
+/* tpd_dp_plan_init_units under EP: units [0, eunits) are expert units (the experts'
+ * region, [0, expert_end = bounds[eunits])), each cut over the expert-DP group (dp_size /
+ * ep_size ranks; this rank's index dp_rank / ep_size) and staged in slots of part * that
+ * group's size; the rest over DP. eunits 0 is tpd_dp_plan_init_units. */
+tpd_status tpd_dp_plan_init_units_ep(const size_t *bounds, int nunits, int eunits, int dp_size,
+                                     int dp_rank, int ep_size, int gather_params,
+                                     tpd_dp_plan *plan_p);
 /* Elements a rank's shard of a unit-aligned plan keeps: the sum over units of
  * ceil(len / dp_size). */
 size_t tpd_dp_units_shard_numel(const size_t *bounds, int nunits, int dp_size);
-/* Staging elements of unit u of a unit-aligned plan: part * DP. */
+/* Staging elements of unit u of a unit-aligned plan: part * DP (an expert unit: part *
+ * expert DP). */
 size_t tpd_dp_unit_slot_numel(const tpd_dp_plan *plan, int u);
+/* This rank's part of unit u in its slot: the DP rank, or for an expert unit the index in
+ * the expert-DP group. */
+int tpd_dp_unit_rank(const tpd_dp_plan *plan, int u);
 /* parallel.grad_reduce_dtype: wire TPD_DTYPE_BF16 sends the gradient reductions of
  * tpd_dp_reduce_bucket (the all-reduce, and ZeRO-1's reduce-scatter) as bf16 with fp32 sums
  * at the receiver (tpd_comm_iallreduce_wire: about 2^-7 relative error, 2^-8 under

@@ -68,6 +68,23 @@ size_t tpd_dp_units_shard_numel(const size_t *bounds, int nunits, int dp_size) {
 
 tpd_status tpd_dp_plan_init_units(const size_t *bounds, int nunits, int dp_size, int dp_rank,
                                   int gather_params, tpd_dp_plan *plan_p) {
+    return tpd_dp_plan_init_units_ep(bounds, nunits, 0, dp_size, dp_rank, 1, gather_params, plan_p);
+}
+
+/* The ranks unit u is cut over and this rank's index among them: expert DP for an expert
+ * unit (EP), else DP. */
+static void unit_group(const tpd_dp_plan *p, int u, int *size_p, int *rank_p) {
+    int ex = u < p->ebuckets;
+    *size_p = ex ? p->edp_size : p->dp_size;
+    *rank_p = ex ? p->dp_rank / (p->dp_size / p->edp_size) : p->dp_rank;
+}
+
+tpd_status tpd_dp_plan_init_units_ep(const size_t *bounds, int nunits, int eunits, int dp_size,
+                                     int dp_rank, int ep_size, int gather_params,
+                                     tpd_dp_plan *plan_p) {
+    if (ep_size < 1 || dp_size % ep_size || eunits < 0 || eunits > nunits)
+        return tpd_fail(TPD_ERR_INTERNAL, "dp: %d expert units of %d over EP %d do not split DP %d",
+                        eunits, nunits, ep_size, dp_size);
     tpd_dp_plan p = {.dp_size = dp_size,
                      .dp_rank = dp_rank,
                      .zero = dp_size > 1,
@@ -76,7 +93,10 @@ tpd_status tpd_dp_plan_init_units(const size_t *bounds, int nunits, int dp_size,
                      .nbuckets = nunits,
                      .nranges = nunits,
                      .micro_batches = 1,
-                     .gather_params = gather_params};
+                     .gather_params = gather_params,
+                     .expert_end = bounds[eunits],
+                     .edp_size = eunits > 0 ? dp_size / ep_size : 1,
+                     .ebuckets = eunits};
     size_t n = nunits > 0 ? (size_t)nunits : 1;
     p.ranges = calloc(n, sizeof *p.ranges);
     p.bounds = calloc(n + 1, sizeof *p.bounds);
@@ -85,19 +105,21 @@ tpd_status tpd_dp_plan_init_units(const size_t *bounds, int nunits, int dp_size,
         tpd_dp_plan_free(&p);
         return tpd_fail_nomem("the DP unit ranges", n * (2 * sizeof *p.part + sizeof *p.ranges));
     }
-    size_t state = 0, d = (size_t)dp_size;
+    size_t state = 0;
     for (int u = 0; u <= nunits; u++)
         p.bounds[u] = bounds[u];
     for (int u = 0; u < nunits; u++) {
+        int g, r;
+        unit_group(&p, u, &g, &r);
         size_t b0 = bounds[u], len = bounds[u + 1] - b0;
-        size_t part = dp_size > 1 ? unit_part(len, dp_size) : len;
-        size_t lo = b0 + part * (size_t)dp_rank, hi = lo + part;
+        size_t part = g > 1 ? unit_part(len, g) : len;
+        size_t lo = b0 + part * (size_t)r, hi = lo + part;
         if (lo > b0 + len) lo = b0 + len;
         if (hi > b0 + len) hi = b0 + len;
         p.part[u] = part;
         p.ranges[u] = (tpd_dp_range){lo, hi, state};
         state += part;
-        if (part * d > p.bucket) p.bucket = part * d; /* the largest slot */
+        if (part * (size_t)g > p.bucket) p.bucket = part * (size_t)g; /* the largest slot */
     }
     p.shard_numel = state;
     *plan_p = p;
@@ -105,7 +127,16 @@ tpd_status tpd_dp_plan_init_units(const size_t *bounds, int nunits, int dp_size,
 }
 
 size_t tpd_dp_unit_slot_numel(const tpd_dp_plan *plan, int u) {
-    return plan->part ? plan->part[u] * (size_t)plan->dp_size : 0;
+    if (!plan->part) return 0;
+    int g, r;
+    unit_group(plan, u, &g, &r);
+    return plan->part[u] * (size_t)g;
+}
+
+int tpd_dp_unit_rank(const tpd_dp_plan *plan, int u) {
+    int g, r;
+    unit_group(plan, u, &g, &r);
+    return r;
 }
 
 tpd_status tpd_dp_plan_set_reduce_dtype(tpd_dp_plan *plan, tpd_dtype wire, tpd_dtype grad_dt) {
@@ -247,11 +278,13 @@ double tpd_dp_plan_step_bytes(const tpd_dp_plan *plan, size_t grad_size, size_t 
     if (plan->dp_size < 2) return 0.0;
     double n = plan->dp_size, ring = (n - 1.0) / n * (double)plan->numel_padded;
     double wire = plan->wire == TPD_DTYPE_BF16 ? 2.0 : (double)grad_size;
-    if (plan->bounds) { /* over the padded slots */
-        double slots = 0.0;
-        for (int u = 0; u < plan->nbuckets; u++)
-            slots += (double)tpd_dp_unit_slot_numel(plan, u);
-        double r = (n - 1.0) / n * slots, M = plan->micro_batches;
+    if (plan->bounds) { /* over the padded slots, each on its group's ring */
+        double r = 0.0, M = plan->micro_batches;
+        for (int u = 0; u < plan->nbuckets; u++) {
+            int g, k;
+            unit_group(plan, u, &g, &k);
+            r += (g - 1.0) / g * (double)tpd_dp_unit_slot_numel(plan, u);
+        }
         return plan->gather_params ? M * r * (wire + 2.0 * (double)param_size)
                                    : r * (M * wire + (double)param_size);
     }

@@ -214,6 +214,10 @@ TEST(Reshard, RoundTripIsExactAndTrainingContinues) {
         {epar({1, 1, 4, 1}, 2), moe({1, 1, 2, 1})},
         {moe({1, 1, 1, 0}), epar({2, 1, 4, 1}, 4)},
         {epar({1, 2, 4, 1}, 2), epar({1, 2, 4, 1}, 2)},
+        // ZeRO-2 and ZeRO-3 under EP: the experts' units over expert DP, the rest over DP
+        {epar(zero3({1, 1, 4, 1}), 2), moe({1, 1, 1, 0})},
+        {epar({1, 1, 4, 1}, 2), epar(zero3({2, 1, 4, 1}), 4)},
+        {epar(zero2({1, 2, 4, 1}), 2), epar(zero3({1, 2, 4, 1}), 2)},
     };
     std::map<std::string, std::vector<double>> source_loss;
     for (const auto &pr : pairs) {

@@ -261,11 +261,19 @@ TEST(ConfigMoe, KeysAndRefusals) {
     c.parallel.use_distributed_optimizer = 1; // ZeRO-1: the experts' state over expert DP
     c.parallel.data_parallel_sharding_strategy = TPD_DP_SHARDING_OPTIM;
     EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK);
-    c.parallel.data_parallel_sharding_strategy = TPD_DP_SHARDING_OPTIM_GRADS;
+    // ZeRO-2 and ZeRO-3: the experts' units over expert DP, the rest over all of DP
+    for (tpd_dp_sharding sh : {TPD_DP_SHARDING_OPTIM_GRADS, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS}) {
+        c.parallel.data_parallel_sharding_strategy = sh;
+        EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK);
+    }
+    // but not over hybrid shard groups
+    c.parallel.data_parallel_shard_size = 2;
     tpd_log_quiet_begin();
     EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
     tpd_log_quiet_end();
-    EXPECT_TRUE(Says("expert-data-parallel group (optim, ZeRO-1)")) << tpd_last_error();
+    EXPECT_TRUE(Says("parallel.data_parallel_shard_size 2: `tripod train` shards the experts "
+                     "over their expert-data-parallel group"))
+        << tpd_last_error();
     // a dense model has no EP to take
     ASSERT_EQ(Load({}, &c), TPD_OK);
     EXPECT_EQ(tpd_config_ep(&c), 1);

@@ -522,7 +522,8 @@ TEST_F(PlanMemory, ContextParallelAllocationEqualsPlan) {
 // The mixture of experts (model.num_moe_experts): every expert on the rank, the routing
 // and the experts' rows per layer, the MoE workspace; GELU and SwiGLU experts, a shared
 // expert with and without its gate, TP 2 with SP, PP 2, every recompute mode, ZeRO-1 and
-// ZeRO-3, dropless and with a capacity; the cpu allocation and the cuda bf16 plan.
+// ZeRO-3, under EP too, dropless and with a capacity; the cpu allocation and the cuda bf16
+// plan.
 TEST_F(PlanMemory, MoeAllocationEqualsPlan) {
     int checked = 0;
     for (bool llama : {false, true})
@@ -566,6 +567,16 @@ TEST_F(PlanMemory, MoeAllocationEqualsPlan) {
                     cfg.parallel.data_parallel_sharding_strategy = TPD_DP_SHARDING_OPTIM;
                     cfg.parallel.expert_model_parallel_size = 2;
                     checked += check_layout(kb, cfg, tp, 1, 4, what + " DP 4 EP 2 ZeRO-1");
+                    // ZeRO-2 and ZeRO-3 under EP: the experts' units over expert DP, staged
+                    // in expert slots beside their layer's
+                    cfg.parallel.data_parallel_sharding_strategy =
+                        rc[0] == 'f' ? TPD_DP_SHARDING_OPTIM_GRADS_PARAMS
+                                     : TPD_DP_SHARDING_OPTIM_GRADS;
+                    checked += check_layout(kb, cfg, tp, 1, 4, what + " DP 4 EP 2 ZeRO-2/3");
+                    cfg.parallel.pipeline_model_parallel_size = 2;
+                    cfg.parallel.expert_model_parallel_size = 4; // expert DP 1
+                    checked += check_layout(kb, cfg, tp, 2, 4, what + " PP 2 DP 4 EP 4 ZeRO-2/3");
+                    cfg.parallel.pipeline_model_parallel_size = 1;
                     cfg.parallel.expert_model_parallel_size = 1;
                     cfg.parallel.data_parallel_sharding_strategy =
                         rc[0] == 'f' ? TPD_DP_SHARDING_OPTIM_GRADS_PARAMS : TPD_DP_SHARDING_OPTIM;
@@ -573,7 +584,7 @@ TEST_F(PlanMemory, MoeAllocationEqualsPlan) {
                     cfg.training.device = TPD_DEVICE_CUDA;
                     checked += check_plan(cfg, tp, 1, 2, what + " cuda bf16");
                 }
-    EXPECT_EQ(checked, 2 * 2 * 2 * 3 * 9);
+    EXPECT_EQ(checked, 2 * 2 * 2 * 3 * 12);
 }
 
 // MoE FLOPs count what a token runs: k experts of width Fe and the shared ones count as a

@@ -661,6 +661,15 @@ TEST(Equivalence, MoeMatchesSingleRank) {
     add(gpt, epar(with({1, 2, 2, 1}, 2, "interleaved", 4), 2));
     add(lla, llama(epar({1, 1, 4, 1}, 4)));
     add(lla, llama(epar({1, 1, 8, 1}, 2)));
+    // ZeRO-2 and ZeRO-3 under EP: each layer's experts a unit of their own, sharded over
+    // expert DP, the rest over DP; with TP 2 and PP 2, ZB-H1, and EP = DP (expert DP 1)
+    add(gpt, epar(sharded({1, 1, 4, 1}, TPD_DP_SHARDING_OPTIM_GRADS, kSteps), 2));
+    add(gpt, epar(sharded({1, 1, 4, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps), 2));
+    add(gpt, epar(sharded({2, 2, 2, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps), 2));
+    add(lla, llama(epar(sharded({1, 1, 4, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps), 4)));
+    add(lla, llama(epar(sharded(with({1, 2, 4, 1}, 1, "zb-h1", 0),
+                                TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps),
+                        2)));
     int checked = 0;
     Result ref = run(moe({1, 1, 1, 0}));
     for (const Layout &L : gpt)
@@ -672,12 +681,16 @@ TEST(Equivalence, MoeMatchesSingleRank) {
 }
 
 // The EP rows can fail: experts whose gradients are not summed over their expert-DP group
-// (each copy updated from its own EP group's tokens) leave the single-rank run.
+// (each copy updated from its own EP group's tokens) leave the single-rank run, with the
+// experts' gradients all-reduced (no ZeRO) or reduce-scattered (ZeRO-3).
 TEST(Equivalence, MoeExpertParallelFaultIsCaught) {
     if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
     if (tpd_comm_size(g_world) < 4) GTEST_SKIP() << "needs 4 ranks";
     Result ref = run(moe({1, 1, 1, 0}));
     expect_fault_caught(ref, "ep-skip-expert-reduce", epar({1, 1, 4, 0}, 2));
+    // and under ZeRO-3, where the experts' units are reduce-scattered over expert DP
+    expect_fault_caught(ref, "ep-skip-expert-reduce",
+                        epar(sharded({1, 1, 4, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps), 2));
 }
 
 // The CP matrix can fail: a ring step that never receives its block, or a log-sum-exp
