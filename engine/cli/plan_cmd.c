@@ -358,17 +358,13 @@ static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *note, s
             snprintf(dropped + used, sizeof dropped - used,
                      "; its tp_comm_overlap is dropped (TP=1 has no TP communication)");
         }
-        /* EP shards optimizer state at most (ZeRO-1): a file's ZeRO-2/3 or HSDP becomes
-         * ZeRO-1 under --layout's EP > 1 */
-        if (a->ep > 1 && (p->data_parallel_sharding_strategy > TPD_DP_SHARDING_OPTIM ||
-                          p->data_parallel_shard_size > 0)) {
-            snprintf(extra[n++], sizeof extra[0], "parallel.data_parallel_sharding_strategy=optim");
+        /* EP shards over all of DP: a file's hybrid shard groups are dropped under
+         * --layout's EP > 1 */
+        if (a->ep > 1 && p->data_parallel_shard_size > 0) {
             snprintf(extra[n++], sizeof extra[0], "parallel.data_parallel_shard_size=0");
             size_t used = strlen(dropped);
             snprintf(dropped + used, sizeof dropped - used,
-                     "; its gradient and parameter sharding is dropped (EP=%d shards optimizer "
-                     "state only: ZeRO-1)",
-                     a->ep);
+                     "; its hybrid shard groups are dropped (EP=%d shards over all of DP)", a->ep);
         }
         int dp_was = p->data_parallel_size, cp_was = tpd_config_cp(was);
         int ep_was = p->expert_model_parallel_size > 1 ? p->expert_model_parallel_size : 1;

@@ -321,12 +321,15 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
                  ep);
         return 0;
     }
-    /* the trainer's EP shards optimizer state (ZeRO-1, the experts' over expert DP) but not
-     * gradients or parameters, and has no DiLoCo replicas (the search does not try them) */
-    if (ep > 1 && (sh > TPD_DP_SHARDING_OPTIM || hybrid)) {
+    /* the trainer's EP shards the experts over expert DP and the rest over all of DP (every
+     * strategy), not over hybrid shard groups, and has no DiLoCo replicas (the search does
+     * not try them) */
+    if (ep > 1 && hybrid) {
         snprintf(why, whylen,
-                 "EP %d with DP sharding %s (expert parallelism shards optimizer state only)", ep,
-                 tpd_config_choice("parallel.data_parallel_sharding_strategy", sh));
+                 "EP %d with hybrid sharding %s over shard groups of %d (expert parallelism "
+                 "shards over all of DP only)",
+                 ep, tpd_config_choice("parallel.data_parallel_sharding_strategy", sh),
+                 tpd_plan_shard_group(cfg, l));
         return 0;
     }
     if (ep > 1 && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO) {

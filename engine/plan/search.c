@@ -225,10 +225,10 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                                     lay.tp_comm_overlap = cfg->parallel.tp_comm_overlap && sp;
                                     for (int ep = 1; ep <= dp; ep++) {
                                         /* EP over the divisors of DP that divide the experts (1 for
-                                         * a dense model), unsharded or ZeRO-1 over all of DP,
-                                         * every step (what the trainer's EP runs) */
-                                        if (dp % ep || (ep > 1 && (E < 1 || E % ep ||
-                                                                   (z != 0 && z != 2) || diloco)))
+                                         * a dense model), under every strategy over all of DP
+                                         * (no HSDP), every step (what the trainer's EP runs) */
+                                        if (dp % ep ||
+                                            (ep > 1 && (E < 1 || E % ep || z % 2 || diloco)))
                                             continue;
                                         lay.ep = ep;
                                         if (!tpd_plan_layout_valid(cfg, cl, &lay, n, why,

@@ -20,7 +20,10 @@
  * gather is never hidden, a unit whose gather outlasts the compute before it is exposed
  * for the difference. optim_grads reduce-scatters every micro-batch's gradients; those of
  * the earlier micro-batches are exposed for what outlasts their backward. HSDP (S < DP)
- * then all-reduces the shard over the DP / S replicas on theirs, once a step, exposed. */
+ * then all-reduces the shard over the DP / S replicas on theirs, once a step, exposed.
+ * Under EP (over all of DP: the trainer refuses HSDP with EP) a layer's experts are a unit
+ * of their own over expert DP: their share of each gather and reduce-scatter runs on the
+ * expert-DP ring (DP / EP ranks, TP x EP apart), the rest of the layer's on the DP ring. */
 #include "engine/plan/plan.h"
 #include "engine/plan/plan_internal.h"
 
@@ -134,20 +137,28 @@ static void pass_sim(int n, const double *comp, const double *gat, const double 
 
 /* A stage's optim_grads_params passes of one micro-batch, chunk by chunk: exposed forward
  * and backward time, and the longest reduce-scatter tail past a backward. */
+/* A unit's collective of `elems` elements, `x` of them experts' (on the expert-DP ring xr),
+ * the rest on the shard group's ring r, at `bytes` an element. */
+static double unit_coll(tpd_plan_affine r, tpd_plan_affine xr, double elems, double x,
+                        double bytes) {
+    double t = r.per_byte * (elems - x) * bytes + r.fixed;
+    return x > 0.0 ? t + xr.per_byte * x * bytes + xr.fixed : t;
+}
+
 static tpd_status stage_passes(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
-                               const tpd_plan_stage_cost *c, tpd_plan_affine ring, double *ef,
-                               double *eb, double *tail) {
+                               const tpd_plan_stage_cost *c, tpd_plan_affine ring,
+                               tpd_plan_affine xring, double *ef, double *eb, double *tail) {
     tpd_plan_units u;
     TPD_CHECK(tpd_plan_units_init(cfg, lay, stage, &u));
     int n = u.n, v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
-    double *buf = calloc((size_t)n * 7, sizeof *buf);
+    double *buf = calloc((size_t)n * 8, sizeof *buf);
     if (!buf) {
         tpd_plan_units_free(&u);
         tpd_log_error("plan: out of memory");
         return TPD_ERR_NOMEM;
     }
     double *cf = buf, *cb = buf + n, *ga = buf + 2 * n, *rs = buf + 3 * n, *cend = buf + 4 * n;
-    double *tmp = buf + 5 * n, *rb = buf + 6 * n;
+    double *tmp = buf + 5 * n, *rb = buf + 6 * n, *tx = buf + 7 * n; /* tx: of tmp, experts' */
     double e = elem_bytes(cfg), g = tpd_config_grad_bytes(cfg);
     int first = stage == 0, last = stage == lay->pp - 1;
     double Ls = u.Ls > 0 ? u.Ls : 1;
@@ -160,27 +171,27 @@ static tpd_status stage_passes(const tpd_config *cfg, const tpd_plan_layout *lay
         if (Lc < 0) Lc = 0;
         /* the chunk's units in forward order: embedding, layers, final norm and head */
         if (first && ch == 0 && u.elems[0] > 0.0) {
-            cf[m] = c->embed_fwd, cb[m] = c->embed_bwd, tmp[m++] = u.elems[0];
+            cf[m] = c->embed_fwd, cb[m] = c->embed_bwd, tx[m] = 0.0, tmp[m++] = u.elems[0];
         }
-        for (int i = 0; i < Lc; i++)
-            cf[m] = lf, cb[m] = lb, tmp[m++] = u.elems[1 + l0 + i];
+        for (int i = 0; i < Lc; i++) /* EP: a layer's experts travel over expert DP */
+            cf[m] = lf, cb[m] = lb, tx[m] = u.expert[1 + l0 + i], tmp[m++] = u.elems[1 + l0 + i];
         if (last && ch == v - 1) {
             double x = u.elems[u.Ls + 1] + (first ? 0.0 : u.elems[0]); /* a tied head's wte */
-            cf[m] = c->head_fwd, cb[m] = c->head_bwd, tmp[m++] = x;
+            cf[m] = c->head_fwd, cb[m] = c->head_bwd, tx[m] = 0.0, tmp[m++] = x;
         }
         l0 += Lc;
         if (m == 0) continue;
         int k = cfg->parallel.fsdp_units_in_flight > 0 ? cfg->parallel.fsdp_units_in_flight : 1;
         double x, t;
         for (int i = 0; i < m; i++)
-            ga[i] = ring.per_byte * tmp[i] * e + ring.fixed;
+            ga[i] = unit_coll(ring, xring, tmp[i], tx[i], e);
         pass_sim(m, cf, ga, NULL, k, cend, &x, &t);
         *ef += x;
         /* the backward walks the units in reverse */
         for (int i = 0; i < m; i++) {
-            double w = tmp[m - 1 - i];
-            ga[i] = ring.per_byte * w * e + ring.fixed;
-            rs[i] = ring.per_byte * w * g + ring.fixed;
+            double w = tmp[m - 1 - i], wx = tx[m - 1 - i];
+            ga[i] = unit_coll(ring, xring, w, wx, e);
+            rs[i] = unit_coll(ring, xring, w, wx, g);
             rb[i] = cb[m - 1 - i];
         }
         pass_sim(m, rb, ga, rs, k, cend, &x, &t);
@@ -203,25 +214,30 @@ tpd_status tpd_plan_shard_time(const tpd_config *cfg, const tpd_plan_cluster *cl
     res->hop_replica = TPD_PLAN_HOP_NONE;
     res->shard_group = S;
     tpd_plan_affine ring = tpd_plan_shard_ring(cl, S, lay->tp);
+    /* EP: the experts' units over expert DP, S / EP ranks TP x EP apart */
+    int ep = tpd_plan_ep(lay);
+    tpd_plan_affine xring = ep > 1 ? tpd_plan_shard_ring(cl, S / ep, (long)lay->tp * ep) : ring;
     for (int s = 0; s < lay->pp; s++) {
         if (fwd_p) fwd_p[s] = 0.0;
         if (bwd_p) bwd_p[s] = 0.0;
         tpd_plan_units u;
         TPD_CHECK(tpd_plan_units_init(cfg, lay, s, &u));
-        double padded = u.padded;
+        double padded = u.padded, xs = 0.0;
+        for (int i = 0; i < u.n; i++)
+            xs += u.expert[i];
         int nb = u.nbuckets;
         tpd_plan_units_free(&u);
         if (padded > nmax) nmax = padded;
         if (S <= 1) continue;
         if (sh == TPD_DP_SHARDING_OPTIM_GRADS && M > 1) {
             /* the earlier micro-batches' reduce-scatters, beside their own backward */
-            double rs = ring.per_byte * padded * g + nb * ring.fixed;
+            double rs = unit_coll(ring, xring, padded, xs, g) + (nb - 1) * ring.fixed;
             double hide = lay->overlap_grad_reduce ? cost[s].bwd : 0.0;
             double extra = (M - 1) * (rs > hide ? rs - hide : 0.0);
             if (extra > step_extra) step_extra = extra;
         } else if (sh == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS) {
             double ef, eb, tail;
-            TPD_CHECK(stage_passes(cfg, lay, s, &cost[s], ring, &ef, &eb, &tail));
+            TPD_CHECK(stage_passes(cfg, lay, s, &cost[s], ring, xring, &ef, &eb, &tail));
             if (fwd_p) fwd_p[s] = ef;
             if (bwd_p) bwd_p[s] = eb;
             if (tail > tail_max) tail_max = tail;

@@ -306,8 +306,9 @@ TEST(PlanEp, ExpertGradientsReduceOverExpertDp) {
     }
 }
 
-// Which EP layouts are valid: EP divides DP and the experts, on a mixture only, without DP
-// sharding or DiLoCo (what the trainer's EP runs).
+// Which EP layouts are valid: EP divides DP and the experts, on a mixture only, under every
+// sharding strategy over all of DP but not hybrid shard groups, without DiLoCo (what the
+// trainer's EP runs).
 TEST(PlanEp, LayoutRules) {
     tpd_config c = mixtral();
     tpd_plan_cluster cl = cluster("dgx-h100");
@@ -335,9 +336,17 @@ TEST(PlanEp, LayoutRules) {
     zero.distributed_optimizer = 1;
     zero.sharding = TPD_DP_SHARDING_OPTIM;
     EXPECT_TRUE(tpd_plan_layout_valid(&c, &cl, &zero, 64, why, sizeof why)) << why;
-    zero.sharding = TPD_DP_SHARDING_OPTIM_GRADS; // ZeRO-2 does not
+    // ZeRO-2 and ZeRO-3 too (the experts' units over expert DP, the rest over DP)
+    for (tpd_dp_sharding sh : {TPD_DP_SHARDING_OPTIM_GRADS, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS}) {
+        zero.sharding = sh;
+        EXPECT_TRUE(tpd_plan_layout_valid(&c, &cl, &zero, 64, why, sizeof why)) << why;
+    }
+    zero.shard_size = 8; // but not over hybrid shard groups
     EXPECT_FALSE(tpd_plan_layout_valid(&c, &cl, &zero, 64, why, sizeof why));
-    EXPECT_NE(std::string(why).find("EP 8 with DP sharding optim_grads"), std::string::npos) << why;
+    EXPECT_NE(std::string(why).find("EP 8 with hybrid sharding optim_grads_params over shard "
+                                    "groups of 8"),
+              std::string::npos)
+        << why;
     tpd_config dense = load("llama3-8b.yaml", {});
     tpd_plan_layout d = layout(dense, 1, 1, 4, 16, 2);
     d.distributed_optimizer = 0;
@@ -346,9 +355,9 @@ TEST(PlanEp, LayoutRules) {
     EXPECT_NE(std::string(why).find("EP 2 on a model without experts"), std::string::npos) << why;
 }
 
-// The search tries EP for a mixture (the divisors of DP that divide its 8 experts, unsharded
-// or ZeRO-1)
-// and keeps the fastest EP layout beside the ranking; a dense model's search has EP 1 only.
+// The search tries EP for a mixture (the divisors of DP that divide its 8 experts, under
+// every strategy over all of DP) and keeps the fastest EP layout beside the ranking; a dense
+// model's search has EP 1 only.
 TEST(PlanEp, SearchTriesEpForAMixtureOnly) {
     tpd_plan_cluster cl = cluster("dgx-h100");
     tpd_plan_options opt = TPD_PLAN_OPTIONS_INIT;
@@ -367,7 +376,6 @@ TEST(PlanEp, SearchTriesEpForAMixtureOnly) {
         EXPECT_EQ(8 % ep, 0) << i;
         if (ep > 1) {
             with_ep++;
-            EXPECT_LE(tpd_plan_sharding(&l), TPD_DP_SHARDING_OPTIM) << i;
             EXPECT_EQ(l.shard_size, 0) << i;
             EXPECT_GT(s.top[i].time.ep_comm, 0.0) << i;
             fastest_ep = std::min(fastest_ep, s.top[i].step_time_s);
@@ -402,14 +410,16 @@ TEST(PlanEp, CliLayoutAndJson) {
     for (const char *k : {"EP=8", "all-to-all (EP)", "EP all-to-all", "EP nvlink",
                           "parallel.expert_model_parallel_size=8", "published: Megatron-Core"})
         EXPECT_NE(out.find(k), std::string::npos) << k << " in\n" << out;
+    // EP under ZeRO-2 is planned as trained; a file's hybrid shard groups are dropped
     ASSERT_EQ(run({"plan", cfg, "--cluster", "dgx-h100", "--layout", "2,4,8,1,4",
                    "parallel.use_distributed_optimizer=true",
-                   "parallel.data_parallel_sharding_strategy=optim_grads"},
+                   "parallel.data_parallel_sharding_strategy=optim_grads",
+                   "parallel.data_parallel_shard_size=4"},
                   &out),
               0)
         << out;
-    for (const char *k : {"EP=4 from --layout", "its gradient and parameter sharding is dropped",
-                          "ZeRO=on", "parallel.data_parallel_sharding_strategy=optim",
+    for (const char *k : {"EP=4 from --layout", "its hybrid shard groups are dropped",
+                          "parallel.data_parallel_sharding_strategy=optim_grads",
                           "parallel.expert_model_parallel_size=4"})
         EXPECT_NE(out.find(k), std::string::npos) << k << " in\n" << out;
     ASSERT_EQ(run({"plan", cfg, "--cluster", "dgx-h100", "--layout", "1,4,16,1,1"}, &out), 0);
