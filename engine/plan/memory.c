@@ -464,7 +464,7 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
         int gp = sh == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS;
         /* EP: each layer's experts are a unit of their own over expert DP, DP / EP ranks,
          * staged in expert slots (xslot) beside the layer's */
-        uint64_t edp = xl ? dp / ep : 1, px = (xl + edp - 1) / edp, xslot = px * edp;
+        uint64_t edp = xl && dp >= ep ? dp / ep : 1, px = (xl + edp - 1) / edp, xslot = px * edp;
         uint64_t p0 = (u0 + dp - 1) / dp, pl = (per_layer - xl + dp - 1) / dp,
                  pf = (uf + dp - 1) / dp;
         shard = p0 + Ls * (pl + px) + pf;
