@@ -62,6 +62,7 @@ static tpd_ckpt_rank rank_of(const tpd_ckpt_view *v) {
     r.tp = ms->tp;
     r.pp = ms->pp;
     r.dp = (ms->dp % inner) % H;
+    r.edp = r.dp / tpd_config_ep(v->cfg); /* EP: the first of an expert-DP group writes */
     r.replica = ms->dp / inner;
     r.silent = (ms->dp % inner) / H > 0;
     r.tp_size = ms->tp_size;
