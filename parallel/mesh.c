@@ -81,6 +81,12 @@ tpd_status tpd_mesh_set_shard_size(tpd_mesh *m, int shard_size) {
                       shard_size, m->dp_inner_size);
         return TPD_ERR_INVALID;
     }
+    if (H % m->ep_size != 0) { /* HSDP under EP: a shard group holds whole EP runs */
+        tpd_log_error("mesh: parallel.data_parallel_shard_size %d must be a multiple of "
+                      "expert_model_parallel_size %d",
+                      H, m->ep_size);
+        return TPD_ERR_INVALID;
+    }
     m->shard_size = H;
     m->dp_shard = m->dp_inner % H;
     m->dp_rep = m->dp_inner / H;
@@ -94,15 +100,25 @@ tpd_status tpd_mesh_set_ep(tpd_mesh *m, int ep) {
                       ep, m->dp_size);
         return TPD_ERR_INVALID;
     }
+    if (m->shard_size % ep != 0) {
+        tpd_log_error("mesh: expert_model_parallel_size %d must divide the HSDP shard groups' %d "
+                      "ranks",
+                      ep, m->shard_size);
+        return TPD_ERR_INVALID;
+    }
     m->ep_size = ep;
     m->ep = m->dp % ep;
     m->edp = m->dp / ep;
     return TPD_OK;
 }
 
+int tpd_mesh_has_edp_shard(const tpd_mesh *m) {
+    return m->ep_size > 1 && m->shard_size < m->dp_inner_size;
+}
+
 const char *tpd_mesh_group_name(tpd_mesh_group g) {
-    static const char *names[] = {"tp",       "dp",           "pp", "emb", "mp", "dp_outer",
-                                  "dp_shard", "dp_replicate", "cp", "ep",  "edp"};
+    static const char *names[] = {"tp",       "dp",           "pp", "emb", "mp",  "dp_outer",
+                                  "dp_shard", "dp_replicate", "cp", "ep",  "edp", "edp_shard"};
     return (g >= 0 && g < TPD_MESH_GROUP_COUNT) ? names[g] : "?";
 }
 
@@ -151,6 +167,12 @@ int tpd_mesh_group_members(const tpd_mesh *m, tpd_mesh_group g, int rank, int *o
         for (int i = dp % m->ep_size; i < m->dp_size; i += m->ep_size)
             PUSH(tpd_mesh_rank_of(m, tp, i, pp));
         break;
+    case TPD_MESH_GROUP_EDP_SHARD: { /* within the shard group, same ep */
+        int base = dp - dp % m->shard_size;
+        for (int i = dp % m->ep_size; i < m->shard_size; i += m->ep_size)
+            PUSH(tpd_mesh_rank_of(m, tp, base + i, pp));
+        break;
+    }
     case TPD_MESH_GROUP_DP_REPLICATE: {
         int base = dp - dp % m->dp_inner_size, idx = (dp % m->dp_inner_size) % m->shard_size;
         for (int g = 0; g < m->dp_inner_size / m->shard_size; g++)
@@ -209,6 +231,11 @@ void tpd_mesh_group_color(const tpd_mesh *m, tpd_mesh_group g, int rank, int *co
         color = tp + m->tp_size * (pp + m->pp_size * (dp % m->ep_size));
         key = dp / m->ep_size;
         break;
+    case TPD_MESH_GROUP_EDP_SHARD:
+        color = tp + m->tp_size *
+                         (pp + m->pp_size * (dp % m->ep_size + m->ep_size * (dp / m->shard_size)));
+        key = (dp % m->shard_size) / m->ep_size;
+        break;
     case TPD_MESH_GROUP_DP_SHARD: /* within a DP group: the runs of H dp indices */
         color = tp + m->tp_size * (pp + m->pp_size * (dp / m->shard_size));
         key = dp % m->shard_size;
@@ -243,7 +270,7 @@ tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_co
     tpd_mesh_comms c = {.world = world};
     tpd_comm **slots[TPD_MESH_GROUP_COUNT] = {&c.tp, &c.dp,       &c.pp,       &c.emb,
                                               &c.mp, &c.dp_outer, &c.dp_shard, &c.dp_rep,
-                                              &c.cp, &c.ep,       &c.edp};
+                                              &c.cp, &c.ep,       &c.edp,      &c.edp_shard};
     for (int g = 0; g < TPD_MESH_GROUP_COUNT; g++) {
         int color, key;
         if (g == TPD_MESH_GROUP_DP_OUTER && m->replicas == 1) continue; /* same on all ranks */
@@ -252,6 +279,7 @@ tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_co
             continue; /* no HSDP: the DP group itself */
         if (g == TPD_MESH_GROUP_CP && m->cp_size == 1) continue;
         if ((g == TPD_MESH_GROUP_EP || g == TPD_MESH_GROUP_EDP) && m->ep_size == 1) continue;
+        if (g == TPD_MESH_GROUP_EDP_SHARD && !tpd_mesh_has_edp_shard(m)) continue;
         tpd_mesh_group_color(m, (tpd_mesh_group)g, m->rank, &color, &key);
         /* every rank takes part in every split (collective), non-members pass color -1 */
         TPD_CHECK_GOTO(
@@ -266,8 +294,8 @@ undo_splits:
 }
 
 void tpd_mesh_comms_destroy(tpd_mesh_comms *c) {
-    tpd_comm **slots[] = {&c->edp, &c->ep,  &c->cp, &c->dp_rep, &c->dp_shard, &c->dp_outer,
-                          &c->mp,  &c->emb, &c->pp, &c->dp,     &c->tp};
+    tpd_comm **slots[] = {&c->edp_shard, &c->edp, &c->ep,  &c->cp, &c->dp_rep, &c->dp_shard,
+                          &c->dp_outer,  &c->mp,  &c->emb, &c->pp, &c->dp,     &c->tp};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
         if (*slots[i]) tpd_comm_destroy(*slots[i]);
         *slots[i] = NULL;

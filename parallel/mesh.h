@@ -34,7 +34,10 @@
  * equal ep across the runs hold the same experts (group EDP, expert data parallel: edp =
  * dp / EP; the experts' gradients are summed over it, the dense ones over all of DP), as
  * Megatron-Core takes EP from DP. No rank moves. EP 1: both groups are NULL in
- * tpd_mesh_comms. */
+ * tpd_mesh_comms. Under HSDP EP divides the shard groups' H (each holds whole EP runs), and
+ * an expert's copies inside one shard group, H / EP of them, are group EDP_SHARD: the
+ * experts shard over it as the rest over DP_SHARD, and DP_REPLICATE (same dp % H, so the
+ * same ep) sums both shards across the groups. */
 #ifndef TPD_PARALLEL_MESH_H
 #define TPD_PARALLEL_MESH_H
 
@@ -67,6 +70,8 @@ tpd_status tpd_mesh_set_replicas(tpd_mesh *m, int replicas);
 /* CP: the DP coordinate is DP x CP with CP consecutive indices per sequence (right after
  * tpd_mesh_init). Fails (TPD_ERR_INVALID) unless cp >= 1 divides dp_size. */
 tpd_status tpd_mesh_set_cp(tpd_mesh *m, int cp);
+/* 1 when the mesh has the EDP_SHARD group (HSDP with EP > 1). */
+int tpd_mesh_has_edp_shard(const tpd_mesh *m);
 /* HSDP: shard groups of `shard_size` consecutive inner dp indices (after set_replicas; 0
  * or the DP group's size: none). Fails (TPD_ERR_INVALID) unless it divides dp_inner_size. */
 tpd_status tpd_mesh_set_shard_size(tpd_mesh *m, int shard_size);
@@ -87,7 +92,8 @@ typedef enum tpd_mesh_group {
     TPD_MESH_GROUP_CP = 8,           /* the CP ranks of one sequence */
     TPD_MESH_GROUP_EP = 9,           /* the EP consecutive dp indices that split the experts */
     TPD_MESH_GROUP_EDP = 10,         /* same ep index across the EP runs: one expert's copies */
-    TPD_MESH_GROUP_COUNT = 11,
+    TPD_MESH_GROUP_EDP_SHARD = 11,   /* HSDP under EP: EDP within one shard group */
+    TPD_MESH_GROUP_COUNT = 12,
 } tpd_mesh_group;
 
 const char *tpd_mesh_group_name(tpd_mesh_group g);
@@ -107,6 +113,7 @@ typedef struct tpd_mesh_comms {
     tpd_comm *dp_shard, *dp_rep; /* HSDP's shard group and its replicas; NULL without HSDP */
     tpd_comm *cp;                /* the CP ring; NULL at CP 1 */
     tpd_comm *ep, *edp;          /* the expert groups; NULL at EP 1 */
+    tpd_comm *edp_shard;         /* HSDP under EP: the experts' shard group; NULL otherwise */
 } tpd_mesh_comms;
 
 tpd_status tpd_mesh_comms_create(const tpd_mesh *m, tpd_comm *world, tpd_mesh_comms *comms_p);

@@ -160,6 +160,7 @@ static void print_ranks(FILE *f, const tpd_mesh *mesh0) {
         if ((g == TPD_MESH_GROUP_DP_OUTER && mesh0->replicas == 1) ||
             (g == TPD_MESH_GROUP_CP && mesh0->cp_size == 1) ||
             ((g == TPD_MESH_GROUP_EP || g == TPD_MESH_GROUP_EDP) && mesh0->ep_size == 1) ||
+            (g == TPD_MESH_GROUP_EDP_SHARD && !tpd_mesh_has_edp_shard(mesh0)) ||
             ((g == TPD_MESH_GROUP_DP_SHARD || g == TPD_MESH_GROUP_DP_REPLICATE) &&
              mesh0->shard_size == mesh0->dp_inner_size))
             continue;
@@ -358,13 +359,15 @@ static tpd_status load_config(const plan_args *a, tpd_config *cfg, char *note, s
             snprintf(dropped + used, sizeof dropped - used,
                      "; its tp_comm_overlap is dropped (TP=1 has no TP communication)");
         }
-        /* EP shards over all of DP: a file's hybrid shard groups are dropped under
-         * --layout's EP > 1 */
-        if (a->ep > 1 && p->data_parallel_shard_size > 0) {
+        /* a hybrid shard group holds whole EP runs: a file's shard groups that do not are
+         * dropped under --layout's EP > 1 */
+        if (a->ep > 1 && p->data_parallel_shard_size > 0 && p->data_parallel_shard_size % a->ep) {
             snprintf(extra[n++], sizeof extra[0], "parallel.data_parallel_shard_size=0");
             size_t used = strlen(dropped);
             snprintf(dropped + used, sizeof dropped - used,
-                     "; its hybrid shard groups are dropped (EP=%d shards over all of DP)", a->ep);
+                     "; its hybrid shard groups of %d are dropped (EP=%d needs groups of whole EP "
+                     "runs)",
+                     p->data_parallel_shard_size, a->ep);
         }
         int dp_was = p->data_parallel_size, cp_was = tpd_config_cp(was);
         int ep_was = p->expert_model_parallel_size > 1 ? p->expert_model_parallel_size : 1;

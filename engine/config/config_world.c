@@ -116,15 +116,13 @@ tpd_status tpd_config_check_trainable(const tpd_config *cfg) {
                               tpd_config_cp(cfg));
     const int ep = tpd_config_ep(cfg);
     const int hsdp = cfg->parallel.data_parallel_shard_size;
-    if (ep > 1 && sh >= TPD_DP_SHARDING_OPTIM_GRADS && hsdp != 0 &&
-        hsdp != cfg->parallel.data_parallel_size)
+    if (ep > 1 && sh >= TPD_DP_SHARDING_OPTIM_GRADS && hsdp > 0 && hsdp % ep)
         return cfg_fail_after(cfg,
-                              "parallel.expert_model_parallel_size %d with %s %s and "
-                              "parallel.data_parallel_shard_size %d: `tripod train` shards the "
-                              "experts over their expert-data-parallel group and the rest over "
-                              "all of DP, not over hybrid shard groups; set "
-                              "data_parallel_shard_size to 0 (all of DP), or EP to 1",
-                              ep, shk, tpd_config_choice(shk, sh), hsdp);
+                              "parallel.data_parallel_shard_size %d with "
+                              "parallel.expert_model_parallel_size %d: a hybrid shard group must "
+                              "hold whole EP runs (the experts shard over the group's ranks of "
+                              "one EP index), so the shard size must be a multiple of EP",
+                              hsdp, ep);
     if (ep > 1 && cfg->parallel.dp_sync == TPD_DP_SYNC_DILOCO)
         return cfg_fail_after(cfg,
                               "parallel.expert_model_parallel_size %d with parallel.dp_sync "

@@ -43,7 +43,8 @@ struct tpd_grad_shard {
     tpd_model *m;
     const tpd_dp_plan *dpp;
     tpd_comm *dp, *emb; /* dp: the shard group (HSDP's, or the DP group) */
-    tpd_comm *edp;      /* EP: the expert units' group (expert DP); NULL otherwise */
+    tpd_comm *edp;      /* EP: the expert units' group (expert DP; HSDP: its ranks in the
+                           shard group); NULL otherwise */
     tpd_comm *rep;      /* HSDP: the shard's replicas in the other groups; NULL otherwise */
     int params;         /* optim_grads_params */
     int ne;             /* EP: the expert units, plan units [0, ne); 0 otherwise */
@@ -115,15 +116,15 @@ tpd_status tpd_grad_shard_create(tpd_model *m, const tpd_dp_plan *dpp, const tpd
     int ne = dpp->ebuckets;
     if (!dpp->bounds || dpp->nbuckets != m->nunits + ne || ne != m->neunits)
         return tpd_fail(TPD_ERR_INTERNAL, "grad shard: the DP plan is not aligned to the units");
-    if (ne && (!comms->edp || comms->dp_shard))
-        return tpd_fail(TPD_ERR_INTERNAL,
-                        "grad shard: expert units need the expert-DP group, without HSDP");
+    tpd_comm *edp = comms->dp_shard ? comms->edp_shard : comms->edp; /* HSDP: in the group */
+    if (ne && !edp)
+        return tpd_fail(TPD_ERR_INTERNAL, "grad shard: expert units need the expert-DP group");
     tpd_grad_shard *sh = calloc(1, sizeof *sh);
     if (!sh) return tpd_fail_nomem("the sharded gradient sync", sizeof *sh);
     sh->m = m;
     sh->dpp = dpp;
     sh->dp = comms->dp_shard ? comms->dp_shard : comms->dp;
-    sh->edp = comms->edp;
+    sh->edp = edp;
     sh->rep = comms->dp_rep;
     sh->emb = comms->emb;
     sh->params = b->sharding == TPD_DP_SHARDING_OPTIM_GRADS_PARAMS;

@@ -1,7 +1,7 @@
 /* Private to engine/optim: the step's DP communication under the sharded strategies
  * (parallel.data_parallel_sharding_strategy optim_grads and optim_grads_params), behind
  * grad_sync.h's calls. The DP plan is aligned to the model's hook units
- * (tpd_dp_plan_init_units), and the buffers are the buffer plan's (engine/model/model.h:
+ * (tpd_dp_plan_init_units, under EP with expert units first), and the buffers are the buffer plan's (engine/model/model.h:
  * the shards, pool_p and pool_g).
  *
  * Gradients (both strategies). A unit's backward writes into a zeroed staging slot of the
@@ -27,6 +27,12 @@
  * Hybrid sharding (HSDP): the shard group is HSDP's (comms->dp_shard), and after the last
  * reduction of a step the gradient shard is all-reduced over its replicas in the other
  * groups (comms->dp_rep), once a step.
+ *
+ * Expert parallelism (the plan's expert units, tpd_dp_plan_init_units_ep): each local
+ * layer's experts are a unit of their own, staged in a pool of expert slots beside the
+ * layer's slots and gathered and reduce-scattered over expert DP (comms->edp; under HSDP
+ * its ranks in the shard group, comms->edp_shard) at the layer's events. Reductions land in
+ * issue order within each pool (a unit is in one).
  *
  * optim_grads after the update: every unit's updated parts are all-gathered back into the
  * full parameter buffer through a staging slot (blocking). */

@@ -321,13 +321,13 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
                  ep);
         return 0;
     }
-    /* the trainer's EP shards the experts over expert DP and the rest over all of DP (every
-     * strategy), not over hybrid shard groups, and has no DiLoCo replicas (the search does
-     * not try them) */
-    if (ep > 1 && hybrid) {
+    /* the trainer's EP shards the experts over expert DP and the rest over DP (every
+     * strategy), under HSDP over shard groups that hold whole EP runs, and has no DiLoCo
+     * replicas (the search does not try them) */
+    if (ep > 1 && hybrid && tpd_plan_shard_group(cfg, l) % ep) {
         snprintf(why, whylen,
-                 "EP %d with hybrid sharding %s over shard groups of %d (expert parallelism "
-                 "shards over all of DP only)",
+                 "EP %d with hybrid sharding %s over shard groups of %d (a shard group holds "
+                 "whole EP runs: a multiple of EP)",
                  ep, tpd_config_choice("parallel.data_parallel_sharding_strategy", sh),
                  tpd_plan_shard_group(cfg, l));
         return 0;

@@ -358,12 +358,6 @@ void tpd_plan_print_overrides(FILE *f, const tpd_config *cfg, const tpd_plan_res
     if (tpd_plan_cp(&r->layout) > 1 && cfg->training.device == TPD_DEVICE_CUDA)
         fprintf(f, "  (planned, not trained on GPUs: tripod train runs context parallelism on the "
                    "cpu backend; the cuda bytes and times are the target)\n");
-    if (tpd_plan_ep(&r->layout) > 1 &&
-        tpd_plan_sharding(&r->layout) >= TPD_DP_SHARDING_OPTIM_GRADS &&
-        tpd_plan_shard_group(cfg, &r->layout) < tpd_plan_dp_inner(cfg, &r->layout))
-        fprintf(f, "  (planned, not trained: tripod train shards the experts over expert DP and "
-                   "the rest over all of DP, and refuses expert_model_parallel_size > 1 with "
-                   "hybrid shard groups; the planned bytes are the target)\n");
     tpd_plan_print_published(f, cfg);
 }
 

@@ -225,10 +225,12 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
                                     lay.tp_comm_overlap = cfg->parallel.tp_comm_overlap && sp;
                                     for (int ep = 1; ep <= dp; ep++) {
                                         /* EP over the divisors of DP that divide the experts (1 for
-                                         * a dense model), under every strategy over all of DP
-                                         * (no HSDP), every step (what the trainer's EP runs) */
-                                        if (dp % ep ||
-                                            (ep > 1 && (E < 1 || E % ep || z % 2 || diloco)))
+                                         * a dense model), under every strategy (HSDP's shard
+                                         * groups holding whole EP runs), every step (what the
+                                         * trainer's EP runs) */
+                                        if (dp % ep || (ep > 1 && (E < 1 || E % ep || diloco ||
+                                                                   (lay.shard_size > 0 &&
+                                                                    lay.shard_size % ep))))
                                             continue;
                                         lay.ep = ep;
                                         if (!tpd_plan_layout_valid(cfg, cl, &lay, n, why,

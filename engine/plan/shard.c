@@ -21,9 +21,10 @@
  * for the difference. optim_grads reduce-scatters every micro-batch's gradients; those of
  * the earlier micro-batches are exposed for what outlasts their backward. HSDP (S < DP)
  * then all-reduces the shard over the DP / S replicas on theirs, once a step, exposed.
- * Under EP (over all of DP: the trainer refuses HSDP with EP) a layer's experts are a unit
- * of their own over expert DP: their share of each gather and reduce-scatter runs on the
- * expert-DP ring (DP / EP ranks, TP x EP apart), the rest of the layer's on the DP ring. */
+ * Under EP a layer's experts are a unit of their own over expert DP: their share of each
+ * gather and reduce-scatter runs on the expert-DP ring (S / EP ranks of the shard group, TP
+ * x EP apart), the rest of the layer's on the shard group's ring; a rank's shard is 1/S of
+ * the dense elements and EP/S of its experts'. */
 #include "engine/plan/plan.h"
 #include "engine/plan/plan_internal.h"
 
@@ -227,7 +228,9 @@ tpd_status tpd_plan_shard_time(const tpd_config *cfg, const tpd_plan_cluster *cl
             xs += u.expert[i];
         int nb = u.nbuckets;
         tpd_plan_units_free(&u);
-        if (padded > nmax) nmax = padded;
+        /* a rank's shard: 1/S of the dense elements, EP/S of its experts' */
+        double mine = (padded - xs) / S + (ep > 1 ? xs * ep / S : xs / S);
+        if (mine > nmax) nmax = mine;
         if (S <= 1) continue;
         if (sh == TPD_DP_SHARDING_OPTIM_GRADS && M > 1) {
             /* the earlier micro-batches' reduce-scatters, beside their own backward */
@@ -246,7 +249,7 @@ tpd_status tpd_plan_shard_time(const tpd_config *cfg, const tpd_plan_cluster *cl
     res->time.dp_shard_exposed = step_extra + tail_max;
     if (R > 1 && sh != TPD_DP_SHARDING_NO_SHARD) {
         /* the shard's all-reduce over the replicas, S*TP ranks apart */
-        double bw, lat, bytes = ceil(nmax / S) * tpd_plan_dp_wire_bytes(cfg);
+        double bw, lat, bytes = ceil(nmax) * tpd_plan_dp_wire_bytes(cfg);
         long stride = (long)lay->tp * S;
         tpd_plan_group_link(cl, R, stride, &bw, &lat);
         res->hop_replica = tpd_plan_group_hop(cl, R, stride);

@@ -138,6 +138,26 @@ TEST(Mesh, ExpertParallelGroups) {
     EXPECT_EQ(r7.ep, 1);
     EXPECT_EQ(r7.edp, 1);
     EXPECT_EQ(tpd_mesh_set_ep(&r7, 3), TPD_ERR_INVALID);
+    // HSDP under EP: shard groups of 4 dp indices hold two EP runs; an expert's copies in
+    // one group (EDP_SHARD) are its 2 ranks of equal ep there, and DP_REPLICATE (equal dp %
+    // 4) joins ranks of equal ep across the groups
+    tpd_mesh h;
+    ASSERT_EQ(tpd_mesh_init(16, 0, 2, 1, 8, &h), TPD_OK);
+    ASSERT_EQ(tpd_mesh_set_ep(&h, 2), TPD_OK);
+    ASSERT_EQ(tpd_mesh_set_shard_size(&h, 4), TPD_OK);
+    EXPECT_TRUE(tpd_mesh_has_edp_shard(&h));
+    EXPECT_EQ(members(h, TPD_MESH_GROUP_EDP_SHARD, 0), (V{0, 4}));
+    EXPECT_EQ(members(h, TPD_MESH_GROUP_EDP_SHARD, 3), (V{3, 7}));
+    EXPECT_EQ(members(h, TPD_MESH_GROUP_EDP_SHARD, 10), (V{10, 14}));
+    EXPECT_EQ(members(h, TPD_MESH_GROUP_DP_REPLICATE, 2), (V{2, 10}));
+    for (int g : {TPD_MESH_GROUP_EDP_SHARD, TPD_MESH_GROUP_DP_SHARD, TPD_MESH_GROUP_DP_REPLICATE})
+        expect_colors_match(h, g, " hsdp 4 ep 2");
+    EXPECT_EQ(tpd_mesh_set_shard_size(&h, 8), TPD_OK); // no HSDP: no such group
+    EXPECT_FALSE(tpd_mesh_has_edp_shard(&h));
+    tpd_mesh bad;
+    ASSERT_EQ(tpd_mesh_init(16, 0, 2, 1, 8, &bad), TPD_OK);
+    ASSERT_EQ(tpd_mesh_set_ep(&bad, 4), TPD_OK);
+    EXPECT_EQ(tpd_mesh_set_shard_size(&bad, 2), TPD_ERR_INVALID); // cuts an EP run
     tpd_mesh cp;
     ASSERT_EQ(tpd_mesh_init(16, 0, 2, 2, 4, &cp), TPD_OK);
     ASSERT_EQ(tpd_mesh_set_cp(&cp, 2), TPD_OK);

@@ -246,6 +246,10 @@ TEST(Reshard, RoundTripIsExactAndTrainingContinues) {
         {epar(zero3({1, 1, 4, 1}), 2), moe({1, 1, 1, 0})},
         {epar({1, 1, 4, 1}, 2), epar(zero3({2, 1, 4, 1}), 4)},
         {epar(zero2({1, 2, 4, 1}), 2), epar(zero3({1, 2, 4, 1}), 2)},
+        // HSDP under EP: the first shard group writes, its first ranks of each EP index the
+        // experts
+        {hsdp(epar(zero3({1, 1, 8, 1}), 2), 4), moe({1, 1, 1, 0})},
+        {hsdp(epar(zero2({1, 2, 4, 1}), 2), 2), hsdp(epar(zero2({1, 2, 4, 1}), 2), 2)},
     };
     std::map<std::string, std::vector<double>> source_loss;
     for (const auto &pr : pairs) {

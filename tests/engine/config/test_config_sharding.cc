@@ -266,13 +266,15 @@ TEST(ConfigMoe, KeysAndRefusals) {
         c.parallel.data_parallel_sharding_strategy = sh;
         EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK);
     }
-    // but not over hybrid shard groups
-    c.parallel.data_parallel_shard_size = 2;
+    // and over hybrid shard groups that hold whole EP runs
+    c.parallel.data_parallel_shard_size = 4;
+    EXPECT_EQ(tpd_config_check_trainable(&c), TPD_OK);
+    c.parallel.data_parallel_shard_size = 3;
     tpd_log_quiet_begin();
     EXPECT_EQ(tpd_config_check_trainable(&c), TPD_ERR_INVALID);
     tpd_log_quiet_end();
-    EXPECT_TRUE(Says("parallel.data_parallel_shard_size 2: `tripod train` shards the experts "
-                     "over their expert-data-parallel group"))
+    EXPECT_TRUE(Says("parallel.data_parallel_shard_size 3 with parallel.expert_model_parallel_size "
+                     "2: a hybrid shard group must hold whole EP runs"))
         << tpd_last_error();
     // a dense model has no EP to take
     ASSERT_EQ(Load({}, &c), TPD_OK);

@@ -307,8 +307,8 @@ TEST(PlanEp, ExpertGradientsReduceOverExpertDp) {
 }
 
 // Which EP layouts are valid: EP divides DP and the experts, on a mixture only, under every
-// sharding strategy over all of DP but not hybrid shard groups, without DiLoCo (what the
-// trainer's EP runs).
+// sharding strategy, over hybrid shard groups only where each holds whole EP runs, without
+// DiLoCo (what the trainer's EP runs).
 TEST(PlanEp, LayoutRules) {
     tpd_config c = mixtral();
     tpd_plan_cluster cl = cluster("dgx-h100");
@@ -341,10 +341,12 @@ TEST(PlanEp, LayoutRules) {
         zero.sharding = sh;
         EXPECT_TRUE(tpd_plan_layout_valid(&c, &cl, &zero, 64, why, sizeof why)) << why;
     }
-    zero.shard_size = 8; // but not over hybrid shard groups
+    zero.shard_size = 8; // and over hybrid shard groups of whole EP runs
+    EXPECT_TRUE(tpd_plan_layout_valid(&c, &cl, &zero, 64, why, sizeof why)) << why;
+    zero.shard_size = 4; // but not groups that cut an EP run
     EXPECT_FALSE(tpd_plan_layout_valid(&c, &cl, &zero, 64, why, sizeof why));
     EXPECT_NE(std::string(why).find("EP 8 with hybrid sharding optim_grads_params over shard "
-                                    "groups of 8"),
+                                    "groups of 4"),
               std::string::npos)
         << why;
     tpd_config dense = load("llama3-8b.yaml", {});
@@ -376,7 +378,7 @@ TEST(PlanEp, SearchTriesEpForAMixtureOnly) {
         EXPECT_EQ(8 % ep, 0) << i;
         if (ep > 1) {
             with_ep++;
-            EXPECT_EQ(l.shard_size, 0) << i;
+            EXPECT_EQ(l.shard_size % ep, 0) << i; // HSDP groups of whole EP runs
             EXPECT_GT(s.top[i].time.ep_comm, 0.0) << i;
             fastest_ep = std::min(fastest_ep, s.top[i].step_time_s);
         }
@@ -414,11 +416,11 @@ TEST(PlanEp, CliLayoutAndJson) {
     ASSERT_EQ(run({"plan", cfg, "--cluster", "dgx-h100", "--layout", "2,4,8,1,4",
                    "parallel.use_distributed_optimizer=true",
                    "parallel.data_parallel_sharding_strategy=optim_grads",
-                   "parallel.data_parallel_shard_size=4"},
+                   "parallel.data_parallel_shard_size=2"},
                   &out),
               0)
         << out;
-    for (const char *k : {"EP=4 from --layout", "its hybrid shard groups are dropped",
+    for (const char *k : {"EP=4 from --layout", "its hybrid shard groups of 2 are dropped",
                           "parallel.data_parallel_sharding_strategy=optim_grads",
                           "parallel.expert_model_parallel_size=4"})
         EXPECT_NE(out.find(k), std::string::npos) << k << " in\n" << out;

@@ -577,6 +577,11 @@ TEST_F(PlanMemory, MoeAllocationEqualsPlan) {
                     cfg.parallel.expert_model_parallel_size = 4; // expert DP 1
                     checked += check_layout(kb, cfg, tp, 2, 4, what + " PP 2 DP 4 EP 4 ZeRO-2/3");
                     cfg.parallel.pipeline_model_parallel_size = 1;
+                    // HSDP under EP: shard groups of 2 (one EP run) at DP 4
+                    cfg.parallel.expert_model_parallel_size = 2;
+                    cfg.parallel.data_parallel_shard_size = 2;
+                    checked += check_layout(kb, cfg, tp, 1, 4, what + " DP 4 HSDP 2 EP 2 ZeRO-2/3");
+                    cfg.parallel.data_parallel_shard_size = 0;
                     cfg.parallel.expert_model_parallel_size = 1;
                     cfg.parallel.data_parallel_sharding_strategy =
                         rc[0] == 'f' ? TPD_DP_SHARDING_OPTIM_GRADS_PARAMS : TPD_DP_SHARDING_OPTIM;
@@ -584,7 +589,7 @@ TEST_F(PlanMemory, MoeAllocationEqualsPlan) {
                     cfg.training.device = TPD_DEVICE_CUDA;
                     checked += check_plan(cfg, tp, 1, 2, what + " cuda bf16");
                 }
-    EXPECT_EQ(checked, 2 * 2 * 2 * 3 * 12);
+    EXPECT_EQ(checked, 2 * 2 * 2 * 3 * 13);
 }
 
 // MoE FLOPs count what a token runs: k experts of width Fe and the shared ones count as a

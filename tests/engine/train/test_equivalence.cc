@@ -670,6 +670,10 @@ TEST(Equivalence, MoeMatchesSingleRank) {
     add(lla, llama(epar(sharded(with({1, 2, 4, 1}, 1, "zb-h1", 0),
                                 TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps),
                         2)));
+    // HSDP under EP: shard groups of whole EP runs, the experts over their ranks of one EP
+    // index there (2 of them at DP 8, H 4, EP 2), both shards summed across the groups
+    add(gpt, hsdp(epar(sharded({1, 1, 8, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps), 2), 4));
+    add(lla, llama(hsdp(epar(sharded({1, 2, 4, 1}, TPD_DP_SHARDING_OPTIM_GRADS, kSteps), 2), 2)));
     int checked = 0;
     Result ref = run(moe({1, 1, 1, 0}));
     for (const Layout &L : gpt)
