@@ -1,8 +1,8 @@
 /* Private to engine/optim: the step's DP communication under the sharded strategies
  * (parallel.data_parallel_sharding_strategy optim_grads and optim_grads_params), behind
  * grad_sync.h's calls. The DP plan is aligned to the model's hook units
- * (tpd_dp_plan_init_units, under EP with expert units first), and the buffers are the buffer plan's (engine/model/model.h:
- * the shards, pool_p and pool_g).
+ * (tpd_dp_plan_init_units, under EP with expert units first), and the buffers are the buffer plan's
+ * (engine/model/model.h: the shards, pool_p and pool_g).
  *
  * Gradients (both strategies). A unit's backward writes into a zeroed staging slot of the
  * grad pool (opened at TPD_HOOK_BWD). At TPD_HOOK_GRAD_DONE the slot is summed over TP
