@@ -58,7 +58,9 @@ static const key_spec k_keys[] = {
     {"inter_node_bw_gbs", 1, 1e-3, 1e6, 1e9, OFF(inter_bw), 0},
     {"inter_node_latency_us", 0, 0, 1e6, 1e-6, OFF(inter_latency), 0},
     {"collective_efficiency", 0, 0.01, 1.0, 1, OFF(coll_efficiency), 0},
+    {"network_collective_efficiency", 0, 0, 1.0, 1, OFF(net_coll_efficiency), 0},
     {"flash_attention_efficiency", 0, 0.01, 1.0, 1, OFF(flash_efficiency), 0},
+    {"flash_attention_backward_efficiency", 0, 0, 1.0, 1, OFF(flash_bwd_efficiency), 0},
     {"workspace_mib", 0, 0, 1e6, 1048576.0, OFF(workspace_bytes), 0},
     {"kernel_overhead_us", 0, 0, 1e6, 1e-6, OFF(kernel_overhead_s), 1},
     /* network topology (docs/planner-profiles.md) */

@@ -50,6 +50,8 @@ tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path, co
     fprintf(f, "inter_node_bw_gbs: %.6g\n", c->inter_bw / 1e9);
     fprintf(f, "inter_node_latency_us: %.6g\n", c->inter_latency * 1e6);
     fprintf(f, "collective_efficiency: %.3g\n", c->coll_efficiency);
+    fprintf(f, "network_collective_efficiency: %.3g  # 0: collective_efficiency\n",
+            c->net_coll_efficiency);
     if (c->p2p_bw > 0)
         fprintf(f, "p2p_bw_gbs: %.6g             # pipeline sends\n", c->p2p_bw / 1e9);
     if (c->p2p_latency >= 0) fprintf(f, "p2p_latency_us: %.6g\n", c->p2p_latency * 1e6);
@@ -58,6 +60,8 @@ tpd_status tpd_plan_cluster_save(const tpd_plan_cluster *c, const char *path, co
     fprintf(f, "sync_latency_all_us: %.6g     # the same, all calibration_ranks\n",
             c->sync_latency_all * 1e6);
     fprintf(f, "flash_attention_efficiency: %.3g\n", c->flash_efficiency);
+    fprintf(f, "flash_attention_backward_efficiency: %.3g  # 0: twice the forward's time\n",
+            c->flash_bwd_efficiency);
     fprintf(f, "workspace_mib: %.6g\n", c->workspace_bytes / 1048576.0);
     fprintf(f, "kernel_overhead_us: %.6g\n", c->kernel_overhead_s * 1e6);
     fprintf(f, "gemm_backward_ratio: %.4g       # linear backward / forward time\n",

@@ -16,6 +16,8 @@
  *   - span > island_nodes * gpus_per_node: the group crosses islands, and runs at the
  *     inter-island link: inter_island_gbs per GPU times k (as the NICs), at most the network
  *     share, at inter_island_latency_us (the slowest hop, whatever the leaves give).
+ * Every link's bandwidth is scaled by the share NCCL reaches on it: collective_efficiency
+ * on NVLink, network_collective_efficiency off it (the same when the profile gives none).
  * With the defaults (domain = node, a NIC per GPU, one leaf, one island) this is the model
  * the profiles were fitted with.
  *
@@ -32,6 +34,12 @@
 #include "engine/plan/plan_internal.h"
 
 #include <math.h>
+
+/* The share of a link's bandwidth a collective reaches: NVLink's, or the network's
+ * (network_collective_efficiency, when the profile gives one). */
+static double link_efficiency(const tpd_plan_cluster *cl, int network) {
+    return network && cl->net_coll_efficiency > 0.0 ? cl->net_coll_efficiency : cl->coll_efficiency;
+}
 
 int tpd_plan_nvlink_domain(const tpd_plan_cluster *cl) {
     return cl->nvlink_domain_gpus > 0 ? cl->nvlink_domain_gpus : cl->gpus_per_node;
@@ -95,7 +103,7 @@ void tpd_plan_group_link(const tpd_plan_cluster *cl, int n, long stride, double 
     }
     double bw = per_domain * net;
     if (bw > cl->intra_bw) bw = cl->intra_bw;
-    *bw_p = bw * cl->coll_efficiency;
+    *bw_p = bw * link_efficiency(cl, 1);
     *lat_p = lat;
 }
 
@@ -141,11 +149,11 @@ void tpd_plan_pipe_link(const tpd_plan_cluster *cl, int pp, long stride, double 
     tpd_plan_group_link(cl, 2, stride, &bw, &lat);
     /* each TP rank sends its own shard over its own share of the NICs */
     long span = 2 * stride;
-    if (span > tpd_plan_nvlink_domain(cl)) bw = tpd_plan_net_bw(cl, span) * cl->coll_efficiency;
+    if (span > tpd_plan_nvlink_domain(cl)) bw = tpd_plan_net_bw(cl, span) * link_efficiency(cl, 1);
     tpd_plan_hop hop = tpd_plan_group_hop(cl, 2, stride);
     if (tpd_plan_crosses_islands(cl, (long)pp * stride)) {
-        if (cl->inter_island_bw * cl->coll_efficiency < bw)
-            bw = cl->inter_island_bw * cl->coll_efficiency;
+        if (cl->inter_island_bw * link_efficiency(cl, 1) < bw)
+            bw = cl->inter_island_bw * link_efficiency(cl, 1);
         if (cl->inter_island_latency >= 0.0 && cl->inter_island_latency > lat)
             lat = cl->inter_island_latency;
         hop = TPD_PLAN_HOP_ISLAND;
@@ -167,7 +175,7 @@ void tpd_plan_cp_link(const tpd_plan_cluster *cl, int cp, long tp, double *bw_p,
             if (cl->inter_island_latency >= 0.0) lat = cl->inter_island_latency;
         }
     }
-    *bw_p = bw * cl->coll_efficiency;
+    *bw_p = bw * link_efficiency(cl, span > tpd_plan_nvlink_domain(cl));
     *lat_p = lat;
     *hop_p = tpd_plan_group_hop(cl, cp, tp);
 }

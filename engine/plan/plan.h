@@ -44,19 +44,21 @@ typedef struct tpd_plan_cluster {
     char path[TPD_CONFIG_STR];
     tpd_plan_backend backend;
     int gpus_per_node;
-    double peak_flops;          /* dense bf16/fp16 FLOP/s per device (never sparsity) */
-    double hbm_bytes;           /* device memory, bytes */
-    double hbm_bw;              /* device memory bandwidth, bytes/s */
-    double hbm_usable_fraction; /* share of hbm_bytes a layout may plan for */
-    double mem_efficiency;      /* achieved share of hbm_bw in memory-bound kernels */
-    double intra_bw;            /* per-device, per-direction intra-node link, bytes/s */
-    double intra_latency;       /* seconds per ring step */
-    double inter_bw;            /* per-device network bandwidth, bytes/s */
-    double inter_latency;       /* seconds per ring step */
-    double coll_efficiency;     /* achieved share of link bandwidth in collectives */
-    double flash_efficiency;    /* flash attention FLOP rate as a share of peak */
-    double workspace_bytes;     /* cuBLASLt workspace + communicator buffers per rank */
-    double kernel_overhead_s;   /* launch gap per kernel on the critical path, seconds */
+    double peak_flops;           /* dense bf16/fp16 FLOP/s per device (never sparsity) */
+    double hbm_bytes;            /* device memory, bytes */
+    double hbm_bw;               /* device memory bandwidth, bytes/s */
+    double hbm_usable_fraction;  /* share of hbm_bytes a layout may plan for */
+    double mem_efficiency;       /* achieved share of hbm_bw in memory-bound kernels */
+    double intra_bw;             /* per-device, per-direction intra-node link, bytes/s */
+    double intra_latency;        /* seconds per ring step */
+    double inter_bw;             /* per-device network bandwidth, bytes/s */
+    double inter_latency;        /* seconds per ring step */
+    double coll_efficiency;      /* achieved share of link bandwidth in collectives */
+    double net_coll_efficiency;  /* the same on the network's links; 0: coll_efficiency */
+    double flash_efficiency;     /* flash attention FLOP rate as a share of peak */
+    double flash_bwd_efficiency; /* its backward's, on 2.5x the FLOPs; 0: twice its time */
+    double workspace_bytes;      /* cuBLASLt workspace + communicator buffers per rank */
+    double kernel_overhead_s;    /* launch gap per kernel on the critical path, seconds */
     /* GEMM efficiency (share of peak) against GEMM FLOPs, interpolated in log(FLOPs);
      * below the first point the first value holds, above the last the last. */
     int gemm_curve_len;

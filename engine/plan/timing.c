@@ -32,6 +32,7 @@ typedef struct op_time {
     double cp_hidden; /* s, CP transfers the ring's blocks hid (in neither) */
     double ep;        /* s, EP all-to-alls (exposed; not in compute or comm) */
     double ep_counts; /* s, of ep: the exchange of the expert counts (forward only) */
+    double flash_bwd; /* s, what the flash kernel's backward adds to twice its forward */
 } op_time;
 
 /* A kernel of `t` s on the device: its launch gap, and never less than the host takes to
@@ -187,7 +188,7 @@ static op_time attention_core(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double tok = s * b;
     block_shape k = block_of(cfg, lay);
     double d = k.d, hq = k.q; /* the head size; the query heads' width (h at the usual size) */
-    op_time o = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    op_time o = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     /* the blocks of queries x keys the attention runs as: one s x s without CP, CP of
      * s/CP x s/CP under the ring, one S x S of NHl/CP heads under a2a */
     int blocks = ring ? cp : 1;
@@ -198,6 +199,13 @@ static op_time attention_core(const tpd_config *cfg, const tpd_plan_cluster *cl,
          * rank 1/CP of the sequence's FLOPs (balanced), in `blocks` kernels. */
         double flops = 0.5 * 4.0 * b * S * S * hq / t / cp;
         step = kernel_time(cl, flops / blocks / (cl->peak_flops * cl->flash_efficiency));
+        /* Its backward (flash_attention_backward_efficiency): 2.5x the forward's FLOPs (five
+         * products against two: dV, dP, dS to dQ and dK, and P again) at its own rate, in
+         * two kernels as the doubled forward; unset, the layer's 2x holds. */
+        if (cl->flash_bwd_efficiency > 0.0) {
+            double bwd = 2.5 * flops / blocks / (cl->peak_flops * cl->flash_bwd_efficiency);
+            o.flash_bwd = blocks * (2.0 * kernel_time(cl, 0.5 * bwd) - 2.0 * step);
+        }
     } else {
         step += gemm_time(cl, q, q, d, heads, e); /* scores = Q K^T */
         step += gemm_time(cl, q, d, q, heads, e); /* context = probs V */
@@ -335,7 +343,8 @@ static op_time layer_forward(const tpd_config *cfg, const tpd_plan_cluster *cl,
 }
 
 /* Backward of one layer from its forward: GEMMs and attention twice (data and weight
- * gradients), memory-bound kernels read about twice what forward did, same collectives (EP:
+ * gradients; the flash kernel at its backward rate where the profile gives one),
+ * memory-bound kernels read about twice what forward did, same collectives (EP:
  * the two all-to-alls without the counts);
  * under tp_comm_overlap each collective hides behind the data-gradient GEMM of its forward
  * GEMM's size (the same share), and both backward GEMMs pay the slowdown (the weight
@@ -346,8 +355,14 @@ static op_time layer_backward(const tpd_plan_layout *lay, op_time fwd) {
     double k = lay->cp_comm == TPD_CP_COMM_P2P ? 2.0 : 1.0;
     /* EP: the gradients of the combine and of the dispatch go back the same way; the counts
      * are the forward's */
-    op_time o = {2.0 * fwd.compute,      fwd.comm, fwd.hidden, k * fwd.cp, k * fwd.cp_hidden,
-                 fwd.ep - fwd.ep_counts, 0.0};
+    op_time o = {2.0 * fwd.compute + fwd.flash_bwd,
+                 fwd.comm,
+                 fwd.hidden,
+                 k * fwd.cp,
+                 k * fwd.cp_hidden,
+                 fwd.ep - fwd.ep_counts,
+                 0.0,
+                 0.0};
     return o;
 }
 
@@ -365,7 +380,7 @@ static op_time layer_wgrad(const tpd_config *cfg, const tpd_plan_cluster *cl,
     double e = (cfg->training.precision == TPD_PRECISION_BF16) ? 2.0 : 4.0;
     double tok = s * b, sbh = s * b * h, rep = lay->sequence_parallel ? 1.0 / t : 1.0;
     block_shape k = block_of(cfg, lay);
-    op_time w = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    op_time w = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     const double out_in[4][2] = {{k.qkv / t, h}, {h, k.q / t}, {k.fc1 / t, h}, {h, f / t}};
     double fc1, fc2;
     mlp_gemms(cfg, cl, lay, tok, 1, &fc1, &fc2);
@@ -422,7 +437,7 @@ void tpd_plan_gpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out) {
     op_time lf = layer_forward(cfg, cl, lay, 0);
     op_time lb = layer_backward(lay, lf);
-    op_time rc = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    op_time rc = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     /* selective recompute rebuilds the attention state; the CP ring keeps all of its own */
     int ring = tpd_plan_cp(lay) > 1 && lay->cp_comm == TPD_CP_COMM_P2P;
     if (lay->recompute == TPD_RECOMPUTE_FULL) rc = lf;
@@ -437,6 +452,7 @@ void tpd_plan_gpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                  layers * lf.cp,
                  layers * lf.cp_hidden,
                  layers * lf.ep,
+                 0.0,
                  0.0};
     op_time b = {layers * lb.compute + rl * rc.compute,
                  layers * lb.comm + rl * rc.comm,
@@ -444,11 +460,12 @@ void tpd_plan_gpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                  layers * lb.cp + rl * rc.cp,
                  layers * lb.cp_hidden + rl * rc.cp_hidden,
                  layers * lb.ep + rl * rc.ep,
+                 0.0,
                  0.0};
     /* W's share: inside the backward, or split from it (zb-h1), which costs B a little */
     op_time extra;
     op_time lw = layer_wgrad(cfg, cl, lay, &extra);
-    op_time w = {layers * lw.compute, layers * lw.comm, 0.0, 0.0, 0.0, 0.0, 0.0};
+    op_time w = {layers * lw.compute, layers * lw.comm, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     if (tpd_plan_layout_schedule(lay) == TPD_SCHEDULE_ZB_H1) {
         b.compute += layers * extra.compute;
         b.comm += layers * extra.comm;

@@ -98,8 +98,12 @@ inline tpd_plan_cluster scaled(const tpd_plan_cluster &base, const std::vector<F
         int n = ks[i].curve ? c.gemm_curve_len : 1;
         for (int j = 0; j < n; j++)
             p[j] = ks[i].absolute ? f[i] : ks[i].curve ? std::fmin(1.0, p[j] * f[i]) : p[j] * f[i];
+        // the collective efficiency's factor holds for every link: the network's too
+        if (ks[i].offset == offsetof(tpd_plan_cluster, coll_efficiency) && !ks[i].absolute)
+            c.net_coll_efficiency *= f[i];
     }
     if (c.coll_efficiency > 1.0) c.coll_efficiency = 1.0;
+    if (c.net_coll_efficiency > 1.0) c.net_coll_efficiency = 1.0;
     return c;
 }
 

@@ -253,7 +253,7 @@ TEST(PlanEp, AllToAllLinkFollowsTheRankOrder) {
                                  " EP " + std::to_string(w.ep);
         EXPECT_EQ(r.hop_ep, w.hop) << what;
         bool nv = w.hop == TPD_PLAN_HOP_NVLINK;
-        double bw = (nv ? cl.intra_bw : cl.inter_bw) * cl.coll_efficiency;
+        double bw = nv ? cl.intra_bw * cl.coll_efficiency : cl.inter_bw * cl.net_coll_efficiency;
         double lat = nv ? cl.intra_latency : cl.inter_latency;
         // a rank's 4096 / CP tokens, 2 assignments each, full rows under SP
         double bytes = 4096.0 / w.cp * 2 * 4096 * 2;
