@@ -324,6 +324,14 @@ int tpd_plan_layout_valid(const tpd_config *cfg, const tpd_plan_cluster *cl,
     /* the trainer's EP shards the experts over expert DP and the rest over DP (every
      * strategy), under HSDP over shard groups that hold whole EP runs, and has no DiLoCo
      * replicas (the search does not try them) */
+    if (ep > 1 && hybrid && sh < TPD_DP_SHARDING_OPTIM_GRADS) {
+        /* ZeRO-1 over a shard group is the GPU model's alone, and it prices no expert units */
+        snprintf(why, whylen,
+                 "EP %d with hybrid sharding %s (EP's experts shard over hybrid groups under "
+                 "optim_grads and optim_grads_params only)",
+                 ep, tpd_config_choice("parallel.data_parallel_sharding_strategy", sh));
+        return 0;
+    }
     if (ep > 1 && hybrid && tpd_plan_shard_group(cfg, l) % ep) {
         snprintf(why, whylen,
                  "EP %d with hybrid sharding %s over shard groups of %d (a shard group holds "

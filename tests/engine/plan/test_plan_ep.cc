@@ -349,6 +349,10 @@ TEST(PlanEp, LayoutRules) {
                                     "groups of 4"),
               std::string::npos)
         << why;
+    zero.shard_size = 8; // nor ZeRO-1 over shard groups (the GPU model's alone, no expert units)
+    zero.sharding = TPD_DP_SHARDING_OPTIM;
+    EXPECT_FALSE(tpd_plan_layout_valid(&c, &cl, &zero, 64, why, sizeof why));
+    EXPECT_NE(std::string(why).find("EP 8 with hybrid sharding optim ("), std::string::npos) << why;
     tpd_config dense = load("llama3-8b.yaml", {});
     tpd_plan_layout d = layout(dense, 1, 1, 4, 16, 2);
     d.distributed_optimizer = 0;
