@@ -124,17 +124,21 @@ static void log_startup(const tpd_trainer *tr) {
         if (tr->mesh.shard_size < tr->mesh.dp_inner_size)
             snprintf(hsdp, sizeof hsdp, " (HSDP: %d shard groups, the shards all-reduced across)",
                      tr->mesh.dp_inner_size / tr->mesh.shard_size);
+        char xs[96] = ""; /* EP: the expert units' slots beside them */
+        if (m->plan.xslot_numel > 0)
+            snprintf(xs, sizeof xs, ", and %d parameter and %d gradient expert slots",
+                     m->plan.pool_params, m->plan.pool_grads);
         tpd_log_info(
             "DP sharding %s over %d ranks%s: params %.2f -> %.2f MiB, grads %.2f -> %.2f, "
             "optimizer and master %.2f -> %.2f; model state %.2f -> %.2f MiB (%.3f of "
             "no_shard) + gathered working set %.2f MiB (%d parameter and %d gradient "
-            "unit slots)",
+            "unit slots%s)",
             tpd_config_choice("parallel.data_parallel_sharding_strategy", m->plan.sharding),
             tr->mesh.shard_size, hsdp, full.params / MiB, mem->params / MiB, full.grads / MiB,
             mem->grads / MiB, (full.optimizer + full.master) / MiB,
             (mem->optimizer + mem->master) / MiB, before / MiB, after / MiB,
             before > 0 ? after / before : 0.0, mem->gather / MiB, m->plan.pool_params,
-            m->plan.pool_grads + (m->plan.eslot_numel > 0));
+            m->plan.pool_grads + (m->plan.eslot_numel > 0), xs);
     }
     if (tr->cfg.training.precision == TPD_PRECISION_FP32 &&
         !tr->cfg.training.accumulate_allreduce_grads_in_fp32)
