@@ -110,6 +110,12 @@ static tpd_status wait_req(tpd_grad_shard *sh, int j, tpd_comm_req **req, int ex
     return st;
 }
 
+/* base + off bytes; NULL for a pool that was not allocated (no slots: optim_grads has no
+ * parameter pool) */
+static char *at(void *base, size_t off) {
+    return base ? (char *)base + off : NULL;
+}
+
 tpd_status tpd_grad_shard_create(tpd_model *m, const tpd_dp_plan *dpp, const tpd_mesh_comms *comms,
                                  tpd_grad_shard **sh_p) {
     const tpd_buffer_plan *b = &m->plan;
@@ -135,11 +141,11 @@ tpd_status tpd_grad_shard_create(tpd_model *m, const tpd_dp_plan *dpp, const tpd
     sh->pp[DENSE] = (ppool){NULL, b->pool_params, m->pool_p, b->pslot_numel};
     sh->pp[EXPERT] =
         (ppool){NULL, ne ? b->pool_params : 0,
-                (char *)m->pool_p + (size_t)b->pool_params * b->pslot_numel * ps, b->xslot_numel};
+                at(m->pool_p, (size_t)b->pool_params * b->pslot_numel * ps), b->xslot_numel};
     sh->gp[DENSE] = (gpool){NULL, b->pool_grads, m->pool_g, b->gslot_numel};
     sh->gp[EXPERT] =
         (gpool){NULL, ne ? b->pool_grads : 0,
-                (char *)m->pool_g + ((size_t)b->pool_grads * b->gslot_numel + b->eslot_numel) * gs,
+                at(m->pool_g, ((size_t)b->pool_grads * b->gslot_numel + b->eslot_numel) * gs),
                 b->xslot_numel};
     int ok = 1;
     for (int x = DENSE; x <= EXPERT; x++) {
