@@ -194,10 +194,10 @@ int tpd_model_unit_of(const tpd_model *m, size_t e) {
 
 int tpd_model_expert_unit_of(const tpd_model *m, size_t e) {
     if (m->neunits == 0 || e >= m->ebound[m->neunits]) return -1;
-    int l = 0;
-    while (l + 1 < m->neunits && m->ebound[l + 1] <= e)
-        l++;
-    return l;
+    /* the units are equal blocks, the last with the region's padding */
+    size_t block = m->ebound[1] - m->ebound[0];
+    size_t l = block ? e / block : 0;
+    return l < (size_t)m->neunits ? (int)l : m->neunits - 1;
 }
 
 void *tpd_model_elem(const tpd_model *m, int grads, size_t e) {
