@@ -130,7 +130,9 @@ static const char *family_of(const tpd_config *cfg, hf_family *fam) {
         if (!m->add_bias_linear && !m->add_qkv_bias && !m->moe_shared_expert_intermediate_size &&
             !m->moe_router_pre_softmax) {
             *fam = HF_MIXTRAL;
-            return NULL;
+            return m->moe_layer_freq > 1 ? "dense layers between the MoE layers (moe_layer_freq "
+                                           "> 1), where Mixtral has experts in every layer"
+                                         : NULL;
         }
         if (!m->add_bias_linear && m->add_qkv_bias && m->moe_shared_expert_intermediate_size > 0 &&
             m->moe_shared_expert_gate && m->moe_router_pre_softmax) {
@@ -161,7 +163,7 @@ static void add(hf_tensor *out, int *n, const tpd_model_layout *g, tpd_param p, 
     vsnprintf(t->name, sizeof t->name, fmt, ap);
     va_end(ap);
     t->p = p;
-    t->layer = layer;
+    t->layer = tpd_model_layout_stack_index(g, p, layer); /* its place in p's stack */
     t->row0 = row0;
     t->rows = rows;
     t->cols = g->p[p].g_cols;
@@ -184,7 +186,7 @@ static int gpt2_order_cmp(const void *a, const void *b) {
  * shared expert and its gate (Qwen3-MoE has none). Returns how many were added. */
 static int moe_tensors(const tpd_model_layout *g, hf_family fam, int l, hf_tensor *out) {
     const tpd_model_dims *d = &g->d;
-    int n = 0, E = d->E, Fe = d->Fe, Fs = d->F;
+    int n = 0, E = d->E, Fe = d->Fe, Fs = d->Fs;
     const char *pre = fam == HF_MIXTRAL ? "block_sparse_moe" : "mlp";
     add(out, &n, g, TPD_P_ROUTERW, l, 0, E, "model.layers.%d.%s.gate.weight", l, pre);
     for (int e = 0; e < E; e++) {
@@ -199,11 +201,11 @@ static int moe_tensors(const tpd_model_layout *g, hf_family fam, int l, hf_tenso
             "model.layers.%d.%s.experts.%d.%s.weight", l, pre, e, un);
     }
     if (fam == HF_QWEN2MOE) {
-        add(out, &n, g, TPD_P_FCW, l, 0, Fs, "model.layers.%d.mlp.shared_expert.gate_proj.weight",
+        add(out, &n, g, TPD_P_SHFCW, l, 0, Fs, "model.layers.%d.mlp.shared_expert.gate_proj.weight",
             l);
-        add(out, &n, g, TPD_P_FCW, l, Fs, Fs, "model.layers.%d.mlp.shared_expert.up_proj.weight",
+        add(out, &n, g, TPD_P_SHFCW, l, Fs, Fs, "model.layers.%d.mlp.shared_expert.up_proj.weight",
             l);
-        add(out, &n, g, TPD_P_FCPROJW, l, 0, d->C,
+        add(out, &n, g, TPD_P_SHPROJW, l, 0, d->C,
             "model.layers.%d.mlp.shared_expert.down_proj.weight", l);
         add(out, &n, g, TPD_P_SHGATEW, l, 0, 1, "model.layers.%d.mlp.shared_expert_gate.weight", l);
     }
@@ -258,7 +260,7 @@ static int hf_tensors(const tpd_model_layout *g, hf_family fam, hf_tensor *out) 
         }
         add(out, &n, g, TPD_P_LN2W, l, 0, d->C, "model.layers.%d.post_attention_layernorm.weight",
             l);
-        if (moe_family(fam)) {
+        if (moe_family(fam) && l % d->moe_freq == 0) { /* a MoE layer; the others dense */
             n += moe_tensors(g, fam, l, out + n);
             continue;
         }
@@ -288,6 +290,15 @@ static int hf_capacity(const tpd_model_layout *g) {
 }
 
 /* ---- config.json ---- */
+
+/* Qwen2-MoE's and Qwen3-MoE's mlp_only_layers: the dense layers (moe_layer_freq > 1), whose
+ * MLP is intermediate_size wide. */
+static cJSON *dense_layers_json(const tpd_config *cfg) {
+    cJSON *a = cJSON_CreateArray();
+    for (int g = 0; g < cfg->model.num_layers; g++)
+        if (!tpd_config_layer_moe(cfg, g)) cJSON_AddItemToArray(a, cJSON_CreateNumber(g));
+    return a;
+}
 
 static cJSON *config_json(const tpd_config *cfg, hf_family fam, const char *dtype) {
     const tpd_config_model *m = &cfg->model;
@@ -364,7 +375,7 @@ static cJSON *config_json(const tpd_config *cfg, hf_family fam, const char *dtyp
         cJSON_AddBoolToObject(o, "norm_topk_prob", m->moe_norm_topk_prob);
         cJSON_AddBoolToObject(o, "qkv_bias", 1);
         cJSON_AddNumberToObject(o, "decoder_sparse_step", 1);
-        cJSON_AddItemToObject(o, "mlp_only_layers", cJSON_CreateArray());
+        cJSON_AddItemToObject(o, "mlp_only_layers", dense_layers_json(cfg));
         cJSON_AddNumberToObject(o, "router_aux_loss_coef", m->moe_aux_loss_coeff);
         cJSON_AddBoolToObject(o, "output_router_logits", 0);
     } else if (fam == HF_QWEN3MOE) {
@@ -376,7 +387,7 @@ static cJSON *config_json(const tpd_config *cfg, hf_family fam, const char *dtyp
         cJSON_AddNumberToObject(o, "moe_intermediate_size", tpd_config_moe_ffn(cfg));
         cJSON_AddBoolToObject(o, "norm_topk_prob", m->moe_norm_topk_prob);
         cJSON_AddNumberToObject(o, "decoder_sparse_step", 1);
-        cJSON_AddItemToObject(o, "mlp_only_layers", cJSON_CreateArray());
+        cJSON_AddItemToObject(o, "mlp_only_layers", dense_layers_json(cfg));
         cJSON_AddNumberToObject(o, "router_aux_loss_coef", m->moe_aux_loss_coeff);
         cJSON_AddBoolToObject(o, "output_router_logits", 0);
     } else if (fam == HF_QWEN2) {
@@ -519,7 +530,9 @@ static tpd_status need_count(const cJSON *hc, const char *path, const char *key,
     return TPD_OK;
 }
 
-/* Mixtral's, Qwen2-MoE's and Qwen3-MoE's experts: every layer a MoE layer, dropless. */
+/* Mixtral's, Qwen2-MoE's and Qwen3-MoE's experts, dropless: every layer a MoE layer
+ * (Mixtral), or every Nth (the Qwen MoE's decoder_sparse_step and mlp_only_layers, where they
+ * make that pattern; the dense layers' MLP is intermediate_size wide). */
 static tpd_status read_moe(const cJSON *hc, const char *path, hf_family fam, tpd_config_model *m) {
     int E = 0, k = 0;
     /* Qwen3-MoE: the Hub's configs say num_experts, transformers 5 writes num_local_experts */
@@ -545,17 +558,44 @@ static tpd_status read_moe(const cJSON *hc, const char *path, hf_family fam, tpd
     TPD_CHECK(need_count(hc, path, "moe_intermediate_size", 4 * HF_MAX_WIDTH, &fe));
     if (fam == HF_QWEN2MOE)
         TPD_CHECK(need_count(hc, path, "shared_expert_intermediate_size", 4 * HF_MAX_WIDTH, &fs));
-    if (json_count(hc, "decoder_sparse_step", HF_MAX_LAYERS, &step) < 0 || step != 1)
-        return tpd_fail(TPD_ERR_UNSUPPORTED,
-                        "interchange %s: decoder_sparse_step must be 1 (every layer a MoE "
-                        "layer): tripod does not mix dense and MoE layers",
-                        path);
+    if (json_count(hc, "decoder_sparse_step", HF_MAX_LAYERS, &step) < 0)
+        return tpd_fail(TPD_ERR_FORMAT,
+                        "interchange %s: key 'decoder_sparse_step' must be an integer in [1, %d]",
+                        path, HF_MAX_LAYERS);
     const cJSON *only = cJSON_GetObjectItemCaseSensitive(hc, "mlp_only_layers");
-    if (only && !cJSON_IsNull(only) && !(cJSON_IsArray(only) && cJSON_GetArraySize(only) == 0))
-        return tpd_fail(TPD_ERR_UNSUPPORTED,
-                        "interchange %s: mlp_only_layers must be empty: tripod does not mix "
-                        "dense and MoE layers",
+    if (only && !cJSON_IsNull(only) && !cJSON_IsArray(only))
+        return tpd_fail(TPD_ERR_FORMAT, "interchange %s: key 'mlp_only_layers' must be a list",
                         path);
+    /* HF's MoE layers: i not in mlp_only_layers with (i + 1) % decoder_sparse_step == 0.
+     * tripod's are i % moe_layer_freq == 0: the pattern must be one of those. */
+    int L = m->num_layers, freq = L, seen = 0;
+    char *moe = calloc((size_t)L, 1);
+    if (!moe) return tpd_fail_nomem("the MoE layers", (size_t)L);
+    for (int i = 0; i < L; i++)
+        moe[i] = (i + 1) % step == 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, only) {
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= L) {
+            free(moe);
+            return tpd_fail(TPD_ERR_FORMAT,
+                            "interchange %s: key 'mlp_only_layers' holds a value that is not a "
+                            "layer index in [0, %d)",
+                            path, L);
+        }
+        moe[(int)it->valuedouble] = 0;
+    }
+    for (int i = 1; i < L && freq == L; i++)
+        if (moe[i]) freq = i;
+    for (int i = 0; i < L; i++)
+        seen += moe[i] != (i % freq == 0);
+    free(moe);
+    if (seen)
+        return tpd_fail(TPD_ERR_UNSUPPORTED,
+                        "interchange %s: decoder_sparse_step %d and mlp_only_layers make MoE "
+                        "layers that are not every Nth from layer 0 (tripod's "
+                        "model.moe_layer_freq: layer i when i %% N == 0)",
+                        path, step);
+    m->moe_layer_freq = freq;
     if (fam == HF_QWEN2MOE && !json_bool(hc, "qkv_bias", 1))
         return tpd_fail(TPD_ERR_UNSUPPORTED,
                         "interchange %s: qkv_bias false; tripod's Qwen2-MoE attention has the "

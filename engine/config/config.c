@@ -488,12 +488,6 @@ static tpd_status check_moe(cfg_loader *ld, int tp) {
     if (m->moe_router_topk > E)
         return tpd_cfg_fail(ld, tpd_cfg_at(ld, k, "model.num_moe_experts"), k,
                             "%d is more than the %d experts", m->moe_router_topk, E);
-    k = "model.moe_layer_freq";
-    if (m->moe_layer_freq != 1)
-        return tpd_cfg_fail(ld, tpd_cfg_where(ld, k), k,
-                            "%d: tripod's MoE models have the MoE block in every layer (1); "
-                            "stacks that mix dense and MoE layers are not built",
-                            m->moe_layer_freq);
     k = "model.moe_ffn_hidden_size";
     int fe = tpd_config_moe_ffn(ld->cfg);
     if (fe % tp)

@@ -110,7 +110,9 @@ typedef struct tpd_config_model {
     int moe_ffn_hidden_size;                 /* expert width; 0 means ffn_hidden_size */
     int moe_shared_expert_intermediate_size; /* shared experts' width (0: none) */
     int moe_shared_expert_gate;              /* Qwen2-MoE: sigmoid(x g) scales the shared output */
-    int moe_layer_freq;                      /* every Nth layer is MoE (1 only, trained) */
+    int moe_layer_freq;                      /* layer i is MoE when i % N == 0 (Megatron-Core's
+                                                int form); the others are dense MLPs of
+                                                ffn_hidden_size */
     int moe_router_pre_softmax;              /* softmax over all E, then top-k (HF's order);
                                                 false: top-k of the logits, softmax over those
                                                 k (Mixtral's weights) */
@@ -368,6 +370,11 @@ int tpd_config_q_width(const tpd_config *cfg);
 int tpd_config_moe_ffn(const tpd_config *cfg);
 /* The mixture of experts: 1 when model.num_moe_experts > 0. */
 int tpd_config_moe(const tpd_config *cfg);
+/* 1 when global layer g is a MoE layer: a MoE model's layers g with g % moe_layer_freq == 0
+ * (every layer at 1). The other layers, and every layer of a dense model, are dense. */
+int tpd_config_layer_moe(const tpd_config *cfg, int g);
+/* MoE layers among the global layers [0, g): tpd_config_layer_moe's count, closed form. */
+int tpd_config_moe_layers_before(const tpd_config *cfg, int g);
 /* 1 when the QKV layer has a bias: add_bias_linear or add_qkv_bias. */
 int tpd_config_qkv_bias(const tpd_config *cfg);
 /* Bytes of one gradient element, in the gradient buffer and on the wire of the DP and

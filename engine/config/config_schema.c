@@ -148,7 +148,9 @@ const tpd_cfg_key tpd_cfg_keys[] = {
      "false", TPD_CFG_NOBOUND, NULL, 0,
      "Qwen2-MoE: the shared experts' output scaled by sigmoid(x . gate)"},
     {"model.moe_layer_freq", TPD_CFG_INT, TPD_CFG_FIELD(model.moe_layer_freq), "1",
-     TPD_CFG_UPTO(1, 1024), NULL, 0, "every Nth layer is a MoE layer (only 1 is built)"},
+     TPD_CFG_UPTO(1, 1024), NULL, 0,
+     "every Nth layer is a MoE layer (Megatron-Core's: layer i when i % N == 0), the others "
+     "dense MLPs of ffn_hidden_size"},
     {"model.moe_router_pre_softmax", TPD_CFG_BOOL, TPD_CFG_FIELD(model.moe_router_pre_softmax),
      "false", TPD_CFG_NOBOUND, NULL, 0,
      "softmax over all experts before the top-k (HF's order); false: softmax over the top-k "

@@ -183,6 +183,16 @@ int tpd_config_moe(const tpd_config *cfg) {
     return cfg->model.num_moe_experts > 0;
 }
 
+int tpd_config_layer_moe(const tpd_config *cfg, int g) {
+    int n = cfg->model.moe_layer_freq > 0 ? cfg->model.moe_layer_freq : 1;
+    return tpd_config_moe(cfg) && g % n == 0;
+}
+
+int tpd_config_moe_layers_before(const tpd_config *cfg, int g) {
+    int n = cfg->model.moe_layer_freq > 0 ? cfg->model.moe_layer_freq : 1;
+    return tpd_config_moe(cfg) && g > 0 ? (g + n - 1) / n : 0;
+}
+
 int tpd_config_ep(const tpd_config *cfg) {
     return cfg->model.num_moe_experts > 0 && cfg->parallel.expert_model_parallel_size > 1
                ? cfg->parallel.expert_model_parallel_size

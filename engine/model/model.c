@@ -194,10 +194,16 @@ int tpd_model_unit_of(const tpd_model *m, size_t e) {
 
 int tpd_model_expert_unit_of(const tpd_model *m, size_t e) {
     if (m->neunits == 0 || e >= m->ebound[m->neunits]) return -1;
-    /* the units are equal blocks, the last with the region's padding */
-    size_t block = m->ebound[1] - m->ebound[0];
-    size_t l = block ? e / block : 0;
-    return l < (size_t)m->neunits ? (int)l : m->neunits - 1;
+    /* the last unit starting at or before e (a dense layer's expert unit is empty) */
+    int lo = 0, hi = m->neunits; /* ebound[lo] <= e < ebound[hi] */
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (m->ebound[mid] <= e)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 void *tpd_model_elem(const tpd_model *m, int grads, size_t e) {

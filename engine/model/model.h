@@ -43,8 +43,12 @@ typedef struct tpd_act_layer {
     size_t x1;                      /* (Nl,C) residual after attention */
     size_t ln2, ln2_mean, ln2_rstd; /* (Nl,C), (Nl), (Nl) */
     size_t fch, fch_gelu;           /* (N,F/tp) before and after GELU; under SwiGLU fch is
-                                       (N,2F/tp) [gate | up] and fch_gelu their product */
+                                       (N,2F/tp) [gate | up] and fch_gelu their product (F the
+                                       larger of the dense MLP's and the shared experts' width:
+                                       dims Fml, FCml) */
     size_t out;                     /* (Nl,C) layer output */
+    size_t bytes_dense;             /* a dense layer's block: up to here (the MoE regions
+                                       follow, for a MoE layer's) */
     /* mixture of experts (engine/model/model_moe.c), Nk = N*k token-expert assignments:
      * the router's softmax (N,E) and log-sum-exp (N) fp32; each assignment's expert (N,k)
      * int32, weight (N,k) fp32 and row in the expert order (N,k) int32, -1 when dropped;
@@ -59,7 +63,7 @@ typedef struct tpd_act_layer {
      * (EP, El) int32: the rows received from each EP rank for each local expert. */
     size_t moe_probs, moe_lse, moe_topi, moe_topw, moe_pos, moe_order, moe_wperm, moe_counts;
     size_t moe_x, moe_h, moe_hact, moe_y, moe_shout, moe_gate, moe_ecounts;
-    size_t bytes; /* block size */
+    size_t bytes; /* a MoE layer's block (a dense model's: bytes_dense) */
 } tpd_act_layer;
 
 /* Sizes and offsets of every buffer of a rank; pure arithmetic. */
@@ -171,6 +175,9 @@ typedef struct tpd_buffer_plan {
     tpd_mem_breakdown mem;
 } tpd_buffer_plan;
 
+/* Bytes of a chunk's layers [i0, i1) in a slot: each dense layer's block (layer.bytes_dense)
+ * and each MoE layer's (layer.bytes), in layer order. */
+size_t tpd_act_layers_bytes(const tpd_buffer_plan *b, int chunk, int i0, int i1);
 tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int pp, int dp,
                                 int stage, tpd_buffer_plan *plan_p);
 /* The staging pools' elements (tpd_model's pool_p and pool_g). */

@@ -46,8 +46,8 @@ tpd_status tpd_model_decode_create(tpd_model *m, tpd_model_decode **dec_p) {
     size_t qk_heads = d->qkn ? (size_t)(d->NHl + d->KVl) : 0; /* Qwen3's QK norm */
     size_t o_qkn = take(&cur, qk_heads * d->HS * a), o_qkn_rstd = take(&cur, qk_heads * 4);
     size_t o_atty = take(&cur, (size_t)d->Cl * a), o_x1 = take(&cur, C * a);
-    size_t o_ln2 = take(&cur, C * a), o_fch = take(&cur, (size_t)d->FCl * a);
-    size_t o_fchg = take(&cur, (size_t)d->Fl * a), o_lnf = take(&cur, C * a);
+    size_t o_ln2 = take(&cur, C * a), o_fch = take(&cur, (size_t)d->FCml * a);
+    size_t o_fchg = take(&cur, (size_t)d->Fml * a), o_lnf = take(&cur, C * a);
     size_t o_mean = take(&cur, 4), o_rstd = take(&cur, 4);
     size_t o_logits = take(&cur, (size_t)d->Vl * a);
     size_t o_lf32 = take(&cur, dt == TPD_DTYPE_F32 ? 0 : (size_t)d->Vl * 4);
@@ -125,6 +125,7 @@ tpd_status tpd_model_decode_step(tpd_model_decode *dec, int pos, int32_t token, 
         tpd_model_views w;
         tpd_model_acts act = dec->a;
         act.out = dec->x[(l + 1) % 2];
+        act.moe = tpd_model_dims_layer_moe(d, l);
         tpd_model_layer_views(m, 0, l, &w);
         /* qkv = [Q | K | V] of this position, RoPE at pos; its K and V heads join the
          * layer's cache at row pos */

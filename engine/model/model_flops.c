@@ -1,6 +1,16 @@
 #include "engine/model/model_flops.h"
 
 double tpd_model_layer_fwd_flops_per_token(const tpd_config *cfg) {
+    return tpd_model_layer_kind_fwd_flops_per_token(cfg, tpd_config_moe(cfg));
+}
+
+double tpd_model_layers_fwd_flops_per_token(const tpd_config *cfg) {
+    int L = cfg->model.num_layers, moe = tpd_config_moe_layers_before(cfg, L);
+    return moe * tpd_model_layer_kind_fwd_flops_per_token(cfg, 1) +
+           (L - moe) * tpd_model_layer_kind_fwd_flops_per_token(cfg, 0);
+}
+
+double tpd_model_layer_kind_fwd_flops_per_token(const tpd_config *cfg, int moe) {
     const tpd_config_model *m = &cfg->model;
     double h = m->hidden_size, s = m->seq_length;
     double f = m->ffn_hidden_size;
@@ -8,7 +18,7 @@ double tpd_model_layer_fwd_flops_per_token(const tpd_config *cfg) {
     double q = tpd_config_q_width(cfg); /* h, unless model.kv_channels sets the head size */
     double mlp = m->swiglu ? 3.0 : 2.0;
     double router = 0.0;
-    if (m->num_moe_experts > 0) { /* the active experts, the shared ones and the router */
+    if (moe && m->num_moe_experts > 0) { /* the active experts, the shared ones, the router */
         f = m->moe_router_topk * (double)tpd_config_moe_ffn(cfg) +
             m->moe_shared_expert_intermediate_size;
         router = h * m->num_moe_experts;
@@ -19,5 +29,5 @@ double tpd_model_layer_fwd_flops_per_token(const tpd_config *cfg) {
 double tpd_model_flops(const tpd_config *cfg, double batch, double vocab) {
     double tokens = batch * cfg->model.seq_length, h = cfg->model.hidden_size;
     return 3.0 * tokens *
-           (cfg->model.num_layers * tpd_model_layer_fwd_flops_per_token(cfg) + 2.0 * h * vocab);
+           (tpd_model_layers_fwd_flops_per_token(cfg) + 2.0 * h * vocab);
 }

@@ -25,6 +25,11 @@ extern "C" {
  * counts what a token runs (active parameters): f = k * moe_ffn_hidden_size + the shared
  * experts' width, and the router's h*E (E experts); capacity drops are not subtracted. */
 double tpd_model_layer_fwd_flops_per_token(const tpd_config *cfg);
+/* The same for a MoE layer (moe 1) or a dense one (moe 0, an MLP of ffn_hidden_size). */
+double tpd_model_layer_kind_fwd_flops_per_token(const tpd_config *cfg, int moe);
+/* Summed over the model's layers: its MoE layers (every model.moe_layer_freq-th) and its
+ * dense ones. */
+double tpd_model_layers_fwd_flops_per_token(const tpd_config *cfg);
 
 /* Megatron's model FLOPs of an iteration over `batch` sequences with a (padded) vocabulary
  * of `vocab` columns: 3x (forward + two backward GEMMs) the layers and the logits. At

@@ -18,6 +18,7 @@ typedef struct tpd_model_views {
     void *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
         *fcprojb;
     void *routerw, *expfcw, *expfcb, *expprojw, *expprojb, *shgatew; /* mixture of experts */
+    void *shfcw, *shfcb, *shprojw, *shprojb;                         /* its shared experts */
     void *qnormw, *knormw;                                           /* Qwen3's QK norm */
 } tpd_model_views;
 
@@ -28,6 +29,7 @@ typedef struct tpd_model_acts {
     void *qkn_raw;   /* QK norm: the Q and K heads before it (NULL without) */
     float *qkn_rstd; /* and their rstd */
     char *block;     /* the layer's block (its mixture-of-experts regions: tpd_act_layer) */
+    int moe;         /* a MoE layer: its MLP is the mixture of experts (model_moe.c) */
 } tpd_model_acts;
 
 /* The rows of one call: B sequences of T positions starting at position pos0 (N = B*T),

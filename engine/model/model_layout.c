@@ -9,32 +9,44 @@
 
 /* Table order is the buffer order and llm.c's file order. */
 static const tpd_param_info g_info[TPD_P_COUNT] = {
-    [TPD_P_WTE] = {"wte", 0, 1, TPD_SPLIT_VOCAB, 2},
-    [TPD_P_WPE] = {"wpe", 0, 1, TPD_SPLIT_NONE, 2},
-    [TPD_P_LN1W] = {"ln1w", 1, 0, TPD_SPLIT_NONE, 1},
-    [TPD_P_LN1B] = {"ln1b", 1, 0, TPD_SPLIT_NONE, 0},
-    [TPD_P_QKVW] = {"qkvw", 1, 1, TPD_SPLIT_QKV, 2},
-    [TPD_P_QKVB] = {"qkvb", 1, 0, TPD_SPLIT_QKV, 0},
-    [TPD_P_ATTPROJW] = {"attprojw", 1, 1, TPD_SPLIT_COLS, 3},
-    [TPD_P_ATTPROJB] = {"attprojb", 1, 0, TPD_SPLIT_NONE, 0},
-    [TPD_P_LN2W] = {"ln2w", 1, 0, TPD_SPLIT_NONE, 1},
-    [TPD_P_LN2B] = {"ln2b", 1, 0, TPD_SPLIT_NONE, 0},
-    [TPD_P_FCW] = {"fcw", 1, 1, TPD_SPLIT_ROWS, 2}, /* TPD_SPLIT_GLU under SwiGLU */
-    [TPD_P_FCB] = {"fcb", 1, 0, TPD_SPLIT_ROWS, 0},
-    [TPD_P_FCPROJW] = {"fcprojw", 1, 1, TPD_SPLIT_COLS, 3},
-    [TPD_P_FCPROJB] = {"fcprojb", 1, 0, TPD_SPLIT_NONE, 0},
-    [TPD_P_LNFW] = {"lnfw", 0, 0, TPD_SPLIT_NONE, 1},
-    [TPD_P_LNFB] = {"lnfb", 0, 0, TPD_SPLIT_NONE, 0},
-    [TPD_P_LMHEAD] = {"lmhead", 0, 1, TPD_SPLIT_VOCAB, 2},
-    [TPD_P_ROUTERW] = {"routerw", 1, 1, TPD_SPLIT_NONE, 2},
-    [TPD_P_EXPFCW] = {"expfcw", 1, 1, TPD_SPLIT_EXPERT, 2},
-    [TPD_P_EXPFCB] = {"expfcb", 1, 0, TPD_SPLIT_EXPERT, 0},
-    [TPD_P_EXPPROJW] = {"expprojw", 1, 1, TPD_SPLIT_COLS, 3},
-    [TPD_P_EXPPROJB] = {"expprojb", 1, 0, TPD_SPLIT_NONE, 0},
-    [TPD_P_SHGATEW] = {"shgatew", 1, 1, TPD_SPLIT_NONE, 2},
-    [TPD_P_QNORMW] = {"qnormw", 1, 0, TPD_SPLIT_NONE, 1},
-    [TPD_P_KNORMW] = {"knormw", 1, 0, TPD_SPLIT_NONE, 1},
+    [TPD_P_WTE] = {"wte", 0, TPD_LAYERS_ALL, 1, TPD_SPLIT_VOCAB, 2},
+    [TPD_P_WPE] = {"wpe", 0, TPD_LAYERS_ALL, 1, TPD_SPLIT_NONE, 2},
+    [TPD_P_LN1W] = {"ln1w", 1, TPD_LAYERS_ALL, 0, TPD_SPLIT_NONE, 1},
+    [TPD_P_LN1B] = {"ln1b", 1, TPD_LAYERS_ALL, 0, TPD_SPLIT_NONE, 0},
+    [TPD_P_QKVW] = {"qkvw", 1, TPD_LAYERS_ALL, 1, TPD_SPLIT_QKV, 2},
+    [TPD_P_QKVB] = {"qkvb", 1, TPD_LAYERS_ALL, 0, TPD_SPLIT_QKV, 0},
+    [TPD_P_ATTPROJW] = {"attprojw", 1, TPD_LAYERS_ALL, 1, TPD_SPLIT_COLS, 3},
+    [TPD_P_ATTPROJB] = {"attprojb", 1, TPD_LAYERS_ALL, 0, TPD_SPLIT_NONE, 0},
+    [TPD_P_LN2W] = {"ln2w", 1, TPD_LAYERS_ALL, 0, TPD_SPLIT_NONE, 1},
+    [TPD_P_LN2B] = {"ln2b", 1, TPD_LAYERS_ALL, 0, TPD_SPLIT_NONE, 0},
+    /* TPD_SPLIT_GLU under SwiGLU */
+    [TPD_P_FCW] = {"fcw", 1, TPD_LAYERS_DENSE, 1, TPD_SPLIT_ROWS, 2},
+    [TPD_P_FCB] = {"fcb", 1, TPD_LAYERS_DENSE, 0, TPD_SPLIT_ROWS, 0},
+    [TPD_P_FCPROJW] = {"fcprojw", 1, TPD_LAYERS_DENSE, 1, TPD_SPLIT_COLS, 3},
+    [TPD_P_FCPROJB] = {"fcprojb", 1, TPD_LAYERS_DENSE, 0, TPD_SPLIT_NONE, 0},
+    [TPD_P_LNFW] = {"lnfw", 0, TPD_LAYERS_ALL, 0, TPD_SPLIT_NONE, 1},
+    [TPD_P_LNFB] = {"lnfb", 0, TPD_LAYERS_ALL, 0, TPD_SPLIT_NONE, 0},
+    [TPD_P_LMHEAD] = {"lmhead", 0, TPD_LAYERS_ALL, 1, TPD_SPLIT_VOCAB, 2},
+    [TPD_P_ROUTERW] = {"routerw", 1, TPD_LAYERS_MOE, 1, TPD_SPLIT_NONE, 2},
+    [TPD_P_EXPFCW] = {"expfcw", 1, TPD_LAYERS_MOE, 1, TPD_SPLIT_EXPERT, 2},
+    [TPD_P_EXPFCB] = {"expfcb", 1, TPD_LAYERS_MOE, 0, TPD_SPLIT_EXPERT, 0},
+    [TPD_P_EXPPROJW] = {"expprojw", 1, TPD_LAYERS_MOE, 1, TPD_SPLIT_COLS, 3},
+    [TPD_P_EXPPROJB] = {"expprojb", 1, TPD_LAYERS_MOE, 0, TPD_SPLIT_NONE, 0},
+    [TPD_P_SHGATEW] = {"shgatew", 1, TPD_LAYERS_MOE, 1, TPD_SPLIT_NONE, 2},
+    [TPD_P_QNORMW] = {"qnormw", 1, TPD_LAYERS_ALL, 0, TPD_SPLIT_NONE, 1},
+    [TPD_P_KNORMW] = {"knormw", 1, TPD_LAYERS_ALL, 0, TPD_SPLIT_NONE, 1},
+    /* TPD_SPLIT_GLU under SwiGLU, as fcw */
+    [TPD_P_SHFCW] = {"shfcw", 1, TPD_LAYERS_MOE, 1, TPD_SPLIT_ROWS, 2},
+    [TPD_P_SHFCB] = {"shfcb", 1, TPD_LAYERS_MOE, 0, TPD_SPLIT_ROWS, 0},
+    [TPD_P_SHPROJW] = {"shprojw", 1, TPD_LAYERS_MOE, 1, TPD_SPLIT_COLS, 3},
+    [TPD_P_SHPROJB] = {"shprojb", 1, TPD_LAYERS_MOE, 0, TPD_SPLIT_NONE, 0},
 };
+
+/* Global layers of kind k among [0, g). */
+static int kind_before(const tpd_config *cfg, tpd_layer_kind k, int g) {
+    int moe = tpd_config_moe_layers_before(cfg, g);
+    return k == TPD_LAYERS_ALL ? g : k == TPD_LAYERS_MOE ? moe : g - moe;
+}
 
 int tpd_model_has_param(const tpd_config *cfg, tpd_param p) {
     const tpd_config_model *m = &cfg->model;
@@ -50,12 +62,18 @@ int tpd_model_has_param(const tpd_config *cfg, tpd_param p) {
     case TPD_P_ATTPROJB:
         return m->add_bias_linear;
     case TPD_P_FCW:
-    case TPD_P_FCPROJW: /* under MoE: the shared experts */
-        return !m->num_moe_experts || m->moe_shared_expert_intermediate_size > 0;
+    case TPD_P_FCPROJW: /* the dense layers' MLP */
+        return kind_before(cfg, TPD_LAYERS_DENSE, m->num_layers) > 0;
     case TPD_P_FCB:
     case TPD_P_FCPROJB:
-        return m->add_bias_linear &&
-               (!m->num_moe_experts || m->moe_shared_expert_intermediate_size > 0);
+        return m->add_bias_linear && kind_before(cfg, TPD_LAYERS_DENSE, m->num_layers) > 0;
+    case TPD_P_SHFCW:
+    case TPD_P_SHPROJW:
+        return m->num_moe_experts > 0 && m->moe_shared_expert_intermediate_size > 0;
+    case TPD_P_SHFCB:
+    case TPD_P_SHPROJB:
+        return m->num_moe_experts > 0 && m->moe_shared_expert_intermediate_size > 0 &&
+               m->add_bias_linear;
     case TPD_P_LMHEAD:
         return m->untie_embeddings_and_output_weights;
     case TPD_P_ROUTERW:
@@ -99,11 +117,12 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     d.C = m->hidden_size;
     d.NH = m->num_attention_heads;
     d.F = m->ffn_hidden_size;
-    if (m->num_moe_experts > 0) { /* the dense MLP's tensors are the shared experts */
+    if (m->num_moe_experts > 0) {
         d.E = m->num_moe_experts;
         d.topk = m->moe_router_topk;
+        d.moe_freq = m->moe_layer_freq > 0 ? m->moe_layer_freq : 1;
         d.Fe = tpd_config_moe_ffn(cfg);
-        d.F = m->moe_shared_expert_intermediate_size;
+        d.Fs = m->moe_shared_expert_intermediate_size;
         d.shgate = m->moe_shared_expert_gate;
     }
     d.ep_size = 1;
@@ -137,8 +156,8 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
         return TPD_ERR_INVALID;
     }
     if (d.NH < 1 || (!m->kv_channels && d.C % d.NH) || d.NH % tp_size || d.F % tp_size ||
-        d.NKV < 1 || d.NH % d.NKV || d.NKV % tp_size || stage < 0 || stage >= pp_size ||
-        tp_rank < 0 || tp_rank >= tp_size) {
+        d.Fs % tp_size || d.NKV < 1 || d.NH % d.NKV || d.NKV % tp_size || stage < 0 ||
+        stage >= pp_size || tp_rank < 0 || tp_rank >= tp_size) {
         tpd_log_error("model: hidden %d, heads %d, K/V heads %d, ffn %d do not split over TP %d "
                       "(stage %d of %d)",
                       d.C, d.NH, d.NKV, d.F, tp_size, stage, pp_size);
@@ -157,6 +176,16 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
     d.tied = !m->untie_embeddings_and_output_weights;
     d.QKVl = (d.NHl + 2 * d.KVl) * d.HS;
     d.FCl = d.glu ? 2 * d.Fl : d.Fl;
+    d.Fsl = d.Fs / tp_size;
+    d.FCsl = d.glu ? 2 * d.Fsl : d.Fsl;
+    if (tpd_model_has_param(cfg, TPD_P_FCW)) {
+        d.Fml = d.Fl;
+        d.FCml = d.FCl;
+    }
+    if (d.Fsl > d.Fml) {
+        d.Fml = d.Fsl;
+        d.FCml = d.FCsl;
+    }
     d.Fel = d.Fe / tp_size;
     d.FCel = d.glu ? 2 * d.Fel : d.Fel;
     d.Vp = tpd_config_padded_vocab(cfg, tp_size);
@@ -231,6 +260,7 @@ tpd_status tpd_model_layout_init_ep(const tpd_config *cfg, int tp_size, int tp_r
     const int ep = d->ep_size > 1; /* the experts in a region of their own, first */
     /* global rows, cols per layer */
     int qkv = (d->NH + 2 * d->NKV) * d->HS, fc = d->glu ? 2 * d->F : d->F;
+    int shfc = d->glu ? 2 * d->Fs : d->Fs;
     int efc = (d->glu ? 2 : 1) * d->Fe; /* one expert's fc rows */
     const int g_shape[TPD_P_COUNT][2] = {
         [TPD_P_WTE] = {d->V, d->C},
@@ -258,7 +288,14 @@ tpd_status tpd_model_layout_init_ep(const tpd_config *cfg, int tp_size, int tp_r
         [TPD_P_SHGATEW] = {1, d->C},
         [TPD_P_QNORMW] = {d->HS, 1},
         [TPD_P_KNORMW] = {d->HS, 1},
+        [TPD_P_SHFCW] = {shfc, d->C},
+        [TPD_P_SHFCB] = {shfc, 1},
+        [TPD_P_SHPROJW] = {d->C, d->Fs},
+        [TPD_P_SHPROJB] = {d->C, 1},
     };
+    /* local layers of each kind */
+    int nmoe = tpd_model_dims_moe_before(d, d->Ls);
+    const int kl[3] = {d->Ls, d->Ls - nmoe, nmoe};
     /* the tensors this model has at all (tpd_model_has_param) */
     int has[TPD_P_COUNT];
     for (int p = 0; p < TPD_P_COUNT; p++)
@@ -269,11 +306,12 @@ tpd_status tpd_model_layout_init_ep(const tpd_config *cfg, int tp_size, int tp_r
         tpd_param_slice *s = &lay.p[p];
         s->g_rows = g_shape[p][0];
         s->g_cols = g_shape[p][1];
-        s->g_layers = !has[p] ? 0 : in->per_layer ? d->L : 1;
+        s->kind = in->kind;
+        s->g_layers = !has[p] ? 0 : in->per_layer ? kind_before(cfg, in->kind, d->L) : 1;
         if (!has[p])
             s->present = 0;
         else if (in->per_layer)
-            s->present = d->Ls > 0;
+            s->present = kl[in->kind] > 0;
         else if (p == TPD_P_WTE)
             s->present = d->first || (d->last && d->tied);
         else if (p == TPD_P_WPE)
@@ -281,11 +319,12 @@ tpd_status tpd_model_layout_init_ep(const tpd_config *cfg, int tp_size, int tp_r
         else
             s->present = d->last;
         if (!s->present) continue;
-        s->layers = in->per_layer ? d->Ls : 1;
+        s->layers = in->per_layer ? kl[in->kind] : 1;
         s->rows = s->g_rows;
         s->cols = s->g_cols;
         s->split = in->split;
-        if (d->glu && (p == TPD_P_FCW || p == TPD_P_FCB)) s->split = TPD_SPLIT_GLU;
+        if (d->glu && (p == TPD_P_FCW || p == TPD_P_FCB || p == TPD_P_SHFCW || p == TPD_P_SHFCB))
+            s->split = TPD_SPLIT_GLU;
         switch (s->split) {
         case TPD_SPLIT_ROWS:
         case TPD_SPLIT_GLU:
@@ -311,28 +350,28 @@ tpd_status tpd_model_layout_init_ep(const tpd_config *cfg, int tp_size, int tp_r
         if (p == TPD_P_WTE && !d->first) s->tp_counted = 0;
         s->numel = (size_t)s->layers * (size_t)s->rows * (size_t)s->cols;
     }
-    /* wte, wpe; one block per local layer; lnfw, lnfb, lmhead. Under EP the experts' tensors
-     * leave the layer blocks for a region before wte, one expert block per local layer: the
-     * region is summed over the expert-DP group, the rest over DP, and it is final (in the
-     * embedding's hook unit) only when the whole backward is. */
-    size_t off = 0, block = 0, eblock = 0;
-    for (int p = 0; p < TPD_P_COUNT; p++)
-        if (g_info[p].per_layer && lay.p[p].present) {
-            size_t piece = (size_t)lay.p[p].rows * (size_t)lay.p[p].cols;
-            if (ep && tpd_param_is_expert((tpd_param)p))
-                eblock += piece;
-            else
-                block += piece;
-        }
-    size_t in_eblock = 0;
-    for (int p = 0; p < TPD_P_COUNT && ep; p++) {
+    /* wte, wpe; one block per local layer (a dense layer's or a MoE layer's tensors); lnfw,
+     * lnfb, lmhead. Under EP the experts' tensors leave the layer blocks for a region before
+     * wte, one expert block per local MoE layer: the region is summed over the expert-DP
+     * group, the rest over DP, and it is final (in the embedding's hook unit) only when the
+     * whole backward is. */
+    for (int p = 0; p < TPD_P_COUNT; p++) {
         tpd_param_slice *s = &lay.p[p];
-        if (!s->present || !tpd_param_is_expert((tpd_param)p)) continue;
-        s->offset = in_eblock;
-        s->stride = eblock;
-        in_eblock += (size_t)s->rows * (size_t)s->cols;
+        if (!s->present || !g_info[p].per_layer) continue;
+        size_t piece = (size_t)s->rows * (size_t)s->cols;
+        if (ep && tpd_param_is_expert((tpd_param)p)) {
+            s->koff[TPD_LAYERS_MOE] = lay.eblock;
+            lay.eblock += piece;
+            continue;
+        }
+        /* a tensor of every layer has a place in both kinds' blocks */
+        for (int k = TPD_LAYERS_DENSE; k <= TPD_LAYERS_MOE; k++)
+            if (s->kind == TPD_LAYERS_ALL || (int)s->kind == k) {
+                s->koff[k] = lay.block[k];
+                lay.block[k] += piece;
+            }
     }
-    off = eblock * (size_t)d->Ls;
+    size_t off = lay.eblock * (size_t)nmoe;
     if (ep && align > 1) off = (off + (size_t)align - 1) / (size_t)align * (size_t)align;
     lay.expert_numel = off;
     for (int p = 0; p < TPD_P_COUNT; p++) {
@@ -341,16 +380,9 @@ tpd_status tpd_model_layout_init_ep(const tpd_config *cfg, int tp_size, int tp_r
         s->offset = off;
         off += s->numel;
     }
-    size_t in_block = 0;
-    for (int p = 0; p < TPD_P_COUNT; p++) {
-        tpd_param_slice *s = &lay.p[p];
-        if (!s->present || !g_info[p].per_layer || (ep && tpd_param_is_expert((tpd_param)p)))
-            continue;
-        s->offset = off + in_block;
-        s->stride = block;
-        in_block += (size_t)s->rows * (size_t)s->cols;
-    }
-    off += block * (size_t)d->Ls;
+    lay.layers0 = off;
+    off += lay.block[TPD_LAYERS_DENSE] * (size_t)(d->Ls - nmoe) +
+           lay.block[TPD_LAYERS_MOE] * (size_t)nmoe;
     for (int p = TPD_P_LNFW; p <= TPD_P_LMHEAD; p++) {
         tpd_param_slice *s = &lay.p[p];
         if (!s->present) continue;
@@ -358,15 +390,77 @@ tpd_status tpd_model_layout_init_ep(const tpd_config *cfg, int tp_size, int tp_r
         off += s->numel;
     }
     lay.numel = off;
+    for (int p = 0; p < TPD_P_COUNT; p++)
+        if (lay.p[p].present && g_info[p].per_layer)
+            lay.p[p].offset = tpd_model_layout_piece(&lay, (tpd_param)p, 0);
     *lay_p = lay;
     return TPD_OK;
+}
+
+int tpd_model_dims_layer_moe(const tpd_model_dims *d, int l) {
+    return d->moe_freq > 0 && tpd_model_dims_global_layer(d, l) % d->moe_freq == 0;
+}
+
+int tpd_model_dims_moe_before(const tpd_model_dims *d, int l) {
+    if (d->moe_freq <= 0) return 0;
+    int n = 0, f = d->moe_freq;
+    for (int k = 0; k < d->v; k++) {
+        int m = l - d->chunk_l0[k];
+        if (m <= 0) continue;
+        if (m > d->chunk_layers[k]) m = d->chunk_layers[k];
+        int g0 = d->chunk_g0[k]; /* MoE layers among [g0, g0 + m) */
+        n += (g0 + m + f - 1) / f - (g0 + f - 1) / f;
+    }
+    return n;
+}
+
+int tpd_model_layout_layer_has(const tpd_model_layout *lay, tpd_param p, int l) {
+    const tpd_param_slice *s = &lay->p[p];
+    if (!s->present) return 0;
+    if (s->kind == TPD_LAYERS_ALL) return 1;
+    return tpd_model_dims_layer_moe(&lay->d, l) == (s->kind == TPD_LAYERS_MOE);
+}
+
+/* Local layer l's block in the flat buffer. */
+static size_t layer_base(const tpd_model_layout *lay, int l) {
+    size_t nm = (size_t)tpd_model_dims_moe_before(&lay->d, l);
+    return lay->layers0 + nm * lay->block[TPD_LAYERS_MOE] +
+           ((size_t)l - nm) * lay->block[TPD_LAYERS_DENSE];
+}
+
+size_t tpd_model_layout_layer_piece(const tpd_model_layout *lay, tpd_param p, int l) {
+    const tpd_param_slice *s = &lay->p[p];
+    if (!g_info[p].per_layer) return s->offset;
+    int moe = tpd_model_dims_layer_moe(&lay->d, l);
+    size_t koff = s->koff[moe ? TPD_LAYERS_MOE : TPD_LAYERS_DENSE];
+    if (lay->expert_numel > 0 && tpd_param_is_expert(p))
+        return (size_t)tpd_model_dims_moe_before(&lay->d, l) * lay->eblock + koff;
+    return layer_base(lay, l) + koff;
+}
+
+/* The local layer of p's j-th piece: j itself where every local layer has p. */
+static int kind_layer(const tpd_model_layout *lay, tpd_param p, int j) {
+    const tpd_param_slice *s = &lay->p[p];
+    if (s->kind == TPD_LAYERS_ALL || s->layers == lay->d.Ls) return j;
+    for (int l = 0, n = 0; l < lay->d.Ls; l++)
+        if (tpd_model_dims_layer_moe(&lay->d, l) == (s->kind == TPD_LAYERS_MOE) && n++ == j)
+            return l;
+    return j;
+}
+
+size_t tpd_model_layout_piece(const tpd_model_layout *lay, tpd_param p, int j) {
+    if (!g_info[p].per_layer) return lay->p[p].offset;
+    return tpd_model_layout_layer_piece(lay, p, kind_layer(lay, p, j));
 }
 
 int64_t tpd_model_layout_row_global(const tpd_model_layout *lay, tpd_param p, int64_t r) {
     const tpd_param_slice *s = &lay->p[p];
     const tpd_model_dims *d = &lay->d;
     int64_t l = r / s->rows, row = r % s->rows, col0 = 0, grow = row;
-    int64_t gl = g_info[p].per_layer ? tpd_model_dims_global_layer(d, (int)l) : 0;
+    int64_t gl = 0; /* the global layer's place in p's stack (its kind's layers) */
+    if (g_info[p].per_layer)
+        gl = tpd_model_layout_stack_index(
+            lay, p, tpd_model_dims_global_layer(d, kind_layer(lay, p, (int)l)));
     switch (s->split) {
     case TPD_SPLIT_ROWS:
         grow = (int64_t)d->tp_rank * s->rows + row;
@@ -413,6 +507,13 @@ int64_t tpd_model_layout_row_global(const tpd_model_layout *lay, tpd_param p, in
     return (gl * s->g_rows + grow) * s->g_cols + col0;
 }
 
+int tpd_model_layout_stack_index(const tpd_model_layout *lay, tpd_param p, int g) {
+    const tpd_model_dims *d = &lay->d;
+    int moe = d->moe_freq > 0 ? (g + d->moe_freq - 1) / d->moe_freq : 0; /* MoE layers < g */
+    tpd_layer_kind k = g_info[p].kind;
+    return !g_info[p].per_layer ? 0 : k == TPD_LAYERS_ALL ? g : k == TPD_LAYERS_MOE ? moe : g - moe;
+}
+
 int tpd_model_dims_global_layer(const tpd_model_dims *d, int l) {
     for (int k = d->v - 1; k >= 0; k--)
         if (l >= d->chunk_l0[k]) return d->chunk_g0[k] + (l - d->chunk_l0[k]);
@@ -440,20 +541,18 @@ float tpd_model_init_value(const tpd_config *cfg, tpd_param p, int64_t gi) {
 }
 
 void tpd_model_layout_unit_bounds(const tpd_model_layout *lay, size_t *bounds) {
-    const tpd_param_slice *l0 = &lay->p[TPD_P_LN1W], *lnf = &lay->p[TPD_P_LNFW];
-    size_t layers0 = l0->present ? l0->offset : (lnf->present ? lnf->offset : lay->numel);
-    size_t block = l0->present ? l0->stride : 0;
     int Ls = lay->d.Ls;
     bounds[0] = lay->expert_numel;
-    for (int l = 0; l <= Ls; l++)
-        bounds[l + 1] = layers0 + (size_t)l * block;
+    for (int l = 0; l < Ls; l++)
+        bounds[l + 1] = layer_base(lay, l);
+    const tpd_param_slice *lnf = &lay->p[TPD_P_LNFW];
+    bounds[Ls + 1] = lnf->present ? lnf->offset : lay->numel;
     bounds[Ls + 2] = lay->numel;
 }
 
 void tpd_model_layout_expert_bounds(const tpd_model_layout *lay, size_t *bounds) {
     int Ls = lay->d.Ls;
-    size_t eblock = lay->p[TPD_P_EXPFCW].present ? lay->p[TPD_P_EXPFCW].stride : 0;
     for (int l = 0; l < Ls; l++)
-        bounds[l] = (size_t)l * eblock;
+        bounds[l] = (size_t)tpd_model_dims_moe_before(&lay->d, l) * lay->eblock;
     bounds[Ls] = lay->expert_numel; /* the region's padding with the last layer */
 }

@@ -56,12 +56,12 @@ typedef enum tpd_param {
     TPD_P_LNFW,
     TPD_P_LNFB,
     TPD_P_LMHEAD, /* untied output layer */
-    /* the mixture-of-experts block, per layer (model.num_moe_experts > 0), after the layer's
-     * other tensors: the router (E, C); the E experts' first MLP matrices stacked (E, FCe, C)
-     * with FCe = 2 Fe under SwiGLU ([gate; up] per expert) and their biases (E, FCe); their
-     * second matrices (E, C, Fe) and biases (E, C); Qwen2-MoE's shared-expert gate (1, C).
-     * The shared experts are fcw/fcb/fcprojw/fcprojb at moe_shared_expert_intermediate_size
-     * (absent without shared experts). */
+    /* the mixture-of-experts block, per MoE layer (model.num_moe_experts > 0; every
+     * model.moe_layer_freq-th layer, the others keep the dense fcw .. fcprojb), after the
+     * layer's other tensors: the router (E, C); the E experts' first MLP matrices stacked
+     * (E, FCe, C) with FCe = 2 Fe under SwiGLU ([gate; up] per expert) and their biases
+     * (E, FCe); their second matrices (E, C, Fe) and biases (E, C); Qwen2-MoE's
+     * shared-expert gate (1, C). The shared experts are shfcw .. shprojb below. */
     TPD_P_ROUTERW,
     TPD_P_EXPFCW,
     TPD_P_EXPFCB,
@@ -73,6 +73,13 @@ typedef enum tpd_param {
      * gradients, summed over TP: tpd_model_tp_reduce_grads) */
     TPD_P_QNORMW,
     TPD_P_KNORMW,
+    /* the shared experts of a MoE layer (model.moe_shared_expert_intermediate_size Fs > 0),
+     * an MLP like fcw .. fcprojb at width Fs: shfcw (FCs, C) with FCs = 2 Fs under SwiGLU,
+     * shfcb (FCs), shprojw (C, Fs), shprojb (C) */
+    TPD_P_SHFCW,
+    TPD_P_SHFCB,
+    TPD_P_SHPROJW,
+    TPD_P_SHPROJB,
     TPD_P_COUNT
 } tpd_param;
 
@@ -88,10 +95,19 @@ typedef enum tpd_split_kind {
                              fcw is (by rows, or [gate; up] under SwiGLU) */
 } tpd_split_kind;
 
+/* Which layers a per-layer tensor is stacked over: all of them, or one kind. A dense model's
+ * layers are all dense; a MoE model's are MoE where tpd_config_layer_moe says so. */
+typedef enum tpd_layer_kind {
+    TPD_LAYERS_ALL = 0,   /* attention, norms */
+    TPD_LAYERS_DENSE = 1, /* the dense MLP: fcw .. fcprojb */
+    TPD_LAYERS_MOE = 2,   /* router, experts, shared experts and their gate */
+} tpd_layer_kind;
+
 typedef struct tpd_param_info {
     const char *name; /* llm.c-style short name: "wte", "qkvw", ... */
-    int per_layer;    /* stacked over layers */
-    int is_matrix;    /* 2-D weight: gets weight decay */
+    int per_layer;    /* stacked over the layers of its kind */
+    tpd_layer_kind kind;
+    int is_matrix; /* 2-D weight: gets weight decay */
     tpd_split_kind split;
     int init; /* 0 zero, 1 one, 2 normal(std), 3 normal(std/sqrt(2L)) */
 } tpd_param_info;
@@ -102,7 +118,8 @@ int tpd_model_has_param(const tpd_config *cfg, tpd_param p);
 
 typedef struct tpd_model_dims {
     int L, C, NH, HS, F, V, Vp, maxT, T, B; /* global; B = micro-batch; T = this rank's
-                                               positions of a sequence (seq_length / CP) */
+                                               positions of a sequence (seq_length / CP);
+                                               F the dense layers' MLP width */
     int Tg;                                 /* seq_length: a whole sequence */
     int cp_size;                            /* context parallelism: CP ranks split each
                                                sequence into 2 x CP chunks of T/2 */
@@ -126,8 +143,14 @@ typedef struct tpd_model_dims {
     int sp;             /* sequence parallel: LayerNorm, residual and p2p regions hold
                            only this TP rank's share of the B*T rows */
     int Nl;             /* rows of those regions: B*T/tp under SP, B*T otherwise */
-    /* mixture of experts (E = 0: dense; F is then the shared experts' width, 0 without) */
-    int E, topk;          /* experts per layer, experts per token */
+    /* mixture of experts (E = 0: dense) */
+    int E, topk;          /* experts per MoE layer, experts per token */
+    int moe_freq;         /* layer g is MoE when g % moe_freq == 0 (0: a dense model) */
+    int Fs, Fsl, FCsl;    /* the shared experts' width (0: none), its local share, local fc
+                             rows */
+    int Fml, FCml;        /* the MLP activations' local widths: the larger of the dense
+                             layers' (Fl, FCl) and the shared experts' (Fsl, FCsl), over the
+                             kinds the model has (0 for a MoE model of neither) */
     int Fe, Fel, FCel;    /* an expert's width, its local share, its local fc rows */
     int shgate;           /* the shared experts' sigmoid gate */
     int ep_size, ep_rank; /* expert parallelism: this rank holds experts [e0, e0 + El) */
@@ -143,13 +166,15 @@ tpd_status tpd_model_dims_init(const tpd_config *cfg, int tp_size, int tp_rank, 
 typedef struct tpd_param_slice {
     int present;          /* held by this stage */
     tpd_split_kind split; /* the table's, or TPD_SPLIT_GLU for SwiGLU's fcw and fcb */
-    size_t offset;        /* elements into the flat buffer of local layer 0's piece */
-    size_t stride;        /* elements between the pieces of consecutive local layers */
+    tpd_layer_kind kind;  /* the layers it is stacked over */
+    size_t offset;        /* elements into the flat buffer of its first local piece */
+    size_t koff[3];       /* per layer: elements into a dense ([TPD_LAYERS_DENSE]) or a MoE
+                             ([TPD_LAYERS_MOE]) layer's block (the experts' block under EP) */
     size_t numel;         /* local elements (layers pieces of rows*cols) */
-    int layers;           /* local layer count (1 when not per-layer) */
+    int layers;           /* local layers of its kind (1 when not per-layer) */
     int rows, cols;       /* local rows and cols per layer (cols = 1 for vectors) */
     int g_rows, g_cols;   /* global rows and cols per layer (unpadded: wte has V rows) */
-    int g_layers;         /* global layer count (1 when not per-layer) */
+    int g_layers;         /* global layers of its kind (1 when not per-layer) */
     int tp_counted;       /* 1 when this rank's copy counts in the global norm */
 } tpd_param_slice;
 
@@ -158,6 +183,9 @@ typedef struct tpd_model_layout {
     tpd_param_slice p[TPD_P_COUNT];
     size_t numel;        /* total local parameter elements */
     size_t expert_numel; /* EP > 1: the experts' region [0, expert_numel); 0 otherwise */
+    size_t layers0;      /* local layer 0's block */
+    size_t block[3];     /* a block's elements per layer kind (TPD_LAYERS_DENSE, _MOE) */
+    size_t eblock;       /* EP: a MoE layer's experts' block in the experts' region */
 } tpd_model_layout;
 
 /* The layout at EP 1: every rank holds all E experts (the whole-model view of checkpoints
@@ -187,11 +215,16 @@ void tpd_model_layout_unit_bounds(const tpd_model_layout *lay, size_t *bounds);
 /* EP (expert_numel > 0): the expert units' bounds, bounds[0 .. Ls]: local layer l's experts
  * [bounds[l], bounds[l+1]), the last one with the region's padding. */
 void tpd_model_layout_expert_bounds(const tpd_model_layout *lay, size_t *bounds);
-/* Element offset in the flat buffer of local layer l's piece of parameter p (rows*cols
- * contiguous elements; l = 0 for a tensor that is not per layer). */
-static inline size_t tpd_model_layout_piece(const tpd_model_layout *lay, tpd_param p, int l) {
-    return lay->p[p].offset + (size_t)l * lay->p[p].stride;
-}
+/* 1 when local layer l is a MoE layer. */
+int tpd_model_dims_layer_moe(const tpd_model_dims *d, int l);
+/* MoE layers among local layers [0, l). */
+int tpd_model_dims_moe_before(const tpd_model_dims *d, int l);
+/* Element offset in the flat buffer of p's j-th local piece (rows*cols contiguous elements;
+ * j < layers: the j-th local layer of p's kind; 0 for a tensor that is not per layer). */
+size_t tpd_model_layout_piece(const tpd_model_layout *lay, tpd_param p, int j);
+/* The same for local layer l, which must be of p's kind (tpd_model_layout_layer_has). */
+size_t tpd_model_layout_layer_piece(const tpd_model_layout *lay, tpd_param p, int l);
+int tpd_model_layout_layer_has(const tpd_model_layout *lay, tpd_param p, int l);
 /* Element offset in the flat buffer of local row r (0 .. layers*rows - 1) of p. */
 static inline size_t tpd_model_layout_row_local(const tpd_model_layout *lay, tpd_param p,
                                                 int64_t r) {
@@ -210,6 +243,9 @@ static inline size_t tpd_model_moe_recv_rows(const tpd_model_dims *d) {
     size_t cap = (size_t)d->ep_size * d->El * (size_t)d->moe_cap;
     return d->moe_cap > 0 && cap < r ? cap : r;
 }
+/* Global layer g's place in the stack of per-layer tensor p: g itself for a tensor of every
+ * layer, its index among the layers of p's kind otherwise (g must be of p's kind). */
+int tpd_model_layout_stack_index(const tpd_model_layout *lay, tpd_param p, int g);
 /* The global layer of local layer l. */
 int tpd_model_dims_global_layer(const tpd_model_dims *d, int l);
 

@@ -36,7 +36,7 @@ void tpd_model_kern_shapes(const tpd_config *cfg, const tpd_model_dims *d, tpd_k
         s->NKV = d->KVl;
         s->HS = d->HS;
         int oc = 0;
-        if (d->bias) oc = d->C > d->FCl ? d->C : d->FCl;
+        if (d->bias) oc = d->C > d->FCml ? d->C : d->FCml;
         if ((d->bias || tpd_config_qkv_bias(cfg)) && d->QKVl > oc) oc = d->QKVl;
         if (d->bias && d->E && d->FCel > oc) oc = d->FCel; /* the experts' fc */
         s->bias_oc = oc;
@@ -65,6 +65,14 @@ tpd_status tpd_model_schedule(const tpd_config *cfg, int pp, int stage, int micr
     }
     int v = cfg->parallel.virtual_pipeline_model_parallel_size;
     return tpd_pp_schedule_make(kind, pp, stage, micro_batches, v > 1 ? v : 1, sched_p);
+}
+
+size_t tpd_act_layers_bytes(const tpd_buffer_plan *b, int chunk, int i0, int i1) {
+    const tpd_model_dims *d = &b->lay.d;
+    int l0 = d->chunk_l0[chunk];
+    size_t nm =
+        (size_t)(tpd_model_dims_moe_before(d, l0 + i1) - tpd_model_dims_moe_before(d, l0 + i0));
+    return nm * b->layer.bytes + ((size_t)(i1 - i0) - nm) * b->layer.bytes_dense;
 }
 
 tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int pp, int dp,
@@ -172,9 +180,10 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     l->ln2 = take(&lc, NL * C * a);
     l->ln2_mean = take(&lc, nmean);
     l->ln2_rstd = take(&lc, NL * 4);
-    l->fch = take(&lc, N * (size_t)d->FCl * a); /* SwiGLU: [gate | up] */
-    l->fch_gelu = take(&lc, N * (size_t)d->Fl * a);
+    l->fch = take(&lc, N * (size_t)d->FCml * a); /* SwiGLU: [gate | up] */
+    l->fch_gelu = take(&lc, N * (size_t)d->Fml * a);
     l->out = take(&lc, NL * C * a);
+    l->bytes_dense = lc;
     if (d->E) {
         size_t E = (size_t)d->E, nk = N * (size_t)d->topk;
         l->moe_probs = take(&lc, N * E * 4);
@@ -190,7 +199,7 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
         l->moe_h = take(&lc, nr * (size_t)d->FCel * a);
         l->moe_hact = take(&lc, nr * (size_t)d->Fel * a);
         l->moe_y = take(&lc, nk * C * a);
-        l->moe_shout = d->F ? take(&lc, N * C * a) : 0;
+        l->moe_shout = d->Fs ? take(&lc, N * C * a) : 0;
         l->moe_gate = d->shgate ? take(&lc, N * 4) : 0;
         l->moe_ecounts = d->ep_size > 1 ? take(&lc, (size_t)d->ep_size * d->El * 4) : 0;
     }
@@ -199,7 +208,7 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
      * training.recompute_num_layers is smaller, Megatron's block method per model chunk):
      * those keep only their output per slot, and the backward rebuilds their blocks in the
      * workspace; the other layers keep theirs. A slot fits the largest chunk. */
-    int kept_max = 0;
+    size_t kept_max = 0; /* the most bytes one chunk's kept layers take */
     for (int c = 0; c < d->v; c++) {
         int Lc = d->chunk_layers[c], R = 0;
         if (cfg->training.recompute == TPD_RECOMPUTE_FULL) {
@@ -208,13 +217,14 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
         }
         b.recompute[c] = R;
         if (R > b.recompute_max) b.recompute_max = R;
-        if (Lc - R > kept_max) kept_max = Lc - R;
+        size_t kept = tpd_act_layers_bytes(&b, c, R, Lc);
+        if (kept > kept_max) kept_max = kept;
     }
     b.s_outs = cur;
     for (int i = 0; i < b.recompute_max; i++)
         take(&cur, NL * C * a);
     b.s_layers = cur;
-    cur += lc * (size_t)kept_max;
+    cur += kept_max;
     b.slot_bytes = cur;
     if (d->last) {
         size_t h = 0;
@@ -233,8 +243,8 @@ tpd_status tpd_buffer_plan_init(const tpd_config *cfg, int tp, int tp_rank, int 
     b.w_dln = take(&w, N * C * a);
     b.w_dqkv = take(&w, N * (size_t)d->QKVl * a);
     b.w_datty = take(&w, N * (size_t)d->Cl * a);
-    b.w_dfch = take(&w, N * (size_t)d->Fl * a);
-    b.w_dglu = d->glu ? take(&w, N * (size_t)d->FCl * a) : 0;
+    b.w_dfch = take(&w, N * (size_t)d->Fml * a);
+    b.w_dglu = d->glu ? take(&w, N * (size_t)d->FCml * a) : 0;
     /* every virtual stage but the very first sends its input's gradient */
     b.w_dsend = d->first && d->v == 1 ? 0 : take(&w, NL * C * a);
     b.w_layer = b.recompute_max ? take(&w, lc) : 0;

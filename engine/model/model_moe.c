@@ -76,7 +76,7 @@ static moe_acts moe_view(const tpd_model *m, const tpd_model_acts *a) {
                   b + o->moe_h,
                   b + o->moe_hact,
                   b + o->moe_y,
-                  m->d.F ? b + o->moe_shout : NULL};
+                  m->d.Fs ? b + o->moe_shout : NULL};
     return v;
 }
 
@@ -433,16 +433,16 @@ tpd_status tpd_model_moe_fwd(tpd_model *m, const tpd_model_rows *r, const tpd_mo
     TPD_CHECK(tpd_kern_scale_rows(m->kb, ys, v.y, v.wperm, kept, C));
     TPD_CHECK(tpd_kern_zero(m->kb, y, (size_t)N * C * pl->act_size));
     TPD_CHECK(tpd_kern_scatter_add_rows(m->kb, y, ys, v.order, kept, C, N));
-    if (d->F) {
+    if (d->Fs) {
         if (d->glu) {
-            TPD_CHECK(tpd_kern_matmul_fwd(m->kb, a->fch, full, w->fcw, w->fcb, N, C, d->FCl));
-            TPD_CHECK(tpd_kern_swiglu_fwd(m->kb, a->fch_gelu, a->fch, N, d->Fl));
+            TPD_CHECK(tpd_kern_matmul_fwd(m->kb, a->fch, full, w->shfcw, w->shfcb, N, C, d->FCsl));
+            TPD_CHECK(tpd_kern_swiglu_fwd(m->kb, a->fch_gelu, a->fch, N, d->Fsl));
         } else {
-            TPD_CHECK(tpd_kern_matmul_gelu_fwd(m->kb, a->fch_gelu, a->fch, full, w->fcw, w->fcb, N,
-                                               C, d->Fl));
+            TPD_CHECK(tpd_kern_matmul_gelu_fwd(m->kb, a->fch_gelu, a->fch, full, w->shfcw, w->shfcb,
+                                               N, C, d->Fsl));
         }
-        TPD_CHECK(tpd_kern_matmul_fwd(m->kb, v.shout, a->fch_gelu, w->fcprojw,
-                                      d->tp_rank == 0 ? w->fcprojb : NULL, N, d->Fl, C));
+        TPD_CHECK(tpd_kern_matmul_fwd(m->kb, v.shout, a->fch_gelu, w->shprojw,
+                                      d->tp_rank == 0 ? w->shprojb : NULL, N, d->Fsl, C));
         if (d->shgate) { /* gate = sigmoid(x shgatew^T), on the host */
             TPD_CHECK(tpd_kern_matmul_fwd(m->kb, v.gate, full, w->shgatew, NULL, N, C, 1));
             TPD_CHECK(tpd_kern_synchronize(m->kb));
@@ -563,7 +563,7 @@ tpd_status tpd_model_moe_bwd(tpd_model *m, const tpd_model_views *w, const tpd_m
                                   w->routerw, N, C, E));
     if (d->tp_rank == 0) TPD_CHECK(tpd_kern_add(m->kb, dpartial, dpartial, dx2, (size_t)N * C));
     /* the shared experts: y += gate * proj(act(fc(x))) */
-    if (d->F) {
+    if (d->Fs) {
         void *dsh = m->ws + pl->w_moe_y; /* d of the shared output (N,C) */
         if (d->shgate) {
             /* d gate_t = dy_t . shout_t (summed over TP); d logit = d gate g (1 - g) */
@@ -586,13 +586,14 @@ tpd_status tpd_model_moe_bwd(tpd_model *m, const tpd_model_views *w, const tpd_m
             dsh = (void *)dfull;
         }
         void *dfch = m->ws + pl->w_dfch, *dfc = d->glu ? m->ws + pl->w_dglu : dfch;
-        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, dfch, g->fcprojw, g->fcprojb, dsh, a->fch_gelu,
-                                      w->fcprojw, N, d->Fl, C));
+        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, dfch, g->shprojw, g->shprojb, dsh, a->fch_gelu,
+                                      w->shprojw, N, d->Fsl, C));
         if (d->glu)
-            TPD_CHECK(tpd_kern_swiglu_bwd(m->kb, dfc, a->fch, dfch, N, d->Fl));
+            TPD_CHECK(tpd_kern_swiglu_bwd(m->kb, dfc, a->fch, dfch, N, d->Fsl));
         else
-            TPD_CHECK(tpd_kern_gelu_bwd(m->kb, dfc, a->fch, dfch, (size_t)N * d->Fl));
-        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, dx2, g->fcw, g->fcb, dfc, full, w->fcw, N, C, d->FCl));
+            TPD_CHECK(tpd_kern_gelu_bwd(m->kb, dfc, a->fch, dfch, (size_t)N * d->Fsl));
+        TPD_CHECK(tpd_kern_matmul_bwd(m->kb, dx2, g->shfcw, g->shfcb, dfc, full, w->shfcw, N, C,
+                                      d->FCsl));
         TPD_CHECK(tpd_kern_add(m->kb, dpartial, dpartial, dx2, (size_t)N * C));
     }
     return TPD_OK;

@@ -18,10 +18,11 @@
 #include "base/align.h"
 
 /* Layer l's piece of p, where layer l's unit lives now; NULL for a tensor the model lacks
- * (biases, LayerNorm's b under RMSNorm). */
+ * (biases, LayerNorm's b under RMSNorm) or the layer's kind lacks (a dense layer's router,
+ * a MoE layer's dense MLP). */
 static void *pview(const tpd_model *m, int grads, tpd_param p, int l) {
-    if (!m->plan.lay.p[p].present) return NULL;
-    size_t e = tpd_model_layout_piece(&m->plan.lay, p, l), u0 = m->ubound[l + 1];
+    if (!tpd_model_layout_layer_has(&m->plan.lay, p, l)) return NULL;
+    size_t e = tpd_model_layout_layer_piece(&m->plan.lay, p, l), u0 = m->ubound[l + 1];
     char *base = grads ? m->ubase_g[l + 1] : m->ubase_p[l + 1];
     if (m->neunits && tpd_param_is_expert(p)) { /* EP: the layer's expert unit */
         u0 = m->ebound[l];
@@ -50,6 +51,10 @@ void tpd_model_layer_views(const tpd_model *m, int grads, int l, tpd_model_views
     v->expprojw = pview(m, grads, TPD_P_EXPPROJW, l);
     v->expprojb = pview(m, grads, TPD_P_EXPPROJB, l);
     v->shgatew = pview(m, grads, TPD_P_SHGATEW, l);
+    v->shfcw = pview(m, grads, TPD_P_SHFCW, l);
+    v->shfcb = pview(m, grads, TPD_P_SHFCB, l);
+    v->shprojw = pview(m, grads, TPD_P_SHPROJW, l);
+    v->shprojb = pview(m, grads, TPD_P_SHPROJB, l);
     v->qnormw = pview(m, grads, TPD_P_QNORMW, l);
     v->knormw = pview(m, grads, TPD_P_KNORMW, l);
 }
@@ -99,7 +104,9 @@ static void layer_acts(const tpd_model *m, const tpd_model_mb *at, int i, tpd_mo
     const tpd_act_layer *o = &m->plan.layer;
     int R = m->plan.recompute[at->chunk], rc = i < R;
     char *b = rc ? m->ws + m->plan.w_layer
-                 : slot_base(m, at->slot) + m->plan.s_layers + (size_t)(i - R) * o->bytes;
+                 : slot_base(m, at->slot) + m->plan.s_layers +
+                       tpd_act_layers_bytes(&m->plan, at->chunk, R, i);
+    a->moe = tpd_model_dims_layer_moe(&m->d, m->d.chunk_l0[at->chunk] + i);
     a->ln1 = b + o->ln1;
     a->ln1_mean = (float *)(b + o->ln1_mean);
     a->ln1_rstd = (float *)(b + o->ln1_rstd);
@@ -237,7 +244,7 @@ tpd_status tpd_model_layer_mlp_fwd(tpd_model *m, const tpd_model_rows *r, const 
     TPD_CHECK(tpd_model_norm_fwd(m, Nl, a->ln2, a->ln2_mean, a->ln2_rstd, a->x1, w->ln2w, w->ln2b));
     TPD_CHECK(sp_full(m, &full, a->ln2));
     /* out = x1 + the mixture of experts of ln2 (engine/model/model_moe.c) */
-    if (d->E) return tpd_model_moe_fwd(m, r, w, a, full);
+    if (a->moe) return tpd_model_moe_fwd(m, r, w, a, full);
     if (d->glu) {
         TPD_CHECK(tpd_tp_column_fwd(tp, a->fch, full, w->fcw, w->fcb, N, C, d->FCl));
         TPD_CHECK(tpd_kern_swiglu_fwd(m->kb, a->fch_gelu, a->fch, N, d->Fl));
@@ -471,7 +478,7 @@ tpd_status tpd_model_backward(tpd_model *m, const tpd_model_mb *at, float dloss)
             TPD_CHECK(rst);
         }
         const void *dfull;
-        if (d->E) {
+        if (a.moe) {
             /* out = x1 + moe(ln2): d(out) of every row in, this rank's share of d(ln2) out,
              * summed over TP (reduce-scattered to its rows under SP) */
             const void *xfull = a.ln2;
@@ -583,7 +590,7 @@ tpd_status tpd_model_weight_grad(tpd_model *m, const tpd_model_mb *at) {
         tpd_model_acts a;
         backward_views(m, at, i, &w, &g, &a); /* w unread: W computes no input gradient */
         const void *dfull, *full;
-        if (!d->E) { /* a MoE layer's MLP gradients were all computed in B */
+        if (!a.moe) { /* a MoE layer's MLP gradients were all computed in B */
             /* out = x1 + reduce(fch_gelu @ fcprojw^T) + fcprojb */
             TPD_CHECK(sp_full(m, &dfull, a.out));
             TPD_CHECK(tpd_kern_matmul_bwd(m->kb, NULL, g.fcprojw, g.fcprojb, dfull, a.fch_gelu,
@@ -634,7 +641,7 @@ tpd_status tpd_model_tp_reduce_grads(tpd_model *m, size_t begin, size_t end) {
             int per_layer = tpd_param_get_info(ps[i])->per_layer;
             if (!p->present || !p->numel || (per_layer ? l < 0 || l >= m->d.Ls : l != m->d.Ls))
                 continue;
-            size_t at = tpd_model_layout_piece(lay, ps[i], per_layer ? l : 0);
+            size_t at = tpd_model_layout_layer_piece(lay, ps[i], per_layer ? l : 0);
             size_t n = (size_t)p->rows * p->cols;
             size_t lo = at > begin ? at : begin, hi = at + n < end ? at + n : end;
             if (lo >= hi) continue;

@@ -58,6 +58,10 @@ double tpd_plan_layer_expert_params(const tpd_config *cfg, int tp, int ep) {
 }
 
 double tpd_plan_layer_params_ep(const tpd_config *cfg, int tp, int ep) {
+    return tpd_plan_layer_kind_params(cfg, tp, ep, tpd_config_moe(cfg));
+}
+
+double tpd_plan_layer_kind_params(const tpd_config *cfg, int tp, int ep, int moe) {
     const tpd_config_model *m = &cfg->model;
     double t = tp, h = m->hidden_size, f = m->ffn_hidden_size;
     /* q: the query heads' width, h unless model.kv_channels sets the head size */
@@ -69,7 +73,7 @@ double tpd_plan_layer_params_ep(const tpd_config *cfg, int tp, int ep) {
                + h * q / t + bias * h              /* attention projection (h, q/t) + bias */
                + 2.0 * tpd_plan_norm_params(cfg) +
                (m->qk_layernorm ? 2.0 * hd : 0.0); /* QK norm (head size) */
-    if (m->num_moe_experts > 0) {
+    if (moe && m->num_moe_experts > 0) {
         /* a mixture: the router (E, h) replicated, E experts (E / EP on an EP rank) each
          * split like the dense MLP, and the shared experts (width
          * moe_shared_expert_intermediate_size) in the dense MLP's place, with their gate (h) */
@@ -94,7 +98,10 @@ double tpd_plan_params_count(const tpd_config *cfg) {
     const tpd_config_model *m = &cfg->model;
     double h = m->hidden_size, vh = (double)m->vocab_size * h;
     double pos = m->max_position_embeddings;
-    double n = m->num_layers * tpd_plan_layer_params(cfg, 1) + vh + tpd_plan_norm_params(cfg);
+    int moe = tpd_config_moe_layers_before(cfg, m->num_layers); /* the rest are dense */
+    double n = moe * tpd_plan_layer_kind_params(cfg, 1, 1, 1) +
+               (m->num_layers - moe) * tpd_plan_layer_kind_params(cfg, 1, 1, 0) + vh +
+               tpd_plan_norm_params(cfg);
     if (m->position_embedding_type == TPD_POS_LEARNED) n += pos * h;
     if (m->untie_embeddings_and_output_weights) n += vh; /* the output layer */
     return n;
@@ -360,8 +367,19 @@ static uint64_t up(uint64_t bytes) {
     return tpd_align_up(bytes);
 }
 
+tpd_status tpd_plan_check_model(const tpd_config *cfg) {
+    const tpd_config_model *m = &cfg->model;
+    if (!tpd_config_moe(cfg) || m->moe_layer_freq <= 1 || m->num_layers <= 1) return TPD_OK;
+    return tpd_fail(TPD_ERR_UNSUPPORTED,
+                    "plan: model.moe_layer_freq %d mixes dense layers between the MoE layers; "
+                    "the planner's memory and time models price stacks of one kind of layer "
+                    "(moe_layer_freq 1, or a dense model), and a mixed stack is not modelled",
+                    m->moe_layer_freq);
+}
+
 tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                                tpd_plan_stage_mem *out) {
+    TPD_CHECK(tpd_plan_check_model(cfg));
     const tpd_config_model *m = &cfg->model;
     /* DP padding and the ZeRO-1 shard are over the ranks that sum each step's gradients:
      * all of DP (or one DiLoCo replica's) times CP (tpd_plan_dp_inner) */
@@ -638,6 +656,7 @@ static tpd_status cuda_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *
 
 tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
                            tpd_plan_result *res) {
+    TPD_CHECK(tpd_plan_check_model(cfg));
     const tpd_plan_layout *lay = &res->layout;
     int64_t denom = (int64_t)lay->micro_batch_size * lay->dp;
     res->num_micro_batches = denom > 0 ? (int)(cfg->training.global_batch_size / denom) : 0;

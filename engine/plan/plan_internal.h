@@ -180,6 +180,12 @@ double tpd_plan_layer_params(const tpd_config *cfg, int tp);
 /* The same on one rank of an EP group of `ep`: E / EP experts' tensors (expfcw, expfcb,
  * expprojw, expprojb) instead of E, everything else (the router, attention, norms, shared
  * experts) whole; tpd_plan_layer_params at ep 1. */
+/* The planner prices stacks of one kind of layer: a MoE model whose dense layers sit between
+ * its MoE layers (model.moe_layer_freq > 1) is refused with the key and the rule. */
+tpd_status tpd_plan_check_model(const tpd_config *cfg);
+/* One layer's parameters on a TP rank (EP rank) of a MoE layer (moe 1: router, experts,
+ * shared experts) or a dense one (moe 0: the MLP of ffn_hidden_size). */
+double tpd_plan_layer_kind_params(const tpd_config *cfg, int tp, int ep, int moe);
 double tpd_plan_layer_params_ep(const tpd_config *cfg, int tp, int ep);
 /* Of those, the local experts' tensors: the parameters whose gradients are summed over
  * expert-DP rather than all of DP x CP (0 for a dense model). */

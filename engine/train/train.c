@@ -511,7 +511,9 @@ static tpd_status finish_moe(tpd_trainer *tr, tpd_step_stats *s) {
         }
         s->moe = 1;
         s->moe_aux_loss = v[0] / mb;
-        s->moe_aux_raw = v[1] / (mb * m->cfg.model.num_layers);
+        /* per MoE layer: every model.moe_layer_freq-th */
+        s->moe_aux_raw =
+            v[1] / (mb * tpd_config_moe_layers_before(&m->cfg, m->cfg.model.num_layers));
         s->moe_z_loss = v[2] / mb;
         s->moe_dropped = v[4] > 0 ? v[3] / v[4] : 0;
         s->moe_load_max = mean > 0 ? hi / mean : 0;

@@ -324,20 +324,20 @@ TEST(HfImport, TensorProblemsNameTheFileAndTensor) {
         expect_refused(dir, "model.safetensors", "config.json implies");
     }
     {
-        // mixtures that mix dense and MoE layers, or drop a Mixtral's sliding window, are
-        // refused by key
+        // mixtures whose MoE layers are not every Nth from layer 0 (model.moe_layer_freq),
+        // or that drop a Mixtral's sliding window, are refused by key
         std::string dir = copy_fixture("qwen2moe", "hfmoeonly");
         edit_config(dir, [](cJSON *c) {
             cJSON *only = cJSON_CreateArray();
-            cJSON_AddItemToArray(only, cJSON_CreateNumber(1));
+            cJSON_AddItemToArray(only, cJSON_CreateNumber(0));
             cJSON_ReplaceItemInObject(c, "mlp_only_layers", only);
         });
-        expect_refused(dir, "config.json", "mlp_only_layers must be empty");
+        expect_refused(dir, "config.json", "not every Nth from layer 0");
         dir = copy_fixture("qwen2moe", "hfmoestep");
         edit_config(dir, [](cJSON *c) {
             cJSON_ReplaceItemInObject(c, "decoder_sparse_step", cJSON_CreateNumber(2));
         });
-        expect_refused(dir, "config.json", "decoder_sparse_step must be 1");
+        expect_refused(dir, "config.json", "decoder_sparse_step 2");
         dir = copy_fixture("mixtral", "hfmoewindow");
         edit_config(dir, [](cJSON *c) {
             cJSON_ReplaceItemInObject(c, "sliding_window", cJSON_CreateNumber(16));

@@ -235,7 +235,6 @@ TEST(ConfigMoe, KeysAndRefusals) {
     } bad[] = {
         {{"model.num_moe_experts=4", "model.moe_router_topk=5"}, "model.moe_router_topk"},
         {{"model.num_moe_experts=1"}, "at least 2 experts"},
-        {{"model.num_moe_experts=4", "model.moe_layer_freq=2"}, "model.moe_layer_freq"},
         {{"model.num_moe_experts=4", "model.moe_shared_expert_gate=true"}, "needs shared experts"},
         {{"model.num_moe_experts=4", "model.moe_norm_topk_prob=true"}, "moe_router_pre_softmax"},
         {{"model.num_moe_experts=4", "parallel.expert_model_parallel_size=3"}, "must divide"},
@@ -247,6 +246,15 @@ TEST(ConfigMoe, KeysAndRefusals) {
         tpd_log_quiet_end();
         EXPECT_TRUE(Says(b.says)) << tpd_last_error();
     }
+    // a stack that mixes dense and MoE layers: every second layer from layer 0 MoE
+    ASSERT_EQ(Load({"model.num_moe_experts=4", "model.moe_layer_freq=2"}, &c), TPD_OK);
+    EXPECT_TRUE(tpd_config_layer_moe(&c, 0));
+    EXPECT_FALSE(tpd_config_layer_moe(&c, 1));
+    EXPECT_TRUE(tpd_config_layer_moe(&c, 2));
+    EXPECT_EQ(tpd_config_moe_layers_before(&c, 0), 0);
+    EXPECT_EQ(tpd_config_moe_layers_before(&c, 1), 1);
+    EXPECT_EQ(tpd_config_moe_layers_before(&c, 3), 2);
+    EXPECT_EQ(tpd_config_moe_layers_before(&c, 4), 2);
     ASSERT_EQ(Load({"model.num_moe_experts=4", "parallel.expert_model_parallel_size=2"}, &c),
               TPD_OK);
     // EP trains over DP ranks it divides, without sharded state

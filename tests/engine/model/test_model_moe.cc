@@ -53,8 +53,10 @@ struct MoeRun {
     }
 };
 
-void check_gradients(bool llama) {
+// freq: model.moe_layer_freq (2: layer 0 MoE, layer 1 a dense MLP of ffn_hidden_size)
+void check_gradients(bool llama, int freq = 1) {
     tpd_config cfg = tiny::moe_small(llama);
+    cfg.model.moe_layer_freq = freq;
     MoeRun r(cfg);
     tpd_model *m = r.m;
     ASSERT_NE(m, nullptr);
@@ -78,7 +80,8 @@ void check_gradients(bool llama) {
     auto routing = [&]() {
         std::vector<int32_t> t;
         for (int l = 0; l < m->d.Ls; l++) {
-            const char *b = m->acts + m->plan.s_layers + (size_t)l * o.bytes;
+            if (!tpd_model_dims_layer_moe(&m->d, l)) continue;
+            const char *b = m->acts + m->plan.s_layers + tpd_act_layers_bytes(&m->plan, 0, 0, l);
             const int32_t *ti = (const int32_t *)(b + o.moe_topi);
             t.insert(t.end(), ti, ti + (size_t)m->d.B * m->d.T * m->d.topk);
         }
@@ -123,9 +126,9 @@ void check_gradients(bool llama) {
         EXPECT_GT(checked_q, 0) << tpd_param_get_info((tpd_param)q)->name << " never checked";
     }
     EXPECT_LT(skipped, checked / 8) << "too many routing flips to trust the check";
-    printf("%s MoE: %d gradients against finite differences (%d skipped at routing flips), "
-           "worst relative error %.3g, objective %.6f\n",
-           llama ? "Llama" : "GPT-2", checked, skipped, worst, j0);
+    printf("%s MoE (every %d layers): %d gradients against finite differences (%d skipped at "
+           "routing flips), worst relative error %.3g, objective %.6f\n",
+           llama ? "Llama" : "GPT-2", freq, checked, skipped, worst, j0);
 }
 
 TEST(ModelMoe, GradientsMatchFiniteDifferencesGpt2) {
@@ -134,6 +137,25 @@ TEST(ModelMoe, GradientsMatchFiniteDifferencesGpt2) {
 
 TEST(ModelMoe, GradientsMatchFiniteDifferencesLlama) {
     check_gradients(true);
+}
+
+// A stack that mixes a MoE layer (0) and a dense one (1): the dense layer's fcw .. fcprojb
+// (ffn_hidden_size wide) and the MoE layer's router, experts and shared experts each hold
+// one layer, and every one of their gradients is checked.
+TEST(ModelMoe, GradientsMatchFiniteDifferencesMixedStack) {
+    tpd_config cfg = tiny::moe_small(false);
+    cfg.model.moe_layer_freq = 2;
+    tpd_model_layout lay;
+    ASSERT_EQ(tpd_model_layout_init(&cfg, 1, 0, 1, 0, &lay), TPD_OK);
+    for (tpd_param p : {TPD_P_FCW, TPD_P_FCPROJW, TPD_P_ROUTERW, TPD_P_EXPFCW, TPD_P_SHFCW}) {
+        EXPECT_EQ(lay.p[p].layers, 1) << tpd_param_get_info(p)->name;
+        EXPECT_EQ(lay.p[p].g_layers, 1) << tpd_param_get_info(p)->name;
+    }
+    EXPECT_EQ(lay.p[TPD_P_FCPROJW].g_cols, cfg.model.ffn_hidden_size);
+    EXPECT_EQ(lay.p[TPD_P_SHPROJW].g_cols, cfg.model.moe_shared_expert_intermediate_size);
+    EXPECT_EQ(lay.p[TPD_P_QKVW].layers, 2);
+    check_gradients(false, 2);
+    check_gradients(true, 2);
 }
 
 // moe_expert_capacity_factor: an expert keeps at most ceil(factor x N x k / E) of its

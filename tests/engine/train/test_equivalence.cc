@@ -69,6 +69,7 @@ struct Layout {
     int experts = 0;    // model.num_moe_experts (a MoE block of top-2 over them, with a
                         // gated shared expert and both router losses)
     int ep = 1;         // parallel.expert_model_parallel_size
+    int moe_freq = 1;   // model.moe_layer_freq: layers i % moe_freq == 0 MoE, the rest dense
     bool bf16 = false;  // training.precision bf16 (the cpu backend's bf16 recipe)
     bool qkn = false;   // model.qk_layernorm (Qwen3's QK norm; with llama)
     int head_dim = 0;   // model.kv_channels (0: hidden_size / heads)
@@ -85,6 +86,13 @@ Layout bf16(Layout L) {
 // Llama, HF's softmax-then-top-k with renormalized weights), both router losses.
 Layout moe(Layout L) {
     L.experts = 4;
+    return L;
+}
+
+// A stack that mixes dense and MoE layers: every freq-th layer MoE (layer 0 first), the
+// others dense MLPs of ffn_hidden_size.
+Layout mixed(Layout L, int freq) {
+    L.moe_freq = freq;
     return L;
 }
 
@@ -226,6 +234,7 @@ Result run(const Layout &L) {
                 cfg.model.moe_shared_expert_gate = 1;
             }
         }
+        cfg.model.moe_layer_freq = L.moe_freq;
         cfg.parallel.expert_model_parallel_size = L.ep;
         cfg.parallel.context_parallel_size = L.cp;
         cfg.parallel.cp_comm_type = L.a2a ? TPD_CP_COMM_A2A : TPD_CP_COMM_P2P;
@@ -302,6 +311,7 @@ int check_layout(const Result &ref, const Layout &L) {
     if (L.in_flight) stages += " " + std::to_string(L.in_flight) + " units in flight";
     if (L.cp > 1) stages += " CP " + std::to_string(L.cp) + (L.a2a ? " a2a" : " p2p");
     if (L.experts) stages += " MoE " + std::to_string(L.experts) + " experts";
+    if (L.experts && L.moe_freq > 1) stages += " every " + std::to_string(L.moe_freq) + " layers";
     if (L.bf16) stages += " bf16";
     SCOPED_TRACE(testing::Message() << "TP " << L.tp << " PP " << L.pp << " DP " << L.dp
                                     << " ZeRO-1 " << L.zero << stages);
@@ -682,6 +692,42 @@ TEST(Equivalence, MoeMatchesSingleRank) {
     for (const Layout &L : lla)
         checked += check_layout(lref, L);
     if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)(gpt.size() + lla.size()));
+}
+
+// Stacks that mix dense and MoE layers (model.moe_layer_freq 2: layers 0 and 2 MoE, 1 and 3
+// dense; 3: layers 0 and 3): each stage and virtual stage holds its own mix (PP 2 gives each
+// stage one of each, interleaved chunks alternate kinds, at freq 3 PP 2's second stage
+// starts dense), with TP 2 + SP, ZB-H1, ZeRO-1 and ZeRO-3, full and selective recompute,
+// and EP over DP (a dense layer's expert unit is empty) with ZeRO-1 and ZeRO-3.
+TEST(Equivalence, MoeMixedStackMatchesSingleRank) {
+    if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
+    int world = tpd_comm_size(g_world);
+    std::vector<Layout> f2, f3, lla;
+    auto add = [&](std::vector<Layout> &v, Layout L) {
+        if (ranks(L) <= world) v.push_back(L);
+    };
+    add(f2, mixed(moe({2, 1, 1, 0, false, {}, "none", true}), 2));
+    add(f2, mixed(moe({1, 2, 1, 0}), 2));
+    add(f2, mixed(moe(with({1, 2, 1, 0}, 2, "interleaved", 4)), 2));
+    add(f2, mixed(moe(with({1, 2, 2, 0}, 1, "zb-h1", 0)), 2));
+    add(f2, mixed(moe({1, 1, 2, 1, false, {}, "full"}), 2));
+    add(f2, mixed(moe(sharded({2, 1, 2, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps)), 2));
+    add(f2, mixed(epar({1, 1, 4, 1}, 2), 2));
+    add(f2, mixed(epar(sharded({1, 2, 4, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps), 2), 2));
+    add(f3, mixed(moe({1, 2, 1, 0, false, {}, "selective"}), 3));
+    add(f3, mixed(epar({2, 2, 2, 0}, 2), 3));
+    add(lla, mixed(llama(moe({2, 2, 2, 1})), 2));
+    add(lla, mixed(llama(epar(sharded({1, 1, 4, 1}, TPD_DP_SHARDING_OPTIM_GRADS, kSteps), 4)), 2));
+    int checked = 0;
+    Result r2 = run(mixed(moe({1, 1, 1, 0}), 2)), r3 = run(mixed(moe({1, 1, 1, 0}), 3));
+    for (const Layout &L : f2)
+        checked += check_layout(r2, L);
+    for (const Layout &L : f3)
+        checked += check_layout(r3, L);
+    Result lref = run(mixed(llama(moe({1, 1, 1, 0})), 2));
+    for (const Layout &L : lla)
+        checked += check_layout(lref, L);
+    if (tpd_comm_rank(g_world) == 0) EXPECT_EQ(checked, (int)(f2.size() + f3.size() + lla.size()));
 }
 
 // The EP rows can fail: experts whose gradients are not summed over their expert-DP group
