@@ -119,6 +119,15 @@ static int read_block(const cJSON *mo, tpd_config_model *m) {
             *ints[i].dst = (int)x->valuedouble;
         }
         if (m->moe_router_topk > m->num_moe_experts) return 0;
+        /* which layers are MoE (every layer where a manifest does not say) */
+        const cJSON *fq = cJSON_GetObjectItemCaseSensitive(v, "moe_layer_freq");
+        m->moe_layer_freq = 1;
+        if (fq) {
+            if (!cJSON_IsNumber(fq) || fq->valuedouble < 1 || fq->valuedouble > 1024 ||
+                fq->valuedouble != (int)fq->valuedouble)
+                return 0;
+            m->moe_layer_freq = (int)fq->valuedouble;
+        }
         const struct {
             const char *key;
             int *dst;
@@ -600,6 +609,8 @@ tpd_status tpd_ckpt_check_model(const tpd_ckpt_info *info, const tpd_config *cfg
         {"num_moe_experts", a->num_moe_experts, b->num_moe_experts},
         {"moe_router_topk", a->num_moe_experts ? a->moe_router_topk : 0,
          b->num_moe_experts ? b->moe_router_topk : 0},
+        {"moe_layer_freq", a->num_moe_experts ? a->moe_layer_freq : 0,
+         b->num_moe_experts ? b->moe_layer_freq : 0},
         {"moe_ffn_hidden_size", a->num_moe_experts ? tpd_config_moe_ffn(&info->cfg) : 0,
          b->num_moe_experts ? tpd_config_moe_ffn(cfg) : 0},
         {"moe_shared_expert_intermediate_size", a->moe_shared_expert_intermediate_size,

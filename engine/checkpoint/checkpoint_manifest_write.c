@@ -103,6 +103,7 @@ static void add_model(cJSON *o, const tpd_config *cfg) {
         cJSON *e = cJSON_AddObjectToObject(j, "moe");
         cJSON_AddNumberToObject(e, "num_moe_experts", m->num_moe_experts);
         cJSON_AddNumberToObject(e, "moe_router_topk", m->moe_router_topk);
+        cJSON_AddNumberToObject(e, "moe_layer_freq", m->moe_layer_freq);
         cJSON_AddNumberToObject(e, "moe_ffn_hidden_size", tpd_config_moe_ffn(cfg));
         cJSON_AddNumberToObject(e, "moe_shared_expert_intermediate_size",
                                 m->moe_shared_expert_intermediate_size);

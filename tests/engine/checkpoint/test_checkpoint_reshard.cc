@@ -37,6 +37,7 @@ struct Layout {
     bool a2a = false;   // parallel.cp_comm_type a2a
     bool moe = false;   // a mixture of 4 experts, top-2, with a gated shared expert
     int ep = 1;         // parallel.expert_model_parallel_size
+    int moe_freq = 1;   // model.moe_layer_freq: 2 mixes dense layers (1, 3) in
     std::string name() const {
         return std::string(llama ? "llama_" : "") + "tp" + std::to_string(tp) + "pp" +
                std::to_string(pp) + "dp" + std::to_string(dp) + (zero ? "z" : "") +
@@ -44,7 +45,8 @@ struct Layout {
                (shard_size ? "h" + std::to_string(shard_size) : "") +
                (v > 1 ? "v" + std::to_string(v) : "") + (zb ? "zb" : "") +
                (cp > 1 ? "cp" + std::to_string(cp) + (a2a ? "a" : "") : "") + (moe ? "moe" : "") +
-               (ep > 1 ? "ep" + std::to_string(ep) : "");
+               (ep > 1 ? "ep" + std::to_string(ep) : "") +
+               (moe_freq > 1 ? "f" + std::to_string(moe_freq) : "");
     }
 };
 
@@ -59,6 +61,13 @@ void moe_model(tpd_config &cfg) {
 
 Layout moe(Layout L) {
     L.moe = true;
+    return L;
+}
+
+// a stack of MoE layers (0, 2) and dense ones (1, 3)
+Layout mixed(Layout L) {
+    L.moe = true;
+    L.moe_freq = 2;
     return L;
 }
 
@@ -130,6 +139,7 @@ std::vector<double> run(const Layout &L, const std::string &load, const std::str
         cfg.parallel.data_parallel_shard_size = L.shard_size;
         if (L.llama) tiny::llama(cfg);
         if (L.moe) moe_model(cfg);
+        cfg.model.moe_layer_freq = L.moe_freq;
         cfg.parallel.expert_model_parallel_size = L.ep;
         cfg.parallel.context_parallel_size = L.cp;
         cfg.parallel.cp_comm_type = L.a2a ? TPD_CP_COMM_A2A : TPD_CP_COMM_P2P;
@@ -250,6 +260,10 @@ TEST(Reshard, RoundTripIsExactAndTrainingContinues) {
         // experts
         {hsdp(epar(zero3({1, 1, 8, 1}), 2), 4), moe({1, 1, 1, 0})},
         {hsdp(epar(zero2({1, 2, 4, 1}), 2), 2), hsdp(epar(zero2({1, 2, 4, 1}), 2), 2)},
+        // a stack that mixes dense and MoE layers: each kind's tensors stacked over its own
+        // layers, loaded across PP, TP, EP and the sharding strategies
+        {mixed(epar({1, 2, 4, 1}, 2)), mixed({1, 1, 1, 0})},
+        {mixed({2, 1, 1, 0}), mixed(epar(zero3({1, 2, 4, 1}), 4))},
     };
     std::map<std::string, std::vector<double>> source_loss;
     for (const auto &pr : pairs) {
@@ -280,6 +294,7 @@ TEST(Reshard, RoundTripIsExactAndTrainingContinues) {
             tpd_config model = tiny::config(g_data);
             if (S.llama) tiny::llama(model);
             if (S.moe) moe_model(model);
+            model.model.moe_layer_freq = S.moe_freq;
             int tensors = 0; // the model's own: GPT-2 has no lmhead, Llama no biases, wpe, ...
             for (int p = 0; p < TPD_P_COUNT; p++)
                 tensors += tpd_model_has_param(&model, (tpd_param)p);
