@@ -160,6 +160,26 @@ int tpd_plan_stage_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int
     return sum;
 }
 
+int tpd_plan_chunk_moe_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                              int chunk, int i0, int i1) {
+    int n = tpd_plan_chunk_layers(cfg, lay, stage, chunk);
+    if (!tpd_config_moe(cfg) || n <= 0) return 0;
+    i0 = i0 < 0 ? 0 : i0 > n ? n : i0;
+    i1 = i1 < i0 ? i0 : i1 > n ? n : i1;
+    if (cfg->model.moe_layer_freq <= 1) return i1 - i0;
+    int vs = chunk * lay->pp + stage, g0 = 0; /* the chunk's first global layer */
+    for (int u = 0; u < vs; u++)
+        g0 += tpd_plan_chunk_layers(cfg, lay, u % lay->pp, u / lay->pp);
+    return tpd_config_moe_layers_before(cfg, g0 + i1) - tpd_config_moe_layers_before(cfg, g0 + i0);
+}
+
+int tpd_plan_stage_moe_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage) {
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1, sum = 0;
+    for (int c = 0; c < v; c++)
+        sum += tpd_plan_chunk_moe_layers(cfg, lay, stage, c, 0, 1 << 30);
+    return sum;
+}
+
 int tpd_plan_recomputed_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage) {
     if (lay->recompute != TPD_RECOMPUTE_FULL) return 0;
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
@@ -303,8 +323,10 @@ double tpd_plan_stage_params(const tpd_config *cfg, const tpd_plan_layout *lay, 
     double h = m->hidden_size;
     double pos = m->max_position_embeddings;
     double vocab = (double)tpd_config_padded_vocab(cfg, lay->tp) * h / lay->tp;
-    double n = tpd_plan_stage_layers(cfg, lay, stage) *
-               tpd_plan_layer_params_ep(cfg, lay->tp, tpd_plan_ep(lay));
+    int Ls = tpd_plan_stage_layers(cfg, lay, stage),
+        Lm = tpd_plan_stage_moe_layers(cfg, lay, stage);
+    double n = Lm * tpd_plan_layer_kind_params(cfg, lay->tp, tpd_plan_ep(lay), 1) +
+               (Ls - Lm) * tpd_plan_layer_kind_params(cfg, lay->tp, tpd_plan_ep(lay), 0);
     if (stage == 0) {
         n += vocab;
         if (m->position_embedding_type == TPD_POS_LEARNED) n += pos * h;
@@ -320,13 +342,21 @@ int tpd_plan_uses_flash(const tpd_config *cfg) {
     return cfg->training.attention == TPD_ATTENTION_FUSED;
 }
 
+int tpd_plan_mlp_act_width(const tpd_config *cfg) {
+    const tpd_config_model *m = &cfg->model;
+    int dense = tpd_config_moe_layers_before(cfg, m->num_layers) < m->num_layers;
+    int fs = m->num_moe_experts > 0 ? m->moe_shared_expert_intermediate_size : 0;
+    int fd = dense ? m->ffn_hidden_size : 0;
+    return fd > fs ? fd : fs;
+}
+
 void tpd_plan_kern_shapes(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                           tpd_kern_shapes *s) {
     const tpd_config_model *m = &cfg->model;
     int t = lay->tp > 0 ? lay->tp : 1;
     int C = m->hidden_size, NH = m->num_attention_heads;
-    /* under MoE the dense MLP's tensors are the shared experts' */
-    int F = m->num_moe_experts > 0 ? m->moe_shared_expert_intermediate_size : m->ffn_hidden_size;
+    /* the MLP activations' width: the dense layers' or the shared experts', the larger */
+    int F = tpd_plan_mlp_act_width(cfg);
     int HS = NH > 0 ? tpd_config_head_dim(cfg) : 0, NHl = NH / t,
         KVl = tpd_config_kv_heads(cfg) / t;
     int QKVl = (NHl + 2 * KVl) * HS, FCl = (m->swiglu ? 2 : 1) * (F / t);
@@ -379,7 +409,6 @@ tpd_status tpd_plan_check_model(const tpd_config *cfg) {
 
 tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                                tpd_plan_stage_mem *out) {
-    TPD_CHECK(tpd_plan_check_model(cfg));
     const tpd_config_model *m = &cfg->model;
     /* DP padding and the ZeRO-1 shard are over the ranks that sum each step's gradients:
      * all of DP (or one DiLoCo replica's) times CP (tpd_plan_dp_inner) */
@@ -391,12 +420,12 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     int ring = cp > 1 && lay->cp_comm == TPD_CP_COMM_P2P, a2a = cp > 1 && !ring;
     uint64_t C = (uint64_t)m->hidden_size, NH = (uint64_t)m->num_attention_heads;
     /* a mixture of experts: E experts of width Fe each, El = E / EP of them on an EP rank
-     * (all of them at EP 1), top-k routing; the dense MLP's tensors are the shared experts'
-     * (width Fs, none at 0) */
+     * (all of them at EP 1), top-k routing, and shared experts (width Fs, none at 0) in its
+     * MoE layers; its dense layers (all of a dense model's) an MLP of width F */
     uint64_t E = (uint64_t)m->num_moe_experts, K = E ? (uint64_t)m->moe_router_topk : 0;
     uint64_t ep = E ? (uint64_t)tpd_plan_ep(lay) : 1, El = E / ep;
-    uint64_t F =
-        E ? (uint64_t)m->moe_shared_expert_intermediate_size : (uint64_t)m->ffn_hidden_size;
+    uint64_t F = (uint64_t)m->ffn_hidden_size;
+    uint64_t Fs = E ? (uint64_t)m->moe_shared_expert_intermediate_size : 0;
     uint64_t maxT = (uint64_t)m->max_position_embeddings;
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1;
     int64_t layers = tpd_plan_stage_layers(cfg, lay, stage);
@@ -406,13 +435,19 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
         return TPD_ERR_INVALID;
     }
     uint64_t Ls = (uint64_t)layers, Vl = (uint64_t)tpd_config_padded_vocab(cfg, lay->tp) / t;
+    /* the stage's MoE layers (every moe_layer_freq-th of the model) and dense ones */
+    uint64_t Lm = (uint64_t)tpd_plan_stage_moe_layers(cfg, lay, stage), Ld = Ls - Lm;
     uint64_t Fl = F / t, NHl = NH / t, N = B * T;
+    /* the MLP activations' local width (the larger of the dense MLP's and the shared
+     * experts', tpd_plan_mlp_act_width), and the shared experts' */
+    uint64_t Fml = (uint64_t)tpd_plan_mlp_act_width(cfg) / t, Fsl = Fs / t;
     /* the block: K/V heads (grouped-query attention), SwiGLU's [gate; up], RMSNorm without
      * b or mean, linear biases, learned positions, tied or separate output layer; Cl the
      * local query heads' width (C/t unless model.kv_channels sets the head size) */
     uint64_t HS = (uint64_t)tpd_config_head_dim(cfg), KVl = (uint64_t)tpd_config_kv_heads(cfg) / t;
     uint64_t Cl = NHl * HS;
     uint64_t QKVl = (NHl + 2 * KVl) * HS, FCl = m->swiglu ? 2 * Fl : Fl;
+    uint64_t FCml = m->swiglu ? 2 * Fml : Fml, FCsl = m->swiglu ? 2 * Fsl : Fsl;
     int rms = m->normalization == TPD_NORM_RMSNORM, bias = m->add_bias_linear;
     int learned = m->position_embedding_type == TPD_POS_LEARNED;
     int tied = !m->untie_embeddings_and_output_weights;
@@ -436,28 +471,30 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
         uint64_t cap = (uint64_t)ceil(m->moe_expert_capacity_factor * (double)N * K / E);
         if (ep * El * cap < NR) NR = ep * El * cap;
     }
-    int mlp = !E || F > 0; /* the dense MLP (or the shared experts) exists */
-    uint64_t per_layer = 2 * (1 + nb) * C + QKVl * C + C * Cl + FCl * C + C * Fl +
-                         (bias ? C + (mlp ? FCl + C : 0) : 0) +
-                         (tpd_config_qkv_bias(cfg) ? QKVl : 0) + (m->qk_layernorm ? 2 * HS : 0);
-    if (E) /* the router (all E), the El local experts' shares (expfcw, expprojw) and their
-              biases (expfcb, expprojb), the shared experts' gate */
-        per_layer += E * C + El * FCel * C + El * C * Fel + (bias ? El * FCel + El * C : 0) +
-                     (m->moe_shared_expert_gate ? C : 0);
+    /* every layer's norms, attention and its biases; then a dense layer's MLP, or a MoE
+     * layer's router (all E), the El local experts' shares (expfcw, expprojw) and their
+     * biases (expfcb, expprojb), the shared experts (shfcw .. shprojb) and their gate */
+    uint64_t common = 2 * (1 + nb) * C + QKVl * C + C * Cl + (bias ? C : 0) +
+                      (tpd_config_qkv_bias(cfg) ? QKVl : 0) + (m->qk_layernorm ? 2 * HS : 0);
+    uint64_t per_dense = common + FCl * C + C * Fl + (bias ? FCl + C : 0);
+    uint64_t per_moe = common + FCsl * C + C * Fsl + (bias && Fs ? FCsl + C : 0);
+    if (E)
+        per_moe += E * C + El * FCel * C + El * C * Fel + (bias ? El * FCel + El * C : 0) +
+                   (m->moe_shared_expert_gate ? C : 0);
     uint64_t u0 = 0, uf = 0;
     if (first)
         u0 = Vl * C + (learned ? maxT * C : 0);
     else if (last && tied)
         u0 = Vl * C;
     if (last) uf = (1 + nb) * C + (tied ? 0 : Vl * C);
-    uint64_t n = u0 + Ls * per_layer + uf;
+    uint64_t n = u0 + Ld * per_dense + Lm * per_moe + uf;
     /* EP under ZeRO-1: the experts' region (first in the buffer) ends on a multiple of DP
      * (zero padding) and shards over expert DP, DP / EP ranks (tpd_dp_plan_init_ep) */
     tpd_dp_sharding sh = tpd_plan_sharding(lay);
     uint64_t xl = 0, xe = 0, xpad = 0; /* xl: a layer's expert elements (its expert unit) */
-    if (E && ep > 1 && Ls > 0) {
+    if (E && ep > 1 && Lm > 0) {
         xl = El * FCel * C + El * C * Fel + (bias ? El * FCel + El * C : 0);
-        xe = xpad = Ls * xl;
+        xe = xpad = Lm * xl;
         if (lay->distributed_optimizer && dp > 1 && dp % ep == 0 &&
             sh < TPD_DP_SHARDING_OPTIM_GRADS)
             xpad = (xe + dp - 1) / dp * dp;
@@ -483,12 +520,13 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
         /* EP: each layer's experts are a unit of their own over expert DP, DP / EP ranks,
          * staged in expert slots (xslot) beside the layer's */
         uint64_t edp = xl && dp >= ep ? dp / ep : 1, px = (xl + edp - 1) / edp, xslot = px * edp;
-        uint64_t p0 = (u0 + dp - 1) / dp, pl = (per_layer - xl + dp - 1) / dp,
-                 pf = (uf + dp - 1) / dp;
-        shard = p0 + Ls * (pl + px) + pf;
+        uint64_t p0 = (u0 + dp - 1) / dp, pd = (per_dense + dp - 1) / dp,
+                 pm = (per_moe - xl + dp - 1) / dp, pf = (uf + dp - 1) / dp;
+        shard = p0 + Ld * pd + Lm * (pm + px) + pf;
         nparams = gp ? shard : n;
         ngrads = shard;
-        uint64_t eslot = p0 * dp, gslot = Ls ? pl * dp : 0;
+        uint64_t eslot = p0 * dp, gslot = Ld ? pd * dp : 0;
+        if (Lm && pm * dp > gslot) gslot = pm * dp;
         if (pf * dp > gslot) gslot = pf * dp;
         uint64_t pslot = gp ? (eslot > gslot ? eslot : gslot) : 0;
         int k = cfg->parallel.fsdp_units_in_flight;
@@ -546,18 +584,22 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
     /* selective recompute drops the attention state to rebuild it in the backward; the
      * ring's log-sum-exp is all the state there is, so it stays per layer */
     int selective = lay->recompute == TPD_RECOMPUTE_SELECTIVE && !ring;
+    /* a dense layer's block; a MoE layer's adds the regions of the mixture after it */
     uint64_t layer = 4 * up(NL * C * e) + 2 * (1 + nb) * up(NL * 4) + up(N * QKVl * e) +
-                     up(N * Cl * e) + (selective ? 0 : up(att)) + up(N * FCl * e) + up(N * Fl * e);
+                     up(N * Cl * e) + (selective ? 0 : up(att)) + up(N * FCml * e) +
+                     up(N * Fml * e);
     if (m->qk_layernorm) /* Qwen3's QK norm: the Q and K heads before it, their rstd */
         layer += up(N * (NHl + KVl) * HS * e) + up(N * (NHl + KVl) * 4);
+    uint64_t layer_moe = layer;
     if (E) /* the routing (softmax, log-sum-exp, five per-assignment arrays, the counts); the
               rows the local experts run (NR: all of a rank's own NK at EP 1), their fc output
               and activation; the assignments' outputs back in token order (NK); the shared
               output, gate; under EP the int32 counts of every EP rank's tokens per local
               expert (moe_ecounts) */
-        layer += up(N * E * 4) + up(N * 4) + 5 * up(NK * 4) + up((E + 1) * 4) + up(NR * C * e) +
-                 up(NR * FCel * e) + up(NR * Fel * e) + up(NK * C * e) + (F ? up(N * C * e) : 0) +
-                 (m->moe_shared_expert_gate ? up(N * 4) : 0) + (ep > 1 ? up(ep * El * 4) : 0);
+        layer_moe += up(N * E * 4) + up(N * 4) + 5 * up(NK * 4) + up((E + 1) * 4) + up(NR * C * e) +
+                     up(NR * FCel * e) + up(NR * Fel * e) + up(NK * C * e) +
+                     (Fs ? up(N * C * e) : 0) + (m->moe_shared_expert_gate ? up(N * 4) : 0) +
+                     (ep > 1 ? up(ep * El * 4) : 0);
     /* fully recomputed layers (the first k of each chunk) keep only their output */
     uint64_t R = 0, kept = 0;
     for (int c = 0; c < v; c++) {
@@ -568,9 +610,12 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
             r = k > 0 && k < lc ? (uint64_t)k : (uint64_t)lc;
         }
         if (r > R) R = r;
-        if (lc > 0 && (uint64_t)lc - r > kept) kept = (uint64_t)lc - r;
+        /* the chunk's kept layers [r, lc), each its kind's block */
+        uint64_t km = (uint64_t)tpd_plan_chunk_moe_layers(cfg, lay, stage, c, (int)r, (int)lc);
+        uint64_t kb = lc > 0 ? km * layer_moe + ((uint64_t)lc - r - km) * layer : 0;
+        if (kb > kept) kept = kb;
     }
-    uint64_t slot = 2 * up(N * 4) + up(NL * C * e) + R * up(NL * C * e) + kept * layer;
+    uint64_t slot = 2 * up(N * 4) + up(NL * C * e) + R * up(NL * C * e) + kept;
     uint64_t head =
         up(NL * C * e) + (1 + nb) * up(NL * 4) + up(N * Vl * e) + up(3 * N * 4) + up(N * 4);
     /* in 64 bits: mbs * dp of a layout searched for 2^30 GPUs does not fit an int */
@@ -587,10 +632,10 @@ tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay
      * loss accumulator (one f64), the backend's scratch (none on cpu) and the host staging
      * of every slot's inputs and targets */
     uint64_t ws =
-        2 * up(NL * C * e) + up(N * C * e) + up(N * QKVl * e) + up(N * Cl * e) + up(N * Fl * e);
-    if (m->swiglu) ws += up(N * FCl * e); /* d[gate | up] */
+        2 * up(NL * C * e) + up(N * C * e) + up(N * QKVl * e) + up(N * Cl * e) + up(N * Fml * e);
+    if (m->swiglu) ws += up(N * FCml * e); /* d[gate | up] */
     if (!(first && v == 1)) ws += up(NL * C * e);
-    if (R) ws += layer;
+    if (R) ws += layer_moe; /* the recomputed layer's block: either kind's */
     if (selective) ws += up(att);
     if (sp) ws += up(N * C * e) + up(NL * C * e);
     if (last) ws += up(8);
@@ -656,7 +701,6 @@ static tpd_status cuda_stage_mem(const tpd_config *cfg, const tpd_plan_cluster *
 
 tpd_status tpd_plan_memory(const tpd_config *cfg, const tpd_plan_cluster *cl,
                            tpd_plan_result *res) {
-    TPD_CHECK(tpd_plan_check_model(cfg));
     const tpd_plan_layout *lay = &res->layout;
     int64_t denom = (int64_t)lay->micro_batch_size * lay->dp;
     res->num_micro_batches = denom > 0 ? (int)(cfg->training.global_batch_size / denom) : 0;

@@ -180,6 +180,14 @@ double tpd_plan_layer_params(const tpd_config *cfg, int tp);
 /* The same on one rank of an EP group of `ep`: E / EP experts' tensors (expfcw, expfcb,
  * expprojw, expprojb) instead of E, everything else (the router, attention, norms, shared
  * experts) whole; tpd_plan_layer_params at ep 1. */
+/* The MLP activations' width: ffn_hidden_size where the model has dense layers, the shared
+ * experts' width where it has them, the larger (the engine's dims Fml). */
+int tpd_plan_mlp_act_width(const tpd_config *cfg);
+/* MoE layers among the layers [i0, i1) of `stage`'s model chunk `chunk` (its first global
+ * layer and model.moe_layer_freq say which), and among all of the stage's layers. */
+int tpd_plan_chunk_moe_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
+                              int chunk, int i0, int i1);
+int tpd_plan_stage_moe_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage);
 /* The planner prices stacks of one kind of layer: a MoE model whose dense layers sit between
  * its MoE layers (model.moe_layer_freq > 1) is refused with the key and the rule. */
 tpd_status tpd_plan_check_model(const tpd_config *cfg);

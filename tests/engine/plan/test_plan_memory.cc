@@ -526,70 +526,80 @@ TEST_F(PlanMemory, ContextParallelAllocationEqualsPlan) {
 // plan.
 TEST_F(PlanMemory, MoeAllocationEqualsPlan) {
     int checked = 0;
-    for (bool llama : {false, true})
-        for (int shared : {0, 16})
-            for (int tp : {1, 2})
-                for (const char *rc : {"none", "selective", "full"}) {
-                    tpd_config cfg = tiny::config("");
-                    if (llama) tiny::llama(cfg);
-                    cfg.model.num_moe_experts = 4;
-                    cfg.model.moe_router_topk = 2;
-                    cfg.model.moe_ffn_hidden_size = 32;
-                    cfg.model.moe_shared_expert_intermediate_size = shared;
-                    cfg.model.moe_shared_expert_gate = shared > 0 && !llama;
-                    cfg.model.moe_expert_capacity_factor = llama ? 1.25 : 0.0;
-                    cfg.parallel.tensor_model_parallel_size = tp;
-                    cfg.parallel.sequence_parallel = tp > 1;
-                    tiny::set(cfg.training.recompute, "training.recompute", rc);
-                    std::string what = std::string(llama ? "Llama" : "GPT-2") + " MoE shared " +
-                                       std::to_string(shared) + " TP " + std::to_string(tp) +
-                                       " recompute " + rc;
-                    checked += check_layout(kb, cfg, tp, 1, 1, what);
-                    cfg.parallel.pipeline_model_parallel_size = 2;
-                    checked += check_layout(kb, cfg, tp, 2, 1, what + " PP 2");
-                    cfg.parallel.pipeline_model_parallel_size = 1;
-                    cfg.parallel.use_distributed_optimizer = 1;
-                    cfg.parallel.data_parallel_sharding_strategy =
-                        rc[0] == 'f' ? TPD_DP_SHARDING_OPTIM_GRADS_PARAMS : TPD_DP_SHARDING_OPTIM;
-                    checked += check_layout(kb, cfg, tp, 1, 2, what + " DP 2 sharded");
-                    // expert parallelism: E / EP experts, the received rows' worst case
-                    cfg.parallel.use_distributed_optimizer = 0;
-                    cfg.parallel.data_parallel_sharding_strategy = TPD_DP_SHARDING_NO_SHARD;
-                    // (Llama's capacity 1.25 bounds the received rows: EP El ceil(f N k / E))
-                    cfg.parallel.expert_model_parallel_size = 2;
-                    checked += check_layout(kb, cfg, tp, 1, 2, what + " DP 2 EP 2");
-                    cfg.parallel.expert_model_parallel_size = 4;
-                    cfg.parallel.pipeline_model_parallel_size = 2;
-                    checked += check_layout(kb, cfg, tp, 2, 4, what + " PP 2 DP 4 EP 4");
-                    cfg.parallel.pipeline_model_parallel_size = 1;
-                    // ZeRO-1 under EP: the experts' state over expert DP
-                    cfg.parallel.use_distributed_optimizer = 1;
-                    cfg.parallel.data_parallel_sharding_strategy = TPD_DP_SHARDING_OPTIM;
-                    cfg.parallel.expert_model_parallel_size = 2;
-                    checked += check_layout(kb, cfg, tp, 1, 4, what + " DP 4 EP 2 ZeRO-1");
-                    // ZeRO-2 and ZeRO-3 under EP: the experts' units over expert DP, staged
-                    // in expert slots beside their layer's
-                    cfg.parallel.data_parallel_sharding_strategy =
-                        rc[0] == 'f' ? TPD_DP_SHARDING_OPTIM_GRADS_PARAMS
-                                     : TPD_DP_SHARDING_OPTIM_GRADS;
-                    checked += check_layout(kb, cfg, tp, 1, 4, what + " DP 4 EP 2 ZeRO-2/3");
-                    cfg.parallel.pipeline_model_parallel_size = 2;
-                    cfg.parallel.expert_model_parallel_size = 4; // expert DP 1
-                    checked += check_layout(kb, cfg, tp, 2, 4, what + " PP 2 DP 4 EP 4 ZeRO-2/3");
-                    cfg.parallel.pipeline_model_parallel_size = 1;
-                    // HSDP under EP: shard groups of 2 (one EP run) at DP 4
-                    cfg.parallel.expert_model_parallel_size = 2;
-                    cfg.parallel.data_parallel_shard_size = 2;
-                    checked += check_layout(kb, cfg, tp, 1, 4, what + " DP 4 HSDP 2 EP 2 ZeRO-2/3");
-                    cfg.parallel.data_parallel_shard_size = 0;
-                    cfg.parallel.expert_model_parallel_size = 1;
-                    cfg.parallel.data_parallel_sharding_strategy =
-                        rc[0] == 'f' ? TPD_DP_SHARDING_OPTIM_GRADS_PARAMS : TPD_DP_SHARDING_OPTIM;
-                    cfg.training.precision = TPD_PRECISION_BF16;
-                    cfg.training.device = TPD_DEVICE_CUDA;
-                    checked += check_plan(cfg, tp, 1, 2, what + " cuda bf16");
-                }
-    EXPECT_EQ(checked, 2 * 2 * 2 * 3 * 13);
+    // freq: model.moe_layer_freq; 2 and 3 mix dense layers (ffn_hidden_size) in, so that a
+    // stage (of PP 2) holds one kind or both
+    for (int freq : {1, 2, 3})
+        for (bool llama : {false, true})
+            for (int shared : {0, 16})
+                for (int tp : {1, 2})
+                    for (const char *rc : {"none", "selective", "full"}) {
+                        if (freq == 3 && (shared == 0 || tp == 2)) continue;
+                        tpd_config cfg = tiny::config("");
+                        if (llama) tiny::llama(cfg);
+                        cfg.model.moe_layer_freq = freq;
+                        cfg.model.num_moe_experts = 4;
+                        cfg.model.moe_router_topk = 2;
+                        cfg.model.moe_ffn_hidden_size = 32;
+                        cfg.model.moe_shared_expert_intermediate_size = shared;
+                        cfg.model.moe_shared_expert_gate = shared > 0 && !llama;
+                        cfg.model.moe_expert_capacity_factor = llama ? 1.25 : 0.0;
+                        cfg.parallel.tensor_model_parallel_size = tp;
+                        cfg.parallel.sequence_parallel = tp > 1;
+                        tiny::set(cfg.training.recompute, "training.recompute", rc);
+                        std::string what = std::string(llama ? "Llama" : "GPT-2") + " MoE every " +
+                                           std::to_string(freq) + " shared " +
+                                           std::to_string(shared) + " TP " + std::to_string(tp) +
+                                           " recompute " + rc;
+                        checked += check_layout(kb, cfg, tp, 1, 1, what);
+                        cfg.parallel.pipeline_model_parallel_size = 2;
+                        checked += check_layout(kb, cfg, tp, 2, 1, what + " PP 2");
+                        cfg.parallel.pipeline_model_parallel_size = 1;
+                        cfg.parallel.use_distributed_optimizer = 1;
+                        cfg.parallel.data_parallel_sharding_strategy =
+                            rc[0] == 'f' ? TPD_DP_SHARDING_OPTIM_GRADS_PARAMS
+                                         : TPD_DP_SHARDING_OPTIM;
+                        checked += check_layout(kb, cfg, tp, 1, 2, what + " DP 2 sharded");
+                        // expert parallelism: E / EP experts, the received rows' worst case
+                        cfg.parallel.use_distributed_optimizer = 0;
+                        cfg.parallel.data_parallel_sharding_strategy = TPD_DP_SHARDING_NO_SHARD;
+                        // (Llama's capacity 1.25 bounds the received rows: EP El ceil(f N k / E))
+                        cfg.parallel.expert_model_parallel_size = 2;
+                        checked += check_layout(kb, cfg, tp, 1, 2, what + " DP 2 EP 2");
+                        cfg.parallel.expert_model_parallel_size = 4;
+                        cfg.parallel.pipeline_model_parallel_size = 2;
+                        checked += check_layout(kb, cfg, tp, 2, 4, what + " PP 2 DP 4 EP 4");
+                        cfg.parallel.pipeline_model_parallel_size = 1;
+                        // ZeRO-1 under EP: the experts' state over expert DP
+                        cfg.parallel.use_distributed_optimizer = 1;
+                        cfg.parallel.data_parallel_sharding_strategy = TPD_DP_SHARDING_OPTIM;
+                        cfg.parallel.expert_model_parallel_size = 2;
+                        checked += check_layout(kb, cfg, tp, 1, 4, what + " DP 4 EP 2 ZeRO-1");
+                        // ZeRO-2 and ZeRO-3 under EP: the experts' units over expert DP, staged
+                        // in expert slots beside their layer's
+                        cfg.parallel.data_parallel_sharding_strategy =
+                            rc[0] == 'f' ? TPD_DP_SHARDING_OPTIM_GRADS_PARAMS
+                                         : TPD_DP_SHARDING_OPTIM_GRADS;
+                        checked += check_layout(kb, cfg, tp, 1, 4, what + " DP 4 EP 2 ZeRO-2/3");
+                        cfg.parallel.pipeline_model_parallel_size = 2;
+                        cfg.parallel.expert_model_parallel_size = 4; // expert DP 1
+                        checked +=
+                            check_layout(kb, cfg, tp, 2, 4, what + " PP 2 DP 4 EP 4 ZeRO-2/3");
+                        cfg.parallel.pipeline_model_parallel_size = 1;
+                        // HSDP under EP: shard groups of 2 (one EP run) at DP 4
+                        cfg.parallel.expert_model_parallel_size = 2;
+                        cfg.parallel.data_parallel_shard_size = 2;
+                        checked +=
+                            check_layout(kb, cfg, tp, 1, 4, what + " DP 4 HSDP 2 EP 2 ZeRO-2/3");
+                        cfg.parallel.data_parallel_shard_size = 0;
+                        cfg.parallel.expert_model_parallel_size = 1;
+                        cfg.parallel.data_parallel_sharding_strategy =
+                            rc[0] == 'f' ? TPD_DP_SHARDING_OPTIM_GRADS_PARAMS
+                                         : TPD_DP_SHARDING_OPTIM;
+                        cfg.training.precision = TPD_PRECISION_BF16;
+                        cfg.training.device = TPD_DEVICE_CUDA;
+                        checked += check_plan(cfg, tp, 1, 2, what + " cuda bf16");
+                    }
+    EXPECT_EQ(checked, (2 * 2 * 2 * 3 * 2 + 2 * 3) * 13);
 }
 
 // MoE FLOPs count what a token runs: k experts of width Fe and the shared ones count as a
