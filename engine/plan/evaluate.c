@@ -358,7 +358,6 @@ tpd_status tpd_plan_evaluate(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, const tpd_plan_options *opt,
                              tpd_plan_result *res_p) {
     memset(res_p, 0, sizeof *res_p);
-    TPD_CHECK(tpd_plan_check_model(cfg));
     res_p->layout = *lay;
     if (opt->dp_overlap >= 0) res_p->layout.overlap_grad_reduce = opt->dp_overlap;
     if (opt->param_gather_overlap >= 0)

@@ -133,7 +133,7 @@ double tpd_plan_hw_flops(const tpd_config *cfg, double batch, double vocab, tpd_
     case TPD_RECOMPUTE_FULL:
         /* One more forward of every transformer layer; the logits are not recomputed.
          * At f = 4h: 96Bslh^2(1 + s/(6h) + V/(16lh)), SC21 Eq. 3. */
-        return model + tokens * l * tpd_model_layer_fwd_flops_per_token(cfg);
+        return model + tokens * tpd_model_layers_fwd_flops_per_token(cfg);
     }
     (void)h;
     return model;
@@ -395,16 +395,6 @@ tpd_status tpd_plan_scratch(const tpd_config *cfg, const tpd_plan_layout *lay, i
 /* Bytes rounded up to the alignment of every region of the cpu engine's buffer plan. */
 static uint64_t up(uint64_t bytes) {
     return tpd_align_up(bytes);
-}
-
-tpd_status tpd_plan_check_model(const tpd_config *cfg) {
-    const tpd_config_model *m = &cfg->model;
-    if (!tpd_config_moe(cfg) || m->moe_layer_freq <= 1 || m->num_layers <= 1) return TPD_OK;
-    return tpd_fail(TPD_ERR_UNSUPPORTED,
-                    "plan: model.moe_layer_freq %d mixes dense layers between the MoE layers; "
-                    "the planner's memory and time models price stacks of one kind of layer "
-                    "(moe_layer_freq 1, or a dense model), and a mixed stack is not modelled",
-                    m->moe_layer_freq);
 }
 
 tpd_status tpd_plan_cpu_memory(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,

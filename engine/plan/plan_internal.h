@@ -188,9 +188,6 @@ int tpd_plan_mlp_act_width(const tpd_config *cfg);
 int tpd_plan_chunk_moe_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage,
                               int chunk, int i0, int i1);
 int tpd_plan_stage_moe_layers(const tpd_config *cfg, const tpd_plan_layout *lay, int stage);
-/* The planner prices stacks of one kind of layer: a MoE model whose dense layers sit between
- * its MoE layers (model.moe_layer_freq > 1) is refused with the key and the rule. */
-tpd_status tpd_plan_check_model(const tpd_config *cfg);
 /* One layer's parameters on a TP rank (EP rank) of a MoE layer (moe 1: router, experts,
  * shared experts) or a dense one (moe 0: the MLP of ffn_hidden_size). */
 double tpd_plan_layer_kind_params(const tpd_config *cfg, int tp, int ep, int moe);
@@ -238,6 +235,18 @@ void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out);
 void tpd_plan_stage_cost_of(const tpd_config *cfg, const tpd_plan_cluster *cl,
                             const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out);
+/* A backend's cost of a stage whose layers are all of one kind, and the mix of a stage that
+ * holds both (a MoE model's dense layers, model.moe_layer_freq > 1): fn's cost with every
+ * layer dense (the model without its experts) and with every layer MoE, weighed by the
+ * stage's layers of each kind. Every field is a sum of per-layer terms and of the ends'
+ * (the same under both), so the mix is exact but for full recompute of some of a chunk's
+ * layers, which it prices at the stage's mix of kinds. */
+typedef void (*tpd_plan_stage_cost_fn)(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                                       const tpd_plan_layout *lay, int stage,
+                                       tpd_plan_stage_cost *out);
+void tpd_plan_stage_cost_kinds(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                               const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost_fn fn,
+                               tpd_plan_stage_cost *out);
 
 /* A collective's time, affine in the bytes it moves: per_byte * bytes + fixed, s. */
 typedef struct tpd_plan_affine {

@@ -82,7 +82,6 @@ static int divides(long a, long b) {
 tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl,
                                const tpd_plan_options *opt, tpd_plan_search *search_p) {
     memset(search_p, 0, sizeof *search_p);
-    TPD_CHECK(tpd_plan_check_model(cfg));
     tpd_status st = TPD_OK;
     tpd_plan_search s;
     memset(&s, 0, sizeof s);

@@ -121,15 +121,23 @@ tpd_status tpd_plan_units_init(const tpd_config *cfg, const tpd_plan_layout *lay
     /* under EP a layer holds E / EP experts, whose gradients are summed over expert-DP */
     int ep = tpd_plan_ep(lay);
     double layer = tpd_plan_layer_params_ep(cfg, lay->tp, ep), n = u->elems[0];
+    double dense = tpd_plan_layer_kind_params(cfg, lay->tp, ep, 0);
     double expert = ep > 1 ? tpd_plan_layer_expert_params(cfg, lay->tp, ep) : 0.0;
-    for (int l = 0; l < Ls; l++) {
-        u->elems[1 + l] = layer;
-        u->expert[1 + l] = expert;
+    /* the stage's layers in buffer order (chunk by chunk), each MoE or dense */
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1, l = 0;
+    for (int c = 0; c < v; c++) {
+        int lc = tpd_plan_chunk_layers(cfg, lay, stage, c);
+        for (int i = 0; i < lc && l < Ls; i++, l++) {
+            int moe = tpd_plan_chunk_moe_layers(cfg, lay, stage, c, i, i + 1);
+            u->elems[1 + l] = moe ? layer : dense;
+            u->expert[1 + l] = moe ? expert : 0.0;
+            n += u->elems[1 + l];
+        }
     }
     /* the final norm, and after it an untied output layer: final once the head's backward
      * is done, read first by the head's forward */
     if (last) u->elems[Ls + 1] = tpd_plan_norm_params(cfg) + (untied ? vl * h : 0.0);
-    n += Ls * layer + u->elems[Ls + 1];
+    n += u->elems[Ls + 1];
     double dp = tpd_plan_dp_inner(cfg, lay); /* the ranks that sum each step's grads */
     u->padded = ceil(n / dp) * dp;
     u->elems[Ls + 1] += u->padded - n; /* the padding goes with the highest unit */

@@ -433,8 +433,8 @@ static void ends_time(const tpd_config *cfg, const tpd_plan_cluster *cl, const t
     }
 }
 
-void tpd_plan_gpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
-                             const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out) {
+static void gpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                           const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out) {
     op_time lf = layer_forward(cfg, cl, lay, 0);
     op_time lb = layer_backward(lay, lf);
     op_time rc = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
@@ -487,6 +487,55 @@ void tpd_plan_gpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
     out->cp_comm = f.cp + b.cp;
     out->cp_comm_hidden = f.cp_hidden + b.cp_hidden;
     out->ep_comm = f.ep + b.ep;
+}
+
+void tpd_plan_gpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                             const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out) {
+    tpd_plan_stage_cost_kinds(cfg, cl, lay, stage, gpu_stage_cost, out);
+}
+
+void tpd_plan_stage_cost_kinds(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                               const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost_fn fn,
+                               tpd_plan_stage_cost *out) {
+    int Ls = tpd_plan_stage_layers(cfg, lay, stage),
+        Lm = tpd_plan_stage_moe_layers(cfg, lay, stage);
+    if (!tpd_config_moe(cfg) || Ls <= 0 || Lm == Ls) {
+        fn(cfg, cl, lay, stage, out);
+        return;
+    }
+    /* a stage with dense layers in a MoE model: its cost as if every layer were dense (the
+     * model without experts) and as if every one were MoE, weighed by its layers of each kind;
+     * the embedding's and the head's, the same in both, stay whole */
+    tpd_config *dense = malloc(sizeof *dense);
+    if (!dense) {
+        fn(cfg, cl, lay, stage, out); /* the MoE price of every layer: an upper bound */
+        return;
+    }
+    *dense = *cfg;
+    dense->model.num_moe_experts = 0;
+    tpd_plan_stage_cost a, b;
+    fn(dense, cl, lay, stage, &b);
+    free(dense);
+    if (Lm == 0) {
+        *out = b;
+        return;
+    }
+    fn(cfg, cl, lay, stage, &a);
+    double wm = (double)Lm / Ls, wd = 1.0 - wm;
+#define TPD_MIX(f) out->f = wm * a.f + wd * b.f
+    TPD_MIX(fwd);
+    TPD_MIX(bwd);
+    TPD_MIX(wgrad);
+    TPD_MIX(tp_comm);
+    TPD_MIX(tp_comm_hidden);
+    TPD_MIX(cp_comm);
+    TPD_MIX(cp_comm_hidden);
+    TPD_MIX(ep_comm);
+    TPD_MIX(embed_fwd);
+    TPD_MIX(embed_bwd);
+    TPD_MIX(head_fwd);
+    TPD_MIX(head_bwd);
+#undef TPD_MIX
 }
 
 void tpd_plan_stage_cost_of(const tpd_config *cfg, const tpd_plan_cluster *cl,
@@ -610,7 +659,7 @@ static double dp_step_bytes(const tpd_config *cfg, const tpd_plan_layout *lay) {
             double k = tpd_plan_stage_params(cfg, lay, s);
             if (k > most) {
                 most = k;
-                x = tpd_plan_stage_layers(cfg, lay, s) *
+                x = tpd_plan_stage_moe_layers(cfg, lay, s) *
                     tpd_plan_layer_expert_params(cfg, lay->tp, ep);
             }
         }

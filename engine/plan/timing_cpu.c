@@ -128,8 +128,16 @@ static double p2p_time(const tpd_plan_cluster *cl, double bytes) {
     return bytes / bw + lat + sync_wait(cl, 2);
 }
 
+static void cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                           const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out);
+
 void tpd_plan_cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
                              const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out) {
+    tpd_plan_stage_cost_kinds(cfg, cl, lay, stage, cpu_stage_cost, out);
+}
+
+static void cpu_stage_cost(const tpd_config *cfg, const tpd_plan_cluster *cl,
+                           const tpd_plan_layout *lay, int stage, tpd_plan_stage_cost *out) {
     const tpd_config_model *md = &cfg->model;
     cpu_model m = model_of(cl, lay);
     const tpd_plan_cluster *c = cl;

@@ -20,6 +20,7 @@ extern "C" {
 #include "base/align.h"
 #include "base/file.h"
 #include "engine/cli/cli.h"
+#include "engine/model/model_flops.h"
 #include "engine/plan/plan_internal.h"
 }
 
@@ -460,3 +461,35 @@ TEST(PlanEp, CliLayoutAndJson) {
 }
 
 } // namespace
+
+// A stack that mixes dense and MoE layers (model.moe_layer_freq 2: 16 of Mixtral's 32 layers
+// dense MLPs of ffn_hidden_size): its parameters and FLOPs are the mean of the all-MoE and the
+// all-dense model's (the ends being the same), each stage's compute the mean of the two at
+// PP 4 (4 layers of each kind a stage), and the EP all-to-alls run in the MoE layers only:
+// half of the all-MoE stack's. (Its memory is held to the allocation by PlanMemory.)
+TEST(PlanEp, MixedStackPricesEachKind) {
+    tpd_config moe = mixtral(), mixed = mixtral({"model.moe_layer_freq=2"}), dense = moe;
+    dense.model.num_moe_experts = 0; // the same layers without their experts
+    EXPECT_DOUBLE_EQ(tpd_plan_params_count(&mixed),
+                     (tpd_plan_params_count(&moe) + tpd_plan_params_count(&dense)) / 2);
+    EXPECT_DOUBLE_EQ(tpd_model_flops(&mixed, 256, 32000),
+                     (tpd_model_flops(&moe, 256, 32000) + tpd_model_flops(&dense, 256, 32000)) / 2);
+    tpd_plan_cluster cl = cluster("dgx-h100");
+    // one chunk a stage (the preset's 8 virtual stages would give each stage one kind:
+    // chunk c of stage s is layer 4c + s)
+    auto one = [](tpd_plan_layout l) {
+        l.virtual_stages = 1;
+        l.schedule = TPD_SCHEDULE_1F1B;
+        return l;
+    };
+    tpd_plan_result rm = evaluate(moe, cl, one(layout(moe, 1, 1, 4, 16, 1))),
+                    rx = evaluate(mixed, cl, one(layout(mixed, 1, 1, 4, 16, 1))),
+                    rd = evaluate(dense, cl, one(layout(dense, 1, 1, 4, 16, 1)));
+    EXPECT_LT(rd.time.compute, rx.time.compute);
+    EXPECT_LT(rx.time.compute, rm.time.compute);
+    EXPECT_NEAR(rx.time.compute, (rm.time.compute + rd.time.compute) / 2, 1e-9 * rm.time.compute);
+    tpd_plan_result em = evaluate(moe, cl, one(layout(moe, 1, 1, 4, 16, 8))),
+                    ex = evaluate(mixed, cl, one(layout(mixed, 1, 1, 4, 16, 8)));
+    EXPECT_GT(ex.time.ep_comm, 0.0);
+    EXPECT_NEAR(ex.time.ep_comm, em.time.ep_comm / 2, 1e-9 * em.time.ep_comm);
+}
