@@ -28,6 +28,5 @@ double tpd_model_layer_kind_fwd_flops_per_token(const tpd_config *cfg, int moe) 
 
 double tpd_model_flops(const tpd_config *cfg, double batch, double vocab) {
     double tokens = batch * cfg->model.seq_length, h = cfg->model.hidden_size;
-    return 3.0 * tokens *
-           (tpd_model_layers_fwd_flops_per_token(cfg) + 2.0 * h * vocab);
+    return 3.0 * tokens * (tpd_model_layers_fwd_flops_per_token(cfg) + 2.0 * h * vocab);
 }
