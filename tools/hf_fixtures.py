@@ -11,7 +11,8 @@ For each tiny random model (LlamaForCausalLM with grouped-query attention, an un
 and rope_theta != 10000; the same with Llama 3.1's "llama3" rope scaling and a tied head;
 Qwen2ForCausalLM with its QKV biases and a tied head; GPT2LMHeadModel; MixtralForCausalLM,
 4 experts, top-2; Qwen2MoeForCausalLM, 4 experts, top-2 renormalized, a gated shared
-expert; Qwen3ForCausalLM with its per-head q_norm and k_norm; Qwen3MoeForCausalLM, 4
+expert (and the same with dense layers between the MoE ones: mlp_only_layers 1 and 3 of 4);
+Qwen3ForCausalLM with its per-head q_norm and k_norm; Qwen3MoeForCausalLM, 4
 experts, top-2 renormalized, no shared expert, heads of 16 where hidden_size / heads is 8,
 as in Qwen3's MoE models) it writes, under tests/engine/checkpoint/hf/<name>/:
   model/          the model folder from save_pretrained (sharded for Llama, with
@@ -184,6 +185,18 @@ def main():
         mlp_only_layers=[]))
     perturb(qwen_moe, 6)
     write("qwen2moe", qwen_moe, torch.float32, "10MB")
+
+    # dense layers between the MoE ones (mlp_only_layers: layers 1 and 3, an MLP of
+    # intermediate_size), tripod's model.moe_layer_freq 2
+    qwen_moe_mixed = Qwen2MoeForCausalLM(Qwen2MoeConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, moe_intermediate_size=16,
+        shared_expert_intermediate_size=24, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+        max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        tie_word_embeddings=True, use_sliding_window=False, decoder_sparse_step=1,
+        mlp_only_layers=[1, 3]))
+    perturb(qwen_moe_mixed, 10)
+    write("qwen2moe_mixed", qwen_moe_mixed, torch.float32, "10MB")
 
     qwen3 = Qwen3ForCausalLM(Qwen3Config(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

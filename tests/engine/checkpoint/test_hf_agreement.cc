@@ -2,7 +2,8 @@
 // a tiny LlamaForCausalLM (grouped-query attention, untied head, rope_theta 50000, bf16
 // shards with an index), a Qwen2ForCausalLM (QKV biases, tied head, fp32) and a
 // GPT2LMHeadModel (fp16), a MixtralForCausalLM (4 experts, top-2, fp32) and a
-// Qwen2MoeForCausalLM (4 experts, top-2 renormalized, a gated shared expert, QKV biases). Each is
+// Qwen2MoeForCausalLM (4 experts, top-2 renormalized, a gated shared expert, QKV biases; and the
+// same with dense layers 1 and 3 of 4, mlp_only_layers: model.moe_layer_freq 2). Each is
 // imported, trained for one step at lr 0 on a stream that repeats the fixture's tokens, and its
 // logits (read at the end of the last stage's forward) and loss are compared with transformers'
 // fp32 ones: on one rank and at TP2 x PP2. Then export -> import -> export is byte-identical, and a
@@ -214,7 +215,7 @@ TEST_P(Agreement, LogitsAndLossMatchTransformersOnOneRankAndTp2Pp2) {
 
 INSTANTIATE_TEST_SUITE_P(Hf, Agreement,
                          testing::Values("llama", "llama31", "qwen2", "gpt2", "mixtral", "qwen2moe",
-                                         "qwen3", "qwen3moe"),
+                                         "qwen2moe_mixed", "qwen3", "qwen3moe"),
                          [](const testing::TestParamInfo<const char *> &i) {
                              return std::string(i.param);
                          });
@@ -234,7 +235,8 @@ TEST(HfRoundTrip, ExportImportExportIsByteIdenticalAndBf16IsExact) {
     if (tpd_comm_rank(g_world) != 0) return;
     std::string base = ckt::fresh_dir(g_root + "/roundtrip");
     for (const char *name :
-         {"llama", "llama31", "qwen2", "gpt2", "mixtral", "qwen2moe", "qwen3", "qwen3moe"}) {
+         {"llama", "llama31", "qwen2", "gpt2", "mixtral", "qwen2moe", "qwen2moe_mixed", "qwen3",
+          "qwen3moe"}) {
         std::string b = base + "/" + name;
         import_fixture(name, 2, 1, b + "/a");
         tpd_ckpt_info info;
