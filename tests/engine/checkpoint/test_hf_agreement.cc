@@ -234,9 +234,8 @@ std::vector<float> read_tensor(const tpd_st_set *set, const tpd_st_tensor *t) {
 TEST(HfRoundTrip, ExportImportExportIsByteIdenticalAndBf16IsExact) {
     if (tpd_comm_rank(g_world) != 0) return;
     std::string base = ckt::fresh_dir(g_root + "/roundtrip");
-    for (const char *name :
-         {"llama", "llama31", "qwen2", "gpt2", "mixtral", "qwen2moe", "qwen2moe_mixed", "qwen3",
-          "qwen3moe"}) {
+    for (const char *name : {"llama", "llama31", "qwen2", "gpt2", "mixtral", "qwen2moe",
+                             "qwen2moe_mixed", "qwen3", "qwen3moe"}) {
         std::string b = base + "/" + name;
         import_fixture(name, 2, 1, b + "/a");
         tpd_ckpt_info info;

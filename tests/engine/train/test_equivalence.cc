@@ -697,8 +697,9 @@ TEST(Equivalence, MoeMatchesSingleRank) {
 // Stacks that mix dense and MoE layers (model.moe_layer_freq 2: layers 0 and 2 MoE, 1 and 3
 // dense; 3: layers 0 and 3): each stage and virtual stage holds its own mix (PP 2 gives each
 // stage one of each, interleaved chunks alternate kinds, at freq 3 PP 2's second stage
-// starts dense), with TP 2 + SP, ZB-H1, ZeRO-1 and ZeRO-3, full and selective recompute,
-// and EP over DP (a dense layer's expert unit is empty) with ZeRO-1 and ZeRO-3.
+// starts dense, at PP 4 two stages hold no MoE layer), with TP 2 + SP, ZB-H1, ZeRO-1 and
+// ZeRO-3, full and selective recompute, and EP over DP (a dense layer's expert unit is
+// empty) with ZeRO-1 and ZeRO-3.
 TEST(Equivalence, MoeMixedStackMatchesSingleRank) {
     if (g_cuda) GTEST_SKIP() << "cpu matrix not run with --device=cuda";
     int world = tpd_comm_size(g_world);
@@ -714,6 +715,7 @@ TEST(Equivalence, MoeMixedStackMatchesSingleRank) {
     add(f2, mixed(moe(sharded({2, 1, 2, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps)), 2));
     add(f2, mixed(epar({1, 1, 4, 1}, 2), 2));
     add(f2, mixed(epar(sharded({1, 2, 4, 1}, TPD_DP_SHARDING_OPTIM_GRADS_PARAMS, kSteps), 2), 2));
+    add(f2, mixed(epar({1, 4, 2, 1}, 2), 2)); // stages 1 and 3 dense only: no expert on them
     add(f3, mixed(moe({1, 2, 1, 0, false, {}, "selective"}), 3));
     add(f3, mixed(epar({2, 2, 2, 0}, 2), 3));
     add(lla, mixed(llama(moe({2, 2, 2, 1})), 2));
