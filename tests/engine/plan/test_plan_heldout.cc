@@ -65,8 +65,8 @@ const int kKeepHeap = [] {
 // to be tightened as those terms land. Fractions of the published speed.
 constexpr double kFitMeanMax = 0.05;    // fitted rows: mean |error| (today 2.8%)
 constexpr double kFitWorstMax = 0.10;   // fitted rows: any one row (today 5.6%)
-constexpr double kHeldMeanMax = 0.20;   // held-out rows: mean |error| (today 18.8%)
-constexpr double kHeldBiasMax = 0.20;   // held-out rows: |mean signed error| (today +18.8%)
+constexpr double kHeldMeanMax = 0.20;   // held-out rows: mean |error| (today 19.0%)
+constexpr double kHeldBiasMax = 0.20;   // held-out rows: |mean signed error| (today +19.0%)
 constexpr double kHeldWorstMax = 0.35;  // held-out rows: any one row (today 31.4%, NeMo)
 constexpr double kSourceMeanMax = 0.32; // held-out rows: mean |error| of each source
 
@@ -377,9 +377,9 @@ void print_loso(const std::vector<Fold> &folds, const LosoFigures &fig) {
 
 // What the suite holds the leave-one-source-out figures to: the figures reached, with a small
 // margin (the targets are a mean of 8%, a worst of 15% and a bias within 4%).
-constexpr double kLosoMeanMax = 0.095;  // mean |error| of every row (today 9.1%)
-constexpr double kLosoWorstMax = 0.195; // any one row (today 18.7%, Korthikanti)
-constexpr double kLosoBiasMax = 0.025;  // |mean signed error| (today -1.8%)
+constexpr double kLosoMeanMax = 0.085; // mean |error| of every row (today 8.1%)
+constexpr double kLosoWorstMax = 0.18; // any one row (today 17.2%, Korthikanti)
+constexpr double kLosoBiasMax = 0.025; // |mean signed error| (today -1.8%)
 
 std::string loso_broken(const LosoFigures &fig) {
     std::string broken;
