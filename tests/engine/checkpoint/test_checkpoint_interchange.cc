@@ -361,9 +361,10 @@ INSTANTIATE_TEST_SUITE_P(Model, Generate, ::testing::Values(false, true),
 // Qwen3's block decodes with its QK norm: each new position's Q and K heads are normalized
 // before RoPE and the cache, as the full forward does. The Qwen3 and Qwen3-MoE fixtures
 // (tools/hf_fixtures.py; Qwen3-MoE's heads are 16 wide at hidden 32), imported, for every
-// prefix of 24 tokens.
+// prefix of 24 tokens; and the Qwen2-MoE fixture whose layers 1 and 3 are dense MLPs
+// (model.moe_layer_freq 2), each decoded layer taking its own kind's MLP.
 TEST(Generate, Qwen3KvCacheMatchesFullForward) {
-    for (const char *name : {"qwen3", "qwen3moe"}) {
+    for (const char *name : {"qwen3", "qwen3moe", "qwen2moe_mixed"}) {
         SCOPED_TRACE(name);
         std::string ck = ckt::fresh_dir(tiny::temp_prefix(name)) + "/ck";
         ASSERT_EQ(run_cli({"import", std::string(TPD_HF_FIXTURES) + "/" + name + "/model",
