@@ -147,6 +147,17 @@ tpd_status tpd_plan_search_run(const tpd_config *cfg, const tpd_plan_cluster *cl
             base.cp_comm = comm;
             base.pp = 1;
             base.dp = n / (tp * cp);
+            if (cp > 1 && E > 0) {
+                /* tripod train refuses a mixture with CP (the load-balancing loss is a
+                 * micro-batch's, which CP splits): the search does not assume it */
+                snprintf(why, sizeof why,
+                         "CP %d with a mixture of experts (tripod train refuses MoE with "
+                         "context parallelism)",
+                         cp);
+                reason_key(why, key, sizeof key);
+                reject(&s, key, &base, why);
+                continue;
+            }
             if (cp > 1 && (m->seq_length % (2 * cp) ||
                            (comm == TPD_CP_COMM_A2A && (m->num_attention_heads % (tp * cp) ||
                                                         tpd_config_kv_heads(cfg) % (tp * cp))))) {
