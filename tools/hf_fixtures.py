@@ -176,25 +176,22 @@ def main():
     perturb(mixtral, 5)
     write("mixtral", mixtral, torch.float32, "10MB")
 
-    qwen_moe = Qwen2MoeForCausalLM(Qwen2MoeConfig(
+    qwen_moe_cfg = dict(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
         shared_expert_intermediate_size=16, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
         max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=1000000.0,
         tie_word_embeddings=True, use_sliding_window=False, decoder_sparse_step=1,
-        mlp_only_layers=[]))
+        mlp_only_layers=[])
+    qwen_moe = Qwen2MoeForCausalLM(Qwen2MoeConfig(**qwen_moe_cfg))
     perturb(qwen_moe, 6)
     write("qwen2moe", qwen_moe, torch.float32, "10MB")
 
     # dense layers between the MoE ones (mlp_only_layers: layers 1 and 3, an MLP of
     # intermediate_size), tripod's model.moe_layer_freq 2
-    qwen_moe_mixed = Qwen2MoeForCausalLM(Qwen2MoeConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, moe_intermediate_size=16,
-        shared_expert_intermediate_size=24, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
-        max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=1000000.0,
-        tie_word_embeddings=True, use_sliding_window=False, decoder_sparse_step=1,
-        mlp_only_layers=[1, 3]))
+    qwen_moe_mixed = Qwen2MoeForCausalLM(Qwen2MoeConfig(**dict(
+        qwen_moe_cfg, intermediate_size=48, shared_expert_intermediate_size=24,
+        num_hidden_layers=4, mlp_only_layers=[1, 3])))
     perturb(qwen_moe_mixed, 10)
     write("qwen2moe_mixed", qwen_moe_mixed, torch.float32, "10MB")
 
