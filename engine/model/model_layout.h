@@ -12,6 +12,12 @@
  * and fcprojb; RoPE drops wpe; untied embeddings add lmhead and keep wte on the first
  * stage only. A tensor the model does not have is absent everywhere (g_layers = 0).
  *
+ * A mixture of experts stacks each per-layer tensor over the layers of its kind
+ * (tpd_layer_kind): attention and norms over all L, the dense MLP (fcw .. fcprojb) over the
+ * dense layers, the router, experts and shared experts over the MoE layers (every
+ * model.moe_layer_freq-th from layer 0: all of them at 1), so fcw is (L_dense, F, C) and
+ * routerw (L_moe, E, C); tpd_model_layout_stack_index maps a global layer to its place.
+ *
  * A rank holds, in one contiguous buffer, the tensors of its pipeline stage (wte and wpe
  * on the first stage, wte again plus lnf on the last: the head is tied), sliced for
  * tensor parallelism. With virtual stages (the interleaved schedule) the stage's layers
@@ -21,8 +27,9 @@
  *   - row-parallel weights (attprojw, fcprojw) split their columns; their biases, the
  *     LayerNorms and wpe are replicated;
  *   - wte is split by vocab rows over the padded vocab Vp (rows >= V are zero padding).
- * The buffer is layer-major: wte, wpe, then each local layer's block (its tensors in table
- * order), chunk 0's layers first, then lnfw, lnfb. So the backward finishes the buffer
+ * The buffer is layer-major: wte, wpe, then each local layer's block (the tensors of its
+ * kind, in table order: a dense layer's and a MoE layer's blocks differ in size), chunk 0's
+ * layers first, then lnfw, lnfb. So the backward finishes the buffer
  * from its end towards its start, and a DP bucket (a plain range, like a ZeRO-1 shard)
  * is final as soon as the backward has passed its lowest layer. Gradients mirror it. */
 #ifndef TPD_ENGINE_MODEL_LAYOUT_H
