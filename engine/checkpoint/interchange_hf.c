@@ -260,7 +260,7 @@ static int hf_tensors(const tpd_model_layout *g, hf_family fam, hf_tensor *out) 
         }
         add(out, &n, g, TPD_P_LN2W, l, 0, d->C, "model.layers.%d.post_attention_layernorm.weight",
             l);
-        if (moe_family(fam) && l % d->moe_freq == 0) { /* a MoE layer; the others dense */
+        if (moe_family(fam) && tpd_model_dims_layer_moe(d, l)) { /* the others are dense */
             n += moe_tensors(g, fam, l, out + n);
             continue;
         }

@@ -373,8 +373,12 @@ int tpd_config_moe(const tpd_config *cfg);
 /* 1 when global layer g is a MoE layer: a MoE model's layers g with g % moe_layer_freq == 0
  * (every layer at 1). The other layers, and every layer of a dense model, are dense. */
 int tpd_config_layer_moe(const tpd_config *cfg, int g);
-/* MoE layers among the global layers [0, g): tpd_config_layer_moe's count, closed form. */
+/* MoE layers among the global layers [0, g): tpd_config_layer_moe's count, closed form; and
+ * the same for a stack whose every freq-th layer from 0 is MoE (freq 0: none). */
 int tpd_config_moe_layers_before(const tpd_config *cfg, int g);
+static inline int tpd_config_freq_layers_before(int freq, int g) {
+    return freq > 0 && g > 0 ? (g + freq - 1) / freq : 0;
+}
 /* 1 when the QKV layer has a bias: add_bias_linear or add_qkv_bias. */
 int tpd_config_qkv_bias(const tpd_config *cfg);
 /* Bytes of one gradient element, in the gradient buffer and on the wire of the DP and

@@ -190,7 +190,7 @@ int tpd_config_layer_moe(const tpd_config *cfg, int g) {
 
 int tpd_config_moe_layers_before(const tpd_config *cfg, int g) {
     int n = cfg->model.moe_layer_freq > 0 ? cfg->model.moe_layer_freq : 1;
-    return tpd_config_moe(cfg) && g > 0 ? (g + n - 1) / n : 0;
+    return tpd_config_moe(cfg) ? tpd_config_freq_layers_before(n, g) : 0;
 }
 
 int tpd_config_ep(const tpd_config *cfg) {

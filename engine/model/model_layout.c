@@ -42,10 +42,14 @@ static const tpd_param_info g_info[TPD_P_COUNT] = {
     [TPD_P_SHPROJB] = {"shprojb", 1, TPD_LAYERS_MOE, 0, TPD_SPLIT_NONE, 0},
 };
 
+/* Layers of kind k among [0, g), of which moe are MoE layers. */
+static int kind_of_count(tpd_layer_kind k, int g, int moe) {
+    return k == TPD_LAYERS_ALL ? g : k == TPD_LAYERS_MOE ? moe : g - moe;
+}
+
 /* Global layers of kind k among [0, g). */
 static int kind_before(const tpd_config *cfg, tpd_layer_kind k, int g) {
-    int moe = tpd_config_moe_layers_before(cfg, g);
-    return k == TPD_LAYERS_ALL ? g : k == TPD_LAYERS_MOE ? moe : g - moe;
+    return kind_of_count(k, g, tpd_config_moe_layers_before(cfg, g));
 }
 
 int tpd_model_has_param(const tpd_config *cfg, tpd_param p) {
@@ -409,7 +413,7 @@ int tpd_model_dims_moe_before(const tpd_model_dims *d, int l) {
         if (m <= 0) continue;
         if (m > d->chunk_layers[k]) m = d->chunk_layers[k];
         int g0 = d->chunk_g0[k]; /* MoE layers among [g0, g0 + m) */
-        n += (g0 + m + f - 1) / f - (g0 + f - 1) / f;
+        n += tpd_config_freq_layers_before(f, g0 + m) - tpd_config_freq_layers_before(f, g0);
     }
     return n;
 }
@@ -508,10 +512,8 @@ int64_t tpd_model_layout_row_global(const tpd_model_layout *lay, tpd_param p, in
 }
 
 int tpd_model_layout_stack_index(const tpd_model_layout *lay, tpd_param p, int g) {
-    const tpd_model_dims *d = &lay->d;
-    int moe = d->moe_freq > 0 ? (g + d->moe_freq - 1) / d->moe_freq : 0; /* MoE layers < g */
-    tpd_layer_kind k = g_info[p].kind;
-    return !g_info[p].per_layer ? 0 : k == TPD_LAYERS_ALL ? g : k == TPD_LAYERS_MOE ? moe : g - moe;
+    if (!g_info[p].per_layer) return 0;
+    return kind_of_count(g_info[p].kind, g, tpd_config_freq_layers_before(lay->d.moe_freq, g));
 }
 
 int tpd_model_dims_global_layer(const tpd_model_dims *d, int l) {

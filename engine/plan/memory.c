@@ -167,9 +167,8 @@ int tpd_plan_chunk_moe_layers(const tpd_config *cfg, const tpd_plan_layout *lay,
     i0 = i0 < 0 ? 0 : i0 > n ? n : i0;
     i1 = i1 < i0 ? i0 : i1 > n ? n : i1;
     if (cfg->model.moe_layer_freq <= 1) return i1 - i0;
-    int vs = chunk * lay->pp + stage, g0 = 0; /* the chunk's first global layer */
-    for (int u = 0; u < vs; u++)
-        g0 += tpd_plan_chunk_layers(cfg, lay, u % lay->pp, u / lay->pp);
+    int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1, g0 = 0; /* its first layer */
+    tpd_config_stage_layers(cfg, lay->pp, v, stage, chunk, &g0);
     return tpd_config_moe_layers_before(cfg, g0 + i1) - tpd_config_moe_layers_before(cfg, g0 + i0);
 }
 

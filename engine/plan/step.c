@@ -126,9 +126,11 @@ tpd_status tpd_plan_units_init(const tpd_config *cfg, const tpd_plan_layout *lay
     /* the stage's layers in buffer order (chunk by chunk), each MoE or dense */
     int v = lay->virtual_stages > 0 ? lay->virtual_stages : 1, l = 0;
     for (int c = 0; c < v; c++) {
-        int lc = tpd_plan_chunk_layers(cfg, lay, stage, c);
+        int lc = tpd_plan_chunk_layers(cfg, lay, stage, c), g0 = 0; /* its first layer */
+        if (tpd_config_moe(cfg) && cfg->model.moe_layer_freq > 1)
+            tpd_config_stage_layers(cfg, lay->pp, v, stage, c, &g0);
         for (int i = 0; i < lc && l < Ls; i++, l++) {
-            int moe = tpd_plan_chunk_moe_layers(cfg, lay, stage, c, i, i + 1);
+            int moe = tpd_config_layer_moe(cfg, g0 + i);
             u->elems[1 + l] = moe ? layer : dense;
             u->expert[1 + l] = moe ? expert : 0.0;
             n += u->elems[1 + l];
